@@ -1,0 +1,172 @@
+"""pandas, polars, pyarrow and friends in and out of ``pyarrow.Table``.
+
+Arrow is flightpart's one in-memory format; every frame type is converted at
+the edge, zero-copy wherever Arrow allows it, so the rest of the code deals
+with tables only.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from . import tiling
+
+
+def frame_kind(obj: Any) -> str | None:
+    """A short name of a frame type we can read, or None."""
+    if isinstance(obj, pa.Table):
+        return "pyarrow"
+    if isinstance(obj, pa.RecordBatch):
+        return "pyarrow.RecordBatch"
+    module = type(obj).__module__.split(".")[0]
+    if module == "pandas" and type(obj).__name__ == "DataFrame":
+        return "pandas"
+    if module == "polars" and type(obj).__name__ == "DataFrame":
+        return "polars"
+    if isinstance(obj, np.ndarray) and obj.ndim in (1, 2):
+        return "numpy"
+    if hasattr(obj, "__arrow_c_stream__"):
+        return "arrow-stream"
+    if hasattr(obj, "__dataframe__"):
+        return "interchange"
+    return None
+
+
+def to_arrow(obj: Any, *, column_offset: int = 0) -> pa.Table:
+    """Any supported frame as a ``pyarrow.Table``.
+
+    pandas keeps its index in the schema metadata (or as columns when it is
+    not a plain RangeIndex) so that :func:`to_pandas` restores it. NumPy
+    arrays get columns named by their global column number, starting at
+    ``column_offset`` (so column-tiled parts of one array agree).
+    """
+    kind = frame_kind(obj)
+    if kind == "pyarrow":
+        return obj
+    if kind == "pyarrow.RecordBatch":
+        return pa.Table.from_batches([obj])
+    if kind == "pandas":
+        return pa.Table.from_pandas(obj, preserve_index=None)
+    if kind == "polars":
+        return obj.to_arrow()
+    if kind == "numpy":
+        arr = obj if obj.ndim == 2 else obj.reshape(-1, 1)
+        names = [str(column_offset + j) for j in range(arr.shape[1])]
+        return pa.Table.from_arrays([pa.array(arr[:, j]) for j in range(arr.shape[1])], names=names)
+    if kind == "arrow-stream":
+        return pa.table(obj)
+    if kind == "interchange":
+        from pyarrow.interchange import from_dataframe
+
+        return from_dataframe(obj)
+    raise TypeError(
+        f"cannot read a {type(obj).__module__}.{type(obj).__qualname__}: expected a pandas, polars or "
+        "pyarrow frame, a 2-D NumPy array, or an object with __arrow_c_stream__ or __dataframe__"
+    )
+
+
+def to_pandas(table: pa.Table) -> Any:
+    """A pandas DataFrame, restoring the index the table recorded."""
+    return table.to_pandas()
+
+
+def to_polars(table: pa.Table) -> Any:
+    """A polars DataFrame (zero-copy where polars can take Arrow buffers)."""
+    import polars as pl
+
+    return pl.from_arrow(drop_pandas_index(table))
+
+
+def drop_pandas_index(table: pa.Table) -> pa.Table:
+    """The table without pandas index columns, for consumers with no index."""
+    meta = table.schema.pandas_metadata
+    if not meta:
+        return table
+    stored = [c for c in meta.get("index_columns", []) if isinstance(c, str)]
+    keep = [name for name in table.column_names if name not in stored]
+    return table.select(keep) if len(keep) != table.num_columns else table
+
+
+def data_columns(table: pa.Table) -> list[str]:
+    """The columns that count toward a frame's shape (pandas index columns do not)."""
+    return drop_pandas_index(table).column_names
+
+
+def frame_shape(table: pa.Table) -> tuple[int, int]:
+    """(rows, columns) as a user of the frame counts them."""
+    return table.num_rows, len(data_columns(table))
+
+
+def column_groups(columns: Sequence[str], q: int) -> list[list[str]]:
+    """Columns cut in ``q`` consecutive groups of default-partition sizes."""
+    sizes = tiling.block_sizes(len(columns), q)
+    starts = tiling.starts_from_sizes(sizes)
+    return [list(columns[s : s + n]) for s, n in zip(starts, sizes)]
+
+
+def split_grid(table: pa.Table, grid: Sequence[int]) -> dict[tuple[int, int], pa.Table]:
+    """Cut a table into a ``(p, q)`` grid of zero-copy slices.
+
+    pandas index columns travel with every column group, so each part can be
+    turned back into pandas on its own.
+    """
+    p, q = grid
+    index_cols = [c for c in table.column_names if c not in data_columns(table)]
+    groups = column_groups(data_columns(table), q)
+    rows = tiling.block_sizes(table.num_rows, p)
+    starts = tiling.starts_from_sizes(rows)
+    parts = {}
+    for i, (r0, rn) in enumerate(zip(starts, rows)):
+        block = table.slice(r0, rn)
+        for j, group in enumerate(groups):
+            parts[(i, j)] = block.select(group + index_cols) if q > 1 else block
+    return parts
+
+
+def assemble(parts: Mapping[tuple[int, ...], pa.Table], grid: Sequence[int]) -> pa.Table:
+    """Inverse of :func:`split_grid`: one table from a 2-D grid of parts.
+
+    Column groups of a row block are joined side by side, then the row blocks
+    are concatenated; buffers are not copied (chunks are kept).
+    """
+    if len(grid) == 1:
+        grid = (grid[0], 1)
+        parts = {(k[0], 0): v for k, v in parts.items()}
+    p, q = grid
+    blocks = []
+    for i in range(p):
+        row = [parts[(i, j)] for j in range(q)]
+        if q == 1:
+            blocks.append(row[0])
+            continue
+        arrays, fields, seen = [], [], set()
+        for part in row:
+            for field, column in zip(part.schema, part.columns):
+                if field.name in seen:
+                    continue
+                seen.add(field.name)
+                fields.append(field)
+                arrays.append(column)
+        schema = pa.schema(fields, metadata=row[0].schema.metadata)
+        blocks.append(pa.Table.from_arrays(arrays, schema=schema))
+    if not blocks:
+        raise ValueError("assemble: the grid has no parts")
+    if len(blocks) == 1:
+        return blocks[0]
+    return pa.concat_tables(blocks, promote_options="none")
+
+
+def rechunk(table: pa.Table, target_bytes: int = 1 << 20) -> pa.Table:
+    """The same data in record batches of about ``target_bytes`` each.
+
+    Batch size decides Flight streaming speed (about 1 MiB streams fastest);
+    slicing is zero-copy, only the chunk boundaries change.
+    """
+    if table.num_rows == 0:
+        return table
+    per_row = max(1, table.nbytes // table.num_rows)
+    rows = max(1, target_bytes // per_row)
+    return pa.Table.from_batches(table.to_batches(max_chunksize=rows), schema=table.schema)

@@ -1,0 +1,57 @@
+"""Which host this process is on, for locality decisions.
+
+A partition is local when one of its locations' IP is an address of the
+client's host. ``FLIGHTPART_HOST`` (or an explicit ``host=``) overrides the
+detection, which is how a test cluster on 127.0.0.2, 127.0.0.3, ... lets one
+machine play several hosts.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from functools import lru_cache
+
+HOST_ENV = "FLIGHTPART_HOST"
+
+
+@lru_cache(maxsize=1)
+def _interface_addresses() -> frozenset[str]:
+    addrs: set[str] = set()
+    try:
+        import psutil
+
+        for entries in psutil.net_if_addrs().values():
+            for entry in entries:
+                if entry.family in (socket.AF_INET, socket.AF_INET6):
+                    addrs.add(entry.address.split("%")[0])
+    except Exception:  # psutil missing or the OS refuses: fall back to the resolver
+        pass
+    try:
+        addrs.add(socket.gethostbyname(socket.gethostname()))
+    except OSError:
+        pass
+    addrs.add("127.0.0.1")
+    return frozenset(addrs)
+
+
+def host_addresses(override: str | None = None) -> frozenset[str]:
+    """The addresses that count as "this host"."""
+    chosen = override or os.environ.get(HOST_ENV)
+    if chosen:
+        return frozenset({chosen})
+    return _interface_addresses()
+
+
+def advertised_ip(override: str | None = None) -> str:
+    """The one address this process names in ``location`` tuples."""
+    chosen = override or os.environ.get(HOST_ENV)
+    if chosen:
+        return chosen
+    try:
+        ip = socket.gethostbyname(socket.gethostname())
+        if ip:
+            return ip
+    except OSError:
+        pass
+    return "127.0.0.1"

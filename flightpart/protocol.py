@@ -1,0 +1,408 @@
+"""The ``__partitioned__`` protocol as code: check it, build it, consume it.
+
+The draft spec (``partitioned-protocol.md``) is prose; this module is its
+single executable reading. :func:`validate` is strict and names the exact
+field at fault, :func:`partitioned` produces a conforming object from an
+in-process frame, and :func:`from_partitioned` consumes any conforming
+producer, ours or not.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import pickle
+import re
+from typing import Any, Callable, Iterable, Sequence
+
+import pyarrow as pa
+
+from . import frames, tiling
+from .errors import PartitionedError
+from .hosts import advertised_ip
+
+REQUIRED_KEYS = ("shape", "partition_tiling", "partitions", "get")
+OPTIONAL_KEYS = ("locals",)
+PARTITION_KEYS = ("start", "shape", "data", "location")
+DLPACK_DEVICES = (
+    "CPU", "CUDA", "CUDAHost", "OpenCL", "Vulkan", "Metal", "VPI", "ROCM", "ROCMHost",
+    "ExtDev", "CUDAManaged", "OneAPI", "WebGPU", "Hexagon", "MAIA", "Trn",
+)
+DEVICE_PATTERN = re.compile(r"^kDL(%s)(:\d+)?$" % "|".join(DLPACK_DEVICES))
+HOST_DEVICE = "kDLCPU"
+
+
+class IdentityGet:
+    """A picklable ``get`` for partitions whose ``data`` already is the data.
+
+    The spec's own examples use lambdas, which do not pickle; an instance of
+    a module-level class does. One handle gives one object; a list or tuple
+    of handles gives a list.
+    """
+
+    def __call__(self, handles: Any) -> Any:
+        if isinstance(handles, (list, tuple)):
+            return list(handles)
+        return handles
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is IdentityGet
+
+    def __hash__(self) -> int:
+        return hash(IdentityGet)
+
+    def __repr__(self) -> str:
+        return "IdentityGet()"
+
+
+def get_partitioned(obj: Any) -> Any:
+    """The dict behind ``obj``: itself if a dict, else its ``__partitioned__``."""
+    if isinstance(obj, dict):
+        return obj
+    try:
+        value = obj.__partitioned__
+    except AttributeError:
+        raise PartitionedError(
+            f"__partitioned__: a {type(obj).__qualname__} has no __partitioned__ attribute"
+        ) from None
+    return value() if callable(value) and not isinstance(value, dict) else value
+
+
+# --------------------------------------------------------------------------- validate
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) or (
+        type(x).__module__ == "numpy" and hasattr(x, "dtype") and x.dtype.kind in "iu" and getattr(x, "ndim", 1) == 0
+    )
+
+
+def _fmt(x: Any) -> str:
+    text = repr(x)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _int_tuple(value: Any, n: int | None, field: str, *, minimum: int = 0) -> tuple[int, ...]:
+    what = f"{n} integers" if n is not None else "integers"
+    if not isinstance(value, tuple):
+        raise PartitionedError(f"{field}: expected a tuple of {what}, got {_fmt(value)} ({type(value).__name__})")
+    if n is not None and len(value) != n:
+        raise PartitionedError(f"{field}: expected {what}, got {_fmt(value)}")
+    for k, x in enumerate(value):
+        if not _is_int(x):
+            raise PartitionedError(f"{field}[{k}]: expected an integer, got {_fmt(x)} ({type(x).__name__})")
+        if x < minimum:
+            raise PartitionedError(f"{field}[{k}]: expected an integer >= {minimum}, got {x}")
+    return tuple(int(x) for x in value)
+
+
+def _check_location(value: Any, field: str) -> None:
+    if not isinstance(value, (list, tuple)) or isinstance(value, str):
+        raise PartitionedError(f"{field}: expected a list of (IP, PID[, device]) tuples, got {_fmt(value)}")
+    if len(value) == 0:
+        raise PartitionedError(f"{field}: expected at least one (IP, PID[, device]) tuple, got an empty list")
+    for k, loc in enumerate(value):
+        where = f"{field}[{k}]"
+        if not isinstance(loc, (tuple, list)) or len(loc) not in (2, 3):
+            raise PartitionedError(f"{where}: expected a tuple (IP, PID[, device]), got {_fmt(loc)}")
+        ip, pid = loc[0], loc[1]
+        if not isinstance(ip, str) or not ip.strip():
+            raise PartitionedError(f"{where}: IP must be a non-empty string, got {_fmt(ip)}")
+        if not _is_int(pid) or pid < 0:
+            raise PartitionedError(f"{where}: PID must be a non-negative integer, got {_fmt(pid)}")
+        if len(loc) == 3:
+            device = loc[2]
+            if not isinstance(device, str) or not DEVICE_PATTERN.match(device):
+                raise PartitionedError(
+                    f"{where}: device must be a DLPack device name such as 'kDLCPU' or 'kDLCUDA:0', got {_fmt(device)}"
+                )
+
+
+def _check_tiling(parts: dict, shape: tuple[int, ...], grid: tuple[int, ...], geometry: dict) -> None:
+    """Starts are prefix sums of shapes along every axis: no gap, no overlap."""
+    for axis, (n, t) in enumerate(zip(shape, grid)):
+        expected_start = 0
+        for k in range(t):
+            slab = [pos for pos in geometry if pos[axis] == k]
+            first = slab[0]
+            f_start, f_shape = geometry[first]
+            for pos in slab[1:]:
+                p_start, p_shape = geometry[pos]
+                if p_shape[axis] != f_shape[axis]:
+                    raise PartitionedError(
+                        f"partitions[{pos}].shape[{axis}]: {p_shape[axis]} differs from {f_shape[axis]} of "
+                        f"partitions[{first}]; partitions in one grid slab must have the same extent"
+                    )
+                if p_start[axis] != f_start[axis]:
+                    raise PartitionedError(
+                        f"partitions[{pos}].start[{axis}]: {p_start[axis]} differs from {f_start[axis]} of "
+                        f"partitions[{first}]; partitions in one grid slab must start together"
+                    )
+            if f_start[axis] != expected_start:
+                kind = "gap" if f_start[axis] > expected_start else "overlap"
+                raise PartitionedError(
+                    f"partitions[{first}].start[{axis}]: expected {expected_start} (the prefix sum of the shapes "
+                    f"before it along axis {axis}), got {f_start[axis]}: the partitions {kind}"
+                )
+            expected_start += f_shape[axis]
+        if expected_start != n:
+            raise PartitionedError(
+                f"partitions: extents along axis {axis} add up to {expected_start}, but shape[{axis}] is {n}"
+            )
+
+
+def _pickle_culprit(d: dict) -> str:
+    try:
+        pickle.dumps(d["get"])
+    except Exception as exc:
+        return f"get: {type(exc).__name__}: {exc} (use a module-level callable object, not a lambda)"
+    for pos, entry in d["partitions"].items():
+        for key in PARTITION_KEYS:
+            try:
+                pickle.dumps(entry[key])
+            except Exception as exc:
+                return f"partitions[{pos}].{key}: {type(exc).__name__}: {exc}"
+    return "__partitioned__: the dict does not pickle"
+
+
+def _validate(obj: Any, require_pickle: bool) -> dict:
+    d = get_partitioned(obj)
+    if not isinstance(d, dict):
+        raise PartitionedError(f"__partitioned__: expected a dict, got {type(d).__name__}")
+    for key in REQUIRED_KEYS:
+        if key not in d:
+            raise PartitionedError(f"__partitioned__: missing key '{key}'")
+    for key in d:
+        if key not in REQUIRED_KEYS + OPTIONAL_KEYS:
+            raise PartitionedError(
+                f"__partitioned__: unknown key {_fmt(key)}; the spec defines {', '.join(REQUIRED_KEYS + OPTIONAL_KEYS)}"
+            )
+    shape = _int_tuple(d["shape"], None, "shape")
+    if not shape:
+        raise PartitionedError("shape: expected at least one dimension, got ()")
+    grid = _int_tuple(d["partition_tiling"], None, "partition_tiling", minimum=1)
+    if len(grid) != len(shape):
+        raise PartitionedError(
+            f"partition_tiling: expected {len(shape)} entries like shape {shape}, got {grid}"
+        )
+    parts = d["partitions"]
+    if not isinstance(parts, dict):
+        raise PartitionedError(f"partitions: expected a dict keyed by grid position, got {type(parts).__name__}")
+    ndim = len(grid)
+    for key in parts:
+        if not isinstance(key, tuple) or len(key) != ndim or not all(_is_int(k) for k in key):
+            raise PartitionedError(f"partitions: key {_fmt(key)} is not a grid position (a tuple of {ndim} integers)")
+        if not all(0 <= k < t for k, t in zip(key, grid)):
+            raise PartitionedError(f"partitions: key {key} lies outside the grid {grid}")
+    expected = math.prod(grid)
+    if len(parts) != expected:
+        missing = next(pos for pos in tiling.grid_positions(grid) if pos not in parts)
+        raise PartitionedError(
+            f"partitions: position {missing} is missing; a {grid} grid needs {expected} entries, got {len(parts)}"
+        )
+    geometry: dict[tuple[int, ...], tuple[tuple[int, ...], tuple[int, ...]]] = {}
+    for pos, entry in parts.items():
+        pos = tuple(int(k) for k in pos)
+        where = f"partitions[{pos}]"
+        if not isinstance(entry, dict):
+            raise PartitionedError(f"{where}: expected a dict with {', '.join(PARTITION_KEYS)}, got {type(entry).__name__}")
+        for key in PARTITION_KEYS:
+            if key not in entry:
+                raise PartitionedError(f"{where}: missing key '{key}'")
+        for key in entry:
+            if key not in PARTITION_KEYS:
+                raise PartitionedError(f"{where}: unknown key {_fmt(key)}; a partition has {', '.join(PARTITION_KEYS)}")
+        start = _int_tuple(entry["start"], len(shape), f"{where}.start")
+        pshape = _int_tuple(entry["shape"], len(shape), f"{where}.shape")
+        for axis, (s0, n, total) in enumerate(zip(start, pshape, shape)):
+            if s0 + n > total:
+                raise PartitionedError(
+                    f"{where}: rows {s0}..{s0 + n} along axis {axis} reach past shape[{axis}] = {total}"
+                )
+        _check_location(entry["location"], f"{where}.location")
+        geometry[pos] = (start, pshape)
+    _check_tiling(parts, shape, grid, geometry)
+
+    local_positions: set[tuple[int, ...]] = set()
+    if "locals" in d:
+        loc = d["locals"]
+        if not isinstance(loc, (list, tuple)):
+            raise PartitionedError(f"locals: expected a list of grid positions, got {type(loc).__name__}")
+        for k, pos in enumerate(loc):
+            if not isinstance(pos, tuple) or pos not in parts:
+                raise PartitionedError(f"locals[{k}]: {_fmt(pos)} is not a position in partitions")
+            if pos in local_positions:
+                raise PartitionedError(f"locals[{k}]: {pos} is listed twice")
+            local_positions.add(pos)
+    first_type: tuple[Any, type] | None = None
+    for pos, entry in parts.items():
+        data = entry["data"]
+        if data is None:
+            if "locals" not in d:
+                raise PartitionedError(
+                    f"partitions[{pos}].data: is None, which only an SPMD view (one with 'locals') may use "
+                    "for a part another rank owns"
+                )
+            if pos in local_positions:
+                raise PartitionedError(f"partitions[{pos}].data: is None although {pos} is in locals")
+            continue
+        if first_type is None:
+            first_type = (pos, type(data))
+        elif type(data) is not first_type[1]:
+            raise PartitionedError(
+                f"partitions[{pos}].data: a {type(data).__qualname__}, but partitions[{first_type[0]}].data is a "
+                f"{first_type[1].__qualname__}; all partitions must hold one type"
+            )
+    if not callable(d["get"]):
+        raise PartitionedError(f"get: expected a callable, got {_fmt(d['get'])}")
+    if require_pickle:
+        try:
+            pickle.dumps(d)
+        except Exception:
+            raise PartitionedError(f"must pickle: {_pickle_culprit(d)}") from None
+    return d
+
+
+def validate(obj: Any, *, require_pickle: bool = False) -> dict:
+    """Check ``obj`` (or its ``__partitioned__``) against the spec; return the dict.
+
+    Raises :class:`PartitionedError` naming the offending field, and nothing
+    else, whatever it is given.
+    """
+    try:
+        return _validate(obj, require_pickle)
+    except PartitionedError:
+        raise
+    except RecursionError:
+        raise PartitionedError("__partitioned__: nested too deeply to check") from None
+    except Exception as exc:
+        raise PartitionedError(f"__partitioned__: could not be checked: {type(exc).__name__}: {exc}") from None
+
+
+# --------------------------------------------------------------------------- produce
+
+
+class PartitionedFrame:
+    """An in-process frame exposed through ``__partitioned__``.
+
+    Partitions are zero-copy slices of one Arrow table, located in this
+    process; ``get`` is :class:`IdentityGet` so the dict pickles.
+    """
+
+    def __init__(self, table: pa.Table, grid: tuple[int, int]):
+        self.table = table
+        self.grid = grid
+        self._parts = frames.split_grid(table, grid)
+        self._location = [(advertised_ip(), os.getpid())]
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return frames.frame_shape(self.table)
+
+    @property
+    def __partitioned__(self) -> dict:
+        starts = {c.position: c for c in tiling.grid_cells(self.shape, self.grid)}
+        return {
+            "shape": self.shape,
+            "partition_tiling": self.grid,
+            "partitions": {
+                pos: {
+                    "start": starts[pos].start,
+                    "shape": starts[pos].shape,
+                    "data": part,
+                    "location": list(self._location),
+                }
+                for pos, part in self._parts.items()
+            },
+            "get": IdentityGet(),
+        }
+
+    def to_arrow(self) -> pa.Table:
+        return self.table
+
+    def __repr__(self) -> str:
+        return f"PartitionedFrame(shape={self.shape}, partition_tiling={self.grid})"
+
+
+def partitioned(frame: Any, tiling: Sequence[int] = (1, 1)) -> PartitionedFrame:
+    """Wrap a pandas, polars or pyarrow frame as a conforming object."""
+    grid = tuple(int(t) for t in tiling)
+    if len(grid) != 2 or any(t < 1 for t in grid):
+        raise PartitionedError(f"partition_tiling: expected (rows, columns) of positive integers, got {tuple(tiling)}")
+    return PartitionedFrame(frames.to_arrow(frame), grid)
+
+
+# --------------------------------------------------------------------------- consume
+
+
+def _check_host_locations(d: dict) -> None:
+    for pos, entry in d["partitions"].items():
+        for k, loc in enumerate(entry["location"]):
+            if len(loc) == 3 and loc[2] != HOST_DEVICE:
+                raise PartitionedError(
+                    f"partitions[{pos}].location[{k}]: device {loc[2]!r} is not supported; "
+                    f"flightpart reads host memory ({HOST_DEVICE}) only"
+                )
+
+
+def fetch_parts(d: dict, positions: Iterable[tuple[int, ...]]) -> dict[tuple[int, ...], Any]:
+    """Raw data objects of the given positions, through the producer's ``get``."""
+    positions = list(positions)
+    missing = [pos for pos in positions if d["partitions"][pos]["data"] is None]
+    if missing:
+        raise PartitionedError(
+            f"partitions[{missing[0]}].data: is None: the part is not local to this rank "
+            f"(locals={list(d.get('locals', []))}); read it on its owner rank or use a non-SPMD view"
+        )
+    handles = [d["partitions"][pos]["data"] for pos in positions]
+    results = d["get"](handles)
+    if not isinstance(results, (list, tuple)) or len(results) != len(handles):
+        raise PartitionedError(
+            f"get: called with {len(handles)} handles, returned {_fmt(results)} instead of {len(handles)} objects"
+        )
+    return dict(zip(positions, results))
+
+
+def part_table(pos: tuple[int, ...], entry: dict, raw: Any) -> pa.Table:
+    """One fetched part as a table, checked against its declared shape."""
+    if frames.frame_kind(raw) is None:
+        raise PartitionedError(
+            f"partitions[{pos}].data: get returned a {type(raw).__module__}.{type(raw).__qualname__}, which "
+            "flightpart cannot read (expected a pandas, polars or pyarrow frame, or a 1-D/2-D NumPy array)"
+        )
+    start = entry["start"]
+    table = frames.to_arrow(raw, column_offset=start[1] if len(start) > 1 else 0)
+    declared = tuple(entry["shape"]) if len(entry["shape"]) == 2 else (entry["shape"][0], 1)
+    actual = frames.frame_shape(table)
+    if actual != declared:
+        raise PartitionedError(f"partitions[{pos}].shape: declared {tuple(entry['shape'])}, but its data has shape {actual}")
+    return table
+
+
+def from_partitioned(obj: Any, *, columns: Sequence[str] | None = None) -> pa.Table:
+    """Any conforming producer's data as one ``pyarrow.Table``.
+
+    Works with row and column tilings and parts of pandas, polars, pyarrow
+    or NumPy type; raises :class:`PartitionedError` on what it cannot read.
+    """
+    d = validate(obj)
+    if len(d["shape"]) not in (1, 2):
+        raise PartitionedError(f"shape: flightpart reads 1-D and 2-D data, got {len(d['shape'])} dimensions")
+    _check_host_locations(d)
+    reader: Callable | None = getattr(d["get"], "read_table", None)
+    if reader is not None:  # our own handles read with projection pushed to the server
+        return reader(d, columns)
+    raw = fetch_parts(d, tiling.grid_positions(d["partition_tiling"]))
+    tables = {pos: part_table(pos, d["partitions"][pos], part) for pos, part in raw.items()}
+    table = frames.assemble(tables, d["partition_tiling"])
+    return select_columns(table, columns)
+
+
+def select_columns(table: pa.Table, columns: Sequence[str] | None) -> pa.Table:
+    """``table`` restricted to ``columns``, with a clear error for unknown names."""
+    if columns is None:
+        return table
+    unknown = [c for c in columns if c not in table.column_names]
+    if unknown:
+        raise PartitionedError(f"columns: unknown column {unknown[0]!r}; the data has {table.column_names}")
+    return table.select(list(columns))
