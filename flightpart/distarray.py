@@ -358,5 +358,8 @@ def to_partitioned(daps: Sequence[Any], locations: Sequence[tuple] | None = None
     for entry in partitions.values():
         del entry["_rank"]
     result = {"shape": shape, "partition_tiling": grid, "partitions": partitions, "get": protocol.IdentityGet()}
-    protocol.validate(result)
+    try:
+        protocol.validate(result)
+    except PartitionedError as exc:
+        raise PartitionedError(f"__distarray__: the ranks' sections do not tile the index space: {exc}") from None
     return DistArrayPartitioned(result, halos)

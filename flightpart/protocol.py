@@ -151,6 +151,15 @@ def _check_tiling(parts: dict, shape: tuple[int, ...], grid: tuple[int, ...], ge
             )
 
 
+def _position_at(index: int, grid: tuple[int, ...]) -> tuple[int, ...]:
+    """The row-major ``index``-th position of ``grid``, without enumerating it."""
+    pos = []
+    for t in reversed(grid):
+        index, k = divmod(index, t)
+        pos.append(k)
+    return tuple(reversed(pos))
+
+
 def _pickle_culprit(d: dict) -> str:
     try:
         pickle.dumps(d["get"])
@@ -196,7 +205,7 @@ def _validate(obj: Any, require_pickle: bool) -> dict:
             raise PartitionedError(f"partitions: key {key} lies outside the grid {grid}")
     expected = math.prod(grid)
     if len(parts) != expected:
-        missing = next(pos for pos in tiling.grid_positions(grid) if pos not in parts)
+        missing = next(pos for pos in (_position_at(n, grid) for n in range(expected)) if pos not in parts)
         raise PartitionedError(
             f"partitions: position {missing} is missing; a {grid} grid needs {expected} entries, got {len(parts)}"
         )
