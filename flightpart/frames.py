@@ -170,3 +170,4 @@ def rechunk(table: pa.Table, target_bytes: int = 1 << 20) -> pa.Table:
     per_row = max(1, table.nbytes // table.num_rows)
     rows = max(1, target_bytes // per_row)
     return pa.Table.from_batches(table.to_batches(max_chunksize=rows), schema=table.schema)
+

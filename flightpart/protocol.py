@@ -398,9 +398,6 @@ def from_partitioned(obj: Any, *, columns: Sequence[str] | None = None) -> pa.Ta
     if len(d["shape"]) not in (1, 2):
         raise PartitionedError(f"shape: flightpart reads 1-D and 2-D data, got {len(d['shape'])} dimensions")
     _check_host_locations(d)
-    reader: Callable | None = getattr(d["get"], "read_table", None)
-    if reader is not None:  # our own handles read with projection pushed to the server
-        return reader(d, columns)
     raw = fetch_parts(d, tiling.grid_positions(d["partition_tiling"]))
     tables = {pos: part_table(pos, d["partitions"][pos], part) for pos, part in raw.items()}
     table = frames.assemble(tables, d["partition_tiling"])

@@ -1,0 +1,210 @@
+"""``Dataset``: one version of a dataset as a user holds it.
+
+It is a view (all of it, a column projection, a row range) over the
+catalog's partition grid. Views fetch only the partitions and rows they
+need, sliced on the server.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import pyarrow as pa
+
+from flightpart import frames, tiling
+from flightpart.errors import PartitionedError
+
+from .fetch import FlightGet, PartitionRef, Replica
+
+
+@dataclass(frozen=True)
+class PartInfo:
+    """What the catalog says of one partition."""
+
+    position: tuple[int, int]
+    start: tuple[int, int]
+    shape: tuple[int, int]
+    replicas: tuple[Replica, ...]
+
+
+class Dataset:
+    """A committed, immutable version of a dataset, or a view of it."""
+
+    def __init__(self, name: str, version: int, schema: pa.Schema, shape: tuple[int, int], grid: tuple[int, int],
+                 parts: Sequence[PartInfo], nbytes: int, get: FlightGet, *, columns: dict[int, tuple[str, ...]] | None = None,
+                 rows: tuple[int, int] | None = None, spmd: tuple[int, int] | None = None):
+        self.name = name
+        self.version = version
+        self._schema = schema
+        self._shape = shape
+        self._grid = grid
+        self._parts = {p.position: p for p in parts}
+        self._nbytes = nbytes
+        self._get = get
+        self._columns = columns  # column group -> selected columns (None: all)
+        self._rows = rows
+        self._spmd = spmd
+
+    def _derive(self, **changes: Any) -> "Dataset":
+        kwargs = {"columns": self._columns, "rows": self._rows, "spmd": self._spmd, **changes}
+        return Dataset(self.name, self.version, self._schema, self._shape, self._grid, list(self._parts.values()),
+                       self._nbytes, self._get, **kwargs)
+
+    # ------------------------------------------------------------------ views
+
+    def select(self, columns: Sequence[str]) -> "Dataset":
+        """A view with only ``columns``; other column groups are never fetched."""
+        names = self._data_names()
+        data_cols = [n for n in self._schema.names if n in names]
+        if isinstance(columns, str):
+            columns = [columns]
+        unknown = [c for c in columns if c not in data_cols]
+        if unknown:
+            raise KeyError(f"dataset {self.name!r} has no column {unknown[0]!r}; its columns are {data_cols}")
+        index_cols = [c for c in self._schema.names if c not in data_cols]
+        groups = frames.column_groups(data_cols, self._grid[1])
+        chosen = {j: tuple([c for c in columns if c in group] + index_cols) for j, group in enumerate(groups)}
+        chosen = {j: cols for j, cols in chosen.items() if len(cols) > len(index_cols)}
+        view = self._derive(columns=chosen)
+        view._order = list(columns)
+        return view
+
+    def __getitem__(self, key: slice) -> "Dataset":
+        if not isinstance(key, slice) or key.step not in (None, 1):
+            raise TypeError("datasets slice rows with ds[a:b] (step 1)")
+        lo, hi, _ = key.indices(self.shape[0])
+        base = self._rows[0] if self._rows else 0
+        return self._derive(rows=(base + lo, base + max(lo, hi)))
+
+    def spmd(self, rank: int, nranks: int) -> "Dataset":
+        """The SPMD view of rank ``rank``: ``locals`` set, others' data ``None``."""
+        if not (isinstance(rank, int) and isinstance(nranks, int) and 0 <= rank < nranks):
+            raise ValueError(f"rank must be in [0, nranks), got rank={rank!r}, nranks={nranks!r}")
+        return self._derive(spmd=(rank, nranks))
+
+    # ------------------------------------------------------------------ shape
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        rows = self._rows[1] - self._rows[0] if self._rows else self._shape[0]
+        cols = sum(1 for cols in self._columns.values() for c in cols if c in self._data_names()) if self._columns is not None else self._shape[1]
+        return (rows, cols)
+
+    def _data_names(self) -> set[str]:
+        meta = self._schema.pandas_metadata or {}
+        stored = {c for c in meta.get("index_columns", []) if isinstance(c, str)}
+        return {n for n in self._schema.names if n not in stored}
+
+    @property
+    def schema(self) -> pa.Schema:
+        if self._columns is None:
+            return self._schema
+        keep = [n for cols in self._columns.values() for n in cols]
+        return pa.schema([self._schema.field(n) for n in dict.fromkeys(keep)], metadata=self._schema.metadata)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the stored partitions this view covers (file sizes)."""
+        if self._columns is None and self._rows is None:
+            return self._nbytes
+        share = self.shape[0] * max(self.shape[1], 1) / max(self._shape[0] * max(self._shape[1], 1), 1)
+        return int(self._nbytes * share)
+
+    @property
+    def partition_tiling(self) -> tuple[int, int]:
+        return self._view_grid()[0]
+
+    # ------------------------------------------------------------------ protocol
+
+    def _view_grid(self):
+        """(grid, [(view position, original PartInfo, start, shape, columns, rows)])."""
+        col_groups = sorted(self._columns) if self._columns is not None else list(range(self._grid[1]))
+        starts_j = {}
+        col_start = 0
+        for j in col_groups:
+            width = self._group_width(j)
+            starts_j[j] = (col_start, width)
+            col_start += width
+        row_blocks = []
+        for i in range(self._grid[0]):
+            info = self._parts[(i, 0)]
+            s0, n = info.start[0], info.shape[0]
+            if self._rows is None:
+                row_blocks.append((i, s0, n, None))
+                continue
+            lo, hi = max(self._rows[0], s0), min(self._rows[1], s0 + n)
+            if lo < hi:
+                row_blocks.append((i, lo - self._rows[0], hi - lo, (lo - s0, hi - s0)))
+        if not row_blocks:  # an empty slice still has one (empty) block
+            row_blocks = [(0, 0, 0, (0, 0))]
+        cells = []
+        for vi, (i, rstart, rn, rows) in enumerate(row_blocks):
+            for vj, j in enumerate(col_groups):
+                cstart, width = starts_j[j]
+                cols = self._columns[j] if self._columns is not None else None
+                cells.append(((vi, vj), self._parts[(i, j)], (rstart, cstart), (rn, width), cols, rows))
+        return (len(row_blocks), len(col_groups)), cells
+
+    def _group_width(self, j: int) -> int:
+        if self._columns is None:
+            return self._parts[(0, j)].shape[1]
+        names = self._data_names()
+        return sum(1 for c in self._columns[j] if c in names)
+
+    @property
+    def __partitioned__(self) -> dict:
+        grid, cells = self._view_grid()
+        local = None
+        if self._spmd is not None:
+            rank, nranks = self._spmd
+            local = [pos for pos, *_ in cells if pos[0] % nranks == rank]
+        locations: dict[tuple, list] = {}
+        parts = {}
+        for pos, info, start, shape, cols, rows in cells:
+            loc = locations.setdefault(info.replicas, [(ip, pid) for _uri, ip, pid in info.replicas])
+            ref = PartitionRef(self.name, self.version, info.position, info.replicas, cols, rows)
+            parts[pos] = {
+                "start": start,
+                "shape": shape,
+                "data": ref if local is None or pos in local else None,
+                "location": loc,
+            }
+        d = {"shape": self.shape, "partition_tiling": grid, "partitions": parts, "get": self._get}
+        if local is not None:
+            d["locals"] = local
+        return d
+
+    # ------------------------------------------------------------------ reads
+
+    def to_arrow(self) -> pa.Table:
+        """The whole view as one table: local parts mapped, others streamed."""
+        d = self.__partitioned__
+        positions = sorted(d["partitions"])
+        missing = [p for p in positions if d["partitions"][p]["data"] is None]
+        if missing:
+            raise PartitionedError(
+                f"partitions[{missing[0]}]: not local to rank {self._spmd[0]}; an SPMD view reads its locals only "
+                "(use read_locals(), or open the dataset without rank=)"
+            )
+        tables = self._get([d["partitions"][p]["data"] for p in positions])
+        table = frames.assemble(dict(zip(positions, tables)), d["partition_tiling"])
+        order = getattr(self, "_order", None)
+        if order is not None:
+            table = table.select(order + [c for c in table.column_names if c not in order])
+        return table
+
+    def read_locals(self) -> dict[tuple[int, int], pa.Table]:
+        """SPMD: this rank's partitions, by grid position."""
+        d = self.__partitioned__
+        positions = d.get("locals", sorted(d["partitions"]))
+        return dict(zip(positions, self._get([d["partitions"][p]["data"] for p in positions])))
+
+    def to_pandas(self) -> Any:
+        return frames.to_pandas(self.to_arrow())
+
+    def to_polars(self) -> Any:
+        return frames.to_polars(self.to_arrow())
+
+    def __repr__(self) -> str:
+        return f"Dataset({self.name!r}, version={self.version}, shape={self.shape}, partition_tiling={self.partition_tiling})"

@@ -1,0 +1,39 @@
+"""An embedded node and catalog in this process: ``fp.connect()`` with no address."""
+
+from __future__ import annotations
+
+import tempfile
+
+from .client import Client
+
+
+class _TempDir:
+    """Removes the embedded node's temporary data directory on close."""
+
+    def __init__(self, tmp: tempfile.TemporaryDirectory):
+        self.tmp = tmp
+
+    def shutdown(self) -> None:
+        self.tmp.cleanup()
+
+
+def start_embedded(host: str = "127.0.0.1", data_dir: str | None = None) -> Client:
+    """Start a catalog and one node on ``host`` (ports chosen by the OS).
+
+    Closing the client stops both (node first) and removes a temporary
+    data directory if none was given.
+    """
+    from flightpart.server.catalog import CatalogServer
+    from flightpart.server.node import NodeServer
+
+    owned: list = []  # shut down in reverse order
+    if data_dir is None:
+        tmp = tempfile.TemporaryDirectory(prefix="flightpart-")
+        owned.append(_TempDir(tmp))
+        data_dir = tmp.name
+    catalog = CatalogServer(host, 0)
+    owned.append(catalog)
+    node = NodeServer(host, 0, data_dir=data_dir, catalog=catalog.uri)
+    owned.append(node)
+    node.register()
+    return Client(catalog.uri, host=host, owned=owned)

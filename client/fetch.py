@@ -1,0 +1,150 @@
+"""The picklable ``get``: partitions on this host by memory map, others over Flight.
+
+A :class:`PartitionRef` is the ``data`` handle of a flightpart partition,
+like a Ray ObjectRef: small, picklable, meaningful in any process. A
+:class:`FlightGet` turns handles into tables. Locality is decided where
+``get`` runs, so a pickled ``__partitioned__`` sent to another process or
+host reads locally there.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import pyarrow as pa
+import pyarrow.flight as flight
+
+from flightpart import inprocess
+from flightpart.connections import ConnectionPool, shared_pool
+from flightpart.errors import NodeUnavailable, PartitionedError
+from flightpart.hosts import host_addresses
+from flightpart.transfer import project
+from flightpart.wire import NODE_MARKER, Ticket, loads, partition_relpath
+
+from .errors import server_message, translate
+
+MAX_STREAMS = 8
+Replica = tuple[str, str, int]  # (node URI, node IP, node PID)
+
+
+@dataclass(frozen=True)
+class PartitionRef:
+    """Handle of one partition (optionally projected and row-sliced)."""
+
+    dataset: str
+    version: int
+    position: tuple[int, int]
+    replicas: tuple[Replica, ...]
+    columns: tuple[str, ...] | None = None
+    rows: tuple[int, int] | None = None
+
+    def __reduce__(self):  # a plain tuple: compact, and nothing but data when unpickled
+        return (PartitionRef, (self.dataset, self.version, self.position, self.replicas, self.columns, self.rows))
+
+    def ticket(self) -> flight.Ticket:
+        return flight.Ticket(Ticket(self.dataset, self.version, self.position, self.columns, self.rows).encode())
+
+
+class FlightGet:
+    """``get`` of a flightpart ``__partitioned__``: one handle or a sequence of them."""
+
+    def __init__(self, host: str | None = None, token: str | None = None):
+        self.host = host
+        self.token = token
+
+    def __reduce__(self):
+        return (FlightGet, (self.host, self.token))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, FlightGet) and (self.host, self.token) == (other.host, other.token)
+
+    def __hash__(self) -> int:
+        return hash((FlightGet, self.host, self.token))
+
+    def __call__(self, handles: Any) -> Any:
+        single = not isinstance(handles, (list, tuple))
+        refs = [handles] if single else list(handles)
+        for k, ref in enumerate(refs):
+            if not isinstance(ref, PartitionRef):
+                raise PartitionedError(f"get: handle {k} is a {type(ref).__qualname__}, expected a flightpart PartitionRef")
+        tables = read_partitions(refs, host=self.host, pool=shared_pool(self.token))
+        return tables[0] if single else tables
+
+
+def read_partitions(refs: Sequence[PartitionRef], *, host: str | None, pool: ConnectionPool) -> list[pa.Table]:
+    """Tables of ``refs`` in order: local ones mapped, remote ones streamed in parallel."""
+    local = host_addresses(host)
+    tables: list[pa.Table | None] = [read_local(ref, local, pool) for ref in refs]
+    remote = [k for k, t in enumerate(tables) if t is None]
+    if len(remote) == 1:
+        tables[remote[0]] = read_remote(refs[remote[0]], pool)
+    elif remote:
+        with ThreadPoolExecutor(max_workers=min(MAX_STREAMS, len(remote)), thread_name_prefix="flightpart-get") as ex:
+            for k, table in zip(remote, ex.map(lambda k: read_remote(refs[k], pool), remote)):
+                tables[k] = table
+    return tables  # type: ignore[return-value]
+
+
+_node_info: dict[tuple[str, str | None], dict] = {}
+
+
+def node_info(uri: str, pool: ConnectionPool) -> dict:
+    key = (uri, pool.token)
+    info = _node_info.get(key)
+    if info is None:
+        info = _node_info[key] = pool.action(uri, "node-info", timeout=5)
+    return info
+
+
+def read_local(ref: PartitionRef, local: frozenset[str], pool: ConnectionPool) -> pa.Table | None:
+    """The partition without any network transfer, or None if no replica is on this host."""
+    for uri, ip, _pid in ref.replicas:
+        opener = inprocess.opener(uri)
+        if opener is not None:
+            try:
+                return project(opener(ref.dataset, ref.version, ref.position), ref.columns, ref.rows)
+            except KeyError:
+                continue
+        if ip not in local:
+            continue
+        try:
+            info = node_info(uri, pool)
+            root = Path(info["data_dir"])
+            marker = loads((root / NODE_MARKER).read_bytes(), "node marker")
+            if marker.get("node_id") != info["node_id"]:
+                continue  # the directory is not that node's (another host with the same path)
+            path = root / partition_relpath(ref.dataset, ref.version, ref.position)
+            with pa.memory_map(str(path), "r") as source:
+                table = pa.ipc.open_file(source).read_all()
+            return project(table, ref.columns, ref.rows)
+        except (OSError, ValueError, KeyError, pa.ArrowException):
+            continue  # not readable here after all: stream it instead
+    return None
+
+
+RETRYABLE = (flight.FlightUnavailableError, flight.FlightTimedOutError, flight.FlightInternalError,
+             flight.FlightServerError, pa.ArrowKeyError, ConnectionError, OSError)
+
+
+def read_remote(ref: PartitionRef, pool: ConnectionPool) -> pa.Table:
+    """Stream the partition from the first replica that answers."""
+    failures = []
+    for uri, _ip, _pid in ref.replicas:
+        try:
+            return pool.client(uri).do_get(ref.ticket(), options=pool.options(None)).read_all()
+        except (flight.FlightUnauthenticatedError, flight.FlightUnauthorizedError):
+            raise
+        except pa.ArrowInvalid as exc:
+            raise translate(exc) from exc
+        except RETRYABLE as exc:
+            if isinstance(exc, (flight.FlightUnavailableError, ConnectionError)):
+                pool.discard(uri)
+            failures.append(f"{uri}: {server_message(exc)}")
+    raise NodeUnavailable(
+        f"partition {ref.position} of {ref.dataset!r} v{ref.version}: no replica could serve it "
+        f"({'; '.join(failures) or 'no replicas are known'})"
+    )
+

@@ -1,0 +1,45 @@
+"""SPMD publishing: every rank sends its own rows to the node on its own host."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+from flightpart import frames
+from flightpart.errors import NodeUnavailable
+from flightpart.hosts import host_addresses
+from flightpart.transfer import send_partition
+from flightpart.wire import check_name
+
+from .client import Client
+from .errors import translated
+
+
+def publish(name: str, frame: Any, *, rank: int, nranks: int, catalog: str, host: str | None = None,
+            token: str | None = None) -> dict:
+    """Store rank ``rank``'s rows as partition ``(rank, 0)`` of the next version.
+
+    The catalog publishes the version when all ``nranks`` ranks have
+    committed, with starts from the prefix sums of their row counts.
+    Returns ``{"version", "complete"}`` (complete on the last rank in).
+    """
+    check_name(name)
+    if not (isinstance(rank, int) and isinstance(nranks, int) and 0 <= rank < nranks):
+        raise ValueError(f"rank must be in [0, nranks), got rank={rank!r}, nranks={nranks!r}")
+    table = frames.to_arrow(frame)
+    with Client(catalog, host=host, token=token) as client:
+        mine = host_addresses(host)
+        nodes = [n for n in client.nodes() if n["alive"] and n["ip"] in mine]
+        if not nodes:
+            raise NodeUnavailable(
+                f"no live node on this host ({', '.join(sorted(mine))}); start `flightpart serve --catalog {catalog}` here"
+            )
+        node = nodes[0]
+        version = client._catalog("publish-begin", {"dataset": name, "nranks": nranks, "rank": rank})["version"]
+        with translated():
+            send_partition(client.pool, node["uri"], name, version, (rank, 0), table)
+        rows, cols = frames.frame_shape(table)
+        return client._catalog("publish-part", {
+            "dataset": name, "version": version, "rank": rank, "rows": rows, "cols": cols,
+            "node_id": node["node_id"], "schema": base64.b64encode(table.schema.serialize().to_pybytes()).decode(),
+        })

@@ -1,0 +1,288 @@
+"""The catalog's Flight server: one ``FlightInfo`` per dataset, built from SQLite state.
+
+``get_flight_info(for_path(name))`` answers in the form any Flight client
+understands: the schema, one endpoint per partition in row-major grid order
+with the replicas' node URIs as locations, and JSON ``app_metadata`` that
+carries the ``__partitioned__`` geometry.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.flight as flight
+
+from flightpart.connections import ConnectionPool
+from flightpart.errors import DatasetNotFound, InvalidName, SchemaMismatch
+from flightpart.wire import Ticket, WireError, action_body, check_name, dumps
+
+from .catalog_state import CatalogState, NodeRecord, PartRecord, VersionRecord
+
+log = logging.getLogger("flightpart.catalog")
+
+
+def flight_info(record: VersionRecord, *, with_endpoints: bool = True) -> flight.FlightInfo:
+    """The FlightInfo of one committed version (DESIGN's wire format)."""
+    schema = pa.ipc.read_schema(pa.py_buffer(record.schema))
+    endpoints = []
+    if with_endpoints:
+        for p in record.parts:
+            meta = dumps({
+                "position": list(p.part),
+                "start": list(p.start),
+                "shape": list(p.shape),
+                "location": [[n.ip, n.pid] for n in p.nodes],
+            })
+            ticket = Ticket(record.dataset, record.version, p.part).encode()
+            endpoints.append(flight.FlightEndpoint(ticket, [n.uri for n in p.nodes], app_metadata=meta))
+    meta = dumps({"shape": list(record.shape), "partition_tiling": list(record.grid), "version": record.version})
+    return flight.FlightInfo(
+        schema,
+        flight.FlightDescriptor.for_path(record.dataset),
+        endpoints,
+        total_records=record.shape[0],
+        total_bytes=record.nbytes,
+        ordered=True,
+        app_metadata=meta,
+    )
+
+
+def _decode_schema(text: str, what: str) -> bytes:
+    try:
+        raw = base64.b64decode(text, validate=True)
+        pa.ipc.read_schema(pa.py_buffer(raw))
+    except Exception:
+        raise WireError(f"{what}: not a base64 Arrow IPC schema") from None
+    return raw
+
+
+def _pair(value: Any, what: str) -> tuple[int, int]:
+    if not isinstance(value, list) or len(value) != 2 or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value):
+        raise WireError(f"{what}: expected [a, b] of non-negative integers, got {value!r:.60}")
+    return (value[0], value[1])
+
+
+class CatalogServer(flight.FlightServerBase):
+    """Aggregates the nodes' partitions into datasets."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, *, state_path: str = ":memory:",
+                 dead_after: float = 10.0, pool: ConnectionPool | None = None, **server_kwargs: Any):
+        scheme = "grpc+tls" if server_kwargs.get("tls_certificates") else "grpc"
+        super().__init__(f"{scheme}://{host}:{port}", **server_kwargs)
+        self.uri = f"{scheme}://{host}:{self.port}"
+        self.state = CatalogState(state_path, dead_after=dead_after)
+        self.pool = pool or ConnectionPool()
+
+    def shutdown(self) -> None:
+        super().shutdown()
+        self.state.close()
+
+    # ------------------------------------------------------------------ reads
+
+    def get_flight_info(self, context, descriptor):
+        path = [p.decode("utf-8", "replace") if isinstance(p, bytes) else p for p in (descriptor.path or [])]
+        if descriptor.descriptor_type != flight.DescriptorType.PATH or len(path) not in (1, 2):
+            raise pa.ArrowInvalid("descriptor: expected a path [name] or [name, version]")
+        version = None
+        if len(path) == 2:
+            if not path[1].isdigit():
+                raise pa.ArrowInvalid(f"descriptor: version must be a number, got {path[1][:40]!r}")
+            version = int(path[1])
+        with _errors():
+            return flight_info(self.state.version(check_name(path[0]), version))
+
+    def list_flights(self, context, criteria):
+        for record in self.state.datasets():
+            yield flight_info(record, with_endpoints=False)
+
+    # ------------------------------------------------------------------ actions
+
+    def list_actions(self, context):
+        return [(name, doc) for name, (_, doc) in sorted(self._actions.items())]
+
+    def do_action(self, context, action):
+        entry = self._actions.get(action.type)
+        if entry is None:
+            raise pa.ArrowInvalid(f"unknown action {action.type!r:.60}; the catalog knows {sorted(self._actions)}")
+        with _errors():
+            result = entry[0](self, action.body.to_pybytes() if action.body is not None else b"")
+        yield flight.Result(pa.py_buffer(dumps(result)))
+
+    def _register_node(self, raw: bytes) -> dict:
+        b = action_body(raw, "register-node", {"node_id": str, "uri": str, "ip": str, "pid": int},
+                        {"data_dir": str, "version": str, "partitions": list})
+        held = []
+        for p in b.get("partitions", []):
+            if isinstance(p, dict) and isinstance(p.get("dataset"), str) and isinstance(p.get("version"), int):
+                held.append({"dataset": p["dataset"], "version": p["version"], "part": _pair(p.get("part"), "partitions.part")})
+        self.state.register_node(b["node_id"], b["uri"], b["ip"], b["pid"], b.get("data_dir"), held)
+        return {"registered": b["node_id"]}
+
+    def _heartbeat(self, raw: bytes) -> dict:
+        b = action_body(raw, "heartbeat", {"node_id": str})
+        return {"known": self.state.heartbeat(b["node_id"])}
+
+    def _nodes(self, raw: bytes) -> list:
+        return [n.as_json() for n in self.state.nodes()]
+
+    def _begin(self, raw: bytes) -> dict:
+        b = action_body(raw, "begin", {"dataset": str})
+        return {"version": self.state.begin(check_name(b["dataset"]))}
+
+    def _commit(self, raw: bytes) -> dict:
+        b = action_body(raw, "commit", {"dataset": str, "version": int, "schema": str, "shape": list, "tiling": list, "partitions": list})
+        name = check_name(b["dataset"])
+        schema = _decode_schema(b["schema"], "commit.schema")
+        nodes = {n.node_id: n for n in self.state.nodes()}
+        parts = []
+        for k, p in enumerate(b["partitions"]):
+            if not isinstance(p, dict):
+                raise WireError(f"commit.partitions[{k}]: expected an object")
+            holders = p.get("nodes")
+            if not isinstance(holders, list) or not holders or not all(h in nodes for h in holders):
+                raise WireError(f"commit.partitions[{k}].nodes: expected ids of registered nodes, got {holders!r:.80}")
+            parts.append(PartRecord(_pair(p.get("part"), f"commit.partitions[{k}].part"), _pair(p.get("start"), f"commit.partitions[{k}].start"),
+                                    _pair(p.get("shape"), f"commit.partitions[{k}].shape"), 0, [nodes[h] for h in holders]))
+        shape, grid = _pair(b["shape"], "commit.shape"), _pair(b["tiling"], "commit.tiling")
+        self._check_geometry(shape, grid, parts)
+        self._verify_on_nodes(name, b["version"], schema, parts)
+        self.state.commit(name, b["version"], schema, shape, grid, parts)
+        return {"dataset": name, "version": b["version"]}
+
+    def _check_geometry(self, shape, grid, parts: list[PartRecord]) -> None:
+        from flightpart import protocol
+
+        d = {
+            "shape": shape, "partition_tiling": grid, "get": protocol.IdentityGet(),
+            "partitions": {p.part: {"start": p.start, "shape": p.shape, "data": 0, "location": [(n.ip, n.pid) for n in p.nodes]} for p in parts},
+        }
+        try:
+            protocol.validate(d)
+        except ValueError as exc:
+            raise WireError(f"commit: the partitions do not tile the dataset: {exc}") from None
+
+    def _verify_on_nodes(self, name: str, version: int, schema: bytes, parts: list[PartRecord]) -> None:
+        """Publish only what every claimed node really holds, with the right schema and rows."""
+        expected = pa.ipc.read_schema(pa.py_buffer(schema))
+        by_node: dict[str, NodeRecord] = {n.node_id: n for p in parts for n in p.nodes}
+        held: dict[str, dict[tuple[int, int], dict]] = {}
+        for node_id, node in by_node.items():
+            try:
+                reply = self.pool.action(node.uri, "held", {"dataset": name, "version": version})
+            except flight.FlightError as exc:
+                self.pool.discard(node.uri)
+                raise flight.FlightUnavailableError(f"node {node.uri} did not answer while committing {name} v{version}: {exc}") from None
+            held[node_id] = {tuple(h["part"]): h for h in reply}
+        for p in parts:
+            for node in p.nodes:
+                h = held[node.node_id].get(p.part)
+                if h is None:
+                    raise SchemaMismatch(f"partition {p.part} of {name} v{version} is not stored on node {node.uri}")
+                if h["rows"] != p.shape[0]:
+                    raise SchemaMismatch(f"partition {p.part} of {name} v{version} on {node.uri} has {h['rows']} rows, expected {p.shape[0]}")
+                got = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(h["schema"])))
+                if not got.equals(_group_schema(expected, got)):
+                    raise SchemaMismatch(f"partition {p.part} of {name} v{version} on {node.uri} has schema {got}, which does not fit {expected}")
+                p.nbytes = max(p.nbytes, h["nbytes"])
+
+    def _abort(self, raw: bytes) -> dict:
+        b = action_body(raw, "abort", {"dataset": str, "version": int})
+        nodes = self.state.abort(check_name(b["dataset"]), b["version"])
+        self._drop_files(b["dataset"], b["version"], nodes)
+        return {"aborted": b["version"]}
+
+    def _drop(self, raw: bytes) -> dict:
+        b = action_body(raw, "drop", {"dataset": str}, {"version": (int, type(None))})
+        name = check_name(b["dataset"])
+        nodes = self.state.drop(name, b.get("version"))
+        return {"dataset": name, "version": b.get("version"), "nodes_cleaned": self._drop_files(name, b.get("version"), nodes)}
+
+    def _drop_files(self, name: str, version: int | None, nodes: list[NodeRecord]) -> int:
+        cleaned = 0
+        for node in nodes:
+            try:
+                self.pool.action(node.uri, "drop", {"dataset": name, "version": version}, timeout=10)
+                cleaned += 1
+            except flight.FlightError:
+                self.pool.discard(node.uri)  # a dead node drops its files when it comes back and is told again
+        return cleaned
+
+    def _versions(self, raw: bytes) -> list:
+        b = action_body(raw, "versions", {"dataset": str})
+        return self.state.versions_of(check_name(b["dataset"]))
+
+    def _publish_begin(self, raw: bytes) -> dict:
+        b = action_body(raw, "publish-begin", {"dataset": str, "nranks": int, "rank": int})
+        name = check_name(b["dataset"])
+        if not 0 <= b["rank"] < b["nranks"]:
+            raise WireError(f"publish-begin: rank {b['rank']} is not in [0, {b['nranks']})")
+        with self.state._lock:
+            version = self.state.pending_publish(name, b["nranks"], b["rank"]) or self.state.begin(name, nranks=b["nranks"])
+        return {"version": version}
+
+    def _publish_part(self, raw: bytes) -> dict:
+        b = action_body(raw, "publish-part", {"dataset": str, "version": int, "rank": int, "rows": int, "cols": int, "node_id": str, "schema": str})
+        name = check_name(b["dataset"])
+        state = self.state.version_state(name, b["version"])
+        if state is None or state[0] != "pending" or state[1] is None:
+            raise WireError(f"publish-part: {name} v{b['version']} is not an open SPMD publish")
+        nranks = state[1]
+        schema = _decode_schema(b["schema"], "publish-part.schema")
+        first = self.state.version_schema(name, b["version"])
+        if first is not None and not pa.ipc.read_schema(pa.py_buffer(first)).equals(pa.ipc.read_schema(pa.py_buffer(schema))):
+            raise SchemaMismatch(f"rank {b['rank']} sent schema {pa.ipc.read_schema(pa.py_buffer(schema))}, other ranks sent {pa.ipc.read_schema(pa.py_buffer(first))}")
+        if b["node_id"] not in {n.node_id for n in self.state.nodes()}:
+            raise WireError(f"publish-part: unknown node {b['node_id']!r}")
+        joined = self.state.add_rank_part(name, b["version"], b["rank"], b["rows"], b["cols"], 0, b["node_id"], schema)
+        if joined < nranks:
+            return {"version": b["version"], "complete": False, "joined": joined}
+        with self.state._lock:
+            if self.state.version_state(name, b["version"])[0] != "pending":
+                return {"version": b["version"], "complete": True, "joined": joined}
+            ranks = self.state.rank_parts(name, b["version"])
+            nodes = {n.node_id: n for n in self.state.nodes()}
+            start, parts = 0, []
+            for rank, rows, cols, node_id in ranks:
+                parts.append(PartRecord((rank, 0), (start, 0), (rows, cols), 0, [nodes[node_id]]))
+                start += rows
+            self._verify_on_nodes(name, b["version"], schema, parts)
+            self.state.commit(name, b["version"], schema, (start, ranks[0][2]), (nranks, 1), parts)
+        return {"version": b["version"], "complete": True, "joined": joined}
+
+    _actions = {
+        "register-node": (_register_node, "a node announces itself and what its data directory holds"),
+        "heartbeat": (_heartbeat, "a node is alive"),
+        "nodes": (_nodes, "every known node, alive or not"),
+        "begin": (_begin, "reserve the next version of a dataset"),
+        "commit": (_commit, "publish a version once every partition is stored on its nodes"),
+        "abort": (_abort, "forget a pending version and drop its files"),
+        "drop": (_drop, "drop a version (or all versions) of a dataset and its files"),
+        "versions": (_versions, "committed versions of a dataset"),
+        "publish-begin": (_publish_begin, "SPMD: join (or open) the pending publish of a dataset"),
+        "publish-part": (_publish_part, "SPMD: one rank's part is stored; commits when all ranks are in"),
+    }
+
+
+def _group_schema(full: pa.Schema, part: pa.Schema) -> pa.Schema:
+    """The fields of ``full`` a column-group partition is expected to carry."""
+    fields = [full.field(name) for name in part.names if full.get_field_index(name) >= 0]
+    return pa.schema(fields, metadata=part.metadata) if len(fields) == len(part.names) else full
+
+
+class _errors:
+    """Map our exceptions to the Flight status a client can act on."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc is None:
+            return False
+        if isinstance(exc, DatasetNotFound):
+            raise KeyError(str(exc)) from None
+        if isinstance(exc, (InvalidName, WireError, SchemaMismatch)):
+            raise pa.ArrowInvalid(str(exc)) from None
+        return False

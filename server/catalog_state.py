@@ -1,0 +1,285 @@
+"""The catalog's durable state in SQLite (WAL): nodes, datasets, versions, partitions.
+
+Kept apart from the Flight server so the rules (a version is published only
+when complete, versions are never reused, dropped versions are gone) are
+plain functions over a database that a test can drive directly.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from flightpart.errors import DatasetNotFound
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS nodes(
+    node_id TEXT PRIMARY KEY, uri TEXT NOT NULL, ip TEXT NOT NULL, pid INTEGER NOT NULL,
+    data_dir TEXT, last_heartbeat REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS counters(dataset TEXT PRIMARY KEY, next_version INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS versions(
+    dataset TEXT NOT NULL, version INTEGER NOT NULL, state TEXT NOT NULL, schema BLOB,
+    rows INTEGER, cols INTEGER, grid_p INTEGER, grid_q INTEGER, nranks INTEGER, created REAL NOT NULL,
+    PRIMARY KEY(dataset, version));
+CREATE TABLE IF NOT EXISTS partitions(
+    dataset TEXT NOT NULL, version INTEGER NOT NULL, i INTEGER NOT NULL, j INTEGER NOT NULL,
+    row_start INTEGER, col_start INTEGER, rows INTEGER NOT NULL, cols INTEGER NOT NULL, nbytes INTEGER NOT NULL,
+    PRIMARY KEY(dataset, version, i, j));
+CREATE TABLE IF NOT EXISTS replicas(
+    dataset TEXT NOT NULL, version INTEGER NOT NULL, i INTEGER NOT NULL, j INTEGER NOT NULL, node_id TEXT NOT NULL,
+    PRIMARY KEY(dataset, version, i, j, node_id));
+"""
+
+
+@dataclass
+class NodeRecord:
+    node_id: str
+    uri: str
+    ip: str
+    pid: int
+    data_dir: str | None
+    last_heartbeat: float
+    alive: bool
+
+    def as_json(self) -> dict:
+        return {**self.__dict__}
+
+
+@dataclass
+class PartRecord:
+    part: tuple[int, int]
+    start: tuple[int, int]
+    shape: tuple[int, int]
+    nbytes: int
+    nodes: list[NodeRecord] = field(default_factory=list)
+
+
+@dataclass
+class VersionRecord:
+    dataset: str
+    version: int
+    schema: bytes
+    shape: tuple[int, int]
+    grid: tuple[int, int]
+    parts: list[PartRecord]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(p.nbytes for p in self.parts)
+
+
+class CatalogState:
+    """Thread-safe access to one SQLite database."""
+
+    def __init__(self, path: str | Path, *, dead_after: float = 10.0):
+        if str(path) != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        self.dead_after = dead_after
+        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.executescript(SCHEMA)
+        self._lock = threading.RLock()
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def _tx(self):
+        return _Transaction(self._db, self._lock)
+
+    # ------------------------------------------------------------------ nodes
+
+    def register_node(self, node_id: str, uri: str, ip: str, pid: int, data_dir: str | None, held: list[dict]) -> None:
+        with self._tx() as db:
+            db.execute(
+                "INSERT INTO nodes VALUES(?,?,?,?,?,?) ON CONFLICT(node_id) DO UPDATE SET "
+                "uri=excluded.uri, ip=excluded.ip, pid=excluded.pid, data_dir=excluded.data_dir, last_heartbeat=excluded.last_heartbeat",
+                (node_id, uri, ip, pid, data_dir, time.time()),
+            )
+            for p in held:
+                known = db.execute(
+                    "SELECT 1 FROM partitions p JOIN versions v USING(dataset, version) "
+                    "WHERE dataset=? AND version=? AND i=? AND j=? AND v.state='committed'",
+                    (p["dataset"], p["version"], p["part"][0], p["part"][1]),
+                ).fetchone()
+                if known:
+                    db.execute("INSERT OR IGNORE INTO replicas VALUES(?,?,?,?,?)", (p["dataset"], p["version"], p["part"][0], p["part"][1], node_id))
+
+    def heartbeat(self, node_id: str) -> bool:
+        with self._tx() as db:
+            return db.execute("UPDATE nodes SET last_heartbeat=? WHERE node_id=?", (time.time(), node_id)).rowcount == 1
+
+    def nodes(self) -> list[NodeRecord]:
+        now = time.time()
+        with self._lock:
+            rows = self._db.execute("SELECT node_id, uri, ip, pid, data_dir, last_heartbeat FROM nodes ORDER BY ip, uri").fetchall()
+        return [NodeRecord(*r, alive=now - r[5] <= self.dead_after) for r in rows]
+
+    # ------------------------------------------------------------------ versions
+
+    def begin(self, dataset: str, nranks: int | None = None) -> int:
+        """Reserve the next version number (never reused, even after a drop)."""
+        with self._tx() as db:
+            row = db.execute("SELECT next_version FROM counters WHERE dataset=?", (dataset,)).fetchone()
+            version = row[0] if row else 1
+            db.execute("INSERT OR REPLACE INTO counters VALUES(?,?)", (dataset, version + 1))
+            db.execute(
+                "INSERT INTO versions(dataset, version, state, nranks, created) VALUES(?,?,?,?,?)",
+                (dataset, version, "pending", nranks, time.time()),
+            )
+            return version
+
+    def pending_publish(self, dataset: str, nranks: int, rank: int) -> int | None:
+        """An open SPMD publish of ``dataset`` for ``nranks`` that ``rank`` has not joined yet."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT version FROM versions WHERE dataset=? AND state='pending' AND nranks=? ORDER BY version",
+                (dataset, nranks),
+            ).fetchall()
+            for (version,) in rows:
+                joined = self._db.execute("SELECT 1 FROM partitions WHERE dataset=? AND version=? AND i=?", (dataset, version, rank)).fetchone()
+                if not joined:
+                    return version
+        return None
+
+    def version_state(self, dataset: str, version: int) -> tuple[str, int | None] | None:
+        with self._lock:
+            return self._db.execute("SELECT state, nranks FROM versions WHERE dataset=? AND version=?", (dataset, version)).fetchone()
+
+    def add_rank_part(self, dataset: str, version: int, rank: int, rows: int, cols: int, nbytes: int, node_id: str, schema: bytes) -> int:
+        """Record one SPMD rank's part; returns how many ranks have joined."""
+        with self._tx() as db:
+            db.execute("INSERT OR REPLACE INTO partitions VALUES(?,?,?,?,?,?,?,?,?)", (dataset, version, rank, 0, None, 0, rows, cols, nbytes))
+            db.execute("DELETE FROM replicas WHERE dataset=? AND version=? AND i=?", (dataset, version, rank))
+            db.execute("INSERT INTO replicas VALUES(?,?,?,?,?)", (dataset, version, rank, 0, node_id))
+            db.execute("UPDATE versions SET schema=COALESCE(schema, ?) WHERE dataset=? AND version=?", (schema, dataset, version))
+            return db.execute("SELECT COUNT(*) FROM partitions WHERE dataset=? AND version=?", (dataset, version)).fetchone()[0]
+
+    def version_schema(self, dataset: str, version: int) -> bytes | None:
+        with self._lock:
+            row = self._db.execute("SELECT schema FROM versions WHERE dataset=? AND version=?", (dataset, version)).fetchone()
+        return row[0] if row else None
+
+    def rank_parts(self, dataset: str, version: int) -> list[tuple[int, int, int, str]]:
+        """(rank, rows, cols, node_id) of a pending SPMD publish, by rank."""
+        with self._lock:
+            return self._db.execute(
+                "SELECT p.i, p.rows, p.cols, r.node_id FROM partitions p JOIN replicas r USING(dataset, version, i, j) "
+                "WHERE dataset=? AND version=? ORDER BY p.i",
+                (dataset, version),
+            ).fetchall()
+
+    def commit(self, dataset: str, version: int, schema: bytes, shape: tuple[int, int], grid: tuple[int, int], parts: list[PartRecord]) -> None:
+        """Publish a complete version: all partitions and replicas at once."""
+        with self._tx() as db:
+            state = db.execute("SELECT state FROM versions WHERE dataset=? AND version=?", (dataset, version)).fetchone()
+            if state is None:
+                raise DatasetNotFound(f"dataset {dataset!r} has no pending version {version} (was it dropped or aborted?)")
+            if state[0] != "pending":
+                raise ValueError(f"dataset {dataset!r} version {version} is already committed")
+            db.execute("DELETE FROM partitions WHERE dataset=? AND version=?", (dataset, version))
+            db.execute("DELETE FROM replicas WHERE dataset=? AND version=?", (dataset, version))
+            db.executemany(
+                "INSERT INTO partitions VALUES(?,?,?,?,?,?,?,?,?)",
+                [(dataset, version, p.part[0], p.part[1], p.start[0], p.start[1], p.shape[0], p.shape[1], p.nbytes) for p in parts],
+            )
+            db.executemany(
+                "INSERT INTO replicas VALUES(?,?,?,?,?)",
+                [(dataset, version, p.part[0], p.part[1], n.node_id) for p in parts for n in p.nodes],
+            )
+            db.execute(
+                "UPDATE versions SET state='committed', schema=?, rows=?, cols=?, grid_p=?, grid_q=? WHERE dataset=? AND version=?",
+                (schema, shape[0], shape[1], grid[0], grid[1], dataset, version),
+            )
+
+    def abort(self, dataset: str, version: int) -> list[NodeRecord]:
+        """Forget a pending version; returns the nodes that may hold its files."""
+        return self._delete(dataset, version, only_pending=True)
+
+    def drop(self, dataset: str, version: int | None = None) -> list[NodeRecord]:
+        """Forget a version (or all); returns every node that may hold its files."""
+        with self._lock:
+            exists = self._db.execute(
+                "SELECT 1 FROM versions WHERE dataset=?" + (" AND version=?" if version is not None else ""),
+                (dataset,) + ((version,) if version is not None else ()),
+            ).fetchone()
+        if not exists:
+            what = f"version {version} of dataset {dataset!r}" if version is not None else f"dataset {dataset!r}"
+            raise DatasetNotFound(f"{what} does not exist")
+        return self._delete(dataset, version, only_pending=False)
+
+    def _delete(self, dataset: str, version: int | None, *, only_pending: bool) -> list[NodeRecord]:
+        where = "dataset=?" + (" AND version=?" if version is not None else "")
+        args = (dataset,) + ((version,) if version is not None else ())
+        with self._tx() as db:
+            if only_pending:
+                state = db.execute(f"SELECT state FROM versions WHERE {where}", args).fetchone()
+                if not state or state[0] != "pending":
+                    return []
+            for table in ("versions", "partitions", "replicas"):
+                db.execute(f"DELETE FROM {table} WHERE {where}", args)
+        return [n for n in self.nodes()]
+
+    def latest(self, dataset: str) -> int:
+        with self._lock:
+            row = self._db.execute("SELECT MAX(version) FROM versions WHERE dataset=? AND state='committed'", (dataset,)).fetchone()
+        if row is None or row[0] is None:
+            raise DatasetNotFound(f"no dataset named {dataset!r}; `flightpart ls` lists what exists")
+        return row[0]
+
+    def version(self, dataset: str, version: int | None = None) -> VersionRecord:
+        version = self.latest(dataset) if version is None else version
+        with self._lock:
+            head = self._db.execute(
+                "SELECT schema, rows, cols, grid_p, grid_q FROM versions WHERE dataset=? AND version=? AND state='committed'",
+                (dataset, version),
+            ).fetchone()
+            if head is None:
+                raise DatasetNotFound(f"dataset {dataset!r} has no version {version} (dropped, never committed, or mistyped)")
+            rows = self._db.execute(
+                "SELECT i, j, row_start, col_start, rows, cols, nbytes FROM partitions WHERE dataset=? AND version=? ORDER BY i, j",
+                (dataset, version),
+            ).fetchall()
+            replica_rows = self._db.execute(
+                "SELECT i, j, node_id FROM replicas WHERE dataset=? AND version=? ORDER BY i, j, node_id", (dataset, version)
+            ).fetchall()
+        nodes = {n.node_id: n for n in self.nodes()}
+        holders: dict[tuple[int, int], list[NodeRecord]] = {}
+        for i, j, node_id in replica_rows:
+            if node_id in nodes:
+                holders.setdefault((i, j), []).append(nodes[node_id])
+        parts = [
+            PartRecord((i, j), (rs, cs), (nr, nc), nb, sorted(holders.get((i, j), []), key=lambda n: not n.alive))
+            for i, j, rs, cs, nr, nc, nb in rows
+        ]
+        return VersionRecord(dataset, version, head[0], (head[1], head[2]), (head[3], head[4]), parts)
+
+    def datasets(self) -> list[VersionRecord]:
+        with self._lock:
+            names = [r[0] for r in self._db.execute("SELECT DISTINCT dataset FROM versions WHERE state='committed' ORDER BY dataset")]
+        return [self.version(name) for name in names]
+
+    def versions_of(self, dataset: str) -> list[int]:
+        with self._lock:
+            return [r[0] for r in self._db.execute(
+                "SELECT version FROM versions WHERE dataset=? AND state='committed' ORDER BY version", (dataset,))]
+
+
+class _Transaction:
+    def __init__(self, db: sqlite3.Connection, lock: threading.RLock):
+        self.db, self.lock = db, lock
+
+    def __enter__(self) -> sqlite3.Connection:
+        self.lock.acquire()
+        self.db.execute("BEGIN IMMEDIATE")
+        return self.db
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        try:
+            self.db.execute("ROLLBACK" if exc_type else "COMMIT")
+        finally:
+            self.lock.release()

@@ -1,0 +1,232 @@
+"""A node's Flight server: stores partitions, serves them, reports to its catalog.
+
+Each method does one thing and hands Arrow objects to Arrow: ``do_get``
+returns a ``RecordBatchStream`` over a memory-mapped table (projection and
+row ranges are zero-copy slices), so no Python runs per batch.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import os
+import threading
+from typing import Any, Iterator
+
+import pyarrow as pa
+import pyarrow.flight as flight
+
+from flightpart import __version__
+from flightpart.connections import ConnectionPool
+from flightpart import inprocess
+from flightpart.transfer import project, send_partition, split_batch, BATCH_BYTES
+from flightpart.hosts import advertised_ip
+from flightpart.wire import Ticket, WireError, action_body, dumps, parse_partition_path
+
+from .paths import default_data_dir
+from .store import PartitionStore, PartitionTooLarge
+
+log = logging.getLogger("flightpart.node")
+def schema_b64(schema: pa.Schema) -> str:
+    return base64.b64encode(schema.serialize().to_pybytes()).decode()
+
+
+class NodeStats:
+    """Counters reported by the ``stats`` action; thread-safe."""
+
+    FIELDS = ("bytes_sent", "batches_sent", "partitions_served", "bytes_received", "partitions_stored", "errors")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._values = dict.fromkeys(self.FIELDS, 0)
+        self.open_streams = 0
+
+    def add(self, **deltas: int) -> None:
+        with self._lock:
+            for key, delta in deltas.items():
+                self._values[key] += delta
+
+    def snapshot(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._values)
+
+
+def _invalid(message: str) -> pa.ArrowInvalid:
+    return pa.ArrowInvalid(message)
+
+
+class NodeServer(flight.FlightServerBase):
+    """One node of a flightpart cluster."""
+
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        data_dir: str | os.PathLike | None = None,
+        catalog: str | None = None,
+        advertise_ip: str | None = None,
+        heartbeat_interval: float = 2.0,
+        max_partition_bytes: int | None = None,
+        pool: ConnectionPool | None = None,
+        **server_kwargs: Any,
+    ):
+        scheme = "grpc+tls" if server_kwargs.get("tls_certificates") else "grpc"
+        super().__init__(f"{scheme}://{host}:{port}", **server_kwargs)
+        self.uri = f"{scheme}://{host}:{self.port}"
+        self.ip = advertise_ip or (host if host not in ("0.0.0.0", "::", "") else advertised_ip())
+        self.store = PartitionStore(data_dir or default_data_dir(), max_partition_bytes=max_partition_bytes)
+        self.node_id = self.store.node_id
+        self.pid = os.getpid()
+        self.stats = NodeStats()
+        self.catalog_uri = catalog
+        self.heartbeat_interval = heartbeat_interval
+        self.pool = pool or ConnectionPool()
+        self._stopping = threading.Event()
+        self.registered = threading.Event()
+        inprocess.register(self.uri, self.store.open)
+        if catalog:
+            threading.Thread(target=self._report_loop, name="flightpart-heartbeat", daemon=True).start()
+
+    # ------------------------------------------------------------------ catalog
+
+    def info(self) -> dict:
+        return {
+            "node_id": self.node_id,
+            "uri": self.uri,
+            "ip": self.ip,
+            "pid": self.pid,
+            "data_dir": str(self.store.root),
+            "version": __version__,
+        }
+
+    def register(self) -> None:
+        """Tell the catalog who we are and everything our directory holds."""
+        body = {**self.info(), "partitions": [p.as_json() for p in self.store.scan()]}
+        self.pool.action(self.catalog_uri, "register-node", body)
+        self.registered.set()
+
+    def _report_loop(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                if not self.registered.is_set():
+                    self.register()
+                else:
+                    reply = self.pool.action(self.catalog_uri, "heartbeat", {"node_id": self.node_id}, timeout=5)
+                    if not reply.get("known", False):
+                        self.registered.clear()
+                        continue
+            except Exception as exc:  # catalog down: keep serving, keep trying
+                log.debug("catalog %s unreachable: %s", self.catalog_uri, exc)
+                self.pool.discard(self.catalog_uri)
+                self.registered.clear()
+            self._stopping.wait(self.heartbeat_interval)
+
+    def shutdown(self) -> None:
+        self._stopping.set()
+        inprocess.unregister(self.uri)
+        super().shutdown()
+
+    # ------------------------------------------------------------------ data
+
+    def do_put(self, context, descriptor, reader, writer):
+        if descriptor.descriptor_type != flight.DescriptorType.PATH:
+            raise _invalid("descriptor: expected a path [name, version, i, j]")
+        try:
+            name, version, part = parse_partition_path(descriptor.path)
+        except WireError as exc:
+            raise _invalid(str(exc)) from None
+        schema = reader.schema
+        for other in self.store.held(name, version):
+            if other.part != part and not other.schema.equals(schema):
+                raise _invalid(
+                    f"schema of {name} v{version} {part} differs from partition {other.part} already stored: "
+                    f"got {schema}, expected {other.schema}"
+                )
+        received = [0]
+
+        def batches() -> Iterator[pa.RecordBatch]:
+            while True:
+                try:
+                    chunk = reader.read_chunk()
+                except StopIteration:
+                    return
+                if chunk.data is not None:
+                    received[0] += chunk.data.nbytes
+                    yield from split_batch(chunk.data, BATCH_BYTES)
+
+        try:
+            stored = self.store.write(name, version, part, schema, batches())
+        except (PartitionTooLarge, ValueError) as exc:
+            self.stats.add(errors=1)
+            raise _invalid(str(exc)) from None
+        self.stats.add(bytes_received=received[0], partitions_stored=1)
+        writer.write(pa.py_buffer(dumps(stored.as_json())))
+
+    def do_get(self, context, ticket):
+        try:
+            spec = Ticket.decode(ticket.ticket)
+        except WireError as exc:
+            self.stats.add(errors=1)
+            raise _invalid(str(exc)) from None
+        try:
+            table = self.store.open(spec.dataset, spec.version, spec.part)
+        except KeyError as exc:
+            self.stats.add(errors=1)
+            raise KeyError(exc.args[0]) from None
+        try:
+            table = project(table, spec.columns, spec.rows)
+        except ValueError as exc:
+            raise _invalid(str(exc)) from None
+        batches = table.to_batches()
+        self.stats.add(bytes_sent=table.nbytes, batches_sent=len(batches), partitions_served=1)
+        return flight.RecordBatchStream(table)
+
+    # ------------------------------------------------------------------ actions
+
+    def list_actions(self, context):
+        return [
+            ("node-info", "who this node is: id, uri, ip, pid, data dir, version"),
+            ("stats", "bytes and batches served, partitions stored and held"),
+            ("held", "partitions of one dataset version on this node"),
+            ("drop", "remove a dataset version's files"),
+            ("copy-to", "send a partition to another node (replication)"),
+        ]
+
+    def do_action(self, context, action):
+        handler = self._actions.get(action.type)
+        if handler is None:
+            raise _invalid(f"unknown action {action.type!r:.60}; this node knows {sorted(self._actions)}")
+        try:
+            result = handler(self, action.body.to_pybytes() if action.body is not None else b"")
+        except WireError as exc:
+            raise _invalid(str(exc)) from None
+        yield flight.Result(pa.py_buffer(dumps(result)))
+
+    def _node_info(self, raw: bytes) -> dict:
+        return self.info()
+
+    def _stats(self, raw: bytes) -> dict:
+        return {**self.stats.snapshot(), "partitions_held": len(self.store.scan())}
+
+    def _held(self, raw: bytes) -> list:
+        body = action_body(raw, "held", {"dataset": str, "version": int})
+        return [{**p.as_json(), "schema": schema_b64(p.schema)} for p in self.store.held(body["dataset"], body["version"])]
+
+    def _drop(self, raw: bytes) -> dict:
+        body = action_body(raw, "drop", {"dataset": str}, {"version": (int, type(None))})
+        return {"removed": self.store.drop(body["dataset"], body.get("version"))}
+
+    def _copy_to(self, raw: bytes) -> dict:
+        body = action_body(raw, "copy-to", {"dataset": str, "version": int, "part": list, "target": str})
+        part = tuple(body["part"])
+        if len(part) != 2 or not all(isinstance(k, int) for k in part):
+            raise WireError("copy-to.part: expected [i, j]")
+        try:
+            table = self.store.open(body["dataset"], body["version"], part)
+        except KeyError as exc:
+            raise KeyError(exc.args[0]) from None
+        send_partition(self.pool, body["target"], body["dataset"], body["version"], part, table)
+        return {"copied": table.nbytes}
+
+    _actions = {"node-info": _node_info, "stats": _stats, "held": _held, "drop": _drop, "copy-to": _copy_to}
