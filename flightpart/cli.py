@@ -1,13 +1,283 @@
-"""The ``flightpart`` command."""
+"""The ``flightpart`` command: daemons, dataset management and the demo."""
 
 from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any
 
 import click
 
 from . import __version__
+from .errors import FlightpartError
+
+CATALOG_OPTION = click.option("--catalog", envvar="FLIGHTPART_CATALOG", required=True,
+                              help="Catalog URI, e.g. grpc://head:8815 (or $FLIGHTPART_CATALOG).")
+HOST_OPTION = click.option("--client-host", "host", envvar="FLIGHTPART_HOST", default=None,
+                           help="Address that counts as this host for locality (or $FLIGHTPART_HOST).")
+JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class FriendlyGroup(click.Group):
+    """Errors as one clear line, not a traceback, unless --debug."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (FlightpartError, ValueError, KeyError, OSError, ConnectionError) as exc:
+            if ctx.obj and ctx.obj.get("debug"):
+                raise
+            message = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
+            raise click.ClickException(f"{type(exc).__name__}: {message}") from None
+
+
+@click.group(cls=FriendlyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="flightpart")
-def main() -> None:
+@click.option("--log-level", default="WARNING", show_default=True,
+              type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
+@click.option("--debug", is_flag=True, help="Show full tracebacks.")
+@click.pass_context
+def main(ctx: click.Context, log_level: str, debug: bool) -> None:
     """flightpart: partitioned dataframes over Arrow Flight."""
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    ctx.obj = {"debug": debug}
+
+
+# --------------------------------------------------------------------------- daemons
+
+
+@main.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind and advertise.")
+@click.option("--port", default=8815, show_default=True, type=int, help="Port (0: any free port).")
+@click.option("--data-dir", type=click.Path(file_okay=False), default=None, help="Where partitions live (default: per-user data dir).")
+@click.option("--catalog", "catalog_uri", envvar="FLIGHTPART_CATALOG", default=None,
+              help="Catalog to join; without it this process is also the catalog.")
+@click.option("--node-port", default=0, type=int, help="Node port when this process is also the catalog.")
+@click.option("--state-dir", type=click.Path(file_okay=False), default=None, help="Catalog state when embedded.")
+@click.option("--heartbeat", default=2.0, show_default=True, type=float, help="Seconds between heartbeats.")
+@click.option("--max-partition-bytes", default=None, type=int, help="Refuse partitions larger than this.")
+def serve(host: str, port: int, data_dir: str | None, catalog_uri: str | None, node_port: int, state_dir: str | None,
+          heartbeat: float, max_partition_bytes: int | None) -> None:
+    """Run a node (and, without --catalog, a catalog too)."""
+    from .daemons import announce, wait_for_signal
+    from .server.node import NodeServer
+
+    servers: list = []
+    if catalog_uri is None:
+        catalog = _start_catalog(host, port, state_dir, 10.0)
+        servers.append(catalog)
+        catalog_uri, port = catalog.uri, node_port
+        announce("catalog", catalog.uri)
+    node = NodeServer(host, port, data_dir=data_dir, catalog=catalog_uri, heartbeat_interval=heartbeat,
+                      max_partition_bytes=max_partition_bytes)
+    servers.append(node)
+    try:
+        node.register()
+    except Exception as exc:  # the heartbeat thread keeps trying
+        logging.getLogger("flightpart.node").warning("catalog %s not reachable yet: %s", catalog_uri, exc)
+    announce("node", node.uri)
+    wait_for_signal(servers)
+
+
+def _start_catalog(host: str, port: int, state_dir: str | None, dead_after: float):
+    from .server.catalog import CatalogServer
+    from .server.paths import default_state_dir
+
+    state = Path(state_dir) if state_dir else default_state_dir()
+    state.mkdir(parents=True, exist_ok=True)
+    return CatalogServer(host, port, state_path=str(state / "catalog.sqlite"), dead_after=dead_after)
+
+
+@main.command("catalog")
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=8815, show_default=True, type=int)
+@click.option("--state-dir", type=click.Path(file_okay=False), default=None, help="SQLite state (default: per-user data dir).")
+@click.option("--dead-after", default=10.0, show_default=True, type=float, help="Seconds without heartbeat before a node is dead.")
+def catalog_cmd(host: str, port: int, state_dir: str | None, dead_after: float) -> None:
+    """Run a catalog alone."""
+    from .daemons import announce, wait_for_signal
+
+    server = _start_catalog(host, port, state_dir, dead_after)
+    announce("catalog", server.uri)
+    wait_for_signal([server])
+
+
+# --------------------------------------------------------------------------- datasets
+
+
+def _client(catalog: str, host: str | None = None):
+    from .client import connect
+
+    return connect(catalog, host=host)
+
+
+def _read_file(path: str):
+    import pyarrow as pa
+    import pyarrow.csv
+    import pyarrow.parquet as pq
+
+    suffix = Path(path).suffix.lower()
+    if suffix in (".parquet", ".pq"):
+        return pq.read_table(path)
+    if suffix == ".csv":
+        return pyarrow.csv.read_csv(path)
+    if suffix in (".arrow", ".feather", ".ipc"):
+        with pa.memory_map(path) as source:
+            return pa.ipc.open_file(source).read_all()
+    raise click.BadParameter(f"{path}: unknown format {suffix!r}; use .parquet, .csv or .arrow", param_hint="FILE")
+
+
+def _write_file(table, path: str) -> None:
+    import pyarrow as pa
+    import pyarrow.csv
+    import pyarrow.parquet as pq
+
+    suffix = Path(path).suffix.lower()
+    if suffix in (".parquet", ".pq"):
+        pq.write_table(table, path)
+    elif suffix == ".csv":
+        pyarrow.csv.write_csv(table, path)
+    elif suffix in (".arrow", ".feather", ".ipc"):
+        with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+            writer.write_table(table)
+    else:
+        raise click.BadParameter(f"{path}: unknown format {suffix!r}; use .parquet, .csv or .arrow", param_hint="-o")
+
+
+def _parse_tiling(value: str | None) -> tuple[int, int] | None:
+    if value is None:
+        return None
+    try:
+        p, q = (int(v) for v in value.lower().replace("x", ",").split(","))
+    except ValueError:
+        raise click.BadParameter(f"{value!r}: expected ROWSxCOLS such as 4x1", param_hint="--tiling") from None
+    return (p, q)
+
+
+@main.command()
+@click.argument("name")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False))
+@click.option("--tiling", default=None, help="Row blocks x column groups, e.g. 4x1 (default: one row block per node).")
+@click.option("--replicas", default=1, show_default=True, type=int)
+@CATALOG_OPTION
+def put(name: str, file: str, tiling: str | None, replicas: int, catalog: str) -> None:
+    """Store FILE (Parquet, CSV or Arrow IPC) as the next version of NAME."""
+    from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
+
+    table = _read_file(file)
+    with _client(catalog) as client, Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(),
+                                              TransferSpeedColumn(), transient=True) as bar:
+        task = bar.add_task(f"put {name}", total=table.nbytes * replicas)
+        ds = client.put(name, table, tiling=_parse_tiling(tiling), replicas=replicas,
+                        progress=lambda done, total: bar.update(task, completed=done, total=total))
+    click.echo(f"{ds.name} v{ds.version}: {ds.shape[0]} rows x {ds.shape[1]} columns in a {ds.partition_tiling} grid")
+
+
+@main.command()
+@click.argument("name")
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="File to write (.parquet, .csv, .arrow).")
+@click.option("--version", "version", default=None, type=int)
+@CATALOG_OPTION
+@HOST_OPTION
+def get(name: str, output: str, version: int | None, catalog: str, host: str | None) -> None:
+    """Read dataset NAME into a file."""
+    from rich.progress import Progress
+
+    with _client(catalog, host) as client, Progress(transient=True) as bar:
+        ds = client.open(name, version)
+        task = bar.add_task(f"get {name}", total=None)
+        table = ds.to_arrow()
+        bar.update(task, total=1, completed=1)
+    _write_file(table, output)
+    click.echo(f"wrote {table.num_rows} rows of {name} v{ds.version} to {output}")
+
+
+@main.command("ls")
+@CATALOG_OPTION
+@JSON_OPTION
+def ls_cmd(catalog: str, as_json: bool) -> None:
+    """List datasets (latest version of each)."""
+    with _client(catalog) as client:
+        rows = client.list()
+    if as_json:
+        click.echo(json.dumps(rows))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table("name", "version", "rows", "columns", "tiling", "bytes")
+    for r in rows:
+        t.add_row(r["name"], str(r["version"]), str(r["shape"][0]), str(r["shape"][1]), "x".join(map(str, r["partition_tiling"])), f"{r['nbytes']:,}")
+    Console().print(t)
+
+
+@main.command()
+@click.argument("name")
+@click.option("--version", "version", default=None, type=int)
+@CATALOG_OPTION
+@JSON_OPTION
+def show(name: str, version: int | None, catalog: str, as_json: bool) -> None:
+    """Draw the partition grid of NAME: who holds what, rows and bytes."""
+    from .grid_view import grid_json, render_grid
+
+    with _client(catalog) as client:
+        ds = client.open(name, version)
+        nodes = client.nodes()
+    if as_json:
+        click.echo(json.dumps(grid_json(ds)))
+    else:
+        render_grid(ds, nodes)
+
+
+@main.command()
+@click.argument("name")
+@click.option("--version", "version", default=None, type=int, help="Drop only this version.")
+@CATALOG_OPTION
+def rm(name: str, version: int | None, catalog: str) -> None:
+    """Drop dataset NAME (or one version); nodes free its files."""
+    with _client(catalog) as client:
+        client.drop(name, version)
+    click.echo(f"dropped {name}" + (f" v{version}" if version is not None else ""))
+
+
+@main.command()
+@CATALOG_OPTION
+@JSON_OPTION
+def nodes(catalog: str, as_json: bool) -> None:
+    """List the nodes the catalog knows, alive or dead."""
+    with _client(catalog) as client:
+        rows = client.nodes()
+    if as_json:
+        click.echo(json.dumps(rows))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table("node", "uri", "ip", "pid", "state")
+    for n in rows:
+        t.add_row(n["node_id"][:8], n["uri"], n["ip"], str(n["pid"]), "[green]alive[/]" if n["alive"] else "[red]dead[/]")
+    Console().print(t)
+
+
+@main.command()
+@click.argument("uri")
+@JSON_OPTION
+def stats(uri: str, as_json: bool) -> None:
+    """A node's counters: bytes and batches served, partitions held."""
+    from .connections import ConnectionPool
+
+    pool = ConnectionPool(token=os.environ.get("FLIGHTPART_TOKEN"))
+    result = pool.action(uri if "://" in uri else f"grpc://{uri}", "stats")
+    click.echo(json.dumps(result) if as_json else "\n".join(f"{k}: {v}" for k, v in result.items()))
+
+
+@main.command()
+@click.option("--size-mb", default=300, show_default=True, type=int, help="Size of the demo dataset.")
+def demo(size_mb: int) -> None:
+    """A catalog and 3 nodes on 127.0.0.2-4: put, open and read a dataset, then stop."""
+    from .demo import run_demo
+
+    sys.exit(run_demo(size_mb))

@@ -1,0 +1,49 @@
+"""The partition grid of a dataset, for people (rich) and scripts (JSON)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+COLOURS = ["cyan", "magenta", "green", "yellow", "blue", "red", "bright_cyan", "bright_magenta"]
+
+
+def grid_json(ds: Any) -> dict:
+    d = ds.__partitioned__
+    return {
+        "name": ds.name,
+        "version": ds.version,
+        "shape": list(d["shape"]),
+        "partition_tiling": list(d["partition_tiling"]),
+        "partitions": [
+            {"position": list(pos), "start": list(p["start"]), "shape": list(p["shape"]),
+             "nodes": [uri for uri, _ip, _pid in p["data"].replicas], "location": [list(l) for l in p["location"]]}
+            for pos, p in sorted(d["partitions"].items())
+        ],
+    }
+
+
+def render_grid(ds: Any, nodes: list[dict], console: Any = None) -> None:
+    """One cell per partition, coloured by the node holding its first replica."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = console or Console()
+    d = ds.__partitioned__
+    colour = {n["uri"]: COLOURS[k % len(COLOURS)] for k, n in enumerate(nodes)}
+    p, q = d["partition_tiling"]
+    table = Table(title=f"{ds.name} v{ds.version}: {d['shape'][0]:,} rows x {d['shape'][1]} columns, "
+                        f"{ds.nbytes:,} bytes", show_lines=True)
+    table.add_column("rows")
+    for j in range(q):
+        table.add_column(f"column group {j}")
+    bytes_per_cell = ds.nbytes / max(p * q, 1)
+    for i in range(p):
+        first = d["partitions"][(i, 0)]
+        cells = []
+        for j in range(q):
+            part = d["partitions"][(i, j)]
+            holders = part["data"].replicas
+            label = "\n".join(f"[{colour.get(uri, 'white')}]{ip}[/]" for uri, ip, _pid in holders)
+            cells.append(f"{label}\n{part['shape'][0]:,} rows\n~{bytes_per_cell / 1e6:,.1f} MB")
+        table.add_row(f"{first['start'][0]:,}..{first['start'][0] + first['shape'][0]:,}", *cells)
+    console.print(table)
