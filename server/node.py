@@ -138,7 +138,7 @@ class NodeServer(flight.FlightServerBase):
             raise _invalid(str(exc)) from None
         schema = reader.schema
         for other in self.store.held(name, version):
-            if other.part != part and not other.schema.equals(schema):
+            if other.part != part and other.part[1] == part[1] and not other.schema.equals(schema):
                 raise _invalid(
                     f"schema of {name} v{version} {part} differs from partition {other.part} already stored: "
                     f"got {schema}, expected {other.schema}"

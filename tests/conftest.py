@@ -27,3 +27,12 @@ def dask_client():
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
         with distributed.Client(cluster) as client:
             yield client
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """A catalog and three node processes on 127.0.0.2-4, each playing a host."""
+    from flightpart.daemons import LocalCluster
+
+    with LocalCluster(tmp_path_factory.mktemp("cluster"), nodes=3) as c:
+        yield c

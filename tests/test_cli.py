@@ -1,0 +1,49 @@
+"""The flightpart command against a real cluster."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+
+def cli(*args, env=None, check=True):
+    return subprocess.run([sys.executable, "-m", "flightpart", *args], capture_output=True, text=True, timeout=120, check=check,
+                          env=env)
+
+
+def test_put_ls_show_get_rm_nodes(cluster, tmp_path):
+    src = tmp_path / "in.parquet"
+    table = pa.table({"a": list(range(300)), "b": [float(k) for k in range(300)]})
+    pq.write_table(table, src)
+    uri = cluster.uri
+    out = cli("put", "clidata", str(src), "--tiling", "3x1", "--catalog", uri)
+    assert "clidata v1: 300 rows x 2 columns" in out.stdout
+    listed = json.loads(cli("ls", "--json", "--catalog", uri).stdout)
+    assert {"name": "clidata", "version": 1, "shape": [300, 2], "partition_tiling": [3, 1]}.items() <= next(d for d in listed if d["name"] == "clidata").items()
+    grid = json.loads(cli("show", "clidata", "--json", "--catalog", uri).stdout)
+    assert [p["shape"] for p in grid["partitions"]] == [[100, 2]] * 3
+    shown = cli("show", "clidata", "--catalog", uri).stdout
+    assert "127.0.0.2" in shown and "100 rows" in shown
+    dst = tmp_path / "out.arrow"
+    cli("get", "clidata", "-o", str(dst), "--catalog", uri)
+    with pa.memory_map(str(dst)) as f:
+        assert pa.ipc.open_file(f).read_all().equals(table)
+    nodes = json.loads(cli("nodes", "--json", "--catalog", uri).stdout)
+    assert sorted(n["ip"] for n in nodes if n["alive"])[:3] == ["127.0.0.2", "127.0.0.3", "127.0.0.4"]
+    stats = json.loads(cli("stats", cluster.nodes[0].uri, "--json").stdout)
+    assert {"bytes_sent", "batches_sent", "partitions_served"} <= stats.keys()
+    assert "dropped clidata" in cli("rm", "clidata", "--catalog", uri).stdout
+    gone = cli("show", "clidata", "--catalog", uri, check=False)
+    assert gone.returncode == 1 and "DatasetNotFound: no dataset named 'clidata'" in gone.stderr
+    assert "Traceback" not in gone.stderr
+
+
+def test_version_and_help():
+    import flightpart
+
+    assert cli("--version").stdout.strip() == f"flightpart, version {flightpart.__version__}"
+    assert "serve" in cli("--help").stdout
