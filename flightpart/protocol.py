@@ -32,27 +32,37 @@ DEVICE_PATTERN = re.compile(r"^kDL(%s)(:\d+)?$" % "|".join(DLPACK_DEVICES))
 HOST_DEVICE = "kDLCPU"
 
 
-class IdentityGet:
-    """A picklable ``get`` for partitions whose ``data`` already is the data.
+class StatelessGet:
+    """Base of picklable ``get`` callables that carry no state.
 
     The spec's own examples use lambdas, which do not pickle; an instance of
     a module-level class does. One handle gives one object; a list or tuple
-    of handles gives a list.
+    of handles gives a list. Subclasses implement :meth:`fetch`.
     """
+
+    def fetch(self, handles: list) -> list:
+        raise NotImplementedError
 
     def __call__(self, handles: Any) -> Any:
         if isinstance(handles, (list, tuple)):
-            return list(handles)
-        return handles
+            return self.fetch(list(handles))
+        return self.fetch([handles])[0]
 
     def __eq__(self, other: object) -> bool:
-        return type(other) is IdentityGet
+        return type(other) is type(self)
 
     def __hash__(self) -> int:
-        return hash(IdentityGet)
+        return hash(type(self))
 
     def __repr__(self) -> str:
-        return "IdentityGet()"
+        return f"{type(self).__name__}()"
+
+
+class IdentityGet(StatelessGet):
+    """``get`` for partitions whose ``data`` already is the data."""
+
+    def fetch(self, handles: list) -> list:
+        return handles
 
 
 def get_partitioned(obj: Any) -> Any:

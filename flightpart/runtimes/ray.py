@@ -2,21 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+from flightpart.protocol import StatelessGet
 
 
-class RayGet:
+class RayGet(StatelessGet):
     """Picklable ``get`` for ``ray.ObjectRef`` handles (the spec's lambda, as a class)."""
 
-    def __call__(self, handles: Any) -> Any:
+    def fetch(self, handles: list) -> list:
         import ray
 
-        if isinstance(handles, (list, tuple)):
-            return ray.get(list(handles))
         return ray.get(handles)
-
-    def __eq__(self, other: object) -> bool:
-        return type(other) is RayGet
-
-    def __hash__(self) -> int:
-        return hash(RayGet)
