@@ -287,3 +287,19 @@ def test_copy_to_replicates_a_partition_between_nodes(cluster, dataset):
         only_c = fp.client.PartitionRef(ref.dataset, ref.version, ref.position, ((target, C, cluster.nodes[2].pid),))
         start = part["start"][0]
         assert d["get"](only_c).equals(table.slice(start, part["shape"][0]))
+
+
+def test_get_tries_the_next_replica_when_one_is_unreachable(cluster, dataset):
+    table, _ = dataset
+    with fp.connect(cluster.uri, host="127.0.0.9") as client:
+        ds = client.open("locality")
+        assert ds.schema.equals(table.schema) and ds.nbytes > table.nbytes // 2
+        d = ds.__partitioned__
+        part = d["partitions"][(0, 0)]
+        ref = part["data"]
+        dead = ("grpc://127.0.0.9:9", "127.0.0.9", 1)
+        with_dead_first = fp.client.PartitionRef(ref.dataset, ref.version, ref.position, (dead,) + ref.replicas)
+        assert d["get"](with_dead_first).equals(table.slice(0, part["shape"][0]))
+        only_dead = fp.client.PartitionRef(ref.dataset, ref.version, ref.position, (dead,))
+        with pytest.raises(fp.NodeUnavailable, match=r"partition \(0, 0\) of 'locality' .*no replica could serve it \(grpc://127.0.0.9:9"):
+            d["get"](only_dead)
