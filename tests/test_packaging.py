@@ -14,7 +14,9 @@ PROBE = "import flightpart, flightpart.server, flightpart.client, flightpart.run
 
 
 def run(args, **kwargs):
-    return subprocess.run(args, check=True, capture_output=True, text=True, timeout=240, **kwargs)
+    done = subprocess.run(args, capture_output=True, text=True, timeout=240, **kwargs)
+    assert done.returncode == 0, f"{' '.join(map(str, args))} failed:\n{done.stderr[-3000:]}"
+    return done
 
 
 def test_editable_install_maps_server_and_client_folders(tmp_path):
