@@ -7,7 +7,6 @@ exceptions with messages that say what to do.
 
 from __future__ import annotations
 
-import base64
 import json
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Sequence
@@ -15,11 +14,12 @@ from typing import Any, Callable, Sequence
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from flightpart import frames, tiling
+from flightpart import frames
+from flightpart.tiling import grid_cells
 from flightpart.connections import ConnectionPool
 from flightpart.errors import NodeUnavailable
 from flightpart.transfer import send_partition
-from flightpart.wire import check_name
+from flightpart.wire import check_name, schema_to_text
 
 from .dataset import Dataset, PartInfo
 from .errors import translated
@@ -113,7 +113,7 @@ class Client:
             raise ValueError(f"replicas must be between 1 and the {len(targets)} usable nodes, got {replicas!r}")
         grid = _grid(tiling, len(targets))
         shape = frames.frame_shape(table)
-        cells = {c.position: c for c in tiling_cells(shape, grid)}
+        cells = {c.position: c for c in grid_cells(shape, grid)}
         parts = frames.split_grid(table, grid)
         placement = {pos: [targets[(k + r) % len(targets)] for r in range(replicas)] for k, pos in enumerate(sorted(parts))}
         version = self._catalog("begin", {"dataset": name})["version"]
@@ -122,7 +122,7 @@ class Client:
             self._catalog("commit", {
                 "dataset": name,
                 "version": version,
-                "schema": base64.b64encode(table.schema.serialize().to_pybytes()).decode(),
+                "schema": schema_to_text(table.schema),
                 "shape": list(shape),
                 "tiling": list(grid),
                 "partitions": [
@@ -186,10 +186,6 @@ class Client:
         if rank is not None or nranks is not None:
             ds = ds.spmd(rank, nranks)
         return ds
-
-
-def tiling_cells(shape: tuple[int, int], grid: tuple[int, int]):
-    return tiling.grid_cells(shape, grid)
 
 
 def _grid(value: Sequence[int] | None, nodes: int) -> tuple[int, int]:

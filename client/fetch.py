@@ -21,8 +21,8 @@ from flightpart import inprocess
 from flightpart.connections import ConnectionPool, shared_pool
 from flightpart.errors import NodeUnavailable, PartitionedError
 from flightpart.hosts import host_addresses
-from flightpart.transfer import project
-from flightpart.wire import NODE_MARKER, Ticket, loads, partition_relpath
+from flightpart.transfer import open_mapped, project, read_node_id
+from flightpart.wire import Ticket, partition_relpath
 
 from .errors import server_message, translate
 
@@ -113,12 +113,9 @@ def read_local(ref: PartitionRef, local: frozenset[str], pool: ConnectionPool) -
         try:
             info = node_info(uri, pool)
             root = Path(info["data_dir"])
-            marker = loads((root / NODE_MARKER).read_bytes(), "node marker")
-            if marker.get("node_id") != info["node_id"]:
+            if read_node_id(root) != info["node_id"]:
                 continue  # the directory is not that node's (another host with the same path)
-            path = root / partition_relpath(ref.dataset, ref.version, ref.position)
-            with pa.memory_map(str(path), "r") as source:
-                table = pa.ipc.open_file(source).read_all()
+            table = open_mapped(root / partition_relpath(ref.dataset, ref.version, ref.position))
             return project(table, ref.columns, ref.rows)
         except (OSError, ValueError, KeyError, pa.ArrowException):
             continue  # not readable here after all: stream it instead

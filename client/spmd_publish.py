@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import base64
 from typing import Any
 
 from flightpart import frames
 from flightpart.errors import NodeUnavailable
 from flightpart.hosts import host_addresses
 from flightpart.transfer import send_partition
-from flightpart.wire import check_name
+from flightpart.wire import check_name, schema_to_text
 
 from .client import Client
 from .errors import translated
@@ -41,5 +40,5 @@ def publish(name: str, frame: Any, *, rank: int, nranks: int, catalog: str, host
         rows, cols = frames.frame_shape(table)
         return client._catalog("publish-part", {
             "dataset": name, "version": version, "rank": rank, "rows": rows, "cols": cols,
-            "node_id": node["node_id"], "schema": base64.b64encode(table.schema.serialize().to_pybytes()).decode(),
+            "node_id": node["node_id"], "schema": schema_to_text(table.schema),
         })

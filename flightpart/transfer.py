@@ -7,10 +7,14 @@ reads), so every path cuts and slices data the same way.
 from __future__ import annotations
 
 import pyarrow as pa
+import pyarrow.ipc as ipc
 import pyarrow.flight as flight
 
 from .connections import ConnectionPool
-from .wire import loads, partition_path
+import json
+from pathlib import Path
+
+from .wire import NODE_MARKER, loads, partition_path
 
 BATCH_BYTES = 1 << 20
 
@@ -47,3 +51,17 @@ def send_partition(pool: ConnectionPool, uri: str, dataset: str, version: int, p
         writer.done_writing()
         ack = reader.read()
     return loads(ack.to_pybytes(), "put receipt") if ack is not None else {}
+
+
+def open_mapped(path: str | Path) -> pa.Table:
+    """A table whose buffers point into a read-only memory map of ``path``."""
+    with pa.memory_map(str(path), "r") as source:
+        return ipc.open_file(source).read_all()
+
+
+def read_node_id(data_dir: str | Path) -> str | None:
+    """The node id recorded in a data directory's marker, if any."""
+    try:
+        return json.loads((Path(data_dir) / NODE_MARKER).read_text())["node_id"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None

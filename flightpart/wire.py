@@ -8,10 +8,13 @@ goes through ``json.loads`` and a shape check.
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 from dataclasses import dataclass
 from typing import Any
+
+import pyarrow as pa
 
 from .errors import InvalidName
 
@@ -166,3 +169,16 @@ def action_body(raw: bytes, what: str, required: dict[str, type | tuple[type, ..
         if not isinstance(value, kind) or (isinstance(value, bool) and bool not in (kind if isinstance(kind, tuple) else (kind,))):
             raise WireError(f"{what}.{key}: wrong type {type(value).__name__}")
     return body
+
+
+def schema_to_text(schema: pa.Schema) -> str:
+    """An Arrow schema for a JSON body: base64 of its IPC serialization."""
+    return base64.b64encode(schema.serialize().to_pybytes()).decode()
+
+
+def schema_from_text(text: str, what: str) -> pa.Schema:
+    """Inverse of :func:`schema_to_text`; Arrow IPC, never pickle."""
+    try:
+        return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text, validate=True)))
+    except Exception:
+        raise WireError(f"{what}: not a base64 Arrow IPC schema") from None

@@ -8,7 +8,6 @@ carries the ``__partitioned__`` geometry.
 
 from __future__ import annotations
 
-import base64
 import logging
 from typing import Any
 
@@ -17,7 +16,7 @@ import pyarrow.flight as flight
 
 from flightpart.connections import ConnectionPool
 from flightpart.errors import DatasetNotFound, InvalidName, SchemaMismatch
-from flightpart.wire import Ticket, WireError, action_body, check_name, dumps
+from flightpart.wire import Ticket, WireError, action_body, check_name, dumps, schema_from_text
 
 from .catalog_state import CatalogState, NodeRecord, PartRecord, VersionRecord
 
@@ -51,12 +50,8 @@ def flight_info(record: VersionRecord, *, with_endpoints: bool = True) -> flight
 
 
 def _decode_schema(text: str, what: str) -> bytes:
-    try:
-        raw = base64.b64decode(text, validate=True)
-        pa.ipc.read_schema(pa.py_buffer(raw))
-    except Exception:
-        raise WireError(f"{what}: not a base64 Arrow IPC schema") from None
-    return raw
+    """The IPC bytes of a schema from a JSON body, checked."""
+    return schema_from_text(text, what).serialize().to_pybytes()
 
 
 def _pair(value: Any, what: str) -> tuple[int, int]:
@@ -183,7 +178,7 @@ class CatalogServer(flight.FlightServerBase):
                     raise SchemaMismatch(f"partition {p.part} of {name} v{version} is not stored on node {node.uri}")
                 if h["rows"] != p.shape[0]:
                     raise SchemaMismatch(f"partition {p.part} of {name} v{version} on {node.uri} has {h['rows']} rows, expected {p.shape[0]}")
-                got = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(h["schema"])))
+                got = schema_from_text(h["schema"], f"held reply of {node.uri}")
                 if not got.equals(_group_schema(expected, got)):
                     raise SchemaMismatch(f"partition {p.part} of {name} v{version} on {node.uri} has schema {got}, which does not fit {expected}")
                 p.nbytes = max(p.nbytes, h["nbytes"])

@@ -7,7 +7,6 @@ row ranges are zero-copy slices), so no Python runs per batch.
 
 from __future__ import annotations
 
-import base64
 import logging
 import os
 import threading
@@ -21,16 +20,12 @@ from flightpart.connections import ConnectionPool
 from flightpart import inprocess
 from flightpart.transfer import project, send_partition, split_batch, BATCH_BYTES
 from flightpart.hosts import advertised_ip
-from flightpart.wire import Ticket, WireError, action_body, dumps, parse_partition_path
+from flightpart.wire import Ticket, WireError, action_body, dumps, parse_partition_path, schema_to_text
 
 from .paths import default_data_dir
 from .store import PartitionStore, PartitionTooLarge
 
 log = logging.getLogger("flightpart.node")
-def schema_b64(schema: pa.Schema) -> str:
-    return base64.b64encode(schema.serialize().to_pybytes()).decode()
-
-
 class NodeStats:
     """Counters reported by the ``stats`` action; thread-safe."""
 
@@ -211,7 +206,7 @@ class NodeServer(flight.FlightServerBase):
 
     def _held(self, raw: bytes) -> list:
         body = action_body(raw, "held", {"dataset": str, "version": int})
-        return [{**p.as_json(), "schema": schema_b64(p.schema)} for p in self.store.held(body["dataset"], body["version"])]
+        return [{**p.as_json(), "schema": schema_to_text(p.schema)} for p in self.store.held(body["dataset"], body["version"])]
 
     def _drop(self, raw: bytes) -> dict:
         body = action_body(raw, "drop", {"dataset": str}, {"version": (int, type(None))})

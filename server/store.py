@@ -20,6 +20,7 @@ from typing import Iterable
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
+from flightpart.transfer import open_mapped, read_node_id
 from flightpart.wire import NODE_MARKER, check_name, partition_relpath
 
 TMP_PREFIX = ".tmp-"
@@ -48,20 +49,6 @@ def _fsync_path(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def read_node_id(data_dir: Path) -> str | None:
-    """The node id recorded in a data directory's marker, if any."""
-    try:
-        return json.loads((Path(data_dir) / NODE_MARKER).read_text())["node_id"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-
-
-def open_mapped(path: Path) -> pa.Table:
-    """A table whose buffers point into a read-only memory map of ``path``."""
-    with pa.memory_map(str(path), "r") as source:
-        return ipc.open_file(source).read_all()
 
 
 class PartitionStore:
