@@ -107,6 +107,9 @@ class Client:
         published unless every partition is stored.
         """
         check_name(name)
+        collection = _collection_kind(data)
+        if collection is not None:
+            return self._put_collection(name, data, collection, tiling, replicas, nodes)
         table = frames.to_arrow(data)
         targets = self._target_nodes(nodes)
         if not isinstance(replicas, int) or not 1 <= replicas <= len(targets):
@@ -116,21 +119,24 @@ class Client:
         cells = {c.position: c for c in grid_cells(shape, grid)}
         parts = frames.split_grid(table, grid)
         placement = {pos: [targets[(k + r) % len(targets)] for r in range(replicas)] for k, pos in enumerate(sorted(parts))}
+        commit = {
+            "schema": schema_to_text(table.schema),
+            "shape": list(shape),
+            "tiling": list(grid),
+            "partitions": [
+                {"part": list(pos), "start": list(cells[pos].start), "shape": list(cells[pos].shape),
+                 "nodes": [n["node_id"] for n in placement[pos]]}
+                for pos in sorted(parts)
+            ],
+        }
+        return self._versioned(name, lambda version: (self._send(name, version, parts, placement, progress), commit)[1])
+
+    def _versioned(self, name: str, store: Callable[[int], dict]) -> Dataset:
+        """Reserve a version, store it, commit it; abort on any failure."""
         version = self._catalog("begin", {"dataset": name})["version"]
         try:
-            self._send(name, version, parts, placement, progress)
-            self._catalog("commit", {
-                "dataset": name,
-                "version": version,
-                "schema": schema_to_text(table.schema),
-                "shape": list(shape),
-                "tiling": list(grid),
-                "partitions": [
-                    {"part": list(pos), "start": list(cells[pos].start), "shape": list(cells[pos].shape),
-                     "nodes": [n["node_id"] for n in placement[pos]]}
-                    for pos in sorted(parts)
-                ],
-            })
+            commit = store(version)
+            self._catalog("commit", {"dataset": name, "version": version, **commit})
         except BaseException:
             try:
                 self._catalog("abort", {"dataset": name, "version": version}, timeout=10)
@@ -138,6 +144,32 @@ class Client:
                 pass  # the catalog is gone too; the pending version was never published
             raise
         return self.open(name, version)
+
+    def _put_collection(self, name: str, data: Any, kind: str, tiling: Sequence[int] | None, replicas: int,
+                        nodes: Sequence[str] | None) -> Dataset:
+        """A Dask DataFrame or Ray Dataset: sent by the workers that hold it."""
+        from flightpart.runtimes import dask as fdask, ray as fray
+
+        if replicas != 1:
+            raise ValueError(f"replicas={replicas}: a {kind} collection is put with one replica; add more with repair")
+        if tiling is not None:
+            raise ValueError(f"tiling: a {kind} collection keeps its own partitions (one row block each); pass tiling=None")
+        targets = self._target_nodes(nodes)
+        sender = fdask.put if kind == "dask" else fray.put
+
+        def store(version: int) -> dict:
+            receipts, placement = sender(self, name, data, targets, version)
+            if not receipts:
+                raise ValueError(f"{name}: the {kind} collection has no partitions")
+            start, parts = 0, []
+            for k, (receipt, (_holder, node)) in enumerate(zip(receipts, placement)):
+                parts.append({"part": [k, 0], "start": [start, 0], "shape": [receipt["rows"], receipt["cols"]],
+                              "nodes": [node["node_id"]]})
+                start += receipt["rows"]
+            return {"schema": receipts[0]["schema"], "shape": [start, receipts[0]["cols"]], "tiling": [len(parts), 1],
+                    "partitions": parts}
+
+        return self._versioned(name, store)
 
     def _target_nodes(self, nodes: Sequence[str] | None) -> list[dict]:
         alive = [n for n in self.nodes() if n["alive"]]
@@ -186,6 +218,15 @@ class Client:
         if rank is not None or nranks is not None:
             ds = ds.spmd(rank, nranks)
         return ds
+
+
+def _collection_kind(data: Any) -> str | None:
+    module = type(data).__module__
+    if module.startswith("dask.dataframe") and hasattr(data, "npartitions"):
+        return "dask"
+    if module.startswith("ray.data") and hasattr(data, "to_arrow_refs"):
+        return "ray"
+    return None
 
 
 def _grid(value: Sequence[int] | None, nodes: int) -> tuple[int, int]:

@@ -206,5 +206,49 @@ class Dataset:
     def to_polars(self) -> Any:
         return frames.to_polars(self.to_arrow())
 
+    # ------------------------------------------------------------------ runtimes
+
+    def to_dask(self) -> Any:
+        """A dask DataFrame, one task per row block, reads placed on the partitions' hosts."""
+        from flightpart.runtimes.dask import from_partitioned
+
+        ddf = from_partitioned(self, schema=self._schema if self._columns is None else self.schema)
+        order = getattr(self, "_order", None)
+        return ddf[order] if order is not None else ddf
+
+    def dask_graph(self, name: str | None = None) -> dict:
+        """A raw Dask graph ``{(name, i): (read, block)}`` (the Dask graph spec)."""
+        from flightpart.runtimes.dask import dask_graph
+
+        return dask_graph(self, name or f"flightpart-{self.name}-v{self.version}")
+
+    def to_ray(self) -> Any:
+        """A ``ray.data.Dataset``, each block read on the Ray node of its partition's host."""
+        from flightpart.runtimes.ray import from_partitioned
+
+        return from_partitioned(self, schema=self._schema if self._columns is None else self.schema)
+
+    def __distarray__(self) -> dict:
+        """SPMD view only: this rank's rows as a Distributed Array Protocol dict."""
+        from flightpart.distarray import export_local
+
+        if self._spmd is None:
+            raise PartitionedError("__distarray__ needs the SPMD view: client.open(name, rank=r, nranks=n)")
+        d = self.__partitioned__
+        blocks = sorted({pos[0] for pos in d["locals"]})
+        if blocks and blocks != list(range(blocks[0], blocks[-1] + 1)):
+            raise PartitionedError(f"rank {self._spmd[0]} holds row blocks {blocks}, which are not contiguous; "
+                                   "__distarray__ describes one block per rank")
+        local = self.read_locals()
+        if blocks:
+            q = d["partition_tiling"][1]
+            rows = [frames.assemble({(0, j): local[(i, j)] for j in range(q)}, (1, q)) for i in blocks]
+            table = pa.concat_tables(rows) if len(rows) > 1 else rows[0]
+            start = d["partitions"][(blocks[0], 0)]["start"][0]
+        else:
+            table = self.schema.empty_table()
+            start = self.shape[0]
+        return export_local(table, rank=self._spmd[0], nranks=self._spmd[1], start=start, global_rows=self.shape[0])
+
     def __repr__(self) -> str:
         return f"Dataset({self.name!r}, version={self.version}, shape={self.shape}, partition_tiling={self.partition_tiling})"

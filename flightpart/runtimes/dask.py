@@ -1,9 +1,26 @@
-"""Dask as producer and consumer of ``__partitioned__``."""
+"""Dask as producer and consumer of ``__partitioned__``, with locality kept.
+
+- :func:`partitioned`: a (persisted) dask DataFrame as a conforming object
+  whose ``data`` are ``distributed.Future`` s located on their workers.
+- :func:`from_partitioned` / ``Dataset.to_dask()``: one ``dd.from_map`` task
+  per row block, known divisions, column projection pushed into the read.
+  On a distributed cluster the :class:`LocalityPlugin` restricts each read
+  to workers on the partition's host (loosely: other workers may run it if
+  none is there), so the read maps the node's file instead of streaming it.
+- :func:`put`: each worker sends the partitions it holds to the node on its
+  own host; nothing passes through the driver.
+"""
 
 from __future__ import annotations
 
-from flightpart.protocol import StatelessGet
+import os
+from typing import Any, Sequence
 
+import pyarrow as pa
+
+from flightpart import frames, protocol
+from flightpart.protocol import StatelessGet
+from flightpart.runtimes.reading import BlockReader, RowBlock, divisions_for, global_range_index, group_columns_of, row_blocks
 
 class DaskGather(StatelessGet):
     """Picklable ``get`` for ``distributed.Future`` handles: gathers them.
@@ -16,3 +33,258 @@ class DaskGather(StatelessGet):
         from distributed import get_client
 
         return get_client().gather(handles)
+
+
+# --------------------------------------------------------------------------- producer
+
+
+def host_of(address: str) -> str:
+    """The host part of a worker address such as ``tcp://127.0.0.2:40001``."""
+    rest = address.split("://", 1)[-1]
+    return rest.rsplit(":", 1)[0].strip("[]")
+
+
+class DaskPartitioned:
+    """A persisted dask DataFrame seen through ``__partitioned__``."""
+
+    def __init__(self, persisted: Any, futures: list, lengths: list[int], holders: list[list[str]], pids: dict[str, int]):
+        self.collection = persisted  # keeps the futures alive
+        self.futures = futures
+        self.lengths = lengths
+        self.holders = holders
+        self._pids = pids
+        self._ncols = len(persisted.columns)
+
+    @property
+    def __partitioned__(self) -> dict:
+        starts = [0]
+        for n in self.lengths[:-1]:
+            starts.append(starts[-1] + n)
+        return {
+            "shape": (sum(self.lengths), self._ncols),
+            "partition_tiling": (len(self.futures), 1),
+            "partitions": {
+                (k, 0): {
+                    "start": (starts[k], 0),
+                    "shape": (self.lengths[k], self._ncols),
+                    "data": fut,
+                    "location": [(host_of(w), self._pids.get(w, 0)) for w in self.holders[k]],
+                }
+                for k, fut in enumerate(self.futures)
+            },
+            "get": DaskGather(),
+        }
+
+
+def partitioned(ddf: Any, client: Any = None) -> DaskPartitioned:
+    """Persist ``ddf`` (if needed) and expose it as ``__partitioned__``.
+
+    Futures are matched to partitions through the *persisted* collection's
+    keys: persisting renames keys, so the input's keys cannot be used.
+    """
+    from distributed import default_client, futures_of, wait
+
+    client = client or default_client()
+    persisted = client.persist(ddf)
+    wait(persisted)
+    by_key = {f.key: f for f in futures_of(persisted)}
+    graph = persisted.__dask_graph__()
+    futures = [by_key[_resolve_alias(graph, k, by_key)] for k in persisted.__dask_keys__()]
+    lengths = client.gather(client.map(len, futures, pure=False))
+    who = client.who_has(futures)
+    holders = [sorted(who[f.key]) for f in futures]
+    pids = client.run(os.getpid)
+    return DaskPartitioned(persisted, futures, lengths, holders, pids)
+
+
+def _resolve_alias(graph: Any, key: Any, futures: dict) -> Any:
+    """The future's key behind one output key of a persisted collection."""
+    seen = 0
+    while key not in futures and seen < 16:
+        node = graph[key]
+        target = getattr(node, "target", None)
+        key = target.key if hasattr(target, "key") else target
+        seen += 1
+    return key
+
+
+# --------------------------------------------------------------------------- consumer
+
+
+def _worker_host() -> str | None:
+    try:
+        from distributed import get_worker
+
+        return host_of(get_worker().address)
+    except (ImportError, ValueError):
+        return None
+
+
+class ReadBlock:
+    """``dd.from_map`` function: one row block as pandas.
+
+    dask-expr pushes a column projection into it as ``columns=``; the
+    projection travels to the server in the partition's ticket.
+    """
+
+    def __init__(self, reader: BlockReader, range_index: bool):
+        self.reader = reader
+        self.range_index = range_index
+
+    def __call__(self, block: RowBlock, columns: Sequence[str] | None = None) -> Any:
+        import pandas as pd
+
+        reader = self.reader.project(list(columns)) if columns is not None else self.reader
+        df = frames.to_pandas(reader.read(block))
+        if self.range_index:
+            df.index = pd.RangeIndex(block.start, block.start + len(df))
+        return df
+
+
+def _meta(d: dict, reader: BlockReader, schema: pa.Schema | None, range_index: bool) -> Any:
+    import pandas as pd
+
+    if schema is not None:
+        meta = frames.to_pandas(schema.empty_table())
+    else:
+        meta = ReadBlock(reader, False)(row_blocks(d)[0]).iloc[:0]
+    if range_index:
+        meta.index = pd.RangeIndex(0, 0)
+    return meta
+
+
+def from_partitioned(obj: Any, *, columns: Sequence[str] | None = None, schema: pa.Schema | None = None) -> Any:
+    """Any conforming object as a dask DataFrame: one task per row block."""
+    import dask.dataframe as dd
+
+    d = protocol.validate(obj, require_pickle=True)
+    if len(d["shape"]) != 2:
+        raise protocol.PartitionedError(f"shape: a dask DataFrame needs 2-D data, got {d['shape']}")
+    protocol._check_host_locations(d)
+    blocks = row_blocks(d)
+    groups = group_columns_of(schema, d["partition_tiling"][1]) if schema is not None else None
+    reader = BlockReader(d["get"], None, groups, _worker_host)
+    range_index = global_range_index(d, schema.empty_table() if schema is not None else None)
+    meta = _meta(d, reader, schema, range_index)
+    _ensure_locality_plugin()
+    ddf = dd.from_map(ReadBlock(reader, range_index), blocks, meta=meta,
+                      divisions=divisions_for(blocks) if range_index else None,
+                      label="flightpart-read", enforce_metadata=False)
+    return ddf[list(columns)] if columns is not None else ddf
+
+
+def dask_graph(obj: Any, name: str = "flightpart") -> dict:
+    """A raw graph ``{(name, i): (read, block)}`` per the Dask graph spec."""
+    d = protocol.validate(obj, require_pickle=True)
+    reader = BlockReader(d["get"], host_of_task=_worker_host)
+    read = ReadBlock(reader, global_range_index(d, None))
+    return {(name, b.index): (read, b) for b in row_blocks(d)}
+
+
+# --------------------------------------------------------------------------- locality
+
+
+def _refs_in(node: Any, depth: int = 0) -> list:
+    """Every flightpart PartitionRef or RowBlock inside a task spec."""
+    from flightpart.client.fetch import PartitionRef
+
+    if depth > 12:
+        return []
+    if isinstance(node, (RowBlock, PartitionRef)):
+        return [node]
+    if isinstance(node, (list, tuple, set, frozenset)):
+        return [r for item in node for r in _refs_in(item, depth + 1)]
+    if isinstance(node, dict):
+        return [r for item in node.values() for r in _refs_in(item, depth + 1)]
+    found = []
+    for attr in ("args", "kwargs", "value", "func"):
+        if hasattr(node, attr) and type(node).__module__.startswith("dask"):
+            found.extend(_refs_in(getattr(node, attr), depth + 1))
+    return found
+
+
+try:
+    from distributed.diagnostics.plugin import SchedulerPlugin as _SchedulerPlugin
+except Exception:  # pragma: no cover
+    _SchedulerPlugin = object
+
+
+class LocalityPlugin(_SchedulerPlugin):
+    """Restricts tasks that read flightpart partitions to the partitions' hosts.
+
+    The restriction is loose (``allow_other_workers``): with no worker on a
+    partition's host the task runs anywhere and streams the partition.
+    """
+
+    name = "flightpart-locality"
+
+    def update_graph(self, scheduler: Any, *, tasks: Sequence = (), **kwargs: Any) -> None:
+        worker_hosts = {ws.host for ws in scheduler.workers.values()}
+        for key in tasks:
+            ts = scheduler.tasks.get(key)
+            if ts is None or ts.run_spec is None or ts.state not in ("released", "waiting"):
+                continue
+            hosts = set()
+            for ref in _refs_in(ts.run_spec):
+                hosts.update(ref.hosts if isinstance(ref, RowBlock) else (r[1] for r in ref.replicas))
+            hosts &= worker_hosts
+            if hosts:
+                ts.host_restrictions = set(hosts)
+                ts.loose_restrictions = True
+
+
+def _ensure_locality_plugin() -> None:
+    try:
+        from distributed import default_client
+    except ImportError:
+        return
+    try:
+        client = default_client()
+    except ValueError:
+        return  # no distributed cluster: the local scheduler has no hosts to choose
+    if not client.run_on_scheduler(_has_plugin):
+        client.register_plugin(LocalityPlugin())
+
+
+def _has_plugin(dask_scheduler: Any = None) -> bool:
+    return LocalityPlugin.name in dask_scheduler.plugins
+
+
+# --------------------------------------------------------------------------- put
+
+
+def send_from_worker(frame: Any, uri: str, token: str | None, name: str, version: int, part: tuple[int, int]) -> dict:
+    """Runs on the worker holding ``frame``: one partition to the node ``uri``."""
+    from flightpart.connections import shared_pool
+    from flightpart.transfer import send_partition
+    from flightpart.wire import schema_to_text
+
+    table = frames.to_arrow(frame)
+    send_partition(shared_pool(token), uri, name, version, part, table)
+    rows, cols = frames.frame_shape(table)
+    return {"rows": rows, "cols": cols, "schema": schema_to_text(table.schema)}
+
+
+def put(client: Any, name: str, ddf: Any, nodes: list[dict], version: int) -> tuple[list[dict], list[tuple[str, dict]]]:
+    """Send every partition from the worker holding it to the node on its host.
+
+    Returns the receipts (rows, cols, schema) and the node chosen per partition.
+    """
+    p = partitioned(ddf)
+    dclient = p.futures[0].client if p.futures else None
+    by_ip = {}
+    for n in nodes:
+        by_ip.setdefault(n["ip"], n)
+    placement, tasks = [], []
+    for k, (fut, holders) in enumerate(zip(p.futures, p.holders)):
+        local = [by_ip[host_of(w)] for w in holders if host_of(w) in by_ip]
+        node = local[0] if local else nodes[k % len(nodes)]
+        worker = next((w for w in holders if host_of(w) == node["ip"]), holders[0])
+        placement.append((worker, node))
+        tasks.append(dclient.submit(send_from_worker, fut, node["uri"], client.token, name, version, (k, 0),
+                                    workers=[worker], allow_other_workers=False, pure=False))
+    return dclient.gather(tasks), placement
+
+
+def is_dask_collection(obj: Any) -> bool:
+    return type(obj).__module__.startswith("dask.dataframe") and hasattr(obj, "npartitions")

@@ -1,8 +1,27 @@
-"""Ray as producer and consumer of ``__partitioned__``."""
+"""Ray as producer and consumer of ``__partitioned__``, with locality kept.
+
+- :func:`partitioned`: a Ray Dataset's Arrow blocks as a conforming object
+  whose ``data`` are ``ray.ObjectRef`` s. Locations come from
+  ``ray.experimental.get_object_locations``: an object in a node's object
+  store is reported at (node IP, PID of that node's raylet, which holds the
+  store); an object Ray keeps inline in its owner is reported at the owner
+  (this driver's IP and PID).
+- :func:`from_partitioned` / ``Dataset.to_ray()``: one read task per row
+  block, each scheduled with ``NodeAffinitySchedulingStrategy(soft=True)``
+  on the Ray node whose IP is the partition's host, then
+  ``ray.data.from_arrow_refs``.
+- :func:`put`: the task that holds each block sends it to the flightpart
+  node on its own host.
+"""
 
 from __future__ import annotations
 
+import os
+from typing import Any
+
+from flightpart import frames, protocol
 from flightpart.protocol import StatelessGet
+from flightpart.runtimes.reading import BlockReader, RowBlock, group_columns_of, row_blocks
 
 
 class RayGet(StatelessGet):
@@ -12,3 +31,161 @@ class RayGet(StatelessGet):
         import ray
 
         return ray.get(handles)
+
+
+def _node_ips() -> dict[str, str]:
+    import ray
+
+    return {n["NodeID"]: n["NodeManagerAddress"] for n in ray.nodes() if n["Alive"]}
+
+
+_raylet_pids: dict[str, int] = {}
+
+
+def _raylet_pid(node_id: str) -> int:
+    """PID of the raylet (and so the object store) of a node, asked on that node."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    if node_id not in _raylet_pids:
+        task = ray.remote(num_cpus=0)(_parent_pid)
+        _raylet_pids[node_id] = ray.get(task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)).remote())
+    return _raylet_pids[node_id]
+
+
+def _parent_pid() -> int:
+    """In a Ray worker: the raylet that started it, which holds the node's object store."""
+    return os.getppid()
+
+
+def _num_rows(table: Any) -> int:
+    return table.num_rows
+
+
+def _num_columns(table: Any) -> int:
+    return frames.frame_shape(frames.to_arrow(table))[1]
+
+
+class RayPartitioned:
+    """Arrow blocks in Ray's object store seen through ``__partitioned__``."""
+
+    def __init__(self, refs: list, lengths: list[int], ncols: int, locations: list[list[tuple[str, int]]]):
+        self.refs = refs
+        self.lengths = lengths
+        self.ncols = ncols
+        self.locations = locations
+
+    @property
+    def __partitioned__(self) -> dict:
+        starts = [0]
+        for n in self.lengths[:-1]:
+            starts.append(starts[-1] + n)
+        return {
+            "shape": (sum(self.lengths), self.ncols),
+            "partition_tiling": (len(self.refs), 1),
+            "partitions": {
+                (k, 0): {"start": (starts[k], 0), "shape": (self.lengths[k], self.ncols), "data": ref, "location": self.locations[k]}
+                for k, ref in enumerate(self.refs)
+            },
+            "get": RayGet(),
+        }
+
+
+def partitioned(dataset: Any) -> RayPartitioned:
+    """A Ray Dataset (materialized) as ``__partitioned__``, one block per partition."""
+    import ray
+
+    refs = list(dataset.to_arrow_refs())
+    count = ray.remote(num_cpus=0)(_num_rows)
+    lengths = ray.get([count.remote(r) for r in refs])
+    ncols = ray.get(ray.remote(num_cpus=0)(_num_columns).remote(refs[0])) if refs else 0
+    return RayPartitioned(refs, lengths, ncols, object_locations(refs))
+
+
+def object_locations(refs: list) -> list[list[tuple[str, int]]]:
+    """(IP, PID) of where each object can be read without a transfer."""
+    import ray
+
+    ips = _node_ips()
+    found = ray.experimental.get_object_locations(refs)
+    owner = (ray.util.get_node_ip_address(), os.getpid())
+    out = []
+    for ref in refs:
+        nodes = [n for n in found.get(ref, {}).get("node_ids", []) if n in ips]
+        out.append([(ips[n], _raylet_pid(n)) for n in nodes] or [owner])
+    return out
+
+
+# --------------------------------------------------------------------------- consumer
+
+
+def _ray_host() -> str | None:
+    import ray
+
+    return ray.util.get_node_ip_address()
+
+
+def _read_block(reader: BlockReader, block: RowBlock) -> Any:
+    return reader.read(block)
+
+
+def _affinity(hosts: tuple[str, ...], node_by_ip: dict[str, str]):
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    for host in hosts:
+        if host in node_by_ip:
+            return NodeAffinitySchedulingStrategy(node_by_ip[host], soft=True)
+    return "DEFAULT"
+
+
+def read_refs(obj: Any, *, schema: Any = None) -> list:
+    """One Ray task per row block, each on the node of its partition's host."""
+    import ray
+
+    d = protocol.validate(obj, require_pickle=True)
+    protocol._check_host_locations(d)
+    groups = group_columns_of(schema, d["partition_tiling"][1]) if schema is not None and len(d["shape"]) == 2 else None
+    reader = BlockReader(d["get"], None, groups, _ray_host)
+    node_by_ip = {ip: node for node, ip in _node_ips().items()}
+    task = ray.remote(_read_block)
+    return [task.options(scheduling_strategy=_affinity(b.hosts, node_by_ip)).remote(reader, b) for b in row_blocks(d)]
+
+
+def from_partitioned(obj: Any, *, schema: Any = None) -> Any:
+    """Any conforming object as a ``ray.data.Dataset`` of Arrow blocks."""
+    import ray.data
+
+    return ray.data.from_arrow_refs(read_refs(obj, schema=schema))
+
+
+# --------------------------------------------------------------------------- put
+
+
+def _send_block(table: Any, uri: str, token: str | None, name: str, version: int, part: tuple[int, int]) -> dict:
+    from flightpart.runtimes.dask import send_from_worker
+
+    return send_from_worker(table, uri, token, name, version, part)
+
+
+def put(client: Any, name: str, dataset: Any, nodes: list[dict], version: int) -> tuple[list[dict], list]:
+    """Each block is sent by a task on the Ray node that holds it."""
+    import ray
+
+    p = partitioned(dataset)
+    by_ip = {}
+    for n in nodes:
+        by_ip.setdefault(n["ip"], n)
+    node_by_ip = {ip: node for node, ip in _node_ips().items()}
+    task = ray.remote(_send_block)
+    refs, placement = [], []
+    for k, (ref, locs) in enumerate(zip(p.refs, p.locations)):
+        local = [by_ip[ip] for ip, _pid in locs if ip in by_ip]
+        node = local[0] if local else nodes[k % len(nodes)]
+        placement.append((locs[0][0], node))
+        strategy = _affinity(tuple(ip for ip, _ in locs), node_by_ip)
+        refs.append(task.options(scheduling_strategy=strategy).remote(ref, node["uri"], client.token, name, version, (k, 0)))
+    return ray.get(refs), placement
+
+
+def is_ray_dataset(obj: Any) -> bool:
+    return type(obj).__module__.startswith("ray.data") and hasattr(obj, "to_arrow_refs")

@@ -1,0 +1,110 @@
+"""Reading one row block of any ``__partitioned__`` inside a runtime's task.
+
+Dask and Ray both run one task per row block; the task gets a small
+picklable :class:`RowBlock` and a :class:`BlockReader` that knows how to turn
+it into a pandas or Arrow frame: flightpart handles are read with the task's
+own host deciding locality (zero-copy on the partition's host), other
+producers' handles through their own ``get``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Callable, Sequence
+
+import pyarrow as pa
+
+from flightpart import frames, protocol
+from flightpart.errors import PartitionedError
+
+
+@dataclass(frozen=True)
+class RowBlock:
+    """The handles of one row block (one per column group), and where it starts."""
+
+    index: int
+    start: int
+    rows: int
+    handles: tuple
+    column_starts: tuple[int, ...]
+    hosts: tuple[str, ...] = ()
+
+
+def row_blocks(d: dict) -> list[RowBlock]:
+    """The row blocks of a validated 1-D or 2-D ``__partitioned__``, in order."""
+    grid = d["partition_tiling"]
+    p, q = (grid[0], grid[1]) if len(grid) == 2 else (grid[0], 1)
+    blocks = []
+    for i in range(p):
+        positions = [(i, j) if len(grid) == 2 else (i,) for j in range(q)]
+        entries = [d["partitions"][pos] for pos in positions]
+        for pos, e in zip(positions, entries):
+            if e["data"] is None:
+                raise PartitionedError(f"partitions[{pos}].data: is None; an SPMD view cannot be read by a task runtime")
+        hosts = tuple(dict.fromkeys(loc[0] for e in entries for loc in e["location"]))
+        blocks.append(RowBlock(i, entries[0]["start"][0], entries[0]["shape"][0], tuple(e["data"] for e in entries),
+                               tuple(e["start"][1] if len(e["start"]) > 1 else 0 for e in entries), hosts))
+    return blocks
+
+
+class BlockReader:
+    """Picklable: reads a :class:`RowBlock` as an Arrow table.
+
+    ``host`` is resolved in the task (``host_of_task``) so that a worker on a
+    partition's host maps it instead of streaming it.
+    """
+
+    def __init__(self, get: Callable, columns: Sequence[str] | None = None,
+                 group_columns: Sequence[Sequence[str]] | None = None, host_of_task: Callable[[], str | None] | None = None):
+        self.get = get
+        self.columns = list(columns) if columns is not None else None
+        self.group_columns = [list(g) for g in group_columns] if group_columns is not None else None
+        self.host_of_task = host_of_task
+
+    def project(self, columns: Sequence[str] | None) -> "BlockReader":
+        return BlockReader(self.get, columns, self.group_columns, self.host_of_task)
+
+    def read(self, block: RowBlock) -> pa.Table:
+        from flightpart.client.fetch import FlightGet, PartitionRef, read_partitions
+        from flightpart.connections import shared_pool
+
+        handles = list(block.handles)
+        keep = list(range(len(handles)))
+        if isinstance(self.get, FlightGet) and all(isinstance(h, PartitionRef) for h in handles):
+            if self.columns is not None and self.group_columns is not None:
+                wanted = [[c for c in group if c in self.columns] for group in self.group_columns]
+                keep = [j for j, w in enumerate(wanted) if w] or [0]
+                handles = [replace(handles[j], columns=tuple(wanted[j]) if wanted[j] else None) for j in keep]
+            host = self.host_of_task() if self.host_of_task else None
+            tables = read_partitions(handles, host=host or self.get.host, pool=shared_pool(self.get.token))
+        else:
+            raw = self.get(handles)
+            tables = [frames.to_arrow(r, column_offset=block.column_starts[j]) for j, r in zip(keep, raw)]
+        table = frames.assemble({(0, k): t for k, t in enumerate(tables)}, (1, len(tables)))
+        if self.columns is not None:
+            index_cols = [c for c in table.column_names if c not in frames.data_columns(table)]
+            table = protocol.select_columns(table, self.columns + [c for c in index_cols if c not in self.columns])
+        return table
+
+
+def group_columns_of(schema: pa.Schema, q: int) -> list[list[str]]:
+    """The column groups a flightpart dataset of ``schema`` was cut into."""
+    data = frames.data_columns(schema.empty_table())
+    index_cols = [c for c in schema.names if c not in data]
+    return [g + index_cols for g in frames.column_groups(data, q)]
+
+
+def global_range_index(d: dict, sample: pa.Table | None) -> bool:
+    """Whether row positions can serve as the index (no pandas index stored)."""
+    meta = (sample.schema.pandas_metadata if sample is not None else None) or {}
+    stored = [c for c in meta.get("index_columns", []) if not isinstance(c, dict)]
+    return not stored
+
+
+def divisions_for(blocks: Sequence[RowBlock]) -> tuple | None:
+    """Known divisions from row starts, when every block has rows."""
+    if not blocks or any(b.rows == 0 for b in blocks):
+        return None
+    return tuple(b.start for b in blocks) + (blocks[-1].start + blocks[-1].rows - 1,)
+
+
