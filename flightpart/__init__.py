@@ -45,6 +45,17 @@ def publish(name: str, frame: Any, *, rank: int, nranks: int, catalog: str, **kw
     return _publish(name, frame, rank=rank, nranks=nranks, catalog=catalog, **kwargs)
 
 
+def __getattr__(name: str):
+    """``fp.dask``, ``fp.ray`` and ``fp.spmd``, imported on first use (they pull in their runtimes)."""
+    if name in ("dask", "ray", "spmd"):
+        import importlib
+
+        module = importlib.import_module(f".runtimes.{name}", __name__)
+        globals()[name] = module
+        return module
+    raise AttributeError(f"module 'flightpart' has no attribute {name!r}")
+
+
 __all__ = [
     "DatasetNotFound",
     "FlightpartError",
