@@ -160,3 +160,23 @@ def test_every_read_goes_to_the_one_host_that_holds_the_data(cluster, two_host_d
         out = ds.to_dask().compute()
         assert client.stats(uri)["bytes_sent"] == before, "a read ran on the worker of another host and streamed"
     pd.testing.assert_frame_equal(out, df)
+
+
+def test_ray_reads_on_the_node_holding_the_partition_send_nothing(ray_session, tmp_path):
+    """One machine has one Ray node: a flightpart node on this machine (127.0.0.1)
+    is on the read tasks' host, so every read maps its file (0 bytes sent)."""
+    from flightpart.daemons import Daemon
+
+    node = Daemon(["serve", "--host", "127.0.0.1", "--port", "0", "--node-port", "0", "--data-dir", str(tmp_path / "d"),
+                   "--state-dir", str(tmp_path / "s")])
+    try:
+        table = pa.table({"a": np.arange(3000), "b": np.arange(3000) * 0.25})
+        with fp.connect(node.uris["catalog"], host="127.0.0.9") as client:
+            ds = client.put("ray-local", table, tiling=(3, 1))
+            before = client.stats(node.uris["node"])["bytes_sent"]
+            refs = fray.read_refs(ds, schema=ds.schema)
+            got = pa.concat_tables(ray_session.get(refs))
+            assert client.stats(node.uris["node"])["bytes_sent"] == before
+        assert got.equals(table)
+    finally:
+        node.stop()

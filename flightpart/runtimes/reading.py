@@ -47,11 +47,16 @@ def row_blocks(d: dict) -> list[RowBlock]:
     return blocks
 
 
+AUTO_DETECT = "*"
+
+
 class BlockReader:
     """Picklable: reads a :class:`RowBlock` as an Arrow table.
 
-    ``host`` is resolved in the task (``host_of_task``) so that a worker on a
-    partition's host maps it instead of streaming it.
+    The host that decides locality is resolved in the task: ``host_of_task``
+    returns the task's host address, :data:`AUTO_DETECT` to use the
+    addresses of the machine the task runs on, or None when the task runs
+    in the driver (whose ``host=`` then applies).
     """
 
     def __init__(self, get: Callable, columns: Sequence[str] | None = None,
@@ -76,7 +81,8 @@ class BlockReader:
                 keep = [j for j, w in enumerate(wanted) if w] or [0]
                 handles = [replace(handles[j], columns=tuple(wanted[j]) if wanted[j] else None) for j in keep]
             host = self.host_of_task() if self.host_of_task else None
-            tables = read_partitions(handles, host=host or self.get.host, pool=shared_pool(self.get.token))
+            host = self.get.host if host is None else (None if host == AUTO_DETECT else host)
+            tables = read_partitions(handles, host=host, pool=shared_pool(self.get.token))
         else:
             raw = self.get(handles)
             tables = [frames.to_arrow(r, column_offset=block.column_starts[j]) for j, r in zip(keep, raw)]
