@@ -32,11 +32,13 @@ class Client:
     """A connection to one catalog (and, through it, to every node)."""
 
     def __init__(self, uri: str, *, host: str | None = None, token: str | None = None,
-                 tls_root_certs: bytes | None = None, owned: Sequence[Any] = ()):
+                 tls_root_certs: bytes | None = None, cert_chain: bytes | None = None, private_key: bytes | None = None,
+                 owned: Sequence[Any] = ()):
         self.uri = uri
         self.host = host
         self.token = token
-        self.pool = ConnectionPool(token=token, tls_root_certs=tls_root_certs)
+        self.tls_root_certs = tls_root_certs
+        self.pool = ConnectionPool(token=token, tls_root_certs=tls_root_certs, cert_chain=cert_chain, private_key=private_key)
         self._owned = list(owned)
 
     # ------------------------------------------------------------------ lifetime
@@ -214,7 +216,7 @@ class Client:
         path = [check_name(name)] + ([str(int(version))] if version is not None else [])
         with translated():
             info = self.pool.client(self.uri).get_flight_info(flight.FlightDescriptor.for_path(*path), options=self.pool.options())
-        ds = dataset_from_info(name, info, FlightGet(self.host, self.token))
+        ds = dataset_from_info(name, info, FlightGet(self.host, self.token, self.tls_root_certs))
         if rank is not None or nranks is not None:
             ds = ds.spmd(rank, nranks)
         return ds

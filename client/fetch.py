@@ -51,18 +51,22 @@ class PartitionRef:
 class FlightGet:
     """``get`` of a flightpart ``__partitioned__``: one handle or a sequence of them."""
 
-    def __init__(self, host: str | None = None, token: str | None = None):
+    def __init__(self, host: str | None = None, token: str | None = None, tls_root_certs: bytes | None = None):
         self.host = host
         self.token = token
+        self.tls_root_certs = tls_root_certs
 
     def __reduce__(self):
-        return (FlightGet, (self.host, self.token))
+        return (FlightGet, (self.host, self.token, self.tls_root_certs))
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, FlightGet) and (self.host, self.token) == (other.host, other.token)
+        return isinstance(other, FlightGet) and self.__reduce__()[1] == other.__reduce__()[1]
 
     def __hash__(self) -> int:
-        return hash((FlightGet, self.host, self.token))
+        return hash((FlightGet, self.host, self.token, self.tls_root_certs))
+
+    def pool(self) -> ConnectionPool:
+        return shared_pool(self.token, self.tls_root_certs)
 
     def __call__(self, handles: Any) -> Any:
         single = not isinstance(handles, (list, tuple))
@@ -70,7 +74,7 @@ class FlightGet:
         for k, ref in enumerate(refs):
             if not isinstance(ref, PartitionRef):
                 raise PartitionedError(f"get: handle {k} is a {type(ref).__qualname__}, expected a flightpart PartitionRef")
-        tables = read_partitions(refs, host=self.host, pool=shared_pool(self.token))
+        tables = read_partitions(refs, host=self.host, pool=self.pool())
         return tables[0] if single else tables
 
 
@@ -92,7 +96,7 @@ _node_info: dict[tuple[str, str | None], dict] = {}
 
 
 def node_info(uri: str, pool: ConnectionPool) -> dict:
-    key = (uri, pool.token)
+    key = (uri, pool.token, id(pool))
     info = _node_info.get(key)
     if info is None:
         info = _node_info[key] = pool.action(uri, "node-info", timeout=5)

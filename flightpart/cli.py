@@ -21,6 +21,36 @@ HOST_OPTION = click.option("--client-host", "host", envvar="FLIGHTPART_HOST", de
 JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 
 
+def security_options(f):
+    """--token-file and TLS options shared by the daemons."""
+    options = [
+        click.option("--token-file", type=click.Path(exists=True, dir_okay=False), default=None,
+                     help="File whose first line is the shared token every RPC must carry (or $FLIGHTPART_TOKEN)."),
+        click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False), default=None, help="PEM certificate to serve TLS."),
+        click.option("--tls-key", type=click.Path(exists=True, dir_okay=False), default=None, help="PEM private key of --tls-cert."),
+        click.option("--tls-client-ca", type=click.Path(exists=True, dir_okay=False), default=None,
+                     help="Require client certificates signed by this CA (mutual TLS)."),
+        click.option("--tls-ca", type=click.Path(exists=True, dir_okay=False), envvar="FLIGHTPART_TLS_CA", default=None,
+                     help="CA that signs the other daemons' certificates (or $FLIGHTPART_TLS_CA)."),
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
+def _security(token_file, tls_cert, tls_key, tls_client_ca, tls_ca) -> tuple[dict, Any]:
+    """(server keyword arguments, connection pool for calls to other daemons)."""
+    from .connections import ConnectionPool
+    from .server.auth import read_token, tls_server_options
+
+    token = read_token(token_file, os.environ.get("FLIGHTPART_TOKEN"))
+    server = tls_server_options(tls_cert, tls_key, tls_client_ca)
+    ca = Path(tls_ca).read_bytes() if tls_ca else None
+    own = (Path(tls_cert).read_bytes(), Path(tls_key).read_bytes()) if tls_cert and tls_key and ca else (None, None)
+    pool = ConnectionPool(token=token, tls_root_certs=ca, cert_chain=own[0], private_key=own[1])
+    return {**server, "token": token}, pool
+
+
 class FriendlyGroup(click.Group):
     """Errors as one clear line, not a traceback, unless --debug."""
 
@@ -58,21 +88,26 @@ def main(ctx: click.Context, log_level: str, debug: bool) -> None:
 @click.option("--node-port", default=0, type=int, help="Node port when this process is also the catalog.")
 @click.option("--state-dir", type=click.Path(file_okay=False), default=None, help="Catalog state when embedded.")
 @click.option("--heartbeat", default=2.0, show_default=True, type=float, help="Seconds between heartbeats.")
+@click.option("--dead-after", default=10.0, show_default=True, type=float, help="Embedded catalog: seconds without heartbeat before a node is dead.")
 @click.option("--max-partition-bytes", default=None, type=int, help="Refuse partitions larger than this.")
+@click.option("--max-streams", default=64, show_default=True, type=int, help="Refuse new do_get/do_put streams past this many open.")
+@security_options
 def serve(host: str, port: int, data_dir: str | None, catalog_uri: str | None, node_port: int, state_dir: str | None,
-          heartbeat: float, max_partition_bytes: int | None) -> None:
+          heartbeat: float, dead_after: float, max_partition_bytes: int | None, max_streams: int, token_file: str | None,
+          tls_cert: str | None, tls_key: str | None, tls_client_ca: str | None, tls_ca: str | None) -> None:
     """Run a node (and, without --catalog, a catalog too)."""
     from .daemons import announce, wait_for_signal
     from .server.node import NodeServer
 
+    server_options, pool = _security(token_file, tls_cert, tls_key, tls_client_ca, tls_ca)
     servers: list = []
     if catalog_uri is None:
-        catalog = _start_catalog(host, port, state_dir, 10.0)
+        catalog = _start_catalog(host, port, state_dir, dead_after, server_options, pool)
         servers.append(catalog)
         catalog_uri, port = catalog.uri, node_port
         announce("catalog", catalog.uri)
     node = NodeServer(host, port, data_dir=data_dir, catalog=catalog_uri, heartbeat_interval=heartbeat,
-                      max_partition_bytes=max_partition_bytes)
+                      max_partition_bytes=max_partition_bytes, max_streams=max_streams, pool=pool, **server_options)
     servers.append(node)
     try:
         node.register()
@@ -82,13 +117,13 @@ def serve(host: str, port: int, data_dir: str | None, catalog_uri: str | None, n
     wait_for_signal(servers)
 
 
-def _start_catalog(host: str, port: int, state_dir: str | None, dead_after: float):
+def _start_catalog(host: str, port: int, state_dir: str | None, dead_after: float, server_options: dict, pool: Any):
     from .server.catalog import CatalogServer
     from .server.paths import default_state_dir
 
     state = Path(state_dir) if state_dir else default_state_dir()
     state.mkdir(parents=True, exist_ok=True)
-    return CatalogServer(host, port, state_path=str(state / "catalog.sqlite"), dead_after=dead_after)
+    return CatalogServer(host, port, state_path=str(state / "catalog.sqlite"), dead_after=dead_after, pool=pool, **server_options)
 
 
 @main.command("catalog")
@@ -96,11 +131,14 @@ def _start_catalog(host: str, port: int, state_dir: str | None, dead_after: floa
 @click.option("--port", default=8815, show_default=True, type=int)
 @click.option("--state-dir", type=click.Path(file_okay=False), default=None, help="SQLite state (default: per-user data dir).")
 @click.option("--dead-after", default=10.0, show_default=True, type=float, help="Seconds without heartbeat before a node is dead.")
-def catalog_cmd(host: str, port: int, state_dir: str | None, dead_after: float) -> None:
+@security_options
+def catalog_cmd(host: str, port: int, state_dir: str | None, dead_after: float, token_file: str | None, tls_cert: str | None,
+                tls_key: str | None, tls_client_ca: str | None, tls_ca: str | None) -> None:
     """Run a catalog alone."""
     from .daemons import announce, wait_for_signal
 
-    server = _start_catalog(host, port, state_dir, dead_after)
+    server_options, pool = _security(token_file, tls_cert, tls_key, tls_client_ca, tls_ca)
+    server = _start_catalog(host, port, state_dir, dead_after, server_options, pool)
     announce("catalog", server.uri)
     wait_for_signal([server])
 

@@ -69,10 +69,26 @@ _shared: dict[tuple, ConnectionPool] = {}
 _shared_lock = threading.Lock()
 
 
-def shared_pool(token: str | None = None) -> ConnectionPool:
-    """The process-wide pool for a token, used by picklable ``get`` objects."""
+def client_certificate() -> tuple[bytes | None, bytes | None]:
+    """This process's client certificate and key for mutual TLS, from the environment."""
+    import os
+    from pathlib import Path
+
+    cert, key = os.environ.get("FLIGHTPART_TLS_CERT"), os.environ.get("FLIGHTPART_TLS_KEY")
+    return (Path(cert).read_bytes() if cert else None, Path(key).read_bytes() if key else None)
+
+
+def shared_pool(token: str | None = None, tls_root_certs: bytes | None = None) -> ConnectionPool:
+    """The process-wide pool for a token and CA, used by picklable ``get`` objects.
+
+    The client certificate for mutual TLS is this process's own
+    (``$FLIGHTPART_TLS_CERT`` / ``$FLIGHTPART_TLS_KEY``): a private key never
+    travels inside a pickled ``get``.
+    """
+    key = (token, tls_root_certs)
     with _shared_lock:
-        pool = _shared.get((token,))
+        pool = _shared.get(key)
         if pool is None:
-            pool = _shared[(token,)] = ConnectionPool(token=token)
+            cert, private = client_certificate() if tls_root_certs else (None, None)
+            pool = _shared[key] = ConnectionPool(token=token, tls_root_certs=tls_root_certs, cert_chain=cert, private_key=private)
         return pool

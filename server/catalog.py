@@ -18,6 +18,7 @@ from flightpart.connections import ConnectionPool
 from flightpart.errors import DatasetNotFound, InvalidName, SchemaMismatch
 from flightpart.wire import Ticket, WireError, action_body, check_name, dumps, schema_from_text
 
+from .auth import GuardFactory
 from .catalog_state import CatalogState, NodeRecord, PartRecord, VersionRecord
 
 log = logging.getLogger("flightpart.catalog")
@@ -64,12 +65,14 @@ class CatalogServer(flight.FlightServerBase):
     """Aggregates the nodes' partitions into datasets."""
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, *, state_path: str = ":memory:",
-                 dead_after: float = 10.0, pool: ConnectionPool | None = None, **server_kwargs: Any):
+                 dead_after: float = 10.0, token: str | None = None, pool: ConnectionPool | None = None,
+                 **server_kwargs: Any):
         scheme = "grpc+tls" if server_kwargs.get("tls_certificates") else "grpc"
-        super().__init__(f"{scheme}://{host}:{port}", **server_kwargs)
+        self.guard = GuardFactory(token)
+        super().__init__(f"{scheme}://{host}:{port}", middleware={"guard": self.guard}, **server_kwargs)
         self.uri = f"{scheme}://{host}:{self.port}"
         self.state = CatalogState(state_path, dead_after=dead_after)
-        self.pool = pool or ConnectionPool()
+        self.pool = pool or ConnectionPool(token=token)
 
     def shutdown(self) -> None:
         super().shutdown()

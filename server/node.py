@@ -22,6 +22,7 @@ from flightpart.transfer import project, send_partition, split_batch, BATCH_BYTE
 from flightpart.hosts import advertised_ip
 from flightpart.wire import Ticket, WireError, action_body, dumps, parse_partition_path, schema_to_text
 
+from .auth import GuardFactory
 from .paths import default_data_dir
 from .store import PartitionStore, PartitionTooLarge
 
@@ -63,11 +64,14 @@ class NodeServer(flight.FlightServerBase):
         advertise_ip: str | None = None,
         heartbeat_interval: float = 2.0,
         max_partition_bytes: int | None = None,
+        max_streams: int | None = None,
+        token: str | None = None,
         pool: ConnectionPool | None = None,
         **server_kwargs: Any,
     ):
         scheme = "grpc+tls" if server_kwargs.get("tls_certificates") else "grpc"
-        super().__init__(f"{scheme}://{host}:{port}", **server_kwargs)
+        self.guard = GuardFactory(token, max_streams)
+        super().__init__(f"{scheme}://{host}:{port}", middleware={"guard": self.guard}, **server_kwargs)
         self.uri = f"{scheme}://{host}:{self.port}"
         self.ip = advertise_ip or (host if host not in ("0.0.0.0", "::", "") else advertised_ip())
         self.store = PartitionStore(data_dir or default_data_dir(), max_partition_bytes=max_partition_bytes)
@@ -76,7 +80,7 @@ class NodeServer(flight.FlightServerBase):
         self.stats = NodeStats()
         self.catalog_uri = catalog
         self.heartbeat_interval = heartbeat_interval
-        self.pool = pool or ConnectionPool()
+        self.pool = pool or ConnectionPool(token=token)
         self._stopping = threading.Event()
         self.registered = threading.Event()
         inprocess.register(self.uri, self.store.open)
@@ -202,7 +206,8 @@ class NodeServer(flight.FlightServerBase):
         return self.info()
 
     def _stats(self, raw: bytes) -> dict:
-        return {**self.stats.snapshot(), "partitions_held": len(self.store.scan())}
+        return {**self.stats.snapshot(), "partitions_held": len(self.store.scan()),
+                "open_streams": self.guard.open_streams, "refused_calls": self.guard.refused}
 
     def _held(self, raw: bytes) -> list:
         body = action_body(raw, "held", {"dataset": str, "version": int})

@@ -253,14 +253,18 @@ def _has_plugin(dask_scheduler: Any = None) -> bool:
 # --------------------------------------------------------------------------- put
 
 
-def send_from_worker(frame: Any, uri: str, token: str | None, name: str, version: int, part: tuple[int, int]) -> dict:
-    """Runs on the worker holding ``frame``: one partition to the node ``uri``."""
+def send_from_worker(frame: Any, uri: str, access: tuple, name: str, version: int, part: tuple[int, int]) -> dict:
+    """Runs on the worker holding ``frame``: one partition to the node ``uri``.
+
+    ``access`` is (token, CA) of the client; the worker's own client
+    certificate, if any, comes from its environment.
+    """
     from flightpart.connections import shared_pool
     from flightpart.transfer import send_partition
     from flightpart.wire import schema_to_text
 
     table = frames.to_arrow(frame)
-    send_partition(shared_pool(token), uri, name, version, part, table)
+    send_partition(shared_pool(*access), uri, name, version, part, table)
     rows, cols = frames.frame_shape(table)
     return {"rows": rows, "cols": cols, "schema": schema_to_text(table.schema)}
 
@@ -281,7 +285,7 @@ def put(client: Any, name: str, ddf: Any, nodes: list[dict], version: int) -> tu
         node = local[0] if local else nodes[k % len(nodes)]
         worker = next((w for w in holders if host_of(w) == node["ip"]), holders[0])
         placement.append((worker, node))
-        tasks.append(dclient.submit(send_from_worker, fut, node["uri"], client.token, name, version, (k, 0),
+        tasks.append(dclient.submit(send_from_worker, fut, node["uri"], (client.token, client.tls_root_certs), name, version, (k, 0),
                                     workers=[worker], allow_other_workers=False, pure=False))
     return dclient.gather(tasks), placement
 

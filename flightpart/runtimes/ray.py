@@ -160,10 +160,10 @@ def from_partitioned(obj: Any, *, schema: Any = None) -> Any:
 # --------------------------------------------------------------------------- put
 
 
-def _send_block(table: Any, uri: str, token: str | None, name: str, version: int, part: tuple[int, int]) -> dict:
+def _send_block(table: Any, uri: str, access: tuple, name: str, version: int, part: tuple[int, int]) -> dict:
     from flightpart.runtimes.dask import send_from_worker
 
-    return send_from_worker(table, uri, token, name, version, part)
+    return send_from_worker(table, uri, access, name, version, part)
 
 
 def put(client: Any, name: str, dataset: Any, nodes: list[dict], version: int) -> tuple[list[dict], list]:
@@ -182,7 +182,7 @@ def put(client: Any, name: str, dataset: Any, nodes: list[dict], version: int) -
         node = local[0] if local else nodes[k % len(nodes)]
         placement.append((locs[0][0], node))
         strategy = _affinity(tuple(ip for ip, _ in locs), node_by_ip)
-        refs.append(task.options(scheduling_strategy=strategy).remote(ref, node["uri"], client.token, name, version, (k, 0)))
+        refs.append(task.options(scheduling_strategy=strategy).remote(ref, node["uri"], (client.token, client.tls_root_certs), name, version, (k, 0)))
     return ray.get(refs), placement
 
 

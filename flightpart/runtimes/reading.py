@@ -71,7 +71,6 @@ class BlockReader:
 
     def read(self, block: RowBlock) -> pa.Table:
         from flightpart.client.fetch import FlightGet, PartitionRef, read_partitions
-        from flightpart.connections import shared_pool
 
         handles = list(block.handles)
         keep = list(range(len(handles)))
@@ -82,7 +81,7 @@ class BlockReader:
                 handles = [replace(handles[j], columns=tuple(wanted[j]) if wanted[j] else None) for j in keep]
             host = self.host_of_task() if self.host_of_task else None
             host = self.get.host if host is None else (None if host == AUTO_DETECT else host)
-            tables = read_partitions(handles, host=host, pool=shared_pool(self.get.token))
+            tables = read_partitions(handles, host=host, pool=self.get.pool())
         else:
             raw = self.get(handles)
             tables = [frames.to_arrow(r, column_offset=block.column_starts[j]) for j, r in zip(keep, raw)]
