@@ -90,6 +90,10 @@ class Client:
             })
         return out
 
+    def repair(self) -> dict:
+        """Copy under-replicated partitions to live nodes; returns what was copied and what is lost."""
+        return self._catalog("repair", {}, timeout=None)
+
     def versions(self, name: str) -> list[int]:
         return self._catalog("versions", {"dataset": check_name(name)})
 
@@ -122,6 +126,7 @@ class Client:
         parts = frames.split_grid(table, grid)
         placement = {pos: [targets[(k + r) % len(targets)] for r in range(replicas)] for k, pos in enumerate(sorted(parts))}
         commit = {
+            "replicas": replicas,
             "schema": schema_to_text(table.schema),
             "shape": list(shape),
             "tiling": list(grid),

@@ -301,6 +301,23 @@ def nodes(catalog: str, as_json: bool) -> None:
 
 
 @main.command()
+@CATALOG_OPTION
+@JSON_OPTION
+def repair(catalog: str, as_json: bool) -> None:
+    """Copy under-replicated partitions to live nodes."""
+    with _client(catalog) as client:
+        result = client.repair()
+    if as_json:
+        click.echo(json.dumps(result))
+        return
+    for c in result["copied"]:
+        click.echo(f"copied {c['dataset']} v{c['version']} {tuple(c['part'])} to {c['to']}")
+    for m in result["lost"]:
+        click.echo(f"LOST {m['dataset']} v{m['version']} {tuple(m['part'])}: no live replica", err=True)
+    click.echo(f"{len(result['copied'])} copies made, {len(result['lost'])} partitions without a live replica")
+
+
+@main.command()
 @click.argument("uri")
 @JSON_OPTION
 def stats(uri: str, as_json: bool) -> None:

@@ -85,10 +85,14 @@ class Daemon:
 class LocalCluster:
     """A catalog and nodes on 127.0.0.x as child processes: one machine playing several hosts."""
 
-    def __init__(self, root: Path, nodes: int = 3, *, first_ip: int = 2, heartbeat: float = 1.0, dead_after: float = 10.0):
+    def __init__(self, root: Path, nodes: int = 3, *, first_ip: int = 2, heartbeat: float = 1.0, dead_after: float = 10.0,
+                 extra_args: Sequence[str] = (), env: dict | None = None, catalog_port: int = 0):
         self.root = Path(root)
-        self.catalog = Daemon(["catalog", "--host", "127.0.0.1", "--port", "0", "--state-dir", str(self.root / "catalog"),
-                               "--dead-after", str(dead_after)])
+        self.extra_args = list(extra_args)
+        self.env = env
+        self.dead_after = dead_after
+        self.catalog_port = catalog_port
+        self.catalog = self.start_catalog()
         self.nodes: list[Daemon] = []
         try:
             for k in range(nodes):
@@ -97,10 +101,15 @@ class LocalCluster:
             self.stop()
             raise
 
+    def start_catalog(self) -> Daemon:
+        """Start (or restart, on the same port and state) the catalog."""
+        return Daemon(["catalog", "--host", "127.0.0.1", "--port", str(self.catalog_port), "--state-dir", str(self.root / "catalog"),
+                       "--dead-after", str(self.dead_after), *self.extra_args], env=self.env)
+
     def add_node(self, ip: str, *, heartbeat: float = 1.0, data_dir: Path | None = None) -> Daemon:
         data_dir = data_dir or self.root / f"node-{ip}"
         node = Daemon(["serve", "--host", ip, "--port", "0", "--data-dir", str(data_dir), "--catalog", self.catalog.uri,
-                       "--heartbeat", str(heartbeat)])
+                       "--heartbeat", str(heartbeat), *self.extra_args], env=self.env)
         self.nodes.append(node)
         return node
 

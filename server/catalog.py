@@ -116,8 +116,8 @@ class CatalogServer(flight.FlightServerBase):
         for p in b.get("partitions", []):
             if isinstance(p, dict) and isinstance(p.get("dataset"), str) and isinstance(p.get("version"), int):
                 held.append({"dataset": p["dataset"], "version": p["version"], "part": _pair(p.get("part"), "partitions.part")})
-        self.state.register_node(b["node_id"], b["uri"], b["ip"], b["pid"], b.get("data_dir"), held)
-        return {"registered": b["node_id"]}
+        orphans = self.state.register_node(b["node_id"], b["uri"], b["ip"], b["pid"], b.get("data_dir"), held)
+        return {"registered": b["node_id"], "orphans": [list(o) for o in orphans]}
 
     def _heartbeat(self, raw: bytes) -> dict:
         b = action_body(raw, "heartbeat", {"node_id": str})
@@ -131,7 +131,8 @@ class CatalogServer(flight.FlightServerBase):
         return {"version": self.state.begin(check_name(b["dataset"]))}
 
     def _commit(self, raw: bytes) -> dict:
-        b = action_body(raw, "commit", {"dataset": str, "version": int, "schema": str, "shape": list, "tiling": list, "partitions": list})
+        b = action_body(raw, "commit", {"dataset": str, "version": int, "schema": str, "shape": list, "tiling": list, "partitions": list},
+                        {"replicas": int})
         name = check_name(b["dataset"])
         schema = _decode_schema(b["schema"], "commit.schema")
         nodes = {n.node_id: n for n in self.state.nodes()}
@@ -147,7 +148,7 @@ class CatalogServer(flight.FlightServerBase):
         shape, grid = _pair(b["shape"], "commit.shape"), _pair(b["tiling"], "commit.tiling")
         self._check_geometry(shape, grid, parts)
         self._verify_on_nodes(name, b["version"], schema, parts)
-        self.state.commit(name, b["version"], schema, shape, grid, parts)
+        self.state.commit(name, b["version"], schema, shape, grid, parts, replicas=max(1, b.get("replicas", 1)))
         return {"dataset": name, "version": b["version"]}
 
     def _check_geometry(self, shape, grid, parts: list[PartRecord]) -> None:
@@ -208,6 +209,39 @@ class CatalogServer(flight.FlightServerBase):
                 self.pool.discard(node.uri)  # a dead node drops its files when it comes back and is told again
         return cleaned
 
+    def _repair(self, raw: bytes) -> dict:
+        """Copy every under-replicated partition from a live holder to a live node without it."""
+        action_body(raw, "repair", {})
+        live = [n for n in self.state.nodes() if n.alive]
+        copies, missing = [], []
+        load = {n.node_id: 0 for n in live}
+        for record in self.state.all_versions():
+            for p in record.parts:
+                for n in p.nodes:
+                    if n.node_id in load:
+                        load[n.node_id] += 1
+        for record in self.state.all_versions():
+            for p in record.parts:
+                holders = [n for n in p.nodes if n.alive]
+                if not holders:
+                    missing.append({"dataset": record.dataset, "version": record.version, "part": list(p.part)})
+                    continue
+                held_by = {n.node_id for n in p.nodes}
+                while len(holders) < record.replicas:
+                    spare = sorted((n for n in live if n.node_id not in held_by), key=lambda n: load[n.node_id])
+                    if not spare:
+                        break
+                    target = spare[0]
+                    self.pool.action(holders[0].uri, "copy-to", {"dataset": record.dataset, "version": record.version,
+                                                                 "part": list(p.part), "target": target.uri}, timeout=None)
+                    self._verify_on_nodes(record.dataset, record.version, record.schema, [PartRecord(p.part, p.start, p.shape, 0, [target])])
+                    self.state.add_replica(record.dataset, record.version, p.part, target.node_id)
+                    held_by.add(target.node_id)
+                    holders.append(target)
+                    load[target.node_id] += 1
+                    copies.append({"dataset": record.dataset, "version": record.version, "part": list(p.part), "to": target.uri})
+        return {"copied": copies, "lost": missing}
+
     def _versions(self, raw: bytes) -> list:
         b = action_body(raw, "versions", {"dataset": str})
         return self.state.versions_of(check_name(b["dataset"]))
@@ -259,6 +293,7 @@ class CatalogServer(flight.FlightServerBase):
         "abort": (_abort, "forget a pending version and drop its files"),
         "drop": (_drop, "drop a version (or all versions) of a dataset and its files"),
         "versions": (_versions, "committed versions of a dataset"),
+        "repair": (_repair, "copy under-replicated partitions to live nodes (copy-to)"),
         "publish-begin": (_publish_begin, "SPMD: join (or open) the pending publish of a dataset"),
         "publish-part": (_publish_part, "SPMD: one rank's part is stored; commits when all ranks are in"),
     }

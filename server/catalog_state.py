@@ -23,6 +23,7 @@ CREATE TABLE IF NOT EXISTS counters(dataset TEXT PRIMARY KEY, next_version INTEG
 CREATE TABLE IF NOT EXISTS versions(
     dataset TEXT NOT NULL, version INTEGER NOT NULL, state TEXT NOT NULL, schema BLOB,
     rows INTEGER, cols INTEGER, grid_p INTEGER, grid_q INTEGER, nranks INTEGER, created REAL NOT NULL,
+    replicas INTEGER NOT NULL DEFAULT 1,
     PRIMARY KEY(dataset, version));
 CREATE TABLE IF NOT EXISTS partitions(
     dataset TEXT NOT NULL, version INTEGER NOT NULL, i INTEGER NOT NULL, j INTEGER NOT NULL,
@@ -65,6 +66,7 @@ class VersionRecord:
     shape: tuple[int, int]
     grid: tuple[int, int]
     parts: list[PartRecord]
+    replicas: int = 1
 
     @property
     def nbytes(self) -> int:
@@ -93,7 +95,13 @@ class CatalogState:
 
     # ------------------------------------------------------------------ nodes
 
-    def register_node(self, node_id: str, uri: str, ip: str, pid: int, data_dir: str | None, held: list[dict]) -> None:
+    def register_node(self, node_id: str, uri: str, ip: str, pid: int, data_dir: str | None, held: list[dict]) -> list[tuple[str, int]]:
+        """Record a node and what it holds; returns the versions it holds that no longer exist.
+
+        Those are leftovers of aborted puts or of drops the node missed while
+        it was down: the node deletes them.
+        """
+        orphans: set[tuple[str, int]] = set()
         with self._tx() as db:
             db.execute(
                 "INSERT INTO nodes VALUES(?,?,?,?,?,?) ON CONFLICT(node_id) DO UPDATE SET "
@@ -108,6 +116,9 @@ class CatalogState:
                 ).fetchone()
                 if known:
                     db.execute("INSERT OR IGNORE INTO replicas VALUES(?,?,?,?,?)", (p["dataset"], p["version"], p["part"][0], p["part"][1], node_id))
+                elif not db.execute("SELECT 1 FROM versions WHERE dataset=? AND version=?", (p["dataset"], p["version"])).fetchone():
+                    orphans.add((p["dataset"], p["version"]))
+        return sorted(orphans)
 
     def heartbeat(self, node_id: str) -> bool:
         with self._tx() as db:
@@ -173,7 +184,8 @@ class CatalogState:
                 (dataset, version),
             ).fetchall()
 
-    def commit(self, dataset: str, version: int, schema: bytes, shape: tuple[int, int], grid: tuple[int, int], parts: list[PartRecord]) -> None:
+    def commit(self, dataset: str, version: int, schema: bytes, shape: tuple[int, int], grid: tuple[int, int], parts: list[PartRecord],
+               replicas: int = 1) -> None:
         """Publish a complete version: all partitions and replicas at once."""
         with self._tx() as db:
             state = db.execute("SELECT state FROM versions WHERE dataset=? AND version=?", (dataset, version)).fetchone()
@@ -192,8 +204,8 @@ class CatalogState:
                 [(dataset, version, p.part[0], p.part[1], n.node_id) for p in parts for n in p.nodes],
             )
             db.execute(
-                "UPDATE versions SET state='committed', schema=?, rows=?, cols=?, grid_p=?, grid_q=? WHERE dataset=? AND version=?",
-                (schema, shape[0], shape[1], grid[0], grid[1], dataset, version),
+                "UPDATE versions SET state='committed', schema=?, rows=?, cols=?, grid_p=?, grid_q=?, replicas=? WHERE dataset=? AND version=?",
+                (schema, shape[0], shape[1], grid[0], grid[1], replicas, dataset, version),
             )
 
     def abort(self, dataset: str, version: int) -> list[NodeRecord]:
@@ -235,7 +247,7 @@ class CatalogState:
         version = self.latest(dataset) if version is None else version
         with self._lock:
             head = self._db.execute(
-                "SELECT schema, rows, cols, grid_p, grid_q FROM versions WHERE dataset=? AND version=? AND state='committed'",
+                "SELECT schema, rows, cols, grid_p, grid_q, replicas FROM versions WHERE dataset=? AND version=? AND state='committed'",
                 (dataset, version),
             ).fetchone()
             if head is None:
@@ -256,7 +268,17 @@ class CatalogState:
             PartRecord((i, j), (rs, cs), (nr, nc), nb, sorted(holders.get((i, j), []), key=lambda n: not n.alive))
             for i, j, rs, cs, nr, nc, nb in rows
         ]
-        return VersionRecord(dataset, version, head[0], (head[1], head[2]), (head[3], head[4]), parts)
+        return VersionRecord(dataset, version, head[0], (head[1], head[2]), (head[3], head[4]), parts, head[5])
+
+    def add_replica(self, dataset: str, version: int, part: tuple[int, int], node_id: str) -> None:
+        with self._tx() as db:
+            db.execute("INSERT OR IGNORE INTO replicas VALUES(?,?,?,?,?)", (dataset, version, part[0], part[1], node_id))
+
+    def all_versions(self) -> list[VersionRecord]:
+        """Every committed version of every dataset."""
+        with self._lock:
+            rows = self._db.execute("SELECT dataset, version FROM versions WHERE state='committed' ORDER BY dataset, version").fetchall()
+        return [self.version(d, v) for d, v in rows]
 
     def datasets(self) -> list[VersionRecord]:
         with self._lock:

@@ -102,7 +102,9 @@ class NodeServer(flight.FlightServerBase):
     def register(self) -> None:
         """Tell the catalog who we are and everything our directory holds."""
         body = {**self.info(), "partitions": [p.as_json() for p in self.store.scan()]}
-        self.pool.action(self.catalog_uri, "register-node", body)
+        reply = self.pool.action(self.catalog_uri, "register-node", body)
+        for dataset, version in (reply or {}).get("orphans", []):
+            self.store.drop(dataset, version)  # an aborted put or a drop missed while down
         self.registered.set()
 
     def _report_loop(self) -> None:
