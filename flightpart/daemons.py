@@ -86,9 +86,10 @@ class LocalCluster:
     """A catalog and nodes on 127.0.0.x as child processes: one machine playing several hosts."""
 
     def __init__(self, root: Path, nodes: int = 3, *, first_ip: int = 2, heartbeat: float = 1.0, dead_after: float = 10.0,
-                 extra_args: Sequence[str] = (), env: dict | None = None, catalog_port: int = 0):
+                 extra_args: Sequence[str] = (), node_args: Sequence[str] = (), env: dict | None = None, catalog_port: int = 0):
         self.root = Path(root)
-        self.extra_args = list(extra_args)
+        self.extra_args = list(extra_args)  # for every daemon (tokens, TLS)
+        self.node_args = list(node_args)    # for nodes only (limits)
         self.env = env
         self.dead_after = dead_after
         self.catalog_port = catalog_port
@@ -109,7 +110,7 @@ class LocalCluster:
     def add_node(self, ip: str, *, heartbeat: float = 1.0, data_dir: Path | None = None) -> Daemon:
         data_dir = data_dir or self.root / f"node-{ip}"
         node = Daemon(["serve", "--host", ip, "--port", "0", "--data-dir", str(data_dir), "--catalog", self.catalog.uri,
-                       "--heartbeat", str(heartbeat), *self.extra_args], env=self.env)
+                       "--heartbeat", str(heartbeat), *self.extra_args, *self.node_args], env=self.env)
         self.nodes.append(node)
         return node
 

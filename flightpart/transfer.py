@@ -14,7 +14,7 @@ from .connections import ConnectionPool
 import json
 from pathlib import Path
 
-from .wire import NODE_MARKER, loads, partition_path
+from .wire import NODE_MARKER, dumps, loads, partition_path
 
 BATCH_BYTES = 1 << 20
 
@@ -41,13 +41,18 @@ def project(table: pa.Table, columns: tuple[str, ...] | None, rows: tuple[int, i
 
 
 def send_partition(pool: ConnectionPool, uri: str, dataset: str, version: int, part: tuple[int, int], table: pa.Table) -> dict:
-    """``do_put`` one partition to a node in batches of about 1 MiB; returns the node's receipt."""
+    """``do_put`` one partition to a node in batches of about 1 MiB; returns the node's receipt.
+
+    The stream ends with a metadata trailer ``{"rows": n}``: a node stores
+    the partition only if the rows it received match it.
+    """
     descriptor = flight.FlightDescriptor.for_path(*partition_path(dataset, version, part))
     writer, reader = pool.client(uri).do_put(descriptor, table.schema, options=pool.options(None))
     with writer:
         for batch in table.to_batches():
             for piece in split_batch(batch):
                 writer.write_batch(piece)
+        writer.write_metadata(pa.py_buffer(dumps({"rows": table.num_rows})))  # the trailer: the put is complete
         writer.done_writing()
         ack = reader.read()
     return loads(ack.to_pybytes(), "put receipt") if ack is not None else {}

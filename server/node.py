@@ -51,6 +51,12 @@ def _invalid(message: str) -> pa.ArrowInvalid:
     return pa.ArrowInvalid(message)
 
 
+def _declared_rows(metadata: pa.Buffer) -> int:
+    """The sender's trailer ``{"rows": n}`` that closes a complete put."""
+    body = action_body(metadata.to_pybytes(), "put trailer", {"rows": int})
+    return body["rows"]
+
+
 class NodeServer(flight.FlightServerBase):
     """One node of a flightpart cluster."""
 
@@ -145,6 +151,7 @@ class NodeServer(flight.FlightServerBase):
                     f"got {schema}, expected {other.schema}"
                 )
         received = [0]
+        declared: list[int] = []
 
         def batches() -> Iterator[pa.RecordBatch]:
             while True:
@@ -152,12 +159,20 @@ class NodeServer(flight.FlightServerBase):
                     chunk = reader.read_chunk()
                 except StopIteration:
                     return
+                if chunk.app_metadata is not None:
+                    declared.append(_declared_rows(chunk.app_metadata))
                 if chunk.data is not None:
                     received[0] += chunk.data.nbytes
                     yield from split_batch(chunk.data, BATCH_BYTES)
 
+        def check_complete(rows: int) -> None:
+            if context.is_cancelled():
+                raise ValueError(f"the put of {name} v{version} {part} was cancelled after {rows} rows; nothing was stored")
+            if declared and declared[-1] != rows:
+                raise ValueError(f"the put of {name} v{version} {part} ended after {rows} rows, the sender declared {declared[-1]}")
+
         try:
-            stored = self.store.write(name, version, part, schema, batches())
+            stored = self.store.write(name, version, part, schema, batches(), check_complete)
         except (PartitionTooLarge, ValueError) as exc:
             self.stats.add(errors=1)
             raise _invalid(str(exc)) from None

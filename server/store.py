@@ -15,7 +15,7 @@ import threading
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
+from typing import Callable, Iterable
 
 import pyarrow as pa
 import pyarrow.ipc as ipc
@@ -81,8 +81,14 @@ class PartitionStore:
     def path(self, dataset: str, version: int, part: tuple[int, int]) -> Path:
         return self.root / partition_relpath(dataset, version, part)
 
-    def write(self, dataset: str, version: int, part: tuple[int, int], schema: pa.Schema, batches: Iterable[pa.RecordBatch]) -> StoredPartition:
-        """Store one partition atomically; nothing is visible unless all of it is."""
+    def write(self, dataset: str, version: int, part: tuple[int, int], schema: pa.Schema, batches: Iterable[pa.RecordBatch],
+              check_complete: Callable[[int], None] | None = None) -> StoredPartition:
+        """Store one partition atomically; nothing is visible unless all of it is.
+
+        ``check_complete(rows)`` runs before the rename and raises when the
+        stream was cut short (a cancelled call, a row count that does not
+        match the sender's): the temporary file is then removed.
+        """
         final = self.path(dataset, version, part)
         final.parent.mkdir(parents=True, exist_ok=True)
         tmp = final.parent / f"{TMP_PREFIX}{uuid.uuid4().hex}.arrow"
@@ -99,6 +105,8 @@ class PartitionStore:
                             f"partition {dataset} v{version} {part}: more than the node's limit of "
                             f"{self.max_partition_bytes} bytes"
                         )
+            if check_complete is not None:
+                check_complete(rows)
             _fsync_path(tmp)
             os.replace(tmp, final)
             _fsync_path(final.parent)

@@ -1,0 +1,189 @@
+"""Garbage at every door: each gets a clear Flight error, the servers keep serving,
+and nothing is written outside a node's data directory."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.flight as flight
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import flightpart as fp
+from flightpart.daemons import LocalCluster
+
+CLEAR = (pa.ArrowInvalid, pa.ArrowKeyError, flight.FlightUnavailableError)
+
+
+@pytest.fixture(scope="module")
+def guarded(tmp_path_factory):
+    root = tmp_path_factory.mktemp("bad")
+    with LocalCluster(root, nodes=1, first_ip=42, node_args=["--max-partition-bytes", "2000000", "--max-streams", "4"]) as c:
+        with fp.connect(c.uri) as client:
+            client.put("good", pa.table({"a": np.arange(10_000)}), tiling=(1, 1))
+        yield c
+
+
+def still_serving(c) -> None:
+    with fp.connect(c.uri, host="127.0.0.99") as client:
+        assert client.open("good").to_arrow().column("a").to_pylist()[:3] == [0, 1, 2]
+
+
+def files_outside(c) -> list[str]:
+    allowed = {c.root / "catalog", c.root / "node-127.0.0.42"}
+    return [str(p) for p in c.root.rglob("*") if not any(p == a or a in p.parents for a in allowed)]
+
+
+json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+                           lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
+                           max_leaves=10)
+ticket_like = st.fixed_dictionaries(
+    {"dataset": st.sampled_from(["good", "../x", "a/b", "", "x" * 300, "nope"]) | st.text(max_size=10),
+     "version": st.integers(-5, 10**20) | st.text(max_size=3),
+     "part": st.lists(st.integers(-3, 10**12), max_size=3) | st.text(max_size=3)},
+    optional={"columns": st.none() | st.lists(st.text(max_size=4), max_size=3), "rows": st.none() | st.lists(st.integers(-5, 10**15), max_size=3),
+              "evil": json_values},
+)
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.one_of(st.binary(max_size=200), ticket_like.map(lambda d: json.dumps(d).encode()), json_values.map(lambda d: json.dumps(d).encode())))
+def test_fuzzed_tickets(guarded, raw):
+    node = flight.connect(guarded.nodes[0].uri)
+    try:
+        node.do_get(flight.Ticket(raw)).read_all()
+    except CLEAR as exc:
+        assert str(exc).strip()
+    except flight.FlightServerError as exc:  # pragma: no cover - would be a bug
+        raise AssertionError(f"server error for ticket {raw[:80]!r}: {exc}")
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.sampled_from(["node-info", "stats", "held", "drop", "copy-to", "nope", "register-node", "heartbeat", "commit", "begin",
+                        "abort", "publish-begin", "publish-part", "repair", "versions"]),
+       st.one_of(st.binary(max_size=100), json_values.map(lambda d: json.dumps(d).encode())),
+       st.booleans())
+def test_fuzzed_action_bodies(guarded, name, body, to_catalog):
+    target = flight.connect(guarded.uri if to_catalog else guarded.nodes[0].uri)
+    try:
+        list(target.do_action(flight.Action(name, body)))
+    except CLEAR:
+        pass
+    except flight.FlightServerError as exc:
+        raise AssertionError(f"server error for action {name} {body[:80]!r}: {exc}")
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.text(max_size=12) | st.sampled_from(["../x", "a/b", "..", "/etc/passwd", "good", "1", "-1", "99999999999999"]),
+                min_size=0, max_size=5))
+def test_fuzzed_descriptors(guarded, path):
+    catalog = flight.connect(guarded.uri)
+    node = flight.connect(guarded.nodes[0].uri)
+    try:
+        catalog.get_flight_info(flight.FlightDescriptor.for_path(*path))
+    except CLEAR:
+        pass
+    try:
+        writer, _ = node.do_put(flight.FlightDescriptor.for_path(*path), pa.schema([("a", pa.int64())]))
+        writer.write_table(pa.table({"a": [1]}))
+        writer.close()
+    except CLEAR:
+        pass
+
+
+@pytest.mark.parametrize("name", ["../x", "a/b", "..", "x" * (10 << 20), "", "a\x00b"], ids=["dotdot", "slash", "parent", "10MB", "empty", "nul"])
+def test_hostile_names_are_refused_and_nothing_escapes(guarded, name):
+    node = flight.connect(guarded.nodes[0].uri)
+    with pytest.raises(CLEAR) as info:
+        writer, _ = node.do_put(flight.FlightDescriptor.for_path(name, "1", "0", "0"), pa.schema([("a", pa.int64())]))
+        writer.write_table(pa.table({"a": [1]}))
+        writer.close()
+    assert "invalid dataset name" in str(info.value) or "expected path" in str(info.value) or isinstance(info.value, flight.FlightUnavailableError)
+    with fp.connect(guarded.uri) as client, pytest.raises(fp.InvalidName):
+        client.open(name)
+    assert files_outside(guarded) == []
+    still_serving(guarded)
+
+
+def test_put_streams_that_break_the_rules(guarded):
+    node = flight.connect(guarded.nodes[0].uri)
+    # larger than the node's limit: refused, and no file of it remains
+    big = pa.table({"a": np.arange(1_000_000)})  # 8 MB > 2 MB limit
+    with pytest.raises(pa.ArrowInvalid, match="more than the node's limit of 2000000 bytes"):
+        writer, _ = node.do_put(flight.FlightDescriptor.for_path("big", "1", "0", "0"), big.schema)
+        writer.write_table(big, max_chunksize=50_000)
+        writer.close()
+    assert not list((guarded.root / "node-127.0.0.42").rglob("big/**/*.arrow"))
+    # wrong row count: the catalog refuses to publish what the node does not really hold
+    with fp.connect(guarded.uri) as client:
+        version = client._catalog("begin", {"dataset": "short"})["version"]
+        writer, _ = node.do_put(flight.FlightDescriptor.for_path("short", str(version), "0", "0"), pa.schema([("a", pa.int64())]))
+        writer.write_table(pa.table({"a": [1, 2, 3]}))
+        writer.close()
+        info = client.nodes()[0]
+        with pytest.raises(fp.SchemaMismatch, match="has 3 rows, expected 5"):
+            client._catalog("commit", {"dataset": "short", "version": version, "schema": fp.wire.schema_to_text(pa.schema([("a", pa.int64())])),
+                                       "shape": [5, 1], "tiling": [1, 1], "partitions": [{"part": [0, 0], "start": [0, 0], "shape": [5, 1], "nodes": [info["node_id"]]}]})
+        with pytest.raises(fp.DatasetNotFound):
+            client.open("short")
+    still_serving(guarded)
+
+
+TRUNCATE = """
+import sys, time, numpy as np, pyarrow as pa, pyarrow.flight as flight
+node = flight.connect(sys.argv[1])
+t = pa.table({"a": np.arange(100_000)})
+writer, _ = node.do_put(flight.FlightDescriptor.for_path("cut", "7", "0", "0"), t.schema)
+writer.write_table(t.slice(0, 10_000))
+print("sent", flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_truncated_put_stream_leaves_no_partition(guarded):
+    proc = subprocess.Popen([sys.executable, "-c", TRUNCATE, guarded.nodes[0].uri], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "sent"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    node_dir = guarded.root / "node-127.0.0.42"
+    deadline = time.monotonic() + 20
+    while list(node_dir.rglob(".tmp-*")) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not list(node_dir.rglob(".tmp-*")) and not (node_dir / "datasets" / "cut" / "v7" / "0_0.arrow").exists()
+    still_serving(guarded)
+
+
+def test_stream_limit_refuses_with_a_retryable_error(guarded):
+    node = flight.connect(guarded.nodes[0].uri)
+    open_writers = []
+    try:
+        for k in range(4):
+            writer, _ = node.do_put(flight.FlightDescriptor.for_path("held", "1", str(k), "0"), pa.schema([("a", pa.int64())]))
+            writer.write_table(pa.table({"a": [k]}))
+            open_writers.append(writer)
+        stats = json.loads(list(node.do_action(flight.Action("stats", b"")))[0].body.to_pybytes())
+        assert stats["open_streams"] == 4
+        with pytest.raises(flight.FlightUnavailableError, match="busy: 4 streams open"):
+            node.do_get(flight.Ticket(json.dumps({"dataset": "good", "version": 1, "part": [0, 0]}).encode())).read_all()
+    finally:
+        for w in open_writers:
+            w.close()
+    still_serving(guarded)
+
+
+def test_a_put_whose_trailer_disagrees_is_not_stored(guarded):
+    node = flight.connect(guarded.nodes[0].uri)
+    with pytest.raises(pa.ArrowInvalid, match="ended after 3 rows, the sender declared 5"):
+        writer, _ = node.do_put(flight.FlightDescriptor.for_path("trailer", "1", "0", "0"), pa.schema([("a", pa.int64())]))
+        writer.write_table(pa.table({"a": [1, 2, 3]}))
+        writer.write_metadata(pa.py_buffer(b'{"rows": 5}'))
+        writer.close()
+    assert not (guarded.root / "node-127.0.0.42" / "datasets" / "trailer" / "v1" / "0_0.arrow").exists()
