@@ -38,6 +38,34 @@ def security_options(f):
     return f
 
 
+def observability_options(f):
+    """--health-port and --metrics-port shared by the daemons."""
+    f = click.option("--metrics-port", default=None, type=int, help="Serve Prometheus metrics on this port (HTTP).")(f)
+    f = click.option("--health-port", default=None, type=int, help="Serve grpc.health.v1.Health on this port.")(f)
+    return f
+
+
+def _observe(server: Any, role: str, host: str, health_port: int | None, metrics_port: int | None) -> list:
+    """Start the health and metrics endpoints of a daemon; returns what to shut down."""
+    from .daemons import announce
+
+    started = []
+    bind = "0.0.0.0" if host in ("0.0.0.0", "") else host
+    if health_port is not None:
+        from .server.health import HealthEndpoint
+
+        endpoint = HealthEndpoint(bind, health_port, f"flightpart.{role}", server.healthy)
+        started.append(endpoint)
+        announce(f"{role}-health", endpoint.address)
+    if metrics_port is not None:
+        from .server.metrics import serve_metrics
+
+        http = serve_metrics(bind, metrics_port, role, server._stats)
+        started.append(http)
+        announce(f"{role}-metrics", f"http://{bind}:{http.server_port}/metrics")
+    return started
+
+
 def _security(token_file, tls_cert, tls_key, tls_client_ca, tls_ca) -> tuple[dict, Any]:
     """(server keyword arguments, connection pool for calls to other daemons)."""
     from .connections import ConnectionPool
@@ -91,10 +119,13 @@ def main(ctx: click.Context, log_level: str, debug: bool) -> None:
 @click.option("--dead-after", default=10.0, show_default=True, type=float, help="Embedded catalog: seconds without heartbeat before a node is dead.")
 @click.option("--max-partition-bytes", default=None, type=int, help="Refuse partitions larger than this.")
 @click.option("--max-streams", default=64, show_default=True, type=int, help="Refuse new do_get/do_put streams past this many open.")
+@click.option("--advertise", default=None, help="Host name clients use to reach this node (default: --host).")
 @security_options
+@observability_options
 def serve(host: str, port: int, data_dir: str | None, catalog_uri: str | None, node_port: int, state_dir: str | None,
-          heartbeat: float, dead_after: float, max_partition_bytes: int | None, max_streams: int, token_file: str | None,
-          tls_cert: str | None, tls_key: str | None, tls_client_ca: str | None, tls_ca: str | None) -> None:
+          heartbeat: float, dead_after: float, max_partition_bytes: int | None, max_streams: int, advertise: str | None,
+          token_file: str | None, tls_cert: str | None, tls_key: str | None, tls_client_ca: str | None, tls_ca: str | None,
+          health_port: int | None, metrics_port: int | None) -> None:
     """Run a node (and, without --catalog, a catalog too)."""
     from .daemons import announce, wait_for_signal
     from .server.node import NodeServer
@@ -106,9 +137,10 @@ def serve(host: str, port: int, data_dir: str | None, catalog_uri: str | None, n
         servers.append(catalog)
         catalog_uri, port = catalog.uri, node_port
         announce("catalog", catalog.uri)
-    node = NodeServer(host, port, data_dir=data_dir, catalog=catalog_uri, heartbeat_interval=heartbeat,
+    node = NodeServer(host, port, data_dir=data_dir, catalog=catalog_uri, heartbeat_interval=heartbeat, advertise=advertise,
                       max_partition_bytes=max_partition_bytes, max_streams=max_streams, pool=pool, **server_options)
     servers.append(node)
+    servers.extend(_observe(node, "node", host, health_port, metrics_port))
     try:
         node.register()
     except Exception as exc:  # the heartbeat thread keeps trying
@@ -132,15 +164,18 @@ def _start_catalog(host: str, port: int, state_dir: str | None, dead_after: floa
 @click.option("--state-dir", type=click.Path(file_okay=False), default=None, help="SQLite state (default: per-user data dir).")
 @click.option("--dead-after", default=10.0, show_default=True, type=float, help="Seconds without heartbeat before a node is dead.")
 @security_options
+@observability_options
 def catalog_cmd(host: str, port: int, state_dir: str | None, dead_after: float, token_file: str | None, tls_cert: str | None,
-                tls_key: str | None, tls_client_ca: str | None, tls_ca: str | None) -> None:
+                tls_key: str | None, tls_client_ca: str | None, tls_ca: str | None, health_port: int | None,
+                metrics_port: int | None) -> None:
     """Run a catalog alone."""
     from .daemons import announce, wait_for_signal
 
     server_options, pool = _security(token_file, tls_cert, tls_key, tls_client_ca, tls_ca)
     server = _start_catalog(host, port, state_dir, dead_after, server_options, pool)
+    extras = _observe(server, "catalog", host, health_port, metrics_port)
     announce("catalog", server.uri)
-    wait_for_signal([server])
+    wait_for_signal([server, *extras])
 
 
 # --------------------------------------------------------------------------- datasets
@@ -315,6 +350,25 @@ def repair(catalog: str, as_json: bool) -> None:
     for m in result["lost"]:
         click.echo(f"LOST {m['dataset']} v{m['version']} {tuple(m['part'])}: no live replica", err=True)
     click.echo(f"{len(result['copied'])} copies made, {len(result['lost'])} partitions without a live replica")
+
+
+@main.command()
+@click.argument("address")
+@click.option("--service", default="", help="Service name to ask about (default: the whole daemon).")
+@click.option("--timeout", default=5.0, show_default=True, type=float)
+def health(address: str, service: str, timeout: float) -> None:
+    """Probe a daemon's health port (grpc.health.v1): exit 0 when SERVING."""
+    import grpc
+
+    from .server.health import probe
+
+    try:
+        status = probe(address, service, timeout)
+    except grpc.RpcError as exc:
+        click.echo(f"UNREACHABLE {address}: {exc.code().name}", err=True)
+        sys.exit(2)
+    click.echo(status)
+    sys.exit(0 if status == "SERVING" else 1)
 
 
 @main.command()

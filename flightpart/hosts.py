@@ -36,11 +36,19 @@ def _interface_addresses() -> frozenset[str]:
 
 
 def host_addresses(override: str | None = None) -> frozenset[str]:
-    """The addresses that count as "this host"."""
+    """The addresses that count as "this host" (a host name given counts with its address)."""
     chosen = override or os.environ.get(HOST_ENV)
     if chosen:
-        return frozenset({chosen})
+        return frozenset({chosen, _resolve(chosen)})
     return _interface_addresses()
+
+
+@lru_cache(maxsize=64)
+def _resolve(name: str) -> str:
+    try:
+        return socket.gethostbyname(name)
+    except OSError:
+        return name
 
 
 def advertised_ip(override: str | None = None) -> str:

@@ -123,6 +123,16 @@ class CatalogServer(flight.FlightServerBase):
         b = action_body(raw, "heartbeat", {"node_id": str})
         return {"known": self.state.heartbeat(b["node_id"])}
 
+    def healthy(self) -> bool:
+        """SERVING while the state database answers."""
+        with self.state._lock:
+            return self.state._db.execute("SELECT 1").fetchone() == (1,)
+
+    def _stats(self, raw: bytes = b"") -> dict:
+        nodes = self.state.nodes()
+        return {"datasets": len(self.state.datasets()), "nodes_alive": sum(n.alive for n in nodes),
+                "nodes_dead": sum(not n.alive for n in nodes), "refused_calls": self.guard.refused}
+
     def _nodes(self, raw: bytes) -> list:
         return [n.as_json() for n in self.state.nodes()]
 
@@ -288,6 +298,7 @@ class CatalogServer(flight.FlightServerBase):
         "register-node": (_register_node, "a node announces itself and what its data directory holds"),
         "heartbeat": (_heartbeat, "a node is alive"),
         "nodes": (_nodes, "every known node, alive or not"),
+        "stats": (_stats, "datasets and nodes alive or dead"),
         "begin": (_begin, "reserve the next version of a dataset"),
         "commit": (_commit, "publish a version once every partition is stored on its nodes"),
         "abort": (_abort, "forget a pending version and drop its files"),

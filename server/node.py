@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import threading
 from typing import Any, Iterator
 
@@ -68,6 +69,7 @@ class NodeServer(flight.FlightServerBase):
         data_dir: str | os.PathLike | None = None,
         catalog: str | None = None,
         advertise_ip: str | None = None,
+        advertise: str | None = None,
         heartbeat_interval: float = 2.0,
         max_partition_bytes: int | None = None,
         max_streams: int | None = None,
@@ -78,7 +80,9 @@ class NodeServer(flight.FlightServerBase):
         scheme = "grpc+tls" if server_kwargs.get("tls_certificates") else "grpc"
         self.guard = GuardFactory(token, max_streams)
         super().__init__(f"{scheme}://{host}:{port}", middleware={"guard": self.guard}, **server_kwargs)
-        self.uri = f"{scheme}://{host}:{self.port}"
+        self.uri = f"{scheme}://{advertise or host}:{self.port}"
+        if advertise_ip is None and advertise:
+            advertise_ip = socket.gethostbyname(advertise)
         self.ip = advertise_ip or (host if host not in ("0.0.0.0", "::", "") else advertised_ip())
         self.store = PartitionStore(data_dir or default_data_dir(), max_partition_bytes=max_partition_bytes)
         self.node_id = self.store.node_id
@@ -222,7 +226,11 @@ class NodeServer(flight.FlightServerBase):
     def _node_info(self, raw: bytes) -> dict:
         return self.info()
 
-    def _stats(self, raw: bytes) -> dict:
+    def healthy(self) -> bool:
+        """SERVING while the data directory is there and writable."""
+        return self.store.root.is_dir() and os.access(self.store.root, os.W_OK)
+
+    def _stats(self, raw: bytes = b"") -> dict:
         return {**self.stats.snapshot(), "partitions_held": len(self.store.scan()),
                 "open_streams": self.guard.open_streams, "refused_calls": self.guard.refused}
 

@@ -1,0 +1,124 @@
+"""docker/compose.yaml, exercised: the same services, commands and environment
+started as local processes, one 127.0.0.x address per service."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from flightpart.daemons import Daemon
+
+ROOT = Path(__file__).resolve().parents[1]
+COMPOSE = ROOT / "docker" / "compose.yaml"
+
+
+def start_order(services: dict) -> list[str]:
+    done: list[str] = []
+    while len(done) < len(services):
+        for name, svc in services.items():
+            deps = svc.get("depends_on", {})
+            if name not in done and all(d in done for d in deps):
+                done.append(name)
+    return done
+
+
+class LocalCompose:
+    """Runs compose services as processes: hosts become 127.0.0.x, volumes temp dirs."""
+
+    def __init__(self, spec: dict, root: Path, first_ip: int = 70):
+        self.spec = spec
+        self.services = spec["services"]
+        self.ips: dict[str, str] = {}
+        for k, name in enumerate(start_order(self.services)):
+            mode = self.services[name].get("network_mode", "")
+            self.ips[name] = self.ips[mode.split(":", 1)[1]] if mode.startswith("service:") else f"127.0.0.{first_ip + k}"
+        self.volumes = {v: root / v for v in spec.get("volumes", {})}
+        for path in self.volumes.values():
+            path.mkdir(parents=True)
+        self.daemons: dict[str, Daemon] = {}
+
+    def localize(self, service: str, value: str, *, host_position: bool = False) -> str:
+        """Host names become their service's address: as ``name:port``, or a whole host value."""
+        if host_position and value in self.ips:
+            return self.ips[value]
+        value = value.replace("0.0.0.0", self.ips[service])
+        for name, ip in self.ips.items():
+            value = re.sub(rf"(?<![\w.-]){re.escape(name)}(?=:\d)", ip, value)
+        for mount in self.services[service].get("volumes", []):
+            volume, target = mount.split(":")[:2]
+            if value == target or value.startswith(target + "/"):
+                value = str(self.volumes[volume]) + value[len(target):]
+        return value
+
+    def argv(self, service: str, words: list[str]) -> list[str]:
+        words = [self.localize(service, w, host_position=k > 0 and words[k - 1] in ("--advertise", "--host"))
+                 for k, w in enumerate(words)]
+        if words[0] == "flightpart":
+            return [sys.executable, "-m", "flightpart", *words[1:]]
+        if words[0] == "python":
+            return [sys.executable, *words[1:]]
+        return words
+
+    def command(self, service: str) -> list[str]:
+        svc = self.services[service]
+        entrypoint = svc.get("entrypoint", ["flightpart"])
+        return self.argv(service, list(entrypoint) + list(svc.get("command", [])))
+
+    def env(self, service: str) -> dict[str, str]:
+        return {k: self.localize(service, str(v), host_position=True) for k, v in self.services[service].get("environment", {}).items()}
+
+    def healthcheck(self, service: str) -> subprocess.CompletedProcess:
+        test = self.services[service]["healthcheck"]["test"]
+        assert test[0] == "CMD"
+        return subprocess.run(self.argv(service, test[1:]), capture_output=True, text=True, timeout=60)
+
+    def stop(self) -> None:
+        for daemon in reversed(list(self.daemons.values())):
+            daemon.stop()
+
+
+@pytest.fixture
+def compose(tmp_path):
+    spec = yaml.safe_load(COMPOSE.read_text())
+    local = LocalCompose(spec, tmp_path)
+    yield local
+    local.stop()
+
+
+def test_the_compose_cluster_runs_and_its_client_reads_from_node1(compose):
+    for name in start_order(compose.services):
+        svc = compose.services[name]
+        if name == "client":
+            continue
+        argv = compose.command(name)
+        assert argv[:3] == [sys.executable, "-m", "flightpart"]
+        compose.daemons[name] = Daemon(argv[3:], env=compose.env(name))
+        check = compose.healthcheck(name)  # the service's own health check, as compose would run it
+        assert check.returncode == 0 and check.stdout.strip() == "SERVING", check.stderr
+        for dep, cond in svc.get("depends_on", {}).items():
+            assert cond["condition"] == "service_healthy" and dep in compose.daemons
+    client = subprocess.run(compose.command("client"), env={**__import__("os").environ, **compose.env("client")},
+                            capture_output=True, text=True, timeout=300)
+    assert client.returncode == 0, client.stderr[-3000:]
+    lines = client.stdout.splitlines()
+    assert lines[0].startswith("3 live nodes")
+    node1 = compose.ips["node1"]
+    parts = [l for l in lines if l.startswith("partition")]
+    assert len(parts) == 3
+    assert all(("zero-copy" in l) == (f"from {node1}:" in l) for l in parts)
+    assert lines[-1] == "read equals what was put: True"
+
+
+def test_the_dockerfile_runs_unprivileged_with_a_data_volume():
+    text = (ROOT / "docker" / "Dockerfile").read_text()
+    assert re.search(r"^FROM python:3\.\d+-slim", text, re.M)
+    assert re.search(r"^USER (?!root)\w+", text, re.M)
+    assert 'VOLUME ["/data"]' in text and "pip install ." in text
+    spec = yaml.safe_load(COMPOSE.read_text())
+    data_volumes = [s["volumes"][0].split(":")[0] for n, s in spec["services"].items() if n.startswith("node")]
+    assert len(set(data_volumes)) == 3  # each node its own volume
