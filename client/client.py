@@ -14,7 +14,7 @@ from typing import Any, Callable, Sequence
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from flightpart import frames
+from flightpart import frames, tiling
 from flightpart.tiling import grid_cells
 from flightpart.connections import ConnectionPool
 from flightpart.errors import NodeUnavailable
@@ -246,17 +246,32 @@ def _grid(value: Sequence[int] | None, nodes: int) -> tuple[int, int]:
 
 
 def dataset_from_info(name: str, info: flight.FlightInfo, get: FlightGet) -> Dataset:
-    """A :class:`Dataset` from the catalog's FlightInfo (see the wire format)."""
+    """A :class:`Dataset` from the catalog's FlightInfo (see the wire format).
+
+    Our catalog adds the geometry and node table to ``FlightInfo.app_metadata``
+    so that 10,000 partitions open without touching 10,000 endpoints; the
+    per-endpoint metadata is the fallback.
+    """
     meta = json.loads(info.app_metadata)
-    replicas_cache: dict[tuple, tuple] = {}
-    parts = []
-    for endpoint in info.endpoints:
-        em = json.loads(endpoint.app_metadata)
-        uris = tuple(loc.uri.decode() if isinstance(loc.uri, bytes) else str(loc.uri) for loc in endpoint.locations)
-        key = (uris, tuple(tuple(l) for l in em["location"]))
-        replicas = replicas_cache.get(key)
-        if replicas is None:
-            replicas = replicas_cache[key] = tuple((u, ip, pid) for u, (ip, pid) in zip(uris, em["location"]))
-        parts.append(PartInfo(tuple(em["position"]), tuple(em["start"]), tuple(em["shape"]), replicas))
-    return Dataset(name, meta["version"], info.schema, tuple(meta["shape"]), tuple(meta["partition_tiling"]),
-                   parts, info.total_bytes, get)
+    grid = tuple(meta["partition_tiling"])
+    if "row_sizes" in meta:
+        nodes = [tuple(n) for n in meta["nodes"]]
+        row_starts = tiling.starts_from_sizes(meta["row_sizes"])
+        col_starts = tiling.starts_from_sizes(meta["col_sizes"])
+        shared: dict[tuple, tuple] = {}
+        parts = []
+        for k, holders in enumerate(meta["replicas"]):
+            i, j = divmod(k, grid[1])
+            key = tuple(holders)
+            replicas = shared.get(key)
+            if replicas is None:
+                replicas = shared[key] = tuple(nodes[h] for h in holders)
+            parts.append(PartInfo((i, j), (row_starts[i], col_starts[j]), (meta["row_sizes"][i], meta["col_sizes"][j]), replicas))
+    else:
+        parts = []
+        for endpoint in info.endpoints:
+            em = json.loads(endpoint.app_metadata)
+            uris = [loc.uri.decode() if isinstance(loc.uri, bytes) else str(loc.uri) for loc in endpoint.locations]
+            replicas = tuple((u, ip, pid) for u, (ip, pid) in zip(uris, em["location"]))
+            parts.append(PartInfo(tuple(em["position"]), tuple(em["start"]), tuple(em["shape"]), replicas))
+    return Dataset(name, meta["version"], info.schema, tuple(meta["shape"]), grid, parts, info.total_bytes, get)

@@ -9,6 +9,7 @@ host reads locally there.
 
 from __future__ import annotations
 
+import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +23,7 @@ from flightpart.connections import ConnectionPool, shared_pool
 from flightpart.errors import NodeUnavailable, PartitionedError
 from flightpart.hosts import host_addresses
 from flightpart.transfer import open_mapped, project, read_node_id
-from flightpart.wire import Ticket, partition_relpath
+from flightpart.wire import NODE_MARKER, Ticket, partition_relpath
 
 from .errors import server_message, translate
 
@@ -117,13 +118,46 @@ def read_local(ref: PartitionRef, local: frozenset[str], pool: ConnectionPool) -
         try:
             info = node_info(uri, pool)
             root = Path(info["data_dir"])
-            if read_node_id(root) != info["node_id"]:
+            if not _is_that_nodes_dir(root, info["node_id"]):
                 continue  # the directory is not that node's (another host with the same path)
-            table = open_mapped(root / partition_relpath(ref.dataset, ref.version, ref.position))
+            table = _mapped(root / partition_relpath(ref.dataset, ref.version, ref.position))
             return project(table, ref.columns, ref.rows)
         except (OSError, ValueError, KeyError, pa.ArrowException):
             continue  # not readable here after all: stream it instead
     return None
+
+
+_maps: dict[Path, tuple[tuple[int, int, int], pa.Table]] = {}
+_markers: dict[Path, tuple[tuple[int, int], str | None]] = {}
+
+
+def _identity(st: os.stat_result) -> tuple[int, int, int]:
+    return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+
+def _mapped(path: Path) -> pa.Table:
+    """The memory-mapped table of a partition file, reused while the file is the same.
+
+    A ``stat`` per call checks that the file still exists and is the same
+    file: a dropped partition fails here instead of being served from a
+    stale map.
+    """
+    identity = _identity(os.stat(path))
+    cached = _maps.get(path)
+    if cached is not None and cached[0] == identity:
+        return cached[1]
+    table = open_mapped(path)
+    _maps[path] = (identity, table)
+    return table
+
+
+def _is_that_nodes_dir(root: Path, node_id: str) -> bool:
+    st = os.stat(root / NODE_MARKER)
+    key = (st.st_ino, st.st_mtime_ns)
+    cached = _markers.get(root)
+    if cached is None or cached[0] != key:
+        cached = _markers[root] = (key, read_node_id(root))
+    return cached[1] == node_id
 
 
 RETRYABLE = (flight.FlightUnavailableError, flight.FlightTimedOutError, flight.FlightInternalError,

@@ -384,6 +384,36 @@ def stats(uri: str, as_json: bool) -> None:
 
 
 @main.command()
+@click.option("--size", default=str(1 << 30), show_default=True, help="Bytes of data (suffixes K, M, G allowed).")
+@click.option("--quick", is_flag=True, help="64 MiB and fewer runs: a smoke test in well under 3 minutes.")
+@click.option("--runs", default=None, type=int, help="Timed runs per contender (after one warm-up).")
+@click.option("--json", "json_path", default=None, type=click.Path(dir_okay=False), help="Write every figure as JSON.")
+@click.option("--plot", "plot_path", default=None, type=click.Path(dir_okay=False), help="Draw a bar chart (PNG).")
+def bench(size: str, quick: bool, runs: int | None, json_path: str | None, plot_path: str | None) -> None:
+    """flightpart against raw Flight, Dask and Ray on this machine, side by side."""
+    from .bench import plot, render, run_bench
+
+    nbytes = 64 << 20 if quick else _parse_size(size)
+    result = run_bench(nbytes, quick=quick, runs=runs, log=lambda m: click.echo(m, err=True))
+    render(result)
+    if json_path:
+        Path(json_path).write_text(json.dumps(result, indent=2))
+    if plot_path:
+        plot(result, plot_path)
+
+
+def _parse_size(text: str) -> int:
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    text = text.strip().upper().rstrip("IB").rstrip("B") if text[-1:].isalpha() else text
+    try:
+        if text[-1:] in units:
+            return int(float(text[:-1]) * units[text[-1]])
+        return int(text)
+    except ValueError:
+        raise click.BadParameter(f"{text!r}: expected bytes such as 1073741824, 512M or 1G", param_hint="--size") from None
+
+
+@main.command()
 @click.option("--size-mb", default=300, show_default=True, type=int, help="Size of the demo dataset.")
 def demo(size_mb: int) -> None:
     """A catalog and 3 nodes on 127.0.0.2-4: put, open and read a dataset, then stop."""

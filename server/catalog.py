@@ -38,7 +38,18 @@ def flight_info(record: VersionRecord, *, with_endpoints: bool = True) -> flight
             })
             ticket = Ticket(record.dataset, record.version, p.part).encode()
             endpoints.append(flight.FlightEndpoint(ticket, [n.uri for n in p.nodes], app_metadata=meta))
-    meta = dumps({"shape": list(record.shape), "partition_tiling": list(record.grid), "version": record.version})
+    nodes = {n.node_id: n for p in record.parts for n in p.nodes}
+    order = sorted(nodes)
+    index = {node_id: k for k, node_id in enumerate(order)}
+    rows = [p.shape[0] for p in record.parts if p.part[1] == 0]
+    cols = [p.shape[1] for p in record.parts if p.part[0] == 0]
+    meta = dumps({
+        "shape": list(record.shape), "partition_tiling": list(record.grid), "version": record.version,
+        # compact geometry for clients that would rather not parse every endpoint
+        "row_sizes": rows, "col_sizes": cols,
+        "nodes": [[nodes[k].uri, nodes[k].ip, nodes[k].pid] for k in order],
+        "replicas": [[index[n.node_id] for n in p.nodes] for p in record.parts],
+    })
     return flight.FlightInfo(
         schema,
         flight.FlightDescriptor.for_path(record.dataset),
@@ -73,6 +84,7 @@ class CatalogServer(flight.FlightServerBase):
         self.uri = f"{scheme}://{host}:{self.port}"
         self.state = CatalogState(state_path, dead_after=dead_after)
         self.pool = pool or ConnectionPool(token=token)
+        self._infos: dict[tuple[str, int], tuple] = {}
 
     def shutdown(self) -> None:
         super().shutdown()
@@ -90,7 +102,19 @@ class CatalogServer(flight.FlightServerBase):
                 raise pa.ArrowInvalid(f"descriptor: version must be a number, got {path[1][:40]!r}")
             version = int(path[1])
         with _errors():
-            return flight_info(self.state.version(check_name(path[0]), version))
+            name = check_name(path[0])
+            version = self.state.latest(name) if version is None else version
+            return self._cached_info(name, version)
+
+    def _cached_info(self, name: str, version: int) -> flight.FlightInfo:
+        """Versions are immutable: their FlightInfo is built once per state of the nodes."""
+        nodes = tuple((n.node_id, n.uri, n.alive) for n in self.state.nodes())
+        cached = self._infos.get((name, version))
+        if cached is not None and cached[0] == nodes:
+            return cached[1]
+        info = flight_info(self.state.version(name, version))
+        self._infos[(name, version)] = (nodes, info)
+        return info
 
     def list_flights(self, context, criteria):
         for record in self.state.datasets():
@@ -107,6 +131,8 @@ class CatalogServer(flight.FlightServerBase):
             raise pa.ArrowInvalid(f"unknown action {action.type!r:.60}; the catalog knows {sorted(self._actions)}")
         with _errors():
             result = entry[0](self, action.body.to_pybytes() if action.body is not None else b"")
+        if action.type not in self._read_only:
+            self._infos.clear()  # replicas, versions or nodes may have changed
         yield flight.Result(pa.py_buffer(dumps(result)))
 
     def _register_node(self, raw: bytes) -> dict:
@@ -308,6 +334,9 @@ class CatalogServer(flight.FlightServerBase):
         "publish-begin": (_publish_begin, "SPMD: join (or open) the pending publish of a dataset"),
         "publish-part": (_publish_part, "SPMD: one rank's part is stored; commits when all ranks are in"),
     }
+
+
+CatalogServer._read_only = frozenset({"heartbeat", "nodes", "stats", "versions", "begin", "publish-begin"})
 
 
 def _group_schema(full: pa.Schema, part: pa.Schema) -> pa.Schema:

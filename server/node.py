@@ -148,12 +148,12 @@ class NodeServer(flight.FlightServerBase):
         except WireError as exc:
             raise _invalid(str(exc)) from None
         schema = reader.schema
-        for other in self.store.held(name, version):
-            if other.part != part and other.part[1] == part[1] and not other.schema.equals(schema):
-                raise _invalid(
-                    f"schema of {name} v{version} {part} differs from partition {other.part} already stored: "
-                    f"got {schema}, expected {other.schema}"
-                )
+        expected = self.store.group_schema(name, version, part[1])
+        if expected is not None and not expected.equals(schema):
+            raise _invalid(
+                f"schema of {name} v{version} {part} differs from the partitions of its column group already stored: "
+                f"got {schema}, expected {expected}"
+            )
         received = [0]
         declared: list[int] = []
 

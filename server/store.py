@@ -60,6 +60,7 @@ class PartitionStore:
         self.max_partition_bytes = max_partition_bytes
         self._lock = threading.Lock()
         self._open: dict[tuple[str, int, tuple[int, int]], pa.Table] = {}
+        self._group_schemas: dict[tuple[str, int, int], pa.Schema] = {}
         self.node_id = read_node_id(self.root) or self._write_marker()
         self._remove_leftover_temporaries()
 
@@ -115,7 +116,24 @@ class PartitionStore:
             raise
         with self._lock:
             self._open.pop((dataset, version, part), None)
+            self._group_schemas.setdefault((dataset, version, part[1]), schema)
         return StoredPartition(dataset, version, part, rows, final.stat().st_size, schema)
+
+    def group_schema(self, dataset: str, version: int, column_group: int) -> pa.Schema | None:
+        """The schema partitions of one column group of a version already have, if any."""
+        key = (dataset, version, column_group)
+        with self._lock:
+            known = self._group_schemas.get(key)
+        if known is not None:
+            return known
+        vdir = self.root / "datasets" / check_name(dataset) / f"v{int(version)}"
+        for path in vdir.glob(f"*_{int(column_group)}.arrow") if vdir.exists() else []:
+            i = int(path.stem.split("_")[0])
+            schema = self.open(dataset, version, (i, column_group)).schema
+            with self._lock:
+                self._group_schemas[key] = schema
+            return schema
+        return None
 
     def open(self, dataset: str, version: int, part: tuple[int, int]) -> pa.Table:
         """The partition as a memory-mapped table (cached), or KeyError."""
@@ -169,8 +187,9 @@ class PartitionStore:
             return 0
         count = len(list(target.rglob("*.arrow")))
         with self._lock:
-            for key in [k for k in self._open if k[0] == dataset and (version is None or k[1] == version)]:
-                del self._open[key]
+            for cache in (self._open, self._group_schemas):
+                for key in [k for k in cache if k[0] == dataset and (version is None or k[1] == version)]:
+                    del cache[key]
         shutil.rmtree(target, ignore_errors=True)
         if version is not None and ddir.exists() and not any(ddir.iterdir()):
             ddir.rmdir()

@@ -1,0 +1,324 @@
+"""``flightpart bench``: flightpart against raw Flight, Dask and Ray, side by side.
+
+Everything runs on this machine: a catalog and three nodes on 127.0.0.2-4
+(the client plays node 1's host), a minimal pyarrow Flight server as the raw
+baseline, a Dask LocalCluster with three workers and a local Ray. Each case
+warms up, then alternates its contenders (A B A B ...) so that drift of the
+machine hits all of them, and reports medians and ratios.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import pickle
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+import psutil
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.flight as flight
+
+GIB = 1 << 30
+MIB = 1 << 20
+
+
+def bench_table(nbytes: int, seed: int = 0) -> pa.Table:
+    """About ``nbytes`` of float64 columns and a string column."""
+    rng = np.random.default_rng(seed)
+    words = pa.array([f"item-{k:05d}" for k in range(5000)])
+    per_row = 4 * 8 + 10 + 8  # four float64, ~10 string bytes, an offset
+    rows = max(1, nbytes // per_row)
+    columns = {f"f{k}": rng.random(rows) for k in range(4)}
+    columns["label"] = pc.take(words, pa.array(rng.integers(0, len(words), rows)))
+    return pa.table(columns)
+
+
+@dataclass
+class Case:
+    """One benchmark case: timings per contender and what it is judged by."""
+
+    name: str
+    goal: str
+    nbytes: int
+    times: dict[str, list[float]] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
+    ratio: tuple[str, str] | None = None  # (ours, baseline): ratio = baseline median / ours median (speed ratio)
+    met: bool | None = None
+
+    def median(self, who: str) -> float:
+        return statistics.median(self.times[who])
+
+    def speed_ratio(self) -> float | None:
+        if not self.ratio:
+            return None
+        ours, base = self.ratio
+        return self.median(base) / self.median(ours)
+
+    def as_json(self) -> dict:
+        return {
+            "case": self.name, "goal": self.goal, "bytes": self.nbytes, "met": self.met,
+            "median_seconds": {k: self.median(k) for k in self.times},
+            "runs_seconds": self.times,
+            "throughput_gbps": {k: self.nbytes / self.median(k) / 1e9 for k in self.times if self.nbytes},
+            "speed_ratio": self.speed_ratio(), "ratio_of": list(self.ratio) if self.ratio else None,
+            **self.extra,
+        }
+
+
+def alternate(contenders: dict[str, Callable[[], Any]], runs: int, warmup: int = 1) -> dict[str, list[float]]:
+    """Warm each contender up, then time them in turn, A B A B ..."""
+    for fn in contenders.values():
+        for _ in range(warmup):
+            fn()
+    times: dict[str, list[float]] = {name: [] for name in contenders}
+    for _ in range(runs):
+        for name, fn in contenders.items():
+            gc.collect()
+            t0 = time.perf_counter()
+            result = fn()
+            times[name].append(time.perf_counter() - t0)
+            del result
+    return times
+
+
+class Harness:
+    """Starts and stops everything the cases need."""
+
+    def __init__(self, root: str, table: pa.Table, *, with_dask: bool = True, with_ray: bool = True):
+        import flightpart as fp
+        from flightpart.daemons import LocalCluster
+
+        self.root = root
+        self.table = table
+        self.cluster = LocalCluster(root, nodes=3, heartbeat=1.0)
+        self.client = fp.connect(self.cluster.uri, host="127.0.0.2")
+        self.dask = None
+        self.ray = None
+        if with_dask:
+            import distributed
+
+            self._dask_cluster = distributed.LocalCluster(n_workers=3, threads_per_worker=1, dashboard_address=None,
+                                                          memory_limit=0, silence_logs=50)
+            self.dask = distributed.Client(self._dask_cluster)
+        if with_ray:
+            os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+            import ray
+
+            ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True,
+                     object_store_memory=max(3 * table.nbytes + 256 * MIB, 512 * MIB))
+            self.ray = ray
+        self.baseline = None
+        self.baseline_uri: str | None = None
+
+    def start_baseline(self, path: str) -> str:
+        proc = subprocess.Popen([sys.executable, "-m", "flightpart.bench_baseline", "127.0.0.3", path],
+                                stdout=subprocess.PIPE, text=True)
+        line = proc.stdout.readline()
+        if not line.startswith("READY"):
+            raise RuntimeError("the baseline Flight server did not start")
+        self.baseline = proc
+        self.baseline_uri = line.split()[2]
+        return self.baseline_uri
+
+    def close(self) -> None:
+        self.client.close()
+        if self.baseline is not None:
+            self.baseline.terminate()
+            self.baseline.wait(30)
+        if self.dask is not None:
+            self.dask.close()
+            self._dask_cluster.close()
+        if self.ray is not None:
+            self.ray.shutdown()
+        self.cluster.stop()
+
+
+def case_remote(h: Harness, runs: int) -> Case:
+    from flightpart.client.fetch import read_remote
+
+    ds = h.client.put("bench-remote", h.table, tiling=(1, 1), nodes=["127.0.0.3"])
+    ref = ds.__partitioned__["partitions"][(0, 0)]["data"]
+    info = h.client.pool.action(ref.replicas[0][0], "node-info")
+    path = os.path.join(info["data_dir"], "datasets", "bench-remote", f"v{ds.version}", "0_0.arrow")
+    uri = h.start_baseline(path)
+    raw = flight.connect(uri)
+    sizes = {s: min(alternate({"raw": lambda s=s: raw.do_get(flight.Ticket(str(s).encode())).read_all()}, 2)["raw"])
+             for s in (256 * 1024, 512 * 1024, MIB, 4 * MIB, 32 * MIB)}
+    best = min(sizes, key=sizes.get)
+    pool = h.client.pool
+    times = alternate({
+        "flightpart get (streamed)": lambda: read_remote(ref, pool),
+        f"raw pyarrow Flight ({best // 1024} KiB batches)": lambda: raw.do_get(flight.Ticket(str(best).encode())).read_all(),
+    }, runs)
+    case = Case("remote partition read", ">= 0.95x raw Flight", h.table.nbytes, times,
+                extra={"baseline_batch_bytes": best, "baseline_by_batch_seconds": {str(k): v for k, v in sizes.items()}})
+    case.ratio = tuple(times)  # type: ignore[assignment]
+    case.met = case.speed_ratio() >= 0.95
+    return case
+
+
+def case_local(h: Harness, runs: int) -> Case:
+    ds = h.client.put("bench-local", h.table, tiling=(1, 1), nodes=["127.0.0.2"])
+    d = ds.__partitioned__
+    ref = d["partitions"][(0, 0)]["data"]
+    get = d["get"]
+    process = psutil.Process()
+    pool_before, rss_before = pa.total_allocated_bytes(), process.memory_info().rss
+    probe = get(ref)
+    copied = pa.total_allocated_bytes() - pool_before
+    rss_growth = process.memory_info().rss - rss_before
+    del probe
+    contenders: dict[str, Callable[[], Any]] = {"flightpart get (local mmap)": lambda: get(ref)}
+    if h.ray is not None:
+        ray_ref = h.ray.put(h.table)
+        contenders["ray.get (same node)"] = lambda: h.ray.get(ray_ref)
+    if h.dask is not None:
+        future = h.dask.scatter(h.table, workers=[sorted(h.dask.scheduler_info()["workers"])[0]])
+        contenders["dask client.gather (from a worker)"] = lambda: h.dask.gather(future)
+    times = alternate(contenders, runs)
+    case = Case("local partition read", "constant time (< 5 ms for 1 GiB), 0 bytes copied, no slower than ray.get",
+                h.table.nbytes, times, extra={"arrow_pool_bytes_allocated": copied, "rss_growth_bytes": rss_growth})
+    ours = case.median("flightpart get (local mmap)")
+    limit = 5e-3 * max(1.0, h.table.nbytes / GIB)
+    case.met = copied == 0 and ours < max(limit, 5e-3) and (h.ray is None or ours <= case.median("ray.get (same node)") * 1.05)
+    if h.ray is not None:
+        case.ratio = ("flightpart get (local mmap)", "ray.get (same node)")
+    return case
+
+
+def case_whole(h: Harness, runs: int) -> Case:
+    ds = h.client.put("bench-whole", h.table, tiling=(3, 1))
+    parts = [h.table.slice(c.start[0], c.shape[0]) for c in __import__("flightpart").tiling.grid_cells(ds.shape, (3, 1))]
+    contenders: dict[str, Callable[[], Any]] = {"flightpart to_arrow()": lambda: h.client.open("bench-whole").to_arrow()}
+    if h.dask is not None:
+        workers = sorted(h.dask.scheduler_info()["workers"])
+        futures = [h.dask.scatter(p, workers=[w]) for p, w in zip(parts, workers)]
+        contenders["dask client.gather (3 workers)"] = lambda: h.dask.gather(futures)
+    if h.ray is not None:
+        refs = [h.ray.put(p) for p in parts]
+        contenders["ray.get (3 refs)"] = lambda: h.ray.get(refs)
+    times = alternate(contenders, runs)
+    case = Case("whole dataset read (3 nodes, 1 local)", ">= 2x Dask", h.table.nbytes, times)
+    if h.dask is not None:
+        case.ratio = ("flightpart to_arrow()", "dask client.gather (3 workers)")
+        case.met = case.speed_ratio() >= 2.0
+    return case
+
+
+def case_put(h: Harness, runs: int) -> Case:
+    if h.baseline_uri is None:
+        raise RuntimeError("the remote case starts the baseline server first")
+    raw = flight.connect(h.baseline_uri)
+    batched = __import__("flightpart").frames.rechunk(h.table, MIB)
+
+    def raw_put():
+        writer, _ = raw.do_put(flight.FlightDescriptor.for_path("raw"), batched.schema)
+        writer.write_table(batched)
+        writer.close()
+
+    counter = iter(range(10**6))
+
+    def fp_put():
+        name = f"bench-put-{next(counter)}"
+        h.client.put(name, h.table, tiling=(3, 1))
+        h.client.drop(name)
+
+    times = alternate({"flightpart put (3 nodes, fsync)": fp_put, "raw Flight do_put (1 server, memory)": raw_put}, runs)
+    case = Case("put", ">= 0.9x raw Flight do_put", h.table.nbytes, times)
+    case.ratio = tuple(times)  # type: ignore[assignment]
+    case.met = case.speed_ratio() >= 0.9
+    return case
+
+
+def case_open(h: Harness, runs: int, partitions: int) -> Case:
+    small = pa.table({"a": np.arange(partitions, dtype=np.int64)})
+    t0 = time.perf_counter()
+    h.client.put("bench-open", small, tiling=(partitions, 1))
+    put_s = time.perf_counter() - t0
+    times = alternate({f"client.open ({partitions} partitions)": lambda: h.client.open("bench-open")}, runs)
+    size = len(pickle.dumps(h.client.open("bench-open").__partitioned__))
+    case = Case("open", "< 200 ms and < 300 pickled bytes per partition (10,000 partitions)", 0, times,
+                extra={"partitions": partitions, "pickled_bytes": size, "pickled_bytes_per_partition": size / partitions,
+                       "put_seconds": put_s})
+    case.met = case.median(next(iter(times))) < 0.2 and size / partitions < 300
+    return case
+
+
+def run_bench(size: int, *, quick: bool = False, runs: int | None = None, open_partitions: int = 10_000,
+              with_dask: bool = True, with_ray: bool = True, log: Callable[[str], None] = print) -> dict:
+    runs = runs or (5 if quick else 7)
+    table = bench_table(size)
+    started = time.perf_counter()
+    cases: list[Case] = []
+    with tempfile.TemporaryDirectory(prefix="flightpart-bench-") as root:
+        h = Harness(root, table, with_dask=with_dask, with_ray=with_ray)
+        try:
+            for fn in (case_remote, case_local, case_whole, case_put):
+                log(f"running: {fn.__name__[5:]} ...")
+                cases.append(fn(h, runs))
+            log("running: open ...")
+            cases.append(case_open(h, runs, open_partitions))
+        finally:
+            h.close()
+    return {
+        "size_bytes": table.nbytes, "quick": quick, "runs": runs, "seconds": time.perf_counter() - started,
+        "machine": {"cpus": os.cpu_count(), "memory_bytes": psutil.virtual_memory().total, "python": sys.version.split()[0],
+                    "pyarrow": pa.__version__},
+        "cases": [c.as_json() for c in cases],
+    }
+
+
+def render(result: dict) -> None:
+    """A table of medians, throughput and ratios."""
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=f"flightpart bench: {result['size_bytes'] / MIB:,.0f} MiB, {result['runs']} runs per contender, "
+                    f"{result['seconds']:.0f} s")
+    for col in ("case", "contender", "median", "GB/s", "ratio", "goal", "met"):
+        t.add_column(col)
+    for case in result["cases"]:
+        first = True
+        for who, median in case["median_seconds"].items():
+            gbps = case["throughput_gbps"].get(who)
+            ratio = ""
+            if first and case["speed_ratio"] is not None:
+                ratio = f"{case['speed_ratio']:.2f}x vs {case['ratio_of'][1]}"
+            t.add_row(case["case"] if first else "", who, f"{median * 1e3:,.2f} ms", f"{gbps:.2f}" if gbps else "",
+                      ratio, case["goal"] if first else "", ("[green]yes[/]" if case["met"] else "[red]no[/]") if first else "")
+            first = False
+        extras = {k: v for k, v in case.items() if k in ("pickled_bytes_per_partition", "arrow_pool_bytes_allocated", "rss_growth_bytes")}
+        for k, v in extras.items():
+            t.add_row("", f"  {k}", f"{v:,.0f}", "", "", "", "")
+    Console().print(t)
+
+
+def plot(result: dict, path: str) -> None:
+    """A bar chart of the medians, one panel per case."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cases = result["cases"]
+    fig, axes = plt.subplots(1, len(cases), figsize=(4.2 * len(cases), 4.2))
+    for ax, case in zip(axes, cases):
+        names = list(case["median_seconds"])
+        values = [case["median_seconds"][n] * 1e3 for n in names]
+        colours = ["#1f77b4" if n.startswith(("flightpart", "client.open")) else "#bbbbbb" for n in names]
+        ax.bar(range(len(names)), values, color=colours)
+        ax.set_xticks(range(len(names)), [n.replace(" (", "\n(") for n in names], fontsize=7)
+        ax.set_ylabel("median ms (lower is better)")
+        ax.set_title(case["case"], fontsize=9)
+    fig.suptitle(f"flightpart bench, {result['size_bytes'] / MIB:,.0f} MiB")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)

@@ -1,0 +1,48 @@
+"""The baseline the benchmark compares against: a minimal pyarrow Flight server.
+
+It holds one table in memory (read fully, not memory-mapped) and streams it
+cut in batches of the size the ticket asks for (``b"<bytes>"``), so the
+benchmark can pick the batch size that suits it best; ``do_put`` reads and
+keeps the stream in memory, the raw counterpart of a flightpart put. Run as
+``python -m flightpart.bench_baseline HOST PATH``; prints ``READY baseline <uri>``.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import pyarrow as pa
+import pyarrow.flight as flight
+
+from flightpart.frames import rechunk
+
+
+class BaselineServer(flight.FlightServerBase):
+    def __init__(self, host: str, table: pa.Table):
+        super().__init__(f"grpc://{host}:0")
+        self.uri = f"grpc://{host}:{self.port}"
+        self.table = table
+        self._chunked: dict[int, pa.Table] = {}
+        self.received: pa.Table | None = None
+
+    def do_get(self, context, ticket):
+        size = int(ticket.ticket.decode())
+        if size not in self._chunked:
+            self._chunked[size] = rechunk(self.table, size)
+        return flight.RecordBatchStream(self._chunked[size])
+
+    def do_put(self, context, descriptor, reader, writer):
+        self.received = reader.read_all()
+
+
+def main() -> None:
+    host, path = sys.argv[1], sys.argv[2]
+    with pa.OSFile(path, "rb") as source:  # read into memory: an in-memory table, not a map
+        table = pa.ipc.open_file(source).read_all()
+    server = BaselineServer(host, table)
+    print(f"READY baseline {server.uri}", flush=True)
+    server.serve()
+
+
+if __name__ == "__main__":
+    main()
