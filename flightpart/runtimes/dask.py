@@ -292,3 +292,6 @@ def put(client: Any, name: str, ddf: Any, nodes: list[dict], version: int) -> tu
 
 def is_dask_collection(obj: Any) -> bool:
     return type(obj).__module__.startswith("dask.dataframe") and hasattr(obj, "npartitions")
+
+
+from flightpart.runtimes.dask_cluster import start, stop  # noqa: E402  (fp.dask.start / fp.dask.stop)

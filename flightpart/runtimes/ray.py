@@ -188,3 +188,6 @@ def put(client: Any, name: str, dataset: Any, nodes: list[dict], version: int) -
 
 def is_ray_dataset(obj: Any) -> bool:
     return type(obj).__module__.startswith("ray.data") and hasattr(obj, "to_arrow_refs")
+
+
+from flightpart.runtimes.ray_cluster import start, stop  # noqa: E402  (fp.ray.start / fp.ray.stop)

@@ -1,0 +1,126 @@
+"""flightpart on a Ray cluster: one node actor per Ray node, one catalog actor.
+
+Detached, named actors in the ``flightpart`` namespace, each node actor
+pinned to its Ray node (``NodeAffinitySchedulingStrategy(soft=False)``) and
+restarted by Ray if it dies (``max_restarts``); a restarted node re-registers
+what its data directory holds. ``start`` is idempotent: existing actors are
+reused, so calling it again after Ray nodes joined starts only theirs.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+NAMESPACE = "flightpart"
+CATALOG_ACTOR = "flightpart-catalog"
+NODE_PREFIX = "flightpart-node-"
+
+
+class CatalogActor:
+    def __init__(self, host: str, port: int, state_dir: str | None):
+        from flightpart.server.catalog import CatalogServer
+
+        state = ":memory:" if state_dir is None else str(Path(state_dir) / "catalog.sqlite")
+        if state_dir is not None:
+            Path(state_dir).mkdir(parents=True, exist_ok=True)
+        self.server = CatalogServer(host, port, state_path=state)
+
+    def uri(self) -> str:
+        return self.server.uri
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+
+
+class NodeActor:
+    def __init__(self, host: str, port: int, data_dir: str, catalog: str):
+        from flightpart.server.node import NodeServer
+
+        self.server = NodeServer(host, port, data_dir=data_dir, catalog=catalog)
+        self.server.register()
+
+    def uri(self) -> str:
+        return self.server.uri
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+
+
+def _data_dir(base: str | None, node_id: str) -> str:
+    import platformdirs
+
+    root = Path(base) if base else Path(platformdirs.user_data_dir("flightpart")) / "ray"
+    return str(root / node_id[:16])
+
+
+def _get_or_create(ray: Any, cls: type, name: str, options: dict, *args: Any) -> Any:
+    try:
+        return ray.get_actor(name, namespace=NAMESPACE)
+    except ValueError:
+        remote = ray.remote(cls)
+        return remote.options(name=name, namespace=NAMESPACE, lifetime="detached", get_if_exists=True,
+                              num_cpus=0, **options).remote(*args)
+
+
+def start(num_nodes: int | None = None, data_dir: str | None = None, port: int = 0, *, host: str | None = None,
+          max_restarts: int = 3) -> Any:
+    """Start (or join) flightpart on every alive Ray node; returns a connected ``Client``.
+
+    ``host`` overrides the address the daemons bind and advertise (default:
+    each Ray node's IP); ``num_nodes`` limits how many Ray nodes get a node.
+    """
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from flightpart.client import Client
+
+    alive = [n for n in ray.nodes() if n["Alive"]]
+    if num_nodes is not None:
+        alive = alive[:num_nodes]
+    head = ray.get_runtime_context().get_node_id()
+    head_ip = next((n["NodeManagerAddress"] for n in alive if n["NodeID"] == head), alive[0]["NodeManagerAddress"])
+    catalog = _get_or_create(ray, CatalogActor, CATALOG_ACTOR,
+                             {"scheduling_strategy": NodeAffinitySchedulingStrategy(head, soft=True), "max_restarts": max_restarts},
+                             host or head_ip, 0, None)
+    catalog_uri = ray.get(catalog.uri.remote())
+    nodes = []
+    for n in alive:
+        options = {"scheduling_strategy": NodeAffinitySchedulingStrategy(n["NodeID"], soft=False), "max_restarts": max_restarts,
+                   "max_task_retries": 3}
+        nodes.append(_get_or_create(ray, NodeActor, NODE_PREFIX + n["NodeID"], options,
+                                    host or n["NodeManagerAddress"], port, _data_dir(data_dir, n["NodeID"]), catalog_uri))
+    ray.get([a.uri.remote() for a in nodes])  # every node is up and registered
+    return Client(catalog_uri)
+
+
+def stop() -> None:
+    """Stop every flightpart actor (nodes first, then the catalog)."""
+    import ray
+
+    names = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True) if a.get("namespace") == NAMESPACE]
+    for name in sorted(names, key=lambda n: n == CATALOG_ACTOR):
+        actor = ray.get_actor(name, namespace=NAMESPACE)
+        try:
+            ray.get(actor.stop.remote(), timeout=30)
+        except Exception:
+            pass  # already gone: killing it is all that is left
+        ray.kill(actor, no_restart=True)
+
+
+def actors() -> dict[str, int]:
+    """Names and PIDs of the running flightpart actors."""
+    import ray
+
+    out = {}
+    for a in ray.util.list_named_actors(all_namespaces=True):
+        if a.get("namespace") == NAMESPACE:
+            out[a["name"]] = ray.get(ray.get_actor(a["name"], namespace=NAMESPACE).pid.remote())
+    return out

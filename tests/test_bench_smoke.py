@@ -1,0 +1,34 @@
+"""`flightpart bench --quick` runs and writes every case's medians and ratios.
+
+A smoke test only: no thresholds, a noisy machine must not fail the build.
+The goals are judged in docs/benchmarks.md from full runs.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+
+@pytest.mark.slow
+def test_quick_bench_writes_every_figure(tmp_path):
+    out, png = tmp_path / "out.json", tmp_path / "bench.png"
+    done = subprocess.run([sys.executable, "-m", "flightpart", "bench", "--quick", "--runs", "3", "--json", str(out), "--plot", str(png)],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(out.read_text())
+    cases = {c["case"]: c for c in result["cases"]}
+    assert list(cases) == ["remote partition read", "local partition read", "whole dataset read (3 nodes, 1 local)", "put", "open"]
+    for case in cases.values():
+        assert case["median_seconds"] and all(v > 0 for v in case["median_seconds"].values())
+        assert all(len(runs) == 3 for runs in case["runs_seconds"].values())
+        assert isinstance(case["met"], bool)
+    for name in ("remote partition read", "local partition read", "whole dataset read (3 nodes, 1 local)", "put"):
+        assert cases[name]["speed_ratio"] > 0
+    assert cases["local partition read"]["arrow_pool_bytes_allocated"] == 0
+    assert cases["open"]["partitions"] == 10_000 and cases["open"]["pickled_bytes_per_partition"] > 0
+    assert png.stat().st_size > 10_000 and png.read_bytes()[:4] == b"\x89PNG"
+    assert "flightpart bench" in done.stdout
