@@ -318,7 +318,10 @@ def plot(result: dict, path: str) -> None:
         colours = ["#1f77b4" if n.startswith(("flightpart", "client.open")) else "#bbbbbb" for n in names]
         ax.bar(range(len(names)), values, color=colours)
         ax.set_xticks(range(len(names)), [n.replace(" (", "\n(") for n in names], fontsize=7)
-        ax.set_ylabel("median ms (lower is better)")
+        ax.set_yscale("log")
+        ax.set_ylabel("median ms, log scale (lower is better)")
+        for k, v in enumerate(values):
+            ax.annotate(f"{v:,.2f}" if v < 10 else f"{v:,.0f}", (k, v), ha="center", va="bottom", fontsize=7)
         ax.set_title(case["case"], fontsize=9)
     fig.suptitle(f"flightpart bench, {result['size_bytes'] / MIB:,.0f} MiB")
     fig.tight_layout()
