@@ -39,9 +39,13 @@ class DaskGather(StatelessGet):
 
 
 def host_of(address: str) -> str:
-    """The host part of a worker address such as ``tcp://127.0.0.2:40001``."""
-    rest = address.split("://", 1)[-1]
-    return rest.rsplit(":", 1)[0].strip("[]")
+    """The host of a worker address (``tcp://127.0.0.2:40001``, ``inproc://10.0.0.5/77/3``, ...)."""
+    try:
+        from distributed.comm.addressing import get_address_host
+
+        return get_address_host(address)
+    except (ImportError, ValueError):
+        return address.split("://", 1)[-1].rsplit(":", 1)[0].strip("[]")
 
 
 class DaskPartitioned:

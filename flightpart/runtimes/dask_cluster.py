@@ -34,7 +34,9 @@ def _stop_catalog(dask_scheduler: Any = None) -> None:
 
 
 def _host_of(address: str) -> str:
-    return address.split("://", 1)[-1].rsplit(":", 1)[0].strip("[]")
+    from flightpart.runtimes.dask import host_of
+
+    return host_of(address)
 
 
 try:
