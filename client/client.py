@@ -11,7 +11,6 @@ import json
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Sequence
 
-import pyarrow as pa
 import pyarrow.flight as flight
 
 from flightpart import frames, tiling

@@ -12,7 +12,7 @@ from typing import Any, Sequence
 
 import pyarrow as pa
 
-from flightpart import frames, tiling
+from flightpart import frames
 from flightpart.errors import PartitionedError
 
 from .fetch import FlightGet, PartitionRef, Replica

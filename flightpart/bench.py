@@ -10,7 +10,6 @@ machine hits all of them, and reports medians and ratios.
 from __future__ import annotations
 
 import gc
-import json
 import os
 import pickle
 import statistics

@@ -351,6 +351,20 @@ def partitioned(frame: Any, tiling: Sequence[int] = (1, 1)) -> PartitionedFrame:
     return PartitionedFrame(frames.to_arrow(frame), grid)
 
 
+def row_blocks_dict(handles: Sequence[Any], lengths: Sequence[int], ncols: int, locations: Sequence[list], get: Callable) -> dict:
+    """A ``__partitioned__`` of one row block per handle (a runtime's partitions in order)."""
+    starts = tiling.starts_from_sizes(lengths)
+    return {
+        "shape": (sum(lengths), ncols),
+        "partition_tiling": (len(handles), 1),
+        "partitions": {
+            (k, 0): {"start": (starts[k], 0), "shape": (lengths[k], ncols), "data": h, "location": list(locations[k])}
+            for k, h in enumerate(handles)
+        },
+        "get": get,
+    }
+
+
 # --------------------------------------------------------------------------- consume
 
 

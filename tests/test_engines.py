@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
-import time
 
 import dask.dataframe as dd
 import numpy as np
@@ -18,15 +15,7 @@ import pytest
 import flightpart as fp
 from flightpart.runtimes import dask_cluster, ray_cluster
 
-
-def wait_until(check, timeout=60.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
+from helpers import dask_workers_on, wait_until
 
 
 def frame(rows=600) -> pd.DataFrame:
@@ -97,21 +86,8 @@ def test_dask_localcluster_gets_one_node_per_host(tmp_path):
 
 @pytest.fixture
 def two_host_workers():
-    """A scheduler and one worker process on each of 127.0.0.2 and 127.0.0.3."""
-    import distributed
-
-    with distributed.LocalCluster(n_workers=0, host="127.0.0.1", scheduler_port=0, dashboard_address=None) as lc:
-        procs = [subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_worker", lc.scheduler_address, "--host", ip,
-                                   "--nthreads", "1", "--no-nanny", "--no-dashboard"],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for ip in ("127.0.0.62", "127.0.0.63")]
-        try:
-            with distributed.Client(lc.scheduler_address) as dc:
-                dc.wait_for_workers(2, timeout=60)
-                yield dc
-        finally:
-            for p in procs:
-                p.terminate()
-                p.wait(30)
+    with dask_workers_on(["127.0.0.62", "127.0.0.63"]) as client, client.as_current():
+        yield client
 
 
 def test_two_hosts_two_nodes_and_a_put_that_never_passes_through_the_driver(two_host_workers, tmp_path):

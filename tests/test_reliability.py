@@ -5,7 +5,6 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -13,6 +12,8 @@ import pytest
 
 import flightpart as fp
 from flightpart.daemons import LocalCluster
+
+from helpers import wait_until
 
 
 def table_of(rows: int, seed: int = 0) -> pa.Table:
@@ -24,16 +25,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def wait_until(check, timeout: float = 20.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 @pytest.fixture

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import time
 
 import dask
 import dask.dataframe as dd
@@ -16,6 +13,8 @@ import pytest
 import flightpart as fp
 from flightpart.runtimes import dask as fdask
 from flightpart.runtimes import ray as fray
+
+from helpers import dask_workers_on
 
 
 def frame(rows: int = 400) -> pd.DataFrame:
@@ -96,7 +95,7 @@ def test_raw_dask_graph_runs_under_dask_get_and_distributed(cluster, dask_client
 def test_to_dask_has_divisions_and_pushes_the_projection(cluster, dask_client):
     df = frame(300)
     with fp.connect(cluster.uri) as client:
-        ds = client.put("projected", df, tiling=(3, 1))
+        client.put("projected", df, tiling=(3, 1))
         ddf = client.open("projected").to_dask()
         assert ddf.known_divisions and ddf.divisions == (0, 100, 200, 299)
         before = sent(client, cluster)
@@ -112,20 +111,8 @@ def test_to_dask_has_divisions_and_pushes_the_projection(cluster, dask_client):
 @pytest.fixture(scope="module")
 def two_host_dask(cluster):
     """A scheduler and one worker process on each of 127.0.0.2 and 127.0.0.3."""
-    import distributed
-
-    with distributed.LocalCluster(n_workers=0, host="127.0.0.1", scheduler_port=0, dashboard_address=None) as lc:
-        workers = [subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_worker", lc.scheduler_address, "--host", ip,
-                                     "--nthreads", "1", "--no-nanny", "--no-dashboard"],
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for ip in ("127.0.0.2", "127.0.0.3")]
-        try:
-            with distributed.Client(lc.scheduler_address, set_as_default=False) as client:
-                client.wait_for_workers(2, timeout=60)
-                yield client
-        finally:
-            for w in workers:
-                w.terminate()
-                w.wait(30)
+    with dask_workers_on(["127.0.0.2", "127.0.0.3"]) as client:
+        yield client
 
 
 def test_reads_run_on_the_partition_host_and_puts_go_from_workers(cluster, two_host_dask):

@@ -61,23 +61,8 @@ class DaskPartitioned:
 
     @property
     def __partitioned__(self) -> dict:
-        starts = [0]
-        for n in self.lengths[:-1]:
-            starts.append(starts[-1] + n)
-        return {
-            "shape": (sum(self.lengths), self._ncols),
-            "partition_tiling": (len(self.futures), 1),
-            "partitions": {
-                (k, 0): {
-                    "start": (starts[k], 0),
-                    "shape": (self.lengths[k], self._ncols),
-                    "data": fut,
-                    "location": [(host_of(w), self._pids.get(w, 0)) for w in self.holders[k]],
-                }
-                for k, fut in enumerate(self.futures)
-            },
-            "get": DaskGather(),
-        }
+        locations = [[(host_of(w), self._pids.get(w, 0)) for w in holders] for holders in self.holders]
+        return protocol.row_blocks_dict(self.futures, self.lengths, self._ncols, locations, DaskGather())
 
 
 def partitioned(ddf: Any, client: Any = None) -> DaskPartitioned:
@@ -298,4 +283,4 @@ def is_dask_collection(obj: Any) -> bool:
     return type(obj).__module__.startswith("dask.dataframe") and hasattr(obj, "npartitions")
 
 
-from flightpart.runtimes.dask_cluster import start, stop  # noqa: E402  (fp.dask.start / fp.dask.stop)
+from flightpart.runtimes.dask_cluster import start, stop  # noqa: E402,F401  (fp.dask.start / fp.dask.stop)

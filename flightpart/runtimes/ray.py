@@ -77,18 +77,7 @@ class RayPartitioned:
 
     @property
     def __partitioned__(self) -> dict:
-        starts = [0]
-        for n in self.lengths[:-1]:
-            starts.append(starts[-1] + n)
-        return {
-            "shape": (sum(self.lengths), self.ncols),
-            "partition_tiling": (len(self.refs), 1),
-            "partitions": {
-                (k, 0): {"start": (starts[k], 0), "shape": (self.lengths[k], self.ncols), "data": ref, "location": self.locations[k]}
-                for k, ref in enumerate(self.refs)
-            },
-            "get": RayGet(),
-        }
+        return protocol.row_blocks_dict(self.refs, self.lengths, self.ncols, self.locations, RayGet())
 
 
 def partitioned(dataset: Any) -> RayPartitioned:
@@ -190,4 +179,4 @@ def is_ray_dataset(obj: Any) -> bool:
     return type(obj).__module__.startswith("ray.data") and hasattr(obj, "to_arrow_refs")
 
 
-from flightpart.runtimes.ray_cluster import start, stop  # noqa: E402  (fp.ray.start / fp.ray.stop)
+from flightpart.runtimes.ray_cluster import start, stop  # noqa: E402,F401  (fp.ray.start / fp.ray.stop)

@@ -18,7 +18,22 @@ CATALOG_ACTOR = "flightpart-catalog"
 NODE_PREFIX = "flightpart-node-"
 
 
-class CatalogActor:
+class _ServerActor:
+    """What every flightpart actor answers: its URI, its PID, and stop."""
+
+    server: Any
+
+    def uri(self) -> str:
+        return self.server.uri
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+
+
+class CatalogActor(_ServerActor):
     def __init__(self, host: str, port: int, state_dir: str | None):
         from flightpart.server.catalog import CatalogServer
 
@@ -27,31 +42,13 @@ class CatalogActor:
             Path(state_dir).mkdir(parents=True, exist_ok=True)
         self.server = CatalogServer(host, port, state_path=state)
 
-    def uri(self) -> str:
-        return self.server.uri
 
-    def pid(self) -> int:
-        return os.getpid()
-
-    def stop(self) -> None:
-        self.server.shutdown()
-
-
-class NodeActor:
+class NodeActor(_ServerActor):
     def __init__(self, host: str, port: int, data_dir: str, catalog: str):
         from flightpart.server.node import NodeServer
 
         self.server = NodeServer(host, port, data_dir=data_dir, catalog=catalog)
         self.server.register()
-
-    def uri(self) -> str:
-        return self.server.uri
-
-    def pid(self) -> int:
-        return os.getpid()
-
-    def stop(self) -> None:
-        self.server.shutdown()
 
 
 def _data_dir(base: str | None, node_id: str) -> str:

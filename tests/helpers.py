@@ -1,0 +1,39 @@
+"""Small helpers shared by test modules."""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import sys
+import time
+from typing import Iterator, Sequence
+
+
+def wait_until(check, timeout: float = 30.0, what: str = "condition"):
+    """Poll ``check`` until it returns something true; fail the test after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@contextlib.contextmanager
+def dask_workers_on(ips: Sequence[str]) -> Iterator:
+    """A Dask scheduler on 127.0.0.1 and one worker process bound to each of ``ips``."""
+    import distributed
+
+    with distributed.LocalCluster(n_workers=0, host="127.0.0.1", scheduler_port=0, dashboard_address=None) as lc:
+        procs = [subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_worker", lc.scheduler_address, "--host", ip,
+                                   "--nthreads", "1", "--no-nanny", "--no-dashboard"],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for ip in ips]
+        try:
+            with distributed.Client(lc.scheduler_address, set_as_default=False) as client:
+                client.wait_for_workers(len(ips), timeout=60)
+                yield client
+        finally:
+            for p in procs:
+                p.terminate()
+                p.wait(30)
