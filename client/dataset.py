@@ -33,7 +33,8 @@ class Dataset:
 
     def __init__(self, name: str, version: int, schema: pa.Schema, shape: tuple[int, int], grid: tuple[int, int],
                  parts: Sequence[PartInfo], nbytes: int, get: FlightGet, *, columns: dict[int, tuple[str, ...]] | None = None,
-                 rows: tuple[int, int] | None = None, spmd: tuple[int, int] | None = None):
+                 rows: tuple[int, int] | None = None, spmd: tuple[int, int] | None = None,
+                 order: Sequence[str] | None = None):
         self.name = name
         self.version = version
         self._schema = schema
@@ -45,9 +46,10 @@ class Dataset:
         self._columns = columns  # column group -> selected columns (None: all)
         self._rows = rows
         self._spmd = spmd
+        self._order = list(order) if order is not None else None  # the user's column order after select()
 
     def _derive(self, **changes: Any) -> "Dataset":
-        kwargs = {"columns": self._columns, "rows": self._rows, "spmd": self._spmd, **changes}
+        kwargs = {"columns": self._columns, "rows": self._rows, "spmd": self._spmd, "order": self._order, **changes}
         return Dataset(self.name, self.version, self._schema, self._shape, self._grid, list(self._parts.values()),
                        self._nbytes, self._get, **kwargs)
 
@@ -66,9 +68,7 @@ class Dataset:
         groups = frames.column_groups(data_cols, self._grid[1])
         chosen = {j: tuple([c for c in columns if c in group] + index_cols) for j, group in enumerate(groups)}
         chosen = {j: cols for j, cols in chosen.items() if len(cols) > len(index_cols)}
-        view = self._derive(columns=chosen)
-        view._order = list(columns)
-        return view
+        return self._derive(columns=chosen, order=list(columns))
 
     def __getitem__(self, key: slice) -> "Dataset":
         if not isinstance(key, slice) or key.step not in (None, 1):
@@ -189,9 +189,8 @@ class Dataset:
             )
         tables = self._get([d["partitions"][p]["data"] for p in positions])
         table = frames.assemble(dict(zip(positions, tables)), d["partition_tiling"])
-        order = getattr(self, "_order", None)
-        if order is not None:
-            table = table.select(order + [c for c in table.column_names if c not in order])
+        if self._order is not None:
+            table = table.select(self._order + [c for c in table.column_names if c not in self._order])
         return table
 
     def read_locals(self) -> dict[tuple[int, int], pa.Table]:
@@ -213,8 +212,7 @@ class Dataset:
         from flightpart.runtimes.dask import from_partitioned
 
         ddf = from_partitioned(self, schema=self._schema if self._columns is None else self.schema)
-        order = getattr(self, "_order", None)
-        return ddf[order] if order is not None else ddf
+        return ddf[self._order] if self._order is not None else ddf
 
     def dask_graph(self, name: str | None = None) -> dict:
         """A raw Dask graph ``{(name, i): (read, block)}`` (the Dask graph spec)."""

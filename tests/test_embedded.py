@@ -75,3 +75,12 @@ def test_empty_slices_and_bad_slices(client):
         ds[::2]
     with pytest.raises(KeyError, match="has no column 'nope'"):
         ds.select(["nope"])
+
+
+def test_selected_column_order_survives_slicing_across_column_groups(client):
+    table = pa.table({"a": np.arange(10), "b": np.arange(10) * 2, "c": np.arange(10) * 3, "d": np.arange(10) * 4})
+    ds = client.put("ordered", table, tiling=(2, 2))
+    view = ds.select(["d", "a"])
+    assert view.to_arrow().column_names == ["d", "a"]
+    assert view[2:5].to_arrow().equals(table.select(["d", "a"]).slice(2, 3))
+    assert view[2:5][1:2].to_pandas().columns.tolist() == ["d", "a"]
