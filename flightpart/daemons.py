@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import tempfile
 import sys
 import threading
 import time
@@ -33,20 +34,33 @@ def announce(role: str, uri: str) -> None:
 
 
 class Daemon:
-    """A ``flightpart`` daemon run as a child process."""
+    """A ``flightpart`` daemon run as a child process.
+
+    Its stderr (the logs) goes to a temporary file opened for appending,
+    never to a pipe: nobody reads a pipe while the daemon runs, and a daemon
+    whose logs filled one would block on its next log line. :meth:`log`
+    reads the file through a descriptor of its own, so reading never moves
+    the daemon's write position. The file is removed by :meth:`stop`.
+    """
 
     def __init__(self, args: Sequence[str], *, env: dict | None = None, timeout: float = 60.0):
         self.args = [sys.executable, "-m", "flightpart", *args]
-        self.proc = subprocess.Popen(self.args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                     env={**os.environ, **(env or {})})
+        fd, self.log_path = tempfile.mkstemp(prefix="flightpart-daemon-", suffix=".log")
+        os.close(fd)
+        with open(self.log_path, "a") as log:
+            self.proc = subprocess.Popen(self.args, stdout=subprocess.PIPE, stderr=log, text=True,
+                                         env={**os.environ, **(env or {})})
         self.uris: dict[str, str] = {}
-        wanted = "node" if args[0] == "serve" else "catalog"
+        command = next((a for a in args if a in ("serve", "catalog")), None)
+        if command is None:
+            raise ValueError(f"{' '.join(args)}: a daemon runs `serve` or `catalog`")
+        wanted = "node" if command == "serve" else "catalog"
         deadline = time.monotonic() + timeout
         while True:
             line = self.proc.stdout.readline()
             if not line:
-                err = self.proc.stderr.read()
-                raise RuntimeError(f"{' '.join(args)} exited before it was ready:\n{err[-2000:]}")
+                self.proc.wait()
+                raise RuntimeError(f"{' '.join(args)} exited before it was ready:\n{self.log()[-2000:]}")
             if line.startswith("READY "):
                 _, role, uri = line.split()
                 self.uris[role] = uri
@@ -55,6 +69,14 @@ class Daemon:
             if time.monotonic() > deadline:
                 self.stop()
                 raise TimeoutError(f"{' '.join(args)} not ready after {timeout}s")
+
+    def log(self) -> str:
+        """Everything the daemon wrote to stderr so far."""
+        try:
+            with open(self.log_path, errors="replace") as log:
+                return log.read()
+        except FileNotFoundError:
+            return ""
 
     @property
     def uri(self) -> str:
@@ -72,14 +94,20 @@ class Daemon:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-        for stream in (self.proc.stdout, self.proc.stderr):
-            if stream:
-                stream.close()
+        self._release()
 
     def kill(self) -> None:
         """kill -9: no shutdown, as a crash would."""
         self.proc.kill()
         self.proc.wait()
+        self._release()
+
+    def _release(self) -> None:
+        """Close the READY pipe and remove the log file."""
+        if self.proc.stdout:
+            self.proc.stdout.close()
+        if os.path.exists(self.log_path):
+            os.unlink(self.log_path)
 
 
 class LocalCluster:

@@ -47,3 +47,24 @@ def test_version_and_help():
 
     assert cli("--version").stdout.strip() == f"flightpart, version {flightpart.__version__}"
     assert "serve" in cli("--help").stdout
+
+
+def test_a_chatty_daemon_keeps_running_past_a_pipe_full_of_logs(tmp_path):
+    """Logs go to a file, not an unread pipe: 64 KiB of them must not block the daemon."""
+    from flightpart.daemons import Daemon
+
+    # a catalog nobody answers: the heartbeat thread logs a failure every millisecond
+    node = Daemon(["--log-level", "DEBUG", "serve", "--host", "127.0.0.91", "--port", "0", "--data-dir", str(tmp_path),
+                   "--catalog", "grpc://127.0.0.91:1", "--heartbeat", "0.001"])
+    try:
+        import time
+
+        deadline = time.monotonic() + 60
+        while len(node.log()) < 3 * 65536 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert len(node.log()) >= 3 * 65536, "the daemon stopped logging"
+        import flightpart as fp
+
+        assert fp.connect("grpc://127.0.0.1:1").pool.action(node.uri, "node-info")["ip"] == "127.0.0.91"
+    finally:
+        node.stop()
