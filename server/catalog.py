@@ -149,11 +149,6 @@ class CatalogServer(flight.FlightServerBase):
         b = action_body(raw, "heartbeat", {"node_id": str})
         return {"known": self.state.heartbeat(b["node_id"])}
 
-    def healthy(self) -> bool:
-        """SERVING while the state database answers."""
-        with self.state._lock:
-            return self.state._db.execute("SELECT 1").fetchone() == (1,)
-
     def _stats(self, raw: bytes = b"") -> dict:
         nodes = self.state.nodes()
         return {"datasets": len(self.state.datasets()), "nodes_alive": sum(n.alive for n in nodes),
@@ -287,38 +282,42 @@ class CatalogServer(flight.FlightServerBase):
         name = check_name(b["dataset"])
         if not 0 <= b["rank"] < b["nranks"]:
             raise WireError(f"publish-begin: rank {b['rank']} is not in [0, {b['nranks']})")
-        with self.state._lock:
-            version = self.state.pending_publish(name, b["nranks"], b["rank"]) or self.state.begin(name, nranks=b["nranks"])
-        return {"version": version}
+        return {"version": self.state.join_publish(name, b["nranks"], b["rank"])}
 
     def _publish_part(self, raw: bytes) -> dict:
         b = action_body(raw, "publish-part", {"dataset": str, "version": int, "rank": int, "rows": int, "cols": int, "node_id": str, "schema": str})
-        name = check_name(b["dataset"])
-        state = self.state.version_state(name, b["version"])
+        name, version = check_name(b["dataset"]), b["version"]
+        state = self.state.version_state(name, version)
         if state is None or state[0] != "pending" or state[1] is None:
-            raise WireError(f"publish-part: {name} v{b['version']} is not an open SPMD publish")
+            raise WireError(f"publish-part: {name} v{version} is not an open SPMD publish")
         nranks = state[1]
-        schema = _decode_schema(b["schema"], "publish-part.schema")
-        first = self.state.version_schema(name, b["version"])
-        if first is not None and not pa.ipc.read_schema(pa.py_buffer(first)).equals(pa.ipc.read_schema(pa.py_buffer(schema))):
-            raise SchemaMismatch(f"rank {b['rank']} sent schema {pa.ipc.read_schema(pa.py_buffer(schema))}, other ranks sent {pa.ipc.read_schema(pa.py_buffer(first))}")
+        schema = schema_from_text(b["schema"], "publish-part.schema")
+        first = self.state.version_schema(name, version)
+        if first is not None and not pa.ipc.read_schema(pa.py_buffer(first)).equals(schema):
+            raise SchemaMismatch(f"rank {b['rank']} sent schema {schema}, other ranks sent {pa.ipc.read_schema(pa.py_buffer(first))}")
         if b["node_id"] not in {n.node_id for n in self.state.nodes()}:
             raise WireError(f"publish-part: unknown node {b['node_id']!r}")
-        joined = self.state.add_rank_part(name, b["version"], b["rank"], b["rows"], b["cols"], 0, b["node_id"], schema)
+        schema_bytes = schema.serialize().to_pybytes()
+        joined = self.state.add_rank_part(name, version, b["rank"], b["rows"], b["cols"], 0, b["node_id"], schema_bytes)
         if joined < nranks:
-            return {"version": b["version"], "complete": False, "joined": joined}
-        with self.state._lock:
-            if self.state.version_state(name, b["version"])[0] != "pending":
-                return {"version": b["version"], "complete": True, "joined": joined}
-            ranks = self.state.rank_parts(name, b["version"])
-            nodes = {n.node_id: n for n in self.state.nodes()}
-            start, parts = 0, []
-            for rank, rows, cols, node_id in ranks:
-                parts.append(PartRecord((rank, 0), (start, 0), (rows, cols), 0, [nodes[node_id]]))
-                start += rows
-            self._verify_on_nodes(name, b["version"], schema, parts)
-            self.state.commit(name, b["version"], schema, (start, ranks[0][2]), (nranks, 1), parts)
-        return {"version": b["version"], "complete": True, "joined": joined}
+            return {"version": version, "complete": False, "joined": joined}
+        # the last rank in commits; the node checks run without holding the database
+        nodes = {n.node_id: n for n in self.state.nodes()}
+        start, parts = 0, []
+        for rank, rows, cols, node_id in self.state.rank_parts(name, version):
+            parts.append(PartRecord((rank, 0), (start, 0), (rows, cols), 0, [nodes[node_id]]))
+            start += rows
+        self._verify_on_nodes(name, version, schema_bytes, parts)
+        try:
+            self.state.commit(name, version, schema_bytes, (start, parts[0].shape[1]), (nranks, 1), parts)
+        except ValueError:
+            if self.state.version_state(name, version) != ("committed", nranks):
+                raise  # not the race with another last rank: a real failure
+        return {"version": version, "complete": True, "joined": joined}
+
+    def healthy(self) -> bool:
+        """SERVING while the state database answers."""
+        return self.state.ping()
 
     _actions = {
         "register-node": (_register_node, "a node announces itself and what its data directory holds"),

@@ -144,7 +144,17 @@ class CatalogState:
             )
             return version
 
-    def pending_publish(self, dataset: str, nranks: int, rank: int) -> int | None:
+    def ping(self) -> bool:
+        """True while the database answers."""
+        with self._lock:
+            return self._db.execute("SELECT 1").fetchone() == (1,)
+
+    def join_publish(self, dataset: str, nranks: int, rank: int) -> int:
+        """The open SPMD publish ``rank`` should join, opened if there is none (atomically)."""
+        with self._lock:
+            return self._pending_publish(dataset, nranks, rank) or self.begin(dataset, nranks=nranks)
+
+    def _pending_publish(self, dataset: str, nranks: int, rank: int) -> int | None:
         """An open SPMD publish of ``dataset`` for ``nranks`` that ``rank`` has not joined yet."""
         with self._lock:
             rows = self._db.execute(
