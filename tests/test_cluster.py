@@ -120,13 +120,18 @@ def test_a_plain_pyarrow_flight_client_reads_the_dataset(cluster, dataset):
     meta = json.loads(info.app_metadata)
     assert meta["shape"] == [table.num_rows, 4] and meta["partition_tiling"] == [6, 1]
     assert info.ordered and info.total_records == table.num_rows and info.schema.equals(table.schema)
-    pieces = []
+    pieces, received_batches = [], 0
+    stats = lambda: sum(fp.connect(cluster.uri).stats(n.uri)["batches_sent"] for n in cluster.nodes)
+    before = stats()
     for endpoint in info.endpoints:
         em = json.loads(endpoint.app_metadata)
         assert set(em) == {"position", "start", "shape", "location"}
         node = flight.connect(endpoint.locations[0])
-        pieces.append(node.do_get(endpoint.ticket).read_all())
+        batches = [chunk.data for chunk in node.do_get(endpoint.ticket)]
+        received_batches += len(batches)
+        pieces.append(pa.Table.from_batches(batches))
     assert pa.concat_tables(pieces).equals(table)
+    assert stats() - before == received_batches  # the nodes count what they stream
 
 
 def test_row_slices_and_projections_move_only_what_they_need(cluster, dataset):
