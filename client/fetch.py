@@ -10,6 +10,8 @@ host reads locally there.
 from __future__ import annotations
 
 import os
+import threading
+from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -127,7 +129,9 @@ def read_local(ref: PartitionRef, local: frozenset[str], pool: ConnectionPool) -
     return None
 
 
-_maps: dict[Path, tuple[tuple[int, int, int], pa.Table]] = {}
+MAX_MAPPED = 256
+_maps: "OrderedDict[Path, tuple[tuple[int, int, int], pa.Table]]" = OrderedDict()
+_maps_lock = threading.Lock()
 _markers: dict[Path, tuple[tuple[int, int], str | None]] = {}
 
 
@@ -140,14 +144,25 @@ def _mapped(path: Path) -> pa.Table:
 
     A ``stat`` per call checks that the file still exists and is the same
     file: a dropped partition fails here instead of being served from a
-    stale map.
+    stale map, and its map is let go so the node's disk space is freed. At
+    most :data:`MAX_MAPPED` maps are kept, the least recently used dropped first.
     """
-    identity = _identity(os.stat(path))
-    cached = _maps.get(path)
-    if cached is not None and cached[0] == identity:
-        return cached[1]
+    try:
+        identity = _identity(os.stat(path))
+    except FileNotFoundError:
+        with _maps_lock:
+            _maps.pop(path, None)
+        raise
+    with _maps_lock:
+        cached = _maps.get(path)
+        if cached is not None and cached[0] == identity:
+            _maps.move_to_end(path)
+            return cached[1]
     table = open_mapped(path)
-    _maps[path] = (identity, table)
+    with _maps_lock:
+        _maps[path] = (identity, table)
+        while len(_maps) > MAX_MAPPED:
+            _maps.popitem(last=False)
     return table
 
 

@@ -308,3 +308,21 @@ def test_get_tries_the_next_replica_when_one_is_unreachable(cluster, dataset):
         only_dead = fp.client.PartitionRef(ref.dataset, ref.version, ref.position, (dead,))
         with pytest.raises(fp.NodeUnavailable, match=r"partition \(0, 0\) of 'locality' .*no replica could serve it \(grpc://127.0.0.9:9"):
             d["get"](only_dead)
+
+
+def test_a_dropped_partition_is_not_kept_mapped_by_a_reader(cluster):
+    """A reader must not hold a dropped file open (its disk space is freed only when nobody maps it)."""
+    import gc
+
+    table = make_table(20_000, seed=9)
+    with fp.connect(cluster.uri, host=A) as client:
+        ds = client.put("unmapped", table, tiling=(1, 1), nodes=[A])
+        ref = ds.__partitioned__["partitions"][(0, 0)]["data"]
+        info = client.pool.action(cluster.nodes[0].uri, "node-info")
+        path = str(Path(info["data_dir"]) / partition_relpath("unmapped", ds.version, (0, 0)))
+        assert ds.to_arrow().equals(table)  # read by memory map
+        client.drop("unmapped")
+        with pytest.raises(fp.NodeUnavailable):
+            ds.__partitioned__["get"](ref)
+    gc.collect()
+    assert not [name for _lo, _hi, name in _mappings() if name.startswith(path)]
