@@ -8,6 +8,7 @@ exceptions with messages that say what to do.
 from __future__ import annotations
 
 import json
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Sequence
 
@@ -196,14 +197,17 @@ class Client:
                 by_node.setdefault(node["uri"], []).append(pos)
         total = sum(parts[pos].nbytes * len(h) for pos, h in placement.items())
         done = [0]
+        lock = threading.Lock()
 
         def send_all(uri: str) -> None:
             for pos in by_node[uri]:
                 with translated():
                     send_partition(self.pool, uri, name, version, pos, parts[pos])
-                done[0] += parts[pos].nbytes
+                with lock:  # one thread per node adds to the same count
+                    done[0] += parts[pos].nbytes
+                    sent = done[0]
                 if progress:
-                    progress(done[0], total)
+                    progress(sent, total)
 
         with ThreadPoolExecutor(max_workers=len(by_node), thread_name_prefix="flightpart-put") as ex:
             for future in [ex.submit(send_all, uri) for uri in by_node]:

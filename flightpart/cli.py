@@ -181,6 +181,17 @@ def catalog_cmd(host: str, port: int, state_dir: str | None, dead_after: float, 
 # --------------------------------------------------------------------------- datasets
 
 
+def _print_table(columns: tuple[str, ...], rows: list[tuple]) -> None:
+    """A rich table of ``rows`` for people (``--json`` gives scripts the same)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(*columns)
+    for row in rows:
+        table.add_row(*(str(v) for v in row))
+    Console().print(table)
+
+
 def _client(catalog: str, host: str | None = None):
     from .client import connect
 
@@ -278,13 +289,9 @@ def ls_cmd(catalog: str, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(rows))
         return
-    from rich.console import Console
-    from rich.table import Table
-
-    t = Table("name", "version", "rows", "columns", "tiling", "bytes")
-    for r in rows:
-        t.add_row(r["name"], str(r["version"]), str(r["shape"][0]), str(r["shape"][1]), "x".join(map(str, r["partition_tiling"])), f"{r['nbytes']:,}")
-    Console().print(t)
+    _print_table(("name", "version", "rows", "columns", "tiling", "bytes"),
+                 [(r["name"], r["version"], r["shape"][0], r["shape"][1], "x".join(map(str, r["partition_tiling"])), f"{r['nbytes']:,}")
+                  for r in rows])
 
 
 @main.command()
@@ -326,13 +333,8 @@ def nodes(catalog: str, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(rows))
         return
-    from rich.console import Console
-    from rich.table import Table
-
-    t = Table("node", "uri", "ip", "pid", "state")
-    for n in rows:
-        t.add_row(n["node_id"][:8], n["uri"], n["ip"], str(n["pid"]), "[green]alive[/]" if n["alive"] else "[red]dead[/]")
-    Console().print(t)
+    _print_table(("node", "uri", "ip", "pid", "state"),
+                 [(n["node_id"][:8], n["uri"], n["ip"], n["pid"], "[green]alive[/]" if n["alive"] else "[red]dead[/]") for n in rows])
 
 
 @main.command()
