@@ -233,7 +233,7 @@ class NodeServer(flight.FlightServerBase):
         return self.store.root.is_dir() and os.access(self.store.root, os.W_OK)
 
     def _stats(self, raw: bytes = b"") -> dict:
-        return {**self.stats.snapshot(), "partitions_held": len(self.store.scan()),
+        return {**self.stats.snapshot(), "partitions_held": self.store.count(),
                 "open_streams": self.guard.open_streams, "refused_calls": self.guard.refused}
 
     def _held(self, raw: bytes) -> list:

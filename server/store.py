@@ -179,6 +179,11 @@ class PartitionStore:
                         continue  # a foreign or damaged file is not ours to serve
         return out
 
+    def count(self) -> int:
+        """How many partitions the directory holds, from file names alone (no file is opened)."""
+        datasets = self.root / "datasets"
+        return sum(1 for _ in datasets.glob("*/v*/*_*.arrow")) if datasets.exists() else 0
+
     def drop(self, dataset: str, version: int | None = None) -> int:
         """Remove a version (or every version) of a dataset; returns files removed."""
         ddir = self.root / "datasets" / check_name(dataset)
