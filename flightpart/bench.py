@@ -26,6 +26,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.flight as flight
 
+from .frames import rechunk
+from .tiling import grid_cells
+
 GIB = 1 << 30
 MIB = 1 << 20
 
@@ -196,7 +199,7 @@ def case_local(h: Harness, runs: int) -> Case:
 
 def case_whole(h: Harness, runs: int) -> Case:
     ds = h.client.put("bench-whole", h.table, tiling=(3, 1))
-    parts = [h.table.slice(c.start[0], c.shape[0]) for c in __import__("flightpart").tiling.grid_cells(ds.shape, (3, 1))]
+    parts = [h.table.slice(c.start[0], c.shape[0]) for c in grid_cells(ds.shape, (3, 1))]
     contenders: dict[str, Callable[[], Any]] = {"flightpart to_arrow()": lambda: h.client.open("bench-whole").to_arrow()}
     if h.dask is not None:
         workers = sorted(h.dask.scheduler_info()["workers"])
@@ -217,7 +220,7 @@ def case_put(h: Harness, runs: int) -> Case:
     if h.baseline_uri is None:
         raise RuntimeError("the remote case starts the baseline server first")
     raw = flight.connect(h.baseline_uri)
-    batched = __import__("flightpart").frames.rechunk(h.table, MIB)
+    batched = rechunk(h.table, MIB)
 
     def raw_put():
         writer, _ = raw.do_put(flight.FlightDescriptor.for_path("raw"), batched.schema)

@@ -153,7 +153,7 @@ def from_partitioned(obj: Any, *, columns: Sequence[str] | None = None, schema: 
     blocks = row_blocks(d)
     groups = group_columns_of(schema, d["partition_tiling"][1]) if schema is not None else None
     reader = BlockReader(d["get"], None, groups, _worker_host)
-    range_index = global_range_index(d, schema.empty_table() if schema is not None else None)
+    range_index = global_range_index(schema)
     meta = _meta(d, reader, schema, range_index)
     _ensure_locality_plugin()
     ddf = dd.from_map(ReadBlock(reader, range_index), blocks, meta=meta,
@@ -166,7 +166,7 @@ def dask_graph(obj: Any, name: str = "flightpart") -> dict:
     """A raw graph ``{(name, i): (read, block)}`` per the Dask graph spec."""
     d = protocol.validate(obj, require_pickle=True)
     reader = BlockReader(d["get"], host_of_task=_worker_host)
-    read = ReadBlock(reader, global_range_index(d, None))
+    read = ReadBlock(reader, global_range_index(None))
     return {(name, b.index): (read, b) for b in row_blocks(d)}
 
 

@@ -99,9 +99,9 @@ def group_columns_of(schema: pa.Schema, q: int) -> list[list[str]]:
     return [g + index_cols for g in frames.column_groups(data, q)]
 
 
-def global_range_index(d: dict, sample: pa.Table | None) -> bool:
+def global_range_index(schema: pa.Schema | None) -> bool:
     """Whether row positions can serve as the index (no pandas index stored)."""
-    meta = (sample.schema.pandas_metadata if sample is not None else None) or {}
+    meta = (schema.pandas_metadata if schema is not None else None) or {}
     stored = [c for c in meta.get("index_columns", []) if not isinstance(c, dict)]
     return not stored
 
