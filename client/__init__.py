@@ -3,41 +3,38 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
-from flightpart.connections import client_certificate
+from flightpart.io.access import Access
 
 from .client import Client
 from .dataset import Dataset
 from .fetch import FlightGet, PartitionRef
 
 CATALOG_ENV = "FLIGHTPART_CATALOG"
-TOKEN_ENV = "FLIGHTPART_TOKEN"
-TLS_CA_ENV = "FLIGHTPART_TLS_CA"
 
 
 def connect(uri: str | None = None, *, host: str | None = None, token: str | None = None,
-            tls_root_certs: bytes | None = None, cert_chain: bytes | None = None, private_key: bytes | None = None) -> Client:
+            tls_root_certs: bytes | None = None, cert_chain: bytes | None = None, private_key: bytes | None = None,
+            access: Access | None = None) -> Client:
     """A client of the catalog at ``uri`` (or ``$FLIGHTPART_CATALOG``).
 
-    ``$FLIGHTPART_TOKEN`` and ``$FLIGHTPART_TLS_CA`` (a PEM file) supply the
-    token and the CA when not given. With neither URI, an embedded node and catalog start in this process and
-    stop when the client is closed. ``host`` overrides which address counts
-    as this host for locality (also ``$FLIGHTPART_HOST``).
+    Credentials not given come from ``$FLIGHTPART_TOKEN``,
+    ``$FLIGHTPART_TLS_CA`` (a PEM file) and, for mutual TLS,
+    ``$FLIGHTPART_TLS_CERT`` / ``$FLIGHTPART_TLS_KEY``; an ``access`` object
+    gives all of them at once. ``host`` overrides which address counts as
+    this host for locality (also ``$FLIGHTPART_HOST``). For an embedded
+    node and catalog in this process, call ``flightpart.connect()`` with no
+    address.
     """
     uri = uri or os.environ.get(CATALOG_ENV)
-    token = token or os.environ.get(TOKEN_ENV)
-    if tls_root_certs is None and os.environ.get(TLS_CA_ENV):
-        tls_root_certs = Path(os.environ[TLS_CA_ENV]).read_bytes()
-    if cert_chain is None and tls_root_certs is not None:
-        cert_chain, private_key = client_certificate()
     if uri is None:
-        from .embedded import start_embedded
-
-        return start_embedded()
+        raise ValueError(f"no catalog address: pass a URI such as grpc://head:8815 or set ${CATALOG_ENV} "
+                         "(flightpart.connect() with no address starts an embedded cluster)")
+    if access is None:
+        access = Access.from_environment(token=token, tls_root_certs=tls_root_certs, cert_chain=cert_chain, private_key=private_key)
     if "://" not in uri:
         uri = f"grpc://{uri}"
-    return Client(uri, host=host, token=token, tls_root_certs=tls_root_certs, cert_chain=cert_chain, private_key=private_key)
+    return Client(uri, host=host, access=access)
 
 
-__all__ = ["Client", "Dataset", "FlightGet", "PartitionRef", "connect"]
+__all__ = ["Access", "Client", "Dataset", "FlightGet", "PartitionRef", "connect"]

@@ -2,28 +2,47 @@
 
 One object, an explicit lifetime (``with fp.connect(...) as client:``),
 thread-safe, reusing its Flight connections, raising flightpart's own
-exceptions with messages that say what to do.
+exceptions with messages that say what to do. Its
+:class:`~flightpart.io.access.Access` (token, TLS) reaches every connection
+it makes, the reads of the datasets it opens included.
 """
 
 from __future__ import annotations
 
-import json
 import threading
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import pyarrow.flight as flight
 
-from flightpart import frames, tiling
-from flightpart.tiling import grid_cells
-from flightpart.connections import ConnectionPool
+from flightpart import frames
 from flightpart.errors import NodeUnavailable
-from flightpart.transfer import send_partition
-from flightpart.wire import check_name, schema_to_text
+from flightpart.io.access import Access
+from flightpart.io.connections import ConnectionPool
+from flightpart.io.transfer import send_partition
+from flightpart.tiling import grid_cells
+from flightpart.wire import (
+    Commit,
+    CommitPart,
+    DatasetRef,
+    Drop,
+    Empty,
+    PublishBegin,
+    PublishPart,
+    PublishReply,
+    VersionRef,
+    VersionReply,
+    check_name,
+    dataset_path,
+    decode_flight_info,
+    list_entry,
+)
 
-from .dataset import Dataset, PartInfo
+from .dataset import Dataset
 from .errors import translated
 from .fetch import FlightGet
+from .plugins import runtime_of
 
 Progress = Callable[[int, int], None]  # (bytes done, bytes total)
 
@@ -31,35 +50,37 @@ Progress = Callable[[int, int], None]  # (bytes done, bytes total)
 class Client:
     """A connection to one catalog (and, through it, to every node)."""
 
-    def __init__(self, uri: str, *, host: str | None = None, token: str | None = None,
-                 tls_root_certs: bytes | None = None, cert_chain: bytes | None = None, private_key: bytes | None = None,
-                 owned: Sequence[Any] = ()):
+    def __init__(self, uri: str, *, host: str | None = None, access: Access | None = None, owned: Sequence[Any] = ()):
         self.uri = uri
         self.host = host
-        self.token = token
-        self.tls_root_certs = tls_root_certs
-        self.pool = ConnectionPool(token=token, tls_root_certs=tls_root_certs, cert_chain=cert_chain, private_key=private_key)
+        self.access = access or Access()
+        self.pool = ConnectionPool(self.access)
         self._owned = list(owned)
 
     # ------------------------------------------------------------------ lifetime
 
     def close(self) -> None:
-        """Close connections and stop any embedded servers this client started."""
+        """Close connections and stop any embedded servers this client started; later calls raise ClientClosed."""
         self.pool.close()
         for server in reversed(self._owned):
             server.shutdown()
         self._owned.clear()
 
-    def __enter__(self) -> "Client":
+    @property
+    def closed(self) -> bool:
+        return self.pool.closed
+
+    def __enter__(self) -> Client:
         return self
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
     def __repr__(self) -> str:
-        return f"Client({self.uri!r})"
+        return f"Client({self.uri!r}{', closed' if self.closed else ''})"
 
-    def _catalog(self, action: str, body: Any = None, timeout: float | None = 60) -> Any:
+    def call(self, action: str, body: Any = None, timeout: float | None = 60) -> Any:
+        """Run a catalog action (a wire Message or JSON body); its JSON reply."""
         with translated():
             return self.pool.action(self.uri, action, body, timeout=timeout)
 
@@ -67,39 +88,29 @@ class Client:
 
     def nodes(self) -> list[dict]:
         """Every node the catalog knows: id, uri, ip, pid, last heartbeat, alive."""
-        return self._catalog("nodes")
+        return self.call("nodes", Empty())
 
     def stats(self, uri: str) -> dict:
         """A node's counters (bytes and batches served, partitions stored and held)."""
         with translated():
-            return self.pool.action(uri, "stats")
+            return self.pool.action(uri, "stats", Empty())
 
     def list(self) -> list[dict]:
         """The latest committed version of every dataset."""
         with translated():
             infos = list(self.pool.client(self.uri).list_flights(options=self.pool.options()))
-        out = []
-        for info in infos:
-            meta = json.loads(info.app_metadata or b"{}")
-            out.append({
-                "name": info.descriptor.path[0].decode(),
-                "version": meta.get("version"),
-                "shape": tuple(meta.get("shape", ())),
-                "partition_tiling": tuple(meta.get("partition_tiling", ())),
-                "nbytes": info.total_bytes,
-            })
-        return out
+        return [list_entry(info) for info in infos]
 
     def repair(self) -> dict:
         """Copy under-replicated partitions to live nodes; returns what was copied and what is lost."""
-        return self._catalog("repair", {}, timeout=None)
+        return self.call("repair", Empty(), timeout=None)
 
     def versions(self, name: str) -> list[int]:
-        return self._catalog("versions", {"dataset": check_name(name)})
+        return self.call("versions", DatasetRef(check_name(name)))
 
     def drop(self, name: str, version: int | None = None) -> None:
         """Drop one version (or every version) of a dataset; nodes free its files."""
-        self._catalog("drop", {"dataset": check_name(name), "version": version})
+        self.call(Drop.ACTION, Drop(check_name(name), version))
 
     # ------------------------------------------------------------------ put
 
@@ -113,7 +124,7 @@ class Client:
         published unless every partition is stored.
         """
         check_name(name)
-        collection = _collection_kind(data)
+        collection = runtime_of(data)
         if collection is not None:
             return self._put_collection(name, data, collection, tiling, replicas, nodes)
         table = frames.to_arrow(data)
@@ -125,56 +136,47 @@ class Client:
         cells = {c.position: c for c in grid_cells(shape, grid)}
         parts = frames.split_grid(table, grid)
         placement = {pos: [targets[(k + r) % len(targets)] for r in range(replicas)] for k, pos in enumerate(sorted(parts))}
-        commit = {
-            "replicas": replicas,
-            "schema": schema_to_text(table.schema),
-            "shape": list(shape),
-            "tiling": list(grid),
-            "partitions": [
-                {"part": list(pos), "start": list(cells[pos].start), "shape": list(cells[pos].shape),
-                 "nodes": [n["node_id"] for n in placement[pos]]}
-                for pos in sorted(parts)
-            ],
-        }
-        return self._versioned(name, lambda version: (self._send(name, version, parts, placement, progress), commit)[1])
 
-    def _versioned(self, name: str, store: Callable[[int], dict]) -> Dataset:
+        def store(version: int) -> Commit:
+            self._send(name, version, parts, placement, progress)
+            return Commit(name, version, table.schema, shape, grid, tuple(
+                CommitPart(pos, cells[pos].start, cells[pos].shape, tuple(n["node_id"] for n in placement[pos]))
+                for pos in sorted(parts)), replicas)
+
+        return self._versioned(name, store)
+
+    def _versioned(self, name: str, store: Callable[[int], Commit]) -> Dataset:
         """Reserve a version, store it, commit it; abort on any failure."""
-        version = self._catalog("begin", {"dataset": name})["version"]
+        version = VersionReply.from_json(self.call("begin", DatasetRef(name))).version
         try:
-            commit = store(version)
-            self._catalog("commit", {"dataset": name, "version": version, **commit})
+            self.call(Commit.ACTION, store(version))
         except BaseException:
             try:
-                self._catalog("abort", {"dataset": name, "version": version}, timeout=10)
+                self.call("abort", VersionRef(name, version), timeout=10)
             except Exception:
                 pass  # the catalog is gone too; the pending version was never published
             raise
         return self.open(name, version)
 
-    def _put_collection(self, name: str, data: Any, kind: str, tiling: Sequence[int] | None, replicas: int,
+    def _put_collection(self, name: str, data: Any, runtime: Any, tiling: Sequence[int] | None, replicas: int,
                         nodes: Sequence[str] | None) -> Dataset:
         """A Dask DataFrame or Ray Dataset: sent by the workers that hold it."""
-        from flightpart.runtimes import dask as fdask, ray as fray
-
+        kind = runtime.__name__.rsplit(".", 1)[-1]
         if replicas != 1:
             raise ValueError(f"replicas={replicas}: a {kind} collection is put with one replica; add more with repair")
         if tiling is not None:
             raise ValueError(f"tiling: a {kind} collection keeps its own partitions (one row block each); pass tiling=None")
         targets = self._target_nodes(nodes)
-        sender = fdask.put if kind == "dask" else fray.put
 
-        def store(version: int) -> dict:
-            receipts, placement = sender(self, name, data, targets, version)
+        def store(version: int) -> Commit:
+            receipts, placement = runtime.put(self, name, data, targets, version)
             if not receipts:
                 raise ValueError(f"{name}: the {kind} collection has no partitions")
             start, parts = 0, []
             for k, (receipt, (_holder, node)) in enumerate(zip(receipts, placement)):
-                parts.append({"part": [k, 0], "start": [start, 0], "shape": [receipt["rows"], receipt["cols"]],
-                              "nodes": [node["node_id"]]})
-                start += receipt["rows"]
-            return {"schema": receipts[0]["schema"], "shape": [start, receipts[0]["cols"]], "tiling": [len(parts), 1],
-                    "partitions": parts}
+                parts.append(CommitPart((k, 0), (start, 0), (receipt.rows, receipt.cols), (node["node_id"],)))
+                start += receipt.rows
+            return Commit(name, version, receipts[0].schema, (start, receipts[0].cols), (len(parts), 1), tuple(parts))
 
         return self._versioned(name, store)
 
@@ -213,6 +215,16 @@ class Client:
             for future in [ex.submit(send_all, uri) for uri in by_node]:
                 future.result()
 
+    # ------------------------------------------------------------------ SPMD publish
+
+    def publish_begin(self, name: str, rank: int, nranks: int) -> int:
+        """SPMD: the version rank ``rank`` of ``nranks`` publishes into (joined or opened)."""
+        return VersionReply.from_json(self.call(PublishBegin.ACTION, PublishBegin(check_name(name), nranks, rank))).version
+
+    def publish_part(self, part: PublishPart) -> PublishReply:
+        """SPMD: one rank's part is stored; the last rank in commits the version."""
+        return PublishReply.from_json(self.call(PublishPart.ACTION, part))
+
     # ------------------------------------------------------------------ open
 
     def open(self, name: str, version: int | None = None, *, rank: int | None = None, nranks: int | None = None) -> Dataset:
@@ -221,22 +233,13 @@ class Client:
         With ``rank``/``nranks`` the SPMD view: ``locals`` lists this rank's
         partitions and the others' ``data`` is ``None``.
         """
-        path = [check_name(name)] + ([str(int(version))] if version is not None else [])
+        path = dataset_path(check_name(name), version)
         with translated():
             info = self.pool.client(self.uri).get_flight_info(flight.FlightDescriptor.for_path(*path), options=self.pool.options())
-        ds = dataset_from_info(name, info, FlightGet(self.host, self.token, self.tls_root_certs))
+        ds = Dataset.from_version(decode_flight_info(info), FlightGet(self.host, self.access))
         if rank is not None or nranks is not None:
             ds = ds.spmd(rank, nranks)
         return ds
-
-
-def _collection_kind(data: Any) -> str | None:
-    module = type(data).__module__
-    if module.startswith("dask.dataframe") and hasattr(data, "npartitions"):
-        return "dask"
-    if module.startswith("ray.data") and hasattr(data, "to_arrow_refs"):
-        return "ray"
-    return None
 
 
 def _grid(value: Sequence[int] | None, nodes: int) -> tuple[int, int]:
@@ -246,35 +249,3 @@ def _grid(value: Sequence[int] | None, nodes: int) -> tuple[int, int]:
     if len(grid) != 2 or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 1 for t in grid):
         raise ValueError(f"tiling must be (row blocks, column groups) of positive integers, got {value!r}")
     return grid  # type: ignore[return-value]
-
-
-def dataset_from_info(name: str, info: flight.FlightInfo, get: FlightGet) -> Dataset:
-    """A :class:`Dataset` from the catalog's FlightInfo (see the wire format).
-
-    Our catalog adds the geometry and node table to ``FlightInfo.app_metadata``
-    so that 10,000 partitions open without touching 10,000 endpoints; the
-    per-endpoint metadata is the fallback.
-    """
-    meta = json.loads(info.app_metadata)
-    grid = tuple(meta["partition_tiling"])
-    if "row_sizes" in meta:
-        nodes = [tuple(n) for n in meta["nodes"]]
-        row_starts = tiling.starts_from_sizes(meta["row_sizes"])
-        col_starts = tiling.starts_from_sizes(meta["col_sizes"])
-        shared: dict[tuple, tuple] = {}
-        parts = []
-        for k, holders in enumerate(meta["replicas"]):
-            i, j = divmod(k, grid[1])
-            key = tuple(holders)
-            replicas = shared.get(key)
-            if replicas is None:
-                replicas = shared[key] = tuple(nodes[h] for h in holders)
-            parts.append(PartInfo((i, j), (row_starts[i], col_starts[j]), (meta["row_sizes"][i], meta["col_sizes"][j]), replicas))
-    else:
-        parts = []
-        for endpoint in info.endpoints:
-            em = json.loads(endpoint.app_metadata)
-            uris = [loc.uri.decode() if isinstance(loc.uri, bytes) else str(loc.uri) for loc in endpoint.locations]
-            replicas = tuple((u, ip, pid) for u, (ip, pid) in zip(uris, em["location"]))
-            parts.append(PartInfo(tuple(em["position"]), tuple(em["start"]), tuple(em["shape"]), replicas))
-    return Dataset(name, meta["version"], info.schema, tuple(meta["shape"]), grid, parts, info.total_bytes, get)

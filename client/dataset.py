@@ -7,25 +7,17 @@ need, sliced on the server.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import pyarrow as pa
 
 from flightpart import frames
 from flightpart.errors import PartitionedError
+from flightpart.wire import PartInfo, VersionInfo
 
-from .fetch import FlightGet, PartitionRef, Replica
-
-
-@dataclass(frozen=True)
-class PartInfo:
-    """What the catalog says of one partition."""
-
-    position: tuple[int, int]
-    start: tuple[int, int]
-    shape: tuple[int, int]
-    replicas: tuple[Replica, ...]
+from .fetch import FlightGet, PartitionRef
+from .plugins import runtime
 
 
 class Dataset:
@@ -47,6 +39,11 @@ class Dataset:
         self._rows = rows
         self._spmd = spmd
         self._order = list(order) if order is not None else None  # the user's column order after select()
+
+    @classmethod
+    def from_version(cls, v: VersionInfo, get: FlightGet) -> "Dataset":
+        """The whole of one version as the catalog describes it."""
+        return cls(v.dataset, v.version, v.schema, v.shape, v.grid, v.parts, v.nbytes, get)
 
     def _derive(self, **changes: Any) -> "Dataset":
         kwargs = {"columns": self._columns, "rows": self._rows, "spmd": self._spmd, "order": self._order, **changes}
@@ -209,22 +206,16 @@ class Dataset:
 
     def to_dask(self) -> Any:
         """A dask DataFrame, one task per row block, reads placed on the partitions' hosts."""
-        from flightpart.runtimes.dask import from_partitioned
-
-        ddf = from_partitioned(self, schema=self._schema if self._columns is None else self.schema)
+        ddf = runtime("dask").from_partitioned(self, schema=self._schema if self._columns is None else self.schema)
         return ddf[self._order] if self._order is not None else ddf
 
     def dask_graph(self, name: str | None = None) -> dict:
         """A raw Dask graph ``{(name, i): (read, block)}`` (the Dask graph spec)."""
-        from flightpart.runtimes.dask import dask_graph
-
-        return dask_graph(self, name or f"flightpart-{self.name}-v{self.version}")
+        return runtime("dask").dask_graph(self, name or f"flightpart-{self.name}-v{self.version}")
 
     def to_ray(self) -> Any:
         """A ``ray.data.Dataset``, each block read on the Ray node of its partition's host."""
-        from flightpart.runtimes.ray import from_partitioned
-
-        return from_partitioned(self, schema=self._schema if self._columns is None else self.schema)
+        return runtime("ray").from_partitioned(self, schema=self._schema if self._columns is None else self.schema)
 
     def __distarray__(self) -> dict:
         """SPMD view only: this rank's rows as a Distributed Array Protocol dict."""

@@ -1,40 +1,47 @@
-"""Flight errors from our servers turned into flightpart's own exceptions."""
+"""Flight errors from our servers turned into flightpart's own exceptions, by code.
+
+A server names every error it sends by a stable code in ``extra_info``
+(:func:`flightpart.wire.encode_error`); :data:`flightpart.errors.BY_CODE`
+is the one table from codes to classes. Errors that carry no code (a
+connection that failed, a server that is not flightpart's) are told apart by
+their Flight status alone, never by their wording.
+"""
 
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator
+from collections.abc import Iterator
 
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from flightpart.errors import DatasetNotFound, FlightpartError, InvalidName, NodeUnavailable, SchemaMismatch
+from flightpart.errors import FlightpartError, NodeUnavailable, ServerError, Unauthenticated, error_for
+from flightpart.wire import decode_error, error_message
+
+BY_STATUS: tuple[tuple[type[BaseException], type[FlightpartError]], ...] = (
+    (flight.FlightUnauthenticatedError, Unauthenticated),
+    (flight.FlightUnauthorizedError, Unauthenticated),
+    (flight.FlightUnavailableError, NodeUnavailable),
+    (flight.FlightTimedOutError, NodeUnavailable),
+    (flight.FlightCancelledError, NodeUnavailable),
+    (ConnectionError, NodeUnavailable),
+    (OSError, NodeUnavailable),
+)
+"""For errors without a code: the class by Flight status (or socket error)."""
 
 
-class RequestRejected(FlightpartError, ValueError):
-    """The server refused a request as malformed; the message says why."""
-
-
-def server_message(exc: BaseException) -> str:
-    """The server's own words, without gRPC's detail and traceback."""
-    return str(exc).split(". Detail:")[0].split("\nDetail:")[0].strip()
-
-
-def translate(exc: BaseException) -> BaseException:
-    if isinstance(exc, (flight.FlightUnauthenticatedError, flight.FlightUnauthorizedError)):
+def translate(exc: BaseException) -> FlightpartError:
+    """The flightpart exception for an error raised by a Flight call."""
+    if isinstance(exc, FlightpartError):
         return exc
-    message = server_message(exc)
-    if isinstance(exc, pa.ArrowKeyError):
-        return DatasetNotFound(message.strip("'\""))
-    if isinstance(exc, (flight.FlightUnavailableError, flight.FlightTimedOutError, ConnectionError)):
-        return NodeUnavailable(message)
-    if isinstance(exc, pa.ArrowInvalid):
-        if "invalid dataset name" in message:
-            return InvalidName(message)
-        if "schema" in message or "rows, expected" in message or "not stored on node" in message:
-            return SchemaMismatch(message)
-        return RequestRejected(message)
-    return exc
+    decoded = decode_error(getattr(exc, "extra_info", None))
+    message = error_message(exc)
+    if decoded is not None:
+        return error_for(decoded[0], message, decoded[1])
+    for status, cls in BY_STATUS:
+        if isinstance(exc, status):
+            return cls(message)
+    return ServerError(f"the server failed: {message}")
 
 
 @contextlib.contextmanager
@@ -42,8 +49,7 @@ def translated() -> Iterator[None]:
     """Re-raise Flight errors as ours, keeping the original as the cause."""
     try:
         yield
-    except (pa.ArrowException, ConnectionError) as exc:
-        mapped = translate(exc)
-        if mapped is exc:
-            raise
-        raise mapped from exc
+    except FlightpartError:
+        raise
+    except (pa.ArrowException, ConnectionError, OSError) as exc:
+        raise translate(exc) from exc

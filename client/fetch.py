@@ -12,25 +12,26 @@ from __future__ import annotations
 import os
 import threading
 from collections import OrderedDict
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from flightpart import inprocess
-from flightpart.connections import ConnectionPool, shared_pool
-from flightpart.errors import NodeUnavailable, PartitionedError
-from flightpart.hosts import host_addresses
-from flightpart.transfer import open_mapped, project, read_node_id
-from flightpart.wire import NODE_MARKER, Ticket, partition_relpath
+from flightpart.errors import FlightpartError, NodeUnavailable, PartitionedError
+from flightpart.io import inprocess, layout
+from flightpart.io.access import Access
+from flightpart.io.connections import ConnectionPool, shared_pool
+from flightpart.io.hosts import host_addresses
+from flightpart.io.transfer import open_mapped, project
+from flightpart.wire import Replica, Ticket, error_message
 
-from .errors import server_message, translate
+from .errors import translate
 
 MAX_STREAMS = 8
-Replica = tuple[str, str, int]  # (node URI, node IP, node PID)
 
 
 @dataclass(frozen=True)
@@ -52,24 +53,30 @@ class PartitionRef:
 
 
 class FlightGet:
-    """``get`` of a flightpart ``__partitioned__``: one handle or a sequence of them."""
+    """``get`` of a flightpart ``__partitioned__``: one handle or a sequence of them.
 
-    def __init__(self, host: str | None = None, token: str | None = None, tls_root_certs: bytes | None = None):
+    It carries the client's :class:`~flightpart.io.access.Access`, whose
+    pickled form holds what a reader needs and no private key.
+    """
+
+    def __init__(self, host: str | None = None, access: Access | None = None):
         self.host = host
-        self.token = token
-        self.tls_root_certs = tls_root_certs
+        self.access = access or Access()
 
     def __reduce__(self):
-        return (FlightGet, (self.host, self.token, self.tls_root_certs))
+        return (FlightGet, (self.host, self.access))
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, FlightGet) and self.__reduce__()[1] == other.__reduce__()[1]
+        return isinstance(other, FlightGet) and (self.host, self.access) == (other.host, other.access)
 
     def __hash__(self) -> int:
-        return hash((FlightGet, self.host, self.token, self.tls_root_certs))
+        return hash((FlightGet, self.host, self.access))
+
+    def __repr__(self) -> str:
+        return f"FlightGet(host={self.host!r})"
 
     def pool(self) -> ConnectionPool:
-        return shared_pool(self.token, self.tls_root_certs)
+        return shared_pool(self.access)
 
     def __call__(self, handles: Any) -> Any:
         single = not isinstance(handles, (list, tuple))
@@ -95,11 +102,12 @@ def read_partitions(refs: Sequence[PartitionRef], *, host: str | None, pool: Con
     return tables  # type: ignore[return-value]
 
 
-_node_info: dict[tuple[str, str | None], dict] = {}
+_node_info: dict[tuple[str, int], dict] = {}
 
 
 def node_info(uri: str, pool: ConnectionPool) -> dict:
-    key = (uri, pool.token, id(pool))
+    """A node's ``node-info`` (id, data directory), asked once per pool."""
+    key = (uri, id(pool))
     info = _node_info.get(key)
     if info is None:
         info = _node_info[key] = pool.action(uri, "node-info", timeout=5)
@@ -113,7 +121,7 @@ def read_local(ref: PartitionRef, local: frozenset[str], pool: ConnectionPool) -
         if opener is not None:
             try:
                 return project(opener(ref.dataset, ref.version, ref.position), ref.columns, ref.rows)
-            except KeyError:
+            except FlightpartError:
                 continue
         if ip not in local:
             continue
@@ -122,9 +130,9 @@ def read_local(ref: PartitionRef, local: frozenset[str], pool: ConnectionPool) -
             root = Path(info["data_dir"])
             if not _is_that_nodes_dir(root, info["node_id"]):
                 continue  # the directory is not that node's (another host with the same path)
-            table = _mapped(root / partition_relpath(ref.dataset, ref.version, ref.position))
+            table = _mapped(root / layout.partition_relpath(ref.dataset, ref.version, ref.position))
             return project(table, ref.columns, ref.rows)
-        except (OSError, ValueError, KeyError, pa.ArrowException):
+        except (OSError, ValueError, KeyError, pa.ArrowException, FlightpartError):
             continue  # not readable here after all: stream it instead
     return None
 
@@ -167,34 +175,33 @@ def _mapped(path: Path) -> pa.Table:
 
 
 def _is_that_nodes_dir(root: Path, node_id: str) -> bool:
-    st = os.stat(root / NODE_MARKER)
+    st = os.stat(root / layout.NODE_MARKER)
     key = (st.st_ino, st.st_mtime_ns)
     cached = _markers.get(root)
     if cached is None or cached[0] != key:
-        cached = _markers[root] = (key, read_node_id(root))
+        cached = _markers[root] = (key, layout.read_node_id(root))
     return cached[1] == node_id
 
 
-RETRYABLE = (flight.FlightUnavailableError, flight.FlightTimedOutError, flight.FlightInternalError,
-             flight.FlightServerError, pa.ArrowKeyError, ConnectionError, OSError)
-
-
 def read_remote(ref: PartitionRef, pool: ConnectionPool) -> pa.Table:
-    """Stream the partition from the first replica that answers."""
+    """Stream the partition from the first replica that answers.
+
+    A replica that is unreachable, busy or does not hold the partition
+    (codes whose error class is ``retryable``) hands over to the next; any
+    other refusal is raised at once.
+    """
     failures = []
     for uri, _ip, _pid in ref.replicas:
         try:
             return pool.client(uri).do_get(ref.ticket(), options=pool.options(None)).read_all()
-        except (flight.FlightUnauthenticatedError, flight.FlightUnauthorizedError):
-            raise
-        except pa.ArrowInvalid as exc:
-            raise translate(exc) from exc
-        except RETRYABLE as exc:
-            if isinstance(exc, (flight.FlightUnavailableError, ConnectionError)):
+        except (pa.ArrowException, ConnectionError, OSError) as exc:
+            error = translate(exc)
+            if not error.retryable:
+                raise error from exc
+            if isinstance(error, NodeUnavailable):
                 pool.discard(uri)
-            failures.append(f"{uri}: {server_message(exc)}")
+            failures.append(f"{uri}: {error_message(exc)}")
     raise NodeUnavailable(
         f"partition {ref.position} of {ref.dataset!r} v{ref.version}: no replica could serve it "
         f"({'; '.join(failures) or 'no replicas are known'})"
     )
-

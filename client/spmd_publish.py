@@ -6,16 +6,17 @@ from typing import Any
 
 from flightpart import frames
 from flightpart.errors import NodeUnavailable
-from flightpart.hosts import host_addresses
-from flightpart.transfer import send_partition
-from flightpart.wire import check_name, schema_to_text
+from flightpart.io.access import Access
+from flightpart.io.hosts import host_addresses
+from flightpart.io.transfer import send_partition
+from flightpart.wire import PublishPart, check_name
 
 from .client import Client
 from .errors import translated
 
 
 def publish(name: str, frame: Any, *, rank: int, nranks: int, catalog: str, host: str | None = None,
-            token: str | None = None) -> dict:
+            token: str | None = None, access: Access | None = None) -> dict:
     """Store rank ``rank``'s rows as partition ``(rank, 0)`` of the next version.
 
     The catalog publishes the version when all ``nranks`` ranks have
@@ -26,7 +27,8 @@ def publish(name: str, frame: Any, *, rank: int, nranks: int, catalog: str, host
     if not (isinstance(rank, int) and isinstance(nranks, int) and 0 <= rank < nranks):
         raise ValueError(f"rank must be in [0, nranks), got rank={rank!r}, nranks={nranks!r}")
     table = frames.to_arrow(frame)
-    with Client(catalog, host=host, token=token) as client:
+    access = access or Access.from_environment(token=token)
+    with Client(catalog, host=host, access=access) as client:
         mine = host_addresses(host)
         nodes = [n for n in client.nodes() if n["alive"] and n["ip"] in mine]
         if not nodes:
@@ -34,11 +36,9 @@ def publish(name: str, frame: Any, *, rank: int, nranks: int, catalog: str, host
                 f"no live node on this host ({', '.join(sorted(mine))}); start `flightpart serve --catalog {catalog}` here"
             )
         node = nodes[0]
-        version = client._catalog("publish-begin", {"dataset": name, "nranks": nranks, "rank": rank})["version"]
+        version = client.publish_begin(name, rank, nranks)
         with translated():
             send_partition(client.pool, node["uri"], name, version, (rank, 0), table)
         rows, cols = frames.frame_shape(table)
-        return client._catalog("publish-part", {
-            "dataset": name, "version": version, "rank": rank, "rows": rows, "cols": cols,
-            "node_id": node["node_id"], "schema": schema_to_text(table.schema),
-        })
+        reply = client.publish_part(PublishPart(name, version, rank, rows, cols, node["node_id"], table.schema))
+        return {"version": reply.version, "complete": reply.complete, "joined": reply.joined}

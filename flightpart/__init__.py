@@ -7,34 +7,45 @@ protocol, tiling rules, ``__distarray__``) plus :func:`connect` and
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version as _dist_version
 from typing import Any
 
-from . import distarray
+from . import distarray, errors, wire
 from .errors import (
+    ClientClosed,
     DatasetNotFound,
     FlightpartError,
     InvalidName,
+    LimitExceeded,
     NodeUnavailable,
     PartitionedError,
+    PartitionMissing,
+    RequestRejected,
     SchemaMismatch,
+    ServerBusy,
+    ServerError,
+    Unauthenticated,
+    VersionConflict,
 )
 from .protocol import IdentityGet, PartitionedFrame, from_partitioned, partitioned, validate
 from .tiling import default_partition, local_target_of_slice
-
-try:
-    __version__ = _dist_version("flightpart")
-except PackageNotFoundError:  # running from a source tree that is not installed
-    __version__ = "0.0.0+unknown"
+from .version import __version__
 
 
 def connect(uri: str | None = None, **kwargs: Any):
-    """A :class:`flightpart.client.Client` for the catalog at ``uri``.
+    """A :class:`flightpart.client.Client` for the catalog at ``uri`` (or ``$FLIGHTPART_CATALOG``).
 
-    With no ``uri`` an embedded node and catalog start in this process.
+    With neither, an embedded node and catalog start in this process and
+    stop when the client is closed (see :mod:`flightpart.tools.embedded`).
     """
+    import os
+
+    from .client import CATALOG_ENV
     from .client import connect as _connect
 
+    if uri is None and not os.environ.get(CATALOG_ENV):
+        from .tools.embedded import start_embedded
+
+        return start_embedded()
     return _connect(uri, **kwargs)
 
 
@@ -57,21 +68,31 @@ def __getattr__(name: str):
 
 
 __all__ = [
+    "ClientClosed",
     "DatasetNotFound",
     "FlightpartError",
     "IdentityGet",
     "InvalidName",
+    "LimitExceeded",
     "NodeUnavailable",
+    "PartitionMissing",
     "PartitionedError",
     "PartitionedFrame",
+    "RequestRejected",
     "SchemaMismatch",
+    "ServerBusy",
+    "ServerError",
+    "Unauthenticated",
+    "VersionConflict",
     "__version__",
     "connect",
     "default_partition",
     "distarray",
+    "errors",
     "from_partitioned",
     "local_target_of_slice",
     "partitioned",
     "publish",
     "validate",
+    "wire",
 ]

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import sys
 from pathlib import Path
 from typing import Any
 
 import click
 
-from . import __version__
 from .errors import FlightpartError
+from .version import __version__
 
 CATALOG_OPTION = click.option("--catalog", envvar="FLIGHTPART_CATALOG", required=True,
                               help="Catalog URI, e.g. grpc://head:8815 (or $FLIGHTPART_CATALOG).")
@@ -43,40 +42,6 @@ def observability_options(f):
     f = click.option("--metrics-port", default=None, type=int, help="Serve Prometheus metrics on this port (HTTP).")(f)
     f = click.option("--health-port", default=None, type=int, help="Serve grpc.health.v1.Health on this port.")(f)
     return f
-
-
-def _observe(server: Any, role: str, host: str, health_port: int | None, metrics_port: int | None) -> list:
-    """Start the health and metrics endpoints of a daemon; returns what to shut down."""
-    from .daemons import announce
-
-    started = []
-    bind = "0.0.0.0" if host in ("0.0.0.0", "") else host
-    if health_port is not None:
-        from .server.health import HealthEndpoint
-
-        endpoint = HealthEndpoint(bind, health_port, f"flightpart.{role}", server.healthy)
-        started.append(endpoint)
-        announce(f"{role}-health", endpoint.address)
-    if metrics_port is not None:
-        from .server.metrics import serve_metrics
-
-        http = serve_metrics(bind, metrics_port, role, server._stats)
-        started.append(http)
-        announce(f"{role}-metrics", f"http://{bind}:{http.server_port}/metrics")
-    return started
-
-
-def _security(token_file, tls_cert, tls_key, tls_client_ca, tls_ca) -> tuple[dict, Any]:
-    """(server keyword arguments, connection pool for calls to other daemons)."""
-    from .connections import ConnectionPool
-    from .server.auth import read_token, tls_server_options
-
-    token = read_token(token_file, os.environ.get("FLIGHTPART_TOKEN"))
-    server = tls_server_options(tls_cert, tls_key, tls_client_ca)
-    ca = Path(tls_ca).read_bytes() if tls_ca else None
-    own = (Path(tls_cert).read_bytes(), Path(tls_key).read_bytes()) if tls_cert and tls_key and ca else (None, None)
-    pool = ConnectionPool(token=token, tls_root_certs=ca, cert_chain=own[0], private_key=own[1])
-    return {**server, "token": token}, pool
 
 
 class FriendlyGroup(click.Group):
@@ -127,35 +92,11 @@ def serve(host: str, port: int, data_dir: str | None, catalog_uri: str | None, n
           token_file: str | None, tls_cert: str | None, tls_key: str | None, tls_client_ca: str | None, tls_ca: str | None,
           health_port: int | None, metrics_port: int | None) -> None:
     """Run a node (and, without --catalog, a catalog too)."""
-    from .daemons import announce, wait_for_signal
-    from .server.node import NodeServer
+    from .server.daemon import Observability, Security, run_node
 
-    server_options, pool = _security(token_file, tls_cert, tls_key, tls_client_ca, tls_ca)
-    servers: list = []
-    if catalog_uri is None:
-        catalog = _start_catalog(host, port, state_dir, dead_after, server_options, pool)
-        servers.append(catalog)
-        catalog_uri, port = catalog.uri, node_port
-        announce("catalog", catalog.uri)
-    node = NodeServer(host, port, data_dir=data_dir, catalog=catalog_uri, heartbeat_interval=heartbeat, advertise=advertise,
-                      max_partition_bytes=max_partition_bytes, max_streams=max_streams, pool=pool, **server_options)
-    servers.append(node)
-    servers.extend(_observe(node, "node", host, health_port, metrics_port))
-    try:
-        node.register()
-    except Exception as exc:  # the heartbeat thread keeps trying
-        logging.getLogger("flightpart.node").warning("catalog %s not reachable yet: %s", catalog_uri, exc)
-    announce("node", node.uri)
-    wait_for_signal(servers)
-
-
-def _start_catalog(host: str, port: int, state_dir: str | None, dead_after: float, server_options: dict, pool: Any):
-    from .server.catalog import CatalogServer
-    from .server.paths import default_state_dir
-
-    state = Path(state_dir) if state_dir else default_state_dir()
-    state.mkdir(parents=True, exist_ok=True)
-    return CatalogServer(host, port, state_path=str(state / "catalog.sqlite"), dead_after=dead_after, pool=pool, **server_options)
+    run_node(host, port, data_dir=data_dir, catalog=catalog_uri, node_port=node_port, state_dir=state_dir, heartbeat=heartbeat,
+             dead_after=dead_after, max_partition_bytes=max_partition_bytes, max_streams=max_streams, advertise=advertise,
+             security=Security(token_file, tls_cert, tls_key, tls_client_ca, tls_ca), ports=Observability(health_port, metrics_port))
 
 
 @main.command("catalog")
@@ -169,13 +110,10 @@ def catalog_cmd(host: str, port: int, state_dir: str | None, dead_after: float, 
                 tls_key: str | None, tls_client_ca: str | None, tls_ca: str | None, health_port: int | None,
                 metrics_port: int | None) -> None:
     """Run a catalog alone."""
-    from .daemons import announce, wait_for_signal
+    from .server.daemon import Observability, Security, run_catalog
 
-    server_options, pool = _security(token_file, tls_cert, tls_key, tls_client_ca, tls_ca)
-    server = _start_catalog(host, port, state_dir, dead_after, server_options, pool)
-    extras = _observe(server, "catalog", host, health_port, metrics_port)
-    announce("catalog", server.uri)
-    wait_for_signal([server, *extras])
+    run_catalog(host, port, state_dir, dead_after, Security(token_file, tls_cert, tls_key, tls_client_ca, tls_ca),
+                Observability(health_port, metrics_port))
 
 
 # --------------------------------------------------------------------------- datasets
@@ -301,7 +239,7 @@ def ls_cmd(catalog: str, as_json: bool) -> None:
 @JSON_OPTION
 def show(name: str, version: int | None, catalog: str, as_json: bool) -> None:
     """Draw the partition grid of NAME: who holds what, rows and bytes."""
-    from .grid_view import grid_json, render_grid
+    from .tools.grid_view import grid_json, render_grid
 
     with _client(catalog) as client:
         ds = client.open(name, version)
@@ -378,10 +316,14 @@ def health(address: str, service: str, timeout: float) -> None:
 @JSON_OPTION
 def stats(uri: str, as_json: bool) -> None:
     """A node's counters: bytes and batches served, partitions held."""
-    from .connections import ConnectionPool
+    from .client.errors import translated
+    from .io.access import Access
+    from .io.connections import ConnectionPool
+    from .wire import Empty
 
-    pool = ConnectionPool(token=os.environ.get("FLIGHTPART_TOKEN"))
-    result = pool.action(uri if "://" in uri else f"grpc://{uri}", "stats")
+    pool = ConnectionPool(Access.from_environment())
+    with translated():
+        result = pool.action(uri if "://" in uri else f"grpc://{uri}", "stats", Empty())
     click.echo(json.dumps(result) if as_json else "\n".join(f"{k}: {v}" for k, v in result.items()))
 
 
@@ -393,7 +335,7 @@ def stats(uri: str, as_json: bool) -> None:
 @click.option("--plot", "plot_path", default=None, type=click.Path(dir_okay=False), help="Draw a bar chart (PNG).")
 def bench(size: str, quick: bool, runs: int | None, json_path: str | None, plot_path: str | None) -> None:
     """flightpart against raw Flight, Dask and Ray on this machine, side by side."""
-    from .bench import plot, render, run_bench
+    from .tools.bench import plot, render, run_bench
 
     nbytes = 64 << 20 if quick else _parse_size(size)
     result = run_bench(nbytes, quick=quick, runs=runs, log=lambda m: click.echo(m, err=True))
@@ -419,6 +361,6 @@ def _parse_size(text: str) -> int:
 @click.option("--size-mb", default=300, show_default=True, type=int, help="Size of the demo dataset.")
 def demo(size_mb: int) -> None:
     """A catalog and 3 nodes on 127.0.0.2-4: put, open and read a dataset, then stop."""
-    from .demo import run_demo
+    from .tools.demo import run_demo
 
     sys.exit(run_demo(size_mb))

@@ -12,18 +12,17 @@ communication padding becomes halos.
 from __future__ import annotations
 
 import math
-import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import product
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow.types as pa_types
 
 from . import frames, protocol
 from .errors import PartitionedError
-from .hosts import advertised_ip
 
 SUPPORTED_VERSIONS = ("0.9", "0.10")
 EXPORT_VERSION = "0.10.0"
@@ -36,7 +35,7 @@ DIM_KEYS = {
 
 
 def _int(value: Any, field: str, minimum: int | None = 0) -> int:
-    if not protocol._is_int(value):
+    if not protocol.is_int(value):
         raise PartitionedError(f"{field}: expected an integer, got {value!r}")
     if minimum is not None and value < minimum:
         raise PartitionedError(f"{field}: expected an integer >= {minimum}, got {value}")
@@ -309,13 +308,14 @@ class DistArrayPartitioned:
 def to_partitioned(daps: Sequence[Any], locations: Sequence[tuple] | None = None) -> DistArrayPartitioned:
     """Import the ``__distarray__`` dicts of all ranks (in rank order).
 
-    ``locations[r]`` is rank r's ``(IP, PID)``; by default this process.
+    ``locations[r]`` is rank r's ``(IP, PID)``; by default this process
+    (:func:`flightpart.protocol.this_process`).
     Unstructured distributions become one partition per contiguous run of
     indices; runs that do not tile the index space are refused.
     """
     checked = validate_all(daps)
     if locations is None:
-        locations = [(advertised_ip(), os.getpid())] * len(checked)
+        locations = [protocol.this_process()] * len(checked)
     if len(locations) != len(checked):
         raise PartitionedError(f"locations: expected {len(checked)} entries (one per rank), got {len(locations)}")
     ndim = len(checked[0]["dim_data"])

@@ -1,17 +1,36 @@
-"""The exceptions flightpart raises.
+"""The exceptions flightpart raises, each with a stable code.
 
-One small hierarchy so that callers can catch ``FlightpartError`` for anything
-of ours, or a specific subclass, and so that messages can say what to do.
-Each one also derives from the builtin a Python user would expect
-(``ValueError`` for bad input, ``LookupError`` for unknown names,
-``ConnectionError`` for unreachable nodes).
+One hierarchy so that callers can catch ``FlightpartError`` for anything of
+ours, or a specific subclass. Each class also derives from the builtin a
+Python user would expect (``ValueError`` for bad input, ``LookupError`` for
+unknown names, ``ConnectionError`` for unreachable nodes, ``PermissionError``
+for refused credentials).
+
+Servers send an error as its ``code`` and the ``field`` it is about (see
+:func:`flightpart.wire.encode_error`); clients turn the code back into the
+class through :data:`BY_CODE`, one table, never by reading the message.
 """
 
 from __future__ import annotations
 
 
 class FlightpartError(Exception):
-    """Base class of every error flightpart raises on purpose."""
+    """Base class of every error flightpart raises on purpose.
+
+    ``field`` names the part of a request the error is about (e.g.
+    ``ticket.version``), or is None.
+    """
+
+    code = "ERROR"
+    retryable = False
+
+    def __init__(self, message: str = "", *, field: str | None = None):
+        super().__init__(message)
+        self.field = field
+
+    @property
+    def message(self) -> str:
+        return str(self.args[0]) if self.args else ""
 
 
 class PartitionedError(FlightpartError, ValueError):
@@ -21,18 +40,105 @@ class PartitionedError(FlightpartError, ValueError):
     ``partitions[(1, 0)].start: expected 2 integers, got (4,)``.
     """
 
+    code = "INVALID_PARTITIONED"
 
-class InvalidName(FlightpartError, ValueError):
+
+class RequestRejected(FlightpartError, ValueError):
+    """A request does not follow the wire format; the message and ``field`` say how."""
+
+    code = "INVALID_REQUEST"
+
+
+class InvalidName(RequestRejected):
     """A dataset name outside ``[A-Za-z0-9][A-Za-z0-9_.-]{0,127}``."""
+
+    code = "INVALID_NAME"
+
+
+class SchemaMismatch(FlightpartError, ValueError):
+    """Data sent for a partition does not fit the dataset's schema or shape."""
+
+    code = "SCHEMA_MISMATCH"
+
+
+class LimitExceeded(RequestRejected):
+    """A request asks for more than a server's configured limit (partition bytes, body size)."""
+
+    code = "LIMIT_EXCEEDED"
+
+
+class VersionConflict(FlightpartError, ValueError):
+    """A write into a version that is already committed (versions are immutable)."""
+
+    code = "VERSION_CONFLICT"
 
 
 class DatasetNotFound(FlightpartError, LookupError):
     """No committed dataset (or version) of that name exists in the catalog."""
 
+    code = "DATASET_NOT_FOUND"
+
+
+class PartitionMissing(FlightpartError, LookupError):
+    """A node does not hold the partition asked for; another replica may."""
+
+    code = "PARTITION_MISSING"
+    retryable = True
+
 
 class NodeUnavailable(FlightpartError, ConnectionError):
     """No replica of a partition could be reached, or no node is alive."""
 
+    code = "UNAVAILABLE"
+    retryable = True
 
-class SchemaMismatch(FlightpartError, ValueError):
-    """Data sent for a partition does not fit the dataset's schema or shape."""
+
+class ServerBusy(NodeUnavailable):
+    """A server is at its limit of open streams; retry shortly (another replica first)."""
+
+    code = "BUSY"
+
+
+class Unauthenticated(FlightpartError, PermissionError):
+    """A call without a valid credential for the cluster."""
+
+    code = "UNAUTHENTICATED"
+
+
+class ServerError(FlightpartError, RuntimeError):
+    """A server failed on a request it should have handled; its log has the details.
+
+    Retryable: another replica may well serve what this one could not.
+    """
+
+    code = "INTERNAL"
+    retryable = True
+
+
+class ClientClosed(FlightpartError, RuntimeError):
+    """A method of a closed :class:`flightpart.client.Client` was called."""
+
+    code = "CLIENT_CLOSED"
+
+
+def _all_subclasses(cls: type) -> list[type]:
+    out = []
+    for sub in cls.__subclasses__():
+        out.append(sub)
+        out.extend(_all_subclasses(sub))
+    return out
+
+
+BY_CODE: dict[str, type[FlightpartError]] = {
+    cls.code: cls for cls in [FlightpartError, *_all_subclasses(FlightpartError)]
+}
+"""Every error code and the class a client raises for it."""
+
+
+def error_for(code: str, message: str, field: str | None = None) -> FlightpartError:
+    """The exception for a code received from a server (:class:`ServerError` for a code we do not know)."""
+    cls = BY_CODE.get(code, ServerError)
+    return cls(message, field=field)
+
+
+__all__ = [cls.__name__ for cls in BY_CODE.values()] + ["BY_CODE", "error_for"]

@@ -13,13 +13,13 @@ import math
 import os
 import pickle
 import re
-from typing import Any, Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 import pyarrow as pa
 
 from . import frames, tiling
 from .errors import PartitionedError
-from .hosts import advertised_ip
 
 REQUIRED_KEYS = ("shape", "partition_tiling", "partitions", "get")
 OPTIONAL_KEYS = ("locals",)
@@ -28,7 +28,7 @@ DLPACK_DEVICES = (
     "CPU", "CUDA", "CUDAHost", "OpenCL", "Vulkan", "Metal", "VPI", "ROCM", "ROCMHost",
     "ExtDev", "CUDAManaged", "OneAPI", "WebGPU", "Hexagon", "MAIA", "Trn",
 )
-DEVICE_PATTERN = re.compile(r"^kDL(%s)(:\d+)?$" % "|".join(DLPACK_DEVICES))
+DEVICE_PATTERN = re.compile(rf"^kDL({'|'.join(DLPACK_DEVICES)})(:\d+)?$")
 HOST_DEVICE = "kDLCPU"
 
 
@@ -65,6 +65,15 @@ class IdentityGet(StatelessGet):
         return handles
 
 
+def this_process() -> tuple[str, int]:
+    """The ``(IP, PID)`` of data held in this very process.
+
+    The IP is ``$FLIGHTPART_HOST`` when set, else loopback: the core does no
+    DNS lookup, so pass ``location=`` to name a routable address.
+    """
+    return (os.environ.get("FLIGHTPART_HOST") or "127.0.0.1", os.getpid())
+
+
 def get_partitioned(obj: Any) -> Any:
     """The dict behind ``obj``: itself if a dict, else its ``__partitioned__``."""
     if isinstance(obj, dict):
@@ -81,7 +90,8 @@ def get_partitioned(obj: Any) -> Any:
 # --------------------------------------------------------------------------- validate
 
 
-def _is_int(x: Any) -> bool:
+def is_int(x: Any) -> bool:
+    """A Python or NumPy integer (not a bool): what the spec's integer fields accept."""
     return isinstance(x, int) and not isinstance(x, bool) or (
         type(x).__module__ == "numpy" and hasattr(x, "dtype") and x.dtype.kind in "iu" and getattr(x, "ndim", 1) == 0
     )
@@ -99,14 +109,60 @@ def _int_tuple(value: Any, n: int | None, field: str, *, minimum: int = 0) -> tu
     if n is not None and len(value) != n:
         raise PartitionedError(f"{field}: expected {what}, got {_fmt(value)}")
     for k, x in enumerate(value):
-        if not _is_int(x):
+        if not is_int(x):
             raise PartitionedError(f"{field}[{k}]: expected an integer, got {_fmt(x)} ({type(x).__name__})")
         if x < minimum:
             raise PartitionedError(f"{field}[{k}]: expected an integer >= {minimum}, got {x}")
     return tuple(int(x) for x in value)
 
 
+def _check_keys(d: dict, required: Sequence[str], optional: Sequence[str], where: str, what: str) -> None:
+    for key in required:
+        if key not in d:
+            raise PartitionedError(f"{where}: missing key '{key}'")
+    for key in d:
+        if key not in required and key not in optional:
+            raise PartitionedError(f"{where}: unknown key {_fmt(key)}; {what} {', '.join((*required, *optional))}")
+
+
+def _check_top_level(d: Any) -> None:
+    """Spec: the dict and its keys."""
+    if not isinstance(d, dict):
+        raise PartitionedError(f"__partitioned__: expected a dict, got {type(d).__name__}")
+    _check_keys(d, REQUIRED_KEYS, OPTIONAL_KEYS, "__partitioned__", "the spec defines")
+
+
+def _check_shape_and_tiling(d: dict) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Spec: ``shape`` and ``partition_tiling``."""
+    shape = _int_tuple(d["shape"], None, "shape")
+    if not shape:
+        raise PartitionedError("shape: expected at least one dimension, got ()")
+    grid = _int_tuple(d["partition_tiling"], None, "partition_tiling", minimum=1)
+    if len(grid) != len(shape):
+        raise PartitionedError(f"partition_tiling: expected {len(shape)} entries like shape {shape}, got {grid}")
+    return shape, grid
+
+
+def _check_positions(parts: Any, grid: tuple[int, ...]) -> None:
+    """Spec: ``partitions`` is keyed by every position of the grid, once."""
+    if not isinstance(parts, dict):
+        raise PartitionedError(f"partitions: expected a dict keyed by grid position, got {type(parts).__name__}")
+    ndim = len(grid)
+    for key in parts:
+        if not isinstance(key, tuple) or len(key) != ndim or not all(is_int(k) for k in key):
+            raise PartitionedError(f"partitions: key {_fmt(key)} is not a grid position (a tuple of {ndim} integers)")
+        if not all(0 <= k < t for k, t in zip(key, grid)):
+            raise PartitionedError(f"partitions: key {key} lies outside the grid {grid}")
+    expected = math.prod(grid)
+    if len(parts) != expected:
+        missing = next(pos for pos in (tiling.position_at(n, grid) for n in range(expected)) if pos not in parts)
+        raise PartitionedError(
+            f"partitions: position {missing} is missing; a {grid} grid needs {expected} entries, got {len(parts)}"
+        )
+
+
 def _check_location(value: Any, field: str) -> None:
+    """Spec: ``location`` is a list of ``(IP, PID[, device])``."""
     if not isinstance(value, (list, tuple)) or isinstance(value, str):
         raise PartitionedError(f"{field}: expected a list of (IP, PID[, device]) tuples, got {_fmt(value)}")
     if len(value) == 0:
@@ -118,7 +174,7 @@ def _check_location(value: Any, field: str) -> None:
         ip, pid = loc[0], loc[1]
         if not isinstance(ip, str) or not ip.strip():
             raise PartitionedError(f"{where}: IP must be a non-empty string, got {_fmt(ip)}")
-        if not _is_int(pid) or pid < 0:
+        if not is_int(pid) or pid < 0:
             raise PartitionedError(f"{where}: PID must be a non-negative integer, got {_fmt(pid)}")
         if len(loc) == 3:
             device = loc[2]
@@ -128,120 +184,28 @@ def _check_location(value: Any, field: str) -> None:
                 )
 
 
-def _check_tiling(parts: dict, shape: tuple[int, ...], grid: tuple[int, ...], geometry: dict) -> None:
-    """Starts are prefix sums of shapes along every axis: no gap, no overlap."""
-    for axis, (n, t) in enumerate(zip(shape, grid)):
-        expected_start = 0
-        for k in range(t):
-            slab = [pos for pos in geometry if pos[axis] == k]
-            first = slab[0]
-            f_start, f_shape = geometry[first]
-            for pos in slab[1:]:
-                p_start, p_shape = geometry[pos]
-                if p_shape[axis] != f_shape[axis]:
-                    raise PartitionedError(
-                        f"partitions[{pos}].shape[{axis}]: {p_shape[axis]} differs from {f_shape[axis]} of "
-                        f"partitions[{first}]; partitions in one grid slab must have the same extent"
-                    )
-                if p_start[axis] != f_start[axis]:
-                    raise PartitionedError(
-                        f"partitions[{pos}].start[{axis}]: {p_start[axis]} differs from {f_start[axis]} of "
-                        f"partitions[{first}]; partitions in one grid slab must start together"
-                    )
-            if f_start[axis] != expected_start:
-                kind = "gap" if f_start[axis] > expected_start else "overlap"
-                raise PartitionedError(
-                    f"partitions[{first}].start[{axis}]: expected {expected_start} (the prefix sum of the shapes "
-                    f"before it along axis {axis}), got {f_start[axis]}: the partitions {kind}"
-                )
-            expected_start += f_shape[axis]
-        if expected_start != n:
-            raise PartitionedError(
-                f"partitions: extents along axis {axis} add up to {expected_start}, but shape[{axis}] is {n}"
-            )
-
-
-def _position_at(index: int, grid: tuple[int, ...]) -> tuple[int, ...]:
-    """The row-major ``index``-th position of ``grid``, without enumerating it."""
-    pos = []
-    for t in reversed(grid):
-        index, k = divmod(index, t)
-        pos.append(k)
-    return tuple(reversed(pos))
-
-
-def _pickle_culprit(d: dict) -> str:
-    try:
-        pickle.dumps(d["get"])
-    except Exception as exc:
-        return f"get: {type(exc).__name__}: {exc} (use a module-level callable object, not a lambda)"
-    for pos, entry in d["partitions"].items():
-        for key in PARTITION_KEYS:
-            try:
-                pickle.dumps(entry[key])
-            except Exception as exc:
-                return f"partitions[{pos}].{key}: {type(exc).__name__}: {exc}"
-    return "__partitioned__: the dict does not pickle"
-
-
-def _validate(obj: Any, require_pickle: bool) -> dict:
-    d = get_partitioned(obj)
-    if not isinstance(d, dict):
-        raise PartitionedError(f"__partitioned__: expected a dict, got {type(d).__name__}")
-    for key in REQUIRED_KEYS:
-        if key not in d:
-            raise PartitionedError(f"__partitioned__: missing key '{key}'")
-    for key in d:
-        if key not in REQUIRED_KEYS + OPTIONAL_KEYS:
-            raise PartitionedError(
-                f"__partitioned__: unknown key {_fmt(key)}; the spec defines {', '.join(REQUIRED_KEYS + OPTIONAL_KEYS)}"
-            )
-    shape = _int_tuple(d["shape"], None, "shape")
-    if not shape:
-        raise PartitionedError("shape: expected at least one dimension, got ()")
-    grid = _int_tuple(d["partition_tiling"], None, "partition_tiling", minimum=1)
-    if len(grid) != len(shape):
-        raise PartitionedError(
-            f"partition_tiling: expected {len(shape)} entries like shape {shape}, got {grid}"
-        )
-    parts = d["partitions"]
-    if not isinstance(parts, dict):
-        raise PartitionedError(f"partitions: expected a dict keyed by grid position, got {type(parts).__name__}")
-    ndim = len(grid)
-    for key in parts:
-        if not isinstance(key, tuple) or len(key) != ndim or not all(_is_int(k) for k in key):
-            raise PartitionedError(f"partitions: key {_fmt(key)} is not a grid position (a tuple of {ndim} integers)")
-        if not all(0 <= k < t for k, t in zip(key, grid)):
-            raise PartitionedError(f"partitions: key {key} lies outside the grid {grid}")
-    expected = math.prod(grid)
-    if len(parts) != expected:
-        missing = next(pos for pos in (_position_at(n, grid) for n in range(expected)) if pos not in parts)
-        raise PartitionedError(
-            f"partitions: position {missing} is missing; a {grid} grid needs {expected} entries, got {len(parts)}"
-        )
+def _check_entries(parts: dict, shape: tuple[int, ...]) -> dict[tuple[int, ...], tuple[tuple[int, ...], tuple[int, ...]]]:
+    """Spec: each partition's ``start``, ``shape`` and ``location``; returns the geometry."""
     geometry: dict[tuple[int, ...], tuple[tuple[int, ...], tuple[int, ...]]] = {}
     for pos, entry in parts.items():
         pos = tuple(int(k) for k in pos)
         where = f"partitions[{pos}]"
         if not isinstance(entry, dict):
             raise PartitionedError(f"{where}: expected a dict with {', '.join(PARTITION_KEYS)}, got {type(entry).__name__}")
-        for key in PARTITION_KEYS:
-            if key not in entry:
-                raise PartitionedError(f"{where}: missing key '{key}'")
-        for key in entry:
-            if key not in PARTITION_KEYS:
-                raise PartitionedError(f"{where}: unknown key {_fmt(key)}; a partition has {', '.join(PARTITION_KEYS)}")
+        _check_keys(entry, PARTITION_KEYS, (), where, "a partition has")
         start = _int_tuple(entry["start"], len(shape), f"{where}.start")
         pshape = _int_tuple(entry["shape"], len(shape), f"{where}.shape")
         for axis, (s0, n, total) in enumerate(zip(start, pshape, shape)):
             if s0 + n > total:
-                raise PartitionedError(
-                    f"{where}: rows {s0}..{s0 + n} along axis {axis} reach past shape[{axis}] = {total}"
-                )
+                raise PartitionedError(f"{where}: rows {s0}..{s0 + n} along axis {axis} reach past shape[{axis}] = {total}")
         _check_location(entry["location"], f"{where}.location")
         geometry[pos] = (start, pshape)
-    _check_tiling(parts, shape, grid, geometry)
+    return geometry
 
+
+def _check_locals_and_data(d: dict) -> None:
+    """Spec: ``locals`` (SPMD only) and ``data`` (one type; None only for another rank's part)."""
+    parts = d["partitions"]
     local_positions: set[tuple[int, ...]] = set()
     if "locals" in d:
         loc = d["locals"]
@@ -272,6 +236,10 @@ def _validate(obj: Any, require_pickle: bool) -> dict:
                 f"partitions[{pos}].data: a {type(data).__qualname__}, but partitions[{first_type[0]}].data is a "
                 f"{first_type[1].__qualname__}; all partitions must hold one type"
             )
+
+
+def _check_get(d: dict, require_pickle: bool) -> None:
+    """Spec: ``get`` is callable, and the whole dict pickles."""
     if not callable(d["get"]):
         raise PartitionedError(f"get: expected a callable, got {_fmt(d['get'])}")
     if require_pickle:
@@ -279,6 +247,31 @@ def _validate(obj: Any, require_pickle: bool) -> dict:
             pickle.dumps(d)
         except Exception:
             raise PartitionedError(f"must pickle: {_pickle_culprit(d)}") from None
+
+
+def _pickle_culprit(d: dict) -> str:
+    try:
+        pickle.dumps(d["get"])
+    except Exception as exc:
+        return f"get: {type(exc).__name__}: {exc} (use a module-level callable object, not a lambda)"
+    for pos, entry in d["partitions"].items():
+        for key in PARTITION_KEYS:
+            try:
+                pickle.dumps(entry[key])
+            except Exception as exc:
+                return f"partitions[{pos}].{key}: {type(exc).__name__}: {exc}"
+    return "__partitioned__: the dict does not pickle"
+
+
+def _validate(obj: Any, require_pickle: bool) -> dict:
+    d = get_partitioned(obj)
+    _check_top_level(d)
+    shape, grid = _check_shape_and_tiling(d)
+    _check_positions(d["partitions"], grid)
+    geometry = _check_entries(d["partitions"], shape)
+    tiling.check_tiling(shape, grid, geometry)
+    _check_locals_and_data(d)
+    _check_get(d, require_pickle)
     return d
 
 
@@ -308,11 +301,11 @@ class PartitionedFrame:
     process; ``get`` is :class:`IdentityGet` so the dict pickles.
     """
 
-    def __init__(self, table: pa.Table, grid: tuple[int, int]):
+    def __init__(self, table: pa.Table, grid: tuple[int, int], location: tuple[str, int] | None = None):
         self.table = table
         self.grid = grid
         self._parts = frames.split_grid(table, grid)
-        self._location = [(advertised_ip(), os.getpid())]
+        self._location = [tuple(location) if location is not None else this_process()]
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -343,12 +336,12 @@ class PartitionedFrame:
         return f"PartitionedFrame(shape={self.shape}, partition_tiling={self.grid})"
 
 
-def partitioned(frame: Any, tiling: Sequence[int] = (1, 1)) -> PartitionedFrame:
-    """Wrap a pandas, polars or pyarrow frame as a conforming object."""
+def partitioned(frame: Any, tiling: Sequence[int] = (1, 1), *, location: tuple[str, int] | None = None) -> PartitionedFrame:
+    """Wrap a pandas, polars or pyarrow frame as a conforming object (located at ``location``, default this process)."""
     grid = tuple(int(t) for t in tiling)
     if len(grid) != 2 or any(t < 1 for t in grid):
         raise PartitionedError(f"partition_tiling: expected (rows, columns) of positive integers, got {tuple(tiling)}")
-    return PartitionedFrame(frames.to_arrow(frame), grid)
+    return PartitionedFrame(frames.to_arrow(frame), grid, location)
 
 
 def row_blocks_dict(handles: Sequence[Any], lengths: Sequence[int], ncols: int, locations: Sequence[list], get: Callable) -> dict:
@@ -368,7 +361,8 @@ def row_blocks_dict(handles: Sequence[Any], lengths: Sequence[int], ncols: int, 
 # --------------------------------------------------------------------------- consume
 
 
-def _check_host_locations(d: dict) -> None:
+def check_host_locations(d: dict) -> None:
+    """Refuse parts on a device other than host memory, which flightpart cannot read."""
     for pos, entry in d["partitions"].items():
         for k, loc in enumerate(entry["location"]):
             if len(loc) == 3 and loc[2] != HOST_DEVICE:
@@ -421,7 +415,7 @@ def from_partitioned(obj: Any, *, columns: Sequence[str] | None = None) -> pa.Ta
     d = validate(obj)
     if len(d["shape"]) not in (1, 2):
         raise PartitionedError(f"shape: flightpart reads 1-D and 2-D data, got {len(d['shape'])} dimensions")
-    _check_host_locations(d)
+    check_host_locations(d)
     raw = fetch_parts(d, tiling.grid_positions(d["partition_tiling"]))
     tables = {pos: part_table(pos, d["partitions"][pos], part) for pos, part in raw.items()}
     table = frames.assemble(tables, d["partition_tiling"])

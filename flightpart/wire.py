@@ -1,9 +1,13 @@
-"""The wire format, as pure functions both sides share.
+"""The wire format: every message both sides speak, each with its two halves side by side.
 
-Names, tickets, descriptors, metadata JSON and action bodies are encoded
-and strictly decoded here, so the node, the catalog and the client can never
-disagree, and nothing received is ever unpickled: every byte from the network
-goes through ``json.loads`` and a shape check.
+Names, tickets, descriptor paths, errors, FlightInfo and endpoint metadata,
+the commit body and every action body are encoded and strictly decoded
+here, so the node, the catalog and the client can never disagree, and
+nothing received is ever unpickled: every byte from the network goes
+through ``json.loads`` (or Arrow IPC for schemas) and a shape check.
+
+A new action starts here: a :class:`Message` subclass naming its fields and
+their parsers, with a round-trip test in ``tests/test_wire.py``.
 """
 
 from __future__ import annotations
@@ -11,51 +15,228 @@ from __future__ import annotations
 import base64
 import json
 import re
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable
+from dataclasses import MISSING, dataclass, field, fields
+from typing import Any, ClassVar, TypeVar
 
 import pyarrow as pa
+import pyarrow.flight as flight
 
-from .errors import InvalidName
+from .errors import FlightpartError, InvalidName, LimitExceeded, RequestRejected
 
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 MAX_JSON_BYTES = 16 << 20
-TICKET_KEYS = {"dataset", "version", "part", "columns", "rows"}
+MAX_UINT = 1 << 62
+Replica = tuple[str, str, int]  # (node URI, node IP, node PID)
+
+# --------------------------------------------------------------------------- scalars
 
 
-class WireError(ValueError):
-    """A request that does not follow the wire format; its message says how."""
-
-
-def check_name(name: Any) -> str:
+def check_name(name: Any, field_name: str | None = None) -> str:
     """``name`` if it is a valid dataset name, else :class:`InvalidName`."""
-    if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name) or name in (".", ".."):
+    if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name) or not name.isascii() or name in (".", ".."):
         shown = repr(name) if not isinstance(name, str) or len(name) <= 60 else repr(name[:60]) + "..."
+        prefix = f"{field_name}: " if field_name else ""
         raise InvalidName(
-            f"invalid dataset name {shown}: use 1 to 128 characters of letters, digits, '_', '.' and '-', "
-            "starting with a letter or digit"
+            f"{prefix}invalid dataset name {shown}: use 1 to 128 characters of letters, digits, '_', '.' and '-', "
+            "starting with a letter or digit",
+            field=field_name,
         )
     return name
-
-
-def _uint(value: Any, field: str, limit: int = 1 << 62) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < limit:
-        raise WireError(f"{field}: expected a non-negative integer, got {value!r:.60}")
-    return value
 
 
 def loads(raw: bytes, what: str) -> Any:
     """JSON from the network, size-capped, with a clear error."""
     if len(raw) > MAX_JSON_BYTES:
-        raise WireError(f"{what}: {len(raw)} bytes is more than the {MAX_JSON_BYTES} allowed")
+        raise LimitExceeded(f"{what}: {len(raw)} bytes is more than the {MAX_JSON_BYTES} allowed", field=what)
     try:
         return json.loads(bytes(raw).decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
-        raise WireError(f"{what}: not UTF-8 JSON ({exc})") from None
+        raise RequestRejected(f"{what}: not UTF-8 JSON ({exc})", field=what) from None
 
 
 def dumps(obj: Any) -> bytes:
     return json.dumps(obj, separators=(",", ":")).encode()
+
+
+def digits(text: str, what: str, max_len: int = 18) -> int:
+    """A non-negative integer written in ASCII digits only (no sign, no Unicode digits)."""
+    if not (text.isascii() and text.isdigit()) or len(text) > max_len:
+        raise RequestRejected(f"{what}: expected a non-negative integer, got {text[:40]!r}", field=what)
+    return int(text)
+
+
+def schema_to_text(schema: pa.Schema) -> str:
+    """An Arrow schema for a JSON body: base64 of its IPC serialization."""
+    return base64.b64encode(schema.serialize().to_pybytes()).decode()
+
+
+def schema_from_text(text: Any, what: str) -> pa.Schema:
+    """Inverse of :func:`schema_to_text`; Arrow IPC, never pickle."""
+    if not isinstance(text, str):
+        raise RequestRejected(f"{what}: expected a base64 Arrow IPC schema, got {type(text).__name__}", field=what)
+    try:
+        return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text, validate=True)))
+    except Exception:
+        raise RequestRejected(f"{what}: not a base64 Arrow IPC schema", field=what) from None
+
+
+# --------------------------------------------------------------------------- parsers
+# A parser takes a decoded JSON value and the field's path, and returns the
+# value in its Python form or raises RequestRejected naming the field.
+
+Parser = Callable[[Any, str], Any]
+
+
+def p_str(value: Any, where: str) -> str:
+    if not isinstance(value, str):
+        raise RequestRejected(f"{where}: expected a string, got {type(value).__name__}", field=where)
+    if len(value) > 4096:
+        raise LimitExceeded(f"{where}: {len(value)} characters is more than the 4096 allowed", field=where)
+    return value
+
+
+def p_name(value: Any, where: str) -> str:
+    return check_name(value, where)
+
+
+def p_uint(value: Any, where: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < MAX_UINT:
+        raise RequestRejected(f"{where}: expected a non-negative integer, got {value!r:.60}", field=where)
+    return value
+
+
+def p_bool(value: Any, where: str) -> bool:
+    if not isinstance(value, bool):
+        raise RequestRejected(f"{where}: expected true or false, got {value!r:.60}", field=where)
+    return value
+
+
+def p_pair(value: Any, where: str) -> tuple[int, int]:
+    if not isinstance(value, list) or len(value) != 2:
+        raise RequestRejected(f"{where}: expected [a, b] of non-negative integers, got {value!r:.60}", field=where)
+    return (p_uint(value[0], f"{where}[0]"), p_uint(value[1], f"{where}[1]"))
+
+
+def p_schema(value: Any, where: str) -> pa.Schema:
+    return schema_from_text(value, where)
+
+
+def p_optional(parse: Parser) -> Parser:
+    def parse_optional(value: Any, where: str) -> Any:
+        return None if value is None else parse(value, where)
+
+    return parse_optional
+
+
+def p_list(parse: Parser, max_items: int = 10_000_000) -> Parser:
+    def parse_list(value: Any, where: str) -> tuple:
+        if not isinstance(value, list):
+            raise RequestRejected(f"{where}: expected a list, got {type(value).__name__}", field=where)
+        if len(value) > max_items:
+            raise LimitExceeded(f"{where}: {len(value)} items is more than the {max_items} allowed", field=where)
+        return tuple(parse(item, f"{where}[{k}]") for k, item in enumerate(value))
+
+    return parse_list
+
+
+def p_message(cls: type["Message"]) -> Parser:
+    def parse_message(value: Any, where: str) -> "Message":
+        return cls.from_json(value, where)
+
+    return parse_message
+
+
+def _field(parse: Parser, default: Any = MISSING) -> Any:
+    return field(default=default, metadata={"parse": parse})
+
+
+def _to_json(value: Any) -> Any:
+    if isinstance(value, Message):
+        return value.to_json()
+    if isinstance(value, pa.Schema):
+        return schema_to_text(value)
+    if isinstance(value, (tuple, list)):
+        return [_to_json(v) for v in value]
+    return value
+
+
+M = TypeVar("M", bound="Message")
+
+
+@dataclass(frozen=True)
+class Message:
+    """A JSON object with exactly the fields of the subclass, each checked by its parser.
+
+    ``ACTION`` names the Flight action whose body it is (replies and nested
+    parts have none).
+    """
+
+    ACTION: ClassVar[str] = ""
+
+    def to_json(self) -> dict:
+        return {f.name: _to_json(getattr(self, f.name)) for f in fields(self)}
+
+    def encode(self) -> bytes:
+        return dumps(self.to_json())
+
+    @classmethod
+    def what(cls) -> str:
+        return cls.ACTION or re.sub(r"(?<!^)(?=[A-Z])", "-", cls.__name__).lower()
+
+    @classmethod
+    def from_json(cls: type[M], body: Any, where: str | None = None) -> M:
+        where = where or cls.what()
+        if not isinstance(body, dict):
+            raise RequestRejected(f"{where}: expected a JSON object", field=where)
+        known = {f.name: f for f in fields(cls)}
+        for key in body:
+            if key not in known:
+                raise RequestRejected(f"{where}: unexpected key {key!r:.60}", field=where)
+        values = {}
+        for name, f in known.items():
+            if name not in body:
+                if f.default is MISSING:
+                    raise RequestRejected(f"{where}: missing {name!r}", field=f"{where}.{name}")
+                continue
+            values[name] = f.metadata["parse"](body[name], f"{where}.{name}")
+        return cls(**values)
+
+    @classmethod
+    def decode(cls: type[M], raw: bytes, what: str | None = None) -> M:
+        """The message from an action body (``what`` names it in errors; default: the class's action)."""
+        where = what or cls.what()
+        return cls.from_json(loads(raw, where) if raw else {}, where)
+
+
+# --------------------------------------------------------------------------- errors
+
+
+def encode_error(exc: FlightpartError) -> bytes:
+    """The machine-readable half of an error a server sends (Flight's ``extra_info``)."""
+    return dumps({"code": exc.code, "field": exc.field})
+
+
+def decode_error(extra_info: bytes | None) -> tuple[str, str | None] | None:
+    """(code, field) of a flightpart error, or None when the server sent none."""
+    if not extra_info:
+        return None
+    try:
+        body = json.loads(bytes(extra_info).decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        return None
+    if not isinstance(body, dict) or not isinstance(body.get("code"), str):
+        return None
+    fld = body.get("field")
+    return body["code"], fld if isinstance(fld, str) else None
+
+
+def error_message(exc: BaseException) -> str:
+    """A Flight error's message without gRPC's ``Detail:`` suffix."""
+    return str(exc).split(". Detail:")[0].split("\nDetail:")[0].strip()
+
+
+# --------------------------------------------------------------------------- ticket
 
 
 @dataclass(frozen=True)
@@ -68,54 +249,41 @@ class Ticket:
     columns: tuple[str, ...] | None = None
     rows: tuple[int, int] | None = None
 
+    MAX_BYTES: ClassVar[int] = 1 << 20
+
     def encode(self) -> bytes:
-        return dumps(
-            {
-                "dataset": self.dataset,
-                "version": self.version,
-                "part": list(self.part),
-                "columns": list(self.columns) if self.columns is not None else None,
-                "rows": list(self.rows) if self.rows is not None else None,
-            }
-        )
+        return dumps({
+            "dataset": self.dataset,
+            "version": self.version,
+            "part": list(self.part),
+            "columns": list(self.columns) if self.columns is not None else None,
+            "rows": list(self.rows) if self.rows is not None else None,
+        })
 
     @classmethod
     def decode(cls, raw: bytes) -> "Ticket":
-        body = loads(raw, "ticket")
-        if not isinstance(body, dict):
-            raise WireError("ticket: expected a JSON object")
-        missing = {"dataset", "version", "part"} - body.keys()
-        if missing:
-            raise WireError(f"ticket: missing {sorted(missing)}")
-        extra = body.keys() - TICKET_KEYS
-        if extra:
-            raise WireError(f"ticket: unexpected keys {sorted(extra)}")
-        part = body["part"]
-        if not isinstance(part, list) or len(part) != 2:
-            raise WireError(f"ticket.part: expected [i, j], got {part!r:.60}")
-        columns = body.get("columns")
-        if columns is not None:
-            if not isinstance(columns, list) or not all(isinstance(c, str) for c in columns):
-                raise WireError("ticket.columns: expected null or a list of column names")
-            columns = tuple(columns)
-        rows = body.get("rows")
-        if rows is not None:
-            if not isinstance(rows, list) or len(rows) != 2:
-                raise WireError(f"ticket.rows: expected null or [start, stop], got {rows!r:.60}")
-            rows = (_uint(rows[0], "ticket.rows[0]"), _uint(rows[1], "ticket.rows[1]"))
-            if rows[1] < rows[0]:
-                raise WireError(f"ticket.rows: stop {rows[1]} is before start {rows[0]}")
-        try:
-            name = check_name(body["dataset"])
-        except InvalidName as exc:
-            raise WireError(f"ticket.dataset: {exc}") from None
-        return cls(
-            name,
-            _uint(body["version"], "ticket.version"),
-            (_uint(part[0], "ticket.part[0]", 1 << 31), _uint(part[1], "ticket.part[1]", 1 << 31)),
-            columns,
-            rows,
-        )
+        if len(raw) > cls.MAX_BYTES:
+            raise LimitExceeded(f"ticket: {len(raw)} bytes is more than the {cls.MAX_BYTES} allowed", field="ticket")
+        body = _TicketBody.from_json(loads(raw, "ticket"), "ticket")
+        if body.rows is not None and body.rows[1] < body.rows[0]:
+            raise RequestRejected(f"ticket.rows: stop {body.rows[1]} is before start {body.rows[0]}", field="ticket.rows")
+        if body.columns is not None and len(set(body.columns)) != len(body.columns):
+            raise RequestRejected("ticket.columns: a column is named twice", field="ticket.columns")
+        if body.part[0] >= 1 << 31 or body.part[1] >= 1 << 31:
+            raise RequestRejected(f"ticket.part: {list(body.part)} is outside any grid", field="ticket.part")
+        return cls(body.dataset, body.version, body.part, body.columns, body.rows)
+
+
+@dataclass(frozen=True)
+class _TicketBody(Message):
+    dataset: str = _field(p_name)
+    version: int = _field(p_uint)
+    part: tuple[int, int] = _field(p_pair)
+    columns: tuple[str, ...] | None = _field(p_optional(p_list(p_str, 100_000)), None)
+    rows: tuple[int, int] | None = _field(p_optional(p_pair), None)
+
+
+# --------------------------------------------------------------------------- descriptors
 
 
 def partition_path(name: str, version: int, part: tuple[int, int]) -> list[str]:
@@ -123,62 +291,302 @@ def partition_path(name: str, version: int, part: tuple[int, int]) -> list[str]:
     return [name, str(version), str(part[0]), str(part[1])]
 
 
-def parse_partition_path(path: list[bytes | str]) -> tuple[str, int, tuple[int, int]]:
+def _path_texts(path: list[bytes | str] | None) -> list[str]:
+    return [p.decode("utf-8", "replace") if isinstance(p, bytes) else str(p) for p in (path or [])]
+
+
+def parse_partition_path(descriptor: flight.FlightDescriptor) -> tuple[str, int, tuple[int, int]]:
     """Inverse of :func:`partition_path`, strict."""
-    if len(path) != 4:
-        raise WireError(f"descriptor: expected path [name, version, i, j], got {len(path)} elements")
-    parts = [p.decode("utf-8", "replace") if isinstance(p, bytes) else str(p) for p in path]
-    try:
-        name = check_name(parts[0])
-    except InvalidName as exc:
-        raise WireError(f"descriptor: {exc}") from None
-    numbers = []
-    for field, text in zip(("version", "i", "j"), parts[1:]):
-        if not text.isdigit() or len(text) > 12:
-            raise WireError(f"descriptor.{field}: expected a non-negative integer, got {text[:40]!r}")
-        numbers.append(int(text))
-    return name, numbers[0], (numbers[1], numbers[2])
+    if descriptor.descriptor_type != flight.DescriptorType.PATH:
+        raise RequestRejected("descriptor: expected a path [name, version, i, j]", field="descriptor")
+    parts = _path_texts(descriptor.path)
+    if len(parts) != 4:
+        raise RequestRejected(f"descriptor: expected path [name, version, i, j], got {len(parts)} elements", field="descriptor")
+    name = check_name(parts[0], "descriptor.name")
+    version = digits(parts[1], "descriptor.version")
+    i, j = digits(parts[2], "descriptor.i", 9), digits(parts[3], "descriptor.j", 9)
+    return name, version, (i, j)
 
 
-def partition_relpath(name: str, version: int, part: tuple[int, int]) -> str:
-    """Where a node keeps a partition, relative to its data directory.
+def dataset_path(name: str, version: int | None = None) -> list[str]:
+    """Descriptor path of a dataset (its latest version) or of one version."""
+    return [name] + ([str(int(version))] if version is not None else [])
 
-    Shared by the store (which writes it) and the client (which memory-maps
-    it when the node is on its own host).
+
+def parse_dataset_path(descriptor: flight.FlightDescriptor) -> tuple[str, int | None]:
+    """Inverse of :func:`dataset_path`, strict."""
+    parts = _path_texts(descriptor.path)
+    if descriptor.descriptor_type != flight.DescriptorType.PATH or len(parts) not in (1, 2):
+        raise RequestRejected("descriptor: expected a path [name] or [name, version]", field="descriptor")
+    name = check_name(parts[0], "descriptor.name")
+    return name, (digits(parts[1], "descriptor.version") if len(parts) == 2 else None)
+
+
+# --------------------------------------------------------------------------- FlightInfo
+
+
+@dataclass(frozen=True)
+class PartInfo:
+    """What the catalog says of one partition: where it sits in the grid and who holds it."""
+
+    position: tuple[int, int]
+    start: tuple[int, int]
+    shape: tuple[int, int]
+    replicas: tuple[Replica, ...]
+    nbytes: int = 0
+
+
+@dataclass(frozen=True)
+class VersionInfo:
+    """One committed dataset version as the catalog publishes it in a ``FlightInfo``."""
+
+    dataset: str
+    version: int
+    schema: pa.Schema
+    shape: tuple[int, int]
+    grid: tuple[int, int]
+    parts: tuple[PartInfo, ...]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(p.nbytes for p in self.parts)
+
+
+def encode_flight_info(v: VersionInfo, *, with_endpoints: bool = True) -> flight.FlightInfo:
+    """The ``FlightInfo`` of one version.
+
+    Any Flight client can read it: one endpoint per partition in row-major
+    grid order, the replicas' URIs as locations, and JSON endpoint metadata
+    ``{"position", "start", "shape", "location", "nbytes"}``. The info's own
+    metadata repeats the geometry compactly (sizes per row block and column
+    group, a node table, replica indexes) so that 10,000 partitions open
+    without parsing 10,000 endpoints.
     """
-    check_name(name)
-    return f"datasets/{name}/v{int(version)}/{int(part[0])}_{int(part[1])}.arrow"
+    endpoints = []
+    if with_endpoints:
+        for p in v.parts:
+            meta = dumps({"position": list(p.position), "start": list(p.start), "shape": list(p.shape),
+                          "location": [[ip, pid] for _uri, ip, pid in p.replicas], "nbytes": p.nbytes})
+            ticket = Ticket(v.dataset, v.version, p.position).encode()
+            endpoints.append(flight.FlightEndpoint(ticket, [uri for uri, _ip, _pid in p.replicas], app_metadata=meta))
+    nodes = sorted({r for p in v.parts for r in p.replicas})
+    index = {r: k for k, r in enumerate(nodes)}
+    meta = dumps({
+        "shape": list(v.shape), "partition_tiling": list(v.grid), "version": v.version,
+        "row_sizes": [p.shape[0] for p in v.parts if p.position[1] == 0],
+        "col_sizes": [p.shape[1] for p in v.parts if p.position[0] == 0],
+        "nodes": [list(r) for r in nodes],
+        "replicas": [[index[r] for r in p.replicas] for p in v.parts],
+        "part_bytes": [p.nbytes for p in v.parts],
+    })
+    return flight.FlightInfo(v.schema, flight.FlightDescriptor.for_path(v.dataset), endpoints, total_records=v.shape[0],
+                             total_bytes=v.nbytes, ordered=True, app_metadata=meta)
 
 
-NODE_MARKER = "flightpart-node.json"
+def decode_flight_info(info: flight.FlightInfo) -> VersionInfo:
+    """Inverse of :func:`encode_flight_info` (from the compact metadata, or else the endpoints)."""
+    meta = loads(info.app_metadata or b"{}", "FlightInfo.app_metadata")
+    name = _path_texts(info.descriptor.path)[0]
+    grid = tuple(meta["partition_tiling"])
+    parts = []
+    if "row_sizes" in meta:
+        nodes = [tuple(n) for n in meta["nodes"]]
+        row_starts = _starts(meta["row_sizes"])
+        col_starts = _starts(meta["col_sizes"])
+        sizes = meta.get("part_bytes") or [0] * len(meta["replicas"])
+        shared: dict[tuple, tuple] = {}
+        for k, holders in enumerate(meta["replicas"]):
+            i, j = divmod(k, grid[1])
+            key = tuple(holders)
+            replicas = shared.get(key)
+            if replicas is None:
+                replicas = shared[key] = tuple(nodes[h] for h in holders)
+            parts.append(PartInfo((i, j), (row_starts[i], col_starts[j]), (meta["row_sizes"][i], meta["col_sizes"][j]),
+                                  replicas, sizes[k]))
+    else:
+        for endpoint in info.endpoints:
+            em = loads(endpoint.app_metadata, "FlightEndpoint.app_metadata")
+            uris = [loc.uri.decode() if isinstance(loc.uri, bytes) else str(loc.uri) for loc in endpoint.locations]
+            replicas = tuple((u, ip, pid) for u, (ip, pid) in zip(uris, em["location"]))
+            parts.append(PartInfo(tuple(em["position"]), tuple(em["start"]), tuple(em["shape"]), replicas, em.get("nbytes", 0)))
+    return VersionInfo(name, meta["version"], info.schema, tuple(meta["shape"]), grid, tuple(parts))
 
 
-def action_body(raw: bytes, what: str, required: dict[str, type | tuple[type, ...]], optional: dict[str, type | tuple[type, ...]] | None = None) -> dict:
-    """A JSON action body checked for exactly the keys and types expected."""
-    body = loads(raw, what) if raw else {}
-    if not isinstance(body, dict):
-        raise WireError(f"{what}: expected a JSON object")
-    optional = optional or {}
-    for key, kind in required.items():
-        if key not in body:
-            raise WireError(f"{what}: missing {key!r}")
-    for key, value in body.items():
-        kind = required.get(key, optional.get(key))
-        if kind is None:
-            raise WireError(f"{what}: unexpected key {key!r:.60}")
-        if not isinstance(value, kind) or (isinstance(value, bool) and bool not in (kind if isinstance(kind, tuple) else (kind,))):
-            raise WireError(f"{what}.{key}: wrong type {type(value).__name__}")
-    return body
+def list_entry(info: flight.FlightInfo) -> dict:
+    """What ``list_flights`` says of one dataset, for people and scripts."""
+    meta = loads(info.app_metadata or b"{}", "FlightInfo.app_metadata")
+    return {
+        "name": _path_texts(info.descriptor.path)[0],
+        "version": meta.get("version"),
+        "shape": tuple(meta.get("shape", ())),
+        "partition_tiling": tuple(meta.get("partition_tiling", ())),
+        "nbytes": info.total_bytes,
+    }
 
 
-def schema_to_text(schema: pa.Schema) -> str:
-    """An Arrow schema for a JSON body: base64 of its IPC serialization."""
-    return base64.b64encode(schema.serialize().to_pybytes()).decode()
+def _starts(sizes: list[int]) -> list[int]:
+    out, total = [], 0
+    for s in sizes:
+        out.append(total)
+        total += s
+    return out
 
 
-def schema_from_text(text: str, what: str) -> pa.Schema:
-    """Inverse of :func:`schema_to_text`; Arrow IPC, never pickle."""
-    try:
-        return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text, validate=True)))
-    except Exception:
-        raise WireError(f"{what}: not a base64 Arrow IPC schema") from None
+# --------------------------------------------------------------------------- node actions and put stream
+
+
+@dataclass(frozen=True)
+class HeldPartition(Message):
+    """One partition a node holds: in ``register-node``, ``held`` replies and put receipts."""
+
+    dataset: str = _field(p_name)
+    version: int = _field(p_uint)
+    part: tuple[int, int] = _field(p_pair)
+    rows: int = _field(p_uint, 0)
+    nbytes: int = _field(p_uint, 0)
+    schema: pa.Schema | None = _field(p_optional(p_schema), None)
+
+
+@dataclass(frozen=True)
+class PutTrailer(Message):
+    """The metadata message that closes a complete put stream: how many rows were sent."""
+
+    rows: int = _field(p_uint)
+
+
+@dataclass(frozen=True)
+class Held(Message):
+    ACTION = "held"
+    dataset: str = _field(p_name)
+    version: int = _field(p_uint)
+
+
+@dataclass(frozen=True)
+class HeldReply(Message):
+    partitions: tuple[HeldPartition, ...] = _field(p_list(p_message(HeldPartition)))
+
+
+@dataclass(frozen=True)
+class Drop(Message):
+    """Drop one version (or, with ``version`` null, every version) of a dataset: to the catalog and to nodes."""
+
+    ACTION = "drop"
+    dataset: str = _field(p_name)
+    version: int | None = _field(p_optional(p_uint), None)
+
+
+@dataclass(frozen=True)
+class CopyTo(Message):
+    ACTION = "copy-to"
+    dataset: str = _field(p_name)
+    version: int = _field(p_uint)
+    part: tuple[int, int] = _field(p_pair)
+    target: str = _field(p_str)
+
+
+@dataclass(frozen=True)
+class Empty(Message):
+    """The body of an action that takes no argument (``node-info``, ``stats``, ``nodes``, ``repair``)."""
+
+
+# --------------------------------------------------------------------------- catalog actions
+
+
+@dataclass(frozen=True)
+class RegisterNode(Message):
+    ACTION = "register-node"
+    node_id: str = _field(p_str)
+    uri: str = _field(p_str)
+    ip: str = _field(p_str)
+    pid: int = _field(p_uint)
+    data_dir: str | None = _field(p_optional(p_str), None)
+    version: str | None = _field(p_optional(p_str), None)
+    partitions: tuple[HeldPartition, ...] = _field(p_list(p_message(HeldPartition)), ())
+
+
+@dataclass(frozen=True)
+class VersionRef(Message):
+    """(dataset, version): what ``abort`` takes and what ``register-node`` replies lists as orphans."""
+
+    ACTION = "abort"
+    dataset: str = _field(p_name)
+    version: int = _field(p_uint)
+
+
+@dataclass(frozen=True)
+class RegisterReply(Message):
+    registered: str = _field(p_str)
+    orphans: tuple[VersionRef, ...] = _field(p_list(p_message(VersionRef)), ())
+
+
+@dataclass(frozen=True)
+class Heartbeat(Message):
+    ACTION = "heartbeat"
+    node_id: str = _field(p_str)
+
+
+@dataclass(frozen=True)
+class HeartbeatReply(Message):
+    known: bool = _field(p_bool)
+
+
+@dataclass(frozen=True)
+class DatasetRef(Message):
+    """A dataset name: the body of ``begin`` and ``versions``."""
+
+    ACTION = "begin"
+    dataset: str = _field(p_name)
+
+
+@dataclass(frozen=True)
+class VersionReply(Message):
+    version: int = _field(p_uint)
+
+
+@dataclass(frozen=True)
+class CommitPart(Message):
+    part: tuple[int, int] = _field(p_pair)
+    start: tuple[int, int] = _field(p_pair)
+    shape: tuple[int, int] = _field(p_pair)
+    nodes: tuple[str, ...] = _field(p_list(p_str, 64))
+
+
+@dataclass(frozen=True)
+class Commit(Message):
+    """Publish a version: its schema, shape, tiling and every partition with the nodes holding it."""
+
+    ACTION = "commit"
+    dataset: str = _field(p_name)
+    version: int = _field(p_uint)
+    schema: pa.Schema = _field(p_schema)
+    shape: tuple[int, int] = _field(p_pair)
+    tiling: tuple[int, int] = _field(p_pair)
+    partitions: tuple[CommitPart, ...] = _field(p_list(p_message(CommitPart)))
+    replicas: int = _field(p_uint, 1)
+
+
+@dataclass(frozen=True)
+class PublishBegin(Message):
+    ACTION = "publish-begin"
+    dataset: str = _field(p_name)
+    nranks: int = _field(p_uint)
+    rank: int = _field(p_uint)
+
+
+@dataclass(frozen=True)
+class PublishPart(Message):
+    ACTION = "publish-part"
+    dataset: str = _field(p_name)
+    version: int = _field(p_uint)
+    rank: int = _field(p_uint)
+    rows: int = _field(p_uint)
+    cols: int = _field(p_uint)
+    node_id: str = _field(p_str)
+    schema: pa.Schema = _field(p_schema)
+
+
+@dataclass(frozen=True)
+class PublishReply(Message):
+    version: int = _field(p_uint)
+    complete: bool = _field(p_bool)
+    joined: int = _field(p_uint)

@@ -2,10 +2,10 @@
 
 Every call must carry ``authorization: Bearer <token>`` when the daemon has
 a token (compared in constant time); a call without it fails with
-``FlightUnauthenticatedError`` before any handler runs, so it learns nothing
-of the datasets. ``do_get`` and ``do_put`` count as open streams; past the
-configured maximum a new one is refused with ``FlightUnavailableError``
-(retryable) instead of exhausting memory.
+``UNAUTHENTICATED`` before any handler runs, so it learns nothing of the
+datasets. ``do_get`` and ``do_put`` count as open streams; past the
+configured maximum a new one is refused as ``BUSY`` (retryable) instead of
+exhausting memory.
 """
 
 from __future__ import annotations
@@ -16,6 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow.flight as flight
+
+from flightpart.errors import ServerBusy, Unauthenticated
+from flightpart.wire import encode_error
 
 STREAM_METHODS = (flight.FlightMethod.DO_GET, flight.FlightMethod.DO_PUT, flight.FlightMethod.DO_EXCHANGE)
 
@@ -42,13 +45,15 @@ class GuardFactory(flight.ServerMiddlewareFactory):
             if not any(hmac.compare_digest(v.encode(), self._expected) for v in given):
                 with self._lock:
                     self.refused += 1
-                raise flight.FlightUnauthenticatedError("a valid flightpart token is required")
+                refusal = Unauthenticated("a valid flightpart token is required")
+                raise flight.FlightUnauthenticatedError(refusal.message, extra_info=encode_error(refusal))
         if info.method not in STREAM_METHODS:
             return None
         with self._lock:
             if self.max_streams is not None and self.open_streams >= self.max_streams:
                 self.refused += 1
-                raise flight.FlightUnavailableError(f"busy: {self.open_streams} streams open, the limit; retry shortly")
+                busy = ServerBusy(f"busy: {self.open_streams} streams open, the limit; retry shortly")
+                raise flight.FlightUnavailableError(busy.message, extra_info=encode_error(busy))
             self.open_streams += 1
         return StreamGuard(self)
 
@@ -81,7 +86,8 @@ def tls_server_options(cert: str | None, key: str | None, client_ca: str | None)
 def read_token(token_file: str | None, token: str | None) -> str | None:
     """The shared token from a file (first line) or the environment's value."""
     if token_file:
-        value = Path(token_file).read_text().strip().splitlines()[0].strip() if Path(token_file).read_text().strip() else ""
+        lines = Path(token_file).read_text().strip().splitlines()
+        value = lines[0].strip() if lines else ""
         if not value:
             raise ValueError(f"{token_file}: the token file is empty")
         return value

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from flightpart.errors import DatasetNotFound
+from flightpart.errors import DatasetNotFound, VersionConflict
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS nodes(
@@ -202,7 +202,7 @@ class CatalogState:
             if state is None:
                 raise DatasetNotFound(f"dataset {dataset!r} has no pending version {version} (was it dropped or aborted?)")
             if state[0] != "pending":
-                raise ValueError(f"dataset {dataset!r} version {version} is already committed")
+                raise VersionConflict(f"dataset {dataset!r} version {version} is already committed", field="version")
             db.execute("DELETE FROM partitions WHERE dataset=? AND version=?", (dataset, version))
             db.execute("DELETE FROM replicas WHERE dataset=? AND version=?", (dataset, version))
             db.executemany(

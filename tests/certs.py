@@ -23,7 +23,7 @@ def _pem_key(key) -> bytes:
 def make_pki(root: Path, ips: list[str]) -> dict[str, Path]:
     """ca.pem, server.pem/server.key (SANs: ips, localhost), client.pem/client.key."""
     root.mkdir(parents=True, exist_ok=True)
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     ca_key = _key()
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "flightpart test CA")])
     ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())

@@ -6,7 +6,17 @@ import contextlib
 import subprocess
 import sys
 import time
-from typing import Iterator, Sequence
+from collections.abc import Iterator, Sequence
+
+
+def code_of(exc: BaseException) -> str:
+    """The stable code a server sent with an error; fails the test if there is none, or a leak."""
+    from flightpart import wire
+
+    decoded = wire.decode_error(getattr(exc, "extra_info", None))
+    assert decoded is not None, f"an error without a code: {type(exc).__name__}: {exc}"
+    assert "Traceback" not in str(exc) and "site-packages" not in str(exc), str(exc)
+    return decoded[0]
 
 
 def wait_until(check, timeout: float = 30.0, what: str = "condition"):

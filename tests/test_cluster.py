@@ -15,7 +15,9 @@ import pyarrow.flight as flight
 import pytest
 
 import flightpart as fp
-from flightpart.wire import partition_relpath
+from flightpart.io.layout import partition_relpath
+
+from helpers import code_of
 
 A, B, C = "127.0.0.2", "127.0.0.3", "127.0.0.4"
 
@@ -121,11 +123,14 @@ def test_a_plain_pyarrow_flight_client_reads_the_dataset(cluster, dataset):
     assert meta["shape"] == [table.num_rows, 4] and meta["partition_tiling"] == [6, 1]
     assert info.ordered and info.total_records == table.num_rows and info.schema.equals(table.schema)
     pieces, received_batches = [], 0
-    stats = lambda: sum(fp.connect(cluster.uri).stats(n.uri)["batches_sent"] for n in cluster.nodes)
+    def stats():
+        return sum(fp.connect(cluster.uri).stats(n.uri)["batches_sent"] for n in cluster.nodes)
+
     before = stats()
     for endpoint in info.endpoints:
         em = json.loads(endpoint.app_metadata)
-        assert set(em) == {"position", "start", "shape", "location"}
+        assert set(em) == {"position", "start", "shape", "location", "nbytes"}
+        assert em["nbytes"] > 0  # the stored file's size
         node = flight.connect(endpoint.locations[0])
         batches = [chunk.data for chunk in node.do_get(endpoint.ticket)]
         received_batches += len(batches)
@@ -184,26 +189,32 @@ def test_clear_errors_and_the_servers_keep_serving(cluster, dataset):
         with pytest.raises(ValueError, match="replicas must be between 1 and the 3"):
             client.put("x", table, replicas=4)
     raw_catalog = flight.connect(cluster.uri)
-    with pytest.raises(pa.ArrowInvalid, match="invalid dataset name"):
+    with pytest.raises(flight.FlightServerError, match="invalid dataset name") as info:
         raw_catalog.get_flight_info(flight.FlightDescriptor.for_path("../../etc"))
+    assert code_of(info.value) == "INVALID_NAME"
     node = flight.connect(cluster.nodes[1].uri)
     version = fp.connect(cluster.uri).open("locality").version
     bad_ticket = json.dumps({"dataset": "locality", "version": version, "part": [99, 0]}).encode()
-    with pytest.raises(pa.ArrowKeyError, match=r"partition \(99, 0\) of dataset 'locality'"):
+    with pytest.raises(flight.FlightServerError, match=r"partition \(99, 0\) of dataset 'locality'") as info:
         node.do_get(flight.Ticket(bad_ticket)).read_all()
-    with pytest.raises(pa.ArrowInvalid, match="ticket: not UTF-8 JSON"):
+    assert code_of(info.value) == "PARTITION_MISSING"
+    with pytest.raises(flight.FlightServerError, match="ticket: not UTF-8 JSON") as info:
         node.do_get(flight.Ticket(b"\x80garbage")).read_all()
+    assert code_of(info.value) == "INVALID_REQUEST"
     # wrong schema on put: a second partition of one version with another schema
-    desc = lambda i: flight.FlightDescriptor.for_path("mixed", "1", str(i), "0")
+    def desc(i):
+        return flight.FlightDescriptor.for_path("mixed", "1", str(i), "0")
+
     for j, t in enumerate([pa.table({"a": [1]}), pa.table({"a": ["text"]})]):
         writer, _ = node.do_put(desc(j), t.schema)
         if j == 0:
             writer.write_table(t)
             writer.close()
         else:
-            with pytest.raises(pa.ArrowInvalid, match=r"schema of mixed v1 \(1, 0\) differs"):
+            with pytest.raises(flight.FlightServerError, match=r"schema of mixed v1 \(1, 0\) differs") as info:
                 writer.write_table(t)
                 writer.close()
+            assert code_of(info.value) == "SCHEMA_MISMATCH"
     with fp.connect(cluster.uri, host=A) as client:
         assert client.open("locality").to_arrow().equals(table)
 
@@ -263,7 +274,7 @@ def test_spmd_publish_with_three_rank_processes_then_spmd_view(cluster):
 
 
 def test_a_node_restart_serves_what_it_committed(cluster, tmp_path):
-    from flightpart.daemons import LocalCluster
+    from flightpart.tools.cluster import LocalCluster
 
     with LocalCluster(tmp_path, nodes=1, first_ip=5) as small:
         table = make_table(5000, seed=3)
@@ -288,7 +299,7 @@ def test_copy_to_replicates_a_partition_between_nodes(cluster, dataset):
         reply = client.pool.action(source, "copy-to", {"dataset": "locality", "version": ds.version, "part": list(ref.position), "target": target})
         assert reply["copied"] > 0
         held = client.pool.action(target, "held", {"dataset": "locality", "version": ds.version})
-        assert list(ref.position) in [h["part"] for h in held]
+        assert list(ref.position) in [h["part"] for h in held["partitions"]]
         only_c = fp.client.PartitionRef(ref.dataset, ref.version, ref.position, ((target, C, cluster.nodes[2].pid),))
         start = part["start"][0]
         assert d["get"](only_c).equals(table.slice(start, part["shape"][0]))

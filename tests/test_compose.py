@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from flightpart.daemons import Daemon
+from flightpart.tools.cluster import Daemon
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE = ROOT / "docker" / "compose.yaml"
@@ -108,9 +108,9 @@ def test_the_compose_cluster_runs_and_its_client_reads_from_node1(compose):
     lines = client.stdout.splitlines()
     assert lines[0].startswith("3 live nodes")
     node1 = compose.ips["node1"]
-    parts = [l for l in lines if l.startswith("partition")]
+    parts = [line for line in lines if line.startswith("partition")]
     assert len(parts) == 3
-    assert all(("zero-copy" in l) == (f"from {node1}:" in l) for l in parts)
+    assert all(("zero-copy" in line) == (f"from {node1}:" in line) for line in parts)
     assert lines[-1] == "read equals what was put: True"
 
 

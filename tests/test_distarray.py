@@ -15,7 +15,7 @@ def assemble_numpy(obj) -> np.ndarray:
     """The global array rebuilt from a __partitioned__ of NumPy parts."""
     d = fp.validate(obj)
     out = None
-    for pos, entry in d["partitions"].items():
+    for entry in d["partitions"].values():
         data = d["get"](entry["data"])
         if out is None:
             out = np.zeros(d["shape"], dtype=data.dtype)

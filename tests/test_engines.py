@@ -80,7 +80,7 @@ def test_dask_localcluster_gets_one_node_per_host(tmp_path):
             client.close()
             fp.dask.stop(dc)
         assert dask_cluster.node_pids(dc) == {}
-        with pytest.raises(Exception):
+        with pytest.raises(fp.NodeUnavailable):
             fp.connect(node_uri).stats(node_uri)
 
 

@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow as pa
 
 import flightpart as fp
-from flightpart.daemons import Daemon
+from flightpart.tools.cluster import Daemon
 
 
 def health(address: str) -> subprocess.CompletedProcess:

@@ -11,7 +11,7 @@ import pyarrow.compute as pc
 import pytest
 
 import flightpart as fp
-from flightpart.daemons import LocalCluster
+from flightpart.tools.cluster import LocalCluster
 
 CLIENTS, ROUNDS = 32, 30
 
@@ -46,7 +46,7 @@ def test_32_clients_30_rounds_checksums_and_flat_memory(tmp_path):
                         if checksum != expected:
                             bad.append(checksum)
                         round_done.wait()
-            except BaseException as exc:  # noqa: BLE001 - reported below
+            except BaseException as exc:
                 errors.append(exc)
                 barrier.abort()
                 round_done.abort()

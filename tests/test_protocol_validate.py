@@ -25,7 +25,7 @@ def base() -> dict:
                 "start": (4 * i, 4 * j),
                 "shape": (4, 4),
                 "data": full[4 * i : 4 * i + 4, 4 * j : 4 * j + 4],
-                "location": [("10.0.0.%d" % (i + 1), 100 + j)],
+                "location": [(f"10.0.0.{i + 1}", 100 + j)],
             }
     return {"shape": (8, 8), "partition_tiling": (2, 2), "partitions": parts, "get": fp.IdentityGet()}
 

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 
 import flightpart as fp
-from flightpart.daemons import LocalCluster
+from flightpart.tools.cluster import LocalCluster
 
 from helpers import wait_until
 
@@ -47,7 +47,7 @@ def test_replicas_survive_kill_9_during_reads_then_dead_node_repair(small_cluste
             for _ in range(8):
                 try:
                     results.append(client.open("replicated").to_arrow().equals(table))
-                except Exception as exc:  # noqa: BLE001 - the test reports any failure
+                except Exception as exc:
                     errors.append(exc)
 
         threads = [threading.Thread(target=reader) for _ in range(2)]
@@ -84,7 +84,7 @@ def test_kill_9_during_a_put_publishes_nothing_and_a_retry_succeeds(small_cluste
         def put():
             try:
                 client.put("crashy", table, tiling=(24, 1))
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 failure.append(exc)
 
         t = threading.Thread(target=put)

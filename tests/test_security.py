@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import pickle
 
 import numpy as np
 import pyarrow as pa
@@ -10,7 +11,7 @@ import pyarrow.flight as flight
 import pytest
 
 import flightpart as fp
-from flightpart.daemons import LocalCluster
+from flightpart.tools.cluster import LocalCluster
 
 from certs import make_pki
 
@@ -52,9 +53,9 @@ def test_without_the_token_every_call_is_unauthenticated(token_cluster, token):
             call()
         assert "guarded" not in str(info.value)
     with fp.connect(token_cluster.uri, token=token) as client:
-        with pytest.raises(flight.FlightUnauthenticatedError):
+        with pytest.raises(fp.Unauthenticated):
             client.list()
-        with pytest.raises(flight.FlightUnauthenticatedError):
+        with pytest.raises(fp.Unauthenticated):
             client.open("guarded")
 
 
@@ -79,3 +80,34 @@ def test_tls_with_client_certificates(tmp_path, monkeypatch):
         with fp.connect(c.uri, tls_root_certs=None, cert_chain=pki["client"].read_bytes(), private_key=pki["client_key"].read_bytes()) as plain:
             with pytest.raises((flight.FlightError, fp.FlightpartError)):
                 list(plain.pool.client(c.uri).list_flights(options=plain.pool.options(5)))
+
+
+def test_mutual_tls_with_explicit_certificates_and_no_environment(tmp_path, monkeypatch):
+    """The client's own certificate reaches every connection it makes, reads included."""
+    for var in ("FLIGHTPART_TLS_CERT", "FLIGHTPART_TLS_KEY", "FLIGHTPART_TLS_CA", "FLIGHTPART_TOKEN"):
+        monkeypatch.delenv(var, raising=False)
+    pki = make_pki(tmp_path / "pki", ["127.0.0.1", "127.0.0.34", "127.0.0.35"])
+    args = ["--tls-cert", str(pki["server"]), "--tls-key", str(pki["server_key"]), "--tls-client-ca", str(pki["ca"]),
+            "--tls-ca", str(pki["ca"])]
+    table = pa.table({"v": np.arange(6000) * 0.5, "k": np.arange(6000) % 7})
+    key = pki["client_key"].read_bytes()
+    with LocalCluster(tmp_path / "c", nodes=2, first_ip=34, extra_args=args) as c:
+        with fp.connect(c.uri, host="127.0.0.99", tls_root_certs=pki["ca"].read_bytes(),
+                        cert_chain=pki["client"].read_bytes(), private_key=key) as client:
+            client.put("mtls", table, tiling=(3, 1))
+            ds = client.open("mtls")
+            assert ds.to_arrow().equals(table)                      # streamed from both nodes over mutual TLS
+            assert ds.to_dask().compute().reset_index(drop=True).equals(table.to_pandas())
+            handle = pickle.dumps(ds.__partitioned__)
+            assert key not in handle and b"PRIVATE KEY" not in handle  # the key never travels in a handle
+            # a copy unpickled in this process still reads: the certificate comes back from this process
+            again = pickle.loads(handle)
+            parts = again["get"]([p["data"] for p in again["partitions"].values()])
+            assert sum(t.num_rows for t in parts) == table.num_rows
+        # a closed client refuses work with a clear error instead of dialling again
+        with pytest.raises(fp.ClientClosed, match="closed"):
+            client.list()
+        with pytest.raises(fp.ClientClosed):
+            client.open("mtls")
+        # what it opened before stays readable, like any handle
+        assert ds.to_arrow().equals(table)

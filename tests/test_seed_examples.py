@@ -60,7 +60,7 @@ def mpi_view(rank: int) -> dict:
             "start": (2 * k, 0),
             "shape": (2, 8),
             "data": full[2 * k : 2 * k + 2] if owner == rank else None,
-            "location": [("10.1.1.%d" % (owner + 1), 1000 + owner, "kDLCPU")],
+            "location": [(f"10.1.1.{owner + 1}", 1000 + owner, "kDLCPU")],
         }
     return {
         "shape": (8, 8),

@@ -14,13 +14,30 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import pyarrow as pa
 
 from flightpart import frames, protocol
+from flightpart.client.fetch import PartitionRef
+from flightpart.io.transfer import SentPart
 from flightpart.protocol import StatelessGet
-from flightpart.runtimes.reading import BlockReader, RowBlock, divisions_for, global_range_index, group_columns_of, row_blocks
+from flightpart.runtimes.dask_cluster import start, stop
+from flightpart.runtimes.tasks import (
+    BlockReader,
+    RowBlock,
+    divisions_for,
+    global_range_index,
+    group_columns_of,
+    host_of,
+    node_for,
+    row_blocks,
+    send_from_worker,
+)
+
+__all__ = ["DaskGather", "LocalityPlugin", "dask_graph", "from_partitioned", "owns", "partitioned", "put", "start", "stop"]
+
 
 class DaskGather(StatelessGet):
     """Picklable ``get`` for ``distributed.Future`` handles: gathers them.
@@ -36,16 +53,6 @@ class DaskGather(StatelessGet):
 
 
 # --------------------------------------------------------------------------- producer
-
-
-def host_of(address: str) -> str:
-    """The host of a worker address (``tcp://127.0.0.2:40001``, ``inproc://10.0.0.5/77/3``, ...)."""
-    try:
-        from distributed.comm.addressing import get_address_host
-
-        return get_address_host(address)
-    except (ImportError, ValueError):
-        return address.split("://", 1)[-1].rsplit(":", 1)[0].strip("[]")
 
 
 class DaskPartitioned:
@@ -149,7 +156,7 @@ def from_partitioned(obj: Any, *, columns: Sequence[str] | None = None, schema: 
     d = protocol.validate(obj, require_pickle=True)
     if len(d["shape"]) != 2:
         raise protocol.PartitionedError(f"shape: a dask DataFrame needs 2-D data, got {d['shape']}")
-    protocol._check_host_locations(d)
+    protocol.check_host_locations(d)
     blocks = row_blocks(d)
     groups = group_columns_of(schema, d["partition_tiling"][1]) if schema is not None else None
     reader = BlockReader(d["get"], None, groups, _worker_host)
@@ -175,8 +182,6 @@ def dask_graph(obj: Any, name: str = "flightpart") -> dict:
 
 def _refs_in(node: Any, depth: int = 0) -> list:
     """Every flightpart PartitionRef or RowBlock inside a task spec."""
-    from flightpart.client.fetch import PartitionRef
-
     if depth > 12:
         return []
     if isinstance(node, (RowBlock, PartitionRef)):
@@ -242,45 +247,23 @@ def _has_plugin(dask_scheduler: Any = None) -> bool:
 # --------------------------------------------------------------------------- put
 
 
-def send_from_worker(frame: Any, uri: str, access: tuple, name: str, version: int, part: tuple[int, int]) -> dict:
-    """Runs on the worker holding ``frame``: one partition to the node ``uri``.
-
-    ``access`` is (token, CA) of the client; the worker's own client
-    certificate, if any, comes from its environment.
-    """
-    from flightpart.connections import shared_pool
-    from flightpart.transfer import send_partition
-    from flightpart.wire import schema_to_text
-
-    table = frames.to_arrow(frame)
-    send_partition(shared_pool(*access), uri, name, version, part, table)
-    rows, cols = frames.frame_shape(table)
-    return {"rows": rows, "cols": cols, "schema": schema_to_text(table.schema)}
-
-
-def put(client: Any, name: str, ddf: Any, nodes: list[dict], version: int) -> tuple[list[dict], list[tuple[str, dict]]]:
-    """Send every partition from the worker holding it to the node on its host.
-
-    Returns the receipts (rows, cols, schema) and the node chosen per partition.
-    """
-    p = partitioned(ddf)
-    dclient = p.futures[0].client if p.futures else None
-    by_ip = {}
-    for n in nodes:
-        by_ip.setdefault(n["ip"], n)
-    placement, tasks = [], []
-    for k, (fut, holders) in enumerate(zip(p.futures, p.holders)):
-        local = [by_ip[host_of(w)] for w in holders if host_of(w) in by_ip]
-        node = local[0] if local else nodes[k % len(nodes)]
-        worker = next((w for w in holders if host_of(w) == node["ip"]), holders[0])
-        placement.append((worker, node))
-        tasks.append(dclient.submit(send_from_worker, fut, node["uri"], (client.token, client.tls_root_certs), name, version, (k, 0),
-                                    workers=[worker], allow_other_workers=False, pure=False))
-    return dclient.gather(tasks), placement
-
-
-def is_dask_collection(obj: Any) -> bool:
+def owns(obj: Any) -> bool:
+    """Whether ``obj`` is a Dask DataFrame (what ``client.put`` sends from the workers)."""
     return type(obj).__module__.startswith("dask.dataframe") and hasattr(obj, "npartitions")
 
 
-from flightpart.runtimes.dask_cluster import start, stop  # noqa: E402,F401  (fp.dask.start / fp.dask.stop)
+def put(client: Any, name: str, ddf: Any, nodes: list[dict], version: int) -> tuple[list[SentPart], list[tuple[str, dict]]]:
+    """Send every partition from the worker holding it to the node on its host.
+
+    Returns what each worker sent and the (worker, node) chosen per partition.
+    """
+    p = partitioned(ddf)
+    dclient = p.futures[0].client if p.futures else None
+    placement, tasks = [], []
+    for k, (fut, holders) in enumerate(zip(p.futures, p.holders)):
+        node = node_for([host_of(w) for w in holders], nodes, k)
+        worker = next((w for w in holders if host_of(w) == node["ip"]), holders[0])
+        placement.append((worker, node))
+        tasks.append(dclient.submit(send_from_worker, fut, node["uri"], client.access, name, version, (k, 0),
+                                    workers=[worker], allow_other_workers=False, pure=False))
+    return (dclient.gather(tasks) if tasks else []), placement

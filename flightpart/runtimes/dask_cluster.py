@@ -15,6 +15,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from flightpart.runtimes.tasks import host_of
+
 PLUGIN_NAME = "flightpart-node"
 _catalog: dict[str, Any] = {}
 
@@ -31,12 +33,6 @@ def _stop_catalog(dask_scheduler: Any = None) -> None:
     server = _catalog.pop("server", None)
     if server is not None:
         server.shutdown()
-
-
-def _host_of(address: str) -> str:
-    from flightpart.runtimes.dask import host_of
-
-    return host_of(address)
 
 
 try:
@@ -58,7 +54,7 @@ class NodePlugin(_WorkerPlugin):
         self._lock_file = None
 
     def setup(self, worker: Any) -> None:
-        host = _host_of(worker.address)
+        host = host_of(worker.address)
         lock_path = Path(tempfile.gettempdir()) / f"flightpart-node-{host}.lock"
         handle = open(lock_path, "w")
         try:
@@ -66,9 +62,9 @@ class NodePlugin(_WorkerPlugin):
         except OSError:
             handle.close()
             return  # another worker on this host runs the node
-        from flightpart.server.node import NodeServer
-
         import platformdirs
+
+        from flightpart.server.node import NodeServer
 
         base = Path(self.data_dir) if self.data_dir else Path(platformdirs.user_data_dir("flightpart")) / "dask"
         self._lock_file = handle
@@ -89,7 +85,7 @@ def start(client: Any, data_dir: str | None = None, *, catalog_host: str | None 
     """Start flightpart on a Dask cluster; returns a connected ``Client``."""
     from flightpart.client import Client
 
-    host = catalog_host or _host_of(client.scheduler.address)
+    host = catalog_host or host_of(client.scheduler.address)
     uri = client.run_on_scheduler(_start_catalog, host=host)
     client.register_plugin(NodePlugin(uri, data_dir), name=PLUGIN_NAME)
     return Client(uri)

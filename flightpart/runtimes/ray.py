@@ -20,8 +20,12 @@ import os
 from typing import Any
 
 from flightpart import frames, protocol
+from flightpart.io.transfer import SentPart
 from flightpart.protocol import StatelessGet
-from flightpart.runtimes.reading import AUTO_DETECT, BlockReader, RowBlock, group_columns_of, row_blocks
+from flightpart.runtimes.ray_cluster import start, stop
+from flightpart.runtimes.tasks import AUTO_DETECT, BlockReader, RowBlock, group_columns_of, node_for, row_blocks, send_from_worker
+
+__all__ = ["RayGet", "from_partitioned", "object_locations", "owns", "partitioned", "put", "read_refs", "start", "stop"]
 
 
 class RayGet(StatelessGet):
@@ -131,7 +135,7 @@ def read_refs(obj: Any, *, schema: Any = None) -> list:
     import ray
 
     d = protocol.validate(obj, require_pickle=True)
-    protocol._check_host_locations(d)
+    protocol.check_host_locations(d)
     groups = group_columns_of(schema, d["partition_tiling"][1]) if schema is not None and len(d["shape"]) == 2 else None
     reader = BlockReader(d["get"], None, groups, _ray_host)
     node_by_ip = {ip: node for node, ip in _node_ips().items()}
@@ -149,34 +153,23 @@ def from_partitioned(obj: Any, *, schema: Any = None) -> Any:
 # --------------------------------------------------------------------------- put
 
 
-def _send_block(table: Any, uri: str, access: tuple, name: str, version: int, part: tuple[int, int]) -> dict:
-    from flightpart.runtimes.dask import send_from_worker
+def owns(obj: Any) -> bool:
+    """Whether ``obj`` is a Ray Dataset (what ``client.put`` sends from the tasks holding its blocks)."""
+    return type(obj).__module__.startswith("ray.data") and hasattr(obj, "to_arrow_refs")
 
-    return send_from_worker(table, uri, access, name, version, part)
 
-
-def put(client: Any, name: str, dataset: Any, nodes: list[dict], version: int) -> tuple[list[dict], list]:
+def put(client: Any, name: str, dataset: Any, nodes: list[dict], version: int) -> tuple[list[SentPart], list]:
     """Each block is sent by a task on the Ray node that holds it."""
     import ray
 
     p = partitioned(dataset)
-    by_ip = {}
-    for n in nodes:
-        by_ip.setdefault(n["ip"], n)
     node_by_ip = {ip: node for node, ip in _node_ips().items()}
-    task = ray.remote(_send_block)
+    task = ray.remote(send_from_worker)
     refs, placement = [], []
     for k, (ref, locs) in enumerate(zip(p.refs, p.locations)):
-        local = [by_ip[ip] for ip, _pid in locs if ip in by_ip]
-        node = local[0] if local else nodes[k % len(nodes)]
+        hosts = tuple(ip for ip, _pid in locs)
+        node = node_for(hosts, nodes, k)
         placement.append((locs[0][0], node))
-        strategy = _affinity(tuple(ip for ip, _ in locs), node_by_ip)
-        refs.append(task.options(scheduling_strategy=strategy).remote(ref, node["uri"], (client.token, client.tls_root_certs), name, version, (k, 0)))
+        strategy = _affinity(hosts, node_by_ip)
+        refs.append(task.options(scheduling_strategy=strategy).remote(ref, node["uri"], client.access, name, version, (k, 0)))
     return ray.get(refs), placement
-
-
-def is_ray_dataset(obj: Any) -> bool:
-    return type(obj).__module__.startswith("ray.data") and hasattr(obj, "to_arrow_refs")
-
-
-from flightpart.runtimes.ray_cluster import start, stop  # noqa: E402,F401  (fp.ray.start / fp.ray.stop)

@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 from flightpart.errors import FlightpartError
+from flightpart.io.access import Access
 
 RANK_VARIABLES = (("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"), ("PMI_RANK", "PMI_SIZE"), ("RANK", "WORLD_SIZE"))
 
@@ -66,7 +67,7 @@ def publish(name: str, frame: Any, *, catalog: str | None = None, host: str | No
         comm.Barrier()
         return {**result, "complete": True}
     deadline = time.monotonic() + wait
-    with Client(uri, host=host) as client:
+    with Client(uri, host=host, access=Access.from_environment()) as client:
         while result["version"] not in client.versions(name):
             if time.monotonic() > deadline:
                 raise FlightpartError(f"{name} v{result['version']}: not all {size} ranks published within {wait}s")
@@ -79,8 +80,5 @@ def open(name: str, *, catalog: str | None = None, host: str | None = None, vers
     from flightpart.client import Client
 
     rank, size = world()
-    client = Client(_catalog(catalog), host=host)
-    try:
+    with Client(_catalog(catalog), host=host, access=Access.from_environment()) as client:
         return client.open(name, version, rank=rank, nranks=size)
-    finally:
-        client.pool.close()

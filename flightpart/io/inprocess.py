@@ -7,7 +7,7 @@ node registers an opener under its URI and ``get`` looks it up first.
 from __future__ import annotations
 
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 import pyarrow as pa
 

@@ -16,7 +16,7 @@ def grid_json(ds: Any) -> dict:
         "partition_tiling": list(d["partition_tiling"]),
         "partitions": [
             {"position": list(pos), "start": list(p["start"]), "shape": list(p["shape"]),
-             "nodes": [uri for uri, _ip, _pid in p["data"].replicas], "location": [list(l) for l in p["location"]]}
+             "nodes": [uri for uri, _ip, _pid in p["data"].replicas], "location": [list(loc) for loc in p["location"]]}
             for pos, p in sorted(d["partitions"].items())
         ],
     }

@@ -1,6 +1,6 @@
 """The compose cluster's client: put a dataset if missing, read it from node 1's host.
 
-Run as ``python -m flightpart.compose_example``; it shares node 1's network
+Run as ``python -m flightpart.tools.compose_example``; it shares node 1's network
 and data volume, so node 1's partitions are read by memory map and only the
 others are streamed. It prints one line per partition and exits non-zero if
 the data read differs from what was put.
@@ -14,8 +14,8 @@ import sys
 import numpy as np
 import pyarrow as pa
 
-import flightpart as fp
-import flightpart.hosts
+from flightpart.client import connect
+from flightpart.io.hosts import host_addresses
 
 
 def example_table(rows: int = 300_000) -> pa.Table:
@@ -27,7 +27,7 @@ def main() -> int:
     catalog = os.environ["FLIGHTPART_CATALOG"]
     host = os.environ.get("FLIGHTPART_HOST")
     table = example_table(int(os.environ.get("EXAMPLE_ROWS", "300000")))
-    with fp.connect(catalog, host=host) as client:
+    with connect(catalog, host=host) as client:
         fp_nodes = [n for n in client.nodes() if n["alive"]]
         print(f"{len(fp_nodes)} live nodes: {', '.join(sorted(n['uri'] for n in fp_nodes))}")
         if "example" not in [d["name"] for d in client.list()]:
@@ -36,7 +36,7 @@ def main() -> int:
         d = ds.__partitioned__
         for pos, part in sorted(d["partitions"].items()):
             ip = part["location"][0][0]
-            mode = "zero-copy" if ip in fp.hosts.host_addresses(host) else "streamed"
+            mode = "zero-copy" if ip in host_addresses(host) else "streamed"
             got = d["get"](part["data"])
             print(f"partition {pos}: {got.num_rows} rows from {ip}: {mode}")
         ok = ds.to_arrow().equals(table)

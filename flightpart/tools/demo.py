@@ -13,7 +13,7 @@ import time
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute  # noqa: F401  (pa.compute)
+import pyarrow.compute
 
 
 def demo_table(size_mb: int, seed: int = 0) -> pa.Table:
@@ -31,8 +31,9 @@ def run_demo(size_mb: int = 300) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from .client import connect
-    from .daemons import LocalCluster
+    from flightpart.client import connect
+
+    from .cluster import LocalCluster
     from .grid_view import render_grid
 
     console = Console()

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import tempfile
 
-from .client import Client
+from flightpart.client import Client
+from flightpart.server.catalog import CatalogServer
+from flightpart.server.node import NodeServer
 
 
 class _TempDir:
@@ -23,9 +25,6 @@ def start_embedded(host: str = "127.0.0.1", data_dir: str | None = None) -> Clie
     Closing the client stops both (node first) and removes a temporary
     data directory if none was given.
     """
-    from flightpart.server.catalog import CatalogServer
-    from flightpart.server.node import NodeServer
-
     owned: list = []  # shut down in reverse order
     if data_dir is None:
         tmp = tempfile.TemporaryDirectory(prefix="flightpart-")

@@ -17,8 +17,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import psutil
@@ -26,8 +27,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.flight as flight
 
-from .frames import rechunk
-from .tiling import grid_cells
+from flightpart.frames import rechunk
+from flightpart.io.layout import partition_relpath
+from flightpart.tiling import grid_cells
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -96,13 +98,13 @@ class Harness:
     """Starts and stops everything the cases need."""
 
     def __init__(self, root: str, table: pa.Table, *, with_dask: bool = True, with_ray: bool = True):
-        import flightpart as fp
-        from flightpart.daemons import LocalCluster
+        from flightpart.client import connect
+        from flightpart.tools.cluster import LocalCluster
 
         self.root = root
         self.table = table
         self.cluster = LocalCluster(root, nodes=3, heartbeat=1.0)
-        self.client = fp.connect(self.cluster.uri, host="127.0.0.2")
+        self.client = connect(self.cluster.uri, host="127.0.0.2")
         self.dask = None
         self.ray = None
         if with_dask:
@@ -122,7 +124,7 @@ class Harness:
         self.baseline_uri: str | None = None
 
     def start_baseline(self, path: str) -> str:
-        proc = subprocess.Popen([sys.executable, "-m", "flightpart.bench_baseline", "127.0.0.3", path],
+        proc = subprocess.Popen([sys.executable, "-m", "flightpart.tools.bench_baseline", "127.0.0.3", path],
                                 stdout=subprocess.PIPE, text=True)
         line = proc.stdout.readline()
         if not line.startswith("READY"):
@@ -150,7 +152,7 @@ def case_remote(h: Harness, runs: int) -> Case:
     ds = h.client.put("bench-remote", h.table, tiling=(1, 1), nodes=["127.0.0.3"])
     ref = ds.__partitioned__["partitions"][(0, 0)]["data"]
     info = h.client.pool.action(ref.replicas[0][0], "node-info")
-    path = os.path.join(info["data_dir"], "datasets", "bench-remote", f"v{ds.version}", "0_0.arrow")
+    path = os.path.join(info["data_dir"], partition_relpath("bench-remote", ds.version, (0, 0)))
     uri = h.start_baseline(path)
     raw = flight.connect(uri)
     sizes = {s: min(alternate({"raw": lambda s=s: raw.do_get(flight.Ticket(str(s).encode())).read_all()}, 2)["raw"])

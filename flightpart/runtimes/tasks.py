@@ -1,21 +1,28 @@
-"""Reading one row block of any ``__partitioned__`` inside a runtime's task.
+"""What every runtime's tasks do: read a row block, send a partition, pick a node by IP.
 
 Dask and Ray both run one task per row block; the task gets a small
 picklable :class:`RowBlock` and a :class:`BlockReader` that knows how to turn
 it into a pandas or Arrow frame: flightpart handles are read with the task's
 own host deciding locality (zero-copy on the partition's host), other
-producers' handles through their own ``get``.
+producers' handles through their own ``get``. Puts run
+:func:`send_from_worker` where the data already is. No runtime imports
+another; they all import this.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Callable, Sequence
+from typing import Any
 
 import pyarrow as pa
 
 from flightpart import frames, protocol
+from flightpart.client.fetch import FlightGet, PartitionRef, read_partitions
 from flightpart.errors import PartitionedError
+from flightpart.io.access import Access
+from flightpart.io.connections import shared_pool
+from flightpart.io.transfer import SentPart, send_partition
 
 
 @dataclass(frozen=True)
@@ -70,8 +77,6 @@ class BlockReader:
         return BlockReader(self.get, columns, self.group_columns, self.host_of_task)
 
     def read(self, block: RowBlock) -> pa.Table:
-        from flightpart.client.fetch import FlightGet, PartitionRef, read_partitions
-
         handles = list(block.handles)
         keep = list(range(len(handles)))
         if isinstance(self.get, FlightGet) and all(isinstance(h, PartitionRef) for h in handles):
@@ -113,3 +118,35 @@ def divisions_for(blocks: Sequence[RowBlock]) -> tuple | None:
     return tuple(b.start for b in blocks) + (blocks[-1].start + blocks[-1].rows - 1,)
 
 
+# --------------------------------------------------------------------------- puts
+
+
+def send_from_worker(frame: Any, uri: str, access: Access, name: str, version: int, part: tuple[int, int]) -> SentPart:
+    """Runs where ``frame`` is (a Dask worker, a Ray task): one partition to the node ``uri``.
+
+    ``access`` arrives pickled, without the client's private key; a worker
+    presents its own client certificate, if any, from its environment.
+    """
+    table = frames.to_arrow(frame)
+    send_partition(shared_pool(access), uri, name, version, part, table)
+    rows, cols = frames.frame_shape(table)
+    return SentPart(rows, cols, table.schema)
+
+
+def node_for(hosts: Sequence[str], nodes: Sequence[dict], index: int) -> dict:
+    """The flightpart node on one of ``hosts`` (the data's own host), else round-robin by ``index``."""
+    by_ip: dict[str, dict] = {}
+    for n in nodes:
+        by_ip.setdefault(n["ip"], n)
+    local = [by_ip[h] for h in hosts if h in by_ip]
+    return local[0] if local else nodes[index % len(nodes)]
+
+
+def host_of(address: str) -> str:
+    """The host of a worker address (``tcp://127.0.0.2:40001``, ``inproc://10.0.0.5/77/3``, ...)."""
+    try:
+        from distributed.comm.addressing import get_address_host
+
+        return get_address_host(address)
+    except (ImportError, ValueError):
+        return address.split("://", 1)[-1].rsplit(":", 1)[0].strip("[]")

@@ -1,20 +1,22 @@
-"""Moving one partition: batches sized for Flight, projections, ``do_put``.
+"""Moving one partition: batches sized for Flight, projections, ``do_put``, memory maps.
 
-Shared by the client (puts), the node (``copy-to``) and ``get`` (local
-reads), so every path cuts and slices data the same way.
+Shared by the client (puts), the node (``copy-to``, serving) and ``get``
+(local reads), so every path cuts and slices data the same way.
 """
 
 from __future__ import annotations
 
-import pyarrow as pa
-import pyarrow.ipc as ipc
-import pyarrow.flight as flight
-
-from .connections import ConnectionPool
-import json
+from dataclasses import dataclass
 from pathlib import Path
 
-from .wire import NODE_MARKER, dumps, loads, partition_path
+import pyarrow as pa
+import pyarrow.flight as flight
+import pyarrow.ipc as ipc
+
+from flightpart.errors import RequestRejected
+from flightpart.wire import HeldPartition, PutTrailer, partition_path
+
+from .connections import ConnectionPool
 
 BATCH_BYTES = 1 << 20
 
@@ -32,7 +34,8 @@ def project(table: pa.Table, columns: tuple[str, ...] | None, rows: tuple[int, i
     if columns is not None:
         unknown = [c for c in columns if c not in table.column_names]
         if unknown:
-            raise ValueError(f"ticket.columns: unknown column {unknown[0]!r}; the partition has {table.column_names}")
+            raise RequestRejected(f"ticket.columns: unknown column {unknown[0]!r}; the partition has {table.column_names}",
+                                  field="ticket.columns")
         table = table.select(list(columns))
     if rows is not None:
         start = min(rows[0], table.num_rows)
@@ -40,11 +43,12 @@ def project(table: pa.Table, columns: tuple[str, ...] | None, rows: tuple[int, i
     return table
 
 
-def send_partition(pool: ConnectionPool, uri: str, dataset: str, version: int, part: tuple[int, int], table: pa.Table) -> dict:
+def send_partition(pool: ConnectionPool, uri: str, dataset: str, version: int, part: tuple[int, int],
+                   table: pa.Table) -> HeldPartition | None:
     """``do_put`` one partition to a node in batches of about 1 MiB; returns the node's receipt.
 
-    The stream ends with a metadata trailer ``{"rows": n}``: a node stores
-    the partition only if the rows it received match it.
+    The stream ends with a :class:`~flightpart.wire.PutTrailer`: a node
+    stores the partition only if the rows it received match it.
     """
     descriptor = flight.FlightDescriptor.for_path(*partition_path(dataset, version, part))
     writer, reader = pool.client(uri).do_put(descriptor, table.schema, options=pool.options(None))
@@ -52,10 +56,10 @@ def send_partition(pool: ConnectionPool, uri: str, dataset: str, version: int, p
         for batch in table.to_batches():
             for piece in split_batch(batch):
                 writer.write_batch(piece)
-        writer.write_metadata(pa.py_buffer(dumps({"rows": table.num_rows})))  # the trailer: the put is complete
+        writer.write_metadata(pa.py_buffer(PutTrailer(table.num_rows).encode()))  # the put is complete
         writer.done_writing()
         ack = reader.read()
-    return loads(ack.to_pybytes(), "put receipt") if ack is not None else {}
+    return HeldPartition.decode(ack.to_pybytes(), "put receipt") if ack is not None else None
 
 
 def open_mapped(path: str | Path) -> pa.Table:
@@ -64,9 +68,10 @@ def open_mapped(path: str | Path) -> pa.Table:
         return ipc.open_file(source).read_all()
 
 
-def read_node_id(data_dir: str | Path) -> str | None:
-    """The node id recorded in a data directory's marker, if any."""
-    try:
-        return json.loads((Path(data_dir) / NODE_MARKER).read_text())["node_id"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+@dataclass(frozen=True)
+class SentPart:
+    """What a worker that sent one partition reports back to the driver."""
+
+    rows: int
+    cols: int
+    schema: pa.Schema

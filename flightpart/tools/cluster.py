@@ -1,8 +1,8 @@
-"""Running daemons from the command line: start, announce readiness, stop on signal.
+"""Daemons as child processes: one machine playing a cluster of hosts on 127.0.0.x.
 
-A daemon prints one line ``READY <role> <uri>`` on stdout once it accepts
-calls, so a parent process (the demo, the tests, a supervisor) can wait for
-it without guessing ports or sleeping.
+Used by the demo, the bench and the tests. Each daemon is a real
+``flightpart serve`` or ``flightpart catalog`` process; :class:`Daemon`
+waits for its ``READY`` line (see :mod:`flightpart.server.daemon`).
 """
 
 from __future__ import annotations
@@ -10,27 +10,11 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import tempfile
 import sys
-import threading
+import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
-
-
-def wait_for_signal(servers: Sequence) -> None:
-    """Block until SIGINT/SIGTERM, then shut the servers down (last first)."""
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
-    while not stop.wait(0.5):
-        pass
-    for server in reversed(servers):
-        server.shutdown()
-
-
-def announce(role: str, uri: str) -> None:
-    print(f"READY {role} {uri}", flush=True)
 
 
 class Daemon:

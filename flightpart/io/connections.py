@@ -1,0 +1,95 @@
+"""Reused Flight connections, and JSON actions over them.
+
+Opening a gRPC channel costs a round trip or more; every component (client,
+``get``, node heartbeats, catalog checks) keeps one ``FlightClient`` per URI
+in a pool made for one :class:`~flightpart.io.access.Access`, and calls
+actions through :meth:`ConnectionPool.action`.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pyarrow.flight as flight
+
+from flightpart.errors import ClientClosed
+from flightpart.wire import dumps, loads
+
+from .access import Access
+
+DEFAULT_TIMEOUT = 30.0
+
+
+class ConnectionPool:
+    """One ``FlightClient`` per URI, shared across threads; refuses work once closed."""
+
+    def __init__(self, access: Access | None = None):
+        self.access = access or Access()
+        self._clients: dict[str, flight.FlightClient] = {}
+        self._lock = threading.Lock()
+        self._closed = False
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def client(self, uri: str) -> flight.FlightClient:
+        with self._lock:
+            if self._closed:
+                raise ClientClosed("this client is closed; open a new one with fp.connect(...)")
+            existing = self._clients.get(uri)
+            if existing is None:
+                existing = flight.FlightClient(uri, **self.access.client_kwargs())
+                self._clients[uri] = existing
+            return existing
+
+    def options(self, timeout: float | None = DEFAULT_TIMEOUT) -> flight.FlightCallOptions:
+        return flight.FlightCallOptions(timeout=timeout, headers=self.access.headers())
+
+    def action(self, uri: str, name: str, body: Any = None, *, timeout: float | None = DEFAULT_TIMEOUT) -> Any:
+        """Run an action whose body and first result are JSON (``body`` may be a wire Message)."""
+        if body is None:
+            payload = b""
+        elif hasattr(body, "encode") and not isinstance(body, str):
+            payload = body.encode()
+        else:
+            payload = dumps(body)
+        results = list(self.client(uri).do_action(flight.Action(name, payload), options=self.options(timeout)))
+        return loads(results[0].body.to_pybytes(), f"reply to {name}") if results else None
+
+    def discard(self, uri: str) -> None:
+        """Forget a connection that failed, so the next call dials again."""
+        with self._lock:
+            stale = self._clients.pop(uri, None)
+        _close_quietly(stale)
+
+    def close(self) -> None:
+        """Close every connection; later calls raise :class:`~flightpart.errors.ClientClosed`."""
+        with self._lock:
+            self._closed = True
+            clients, self._clients = list(self._clients.values()), {}
+        for c in clients:
+            _close_quietly(c)
+
+
+def _close_quietly(client: flight.FlightClient | None) -> None:
+    if client is None:
+        return
+    try:
+        client.close()
+    except Exception:  # already broken: nothing left to release
+        pass
+
+
+_shared: dict[Access, ConnectionPool] = {}
+_shared_lock = threading.Lock()
+
+
+def shared_pool(access: Access) -> ConnectionPool:
+    """The process-wide pool for one access, used by picklable ``get`` objects (never closed)."""
+    with _shared_lock:
+        pool = _shared.get(access)
+        if pool is None:
+            pool = _shared[access] = ConnectionPool(access)
+        return pool

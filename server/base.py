@@ -1,0 +1,104 @@
+"""What both daemons share: the Flight server with guard, action table and error boundary.
+
+Every RPC of the node and the catalog runs inside :func:`boundary`, so a
+client always receives the same shape of error: a Flight error whose
+message is one line for people and whose ``extra_info`` carries the stable
+code and field (:func:`flightpart.wire.encode_error`). Anything unexpected
+is logged here with its traceback and reaches the client only as
+``INTERNAL``, with no traceback and no server path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import pyarrow as pa
+import pyarrow.flight as flight
+
+from flightpart.errors import (
+    FlightpartError,
+    NodeUnavailable,
+    RequestRejected,
+    ServerBusy,
+    ServerError,
+    Unauthenticated,
+)
+from flightpart.wire import dumps, encode_error, error_message
+
+from .auth import GuardFactory
+
+
+def flight_error(exc: FlightpartError) -> flight.FlightError:
+    """The Flight error a client receives for one of ours: status by kind, code in ``extra_info``."""
+    if isinstance(exc, Unauthenticated):
+        cls = flight.FlightUnauthenticatedError
+    elif isinstance(exc, (ServerBusy, NodeUnavailable)):
+        cls = flight.FlightUnavailableError
+    elif isinstance(exc, ServerError):
+        cls = flight.FlightInternalError
+    else:
+        cls = flight.FlightServerError
+    return cls(exc.message, extra_info=encode_error(exc))
+
+
+@contextlib.contextmanager
+def boundary(log: logging.Logger, what: str) -> Iterator[None]:
+    """Turn whatever a handler raises into a Flight error with a code (see the module doc)."""
+    try:
+        yield
+    except FlightpartError as exc:
+        log.info("%s refused: %s %s", what, exc.code, exc.message)
+        raise flight_error(exc) from None
+    except (flight.FlightUnavailableError, flight.FlightTimedOutError, ConnectionError) as exc:
+        log.warning("%s: a peer did not answer: %s", what, exc)
+        raise flight_error(NodeUnavailable(f"{what}: a peer did not answer ({error_message(exc)})")) from None
+    except Exception:
+        log.exception("%s failed", what)
+        raise flight_error(ServerError(f"{what} failed on the server; its log has the details")) from None
+
+
+@dataclass(frozen=True)
+class Action:
+    """One entry of a daemon's action table."""
+
+    handler: Callable[[Any, bytes], Any]
+    doc: str
+    changes_state: bool = True
+
+
+class ServiceBase(flight.FlightServerBase):
+    """A Flight server with a token guard, a stream limit and an action table.
+
+    Subclasses fill :attr:`actions` and may override :meth:`after_action`.
+    """
+
+    actions: ClassVar[dict[str, Action]] = {}
+    log: ClassVar[logging.Logger] = logging.getLogger("flightpart")
+
+    def __init__(self, host: str, port: int, *, token: str | None = None, max_streams: int | None = None,
+                 advertise: str | None = None, **server_kwargs: Any):
+        scheme = "grpc+tls" if server_kwargs.get("tls_certificates") else "grpc"
+        self.guard = GuardFactory(token, max_streams)
+        super().__init__(f"{scheme}://{host}:{port}", middleware={"guard": self.guard}, **server_kwargs)
+        self.uri = f"{scheme}://{advertise or host}:{self.port}"
+
+    def list_actions(self, context: Any) -> list[tuple[str, str]]:
+        return [(name, entry.doc) for name, entry in sorted(self.actions.items())]
+
+    def do_action(self, context: Any, action: flight.Action) -> list[flight.Result]:
+        with boundary(self.log, f"action {action.type!r:.60}"):
+            entry = self.actions.get(action.type)
+            if entry is None:
+                raise RequestRejected(f"unknown action {action.type!r:.60}; this server knows {sorted(self.actions)}",
+                                      field="action")
+            result = entry.handler(self, action.body.to_pybytes() if action.body is not None else b"")
+            if entry.changes_state:
+                self.after_action(action.type)
+        return [flight.Result(pa.py_buffer(dumps(result)))]
+
+    def after_action(self, name: str) -> None:
+        """Called after an action that may change state (e.g. to drop caches)."""

@@ -1,0 +1,135 @@
+"""Running a daemon: security settings, health and metrics endpoints, the READY line, signals.
+
+``flightpart serve`` and ``flightpart catalog`` parse their options and hand
+them here. A daemon prints one line ``READY <role> <uri>`` on stdout once it
+accepts calls, so a parent process (the demo, the tests, a supervisor) can
+wait for it without guessing ports or sleeping; SIGINT and SIGTERM stop it
+cleanly (the last server started is stopped first).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from flightpart.io.access import TOKEN_ENV, Access
+from flightpart.io.connections import ConnectionPool
+from flightpart.io.layout import default_state_dir
+
+from .auth import read_token, tls_server_options
+from .catalog import CatalogServer
+from .node import NodeServer
+
+log = logging.getLogger("flightpart.daemon")
+
+
+@dataclass(frozen=True)
+class Security:
+    """A daemon's credentials: the token file, its own TLS certificate, and the CAs it trusts."""
+
+    token_file: str | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    tls_client_ca: str | None = None
+    tls_ca: str | None = None
+
+    def server_options(self) -> dict:
+        """Keyword arguments of a flightpart server: its token and TLS settings."""
+        return {**tls_server_options(self.tls_cert, self.tls_key, self.tls_client_ca), "token": self.token()}
+
+    def token(self) -> str | None:
+        return read_token(self.token_file, os.environ.get(TOKEN_ENV))
+
+    def pool(self) -> ConnectionPool:
+        """Connections to the other daemons, presenting this daemon's own certificate under mutual TLS."""
+        ca = Path(self.tls_ca).read_bytes() if self.tls_ca else None
+        own = (Path(self.tls_cert).read_bytes(), Path(self.tls_key).read_bytes()) if self.tls_cert and self.tls_key and ca else (None, None)
+        return ConnectionPool(Access(self.token(), ca, own[0], own[1]))
+
+
+@dataclass(frozen=True)
+class Observability:
+    """Ports of the health (gRPC) and metrics (Prometheus HTTP) endpoints; None: not served."""
+
+    health_port: int | None = None
+    metrics_port: int | None = None
+
+
+def announce(role: str, uri: str) -> None:
+    """The READY line a parent process waits for."""
+    print(f"READY {role} {uri}", flush=True)
+
+
+def wait_for_signal(servers: Sequence[Any]) -> None:
+    """Block until SIGINT/SIGTERM, then shut the servers down (last first)."""
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    while not stop.wait(0.5):
+        pass
+    for server in reversed(servers):
+        server.shutdown()
+
+
+def observe(server: Any, role: str, host: str, ports: Observability) -> list:
+    """Start the health and metrics endpoints of a daemon; returns what to shut down."""
+    started: list = []
+    bind = "0.0.0.0" if host in ("0.0.0.0", "") else host
+    if ports.health_port is not None:
+        from .health import HealthEndpoint
+
+        endpoint = HealthEndpoint(bind, ports.health_port, f"flightpart.{role}", server.healthy)
+        started.append(endpoint)
+        announce(f"{role}-health", endpoint.address)
+    if ports.metrics_port is not None:
+        from .metrics import serve_metrics
+
+        http = serve_metrics(bind, ports.metrics_port, role, server.stats)
+        started.append(http)
+        announce(f"{role}-metrics", f"http://{bind}:{http.server_port}/metrics")
+    return started
+
+
+def start_catalog(host: str, port: int, state_dir: str | None, dead_after: float, security: Security) -> CatalogServer:
+    """A catalog whose SQLite state lives in ``state_dir`` (default: the per-user data directory)."""
+    state = Path(state_dir) if state_dir else default_state_dir()
+    state.mkdir(parents=True, exist_ok=True)
+    return CatalogServer(host, port, state_path=str(state / "catalog.sqlite"), dead_after=dead_after, pool=security.pool(),
+                         **security.server_options())
+
+
+def run_catalog(host: str, port: int, state_dir: str | None, dead_after: float, security: Security, ports: Observability) -> None:
+    """``flightpart catalog``: serve until a signal."""
+    server = start_catalog(host, port, state_dir, dead_after, security)
+    extras = observe(server, "catalog", host, ports)
+    announce("catalog", server.uri)
+    wait_for_signal([server, *extras])
+
+
+def run_node(host: str, port: int, *, data_dir: str | None, catalog: str | None, node_port: int, state_dir: str | None,
+             heartbeat: float, dead_after: float, max_partition_bytes: int | None, max_streams: int, advertise: str | None,
+             security: Security, ports: Observability) -> None:
+    """``flightpart serve``: a node (and, without ``catalog``, a catalog in the same process), until a signal."""
+    servers: list = []
+    if catalog is None:
+        embedded = start_catalog(host, port, state_dir, dead_after, security)
+        servers.append(embedded)
+        catalog, port = embedded.uri, node_port
+        announce("catalog", embedded.uri)
+    node = NodeServer(host, port, data_dir=data_dir, catalog=catalog, heartbeat_interval=heartbeat, advertise=advertise,
+                      max_partition_bytes=max_partition_bytes, max_streams=max_streams, pool=security.pool(),
+                      **security.server_options())
+    servers.append(node)
+    servers.extend(observe(node, "node", host, ports))
+    try:
+        node.register()
+    except Exception as exc:  # the heartbeat thread keeps trying
+        log.warning("catalog %s not reachable yet: %s", catalog, exc)
+    announce("node", node.uri)
+    wait_for_signal(servers)

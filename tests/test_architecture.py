@@ -1,0 +1,157 @@
+"""The folders show the architecture: arrows run one way and there is no circle.
+
+core (protocol, tiling, frames, distarray, wire, errors) <- io <- server | client
+<- runtimes | tools <- entry points (the package itself, the CLI).
+Every import counts, also those inside functions.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+FOLDERS = {"flightpart": ROOT / "flightpart", "flightpart.server": ROOT / "server", "flightpart.client": ROOT / "client"}
+CORE = {"protocol", "tiling", "frames", "distarray", "wire", "errors", "version"}
+ENTRY = {"flightpart", "flightpart.cli", "flightpart.__main__"}
+LAYER = {"core": 0, "io": 1, "server": 2, "client": 2, "runtimes": 3, "tools": 3, "entry": 4}
+RUNTIME_FAMILY = {"dask": "dask", "dask_cluster": "dask", "ray": "ray", "ray_cluster": "ray", "spmd": "spmd", "tasks": "tasks"}
+
+
+def modules() -> dict[str, Path]:
+    found = {}
+    for package, folder in FOLDERS.items():
+        for path in folder.rglob("*.py"):
+            rel = path.relative_to(folder).with_suffix("")
+            parts = [p for p in rel.parts if p != "__init__"]
+            if package == "flightpart" and parts and parts[0] in ("server", "client"):
+                continue
+            found[".".join([package, *parts])] = path
+    return found
+
+
+def group(module: str) -> str:
+    if module in ENTRY:
+        return "entry"
+    parts = module.split(".")
+    if parts[1] in CORE:
+        return "core"
+    return parts[1]
+
+
+def imports(module: str, path: Path, known: set[str]) -> set[str]:
+    """Every module of ours that ``module`` imports (relative imports resolved)."""
+    is_package = path.name == "__init__.py"
+    package = module if is_package else module.rsplit(".", 1)[0]
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")
+                anchor = anchor[: len(anchor) - (node.level - 1)]
+                base = ".".join(anchor + ([base] if base else []))
+            # `from x import y` imports the module x.y when there is one, else a name of x
+            names = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names]
+        for name in names:
+            while name and name not in known:
+                name = name.rpartition(".")[0]
+            if name and name != module:
+                out.add(name)
+    return out
+
+
+def graph() -> dict[str, set[str]]:
+    mods = modules()
+    return {m: imports(m, p, set(mods)) for m, p in mods.items()}
+
+
+def test_the_layout_has_the_rooms_the_design_names():
+    mods = set(modules())
+    for expected in ["flightpart.protocol", "flightpart.tiling", "flightpart.wire", "flightpart.errors", "flightpart.io.access",
+                     "flightpart.io.connections", "flightpart.io.transfer", "flightpart.io.layout", "flightpart.io.inprocess",
+                     "flightpart.tools.cluster", "flightpart.tools.demo", "flightpart.tools.bench", "flightpart.runtimes.tasks",
+                     "flightpart.server.daemon", "flightpart.server.base", "flightpart.client.plugins"]:
+        assert expected in mods, expected
+    assert (ROOT / "flightpart" / "py.typed").exists()
+
+
+def test_arrows_run_one_way():
+    wrong = []
+    for source, targets in graph().items():
+        for target in targets:
+            a, b = group(source), group(target)
+            if a == b:
+                if a == "runtimes":
+                    fa, fb = RUNTIME_FAMILY[source.split(".")[-1]], RUNTIME_FAMILY.get(target.split(".")[-1], "tasks")
+                    if fa != fb and fb != "tasks":
+                        wrong.append(f"{source} -> {target} (one runtime imports another)")
+                continue
+            if LAYER[b] >= LAYER[a]:
+                wrong.append(f"{source} ({a}) -> {target} ({b})")
+    assert wrong == []
+
+
+def test_the_core_does_no_io():
+    forbidden = {"socket", "psutil", "grpc", "platformdirs", "subprocess", "sqlite3"}
+    for module, path in modules().items():
+        if group(module) != "core":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module or ""]
+            else:
+                continue
+            assert not {n.split(".")[0] for n in names} & forbidden, f"{module} imports {names}"
+
+
+def test_there_is_no_circle():
+    g = graph()
+    index, low, stack, on_stack, circles = {}, {}, [], set(), []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in g.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            members = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                members.append(w)
+                if w == v:
+                    break
+            if len(members) > 1:
+                circles.append(sorted(members))
+
+    for v in sorted(g):
+        if v not in index:
+            visit(v)
+    assert circles == []
+
+
+def test_no_private_name_is_used_across_modules():
+    mods = modules()
+    leaks = []
+    for module, path in mods.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                leaks += [f"{module} imports {node.module}.{a.name}" for a in node.names
+                          if a.name.startswith("_") and not a.name.startswith("__")]
+            elif isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
+                owner = node.value
+                if isinstance(owner, ast.Name) and owner.id not in ("self", "cls") and owner.id in {
+                        "protocol", "tiling", "frames", "wire", "client", "server", "layout", "transfer", "fp"}:
+                    leaks.append(f"{module} uses {owner.id}.{node.attr}")
+    assert leaks == []

@@ -1,0 +1,192 @@
+"""Every wire format decodes what it encodes, and refuses what it should, with no cluster."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pyarrow as pa
+import pyarrow.flight as flight
+import pytest
+
+import flightpart as fp
+from flightpart import wire
+from flightpart.io import layout
+
+SCHEMA = pa.schema([("a", pa.int64()), ("b", pa.string())], metadata={b"k": b"v"})
+HELD = wire.HeldPartition("sales", 3, (1, 0), rows=10, nbytes=880, schema=SCHEMA)
+
+MESSAGES = [
+    HELD,
+    wire.PutTrailer(12),
+    wire.Held("sales", 3),
+    wire.HeldReply((HELD, wire.HeldPartition("sales", 3, (2, 0)))),
+    wire.Drop("sales", 3),
+    wire.Drop("sales"),
+    wire.CopyTo("sales", 3, (1, 0), "grpc://127.0.0.3:1234"),
+    wire.Empty(),
+    wire.RegisterNode("n1", "grpc://127.0.0.2:1", "127.0.0.2", 77, "/data", "0.1.0", (HELD,)),
+    wire.RegisterReply("n1", (wire.VersionRef("old", 1),)),
+    wire.VersionRef("sales", 3),
+    wire.Heartbeat("n1"),
+    wire.HeartbeatReply(True),
+    wire.DatasetRef("sales"),
+    wire.VersionReply(4),
+    wire.Commit("sales", 4, SCHEMA, (20, 2), (2, 1), (wire.CommitPart((0, 0), (0, 0), (10, 2), ("n1",)),
+                                                     wire.CommitPart((1, 0), (10, 0), (10, 2), ("n1", "n2"))), 2),
+    wire.PublishBegin("sales", 3, 1),
+    wire.PublishPart("sales", 4, 1, 10, 2, "n1", SCHEMA),
+    wire.PublishReply(4, False, 2),
+]
+
+
+def same(a: wire.Message, b: wire.Message) -> bool:
+    """Equal field by field (schemas compared with their metadata)."""
+    for f in dataclasses.fields(a):
+        x, y = getattr(a, f.name), getattr(b, f.name)
+        if isinstance(x, pa.Schema):
+            if not (isinstance(y, pa.Schema) and x.equals(y, check_metadata=True)):
+                return False
+        elif isinstance(x, tuple) and x and isinstance(x[0], wire.Message):
+            if len(x) != len(y) or not all(same(p, q) for p, q in zip(x, y)):
+                return False
+        elif isinstance(x, wire.Message):
+            if not same(x, y):
+                return False
+        elif x != y:
+            return False
+    return True
+
+
+@pytest.mark.parametrize("message", MESSAGES, ids=lambda m: type(m).__name__)
+def test_every_message_round_trips(message):
+    assert same(type(message).decode(message.encode()), message)
+
+
+@pytest.mark.parametrize("message", [m for m in MESSAGES if dataclasses.fields(m)], ids=lambda m: type(m).__name__)
+def test_every_message_refuses_unknown_and_missing_keys(message):
+    body = message.to_json()
+    with pytest.raises(fp.RequestRejected, match="unexpected key 'evil'") as info:
+        type(message).from_json({**body, "evil": 1})
+    assert info.value.code == "INVALID_REQUEST"
+    required = [f.name for f in dataclasses.fields(message) if f.default is dataclasses.MISSING]
+    if required:
+        missing = {k: v for k, v in body.items() if k != required[0]}
+        with pytest.raises(fp.RequestRejected, match=f"missing '{required[0]}'") as info:
+            type(message).from_json(missing)
+        assert info.value.field.endswith(required[0])
+
+
+@pytest.mark.parametrize("body, field", [
+    ({"dataset": "a/b", "version": 1}, "held.dataset"),
+    ({"dataset": "x", "version": -1}, "held.version"),
+    ({"dataset": "x", "version": True}, "held.version"),
+    ({"dataset": "x", "version": "1"}, "held.version"),
+    ({"dataset": 3, "version": 1}, "held.dataset"),
+])
+def test_fields_are_checked_by_type_and_named(body, field):
+    with pytest.raises(fp.RequestRejected) as info:
+        wire.Held.from_json(body)
+    assert info.value.field == field
+
+
+def test_commit_nested_parts_name_their_index():
+    body = MESSAGES[15].to_json()
+    body["partitions"][1]["shape"] = [10]
+    with pytest.raises(fp.RequestRejected) as info:
+        wire.Commit.from_json(body)
+    assert info.value.field == "commit.partitions[1].shape"
+
+
+def test_schema_text_is_arrow_ipc_and_refuses_junk():
+    assert wire.schema_from_text(wire.schema_to_text(SCHEMA), "s").equals(SCHEMA, check_metadata=True)
+    for junk in ["", "not base64!", "aGVsbG8=", 12]:
+        with pytest.raises(fp.RequestRejected, match="base64 Arrow IPC schema") as info:
+            wire.schema_from_text(junk, "commit.schema")
+        assert info.value.field == "commit.schema"
+
+
+def test_ticket_round_trip_and_strictness():
+    ticket = wire.Ticket("sales", 3, (1, 2), ("a", "b"), (5, 9))
+    assert wire.Ticket.decode(ticket.encode()) == ticket
+    assert wire.Ticket.decode(wire.Ticket("s", 0, (0, 0)).encode()) == wire.Ticket("s", 0, (0, 0))
+    bad = [
+        (b'{"dataset":"s","version":1,"part":[0,0],"columns":["a","a"]}', "ticket.columns"),
+        (b'{"dataset":"s","version":1,"part":[0,0],"rows":[5,2]}', "ticket.rows"),
+        (b'{"dataset":"s","version":1}', "ticket.part"),
+        (b'{"dataset":"s","version":1,"part":[0,0],"x":1}', "ticket"),
+        (b"\x80", "ticket"),
+        (b"x" * (2 << 20), "ticket"),
+    ]
+    for raw, field in bad:
+        with pytest.raises(fp.RequestRejected) as info:
+            wire.Ticket.decode(raw)
+        assert info.value.field == field, raw[:60]
+
+
+def test_descriptor_paths_round_trip_and_take_ascii_digits_only():
+    path = wire.partition_path("sales", 3, (1, 2))
+    assert wire.parse_partition_path(flight.FlightDescriptor.for_path(*path)) == ("sales", 3, (1, 2))
+    assert wire.parse_dataset_path(flight.FlightDescriptor.for_path(*wire.dataset_path("sales", 7))) == ("sales", 7)
+    assert wire.parse_dataset_path(flight.FlightDescriptor.for_path(*wire.dataset_path("sales"))) == ("sales", None)
+    for version in ["١", "𝟏", "-1", "+1", " 1", "1" * 30]:
+        with pytest.raises(fp.RequestRejected) as info:
+            wire.parse_partition_path(flight.FlightDescriptor.for_path("sales", version, "0", "0"))
+        assert info.value.field == "descriptor.version"
+    with pytest.raises(fp.InvalidName):
+        wire.parse_dataset_path(flight.FlightDescriptor.for_path("../etc"))
+    with pytest.raises(fp.RequestRejected):
+        wire.parse_dataset_path(flight.FlightDescriptor.for_command(b"sales"))
+
+
+def test_flight_info_round_trips_through_compact_metadata_and_endpoints():
+    replicas = (("grpc://127.0.0.2:1", "127.0.0.2", 11), ("grpc://127.0.0.3:1", "127.0.0.3", 12))
+    parts = tuple(wire.PartInfo((i, j), (5 * i, 1 * j), (5, 1), replicas[i % 2:] + replicas[: i % 2], 100 + i + j)
+                  for i in range(3) for j in range(2))
+    version = wire.VersionInfo("sales", 4, SCHEMA, (15, 2), (3, 2), parts)
+    info = wire.encode_flight_info(version)
+    assert wire.decode_flight_info(info) == version
+    # a FlightInfo without the compact metadata (another producer) decodes from its endpoints
+    plain = flight.FlightInfo(info.schema, info.descriptor, info.endpoints, info.total_records, info.total_bytes,
+                              app_metadata=wire.dumps({"shape": [15, 2], "partition_tiling": [3, 2], "version": 4}))
+    assert wire.decode_flight_info(plain) == version
+    assert info.total_bytes == version.nbytes == sum(p.nbytes for p in parts)
+    listed = wire.list_entry(wire.encode_flight_info(version, with_endpoints=False))
+    assert listed == {"name": "sales", "version": 4, "shape": (15, 2), "partition_tiling": (3, 2), "nbytes": version.nbytes}
+
+
+@pytest.mark.parametrize("cls", sorted(fp.errors.BY_CODE.values(), key=lambda c: c.code), ids=lambda c: c.code)
+def test_every_error_code_round_trips_to_its_class(cls):
+    sent = cls("what went wrong", field="ticket.rows")
+    code, field = wire.decode_error(wire.encode_error(sent))
+    received = fp.errors.error_for(code, "what went wrong", field)
+    assert type(received) is cls and received.field == "ticket.rows" and str(received) == "what went wrong"
+    assert cls.__name__ in fp.__all__ or cls is fp.FlightpartError
+
+
+def test_codes_are_unique_and_unknown_codes_are_server_errors():
+    classes = [fp.FlightpartError, *fp.errors.BY_CODE.values()]
+    assert len({c.code for c in classes}) == len(set(classes))
+    assert type(fp.errors.error_for("SOMETHING_NEW", "m")) is fp.ServerError
+    assert wire.decode_error(b"not json") is None and wire.decode_error(b'{"code": 3}') is None and wire.decode_error(None) is None
+
+
+def test_data_directory_layout_round_trips():
+    rel = layout.partition_relpath("sales", 12, (3, 4))
+    assert rel == "datasets/sales/v12/3_4.arrow"
+    assert layout.part_of_filename(rel.rsplit("/", 1)[1]) == (3, 4)
+    assert layout.version_of_dirname(layout.version_relpath("sales", 12).rsplit("/", 1)[1]) == 12
+    for name in [".tmp-abc.arrow", "3_x.arrow", "3.arrow", "3_4.parquet", "٣_4.arrow"]:
+        assert layout.part_of_filename(name) is None
+    assert layout.version_of_dirname("v١") is None
+    with pytest.raises(fp.InvalidName):
+        layout.partition_relpath("../x", 1, (0, 0))
+
+
+def test_node_marker_round_trips(tmp_path):
+    assert layout.read_node_id(tmp_path) is None
+    node_id = layout.write_node_marker(tmp_path)
+    assert layout.read_node_id(tmp_path) == node_id and len(node_id) == 32
+    (tmp_path / layout.NODE_MARKER).write_text("{broken")
+    assert layout.read_node_id(tmp_path) is None
+    final = tmp_path / layout.partition_relpath("s", 1, (0, 0))
+    assert layout.temporary_path(final).name.startswith(layout.TMP_PREFIX)
