@@ -15,14 +15,17 @@ CATALOG_ENV = "FLIGHTPART_CATALOG"
 
 def connect(uri: str | None = None, *, host: str | None = None, token: str | None = None,
             tls_root_certs: bytes | None = None, cert_chain: bytes | None = None, private_key: bytes | None = None,
-            access: Access | None = None) -> Client:
+            access: Access | None = None, timeout: float = 30.0, idle_timeout: float = 2.0) -> Client:
     """A client of the catalog at ``uri`` (or ``$FLIGHTPART_CATALOG``).
 
     Credentials not given come from ``$FLIGHTPART_TOKEN``,
     ``$FLIGHTPART_TLS_CA`` (a PEM file) and, for mutual TLS,
     ``$FLIGHTPART_TLS_CERT`` / ``$FLIGHTPART_TLS_KEY``; an ``access`` object
     gives all of them at once. ``host`` overrides which address counts as
-    this host for locality (also ``$FLIGHTPART_HOST``). For an embedded
+    this host for locality (also ``$FLIGHTPART_HOST``). ``timeout`` bounds
+    every call to the catalog (a put gets it plus its size at 16 MB/s); a
+    read stream that sends nothing for ``idle_timeout`` seconds moves to the
+    next replica. For an embedded
     node and catalog in this process, call ``flightpart.connect()`` with no
     address.
     """
@@ -34,7 +37,7 @@ def connect(uri: str | None = None, *, host: str | None = None, token: str | Non
         access = Access.from_environment(token=token, tls_root_certs=tls_root_certs, cert_chain=cert_chain, private_key=private_key)
     if "://" not in uri:
         uri = f"grpc://{uri}"
-    return Client(uri, host=host, access=access)
+    return Client(uri, host=host, access=access, timeout=timeout, idle_timeout=idle_timeout)
 
 
 __all__ = ["Access", "Client", "Dataset", "FlightGet", "PartitionRef", "connect"]

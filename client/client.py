@@ -9,6 +9,7 @@ it makes, the reads of the datasets it opens included.
 
 from __future__ import annotations
 
+import random
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -17,9 +18,10 @@ from typing import Any
 import pyarrow.flight as flight
 
 from flightpart import frames
-from flightpart.errors import NodeUnavailable
+from flightpart.errors import NodeUnavailable, VersionConflict
 from flightpart.io.access import Access
 from flightpart.io.connections import ConnectionPool
+from flightpart.io.errors import translated
 from flightpart.io.transfer import send_partition
 from flightpart.tiling import grid_cells
 from flightpart.wire import (
@@ -40,20 +42,24 @@ from flightpart.wire import (
 )
 
 from .dataset import Dataset
-from .errors import translated
-from .fetch import FlightGet
+from .fetch import IDLE_TIMEOUT, MAPS, FlightGet
 from .plugins import runtime_of
 
 Progress = Callable[[int, int], None]  # (bytes done, bytes total)
+MIN_PUT_RATE = 16 << 20
+"""Bytes per second a put may not fall below: a put's deadline is the client's timeout plus its size at this rate."""
 
 
 class Client:
     """A connection to one catalog (and, through it, to every node)."""
 
-    def __init__(self, uri: str, *, host: str | None = None, access: Access | None = None, owned: Sequence[Any] = ()):
+    def __init__(self, uri: str, *, host: str | None = None, access: Access | None = None, timeout: float = 30.0,
+                 idle_timeout: float = IDLE_TIMEOUT, owned: Sequence[Any] = ()):
         self.uri = uri
         self.host = host
         self.access = access or Access()
+        self.timeout = timeout
+        self.idle_timeout = idle_timeout
         self.pool = ConnectionPool(self.access)
         self._owned = list(owned)
 
@@ -79,10 +85,10 @@ class Client:
     def __repr__(self) -> str:
         return f"Client({self.uri!r}{', closed' if self.closed else ''})"
 
-    def call(self, action: str, body: Any = None, timeout: float | None = 60) -> Any:
-        """Run a catalog action (a wire Message or JSON body); its JSON reply."""
+    def call(self, action: str, body: Any = None, timeout: float | None = None) -> Any:
+        """Run a catalog action (a wire Message or JSON body) within ``timeout`` (default: the client's); its JSON reply."""
         with translated():
-            return self.pool.action(self.uri, action, body, timeout=timeout)
+            return self.pool.action(self.uri, action, body, timeout=timeout or self.timeout)
 
     # ------------------------------------------------------------------ cluster
 
@@ -93,24 +99,25 @@ class Client:
     def stats(self, uri: str) -> dict:
         """A node's counters (bytes and batches served, partitions stored and held)."""
         with translated():
-            return self.pool.action(uri, "stats", Empty())
+            return self.pool.action(uri, "stats", Empty(), timeout=self.timeout)
 
     def list(self) -> list[dict]:
         """The latest committed version of every dataset."""
         with translated():
-            infos = list(self.pool.client(self.uri).list_flights(options=self.pool.options()))
+            infos = list(self.pool.client(self.uri).list_flights(options=self.pool.options(self.timeout)))
         return [list_entry(info) for info in infos]
 
     def repair(self) -> dict:
         """Copy under-replicated partitions to live nodes; returns what was copied and what is lost."""
-        return self.call("repair", Empty(), timeout=None)
+        return self.call("repair", Empty(), timeout=3600)
 
     def versions(self, name: str) -> list[int]:
         return self.call("versions", DatasetRef(check_name(name)))
 
     def drop(self, name: str, version: int | None = None) -> None:
-        """Drop one version (or every version) of a dataset; nodes free its files."""
+        """Drop one version (or every version) of a dataset; nodes free its files, and this process its maps of them."""
         self.call(Drop.ACTION, Drop(check_name(name), version))
+        MAPS.prune(every=0)
 
     # ------------------------------------------------------------------ put
 
@@ -135,7 +142,8 @@ class Client:
         shape = frames.frame_shape(table)
         cells = {c.position: c for c in grid_cells(shape, grid)}
         parts = frames.split_grid(table, grid)
-        placement = {pos: [targets[(k + r) % len(targets)] for r in range(replicas)] for k, pos in enumerate(sorted(parts))}
+        first = random.randrange(len(targets))  # spreads small puts over the nodes instead of always starting at one
+        placement = {pos: [targets[(first + k + r) % len(targets)] for r in range(replicas)] for k, pos in enumerate(sorted(parts))}
 
         def store(version: int) -> Commit:
             self._send(name, version, parts, placement, progress)
@@ -145,18 +153,27 @@ class Client:
 
         return self._versioned(name, store)
 
-    def _versioned(self, name: str, store: Callable[[int], Commit]) -> Dataset:
-        """Reserve a version, store it, commit it; abort on any failure."""
-        version = VersionReply.from_json(self.call("begin", DatasetRef(name))).version
-        try:
-            self.call(Commit.ACTION, store(version))
-        except BaseException:
+    def _versioned(self, name: str, store: Callable[[int], Commit], attempts: int = 3) -> Dataset:
+        """Reserve a version, store it, commit it; abort on any failure.
+
+        A node that already has the reserved version number (a catalog that
+        lost its state hands out a number before its nodes re-registered)
+        refuses the put with VersionConflict; the put then takes the next
+        number, so no version is ever written twice.
+        """
+        for attempt in range(attempts):
+            version = VersionReply.from_json(self.call("begin", DatasetRef(name))).version
             try:
-                self.call("abort", VersionRef(name, version), timeout=10)
-            except Exception:
-                pass  # the catalog is gone too; the pending version was never published
-            raise
-        return self.open(name, version)
+                self.call(Commit.ACTION, store(version), timeout=self.timeout * 4)
+                return self.open(name, version)
+            except BaseException as exc:
+                try:
+                    self.call("abort", VersionRef(name, version), timeout=10)
+                except Exception:
+                    pass  # the catalog is gone too; the pending version was never published
+                if not isinstance(exc, VersionConflict) or attempt == attempts - 1:
+                    raise
+        raise AssertionError("unreachable")
 
     def _put_collection(self, name: str, data: Any, runtime: Any, tiling: Sequence[int] | None, replicas: int,
                         nodes: Sequence[str] | None) -> Dataset:
@@ -181,10 +198,13 @@ class Client:
         return self._versioned(name, store)
 
     def _target_nodes(self, nodes: Sequence[str] | None) -> list[dict]:
+        """Live nodes to put to (those named by ``nodes``), leaving out nodes low on disk while others have room."""
         alive = [n for n in self.nodes() if n["alive"]]
         if nodes is not None:
             wanted = set(nodes)
             alive = [n for n in alive if wanted & {n["node_id"], n["uri"], n["ip"]}]
+        roomy = [n for n in alive if not n.get("low_space")]
+        alive = roomy or alive
         if not alive:
             raise NodeUnavailable(
                 "no live node to put to" + (f" among {list(nodes)}" if nodes is not None else "")
@@ -203,8 +223,9 @@ class Client:
 
         def send_all(uri: str) -> None:
             for pos in by_node[uri]:
-                with translated():
-                    send_partition(self.pool, uri, name, version, pos, parts[pos])
+                with translated():  # a node that stops taking data fails the put within this deadline
+                    send_partition(self.pool, uri, name, version, pos, parts[pos],
+                                   timeout=self.timeout + parts[pos].nbytes / MIN_PUT_RATE)
                 with lock:  # one thread per node adds to the same count
                     done[0] += parts[pos].nbytes
                     sent = done[0]
@@ -235,8 +256,9 @@ class Client:
         """
         path = dataset_path(check_name(name), version)
         with translated():
-            info = self.pool.client(self.uri).get_flight_info(flight.FlightDescriptor.for_path(*path), options=self.pool.options())
-        ds = Dataset.from_version(decode_flight_info(info), FlightGet(self.host, self.access))
+            info = self.pool.client(self.uri).get_flight_info(flight.FlightDescriptor.for_path(*path),
+                                                              options=self.pool.options(self.timeout))
+        ds = Dataset.from_version(decode_flight_info(info), FlightGet(self.host, self.access, self.idle_timeout))
         if rank is not None or nranks is not None:
             ds = ds.spmd(rank, nranks)
         return ds

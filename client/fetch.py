@@ -10,8 +10,9 @@ host reads locally there.
 from __future__ import annotations
 
 import os
+import random
 import threading
-from collections import OrderedDict
+import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -21,17 +22,23 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from flightpart.errors import FlightpartError, NodeUnavailable, PartitionedError
+from flightpart.errors import FlightpartError, NodeUnavailable, PartitionedError, ServerBusy
 from flightpart.io import inprocess, layout
 from flightpart.io.access import Access
 from flightpart.io.connections import ConnectionPool, shared_pool
+from flightpart.io.errors import translate
 from flightpart.io.hosts import host_addresses
-from flightpart.io.transfer import open_mapped, project
+from flightpart.io.maps import MappedFiles
+from flightpart.io.transfer import project
 from flightpart.wire import Replica, Ticket, error_message
 
-from .errors import translate
-
 MAX_STREAMS = 8
+IDLE_TIMEOUT = 2.0
+"""Seconds a stream may send nothing before the next replica is asked."""
+BUSY_PATIENCE = 30.0
+"""Seconds to keep retrying when every replica answers busy."""
+STREAM_DEADLINE = 3600.0
+"""Deadline of one read stream: what ends a call stuck on a frozen server."""
 
 
 @dataclass(frozen=True)
@@ -59,12 +66,13 @@ class FlightGet:
     pickled form holds what a reader needs and no private key.
     """
 
-    def __init__(self, host: str | None = None, access: Access | None = None):
+    def __init__(self, host: str | None = None, access: Access | None = None, idle_timeout: float = IDLE_TIMEOUT):
         self.host = host
         self.access = access or Access()
+        self.idle_timeout = idle_timeout
 
     def __reduce__(self):
-        return (FlightGet, (self.host, self.access))
+        return (FlightGet, (self.host, self.access, self.idle_timeout))
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, FlightGet) and (self.host, self.access) == (other.host, other.access)
@@ -84,20 +92,21 @@ class FlightGet:
         for k, ref in enumerate(refs):
             if not isinstance(ref, PartitionRef):
                 raise PartitionedError(f"get: handle {k} is a {type(ref).__qualname__}, expected a flightpart PartitionRef")
-        tables = read_partitions(refs, host=self.host, pool=self.pool())
+        tables = read_partitions(refs, host=self.host, pool=self.pool(), idle_timeout=self.idle_timeout)
         return tables[0] if single else tables
 
 
-def read_partitions(refs: Sequence[PartitionRef], *, host: str | None, pool: ConnectionPool) -> list[pa.Table]:
+def read_partitions(refs: Sequence[PartitionRef], *, host: str | None, pool: ConnectionPool,
+                    idle_timeout: float = IDLE_TIMEOUT) -> list[pa.Table]:
     """Tables of ``refs`` in order: local ones mapped, remote ones streamed in parallel."""
     local = host_addresses(host)
     tables: list[pa.Table | None] = [read_local(ref, local, pool) for ref in refs]
     remote = [k for k, t in enumerate(tables) if t is None]
     if len(remote) == 1:
-        tables[remote[0]] = read_remote(refs[remote[0]], pool)
+        tables[remote[0]] = read_remote(refs[remote[0]], pool, idle_timeout)
     elif remote:
         with ThreadPoolExecutor(max_workers=min(MAX_STREAMS, len(remote)), thread_name_prefix="flightpart-get") as ex:
-            for k, table in zip(remote, ex.map(lambda k: read_remote(refs[k], pool), remote)):
+            for k, table in zip(remote, ex.map(lambda k: read_remote(refs[k], pool, idle_timeout), remote)):
                 tables[k] = table
     return tables  # type: ignore[return-value]
 
@@ -137,41 +146,14 @@ def read_local(ref: PartitionRef, local: frozenset[str], pool: ConnectionPool) -
     return None
 
 
-MAX_MAPPED = 256
-_maps: "OrderedDict[Path, tuple[tuple[int, int, int], pa.Table]]" = OrderedDict()
-_maps_lock = threading.Lock()
+MAPS = MappedFiles()
+"""This process's maps of local partitions: bounded, and let go when their files are dropped."""
 _markers: dict[Path, tuple[tuple[int, int], str | None]] = {}
 
 
-def _identity(st: os.stat_result) -> tuple[int, int, int]:
-    return (st.st_ino, st.st_mtime_ns, st.st_size)
-
-
 def _mapped(path: Path) -> pa.Table:
-    """The memory-mapped table of a partition file, reused while the file is the same.
-
-    A ``stat`` per call checks that the file still exists and is the same
-    file: a dropped partition fails here instead of being served from a
-    stale map, and its map is let go so the node's disk space is freed. At
-    most :data:`MAX_MAPPED` maps are kept, the least recently used dropped first.
-    """
-    try:
-        identity = _identity(os.stat(path))
-    except FileNotFoundError:
-        with _maps_lock:
-            _maps.pop(path, None)
-        raise
-    with _maps_lock:
-        cached = _maps.get(path)
-        if cached is not None and cached[0] == identity:
-            _maps.move_to_end(path)
-            return cached[1]
-    table = open_mapped(path)
-    with _maps_lock:
-        _maps[path] = (identity, table)
-        while len(_maps) > MAX_MAPPED:
-            _maps.popitem(last=False)
-    return table
+    MAPS.prune()
+    return MAPS.get(path)
 
 
 def _is_that_nodes_dir(root: Path, node_id: str) -> bool:
@@ -183,25 +165,91 @@ def _is_that_nodes_dir(root: Path, node_id: str) -> bool:
     return cached[1] == node_id
 
 
-def read_remote(ref: PartitionRef, pool: ConnectionPool) -> pa.Table:
+class Stalled(Exception):
+    """A stream that sent nothing for the idle timeout."""
+
+
+def read_remote(ref: PartitionRef, pool: ConnectionPool, idle_timeout: float = IDLE_TIMEOUT) -> pa.Table:
     """Stream the partition from the first replica that answers.
 
-    A replica that is unreachable, busy or does not hold the partition
-    (codes whose error class is ``retryable``) hands over to the next; any
-    other refusal is raised at once.
+    A replica that is unreachable, stalls (no batch for ``idle_timeout``
+    seconds), does not hold the partition or fails hands over to the next;
+    when replicas are only busy, the round is tried again after a jittered
+    backoff, for up to :data:`BUSY_PATIENCE` seconds. Any other refusal is
+    raised at once.
     """
-    failures = []
-    for uri, _ip, _pid in ref.replicas:
-        try:
-            return pool.client(uri).do_get(ref.ticket(), options=pool.options(None)).read_all()
-        except (pa.ArrowException, ConnectionError, OSError) as exc:
-            error = translate(exc)
-            if not error.retryable:
-                raise error from exc
-            if isinstance(error, NodeUnavailable):
+    failures: list[str] = []
+    give_up = time.monotonic() + BUSY_PATIENCE
+    delay = 0.05
+    while True:
+        busy = False
+        for uri, _ip, _pid in ref.replicas:
+            try:
+                return stream(pool, uri, ref.ticket(), idle_timeout)
+            except Stalled:
                 pool.discard(uri)
-            failures.append(f"{uri}: {error_message(exc)}")
+                failures.append(f"{uri}: sent nothing for {idle_timeout:g} s")
+            except (pa.ArrowException, ConnectionError, OSError) as exc:
+                error = translate(exc)
+                if not error.retryable:
+                    raise error from exc
+                if isinstance(error, ServerBusy):
+                    busy = True
+                elif isinstance(error, NodeUnavailable):
+                    pool.discard(uri)
+                failures.append(f"{uri}: {error_message(exc)}")
+        if not busy or time.monotonic() + delay > give_up:
+            break
+        time.sleep(delay * (0.5 + random.random()))
+        delay = min(delay * 2, 1.0)
     raise NodeUnavailable(
         f"partition {ref.position} of {ref.dataset!r} v{ref.version}: no replica could serve it "
-        f"({'; '.join(failures) or 'no replicas are known'})"
+        f"({'; '.join(failures[-len(ref.replicas):]) or 'no replicas are known'})"
     )
+
+
+def stream(pool: ConnectionPool, uri: str, ticket: flight.Ticket, idle_timeout: float) -> pa.Table:
+    """One ``do_get``, read in a worker thread and cancelled when it sends nothing for ``idle_timeout`` seconds.
+
+    A frozen server blocks a gRPC read without end; the worker holds the
+    call and this thread watches it, so the caller moves on in bounded time.
+    (A worker stuck before the first message ends at the call's deadline.)
+    """
+    progress = {"last": time.monotonic(), "reader": None, "abandoned": False}
+    outcome: dict[str, Any] = {}
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            reader = pool.client(uri).do_get(ticket, options=pool.options(STREAM_DEADLINE))
+            progress["reader"] = reader
+            if progress["abandoned"]:
+                reader.cancel()
+                return
+            progress["last"] = time.monotonic()
+            batches = []
+            while True:
+                try:
+                    chunk = reader.read_chunk()
+                except StopIteration:
+                    break
+                if chunk.data is not None:
+                    batches.append(chunk.data)
+                progress["last"] = time.monotonic()
+            outcome["table"] = pa.Table.from_batches(batches, reader.schema)
+        except BaseException as exc:
+            outcome["error"] = exc
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name="flightpart-stream", daemon=True).start()
+    tick = min(0.25, idle_timeout / 4)
+    while not done.wait(tick):
+        if time.monotonic() - progress["last"] > idle_timeout:
+            progress["abandoned"] = True
+            if progress["reader"] is not None:
+                progress["reader"].cancel()
+            raise Stalled(uri)
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["table"]

@@ -7,12 +7,12 @@ from typing import Any
 from flightpart import frames
 from flightpart.errors import NodeUnavailable
 from flightpart.io.access import Access
+from flightpart.io.errors import translated
 from flightpart.io.hosts import host_addresses
 from flightpart.io.transfer import send_partition
 from flightpart.wire import PublishPart, check_name
 
 from .client import Client
-from .errors import translated
 
 
 def publish(name: str, frame: Any, *, rank: int, nranks: int, catalog: str, host: str | None = None,

@@ -18,6 +18,8 @@ CATALOG_OPTION = click.option("--catalog", envvar="FLIGHTPART_CATALOG", required
 HOST_OPTION = click.option("--client-host", "host", envvar="FLIGHTPART_HOST", default=None,
                            help="Address that counts as this host for locality (or $FLIGHTPART_HOST).")
 JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+PENDING_TTL_OPTION = click.option("--pending-ttl", default=3600.0, show_default=True, type=float,
+                                  help="Catalog: abort a put still pending after this many seconds and delete its files.")
 
 
 def security_options(f):
@@ -85,10 +87,14 @@ def main(ctx: click.Context, log_level: str, debug: bool) -> None:
 @click.option("--max-partition-bytes", default=None, type=int, help="Refuse partitions larger than this.")
 @click.option("--max-streams", default=64, show_default=True, type=int, help="Refuse new do_get/do_put streams past this many open.")
 @click.option("--advertise", default=None, help="Host name clients use to reach this node (default: --host).")
+@click.option("--min-free-bytes", default=64 << 20, show_default=True, type=int,
+              help="Report NOT_SERVING and low space (no new partitions placed here) below this much free disk.")
+@PENDING_TTL_OPTION
 @security_options
 @observability_options
 def serve(host: str, port: int, data_dir: str | None, catalog_uri: str | None, node_port: int, state_dir: str | None,
           heartbeat: float, dead_after: float, max_partition_bytes: int | None, max_streams: int, advertise: str | None,
+          min_free_bytes: int, pending_ttl: float,
           token_file: str | None, tls_cert: str | None, tls_key: str | None, tls_client_ca: str | None, tls_ca: str | None,
           health_port: int | None, metrics_port: int | None) -> None:
     """Run a node (and, without --catalog, a catalog too)."""
@@ -96,7 +102,8 @@ def serve(host: str, port: int, data_dir: str | None, catalog_uri: str | None, n
 
     run_node(host, port, data_dir=data_dir, catalog=catalog_uri, node_port=node_port, state_dir=state_dir, heartbeat=heartbeat,
              dead_after=dead_after, max_partition_bytes=max_partition_bytes, max_streams=max_streams, advertise=advertise,
-             security=Security(token_file, tls_cert, tls_key, tls_client_ca, tls_ca), ports=Observability(health_port, metrics_port))
+             security=Security(token_file, tls_cert, tls_key, tls_client_ca, tls_ca), ports=Observability(health_port, metrics_port),
+             min_free_bytes=min_free_bytes, pending_ttl=pending_ttl)
 
 
 @main.command("catalog")
@@ -104,16 +111,18 @@ def serve(host: str, port: int, data_dir: str | None, catalog_uri: str | None, n
 @click.option("--port", default=8815, show_default=True, type=int)
 @click.option("--state-dir", type=click.Path(file_okay=False), default=None, help="SQLite state (default: per-user data dir).")
 @click.option("--dead-after", default=10.0, show_default=True, type=float, help="Seconds without heartbeat before a node is dead.")
+@PENDING_TTL_OPTION
 @security_options
 @observability_options
-def catalog_cmd(host: str, port: int, state_dir: str | None, dead_after: float, token_file: str | None, tls_cert: str | None,
+def catalog_cmd(host: str, port: int, state_dir: str | None, dead_after: float, pending_ttl: float, token_file: str | None,
+                tls_cert: str | None,
                 tls_key: str | None, tls_client_ca: str | None, tls_ca: str | None, health_port: int | None,
                 metrics_port: int | None) -> None:
     """Run a catalog alone."""
     from .server.daemon import Observability, Security, run_catalog
 
     run_catalog(host, port, state_dir, dead_after, Security(token_file, tls_cert, tls_key, tls_client_ca, tls_ca),
-                Observability(health_port, metrics_port))
+                Observability(health_port, metrics_port), pending_ttl)
 
 
 # --------------------------------------------------------------------------- datasets
@@ -316,9 +325,9 @@ def health(address: str, service: str, timeout: float) -> None:
 @JSON_OPTION
 def stats(uri: str, as_json: bool) -> None:
     """A node's counters: bytes and batches served, partitions held."""
-    from .client.errors import translated
     from .io.access import Access
     from .io.connections import ConnectionPool
+    from .io.errors import translated
     from .wire import Empty
 
     pool = ConnectionPool(Access.from_environment())

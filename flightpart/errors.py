@@ -73,6 +73,24 @@ class VersionConflict(FlightpartError, ValueError):
     code = "VERSION_CONFLICT"
 
 
+class StorageFull(FlightpartError, OSError):
+    """A node's disk has no room for the partition; it keeps serving what it holds."""
+
+    code = "STORAGE_FULL"
+
+
+class ForeignCluster(FlightpartError, PermissionError):
+    """An order from a catalog of another cluster (or a node of another cluster registering)."""
+
+    code = "FOREIGN_CLUSTER"
+
+
+class NodeConflict(FlightpartError, ValueError):
+    """A node id that another live process already serves (e.g. a copied data directory)."""
+
+    code = "NODE_CONFLICT"
+
+
 class DatasetNotFound(FlightpartError, LookupError):
     """No committed dataset (or version) of that name exists in the catalog."""
 

@@ -468,11 +468,18 @@ class HeldReply(Message):
 
 @dataclass(frozen=True)
 class Drop(Message):
-    """Drop one version (or, with ``version`` null, every version) of a dataset: to the catalog and to nodes."""
+    """Drop one version (or, with ``version`` null, every version) of a dataset: to the catalog and to nodes.
+
+    To a node, the catalog names its ``cluster`` (a node obeys only its own
+    cluster's catalog) and, for an abort, ``pending_only`` (a sealed version
+    is never deleted by an abort).
+    """
 
     ACTION = "drop"
     dataset: str = _field(p_name)
     version: int | None = _field(p_optional(p_uint), None)
+    cluster: str | None = _field(p_optional(p_str), None)
+    pending_only: bool = _field(p_bool, False)
 
 
 @dataclass(frozen=True)
@@ -493,41 +500,12 @@ class Empty(Message):
 
 
 @dataclass(frozen=True)
-class RegisterNode(Message):
-    ACTION = "register-node"
-    node_id: str = _field(p_str)
-    uri: str = _field(p_str)
-    ip: str = _field(p_str)
-    pid: int = _field(p_uint)
-    data_dir: str | None = _field(p_optional(p_str), None)
-    version: str | None = _field(p_optional(p_str), None)
-    partitions: tuple[HeldPartition, ...] = _field(p_list(p_message(HeldPartition)), ())
-
-
-@dataclass(frozen=True)
 class VersionRef(Message):
-    """(dataset, version): what ``abort`` takes and what ``register-node`` replies lists as orphans."""
+    """(dataset, version): what ``abort`` takes and what ``register-node`` lists and replies as orphans."""
 
     ACTION = "abort"
     dataset: str = _field(p_name)
     version: int = _field(p_uint)
-
-
-@dataclass(frozen=True)
-class RegisterReply(Message):
-    registered: str = _field(p_str)
-    orphans: tuple[VersionRef, ...] = _field(p_list(p_message(VersionRef)), ())
-
-
-@dataclass(frozen=True)
-class Heartbeat(Message):
-    ACTION = "heartbeat"
-    node_id: str = _field(p_str)
-
-
-@dataclass(frozen=True)
-class HeartbeatReply(Message):
-    known: bool = _field(p_bool)
 
 
 @dataclass(frozen=True)
@@ -590,3 +568,54 @@ class PublishReply(Message):
     version: int = _field(p_uint)
     complete: bool = _field(p_bool)
     joined: int = _field(p_uint)
+
+
+@dataclass(frozen=True)
+class Seal(Message):
+    """Catalog to node: this version is committed; keep its manifest beside its partitions."""
+
+    ACTION = "seal"
+    cluster: str = _field(p_str)
+    manifest: Commit = _field(p_message(Commit))
+
+
+@dataclass(frozen=True)
+class RegisterNode(Message):
+    """A node announces itself: what it holds, which versions it has sealed, which version numbers it has seen."""
+
+    ACTION = "register-node"
+    node_id: str = _field(p_str)
+    uri: str = _field(p_str)
+    ip: str = _field(p_str)
+    pid: int = _field(p_uint)
+    data_dir: str | None = _field(p_optional(p_str), None)
+    version: str | None = _field(p_optional(p_str), None)
+    partitions: tuple[HeldPartition, ...] = _field(p_list(p_message(HeldPartition)), ())
+    cluster: str | None = _field(p_optional(p_str), None)
+    sealed: tuple[Commit, ...] = _field(p_list(p_message(Commit)), ())
+    versions: tuple[VersionRef, ...] = _field(p_list(p_message(VersionRef)), ())
+
+
+@dataclass(frozen=True)
+class RegisterReply(Message):
+    """The catalog's answer: the cluster the node belongs to, versions it may delete, manifests to keep."""
+
+    registered: str = _field(p_str)
+    cluster: str | None = _field(p_optional(p_str), None)
+    orphans: tuple[VersionRef, ...] = _field(p_list(p_message(VersionRef)), ())
+    seal: tuple[Commit, ...] = _field(p_list(p_message(Commit)), ())
+
+
+@dataclass(frozen=True)
+class Heartbeat(Message):
+    """A node is alive; it reports its free disk space and whether that is below its floor."""
+
+    ACTION = "heartbeat"
+    node_id: str = _field(p_str)
+    free_bytes: int | None = _field(p_optional(p_uint), None)
+    low_space: bool = _field(p_bool, False)
+
+
+@dataclass(frozen=True)
+class HeartbeatReply(Message):
+    known: bool = _field(p_bool)

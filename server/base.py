@@ -27,6 +27,7 @@ from flightpart.errors import (
     ServerError,
     Unauthenticated,
 )
+from flightpart.io.errors import translate
 from flightpart.wire import dumps, encode_error, error_message
 
 from .auth import GuardFactory
@@ -53,9 +54,12 @@ def boundary(log: logging.Logger, what: str) -> Iterator[None]:
     except FlightpartError as exc:
         log.info("%s refused: %s %s", what, exc.code, exc.message)
         raise flight_error(exc) from None
-    except (flight.FlightUnavailableError, flight.FlightTimedOutError, ConnectionError) as exc:
-        log.warning("%s: a peer did not answer: %s", what, exc)
-        raise flight_error(NodeUnavailable(f"{what}: a peer did not answer ({error_message(exc)})")) from None
+    except (flight.FlightError, ConnectionError) as exc:  # a call this server made to a peer
+        peer = translate(exc)
+        log.warning("%s: a peer refused or did not answer: %s %s", what, peer.code, peer.message)
+        if isinstance(peer, (NodeUnavailable, ServerError)):
+            peer = NodeUnavailable(f"{what}: a peer did not answer ({error_message(exc)})")
+        raise flight_error(peer) from None
     except Exception:
         log.exception("%s failed", what)
         raise flight_error(ServerError(f"{what} failed on the server; its log has the details")) from None

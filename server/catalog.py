@@ -10,18 +10,29 @@ geometry.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.flight as flight
 
 from flightpart import tiling
-from flightpart.errors import NodeUnavailable, PartitionedError, RequestRejected, SchemaMismatch, VersionConflict
+from flightpart.errors import (
+    ForeignCluster,
+    NodeConflict,
+    NodeUnavailable,
+    PartitionedError,
+    RequestRejected,
+    SchemaMismatch,
+    VersionConflict,
+)
 from flightpart.io.access import Access
 from flightpart.io.connections import ConnectionPool
 from flightpart.wire import (
     Commit,
+    CommitPart,
     CopyTo,
     DatasetRef,
     Drop,
@@ -37,6 +48,7 @@ from flightpart.wire import (
     PublishReply,
     RegisterNode,
     RegisterReply,
+    Seal,
     VersionInfo,
     VersionRef,
     VersionReply,
@@ -64,16 +76,33 @@ class CatalogServer(ServiceBase):
     log = log
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, *, state_path: str = ":memory:",
-                 dead_after: float = 10.0, token: str | None = None, pool: ConnectionPool | None = None,
-                 **server_kwargs: Any):
+                 dead_after: float = 10.0, pending_ttl: float = 3600.0, node_timeout: float = 5.0, token: str | None = None,
+                 pool: ConnectionPool | None = None, **server_kwargs: Any):
         super().__init__(host, port, token=token, **server_kwargs)
         self.state = CatalogState(state_path, dead_after=dead_after)
         self.pool = pool or ConnectionPool(Access(token=token))
+        self.pending_ttl = pending_ttl
+        self.node_timeout = node_timeout
         self._infos: dict[tuple[str, int], tuple] = {}
+        self._stopping = threading.Event()
+        threading.Thread(target=self._expire_pending_loop, name="flightpart-pending-ttl", daemon=True).start()
 
     def shutdown(self) -> None:
+        self._stopping.set()
         super().shutdown()
         self.state.close()
+
+    def _expire_pending_loop(self) -> None:
+        """Abort puts that never finished, once they are older than the pending TTL (see docs/operations.md)."""
+        while not self._stopping.wait(min(max(self.pending_ttl / 4, 0.2), 30.0)):
+            try:
+                for dataset, version in self.state.expired_pending(self.pending_ttl):
+                    log.info("%s v%d: pending for more than %ss, aborted", dataset, version, self.pending_ttl)
+                    self._drop_files(dataset, version, self.state.abort(dataset, version), pending_only=True)
+                    self._infos.clear()
+            except Exception:  # the database is closing: the loop ends with the server
+                if not self._stopping.is_set():
+                    log.exception("expiring pending versions failed")
 
     def healthy(self) -> bool:
         """SERVING while the state database answers."""
@@ -115,12 +144,36 @@ class CatalogServer(ServiceBase):
 
     def _register_node(self, raw: bytes) -> dict:
         b = RegisterNode.decode(raw)
-        held = [{"dataset": p.dataset, "version": p.version, "part": p.part} for p in b.partitions]
-        orphans = self.state.register_node(b.node_id, b.uri, b.ip, b.pid, b.data_dir, held)
-        return RegisterReply(b.node_id, tuple(VersionRef(d, v) for d, v in orphans)).to_json()
+        cluster = self.state.adopt_cluster(b.cluster)
+        if b.cluster is not None and b.cluster != cluster:
+            raise ForeignCluster(f"node {b.node_id} at {b.uri} belongs to cluster {b.cluster}, this catalog is cluster {cluster}",
+                                 field="register-node.cluster")
+        self._check_identity(b)
+        held = [{"dataset": p.dataset, "version": p.version, "part": p.part, "nbytes": p.nbytes} for p in b.partitions]
+        manifests = [manifest_record(m) for m in b.sealed]
+        orphans, to_seal = self.state.register_node(b.node_id, b.uri, b.ip, b.pid, b.data_dir, held, manifests,
+                                                    [(v.dataset, v.version) for v in b.versions])
+        seal = tuple(manifest_of(self.state.version(d, v)) for d, v in to_seal)
+        return RegisterReply(b.node_id, cluster, tuple(VersionRef(d, v) for d, v in orphans), seal).to_json()
+
+    def _check_identity(self, b: RegisterNode) -> None:
+        """One node id, one live process: a copy of a live node's data directory is refused."""
+        known = self.state.node(b.node_id)
+        if known is None or not known.alive or known.uri == b.uri:
+            return  # new, dead, or the same address restarting
+        try:
+            info = self.pool.action(known.uri, "node-info", Empty(), timeout=min(self.node_timeout, 2.0))
+        except Exception:
+            self.pool.discard(known.uri)
+            return  # the old process does not answer: the id moves to the new one
+        if isinstance(info, dict) and info.get("node_id") == b.node_id:
+            raise NodeConflict(
+                f"node id {b.node_id} is already served by {known.uri} (pid {known.pid}); a copied data directory needs an "
+                "identity of its own: remove its flightpart-node.json to give it a fresh one", field="register-node.node_id")
 
     def _heartbeat(self, raw: bytes) -> dict:
-        return HeartbeatReply(self.state.heartbeat(Heartbeat.decode(raw).node_id)).to_json()
+        b = Heartbeat.decode(raw)
+        return HeartbeatReply(self.state.heartbeat(b.node_id, b.free_bytes, b.low_space)).to_json()
 
     def _nodes(self, raw: bytes) -> list:
         Empty.decode(raw, "nodes")
@@ -149,7 +202,14 @@ class CatalogServer(ServiceBase):
         schema = b.schema.serialize().to_pybytes()
         self._verify_on_nodes(b.dataset, b.version, b.schema, parts)
         self.state.commit(b.dataset, b.version, schema, b.shape, b.tiling, parts, replicas=max(1, b.replicas))
+        self._seal(b, {n.node_id: n for p in parts for n in p.nodes}.values())
         return {"dataset": b.dataset, "version": b.version}
+
+    def _seal(self, manifest: Commit, nodes: Any) -> None:
+        """Tell the holders the version is committed; one that misses it is told when it registers again."""
+        cluster = self.state.adopt_cluster(None)
+        self._fan_out(nodes, lambda node: self.pool.action(node.uri, Seal.ACTION, Seal(cluster, manifest), timeout=self.node_timeout),
+                      f"seal {manifest.dataset} v{manifest.version}")
 
     def _verify_on_nodes(self, name: str, version: int, expected: pa.Schema, parts: list[PartRecord]) -> None:
         """Publish only what every claimed node really holds, with the right schema and rows."""
@@ -180,7 +240,7 @@ class CatalogServer(ServiceBase):
     def _abort(self, raw: bytes) -> dict:
         b = VersionRef.decode(raw, "abort")
         nodes = self.state.abort(b.dataset, b.version)
-        self._drop_files(b.dataset, b.version, nodes)
+        self._drop_files(b.dataset, b.version, nodes, pending_only=True)
         return {"aborted": b.version}
 
     def _drop(self, raw: bytes) -> dict:
@@ -188,15 +248,30 @@ class CatalogServer(ServiceBase):
         nodes = self.state.drop(b.dataset, b.version)
         return {"dataset": b.dataset, "version": b.version, "nodes_cleaned": self._drop_files(b.dataset, b.version, nodes)}
 
-    def _drop_files(self, name: str, version: int | None, nodes: list[NodeRecord]) -> int:
-        cleaned = 0
-        for node in nodes:
+    def _drop_files(self, name: str, version: int | None, nodes: list[NodeRecord], *, pending_only: bool = False) -> int:
+        """Tell the nodes to delete a version's files, in parallel; a node that misses it is told when it registers again."""
+        order = Drop(name, version, self.state.adopt_cluster(None), pending_only)
+        return self._fan_out([n for n in nodes if n.alive],
+                             lambda node: self.pool.action(node.uri, Drop.ACTION, order, timeout=self.node_timeout),
+                             f"drop {name} v{version}")
+
+    def _fan_out(self, nodes: Any, call: Any, what: str) -> int:
+        """Run ``call(node)`` for every node at once, each with its own deadline; returns how many succeeded."""
+        nodes = list(nodes)
+        if not nodes:
+            return 0
+
+        def one(node: NodeRecord) -> bool:
             try:
-                self.pool.action(node.uri, Drop.ACTION, Drop(name, version), timeout=10)
-                cleaned += 1
-            except flight.FlightError:
-                self.pool.discard(node.uri)  # a dead node drops its files when it comes back and is told again
-        return cleaned
+                call(node)
+                return True
+            except Exception as exc:
+                log.info("%s: node %s did not answer (%s); it is told again when it registers", what, node.uri, exc)
+                self.pool.discard(node.uri)
+                return False
+
+        with ThreadPoolExecutor(max_workers=min(32, len(nodes)), thread_name_prefix="flightpart-fan-out") as ex:
+            return sum(ex.map(one, nodes))
 
     def _versions(self, raw: bytes) -> list:
         return self.state.versions_of(DatasetRef.decode(raw, "versions").dataset)
@@ -288,6 +363,19 @@ class CatalogServer(ServiceBase):
         "publish-begin": Action(_publish_begin, "SPMD: join (or open) the pending publish of a dataset", changes_state=False),
         "publish-part": Action(_publish_part, "SPMD: one rank's part is stored; commits when all ranks are in"),
     }
+
+
+def manifest_of(record: VersionRecord) -> Commit:
+    """The manifest a node keeps beside a committed version's partitions (the commit body, replicas included)."""
+    parts = tuple(CommitPart(p.part, p.start, p.shape, tuple(n.node_id for n in p.nodes)) for p in record.parts)
+    return Commit(record.dataset, record.version, pa.ipc.read_schema(pa.py_buffer(record.schema)), record.shape, record.grid,
+                  parts, record.replicas)
+
+
+def manifest_record(m: Commit) -> VersionRecord:
+    """A version as a node's manifest describes it, for a catalog rebuilding its state."""
+    parts = [PartRecord(p.part, p.start, p.shape, 0, []) for p in m.partitions]
+    return VersionRecord(m.dataset, m.version, m.schema.serialize().to_pybytes(), m.shape, m.tiling, parts, max(1, m.replicas))
 
 
 def check_geometry(shape: tuple[int, int], grid: tuple[int, int], parts: list[PartRecord]) -> None:

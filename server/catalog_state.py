@@ -1,8 +1,15 @@
 """The catalog's durable state in SQLite (WAL): nodes, datasets, versions, partitions.
 
-Kept apart from the Flight server so the rules (a version is published only
-when complete, versions are never reused, dropped versions are gone) are
-plain functions over a database that a test can drive directly.
+Kept apart from the Flight server so the rules are plain functions over a
+database that a test can drive directly:
+
+- a version is published only when complete, and versions are never reused
+  (the counter also moves past every version number a node reports);
+- a dropped or aborted version keeps a tombstone, so a node that was away is
+  told to delete it; a version the catalog does not know is never a reason
+  to delete anything: a sealed one is rebuilt from its manifest, an unsealed
+  one is recorded as pending and expires by the pending TTL;
+- the cluster's identity is kept here, so nodes obey only their own catalog.
 """
 
 from __future__ import annotations
@@ -10,6 +17,8 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
+import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,6 +38,7 @@ CREATE TABLE IF NOT EXISTS partitions(
     dataset TEXT NOT NULL, version INTEGER NOT NULL, i INTEGER NOT NULL, j INTEGER NOT NULL,
     row_start INTEGER, col_start INTEGER, rows INTEGER NOT NULL, cols INTEGER NOT NULL, nbytes INTEGER NOT NULL,
     PRIMARY KEY(dataset, version, i, j));
+CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS replicas(
     dataset TEXT NOT NULL, version INTEGER NOT NULL, i INTEGER NOT NULL, j INTEGER NOT NULL, node_id TEXT NOT NULL,
     PRIMARY KEY(dataset, version, i, j, node_id));
@@ -44,6 +54,9 @@ class NodeRecord:
     data_dir: str | None
     last_heartbeat: float
     alive: bool
+
+    free_bytes: int | None = None
+    low_space: bool = False
 
     def as_json(self) -> dict:
         return {**self.__dict__}
@@ -85,6 +98,25 @@ class CatalogState:
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.executescript(SCHEMA)
         self._lock = threading.RLock()
+        self._space: dict[str, tuple[int | None, bool]] = {}  # node id -> (free bytes, low space), from heartbeats
+
+    # ------------------------------------------------------------------ identity
+
+    def cluster(self) -> str | None:
+        """This cluster's identity, once known."""
+        with self._lock:
+            row = self._db.execute("SELECT value FROM meta WHERE key='cluster'").fetchone()
+        return row[0] if row else None
+
+    def adopt_cluster(self, offered: str | None) -> str:
+        """The cluster id, set on first use: a node's (a catalog rebuilt from its nodes) or a fresh one."""
+        with self._tx() as db:
+            row = db.execute("SELECT value FROM meta WHERE key='cluster'").fetchone()
+            if row:
+                return row[0]
+            cluster = offered or uuid.uuid4().hex
+            db.execute("INSERT INTO meta VALUES('cluster', ?)", (cluster,))
+            return cluster
 
     def close(self) -> None:
         with self._lock:
@@ -95,40 +127,75 @@ class CatalogState:
 
     # ------------------------------------------------------------------ nodes
 
-    def register_node(self, node_id: str, uri: str, ip: str, pid: int, data_dir: str | None, held: list[dict]) -> list[tuple[str, int]]:
-        """Record a node and what it holds; returns the versions it holds that no longer exist.
+    def register_node(self, node_id: str, uri: str, ip: str, pid: int, data_dir: str | None, held: list[dict],
+                      manifests: Sequence[VersionRecord] = (), versions: Sequence[tuple[str, int]] = ()) -> tuple[list[tuple[str, int]], list[tuple[str, int]]]:
+        """Record a node and what it holds; returns (orphans, versions to seal).
 
-        Those are leftovers of aborted puts or of drops the node missed while
-        it was down: the node deletes them.
+        Orphans are versions this catalog dropped or aborted (tombstones):
+        the node deletes them. Sealed versions the catalog does not know (it
+        lost its state) are rebuilt from their manifests; unsealed unknown
+        ones are recorded as pending and expire by the pending TTL. Every
+        version number the node has moves the counter past it. Versions to
+        seal are committed versions the node holds parts of without a
+        manifest (a commit whose seal did not reach it).
         """
         orphans: set[tuple[str, int]] = set()
+        now = time.time()
         with self._tx() as db:
             db.execute(
                 "INSERT INTO nodes VALUES(?,?,?,?,?,?) ON CONFLICT(node_id) DO UPDATE SET "
                 "uri=excluded.uri, ip=excluded.ip, pid=excluded.pid, data_dir=excluded.data_dir, last_heartbeat=excluded.last_heartbeat",
-                (node_id, uri, ip, pid, data_dir, time.time()),
+                (node_id, uri, ip, pid, data_dir, now),
             )
+            seen = {(d, v) for d, v in versions} | {(p["dataset"], p["version"]) for p in held} | {(m.dataset, m.version) for m in manifests}
+            for dataset, version in seen:
+                db.execute("INSERT INTO counters VALUES(?, ?) ON CONFLICT(dataset) DO UPDATE SET "
+                           "next_version=MAX(next_version, excluded.next_version)", (dataset, version + 1))
+            states = {key: _state(db, *key) for key in seen}
+            for m in manifests:
+                if states[(m.dataset, m.version)] in (None, "pending"):
+                    _write_committed(db, m, now)
+                    states[(m.dataset, m.version)] = "committed"
+            sealed = {(m.dataset, m.version) for m in manifests}
+            unsealed_committed: set[tuple[str, int]] = set()
             for p in held:
-                known = db.execute(
-                    "SELECT 1 FROM partitions p JOIN versions v USING(dataset, version) "
-                    "WHERE dataset=? AND version=? AND i=? AND j=? AND v.state='committed'",
-                    (p["dataset"], p["version"], p["part"][0], p["part"][1]),
-                ).fetchone()
-                if known:
-                    db.execute("INSERT OR IGNORE INTO replicas VALUES(?,?,?,?,?)", (p["dataset"], p["version"], p["part"][0], p["part"][1], node_id))
-                elif not db.execute("SELECT 1 FROM versions WHERE dataset=? AND version=?", (p["dataset"], p["version"])).fetchone():
-                    orphans.add((p["dataset"], p["version"]))
-        return sorted(orphans)
+                key = (p["dataset"], p["version"])
+                state = states[key]
+                if state == "committed":
+                    known = db.execute("SELECT 1 FROM partitions WHERE dataset=? AND version=? AND i=? AND j=?",
+                                       (key[0], key[1], p["part"][0], p["part"][1])).fetchone()
+                    if known:
+                        db.execute("INSERT OR IGNORE INTO replicas VALUES(?,?,?,?,?)", (*key, p["part"][0], p["part"][1], node_id))
+                        db.execute("UPDATE partitions SET nbytes=MAX(nbytes, ?) WHERE dataset=? AND version=? AND i=? AND j=?",
+                                   (p.get("nbytes", 0), *key, p["part"][0], p["part"][1]))
+                        if key not in sealed:
+                            unsealed_committed.add(key)
+                elif state in ("dropped", "aborted"):
+                    orphans.add(key)
+                elif state is None:
+                    db.execute("INSERT INTO versions(dataset, version, state, created) VALUES(?,?,?,?)", (*key, "pending", now))
+                    states[key] = "pending"
+            for key in seen - {(p["dataset"], p["version"]) for p in held}:
+                if states[key] in ("dropped", "aborted"):
+                    orphans.add(key)  # an empty directory of a version that is gone
+        return sorted(orphans), sorted(unsealed_committed)
 
-    def heartbeat(self, node_id: str) -> bool:
+    def heartbeat(self, node_id: str, free_bytes: int | None = None, low_space: bool = False) -> bool:
         with self._tx() as db:
-            return db.execute("UPDATE nodes SET last_heartbeat=? WHERE node_id=?", (time.time(), node_id)).rowcount == 1
+            known = db.execute("UPDATE nodes SET last_heartbeat=? WHERE node_id=?", (time.time(), node_id)).rowcount == 1
+        if known:
+            self._space[node_id] = (free_bytes, low_space)
+        return known
 
     def nodes(self) -> list[NodeRecord]:
         now = time.time()
         with self._lock:
             rows = self._db.execute("SELECT node_id, uri, ip, pid, data_dir, last_heartbeat FROM nodes ORDER BY ip, uri").fetchall()
-        return [NodeRecord(*r, alive=now - r[5] <= self.dead_after) for r in rows]
+        return [NodeRecord(*r, alive=now - r[5] <= self.dead_after, free_bytes=self._space.get(r[0], (None, False))[0],
+                           low_space=self._space.get(r[0], (None, False))[1]) for r in rows]
+
+    def node(self, node_id: str) -> NodeRecord | None:
+        return next((n for n in self.nodes() if n.node_id == node_id), None)
 
     # ------------------------------------------------------------------ versions
 
@@ -201,8 +268,10 @@ class CatalogState:
             state = db.execute("SELECT state FROM versions WHERE dataset=? AND version=?", (dataset, version)).fetchone()
             if state is None:
                 raise DatasetNotFound(f"dataset {dataset!r} has no pending version {version} (was it dropped or aborted?)")
-            if state[0] != "pending":
+            if state[0] == "committed":
                 raise VersionConflict(f"dataset {dataset!r} version {version} is already committed", field="version")
+            if state[0] != "pending":
+                raise DatasetNotFound(f"dataset {dataset!r} version {version} was {state[0]}; it cannot be committed")
             db.execute("DELETE FROM partitions WHERE dataset=? AND version=?", (dataset, version))
             db.execute("DELETE FROM replicas WHERE dataset=? AND version=?", (dataset, version))
             db.executemany(
@@ -226,7 +295,7 @@ class CatalogState:
         """Forget a version (or all); returns every node that may hold its files."""
         with self._lock:
             exists = self._db.execute(
-                "SELECT 1 FROM versions WHERE dataset=?" + (" AND version=?" if version is not None else ""),
+                "SELECT 1 FROM versions WHERE state IN ('pending', 'committed') AND dataset=?" + (" AND version=?" if version is not None else ""),
                 (dataset,) + ((version,) if version is not None else ()),
             ).fetchone()
         if not exists:
@@ -235,6 +304,7 @@ class CatalogState:
         return self._delete(dataset, version, only_pending=False)
 
     def _delete(self, dataset: str, version: int | None, *, only_pending: bool) -> list[NodeRecord]:
+        """Leave a tombstone ('aborted' or 'dropped') in place of the version: a node away now learns of it later."""
         where = "dataset=?" + (" AND version=?" if version is not None else "")
         args = (dataset,) + ((version,) if version is not None else ())
         with self._tx() as db:
@@ -242,9 +312,17 @@ class CatalogState:
                 state = db.execute(f"SELECT state FROM versions WHERE {where}", args).fetchone()
                 if not state or state[0] != "pending":
                     return []
-            for table in ("versions", "partitions", "replicas"):
+            tombstone = "aborted" if only_pending else "dropped"
+            db.execute(f"UPDATE versions SET state=? WHERE state IN ('pending', 'committed') AND {where}", (tombstone, *args))
+            for table in ("partitions", "replicas"):
                 db.execute(f"DELETE FROM {table} WHERE {where}", args)
         return [n for n in self.nodes()]
+
+    def expired_pending(self, ttl: float) -> list[tuple[str, int]]:
+        """Pending versions older than ``ttl`` seconds: puts that never finished."""
+        with self._lock:
+            return self._db.execute("SELECT dataset, version FROM versions WHERE state='pending' AND created < ? "
+                                    "ORDER BY dataset, version", (time.time() - ttl,)).fetchall()
 
     def latest(self, dataset: str) -> int:
         with self._lock:
@@ -275,8 +353,8 @@ class CatalogState:
             if node_id in nodes:
                 holders.setdefault((i, j), []).append(nodes[node_id])
         parts = [
-            PartRecord((i, j), (rs, cs), (nr, nc), nb, sorted(holders.get((i, j), []), key=lambda n: not n.alive))
-            for i, j, rs, cs, nr, nc, nb in rows
+            PartRecord((i, j), (rs, cs), (nr, nc), nb, _serving_order(holders.get((i, j), []), k))
+            for k, (i, j, rs, cs, nr, nc, nb) in enumerate(rows)
         ]
         return VersionRecord(dataset, version, head[0], (head[1], head[2]), (head[3], head[4]), parts, head[5])
 
@@ -299,6 +377,32 @@ class CatalogState:
         with self._lock:
             return [r[0] for r in self._db.execute(
                 "SELECT version FROM versions WHERE dataset=? AND state='committed' ORDER BY version", (dataset,))]
+
+
+def _serving_order(holders: list[NodeRecord], k: int) -> list[NodeRecord]:
+    """Replicas in the order readers try them: live first, and rotated by the partition's index,
+    so that every holder serves first for some partitions instead of the lowest node id for all."""
+    if holders:
+        shift = k % len(holders)
+        holders = holders[shift:] + holders[:shift]
+    return sorted(holders, key=lambda n: not n.alive)
+
+
+def _state(db: sqlite3.Connection, dataset: str, version: int) -> str | None:
+    row = db.execute("SELECT state FROM versions WHERE dataset=? AND version=?", (dataset, version)).fetchone()
+    return row[0] if row else None
+
+
+def _write_committed(db: sqlite3.Connection, m: VersionRecord, now: float) -> None:
+    """A committed version from a node's manifest (a catalog rebuilding what it lost)."""
+    db.execute("INSERT INTO versions(dataset, version, state, created) VALUES(?,?,?,?) ON CONFLICT(dataset, version) DO NOTHING",
+               (m.dataset, m.version, "pending", now))
+    db.execute("DELETE FROM partitions WHERE dataset=? AND version=?", (m.dataset, m.version))
+    db.executemany("INSERT INTO partitions VALUES(?,?,?,?,?,?,?,?,?)",
+                   [(m.dataset, m.version, p.part[0], p.part[1], p.start[0], p.start[1], p.shape[0], p.shape[1], p.nbytes)
+                    for p in m.parts])
+    db.execute("UPDATE versions SET state='committed', schema=?, rows=?, cols=?, grid_p=?, grid_q=?, replicas=? "
+               "WHERE dataset=? AND version=?", (m.schema, m.shape[0], m.shape[1], m.grid[0], m.grid[1], m.replicas, m.dataset, m.version))
 
 
 class _Transaction:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from flightpart.errors import ForeignCluster, NodeConflict
 from flightpart.io.access import TOKEN_ENV, Access
 from flightpart.io.connections import ConnectionPool
 from flightpart.io.layout import default_state_dir
@@ -96,17 +97,19 @@ def observe(server: Any, role: str, host: str, ports: Observability) -> list:
     return started
 
 
-def start_catalog(host: str, port: int, state_dir: str | None, dead_after: float, security: Security) -> CatalogServer:
+def start_catalog(host: str, port: int, state_dir: str | None, dead_after: float, security: Security,
+                  pending_ttl: float = 3600.0) -> CatalogServer:
     """A catalog whose SQLite state lives in ``state_dir`` (default: the per-user data directory)."""
     state = Path(state_dir) if state_dir else default_state_dir()
     state.mkdir(parents=True, exist_ok=True)
-    return CatalogServer(host, port, state_path=str(state / "catalog.sqlite"), dead_after=dead_after, pool=security.pool(),
-                         **security.server_options())
+    return CatalogServer(host, port, state_path=str(state / "catalog.sqlite"), dead_after=dead_after, pending_ttl=pending_ttl,
+                         pool=security.pool(), **security.server_options())
 
 
-def run_catalog(host: str, port: int, state_dir: str | None, dead_after: float, security: Security, ports: Observability) -> None:
+def run_catalog(host: str, port: int, state_dir: str | None, dead_after: float, security: Security, ports: Observability,
+                pending_ttl: float = 3600.0) -> None:
     """``flightpart catalog``: serve until a signal."""
-    server = start_catalog(host, port, state_dir, dead_after, security)
+    server = start_catalog(host, port, state_dir, dead_after, security, pending_ttl)
     extras = observe(server, "catalog", host, ports)
     announce("catalog", server.uri)
     wait_for_signal([server, *extras])
@@ -114,22 +117,27 @@ def run_catalog(host: str, port: int, state_dir: str | None, dead_after: float, 
 
 def run_node(host: str, port: int, *, data_dir: str | None, catalog: str | None, node_port: int, state_dir: str | None,
              heartbeat: float, dead_after: float, max_partition_bytes: int | None, max_streams: int, advertise: str | None,
-             security: Security, ports: Observability) -> None:
+             security: Security, ports: Observability, min_free_bytes: int = 0, pending_ttl: float = 3600.0) -> None:
     """``flightpart serve``: a node (and, without ``catalog``, a catalog in the same process), until a signal."""
     servers: list = []
     if catalog is None:
-        embedded = start_catalog(host, port, state_dir, dead_after, security)
+        embedded = start_catalog(host, port, state_dir, dead_after, security, pending_ttl)
         servers.append(embedded)
         catalog, port = embedded.uri, node_port
         announce("catalog", embedded.uri)
     node = NodeServer(host, port, data_dir=data_dir, catalog=catalog, heartbeat_interval=heartbeat, advertise=advertise,
-                      max_partition_bytes=max_partition_bytes, max_streams=max_streams, pool=security.pool(),
-                      **security.server_options())
+                      max_partition_bytes=max_partition_bytes, max_streams=max_streams, min_free_bytes=min_free_bytes,
+                      pool=security.pool(), **security.server_options())
     servers.append(node)
-    servers.extend(observe(node, "node", host, ports))
     try:
         node.register()
+    except (NodeConflict, ForeignCluster) as exc:  # this process must not serve: say why and stop
+        log.error("%s", exc)
+        for server in reversed(servers):
+            server.shutdown()
+        raise SystemExit(f"flightpart serve: refused by the catalog: {exc}") from None
     except Exception as exc:  # the heartbeat thread keeps trying
         log.warning("catalog %s not reachable yet: %s", catalog, exc)
+    servers.extend(observe(node, "node", host, ports))
     announce("node", node.uri)
     wait_for_signal(servers)

@@ -18,10 +18,11 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from flightpart.errors import RequestRejected, SchemaMismatch
+from flightpart.errors import ForeignCluster, NodeConflict, RequestRejected, SchemaMismatch, StorageFull
 from flightpart.io import inprocess
 from flightpart.io.access import Access
 from flightpart.io.connections import ConnectionPool
+from flightpart.io.errors import translated
 from flightpart.io.hosts import advertised_ip
 from flightpart.io.layout import default_data_dir
 from flightpart.io.transfer import BATCH_BYTES, project, send_partition, split_batch
@@ -37,7 +38,9 @@ from flightpart.wire import (
     PutTrailer,
     RegisterNode,
     RegisterReply,
+    Seal,
     Ticket,
+    VersionRef,
     parse_partition_path,
 )
 
@@ -50,7 +53,8 @@ log = logging.getLogger("flightpart.node")
 class NodeStats:
     """Counters reported by the ``stats`` action; thread-safe."""
 
-    FIELDS = ("bytes_sent", "batches_sent", "partitions_served", "bytes_received", "partitions_stored", "errors")
+    FIELDS = ("bytes_sent", "batches_sent", "partitions_served", "bytes_received", "partitions_stored", "errors",
+              "storage_full_refusals")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -64,6 +68,25 @@ class NodeStats:
     def snapshot(self) -> dict[str, int]:
         with self._lock:
             return dict(self._values)
+
+
+def checked(batch: pa.RecordBatch, name: str, version: int, part: tuple[int, int]) -> pa.RecordBatch:
+    """A received batch after a full validation: offsets, lengths, row counts and dictionary indices in bounds.
+
+    Nothing else touches a batch before this check, so a lying batch can
+    neither crash the node nor be stored to crash its readers later.
+    """
+    try:
+        batch.validate(full=True)
+    except (pa.ArrowInvalid, pa.ArrowException) as exc:
+        raise RequestRejected(f"the put of {name} v{version} {part} sent an invalid record batch: {str(exc)[:200]}",
+                              field="batch") from None
+    return batch
+
+
+def split_all(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    for batch in batches:
+        yield from split_batch(batch, BATCH_BYTES)
 
 
 class NodeServer(ServiceBase):
@@ -83,6 +106,8 @@ class NodeServer(ServiceBase):
         heartbeat_interval: float = 2.0,
         max_partition_bytes: int | None = None,
         max_streams: int | None = None,
+        min_free_bytes: int = 0,
+        max_maps: int = 256,
         token: str | None = None,
         pool: ConnectionPool | None = None,
         **server_kwargs: Any,
@@ -91,7 +116,8 @@ class NodeServer(ServiceBase):
         if advertise_ip is None and advertise:
             advertise_ip = socket.gethostbyname(advertise)
         self.ip = advertise_ip or (host if host not in ("0.0.0.0", "::", "") else advertised_ip())
-        self.store = PartitionStore(data_dir or default_data_dir(), max_partition_bytes=max_partition_bytes)
+        self.store = PartitionStore(data_dir or default_data_dir(), max_partition_bytes=max_partition_bytes, max_maps=max_maps)
+        self.min_free_bytes = min_free_bytes
         self.node_id = self.store.node_id
         self.pid = os.getpid()
         self.counters = NodeStats()
@@ -117,12 +143,28 @@ class NodeServer(ServiceBase):
         }
 
     def register(self) -> None:
-        """Tell the catalog who we are and everything our directory holds."""
-        held = tuple(self.store.scan())
-        body = RegisterNode(self.node_id, self.uri, self.ip, self.pid, str(self.store.root), __version__, held)
-        reply = RegisterReply.from_json(self.pool.action(self.catalog_uri, RegisterNode.ACTION, body), "register-node reply")
-        for orphan in reply.orphans:
-            self.store.drop(orphan.dataset, orphan.version)  # an aborted put or a drop missed while down
+        """Tell the catalog who we are and everything our directory holds.
+
+        The catalog answers with the cluster this node belongs to, the
+        versions it dropped or aborted while we were away (deleted here only
+        when the catalog is of our own cluster) and the manifests of
+        committed versions we hold but have not sealed yet.
+        """
+        held, sealed, versions = self.store.scan()
+        body = RegisterNode(self.node_id, self.uri, self.ip, self.pid, str(self.store.root), __version__, tuple(held),
+                            self.store.cluster, tuple(sealed), tuple(VersionRef(d, v) for d, v in versions))
+        with translated():
+            raw = self.pool.action(self.catalog_uri, RegisterNode.ACTION, body)
+        reply = RegisterReply.from_json(raw, "register-node reply")
+        if reply.cluster is not None:
+            self.store.join_cluster(reply.cluster)
+        if reply.cluster is not None and reply.cluster == self.store.cluster:
+            for orphan in reply.orphans:
+                removed = self.store.drop(orphan.dataset, orphan.version)
+                log.info("dropped %s v%d (%d files): dropped or aborted while this node was away", orphan.dataset,
+                         orphan.version, removed)
+            for manifest in reply.seal:
+                self.store.seal(manifest)
         self.registered.set()
 
     def _report_loop(self) -> None:
@@ -131,10 +173,16 @@ class NodeServer(ServiceBase):
                 if not self.registered.is_set():
                     self.register()
                 else:
-                    raw = self.pool.action(self.catalog_uri, Heartbeat.ACTION, Heartbeat(self.node_id), timeout=5)
+                    free = self.free_bytes()
+                    beat = Heartbeat(self.node_id, free, free is not None and free < self.min_free_bytes)
+                    raw = self.pool.action(self.catalog_uri, Heartbeat.ACTION, beat, timeout=5)
                     if not HeartbeatReply.from_json(raw, "heartbeat reply").known:
                         self.registered.clear()
                         continue
+            except (NodeConflict, ForeignCluster) as exc:
+                log.error("the catalog refused this node: %s", exc)
+                self.pool.discard(self.catalog_uri)
+                self.registered.clear()
             except Exception as exc:  # catalog down: keep serving, keep trying
                 log.debug("catalog %s unreachable: %s", self.catalog_uri, exc)
                 self.pool.discard(self.catalog_uri)
@@ -146,14 +194,29 @@ class NodeServer(ServiceBase):
         inprocess.unregister(self.uri)
         super().shutdown()
 
+    def free_bytes(self) -> int | None:
+        try:
+            return self.store.free_bytes()
+        except OSError:
+            return None
+
     def healthy(self) -> bool:
-        """SERVING while the data directory is there and writable."""
-        return self.store.root.is_dir() and os.access(self.store.root, os.W_OK)
+        """SERVING while the data directory is there, writable, and has at least ``min_free_bytes`` free."""
+        free = self.free_bytes()
+        return (self.store.root.is_dir() and os.access(self.store.root, os.W_OK) and free is not None
+                and free >= self.min_free_bytes)
 
     def stats(self) -> dict:
         """Counters for the ``stats`` action and the metrics endpoint."""
-        return {**self.counters.snapshot(), "partitions_held": self.store.count(),
-                "open_streams": self.guard.open_streams, "refused_calls": self.guard.refused}
+        return {**self.counters.snapshot(), "partitions_held": self.store.count(), "maps_open": len(self.store.maps),
+                "free_bytes": self.free_bytes() or 0, "open_streams": self.guard.open_streams,
+                "refused_calls": self.guard.refused}
+
+    def _check_cluster(self, cluster: str | None) -> None:
+        """An order that deletes or seals data must come from this node's own cluster."""
+        if self.store.cluster is not None and cluster != self.store.cluster:
+            raise ForeignCluster(f"this node belongs to cluster {self.store.cluster}, the order came from "
+                                 f"{cluster or 'no cluster'}; nothing was changed", field="cluster")
 
     # ------------------------------------------------------------------ data
 
@@ -170,6 +233,8 @@ class NodeServer(ServiceBase):
             received = [0]
             declared: list[int] = []
 
+            limit = self.store.max_partition_bytes
+
             def batches() -> Iterator[pa.RecordBatch]:
                 while True:
                     try:
@@ -179,18 +244,34 @@ class NodeServer(ServiceBase):
                     if chunk.app_metadata is not None:
                         declared.append(PutTrailer.decode(chunk.app_metadata.to_pybytes(), "put trailer").rows)
                     if chunk.data is not None:
-                        received[0] += chunk.data.nbytes
-                        yield from split_batch(chunk.data, BATCH_BYTES)
+                        if declared:
+                            raise RequestRejected(f"the put of {name} v{version} {part} sent data after its trailer",
+                                                  field="put trailer")
+                        size = chunk.data.get_total_buffer_size()  # from buffer sizes alone: safe on a lying batch
+                        received[0] += size
+                        if limit is not None and received[0] > limit:
+                            raise self.store.too_large(name, version, part)
+                        yield checked(chunk.data, name, version, part)
 
             def check_complete(rows: int) -> None:
                 if context.is_cancelled():
                     raise RequestRejected(f"the put of {name} v{version} {part} was cancelled after {rows} rows; "
                                           "nothing was stored", field="stream")
-                if declared and declared[-1] != rows:
+                if not declared:
+                    raise RequestRejected(f"the put of {name} v{version} {part} ended without its trailer after {rows} rows "
+                                          '(a complete put ends with the metadata message {"rows": n}); nothing was stored',
+                                          field="put trailer")
+                if declared[-1] != rows:
                     raise RequestRejected(f"the put of {name} v{version} {part} ended after {rows} rows, "
                                           f"the sender declared {declared[-1]}", field="put trailer")
 
-            stored = self.store.write(name, version, part, schema, batches(), check_complete)
+            try:
+                stored = self.store.write(name, version, part, schema, split_all(batches()), check_complete)
+            except StorageFull:
+                self.counters.add(storage_full_refusals=1)
+                log.warning("refused a put of %s v%d %s: the disk is full (%s bytes free)", name, version, part,
+                            self.free_bytes())
+                raise
             self.counters.add(bytes_received=received[0], partitions_stored=1)
             writer.write(pa.py_buffer(stored.encode()))
 
@@ -228,7 +309,13 @@ class NodeServer(ServiceBase):
 
     def _drop(self, raw: bytes) -> dict:
         body = Drop.decode(raw)
-        return {"removed": self.store.drop(body.dataset, body.version)}
+        self._check_cluster(body.cluster)
+        return {"removed": self.store.drop(body.dataset, body.version, pending_only=body.pending_only)}
+
+    def _seal(self, raw: bytes) -> dict:
+        body = Seal.decode(raw)
+        self._check_cluster(body.cluster)
+        return {"sealed": self.store.seal(body.manifest)}
 
     def _copy_to(self, raw: bytes) -> dict:
         body = CopyTo.decode(raw)
@@ -240,6 +327,7 @@ class NodeServer(ServiceBase):
         "node-info": Action(_node_info, "who this node is: id, uri, ip, pid, data dir, version", changes_state=False),
         "stats": Action(_stats, "bytes and batches served, partitions stored and held", changes_state=False),
         "held": Action(_held, "partitions of one dataset version on this node", changes_state=False),
-        "drop": Action(_drop, "remove a dataset version's files"),
+        "drop": Action(_drop, "remove a dataset version's files (orders from this node's own cluster only)"),
+        "seal": Action(_seal, "keep a committed version's manifest: the version becomes immutable and rebuildable"),
         "copy-to": Action(_copy_to, "send a partition to another node (replication)"),
     }

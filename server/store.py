@@ -1,14 +1,17 @@
 """A node's partitions as Arrow IPC files in its data directory.
 
 Writes go to a temporary file that is fsynced and renamed into place, so a
-crash never leaves a half-written partition visible; reads memory-map the
-file, so serving a partition (or a client on the same host reading it)
-copies nothing. A marker file names the node that owns the directory; the
-layout itself is :mod:`flightpart.io.layout`.
+crash never leaves a half-written partition visible; every received batch
+is fully validated before it is written, so no stored file can crash a
+reader; a stored file is never overwritten, and a sealed (committed)
+version takes no new file. Reads memory-map the file through a bounded
+cache, so serving a partition copies nothing and the node never holds one
+map per partition. Metadata (rows, schema) is read without keeping a map. The layout itself is :mod:`flightpart.io.layout`.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import threading
@@ -18,25 +21,59 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-from flightpart.errors import LimitExceeded, PartitionMissing, SchemaMismatch
+from flightpart.errors import (
+    LimitExceeded,
+    PartitionMissing,
+    RequestRejected,
+    SchemaMismatch,
+    StorageFull,
+    VersionConflict,
+)
 from flightpart.io import layout
-from flightpart.io.transfer import open_mapped
+from flightpart.io.maps import MappedFiles
+from flightpart.wire import Commit
 from flightpart.wire import HeldPartition as StoredPartition
+
+NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+
+
+def read_footer(path: Path) -> tuple[pa.Schema, int]:
+    """Schema and row count of a partition file from its metadata alone.
+
+    The file is mapped only for this call (no data page is touched, and the
+    map is gone when it returns), so answering metadata never adds to the
+    node's maps.
+    """
+    with pa.memory_map(str(path), "r") as source:
+        reader = ipc.open_file(source)
+        return reader.schema, sum(reader.get_batch(k).num_rows for k in range(reader.num_record_batches))
 
 
 class PartitionStore:
     """The files of one node; thread-safe."""
 
-    def __init__(self, data_dir: str | os.PathLike, *, max_partition_bytes: int | None = None):
+    def __init__(self, data_dir: str | os.PathLike, *, max_partition_bytes: int | None = None, max_maps: int = 256):
         self.root = Path(data_dir).resolve()
         self.root.mkdir(parents=True, exist_ok=True)
         self.max_partition_bytes = max_partition_bytes
+        self.maps = MappedFiles(max_maps)
         self._lock = threading.Lock()
-        self._open: dict[tuple[str, int, tuple[int, int]], pa.Table] = {}
         self._group_schemas: dict[tuple[str, int, int], pa.Schema] = {}
-        self.node_id = layout.read_node_id(self.root) or layout.write_node_marker(self.root)
+        marker = layout.read_marker(self.root)
+        self.node_id = marker.get("node_id") or layout.write_node_marker(self.root)
+        self.cluster: str | None = marker.get("cluster")
         for tmp in layout.temporaries(self.root):
             tmp.unlink(missing_ok=True)
+
+    # ------------------------------------------------------------------ identity
+
+    def join_cluster(self, cluster: str) -> None:
+        """Record the cluster this node belongs to (once: a node never changes cluster by itself)."""
+        if self.cluster is None:
+            layout.write_node_marker(self.root, self.node_id, cluster)
+            self.cluster = cluster
+
+    # ------------------------------------------------------------------ paths
 
     def path(self, dataset: str, version: int, part: tuple[int, int]) -> Path:
         return self.root / layout.partition_relpath(dataset, version, part)
@@ -44,42 +81,127 @@ class PartitionStore:
     def version_dir(self, dataset: str, version: int) -> Path:
         return self.root / layout.version_relpath(dataset, version)
 
+    def sealed(self, dataset: str, version: int) -> bool:
+        return (self.version_dir(dataset, version) / layout.MANIFEST).exists()
+
+    # ------------------------------------------------------------------ writes
+
     def write(self, dataset: str, version: int, part: tuple[int, int], schema: pa.Schema, batches: Iterable[pa.RecordBatch],
               check_complete: Callable[[int], None] | None = None) -> StoredPartition:
         """Store one partition atomically; nothing is visible unless all of it is.
 
-        ``check_complete(rows)`` runs before the rename and raises when the
-        stream was cut short (a cancelled call, a row count that does not
-        match the sender's): the temporary file is then removed.
+        Each batch is checked with ``validate(full=True)`` before it is
+        written. ``check_complete(rows)`` runs before the rename and raises
+        when the stream was cut short (a cancelled call, a row count that
+        does not match the sender's): the temporary file is then removed,
+        and so is a version directory the refused put created.
         """
         final = self.path(dataset, version, part)
-        final.parent.mkdir(parents=True, exist_ok=True)
+        expected_rows = self._replica_rows(dataset, version, part)
+        if final.exists():
+            raise VersionConflict(f"partition {part} of {dataset} v{version} is already stored; a stored partition is never "
+                                  "overwritten", field="descriptor")
+        created = self._make_dirs(final.parent)
         tmp = layout.temporary_path(final)
         rows = 0
         try:
-            with pa.OSFile(str(tmp), "wb") as sink, ipc.new_file(sink, schema) as writer:
+            with pa.OSFile(str(tmp), "wb") as sink:
+                writer = ipc.new_file(sink, schema)
                 for batch in batches:
                     if not batch.schema.equals(schema):
-                        raise SchemaMismatch(f"a record batch has schema {batch.schema}, the stream declared {schema}")
+                        raise SchemaMismatch(f"a record batch has schema {batch.schema}, the stream declared {schema}",
+                                             field="schema")
                     writer.write_batch(batch)
                     rows += batch.num_rows
                     if self.max_partition_bytes is not None and sink.tell() > self.max_partition_bytes:
-                        raise LimitExceeded(
-                            f"partition {dataset} v{version} {part}: more than the node's limit of "
-                            f"{self.max_partition_bytes} bytes", field="partition",
-                        )
-            if check_complete is not None:
-                check_complete(rows)
+                        raise self.too_large(dataset, version, part)
+                if check_complete is not None:
+                    check_complete(rows)
+                if expected_rows is not None and rows != expected_rows:
+                    raise SchemaMismatch(f"a replica of partition {part} of {dataset} v{version} has {rows} rows, "
+                                         f"the committed partition {expected_rows}", field="rows")
+                writer.close()
             layout.fsync_path(tmp)
-            os.replace(tmp, final)
+            with self._lock:
+                if final.exists():  # a racing put of the same partition won
+                    raise VersionConflict(f"partition {part} of {dataset} v{version} is already stored", field="descriptor")
+                os.replace(tmp, final)
             layout.fsync_path(final.parent)
-        except BaseException:
+        except BaseException as exc:
             tmp.unlink(missing_ok=True)
+            self._remove_empty(created)
+            if isinstance(exc, OSError) and exc.errno in NO_SPACE:
+                raise StorageFull(f"node disk full while storing partition {part} of {dataset} v{version}") from None
             raise
         with self._lock:
-            self._open.pop((dataset, version, part), None)
             self._group_schemas.setdefault((dataset, version, part[1]), schema)
         return StoredPartition(dataset, version, part, rows, final.stat().st_size)
+
+    def _replica_rows(self, dataset: str, version: int, part: tuple[int, int]) -> int | None:
+        """For a sealed (committed) version: the rows a new replica of ``part`` must have.
+
+        A committed version takes no new data: only a copy of a partition
+        its manifest lists and this node lacks (``copy-to``, repair), with the
+        committed row count. None for a version that is not sealed.
+        """
+        if not self.sealed(dataset, version):
+            return None
+        manifest = self.manifest(dataset, version)
+        entry = next((p for p in manifest.partitions if p.part == part), None) if manifest is not None else None
+        if entry is None:
+            raise VersionConflict(f"{dataset} v{version} is committed and has no partition {part}; its partitions cannot "
+                                  "change", field="descriptor")
+        return entry.shape[0]
+
+    def too_large(self, dataset: str, version: int, part: tuple[int, int]) -> LimitExceeded:
+        return LimitExceeded(f"partition {dataset} v{version} {part}: more than the node's limit of "
+                             f"{self.max_partition_bytes} bytes", field="partition")
+
+    def _make_dirs(self, directory: Path) -> list[Path]:
+        """Create ``directory`` and missing parents; returns those created (deepest first)."""
+        created = []
+        d = directory
+        while not d.exists() and d != self.root:
+            created.append(d)
+            d = d.parent
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            if exc.errno in NO_SPACE:
+                raise StorageFull("node disk full") from None
+            raise
+        return created
+
+    def _remove_empty(self, created: list[Path]) -> None:
+        for d in created:
+            try:
+                d.rmdir()
+            except OSError:
+                break  # not empty: another put uses it
+
+    def seal(self, manifest: Commit) -> bool:
+        """Keep a committed version's manifest beside its partitions; False if this node holds none of them."""
+        vdir = self.version_dir(manifest.dataset, manifest.version)
+        if not vdir.is_dir():
+            return False
+        layout.write_atomically(vdir / layout.MANIFEST, manifest.encode())
+        return True
+
+    def manifest(self, dataset: str, version: int) -> Commit | None:
+        try:
+            return Commit.decode((self.version_dir(dataset, version) / layout.MANIFEST).read_bytes(), "manifest")
+        except (OSError, RequestRejected):
+            return None
+
+    # ------------------------------------------------------------------ reads
+
+    def open(self, dataset: str, version: int, part: tuple[int, int]) -> pa.Table:
+        """The partition as a memory-mapped table (cached, bounded), or PartitionMissing."""
+        try:
+            return self.maps.get(self.path(dataset, version, part))
+        except FileNotFoundError:
+            raise PartitionMissing(f"partition {part} of dataset {dataset!r} version {version} is not on this node",
+                                   field="ticket.part") from None
 
     def group_schema(self, dataset: str, version: int, column_group: int) -> pa.Schema | None:
         """The schema partitions of one column group of a version already have, if any."""
@@ -88,75 +210,87 @@ class PartitionStore:
             known = self._group_schemas.get(key)
         if known is not None:
             return known
-        for part, _path in layout.partitions_in(self.version_dir(dataset, version)):
+        for part, path in layout.partitions_in(self.version_dir(dataset, version)):
             if part[1] != column_group:
                 continue
-            schema = self.open(dataset, version, part).schema
+            schema, _rows = read_footer(path)
             with self._lock:
                 self._group_schemas[key] = schema
             return schema
         return None
 
-    def open(self, dataset: str, version: int, part: tuple[int, int]) -> pa.Table:
-        """The partition as a memory-mapped table (cached), or KeyError."""
-        key = (dataset, version, part)
-        with self._lock:
-            table = self._open.get(key)
-        if table is not None:
-            return table
+    def describe(self, dataset: str, version: int, part: tuple[int, int]) -> StoredPartition:
         path = self.path(dataset, version, part)
         try:
-            table = open_mapped(path)
+            schema, rows = read_footer(path)
         except FileNotFoundError:
             raise PartitionMissing(f"partition {part} of dataset {dataset!r} version {version} is not on this node",
-                                   field="ticket.part") from None
-        with self._lock:
-            self._open[key] = table
-        return table
-
-    def describe(self, dataset: str, version: int, part: tuple[int, int]) -> StoredPartition:
-        table = self.open(dataset, version, part)
-        return StoredPartition(dataset, version, part, table.num_rows, self.path(dataset, version, part).stat().st_size,
-                               table.schema)
+                                   field="part") from None
+        return StoredPartition(dataset, version, part, rows, path.stat().st_size, schema)
 
     def held(self, dataset: str, version: int) -> list[StoredPartition]:
         """Every partition of one dataset version on this node."""
         return [self.describe(dataset, version, part) for part, _path in layout.partitions_in(self.version_dir(dataset, version))]
 
-    def scan(self) -> list[StoredPartition]:
-        """Everything the directory holds: what a restarted node re-registers."""
-        out: list[StoredPartition] = []
+    def versions(self) -> list[tuple[str, int]]:
+        """Every (dataset, version) directory in the data directory, sealed or not."""
+        out: list[tuple[str, int]] = []
         datasets = self.root / layout.DATASETS
         if not datasets.exists():
             return out
         for ddir in sorted(datasets.iterdir()):
             for vdir in sorted(ddir.iterdir()) if ddir.is_dir() else []:
                 version = layout.version_of_dirname(vdir.name)
-                if version is None:
-                    continue
-                try:
-                    out.extend(self.held(ddir.name, version))
-                except (ValueError, OSError, pa.ArrowException):
-                    continue  # a foreign or damaged file is not ours to serve
+                if version is not None:
+                    out.append((ddir.name, version))
         return out
+
+    def scan(self) -> tuple[list[StoredPartition], list[Commit], list[tuple[str, int]]]:
+        """What a (re)starting node reports: its partitions, its sealed manifests, every version it has."""
+        parts: list[StoredPartition] = []
+        manifests: list[Commit] = []
+        versions = self.versions()
+        for dataset, version in versions:
+            try:
+                parts.extend(self.held(dataset, version))
+            except (ValueError, OSError, pa.ArrowException):
+                continue  # a foreign or damaged file is not ours to serve
+            manifest = self.manifest(dataset, version)
+            if manifest is not None:
+                manifests.append(manifest)
+        return parts, manifests, versions
 
     def count(self) -> int:
         """How many partitions the directory holds, from file names alone (no file is opened)."""
         datasets = self.root / layout.DATASETS
         return sum(1 for _ in datasets.glob(f"*/v*/*_*{layout.SUFFIX}")) if datasets.exists() else 0
 
-    def drop(self, dataset: str, version: int | None = None) -> int:
-        """Remove a version (or every version) of a dataset; returns files removed."""
+    def free_bytes(self) -> int:
+        """Free space on the data directory's file system, for unprivileged writers."""
+        st = os.statvfs(self.root)
+        return st.f_bavail * st.f_frsize
+
+    # ------------------------------------------------------------------ drops
+
+    def drop(self, dataset: str, version: int | None = None, *, pending_only: bool = False) -> int:
+        """Remove a version (or every version) of a dataset; returns files removed.
+
+        With ``pending_only`` (an abort), sealed versions are kept. Maps of
+        the removed files are let go, so their disk space returns once no
+        stream is still reading them.
+        """
         ddir = self.root / layout.dataset_relpath(dataset)
-        target = self.version_dir(dataset, version) if version is not None else ddir
-        if not target.exists():
-            return 0
-        count = len(list(target.rglob("*.arrow")))
-        with self._lock:
-            for cache in (self._open, self._group_schemas):
-                for key in [k for k in cache if k[0] == dataset and (version is None or k[1] == version)]:
-                    del cache[key]
-        shutil.rmtree(target, ignore_errors=True)
-        if version is not None and ddir.exists() and not any(ddir.iterdir()):
+        targets = [self.version_dir(dataset, version)] if version is not None else sorted(ddir.glob("v*"))
+        removed = 0
+        for target in targets:
+            if not target.is_dir() or (pending_only and (target / layout.MANIFEST).exists()):
+                continue
+            removed += sum(1 for _ in target.glob(f"*{layout.SUFFIX}"))
+            with self._lock:
+                for key in [k for k in self._group_schemas if k[0] == dataset and (version is None or k[1] == version)]:
+                    del self._group_schemas[key]
+            shutil.rmtree(target, ignore_errors=True)
+            self.maps.forget(target)
+        if ddir.exists() and not any(ddir.iterdir()):
             ddir.rmdir()
-        return count
+        return removed

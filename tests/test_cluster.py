@@ -209,6 +209,7 @@ def test_clear_errors_and_the_servers_keep_serving(cluster, dataset):
         writer, _ = node.do_put(desc(j), t.schema)
         if j == 0:
             writer.write_table(t)
+            writer.write_metadata(pa.py_buffer(b'{"rows": 1}'))  # the trailer that completes a put
             writer.close()
         else:
             with pytest.raises(flight.FlightServerError, match=r"schema of mixed v1 \(1, 0\) differs") as info:

@@ -14,7 +14,7 @@ import pytest
 
 import flightpart as fp
 from flightpart import wire
-from flightpart.client.errors import translate
+from flightpart.io.errors import translate
 from flightpart.tools.cluster import LocalCluster
 
 from helpers import code_of

@@ -15,6 +15,9 @@ from flightpart.io import layout
 SCHEMA = pa.schema([("a", pa.int64()), ("b", pa.string())], metadata={b"k": b"v"})
 HELD = wire.HeldPartition("sales", 3, (1, 0), rows=10, nbytes=880, schema=SCHEMA)
 
+COMMIT = wire.Commit("sales", 4, SCHEMA, (20, 2), (2, 1), (wire.CommitPart((0, 0), (0, 0), (10, 2), ("n1",)),
+                                                          wire.CommitPart((1, 0), (10, 0), (10, 2), ("n1", "n2"))), 2)
+
 MESSAGES = [
     HELD,
     wire.PutTrailer(12),
@@ -24,15 +27,17 @@ MESSAGES = [
     wire.Drop("sales"),
     wire.CopyTo("sales", 3, (1, 0), "grpc://127.0.0.3:1234"),
     wire.Empty(),
-    wire.RegisterNode("n1", "grpc://127.0.0.2:1", "127.0.0.2", 77, "/data", "0.1.0", (HELD,)),
-    wire.RegisterReply("n1", (wire.VersionRef("old", 1),)),
+    wire.RegisterNode("n1", "grpc://127.0.0.2:1", "127.0.0.2", 77, "/data", "0.1.0", (HELD,), cluster="c1",
+                      sealed=(COMMIT,), versions=(wire.VersionRef("sales", 4), wire.VersionRef("old", 9))),
+    wire.RegisterReply("n1", "c1", (wire.VersionRef("old", 1),), (COMMIT,)),
     wire.VersionRef("sales", 3),
-    wire.Heartbeat("n1"),
+    wire.Heartbeat("n1", free_bytes=1 << 30, low_space=True),
+    wire.Seal("c1", COMMIT),
+    wire.Drop("sales", 3, cluster="c1", pending_only=True),
     wire.HeartbeatReply(True),
     wire.DatasetRef("sales"),
     wire.VersionReply(4),
-    wire.Commit("sales", 4, SCHEMA, (20, 2), (2, 1), (wire.CommitPart((0, 0), (0, 0), (10, 2), ("n1",)),
-                                                     wire.CommitPart((1, 0), (10, 0), (10, 2), ("n1", "n2"))), 2),
+    COMMIT,
     wire.PublishBegin("sales", 3, 1),
     wire.PublishPart("sales", 4, 1, 10, 2, "n1", SCHEMA),
     wire.PublishReply(4, False, 2),
@@ -90,7 +95,7 @@ def test_fields_are_checked_by_type_and_named(body, field):
 
 
 def test_commit_nested_parts_name_their_index():
-    body = MESSAGES[15].to_json()
+    body = COMMIT.to_json()
     body["partitions"][1]["shape"] = [10]
     with pytest.raises(fp.RequestRejected) as info:
         wire.Commit.from_json(body)

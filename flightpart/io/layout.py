@@ -3,9 +3,14 @@
 The node writes this layout and a client on the same host reads it (to
 memory-map a partition instead of streaming it), so both halves are here:
 
-    <data dir>/flightpart-node.json                  {"node_id": "..."}
+    <data dir>/flightpart-node.json                  {"node_id": "...", "cluster": "..."|null}
     <data dir>/datasets/<name>/v<version>/<i>_<j>.arrow
+    <data dir>/datasets/<name>/v<version>/manifest.json  the sealed version's geometry
     <data dir>/datasets/<name>/v<version>/.tmp-*      a put in progress
+
+A version directory with a
+manifest is sealed: committed, immutable, and enough for a catalog that lost
+its state to rebuild the version.
 
 Per-user default directories come from platformdirs.
 """
@@ -23,6 +28,7 @@ import platformdirs
 from flightpart.wire import check_name
 
 NODE_MARKER = "flightpart-node.json"
+MANIFEST = "manifest.json"
 TMP_PREFIX = ".tmp-"
 DATASETS = "datasets"
 SUFFIX = ".arrow"
@@ -88,23 +94,36 @@ def temporaries(root: Path) -> Iterator[Path]:
         yield from datasets.glob(f"*/v*/{TMP_PREFIX}*")
 
 
+def read_marker(data_dir: str | Path) -> dict:
+    """The node marker of a data directory: ``{"node_id", "cluster"}`` (empty if there is none or it is damaged)."""
+    try:
+        marker = json.loads((Path(data_dir) / NODE_MARKER).read_text())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(marker, dict) or not isinstance(marker.get("node_id"), str):
+        return {}
+    return {"node_id": marker["node_id"], "cluster": marker.get("cluster") if isinstance(marker.get("cluster"), str) else None}
+
+
 def read_node_id(data_dir: str | Path) -> str | None:
     """The node id recorded in a data directory's marker, if any."""
-    try:
-        return json.loads((Path(data_dir) / NODE_MARKER).read_text())["node_id"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+    return read_marker(data_dir).get("node_id")
 
 
-def write_node_marker(data_dir: Path) -> str:
-    """Give a data directory a fresh node id, durably; returns it."""
-    node_id = uuid.uuid4().hex
-    tmp = data_dir / f"{TMP_PREFIX}{NODE_MARKER}"
-    tmp.write_text(json.dumps({"node_id": node_id}))
-    fsync_path(tmp)
-    os.replace(tmp, data_dir / NODE_MARKER)
-    fsync_path(data_dir)
+def write_node_marker(data_dir: Path, node_id: str | None = None, cluster: str | None = None) -> str:
+    """Record a data directory's node id (fresh if None) and cluster, durably; returns the id."""
+    node_id = node_id or uuid.uuid4().hex
+    write_atomically(data_dir / NODE_MARKER, json.dumps({"node_id": node_id, "cluster": cluster}).encode())
     return node_id
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """Write a small file so that readers see the old content or the new, never a part."""
+    tmp = path.parent / f"{TMP_PREFIX}{path.name}.{uuid.uuid4().hex}"
+    tmp.write_bytes(data)
+    fsync_path(tmp)
+    os.replace(tmp, path)
+    fsync_path(path.parent)
 
 
 def fsync_path(path: Path) -> None:

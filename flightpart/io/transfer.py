@@ -44,14 +44,15 @@ def project(table: pa.Table, columns: tuple[str, ...] | None, rows: tuple[int, i
 
 
 def send_partition(pool: ConnectionPool, uri: str, dataset: str, version: int, part: tuple[int, int],
-                   table: pa.Table) -> HeldPartition | None:
+                   table: pa.Table, *, timeout: float | None = None) -> HeldPartition | None:
     """``do_put`` one partition to a node in batches of about 1 MiB; returns the node's receipt.
 
     The stream ends with a :class:`~flightpart.wire.PutTrailer`: a node
-    stores the partition only if the rows it received match it.
+    stores the partition only if the rows it received match it. ``timeout``
+    bounds the whole call (a frozen node fails the put instead of hanging it).
     """
     descriptor = flight.FlightDescriptor.for_path(*partition_path(dataset, version, part))
-    writer, reader = pool.client(uri).do_put(descriptor, table.schema, options=pool.options(None))
+    writer, reader = pool.client(uri).do_put(descriptor, table.schema, options=pool.options(timeout))
     with writer:
         for batch in table.to_batches():
             for piece in split_batch(batch):

@@ -119,10 +119,11 @@ class LocalCluster:
         return Daemon(["catalog", "--host", "127.0.0.1", "--port", str(self.catalog_port), "--state-dir", str(self.root / "catalog"),
                        "--dead-after", str(self.dead_after), *self.extra_args], env=self.env)
 
-    def add_node(self, ip: str, *, heartbeat: float = 1.0, data_dir: Path | None = None) -> Daemon:
+    def add_node(self, ip: str, *, heartbeat: float = 1.0, data_dir: Path | None = None, args: Sequence[str] = ()) -> Daemon:
+        """Start a node on ``ip`` (``args``: options for this node alone)."""
         data_dir = data_dir or self.root / f"node-{ip}"
         node = Daemon(["serve", "--host", ip, "--port", "0", "--data-dir", str(data_dir), "--catalog", self.catalog.uri,
-                       "--heartbeat", str(heartbeat), *self.extra_args, *self.node_args], env=self.env)
+                       "--heartbeat", str(heartbeat), *self.extra_args, *self.node_args, *args], env=self.env)
         self.nodes.append(node)
         return node
 

@@ -1,0 +1,88 @@
+"""A bounded cache of memory-mapped partition files, shared by nodes and clients.
+
+Mapping a file costs a system call and one entry in the kernel's map table
+(``vm.max_map_count``, 65,530 by default), so neither a node serving 100,000
+partitions nor a client reading them may keep one map per file. At most
+``capacity`` maps are kept, least recently used dropped first. Every lookup
+``stat``\\ s the file, so a partition that was dropped (or replaced) is never
+served from a stale map, and its map is let go so the disk space returns.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections import OrderedDict
+from pathlib import Path
+
+import pyarrow as pa
+
+from .transfer import open_mapped
+
+DEFAULT_CAPACITY = 256
+
+
+def _identity(st: os.stat_result) -> tuple[int, int, int]:
+    return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+
+class MappedFiles:
+    """Memory-mapped tables by path: bounded, thread-safe, checked against the file on every use."""
+
+    def __init__(self, capacity: int = DEFAULT_CAPACITY):
+        self.capacity = capacity
+        self._maps: OrderedDict[Path, tuple[tuple[int, int, int], pa.Table]] = OrderedDict()
+        self._lock = threading.Lock()
+        self._generation = 0  # bumped by forget(): a map made before it is not cached
+        self._last_prune = 0.0
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._maps)
+
+    def get(self, path: Path) -> pa.Table:
+        """The table of ``path``, mapped once and reused while the file is the same (FileNotFoundError if gone)."""
+        try:
+            identity = _identity(os.stat(path))
+        except FileNotFoundError:
+            with self._lock:
+                self._maps.pop(path, None)
+            raise
+        with self._lock:
+            cached = self._maps.get(path)
+            if cached is not None and cached[0] == identity:
+                self._maps.move_to_end(path)
+                return cached[1]
+            generation = self._generation
+        table = open_mapped(path)
+        with self._lock:
+            if generation == self._generation:
+                self._maps[path] = (identity, table)
+                self._maps.move_to_end(path)
+                while len(self._maps) > self.capacity:
+                    self._maps.popitem(last=False)
+        return table
+
+    def forget(self, under: Path) -> int:
+        """Let go of every map of a file below ``under`` (a dropped version); returns how many."""
+        with self._lock:
+            self._generation += 1
+            gone = [p for p in self._maps if p == under or under in p.parents]
+            for p in gone:
+                del self._maps[p]
+        return len(gone)
+
+    def prune(self, every: float = 1.0) -> int:
+        """Let go of maps whose files are gone (at most once per ``every`` seconds); returns how many."""
+        now = time.monotonic()
+        with self._lock:
+            if now - self._last_prune < every:
+                return 0
+            self._last_prune = now
+            paths = list(self._maps)
+        gone = [p for p in paths if not p.exists()]
+        with self._lock:
+            for p in gone:
+                self._maps.pop(p, None)
+        return len(gone)
