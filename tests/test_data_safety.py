@@ -245,6 +245,26 @@ def test_a_lying_batch_is_refused_and_nothing_is_stored(lone_node, lie):
     assert lone_node.nodes[0].proc.poll() is None
 
 
+def test_a_put_without_its_trailer_or_over_the_limit_leaves_nothing(lone_node):
+    node_uri = lone_node.nodes[0].uri
+    node = flight.connect(node_uri)
+    table = pa.table({"a": np.arange(100_000)})
+    writer, _ = node.do_put(flight.FlightDescriptor.for_path("untrailed", "1", "0", "0"), table.schema)
+    with pytest.raises(flight.FlightError, match="ended without its trailer") as info:
+        writer.write_table(table.slice(0, 10_000))  # a sender that stops early and closes without the trailer
+        writer.close()
+    assert code_of(info.value) == "INVALID_REQUEST"
+    big = pa.table({"a": np.arange(4_000_000)})  # one 32 MB batch against a 1 MB limit
+    writer, _ = node.do_put(flight.FlightDescriptor.for_path("oversized", "1", "0", "0"), big.schema)
+    with pytest.raises(flight.FlightError, match="more than the node's limit") as info:
+        writer.write_table(big, max_chunksize=big.num_rows)
+        writer.close()
+    assert code_of(info.value) == "LIMIT_EXCEEDED"
+    datasets = lone_node.root / "node-127.0.0.79" / "datasets"
+    assert not (datasets / "untrailed").exists() and not (datasets / "oversized").exists()  # no file, no empty folder
+    assert lone_node.nodes[0].proc.poll() is None
+
+
 @pytest.mark.slow
 def test_fuzzed_put_streams_store_only_valid_partitions_and_crash_nothing(lone_node):
     node_uri = lone_node.nodes[0].uri
