@@ -9,6 +9,7 @@ it makes, the reads of the datasets it opens included.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import threading
 from collections.abc import Callable, Sequence
@@ -258,7 +259,10 @@ class Client:
         with translated():
             info = self.pool.client(self.uri).get_flight_info(flight.FlightDescriptor.for_path(*path),
                                                               options=self.pool.options(self.timeout))
-        ds = Dataset.from_version(decode_flight_info(info), FlightGet(self.host, self.access, self.idle_timeout))
+        version_info = decode_flight_info(info)
+        # what the dataset's get carries: a capability for this version alone when the cluster issues one
+        reader = dataclasses.replace(self.access, token=version_info.capability) if version_info.capability else self.access
+        ds = Dataset.from_version(version_info, FlightGet(self.host, reader, self.idle_timeout))
         if rank is not None or nranks is not None:
             ds = ds.spmd(rank, nranks)
         return ds

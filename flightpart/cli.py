@@ -18,15 +18,18 @@ CATALOG_OPTION = click.option("--catalog", envvar="FLIGHTPART_CATALOG", required
 HOST_OPTION = click.option("--client-host", "host", envvar="FLIGHTPART_HOST", default=None,
                            help="Address that counts as this host for locality (or $FLIGHTPART_HOST).")
 JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+CAPABILITY_TTL_OPTION = click.option("--capability-ttl", default=86400.0, show_default=True, type=float,
+                                     help="Catalog: seconds the read capability in a dataset handle stays valid.")
 PENDING_TTL_OPTION = click.option("--pending-ttl", default=3600.0, show_default=True, type=float,
                                   help="Catalog: abort a put still pending after this many seconds and delete its files.")
 
 
 def security_options(f):
-    """--token-file and TLS options shared by the daemons."""
+    """--secret-file and TLS options shared by the daemons."""
     options = [
-        click.option("--token-file", type=click.Path(exists=True, dir_okay=False), default=None,
-                     help="File whose first line is the shared token every RPC must carry (or $FLIGHTPART_TOKEN)."),
+        click.option("--secret-file", "--token-file", "secret_file", type=click.Path(exists=True, dir_okay=False), default=None,
+                     help="File (mode 600) whose first line is the cluster secret (or $FLIGHTPART_SECRET); "
+                          "role tokens and read capabilities derive from it. Without one the cluster is open."),
         click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False), default=None, help="PEM certificate to serve TLS."),
         click.option("--tls-key", type=click.Path(exists=True, dir_okay=False), default=None, help="PEM private key of --tls-cert."),
         click.option("--tls-client-ca", type=click.Path(exists=True, dir_okay=False), default=None,
@@ -40,7 +43,9 @@ def security_options(f):
 
 
 def observability_options(f):
-    """--health-port and --metrics-port shared by the daemons."""
+    """--health-port, --metrics-port and --metrics-host shared by the daemons."""
+    f = click.option("--metrics-host", default="127.0.0.1", show_default=True,
+                     help="Address the metrics endpoint binds (it shows counts, no dataset names).")(f)
     f = click.option("--metrics-port", default=None, type=int, help="Serve Prometheus metrics on this port (HTTP).")(f)
     f = click.option("--health-port", default=None, type=int, help="Serve grpc.health.v1.Health on this port.")(f)
     return f
@@ -89,21 +94,25 @@ def main(ctx: click.Context, log_level: str, debug: bool) -> None:
 @click.option("--advertise", default=None, help="Host name clients use to reach this node (default: --host).")
 @click.option("--min-free-bytes", default=64 << 20, show_default=True, type=int,
               help="Report NOT_SERVING and low space (no new partitions placed here) below this much free disk.")
+@click.option("--group", default=None,
+              help="Let this group's members map partitions zero-copy (directories 750, files 640); default: owner only.")
 @PENDING_TTL_OPTION
+@CAPABILITY_TTL_OPTION
 @security_options
 @observability_options
 def serve(host: str, port: int, data_dir: str | None, catalog_uri: str | None, node_port: int, state_dir: str | None,
           heartbeat: float, dead_after: float, max_partition_bytes: int | None, max_streams: int, advertise: str | None,
-          min_free_bytes: int, pending_ttl: float,
-          token_file: str | None, tls_cert: str | None, tls_key: str | None, tls_client_ca: str | None, tls_ca: str | None,
-          health_port: int | None, metrics_port: int | None) -> None:
+          min_free_bytes: int, group: str | None, pending_ttl: float, capability_ttl: float,
+          secret_file: str | None, tls_cert: str | None, tls_key: str | None, tls_client_ca: str | None, tls_ca: str | None,
+          health_port: int | None, metrics_port: int | None, metrics_host: str) -> None:
     """Run a node (and, without --catalog, a catalog too)."""
     from .server.daemon import Observability, Security, run_node
 
     run_node(host, port, data_dir=data_dir, catalog=catalog_uri, node_port=node_port, state_dir=state_dir, heartbeat=heartbeat,
              dead_after=dead_after, max_partition_bytes=max_partition_bytes, max_streams=max_streams, advertise=advertise,
-             security=Security(token_file, tls_cert, tls_key, tls_client_ca, tls_ca), ports=Observability(health_port, metrics_port),
-             min_free_bytes=min_free_bytes, pending_ttl=pending_ttl)
+             security=Security(secret_file, tls_cert, tls_key, tls_client_ca, tls_ca),
+             ports=Observability(health_port, metrics_port, metrics_host), min_free_bytes=min_free_bytes, group=group,
+             pending_ttl=pending_ttl, capability_ttl=capability_ttl)
 
 
 @main.command("catalog")
@@ -112,17 +121,19 @@ def serve(host: str, port: int, data_dir: str | None, catalog_uri: str | None, n
 @click.option("--state-dir", type=click.Path(file_okay=False), default=None, help="SQLite state (default: per-user data dir).")
 @click.option("--dead-after", default=10.0, show_default=True, type=float, help="Seconds without heartbeat before a node is dead.")
 @PENDING_TTL_OPTION
+@CAPABILITY_TTL_OPTION
 @security_options
 @observability_options
-def catalog_cmd(host: str, port: int, state_dir: str | None, dead_after: float, pending_ttl: float, token_file: str | None,
+def catalog_cmd(host: str, port: int, state_dir: str | None, dead_after: float, pending_ttl: float, capability_ttl: float,
+                secret_file: str | None,
                 tls_cert: str | None,
                 tls_key: str | None, tls_client_ca: str | None, tls_ca: str | None, health_port: int | None,
-                metrics_port: int | None) -> None:
+                metrics_port: int | None, metrics_host: str) -> None:
     """Run a catalog alone."""
     from .server.daemon import Observability, Security, run_catalog
 
-    run_catalog(host, port, state_dir, dead_after, Security(token_file, tls_cert, tls_key, tls_client_ca, tls_ca),
-                Observability(health_port, metrics_port), pending_ttl)
+    run_catalog(host, port, state_dir, dead_after, Security(secret_file, tls_cert, tls_key, tls_client_ca, tls_ca),
+                Observability(health_port, metrics_port, metrics_host), pending_ttl, capability_ttl)
 
 
 # --------------------------------------------------------------------------- datasets
@@ -299,6 +310,25 @@ def repair(catalog: str, as_json: bool) -> None:
     for m in result["lost"]:
         click.echo(f"LOST {m['dataset']} v{m['version']} {tuple(m['part'])}: no live replica", err=True)
     click.echo(f"{len(result['copied'])} copies made, {len(result['lost'])} partitions without a live replica")
+
+
+@main.command()
+@click.option("--role", required=True, type=click.Choice(["reader", "writer", "admin", "node"]), help="What the token may do.")
+@click.option("--name", required=True, help="Who holds it (a user, or for --role node the node's id).")
+@click.option("--expires-in", default=0, type=int, help="Seconds until the token expires (0: never).")
+@click.option("--secret-file", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="The cluster secret (mode 600), or $FLIGHTPART_SECRET.")
+def token(role: str, name: str, expires_in: int, secret_file: str | None) -> None:
+    """Print a role token derived from the cluster secret (give it to a user as $FLIGHTPART_TOKEN)."""
+    import time
+
+    from .server.daemon import Security
+    from .wire import role_token
+
+    secret = Security(secret_file).secret()
+    if secret is None:
+        raise click.UsageError("no cluster secret: pass --secret-file or set $FLIGHTPART_SECRET")
+    click.echo(role_token(secret, role, name, int(time.time()) + expires_in if expires_in else 0))
 
 
 @main.command()

@@ -123,6 +123,12 @@ class Unauthenticated(FlightpartError, PermissionError):
     code = "UNAUTHENTICATED"
 
 
+class Forbidden(FlightpartError, PermissionError):
+    """A valid credential whose role (or capability) does not allow the call."""
+
+    code = "FORBIDDEN"
+
+
 class ServerError(FlightpartError, RuntimeError):
     """A server failed on a request it should have handled; its log has the details.
 

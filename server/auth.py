@@ -1,26 +1,40 @@
-"""Who may call, and how many streams at once: a middleware on every RPC.
+"""Who may call what, and how many streams at once: a middleware on every RPC.
 
-Every call must carry ``authorization: Bearer <token>`` when the daemon has
-a token (compared in constant time); a call without it fails with
-``UNAUTHENTICATED`` before any handler runs, so it learns nothing of the
-datasets. ``do_get`` and ``do_put`` count as open streams; past the
-configured maximum a new one is refused as ``BUSY`` (retryable) instead of
-exhausting memory.
+With a cluster secret, every call must carry ``authorization: Bearer <token>``:
+the secret itself (the owner: every right), a role token derived from it
+(reader, writer, admin, node) or a read capability for one dataset version
+(see :mod:`flightpart.wire`). Tokens are verified here, without asking
+anyone; a call without a valid one fails with ``UNAUTHENTICATED`` before any
+handler runs, so it learns nothing of the datasets. Handlers then ask
+:func:`authorize` whether the caller's credential allows what it asks
+(``FORBIDDEN`` otherwise). ``do_get`` and ``do_put`` count as open streams;
+past the configured maximum a new one is refused as ``BUSY`` (retryable).
 """
 
 from __future__ import annotations
 
-import hmac
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
 import pyarrow.flight as flight
 
-from flightpart.errors import ServerBusy, Unauthenticated
-from flightpart.wire import encode_error
+from flightpart.errors import Forbidden, ServerBusy, Unauthenticated
+from flightpart.wire import CAPABILITY, Credential, encode_error, verify_token
 
 STREAM_METHODS = (flight.FlightMethod.DO_GET, flight.FlightMethod.DO_PUT, flight.FlightMethod.DO_EXCHANGE)
+OWNER = Credential("owner", "owner")
+
+GRANTS = {
+    "read": {"reader", "writer", "admin", "node", "owner"},
+    "locate": {"reader", "writer", "admin", "node", "owner"},
+    "write": {"writer", "admin", "owner"},
+    "admin": {"admin", "owner"},
+    "node": {"node", "owner"},
+}
+"""Which roles hold each permission. A capability holds "read" for its one version, and "locate"
+(a node's identity and data directory, which a reader on the node's host needs to map files)."""
 
 
 def _header(headers: dict, name: str) -> list[str]:
@@ -29,46 +43,76 @@ def _header(headers: dict, name: str) -> list[str]:
 
 
 class GuardFactory(flight.ServerMiddlewareFactory):
-    """Token check and stream accounting for one server."""
+    """Authentication and stream accounting for one server."""
 
-    def __init__(self, token: str | None = None, max_streams: int | None = None):
+    def __init__(self, secret: bytes | None = None, max_streams: int | None = None):
         super().__init__()
-        self._expected = f"Bearer {token}".encode() if token else None
+        self.secret = secret
         self.max_streams = max_streams
         self.open_streams = 0
         self.refused = 0
         self._lock = threading.Lock()
 
-    def start_call(self, info: Any, headers: dict) -> "StreamGuard | None":
-        if self._expected is not None:
-            given = _header(headers, "authorization")
-            if not any(hmac.compare_digest(v.encode(), self._expected) for v in given):
-                with self._lock:
-                    self.refused += 1
-                refusal = Unauthenticated("a valid flightpart token is required")
-                raise flight.FlightUnauthenticatedError(refusal.message, extra_info=encode_error(refusal))
+    def authenticate(self, headers: dict) -> Credential:
+        if self.secret is None:
+            return OWNER
+        for value in _header(headers, "authorization"):
+            if value.startswith("Bearer "):
+                credential = verify_token(self.secret, value[len("Bearer "):], time.time())
+                if credential is not None:
+                    return credential
+        with self._lock:
+            self.refused += 1
+        refusal = Unauthenticated("a valid flightpart token is required (it may have expired)")
+        raise flight.FlightUnauthenticatedError(refusal.message, extra_info=encode_error(refusal))
+
+    def start_call(self, info: Any, headers: dict) -> CallGuard:
+        credential = self.authenticate(headers)
         if info.method not in STREAM_METHODS:
-            return None
+            return CallGuard(self, credential, stream=False)
         with self._lock:
             if self.max_streams is not None and self.open_streams >= self.max_streams:
                 self.refused += 1
                 busy = ServerBusy(f"busy: {self.open_streams} streams open, the limit; retry shortly")
                 raise flight.FlightUnavailableError(busy.message, extra_info=encode_error(busy))
             self.open_streams += 1
-        return StreamGuard(self)
+        return CallGuard(self, credential, stream=True)
 
     def release(self) -> None:
         with self._lock:
             self.open_streams -= 1
 
 
-class StreamGuard(flight.ServerMiddleware):
-    def __init__(self, factory: GuardFactory):
+class CallGuard(flight.ServerMiddleware):
+    """One call's credential (and its stream slot, released when the call ends)."""
+
+    def __init__(self, factory: GuardFactory, credential: Credential, *, stream: bool):
         super().__init__()
         self.factory = factory
+        self.credential = credential
+        self.stream = stream
 
     def call_completed(self, exception: Any) -> None:
-        self.factory.release()
+        if self.stream:
+            self.factory.release()
+
+
+def credential_of(context: Any) -> Credential:
+    """The credential the current call was made with (the owner when the server has no secret)."""
+    guard = context.get_middleware("guard") if context is not None else None
+    return guard.credential if guard is not None else OWNER
+
+
+def authorize(context: Any, permission: str, scope: tuple[str, int] | None = None) -> Credential:
+    """The caller's credential if it allows ``permission`` (on ``scope`` for a capability), else ``FORBIDDEN``."""
+    credential = credential_of(context)
+    if credential.role in GRANTS[permission]:
+        return credential
+    if credential.role == CAPABILITY and ((permission == "read" and scope is not None and scope == credential.scope)
+                                          or permission == "locate"):
+        return credential
+    what = f"{credential.role} {credential.name}" if credential.role != CAPABILITY else f"a capability for {credential.name}"
+    raise Forbidden(f"{what} may not {permission}" + (f" {scope[0]} v{scope[1]}" if scope else ""), field="authorization")
 
 
 def tls_server_options(cert: str | None, key: str | None, client_ca: str | None) -> dict:
@@ -81,14 +125,3 @@ def tls_server_options(cert: str | None, key: str | None, client_ca: str | None)
     if client_ca:
         options.update(verify_client=True, root_certificates=Path(client_ca).read_bytes())
     return options
-
-
-def read_token(token_file: str | None, token: str | None) -> str | None:
-    """The shared token from a file (first line) or the environment's value."""
-    if token_file:
-        lines = Path(token_file).read_text().strip().splitlines()
-        value = lines[0].strip() if lines else ""
-        if not value:
-            raise ValueError(f"{token_file}: the token file is empty")
-        return value
-    return token or None

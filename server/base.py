@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -30,7 +31,7 @@ from flightpart.errors import (
 from flightpart.io.errors import translate
 from flightpart.wire import dumps, encode_error, error_message
 
-from .auth import GuardFactory
+from .auth import GuardFactory, authorize, credential_of
 
 
 def flight_error(exc: FlightpartError) -> flight.FlightError:
@@ -67,15 +68,16 @@ def boundary(log: logging.Logger, what: str) -> Iterator[None]:
 
 @dataclass(frozen=True)
 class Action:
-    """One entry of a daemon's action table."""
+    """One entry of a daemon's action table: its handler, what it does, and the permission it needs."""
 
     handler: Callable[[Any, bytes], Any]
     doc: str
+    permission: str = "read"
     changes_state: bool = True
 
 
 class ServiceBase(flight.FlightServerBase):
-    """A Flight server with a token guard, a stream limit and an action table.
+    """A Flight server with a credential guard, a stream limit and an action table.
 
     Subclasses fill :attr:`actions` and may override :meth:`after_action`.
     """
@@ -83,10 +85,12 @@ class ServiceBase(flight.FlightServerBase):
     actions: ClassVar[dict[str, Action]] = {}
     log: ClassVar[logging.Logger] = logging.getLogger("flightpart")
 
-    def __init__(self, host: str, port: int, *, token: str | None = None, max_streams: int | None = None,
+    def __init__(self, host: str, port: int, *, secret: bytes | None = None, max_streams: int | None = None,
                  advertise: str | None = None, **server_kwargs: Any):
         scheme = "grpc+tls" if server_kwargs.get("tls_certificates") else "grpc"
-        self.guard = GuardFactory(token, max_streams)
+        self.secret = secret
+        self.caller = threading.local()  # the credential of the action being handled, for handlers that check who
+        self.guard = GuardFactory(secret, max_streams)
         super().__init__(f"{scheme}://{host}:{port}", middleware={"guard": self.guard}, **server_kwargs)
         self.uri = f"{scheme}://{advertise or host}:{self.port}"
 
@@ -99,6 +103,8 @@ class ServiceBase(flight.FlightServerBase):
             if entry is None:
                 raise RequestRejected(f"unknown action {action.type!r:.60}; this server knows {sorted(self.actions)}",
                                       field="action")
+            authorize(context, entry.permission)
+            self.caller.credential = credential_of(context)
             result = entry.handler(self, action.body.to_pybytes() if action.body is not None else b"")
             if entry.changes_state:
                 self.after_action(action.type)

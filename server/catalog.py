@@ -9,8 +9,10 @@ geometry.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -20,6 +22,7 @@ import pyarrow.flight as flight
 
 from flightpart import tiling
 from flightpart.errors import (
+    Forbidden,
     ForeignCluster,
     NodeConflict,
     NodeUnavailable,
@@ -52,22 +55,25 @@ from flightpart.wire import (
     VersionInfo,
     VersionRef,
     VersionReply,
+    capability,
     encode_flight_info,
     error_message,
     parse_dataset_path,
+    role_token,
 )
 
+from .auth import authorize
 from .base import Action, ServiceBase, boundary
 from .catalog_state import CatalogState, NodeRecord, PartRecord, VersionRecord
 
 log = logging.getLogger("flightpart.catalog")
 
 
-def version_info(record: VersionRecord) -> VersionInfo:
+def version_info(record: VersionRecord, cap: str | None = None) -> VersionInfo:
     """What the wire says of a stored version (replicas as (uri, ip, pid), live ones first)."""
     parts = tuple(PartInfo(p.part, p.start, p.shape, tuple((n.uri, n.ip, n.pid) for n in p.nodes), p.nbytes) for p in record.parts)
     return VersionInfo(record.dataset, record.version, pa.ipc.read_schema(pa.py_buffer(record.schema)), record.shape,
-                       record.grid, parts)
+                       record.grid, parts, cap)
 
 
 class CatalogServer(ServiceBase):
@@ -76,11 +82,16 @@ class CatalogServer(ServiceBase):
     log = log
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, *, state_path: str = ":memory:",
-                 dead_after: float = 10.0, pending_ttl: float = 3600.0, node_timeout: float = 5.0, token: str | None = None,
-                 pool: ConnectionPool | None = None, **server_kwargs: Any):
-        super().__init__(host, port, token=token, **server_kwargs)
+                 dead_after: float = 10.0, pending_ttl: float = 3600.0, node_timeout: float = 5.0,
+                 capability_ttl: float = 86400.0, secret: bytes | None = None, pool: ConnectionPool | None = None,
+                 **server_kwargs: Any):
+        super().__init__(host, port, secret=secret, **server_kwargs)
         self.state = CatalogState(state_path, dead_after=dead_after)
-        self.pool = pool or ConnectionPool(Access(token=token))
+        access = pool.access if pool is not None else Access()
+        if secret is not None:  # the catalog calls nodes (held, seal, drop, copy-to) with the node role
+            access = dataclasses.replace(access, token=role_token(secret, "node", "catalog"))
+        self.pool = ConnectionPool(access)
+        self.capability_ttl = capability_ttl
         self.pending_ttl = pending_ttl
         self.node_timeout = node_timeout
         self._infos: dict[tuple[str, int], tuple] = {}
@@ -118,22 +129,33 @@ class CatalogServer(ServiceBase):
 
     def get_flight_info(self, context: Any, descriptor: flight.FlightDescriptor) -> flight.FlightInfo:
         with boundary(log, "get_flight_info"):
+            authorize(context, "read")
             name, version = parse_dataset_path(descriptor)
             version = self.state.latest(name) if version is None else version
             return self._cached_info(name, version)
 
     def _cached_info(self, name: str, version: int) -> flight.FlightInfo:
-        """Versions are immutable: their FlightInfo is built once per state of the nodes."""
+        """Versions are immutable: their FlightInfo is built once per state of the nodes (and capability period).
+
+        With a cluster secret the info carries a read capability for this
+        version alone, what the dataset's ``get`` presents to nodes. Its
+        expiry is rounded to a quarter of ``capability_ttl`` so one
+        FlightInfo serves every open in that quarter.
+        """
         nodes = tuple((n.node_id, n.uri, n.alive) for n in self.state.nodes())
+        quarter = max(self.capability_ttl / 4, 1.0)
+        expiry = int((time.time() // quarter) * quarter + self.capability_ttl)
         cached = self._infos.get((name, version))
-        if cached is not None and cached[0] == nodes:
+        if cached is not None and cached[0] == (nodes, expiry):
             return cached[1]
-        info = encode_flight_info(version_info(self.state.version(name, version)))
-        self._infos[(name, version)] = (nodes, info)
+        cap = capability(self.secret, name, version, expiry) if self.secret is not None else None
+        info = encode_flight_info(version_info(self.state.version(name, version), cap))
+        self._infos[(name, version)] = ((nodes, expiry), info)
         return info
 
     def list_flights(self, context: Any, criteria: bytes) -> Iterator[flight.FlightInfo]:
         with boundary(log, "list_flights"):
+            authorize(context, "read")
             infos = [encode_flight_info(version_info(record), with_endpoints=False) for record in self.state.datasets()]
         return iter(infos)
 
@@ -148,6 +170,9 @@ class CatalogServer(ServiceBase):
         if b.cluster is not None and b.cluster != cluster:
             raise ForeignCluster(f"node {b.node_id} at {b.uri} belongs to cluster {b.cluster}, this catalog is cluster {cluster}",
                                  field="register-node.cluster")
+        credential = self.caller.credential
+        if credential.role == "node" and credential.name != b.node_id:
+            raise Forbidden(f"a node token for {credential.name} cannot register node {b.node_id}", field="register-node.node_id")
         self._check_identity(b)
         held = [{"dataset": p.dataset, "version": p.version, "part": p.part, "nbytes": p.nbytes} for p in b.partitions]
         manifests = [manifest_record(m) for m in b.sealed]
@@ -173,6 +198,9 @@ class CatalogServer(ServiceBase):
 
     def _heartbeat(self, raw: bytes) -> dict:
         b = Heartbeat.decode(raw)
+        credential = self.caller.credential
+        if credential.role == "node" and credential.name != b.node_id:
+            raise Forbidden(f"a node token for {credential.name} cannot speak for node {b.node_id}", field="heartbeat.node_id")
         return HeartbeatReply(self.state.heartbeat(b.node_id, b.free_bytes, b.low_space)).to_json()
 
     def _nodes(self, raw: bytes) -> list:
@@ -350,18 +378,19 @@ class CatalogServer(ServiceBase):
         return PublishReply(version, True, joined).to_json()
 
     actions = {
-        "register-node": Action(_register_node, "a node announces itself and what its data directory holds"),
-        "heartbeat": Action(_heartbeat, "a node is alive", changes_state=False),
-        "nodes": Action(_nodes, "every known node, alive or not", changes_state=False),
-        "stats": Action(_stats, "datasets and nodes alive or dead", changes_state=False),
-        "begin": Action(_begin, "reserve the next version of a dataset", changes_state=False),
-        "commit": Action(_commit, "publish a version once every partition is stored on its nodes"),
-        "abort": Action(_abort, "forget a pending version and drop its files"),
-        "drop": Action(_drop, "drop a version (or all versions) of a dataset and its files"),
-        "versions": Action(_versions, "committed versions of a dataset", changes_state=False),
-        "repair": Action(_repair, "copy under-replicated partitions to live nodes (copy-to)"),
-        "publish-begin": Action(_publish_begin, "SPMD: join (or open) the pending publish of a dataset", changes_state=False),
-        "publish-part": Action(_publish_part, "SPMD: one rank's part is stored; commits when all ranks are in"),
+        "register-node": Action(_register_node, "a node announces itself and what its data directory holds", "node"),
+        "heartbeat": Action(_heartbeat, "a node is alive", "node", changes_state=False),
+        "nodes": Action(_nodes, "every known node, alive or not", "read", changes_state=False),
+        "stats": Action(_stats, "datasets and nodes alive or dead", "read", changes_state=False),
+        "begin": Action(_begin, "reserve the next version of a dataset", "write", changes_state=False),
+        "commit": Action(_commit, "publish a version once every partition is stored on its nodes", "write"),
+        "abort": Action(_abort, "forget a pending version and drop its files", "write"),
+        "drop": Action(_drop, "drop a version (or all versions) of a dataset and its files", "admin"),
+        "versions": Action(_versions, "committed versions of a dataset", "read", changes_state=False),
+        "repair": Action(_repair, "copy under-replicated partitions to live nodes (copy-to)", "admin"),
+        "publish-begin": Action(_publish_begin, "SPMD: join (or open) the pending publish of a dataset", "write",
+                                changes_state=False),
+        "publish-part": Action(_publish_part, "SPMD: one rank's part is stored; commits when all ranks are in", "write"),
     }
 
 

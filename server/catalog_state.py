@@ -14,6 +14,7 @@ database that a test can drive directly:
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
 import time
@@ -92,6 +93,9 @@ class CatalogState:
     def __init__(self, path: str | Path, *, dead_after: float = 10.0):
         if str(path) != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
+            # owner only, whatever the umask; SQLite gives the -wal and -shm files the database file's mode
+            os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
+            os.chmod(path, 0o600)
         self.dead_after = dead_after
         self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")

@@ -19,11 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from flightpart.errors import ForeignCluster, NodeConflict
-from flightpart.io.access import TOKEN_ENV, Access
+from flightpart.io.access import SECRET_ENV, TOKEN_ENV, Access, read_secret_file
 from flightpart.io.connections import ConnectionPool
 from flightpart.io.layout import default_state_dir
 
-from .auth import read_token, tls_server_options
+from .auth import tls_server_options
 from .catalog import CatalogServer
 from .node import NodeServer
 
@@ -32,26 +32,34 @@ log = logging.getLogger("flightpart.daemon")
 
 @dataclass(frozen=True)
 class Security:
-    """A daemon's credentials: the token file, its own TLS certificate, and the CAs it trusts."""
+    """A daemon's credentials: the cluster secret's file, its own TLS certificate, and the CAs it trusts.
 
-    token_file: str | None = None
+    The secret comes from ``--secret-file`` (a file only its owner may read)
+    or ``$FLIGHTPART_SECRET``, never from the command line. Without one the
+    cluster is open: every caller has every right.
+    """
+
+    secret_file: str | None = None
     tls_cert: str | None = None
     tls_key: str | None = None
     tls_client_ca: str | None = None
     tls_ca: str | None = None
 
     def server_options(self) -> dict:
-        """Keyword arguments of a flightpart server: its token and TLS settings."""
-        return {**tls_server_options(self.tls_cert, self.tls_key, self.tls_client_ca), "token": self.token()}
+        """Keyword arguments of a flightpart server: its secret and TLS settings."""
+        return {**tls_server_options(self.tls_cert, self.tls_key, self.tls_client_ca), "secret": self.secret()}
 
-    def token(self) -> str | None:
-        return read_token(self.token_file, os.environ.get(TOKEN_ENV))
+    def secret(self) -> bytes | None:
+        if self.secret_file:
+            return read_secret_file(self.secret_file)
+        value = os.environ.get(SECRET_ENV) or os.environ.get(TOKEN_ENV)
+        return value.encode() if value else None
 
     def pool(self) -> ConnectionPool:
         """Connections to the other daemons, presenting this daemon's own certificate under mutual TLS."""
         ca = Path(self.tls_ca).read_bytes() if self.tls_ca else None
         own = (Path(self.tls_cert).read_bytes(), Path(self.tls_key).read_bytes()) if self.tls_cert and self.tls_key and ca else (None, None)
-        return ConnectionPool(Access(self.token(), ca, own[0], own[1]))
+        return ConnectionPool(Access(None, ca, own[0], own[1]))
 
 
 @dataclass(frozen=True)
@@ -60,6 +68,7 @@ class Observability:
 
     health_port: int | None = None
     metrics_port: int | None = None
+    metrics_host: str = "127.0.0.1"
 
 
 def announce(role: str, uri: str) -> None:
@@ -91,25 +100,26 @@ def observe(server: Any, role: str, host: str, ports: Observability) -> list:
     if ports.metrics_port is not None:
         from .metrics import serve_metrics
 
-        http = serve_metrics(bind, ports.metrics_port, role, server.stats)
+        http = serve_metrics(ports.metrics_host, ports.metrics_port, role, server.stats)
         started.append(http)
-        announce(f"{role}-metrics", f"http://{bind}:{http.server_port}/metrics")
+        announce(f"{role}-metrics", f"http://{ports.metrics_host}:{http.server_port}/metrics")
     return started
 
 
 def start_catalog(host: str, port: int, state_dir: str | None, dead_after: float, security: Security,
-                  pending_ttl: float = 3600.0) -> CatalogServer:
-    """A catalog whose SQLite state lives in ``state_dir`` (default: the per-user data directory)."""
+                  pending_ttl: float = 3600.0, capability_ttl: float = 86400.0) -> CatalogServer:
+    """A catalog whose SQLite state lives in ``state_dir`` (default: the per-user data directory), readable by its owner only."""
     state = Path(state_dir) if state_dir else default_state_dir()
     state.mkdir(parents=True, exist_ok=True)
+    state.chmod(0o700)
     return CatalogServer(host, port, state_path=str(state / "catalog.sqlite"), dead_after=dead_after, pending_ttl=pending_ttl,
-                         pool=security.pool(), **security.server_options())
+                         capability_ttl=capability_ttl, pool=security.pool(), **security.server_options())
 
 
 def run_catalog(host: str, port: int, state_dir: str | None, dead_after: float, security: Security, ports: Observability,
-                pending_ttl: float = 3600.0) -> None:
+                pending_ttl: float = 3600.0, capability_ttl: float = 86400.0) -> None:
     """``flightpart catalog``: serve until a signal."""
-    server = start_catalog(host, port, state_dir, dead_after, security, pending_ttl)
+    server = start_catalog(host, port, state_dir, dead_after, security, pending_ttl, capability_ttl)
     extras = observe(server, "catalog", host, ports)
     announce("catalog", server.uri)
     wait_for_signal([server, *extras])
@@ -117,16 +127,17 @@ def run_catalog(host: str, port: int, state_dir: str | None, dead_after: float, 
 
 def run_node(host: str, port: int, *, data_dir: str | None, catalog: str | None, node_port: int, state_dir: str | None,
              heartbeat: float, dead_after: float, max_partition_bytes: int | None, max_streams: int, advertise: str | None,
-             security: Security, ports: Observability, min_free_bytes: int = 0, pending_ttl: float = 3600.0) -> None:
+             security: Security, ports: Observability, min_free_bytes: int = 0, group: str | None = None,
+             pending_ttl: float = 3600.0, capability_ttl: float = 86400.0) -> None:
     """``flightpart serve``: a node (and, without ``catalog``, a catalog in the same process), until a signal."""
     servers: list = []
     if catalog is None:
-        embedded = start_catalog(host, port, state_dir, dead_after, security, pending_ttl)
+        embedded = start_catalog(host, port, state_dir, dead_after, security, pending_ttl, capability_ttl)
         servers.append(embedded)
         catalog, port = embedded.uri, node_port
         announce("catalog", embedded.uri)
     node = NodeServer(host, port, data_dir=data_dir, catalog=catalog, heartbeat_interval=heartbeat, advertise=advertise,
-                      max_partition_bytes=max_partition_bytes, max_streams=max_streams, min_free_bytes=min_free_bytes,
+                      max_partition_bytes=max_partition_bytes, max_streams=max_streams, min_free_bytes=min_free_bytes, group=group,
                       pool=security.pool(), **security.server_options())
     servers.append(node)
     try:

@@ -8,6 +8,7 @@ row ranges are zero-copy slices), so no Python runs per batch.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import socket
@@ -42,8 +43,10 @@ from flightpart.wire import (
     Ticket,
     VersionRef,
     parse_partition_path,
+    role_token,
 )
 
+from .auth import authorize, credential_of
 from .base import Action, ServiceBase, boundary
 from .store import PartitionStore
 
@@ -108,22 +111,27 @@ class NodeServer(ServiceBase):
         max_streams: int | None = None,
         min_free_bytes: int = 0,
         max_maps: int = 256,
-        token: str | None = None,
+        group: str | None = None,
+        secret: bytes | None = None,
         pool: ConnectionPool | None = None,
         **server_kwargs: Any,
     ):
-        super().__init__(host, port, token=token, max_streams=max_streams, advertise=advertise, **server_kwargs)
+        super().__init__(host, port, secret=secret, max_streams=max_streams, advertise=advertise, **server_kwargs)
         if advertise_ip is None and advertise:
             advertise_ip = socket.gethostbyname(advertise)
         self.ip = advertise_ip or (host if host not in ("0.0.0.0", "::", "") else advertised_ip())
-        self.store = PartitionStore(data_dir or default_data_dir(), max_partition_bytes=max_partition_bytes, max_maps=max_maps)
+        self.store = PartitionStore(data_dir or default_data_dir(), max_partition_bytes=max_partition_bytes, max_maps=max_maps,
+                                    group=group)
         self.min_free_bytes = min_free_bytes
         self.node_id = self.store.node_id
         self.pid = os.getpid()
         self.counters = NodeStats()
         self.catalog_uri = catalog
         self.heartbeat_interval = heartbeat_interval
-        self.pool = pool or ConnectionPool(Access(token=token))
+        access = pool.access if pool is not None else Access()
+        if secret is not None:  # this node speaks to the catalog and to other nodes as the node it is
+            access = dataclasses.replace(access, token=role_token(secret, "node", self.node_id))
+        self.pool = ConnectionPool(access)
         self._stopping = threading.Event()
         self.registered = threading.Event()
         inprocess.register(self.uri, self.store.open)
@@ -222,6 +230,8 @@ class NodeServer(ServiceBase):
 
     def do_put(self, context: Any, descriptor: flight.FlightDescriptor, reader: Any, writer: Any) -> None:
         with boundary(log, "do_put"), self._counting_errors():
+            if credential_of(context).role != "node":  # nodes copy replicas to each other; anyone else must be a writer
+                authorize(context, "write")
             name, version, part = parse_partition_path(descriptor)
             schema = reader.schema
             expected = self.store.group_schema(name, version, part[1])
@@ -278,6 +288,7 @@ class NodeServer(ServiceBase):
     def do_get(self, context: Any, ticket: flight.Ticket) -> flight.RecordBatchStream:
         with boundary(log, "do_get"), self._counting_errors():
             spec = Ticket.decode(ticket.ticket)
+            authorize(context, "read", (spec.dataset, spec.version))
             table = project(self.store.open(spec.dataset, spec.version, spec.part), spec.columns, spec.rows)
         # a partition's columns share chunk boundaries (one IPC file), so the stream
         # sends one batch per chunk: counted without touching the batches
@@ -312,6 +323,15 @@ class NodeServer(ServiceBase):
         self._check_cluster(body.cluster)
         return {"removed": self.store.drop(body.dataset, body.version, pending_only=body.pending_only)}
 
+    def _check_target(self, target: str) -> None:
+        """copy-to sends data only to a live node registered with this node's catalog, checked before any connection."""
+        live = []
+        if self.catalog_uri is not None:
+            with translated():
+                live = [n["uri"] for n in self.pool.action(self.catalog_uri, "nodes", Empty(), timeout=5) if n.get("alive")]
+        if target not in live or target == self.uri:
+            raise RequestRejected("copy-to.target: not a live node of this cluster; nothing was sent", field="copy-to.target")
+
     def _seal(self, raw: bytes) -> dict:
         body = Seal.decode(raw)
         self._check_cluster(body.cluster)
@@ -319,15 +339,16 @@ class NodeServer(ServiceBase):
 
     def _copy_to(self, raw: bytes) -> dict:
         body = CopyTo.decode(raw)
+        self._check_target(body.target)
         table = self.store.open(body.dataset, body.version, body.part)
         send_partition(self.pool, body.target, body.dataset, body.version, body.part, table)
         return {"copied": table.nbytes}
 
     actions = {
-        "node-info": Action(_node_info, "who this node is: id, uri, ip, pid, data dir, version", changes_state=False),
-        "stats": Action(_stats, "bytes and batches served, partitions stored and held", changes_state=False),
-        "held": Action(_held, "partitions of one dataset version on this node", changes_state=False),
-        "drop": Action(_drop, "remove a dataset version's files (orders from this node's own cluster only)"),
-        "seal": Action(_seal, "keep a committed version's manifest: the version becomes immutable and rebuildable"),
-        "copy-to": Action(_copy_to, "send a partition to another node (replication)"),
+        "node-info": Action(_node_info, "who this node is: id, uri, ip, pid, data dir, version", "locate", changes_state=False),
+        "stats": Action(_stats, "bytes and batches served, partitions stored and held", "read", changes_state=False),
+        "held": Action(_held, "partitions of one dataset version on this node", "node", changes_state=False),
+        "drop": Action(_drop, "remove a dataset version's files (orders from this node's own cluster only)", "node"),
+        "seal": Action(_seal, "keep a committed version's manifest: the version becomes immutable and rebuildable", "node"),
+        "copy-to": Action(_copy_to, "send a partition to another live node of the cluster (replication)", "node"),
     }

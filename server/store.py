@@ -52,15 +52,18 @@ def read_footer(path: Path) -> tuple[pa.Schema, int]:
 class PartitionStore:
     """The files of one node; thread-safe."""
 
-    def __init__(self, data_dir: str | os.PathLike, *, max_partition_bytes: int | None = None, max_maps: int = 256):
+    def __init__(self, data_dir: str | os.PathLike, *, max_partition_bytes: int | None = None, max_maps: int = 256,
+                 group: str | None = None):
         self.root = Path(data_dir).resolve()
+        self.modes = layout.Modes(group)
         self.root.mkdir(parents=True, exist_ok=True)
+        self.modes.apply(self.root, directory=True)
         self.max_partition_bytes = max_partition_bytes
         self.maps = MappedFiles(max_maps)
         self._lock = threading.Lock()
         self._group_schemas: dict[tuple[str, int, int], pa.Schema] = {}
         marker = layout.read_marker(self.root)
-        self.node_id = marker.get("node_id") or layout.write_node_marker(self.root)
+        self.node_id = marker.get("node_id") or layout.write_node_marker(self.root, mode=self.modes.file)
         self.cluster: str | None = marker.get("cluster")
         for tmp in layout.temporaries(self.root):
             tmp.unlink(missing_ok=True)
@@ -70,7 +73,7 @@ class PartitionStore:
     def join_cluster(self, cluster: str) -> None:
         """Record the cluster this node belongs to (once: a node never changes cluster by itself)."""
         if self.cluster is None:
-            layout.write_node_marker(self.root, self.node_id, cluster)
+            layout.write_node_marker(self.root, self.node_id, cluster, self.modes.file)
             self.cluster = cluster
 
     # ------------------------------------------------------------------ paths
@@ -105,6 +108,8 @@ class PartitionStore:
         tmp = layout.temporary_path(final)
         rows = 0
         try:
+            os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, self.modes.file))
+            self.modes.apply(tmp, directory=False)
             with pa.OSFile(str(tmp), "wb") as sink:
                 writer = ipc.new_file(sink, schema)
                 for batch in batches:
@@ -158,19 +163,13 @@ class PartitionStore:
                              f"{self.max_partition_bytes} bytes", field="partition")
 
     def _make_dirs(self, directory: Path) -> list[Path]:
-        """Create ``directory`` and missing parents; returns those created (deepest first)."""
-        created = []
-        d = directory
-        while not d.exists() and d != self.root:
-            created.append(d)
-            d = d.parent
+        """Create ``directory`` and missing parents with the store's modes; returns those created (deepest first)."""
         try:
-            directory.mkdir(parents=True, exist_ok=True)
+            return self.modes.make_dirs(directory, self.root)
         except OSError as exc:
             if exc.errno in NO_SPACE:
                 raise StorageFull("node disk full") from None
             raise
-        return created
 
     def _remove_empty(self, created: list[Path]) -> None:
         for d in created:
@@ -184,7 +183,7 @@ class PartitionStore:
         vdir = self.version_dir(manifest.dataset, manifest.version)
         if not vdir.is_dir():
             return False
-        layout.write_atomically(vdir / layout.MANIFEST, manifest.encode())
+        layout.write_atomically(vdir / layout.MANIFEST, manifest.encode(), self.modes.file)
         return True
 
     def manifest(self, dataset: str, version: int) -> Commit | None:

@@ -67,8 +67,8 @@ NODE_CASES = [
     ("unknown action", lambda n, c: list(n.do_action(action("nope", {}))), fp.RequestRejected),
     ("held wrong type", lambda n, c: list(n.do_action(action("held", {"dataset": "good", "version": "1"}))), fp.RequestRejected),
     ("drop not JSON", lambda n, c: list(n.do_action(action("drop", b"{"))), fp.RequestRejected),
-    ("copy-to missing part", lambda n, c: list(n.do_action(action("copy-to", {"dataset": "good", "version": 1, "part": [9, 9],
-                                                                             "target": "grpc://127.0.0.1:1"}))), fp.PartitionMissing),
+    ("copy-to a stranger", lambda n, c: list(n.do_action(action("copy-to", {"dataset": "good", "version": 1, "part": [0, 0],
+                                                                           "target": "grpc://127.0.0.1:1"}))), fp.RequestRejected),
     ("stats with a body", lambda n, c: list(n.do_action(action("stats", {"x": 1}))), fp.RequestRejected),
 ]
 

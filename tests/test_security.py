@@ -22,6 +22,7 @@ TOKEN = "s3cret-token-for-tests"
 def token_cluster(tmp_path_factory):
     root = tmp_path_factory.mktemp("token")
     (root / "token").write_text(TOKEN + "\n")
+    (root / "token").chmod(0o600)  # a credential file others can read is refused
     with LocalCluster(root, nodes=2, first_ip=22, extra_args=["--token-file", str(root / "token")]) as c:
         yield c
 

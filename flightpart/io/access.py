@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 TOKEN_ENV = "FLIGHTPART_TOKEN"
+TOKEN_FILE_ENV = "FLIGHTPART_TOKEN_FILE"
+SECRET_ENV = "FLIGHTPART_SECRET"
 TLS_CA_ENV = "FLIGHTPART_TLS_CA"
 TLS_CERT_ENV = "FLIGHTPART_TLS_CERT"
 TLS_KEY_ENV = "FLIGHTPART_TLS_KEY"
@@ -50,6 +52,8 @@ class Access:
                          cert_chain: bytes | None = None, private_key: bytes | None = None) -> "Access":
         """Explicit values, else ``$FLIGHTPART_TOKEN``, ``$FLIGHTPART_TLS_CA`` and the client certificate variables."""
         token = token or os.environ.get(TOKEN_ENV) or None
+        if token is None and os.environ.get(TOKEN_FILE_ENV):
+            token = read_secret_file(os.environ[TOKEN_FILE_ENV]).decode()
         if tls_root_certs is None and os.environ.get(TLS_CA_ENV):
             tls_root_certs = Path(os.environ[TLS_CA_ENV]).read_bytes()
         if cert_chain is None and private_key is None and tls_root_certs is not None:
@@ -88,3 +92,25 @@ def environment_certificate() -> tuple[bytes | None, bytes | None]:
     if not cert or not key:
         return None, None
     return Path(cert).read_bytes(), Path(key).read_bytes()
+
+
+class CredentialFileError(ValueError):
+    """A credential file that is missing, empty, or readable by other users."""
+
+
+def read_secret_file(path: str | os.PathLike) -> bytes:
+    """The first line of a credential file, refused (as ssh does) when other users may read it."""
+    path = Path(path)
+    try:
+        st = path.stat()
+        text = path.read_text()
+    except OSError as exc:
+        raise CredentialFileError(f"{path}: cannot read the credential file ({exc.strerror})") from None
+    if st.st_mode & 0o077:
+        raise CredentialFileError(f"{path}: permissions {st.st_mode & 0o777:04o} are too open: other users could read "
+                                  f"this credential; run `chmod 600 {path}`")
+    lines = text.strip().splitlines()
+    value = lines[0].strip() if lines else ""
+    if not value:
+        raise CredentialFileError(f"{path}: the credential file is empty")
+    return value.encode()

@@ -110,17 +110,20 @@ def read_node_id(data_dir: str | Path) -> str | None:
     return read_marker(data_dir).get("node_id")
 
 
-def write_node_marker(data_dir: Path, node_id: str | None = None, cluster: str | None = None) -> str:
+def write_node_marker(data_dir: Path, node_id: str | None = None, cluster: str | None = None, mode: int = 0o600) -> str:
     """Record a data directory's node id (fresh if None) and cluster, durably; returns the id."""
     node_id = node_id or uuid.uuid4().hex
-    write_atomically(data_dir / NODE_MARKER, json.dumps({"node_id": node_id, "cluster": cluster}).encode())
+    write_atomically(data_dir / NODE_MARKER, json.dumps({"node_id": node_id, "cluster": cluster}).encode(), mode)
     return node_id
 
 
-def write_atomically(path: Path, data: bytes) -> None:
+def write_atomically(path: Path, data: bytes, mode: int = 0o600) -> None:
     """Write a small file so that readers see the old content or the new, never a part."""
     tmp = path.parent / f"{TMP_PREFIX}{path.name}.{uuid.uuid4().hex}"
-    tmp.write_bytes(data)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    with os.fdopen(fd, "wb") as out:
+        out.write(data)
+    os.chmod(tmp, mode)  # whatever the umask
     fsync_path(tmp)
     os.replace(tmp, path)
     fsync_path(path.parent)
@@ -133,3 +136,44 @@ def fsync_path(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+class Modes:
+    """Who may read a data directory on the disk.
+
+    By default only the owner: directories 0700, files 0600, whatever the
+    umask. With a ``group`` its members may read (and so memory-map
+    partitions zero-copy): directories 0750, files 0640, group-owned.
+    """
+
+    def __init__(self, group: str | None = None):
+        self.gid = None
+        if group is not None:
+            import grp
+
+            try:
+                self.gid = grp.getgrnam(group).gr_gid
+            except KeyError:
+                raise ValueError(f"--group {group}: no such group on this machine") from None
+        self.directory = 0o750 if self.gid is not None else 0o700
+        self.file = 0o640 if self.gid is not None else 0o600
+
+    def apply(self, path: Path, *, directory: bool) -> None:
+        if self.gid is not None:
+            os.chown(path, -1, self.gid)
+        os.chmod(path, self.directory if directory else self.file)
+
+    def make_dirs(self, directory: Path, root: Path) -> list[Path]:
+        """Create ``directory`` (below ``root``) with these modes; returns what was created, deepest first."""
+        created = []
+        d = directory
+        while not d.exists() and d != root:
+            created.append(d)
+            d = d.parent
+        for d in reversed(created):
+            try:
+                d.mkdir()
+            except FileExistsError:
+                continue
+            self.apply(d, directory=True)
+        return created
