@@ -1,0 +1,280 @@
+"""Least privilege: roles, read capabilities, files on the disk, node identity, what each port shows."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import pwd
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.flight as flight
+import pytest
+
+import flightpart as fp
+from flightpart import wire
+from flightpart.tools.cluster import Daemon, LocalCluster
+
+from helpers import code_of
+
+SECRET = "cluster-secret-for-the-privilege-tests"
+
+
+def table_of(rows: int, seed: int = 0) -> pa.Table:
+    rng = np.random.default_rng(seed)
+    return pa.table({"id": np.arange(rows), "x": rng.random(rows)})
+
+
+def token(role: str, name: str = "someone", expiry: int = 0) -> str:
+    return wire.role_token(SECRET.encode(), role, name, expiry)
+
+
+@pytest.fixture(scope="module")
+def root():
+    """A directory other users can traverse, so only flightpart's own modes decide what they may open."""
+    path = Path(tempfile.mkdtemp(prefix="flightpart-privilege-", dir="/tmp"))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def guarded(root):
+    secret = root / "secret"
+    secret.write_text(SECRET + "\n")
+    secret.chmod(0o600)
+    with LocalCluster(root / "c", nodes=2, first_ip=95, heartbeat=0.3,
+                      extra_args=["--secret-file", str(secret), "--capability-ttl", "4"]) as c:
+        (root / "c").chmod(0o755)
+        with fp.connect(c.uri, token=SECRET) as owner:
+            owner.put("shared", table_of(3000, 1), tiling=(2, 1))
+            owner.put("private", table_of(500, 2), tiling=(1, 1))
+        yield c
+
+
+def test_each_role_does_what_it_may_and_nothing_more(guarded):
+    c = guarded
+    table = table_of(200, 3)
+    with fp.connect(c.uri, token=token("reader"), host="127.0.0.99") as reader:
+        assert reader.open("shared").to_arrow().equals(table_of(3000, 1))
+        with pytest.raises(fp.Forbidden, match="may not write"):
+            reader.put("by-reader", table)
+        with pytest.raises(fp.Forbidden):
+            reader.drop("shared")
+    with fp.connect(c.uri, token=token("writer"), host="127.0.0.99") as writer:
+        assert writer.put("by-writer", table).to_arrow().equals(table)
+        with pytest.raises(fp.Forbidden, match="may not admin"):
+            writer.drop("by-writer")
+        with pytest.raises(fp.Forbidden):
+            writer.call("register-node", {"node_id": "x", "uri": "grpc://127.0.0.9:1", "ip": "127.0.0.9", "pid": 1})
+        with pytest.raises(fp.Forbidden):
+            writer.repair()
+    with fp.connect(c.uri, token=token("admin")) as admin:
+        admin.drop("by-writer")
+        assert "by-writer" not in {d["name"] for d in admin.list()}
+    with fp.connect(c.uri, token=token("reader", expiry=int(time.time()) - 1)) as expired:
+        with pytest.raises(fp.Unauthenticated):
+            expired.list()
+    forged = token("admin")[:-4] + "0000"
+    with fp.connect(c.uri, token=forged) as forger:
+        with pytest.raises(fp.Unauthenticated):
+            forger.drop("shared")
+    with fp.connect(c.uri, token=SECRET, host="127.0.0.99") as owner:
+        assert owner.open("shared").to_arrow().equals(table_of(3000, 1))  # nothing was changed
+
+
+HOLDER = """
+import json, os, pickle, sys
+import pyarrow as pa, pyarrow.flight as flight
+import flightpart as fp
+d = pickle.loads(open(sys.argv[1], "rb").read())
+out = {"env": sorted(k for k in os.environ if k.startswith("FLIGHTPART"))}
+try:
+    parts = d["get"]([p["data"] for p in d["partitions"].values()])
+    out["rows"] = sum(t.num_rows for t in parts)
+except fp.FlightpartError as exc:
+    out["read"] = type(exc).__name__
+cap = d["get"].access.token
+out["token_is_capability"] = cap.startswith("fp1:cap:")
+catalog, node = sys.argv[2], sys.argv[3]
+with fp.connect(catalog, token=cap) as client:
+    for name, call in (("drop", lambda: client.drop("shared")), ("list", client.list), ("open-other", lambda: client.open("private"))):
+        try:
+            call()
+            out[name] = "allowed"
+        except fp.FlightpartError as exc:
+            out[name] = type(exc).__name__
+options = flight.FlightCallOptions(headers=[(b"authorization", f"Bearer {cap}".encode())])
+raw = flight.connect(node)
+try:
+    raw.do_get(flight.Ticket(json.dumps({"dataset": "private", "version": 1, "part": [0, 0]}).encode()), options=options).read_all()
+    out["read-other"] = "allowed"
+except flight.FlightError as exc:
+    out["read-other"] = json.loads(exc.extra_info)["code"]
+try:
+    writer, _ = raw.do_put(flight.FlightDescriptor.for_path("shared", "9", "0", "0"), pa.schema([("a", pa.int64())]), options=options)
+    writer.write_table(pa.table({"a": [1]}))
+    writer.write_metadata(pa.py_buffer(b'{"rows": 1}'))
+    writer.close()
+    out["put"] = "allowed"
+except flight.FlightError as exc:
+    out["put"] = json.loads(exc.extra_info)["code"]
+print(json.dumps(out))
+"""
+
+
+def run_holder(handle: Path, c) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLIGHTPART")}
+    proc = subprocess.run([sys.executable, "-c", HOLDER, str(handle), c.uri, c.nodes[0].uri], capture_output=True, text=True,
+                          env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout)
+
+
+def test_a_pickled_handle_reads_its_version_and_nothing_else_until_it_expires(guarded, tmp_path):
+    c = guarded
+    with fp.connect(c.uri, token=token("reader"), host="127.0.0.99") as reader:
+        ds = reader.open("shared")
+        handle = tmp_path / "handle.pickle"
+        handle.write_bytes(pickle.dumps(ds.__partitioned__))
+    assert SECRET.encode() not in handle.read_bytes() and b"fp1:reader" not in handle.read_bytes()
+    graph = pickle.dumps(ds.dask_graph())  # a Dask graph carries the same capability, not the reader's token
+    assert b"fp1:cap:shared@1:" in graph and b"fp1:reader" not in graph and SECRET.encode() not in graph
+    now = run_holder(handle, c)
+    assert now["env"] == [] and now["token_is_capability"]
+    assert now["rows"] == 3000
+    assert now["drop"] == "Forbidden" and now["list"] == "Forbidden" and now["open-other"] == "Forbidden"
+    assert now["read-other"] == "FORBIDDEN" and now["put"] == "FORBIDDEN"
+    time.sleep(4.5)  # --capability-ttl 4: the capability has expired
+    later = run_holder(handle, c)
+    assert later["read"] in ("Unauthenticated", "NodeUnavailable") and "rows" not in later
+    with fp.connect(c.uri, token=token("reader"), host="127.0.0.99") as reader:
+        assert reader.open("shared").to_arrow().equals(table_of(3000, 1))  # a fresh open gets a fresh capability
+
+
+def test_no_secret_is_on_a_daemon_command_line(guarded):
+    for daemon in [guarded.catalog, *guarded.nodes]:
+        cmdline = Path(f"/proc/{daemon.pid}/cmdline").read_bytes()
+        assert SECRET.encode() not in cmdline and b"--secret-file" in cmdline
+
+
+def test_a_credential_file_other_users_can_read_is_refused(root):
+    loose = root / "loose-secret"
+    loose.write_text(SECRET)
+    loose.chmod(0o644)
+    with pytest.raises(RuntimeError, match=r"permissions 0644 are too open(.|\n)*chmod 600"):
+        Daemon(["catalog", "--host", "127.0.0.1", "--port", "0", "--state-dir", str(root / "loose-state"),
+                "--secret-file", str(loose)])
+
+
+def other_user() -> tuple[int, int]:
+    if os.geteuid() != 0:
+        pytest.skip("creating another local user needs root")
+    name = "flightpart-other"
+    try:
+        entry = pwd.getpwnam(name)
+    except KeyError:
+        made = subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
+                              capture_output=True, text=True)
+        if made.returncode != 0:
+            pytest.skip(f"cannot create a local user: {made.stderr.strip()}")
+        entry = pwd.getpwnam(name)
+    return entry.pw_uid, entry.pw_gid
+
+
+TRY_OPEN = 'for f in "$@"; do if head -c 1 "$f" > /dev/null 2>&1; then echo "read $f"; else echo "denied $f"; fi; done'
+
+
+def test_another_local_user_cannot_read_partitions_or_the_catalog(guarded, root):
+    uid, gid = other_user()
+    partition = next((root / "c").glob("node-*/datasets/shared/v1/0_0.arrow"))
+    manifest = partition.parent / "manifest.json"
+    state = root / "c" / "catalog" / "catalog.sqlite"
+    control = root / "public.txt"
+    control.write_text("anyone may read this")
+    control.chmod(0o644)
+    for path in (partition, manifest, state):
+        assert path.stat().st_mode & 0o077 == 0, path
+    for directory in (partition.parent, partition.parents[2].parent, state.parent):
+        assert directory.stat().st_mode & 0o077 == 0, directory
+
+    def as_other() -> None:
+        os.setgid(gid)
+        os.setuid(uid)
+
+    proc = subprocess.run(["/bin/sh", "-c", TRY_OPEN, "sh", str(control), str(partition), str(manifest), str(state)],
+                          capture_output=True, text=True, preexec_fn=as_other, timeout=60)
+    lines = proc.stdout.splitlines()
+    assert lines[0] == f"read {control}"  # the other user can read what is meant for everyone
+    assert lines[1:] == [f"denied {partition}", f"denied {manifest}", f"denied {state}"], proc.stdout + proc.stderr
+
+
+def test_a_node_token_registers_only_its_own_node_and_a_live_id_is_not_taken(guarded):
+    c = guarded
+    with fp.connect(c.uri, token=SECRET) as owner:
+        victim = owner.nodes()[0]
+    body = {"node_id": victim["node_id"], "uri": "grpc://127.0.0.9:1234", "ip": "127.0.0.9", "pid": 1}
+    with fp.connect(c.uri, token=token("node", "some-other-node")) as impostor:
+        with pytest.raises(fp.Forbidden, match="cannot register node"):
+            impostor.call("register-node", body)
+    with fp.connect(c.uri, token=token("node", victim["node_id"])) as stolen:
+        with pytest.raises(fp.NodeConflict, match="already served by"):
+            stolen.call("register-node", body)
+    with fp.connect(c.uri, token=SECRET, host="127.0.0.99") as owner:
+        assert [n["uri"] for n in owner.nodes() if n["node_id"] == victim["node_id"]] == [victim["uri"]]
+        assert owner.open("shared").to_arrow().equals(table_of(3000, 1))
+
+
+def test_copy_to_only_reaches_live_nodes_of_the_cluster(guarded):
+    c = guarded
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    listener.settimeout(0.2)
+    port = listener.getsockname()[1]
+    accepted = []
+
+    def watch() -> None:
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline:
+            try:
+                accepted.append(listener.accept()[0])
+            except TimeoutError:
+                continue
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    node = flight.connect(c.nodes[0].uri)
+    options = flight.FlightCallOptions(headers=[(b"authorization", f"Bearer {token('node', 'catalog')}".encode())])
+    messages = set()
+    for target in (f"grpc://127.0.0.1:{port}", "grpc://127.0.0.1:1", "grpc://example.invalid:80"):
+        body = json.dumps({"dataset": "shared", "version": 1, "part": [0, 0], "target": target}).encode()
+        with pytest.raises(flight.FlightError) as info:
+            list(node.do_action(flight.Action("copy-to", body), options=options))
+        assert code_of(info.value) == "INVALID_REQUEST"
+        messages.add(wire.error_message(info.value))
+    watcher.join()
+    listener.close()
+    assert accepted == []  # nothing was dialled, let alone sent
+    assert len(messages) == 1  # an open, a closed and an unknown port look the same: no port scanner
+
+
+def test_metrics_bind_where_the_operator_says_and_name_no_dataset(root):
+    with LocalCluster(root / "m", nodes=0) as c:
+        node = c.add_node("127.0.0.97", args=["--metrics-port", "0"])
+        url = node.uris["node-metrics"]
+        assert url.startswith("http://127.0.0.1:")  # loopback unless --metrics-host says otherwise
+        with fp.connect(c.uri) as client:
+            client.put("secret-project-name", table_of(10))
+        body = urllib.request.urlopen(url, timeout=10).read().decode()
+        assert "flightpart_partitions_held" in body and "secret-project-name" not in body
