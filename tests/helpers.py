@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import socket
 import subprocess
 import sys
 import time
@@ -17,6 +18,13 @@ def code_of(exc: BaseException) -> str:
     assert decoded is not None, f"an error without a code: {type(exc).__name__}: {exc}"
     assert "Traceback" not in str(exc) and "site-packages" not in str(exc), str(exc)
     return decoded[0]
+
+
+def free_port() -> int:
+    """A TCP port free on loopback now (for a daemon that must restart on the same port)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def wait_until(check, timeout: float = 30.0, what: str = "condition"):

@@ -10,7 +10,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -26,7 +25,7 @@ import flightpart as fp
 from flightpart.io.layout import MANIFEST
 from flightpart.tools.cluster import LocalCluster
 
-from helpers import code_of, wait_until
+from helpers import code_of, free_port, wait_until
 
 TESTS = Path(__file__).resolve().parent
 
@@ -34,12 +33,6 @@ TESTS = Path(__file__).resolve().parent
 def table_of(rows: int, seed: int = 0) -> pa.Table:
     rng = np.random.default_rng(seed)
     return pa.table({"id": np.arange(rows), "x": rng.random(rows), "s": pa.array([f"r{k % 97}" for k in range(rows)])})
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def data_files(root: Path) -> list[str]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 
@@ -13,18 +12,12 @@ import pytest
 import flightpart as fp
 from flightpart.tools.cluster import LocalCluster
 
-from helpers import wait_until
+from helpers import free_port, wait_until
 
 
 def table_of(rows: int, seed: int = 0) -> pa.Table:
     rng = np.random.default_rng(seed)
     return pa.table({"id": np.arange(rows), "x": rng.random(rows), "y": rng.random(rows)})
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture
