@@ -12,10 +12,12 @@ from __future__ import annotations
 import dataclasses
 import random
 import threading
+from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.flight as flight
 
 from flightpart import frames
@@ -47,6 +49,10 @@ from .fetch import IDLE_TIMEOUT, MAPS, FlightGet
 from .plugins import runtime_of
 
 Progress = Callable[[int, int], None]  # (bytes done, bytes total)
+STREAM_PARTITION_BYTES = 64 << 20
+"""The size of the row blocks a stream is cut into when no rows_per_partition is given."""
+STREAM_PUTS_IN_FLIGHT = 2
+"""Partitions of a stream being sent at once (per replica) while the next one fills."""
 MIN_PUT_RATE = 16 << 20
 """Bytes per second a put may not fall below: a put's deadline is the client's timeout plus its size at this rate."""
 
@@ -123,22 +129,31 @@ class Client:
     # ------------------------------------------------------------------ put
 
     def put(self, name: str, data: Any, tiling: Sequence[int] | None = None, replicas: int = 1,
-            nodes: Sequence[str] | None = None, progress: Progress | None = None) -> Dataset:
-        """Store a frame as the next version of ``name``; returns it opened.
+            nodes: Sequence[str] | None = None, progress: Progress | None = None, *,
+            rows_per_partition: int | None = None) -> Dataset:
+        """Store a frame or a stream as the next version of ``name``; returns it opened.
 
-        The default tiling is one row block per node (the Dist RFC's default
-        partition); partitions go round-robin to nodes, replicas to distinct
-        nodes, and puts to different nodes run in parallel. Nothing is
+        A frame (pandas, polars, pyarrow) is cut by ``tiling``, by default one
+        row block per node (the Dist RFC's default partition). A stream (a
+        ``RecordBatchReader``, a ``pyarrow.dataset`` over Parquet files, a
+        DuckDB relation, any object with ``__arrow_c_stream__``) is cut into
+        row blocks as it is read, of ``rows_per_partition`` rows (default:
+        about 64 MiB each), so a dataset larger than this process's memory
+        can be put. Partitions go round-robin to nodes, replicas to distinct
+        nodes, puts to different nodes run in parallel, and nothing is
         published unless every partition is stored.
         """
         check_name(name)
         collection = runtime_of(data)
         if collection is not None:
             return self._put_collection(name, data, collection, tiling, replicas, nodes)
+        stream = frames.stream_of(data)
+        if stream is not None:
+            if tiling is not None:
+                raise ValueError("tiling: a stream is cut into row blocks as it is read; pass rows_per_partition= instead")
+            return self._put_stream(name, stream, rows_per_partition, replicas, nodes, progress)
         table = frames.to_arrow(data)
-        targets = self._target_nodes(nodes)
-        if not isinstance(replicas, int) or not 1 <= replicas <= len(targets):
-            raise ValueError(f"replicas must be between 1 and the {len(targets)} usable nodes, got {replicas!r}")
+        targets = self._targets_for(nodes, replicas)
         grid = _grid(tiling, len(targets))
         shape = frames.frame_shape(table)
         cells = {c.position: c for c in grid_cells(shape, grid)}
@@ -198,6 +213,73 @@ class Client:
 
         return self._versioned(name, store)
 
+    def _targets_for(self, nodes: Sequence[str] | None, replicas: int) -> list[dict]:
+        targets = self._target_nodes(nodes)
+        if not isinstance(replicas, int) or not 1 <= replicas <= len(targets):
+            raise ValueError(f"replicas must be between 1 and the {len(targets)} usable nodes, got {replicas!r}")
+        return targets
+
+    def _put_stream(self, name: str, reader: pa.RecordBatchReader, rows_per_partition: int | None, replicas: int,
+                    nodes: Sequence[str] | None, progress: Progress | None) -> Dataset:
+        """Cut a stream into row blocks as it is read and send each as soon as it is complete.
+
+        At most :data:`STREAM_PUTS_IN_FLIGHT` partitions are being sent while
+        the next one fills, so memory is bounded by a few partitions whatever
+        the stream's length.
+        """
+        if rows_per_partition is not None and (not isinstance(rows_per_partition, int) or rows_per_partition < 1):
+            raise ValueError(f"rows_per_partition must be a positive integer, got {rows_per_partition!r}")
+        targets = self._targets_for(nodes, replicas)
+        schema = reader.schema
+        ncols = frames.frame_shape(schema.empty_table())[1]
+        first = random.randrange(len(targets))
+
+        def store(version: int) -> Commit:
+            parts: list[CommitPart] = []
+            sending: deque = deque()
+            sent = [0]
+            with ThreadPoolExecutor(max_workers=len(targets), thread_name_prefix="flightpart-put") as pool:
+
+                def send(batches: list[pa.RecordBatch], rows: int) -> None:
+                    k, start = len(parts), (parts[-1].start[0] + parts[-1].shape[0] if parts else 0)
+                    table = pa.Table.from_batches(batches, schema)
+                    holders = [targets[(first + k + r) % len(targets)] for r in range(replicas)]
+                    for node in holders:
+                        sending.append(pool.submit(self._send_one, node["uri"], name, version, (k, 0), table))
+                    parts.append(CommitPart((k, 0), (start, 0), (rows, ncols), tuple(n["node_id"] for n in holders)))
+                    while len(sending) > STREAM_PUTS_IN_FLIGHT * replicas:
+                        sending.popleft().result()
+                    sent[0] += table.nbytes * replicas
+                    if progress:
+                        progress(sent[0], 0)
+
+                pending: list[pa.RecordBatch] = []
+                rows = 0
+                limit = rows_per_partition
+                for batch in reader:
+                    while batch.num_rows:
+                        if limit is None and batch.num_rows:  # about 64 MiB per partition, from the first batch's width
+                            limit = max(1, STREAM_PARTITION_BYTES * batch.num_rows // max(batch.nbytes, 1))
+                        take = min(batch.num_rows, limit - rows)
+                        piece, batch = batch.slice(0, take), batch.slice(take)
+                        pending.append(piece)
+                        rows += piece.num_rows
+                        if rows >= limit:
+                            send(pending, rows)
+                            pending, rows = [], 0
+                if pending or not parts:
+                    send(pending, rows)  # the last block (an empty stream is one empty partition)
+                for future in sending:
+                    future.result()
+            total = parts[-1].start[0] + parts[-1].shape[0]
+            return Commit(name, version, schema, (total, ncols), (len(parts), 1), tuple(parts), replicas)
+
+        return self._versioned(name, store)
+
+    def _send_one(self, uri: str, name: str, version: int, part: tuple[int, int], table: pa.Table) -> None:
+        with translated():  # a node that stops taking data fails the put within this deadline
+            send_partition(self.pool, uri, name, version, part, table, timeout=self.timeout + table.nbytes / MIN_PUT_RATE)
+
     def _target_nodes(self, nodes: Sequence[str] | None) -> list[dict]:
         """Live nodes to put to (those named by ``nodes``), leaving out nodes low on disk while others have room."""
         alive = [n for n in self.nodes() if n["alive"]]
@@ -224,9 +306,7 @@ class Client:
 
         def send_all(uri: str) -> None:
             for pos in by_node[uri]:
-                with translated():  # a node that stops taking data fails the put within this deadline
-                    send_partition(self.pool, uri, name, version, pos, parts[pos],
-                                   timeout=self.timeout + parts[pos].nbytes / MIN_PUT_RATE)
+                self._send_one(uri, name, version, pos, parts[pos])
                 with lock:  # one thread per node adds to the same count
                     done[0] += parts[pos].nbytes
                     sent = done[0]

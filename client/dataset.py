@@ -7,7 +7,9 @@ need, sliced on the server.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pyarrow as pa
@@ -174,21 +176,80 @@ class Dataset:
 
     # ------------------------------------------------------------------ reads
 
-    def to_arrow(self) -> pa.Table:
-        """The whole view as one table: local parts mapped, others streamed."""
+    def _readable(self) -> dict:
+        """The ``__partitioned__`` of a view that can be read whole (not another rank's SPMD view)."""
         d = self.__partitioned__
-        positions = sorted(d["partitions"])
-        missing = [p for p in positions if d["partitions"][p]["data"] is None]
+        missing = [p for p in sorted(d["partitions"]) if d["partitions"][p]["data"] is None]
         if missing:
             raise PartitionedError(
                 f"partitions[{missing[0]}]: not local to rank {self._spmd[0]}; an SPMD view reads its locals only "
                 "(use read_locals(), or open the dataset without rank=)"
             )
+        return d
+
+    def _in_order(self, table: pa.Table) -> pa.Table:
+        if self._order is None:
+            return table
+        return table.select(self._order + [c for c in table.column_names if c not in self._order])
+
+    def to_arrow(self) -> pa.Table:
+        """The whole view as one table: local parts mapped, others streamed."""
+        d = self._readable()
+        positions = sorted(d["partitions"])
         tables = self._get([d["partitions"][p]["data"] for p in positions])
-        table = frames.assemble(dict(zip(positions, tables)), d["partition_tiling"])
-        if self._order is not None:
-            table = table.select(self._order + [c for c in table.column_names if c not in self._order])
-        return table
+        return self._in_order(frames.assemble(dict(zip(positions, tables)), d["partition_tiling"]))
+
+    def _row_blocks(self, prefetch: int) -> Iterator[pa.Table]:
+        """Each row block as a table, in order; the next ``prefetch`` blocks are read ahead, no more."""
+        d = self._readable()
+        p, q = d["partition_tiling"]
+        handles = [[d["partitions"][(i, j)]["data"] for j in range(q)] for i in range(p)]
+
+        def read(i: int) -> pa.Table:
+            return self._in_order(frames.assemble({(0, j): t for j, t in enumerate(self._get(handles[i]))}, (1, q)))
+
+        if prefetch < 1:
+            for i in range(p):
+                yield read(i)
+            return
+        with ThreadPoolExecutor(max_workers=prefetch, thread_name_prefix="flightpart-prefetch") as pool:
+            pending = deque(pool.submit(read, i) for i in range(min(prefetch, p)))
+            following = len(pending)
+            while pending:
+                table = pending.popleft().result()
+                if following < p:
+                    pending.append(pool.submit(read, following))
+                    following += 1
+                yield table
+
+    def to_batches(self, *, prefetch: int = 2) -> Iterator[pa.RecordBatch]:
+        """The view's record batches in partition order, holding only a few partitions at a time.
+
+        Partitions on this host are mapped zero-copy; remote ones are streamed
+        ``prefetch`` row blocks ahead of the one being consumed, so memory is
+        bounded by that window, not by the dataset.
+        """
+        for table in self._row_blocks(prefetch):
+            yield from table.to_batches()
+
+    def to_reader(self, *, prefetch: int = 2) -> pa.RecordBatchReader:
+        """A ``pyarrow.RecordBatchReader`` over :meth:`to_batches` (what DuckDB, Polars and ``pa.table`` consume).
+
+        Nothing is read until the first batch is asked for: a consumer that
+        only looks at the schema (DuckDB binding a query) costs no transfer.
+        """
+        self._readable()
+        schema = self._in_order(self.schema.empty_table()).schema
+
+        def batches() -> Iterator[pa.RecordBatch]:
+            for batch in self.to_batches(prefetch=prefetch):
+                yield batch if batch.schema.equals(schema) else pa.RecordBatch.from_arrays(batch.columns, schema=schema)
+
+        return pa.RecordBatchReader.from_batches(schema, batches())
+
+    def __arrow_c_stream__(self, requested_schema: Any = None) -> Any:
+        """The Arrow PyCapsule stream interface: ``pa.table(ds)``, ``pl.DataFrame(ds)``, DuckDB's scans read a Dataset directly."""
+        return self.to_reader().__arrow_c_stream__(requested_schema)
 
     def read_locals(self) -> dict[tuple[int, int], pa.Table]:
         """SPMD: this rank's partitions, by grid position."""

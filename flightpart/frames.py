@@ -36,6 +36,30 @@ def frame_kind(obj: Any) -> str | None:
     return None
 
 
+def stream_of(obj: Any) -> pa.RecordBatchReader | None:
+    """A reader over ``obj`` when it is a stream rather than a frame in memory, else None.
+
+    Streams are a ``pyarrow.RecordBatchReader``, a ``pyarrow.dataset``
+    (Parquet files, ...) and any other object with ``__arrow_c_stream__``
+    (a DuckDB relation, a flightpart Dataset); pandas, polars and pyarrow
+    frames are frames.
+    """
+    if isinstance(obj, pa.RecordBatchReader):
+        return obj
+    if type(obj).__module__.startswith("pyarrow._dataset") and hasattr(obj, "scanner"):
+        # pyarrow's defaults (16 batches of 4 files ahead, Parquet column chunks pre-buffered) hold hundreds of MB
+        # on a large dataset: read one file at a time, two batches ahead, pages as they are decoded
+        import pyarrow.dataset as pds
+
+        options = {}
+        if isinstance(getattr(obj, "format", None), pds.ParquetFileFormat):
+            options["fragment_scan_options"] = pds.ParquetFragmentScanOptions(pre_buffer=False)
+        return obj.scanner(batch_readahead=2, fragment_readahead=1, use_threads=False, **options).to_reader()
+    if frame_kind(obj) == "arrow-stream":
+        return pa.RecordBatchReader.from_stream(obj)
+    return None
+
+
 def to_arrow(obj: Any, *, column_offset: int = 0) -> pa.Table:
     """Any supported frame as a ``pyarrow.Table``.
 

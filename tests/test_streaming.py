@@ -1,0 +1,159 @@
+"""A Dataset as an Arrow stream: DuckDB, Polars and pyarrow read it directly, with memory bounded by a window.
+
+The memory tests run the reader or writer in a subprocess and compare its
+peak resident memory (VmHWM) with the size of the data it moved.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import duckdb
+import numpy as np
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import flightpart as fp
+from flightpart.tools.cluster import LocalCluster
+
+MB = 1 << 20
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    with LocalCluster(tmp_path_factory.mktemp("stream"), nodes=3, first_ip=101) as c:
+        yield c
+
+
+def sales(rows: int, seed: int = 0) -> pa.Table:
+    rng = np.random.default_rng(seed)
+    return pa.table({"order": np.arange(rows), "store": pa.array([f"s{k}" for k in rng.integers(0, 40, rows)]),
+                     "amount": rng.random(rows) * 100, "units": rng.integers(1, 9, rows)})
+
+
+def test_duckdb_polars_and_pyarrow_read_a_dataset_directly(cluster):
+    table = sales(60_000, 1)
+    with fp.connect(cluster.uri, host="127.0.0.101") as client:  # one node's partitions are local, the rest streamed
+        ds = client.put("sales", table, tiling=(6, 2))
+        whole = ds.to_arrow()
+        assert whole.equals(table)
+        assert pa.table(ds).equals(whole)
+        assert pa.RecordBatchReader.from_stream(ds).read_all().equals(whole)
+        assert pa.Table.from_batches(list(ds.to_batches())).equals(whole)
+        assert pl.DataFrame(ds).equals(pl.from_arrow(whole))
+        assert duckdb.sql("select count(*), sum(units) from ds").fetchall() == [(60_000, pa.compute.sum(table["units"]).as_py())]
+        got = duckdb.sql("select store, sum(amount) as total from ds group by store order by store").to_arrow_table()
+        want = duckdb.sql("select store, sum(amount) as total from whole group by store order by store").to_arrow_table()
+        assert got.column("store").equals(want.column("store"))
+        assert np.allclose(got.column("total").to_numpy(), want.column("total").to_numpy())
+        view = ds.select(["units", "order"])[1000:50_000]
+        assert pa.table(view).equals(view.to_arrow())
+        assert pa.table(view).column_names == ["units", "order"]
+
+
+def test_a_stream_put_cuts_partitions_as_it_reads(cluster):
+    table = sales(50_000, 2)
+    with fp.connect(cluster.uri) as client:
+        ds = client.put("streamed", table.to_reader(max_chunksize=7_000), rows_per_partition=12_000)
+        assert ds.partition_tiling == (5, 1) and ds.to_arrow().equals(table)
+        source = table  # noqa: F841  (DuckDB finds it by name)
+        relation = duckdb.sql("select * from source where units > 4")
+        filtered = client.put("from-duckdb", relation)
+        assert filtered.to_arrow().sort_by("order").equals(relation.to_arrow_table().sort_by("order"))
+        frame = pl.from_arrow(table)
+        stored = client.put("from-polars", frame)  # a frame: cut by tiling
+        assert stored.partition_tiling == (3, 1) and pl.DataFrame(stored).equals(frame)
+        empty = client.put("empty", pa.RecordBatchReader.from_batches(table.schema, []))
+        assert empty.shape == (0, 4) and empty.to_arrow().num_rows == 0
+        with pytest.raises(ValueError, match="rows_per_partition"):
+            client.put("bad", table.to_reader(), tiling=(2, 1))
+
+
+READ = """
+import json, sys
+import duckdb
+import flightpart as fp
+
+def peak_mb():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM"):
+            return int(line.split()[1]) / 1024
+
+uri, how = sys.argv[1], sys.argv[2]
+with fp.connect(uri, host="127.0.0.99") as client:
+    ds = client.open("big")
+    before = peak_mb()
+    if how == "batches":
+        rows = sum(b.num_rows for b in ds.to_batches())
+    elif how == "duckdb":
+        rows = duckdb.sql("select count(*) from ds").fetchall()[0][0]
+    else:
+        rows = ds.to_arrow().num_rows
+print(json.dumps({"rows": rows, "growth_mb": peak_mb() - before}))
+"""
+
+PUT = """
+import json, sys
+import pyarrow.dataset as pds
+import flightpart as fp
+
+def peak_mb():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM"):
+            return int(line.split()[1]) / 1024
+
+uri, folder = sys.argv[1], sys.argv[2]
+with fp.connect(uri) as client:
+    before = peak_mb()
+    ds = client.put("from-parquet", pds.dataset(folder), rows_per_partition=500_000)
+    print(json.dumps({"tiling": list(ds.partition_tiling), "growth_mb": peak_mb() - before}))
+"""
+
+
+def run(script: str, *args: str) -> dict:
+    proc = subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+def test_reading_a_dataset_larger_than_the_window_keeps_memory_flat(cluster):
+    rows = 30_000_000  # 4 float/int columns: about 915 MB
+    rng = np.random.default_rng(3)
+    table = pa.table({"a": np.arange(rows), "b": rng.random(rows), "c": rng.random(rows), "d": np.arange(rows) % 97})
+    size_mb = table.nbytes / MB
+    with fp.connect(cluster.uri) as client:
+        client.put("big", table, tiling=(60, 1))
+    del table
+    streamed = run(READ, cluster.uri, "batches")
+    queried = run(READ, cluster.uri, "duckdb")
+    materialized = run(READ, cluster.uri, "to_arrow")
+    assert streamed["rows"] == queried["rows"] == materialized["rows"] == rows
+    assert materialized["growth_mb"] > 0.9 * size_mb  # the contrast: to_arrow holds everything
+    assert streamed["growth_mb"] < size_mb / 5, streamed  # a few row blocks in flight, whatever the dataset's size
+    assert queried["growth_mb"] < size_mb / 2.5, queried  # DuckDB adds its own buffers to the window
+
+
+@pytest.mark.slow
+def test_putting_parquet_larger_than_the_window_keeps_memory_flat(cluster, tmp_path):
+    rows = 24_000_000  # about 730 MB of columns
+    rng = np.random.default_rng(4)
+    folder = tmp_path / "parquet"
+    folder.mkdir()
+    for k in range(4):  # four files, about 180 MB of columns each
+        n = rows // 4
+        part = pa.table({"a": np.arange(k * n, (k + 1) * n), "b": rng.random(n), "c": rng.random(n), "d": rng.integers(0, 9, n)})
+        pq.write_table(part, folder / f"part-{k}.parquet", row_group_size=250_000)
+    size_mb = rows * 32 / MB
+    result = run(PUT, cluster.uri, str(folder))
+    assert result["tiling"] == [48, 1]
+    assert result["growth_mb"] < size_mb / 2.5, result  # the Parquet reader's own buffers and a few partitions in flight
+    with fp.connect(cluster.uri) as client:
+        back = client.open("from-parquet")
+        assert back.shape == (rows, 4)
+        expected = pq.read_table(folder)
+        assert back.to_arrow().sort_by("a").equals(expected.sort_by("a"))
