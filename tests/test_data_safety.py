@@ -39,8 +39,8 @@ def data_files(root: Path) -> list[str]:
     return sorted(str(p.relative_to(root)) for p in root.rglob("*.arrow") if "node-" in str(p))
 
 
-def put_raw(node_uri: str, path: list[str], table: pa.Table, trailer: int | None = None) -> None:
-    node = flight.connect(node_uri)
+def put_raw(node: str | flight.FlightClient, path: list[str], table: pa.Table, trailer: int | None = None) -> None:
+    node = flight.connect(node) if isinstance(node, str) else node
     writer, _ = node.do_put(flight.FlightDescriptor.for_path(*path), table.schema)
     writer.write_table(table)
     writer.write_metadata(pa.py_buffer(json.dumps({"rows": table.num_rows if trailer is None else trailer}).encode()))
@@ -428,7 +428,7 @@ def test_node_maps_and_descriptors_stay_flat_over_ten_thousand_puts(tmp_path):
 
         def round_of(start: int, count: int) -> None:
             for k in range(start, start + count):
-                put_raw(node.uri, ["many", "1", str(k), "0"], small)
+                put_raw(raw, ["many", "1", str(k), "0"], small)
                 raw.do_get(flight.Ticket(json.dumps({"dataset": "many", "version": 1, "part": [k, 0]}).encode())).read_all()
 
         round_of(0, 500)
