@@ -73,15 +73,17 @@ def test_a_stream_put_cuts_partitions_as_it_reads(cluster):
             client.put("bad", table.to_reader(), tiling=(2, 1))
 
 
-READ = """
-import json, sys
-import duckdb
-import flightpart as fp
-
+PEAK = """
 def peak_mb():
     for line in open("/proc/self/status"):
         if line.startswith("VmHWM"):
             return int(line.split()[1]) / 1024
+"""
+
+READ = PEAK + """
+import json, sys
+import duckdb
+import flightpart as fp
 
 uri, how = sys.argv[1], sys.argv[2]
 with fp.connect(uri, host="127.0.0.99") as client:
@@ -96,15 +98,10 @@ with fp.connect(uri, host="127.0.0.99") as client:
 print(json.dumps({"rows": rows, "growth_mb": peak_mb() - before}))
 """
 
-PUT = """
+PUT = PEAK + """
 import json, sys
 import pyarrow.dataset as pds
 import flightpart as fp
-
-def peak_mb():
-    for line in open("/proc/self/status"):
-        if line.startswith("VmHWM"):
-            return int(line.split()[1]) / 1024
 
 uri, folder = sys.argv[1], sys.argv[2]
 with fp.connect(uri) as client:
