@@ -104,11 +104,20 @@ class Dataset:
 
     @property
     def nbytes(self) -> int:
-        """Bytes of the stored partitions this view covers (file sizes)."""
+        """Bytes of the stored partitions this view covers: exact for whole partitions (their file sizes),
+        in proportion to the rows and columns taken for a part of one."""
         if self._columns is None and self._rows is None:
             return self._nbytes
-        share = self.shape[0] * max(self.shape[1], 1) / max(self._shape[0] * max(self._shape[1], 1), 1)
-        return int(self._nbytes * share)
+        return sum(self.partition_nbytes().values())
+
+    def partition_nbytes(self) -> dict[tuple[int, int], int]:
+        """Bytes of each partition of this view, by view position (see :attr:`nbytes`)."""
+        _grid, cells = self._view_grid()
+        out = {}
+        for pos, info, _start, shape, _cols, _rows in cells:
+            share = (shape[0] / info.shape[0] if info.shape[0] else 1.0) * (shape[1] / info.shape[1] if info.shape[1] else 1.0)
+            out[pos] = round(info.nbytes * share)
+        return out
 
     @property
     def partition_tiling(self) -> tuple[int, int]:

@@ -68,6 +68,22 @@ def test_every_location_names_the_node_ip_and_pid(cluster, dataset):
         assert pids[ip] == pid
 
 
+def test_sizes_are_each_partitions_own_file_size(cluster, dataset):
+    from flightpart.tools.grid_view import grid_json
+
+    with fp.connect(cluster.uri) as client:
+        ds = client.open("locality")
+        files = {}
+        for pos, part in ds.__partitioned__["partitions"].items():
+            uri = part["data"].replicas[0][0]
+            data_dir = Path(client.pool.action(uri, "node-info")["data_dir"])
+            files[pos] = (data_dir / partition_relpath("locality", ds.version, pos)).stat().st_size
+    assert ds.partition_nbytes() == files and ds.nbytes == sum(files.values())
+    assert {tuple(p["position"]): p["nbytes"] for p in grid_json(ds)["partitions"]} == files
+    half = ds[: ds.shape[0] // 2]
+    assert 0.4 * ds.nbytes < half.nbytes < 0.6 * ds.nbytes
+
+
 def _mappings() -> list[tuple[int, int, str]]:
     out = []
     for line in Path("/proc/self/maps").read_text().splitlines():

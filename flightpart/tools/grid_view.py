@@ -9,13 +9,14 @@ COLOURS = ["cyan", "magenta", "green", "yellow", "blue", "red", "bright_cyan", "
 
 def grid_json(ds: Any) -> dict:
     d = ds.__partitioned__
+    sizes = ds.partition_nbytes()
     return {
         "name": ds.name,
         "version": ds.version,
         "shape": list(d["shape"]),
         "partition_tiling": list(d["partition_tiling"]),
         "partitions": [
-            {"position": list(pos), "start": list(p["start"]), "shape": list(p["shape"]),
+            {"position": list(pos), "start": list(p["start"]), "shape": list(p["shape"]), "nbytes": sizes[pos],
              "nodes": [uri for uri, _ip, _pid in p["data"].replicas], "location": [list(loc) for loc in p["location"]]}
             for pos, p in sorted(d["partitions"].items())
         ],
@@ -36,7 +37,7 @@ def render_grid(ds: Any, nodes: list[dict], console: Any = None) -> None:
     table.add_column("rows")
     for j in range(q):
         table.add_column(f"column group {j}")
-    bytes_per_cell = ds.nbytes / max(p * q, 1)
+    sizes = ds.partition_nbytes()
     for i in range(p):
         first = d["partitions"][(i, 0)]
         cells = []
@@ -44,6 +45,6 @@ def render_grid(ds: Any, nodes: list[dict], console: Any = None) -> None:
             part = d["partitions"][(i, j)]
             holders = part["data"].replicas
             label = "\n".join(f"[{colour.get(uri, 'white')}]{ip}[/]" for uri, ip, _pid in holders)
-            cells.append(f"{label}\n{part['shape'][0]:,} rows\n~{bytes_per_cell / 1e6:,.1f} MB")
+            cells.append(f"{label}\n{part['shape'][0]:,} rows\n{sizes[(i, j)] / 1e6:,.1f} MB")
         table.add_row(f"{first['start'][0]:,}..{first['start'][0] + first['shape'][0]:,}", *cells)
     console.print(table)
