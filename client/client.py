@@ -53,8 +53,6 @@ STREAM_PARTITION_BYTES = 64 << 20
 """The size of the row blocks a stream is cut into when no rows_per_partition is given."""
 STREAM_PUTS_IN_FLIGHT = 2
 """Partitions of a stream being sent at once (per replica) while the next one fills."""
-MIN_PUT_RATE = 16 << 20
-"""Bytes per second a put may not fall below: a put's deadline is the client's timeout plus its size at this rate."""
 
 
 class Client:
@@ -277,8 +275,8 @@ class Client:
         return self._versioned(name, store)
 
     def _send_one(self, uri: str, name: str, version: int, part: tuple[int, int], table: pa.Table) -> None:
-        with translated():  # a node that stops taking data fails the put within this deadline
-            send_partition(self.pool, uri, name, version, part, table, timeout=self.timeout + table.nbytes / MIN_PUT_RATE)
+        with translated():  # a node that stops taking data fails the put within its deadline
+            send_partition(self.pool, uri, name, version, part, table, timeout=self.timeout)
 
     def _target_nodes(self, nodes: Sequence[str] | None) -> list[dict]:
         """Live nodes to put to (those named by ``nodes``), leaving out nodes low on disk while others have room."""

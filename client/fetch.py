@@ -29,7 +29,7 @@ from flightpart.io.connections import ConnectionPool, shared_pool
 from flightpart.io.errors import translate
 from flightpart.io.hosts import host_addresses
 from flightpart.io.maps import MappedFiles
-from flightpart.io.transfer import project
+from flightpart.io.transfer import chunks, project
 from flightpart.wire import Replica, Ticket, error_message
 
 MAX_STREAMS = 8
@@ -228,11 +228,7 @@ def stream(pool: ConnectionPool, uri: str, ticket: flight.Ticket, idle_timeout: 
                 return
             progress["last"] = time.monotonic()
             batches = []
-            while True:
-                try:
-                    chunk = reader.read_chunk()
-                except StopIteration:
-                    break
+            for chunk in chunks(reader):
                 if chunk.data is not None:
                     batches.append(chunk.data)
                 progress["last"] = time.monotonic()

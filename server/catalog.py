@@ -325,7 +325,8 @@ class CatalogServer(ServiceBase):
                     continue
                 held_by = {n.node_id for n in p.nodes}
                 while len(holders) < record.replicas:
-                    spare = sorted((n for n in live if n.node_id not in held_by), key=lambda n: load[n.node_id])
+                    # the least loaded live node without it, nodes low on disk last
+                    spare = sorted((n for n in live if n.node_id not in held_by), key=lambda n: (n.low_space, load[n.node_id]))
                     if not spare:
                         break
                     target = spare[0]

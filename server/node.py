@@ -26,7 +26,7 @@ from flightpart.io.connections import ConnectionPool
 from flightpart.io.errors import translated
 from flightpart.io.hosts import advertised_ip
 from flightpart.io.layout import default_data_dir
-from flightpart.io.transfer import BATCH_BYTES, project, send_partition, split_batch
+from flightpart.io.transfer import BATCH_BYTES, chunks, project, send_partition, split_batch
 from flightpart.version import __version__
 from flightpart.wire import (
     CopyTo,
@@ -246,11 +246,7 @@ class NodeServer(ServiceBase):
             limit = self.store.max_partition_bytes
 
             def batches() -> Iterator[pa.RecordBatch]:
-                while True:
-                    try:
-                        chunk = reader.read_chunk()
-                    except StopIteration:
-                        return
+                for chunk in chunks(reader):
                     if chunk.app_metadata is not None:
                         declared.append(PutTrailer.decode(chunk.app_metadata.to_pybytes(), "put trailer").rows)
                     if chunk.data is not None:

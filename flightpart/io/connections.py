@@ -14,7 +14,7 @@ from typing import Any
 import pyarrow.flight as flight
 
 from flightpart.errors import ClientClosed
-from flightpart.wire import dumps, loads
+from flightpart.wire import Message, dumps, loads
 
 from .access import Access
 
@@ -51,7 +51,7 @@ class ConnectionPool:
         """Run an action whose body and first result are JSON (``body`` may be a wire Message)."""
         if body is None:
             payload = b""
-        elif hasattr(body, "encode") and not isinstance(body, str):
+        elif isinstance(body, Message):
             payload = body.encode()
         else:
             payload = dumps(body)

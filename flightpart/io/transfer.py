@@ -6,8 +6,10 @@ Shared by the client (puts), the node (``copy-to``, serving) and ``get``
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.flight as flight
@@ -16,9 +18,11 @@ import pyarrow.ipc as ipc
 from flightpart.errors import RequestRejected
 from flightpart.wire import HeldPartition, PutTrailer, partition_path
 
-from .connections import ConnectionPool
+from .connections import DEFAULT_TIMEOUT, ConnectionPool
 
 BATCH_BYTES = 1 << 20
+MIN_PUT_RATE = 16 << 20
+"""Bytes per second a put may not fall below: its deadline is a base timeout plus its size at this rate."""
 
 
 def split_batch(batch: pa.RecordBatch, target_bytes: int = BATCH_BYTES) -> list[pa.RecordBatch]:
@@ -44,15 +48,18 @@ def project(table: pa.Table, columns: tuple[str, ...] | None, rows: tuple[int, i
 
 
 def send_partition(pool: ConnectionPool, uri: str, dataset: str, version: int, part: tuple[int, int],
-                   table: pa.Table, *, timeout: float | None = None) -> HeldPartition | None:
+                   table: pa.Table, *, timeout: float = DEFAULT_TIMEOUT) -> HeldPartition | None:
     """``do_put`` one partition to a node in batches of about 1 MiB; returns the node's receipt.
 
     The stream ends with a :class:`~flightpart.wire.PutTrailer`: a node
-    stores the partition only if the rows it received match it. ``timeout``
-    bounds the whole call (a frozen node fails the put instead of hanging it).
+    stores the partition only if the rows it received match it. The call's
+    deadline is ``timeout`` plus the partition's size at :data:`MIN_PUT_RATE`,
+    so every sender (client, node copy, Dask worker, Ray task, SPMD rank)
+    fails in bounded time on a frozen node instead of hanging.
     """
     descriptor = flight.FlightDescriptor.for_path(*partition_path(dataset, version, part))
-    writer, reader = pool.client(uri).do_put(descriptor, table.schema, options=pool.options(timeout))
+    deadline = timeout + table.nbytes / MIN_PUT_RATE
+    writer, reader = pool.client(uri).do_put(descriptor, table.schema, options=pool.options(deadline))
     with writer:
         for batch in table.to_batches():
             for piece in split_batch(batch):
@@ -61,6 +68,15 @@ def send_partition(pool: ConnectionPool, uri: str, dataset: str, version: int, p
         writer.done_writing()
         ack = reader.read()
     return HeldPartition.decode(ack.to_pybytes(), "put receipt") if ack is not None else None
+
+
+def chunks(reader: Any) -> Iterator[Any]:
+    """The chunks (data and app metadata) of a Flight stream until it ends, for a reader of either side."""
+    while True:
+        try:
+            yield reader.read_chunk()
+        except StopIteration:
+            return
 
 
 def open_mapped(path: str | Path) -> pa.Table:
