@@ -25,7 +25,7 @@ import flightpart as fp
 from flightpart.io.layout import MANIFEST
 from flightpart.tools.cluster import LocalCluster
 
-from helpers import code_of, free_port, wait_until
+from helpers import code_of, free_port, put_raw, wait_until
 
 TESTS = Path(__file__).resolve().parent
 
@@ -37,14 +37,6 @@ def table_of(rows: int, seed: int = 0) -> pa.Table:
 
 def data_files(root: Path) -> list[str]:
     return sorted(str(p.relative_to(root)) for p in root.rglob("*.arrow") if "node-" in str(p))
-
-
-def put_raw(node: str | flight.FlightClient, path: list[str], table: pa.Table, trailer: int | None = None) -> None:
-    node = flight.connect(node) if isinstance(node, str) else node
-    writer, _ = node.do_put(flight.FlightDescriptor.for_path(*path), table.schema)
-    writer.write_table(table)
-    writer.write_metadata(pa.py_buffer(json.dumps({"rows": table.num_rows if trailer is None else trailer}).encode()))
-    writer.close()
 
 
 def deleted_maps(pid: int, under: Path) -> list[str]:
@@ -289,6 +281,25 @@ def test_a_committed_version_never_changes(cluster):
         assert client.open("frozen").to_arrow().equals(table)
         for node_dir in c.root.glob("node-*/datasets/frozen/v1"):
             assert (node_dir / MANIFEST).exists()  # sealed on every holder
+
+
+def test_a_holder_that_missed_the_seal_gets_it_when_it_registers_again(cluster):
+    c = cluster
+    with fp.connect(c.uri, host="127.0.0.99") as client:
+        ds = client.put("late-seal", table_of(900, 30), tiling=(3, 1))
+        node_dir = c.root / "node-127.0.0.73"
+        manifest = node_dir / "datasets" / "late-seal" / "v1" / MANIFEST
+        manifest.unlink()  # as if the seal never reached this node (it was down when the catalog committed)
+        victim = next(n for n in c.nodes if "127.0.0.73" in n.uri)
+        victim.kill()
+        c.nodes.remove(victim)
+        c.add_node("127.0.0.73", heartbeat=0.3, data_dir=node_dir)
+        wait_until(manifest.exists, 20, "the catalog to seal the version again at registration")
+        holder = next(n.uri for n in c.nodes if "127.0.0.73" in n.uri)
+        with pytest.raises(flight.FlightError) as info:
+            put_raw(holder, ["late-seal", "1", "7", "0"], table_of(5, 31))  # refused only because the version is sealed
+        assert code_of(info.value) == "VERSION_CONFLICT"
+        assert ds.version == 1 and client.open("late-seal").to_arrow().equals(table_of(900, 30))
 
 
 # --------------------------------------------------------------------------- drop is final

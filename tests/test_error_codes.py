@@ -17,7 +17,7 @@ from flightpart import wire
 from flightpart.io.errors import translate
 from flightpart.tools.cluster import LocalCluster
 
-from helpers import code_of
+from helpers import code_of, put_raw
 
 SCHEMA_TEXT = wire.schema_to_text(pa.schema([("a", pa.int64())]))
 
@@ -39,12 +39,6 @@ def action(name: str, body) -> flight.Action:
     return flight.Action(name, body if isinstance(body, bytes) else json.dumps(body).encode())
 
 
-def put(node, path, table):
-    writer, _ = node.do_put(flight.FlightDescriptor.for_path(*path), table.schema)
-    writer.write_table(table)
-    writer.close()
-
-
 def commit_body(**changes):
     body = {"dataset": "good", "version": 1, "schema": SCHEMA_TEXT, "shape": [100, 1], "tiling": [1, 1],
             "partitions": [{"part": [0, 0], "start": [0, 0], "shape": [100, 1], "nodes": ["nobody"]}]}
@@ -59,17 +53,18 @@ NODE_CASES = [
     ("ticket duplicate columns", lambda n, c: n.do_get(ticket(columns=["a", "a"])).read_all(), fp.RequestRejected),
     ("ticket unknown column", lambda n, c: n.do_get(ticket(columns=["zz"])).read_all(), fp.RequestRejected),
     ("partition missing", lambda n, c: n.do_get(ticket(part=[5, 0])).read_all(), fp.PartitionMissing),
-    ("put bad name", lambda n, c: put(n, ["a b", "1", "0", "0"], pa.table({"a": [1]})), fp.InvalidName),
-    ("put unicode version", lambda n, c: put(n, ["x", "١", "0", "0"], pa.table({"a": [1]})), fp.RequestRejected),
-    ("put short path", lambda n, c: put(n, ["x", "1"], pa.table({"a": [1]})), fp.RequestRejected),
-    ("put over the limit", lambda n, c: put(n, ["big", "1", "0", "0"], pa.table({"a": np.arange(100_000)})), fp.LimitExceeded),
-    ("put other schema", lambda n, c: put(n, ["good", "1", "1", "0"], pa.table({"a": ["text"]})), fp.SchemaMismatch),
+    ("put bad name", lambda n, c: put_raw(n, ["a b", "1", "0", "0"], pa.table({"a": [1]})), fp.InvalidName),
+    ("put unicode version", lambda n, c: put_raw(n, ["x", "١", "0", "0"], pa.table({"a": [1]})), fp.RequestRejected),
+    ("put short path", lambda n, c: put_raw(n, ["x", "1"], pa.table({"a": [1]})), fp.RequestRejected),
+    ("put over the limit", lambda n, c: put_raw(n, ["big", "1", "0", "0"], pa.table({"a": np.arange(100_000)})), fp.LimitExceeded),
+    ("put other schema", lambda n, c: put_raw(n, ["good", "1", "1", "0"], pa.table({"a": ["text"]})), fp.SchemaMismatch),
     ("unknown action", lambda n, c: list(n.do_action(action("nope", {}))), fp.RequestRejected),
     ("held wrong type", lambda n, c: list(n.do_action(action("held", {"dataset": "good", "version": "1"}))), fp.RequestRejected),
     ("drop not JSON", lambda n, c: list(n.do_action(action("drop", b"{"))), fp.RequestRejected),
     ("copy-to a stranger", lambda n, c: list(n.do_action(action("copy-to", {"dataset": "good", "version": 1, "part": [0, 0],
                                                                            "target": "grpc://127.0.0.1:1"}))), fp.RequestRejected),
     ("stats with a body", lambda n, c: list(n.do_action(action("stats", {"x": 1}))), fp.RequestRejected),
+    ("body over 16 MiB", lambda n, c: list(n.do_action(action("held", b" " * (17 << 20)))), fp.LimitExceeded),
 ]
 
 CATALOG_CASES = [
@@ -132,7 +127,7 @@ def test_an_unexpected_failure_is_internal_and_shows_no_path(one_node):
     blocker.write_text("a file where a directory must be")  # the next put into 'broken' cannot make its folder
     node = flight.connect(one_node.nodes[0].uri)
     with pytest.raises(flight.FlightError) as info:
-        put(node, ["broken", "1", "0", "0"], pa.table({"a": [1, 2]}))
+        put_raw(node, ["broken", "1", "0", "0"], pa.table({"a": [1, 2]}))
     assert code_of(info.value) == "INTERNAL"
     assert isinstance(translate(info.value), fp.ServerError)
     assert leaks(str(info.value), one_node) == [] and "a file where" not in str(info.value)

@@ -278,3 +278,32 @@ def test_metrics_bind_where_the_operator_says_and_name_no_dataset(root):
             client.put("secret-project-name", table_of(10))
         body = urllib.request.urlopen(url, timeout=10).read().decode()
         assert "flightpart_partitions_held" in body and "secret-project-name" not in body
+
+
+def test_a_named_group_may_map_partitions_and_no_one_else(root):
+    uid, gid = other_user()
+    group = "flightpart-readers"
+    if subprocess.run(["getent", "group", group], capture_output=True).returncode != 0:
+        made = subprocess.run(["groupadd", "--system", group], capture_output=True, text=True)
+        if made.returncode != 0:
+            pytest.skip(f"cannot create a group: {made.stderr.strip()}")
+    readers = int(subprocess.run(["getent", "group", group], capture_output=True, text=True).stdout.split(":")[2])
+    with LocalCluster(root / "g", nodes=0) as c:
+        (root / "g").chmod(0o755)
+        c.add_node("127.0.0.98", args=["--group", group])
+        with fp.connect(c.uri) as client:
+            client.put("team", table_of(100, 5), tiling=(1, 1))
+        partition = next((root / "g").glob("node-*/datasets/team/v1/0_0.arrow"))
+        assert partition.stat().st_mode & 0o777 == 0o640 and partition.stat().st_gid == readers
+        assert partition.parent.stat().st_mode & 0o777 == 0o750
+
+        def reader_as(groups: list[int]):
+            def switch() -> None:
+                os.setgroups(groups)
+                os.setgid(gid)
+                os.setuid(uid)
+            return subprocess.run(["/bin/sh", "-c", TRY_OPEN, "sh", str(partition)], capture_output=True, text=True,
+                                  preexec_fn=switch, timeout=60).stdout.strip()
+
+        assert reader_as([readers]) == f"read {partition}"  # a member of the group maps it zero-copy
+        assert reader_as([]) == f"denied {partition}"       # the same user outside the group does not
