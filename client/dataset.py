@@ -1,8 +1,10 @@
 """``Dataset``: one version of a dataset as a user holds it.
 
-It is a view (all of it, a column projection, a row range) over the
-catalog's partition grid. Views fetch only the partitions and rows they
-need, sliced on the server.
+It is a view (all of it, a column projection, a row range, a filter) over
+the catalog's partition grid. Views fetch only the partitions and rows they
+need: slices and filters are applied on the node that holds the data (or on
+the local memory map), and a filter skips the row blocks whose statistics
+say it cannot match before any stream opens.
 """
 
 from __future__ import annotations
@@ -10,16 +12,32 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from flightpart import frames
+from flightpart import aggregates, filters, frames
 from flightpart.errors import PartitionedError
-from flightpart.wire import PartInfo, VersionInfo
+from flightpart.filters import Filter
+from flightpart.wire import Aggregate, PartInfo, VersionInfo
 
 from .fetch import FlightGet, PartitionRef
 from .plugins import runtime
+from .pruning import Pruner
+
+COUNT = Aggregate((("", "count_all"),), ())
+
+
+@dataclass(frozen=True)
+class _Block:
+    """One row block of a view: which stored row block, which of its rows, how many the view gets."""
+
+    i: int
+    rows: tuple[int, int] | None  # rows of the partition, before the filter (None: all)
+    size: int | None  # rows this block gives the view (None: not counted yet)
+    matched: tuple[int, int] | None = None  # the range of the filter's rows it gives (None: all)
 
 
 class Dataset:
@@ -28,19 +46,24 @@ class Dataset:
     def __init__(self, name: str, version: int, schema: pa.Schema, shape: tuple[int, int], grid: tuple[int, int],
                  parts: Sequence[PartInfo], nbytes: int, get: FlightGet, *, columns: dict[int, tuple[str, ...]] | None = None,
                  rows: tuple[int, int] | None = None, spmd: tuple[int, int] | None = None,
-                 order: Sequence[str] | None = None):
+                 order: Sequence[str] | None = None, filter: Filter | None = None, matched: tuple[int, int] | None = None,
+                 shared: dict | None = None):
         self.name = name
         self.version = version
         self._schema = schema
         self._shape = shape
         self._grid = grid
-        self._parts = {p.position: p for p in parts}
+        self._parts = parts if isinstance(parts, dict) else {p.position: p for p in parts}
         self._nbytes = nbytes
         self._get = get
         self._columns = columns  # column group -> selected columns (None: all)
-        self._rows = rows
+        self._rows = rows  # rows of the dataset, before the filter
         self._spmd = spmd
         self._order = list(order) if order is not None else None  # the user's column order after select()
+        self._filter = filter
+        self._matched = matched  # a range of the rows the filter keeps
+        self._shared = shared if shared is not None else {}  # per version: the pruner
+        self._sized: list[_Block] | None = None
 
     @classmethod
     def from_version(cls, v: VersionInfo, get: FlightGet) -> "Dataset":
@@ -48,9 +71,10 @@ class Dataset:
         return cls(v.dataset, v.version, v.schema, v.shape, v.grid, v.parts, v.nbytes, get)
 
     def _derive(self, **changes: Any) -> "Dataset":
-        kwargs = {"columns": self._columns, "rows": self._rows, "spmd": self._spmd, "order": self._order, **changes}
-        return Dataset(self.name, self.version, self._schema, self._shape, self._grid, list(self._parts.values()),
-                       self._nbytes, self._get, **kwargs)
+        kwargs = {"columns": self._columns, "rows": self._rows, "spmd": self._spmd, "order": self._order,
+                  "filter": self._filter, "matched": self._matched, "shared": self._shared, **changes}
+        return Dataset(self.name, self.version, self._schema, self._shape, self._grid, self._parts, self._nbytes, self._get,
+                       **kwargs)
 
     # ------------------------------------------------------------------ views
 
@@ -69,12 +93,44 @@ class Dataset:
         chosen = {j: cols for j, cols in chosen.items() if len(cols) > len(index_cols)}
         return self._derive(columns=chosen, order=list(columns))
 
+    def filter(self, expression: pc.Expression | str) -> "Dataset":
+        """A view of the rows where ``expression`` is true (``pc.field("x") > 0``, or text like ``"x > 0 and y == 'a'"``).
+
+        Nodes evaluate the filter next to the data and send only matching
+        rows; partitions on this host are filtered on their memory map; row
+        blocks whose statistics rule the filter out are never asked for.
+        The filter may read columns the view does not select. Filters
+        compose (``and``); a row slice before a filter takes rows of the
+        dataset, a slice after it takes rows of the result.
+        """
+        if self._matched is not None:
+            raise PartitionedError("filter after a slice of a filtered view: filter first, then slice "
+                                   "(ds.filter(a & b)[i:j]), or read the slice and filter it")
+        if isinstance(expression, str):
+            expression = filters.parse_where(expression, self._schema.names)
+        if self._filter is not None:
+            expression = self._filter.expression & expression
+        return self._derive(filter=Filter.compile(expression, self._schema))
+
     def __getitem__(self, key: slice) -> "Dataset":
         if not isinstance(key, slice) or key.step not in (None, 1):
             raise TypeError("datasets slice rows with ds[a:b] (step 1)")
         lo, hi, _ = key.indices(self.shape[0])
+        if self._filter is not None:
+            base = self._matched[0] if self._matched else 0
+            return self._derive(matched=(base + lo, base + max(lo, hi)))
         base = self._rows[0] if self._rows else 0
         return self._derive(rows=(base + lo, base + max(lo, hi)))
+
+    def head(self, n: int = 5) -> pa.Table:
+        """The first ``n`` rows of the view, reading only the row blocks they come from."""
+        out, taken = [], 0
+        for table in self._row_blocks(prefetch=0):
+            out.append(table.slice(0, n - taken))
+            taken += out[-1].num_rows
+            if taken >= n:
+                break
+        return pa.concat_tables(out) if out else self._in_order(self.schema.empty_table())
 
     def spmd(self, rank: int, nranks: int) -> "Dataset":
         """The SPMD view of rank ``rank``: ``locals`` set, others' data ``None``."""
@@ -86,9 +142,17 @@ class Dataset:
 
     @property
     def shape(self) -> tuple[int, int]:
-        rows = self._rows[1] - self._rows[0] if self._rows else self._shape[0]
+        """(rows, columns); the rows of a filtered view are counted on the nodes (from statistics where they tell)."""
+        if self._filter is not None:
+            rows = sum(b.size or 0 for b in self._blocks(counted=True))
+        else:
+            rows = self._rows[1] - self._rows[0] if self._rows else self._shape[0]
         cols = sum(1 for cols in self._columns.values() for c in cols if c in self._data_names()) if self._columns is not None else self._shape[1]
         return (rows, cols)
+
+    def count_rows(self, filter: pc.Expression | str | None = None) -> int:
+        """Rows of the view (where ``filter`` is true): from statistics when they decide, else counted on the nodes."""
+        return (self if filter is None else self.filter(filter)).shape[0]
 
     def _data_names(self) -> set[str]:
         meta = self._schema.pandas_metadata or {}
@@ -106,7 +170,7 @@ class Dataset:
     def nbytes(self) -> int:
         """Bytes of the stored partitions this view covers: exact for whole partitions (their file sizes),
         in proportion to the rows and columns taken for a part of one."""
-        if self._columns is None and self._rows is None:
+        if self._columns is None and self._rows is None and self._filter is None:
             return self._nbytes
         return sum(self.partition_nbytes().values())
 
@@ -114,7 +178,7 @@ class Dataset:
         """Bytes of each partition of this view, by view position (see :attr:`nbytes`)."""
         _grid, cells = self._view_grid()
         out = {}
-        for pos, info, _start, shape, _cols, _rows in cells:
+        for pos, info, _start, shape, _ref in cells:
             share = (shape[0] / info.shape[0] if info.shape[0] else 1.0) * (shape[1] / info.shape[1] if info.shape[1] else 1.0)
             out[pos] = round(info.nbytes * share)
         return out
@@ -123,36 +187,116 @@ class Dataset:
     def partition_tiling(self) -> tuple[int, int]:
         return self._view_grid()[0]
 
-    # ------------------------------------------------------------------ protocol
+    # ------------------------------------------------------------------ planning
 
-    def _view_grid(self):
-        """(grid, [(view position, original PartInfo, start, shape, columns, rows)])."""
-        col_groups = sorted(self._columns) if self._columns is not None else list(range(self._grid[1]))
-        starts_j = {}
-        col_start = 0
-        for j in col_groups:
-            width = self._group_width(j)
-            starts_j[j] = (col_start, width)
-            col_start += width
-        row_blocks = []
+    def _groups(self) -> list[int]:
+        """The column groups this view reads."""
+        return sorted(self._columns) if self._columns is not None else list(range(self._grid[1]))
+
+    def _stored(self, j: int) -> set[str]:
+        """The columns partitions of column group ``j`` hold (pandas index columns are in every group)."""
+        names = self._data_names()
+        data_cols = [n for n in self._schema.names if n in names]
+        return set(frames.column_groups(data_cols, self._grid[1])[j]) | (set(self._schema.names) - names)
+
+    def _group_with(self, columns: Sequence[str]) -> int | None:
+        """A column group that holds every one of ``columns`` (a node can then work on one partition alone)."""
+        return next((j for j in range(self._grid[1]) if set(columns) <= self._stored(j)), None)
+
+    def _pushable(self) -> bool:
+        """Whether each partition the view reads can apply the filter itself."""
+        return self._filter is None or all(set(self._filter.columns) <= self._stored(j) for j in self._groups())
+
+    def _pruner(self) -> Pruner:
+        pruner = self._shared.get("pruner")
+        if pruner is None:
+            p, q = self._grid
+            blocks = {i: (self._parts[(i, 0)].shape[0], [self._parts[(i, j)].stats for j in range(q)]) for i in range(p)}
+            pruner = self._shared["pruner"] = Pruner(self._schema, blocks)
+        return pruner
+
+    def _base_blocks(self) -> list[_Block]:
+        out = []
         for i in range(self._grid[0]):
             info = self._parts[(i, 0)]
             s0, n = info.start[0], info.shape[0]
             if self._rows is None:
-                row_blocks.append((i, s0, n, None))
+                out.append(_Block(i, None, n))
                 continue
             lo, hi = max(self._rows[0], s0), min(self._rows[1], s0 + n)
             if lo < hi:
-                row_blocks.append((i, lo - self._rows[0], hi - lo, (lo - s0, hi - s0)))
-        if not row_blocks:  # an empty slice still has one (empty) block
-            row_blocks = [(0, 0, 0, (0, 0))]
+                out.append(_Block(i, (lo - s0, hi - s0), hi - lo))
+        return out
+
+    def _blocks(self, *, counted: bool) -> list[_Block]:
+        """The row blocks the view reads, in order; with ``counted``, each with the rows it gives."""
+        blocks = self._base_blocks()
+        if self._filter is None:
+            return blocks
+        if self._sized is not None:
+            return self._sized
+        pruner = self._pruner()
+        expression = self._filter.expression
+        dead = pruner.cannot_match(expression)
+        blocks = [replace(b, size=None) for b in blocks if b.i not in dead]
+        if not counted and self._matched is None:
+            return blocks
+        everything = pruner.all_match(expression)
+        counts = self._count([b for b in blocks if b.i not in everything])
+        sized = [replace(b, size=counts.get(b.i, self._rows_of(b))) for b in blocks]
+        if self._matched is not None:
+            lo, hi = self._matched
+            narrowed, seen = [], 0
+            for b in sized:
+                a, z = max(lo - seen, 0), min(hi - seen, b.size or 0)
+                seen += b.size or 0
+                if a < z:
+                    narrowed.append(replace(b, size=z - a, matched=(a, z)))
+            sized = narrowed
+        self._sized = [b for b in sized if b.size]
+        return self._sized
+
+    def _rows_of(self, b: _Block) -> int:
+        return b.rows[1] - b.rows[0] if b.rows is not None else self._parts[(b.i, 0)].shape[0]
+
+    def _count(self, blocks: list[_Block]) -> dict[int, int]:
+        """Rows the filter keeps in each block, counted where the data is (one small reply per block)."""
+        assert self._filter is not None
+        j = self._group_with(self._filter.columns)
+        if j is None:  # the filter reads several column groups: count on the columns it reads
+            view = self._derive(filter=None, matched=None).select(
+                [c for c in self._filter.columns if c in self._data_names()] or [next(iter(self._data_names()))])
+            return {b.i: filters.apply(view._read_block(replace(b, matched=None), pushed=False), self._filter.substrait).num_rows
+                    for b in blocks}
+        refs = [self._ref(b, j, None, aggregate=COUNT) for b in blocks]
+        return {b.i: int(t.column("p0")[0].as_py()) if t.num_rows else 0 for b, t in zip(blocks, self._get(refs))}
+
+    def _ref(self, b: _Block, j: int, columns: tuple[str, ...] | None, *, pushed: bool = True,
+             aggregate: Aggregate | None = None) -> PartitionRef:
+        info = self._parts[(b.i, j)]
+        f = self._filter.substrait if (pushed and self._filter is not None) else None
+        return PartitionRef(self.name, self.version, info.position, info.replicas, columns, b.rows, f,
+                            b.matched if f is not None else None, aggregate)
+
+    def _columns_of(self, j: int) -> tuple[str, ...] | None:
+        return self._columns[j] if self._columns is not None else None
+
+    def _view_grid(self) -> tuple[tuple[int, int], list]:
+        """(grid, [(view position, original PartInfo, start, shape, handle)])."""
+        groups = self._groups()
+        widths = [self._group_width(j) for j in groups]
+        blocks = self._blocks(counted=True) or [_Block(0, (0, 0), 0)]
         cells = []
-        for vi, (i, rstart, rn, rows) in enumerate(row_blocks):
-            for vj, j in enumerate(col_groups):
-                cstart, width = starts_j[j]
-                cols = self._columns[j] if self._columns is not None else None
-                cells.append(((vi, vj), self._parts[(i, j)], (rstart, cstart), (rn, width), cols, rows))
-        return (len(row_blocks), len(col_groups)), cells
+        row_start = 0
+        for vi, b in enumerate(blocks):
+            col_start = 0
+            size = b.size if b.size is not None else self._rows_of(b)
+            for vj, (j, width) in enumerate(zip(groups, widths)):
+                cells.append(((vi, vj), self._parts[(b.i, j)], (row_start, col_start), (size, width),
+                              self._ref(b, j, self._columns_of(j))))
+                col_start += width
+            row_start += size
+        return (len(blocks), len(groups)), cells
 
     def _group_width(self, j: int) -> int:
         if self._columns is None:
@@ -160,8 +304,15 @@ class Dataset:
         names = self._data_names()
         return sum(1 for c in self._columns[j] if c in names)
 
+    # ------------------------------------------------------------------ protocol
+
     @property
     def __partitioned__(self) -> dict:
+        if not self._pushable():
+            raise PartitionedError(
+                f"filter {self._filter.expression} reads columns of another column group than the ones this view reads, "  # type: ignore[union-attr]
+                "so no partition can be filtered on its own: to_arrow(), to_batches() and aggregate() work; for "
+                "__partitioned__ (Dask, Ray), select the filter's columns too or put the dataset with one column group")
         grid, cells = self._view_grid()
         local = None
         if self._spmd is not None:
@@ -169,24 +320,26 @@ class Dataset:
             local = [pos for pos, *_ in cells if pos[0] % nranks == rank]
         locations: dict[tuple, list] = {}
         parts = {}
-        for pos, info, start, shape, cols, rows in cells:
+        for pos, info, start, shape, ref in cells:
             loc = locations.setdefault(info.replicas, [(ip, pid) for _uri, ip, pid in info.replicas])
-            ref = PartitionRef(self.name, self.version, info.position, info.replicas, cols, rows)
             parts[pos] = {
                 "start": start,
                 "shape": shape,
                 "data": ref if local is None or pos in local else None,
                 "location": loc,
             }
-        d = {"shape": self.shape, "partition_tiling": grid, "partitions": parts, "get": self._get}
+        rows = sum(shape[0] for pos, _info, _start, shape, _ref in cells if pos[1] == 0)
+        d = {"shape": (rows, self.shape[1]), "partition_tiling": grid, "partitions": parts, "get": self._get}
         if local is not None:
             d["locals"] = local
         return d
 
     # ------------------------------------------------------------------ reads
 
-    def _readable(self) -> dict:
-        """The ``__partitioned__`` of a view that can be read whole (not another rank's SPMD view)."""
+    def _check_readable(self) -> None:
+        """A view that can be read whole (not another rank's SPMD view)."""
+        if self._spmd is None:
+            return
         d = self.__partitioned__
         missing = [p for p in sorted(d["partitions"]) if d["partitions"][p]["data"] is None]
         if missing:
@@ -194,40 +347,62 @@ class Dataset:
                 f"partitions[{missing[0]}]: not local to rank {self._spmd[0]}; an SPMD view reads its locals only "
                 "(use read_locals(), or open the dataset without rank=)"
             )
-        return d
 
     def _in_order(self, table: pa.Table) -> pa.Table:
         if self._order is None:
             return table
         return table.select(self._order + [c for c in table.column_names if c not in self._order])
 
+    def _read_block(self, b: _Block, *, pushed: bool = True) -> pa.Table:
+        """One row block of the view as a table (the filter applied on the nodes, or here when it spans groups)."""
+        groups = self._groups()
+        if self._filter is None or not pushed or self._pushable():
+            tables = self._get([self._ref(b, j, self._columns_of(j), pushed=pushed) for j in groups])
+            return self._in_order(frames.assemble({(0, k): t for k, t in enumerate(tables)}, (1, len(tables))))
+        wanted = set(self._filter.columns)
+        reads = [j for j in range(self._grid[1]) if j in groups or wanted & self._stored(j)]
+        refs = []
+        for j in reads:
+            base = list(self._columns_of(j) or sorted(self._stored(j))) if j in groups else []
+            extra = [c for c in self._schema.names if c in self._stored(j) and (c in wanted or c not in self._data_names())]
+            refs.append(self._ref(replace(b, matched=None), j, tuple(dict.fromkeys(base + extra)), pushed=False))
+        tables = self._get(refs)
+        table = filters.apply(frames.assemble({(0, k): t for k, t in enumerate(tables)}, (1, len(tables))), self._filter.substrait)
+        if b.matched is not None:
+            table = table.slice(b.matched[0], b.matched[1] - b.matched[0])
+        return self._in_order(table.select(self.schema.names))
+
     def to_arrow(self) -> pa.Table:
-        """The whole view as one table: local parts mapped, others streamed."""
-        d = self._readable()
-        positions = sorted(d["partitions"])
-        tables = self._get([d["partitions"][p]["data"] for p in positions])
-        return self._in_order(frames.assemble(dict(zip(positions, tables)), d["partition_tiling"]))
+        """The whole view as one table: local parts mapped, others streamed (in parallel)."""
+        self._check_readable()
+        if not self._pushable():
+            tables = [self._read_block(b) for b in self._blocks(counted=False)]
+            return pa.concat_tables(tables) if tables else self._in_order(self.schema.empty_table())
+        blocks = self._blocks(counted=self._matched is not None)
+        if not blocks:
+            return self._in_order(self.schema.empty_table())
+        groups = self._groups()
+        refs = [self._ref(b, j, self._columns_of(j)) for b in blocks for j in groups]
+        tables = self._get(refs)
+        q = len(groups)
+        parts = {(k // q, k % q): t for k, t in enumerate(tables)}
+        return self._in_order(frames.assemble(parts, (len(blocks), q)))
 
     def _row_blocks(self, prefetch: int) -> Iterator[pa.Table]:
         """Each row block as a table, in order; the next ``prefetch`` blocks are read ahead, no more."""
-        d = self._readable()
-        p, q = d["partition_tiling"]
-        handles = [[d["partitions"][(i, j)]["data"] for j in range(q)] for i in range(p)]
-
-        def read(i: int) -> pa.Table:
-            return self._in_order(frames.assemble({(0, j): t for j, t in enumerate(self._get(handles[i]))}, (1, q)))
-
+        self._check_readable()
+        blocks = self._blocks(counted=self._matched is not None)
         if prefetch < 1:
-            for i in range(p):
-                yield read(i)
+            for b in blocks:
+                yield self._read_block(b)
             return
         with ThreadPoolExecutor(max_workers=prefetch, thread_name_prefix="flightpart-prefetch") as pool:
-            pending = deque(pool.submit(read, i) for i in range(min(prefetch, p)))
+            pending = deque(pool.submit(self._read_block, b) for b in blocks[:prefetch])
             following = len(pending)
             while pending:
                 table = pending.popleft().result()
-                if following < p:
-                    pending.append(pool.submit(read, following))
+                if following < len(blocks):
+                    pending.append(pool.submit(self._read_block, blocks[following]))
                     following += 1
                 yield table
 
@@ -247,7 +422,7 @@ class Dataset:
         Nothing is read until the first batch is asked for: a consumer that
         only looks at the schema (DuckDB binding a query) costs no transfer.
         """
-        self._readable()
+        self._check_readable()
         schema = self._in_order(self.schema.empty_table()).schema
 
         def batches() -> Iterator[pa.RecordBatch]:
@@ -260,6 +435,26 @@ class Dataset:
         """The Arrow PyCapsule stream interface: ``pa.table(ds)``, ``pl.DataFrame(ds)``, DuckDB's scans read a Dataset directly."""
         return self.to_reader().__arrow_c_stream__(requested_schema)
 
+    def aggregate(self, aggregations: Sequence[tuple[str, str]], by: Sequence[str] | str = ()) -> pa.Table:
+        """``pyarrow``'s ``group_by(by).aggregate(aggregations)`` over the view, computed next to the data.
+
+        Functions: sum, min, max, count, count_all (column ignored), mean.
+        Each node aggregates its partitions (after the view's filter) and
+        sends a few rows; the results are combined here. Columns named as
+        pyarrow names them: ``{column}_{function}``, ``count_all``.
+        """
+        self._check_readable()
+        agg = aggregates.spec(aggregations, by, self.schema.names)
+        reads = aggregates.columns_read(agg) + list(self._filter.columns if self._filter else ())
+        blocks = self._blocks(counted=self._matched is not None)
+        j = self._group_with(reads)
+        if j is not None:
+            partials = self._get([self._ref(b, j, None, aggregate=agg) for b in blocks]) if blocks else []
+        else:
+            view = self.select([c for c in aggregates.columns_read(agg) if c in self._data_names()])
+            partials = [aggregates.partial(view._read_block(b), agg) for b in blocks]
+        return aggregates.combine(partials, agg, self._schema)
+
     def read_locals(self) -> dict[tuple[int, int], pa.Table]:
         """SPMD: this rank's partitions, by grid position."""
         d = self.__partitioned__
@@ -269,8 +464,26 @@ class Dataset:
     def to_pandas(self) -> Any:
         return frames.to_pandas(self.to_arrow())
 
-    def to_polars(self) -> Any:
+    def to_polars(self, *, lazy: bool = False) -> Any:
+        """A Polars DataFrame, or with ``lazy=True`` a ``LazyFrame`` whose projections, predicates and row
+        limits reach the nodes (Polars' IO-plugin interface)."""
+        if lazy:
+            from .polars_source import lazy_frame
+
+            return lazy_frame(self)
         return frames.to_polars(self.to_arrow())
+
+    def to_duckdb(self, connection: Any = None) -> Any:
+        """A DuckDB relation over the view's stream (on ``connection``, or DuckDB's default one).
+
+        DuckDB reads the stream once per query; a ``where`` in SQL is applied
+        by DuckDB after the rows arrive. To filter on the nodes, filter the
+        view first: ``ds.filter("x > 0").to_duckdb()``.
+        """
+        import duckdb
+
+        con = connection if connection is not None else duckdb.default_connection()
+        return con.from_arrow(self)
 
     # ------------------------------------------------------------------ runtimes
 
@@ -310,4 +523,6 @@ class Dataset:
         return export_local(table, rank=self._spmd[0], nranks=self._spmd[1], start=start, global_rows=self.shape[0])
 
     def __repr__(self) -> str:
+        if self._filter is not None:  # its shape is counted on the nodes: not something a repr should do
+            return f"Dataset({self.name!r}, version={self.version}, filter={self._filter.expression})"
         return f"Dataset({self.name!r}, version={self.version}, shape={self.shape}, partition_tiling={self.partition_tiling})"

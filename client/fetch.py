@@ -30,7 +30,7 @@ from flightpart.io.errors import translate
 from flightpart.io.hosts import host_addresses
 from flightpart.io.maps import MappedFiles
 from flightpart.io.transfer import chunks, project
-from flightpart.wire import Replica, Ticket, error_message
+from flightpart.wire import Aggregate, Replica, Ticket, error_message
 
 MAX_STREAMS = 8
 IDLE_TIMEOUT = 2.0
@@ -51,12 +51,21 @@ class PartitionRef:
     replicas: tuple[Replica, ...]
     columns: tuple[str, ...] | None = None
     rows: tuple[int, int] | None = None
+    filter: bytes | None = None  # Substrait (flightpart.filters): the node sends only the rows it keeps
+    matched: tuple[int, int] | None = None
+    aggregate: Aggregate | None = None  # a partial aggregate instead of rows (flightpart.aggregates)
 
     def __reduce__(self):  # a plain tuple: compact, and nothing but data when unpickled
-        return (PartitionRef, (self.dataset, self.version, self.position, self.replicas, self.columns, self.rows))
+        return (PartitionRef, (self.dataset, self.version, self.position, self.replicas, self.columns, self.rows,
+                               self.filter, self.matched, self.aggregate))
 
     def ticket(self) -> flight.Ticket:
-        return flight.Ticket(Ticket(self.dataset, self.version, self.position, self.columns, self.rows).encode())
+        return flight.Ticket(Ticket(self.dataset, self.version, self.position, self.columns, self.rows, self.filter,
+                                    self.matched, self.aggregate).encode())
+
+    def apply(self, table: pa.Table) -> pa.Table:
+        """What this handle asks of its partition, done here (on a local map)."""
+        return project(table, self.columns, self.rows, self.filter, self.matched, self.aggregate)
 
 
 class FlightGet:
@@ -129,7 +138,7 @@ def read_local(ref: PartitionRef, local: frozenset[str], pool: ConnectionPool) -
         opener = inprocess.opener(uri)
         if opener is not None:
             try:
-                return project(opener(ref.dataset, ref.version, ref.position), ref.columns, ref.rows)
+                return ref.apply(opener(ref.dataset, ref.version, ref.position))
             except FlightpartError:
                 continue
         if ip not in local:
@@ -140,7 +149,7 @@ def read_local(ref: PartitionRef, local: frozenset[str], pool: ConnectionPool) -
             if not _is_that_nodes_dir(root, info["node_id"]):
                 continue  # the directory is not that node's (another host with the same path)
             table = _mapped(root / layout.partition_relpath(ref.dataset, ref.version, ref.position))
-            return project(table, ref.columns, ref.rows)
+            return ref.apply(table)
         except (OSError, ValueError, KeyError, pa.ArrowException, FlightpartError):
             continue  # not readable here after all: stream it instead
     return None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -172,23 +173,6 @@ def _read_file(path: str):
     raise click.BadParameter(f"{path}: unknown format {suffix!r}; use .parquet, .csv or .arrow", param_hint="FILE")
 
 
-def _write_file(table, path: str) -> None:
-    import pyarrow as pa
-    import pyarrow.csv
-    import pyarrow.parquet as pq
-
-    suffix = Path(path).suffix.lower()
-    if suffix in (".parquet", ".pq"):
-        pq.write_table(table, path)
-    elif suffix == ".csv":
-        pyarrow.csv.write_csv(table, path)
-    elif suffix in (".arrow", ".feather", ".ipc"):
-        with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
-            writer.write_table(table)
-    else:
-        raise click.BadParameter(f"{path}: unknown format {suffix!r}; use .parquet, .csv or .arrow", param_hint="-o")
-
-
 def _parse_tiling(value: str | None) -> tuple[int, int] | None:
     if value is None:
         return None
@@ -220,21 +204,61 @@ def put(name: str, file: str, tiling: str | None, replicas: int, catalog: str) -
 
 @main.command()
 @click.argument("name")
-@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="File to write (.parquet, .csv, .arrow).")
+@click.option("-o", "--output", required=True, help="File to write (.parquet, .csv, .arrow), or - for stdout.")
+@click.option("--format", "fmt", type=click.Choice(["arrow", "parquet", "csv"]), default=None,
+              help="Output format (default: from the file's suffix; an Arrow IPC stream on stdout).")
+@click.option("--columns", default=None, help="Comma-separated columns to read (default: all).")
+@click.option("--where", default=None, help="Only rows where this holds, e.g. \"amount > 10 and store = 's1'\" (evaluated on the nodes).")
+@click.option("--limit", default=None, type=click.IntRange(min=0), help="Stop after this many rows.")
 @click.option("--version", "version", default=None, type=int)
 @CATALOG_OPTION
 @HOST_OPTION
-def get(name: str, output: str, version: int | None, catalog: str, host: str | None) -> None:
-    """Read dataset NAME into a file."""
-    from rich.progress import Progress
+@JSON_OPTION
+def get(name: str, output: str, fmt: str | None, columns: str | None, where: str | None, limit: int | None,
+        version: int | None, catalog: str, host: str | None, as_json: bool) -> None:
+    """Stream dataset NAME (or some of its columns and rows) into a file or to stdout."""
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn
 
-    with _client(catalog, host) as client, Progress(transient=True) as bar:
+    from .tools.export import BatchWriter, check_destination, choose_format
+
+    fmt = choose_format(output, fmt)
+    check_destination(output)
+    with _client(catalog, host) as client:
         ds = client.open(name, version)
-        task = bar.add_task(f"get {name}", total=None)
-        table = ds.to_arrow()
-        bar.update(task, total=1, completed=1)
-    _write_file(table, output)
-    click.echo(f"wrote {table.num_rows} rows of {name} v{ds.version} to {output}")
+        if columns:
+            ds = ds.select([c.strip() for c in columns.split(",") if c.strip()])
+        if where:
+            ds = ds.filter(where)
+        reader = ds.to_reader()
+        writer = BatchWriter(output, fmt, reader.schema)
+        total = limit if limit is not None else (ds.shape[0] if where is None else None)
+        progress = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed:,} rows"),
+                            console=Console(stderr=True), transient=True, disable=not sys.stderr.isatty())
+        try:
+            with progress:
+                task = progress.add_task(f"get {name}", total=total)
+                for batch in reader:
+                    if limit is not None and writer.rows + batch.num_rows > limit:
+                        batch = batch.slice(0, limit - writer.rows)
+                    writer.write(batch)
+                    progress.update(task, completed=writer.rows)
+                    if limit is not None and writer.rows >= limit:
+                        break
+            writer.commit()
+        except BrokenPipeError:  # the reader of stdout went away (| head): not an error of ours
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return
+        except BaseException:
+            writer.abort()
+            raise
+        finally:
+            reader.close()
+    summary = {"name": name, "version": ds.version, "rows": writer.rows, "format": fmt, "output": output}
+    if as_json:
+        click.echo(json.dumps(summary), err=output == "-")
+    elif output != "-":
+        click.echo(f"wrote {writer.rows:,} rows of {name} v{ds.version} to {output}")
 
 
 @main.command("ls")

@@ -124,6 +124,25 @@ def p_schema(value: Any, where: str) -> pa.Schema:
     return schema_from_text(value, where)
 
 
+def p_stats(value: Any, where: str) -> dict[str, dict[str, Any]]:
+    """Column statistics: ``{column: {"nulls": n, "min": v, "max": v}}`` with JSON scalars, short text."""
+    if not isinstance(value, dict) or len(value) > 100_000:
+        raise RequestRejected(f"{where}: expected an object of column statistics", field=where)
+    out = {}
+    for column, entry in value.items():
+        if not isinstance(entry, dict) or set(entry) - {"nulls", "min", "max"} or ("min" in entry) != ("max" in entry):
+            raise RequestRejected(f"{where}.{column:.60}: expected {{nulls, min, max}}", field=where)
+        clean: dict[str, Any] = {"nulls": p_uint(entry.get("nulls", 0), f"{where}.{column:.60}.nulls")}
+        for key in ("min", "max"):
+            if key in entry:
+                v = entry[key]
+                if not isinstance(v, (int, float, str, bool)) or (isinstance(v, str) and len(v) > 4096):
+                    raise RequestRejected(f"{where}.{column:.60}.{key}: expected a number, a boolean or short text", field=where)
+                clean[key] = v
+        out[p_str(column, where)] = clean
+    return out
+
+
 def p_optional(parse: Parser) -> Parser:
     def parse_optional(value: Any, where: str) -> Any:
         return None if value is None else parse(value, where)
@@ -241,39 +260,88 @@ def error_message(exc: BaseException) -> str:
 # --------------------------------------------------------------------------- ticket
 
 
+AGGREGATES = ("sum", "min", "max", "count", "count_all", "mean")
+"""Aggregate functions a node computes per partition; the reader combines the partial results."""
+
+
+@dataclass(frozen=True)
+class Aggregate(Message):
+    """What a ticket asks a node to aggregate instead of sending rows: ``[column, function]`` pairs, grouped by ``by``."""
+
+    functions: tuple[tuple[str, str], ...] = _field(p_list(lambda v, w: _p_function(v, w), 1000))
+    by: tuple[str, ...] = _field(p_list(p_str, 100), ())
+
+
+def _p_function(value: Any, where: str) -> tuple[str, str]:
+    if not isinstance(value, list) or len(value) != 2:
+        raise RequestRejected(f"{where}: expected [column, function], got {value!r:.60}", field=where)
+    column, function = p_str(value[0], f"{where}[0]"), p_str(value[1], f"{where}[1]")
+    if function not in AGGREGATES:
+        raise RequestRejected(f"{where}[1]: unknown aggregate {function!r:.40}; known: {', '.join(AGGREGATES)}", field=where)
+    return (column, function)
+
+
 @dataclass(frozen=True)
 class Ticket:
-    """What a ``do_get`` asks for: one partition, optionally projected and sliced."""
+    """What a ``do_get`` asks for: one partition, optionally projected, sliced, filtered or aggregated.
+
+    The node applies, in order: ``rows`` (a row range of the partition),
+    ``filter`` (Substrait bytes, see :mod:`flightpart.filters`), ``matched``
+    (a range of the rows the filter kept), ``columns``, then ``aggregate``.
+    """
 
     dataset: str
     version: int
     part: tuple[int, int]
     columns: tuple[str, ...] | None = None
     rows: tuple[int, int] | None = None
+    filter: bytes | None = None
+    matched: tuple[int, int] | None = None
+    aggregate: Aggregate | None = None
 
     MAX_BYTES: ClassVar[int] = 1 << 20
 
     def encode(self) -> bytes:
-        return dumps({
+        body: dict[str, Any] = {
             "dataset": self.dataset,
             "version": self.version,
             "part": list(self.part),
             "columns": list(self.columns) if self.columns is not None else None,
             "rows": list(self.rows) if self.rows is not None else None,
-        })
+        }
+        if self.filter is not None:  # absent unless used: tickets of plain reads stay as they were
+            body["filter"] = base64.b64encode(self.filter).decode()
+        if self.matched is not None:
+            body["matched"] = list(self.matched)
+        if self.aggregate is not None:
+            body["aggregate"] = self.aggregate.to_json()
+        return dumps(body)
 
     @classmethod
     def decode(cls, raw: bytes) -> "Ticket":
         if len(raw) > cls.MAX_BYTES:
             raise LimitExceeded(f"ticket: {len(raw)} bytes is more than the {cls.MAX_BYTES} allowed", field="ticket")
         body = _TicketBody.from_json(loads(raw, "ticket"), "ticket")
-        if body.rows is not None and body.rows[1] < body.rows[0]:
-            raise RequestRejected(f"ticket.rows: stop {body.rows[1]} is before start {body.rows[0]}", field="ticket.rows")
+        for name in ("rows", "matched"):
+            span = getattr(body, name)
+            if span is not None and span[1] < span[0]:
+                raise RequestRejected(f"ticket.{name}: stop {span[1]} is before start {span[0]}", field=f"ticket.{name}")
         if body.columns is not None and len(set(body.columns)) != len(body.columns):
             raise RequestRejected("ticket.columns: a column is named twice", field="ticket.columns")
         if body.part[0] >= 1 << 31 or body.part[1] >= 1 << 31:
             raise RequestRejected(f"ticket.part: {list(body.part)} is outside any grid", field="ticket.part")
-        return cls(body.dataset, body.version, body.part, body.columns, body.rows)
+        if body.matched is not None and body.filter is None:
+            raise RequestRejected("ticket.matched: a range of matched rows needs a filter", field="ticket.matched")
+        return cls(body.dataset, body.version, body.part, body.columns, body.rows, body.filter, body.matched, body.aggregate)
+
+
+def p_base64(value: Any, where: str) -> bytes:
+    if not isinstance(value, str):
+        raise RequestRejected(f"{where}: expected base64 text, got {type(value).__name__}", field=where)
+    try:
+        return base64.b64decode(value, validate=True)
+    except ValueError:
+        raise RequestRejected(f"{where}: not base64", field=where) from None
 
 
 @dataclass(frozen=True)
@@ -283,6 +351,9 @@ class _TicketBody(Message):
     part: tuple[int, int] = _field(p_pair)
     columns: tuple[str, ...] | None = _field(p_optional(p_list(p_str, 100_000)), None)
     rows: tuple[int, int] | None = _field(p_optional(p_pair), None)
+    filter: bytes | None = _field(p_optional(p_base64), None)
+    matched: tuple[int, int] | None = _field(p_optional(p_pair), None)
+    aggregate: Aggregate | None = _field(p_optional(p_message(Aggregate)), None)
 
 
 # --------------------------------------------------------------------------- descriptors
@@ -336,6 +407,7 @@ class PartInfo:
     shape: tuple[int, int]
     replicas: tuple[Replica, ...]
     nbytes: int = 0
+    stats: dict | None = None  # per-column statistics recorded by the node that stored it (flightpart.statistics)
 
 
 @dataclass(frozen=True)
@@ -369,7 +441,8 @@ def encode_flight_info(v: VersionInfo, *, with_endpoints: bool = True) -> flight
     if with_endpoints:
         for p in v.parts:
             meta = dumps({"position": list(p.position), "start": list(p.start), "shape": list(p.shape),
-                          "location": [[ip, pid] for _uri, ip, pid in p.replicas], "nbytes": p.nbytes})
+                          "location": [[ip, pid] for _uri, ip, pid in p.replicas], "nbytes": p.nbytes,
+                          **({"stats": p.stats} if p.stats else {})})
             ticket = Ticket(v.dataset, v.version, p.position).encode()
             endpoints.append(flight.FlightEndpoint(ticket, [uri for uri, _ip, _pid in p.replicas], app_metadata=meta))
     nodes = sorted({r for p in v.parts for r in p.replicas})
@@ -381,6 +454,7 @@ def encode_flight_info(v: VersionInfo, *, with_endpoints: bool = True) -> flight
         "nodes": [list(r) for r in nodes],
         "replicas": [[index[r] for r in p.replicas] for p in v.parts],
         "part_bytes": [p.nbytes for p in v.parts],
+        **({"part_stats": [p.stats for p in v.parts]} if any(p.stats for p in v.parts) else {}),
         **({"capability": v.capability} if v.capability else {}),
     })
     return flight.FlightInfo(v.schema, flight.FlightDescriptor.for_path(v.dataset), endpoints, total_records=v.shape[0],
@@ -398,6 +472,7 @@ def decode_flight_info(info: flight.FlightInfo) -> VersionInfo:
         row_starts = _starts(meta["row_sizes"])
         col_starts = _starts(meta["col_sizes"])
         sizes = meta.get("part_bytes") or [0] * len(meta["replicas"])
+        stats = meta.get("part_stats") or [None] * len(meta["replicas"])
         shared: dict[tuple, tuple] = {}
         for k, holders in enumerate(meta["replicas"]):
             i, j = divmod(k, grid[1])
@@ -406,13 +481,14 @@ def decode_flight_info(info: flight.FlightInfo) -> VersionInfo:
             if replicas is None:
                 replicas = shared[key] = tuple(nodes[h] for h in holders)
             parts.append(PartInfo((i, j), (row_starts[i], col_starts[j]), (meta["row_sizes"][i], meta["col_sizes"][j]),
-                                  replicas, sizes[k]))
+                                  replicas, sizes[k], stats[k] if isinstance(stats[k], dict) else None))
     else:
         for endpoint in info.endpoints:
             em = loads(endpoint.app_metadata, "FlightEndpoint.app_metadata")
             uris = [loc.uri.decode() if isinstance(loc.uri, bytes) else str(loc.uri) for loc in endpoint.locations]
             replicas = tuple((u, ip, pid) for u, (ip, pid) in zip(uris, em["location"]))
-            parts.append(PartInfo(tuple(em["position"]), tuple(em["start"]), tuple(em["shape"]), replicas, em.get("nbytes", 0)))
+            parts.append(PartInfo(tuple(em["position"]), tuple(em["start"]), tuple(em["shape"]), replicas, em.get("nbytes", 0),
+                                  em.get("stats") if isinstance(em.get("stats"), dict) else None))
     cap = meta.get("capability")
     return VersionInfo(name, meta["version"], info.schema, tuple(meta["shape"]), grid, tuple(parts),
                        cap if isinstance(cap, str) else None)
@@ -451,6 +527,7 @@ class HeldPartition(Message):
     rows: int = _field(p_uint, 0)
     nbytes: int = _field(p_uint, 0)
     schema: pa.Schema | None = _field(p_optional(p_schema), None)
+    stats: dict | None = _field(p_optional(p_stats), None)
 
 
 @dataclass(frozen=True)

@@ -71,7 +71,8 @@ log = logging.getLogger("flightpart.catalog")
 
 def version_info(record: VersionRecord, cap: str | None = None) -> VersionInfo:
     """What the wire says of a stored version (replicas as (uri, ip, pid), live ones first)."""
-    parts = tuple(PartInfo(p.part, p.start, p.shape, tuple((n.uri, n.ip, n.pid) for n in p.nodes), p.nbytes) for p in record.parts)
+    parts = tuple(PartInfo(p.part, p.start, p.shape, tuple((n.uri, n.ip, n.pid) for n in p.nodes), p.nbytes, p.stats)
+                  for p in record.parts)
     return VersionInfo(record.dataset, record.version, pa.ipc.read_schema(pa.py_buffer(record.schema)), record.shape,
                        record.grid, parts, cap)
 
@@ -174,7 +175,8 @@ class CatalogServer(ServiceBase):
         if credential.role == "node" and credential.name != b.node_id:
             raise Forbidden(f"a node token for {credential.name} cannot register node {b.node_id}", field="register-node.node_id")
         self._check_identity(b)
-        held = [{"dataset": p.dataset, "version": p.version, "part": p.part, "nbytes": p.nbytes} for p in b.partitions]
+        held = [{"dataset": p.dataset, "version": p.version, "part": p.part, "nbytes": p.nbytes, "stats": p.stats}
+                for p in b.partitions]
         manifests = [manifest_record(m) for m in b.sealed]
         orphans, to_seal = self.state.register_node(b.node_id, b.uri, b.ip, b.pid, b.data_dir, held, manifests,
                                                     [(v.dataset, v.version) for v in b.versions])
@@ -264,6 +266,7 @@ class CatalogServer(ServiceBase):
                     raise SchemaMismatch(f"partition {p.part} of {name} v{version} on {node.uri} has schema {h.schema}, "
                                          f"which does not fit {expected}", field="schema")
                 p.nbytes = max(p.nbytes, h.nbytes)
+                p.stats = p.stats or h.stats  # computed by the node from what it stored, never taken from the writer
 
     def _abort(self, raw: bytes) -> dict:
         b = VersionRef.decode(raw, "abort")

@@ -14,6 +14,7 @@ database that a test can drive directly:
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import threading
@@ -40,6 +41,9 @@ CREATE TABLE IF NOT EXISTS partitions(
     row_start INTEGER, col_start INTEGER, rows INTEGER NOT NULL, cols INTEGER NOT NULL, nbytes INTEGER NOT NULL,
     PRIMARY KEY(dataset, version, i, j));
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS stats(
+    dataset TEXT NOT NULL, version INTEGER NOT NULL, i INTEGER NOT NULL, j INTEGER NOT NULL, body TEXT NOT NULL,
+    PRIMARY KEY(dataset, version, i, j));
 CREATE TABLE IF NOT EXISTS replicas(
     dataset TEXT NOT NULL, version INTEGER NOT NULL, i INTEGER NOT NULL, j INTEGER NOT NULL, node_id TEXT NOT NULL,
     PRIMARY KEY(dataset, version, i, j, node_id));
@@ -70,6 +74,7 @@ class PartRecord:
     shape: tuple[int, int]
     nbytes: int
     nodes: list[NodeRecord] = field(default_factory=list)
+    stats: dict | None = None  # column statistics from the node that stored it
 
 
 @dataclass
@@ -172,6 +177,7 @@ class CatalogState:
                         db.execute("INSERT OR IGNORE INTO replicas VALUES(?,?,?,?,?)", (*key, p["part"][0], p["part"][1], node_id))
                         db.execute("UPDATE partitions SET nbytes=MAX(nbytes, ?) WHERE dataset=? AND version=? AND i=? AND j=?",
                                    (p.get("nbytes", 0), *key, p["part"][0], p["part"][1]))
+                        _write_stats(db, *key, [(p["part"], p.get("stats"))], replace=False)
                         if key not in sealed:
                             unsealed_committed.add(key)
                 elif state in ("dropped", "aborted"):
@@ -282,6 +288,7 @@ class CatalogState:
                 "INSERT INTO partitions VALUES(?,?,?,?,?,?,?,?,?)",
                 [(dataset, version, p.part[0], p.part[1], p.start[0], p.start[1], p.shape[0], p.shape[1], p.nbytes) for p in parts],
             )
+            _write_stats(db, dataset, version, [(p.part, p.stats) for p in parts])
             db.executemany(
                 "INSERT INTO replicas VALUES(?,?,?,?,?)",
                 [(dataset, version, p.part[0], p.part[1], n.node_id) for p in parts for n in p.nodes],
@@ -318,7 +325,7 @@ class CatalogState:
                     return []
             tombstone = "aborted" if only_pending else "dropped"
             db.execute(f"UPDATE versions SET state=? WHERE state IN ('pending', 'committed') AND {where}", (tombstone, *args))
-            for table in ("partitions", "replicas"):
+            for table in ("partitions", "replicas", "stats"):
                 db.execute(f"DELETE FROM {table} WHERE {where}", args)
         return [n for n in self.nodes()]
 
@@ -351,13 +358,15 @@ class CatalogState:
             replica_rows = self._db.execute(
                 "SELECT i, j, node_id FROM replicas WHERE dataset=? AND version=? ORDER BY i, j, node_id", (dataset, version)
             ).fetchall()
+            stats = {(i, j): body for i, j, body in self._db.execute(
+                "SELECT i, j, body FROM stats WHERE dataset=? AND version=?", (dataset, version))}
         nodes = {n.node_id: n for n in self.nodes()}
         holders: dict[tuple[int, int], list[NodeRecord]] = {}
         for i, j, node_id in replica_rows:
             if node_id in nodes:
                 holders.setdefault((i, j), []).append(nodes[node_id])
         parts = [
-            PartRecord((i, j), (rs, cs), (nr, nc), nb, _serving_order(holders.get((i, j), []), k))
+            PartRecord((i, j), (rs, cs), (nr, nc), nb, _serving_order(holders.get((i, j), []), k), _stats_of(stats.get((i, j))))
             for k, (i, j, rs, cs, nr, nc, nb) in enumerate(rows)
         ]
         return VersionRecord(dataset, version, head[0], (head[1], head[2]), (head[3], head[4]), parts, head[5])
@@ -390,6 +399,19 @@ def _serving_order(holders: list[NodeRecord], k: int) -> list[NodeRecord]:
         shift = k % len(holders)
         holders = holders[shift:] + holders[:shift]
     return sorted(holders, key=lambda n: not n.alive)
+
+
+def _write_stats(db: sqlite3.Connection, dataset: str, version: int, entries: list, *, replace: bool = True) -> None:
+    verb = "INSERT OR REPLACE" if replace else "INSERT OR IGNORE"
+    db.executemany(f"{verb} INTO stats VALUES(?,?,?,?,?)",
+                   [(dataset, version, part[0], part[1], json.dumps(body)) for part, body in entries if body])
+
+
+def _stats_of(body: str | None) -> dict | None:
+    try:
+        return json.loads(body) if body else None
+    except ValueError:
+        return None
 
 
 def _state(db: sqlite3.Connection, dataset: str, version: int) -> str | None:

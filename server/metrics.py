@@ -10,6 +10,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 COUNTERS = {
     "bytes_sent": "Bytes of partitions streamed to clients",
+    "rows_sent": "Rows streamed to clients (after filters)",
     "batches_sent": "Record batches streamed to clients",
     "partitions_served": "Partitions streamed (do_get calls answered)",
     "bytes_received": "Bytes of partitions received by do_put",

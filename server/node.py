@@ -56,7 +56,7 @@ log = logging.getLogger("flightpart.node")
 class NodeStats:
     """Counters reported by the ``stats`` action; thread-safe."""
 
-    FIELDS = ("bytes_sent", "batches_sent", "partitions_served", "bytes_received", "partitions_stored", "errors",
+    FIELDS = ("bytes_sent", "rows_sent", "batches_sent", "partitions_served", "bytes_received", "partitions_stored", "errors",
               "storage_full_refusals")
 
     def __init__(self) -> None:
@@ -285,11 +285,12 @@ class NodeServer(ServiceBase):
         with boundary(log, "do_get"), self._counting_errors():
             spec = Ticket.decode(ticket.ticket)
             authorize(context, "read", (spec.dataset, spec.version))
-            table = project(self.store.open(spec.dataset, spec.version, spec.part), spec.columns, spec.rows)
+            table = project(self.store.open(spec.dataset, spec.version, spec.part), spec.columns, spec.rows, spec.filter,
+                            spec.matched, spec.aggregate)
         # a partition's columns share chunk boundaries (one IPC file), so the stream
         # sends one batch per chunk: counted without touching the batches
         batches = table.column(0).num_chunks if table.num_columns else 0
-        self.counters.add(bytes_sent=table.nbytes, batches_sent=batches, partitions_served=1)
+        self.counters.add(bytes_sent=table.nbytes, rows_sent=table.num_rows, batches_sent=batches, partitions_served=1)
         return flight.RecordBatchStream(table)
 
     @contextlib.contextmanager

@@ -12,6 +12,7 @@ map per partition. Metadata (rows, schema) is read without keeping a map. The la
 from __future__ import annotations
 
 import errno
+import json
 import os
 import shutil
 import threading
@@ -31,7 +32,8 @@ from flightpart.errors import (
 )
 from flightpart.io import layout
 from flightpart.io.maps import MappedFiles
-from flightpart.wire import Commit
+from flightpart.statistics import StatsBuilder
+from flightpart.wire import Commit, p_stats
 from flightpart.wire import HeldPartition as StoredPartition
 
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
@@ -106,7 +108,9 @@ class PartitionStore:
                                   "overwritten", field="descriptor")
         created = self._make_dirs(final.parent)
         tmp = layout.temporary_path(final)
+        stats_tmp = tmp.with_name(tmp.name + layout.STATS_SUFFIX)
         rows = 0
+        stats = StatsBuilder(schema)
         try:
             os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, self.modes.file))
             self.modes.apply(tmp, directory=False)
@@ -117,6 +121,7 @@ class PartitionStore:
                         raise SchemaMismatch(f"a record batch has schema {batch.schema}, the stream declared {schema}",
                                              field="schema")
                     writer.write_batch(batch)
+                    stats.add(batch)
                     rows += batch.num_rows
                     if self.max_partition_bytes is not None and sink.tell() > self.max_partition_bytes:
                         raise self.too_large(dataset, version, part)
@@ -127,13 +132,19 @@ class PartitionStore:
                                          f"the committed partition {expected_rows}", field="rows")
                 writer.close()
             layout.fsync_path(tmp)
+            with os.fdopen(os.open(stats_tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, self.modes.file), "wb") as out:
+                out.write(json.dumps(stats.result()).encode())
+            self.modes.apply(stats_tmp, directory=False)
             with self._lock:
                 if final.exists():  # a racing put of the same partition won
                     raise VersionConflict(f"partition {part} of {dataset} v{version} is already stored", field="descriptor")
+                # statistics first, so a visible partition has them (lost in a crash, they only cost pruning)
+                os.replace(stats_tmp, layout.stats_path(final))
                 os.replace(tmp, final)
             layout.fsync_path(final.parent)
         except BaseException as exc:
             tmp.unlink(missing_ok=True)
+            stats_tmp.unlink(missing_ok=True)
             self._remove_empty(created)
             if isinstance(exc, OSError) and exc.errno in NO_SPACE:
                 raise StorageFull(f"node disk full while storing partition {part} of {dataset} v{version}") from None
@@ -225,7 +236,14 @@ class PartitionStore:
         except FileNotFoundError:
             raise PartitionMissing(f"partition {part} of dataset {dataset!r} version {version} is not on this node",
                                    field="part") from None
-        return StoredPartition(dataset, version, part, rows, path.stat().st_size, schema)
+        return StoredPartition(dataset, version, part, rows, path.stat().st_size, schema, self.stats(path))
+
+    def stats(self, path: Path) -> dict | None:
+        """A partition's column statistics, or None when they were never written or were lost."""
+        try:
+            return p_stats(json.loads(layout.stats_path(path).read_bytes()), "stats")
+        except (OSError, ValueError, RequestRejected):
+            return None
 
     def held(self, dataset: str, version: int) -> list[StoredPartition]:
         """Every partition of one dataset version on this node."""

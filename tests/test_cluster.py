@@ -145,7 +145,7 @@ def test_a_plain_pyarrow_flight_client_reads_the_dataset(cluster, dataset):
     before = stats()
     for endpoint in info.endpoints:
         em = json.loads(endpoint.app_metadata)
-        assert set(em) == {"position", "start", "shape", "location", "nbytes"}
+        assert set(em) == {"position", "start", "shape", "location", "nbytes", "stats"}
         assert em["nbytes"] > 0  # the stored file's size
         node = flight.connect(endpoint.locations[0])
         batches = [chunk.data for chunk in node.do_get(endpoint.ticket)]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pyarrow as pa
 import pyarrow.flight as flight
@@ -13,7 +14,8 @@ from flightpart import wire
 from flightpart.io import layout
 
 SCHEMA = pa.schema([("a", pa.int64()), ("b", pa.string())], metadata={b"k": b"v"})
-HELD = wire.HeldPartition("sales", 3, (1, 0), rows=10, nbytes=880, schema=SCHEMA)
+HELD = wire.HeldPartition("sales", 3, (1, 0), rows=10, nbytes=880, schema=SCHEMA,
+                          stats={"a": {"nulls": 0, "min": -3, "max": 9}, "b": {"nulls": 2}})
 
 COMMIT = wire.Commit("sales", 4, SCHEMA, (20, 2), (2, 1), (wire.CommitPart((0, 0), (0, 0), (10, 2), ("n1",)),
                                                           wire.CommitPart((1, 0), (10, 0), (10, 2), ("n1", "n2"))), 2)
@@ -41,6 +43,7 @@ MESSAGES = [
     wire.PublishBegin("sales", 3, 1),
     wire.PublishPart("sales", 4, 1, 10, 2, "n1", SCHEMA),
     wire.PublishReply(4, False, 2),
+    wire.Aggregate((("a", "sum"), ("", "count_all")), ("b",)),
 ]
 
 
@@ -126,6 +129,33 @@ def test_ticket_round_trip_and_strictness():
         with pytest.raises(fp.RequestRejected) as info:
             wire.Ticket.decode(raw)
         assert info.value.field == field, raw[:60]
+
+
+def test_a_filtered_or_aggregated_ticket_round_trips_and_a_plain_one_is_unchanged():
+    agg = wire.Aggregate((("a", "mean"),), ("b",))
+    ticket = wire.Ticket("sales", 3, (1, 0), ("a",), (0, 9), b"\x00substrait\xff", (2, 5), agg)
+    assert wire.Ticket.decode(ticket.encode()) == ticket
+    assert set(json.loads(wire.Ticket("s", 1, (0, 0)).encode())) == {"dataset", "version", "part", "columns", "rows"}
+    bad = [
+        (b'{"dataset":"s","version":1,"part":[0,0],"filter":"not base64!"}', "ticket.filter"),
+        (b'{"dataset":"s","version":1,"part":[0,0],"filter":"AA==","matched":[5,2]}', "ticket.matched"),
+        (b'{"dataset":"s","version":1,"part":[0,0],"matched":[0,2]}', "ticket.matched"),
+        (b'{"dataset":"s","version":1,"part":[0,0],"aggregate":{"functions":[["a","median"]]}}', "ticket.aggregate.functions[0]"),
+        (b'{"dataset":"s","version":1,"part":[0,0],"aggregate":{"functions":[["a"]]}}', "ticket.aggregate.functions[0]"),
+    ]
+    for raw, field in bad:
+        with pytest.raises(fp.RequestRejected) as info:
+            wire.Ticket.decode(raw)
+        assert info.value.field == field, raw[:80]
+
+
+def test_statistics_are_checked_as_they_arrive():
+    ok = {"a": {"nulls": 0, "min": 1, "max": 2}, "s": {"nulls": 1}}
+    assert wire.p_stats(ok, "stats") == ok
+    for bad in [[1], {"a": {"nulls": -1}}, {"a": {"min": 1}}, {"a": {"nulls": 0, "min": [1], "max": 2}},
+                {"a": {"nulls": 0, "other": 1}}, {"a": {"nulls": 0, "min": "x" * 5000, "max": "y"}}]:
+        with pytest.raises(fp.RequestRejected):
+            wire.p_stats(bad, "stats")
 
 
 def test_descriptor_paths_round_trip_and_take_ascii_digits_only():

@@ -32,6 +32,7 @@ MANIFEST = "manifest.json"
 TMP_PREFIX = ".tmp-"
 DATASETS = "datasets"
 SUFFIX = ".arrow"
+STATS_SUFFIX = ".stats.json"
 
 
 def default_data_dir() -> Path:
@@ -127,6 +128,11 @@ def write_atomically(path: Path, data: bytes, mode: int = 0o600) -> None:
     fsync_path(tmp)
     os.replace(tmp, path)
     fsync_path(path.parent)
+
+
+def stats_path(partition: Path) -> Path:
+    """Where a partition's column statistics are kept: beside it, not a partition file itself."""
+    return partition.with_name(partition.name[: -len(SUFFIX)] + STATS_SUFFIX)
 
 
 def fsync_path(path: Path) -> None:

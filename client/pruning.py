@@ -1,0 +1,60 @@
+"""Which row blocks a filter can match, decided from the partitions' statistics before any stream opens.
+
+Each row block gets a *guarantee* (:func:`flightpart.statistics.guarantee`
+of every partition in it). Arrow's own expression simplification, as
+``pyarrow.dataset`` uses it for hive partitions, then says whether a filter
+can be true under the guarantee: the blocks are handed to a
+``FileSystemDataset`` as fragments whose partition expressions are those
+guarantees. No file is opened; the paths are only names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as pads
+import pyarrow.fs as pafs
+
+from flightpart.statistics import guarantee
+
+
+class Pruner:
+    """Guarantees of the row blocks of one dataset version."""
+
+    def __init__(self, schema: pa.Schema, blocks: Mapping[int, tuple[int, Sequence[dict | None]]]):
+        """``blocks``: row block -> (its rows, the statistics of each of its partitions)."""
+        self.empty = {i for i, (rows, _stats) in blocks.items() if rows == 0}
+        self.known: list[int] = []
+        expressions = []
+        for i, (rows, stats) in sorted(blocks.items()):
+            if rows == 0:
+                continue
+            terms = [g for s in stats if s for g in [guarantee(s, schema, rows)] if g is not None]
+            if not terms:
+                continue  # nothing known: the block may match anything
+            g = terms[0]
+            for t in terms[1:]:
+                g = g & t
+            self.known.append(i)
+            expressions.append(g)
+        self._dataset = None
+        if self.known:
+            self._dataset = pads.FileSystemDataset.from_paths(
+                [f"block-{i}" for i in self.known], schema=schema, format=pads.IpcFileFormat(),
+                filesystem=pafs.LocalFileSystem(), partitions=expressions)
+
+    def _kept(self, expression: pc.Expression) -> set[int]:
+        if self._dataset is None:
+            return set()
+        return {int(f.path.rsplit("-", 1)[1]) for f in self._dataset.get_fragments(filter=expression)}
+
+    def cannot_match(self, expression: pc.Expression) -> set[int]:
+        """Blocks where no row can satisfy ``expression`` (empty blocks included)."""
+        return self.empty | (set(self.known) - self._kept(expression))
+
+    def all_match(self, expression: pc.Expression) -> set[int]:
+        """Blocks where every row satisfies ``expression`` (it is neither false nor null on any row)."""
+        fails = ~expression | pc.Expression._call("is_null", [expression])
+        return set(self.known) - self._kept(fails)

@@ -1,0 +1,103 @@
+"""Aggregates computed in two steps: a partial result per partition, combined by the reader.
+
+A node runs :func:`partial` on its partition with Arrow's group-by engine
+and sends a few rows instead of the data; the reader concatenates the
+partial tables and runs :func:`combine`. The result has the shape and the
+column names of ``pyarrow.Table.group_by(by).aggregate(pairs)`` on the
+whole data: group keys first, then ``{column}_{function}`` (``count_all``
+for a row count).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .errors import PartitionedError, RequestRejected
+from .wire import AGGREGATES, Aggregate
+
+_PARTIALS = {"sum": ("sum",), "min": ("min",), "max": ("max",), "count": ("count",), "count_all": ("count_all",),
+             "mean": ("sum", "count")}
+
+
+def spec(pairs: Sequence[tuple[str, str]], by: Sequence[str], columns: Sequence[str]) -> Aggregate:
+    """Check what a user asked for against the dataset's columns; the spec a ticket carries."""
+    if isinstance(by, str):
+        by = [by]
+    out = []
+    for k, pair in enumerate(pairs):
+        if not (isinstance(pair, (tuple, list)) and len(pair) == 2):
+            raise PartitionedError(f"aggregate[{k}]: expected (column, function), got {pair!r:.60}")
+        column, function = pair
+        if function not in AGGREGATES:
+            raise PartitionedError(f"aggregate[{k}]: unknown function {function!r}; known: {', '.join(AGGREGATES)}")
+        if function == "count_all":
+            column = ""
+        elif column not in columns:
+            raise PartitionedError(f"aggregate[{k}]: no column {column!r}; the columns are {list(columns)}")
+        out.append((column, function))
+    for key in by:
+        if key not in columns:
+            raise PartitionedError(f"aggregate by {key!r}: no such column; the columns are {list(columns)}")
+    if not out:
+        raise PartitionedError("aggregate: name at least one (column, function)")
+    return Aggregate(tuple(out), tuple(by))
+
+
+def columns_read(agg: Aggregate) -> list[str]:
+    """The columns an aggregate reads, keys first."""
+    return list(dict.fromkeys([*agg.by, *(c for c, f in agg.functions if f != "count_all")]))
+
+
+def _partial_pairs(agg: Aggregate) -> list[tuple[str, str]]:
+    return list(dict.fromkeys((c, p) for c, f in agg.functions for p in _PARTIALS[f]))
+
+
+def _arrow_pair(column: str, function: str) -> tuple:
+    return ([], "count_all") if function == "count_all" else (column, function)
+
+
+def _output_name(column: str, function: str) -> str:
+    return "count_all" if function == "count_all" else f"{column}_{function}"
+
+
+def partial(table: pa.Table, agg: Aggregate) -> pa.Table:
+    """One partition's partial result: the keys, then one column ``p{k}`` per partial function."""
+    for column in columns_read(agg):
+        if column not in table.column_names:
+            raise RequestRejected(f"ticket.aggregate: no column {column!r} in this partition", field="ticket.aggregate")
+    pairs = _partial_pairs(agg)
+    try:
+        result = table.group_by(list(agg.by), use_threads=False).aggregate([_arrow_pair(c, f) for c, f in pairs])
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+        raise RequestRejected(f"ticket.aggregate: {str(exc)[:200]}", field="ticket.aggregate") from None
+    arrays = [result.column(k) for k in agg.by] + [result.column(_output_name(c, f)) for c, f in pairs]
+    return pa.table(arrays, names=[*agg.by, *(f"p{k}" for k in range(len(pairs)))])
+
+
+def combine(partials: Sequence[pa.Table], agg: Aggregate, schema: pa.Schema) -> pa.Table:
+    """The final result from every partition's partial (``schema``: the dataset's, for an empty result's types)."""
+    if not partials:
+        empty = schema.empty_table()
+        return empty.group_by(list(agg.by), use_threads=False).aggregate([_arrow_pair(c, f) for c, f in agg.functions])
+    pairs = _partial_pairs(agg)
+    merged = pa.concat_tables(partials, promote_options="permissive")
+    rolled = merged.group_by(list(agg.by), use_threads=False).aggregate(
+        [(f"p{k}", "sum" if f in ("count", "count_all") else f) for k, (_c, f) in enumerate(pairs)])
+    index = {pair: rolled.column(f"p{k}_{'sum' if pair[1] in ('count', 'count_all') else pair[1]}") for k, pair in enumerate(pairs)}
+    arrays, names = [rolled.column(k) for k in agg.by], list(agg.by)
+    for column, function in agg.functions:
+        if function == "mean":
+            total, count = index[(column, "sum")], index[(column, "count")]
+            values = pc.divide(pc.cast(total, pa.float64()), pc.cast(count, pa.float64()))
+            values = pc.if_else(pc.equal(count, 0), pa.scalar(None, pa.float64()), values)
+        else:
+            values = index[(column, function)]
+            if function in ("count", "count_all"):
+                values = pc.cast(values, pa.int64())
+        arrays.append(values)
+        names.append(_output_name(column, function))
+    return pa.table(arrays, names=names)
+

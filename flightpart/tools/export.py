@@ -1,0 +1,95 @@
+"""Writing a dataset's stream to a file or to stdout, batch by batch, in Arrow IPC, Parquet or CSV.
+
+The format is decided, and the destination checked, before anything is
+read; a file is written under a temporary name and renamed when complete,
+so a failed or interrupted ``get`` never leaves a partial file that looks
+whole.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import uuid
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.ipc as ipc
+import pyarrow.parquet as pq
+
+FORMATS = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".arrow": "arrow", ".feather": "arrow", ".ipc": "arrow",
+           ".arrows": "arrow"}
+STDOUT = "-"
+
+
+def choose_format(output: str, fmt: str | None) -> str:
+    """The format to write: ``fmt`` if given, else from the file's suffix (stdout defaults to an Arrow IPC stream)."""
+    if fmt is not None:
+        return fmt
+    if output == STDOUT:
+        return "arrow"
+    suffix = Path(output).suffix.lower()
+    if suffix not in FORMATS:
+        raise ValueError(f"{output}: unknown format {suffix or '(no suffix)'!r}; use .parquet, .csv or .arrow, or --format")
+    return FORMATS[suffix]
+
+
+def check_destination(output: str) -> None:
+    """Fail before reading anything when the output cannot be written."""
+    if output == STDOUT:
+        return
+    target = Path(output)
+    if target.is_dir():
+        raise ValueError(f"{output}: is a directory")
+    parent = target.parent if str(target.parent) else Path(".")
+    if not parent.is_dir():
+        raise ValueError(f"{output}: directory {parent} does not exist")
+    if not os.access(parent, os.W_OK):
+        raise ValueError(f"{output}: directory {parent} is not writable")
+
+
+class BatchWriter:
+    """One output (a file, renamed into place on :meth:`commit`, or stdout) taking record batches."""
+
+    def __init__(self, output: str, fmt: str, schema: pa.Schema):
+        self.output = output
+        self.fmt = fmt
+        self.rows = 0
+        self._tmp: Path | None = None
+        if output == STDOUT:
+            self._sink: BinaryIO = sys.stdout.buffer
+        else:
+            target = Path(output)
+            self._tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex[:8]}.part")
+            self._sink = open(self._tmp, "wb")
+        if fmt == "parquet":
+            self._writer: Any = pq.ParquetWriter(self._sink, schema)
+        elif fmt == "csv":
+            self._writer = pacsv.CSVWriter(self._sink, schema)
+        elif fmt == "arrow":
+            # a file has a footer for random access; a pipe gets the stream format, read with pa.ipc.open_stream
+            self._writer = ipc.new_stream(self._sink, schema) if output == STDOUT else ipc.new_file(self._sink, schema)
+        else:
+            self.abort()
+            raise ValueError(f"unknown format {fmt!r}; use arrow, parquet or csv")
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        self._writer.write_batch(batch)
+        self.rows += batch.num_rows
+
+    def commit(self) -> None:
+        self._writer.close()
+        if self._tmp is None:
+            self._sink.flush()
+            return
+        self._sink.flush()
+        os.fsync(self._sink.fileno())
+        self._sink.close()
+        os.replace(self._tmp, self.output)
+
+    def abort(self) -> None:
+        if self._tmp is not None:
+            self._sink.close()
+            self._tmp.unlink(missing_ok=True)
