@@ -69,3 +69,71 @@ def dask_workers_on(ips: Sequence[str]) -> Iterator:
             for p in procs:
                 p.terminate()
                 p.wait(30)
+
+
+class MemoryCap:
+    """A memory cgroup whose limit the kernel enforces on the processes started in it (v2 or v1 memory controller).
+
+    ``preexec`` moves a ``subprocess`` child into it before it runs; a child
+    that goes over the limit is killed by the kernel (SIGKILL), which the
+    test sees as a negative return code. ``unavailable`` says why a machine
+    cannot do this (then the test is skipped with that reason).
+    """
+
+    def __init__(self, limit_bytes: int):
+        import os
+        import uuid
+        from pathlib import Path
+
+        self.limit = limit_bytes
+        self.path: Path | None = None
+        self.unavailable: str | None = None
+        name = f"flightpart-test-{uuid.uuid4().hex[:8]}"
+        v2 = Path("/sys/fs/cgroup/unified") if Path("/sys/fs/cgroup/unified/cgroup.controllers").exists() else Path("/sys/fs/cgroup")
+        own_v1 = next((line.split(":", 2)[2].strip() for line in open("/proc/self/cgroup") if line.split(":")[1] == "memory"), None)
+        candidates = []
+        if (v2 / "cgroup.controllers").exists() and "memory" in (v2 / "cgroup.controllers").read_text().split():
+            candidates.append(("v2", v2 / name))
+        if own_v1 is not None:
+            candidates.append(("v1", Path("/sys/fs/cgroup/memory") / own_v1.lstrip("/") / name))
+        for kind, path in candidates:
+            try:
+                path.mkdir()
+            except OSError:
+                continue
+            try:
+                if kind == "v2":
+                    (path / "memory.max").write_text(str(limit_bytes))
+                    if (path / "memory.swap.max").exists():
+                        (path / "memory.swap.max").write_text("0")
+                else:
+                    (path / "memory.limit_in_bytes").write_text(str(limit_bytes))
+                    if (path / "memory.memsw.limit_in_bytes").exists():
+                        (path / "memory.memsw.limit_in_bytes").write_text(str(limit_bytes))
+            except OSError:
+                path.rmdir()
+                continue
+            self.path = path
+            return
+        self.unavailable = "no writable memory cgroup here (needs root and a cgroup memory controller)" if os.geteuid() == 0 \
+            else "memory cgroups need root"
+
+    def preexec(self) -> None:
+        import os
+
+        assert self.path is not None
+        (self.path / "cgroup.procs").write_text(str(os.getpid()))
+
+    def peak_bytes(self) -> int | None:
+        """The cgroup's peak usage, where the kernel reports one."""
+        assert self.path is not None
+        for name in ("memory.peak", "memory.max_usage_in_bytes"):
+            if (self.path / name).exists():
+                return int((self.path / name).read_text())
+        return None
+
+    def remove(self) -> None:
+        if self.path is not None:
+            with contextlib.suppress(OSError):
+                self.path.rmdir()
+            self.path = None

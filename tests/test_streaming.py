@@ -20,6 +20,8 @@ import pytest
 import flightpart as fp
 from flightpart.tools.cluster import LocalCluster
 
+from helpers import MemoryCap
+
 MB = 1 << 20
 
 
@@ -111,21 +113,29 @@ with fp.connect(uri) as client:
 """
 
 
-def run(script: str, *args: str) -> dict:
-    proc = subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True, timeout=600)
+def run(script: str, *args: str, cap: MemoryCap | None = None) -> dict:
+    proc = subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True, timeout=600,
+                          preexec_fn=cap.preexec if cap is not None else None)
+    assert proc.returncode >= 0, f"killed by signal {-proc.returncode} (a memory cap?)"
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.slow
-def test_reading_a_dataset_larger_than_the_window_keeps_memory_flat(cluster):
-    rows = 30_000_000  # 4 float/int columns: about 915 MB
+@pytest.fixture(scope="module")
+def big(cluster) -> int:
+    """A dataset of about 915 MB on three nodes; returns its size in bytes."""
+    rows = 30_000_000  # 4 float/int columns
     rng = np.random.default_rng(3)
     table = pa.table({"a": np.arange(rows), "b": rng.random(rows), "c": rng.random(rows), "d": np.arange(rows) % 97})
-    size_mb = table.nbytes / MB
     with fp.connect(cluster.uri) as client:
         client.put("big", table, tiling=(60, 1))
-    del table
+    return table.nbytes
+
+
+@pytest.mark.slow
+def test_reading_a_dataset_larger_than_the_window_keeps_memory_flat(cluster, big):
+    rows = 30_000_000
+    size_mb = big / MB
     streamed = run(READ, cluster.uri, "batches")
     queried = run(READ, cluster.uri, "duckdb")
     materialized = run(READ, cluster.uri, "to_arrow")
@@ -133,6 +143,26 @@ def test_reading_a_dataset_larger_than_the_window_keeps_memory_flat(cluster):
     assert materialized["growth_mb"] > 0.9 * size_mb  # the contrast: to_arrow holds everything
     assert streamed["growth_mb"] < size_mb / 5, streamed  # a few row blocks in flight, whatever the dataset's size
     assert queried["growth_mb"] < size_mb / 2.5, queried  # DuckDB adds its own buffers to the window
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how, cap_mb", [("batches", 300), ("duckdb", 400)])
+def test_a_reader_capped_well_below_the_dataset_reads_it_all(cluster, big, how, cap_mb):
+    """The kernel enforces the cap (a memory cgroup): a reader over it is killed, as to_arrow() is."""
+    cap = MemoryCap(cap_mb * MB)
+    if cap.unavailable:
+        pytest.skip(cap.unavailable)
+    try:
+        assert big > 2.2 * cap.limit
+        proc = subprocess.run([sys.executable, "-c", READ, cluster.uri, how], capture_output=True, text=True, timeout=600,
+                              preexec_fn=cap.preexec)
+        assert proc.returncode == 0, f"killed by signal {-proc.returncode}" if proc.returncode < 0 else proc.stderr[-2000:]
+        assert json.loads(proc.stdout.strip().splitlines()[-1])["rows"] == 30_000_000
+        whole = subprocess.run([sys.executable, "-c", READ, cluster.uri, "to_arrow"], capture_output=True, text=True,
+                               timeout=600, preexec_fn=cap.preexec)
+        assert whole.returncode == -9  # the same cap stops a reader that holds everything
+    finally:
+        cap.remove()
 
 
 @pytest.mark.slow
@@ -146,7 +176,11 @@ def test_putting_parquet_larger_than_the_window_keeps_memory_flat(cluster, tmp_p
         part = pa.table({"a": np.arange(k * n, (k + 1) * n), "b": rng.random(n), "c": rng.random(n), "d": rng.integers(0, 9, n)})
         pq.write_table(part, folder / f"part-{k}.parquet", row_group_size=250_000)
     size_mb = rows * 32 / MB
-    result = run(PUT, cluster.uri, str(folder))
+    cap = MemoryCap(300 * MB)  # the writer's memory, enforced by the kernel where a memory cgroup can be made
+    try:
+        result = run(PUT, cluster.uri, str(folder), cap=None if cap.unavailable else cap)
+    finally:
+        cap.remove()
     assert result["tiling"] == [48, 1]
     assert result["growth_mb"] < size_mb / 2.5, result  # the Parquet reader's own buffers and a few partitions in flight
     with fp.connect(cluster.uri) as client:
