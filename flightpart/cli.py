@@ -191,15 +191,17 @@ def _parse_tiling(value: str | None) -> tuple[int, int] | None:
 @CATALOG_OPTION
 def put(name: str, file: str, tiling: str | None, replicas: int, catalog: str) -> None:
     """Store FILE (Parquet, CSV or Arrow IPC) as the next version of NAME."""
+    from rich.console import Console
     from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
 
     table = _read_file(file)
-    with _client(catalog) as client, Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(),
-                                              TransferSpeedColumn(), transient=True) as bar:
+    progress = Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+                        console=Console(stderr=True), transient=True, disable=not sys.stderr.isatty())
+    with _client(catalog) as client, progress as bar:
         task = bar.add_task(f"put {name}", total=table.nbytes * replicas)
         ds = client.put(name, table, tiling=_parse_tiling(tiling), replicas=replicas,
                         progress=lambda done, total: bar.update(task, completed=done, total=total))
-    click.echo(f"{ds.name} v{ds.version}: {ds.shape[0]} rows x {ds.shape[1]} columns in a {ds.partition_tiling} grid")
+    click.echo(f"{ds.name} v{ds.version}: {ds.shape[0]:,} rows x {ds.shape[1]} columns in a {ds.partition_tiling} grid")
 
 
 @main.command()

@@ -21,7 +21,8 @@ def test_quick_bench_writes_every_figure(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(out.read_text())
     cases = {c["case"]: c for c in result["cases"]}
-    assert list(cases) == ["remote partition read", "local partition read", "whole dataset read (3 nodes, 1 local)", "put", "open"]
+    assert list(cases) == ["remote partition read", "local partition read", "whole dataset read (3 nodes, 1 local)", "put",
+                           "selective filter (1 %, 3 remote nodes)", "streaming read (peak memory of the reader)", "open"]
     for case in cases.values():
         assert case["median_seconds"] and all(v > 0 for v in case["median_seconds"].values())
         assert all(len(runs) == 3 for runs in case["runs_seconds"].values())
@@ -29,6 +30,9 @@ def test_quick_bench_writes_every_figure(tmp_path):
     for name in ("remote partition read", "local partition read", "whole dataset read (3 nodes, 1 local)", "put"):
         assert cases[name]["speed_ratio"] > 0
     assert cases["local partition read"]["arrow_pool_bytes_allocated"] == 0
+    moved = cases["selective filter (1 %, 3 remote nodes)"]["moved"]
+    assert moved["flightpart ds.filter(f0 < 0.01) on the nodes"]["bytes_sent"] < moved["read everything, filter at the client"]["bytes_sent"] / 20
+    assert all(v > 0 for v in cases["streaming read (peak memory of the reader)"]["peak_growth_bytes"].values())
     assert cases["open"]["partitions"] == 10_000 and cases["open"]["pickled_bytes_per_partition"] > 0
     assert png.stat().st_size > 10_000 and png.read_bytes()[:4] == b"\x89PNG"
     assert "flightpart bench" in done.stdout

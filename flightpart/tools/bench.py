@@ -258,6 +258,81 @@ def case_open(h: Harness, runs: int, partitions: int) -> Case:
     return case
 
 
+def _moved(h: Harness) -> dict[str, int]:
+    per_node = [h.client.stats(n.uri) for n in h.cluster.nodes]
+    return {k: sum(s[k] for s in per_node) for k in ("bytes_sent", "rows_sent")}
+
+
+def case_filter(h: Harness, runs: int) -> Case:
+    """A 1 % filter evaluated on the nodes, against reading everything and filtering at the client (and DuckDB both ways)."""
+    import duckdb
+
+    from flightpart.client import connect
+
+    h.client.put("bench-filter", h.table, tiling=(12, 1))
+    expr = pc.field("f0") < 0.01
+    remote = connect(h.cluster.uri, host="127.0.0.9")  # a host of its own: every partition crosses a socket
+    ds = remote.open("bench-filter")
+    near = ds.filter(expr)
+    con = duckdb.connect()
+    contenders = {
+        "flightpart ds.filter(f0 < 0.01) on the nodes": lambda: near.to_arrow(),
+        "read everything, filter at the client": lambda: ds.to_arrow().filter(expr),
+        "DuckDB over ds.filter(...).to_duckdb()": lambda: near.to_duckdb(con).to_arrow_table(),
+        "DuckDB: ds.to_duckdb().filter('f0 < 0.01')": lambda: ds.to_duckdb(con).filter("f0 < 0.01").to_arrow_table(),
+    }
+    moved = {}
+    for name, fn in contenders.items():
+        before = _moved(h)
+        fn()
+        after = _moved(h)
+        moved[name] = {k: after[k] - before[k] for k in after}
+    times = alternate(contenders, runs)
+    remote.close()
+    case = Case("selective filter (1 %, 3 remote nodes)", ">= 3x reading everything and filtering at the client",
+                h.table.nbytes, times, extra={"moved": moved})
+    case.ratio = ("flightpart ds.filter(f0 < 0.01) on the nodes", "read everything, filter at the client")
+    case.met = case.speed_ratio() >= 3.0
+    return case
+
+
+_PEAK = """
+import json, sys, time
+import flightpart as fp
+def peak():
+    return next(int(l.split()[1]) * 1024 for l in open("/proc/self/status") if l.startswith("VmHWM"))
+with fp.connect(sys.argv[1], host="127.0.0.9") as client:
+    ds = client.open("bench-stream")
+    base = peak()
+    t0 = time.perf_counter()
+    rows = sum(b.num_rows for b in ds.to_batches()) if sys.argv[2] == "batches" else ds.to_arrow().num_rows
+    print(json.dumps({"seconds": time.perf_counter() - t0, "growth": peak() - base, "rows": rows}))
+"""
+
+
+def case_stream(h: Harness, runs: int) -> Case:
+    """Peak memory of a reader process: to_batches() against to_arrow(), each in a fresh process."""
+    import json
+
+    h.client.put("bench-stream", h.table, tiling=(24, 1))
+    times: dict[str, list[float]] = {"flightpart to_batches()": [], "flightpart to_arrow()": []}
+    growth: dict[str, list[int]] = {k: [] for k in times}
+    for _ in range(runs):
+        for name, how in (("flightpart to_batches()", "batches"), ("flightpart to_arrow()", "arrow")):
+            out = subprocess.run([sys.executable, "-c", _PEAK, h.cluster.uri, how], capture_output=True, text=True, timeout=600)
+            if out.returncode != 0:
+                raise RuntimeError(f"the {how} reader failed: {out.stderr[-500:]}")
+            result = json.loads(out.stdout.strip().splitlines()[-1])
+            times[name].append(result["seconds"])
+            growth[name].append(result["growth"])
+    peak = {k: statistics.median(v) for k, v in growth.items()}
+    case = Case("streaming read (peak memory of the reader)", "to_batches() peak growth < 25 % of the dataset",
+                h.table.nbytes, times, extra={"peak_growth_bytes": peak,
+                                              "peak_growth_share": {k: v / h.table.nbytes for k, v in peak.items()}})
+    case.met = peak["flightpart to_batches()"] < 0.25 * h.table.nbytes
+    return case
+
+
 def run_bench(size: int, *, quick: bool = False, runs: int | None = None, open_partitions: int = 10_000,
               with_dask: bool = True, with_ray: bool = True, log: Callable[[str], None] = print) -> dict:
     runs = runs or (5 if quick else 7)
@@ -267,7 +342,7 @@ def run_bench(size: int, *, quick: bool = False, runs: int | None = None, open_p
     with tempfile.TemporaryDirectory(prefix="flightpart-bench-") as root:
         h = Harness(root, table, with_dask=with_dask, with_ray=with_ray)
         try:
-            for fn in (case_remote, case_local, case_whole, case_put):
+            for fn in (case_remote, case_local, case_whole, case_put, case_filter, case_stream):
                 log(f"running: {fn.__name__[5:]} ...")
                 cases.append(fn(h, runs))
             log("running: open ...")
@@ -304,6 +379,10 @@ def render(result: dict) -> None:
         extras = {k: v for k, v in case.items() if k in ("pickled_bytes_per_partition", "arrow_pool_bytes_allocated", "rss_growth_bytes")}
         for k, v in extras.items():
             t.add_row("", f"  {k}", f"{v:,.0f}", "", "", "", "")
+        for who, moved in case.get("moved", {}).items():
+            t.add_row("", f"  moved by {who}", f"{moved['bytes_sent'] / MIB:,.1f} MiB", "", "", "", "")
+        for who, grown in case.get("peak_growth_bytes", {}).items():
+            t.add_row("", f"  peak memory growth, {who}", f"{grown / MIB:,.0f} MiB", "", "", "", "")
     Console().print(t)
 
 
