@@ -121,12 +121,14 @@ def serve(host: str, port: int, data_dir: str | None, catalog_uri: str | None, n
 @click.option("--port", default=8815, show_default=True, type=int)
 @click.option("--state-dir", type=click.Path(file_okay=False), default=None, help="SQLite state (default: per-user data dir).")
 @click.option("--dead-after", default=10.0, show_default=True, type=float, help="Seconds without heartbeat before a node is dead.")
+@click.option("--retire-after", default=86400.0, show_default=True, type=float,
+              help="Seconds without heartbeat before a dead node is forgotten; its partitions then count as lost replicas.")
 @PENDING_TTL_OPTION
 @CAPABILITY_TTL_OPTION
 @security_options
 @observability_options
-def catalog_cmd(host: str, port: int, state_dir: str | None, dead_after: float, pending_ttl: float, capability_ttl: float,
-                secret_file: str | None,
+def catalog_cmd(host: str, port: int, state_dir: str | None, dead_after: float, retire_after: float, pending_ttl: float,
+                capability_ttl: float, secret_file: str | None,
                 tls_cert: str | None,
                 tls_key: str | None, tls_client_ca: str | None, tls_ca: str | None, health_port: int | None,
                 metrics_port: int | None, metrics_host: str) -> None:
@@ -134,7 +136,7 @@ def catalog_cmd(host: str, port: int, state_dir: str | None, dead_after: float, 
     from .server.daemon import Observability, Security, run_catalog
 
     run_catalog(host, port, state_dir, dead_after, Security(secret_file, tls_cert, tls_key, tls_client_ca, tls_ca),
-                Observability(health_port, metrics_port, metrics_host), pending_ttl, capability_ttl)
+                Observability(health_port, metrics_port, metrics_host), pending_ttl, capability_ttl, retire_after)
 
 
 # --------------------------------------------------------------------------- datasets

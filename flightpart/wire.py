@@ -539,14 +539,31 @@ class PutTrailer(Message):
 
 @dataclass(frozen=True)
 class Held(Message):
+    """Which partitions of a version a node holds, one page at a time: those after grid position ``after``."""
+
     ACTION = "held"
     dataset: str = _field(p_name)
     version: int = _field(p_uint)
+    after: tuple[int, int] | None = _field(p_optional(p_pair), None)
 
 
 @dataclass(frozen=True)
 class HeldReply(Message):
+    """One page of held partitions; each column group's schema once in ``schemas`` (``schema_of[k]`` indexes it),
+    and ``more`` when another page follows (ask again with ``after`` = the last position)."""
+
     partitions: tuple[HeldPartition, ...] = _field(p_list(p_message(HeldPartition)))
+    schemas: tuple[pa.Schema, ...] = _field(p_list(p_schema, 100_000), ())
+    schema_of: tuple[int, ...] = _field(p_list(p_uint), ())
+    more: bool = _field(p_bool, False)
+
+    def schema(self, k: int) -> pa.Schema | None:
+        """The schema of the ``k``-th partition of this page."""
+        if self.partitions[k].schema is not None:
+            return self.partitions[k].schema
+        if k < len(self.schema_of) and self.schema_of[k] < len(self.schemas):
+            return self.schemas[self.schema_of[k]]
+        return None
 
 
 @dataclass(frozen=True)

@@ -84,6 +84,7 @@ class CatalogServer(ServiceBase):
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, *, state_path: str = ":memory:",
                  dead_after: float = 10.0, pending_ttl: float = 3600.0, node_timeout: float = 5.0,
+                 fan_out_timeout: float = 2.0, retire_after: float = 86400.0,
                  capability_ttl: float = 86400.0, secret: bytes | None = None, pool: ConnectionPool | None = None,
                  **server_kwargs: Any):
         super().__init__(host, port, secret=secret, **server_kwargs)
@@ -95,6 +96,8 @@ class CatalogServer(ServiceBase):
         self.capability_ttl = capability_ttl
         self.pending_ttl = pending_ttl
         self.node_timeout = node_timeout
+        self.fan_out_timeout = fan_out_timeout  # drop, abort, seal: a node that misses it is told when it registers again
+        self.retire_after = retire_after
         self._infos: dict[tuple[str, int], tuple] = {}
         self._stopping = threading.Event()
         threading.Thread(target=self._expire_pending_loop, name="flightpart-pending-ttl", daemon=True).start()
@@ -112,6 +115,12 @@ class CatalogServer(ServiceBase):
                     log.info("%s v%d: pending for more than %ss, aborted", dataset, version, self.pending_ttl)
                     self._drop_files(dataset, version, self.state.abort(dataset, version), pending_only=True)
                     self._infos.clear()
+                retired = self.state.retire_dead(self.retire_after)
+                if retired:
+                    log.warning("retired %d nodes silent for more than %ss: %s; their partitions count as lost replicas "
+                                "until `flightpart repair` copies them", len(retired), self.retire_after, ", ".join(retired))
+                    self._infos.clear()
+                self.state.flush_heartbeats()
             except Exception:  # the database is closing: the loop ends with the server
                 if not self._stopping.is_set():
                     log.exception("expiring pending versions failed")
@@ -238,32 +247,43 @@ class CatalogServer(ServiceBase):
     def _seal(self, manifest: Commit, nodes: Any) -> None:
         """Tell the holders the version is committed; one that misses it is told when it registers again."""
         cluster = self.state.adopt_cluster(None)
-        self._fan_out(nodes, lambda node: self.pool.action(node.uri, Seal.ACTION, Seal(cluster, manifest), timeout=self.node_timeout),
+        self._fan_out(nodes, lambda node: self.pool.action(node.uri, Seal.ACTION, Seal(cluster, manifest), timeout=self.fan_out_timeout),
                       f"seal {manifest.dataset} v{manifest.version}")
 
     def _verify_on_nodes(self, name: str, version: int, expected: pa.Schema, parts: list[PartRecord]) -> None:
         """Publish only what every claimed node really holds, with the right schema and rows."""
         by_node: dict[str, NodeRecord] = {n.node_id: n for p in parts for n in p.nodes}
-        held: dict[str, dict[tuple[int, int], HeldPartition]] = {}
-        for node_id, node in by_node.items():
-            try:
-                reply = self.pool.action(node.uri, Held.ACTION, Held(name, version))
-            except flight.FlightError as exc:
-                self.pool.discard(node.uri)
-                raise NodeUnavailable(f"node {node.uri} did not answer while committing {name} v{version}: "
-                                      f"{error_message(exc)}") from None
-            held[node_id] = {h.part: h for h in HeldReply.from_json(reply, f"held reply of {node.uri}").partitions}
+
+        def held_by(node: NodeRecord) -> dict[tuple[int, int], tuple[HeldPartition, pa.Schema | None]]:
+            out: dict[tuple[int, int], tuple[HeldPartition, pa.Schema | None]] = {}
+            after = None
+            while True:  # one page at a time: no reply size a large dataset can reach
+                try:
+                    raw = self.pool.action(node.uri, Held.ACTION, Held(name, version, after))
+                except flight.FlightError as exc:
+                    self.pool.discard(node.uri)
+                    raise NodeUnavailable(f"node {node.uri} did not answer while committing {name} v{version}: "
+                                          f"{error_message(exc)}") from None
+                reply = HeldReply.from_json(raw, f"held reply of {node.uri}")
+                for k, h in enumerate(reply.partitions):
+                    out[h.part] = (h, reply.schema(k))
+                if not reply.more or not reply.partitions:
+                    return out
+                after = reply.partitions[-1].part
+
+        with ThreadPoolExecutor(max_workers=min(32, len(by_node) or 1), thread_name_prefix="flightpart-verify") as ex:
+            held = dict(zip(by_node, ex.map(held_by, by_node.values())))
         for p in parts:
             for node in p.nodes:
-                h = held[node.node_id].get(p.part)
+                h, h_schema = held[node.node_id].get(p.part, (None, None))
                 if h is None:
                     raise SchemaMismatch(f"partition {p.part} of {name} v{version} is not stored on node {node.uri}",
                                          field="partitions")
                 if h.rows != p.shape[0]:
                     raise SchemaMismatch(f"partition {p.part} of {name} v{version} on {node.uri} has {h.rows} rows, "
                                          f"expected {p.shape[0]}", field="partitions.shape")
-                if h.schema is None or not h.schema.equals(_group_schema(expected, h.schema)):
-                    raise SchemaMismatch(f"partition {p.part} of {name} v{version} on {node.uri} has schema {h.schema}, "
+                if h_schema is None or not h_schema.equals(_group_schema(expected, h_schema)):
+                    raise SchemaMismatch(f"partition {p.part} of {name} v{version} on {node.uri} has schema {h_schema}, "
                                          f"which does not fit {expected}", field="schema")
                 p.nbytes = max(p.nbytes, h.nbytes)
                 p.stats = p.stats or h.stats  # computed by the node from what it stored, never taken from the writer
@@ -283,7 +303,7 @@ class CatalogServer(ServiceBase):
         """Tell the nodes to delete a version's files, in parallel; a node that misses it is told when it registers again."""
         order = Drop(name, version, self.state.adopt_cluster(None), pending_only)
         return self._fan_out([n for n in nodes if n.alive],
-                             lambda node: self.pool.action(node.uri, Drop.ACTION, order, timeout=self.node_timeout),
+                             lambda node: self.pool.action(node.uri, Drop.ACTION, order, timeout=self.fan_out_timeout),
                              f"drop {name} v{version}")
 
     def _fan_out(self, nodes: Any, call: Any, what: str) -> int:
@@ -299,6 +319,7 @@ class CatalogServer(ServiceBase):
             except Exception as exc:
                 log.info("%s: node %s did not answer (%s); it is told again when it registers", what, node.uri, exc)
                 self.pool.discard(node.uri)
+                self.state.must_register(node.node_id)  # its next heartbeat is refused: it registers and learns what it missed
                 return False
 
         with ThreadPoolExecutor(max_workers=min(32, len(nodes)), thread_name_prefix="flightpart-fan-out") as ex:

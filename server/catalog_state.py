@@ -95,6 +95,9 @@ class VersionRecord:
 class CatalogState:
     """Thread-safe access to one SQLite database."""
 
+    FLUSH_EVERY = 30.0
+    """Seconds between writes of the in-memory heartbeats to the database (what a restart starts from)."""
+
     def __init__(self, path: str | Path, *, dead_after: float = 10.0):
         if str(path) != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
@@ -108,6 +111,10 @@ class CatalogState:
         self._db.executescript(SCHEMA)
         self._lock = threading.RLock()
         self._space: dict[str, tuple[int | None, bool]] = {}  # node id -> (free bytes, low space), from heartbeats
+        # liveness lives in memory: a heartbeat is a dict write, flushed to the database in one batch now and then
+        self._beats: dict[str, float] = {}
+        self._known = {r[0] for r in self._db.execute("SELECT node_id FROM nodes")}
+        self._flushed = time.monotonic()
 
     # ------------------------------------------------------------------ identity
 
@@ -128,6 +135,7 @@ class CatalogState:
             return cluster
 
     def close(self) -> None:
+        self.flush_heartbeats()
         with self._lock:
             self._db.close()
 
@@ -150,6 +158,9 @@ class CatalogState:
         """
         orphans: set[tuple[str, int]] = set()
         now = time.time()
+        with self._lock:
+            self._known.add(node_id)
+            self._beats[node_id] = now
         with self._tx() as db:
             db.execute(
                 "INSERT INTO nodes VALUES(?,?,?,?,?,?) ON CONFLICT(node_id) DO UPDATE SET "
@@ -191,18 +202,59 @@ class CatalogState:
         return sorted(orphans), sorted(unsealed_committed)
 
     def heartbeat(self, node_id: str, free_bytes: int | None = None, low_space: bool = False) -> bool:
-        with self._tx() as db:
-            known = db.execute("UPDATE nodes SET last_heartbeat=? WHERE node_id=?", (time.time(), node_id)).rowcount == 1
-        if known:
+        """Note a node's heartbeat (in memory); False if the node must register (again) first."""
+        with self._lock:
+            if node_id not in self._known:
+                return False
+            self._beats[node_id] = time.time()
             self._space[node_id] = (free_bytes, low_space)
-        return known
+        if time.monotonic() - self._flushed > self.FLUSH_EVERY:
+            self.flush_heartbeats()
+        return True
+
+    def flush_heartbeats(self) -> None:
+        """Write the heartbeats heard since the last flush, in one transaction."""
+        with self._lock:
+            beats = dict(self._beats)
+            self._flushed = time.monotonic()
+        if beats:
+            with self._tx() as db:
+                db.executemany("UPDATE nodes SET last_heartbeat=MAX(last_heartbeat, ?) WHERE node_id=?",
+                               [(t, n) for n, t in beats.items()])
+
+    def must_register(self, node_id: str) -> None:
+        """The node's next heartbeat is refused, so it registers again and learns what it missed (drops, seals)."""
+        with self._lock:
+            self._known.discard(node_id)
+
+    def retire_dead(self, after: float) -> list[str]:
+        """Forget nodes not heard from for ``after`` seconds; their replicas count as lost (``repair`` copies them)."""
+        cutoff = time.time() - after
+        dead = [n.node_id for n in self.nodes() if n.last_heartbeat < cutoff]
+        if dead:
+            with self._tx() as db:
+                for table in ("nodes", "replicas"):
+                    db.executemany(f"DELETE FROM {table} WHERE node_id=?", [(n,) for n in dead])
+            with self._lock:
+                for n in dead:
+                    self._known.discard(n)
+                    self._beats.pop(n, None)
+                    self._space.pop(n, None)
+        return dead
 
     def nodes(self) -> list[NodeRecord]:
         now = time.time()
         with self._lock:
             rows = self._db.execute("SELECT node_id, uri, ip, pid, data_dir, last_heartbeat FROM nodes ORDER BY ip, uri").fetchall()
-        return [NodeRecord(*r, alive=now - r[5] <= self.dead_after, free_bytes=self._space.get(r[0], (None, False))[0],
-                           low_space=self._space.get(r[0], (None, False))[1]) for r in rows]
+            beats = dict(self._beats)
+            space = dict(self._space)
+        out = []
+        for node_id, uri, ip, pid, data_dir, last in rows:
+            last = max(last, beats.get(node_id, 0.0))
+            free, low = space.get(node_id, (None, False))
+            out.append(NodeRecord(node_id, uri, ip, pid, data_dir, last, alive=now - last <= self.dead_after,
+                                  free_bytes=free, low_space=low))
+        return out
 
     def node(self, node_id: str) -> NodeRecord | None:
         return next((n for n in self.nodes() if n.node_id == node_id), None)
@@ -315,19 +367,24 @@ class CatalogState:
         return self._delete(dataset, version, only_pending=False)
 
     def _delete(self, dataset: str, version: int | None, *, only_pending: bool) -> list[NodeRecord]:
-        """Leave a tombstone ('aborted' or 'dropped') in place of the version: a node away now learns of it later."""
+        """Leave a tombstone ('aborted' or 'dropped') in place of the version: a node away now learns of it later.
+
+        Returns the nodes to tell: the holders of a committed version, every
+        node for a pending one (the catalog learns placements at commit).
+        """
         where = "dataset=?" + (" AND version=?" if version is not None else "")
         args = (dataset,) + ((version,) if version is not None else ())
         with self._tx() as db:
-            if only_pending:
-                state = db.execute(f"SELECT state FROM versions WHERE {where}", args).fetchone()
-                if not state or state[0] != "pending":
-                    return []
+            states = {r[0] for r in db.execute(f"SELECT state FROM versions WHERE {where}", args)}
+            if only_pending and states != {"pending"}:
+                return []
+            holders = {r[0] for r in db.execute(f"SELECT DISTINCT node_id FROM replicas WHERE {where}", args)}
             tombstone = "aborted" if only_pending else "dropped"
             db.execute(f"UPDATE versions SET state=? WHERE state IN ('pending', 'committed') AND {where}", (tombstone, *args))
             for table in ("partitions", "replicas", "stats"):
                 db.execute(f"DELETE FROM {table} WHERE {where}", args)
-        return [n for n in self.nodes()]
+        nodes = self.nodes()
+        return nodes if "pending" in states else [n for n in nodes if n.node_id in holders]
 
     def expired_pending(self, ttl: float) -> list[tuple[str, int]]:
         """Pending versions older than ``ttl`` seconds: puts that never finished."""
@@ -342,7 +399,8 @@ class CatalogState:
             raise DatasetNotFound(f"no dataset named {dataset!r}; `flightpart ls` lists what exists")
         return row[0]
 
-    def version(self, dataset: str, version: int | None = None) -> VersionRecord:
+    def version(self, dataset: str, version: int | None = None, *, nodes: dict[str, NodeRecord] | None = None) -> VersionRecord:
+        """One committed version (``nodes``: the node table already read, for callers that read many versions)."""
         version = self.latest(dataset) if version is None else version
         with self._lock:
             head = self._db.execute(
@@ -360,7 +418,7 @@ class CatalogState:
             ).fetchall()
             stats = {(i, j): body for i, j, body in self._db.execute(
                 "SELECT i, j, body FROM stats WHERE dataset=? AND version=?", (dataset, version))}
-        nodes = {n.node_id: n for n in self.nodes()}
+        nodes = nodes if nodes is not None else {n.node_id: n for n in self.nodes()}
         holders: dict[tuple[int, int], list[NodeRecord]] = {}
         for i, j, node_id in replica_rows:
             if node_id in nodes:
@@ -379,12 +437,16 @@ class CatalogState:
         """Every committed version of every dataset."""
         with self._lock:
             rows = self._db.execute("SELECT dataset, version FROM versions WHERE state='committed' ORDER BY dataset, version").fetchall()
-        return [self.version(d, v) for d, v in rows]
+        nodes = {n.node_id: n for n in self.nodes()}
+        return [self.version(d, v, nodes=nodes) for d, v in rows]
 
     def datasets(self) -> list[VersionRecord]:
+        """The latest committed version of every dataset (the node table is read once, not once per dataset)."""
         with self._lock:
-            names = [r[0] for r in self._db.execute("SELECT DISTINCT dataset FROM versions WHERE state='committed' ORDER BY dataset")]
-        return [self.version(name) for name in names]
+            rows = self._db.execute("SELECT dataset, MAX(version) FROM versions WHERE state='committed' "
+                                    "GROUP BY dataset ORDER BY dataset").fetchall()
+        nodes = {n.node_id: n for n in self.nodes()}
+        return [self.version(name, v, nodes=nodes) for name, v in rows]
 
     def versions_of(self, dataset: str) -> list[int]:
         with self._lock:

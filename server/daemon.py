@@ -107,19 +107,20 @@ def observe(server: Any, role: str, host: str, ports: Observability) -> list:
 
 
 def start_catalog(host: str, port: int, state_dir: str | None, dead_after: float, security: Security,
-                  pending_ttl: float = 3600.0, capability_ttl: float = 86400.0) -> CatalogServer:
+                  pending_ttl: float = 3600.0, capability_ttl: float = 86400.0, retire_after: float = 86400.0) -> CatalogServer:
     """A catalog whose SQLite state lives in ``state_dir`` (default: the per-user data directory), readable by its owner only."""
     state = Path(state_dir) if state_dir else default_state_dir()
     state.mkdir(parents=True, exist_ok=True)
     state.chmod(0o700)
     return CatalogServer(host, port, state_path=str(state / "catalog.sqlite"), dead_after=dead_after, pending_ttl=pending_ttl,
-                         capability_ttl=capability_ttl, pool=security.pool(), **security.server_options())
+                         capability_ttl=capability_ttl, retire_after=retire_after, pool=security.pool(),
+                         **security.server_options())
 
 
 def run_catalog(host: str, port: int, state_dir: str | None, dead_after: float, security: Security, ports: Observability,
-                pending_ttl: float = 3600.0, capability_ttl: float = 86400.0) -> None:
+                pending_ttl: float = 3600.0, capability_ttl: float = 86400.0, retire_after: float = 86400.0) -> None:
     """``flightpart catalog``: serve until a signal."""
-    server = start_catalog(host, port, state_dir, dead_after, security, pending_ttl, capability_ttl)
+    server = start_catalog(host, port, state_dir, dead_after, security, pending_ttl, capability_ttl, retire_after)
     extras = observe(server, "catalog", host, ports)
     announce("catalog", server.uri)
     wait_for_signal([server, *extras])

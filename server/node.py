@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import logging
 import os
 import socket
@@ -311,9 +312,22 @@ class NodeServer(ServiceBase):
         Empty.decode(raw, "stats")
         return self.stats()
 
+    HELD_PAGE_BYTES = 4 << 20
+    """About how much one page of a ``held`` reply may weigh; the catalog asks for the next page with ``after``."""
+
     def _held(self, raw: bytes) -> dict:
         body = Held.decode(raw)
-        return HeldReply(tuple(self.store.held(body.dataset, body.version))).to_json()
+        page, weight, more = [], 0, False
+        for stored in self.store.held(body.dataset, body.version, after=body.after, with_schema=False):
+            if page and weight > self.HELD_PAGE_BYTES:
+                more = True
+                break
+            page.append(stored)
+            weight += 120 + (len(json.dumps(stored.stats)) if stored.stats else 0)
+        groups = sorted({p.part[1] for p in page})
+        schemas = [self.store.group_schema(body.dataset, body.version, j) for j in groups]
+        index = {j: k for k, j in enumerate(groups)}
+        return HeldReply(tuple(page), tuple(schemas), tuple(index[p.part[1]] for p in page), more).to_json()
 
     def _drop(self, raw: bytes) -> dict:
         body = Drop.decode(raw)

@@ -33,7 +33,7 @@ from flightpart.errors import (
 from flightpart.io import layout
 from flightpart.io.maps import MappedFiles
 from flightpart.statistics import StatsBuilder
-from flightpart.wire import Commit, p_stats
+from flightpart.wire import Commit, p_stats, p_uint
 from flightpart.wire import HeldPartition as StoredPartition
 
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
@@ -133,7 +133,7 @@ class PartitionStore:
                 writer.close()
             layout.fsync_path(tmp)
             with os.fdopen(os.open(stats_tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, self.modes.file), "wb") as out:
-                out.write(json.dumps(stats.result()).encode())
+                out.write(json.dumps({"rows": rows, "columns": stats.result()}).encode())
             self.modes.apply(stats_tmp, directory=False)
             with self._lock:
                 if final.exists():  # a racing put of the same partition won
@@ -229,25 +229,46 @@ class PartitionStore:
             return schema
         return None
 
-    def describe(self, dataset: str, version: int, part: tuple[int, int]) -> StoredPartition:
+    def describe(self, dataset: str, version: int, part: tuple[int, int], *, with_schema: bool = True) -> StoredPartition:
+        """What a node says of one partition: rows, bytes, statistics (and its schema).
+
+        Rows come from the statistics written beside the partition, so no
+        partition file is opened; only a partition without them (written
+        before statistics existed, or whose statistics a crash lost) is
+        read from its footer.
+        """
         path = self.path(dataset, version, part)
         try:
-            schema, rows = read_footer(path)
+            size = path.stat().st_size
         except FileNotFoundError:
             raise PartitionMissing(f"partition {part} of dataset {dataset!r} version {version} is not on this node",
                                    field="part") from None
-        return StoredPartition(dataset, version, part, rows, path.stat().st_size, schema, self.stats(path))
+        side = self.sidecar(path)
+        if side is None or with_schema and self.group_schema(dataset, version, part[1]) is None:
+            schema, rows = read_footer(path)
+            return StoredPartition(dataset, version, part, rows, size, schema if with_schema else None, None)
+        rows, stats = side
+        return StoredPartition(dataset, version, part, rows, size, None, stats)
 
-    def stats(self, path: Path) -> dict | None:
-        """A partition's column statistics, or None when they were never written or were lost."""
+    def sidecar(self, path: Path) -> tuple[int, dict] | None:
+        """(rows, column statistics) written beside a partition, or None when they were never written or were lost."""
         try:
-            return p_stats(json.loads(layout.stats_path(path).read_bytes()), "stats")
-        except (OSError, ValueError, RequestRejected):
+            body = json.loads(layout.stats_path(path).read_bytes())
+            return p_uint(body["rows"], "rows"), p_stats(body["columns"], "stats")
+        except (OSError, ValueError, KeyError, TypeError, RequestRejected):
             return None
 
-    def held(self, dataset: str, version: int) -> list[StoredPartition]:
-        """Every partition of one dataset version on this node."""
-        return [self.describe(dataset, version, part) for part, _path in layout.partitions_in(self.version_dir(dataset, version))]
+    def held(self, dataset: str, version: int, *, after: tuple[int, int] | None = None, limit: int | None = None,
+             with_schema: bool = True) -> list[StoredPartition]:
+        """The partitions of one dataset version on this node, in grid order (after ``after``, at most ``limit``)."""
+        out = []
+        for part, _path in layout.partitions_in(self.version_dir(dataset, version)):
+            if after is not None and part <= after:
+                continue
+            out.append(self.describe(dataset, version, part, with_schema=with_schema))
+            if limit is not None and len(out) >= limit:
+                break
+        return out
 
     def versions(self) -> list[tuple[str, int]]:
         """Every (dataset, version) directory in the data directory, sealed or not."""
@@ -269,7 +290,7 @@ class PartitionStore:
         versions = self.versions()
         for dataset, version in versions:
             try:
-                parts.extend(self.held(dataset, version))
+                parts.extend(self.held(dataset, version, with_schema=False))
             except (ValueError, OSError, pa.ArrowException):
                 continue  # a foreign or damaged file is not ours to serve
             manifest = self.manifest(dataset, version)

@@ -25,6 +25,8 @@ MESSAGES = [
     wire.PutTrailer(12),
     wire.Held("sales", 3),
     wire.HeldReply((HELD, wire.HeldPartition("sales", 3, (2, 0)))),
+    wire.HeldReply((wire.HeldPartition("sales", 3, (2, 0)),), (SCHEMA,), (0,), True),
+    wire.Held("sales", 3, (4, 1)),
     wire.Drop("sales", 3),
     wire.Drop("sales"),
     wire.CopyTo("sales", 3, (1, 0), "grpc://127.0.0.3:1234"),
