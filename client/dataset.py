@@ -195,9 +195,13 @@ class Dataset:
 
     def _stored(self, j: int) -> set[str]:
         """The columns partitions of column group ``j`` hold (pandas index columns are in every group)."""
-        names = self._data_names()
-        data_cols = [n for n in self._schema.names if n in names]
-        return set(frames.column_groups(data_cols, self._grid[1])[j]) | (set(self._schema.names) - names)
+        stored = self._shared.get("stored")
+        if stored is None:  # once per version, shared by its views
+            names = self._data_names()
+            data_cols = [n for n in self._schema.names if n in names]
+            index = set(self._schema.names) - names
+            stored = self._shared["stored"] = [set(g) | index for g in frames.column_groups(data_cols, self._grid[1])]
+        return stored[j]
 
     def _group_with(self, columns: Sequence[str]) -> int | None:
         """A column group that holds every one of ``columns`` (a node can then work on one partition alone)."""
@@ -263,16 +267,20 @@ class Dataset:
         """Rows the filter keeps in each block, counted where the data is (one small reply per block)."""
         assert self._filter is not None
         j = self._group_with(self._filter.columns)
-        if j is None:  # the filter reads several column groups: count on the columns it reads
-            view = self._derive(filter=None, matched=None).select(
-                [c for c in self._filter.columns if c in self._data_names()] or [next(iter(self._data_names()))])
-            return {b.i: filters.apply(view._read_block(replace(b, matched=None), pushed=False), self._filter.substrait).num_rows
-                    for b in blocks}
+        if j is None:  # the filter reads several column groups: read its columns, filtered here
+            view = self._reading(self._filter.columns)
+            return {b.i: view._read_block(replace(b, matched=None)).num_rows for b in blocks}
         refs = [self._ref(b, j, None, aggregate=COUNT) for b in blocks]
         return {b.i: int(t.column("p0")[0].as_py()) if t.num_rows else 0 for b, t in zip(blocks, self._get(refs))}
 
+    def _reading(self, columns: Sequence[str]) -> "Dataset":
+        """This view narrowed to ``columns`` (index columns come along; with none named, one column to count rows on)."""
+        names = self._data_names()
+        return self.select([c for c in columns if c in names] or [next(c for c in self.schema.names if c in names)])
+
     def _ref(self, b: _Block, j: int, columns: tuple[str, ...] | None, *, pushed: bool = True,
              aggregate: Aggregate | None = None) -> PartitionRef:
+        """The handle of partition (b.i, j) for this block; ``pushed``: the node applies the view's filter."""
         info = self._parts[(b.i, j)]
         f = self._filter.substrait if (pushed and self._filter is not None) else None
         return PartitionRef(self.name, self.version, info.position, info.replicas, columns, b.rows, f,
@@ -353,11 +361,11 @@ class Dataset:
             return table
         return table.select(self._order + [c for c in table.column_names if c not in self._order])
 
-    def _read_block(self, b: _Block, *, pushed: bool = True) -> pa.Table:
+    def _read_block(self, b: _Block) -> pa.Table:
         """One row block of the view as a table (the filter applied on the nodes, or here when it spans groups)."""
         groups = self._groups()
-        if self._filter is None or not pushed or self._pushable():
-            tables = self._get([self._ref(b, j, self._columns_of(j), pushed=pushed) for j in groups])
+        if self._pushable():
+            tables = self._get([self._ref(b, j, self._columns_of(j)) for j in groups])
             return self._in_order(frames.assemble({(0, k): t for k, t in enumerate(tables)}, (1, len(tables))))
         wanted = set(self._filter.columns)
         reads = [j for j in range(self._grid[1]) if j in groups or wanted & self._stored(j)]
@@ -451,7 +459,7 @@ class Dataset:
         if j is not None:
             partials = self._get([self._ref(b, j, None, aggregate=agg) for b in blocks]) if blocks else []
         else:
-            view = self.select([c for c in aggregates.columns_read(agg) if c in self._data_names()])
+            view = self._reading(aggregates.columns_read(agg))
             partials = [aggregates.partial(view._read_block(b), agg) for b in blocks]
         return aggregates.combine(partials, agg, self._schema)
 

@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from flightpart.errors import PartitionedError
+from flightpart.filters import conjunction
 
 _COMPARE = {"Eq": "equal", "NotEq": "not_equal", "Lt": "less", "LtEq": "less_equal", "Gt": "greater", "GtEq": "greater_equal"}
 
@@ -71,13 +72,7 @@ def to_arrow_expression(predicate: Any) -> pc.Expression | None:
         tree = json.loads(predicate.meta.serialize(format="json"))
     except Exception:
         return None
-    parts = [e for e in (_translate(c) for c in _conjuncts(tree)) if e is not None]
-    if not parts:
-        return None
-    out = parts[0]
-    for e in parts[1:]:
-        out = out & e
-    return out
+    return conjunction([e for e in (_translate(c) for c in _conjuncts(tree)) if e is not None])
 
 
 def _conjuncts(node: Any) -> list:

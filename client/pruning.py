@@ -17,6 +17,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as pads
 import pyarrow.fs as pafs
 
+from flightpart.filters import conjunction
 from flightpart.statistics import guarantee
 
 
@@ -31,12 +32,9 @@ class Pruner:
         for i, (rows, stats) in sorted(blocks.items()):
             if rows == 0:
                 continue
-            terms = [g for s in stats if s for g in [guarantee(s, schema, rows)] if g is not None]
-            if not terms:
+            g = conjunction([g for s in stats if s for g in [guarantee(s, schema, rows)] if g is not None])
+            if g is None:
                 continue  # nothing known: the block may match anything
-            g = terms[0]
-            for t in terms[1:]:
-                g = g & t
             self.known.append(i)
             expressions.append(g)
         self._dataset = None

@@ -47,8 +47,14 @@ class Filter:
         raw = _serialize(expression, bound if columns else pa.schema([]))
         return cls(expression, columns, raw)
 
-    def __and__(self, other: "Filter") -> pc.Expression:
-        return self.expression & other.expression
+
+
+def conjunction(terms: Sequence[pc.Expression]) -> pc.Expression | None:
+    """``terms[0] & terms[1] & ...``, or None for no terms."""
+    out = None
+    for term in terms:
+        out = term if out is None else out & term
+    return out
 
 
 def _serialize(expression: pc.Expression, schema: pa.Schema) -> bytes:
@@ -156,10 +162,9 @@ class _Translator:
     def visit(self, node: ast.AST) -> pc.Expression:
         if isinstance(node, ast.BoolOp):
             values = [self.visit(v) for v in node.values]
-            out = values[0]
-            for v in values[1:]:
-                out = (out & v) if isinstance(node.op, ast.And) else (out | v)
-            return out
+            if isinstance(node.op, ast.And):
+                return conjunction(values)
+            return functools.reduce(lambda a, b: a | b, values)
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
             return ~self.visit(node.operand)
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):

@@ -21,6 +21,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.types as pat
 
+from .filters import conjunction
+
 MAX_TEXT = 256
 """Longer text values are not recorded: a truncated maximum would not bound the column."""
 
@@ -109,9 +111,4 @@ def guarantee(stats: dict[str, dict[str, Any]], schema: pa.Schema, rows: int) ->
             except (pa.ArrowException, TypeError, ValueError, OverflowError):
                 continue  # statistics this reader cannot type: no pruning on that column
             terms.append((pc.field(name) >= lo) & (pc.field(name) <= hi))
-    if not terms:
-        return None
-    out = terms[0]
-    for term in terms[1:]:
-        out = out & term
-    return out
+    return conjunction(terms)
