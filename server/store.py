@@ -16,7 +16,7 @@ import json
 import os
 import shutil
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import pyarrow as pa
@@ -258,17 +258,16 @@ class PartitionStore:
         except (OSError, ValueError, KeyError, TypeError, RequestRejected):
             return None
 
-    def held(self, dataset: str, version: int, *, after: tuple[int, int] | None = None, limit: int | None = None,
-             with_schema: bool = True) -> list[StoredPartition]:
-        """The partitions of one dataset version on this node, in grid order (after ``after``, at most ``limit``)."""
-        out = []
+    def held(self, dataset: str, version: int, *, after: tuple[int, int] | None = None,
+             with_schema: bool = True) -> Iterator[StoredPartition]:
+        """The partitions of one dataset version on this node, in grid order (those after ``after``).
+
+        Lazily: a caller that stops after one page reads the statistics of
+        that page only.
+        """
         for part, _path in layout.partitions_in(self.version_dir(dataset, version)):
-            if after is not None and part <= after:
-                continue
-            out.append(self.describe(dataset, version, part, with_schema=with_schema))
-            if limit is not None and len(out) >= limit:
-                break
-        return out
+            if after is None or part > after:
+                yield self.describe(dataset, version, part, with_schema=with_schema)
 
     def versions(self) -> list[tuple[str, int]]:
         """Every (dataset, version) directory in the data directory, sealed or not."""
@@ -290,7 +289,7 @@ class PartitionStore:
         versions = self.versions()
         for dataset, version in versions:
             try:
-                parts.extend(self.held(dataset, version, with_schema=False))
+                parts.extend(list(self.held(dataset, version, with_schema=False)))  # all of a version, or none
             except (ValueError, OSError, pa.ArrowException):
                 continue  # a foreign or damaged file is not ours to serve
             manifest = self.manifest(dataset, version)
