@@ -115,6 +115,7 @@ class CatalogState:
         self._beats: dict[str, float] = {}
         self._known = {r[0] for r in self._db.execute("SELECT node_id FROM nodes")}
         self._flushed = time.monotonic()
+        self._started = time.time()
 
     # ------------------------------------------------------------------ identity
 
@@ -230,7 +231,8 @@ class CatalogState:
     def retire_dead(self, after: float) -> list[str]:
         """Forget nodes not heard from for ``after`` seconds; their replicas count as lost (``repair`` copies them)."""
         cutoff = time.time() - after
-        dead = [n.node_id for n in self.nodes() if n.last_heartbeat < cutoff]
+        # silence counts from when this catalog could hear a node: a catalog back from an outage retires no one at once
+        dead = [n.node_id for n in self.nodes() if max(n.last_heartbeat, self._started) < cutoff]
         if dead:
             with self._tx() as db:
                 for table in ("nodes", "replicas"):

@@ -7,6 +7,7 @@ these tests check the mechanisms and the deadlines a user relies on.
 from __future__ import annotations
 
 import os
+import sqlite3
 import signal
 import time
 
@@ -115,3 +116,16 @@ def test_drop_and_abort_with_three_frozen_nodes_finish_within_their_deadline(tmp
             return [p for p in tmp_path.rglob("*.arrow") if "/frozen/" in str(p) or "/half/" in str(p)]
 
         wait_until(lambda: not leftovers(), 30, "the frozen nodes to delete the dropped and aborted files")
+
+
+def test_a_catalog_back_after_a_long_outage_does_not_retire_nodes_that_could_not_reach_it(tmp_path):
+    state = CatalogState(tmp_path / "c.sqlite", dead_after=1.0)
+    state.register_node("n0", "grpc://10.0.0.1:1", "10.0.0.1", 1, None, [])
+    state.close()
+    with sqlite3.connect(tmp_path / "c.sqlite") as db:  # the catalog was down for two days
+        db.execute("UPDATE nodes SET last_heartbeat=?", (time.time() - 2 * 86400,))
+    again = CatalogState(tmp_path / "c.sqlite", dead_after=1.0)
+    assert again.retire_dead(86400.0) == []  # silence is counted from when this catalog could hear the node
+    assert not again.nodes()[0].alive
+    assert again.retire_dead(0.0) == ["n0"]
+    again.close()
