@@ -204,3 +204,90 @@ def test_cli_get_streams_columns_and_rows_to_stdout(cluster, sales, tmp_path):
         assert proc.returncode != 0 and message in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
     assert moved(cluster, before)["partitions_served"] == 0  # refused before reading anything
     assert not list(tmp_path.glob(".*part"))
+
+
+def test_a_node_refuses_lying_query_tickets_with_a_code_and_keeps_serving(cluster, sales):
+    import base64
+    import json
+
+    import pyarrow.flight as flight
+
+    from flightpart import filters
+
+    from helpers import code_of
+
+    info = flight.connect(cluster.uri).get_flight_info(flight.FlightDescriptor.for_path("sales"))
+    endpoint = info.endpoints[0]
+    node = flight.connect(endpoint.locations[0].uri.decode())
+    base = json.loads(endpoint.ticket.ticket)
+    good = filters.Filter.compile(F("units") > 4, sales.schema).substrait
+    wrong_type = filters.Filter.compile(F("units") == "4", pa.schema([("units", pa.string())])).substrait
+    lies = [
+        {"filter": base64.b64encode(b"\x0a\xff\xff\xff\xff\x0f" + good).decode()},  # damaged Substrait
+        {"filter": base64.b64encode(good[: len(good) // 2]).decode()},
+        {"filter": base64.b64encode(wrong_type).decode()},  # bound to a type the column does not have
+        {"filter": base64.b64encode(filters.Filter.compile(F("x") > 1, pa.schema([("x", pa.int64())])).substrait).decode()},
+        {"aggregate": {"functions": [["nope", "sum"]]}},
+        {"aggregate": {"functions": [["store", "mean"]]}},  # the mean of text
+        {"filter": base64.b64encode(good).decode(), "matched": [10, 5]},
+    ]
+    for lie in lies:
+        with pytest.raises(flight.FlightError) as raised:
+            node.do_get(flight.Ticket(json.dumps({**base, **lie}).encode())).read_all()
+        assert code_of(raised.value) == "INVALID_REQUEST", lie
+    assert node.do_get(endpoint.ticket).read_all().equals(sales[:10_000])  # the node still serves
+
+
+def test_a_partition_whose_statistics_were_lost_or_damaged_is_still_committed_and_filtered_right(cluster, sales):
+    from flightpart import wire
+    from flightpart.io.layout import STATS_SUFFIX
+
+    from helpers import put_raw
+
+    with fp.connect(cluster.uri, host="127.0.0.9") as client:
+        nodes = {n["uri"]: n["node_id"] for n in client.nodes() if n["alive"]}
+        version = client.pool.action(cluster.uri, "begin", {"dataset": "unsure"})["version"]
+        parts = []
+        for k, uri in enumerate(sorted(nodes)):
+            put_raw(uri, ["unsure", str(version), str(k), "0"], sales.slice(k * 30_000, 30_000))
+            parts.append(wire.CommitPart((k, 0), (k * 30_000, 0), (30_000, 4), (nodes[uri],)))
+        sidecars = sorted(p for p in cluster.root.rglob(f"unsure/*/*{STATS_SUFFIX}"))
+        assert len(sidecars) == 3
+        sidecars[0].write_text('{"rows": 999, "columns": {"order": {"nulls": 0, "min": ')  # cut short by a crash
+        sidecars[1].unlink()  # lost
+        client.pool.action(cluster.uri, "commit", wire.Commit("unsure", version, sales.schema, (90_000, 4), (3, 1), tuple(parts)))
+        ds = client.open("unsure")
+        assert ds.to_arrow().equals(sales)  # rows came from the files, not from the damaged statistics
+        expr = (F("order") > 1_000) & (F("order") < 89_000) & (F("units") == 5)
+        assert ds.filter(expr).to_arrow().equals(sales.filter(expr))
+        assert ds.count_rows(F("order") >= 60_000) == 30_000
+
+
+def test_pandas_reads_a_dataset_through_from_arrow(cluster, sales):
+    import pandas as pd
+
+    with fp.connect(cluster.uri, host="127.0.0.9") as client:
+        ds = client.open("sales")
+        assert pd.DataFrame.from_arrow(ds).equals(sales.to_pandas())
+        assert pd.DataFrame.from_arrow(ds.filter("units = 1")).equals(sales.filter(F("units") == 1).to_pandas())
+
+
+def test_a_get_killed_mid_write_leaves_no_file_under_the_output_name(cluster, tmp_path):
+    import os
+    import signal
+    import time
+
+    rows = 6_000_000
+    big = pa.table({"a": np.arange(rows), "b": np.arange(rows) * 0.5})
+    with fp.connect(cluster.uri) as client:
+        client.put("tokill", big, tiling=(30, 1))
+    out = tmp_path / "copy.parquet"
+    proc = subprocess.Popen([sys.executable, "-m", "flightpart", "get", "tokill", "--catalog", cluster.uri,
+                             "--client-host", "127.0.0.9", "-o", str(out)], stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while not any(p.stat().st_size > 0 for p in tmp_path.glob(".copy.parquet.*.part")):
+        assert proc.poll() is None and time.monotonic() < deadline, "the get finished before it could be killed"
+        time.sleep(0.01)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not out.exists()  # a reader of copy.parquet never sees half of it

@@ -7,8 +7,8 @@ these tests check the mechanisms and the deadlines a user relies on.
 from __future__ import annotations
 
 import os
-import sqlite3
 import signal
+import sqlite3
 import time
 
 import numpy as np
