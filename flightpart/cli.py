@@ -159,22 +159,6 @@ def _client(catalog: str, host: str | None = None):
     return connect(catalog, host=host)
 
 
-def _read_file(path: str):
-    import pyarrow as pa
-    import pyarrow.csv
-    import pyarrow.parquet as pq
-
-    suffix = Path(path).suffix.lower()
-    if suffix in (".parquet", ".pq"):
-        return pq.read_table(path)
-    if suffix == ".csv":
-        return pyarrow.csv.read_csv(path)
-    if suffix in (".arrow", ".feather", ".ipc"):
-        with pa.memory_map(path) as source:
-            return pa.ipc.open_file(source).read_all()
-    raise click.BadParameter(f"{path}: unknown format {suffix!r}; use .parquet, .csv or .arrow", param_hint="FILE")
-
-
 def _parse_tiling(value: str | None) -> tuple[int, int] | None:
     if value is None:
         return None
@@ -196,7 +180,12 @@ def put(name: str, file: str, tiling: str | None, replicas: int, catalog: str) -
     from rich.console import Console
     from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
 
-    table = _read_file(file)
+    from .tools.export import read_file
+
+    try:
+        table = read_file(file)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="FILE") from None
     progress = Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(), TransferSpeedColumn(),
                         console=Console(stderr=True), transient=True, disable=not sys.stderr.isatty())
     with _client(catalog) as client, progress as bar:

@@ -1,4 +1,5 @@
-"""Writing a dataset's stream to a file or to stdout, batch by batch, in Arrow IPC, Parquet or CSV.
+"""Files in and out of the CLI: a dataset's stream written to a file or stdout batch by batch (Arrow IPC,
+Parquet, CSV), and a file read for ``put``; one table of formats for both.
 
 The format is decided, and the destination checked, before anything is
 read; a file is written under a temporary name and renamed when complete,
@@ -34,6 +35,21 @@ def choose_format(output: str, fmt: str | None) -> str:
     if suffix not in FORMATS:
         raise ValueError(f"{output}: unknown format {suffix or '(no suffix)'!r}; use .parquet, .csv or .arrow, or --format")
     return FORMATS[suffix]
+
+
+def read_file(path: str) -> pa.Table:
+    """A Parquet, CSV or Arrow IPC (file or stream) file as a table."""
+    fmt = choose_format(path, None)
+    if fmt == "parquet":
+        return pq.read_table(path)
+    if fmt == "csv":
+        return pacsv.read_csv(path)
+    with pa.memory_map(path) as source:
+        try:
+            return ipc.open_file(source).read_all()
+        except pa.ArrowInvalid:
+            source.seek(0)
+            return ipc.open_stream(source).read_all()
 
 
 def check_destination(output: str) -> None:
