@@ -52,20 +52,26 @@ class StatsBuilder:
         self._exact = [_ordered(f.type) for f in schema]
 
     def add(self, batch: pa.RecordBatch) -> None:
+        """Fold one batch in. Runs on the node's put path, so numbers go through NumPy (one vectorised pass
+        each for min and max, NaN seen in the result) rather than a kernel call per statistic."""
         for k, field in enumerate(self.schema):
             column = batch.column(k)
             self._nulls[k] += column.null_count
-            if not self._exact[k] or len(column) == column.null_count:
+            if not self._exact[k] or len(column) == 0:
+                continue
+            if column.null_count:
+                self._exact[k] = False  # min/max are recorded only for columns without nulls
                 continue
             storage = _storage(field.type)
             if storage is not None:
                 column = column.view(storage)
-            elif pat.is_floating(field.type) and pc.any(pc.is_nan(column)).as_py():
-                self._exact[k] = False  # NaN compares false to everything: min/max would not bound the rows
-                continue
-            lo, hi = (v.as_py() for v in pc.min_max(column).values())
+            if pat.is_integer(column.type) or pat.is_floating(column.type):
+                values = column.to_numpy(zero_copy_only=True)
+                lo, hi = values.min().item(), values.max().item()
+            else:
+                lo, hi = (v.as_py() for v in pc.min_max(column).values())
             if isinstance(lo, float) and not (math.isfinite(lo) and math.isfinite(hi)):
-                self._exact[k] = False  # JSON has no infinity
+                self._exact[k] = False  # NaN compares false to everything and JSON has no infinity: no bound
                 continue
             if isinstance(lo, str) and (len(lo) > MAX_TEXT or len(hi) > MAX_TEXT):
                 self._exact[k] = False
