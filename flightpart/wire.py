@@ -264,14 +264,6 @@ AGGREGATES = ("sum", "min", "max", "count", "count_all", "mean")
 """Aggregate functions a node computes per partition; the reader combines the partial results."""
 
 
-@dataclass(frozen=True)
-class Aggregate(Message):
-    """What a ticket asks a node to aggregate instead of sending rows: ``[column, function]`` pairs, grouped by ``by``."""
-
-    functions: tuple[tuple[str, str], ...] = _field(p_list(lambda v, w: _p_function(v, w), 1000))
-    by: tuple[str, ...] = _field(p_list(p_str, 100), ())
-
-
 def _p_function(value: Any, where: str) -> tuple[str, str]:
     if not isinstance(value, list) or len(value) != 2:
         raise RequestRejected(f"{where}: expected [column, function], got {value!r:.60}", field=where)
@@ -279,6 +271,14 @@ def _p_function(value: Any, where: str) -> tuple[str, str]:
     if function not in AGGREGATES:
         raise RequestRejected(f"{where}[1]: unknown aggregate {function!r:.40}; known: {', '.join(AGGREGATES)}", field=where)
     return (column, function)
+
+
+@dataclass(frozen=True)
+class Aggregate(Message):
+    """What a ticket asks a node to aggregate instead of sending rows: ``[column, function]`` pairs, grouped by ``by``."""
+
+    functions: tuple[tuple[str, str], ...] = _field(p_list(_p_function, 1000))
+    by: tuple[str, ...] = _field(p_list(p_str, 100), ())
 
 
 @dataclass(frozen=True)
