@@ -25,7 +25,7 @@ from flightpart.errors import NodeUnavailable, VersionConflict
 from flightpart.io.access import Access
 from flightpart.io.connections import ConnectionPool
 from flightpart.io.errors import translated
-from flightpart.io.transfer import send_partition
+from flightpart.io.transfer import send_partition, send_partitions, streams_of
 from flightpart.tiling import grid_cells
 from flightpart.wire import (
     Commit,
@@ -294,6 +294,7 @@ class Client:
         return alive
 
     def _send(self, name: str, version: int, parts: dict, placement: dict, progress: Progress | None) -> None:
+        """Every partition to its nodes: one thread per node, small partitions several to a stream."""
         by_node: dict[str, list] = {}
         for pos, holders in placement.items():
             for node in holders:
@@ -303,10 +304,15 @@ class Client:
         lock = threading.Lock()
 
         def send_all(uri: str) -> None:
-            for pos in by_node[uri]:
-                self._send_one(uri, name, version, pos, parts[pos])
+            for group in streams_of(by_node[uri], parts):
+                if len(group) == 1:
+                    self._send_one(uri, name, version, group[0], parts[group[0]])
+                else:
+                    with translated():
+                        send_partitions(self.pool, uri, name, version, [(pos, parts[pos]) for pos in group],
+                                        timeout=self.timeout)
                 with lock:  # one thread per node adds to the same count
-                    done[0] += parts[pos].nbytes
+                    done[0] += sum(parts[pos].nbytes for pos in group)
                     sent = done[0]
                 if progress:
                     progress(sent, total)

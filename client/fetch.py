@@ -59,6 +59,11 @@ class PartitionRef:
         return (PartitionRef, (self.dataset, self.version, self.position, self.replicas, self.columns, self.rows,
                                self.filter, self.matched, self.aggregate))
 
+    def __dask_tokenize__(self) -> tuple:
+        """Plain values for Dask's token: walking the dataclass field by field costs seconds at 50,000 handles."""
+        return ("flightpart.PartitionRef", self.dataset, self.version, self.position, self.replicas, self.columns, self.rows,
+                self.filter, self.matched, self.aggregate.encode() if self.aggregate is not None else None)
+
     def ticket(self) -> flight.Ticket:
         return flight.Ticket(Ticket(self.dataset, self.version, self.position, self.columns, self.rows, self.filter,
                                     self.matched, self.aggregate).encode())

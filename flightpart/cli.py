@@ -389,8 +389,20 @@ def stats(uri: str, as_json: bool) -> None:
 @click.option("--runs", default=None, type=int, help="Timed runs per contender (after one warm-up).")
 @click.option("--json", "json_path", default=None, type=click.Path(dir_okay=False), help="Write every figure as JSON.")
 @click.option("--plot", "plot_path", default=None, type=click.Path(dir_okay=False), help="Draw a bar chart (PNG).")
-def bench(size: str, quick: bool, runs: int | None, json_path: str | None, plot_path: str | None) -> None:
-    """flightpart against raw Flight, Dask and Ray on this machine, side by side."""
+@click.option("--scale", is_flag=True, help="How costs grow: up to 100,000 partitions and 4,000 simulated nodes "
+                                            "(about 10 minutes; with --quick, small sizes).")
+def bench(size: str, quick: bool, runs: int | None, json_path: str | None, plot_path: str | None, scale: bool) -> None:
+    """flightpart against raw Flight, Dask and Ray on this machine, side by side (--scale: how its costs grow)."""
+    if scale:
+        from .tools.bench_scale import plot_scale, render_scale, run_scale
+
+        result = run_scale(quick=quick, log=lambda m: click.echo(m, err=True))
+        render_scale(result)
+        if json_path:
+            Path(json_path).write_text(json.dumps(result, indent=2))
+        if plot_path:
+            plot_scale(result, plot_path)
+        return
     from .tools.bench import plot, render, run_bench
 
     nbytes = 64 << 20 if quick else _parse_size(size)

@@ -99,6 +99,7 @@ class CatalogServer(ServiceBase):
         self.fan_out_timeout = fan_out_timeout  # drop, abort, seal: a node that misses it is told when it registers again
         self.retire_after = retire_after
         self._infos: dict[tuple[str, int], tuple] = {}
+        self._owes_registration: set[str] = set()  # nodes whose registration could not carry every seal
         self._stopping = threading.Event()
         threading.Thread(target=self._expire_pending_loop, name="flightpart-pending-ttl", daemon=True).start()
 
@@ -188,9 +189,23 @@ class CatalogServer(ServiceBase):
                 for p in b.partitions]
         manifests = [manifest_record(m) for m in b.sealed]
         orphans, to_seal = self.state.register_node(b.node_id, b.uri, b.ip, b.pid, b.data_dir, held, manifests,
-                                                    [(v.dataset, v.version) for v in b.versions])
-        seal = tuple(manifest_of(self.state.version(d, v)) for d, v in to_seal)
-        return RegisterReply(b.node_id, cluster, tuple(VersionRef(d, v) for d, v in orphans), seal).to_json()
+                                                    [(v.dataset, v.version) for v in b.versions],
+                                                    [(v.dataset, v.version) for v in b.sealed_versions])
+        seal, weight = [], 0
+        for d, v in to_seal:
+            manifest = manifest_of(self.state.version(d, v))
+            weight += 400 + 40 * len(manifest.partitions)
+            if seal and weight > self.REPLY_BYTES:  # the rest when it registers again, once this registration is done
+                self._owes_registration.add(b.node_id)
+                break
+            seal.append(manifest)
+        if not b.more and b.node_id in self._owes_registration:
+            self._owes_registration.discard(b.node_id)
+            self.state.must_register(b.node_id)
+        return RegisterReply(b.node_id, cluster, tuple(VersionRef(d, v) for d, v in orphans), tuple(seal)).to_json()
+
+    REPLY_BYTES = 4 << 20
+    """About how many bytes of manifests one answer to a registration carries."""
 
     def _check_identity(self, b: RegisterNode) -> None:
         """One node id, one live process: a copy of a live node's data directory is refused."""

@@ -146,7 +146,8 @@ class CatalogState:
     # ------------------------------------------------------------------ nodes
 
     def register_node(self, node_id: str, uri: str, ip: str, pid: int, data_dir: str | None, held: list[dict],
-                      manifests: Sequence[VersionRecord] = (), versions: Sequence[tuple[str, int]] = ()) -> tuple[list[tuple[str, int]], list[tuple[str, int]]]:
+                      manifests: Sequence[VersionRecord] = (), versions: Sequence[tuple[str, int]] = (),
+                      sealed_versions: Sequence[tuple[str, int]] = ()) -> tuple[list[tuple[str, int]], list[tuple[str, int]]]:
         """Record a node and what it holds; returns (orphans, versions to seal).
 
         Orphans are versions this catalog dropped or aborted (tombstones):
@@ -155,7 +156,9 @@ class CatalogState:
         ones are recorded as pending and expire by the pending TTL. Every
         version number the node has moves the counter past it. Versions to
         seal are committed versions the node holds parts of without a
-        manifest (a commit whose seal did not reach it).
+        manifest (a commit whose seal did not reach it). A registration in
+        pages calls this once per page, each page naming every version and
+        every sealed version the node has.
         """
         orphans: set[tuple[str, int]] = set()
         now = time.time()
@@ -177,7 +180,7 @@ class CatalogState:
                 if states[(m.dataset, m.version)] in (None, "pending"):
                     _write_committed(db, m, now)
                     states[(m.dataset, m.version)] = "committed"
-            sealed = {(m.dataset, m.version) for m in manifests}
+            sealed = {(m.dataset, m.version) for m in manifests} | set(sealed_versions)
             unsealed_committed: set[tuple[str, int]] = set()
             for p in held:
                 key = (p["dataset"], p["version"])

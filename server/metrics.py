@@ -15,6 +15,7 @@ COUNTERS = {
     "partitions_served": "Partitions streamed (do_get calls answered)",
     "bytes_received": "Bytes of partitions received by do_put",
     "partitions_stored": "Partitions stored",
+    "put_streams": "do_put streams received (one carries several small partitions)",
     "errors": "Requests refused as invalid or not found",
     "refused_calls": "Calls refused (bad token or stream limit)",
 }

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import logging
 import os
 import socket
@@ -30,6 +29,7 @@ from flightpart.io.layout import default_data_dir
 from flightpart.io.transfer import BATCH_BYTES, chunks, project, send_partition, split_batch
 from flightpart.version import __version__
 from flightpart.wire import (
+    Commit,
     CopyTo,
     Drop,
     Empty,
@@ -37,19 +37,21 @@ from flightpart.wire import (
     HeartbeatReply,
     Held,
     HeldReply,
+    PartHeader,
+    PutReceipts,
     PutTrailer,
     RegisterNode,
     RegisterReply,
     Seal,
     Ticket,
     VersionRef,
-    parse_partition_path,
+    parse_put_path,
     role_token,
 )
 
 from .auth import authorize, credential_of
 from .base import Action, ServiceBase, boundary
-from .store import PartitionStore
+from .store import PartitionStore, StoredPartition
 
 log = logging.getLogger("flightpart.node")
 
@@ -57,8 +59,8 @@ log = logging.getLogger("flightpart.node")
 class NodeStats:
     """Counters reported by the ``stats`` action; thread-safe."""
 
-    FIELDS = ("bytes_sent", "rows_sent", "batches_sent", "partitions_served", "bytes_received", "partitions_stored", "errors",
-              "storage_full_refusals")
+    FIELDS = ("bytes_sent", "rows_sent", "batches_sent", "partitions_served", "bytes_received", "partitions_stored", "put_streams",
+              "errors", "storage_full_refusals")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -86,6 +88,32 @@ def checked(batch: pa.RecordBatch, name: str, version: int, part: tuple[int, int
         raise RequestRejected(f"the put of {name} v{version} {part} sent an invalid record batch: {str(exc)[:200]}",
                               field="batch") from None
     return batch
+
+
+def _stats_weight(stats: dict | None) -> int:
+    """An upper bound of the JSON size of a partition's statistics, without encoding them."""
+    def size(v: Any) -> int:
+        return 6 * len(v) + 2 if isinstance(v, str) else len(str(v))  # JSON escapes a character in at most 6
+
+    return sum(6 * len(column) + 48 + sum(size(v) for v in entry.values()) for column, entry in (stats or {}).items())
+
+
+def register_pages(held: list[StoredPartition], sealed: list[Commit],
+                   page_bytes: int) -> list[tuple[tuple[StoredPartition, ...], tuple[Commit, ...]]]:
+    """A node's partitions and manifests cut into registration pages of about ``page_bytes`` (at least one page)."""
+    pages: list[tuple[tuple[StoredPartition, ...], tuple[Commit, ...]]] = []
+    parts: list[StoredPartition] = []
+    manifests: list[Commit] = []
+    weight = 0
+    items = [(m, len(m.encode())) for m in sealed] + [(p, 120 + _stats_weight(p.stats)) for p in held]
+    for item, size in items:
+        if weight and weight + size > page_bytes:
+            pages.append((tuple(parts), tuple(manifests)))
+            parts, manifests, weight = [], [], 0
+        (manifests if isinstance(item, Commit) else parts).append(item)
+        weight += size
+    pages.append((tuple(parts), tuple(manifests)))
+    return pages
 
 
 def split_all(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -160,21 +188,32 @@ class NodeServer(ServiceBase):
         committed versions we hold but have not sealed yet.
         """
         held, sealed, versions = self.store.scan()
-        body = RegisterNode(self.node_id, self.uri, self.ip, self.pid, str(self.store.root), __version__, tuple(held),
-                            self.store.cluster, tuple(sealed), tuple(VersionRef(d, v) for d, v in versions))
-        with translated():
-            raw = self.pool.action(self.catalog_uri, RegisterNode.ACTION, body)
-        reply = RegisterReply.from_json(raw, "register-node reply")
+        refs = tuple(VersionRef(d, v) for d, v in versions)
+        sealed_refs = tuple(VersionRef(m.dataset, m.version) for m in sealed)
+        pages = register_pages(held, sealed, self.REGISTER_PAGE_BYTES)
+        for k, (parts, manifests) in enumerate(pages):
+            body = RegisterNode(self.node_id, self.uri, self.ip, self.pid, str(self.store.root), __version__, parts,
+                                self.store.cluster, manifests, refs, sealed_refs, more=k < len(pages) - 1)
+            with translated():
+                raw = self.pool.action(self.catalog_uri, RegisterNode.ACTION, body)
+            self._follow(RegisterReply.from_json(raw, "register-node reply"))
+        self.registered.set()
+
+    REGISTER_PAGE_BYTES = 4 << 20
+    """About how much one page of a registration may weigh (the action body limit is 16 MiB)."""
+
+    def _follow(self, reply: RegisterReply) -> None:
+        """Do what the catalog's answer to a registration says: join its cluster, delete orphans, keep manifests."""
         if reply.cluster is not None:
             self.store.join_cluster(reply.cluster)
         if reply.cluster is not None and reply.cluster == self.store.cluster:
             for orphan in reply.orphans:
                 removed = self.store.drop(orphan.dataset, orphan.version)
-                log.info("dropped %s v%d (%d files): dropped or aborted while this node was away", orphan.dataset,
-                         orphan.version, removed)
+                if removed:
+                    log.info("dropped %s v%d (%d files): dropped or aborted while this node was away", orphan.dataset,
+                             orphan.version, removed)
             for manifest in reply.seal:
                 self.store.seal(manifest)
-        self.registered.set()
 
     def _report_loop(self) -> None:
         while not self._stopping.is_set():
@@ -229,58 +268,87 @@ class NodeServer(ServiceBase):
 
     # ------------------------------------------------------------------ data
 
+    RECEIPTS_PER_PAGE = 2000
+    """Receipts per metadata message in the answer to a put of several partitions (about 300 KB)."""
+
     def do_put(self, context: Any, descriptor: flight.FlightDescriptor, reader: Any, writer: Any) -> None:
         with boundary(log, "do_put"), self._counting_errors():
             if credential_of(context).role != "node":  # nodes copy replicas to each other; anyone else must be a writer
                 authorize(context, "write")
-            name, version, part = parse_partition_path(descriptor)
-            schema = reader.schema
-            expected = self.store.group_schema(name, version, part[1])
-            if expected is not None and not expected.equals(schema):
-                raise SchemaMismatch(
-                    f"schema of {name} v{version} {part} differs from the partitions of its column group already stored: "
-                    f"got {schema}, expected {expected}", field="schema",
-                )
-            received = [0]
-            declared: list[int] = []
+            name, version, part = parse_put_path(descriptor)
+            self.counters.add(put_streams=1)
+            stream = chunks(reader)
+            if part is not None:
+                stored = self._receive(context, stream, name, version, part, reader.schema, alone=True)
+                writer.write(pa.py_buffer(stored.encode()))
+                return
+            received: list[StoredPartition] = []
+            for chunk in stream:
+                if chunk.data is not None or chunk.app_metadata is None:
+                    raise RequestRejected(f"the put of several partitions of {name} v{version} sent a record batch before "
+                                          "its partition header", field="partition header")
+                header = PartHeader.decode(chunk.app_metadata.to_pybytes(), "partition header")
+                received.append(self._receive(context, stream, name, version, header.part, reader.schema, alone=False))
+            if received:
+                self.store.sync(name, version)  # every rename durable before any receipt
+            for k in range(0, len(received), self.RECEIPTS_PER_PAGE):
+                writer.write(pa.py_buffer(PutReceipts(tuple(received[k:k + self.RECEIPTS_PER_PAGE])).encode()))
 
-            limit = self.store.max_partition_bytes
+    def _receive(self, context: Any, stream: Iterator[Any], name: str, version: int, part: tuple[int, int],
+                 schema: pa.Schema, *, alone: bool) -> StoredPartition:
+        """Store one partition from ``stream``: its batches up to its trailer.
 
-            def batches() -> Iterator[pa.RecordBatch]:
-                for chunk in chunks(reader):
-                    if chunk.app_metadata is not None:
-                        declared.append(PutTrailer.decode(chunk.app_metadata.to_pybytes(), "put trailer").rows)
-                    if chunk.data is not None:
-                        if declared:
-                            raise RequestRejected(f"the put of {name} v{version} {part} sent data after its trailer",
-                                                  field="put trailer")
-                        size = chunk.data.get_total_buffer_size()  # from buffer sizes alone: safe on a lying batch
-                        received[0] += size
-                        if limit is not None and received[0] > limit:
-                            raise self.store.too_large(name, version, part)
-                        yield checked(chunk.data, name, version, part)
+        ``alone``: the stream carries this partition only, so it must end
+        after the trailer (data after it is refused); otherwise the trailer
+        ends the partition and the stream goes on with the next header.
+        """
+        expected = self.store.group_schema(name, version, part[1])
+        if expected is not None and not expected.equals(schema):
+            raise SchemaMismatch(
+                f"schema of {name} v{version} {part} differs from the partitions of its column group already stored: "
+                f"got {schema}, expected {expected}", field="schema",
+            )
+        received = [0]
+        declared: list[int] = []
+        limit = self.store.max_partition_bytes
 
-            def check_complete(rows: int) -> None:
-                if context.is_cancelled():
-                    raise RequestRejected(f"the put of {name} v{version} {part} was cancelled after {rows} rows; "
-                                          "nothing was stored", field="stream")
-                if not declared:
-                    raise RequestRejected(f"the put of {name} v{version} {part} ended without its trailer after {rows} rows "
-                                          '(a complete put ends with the metadata message {"rows": n}); nothing was stored',
-                                          field="put trailer")
-                if declared[-1] != rows:
-                    raise RequestRejected(f"the put of {name} v{version} {part} ended after {rows} rows, "
-                                          f"the sender declared {declared[-1]}", field="put trailer")
+        def batches() -> Iterator[pa.RecordBatch]:
+            for chunk in stream:
+                if chunk.data is not None:
+                    if declared:
+                        raise RequestRejected(f"the put of {name} v{version} {part} sent data after its trailer",
+                                              field="put trailer")
+                    size = chunk.data.get_total_buffer_size()  # from buffer sizes alone: safe on a lying batch
+                    received[0] += size
+                    if limit is not None and received[0] > limit:
+                        raise self.store.too_large(name, version, part)
+                    yield checked(chunk.data, name, version, part)
+                if chunk.app_metadata is not None:
+                    declared.append(PutTrailer.decode(chunk.app_metadata.to_pybytes(), "put trailer").rows)
+                    if not alone:
+                        return
 
-            try:
-                stored = self.store.write(name, version, part, schema, split_all(batches()), check_complete)
-            except StorageFull:
-                self.counters.add(storage_full_refusals=1)
-                log.warning("refused a put of %s v%d %s: the disk is full (%s bytes free)", name, version, part,
-                            self.free_bytes())
-                raise
-            self.counters.add(bytes_received=received[0], partitions_stored=1)
-            writer.write(pa.py_buffer(stored.encode()))
+        def check_complete(rows: int) -> None:
+            if context.is_cancelled():
+                raise RequestRejected(f"the put of {name} v{version} {part} was cancelled after {rows} rows; "
+                                      "nothing was stored", field="stream")
+            if not declared:
+                raise RequestRejected(f"the put of {name} v{version} {part} ended without its trailer after {rows} rows "
+                                      '(a complete put ends with the metadata message {"rows": n}); nothing was stored',
+                                      field="put trailer")
+            if declared[-1] != rows:
+                raise RequestRejected(f"the put of {name} v{version} {part} ended after {rows} rows, "
+                                      f"the sender declared {declared[-1]}", field="put trailer")
+
+        try:
+            stored = self.store.write(name, version, part, schema, split_all(batches()), check_complete,
+                                      sync_directory=alone)
+        except StorageFull:
+            self.counters.add(storage_full_refusals=1)
+            log.warning("refused a put of %s v%d %s: the disk is full (%s bytes free)", name, version, part, self.free_bytes())
+            raise
+        self.counters.add(bytes_received=received[0], partitions_stored=1)
+        return stored
 
     def do_get(self, context: Any, ticket: flight.Ticket) -> flight.RecordBatchStream:
         with boundary(log, "do_get"), self._counting_errors():
@@ -323,7 +391,7 @@ class NodeServer(ServiceBase):
                 more = True
                 break
             page.append(stored)
-            weight += 120 + (len(json.dumps(stored.stats)) if stored.stats else 0)
+            weight += 120 + _stats_weight(stored.stats)
         groups = sorted({p.part[1] for p in page})
         schemas = [self.store.group_schema(body.dataset, body.version, j) for j in groups]
         index = {j: k for k, j in enumerate(groups)}

@@ -11,6 +11,7 @@ map per partition. Metadata (rows, schema) is read without keeping a map. The la
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import json
 import os
@@ -64,6 +65,8 @@ class PartitionStore:
         self.maps = MappedFiles(max_maps)
         self._lock = threading.Lock()
         self._group_schemas: dict[tuple[str, int, int], pa.Schema] = {}
+        # what this process stored in versions not yet sealed: the commit's `held` needs no statistics file read
+        self._fresh: dict[tuple[str, int], dict[tuple[int, int], StoredPartition]] = {}
         marker = layout.read_marker(self.root)
         self.node_id = marker.get("node_id") or layout.write_node_marker(self.root, mode=self.modes.file)
         self.cluster: str | None = marker.get("cluster")
@@ -92,14 +95,17 @@ class PartitionStore:
     # ------------------------------------------------------------------ writes
 
     def write(self, dataset: str, version: int, part: tuple[int, int], schema: pa.Schema, batches: Iterable[pa.RecordBatch],
-              check_complete: Callable[[int], None] | None = None) -> StoredPartition:
+              check_complete: Callable[[int], None] | None = None, *, sync_directory: bool = True) -> StoredPartition:
         """Store one partition atomically; nothing is visible unless all of it is.
 
         Each batch is checked with ``validate(full=True)`` before it is
         written. ``check_complete(rows)`` runs before the rename and raises
         when the stream was cut short (a cancelled call, a row count that
         does not match the sender's): the temporary file is then removed,
-        and so is a version directory the refused put created.
+        and so is a version directory the refused put created. With
+        ``sync_directory=False`` the caller makes the rename durable with
+        :meth:`sync` (once for a stream of several partitions) before it
+        acknowledges the put.
         """
         final = self.path(dataset, version, part)
         expected_rows = self._replica_rows(dataset, version, part)
@@ -141,7 +147,8 @@ class PartitionStore:
                 # statistics first, so a visible partition has them (lost in a crash, they only cost pruning)
                 os.replace(stats_tmp, layout.stats_path(final))
                 os.replace(tmp, final)
-            layout.fsync_path(final.parent)
+            if sync_directory:
+                layout.fsync_path(final.parent)
         except BaseException as exc:
             tmp.unlink(missing_ok=True)
             stats_tmp.unlink(missing_ok=True)
@@ -149,9 +156,15 @@ class PartitionStore:
             if isinstance(exc, OSError) and exc.errno in NO_SPACE:
                 raise StorageFull(f"node disk full while storing partition {part} of {dataset} v{version}") from None
             raise
+        stored = StoredPartition(dataset, version, part, rows, final.stat().st_size)
         with self._lock:
             self._group_schemas.setdefault((dataset, version, part[1]), schema)
-        return StoredPartition(dataset, version, part, rows, final.stat().st_size)
+            self._fresh.setdefault((dataset, version), {})[part] = dataclasses.replace(stored, stats=stats.result())
+        return stored
+
+    def sync(self, dataset: str, version: int) -> None:
+        """Make every rename into a version's directory durable (one directory fsync)."""
+        layout.fsync_path(self.version_dir(dataset, version))
 
     def _replica_rows(self, dataset: str, version: int, part: tuple[int, int]) -> int | None:
         """For a sealed (committed) version: the rows a new replica of ``part`` must have.
@@ -195,6 +208,8 @@ class PartitionStore:
         if not vdir.is_dir():
             return False
         layout.write_atomically(vdir / layout.MANIFEST, manifest.encode(), self.modes.file)
+        with self._lock:
+            self._fresh.pop((manifest.dataset, manifest.version), None)  # the catalog has what it needs
         return True
 
     def manifest(self, dataset: str, version: int) -> Commit | None:
@@ -240,6 +255,10 @@ class PartitionStore:
         path = self.path(dataset, version, part)
         try:
             size = path.stat().st_size
+            with self._lock:
+                fresh = self._fresh.get((dataset, version), {}).get(part)
+            if fresh is not None and fresh.nbytes == size and not with_schema:
+                return fresh
         except FileNotFoundError:
             raise PartitionMissing(f"partition {part} of dataset {dataset!r} version {version} is not on this node",
                                    field="part") from None
@@ -326,6 +345,8 @@ class PartitionStore:
             with self._lock:
                 for key in [k for k in self._group_schemas if k[0] == dataset and (version is None or k[1] == version)]:
                     del self._group_schemas[key]
+                for key in [k for k in self._fresh if k[0] == dataset and (version is None or k[1] == version)]:
+                    del self._fresh[key]
             shutil.rmtree(target, ignore_errors=True)
             self.maps.forget(target)
         if ddir.exists() and not any(ddir.iterdir()):

@@ -36,3 +36,25 @@ def test_quick_bench_writes_every_figure(tmp_path):
     assert cases["open"]["partitions"] == 10_000 and cases["open"]["pickled_bytes_per_partition"] > 0
     assert png.stat().st_size > 10_000 and png.read_bytes()[:4] == b"\x89PNG"
     assert "flightpart bench" in done.stdout
+
+
+@pytest.mark.slow
+def test_quick_scale_bench_writes_every_size_and_goal(tmp_path):
+    out, png = tmp_path / "scale.json", tmp_path / "scale.png"
+    done = subprocess.run([sys.executable, "-m", "flightpart", "bench", "--scale", "--quick", "--json", str(out), "--plot", str(png)],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert [r["partitions"] for r in result["partitions"]] == [200, 2_000]
+    for row in result["partitions"]:  # the bench itself checks the data read back equals what was put
+        assert all(row[k] > 0 for k in ("put_seconds", "commit_seconds", "open_seconds", "read_seconds"))
+        assert 0 < row["node_maps"] <= 256  # bounded by the node's map cache, not by the partitions
+    for row in result["nodes"]:
+        assert row["alive_after"] == row["simulated_nodes"] + 1  # every simulated node's heartbeats arrived
+        assert row["heartbeats_per_second"] > 0.8 * row["simulated_nodes"] / 2
+        assert 0 < row["catalog_cpu_share"] < 2
+    assert result["frozen"]["frozen_nodes"] == 3 and result["frozen"]["abort_seconds"] > 0
+    goals = {g["goal"]: g for g in result["goals"]}
+    assert len(goals) == 9 and all(g["met"] in (True, False, None) for g in goals.values())
+    assert png.stat().st_size > 10_000 and png.read_bytes()[:4] == b"\x89PNG"
+    assert "goals" in done.stdout

@@ -6,6 +6,7 @@ these tests check the mechanisms and the deadlines a user relies on.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sqlite3
@@ -13,13 +14,19 @@ import time
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.flight as flight
+import pytest
 
 import flightpart as fp
+from flightpart.io.layout import MANIFEST
+from flightpart.io.transfer import streams_of
+from flightpart.server.catalog import CatalogServer
 from flightpart.server.catalog_state import CatalogState, PartRecord
 from flightpart.server.node import NodeServer
 from flightpart.tools.cluster import LocalCluster
 
-from helpers import put_raw, wait_until
+from helpers import code_of, free_port, put_raw, wait_until
 
 
 def test_heartbeats_are_kept_in_memory_and_written_in_batches(tmp_path):
@@ -129,3 +136,121 @@ def test_a_catalog_back_after_a_long_outage_does_not_retire_nodes_that_could_not
     assert not again.nodes()[0].alive
     assert again.retire_dead(0.0) == ["n0"]
     again.close()
+
+
+# --------------------------------------------------------------------------- several partitions per put stream
+
+
+def test_small_partitions_travel_several_to_a_stream():
+    table = pa.table({"a": np.arange(30_000), "s": pa.array([f"v{k % 11}" for k in range(30_000)])})
+    with fp.connect() as client:
+        node = client.nodes()[0]["uri"]
+        ds = client.put("many", table, tiling=(3_000, 1))
+        stats = client.stats(node)
+        assert stats["partitions_stored"] == 3_000 and stats["put_streams"] <= 2
+        assert ds.to_arrow().equals(table)
+        assert ds.count_rows(pc.field("a") < 25) == 25  # statistics came with every partition
+        big = pa.table({"a": np.arange(12_000_000)})  # 96 MB in 3 partitions: larger than a stream's share, one each
+        client.put("large", big, tiling=(3, 1))
+        assert client.stats(node)["put_streams"] - stats["put_streams"] == 3
+
+
+def test_streams_of_keeps_one_schema_one_column_group_and_a_bounded_size():
+    small = pa.table({"a": np.arange(10)})
+    tagged = small.replace_schema_metadata({"k": "v"})
+    tables = {(0, 0): small, (1, 0): small, (0, 1): small, (2, 0): tagged, (3, 0): tagged, (4, 0): small}
+    assert streams_of([(0, 0), (1, 0), (0, 1), (2, 0), (3, 0), (4, 0)], tables) == [
+        [(0, 0), (1, 0)], [(0, 1)], [(2, 0), (3, 0)], [(4, 0)]]
+    assert streams_of([(0, 0), (1, 0), (4, 0)], tables, max_bytes=small.nbytes * 2) == [[(0, 0), (1, 0)], [(4, 0)]]
+    assert streams_of([(0, 0), (1, 0), (4, 0)], tables, max_parts=1) == [[(0, 0)], [(1, 0)], [(4, 0)]]
+
+
+def _several(node: str, name: str, steps: list) -> None:
+    """A hand-made put stream of several partitions: ("header", part), ("batch", table), ("trailer", rows), ("raw", bytes)."""
+    schema = pa.schema([("a", pa.int64())])
+    writer, reader = flight.connect(node).do_put(flight.FlightDescriptor.for_path(name, "1", "parts"), schema)
+    for kind, value in steps:
+        if kind == "batch":
+            writer.write_table(value)
+        else:
+            body = {"header": lambda v: {"part": list(v)}, "trailer": lambda v: {"rows": v}}.get(kind)
+            writer.write_metadata(pa.py_buffer(json.dumps(body(value)).encode() if body else value))
+    writer.done_writing()
+    while reader.read() is not None:
+        pass
+    writer.close()
+
+
+@pytest.mark.parametrize("lie, code, stored", [
+    ("batch before header", "INVALID_REQUEST", []),
+    ("header not JSON", "INVALID_REQUEST", [(0, 0)]),
+    ("rows miscounted", "INVALID_REQUEST", [(0, 0)]),
+    ("stream ends before the trailer", "INVALID_REQUEST", [(0, 0)]),
+    ("partition sent twice", "VERSION_CONFLICT", [(0, 0)]),
+])
+def test_a_lying_stream_of_several_partitions_stores_only_complete_ones(tmp_path, lie, code, stored):
+    block = pa.table({"a": np.arange(100, dtype="int64")})
+    good = [("header", (0, 0)), ("batch", block), ("trailer", 100)]
+    steps = {
+        "batch before header": [("batch", block)],
+        "header not JSON": [*good, ("raw", b"{part")],
+        "rows miscounted": [*good, ("header", (1, 0)), ("batch", block), ("trailer", 99)],
+        "stream ends before the trailer": [*good, ("header", (1, 0)), ("batch", block)],
+        "partition sent twice": [*good, ("header", (0, 0)), ("batch", block), ("trailer", 100)],
+    }[lie]
+    with LocalCluster(tmp_path, nodes=1, first_ip=126) as c:
+        with pytest.raises(flight.FlightError) as info:
+            _several(c.nodes[0].uri, "lies", steps)
+        assert code_of(info.value) == code
+        version_dir = tmp_path / "node-127.0.0.126" / "datasets" / "lies" / "v1"
+        files = sorted(p.name for p in version_dir.glob("*")) if version_dir.exists() else []
+        assert files == [n for i, j in stored for n in (f"{i}_{j}.arrow", f"{i}_{j}.stats.json")]  # no temporary
+        _several(c.nodes[0].uri, "after", [("header", (0, 0)), ("batch", block), ("trailer", 100)])  # still serving
+        assert c.nodes[0].proc.poll() is None
+
+
+# --------------------------------------------------------------------------- registration in pages
+
+
+def test_a_node_registers_in_pages_and_gets_missed_seals_over_several_registrations(tmp_path, monkeypatch):
+    monkeypatch.setattr(NodeServer, "REGISTER_PAGE_BYTES", 4_000)  # a few dozen partitions per page
+    monkeypatch.setattr(CatalogServer, "REPLY_BYTES", 1)  # one manifest per answer
+    pages: list[int] = []
+    original = CatalogState.register_node
+
+    def counting(self, node_id, uri, ip, pid, data_dir, held, *args, **kwargs):
+        pages.append(len(held))
+        return original(self, node_id, uri, ip, pid, data_dir, held, *args, **kwargs)
+
+    monkeypatch.setattr(CatalogState, "register_node", counting)
+    port = free_port()
+    catalog = CatalogServer("127.0.0.131", port)
+    node = NodeServer("127.0.0.131", 0, data_dir=tmp_path / "node", catalog=catalog.uri, heartbeat_interval=0.2)
+    tables = {f"d{k}": pa.table({"a": np.arange(k, 2_000 + k), "s": pa.array([f"s{x % 5}" for x in range(2_000)])})
+              for k in range(3)}
+    try:
+        wait_until(node.registered.is_set, 10, "the node to register")
+        with fp.connect(catalog.uri, host="127.0.0.131") as client:
+            for name, table in tables.items():
+                client.put(name, table, tiling=(200, 1))
+        catalog.shutdown()
+        pages.clear()
+        catalog = CatalogServer("127.0.0.131", port)  # a catalog that lost its state: rebuilt from the node's manifests
+        wait_until(lambda: len(catalog.state.datasets()) == 3 and node.registered.is_set(), 20, "the rebuild")
+        assert len(pages) > 10 and sum(pages) == 600  # every partition told once, no page near the body limit
+        with fp.connect(catalog.uri, host="127.0.0.131") as client:
+            for name, table in tables.items():
+                assert client.open(name).to_arrow().equals(table)
+            manifests = [tmp_path / "node" / "datasets" / name / "v1" / MANIFEST for name in tables]
+            for manifest in manifests:
+                manifest.unlink()  # seals this node never got
+            pages.clear()
+            monkeypatch.setattr(NodeServer, "REGISTER_PAGE_BYTES", 4 << 20)  # all three versions in one page
+            catalog.state.must_register(node.node_id)
+            wait_until(lambda: all(m.exists() for m in manifests), 20, "every seal, one per registration")
+            assert pages == [600, 600, 600]  # three registrations: each answer carried one manifest
+            for name, table in tables.items():
+                assert client.open(name).to_arrow().equals(table)
+    finally:
+        node.shutdown()
+        catalog.shutdown()

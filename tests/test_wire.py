@@ -23,6 +23,8 @@ COMMIT = wire.Commit("sales", 4, SCHEMA, (20, 2), (2, 1), (wire.CommitPart((0, 0
 MESSAGES = [
     HELD,
     wire.PutTrailer(12),
+    wire.PartHeader((3, 1)),
+    wire.PutReceipts((HELD, wire.HeldPartition("sales", 3, (2, 0)))),
     wire.Held("sales", 3),
     wire.HeldReply((HELD, wire.HeldPartition("sales", 3, (2, 0)))),
     wire.HeldReply((wire.HeldPartition("sales", 3, (2, 0)),), (SCHEMA,), (0,), True),
@@ -101,10 +103,33 @@ def test_fields_are_checked_by_type_and_named(body, field):
 
 def test_commit_nested_parts_name_their_index():
     body = COMMIT.to_json()
+    body["partitions"] = [p.to_json() for p in COMMIT.partitions]  # the row form is read too
+    assert wire.Commit.from_json(body) == COMMIT
     body["partitions"][1]["shape"] = [10]
     with pytest.raises(fp.RequestRejected) as info:
         wire.Commit.from_json(body)
     assert info.value.field == "commit.partitions[1].shape"
+
+
+@pytest.mark.parametrize("column, value, field", [
+    ("rows", [10, -1], "commit.partitions.rows"),
+    ("rows", [10, True], "commit.partitions.rows"),
+    ("rows", [10], "commit.partitions.rows"),
+    ("i", "01", "commit.partitions.i"),
+    ("holders", [[0], [7]], "commit.partitions.holders"),
+    ("holders", [[0], []], "commit.partitions.holders"),
+    ("holders", [[0], [0.0]], "commit.partitions.holders"),
+    ("nodes", [3], "commit.partitions.nodes[0]"),
+    ("extra", [1, 2], "commit.partitions"),
+])
+def test_commit_parts_travel_as_columns_and_each_column_is_checked(column, value, field):
+    body = COMMIT.to_json()
+    assert isinstance(body["partitions"], dict) and len(body["partitions"]["rows"]) == len(COMMIT.partitions) == 2
+    assert wire.Commit.from_json(body) == COMMIT
+    body["partitions"][column] = value
+    with pytest.raises(fp.RequestRejected) as info:
+        wire.Commit.from_json(body)
+    assert info.value.field == field
 
 
 def test_schema_text_is_arrow_ipc_and_refuses_junk():

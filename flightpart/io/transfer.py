@@ -6,7 +6,7 @@ Shared by the client (puts), the node (``copy-to``, serving) and ``get``
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,7 +17,7 @@ import pyarrow.ipc as ipc
 
 from flightpart import aggregates, filters
 from flightpart.errors import RequestRejected
-from flightpart.wire import Aggregate, HeldPartition, PutTrailer, partition_path
+from flightpart.wire import Aggregate, HeldPartition, PartHeader, PutReceipts, PutTrailer, partition_path, partitions_path
 
 from .connections import DEFAULT_TIMEOUT, ConnectionPool
 
@@ -61,27 +61,97 @@ def _slice(table: pa.Table, rows: tuple[int, int]) -> pa.Table:
     return table.slice(start, max(0, min(rows[1], table.num_rows) - start))
 
 
+def _write_table(writer: Any, table: pa.Table) -> None:
+    """A table's batches in pieces of about :data:`BATCH_BYTES`, then the trailer that says it is complete."""
+    for batch in table.to_batches():
+        for piece in split_batch(batch):
+            writer.write_batch(piece)
+    writer.write_metadata(pa.py_buffer(PutTrailer(table.num_rows).encode()))
+
+
+def put_deadline(timeout: float, nbytes: int) -> float:
+    """A put's deadline: ``timeout`` plus its size at :data:`MIN_PUT_RATE`."""
+    return timeout + nbytes / MIN_PUT_RATE
+
+
 def send_partition(pool: ConnectionPool, uri: str, dataset: str, version: int, part: tuple[int, int],
                    table: pa.Table, *, timeout: float = DEFAULT_TIMEOUT) -> HeldPartition | None:
     """``do_put`` one partition to a node in batches of about 1 MiB; returns the node's receipt.
 
     The stream ends with a :class:`~flightpart.wire.PutTrailer`: a node
     stores the partition only if the rows it received match it. The call's
-    deadline is ``timeout`` plus the partition's size at :data:`MIN_PUT_RATE`,
-    so every sender (client, node copy, Dask worker, Ray task, SPMD rank)
-    fails in bounded time on a frozen node instead of hanging.
+    deadline is :func:`put_deadline`, so every sender (client, node copy,
+    Dask worker, Ray task, SPMD rank) fails in bounded time on a frozen node
+    instead of hanging.
     """
     descriptor = flight.FlightDescriptor.for_path(*partition_path(dataset, version, part))
-    deadline = timeout + table.nbytes / MIN_PUT_RATE
-    writer, reader = pool.client(uri).do_put(descriptor, table.schema, options=pool.options(deadline))
+    options = pool.options(put_deadline(timeout, table.nbytes))
+    writer, reader = pool.client(uri).do_put(descriptor, table.schema, options=options)
     with writer:
-        for batch in table.to_batches():
-            for piece in split_batch(batch):
-                writer.write_batch(piece)
-        writer.write_metadata(pa.py_buffer(PutTrailer(table.num_rows).encode()))  # the put is complete
+        _write_table(writer, table)
         writer.done_writing()
         ack = reader.read()
     return HeldPartition.decode(ack.to_pybytes(), "put receipt") if ack is not None else None
+
+
+def send_partitions(pool: ConnectionPool, uri: str, dataset: str, version: int,
+                    parts: Sequence[tuple[tuple[int, int], pa.Table]], *,
+                    timeout: float = DEFAULT_TIMEOUT) -> list[HeldPartition]:
+    """``do_put`` several partitions of one column group in one stream; returns the node's receipts.
+
+    Small partitions cost a round trip and a stream each when sent alone;
+    here each is a :class:`~flightpart.wire.PartHeader`, its batches and its
+    trailer, and the node answers once every partition is durable. All
+    tables must share one schema (metadata included). Raises
+    :class:`RequestRejected` when the receipts do not name every partition.
+    """
+    schema = parts[0][1].schema
+    options = pool.options(put_deadline(timeout, sum(t.nbytes for _, t in parts)))
+    writer, reader = pool.client(uri).do_put(flight.FlightDescriptor.for_path(*partitions_path(dataset, version)),
+                                             schema, options=options)
+    receipts: list[HeldPartition] = []
+    with writer:
+        for part, table in parts:
+            if not table.schema.equals(schema, check_metadata=True):
+                raise ValueError(f"partition {part}: one put stream carries one schema; send it on a stream of its own")
+            writer.write_metadata(pa.py_buffer(PartHeader(part).encode()))
+            _write_table(writer, table)
+        writer.done_writing()
+        while (page := reader.read()) is not None:
+            receipts.extend(PutReceipts.decode(page.to_pybytes(), "put receipts").partitions)
+    missing = {part for part, _ in parts} - {r.part for r in receipts}
+    if missing:
+        raise RequestRejected(f"the node at {uri} acknowledged {len(receipts)} of {len(parts)} partitions; "
+                              f"missing {sorted(missing)[:5]}", field="put receipts")
+    return receipts
+
+
+STREAM_BYTES = 32 << 20
+"""About how much one put stream of several partitions carries; a larger partition travels alone."""
+STREAM_PARTS = 4096
+"""At most this many partitions to one put stream, so a failure costs a bounded resend and receipts stay small."""
+
+
+def streams_of(positions: Sequence[tuple[int, int]], tables: Mapping[tuple[int, int], pa.Table], *,
+               max_bytes: int = STREAM_BYTES, max_parts: int = STREAM_PARTS) -> list[list[tuple[int, int]]]:
+    """``positions`` cut into put streams: consecutive partitions of one column group and schema, up to a size.
+
+    A 50,000-partition put is then bound by its bytes, not by one stream's
+    round trips and a directory fsync per partition.
+    """
+    groups: list[list[tuple[int, int]]] = []
+    weight = 0
+    for pos in positions:
+        table = tables[pos]
+        last = groups[-1] if groups else None
+        if (last is None or last[0][1] != pos[1] or len(last) >= max_parts or weight + table.nbytes > max_bytes
+                or not tables[last[0]].schema.equals(table.schema, check_metadata=True)):
+            groups.append([pos])
+            weight = table.nbytes
+        else:
+            last.append(pos)
+            weight += table.nbytes
+    return groups
 
 
 def chunks(reader: Any) -> Iterator[Any]:

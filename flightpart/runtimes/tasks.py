@@ -36,6 +36,10 @@ class RowBlock:
     column_starts: tuple[int, ...]
     hosts: tuple[str, ...] = ()
 
+    def __dask_tokenize__(self) -> tuple:
+        """Plain values for Dask's token (see :meth:`PartitionRef.__dask_tokenize__`)."""
+        return ("flightpart.RowBlock", self.index, self.start, self.rows, self.handles, self.column_starts, self.hosts)
+
 
 def row_blocks(d: dict) -> list[RowBlock]:
     """The row blocks of a validated 1-D or 2-D ``__partitioned__``, in order."""
