@@ -801,6 +801,22 @@ class Heartbeat(Message):
     free_bytes: int | None = _field(p_optional(p_uint), None)
     low_space: bool = _field(p_bool, False)
 
+    @classmethod
+    def decode_plain(cls, raw: bytes) -> "Heartbeat | None":
+        """The usual heartbeat, checked by hand: the generic parser is a third of the catalog's Python per beat
+        at 2,000 beats a second. None for anything else, which :meth:`decode` then refuses naming the field."""
+        try:
+            body = json.loads(raw)
+        except (UnicodeDecodeError, ValueError):
+            return None
+        if type(body) is not dict or not body.keys() <= {"node_id", "free_bytes", "low_space"}:
+            return None
+        node_id, free, low = body.get("node_id"), body.get("free_bytes"), body.get("low_space", False)
+        if (type(node_id) is not str or len(node_id) > 4096 or type(low) is not bool
+                or not (free is None or (type(free) is int and 0 <= free < MAX_UINT))):
+            return None
+        return cls(node_id, free, low)
+
 
 @dataclass(frozen=True)
 class HeartbeatReply(Message):

@@ -80,12 +80,12 @@ def _seconds(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[float, 
 
 def case_partitions(root: Path, sizes: list[int], log: Callable[[str], None]) -> list[dict]:
     """One dataset of P partitions on three nodes, for each P."""
-    import flightpart as fp
     from flightpart import protocol
+    from flightpart.client import connect
     from flightpart.tools.cluster import LocalCluster
 
     rows = []
-    with LocalCluster(root / "partitions", nodes=3) as cluster, fp.connect(cluster.uri, host="127.0.0.2") as client:
+    with LocalCluster(root / "partitions", nodes=3) as cluster, connect(cluster.uri, host="127.0.0.2") as client:
         _wait_alive(client, 3)
         import dask.dataframe  # noqa: F401  (imported once, outside the timings)
 
@@ -149,7 +149,7 @@ def _beat(uri: str, first: int, last: int, interval: float, until: float, sent: 
 
 def case_nodes(root: Path, sizes: list[int], datasets: int, window: float, log: Callable[[str], None]) -> list[dict]:
     """N simulated nodes heartbeating every 2 s against one catalog; then ``list`` and ``nodes`` with D datasets."""
-    import flightpart as fp
+    from flightpart.client import connect
     from flightpart.tools.cluster import LocalCluster
     from flightpart.version import __version__
     from flightpart.wire import RegisterNode
@@ -158,7 +158,7 @@ def case_nodes(root: Path, sizes: list[int], datasets: int, window: float, log: 
     for n in sizes:
         log(f"  {n:,} simulated nodes ...")
         with LocalCluster(root / f"nodes-{n}", nodes=1, first_ip=2, dead_after=10.0) as cluster, \
-                fp.connect(cluster.uri, host="127.0.0.2") as client:
+                connect(cluster.uri, host="127.0.0.2") as client:
             _wait_alive(client, 1)
             for k in range(n):
                 node_id, uri = _simulated(k)
@@ -197,12 +197,13 @@ def case_frozen(root: Path, log: Callable[[str], None]) -> dict:
     """``abort`` and ``drop`` with three of four nodes stopped (SIGSTOP)."""
     import pyarrow.flight as flight
 
-    import flightpart as fp
+    from flightpart.client import connect
+    from flightpart.errors import DatasetNotFound
     from flightpart.io.transfer import send_partition
     from flightpart.tools.cluster import LocalCluster
 
     log("  abort and drop with 3 frozen nodes ...")
-    with LocalCluster(root / "frozen", nodes=4) as cluster, fp.connect(cluster.uri, host="127.0.0.9") as client:
+    with LocalCluster(root / "frozen", nodes=4) as cluster, connect(cluster.uri, host="127.0.0.9") as client:
         _wait_alive(client, 4)
         table = pa.table({"a": np.arange(4_000)})
         client.put("frozen", table, tiling=(4, 1))
@@ -221,7 +222,7 @@ def case_frozen(root: Path, log: Callable[[str], None]) -> dict:
         try:
             client.open("frozen")
             raise AssertionError("a dropped dataset still opens")
-        except (fp.DatasetNotFound, flight.FlightError):
+        except (DatasetNotFound, flight.FlightError):
             pass
     return {"frozen_nodes": 3, "abort_seconds": abort_s, "drop_seconds": drop_s}
 
