@@ -20,7 +20,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from flightpart import frames
+from flightpart import frames, lenient
 from flightpart.errors import NodeUnavailable, VersionConflict
 from flightpart.io.access import Access
 from flightpart.io.connections import ConnectionPool
@@ -131,7 +131,8 @@ class Client:
             rows_per_partition: int | None = None) -> Dataset:
         """Store a frame or a stream as the next version of ``name``; returns it opened.
 
-        A frame (pandas, polars, pyarrow) is cut by ``tiling``, by default one
+        A frame (pandas, polars, pyarrow, or any object with
+        ``__partitioned__``, read as :func:`flightpart.from_partitioned` reads it) is cut by ``tiling``, by default one
         row block per node (the Dist RFC's default partition). A stream (a
         ``RecordBatchReader``, a ``pyarrow.dataset`` over Parquet files, a
         DuckDB relation, any object with ``__arrow_c_stream__``) is cut into
@@ -150,7 +151,7 @@ class Client:
             if tiling is not None:
                 raise ValueError("tiling: a stream is cut into row blocks as it is read; pass rows_per_partition= instead")
             return self._put_stream(name, stream, rows_per_partition, replicas, nodes, progress)
-        table = frames.to_arrow(data)
+        table = lenient.from_partitioned(data) if hasattr(data, "__partitioned__") else frames.to_arrow(data)
         targets = self._targets_for(nodes, replicas)
         grid = _grid(tiling, len(targets))
         shape = frames.frame_shape(table)

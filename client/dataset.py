@@ -508,8 +508,8 @@ class Dataset:
         """A ``ray.data.Dataset``, each block read on the Ray node of its partition's host."""
         return runtime("ray").from_partitioned(self, schema=self._schema if self._columns is None else self.schema)
 
-    def __distarray__(self) -> dict:
-        """SPMD view only: this rank's rows as a Distributed Array Protocol dict."""
+    def __distarray__(self, version: str = "0.10.0") -> dict:
+        """SPMD view only: this rank's rows as a Distributed Array Protocol dict (``version`` 0.10.0 or 0.9.0)."""
         from flightpart.distarray import export_local
 
         if self._spmd is None:
@@ -528,7 +528,8 @@ class Dataset:
         else:
             table = self.schema.empty_table()
             start = self.shape[0]
-        return export_local(table, rank=self._spmd[0], nranks=self._spmd[1], start=start, global_rows=self.shape[0])
+        return export_local(table, rank=self._spmd[0], nranks=self._spmd[1], start=start, global_rows=self.shape[0],
+                            version=version)
 
     def __repr__(self) -> str:
         if self._filter is not None:  # its shape is counted on the nodes: not something a repr should do

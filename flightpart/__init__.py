@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import distarray, errors, wire
+from . import distarray, errors, protocol, wire
+from . import lenient as _lenient
 from .errors import (
     ClientClosed,
     DatasetNotFound,
@@ -30,7 +31,8 @@ from .errors import (
     Unauthenticated,
     VersionConflict,
 )
-from .protocol import IdentityGet, PartitionedFrame, from_partitioned, partitioned, validate
+from .lenient import from_partitioned
+from .protocol import IdentityGet, PartitionedFrame, partitioned
 from .tiling import default_partition, local_target_of_slice
 from .version import __version__
 
@@ -51,6 +53,19 @@ def connect(uri: str | None = None, **kwargs: Any):
 
         return start_embedded()
     return _connect(uri, **kwargs)
+
+
+def validate(obj: Any, *, require_pickle: bool = False, lenient: bool = False) -> dict:
+    """Check ``obj`` (or its ``__partitioned__``) against the spec and return the dict.
+
+    Exact to the spec by default. ``lenient=True`` first reads the forms
+    producers really emit (``flightpart.lenient.FORMS``: bare IP strings,
+    MPI ranks as locations, extra keys, a missing ``shape``, a ``get`` for
+    one object) and returns the dict in the spec's form.
+    """
+    if lenient:
+        return _lenient.validate_lenient(obj, require_pickle=require_pickle)
+    return protocol.validate(obj, require_pickle=require_pickle)
 
 
 def publish(name: str, frame: Any, *, rank: int, nranks: int, catalog: str, **kwargs: Any):

@@ -24,7 +24,8 @@ import pyarrow.types as pa_types
 from . import frames, protocol
 from .errors import PartitionedError
 
-SUPPORTED_VERSIONS = ("0.9", "0.10")
+SUPPORTED_VERSIONS = ("0.9", "0.10", "1.0")
+"""Versions read: 0.9.x, 0.10.x, and 1.0.x (what the 0.9 reference suite calls its dicts), which follows 0.9's rules."""
 EXPORT_VERSION = "0.10.0"
 DIM_KEYS = {
     "n": ({"dist_type", "size"}, {"padding", "periodic"}),
@@ -32,6 +33,20 @@ DIM_KEYS = {
     "c": ({"dist_type", "size", "proc_grid_size", "proc_grid_rank", "start"}, {"block_size", "periodic"}),
     "u": ({"dist_type", "size", "proc_grid_size", "proc_grid_rank", "indices"}, {"one_to_one", "periodic"}),
 }
+"""Keys each dist_type needs and may have; other keys are allowed and ignored, as the reference validators do."""
+
+
+def rules_of(version: str) -> str:
+    """Which version's rules a ``__version__`` follows: ``"0.9"`` (0.9.x, 1.0.x) or ``"0.10"``.
+
+    They differ in two places. 0.9 has ``dist_type 'n'`` for an undistributed
+    dimension; 0.10 has not, and writes one as ``{}`` or as a block over one
+    process. In 0.9 a block's ``[start, stop)`` is what the rank owns and
+    communication padding lies outside it (the buffer is longer than
+    ``stop - start``); in 0.10 ``stop - start`` is the buffer's extent and the
+    padding lies inside it.
+    """
+    return "0.10" if version.rsplit(".", 1)[0] == "0.10" else "0.9"
 
 
 def _int(value: Any, field: str, minimum: int | None = 0) -> int:
@@ -78,17 +93,18 @@ def _cyclic_blocks(dim: dict) -> list[tuple[int, int]]:
     return [(g, min(g + bs, size)) for g in range(start, size, bs * procs)]
 
 
-def _check_dim(dim: Any, field: str) -> None:
+def _check_dim(dim: Any, field: str, rules: str = "0.9") -> None:
     if not isinstance(dim, dict):
         raise PartitionedError(f"{field}: expected a dimension dict, got {type(dim).__name__}")
     kind = dim.get("dist_type")
-    if kind not in DIM_KEYS:
-        raise PartitionedError(f"{field}.dist_type: expected one of 'n', 'b', 'c', 'u', got {kind!r}")
-    required, optional = DIM_KEYS[kind]
+    kinds = ("b", "c", "u") if rules == "0.10" else ("n", "b", "c", "u")
+    if kind not in kinds:
+        raise PartitionedError(f"{field}.dist_type: expected one of {', '.join(map(repr, kinds))} in version {rules}, "
+                               f"got {kind!r}" + (" (0.10 writes an undistributed dimension as {} or a block over one "
+                                                  "process)" if kind == "n" else ""))
+    required, _optional = DIM_KEYS[kind]
     for key in sorted(required - dim.keys()):
         raise PartitionedError(f"{field}: missing key {key!r} for dist_type {kind!r}")
-    for key in sorted(dim.keys() - required - optional):
-        raise PartitionedError(f"{field}: unexpected key {key!r} for dist_type {kind!r}")
     size = _int(dim["size"], f"{field}.size")
     if "periodic" in dim and not isinstance(dim["periodic"], bool):
         raise PartitionedError(f"{field}.periodic: expected a bool, got {dim['periodic']!r}")
@@ -116,9 +132,10 @@ def _check_dim(dim: Any, field: str) -> None:
             _int(dim["block_size"], f"{field}.block_size", 1)
     elif kind == "u":
         try:
-            indices = np.asarray(dim["indices"])
+            indices = np.asarray(memoryview(dim["indices"]))
         except Exception:
-            raise PartitionedError(f"{field}.indices: expected a buffer of integers") from None
+            raise PartitionedError(f"{field}.indices: expected a buffer of integers (an object with the buffer "
+                                   f"protocol, such as a NumPy array), got {type(dim['indices']).__name__}") from None
         if indices.ndim != 1 or (indices.size and indices.dtype.kind not in "iu"):
             raise PartitionedError(f"{field}.indices: expected a 1-D buffer of integers, got dtype {indices.dtype}")
         if len(np.unique(indices)) != len(indices):
@@ -128,16 +145,30 @@ def _check_dim(dim: Any, field: str) -> None:
 
 
 def validate(dap: Any) -> dict:
-    """Check one rank's ``__distarray__`` dict against every rule of the spec."""
+    """Check one rank's ``__distarray__`` dict against every rule of its version; returns it unchanged.
+
+    Like the reference validators, the buffer's extents are checked against
+    block dimensions only (the spec states ``stop - start`` for them); an
+    import (:func:`to_partitioned`) checks every dimension, since it reads
+    the buffer.
+    """
+    if not isinstance(dap, dict) and callable(getattr(dap, "__distarray__", None)):
+        dap = dap.__distarray__()
+    normalized(dap, all_extents=False)
+    return dap
+
+
+def normalized(dap: Any, *, all_extents: bool = True) -> dict:
+    """One rank's dict checked, in the terms of version 0.9 (how :func:`to_partitioned` reads every version)."""
     try:
-        return _validate(dap)
+        return _validate(dap, all_extents)
     except PartitionedError:
         raise
     except Exception as exc:
         raise PartitionedError(f"__distarray__: could not be checked: {type(exc).__name__}: {exc}") from None
 
 
-def _validate(dap: Any) -> dict:
+def _validate(dap: Any, all_extents: bool) -> dict:
     if not isinstance(dap, dict) and callable(getattr(dap, "__distarray__", None)):
         dap = dap.__distarray__()
     if not isinstance(dap, dict):
@@ -152,25 +183,42 @@ def _validate(dap: Any) -> dict:
     if not isinstance(version, str) or not re.fullmatch(r"\d+\.\d+\.\d+", version):
         raise PartitionedError(f"__version__: expected 'major.minor.patch', got {version!r}")
     if version.rsplit(".", 1)[0] not in SUPPORTED_VERSIONS:
-        raise PartitionedError(f"__version__: {version} is not supported (supported: 0.9.x, 0.10.x)")
+        raise PartitionedError(f"__version__: {version} is not supported (supported: 0.9.x, 0.10.x, 1.0.x)")
+    rules = rules_of(version)
     dims = dap["dim_data"]
-    if not isinstance(dims, (tuple, list)) or not dims:
-        raise PartitionedError(f"dim_data: expected a non-empty tuple of dimension dicts, got {dims!r}")
-    for k, dim in enumerate(dims):
-        _check_dim(dim, f"dim_data[{k}]")
+    if not isinstance(dims, (tuple, list)):
+        raise PartitionedError(f"dim_data: expected a tuple of dimension dicts, got {type(dims).__name__}")
     shape = _buffer_shape(dap["buffer"])
     if len(shape) != len(dims):
         raise PartitionedError(f"buffer: has {len(shape)} dimensions, dim_data describes {len(dims)}")
+    normalized = []
     for k, dim in enumerate(dims):
+        if rules == "0.10" and isinstance(dim, dict) and not dim:  # 0.10's alias of an undistributed dimension
+            normalized.append({"dist_type": "n", "size": shape[k]})
+            continue
+        _check_dim(dim, f"dim_data[{k}]", rules)
+        normalized.append(_as_09(dim) if rules == "0.10" else dim)
+    for k, dim in enumerate(normalized):
+        if not all_extents and dim["dist_type"] != "b":
+            continue
         expected = _local_extent(dim, f"dim_data[{k}]")
         if shape[k] != expected:
-            raise PartitionedError(f"buffer: extent {shape[k]} along dimension {k}, dim_data[{k}] implies {expected}")
-    return dap
+            rule = " (version 0.10: stop - start)" if rules == "0.10" and dim["dist_type"] == "b" else f" (version {version})"
+            raise PartitionedError(f"buffer: extent {shape[k]} along dimension {k}, dim_data[{k}] implies {expected}{rule}")
+    return {**dap, "dim_data": tuple(normalized)}
+
+
+def _as_09(dim: dict) -> dict:
+    """A 0.10 dimension in 0.9's terms: a block's ``[start, stop)`` without its communication padding."""
+    if dim["dist_type"] != "b" or "padding" not in dim:
+        return dim
+    lo, hi = _comm_padding(dim)
+    return {**dim, "start": dim["start"] + lo, "stop": dim["stop"] - hi}
 
 
 def validate_all(daps: Sequence[Any]) -> list[dict]:
     """Check the dicts of all ranks together: grids, adjacency and padding agree."""
-    checked = [validate(d) for d in daps]
+    checked = [normalized(d) for d in daps]
     if not checked:
         raise PartitionedError("__distarray__: no ranks given")
     ndim = len(checked[0]["dim_data"])
@@ -209,31 +257,36 @@ def validate_all(daps: Sequence[Any]) -> list[dict]:
 # --------------------------------------------------------------------------- export
 
 
-def export_local(frame: Any, *, rank: int, nranks: int, start: int, global_rows: int) -> dict:
-    """One rank's rows of a numeric frame as a ``__distarray__`` dict.
+def export_local(frame: Any, *, rank: int, nranks: int, start: int, global_rows: int,
+                 padding: tuple[int, int] = (0, 0), version: str = EXPORT_VERSION) -> dict:
+    """One rank's rows of a numeric frame as a ``__distarray__`` dict of ``version`` (0.10.0 or 0.9.0).
 
     ``buffer`` is a 2-D NumPy array: a view of the frame's memory when its
     columns allow (one column, or a pandas frame of one dtype), else a copy.
-    Rows are block-distributed (``'b'``), columns not (``'n'``).
+    Rows are block-distributed (``'b'``), starting at global row ``start``;
+    ``padding`` = (lower, upper) halo rows the frame carries before and after
+    them (communication padding). Columns are not distributed: a block over
+    one process in 0.10, ``'n'`` in 0.9.
     """
+    rules = rules_of(version) if isinstance(version, str) and re.fullmatch(r"\d+\.\d+\.\d+", version) else None
+    if rules is None or version.rsplit(".", 1)[0] not in SUPPORTED_VERSIONS:
+        raise ValueError(f"version: expected 0.10.0 or 0.9.0, got {version!r}")
     buffer = numeric_matrix(frame)
     rows, cols = buffer.shape
-    dap = {
-        "__version__": EXPORT_VERSION,
-        "buffer": buffer,
-        "dim_data": (
-            {
-                "dist_type": "b",
-                "size": int(global_rows),
-                "proc_grid_size": int(nranks),
-                "proc_grid_rank": int(rank),
-                "start": int(start),
-                "stop": int(start) + rows,
-            },
-            {"dist_type": "n", "size": cols},
-        ),
-    }
-    return validate(dap)
+    lo, hi = (int(p) for p in padding)
+    owned = rows - lo - hi
+    if lo < 0 or hi < 0 or owned < 0:
+        raise ValueError(f"padding: {padding} is more than the frame's {rows} rows")
+    row_dim = {"dist_type": "b", "size": int(global_rows), "proc_grid_size": int(nranks), "proc_grid_rank": int(rank)}
+    if rules == "0.10":  # [start, stop) spans the buffer, padding included
+        row_dim.update(start=int(start) - lo, stop=int(start) + owned + hi)
+        col_dim = {"dist_type": "b", "size": cols, "proc_grid_size": 1, "proc_grid_rank": 0, "start": 0, "stop": cols}
+    else:  # [start, stop) is what the rank owns
+        row_dim.update(start=int(start), stop=int(start) + owned)
+        col_dim = {"dist_type": "n", "size": cols}
+    if lo or hi:
+        row_dim["padding"] = (lo, hi)
+    return validate({"__version__": version, "buffer": buffer, "dim_data": (row_dim, col_dim)})
 
 
 def numeric_matrix(frame: Any) -> np.ndarray:
@@ -319,6 +372,9 @@ def to_partitioned(daps: Sequence[Any], locations: Sequence[tuple] | None = None
     if len(locations) != len(checked):
         raise PartitionedError(f"locations: expected {len(checked)} entries (one per rank), got {len(locations)}")
     ndim = len(checked[0]["dim_data"])
+    if ndim == 0:
+        raise PartitionedError("__distarray__: a 0-d array (dim_data == ()) is valid, but __partitioned__ describes "
+                               "at least one dimension; reshape it to (1,) to import it")
     pieces = []  # (global start, global stop, buffer index, rank, halo)
     for rank, dap in enumerate(checked):
         buffer = np.asarray(dap["buffer"])

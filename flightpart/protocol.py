@@ -390,8 +390,24 @@ def fetch_parts(d: dict, positions: Iterable[tuple[int, ...]]) -> dict[tuple[int
     return dict(zip(positions, results))
 
 
+def host_array(raw: Any) -> Any:
+    """A part that is no frame but an array in host memory (a torch tensor, say) as NumPy, via DLPack or ``__array__``."""
+    import numpy as np
+
+    if hasattr(raw, "__dlpack__"):
+        try:
+            return np.from_dlpack(raw)
+        except (TypeError, RuntimeError, BufferError):
+            pass
+    if hasattr(raw, "__array__"):
+        return np.asarray(raw)
+    return raw
+
+
 def part_table(pos: tuple[int, ...], entry: dict, raw: Any) -> pa.Table:
     """One fetched part as a table, checked against its declared shape."""
+    if frames.frame_kind(raw) is None:
+        raw = host_array(raw)
     if frames.frame_kind(raw) is None:
         raise PartitionedError(
             f"partitions[{pos}].data: get returned a {type(raw).__module__}.{type(raw).__qualname__}, which "

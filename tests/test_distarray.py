@@ -66,7 +66,7 @@ def test_seed_unstructured():
         [10, 25, 5, 21, 7, 18, 11, 26, 29, 24, 23, 28, 14, 20, 9, 16, 27, 8, 17, 22],
     ]
     daps = [
-        {"__version__": "0.9.0", "buffer": a[np.array(i)], "dim_data": ({"size": 30, "dist_type": "u", "proc_grid_rank": r, "proc_grid_size": 3, "indices": i},)}
+        {"__version__": "0.9.0", "buffer": a[np.array(i)], "dim_data": ({"size": 30, "dist_type": "u", "proc_grid_rank": r, "proc_grid_size": 3, "indices": np.array(i)},)}
         for r, i in enumerate(idx)
     ]
     for dap in daps:
@@ -79,12 +79,12 @@ def test_seed_unstructured():
 
 def test_unstructured_duplicates_are_refused():
     daps = [
-        {"__version__": "0.9.0", "buffer": np.zeros(2), "dim_data": ({"size": 3, "dist_type": "u", "proc_grid_rank": 0, "proc_grid_size": 2, "indices": [0, 1]},)},
-        {"__version__": "0.9.0", "buffer": np.zeros(2), "dim_data": ({"size": 3, "dist_type": "u", "proc_grid_rank": 1, "proc_grid_size": 2, "indices": [1, 2]},)},
+        {"__version__": "0.9.0", "buffer": np.zeros(2), "dim_data": ({"size": 3, "dist_type": "u", "proc_grid_rank": 0, "proc_grid_size": 2, "indices": np.array([0, 1])},)},
+        {"__version__": "0.9.0", "buffer": np.zeros(2), "dim_data": ({"size": 3, "dist_type": "u", "proc_grid_rank": 1, "proc_grid_size": 2, "indices": np.array([1, 2])},)},
     ]
     with pytest.raises(fp.PartitionedError, match="sections do not tile the index space: .*overlap"):
         distarray.to_partitioned(daps)
-    daps[1]["dim_data"][0]["indices"] = [0, 1]
+    daps[1]["dim_data"][0]["indices"] = np.array([0, 1])
     with pytest.raises(fp.PartitionedError, match="both hold global block"):
         distarray.to_partitioned(daps)
 
@@ -122,7 +122,7 @@ def cyclic_daps(a: np.ndarray, procs: int, block_size: int | None) -> list[dict]
         dim = {"dist_type": "c", "size": a.shape[0], "proc_grid_size": procs, "proc_grid_rank": r, "start": r * bs}
         if block_size:
             dim["block_size"] = block_size
-        daps.append({"__version__": "0.10.0", "buffer": a[rows], "dim_data": (dim, {"dist_type": "n", "size": a.shape[1]})})
+        daps.append({"__version__": "0.10.0", "buffer": a[rows], "dim_data": (dim, {})})  # {}: 0.10's undistributed dimension
     return daps
 
 
@@ -142,7 +142,7 @@ def test_uneven_20_by_30():
     a = np.arange(20 * 30, dtype=np.int32).reshape(20, 30)
     cuts = [(0, 7), (7, 20)]
     daps = [
-        {"__version__": "0.10.0", "buffer": a[s:e], "dim_data": (block_dim(20, 2, r, s, e), {"dist_type": "n", "size": 30})}
+        {"__version__": "0.9.0", "buffer": a[s:e], "dim_data": (block_dim(20, 2, r, s, e), {"dist_type": "n", "size": 30})}
         for r, (s, e) in enumerate(cuts)
     ]
     imported = distarray.to_partitioned(daps)
@@ -176,7 +176,7 @@ def with_dim0(**changes):
 
 BAD = [
     ("no version", lambda d: {k: v for k, v in d.items() if k != "__version__"}, "missing key '__version__'"),
-    ("bad version", lambda d: {**d, "__version__": "1.0.0"}, "__version__: 1.0.0 is not supported"),
+    ("bad version", lambda d: {**d, "__version__": "2.0.0"}, "__version__: 2.0.0 is not supported"),
     ("version format", lambda d: {**d, "__version__": "0.9"}, "expected 'major.minor.patch'"),
     ("extra key", lambda d: {**d, "x": 1}, "unexpected key 'x'"),
     ("buffer not a buffer", lambda d: {**d, "buffer": [1, 2]}, "does not support the buffer protocol"),
@@ -189,7 +189,6 @@ BAD = [
     ("grid size zero", with_dim0(proc_grid_size=0), "proc_grid_size: expected an integer >= 1"),
     ("padding not pair", with_dim0(padding=(1,)), "padding: expected a pair"),
     ("padding negative", with_dim0(padding=(0, -1)), "padding[1]: expected an integer >= 0"),
-    ("cyclic key on block", with_dim0(block_size=2), "unexpected key 'block_size' for dist_type 'b'"),
     ("extent mismatch", with_dim0(stop=3), "buffer: extent 4 along dimension 0, dim_data[0] implies 3"),
     ("periodic not bool", with_dim0(periodic="yes"), "periodic: expected a bool"),
 ]
@@ -206,7 +205,7 @@ def test_cyclic_block_size_and_unstructured_uniqueness():
     dim = {"dist_type": "c", "size": 8, "proc_grid_size": 2, "proc_grid_rank": 0, "start": 0, "block_size": 0}
     with pytest.raises(fp.PartitionedError, match="block_size: expected an integer >= 1"):
         distarray.validate({"__version__": "0.9.0", "buffer": np.zeros(4), "dim_data": (dim,)})
-    dim = {"dist_type": "u", "size": 8, "proc_grid_size": 2, "proc_grid_rank": 0, "indices": [1, 1]}
+    dim = {"dist_type": "u", "size": 8, "proc_grid_size": 2, "proc_grid_rank": 0, "indices": np.array([1, 1])}
     with pytest.raises(fp.PartitionedError, match="indices: values must be locally unique"):
         distarray.validate({"__version__": "0.9.0", "buffer": np.zeros(2), "dim_data": (dim,)})
 
@@ -234,8 +233,11 @@ def test_padding_all_or_nothing():
 def test_export_single_dtype_pandas_is_zero_copy():
     df = pd.DataFrame(np.arange(12.0).reshape(6, 2), columns=["x", "y"])
     dap = distarray.export_local(df, rank=1, nranks=3, start=6, global_rows=18)
+    assert dap["__version__"] == "0.10.0"
     assert dap["dim_data"][0] == block_dim(18, 3, 1, 6, 12)
-    assert dap["dim_data"][1] == {"dist_type": "n", "size": 2}
+    assert dap["dim_data"][1] == block_dim(2, 1, 0, 0, 2)  # 0.10 has no 'n': a block over one process
+    assert distarray.export_local(df, rank=1, nranks=3, start=6, global_rows=18, version="0.9.0")["dim_data"][1] == {
+        "dist_type": "n", "size": 2}
     assert np.shares_memory(dap["buffer"], df["x"].to_numpy())
 
 
@@ -259,3 +261,43 @@ def test_export_then_import_round_trip():
         daps.append(distarray.export_local(pa.table({str(c): full[off : off + n, c] for c in range(3)}), rank=r, nranks=3, start=off, global_rows=10))
     table = fp.from_partitioned(distarray.to_partitioned(daps))
     np.testing.assert_array_equal(np.column_stack([table.column(str(c)).to_numpy() for c in range(3)]), full)
+
+
+# --------------------------------------------------------------------- versions
+
+
+@pytest.mark.parametrize("version", ["0.10.0", "0.9.0"])
+def test_halo_rows_export_as_padding_by_the_rules_of_each_version(version):
+    full = np.arange(40.0).reshape(20, 2)
+    cuts, (left, right) = [(0, 7), (7, 13), (13, 20)], (2, 1)
+    daps = []
+    for r, (s, e) in enumerate(cuts):
+        lo, hi = (left if r > 0 else 0), (right if r < 2 else 0)  # no halo past the global edges
+        daps.append(distarray.export_local(pa.table({"a": full[s - lo : e + hi, 0], "b": full[s - lo : e + hi, 1]}), rank=r,
+                                           nranks=3, start=s, global_rows=20, padding=(lo, hi), version=version))
+    middle = daps[1]["dim_data"][0]
+    assert middle["padding"] == (2, 1)
+    assert (middle["start"], middle["stop"]) == ((5, 14) if version == "0.10.0" else (7, 13))  # 0.10: the buffer's extent
+    imported = distarray.to_partitioned(daps)
+    assert imported.halos[(1, 0)] == ((2, 1), (0, 0))
+    np.testing.assert_array_equal(assemble_numpy(imported), full)
+
+
+def test_version_rules_differ_where_the_spec_does():
+    a = np.arange(10.0)
+    padded = {"dist_type": "b", "size": 18, "proc_grid_size": 2, "proc_grid_rank": 0, "start": 0, "stop": 10, "padding": (0, 1)}
+    assert distarray.validate({"__version__": "0.10.0", "buffer": a, "dim_data": (padded,)})  # stop - start == 10
+    with pytest.raises(fp.PartitionedError, match="extent 10 along dimension 0"):
+        distarray.validate({"__version__": "0.9.0", "buffer": a, "dim_data": (padded,)})  # 0.9: 10 owned + 1 padding = 11
+    undistributed = {"dist_type": "n", "size": 10}
+    assert distarray.validate({"__version__": "1.0.0", "buffer": a, "dim_data": (undistributed,)})  # 1.0.x reads as 0.9
+    with pytest.raises(fp.PartitionedError, match="0.10 writes an undistributed dimension as {}"):
+        distarray.validate({"__version__": "0.10.0", "buffer": a, "dim_data": (undistributed,)})
+    with pytest.raises(fp.PartitionedError, match="in version 0.9, got None"):
+        distarray.validate({"__version__": "0.9.0", "buffer": a, "dim_data": ({},)})  # {} is 0.10's alias only
+    extra = {**padded, "padding": (0, 0), "stop": 10, "size": 10, "proc_grid_size": 1, "comment": "ignored"}
+    assert distarray.validate({"__version__": "0.10.0", "buffer": a, "dim_data": (extra,)})  # unknown keys are ignored
+    scalar = {"__version__": "0.10.0", "buffer": np.array(3.5), "dim_data": ()}
+    assert distarray.validate(scalar) is scalar  # 0-d is valid DAP
+    with pytest.raises(fp.PartitionedError, match="a 0-d array .* is valid, but __partitioned__ describes at least one"):
+        distarray.to_partitioned([scalar])

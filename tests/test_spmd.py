@@ -44,7 +44,7 @@ def check(outputs: list[dict], size: int = 3) -> None:
         assert o["size"] == size and o["locals"] == [[r, 0]]
         assert o["none"] == [[k, 0] for k in range(size) if k != r]
         assert o["dim0"] == {"dist_type": "b", "size": 50, "proc_grid_size": size, "proc_grid_rank": r, "start": start, "stop": start + rows}
-        assert o["dim1"] == {"dist_type": "n", "size": 3}
+        assert o["dim1"] == {"dist_type": "b", "size": 3, "proc_grid_size": 1, "proc_grid_rank": 0, "start": 0, "stop": 3}  # 0.10
         assert o["first_row"] == [start, start * 10, start * 100]
 
 

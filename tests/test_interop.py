@@ -1,0 +1,99 @@
+"""Reading ``__partitioned__`` as producers really emit it, beside the exact validator.
+
+The dicts here are built the way each producer builds them (the Modin
+producer of PR 3452 with real Ray ObjectRefs, xgboost_ray's examples,
+heat's ``__partitioned__``), with real Ray where they hold Ray objects.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import flightpart as fp
+from flightpart import lenient
+
+
+def frame(rows: int = 12) -> pd.DataFrame:
+    return pd.DataFrame({"a": np.arange(rows, dtype=np.int64), "b": np.arange(rows) * 0.5, "c": np.arange(rows) % 3,
+                         "d": np.arange(rows) * 2.0})
+
+
+def modin_style(ray, df: pd.DataFrame) -> dict:
+    """As Modin's producer (PR 3452): a 2-D grid, no top-level shape, location a bare IP, get = ray.get(x)[0]."""
+    ip = ray.util.get_node_ip_address()
+    half_r, half_c = len(df) // 2, df.shape[1] // 2
+    parts = {}
+    for i, (r0, r1) in enumerate([(0, half_r), (half_r, len(df))]):
+        for j, (c0, c1) in enumerate([(0, half_c), (half_c, df.shape[1])]):
+            parts[(i, j)] = {"start": (r0, c0), "shape": (r1 - r0, c1 - c0),
+                             "data": ray.put(df.iloc[r0:r1, c0:c1].reset_index(drop=True)), "location": ip}
+    return {"partition_tiling": (2, 2), "partitions": parts, "get": lambda x: ray.get(x)[0]}
+
+
+def test_a_modin_style_dict_with_real_ray_object_refs_reads_equal(ray_session):
+    df = frame()
+    d = modin_style(ray_session, df)
+    with pytest.raises(fp.PartitionedError, match="missing key 'shape'"):
+        fp.validate(d)  # exact to the spec by default
+    spec, used = lenient.as_spec(d)
+    assert used == ["location-ip", "no-shape"] and spec["shape"] == (12, 4)
+    assert fp.validate(d, lenient=True)["partitions"][(1, 1)]["location"] == [(ray_session.util.get_node_ip_address(), 0)]
+    assert fp.from_partitioned(d).to_pandas().equals(df)
+
+
+def test_an_xgboost_ray_style_dict_reads_equal(ray_session):
+    df = frame(9)
+    ip = ray_session.util.get_node_ip_address()
+    blocks = [(0, 4), (4, 9)]
+    d = {"shape": (9, 4), "partition_tiling": (2, 1), "get": ray_session.get,
+         "partitions": {(k, 0): {"start": (s, 0), "shape": (e - s, 4), "data": ray_session.put(df.iloc[s:e]),
+                                 "location": [ip]} for k, (s, e) in enumerate(blocks)}}
+    with pytest.raises(fp.PartitionedError, match=r"location\[0\]: expected a tuple"):
+        fp.validate(d)
+    assert lenient.as_spec(d)[1] == ["location-ip"]
+    assert fp.from_partitioned(d).to_pandas().equals(df)
+
+
+def test_a_heat_style_spmd_dict_reads_equal():
+    values = np.arange(24.0).reshape(6, 4)
+    d = {"shape": (6, 4), "partition_tiling": (1, 1), "dtype": "float64", "locals": [(0, 0)],
+         "partitions": {(0, 0): {"start": (0, 0), "shape": (6, 4), "data": 0, "location": [0], "dtype": "float64",
+                                 "device": "cpu"}},
+         "get": lambda handle: values}  # a lambda for one handle; the MPI rank as location
+    with pytest.raises(fp.PartitionedError, match="unknown key 'dtype'"):
+        fp.validate(d)
+    assert lenient.as_spec(d)[1] == ["extra-keys", "extra-partition-keys", "location-rank"]
+    np.testing.assert_array_equal(np.column_stack([c.to_numpy() for c in fp.from_partitioned(d).columns]), values)
+
+
+def test_a_torch_part_is_read_through_dlpack():
+    torch = pytest.importorskip("torch", reason="torch is not installed (it comes with the interop extra's heat)")
+    values = torch.arange(12, dtype=torch.float64).reshape(6, 2)
+    d = {"shape": (6, 2), "partition_tiling": (1, 1), "get": fp.IdentityGet(),
+         "partitions": {(0, 0): {"start": (0, 0), "shape": (6, 2), "data": values, "location": [fp.protocol.this_process()]}}}
+    out = fp.from_partitioned(d)
+    np.testing.assert_array_equal(np.column_stack([c.to_numpy() for c in out.columns]), values.numpy())
+
+
+class ModinLike:
+    def __init__(self, d: dict):
+        self.d = d
+
+    @property
+    def __partitioned__(self) -> dict:
+        return self.d
+
+
+def test_client_put_takes_any_partitioned_object(ray_session):
+    df = frame(20)
+    with fp.connect() as client:
+        ds = client.put("from-modin", ModinLike(modin_style(ray_session, df)))
+        assert ds.to_pandas().equals(df)
+
+
+def test_every_form_is_documented():
+    text = open("docs/protocol.md").read()
+    for key in lenient.FORMS:
+        assert f"`{key}`" in text, key
