@@ -69,7 +69,7 @@ def test_a_heat_style_spmd_dict_reads_equal():
 
 
 def test_a_torch_part_is_read_through_dlpack():
-    torch = pytest.importorskip("torch", reason="torch is not installed (it comes with the interop extra's heat)")
+    torch = pytest.importorskip("torch", reason="torch is not installed (heat brings it; heat is not in the interop extra)")
     values = torch.arange(12, dtype=torch.float64).reshape(6, 2)
     d = {"shape": (6, 2), "partition_tiling": (1, 1), "get": fp.IdentityGet(),
          "partitions": {(0, 0): {"start": (0, 0), "shape": (6, 2), "data": values, "location": [fp.protocol.this_process()]}}}
@@ -97,3 +97,60 @@ def test_every_form_is_documented():
     text = open("docs/protocol.md").read()
     for key in lenient.FORMS:
         assert f"`{key}`" in text, key
+
+
+# --------------------------------------------------------------------------- xgboost_ray, the real package
+
+
+@pytest.mark.interop
+def test_xgboost_ray_trains_on_a_dataset_with_a_named_label_and_keeps_locality(ray_session):
+    xgboost_ray = pytest.importorskip("xgboost_ray", reason="xgboost_ray is not installed: pip install 'flightpart[interop]'")
+    from xgboost_ray.data_sources.partitioned import Partitioned
+
+    rng = np.random.default_rng(7)
+    x = rng.normal(size=(400, 3))
+    df = pd.DataFrame({"f_a": x[:, 0], "f_b": x[:, 1], "f_c": x[:, 2], "y": x @ np.array([1.0, -2.0, 0.5])})
+    with fp.connect() as client:
+        ds = client.put("train", df, tiling=(4, 1))
+        view = fp.ray.for_consumers(ds)
+        ip = ray_session.util.get_node_ip_address()
+        assert {e["location"][0] for e in view.__partitioned__["partitions"].values()} == {ip}  # Ray's name of this host
+
+        @ray_session.remote(num_cpus=0)
+        class Actor:
+            def ip(self) -> str:
+                return ray_session.util.get_node_ip_address()
+
+        actors = [Actor.remote() for _ in range(2)]
+        parted, shards = Partitioned.get_actor_shards(view, actors)
+        assigned = [e for hs in shards.values() for h in hs for e in parted["partitions"].values() if e["data"] == h]
+        assert len(assigned) == 4 and all(e["location"][0] == ip for e in assigned)  # each to an actor on its host
+        frame = Partitioned.load_data(parted, indices=shards[0])
+        assert list(frame.columns) == ["f_a", "f_b", "f_c", "y"]  # names kept: a label is found by name
+
+        dtrain = xgboost_ray.RayDMatrix(view, label="y")
+        result: dict = {}
+        xgboost_ray.train({"objective": "reg:squarederror", "eval_metric": "rmse", "nthread": 1}, dtrain,
+                          num_boost_round=5, evals=[(dtrain, "train")], evals_result=result,
+                          ray_params=xgboost_ray.RayParams(num_actors=2, cpus_per_actor=1))
+        rmse = result["train"]["rmse"]
+        assert len(rmse) == 5 and np.isfinite(rmse).all() and rmse[-1] < rmse[0]
+
+
+def test_views_give_numpy_parts_and_owner_ranks_for_spmd_consumers():
+    values = np.arange(40.0).reshape(20, 2)
+    with fp.connect() as client:
+        client.put("spmd", pd.DataFrame(values, columns=["a", "b"]), tiling=(4, 1))
+        for rank in range(2):
+            view = client.open("spmd", rank=rank, nranks=2).as_partitioned(frames="numpy", location="rank")
+            d = view.__partitioned__
+            assert {pos: e["location"] for pos, e in d["partitions"].items()} == {(i, 0): [i % 2] for i in range(4)}
+            mine = [pos for pos in d["locals"]]
+            parts = d["get"]([d["partitions"][pos]["data"] for pos in mine])
+            for pos, part in zip(mine, parts):
+                start = d["partitions"][pos]["start"][0]
+                assert isinstance(part, np.ndarray) and np.array_equal(part, values[start : start + len(part)])
+        with pytest.raises(fp.PartitionedError, match="needs the SPMD view"):
+            client.open("spmd").as_partitioned(location="rank")
+        with pytest.raises(ValueError, match="frames must be one of"):
+            client.open("spmd").as_partitioned(frames="polars")

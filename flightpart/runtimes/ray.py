@@ -95,6 +95,24 @@ def partitioned(dataset: Any) -> RayPartitioned:
     return RayPartitioned(refs, lengths, ncols, object_locations(refs))
 
 
+def ray_ip_of(ip: str) -> str:
+    """The IP Ray knows a host by: a loopback address (an embedded or single-machine cluster) is this Ray node's."""
+    import ray
+
+    return ray.util.get_node_ip_address() if ip.startswith("127.") or ip in ("::1", "localhost") else ip
+
+
+def for_consumers(dataset: Any, frames: str = "pandas") -> Any:
+    """A flightpart dataset as Ray-based consumers of ``__partitioned__`` read it (xgboost_ray's ``RayDMatrix``).
+
+    ``get`` returns pandas frames (columns keep their names, so a label is
+    found by name) and ``location[0]`` is the IP Ray reports for the
+    partition's host, which is what the consumer compares with its actors'
+    IPs to keep each partition's training on its host.
+    """
+    return dataset.as_partitioned(frames=frames, location="ip", ip_of=ray_ip_of)
+
+
 def object_locations(refs: list) -> list[list[tuple[str, int]]]:
     """(IP, PID) of where each object can be read without a transfer."""
     import ray

@@ -1,0 +1,87 @@
+"""``__partitioned__`` in the forms consumers expect that are not the spec's.
+
+Some consumers read the protocol their own way: xgboost_ray wants pandas
+frames from ``get`` and compares ``location[0]`` with its actors' IPs; heat
+wants the MPI rank as ``location[0]`` and NumPy from ``get``. A
+:class:`PartitionedView` of a dataset gives them that form, and stays
+picklable (consumers send the dict to their workers).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from flightpart import frames as frame_kinds
+from flightpart.distarray import numeric_matrix
+from flightpart.errors import PartitionedError
+
+FRAMES = ("arrow", "pandas", "numpy")
+LOCATIONS = ("spec", "ip", "rank")
+
+
+class ConvertingGet:
+    """A ``get`` whose Arrow tables come back as pandas frames or 2-D NumPy arrays."""
+
+    def __init__(self, get: Any, frames: str):
+        self.get = get
+        self.frames = frames
+
+    def __call__(self, handles: Any) -> Any:
+        single = not isinstance(handles, (list, tuple))
+        tables = self.get(handles)
+        return self.convert(tables) if single else [self.convert(t) for t in tables]
+
+    def convert(self, table: Any) -> Any:
+        if self.frames == "pandas":
+            return frame_kinds.to_pandas(frame_kinds.drop_pandas_index(table))
+        if self.frames == "numpy":
+            return numeric_matrix(table)
+        return table
+
+
+class PartitionedView:
+    """A dataset's ``__partitioned__`` with parts as ``frames`` and locations as ``location`` says.
+
+    ``location``: ``"spec"`` (a list of ``(IP, PID)``), ``"ip"`` (a list of
+    IP strings, ``location[0]`` the first replica's; ``ip_of`` maps an IP to
+    the one the consumer knows the host by, e.g. Ray's node IP for a
+    loopback address) or ``"rank"`` (SPMD views: ``[owner rank]``).
+    """
+
+    def __init__(self, dataset: Any, frames: str = "arrow", location: str = "spec",
+                 ip_of: Callable[[str], str] | None = None):
+        if frames not in FRAMES:
+            raise ValueError(f"frames must be one of {FRAMES}, got {frames!r}")
+        if location not in LOCATIONS:
+            raise ValueError(f"location must be one of {LOCATIONS}, got {location!r}")
+        if location == "rank" and dataset._spmd is None:
+            raise PartitionedError("location='rank' needs the SPMD view: client.open(name, rank=r, nranks=n)")
+        self.dataset = dataset
+        self.frames = frames
+        self.location = location
+        self.ip_of = ip_of
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.dataset.shape
+
+    @property
+    def __partitioned__(self) -> dict:
+        d = dict(self.dataset.__partitioned__)
+        nranks = self.dataset._spmd[1] if self.dataset._spmd is not None else None
+        parts = {}
+        for pos, entry in d["partitions"].items():
+            entry = dict(entry)
+            if self.location == "ip":
+                entry["location"] = [self.ip_of(ip) if self.ip_of else ip for ip, *_ in entry["location"]]
+            elif self.location == "rank":
+                entry["location"] = [pos[0] % nranks]  # the rank whose view holds the part (Dataset.__partitioned__)
+            parts[pos] = entry
+        d["partitions"] = parts
+        if self.frames != "arrow":
+            d["get"] = ConvertingGet(d["get"], self.frames)
+        return d
+
+    def __repr__(self) -> str:
+        return f"PartitionedView({self.dataset!r}, frames={self.frames!r}, location={self.location!r})"
