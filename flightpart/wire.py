@@ -196,8 +196,17 @@ class Message:
 
     ACTION: ClassVar[str] = ""
 
+    @classmethod
+    def _fields(cls) -> dict[str, Any]:
+        """The dataclass fields by name, looked up once per class (``dataclasses.fields`` is a third of a small decode)."""
+        known = cls.__dict__.get("_known_fields")
+        if known is None:
+            known = {f.name: f for f in fields(cls)}
+            cls._known_fields = known  # type: ignore[attr-defined]
+        return known
+
     def to_json(self) -> dict:
-        return {f.name: f.metadata["encode"](getattr(self, f.name)) for f in fields(self)}
+        return {name: f.metadata["encode"](getattr(self, name)) for name, f in self._fields().items()}
 
     def encode(self) -> bytes:
         return dumps(self.to_json())
@@ -211,7 +220,7 @@ class Message:
         where = where or cls.what()
         if not isinstance(body, dict):
             raise RequestRejected(f"{where}: expected a JSON object", field=where)
-        known = {f.name: f for f in fields(cls)}
+        known = cls._fields()
         for key in body:
             if key not in known:
                 raise RequestRejected(f"{where}: unexpected key {key!r:.60}", field=where)
