@@ -17,7 +17,7 @@ import hashlib
 import hmac
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, ClassVar, TypeVar
 
@@ -30,6 +30,7 @@ NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 MAX_JSON_BYTES = 16 << 20
 MAX_UINT = 1 << 62
 Replica = tuple[str, str, int]  # (node URI, node IP, node PID)
+T = TypeVar("T")
 
 # --------------------------------------------------------------------------- scalars
 
@@ -45,6 +46,26 @@ def check_name(name: Any, field_name: str | None = None) -> str:
             field=field_name,
         )
     return name
+
+
+def pages(items: Iterable[T], weight: Callable[[T], int], limit: int) -> Iterator[tuple[list[T], bool]]:
+    """``items`` cut into pages of about ``limit`` by ``weight`` (each page at least one item), lazily.
+
+    Yields ``(page, more)``: ``more`` says another page follows, known
+    without weighing more than the one item that did not fit. Every reply
+    or body a cluster can grow (``held``, registrations, seals owed) is sent
+    this way, so none reaches :data:`MAX_JSON_BYTES`.
+    """
+    page: list[T] = []
+    total = 0
+    for item in items:
+        w = weight(item)
+        if page and total + w > limit:
+            yield page, True
+            page, total = [], 0
+        page.append(item)
+        total += w
+    yield page, False
 
 
 def loads(raw: bytes, what: str) -> Any:

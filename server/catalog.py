@@ -59,6 +59,7 @@ from flightpart.wire import (
     dumps,
     encode_flight_info,
     error_message,
+    pages,
     parse_dataset_path,
     role_token,
 )
@@ -192,14 +193,10 @@ class CatalogServer(ServiceBase):
         orphans, to_seal = self.state.register_node(b.node_id, b.uri, b.ip, b.pid, b.data_dir, held, manifests,
                                                     [(v.dataset, v.version) for v in b.versions],
                                                     [(v.dataset, v.version) for v in b.sealed_versions])
-        seal, weight = [], 0
-        for d, v in to_seal:
-            manifest = manifest_of(self.state.version(d, v))
-            weight += 400 + 40 * len(manifest.partitions)
-            if seal and weight > self.REPLY_BYTES:  # the rest when it registers again, once this registration is done
-                self._owes_registration.add(b.node_id)
-                break
-            seal.append(manifest)
+        manifests = (manifest_of(self.state.version(d, v)) for d, v in to_seal)
+        seal, more = next(pages(manifests, lambda m: len(m.encode()), self.REPLY_BYTES))
+        if more:  # the rest when it registers again, once this registration is done
+            self._owes_registration.add(b.node_id)
         if not b.more and b.node_id in self._owes_registration:
             self._owes_registration.discard(b.node_id)
             self.state.must_register(b.node_id)

@@ -45,6 +45,7 @@ from flightpart.wire import (
     Seal,
     Ticket,
     VersionRef,
+    pages,
     parse_put_path,
     role_token,
 )
@@ -101,19 +102,18 @@ def _stats_weight(stats: dict | None) -> int:
 def register_pages(held: list[StoredPartition], sealed: list[Commit],
                    page_bytes: int) -> list[tuple[tuple[StoredPartition, ...], tuple[Commit, ...]]]:
     """A node's partitions and manifests cut into registration pages of about ``page_bytes`` (at least one page)."""
-    pages: list[tuple[tuple[StoredPartition, ...], tuple[Commit, ...]]] = []
-    parts: list[StoredPartition] = []
-    manifests: list[Commit] = []
-    weight = 0
-    items = [(m, len(m.encode())) for m in sealed] + [(p, 120 + _stats_weight(p.stats)) for p in held]
-    for item, size in items:
-        if weight and weight + size > page_bytes:
-            pages.append((tuple(parts), tuple(manifests)))
-            parts, manifests, weight = [], [], 0
-        (manifests if isinstance(item, Commit) else parts).append(item)
-        weight += size
-    pages.append((tuple(parts), tuple(manifests)))
-    return pages
+    items: list[StoredPartition | Commit] = [*sealed, *held]
+
+    def weight(item: StoredPartition | Commit) -> int:
+        return len(item.encode()) if isinstance(item, Commit) else held_weight(item)
+
+    return [(tuple(p for p in page if not isinstance(p, Commit)), tuple(p for p in page if isinstance(p, Commit)))
+            for page, _more in pages(items, weight, page_bytes)]
+
+
+def held_weight(stored: StoredPartition) -> int:
+    """About what one partition weighs in a ``held`` reply or a registration."""
+    return 120 + _stats_weight(stored.stats)
 
 
 def split_all(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -385,13 +385,8 @@ class NodeServer(ServiceBase):
 
     def _held(self, raw: bytes) -> dict:
         body = Held.decode(raw)
-        page, weight, more = [], 0, False
-        for stored in self.store.held(body.dataset, body.version, after=body.after, with_schema=False):
-            if page and weight > self.HELD_PAGE_BYTES:
-                more = True
-                break
-            page.append(stored)
-            weight += 120 + _stats_weight(stored.stats)
+        held = self.store.held(body.dataset, body.version, after=body.after, with_schema=False)
+        page, more = next(pages(held, held_weight, self.HELD_PAGE_BYTES))
         groups = sorted({p.part[1] for p in page})
         schemas = [self.store.group_schema(body.dataset, body.version, j) for j in groups]
         index = {j: k for k, j in enumerate(groups)}

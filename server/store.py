@@ -139,7 +139,8 @@ class PartitionStore:
                 writer.close()
             layout.fsync_path(tmp)
             with os.fdopen(os.open(stats_tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, self.modes.file), "wb") as out:
-                out.write(json.dumps({"rows": rows, "columns": stats.result()}).encode())
+                columns = stats.result()
+                out.write(json.dumps({"rows": rows, "columns": columns}).encode())
             self.modes.apply(stats_tmp, directory=False)
             with self._lock:
                 if final.exists():  # a racing put of the same partition won
@@ -159,7 +160,8 @@ class PartitionStore:
         stored = StoredPartition(dataset, version, part, rows, final.stat().st_size)
         with self._lock:
             self._group_schemas.setdefault((dataset, version, part[1]), schema)
-            self._fresh.setdefault((dataset, version), {})[part] = dataclasses.replace(stored, stats=stats.result())
+            if expected_rows is None:  # a version being written; a replica added to a sealed one is not kept here
+                self._fresh.setdefault((dataset, version), {})[part] = dataclasses.replace(stored, stats=columns)
         return stored
 
     def sync(self, dataset: str, version: int) -> None:

@@ -252,3 +252,16 @@ def test_node_marker_round_trips(tmp_path):
     assert layout.read_node_id(tmp_path) is None
     final = tmp_path / layout.partition_relpath("s", 1, (0, 0))
     assert layout.temporary_path(final).name.startswith(layout.TMP_PREFIX)
+
+
+def test_pages_stay_under_their_limit_and_say_when_more_follow():
+    seen = []
+
+    def weight(x: int) -> int:
+        seen.append(x)
+        return x
+
+    first, more = next(wire.pages(iter([3, 3, 3, 9, 1]), weight, 7))
+    assert (first, more) == ([3, 3], True) and seen == [3, 3, 3]  # only the item that did not fit was weighed beyond
+    assert list(wire.pages([3, 3, 3, 9, 1], lambda x: x, 7)) == [([3, 3], True), ([3], True), ([9], True), ([1], False)]
+    assert list(wire.pages([], lambda x: x, 7)) == [([], False)]  # always one page, possibly empty
