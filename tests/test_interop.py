@@ -154,3 +154,17 @@ def test_views_give_numpy_parts_and_owner_ranks_for_spmd_consumers():
             client.open("spmd").as_partitioned(location="rank")
         with pytest.raises(ValueError, match="frames must be one of"):
             client.open("spmd").as_partitioned(frames="polars")
+
+
+@pytest.mark.parametrize("lie, message", [
+    ({"location": {"ip": "10.0.0.1"}}, r"location: expected a list"),
+    ({"start": (5, 0)}, r"reach past shape|the partitions (gap|overlap)"),
+    ({"shape": "wide"}, r"partitions\[\(0, 0\)\]\.shape: expected a tuple"),
+])
+def test_lenient_reading_still_refuses_what_no_producer_means(lie, message):
+    d = {"shape": (3, 1), "partition_tiling": (1, 1), "get": fp.IdentityGet(),
+         "partitions": {(0, 0): {"start": (0, 0), "shape": (3, 1), "data": np.zeros((3, 1)), "location": "10.0.0.1", **lie}}}
+    with pytest.raises(fp.PartitionedError, match=message):
+        fp.from_partitioned(d)
+    with pytest.raises(fp.PartitionedError, match=message):
+        fp.validate(d, lenient=True)

@@ -227,11 +227,17 @@ def test_a_node_token_registers_only_its_own_node_and_a_live_id_is_not_taken(gua
     with fp.connect(c.uri, token=token("node", "some-other-node")) as impostor:
         with pytest.raises(fp.Forbidden, match="cannot register node"):
             impostor.call("register-node", body)
+        with pytest.raises(fp.Forbidden, match="cannot speak for node"):  # nor keep another node alive
+            impostor.call("heartbeat", {"node_id": victim["node_id"], "free_bytes": 1, "low_space": True})
+    with fp.connect(c.uri, token=token("reader", "r")) as reader:
+        with pytest.raises(fp.Forbidden):
+            reader.call("heartbeat", {"node_id": victim["node_id"]})
     with fp.connect(c.uri, token=token("node", victim["node_id"])) as stolen:
         with pytest.raises(fp.NodeConflict, match="already served by"):
             stolen.call("register-node", body)
     with fp.connect(c.uri, token=SECRET, host="127.0.0.99") as owner:
         assert [n["uri"] for n in owner.nodes() if n["node_id"] == victim["node_id"]] == [victim["uri"]]
+        assert not next(n for n in owner.nodes() if n["node_id"] == victim["node_id"]).get("low_space")  # the lie left no mark
         assert owner.open("shared").to_arrow().equals(table_of(3000, 1))
 
 

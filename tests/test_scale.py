@@ -254,3 +254,32 @@ def test_a_node_registers_in_pages_and_gets_missed_seals_over_several_registrati
     finally:
         node.shutdown()
         catalog.shutdown()
+
+
+def test_a_node_killed_in_the_middle_of_a_stream_of_several_partitions_loses_nothing_published(tmp_path):
+    import threading
+
+    with LocalCluster(tmp_path, nodes=1, first_ip=127) as c, fp.connect(c.uri, host="127.0.0.9") as client:
+        kept = pa.table({"a": np.arange(1_000)})
+        client.put("kept", kept, tiling=(10, 1))
+        node_dir = tmp_path / "node-127.0.0.127"
+        outcome: list[BaseException] = []
+
+        def put() -> None:
+            try:
+                client.put("cut", pa.table({"a": np.arange(200_000)}), tiling=(20_000, 1))
+            except BaseException as exc:
+                outcome.append(exc)
+
+        sender = threading.Thread(target=put)
+        sender.start()
+        wait_until(lambda: len(list(node_dir.glob("datasets/cut/v*/*.arrow"))) > 200, 60, "the node to store part of the stream")
+        c.nodes[0].kill()  # kill -9 while the stream is still arriving
+        sender.join(120)
+        assert not sender.is_alive() and outcome, "the put must fail, not hang or succeed"
+        assert {d["name"] for d in client.list()} == {"kept"}  # nothing of the cut put was published
+        c.nodes.clear()
+        c.add_node("127.0.0.127", heartbeat=0.3, data_dir=node_dir)
+        wait_until(lambda: not list(node_dir.glob("datasets/cut/*")), 30,
+                   "the restarted node to delete the aborted version (files and temporaries)")
+        assert client.open("kept").to_arrow().equals(kept)  # what was published before is intact
