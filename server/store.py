@@ -137,6 +137,7 @@ class PartitionStore:
                     raise SchemaMismatch(f"a replica of partition {part} of {dataset} v{version} has {rows} rows, "
                                          f"the committed partition {expected_rows}", field="rows")
                 writer.close()
+                size = sink.tell()  # the file's size, footer included: no stat of it later
             layout.fsync_path(tmp)
             with os.fdopen(os.open(stats_tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, self.modes.file), "wb") as out:
                 columns = stats.result()
@@ -157,7 +158,7 @@ class PartitionStore:
             if isinstance(exc, OSError) and exc.errno in NO_SPACE:
                 raise StorageFull(f"node disk full while storing partition {part} of {dataset} v{version}") from None
             raise
-        stored = StoredPartition(dataset, version, part, rows, final.stat().st_size)
+        stored = StoredPartition(dataset, version, part, rows, size)
         with self._lock:
             self._group_schemas.setdefault((dataset, version, part[1]), schema)
             if expected_rows is None:  # a version being written; a replica added to a sealed one is not kept here
