@@ -26,6 +26,7 @@ from flightpart.io.access import Access
 from flightpart.io.connections import ConnectionPool
 from flightpart.io.errors import translated
 from flightpart.io.transfer import send_partition, send_partitions, streams_of
+from flightpart.regrid import balanced, near_placement
 from flightpart.tiling import grid_cells
 from flightpart.wire import (
     Commit,
@@ -36,6 +37,7 @@ from flightpart.wire import (
     PublishBegin,
     PublishPart,
     PublishReply,
+    VersionInfo,
     VersionRef,
     VersionReply,
     check_name,
@@ -44,6 +46,7 @@ from flightpart.wire import (
     list_entry,
 )
 
+from . import reshape
 from .dataset import Dataset
 from .fetch import IDLE_TIMEOUT, MAPS, FlightGet
 from .plugins import runtime_of
@@ -154,19 +157,32 @@ class Client:
         table = lenient.from_partitioned(data) if hasattr(data, "__partitioned__") else frames.to_arrow(data)
         targets = self._targets_for(nodes, replicas)
         grid = _grid(tiling, len(targets))
-        shape = frames.frame_shape(table)
-        cells = {c.position: c for c in grid_cells(shape, grid)}
-        parts = frames.split_grid(table, grid)
         first = random.randrange(len(targets))  # spreads small puts over the nodes instead of always starting at one
-        placement = {pos: [targets[(first + k + r) % len(targets)] for r in range(replicas)] for k, pos in enumerate(sorted(parts))}
 
         def store(version: int) -> Commit:
-            self._send(name, version, parts, placement, progress)
-            return Commit(name, version, table.schema, shape, grid, tuple(
-                CommitPart(pos, cells[pos].start, cells[pos].shape, tuple(n["node_id"] for n in placement[pos]))
-                for pos in sorted(parts)), replicas)
+            parts = self._send_frame(name, version, table, grid, targets, replicas, first, progress)
+            return Commit(name, version, table.schema, frames.frame_shape(table), grid, tuple(parts), replicas)
 
         return self._versioned(name, store)
+
+    def _send_frame(self, name: str, version: int, table: pa.Table, grid: tuple[int, int], targets: list[dict], replicas: int,
+                    first: int, progress: Progress | None, *, base: tuple[int, int] = (0, 0)) -> list[CommitPart]:
+        """``table`` cut by ``grid`` and sent round-robin from ``targets[first]``; the commit's partitions.
+
+        ``base`` (row blocks, rows) places the partitions after those of a
+        version being appended to.
+        """
+        cells = grid_cells(frames.frame_shape(table), grid)
+        parts = frames.split_grid(table, grid)
+
+        def at(pos: tuple[int, int]) -> tuple[int, int]:
+            return (pos[0] + base[0], pos[1])
+
+        placement = {at(c.position): [targets[(first + k + r) % len(targets)] for r in range(replicas)]
+                     for k, c in enumerate(cells)}
+        self._send(name, version, {at(pos): t for pos, t in parts.items()}, placement, progress)
+        return [CommitPart(at(c.position), (c.start[0] + base[1], c.start[1]), c.shape,
+                           tuple(n["node_id"] for n in placement[at(c.position)])) for c in cells]
 
     def _versioned(self, name: str, store: Callable[[int], Commit], attempts: int = 3) -> Dataset:
         """Reserve a version, store it, commit it; abort on any failure.
@@ -220,60 +236,74 @@ class Client:
 
     def _put_stream(self, name: str, reader: pa.RecordBatchReader, rows_per_partition: int | None, replicas: int,
                     nodes: Sequence[str] | None, progress: Progress | None) -> Dataset:
-        """Cut a stream into row blocks as it is read and send each as soon as it is complete.
+        """Cut a stream into row blocks as it is read and send each as soon as it is complete."""
+        _check_rows_per_partition(rows_per_partition)
+        targets = self._targets_for(nodes, replicas)
+        first = random.randrange(len(targets))
+        schema = reader.schema
+
+        def store(version: int) -> Commit:
+            parts = self._send_stream(name, version, reader, rows_per_partition, targets, replicas, first, progress)
+            total = parts[-1].start[0] + parts[-1].shape[0]
+            return Commit(name, version, schema, (total, frames.frame_shape(schema.empty_table())[1]), (len(parts), 1),
+                          tuple(parts), replicas)
+
+        return self._versioned(name, store)
+
+    def _send_stream(self, name: str, version: int, reader: pa.RecordBatchReader, rows_per_partition: int | None,
+                     targets: list[dict], replicas: int, first: int, progress: Progress | None, *, groups: int = 1,
+                     base: tuple[int, int] = (0, 0)) -> list[CommitPart]:
+        """Row blocks of ``reader`` (``rows_per_partition`` rows, default about 64 MiB) sent as they fill.
 
         At most :data:`STREAM_PUTS_IN_FLIGHT` partitions are being sent while
         the next one fills, so memory is bounded by a few partitions whatever
-        the stream's length.
+        the stream's length. Each block is cut into ``groups`` column groups;
+        ``base`` (row blocks, rows) places them after an appended-to version.
+        An empty stream is one empty block, unless it is appended.
         """
-        if rows_per_partition is not None and (not isinstance(rows_per_partition, int) or rows_per_partition < 1):
-            raise ValueError(f"rows_per_partition must be a positive integer, got {rows_per_partition!r}")
-        targets = self._targets_for(nodes, replicas)
+        _check_rows_per_partition(rows_per_partition)
         schema = reader.schema
-        ncols = frames.frame_shape(schema.empty_table())[1]
-        first = random.randrange(len(targets))
+        widths = [len(g) for g in frames.column_groups(frames.data_columns(schema.empty_table()), groups)]
+        parts: list[CommitPart] = []
+        sending: deque = deque()
+        sent = [0]
+        with ThreadPoolExecutor(max_workers=len(targets), thread_name_prefix="flightpart-put") as pool:
 
-        def store(version: int) -> Commit:
-            parts: list[CommitPart] = []
-            sending: deque = deque()
-            sent = [0]
-            with ThreadPoolExecutor(max_workers=len(targets), thread_name_prefix="flightpart-put") as pool:
-
-                def send(batches: list[pa.RecordBatch], rows: int) -> None:
-                    k, start = len(parts), (parts[-1].start[0] + parts[-1].shape[0] if parts else 0)
-                    table = pa.Table.from_batches(batches, schema)
-                    holders = [targets[(first + k + r) % len(targets)] for r in range(replicas)]
+            def send(batches: list[pa.RecordBatch], rows: int) -> None:
+                k = len(parts) // groups
+                start = base[1] + sum(p.shape[0] for p in parts if p.part[1] == 0)
+                table = pa.Table.from_batches(batches, schema)
+                holders = [targets[(first + k + r) % len(targets)] for r in range(replicas)]
+                for (_i, j), piece in sorted(frames.split_grid(table, (1, groups)).items()):
+                    pos = (base[0] + k, j)
                     for node in holders:
-                        sending.append(pool.submit(self._send_one, node["uri"], name, version, (k, 0), table))
-                    parts.append(CommitPart((k, 0), (start, 0), (rows, ncols), tuple(n["node_id"] for n in holders)))
-                    while len(sending) > STREAM_PUTS_IN_FLIGHT * replicas:
-                        sending.popleft().result()
-                    sent[0] += table.nbytes * replicas
-                    if progress:
-                        progress(sent[0], 0)
+                        sending.append(pool.submit(self._send_one, node["uri"], name, version, pos, piece))
+                    parts.append(CommitPart(pos, (start, sum(widths[:j])), (rows, widths[j]), tuple(n["node_id"] for n in holders)))
+                while len(sending) > STREAM_PUTS_IN_FLIGHT * replicas * groups:
+                    sending.popleft().result()
+                sent[0] += table.nbytes * replicas
+                if progress:
+                    progress(sent[0], 0)
 
-                pending: list[pa.RecordBatch] = []
-                rows = 0
-                limit = rows_per_partition
-                for batch in reader:
-                    while batch.num_rows:
-                        if limit is None and batch.num_rows:  # about 64 MiB per partition, from the first batch's width
-                            limit = max(1, STREAM_PARTITION_BYTES * batch.num_rows // max(batch.nbytes, 1))
-                        take = min(batch.num_rows, limit - rows)
-                        piece, batch = batch.slice(0, take), batch.slice(take)
-                        pending.append(piece)
-                        rows += piece.num_rows
-                        if rows >= limit:
-                            send(pending, rows)
-                            pending, rows = [], 0
-                if pending or not parts:
-                    send(pending, rows)  # the last block (an empty stream is one empty partition)
-                for future in sending:
-                    future.result()
-            total = parts[-1].start[0] + parts[-1].shape[0]
-            return Commit(name, version, schema, (total, ncols), (len(parts), 1), tuple(parts), replicas)
-
-        return self._versioned(name, store)
+            pending: list[pa.RecordBatch] = []
+            rows = 0
+            limit = rows_per_partition
+            for batch in reader:
+                while batch.num_rows:
+                    if limit is None and batch.num_rows:  # about 64 MiB per partition, from the first batch's width
+                        limit = max(1, STREAM_PARTITION_BYTES * batch.num_rows // max(batch.nbytes, 1))
+                    take = min(batch.num_rows, limit - rows)
+                    piece, batch = batch.slice(0, take), batch.slice(take)
+                    pending.append(piece)
+                    rows += piece.num_rows
+                    if rows >= limit:
+                        send(pending, rows)
+                        pending, rows = [], 0
+            if pending or (not parts and base == (0, 0)):
+                send(pending, rows)  # the last block (an empty stream put alone is one empty partition)
+            for future in sending:
+                future.result()
+        return parts
 
     def _send_one(self, uri: str, name: str, version: int, part: tuple[int, int], table: pa.Table) -> None:
         with translated():  # a node that stops taking data fails the put within its deadline
@@ -322,6 +352,106 @@ class Client:
             for future in [ex.submit(send_all, uri) for uri in by_node]:
                 future.result()
 
+    # ------------------------------------------------------------------ new versions built on the nodes
+
+    def repartition(self, name: str, tiling: Sequence[int], nodes: Sequence[str] | None = None,
+                    replicas: int | None = None) -> Dataset:
+        """The next version of ``name`` cut by ``tiling`` (row blocks, column groups), built by the nodes.
+
+        Each new partition is assembled on a node that will hold it, which
+        pulls the rows and columns it needs from the current version's
+        holders (its own from disk) with sliced tickets: no data passes
+        through this process. Partitions go to ``nodes`` (default: every live
+        node), each to the node holding most of its rows while that node has
+        no more than its share; ``replicas`` copies each (default: as many as
+        the current version keeps). Published only when every partition is
+        stored, like a put.
+        """
+        source = self._version_info(name)
+        grid = _grid(tiling, 1)
+        if grid[1] > max(source.shape[1], 1):
+            raise ValueError(f"tiling {grid}: {source.shape[1]} columns cannot make {grid[1]} column groups")
+        replicas = reshape.replicas_of(source) if replicas is None else replicas
+        targets = self._targets_for(nodes, replicas)
+        cells = grid_cells(source.shape, grid)
+        rows = {c.position: (c.start[0], c.start[0] + c.shape[0]) for c in cells}
+        weights = [reshape.source_bytes(source, rows[c.position]) for c in cells]
+        chosen = near_placement(weights, [n["uri"] for n in targets], replicas)
+        by_uri = {n["uri"]: n for n in targets}
+        placement = {c.position: [by_uri[u] for u in uris] for c, uris in zip(cells, chosen)}
+
+        def store(version: int) -> Commit:
+            parts = reshape.assemble_on_nodes(self.pool, source, version, grid[1], rows, placement)
+            return Commit(name, version, source.schema, source.shape, grid, tuple(parts), replicas)
+
+        return self._versioned(name, store)
+
+    def rebalance(self, name: str, nodes: Sequence[str] | None = None) -> Dataset:
+        """The next version of ``name`` with partitions moved so that bytes per node differ by at most one partition.
+
+        For nodes that joined (or, with ``nodes``, to move data off the
+        nodes left out). Partitions that stay are linked on their node (no
+        byte copied); the ones that move are pulled by their new node from
+        the old. Returns the current version unchanged when nothing needs
+        to move. Drop the previous version to free the moved partitions'
+        old copies.
+        """
+        source = self._version_info(name)
+        live = self._target_nodes(nodes)
+        holders = {p.position: [uri for uri, _ip, _pid in p.replicas] for p in source.parts}
+        placed = balanced({p.position: p.nbytes for p in source.parts}, holders, [n["uri"] for n in live])
+        if all(sorted(placed[pos]) == sorted(holders[pos]) for pos in placed):
+            return self.open(name, source.version)
+        by_uri = {n["uri"]: n for n in live}
+        placement = {pos: [by_uri[u] for u in uris] for pos, uris in placed.items()}
+        rows = {p.position: (p.start[0], p.start[0] + p.shape[0]) for p in source.parts}
+
+        def store(version: int) -> Commit:
+            parts = reshape.assemble_on_nodes(self.pool, source, version, source.grid[1], rows, placement)
+            return Commit(name, version, source.schema, source.shape, source.grid, tuple(parts), reshape.replicas_of(source))
+
+        return self._versioned(name, store)
+
+    def append(self, name: str, data: Any, nodes: Sequence[str] | None = None, *,
+               rows_per_partition: int | None = None) -> Dataset:
+        """The next version of ``name``: every row of the current one, then the rows of ``data``.
+
+        The current partitions are not moved or rewritten: each node that
+        holds one links it into the new version (readers of the old version
+        see no change, and dropping either version leaves the other whole).
+        Only the new rows travel, as new row blocks cut like a put's (a
+        frame: one row block per node; a stream: blocks of
+        ``rows_per_partition`` rows) into the same column groups, with as
+        many replicas as the current version keeps. ``data`` must have the
+        dataset's columns and types.
+        """
+        source = self._version_info(name)
+        kept = reshape.live_holders(source, self._target_nodes(None))
+        replicas = reshape.replicas_of(source)
+        targets = self._targets_for(nodes, replicas)
+        base = (source.grid[0], source.shape[0])
+        first = random.randrange(len(targets))
+
+        def store(version: int) -> Commit:
+            rows = {p.position: (p.start[0], p.start[0] + p.shape[0]) for p in source.parts}
+            old = reshape.assemble_on_nodes(self.pool, source, version, source.grid[1], rows, kept)
+            stream = frames.stream_of(data)
+            if stream is not None:
+                new = self._send_stream(name, version, reshape.conformed_stream(stream, source.schema), rows_per_partition,
+                                        targets, replicas, first, None, groups=source.grid[1], base=base)
+            else:
+                table = lenient.from_partitioned(data) if hasattr(data, "__partitioned__") else frames.to_arrow(data)
+                table = reshape.conformed(table, source.schema)
+                blocks = min(len(targets), table.num_rows)  # no empty row blocks: appends add up
+                new = self._send_frame(name, version, table, (blocks, source.grid[1]), targets, replicas, first, None,
+                                       base=base) if blocks else []
+            parts = old + new
+            shape = (base[1] + sum(p.shape[0] for p in new if p.part[1] == 0), source.shape[1])
+            grid = (base[0] + len({p.part[0] for p in new}), source.grid[1])
+            return Commit(name, version, source.schema, shape, grid, tuple(parts), replicas)
+
+        return self._versioned(name, store)
+
     # ------------------------------------------------------------------ SPMD publish
 
     def publish_begin(self, name: str, rank: int, nranks: int) -> int:
@@ -334,23 +464,38 @@ class Client:
 
     # ------------------------------------------------------------------ open
 
-    def open(self, name: str, version: int | None = None, *, rank: int | None = None, nranks: int | None = None) -> Dataset:
-        """The latest committed version of ``name`` (or ``version``).
-
-        With ``rank``/``nranks`` the SPMD view: ``locals`` lists this rank's
-        partitions and the others' ``data`` is ``None``.
-        """
+    def _version_info(self, name: str, version: int | None = None) -> VersionInfo:
+        """What the catalog says of the latest committed version of ``name`` (or ``version``)."""
         path = dataset_path(check_name(name), version)
         with translated():
             info = self.pool.client(self.uri).get_flight_info(flight.FlightDescriptor.for_path(*path),
                                                               options=self.pool.options(self.timeout))
-        version_info = decode_flight_info(info)
+        return decode_flight_info(info)
+
+    def open(self, name: str, version: int | None = None, *, rank: int | None = None, nranks: int | None = None,
+             halo: tuple[int, int] | None = None, periodic: bool = False) -> Dataset:
+        """The latest committed version of ``name`` (or ``version``).
+
+        With ``rank``/``nranks`` the SPMD view: ``locals`` lists this rank's
+        partitions and the others' ``data`` is ``None``. With ``halo=(left,
+        right)`` (SPMD views only) each local partition also comes with its
+        neighbours' rows, read with :meth:`Dataset.parts_of` and carried as
+        padding by ``__distarray__``; ``periodic`` wraps them around.
+        """
+        if (halo is not None or periodic) and rank is None and nranks is None:
+            raise ValueError("halo= and periodic= need the SPMD view: pass rank= and nranks= too")
+        version_info = self._version_info(name, version)
         # what the dataset's get carries: a capability for this version alone when the cluster issues one
         reader = dataclasses.replace(self.access, token=version_info.capability) if version_info.capability else self.access
         ds = Dataset.from_version(version_info, FlightGet(self.host, reader, self.idle_timeout))
         if rank is not None or nranks is not None:
-            ds = ds.spmd(rank, nranks)
+            ds = ds.spmd(rank, nranks, halo=halo, periodic=periodic)
         return ds
+
+
+def _check_rows_per_partition(value: int | None) -> None:
+    if value is not None and (not isinstance(value, int) or value < 1):
+        raise ValueError(f"rows_per_partition must be a positive integer, got {value!r}")
 
 
 def _grid(value: Sequence[int] | None, nodes: int) -> tuple[int, int]:

@@ -13,7 +13,7 @@ from collections import deque
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -21,6 +21,7 @@ import pyarrow.compute as pc
 from flightpart import aggregates, filters, frames
 from flightpart.errors import PartitionedError
 from flightpart.filters import Filter
+from flightpart.tiling import halo_sources
 from flightpart.wire import Aggregate, PartInfo, VersionInfo
 
 from .fetch import FlightGet, PartitionRef
@@ -28,6 +29,23 @@ from .plugins import runtime
 from .pruning import Pruner
 
 COUNT = Aggregate((("", "count_all"),), ())
+
+
+@dataclass(frozen=True)
+class Halo:
+    """Rows each local partition of an SPMD view comes with: ``left`` before, ``right`` after, wrapping if periodic."""
+
+    left: int
+    right: int
+    periodic: bool
+
+
+class HaloParts(NamedTuple):
+    """The Dist RFC's parts of one local partition: left halo, locally owned rows, right halo."""
+
+    left: pa.Table
+    local: pa.Table
+    right: pa.Table
 
 
 @dataclass(frozen=True)
@@ -47,7 +65,7 @@ class Dataset:
                  parts: Sequence[PartInfo], nbytes: int, get: FlightGet, *, columns: dict[int, tuple[str, ...]] | None = None,
                  rows: tuple[int, int] | None = None, spmd: tuple[int, int] | None = None,
                  order: Sequence[str] | None = None, filter: Filter | None = None, matched: tuple[int, int] | None = None,
-                 shared: dict | None = None):
+                 shared: dict | None = None, halo: Halo | None = None):
         self.name = name
         self.version = version
         self._schema = schema
@@ -64,6 +82,7 @@ class Dataset:
         self._matched = matched  # a range of the rows the filter keeps
         self._shared = shared if shared is not None else {}  # per version: the pruner
         self._sized: list[_Block] | None = None
+        self._halo = halo  # SPMD views: the neighbour rows each local partition comes with
 
     @classmethod
     def from_version(cls, v: VersionInfo, get: FlightGet) -> "Dataset":
@@ -72,7 +91,7 @@ class Dataset:
 
     def _derive(self, **changes: Any) -> "Dataset":
         kwargs = {"columns": self._columns, "rows": self._rows, "spmd": self._spmd, "order": self._order,
-                  "filter": self._filter, "matched": self._matched, "shared": self._shared, **changes}
+                  "filter": self._filter, "matched": self._matched, "shared": self._shared, "halo": self._halo, **changes}
         return Dataset(self.name, self.version, self._schema, self._shape, self._grid, self._parts, self._nbytes, self._get,
                        **kwargs)
 
@@ -132,13 +151,66 @@ class Dataset:
                 break
         return pa.concat_tables(out) if out else self._in_order(self.schema.empty_table())
 
-    def spmd(self, rank: int, nranks: int) -> "Dataset":
-        """The SPMD view of rank ``rank``: ``locals`` set, others' data ``None``."""
+    def spmd(self, rank: int, nranks: int, *, halo: tuple[int, int] | None = None, periodic: bool = False) -> "Dataset":
+        """The SPMD view of rank ``rank``: ``locals`` set, others' data ``None``.
+
+        With ``halo=(left, right)`` each local partition comes with ``left``
+        rows before it and ``right`` rows after it from its neighbours, as
+        the Dist RFC defines halos (:meth:`parts_of`); ``periodic`` wraps
+        them around the first and last rows.
+        """
         if not (isinstance(rank, int) and isinstance(nranks, int) and 0 <= rank < nranks):
             raise ValueError(f"rank must be in [0, nranks), got rank={rank!r}, nranks={nranks!r}")
-        return self._derive(spmd=(rank, nranks))
+        if halo is not None:
+            widths = tuple(halo)
+            if len(widths) != 2 or not all(isinstance(w, int) and not isinstance(w, bool) and w >= 0 for w in widths):
+                raise ValueError(f"halo must be (left, right) rows, integers >= 0, got {halo!r}")
+            if self._rows is not None or self._filter is not None:
+                raise PartitionedError("halos are rows of the stored grid's neighbours: open the dataset with halo= "
+                                       "before slicing or filtering it")
+            halo = Halo(widths[0], widths[1], bool(periodic))
+        return self._derive(spmd=(rank, nranks), halo=halo)
 
-    # ------------------------------------------------------------------ shape
+    def parts_of(self) -> dict[tuple[int, int], HaloParts]:
+        """SPMD: each local partition as the Dist RFC's three parts (left halo, local data, right halo).
+
+        The halo rows are row slices of the neighbouring row blocks in the
+        same column group (fetched with sliced tickets: a neighbour on this
+        host is mapped, not streamed). At the first and last rows a halo is
+        shorter unless the view is periodic; a halo wider than its
+        neighbour reaches further ones. Without ``halo=`` the halos are
+        empty.
+        """
+        if self._spmd is None:
+            raise PartitionedError("parts_of needs the SPMD view: client.open(name, rank=r, nranks=n, halo=(left, right))")
+        if self._rows is not None or self._filter is not None:
+            raise PartitionedError("parts_of works on the stored grid: slice or filter the parts it returns instead")
+        d = self.__partitioned__
+        halo = self._halo or Halo(0, 0, False)
+        sizes = [self._parts[(i, 0)].shape[0] for i in range(self._grid[0])]
+        sources = halo_sources(sizes, halo.left, halo.right, periodic=halo.periodic)
+        refs, layout = [], []
+        for pos in d["locals"]:
+            i, vj = pos
+            j = self._groups()[vj]
+            sides = {"left": [], "right": []}
+            for piece in sources[i]:
+                sides[piece.side].append(len(refs))
+                refs.append(self._ref(_Block(piece.owner, (piece.start, piece.stop), None), j, self._columns_of(j)))
+            sides["local"] = [len(refs)]
+            refs.append(d["partitions"][pos]["data"])
+            layout.append((pos, sides))
+        tables = self._get(refs)
+        out = {}
+        for pos, sides in layout:
+            parts = [self._joined([tables[k] for k in sides[side]], tables[sides["local"][0]].schema)
+                     for side in ("left", "local", "right")]
+            out[pos] = HaloParts(*parts)
+        return out
+
+    @staticmethod
+    def _joined(tables: list[pa.Table], schema: pa.Schema) -> pa.Table:
+        return pa.concat_tables(tables) if tables else schema.empty_table()
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -531,17 +603,34 @@ class Dataset:
         if blocks and blocks != list(range(blocks[0], blocks[-1] + 1)):
             raise PartitionedError(f"rank {self._spmd[0]} holds row blocks {blocks}, which are not contiguous; "
                                    "__distarray__ describes one block per rank")
-        local = self.read_locals()
+        halos = self.parts_of() if self._halo is not None else None
+        local = {pos: p.local for pos, p in halos.items()} if halos is not None else self.read_locals()
+        padding, periodic = (0, 0), False
         if blocks:
             q = d["partition_tiling"][1]
-            rows = [frames.assemble({(0, j): local[(i, j)] for j in range(q)}, (1, q)) for i in blocks]
+
+            def row(i: int, side: str = "local") -> pa.Table:
+                tables = {(0, j): getattr(halos[(i, j)], side) if side != "local" else local[(i, j)] for j in range(q)}
+                return frames.assemble(tables, (1, q))
+
+            rows = [row(i) for i in blocks]
+            if halos is not None:
+                left, right = row(blocks[0], "left"), row(blocks[-1], "right")
+                periodic = self._halo.periodic and ((blocks[0] == 0 and left.num_rows > 0)
+                                                    or (blocks[-1] == self._grid[0] - 1 and right.num_rows > 0))
+                if periodic and not version.startswith("0.9."):
+                    raise PartitionedError(f"rank {self._spmd[0]}'s periodic halo wraps around the first or last row, which "
+                                           "DAP 0.10 cannot describe (its start and stop include the padding); ask for "
+                                           "__distarray__(version='0.9.0'), or read the halos with parts_of()")
+                rows = [left, *rows, right]
+                padding = (left.num_rows, right.num_rows)
             table = pa.concat_tables(rows) if len(rows) > 1 else rows[0]
             start = d["partitions"][(blocks[0], 0)]["start"][0]
         else:
             table = self.schema.empty_table()
             start = self.shape[0]
         return export_local(table, rank=self._spmd[0], nranks=self._spmd[1], start=start, global_rows=self.shape[0],
-                            version=version)
+                            padding=padding, periodic=periodic, version=version)
 
     def __repr__(self) -> str:
         if self._filter is not None:  # its shape is counted on the nodes: not something a repr should do

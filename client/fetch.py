@@ -10,9 +10,6 @@ host reads locally there.
 from __future__ import annotations
 
 import os
-import random
-import threading
-import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -22,23 +19,17 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from flightpart.errors import FlightpartError, NodeUnavailable, PartitionedError, ServerBusy
+from flightpart.errors import FlightpartError, PartitionedError
 from flightpart.io import inprocess, layout
 from flightpart.io.access import Access
 from flightpart.io.connections import ConnectionPool, shared_pool
-from flightpart.io.errors import translate
 from flightpart.io.hosts import host_addresses
 from flightpart.io.maps import MappedFiles
-from flightpart.io.transfer import chunks, project
-from flightpart.wire import Aggregate, Replica, Ticket, error_message
+from flightpart.io.pull import IDLE_TIMEOUT, read_replicas
+from flightpart.io.transfer import TRAFFIC, project
+from flightpart.wire import Aggregate, Replica, Ticket
 
 MAX_STREAMS = 8
-IDLE_TIMEOUT = 2.0
-"""Seconds a stream may send nothing before the next replica is asked."""
-BUSY_PATIENCE = 30.0
-"""Seconds to keep retrying when every replica answers busy."""
-STREAM_DEADLINE = 3600.0
-"""Deadline of one read stream: what ends a call stuck on a frozen server."""
 
 
 @dataclass(frozen=True)
@@ -143,7 +134,9 @@ def read_local(ref: PartitionRef, local: frozenset[str], pool: ConnectionPool) -
         opener = inprocess.opener(uri)
         if opener is not None:
             try:
-                return ref.apply(opener(ref.dataset, ref.version, ref.position))
+                table = ref.apply(opener(ref.dataset, ref.version, ref.position))
+                TRAFFIC.add(bytes_mapped=table.nbytes)
+                return table
             except FlightpartError:
                 continue
         if ip not in local:
@@ -153,8 +146,9 @@ def read_local(ref: PartitionRef, local: frozenset[str], pool: ConnectionPool) -
             root = Path(info["data_dir"])
             if not _is_that_nodes_dir(root, info["node_id"]):
                 continue  # the directory is not that node's (another host with the same path)
-            table = _mapped(root / layout.partition_relpath(ref.dataset, ref.version, ref.position))
-            return ref.apply(table)
+            table = ref.apply(_mapped(root / layout.partition_relpath(ref.dataset, ref.version, ref.position)))
+            TRAFFIC.add(bytes_mapped=table.nbytes)
+            return table
         except (OSError, ValueError, KeyError, pa.ArrowException, FlightpartError):
             continue  # not readable here after all: stream it instead
     return None
@@ -179,87 +173,7 @@ def _is_that_nodes_dir(root: Path, node_id: str) -> bool:
     return cached[1] == node_id
 
 
-class Stalled(Exception):
-    """A stream that sent nothing for the idle timeout."""
-
-
 def read_remote(ref: PartitionRef, pool: ConnectionPool, idle_timeout: float = IDLE_TIMEOUT) -> pa.Table:
-    """Stream the partition from the first replica that answers.
-
-    A replica that is unreachable, stalls (no batch for ``idle_timeout``
-    seconds), does not hold the partition or fails hands over to the next;
-    when replicas are only busy, the round is tried again after a jittered
-    backoff, for up to :data:`BUSY_PATIENCE` seconds. Any other refusal is
-    raised at once.
-    """
-    failures: list[str] = []
-    give_up = time.monotonic() + BUSY_PATIENCE
-    delay = 0.05
-    while True:
-        busy = False
-        for uri, _ip, _pid in ref.replicas:
-            try:
-                return stream(pool, uri, ref.ticket(), idle_timeout)
-            except Stalled:
-                pool.discard(uri)
-                failures.append(f"{uri}: sent nothing for {idle_timeout:g} s")
-            except (pa.ArrowException, ConnectionError, OSError) as exc:
-                error = translate(exc)
-                if not error.retryable:
-                    raise error from exc
-                if isinstance(error, ServerBusy):
-                    busy = True
-                elif isinstance(error, NodeUnavailable):
-                    pool.discard(uri)
-                failures.append(f"{uri}: {error_message(exc)}")
-        if not busy or time.monotonic() + delay > give_up:
-            break
-        time.sleep(delay * (0.5 + random.random()))
-        delay = min(delay * 2, 1.0)
-    raise NodeUnavailable(
-        f"partition {ref.position} of {ref.dataset!r} v{ref.version}: no replica could serve it "
-        f"({'; '.join(failures[-len(ref.replicas):]) or 'no replicas are known'})"
-    )
-
-
-def stream(pool: ConnectionPool, uri: str, ticket: flight.Ticket, idle_timeout: float) -> pa.Table:
-    """One ``do_get``, read in a worker thread and cancelled when it sends nothing for ``idle_timeout`` seconds.
-
-    A frozen server blocks a gRPC read without end; the worker holds the
-    call and this thread watches it, so the caller moves on in bounded time.
-    (A worker stuck before the first message ends at the call's deadline.)
-    """
-    progress = {"last": time.monotonic(), "reader": None, "abandoned": False}
-    outcome: dict[str, Any] = {}
-    done = threading.Event()
-
-    def run() -> None:
-        try:
-            reader = pool.client(uri).do_get(ticket, options=pool.options(STREAM_DEADLINE))
-            progress["reader"] = reader
-            if progress["abandoned"]:
-                reader.cancel()
-                return
-            progress["last"] = time.monotonic()
-            batches = []
-            for chunk in chunks(reader):
-                if chunk.data is not None:
-                    batches.append(chunk.data)
-                progress["last"] = time.monotonic()
-            outcome["table"] = pa.Table.from_batches(batches, reader.schema)
-        except BaseException as exc:
-            outcome["error"] = exc
-        finally:
-            done.set()
-
-    threading.Thread(target=run, name="flightpart-stream", daemon=True).start()
-    tick = min(0.25, idle_timeout / 4)
-    while not done.wait(tick):
-        if time.monotonic() - progress["last"] > idle_timeout:
-            progress["abandoned"] = True
-            if progress["reader"] is not None:
-                progress["reader"].cancel()
-            raise Stalled(uri)
-    if "error" in outcome:
-        raise outcome["error"]
-    return outcome["table"]
+    """Stream the partition from the first replica that answers (:func:`flightpart.io.pull.read_replicas`)."""
+    return read_replicas(pool, ref.ticket(), [uri for uri, _ip, _pid in ref.replicas],
+                         f"partition {ref.position} of {ref.dataset!r} v{ref.version}", idle_timeout)

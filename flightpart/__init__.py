@@ -75,6 +75,18 @@ def publish(name: str, frame: Any, *, rank: int, nranks: int, catalog: str, **kw
     return _publish(name, frame, rank=rank, nranks=nranks, catalog=catalog, **kwargs)
 
 
+def traffic() -> dict[str, int]:
+    """Partition bytes this process has sent, received over the network and read from local memory maps.
+
+    Counted since the process started, by every client and ``get`` in it:
+    compare two readings to see what an operation moved through this
+    process (a repartition moves nothing; a local neighbour is mapped).
+    """
+    from .io.transfer import TRAFFIC
+
+    return TRAFFIC.snapshot()
+
+
 def __getattr__(name: str):
     """``fp.dask``, ``fp.ray`` and ``fp.spmd``, imported on first use (they pull in their runtimes)."""
     if name in ("dask", "ray", "spmd"):
@@ -116,6 +128,7 @@ __all__ = [
     "local_target_of_slice",
     "partitioned",
     "publish",
+    "traffic",
     "validate",
     "wire",
 ]

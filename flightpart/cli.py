@@ -192,7 +192,7 @@ def put(name: str, file: str, tiling: str | None, replicas: int, catalog: str) -
         task = bar.add_task(f"put {name}", total=table.nbytes * replicas)
         ds = client.put(name, table, tiling=_parse_tiling(tiling), replicas=replicas,
                         progress=lambda done, total: bar.update(task, completed=done, total=total))
-    click.echo(f"{ds.name} v{ds.version}: {ds.shape[0]:,} rows x {ds.shape[1]} columns in a {ds.partition_tiling} grid")
+    _published(ds)
 
 
 @main.command()
@@ -285,6 +285,62 @@ def show(name: str, version: int | None, catalog: str, as_json: bool) -> None:
         click.echo(json.dumps(grid_json(ds)))
     else:
         render_grid(ds, nodes)
+
+
+def _nodes_option(value: str | None) -> list[str] | None:
+    return [v.strip() for v in value.split(",") if v.strip()] if value else None
+
+
+NODES_OPTION = click.option("--nodes", default=None, help="Comma-separated node ids, URIs or IPs to place partitions on "
+                            "(default: every live node).")
+
+
+def _published(ds: Any) -> None:
+    click.echo(f"{ds.name} v{ds.version}: {ds.shape[0]:,} rows x {ds.shape[1]} columns in a {ds.partition_tiling} grid")
+
+
+@main.command()
+@click.argument("name")
+@click.option("--tiling", required=True, help="Row blocks x column groups of the new version, e.g. 6x2.")
+@click.option("--replicas", default=None, type=click.IntRange(min=1), help="Copies of each partition (default: as now).")
+@NODES_OPTION
+@CATALOG_OPTION
+def repartition(name: str, tiling: str, replicas: int | None, nodes: str | None, catalog: str) -> None:
+    """Publish NAME's next version cut by --tiling, built by the nodes (no data passes through this command)."""
+    with _client(catalog) as client:
+        _published(client.repartition(name, _parse_tiling(tiling), nodes=_nodes_option(nodes), replicas=replicas))
+
+
+@main.command()
+@click.argument("name")
+@NODES_OPTION
+@CATALOG_OPTION
+def rebalance(name: str, nodes: str | None, catalog: str) -> None:
+    """Move NAME's partitions node to node until bytes per node differ by at most one partition (a new version)."""
+    with _client(catalog) as client:
+        before = client.versions(name)[-1]
+        ds = client.rebalance(name, nodes=_nodes_option(nodes))
+    if ds.version == before:
+        click.echo(f"{name} v{ds.version} is balanced already; nothing moved")
+    else:
+        _published(ds)
+
+
+@main.command()
+@click.argument("name")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False))
+@NODES_OPTION
+@CATALOG_OPTION
+def append(name: str, file: str, nodes: str | None, catalog: str) -> None:
+    """Publish NAME's next version: its rows, then FILE's (Parquet, CSV or Arrow IPC); stored rows are not rewritten."""
+    from .tools.export import read_file
+
+    try:
+        table = read_file(file)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="FILE") from None
+    with _client(catalog) as client:
+        _published(client.append(name, table, nodes=_nodes_option(nodes)))
 
 
 @main.command()

@@ -258,15 +258,16 @@ def validate_all(daps: Sequence[Any]) -> list[dict]:
 
 
 def export_local(frame: Any, *, rank: int, nranks: int, start: int, global_rows: int,
-                 padding: tuple[int, int] = (0, 0), version: str = EXPORT_VERSION) -> dict:
+                 padding: tuple[int, int] = (0, 0), periodic: bool = False, version: str = EXPORT_VERSION) -> dict:
     """One rank's rows of a numeric frame as a ``__distarray__`` dict of ``version`` (0.10.0 or 0.9.0).
 
     ``buffer`` is a 2-D NumPy array: a view of the frame's memory when its
     columns allow (one column, or a pandas frame of one dtype), else a copy.
     Rows are block-distributed (``'b'``), starting at global row ``start``;
     ``padding`` = (lower, upper) halo rows the frame carries before and after
-    them (communication padding). Columns are not distributed: a block over
-    one process in 0.10, ``'n'`` in 0.9.
+    them (communication padding); ``periodic`` says the rows wrap around,
+    so padding at a global edge holds rows of the other end. Columns are not
+    distributed: a block over one process in 0.10, ``'n'`` in 0.9.
     """
     rules = rules_of(version) if isinstance(version, str) and re.fullmatch(r"\d+\.\d+\.\d+", version) else None
     if rules is None or version.rsplit(".", 1)[0] not in SUPPORTED_VERSIONS:
@@ -286,6 +287,8 @@ def export_local(frame: Any, *, rank: int, nranks: int, start: int, global_rows:
         col_dim = {"dist_type": "n", "size": cols}
     if lo or hi:
         row_dim["padding"] = (lo, hi)
+    if periodic:
+        row_dim["periodic"] = True
     return validate({"__version__": version, "buffer": buffer, "dim_data": (row_dim, col_dim)})
 
 

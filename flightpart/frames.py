@@ -132,6 +132,19 @@ def column_groups(columns: Sequence[str], q: int) -> list[list[str]]:
     return [list(columns[s : s + n]) for s, n in zip(starts, sizes)]
 
 
+def stored_columns(schema: pa.Schema, q: int) -> list[list[str]]:
+    """The columns each of ``q`` column groups stores, in the order :func:`split_grid` stores them.
+
+    With one group a partition is the frame's rows as they are; with more,
+    each holds its data columns followed by the pandas index columns.
+    """
+    if q == 1:
+        return [list(schema.names)]
+    data = data_columns(schema.empty_table())
+    index = [c for c in schema.names if c not in data]
+    return [group + index for group in column_groups(data, q)]
+
+
 def split_grid(table: pa.Table, grid: Sequence[int]) -> dict[tuple[int, int], pa.Table]:
     """Cut a table into a ``(p, q)`` grid of zero-copy slices.
 
@@ -182,6 +195,19 @@ def assemble(parts: Mapping[tuple[int, ...], pa.Table], grid: Sequence[int]) -> 
     if len(blocks) == 1:
         return blocks[0]
     return pa.concat_tables(blocks, promote_options="none")
+
+
+def from_pieces(blocks: Sequence[Sequence[pa.Table]], schema: pa.Schema) -> pa.Table:
+    """One table of ``schema`` from row blocks, each given as tables of some of its columns (no copy).
+
+    What a node assembling a partition of a new grid has: for each source
+    row block it met, the columns each source column group gave.
+    """
+    out = []
+    for pieces in blocks:
+        by_name = {name: column for table in pieces for name, column in zip(table.column_names, table.columns)}
+        out.append(pa.Table.from_arrays([by_name[name] for name in schema.names], schema=schema))
+    return pa.concat_tables(out) if out else schema.empty_table()
 
 
 def rechunk(table: pa.Table, target_bytes: int = 1 << 20) -> pa.Table:

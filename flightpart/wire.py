@@ -662,6 +662,41 @@ class CopyTo(Message):
 
 
 @dataclass(frozen=True)
+class AssemblePart(Message):
+    """One partition of a new grid: its position and the global rows ``[start, stop)`` it holds."""
+
+    part: tuple[int, int] = _field(p_pair)
+    rows: tuple[int, int] = _field(p_pair)
+
+
+@dataclass(frozen=True)
+class Assemble(Message):
+    """To a node: build partitions of version ``version`` from committed version ``source`` of the same dataset.
+
+    The node reads the source's geometry from its catalog (never from the
+    caller), pulls each partition's rows and columns from the nodes that
+    hold them (its own straight from disk) and stores it; a partition that
+    is exactly one source partition it holds is linked, not copied.
+    ``groups`` is the number of column groups of the new grid.
+    """
+
+    ACTION = "assemble"
+    dataset: str = _field(p_name)
+    source: int = _field(p_uint)
+    version: int = _field(p_uint)
+    groups: int = _field(p_uint)
+    parts: tuple[AssemblePart, ...] = _field(p_list(p_message(AssemblePart), 4096))
+
+
+@dataclass(frozen=True)
+class AssembleReply(Message):
+    """What an ``assemble`` stored: a receipt per partition, and which of them are links to source files."""
+
+    partitions: tuple[HeldPartition, ...] = _field(p_list(p_message(HeldPartition)))
+    linked: int = _field(p_uint, 0)
+
+
+@dataclass(frozen=True)
 class Empty(Message):
     """The body of an action that takes no argument (``node-info``, ``stats``, ``nodes``, ``repair``)."""
 

@@ -16,6 +16,10 @@ COUNTERS = {
     "bytes_received": "Bytes of partitions received by do_put",
     "partitions_stored": "Partitions stored",
     "put_streams": "do_put streams received (one carries several small partitions)",
+    "partitions_assembled": "Partitions of a new grid built from pulled and local rows (repartition, rebalance)",
+    "partitions_linked": "Partitions of a new version that share an unchanged file (append, rebalance)",
+    "assembled_rows": "Rows gathered to build partitions of a new grid",
+    "pulled_bytes": "Bytes pulled from other nodes to build partitions",
     "errors": "Requests refused as invalid or not found",
     "refused_calls": "Calls refused (bad token or stream limit)",
 }

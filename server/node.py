@@ -29,6 +29,7 @@ from flightpart.io.layout import default_data_dir
 from flightpart.io.transfer import BATCH_BYTES, chunks, project, send_partition, split_batch
 from flightpart.version import __version__
 from flightpart.wire import (
+    Assemble,
     Commit,
     CopyTo,
     Drop,
@@ -50,6 +51,7 @@ from flightpart.wire import (
     role_token,
 )
 
+from .assembler import Assembler
 from .auth import authorize, credential_of
 from .base import Action, ServiceBase, boundary
 from .store import PartitionStore, StoredPartition
@@ -61,7 +63,7 @@ class NodeStats:
     """Counters reported by the ``stats`` action; thread-safe."""
 
     FIELDS = ("bytes_sent", "rows_sent", "batches_sent", "partitions_served", "bytes_received", "partitions_stored", "put_streams",
-              "errors", "storage_full_refusals")
+              "errors", "storage_full_refusals", "partitions_assembled", "partitions_linked", "assembled_rows", "pulled_bytes")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -161,6 +163,7 @@ class NodeServer(ServiceBase):
         if secret is not None:  # this node speaks to the catalog and to other nodes as the node it is
             access = dataclasses.replace(access, token=role_token(secret, "node", self.node_id))
         self.pool = ConnectionPool(access)
+        self.assembler = Assembler(self.store, self.pool, self.uri, catalog, self.counters.add)
         self._stopping = threading.Event()
         self.registered = threading.Event()
         inprocess.register(self.uri, self.store.open)
@@ -418,6 +421,9 @@ class NodeServer(ServiceBase):
         send_partition(self.pool, body.target, body.dataset, body.version, body.part, table)
         return {"copied": table.nbytes}
 
+    def _assemble(self, raw: bytes) -> dict:
+        return self.assembler.run(Assemble.decode(raw)).to_json()
+
     actions = {
         "node-info": Action(_node_info, "who this node is: id, uri, ip, pid, data dir, version", "locate", changes_state=False),
         "stats": Action(_stats, "bytes and batches served, partitions stored and held", "read", changes_state=False),
@@ -425,4 +431,6 @@ class NodeServer(ServiceBase):
         "drop": Action(_drop, "remove a dataset version's files (orders from this node's own cluster only)", "node"),
         "seal": Action(_seal, "keep a committed version's manifest: the version becomes immutable and rebuildable", "node"),
         "copy-to": Action(_copy_to, "send a partition to another live node of the cluster (replication)", "node"),
+        "assemble": Action(_assemble, "build partitions of a new grid from a committed version (repartition, rebalance, "
+                           "append): pulled from their holders, linked when unchanged", "write"),
     }

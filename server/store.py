@@ -165,6 +165,50 @@ class PartitionStore:
                 self._fresh.setdefault((dataset, version), {})[part] = dataclasses.replace(stored, stats=columns)
         return stored
 
+    def link(self, dataset: str, source: int, source_part: tuple[int, int], version: int,
+             part: tuple[int, int]) -> StoredPartition:
+        """Make ``part`` of ``version`` the very file of ``source_part`` of ``source``: a hard link, no byte copied.
+
+        Stored files are never written again, so two versions can share
+        one: dropping either removes a name, and the data stays while the
+        other still names it. The statistics are linked first, as
+        :meth:`write` renames them first. Refused like a write when the
+        target already exists or its version is sealed.
+        """
+        src = self.path(dataset, source, source_part)
+        final = self.path(dataset, version, part)
+        if not src.exists():
+            raise PartitionMissing(f"partition {source_part} of {dataset!r} version {source} is not on this node",
+                                   field="part")
+        if self._replica_rows(dataset, version, part) is not None or final.exists():
+            raise VersionConflict(f"partition {part} of {dataset} v{version} is already stored or its version is committed; "
+                                  "a stored partition is never replaced", field="descriptor")
+        created = self._make_dirs(final.parent)
+        side, linked_side = layout.stats_path(src), None
+        try:
+            with self._lock:
+                if side.exists():
+                    os.link(side, layout.stats_path(final))
+                    linked_side = layout.stats_path(final)
+                os.link(src, final)
+            layout.fsync_path(final.parent)
+        except BaseException as exc:
+            if linked_side is not None and not final.exists():
+                linked_side.unlink(missing_ok=True)
+            self._remove_empty(created)
+            if isinstance(exc, FileExistsError):
+                raise VersionConflict(f"partition {part} of {dataset} v{version} is already stored", field="descriptor") from None
+            if isinstance(exc, OSError) and exc.errno in NO_SPACE:
+                raise StorageFull(f"node disk full while linking partition {part} of {dataset} v{version}") from None
+            raise
+        stored = self.describe(dataset, version, part, with_schema=False)
+        schema = self.group_schema(dataset, source, source_part[1])
+        with self._lock:
+            if schema is not None:
+                self._group_schemas.setdefault((dataset, version, part[1]), schema)
+            self._fresh.setdefault((dataset, version), {})[part] = stored
+        return stored
+
     def sync(self, dataset: str, version: int) -> None:
         """Make every rename into a version's directory durable (one directory fsync)."""
         layout.fsync_path(self.version_dir(dataset, version))

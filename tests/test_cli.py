@@ -68,3 +68,26 @@ def test_a_chatty_daemon_keeps_running_past_a_pipe_full_of_logs(tmp_path):
         assert fp.connect("grpc://127.0.0.1:1").pool.action(node.uri, "node-info")["ip"] == "127.0.0.91"
     finally:
         node.stop()
+
+
+def test_repartition_append_rebalance(cluster, tmp_path):
+    import flightpart as fp
+
+    uri = cluster.uri
+    table = pa.table({"a": list(range(300)), "b": [float(k) for k in range(300)]})
+    more = tmp_path / "more.parquet"
+    pq.write_table(pa.table({"a": [300, 301], "b": [300.0, 301.0]}), more)
+    with fp.connect(uri) as client:
+        client.put("clishape", table, tiling=(3, 1))
+    assert "clishape v2: 300 rows x 2 columns in a (4, 2) grid" in cli("repartition", "clishape", "--tiling", "4x2", "--catalog", uri).stdout
+    assert "clishape v3: 302 rows x 2 columns in a (6, 2) grid" in cli("append", "clishape", str(more), "--catalog", uri).stdout
+    cli("rebalance", "clishape", "--catalog", uri)
+    assert "is balanced already; nothing moved" in cli("rebalance", "clishape", "--catalog", uri).stdout
+    bad = cli("repartition", "clishape", "--tiling", "4x9", "--catalog", uri, check=False)
+    assert bad.returncode != 0 and "ValueError: tiling (4, 9)" in bad.stderr and "Traceback" not in bad.stderr
+    wrong = tmp_path / "wrong.parquet"
+    pq.write_table(pa.table({"a": ["x"], "b": [1.0]}), wrong)
+    bad = cli("append", "clishape", str(wrong), "--catalog", uri, check=False)
+    assert bad.returncode != 0 and "SchemaMismatch" in bad.stderr and "Traceback" not in bad.stderr
+    with fp.connect(uri) as client:
+        assert client.open("clishape").to_arrow().equals(pa.concat_tables([table, pq.read_table(more)]))

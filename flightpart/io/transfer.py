@@ -6,6 +6,7 @@ Shared by the client (puts), the node (``copy-to``, serving) and ``get``
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +23,33 @@ from flightpart.wire import Aggregate, HeldPartition, PartHeader, PutReceipts, P
 from .connections import DEFAULT_TIMEOUT, ConnectionPool
 
 BATCH_BYTES = 1 << 20
+
+
+class Traffic:
+    """Partition bytes this process sent, received over the network and read from local memory maps.
+
+    What a user checks to see that an operation ran on the nodes (a
+    repartition moves nothing through the client) or that a neighbour was
+    mapped rather than streamed; thread-safe.
+    """
+
+    FIELDS = ("bytes_sent", "bytes_received", "bytes_mapped")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._values = dict.fromkeys(self.FIELDS, 0)
+
+    def add(self, **deltas: int) -> None:
+        with self._lock:
+            for key, delta in deltas.items():
+                self._values[key] += delta
+
+    def snapshot(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._values)
+
+
+TRAFFIC = Traffic()
 MIN_PUT_RATE = 16 << 20
 """Bytes per second a put may not fall below: its deadline is a base timeout plus its size at this rate."""
 
@@ -91,6 +119,7 @@ def send_partition(pool: ConnectionPool, uri: str, dataset: str, version: int, p
         _write_table(writer, table)
         writer.done_writing()
         ack = reader.read()
+    TRAFFIC.add(bytes_sent=table.nbytes)
     return HeldPartition.decode(ack.to_pybytes(), "put receipt") if ack is not None else None
 
 
@@ -119,6 +148,7 @@ def send_partitions(pool: ConnectionPool, uri: str, dataset: str, version: int,
         writer.done_writing()
         while (page := reader.read()) is not None:
             receipts.extend(PutReceipts.decode(page.to_pybytes(), "put receipts").partitions)
+    TRAFFIC.add(bytes_sent=sum(t.nbytes for _, t in parts))
     missing = {part for part, _ in parts} - {r.part for r in receipts}
     if missing:
         raise RequestRejected(f"the node at {uri} acknowledged {len(receipts)} of {len(parts)} partitions; "

@@ -1,0 +1,125 @@
+"""New versions made on the nodes from a committed one: repartition, rebalance, and the kept part of an append.
+
+The client only plans: which partition of the new grid goes to which node
+and which global rows it holds. Each node then gathers its partitions from
+the source's holders (``assemble``), linking any partition that is exactly
+one it already holds, and the client commits the receipts. No partition
+byte passes through this process.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+import pyarrow as pa
+
+from flightpart import frames
+from flightpart.errors import NodeUnavailable, RequestRejected, SchemaMismatch
+from flightpart.io.connections import ConnectionPool
+from flightpart.io.errors import translated
+from flightpart.wire import Assemble, AssemblePart, AssembleReply, CommitPart, VersionInfo
+
+ORDER_PARTS = 256
+"""Partitions per ``assemble`` order: a bounded call that reports progress in steps a user can wait for."""
+ORDER_TIMEOUT = 3600.0
+
+
+def assemble_on_nodes(pool: ConnectionPool, source: VersionInfo, version: int, groups: int,
+                      rows: Mapping[tuple[int, int], tuple[int, int]],
+                      placement: Mapping[tuple[int, int], Sequence[dict]]) -> list[CommitPart]:
+    """Have every node build its partitions of ``version``; the commit's partitions, in grid order.
+
+    ``rows`` gives each new partition's global row range, ``placement`` the
+    nodes that will hold it (each builds its own copy). Orders to different
+    nodes run in parallel; a node's receipt that disagrees with the plan
+    fails the whole operation, which the caller then aborts.
+    """
+    by_node: dict[str, list[AssemblePart]] = {}
+    for pos in sorted(placement):
+        for node in placement[pos]:
+            by_node.setdefault(node["uri"], []).append(AssemblePart(pos, rows[pos]))
+
+    def run(uri: str) -> list:
+        out = []
+        parts = by_node[uri]
+        for k in range(0, len(parts), ORDER_PARTS):
+            order = Assemble(source.dataset, source.version, version, groups, tuple(parts[k:k + ORDER_PARTS]))
+            with translated():
+                reply = AssembleReply.from_json(pool.action(uri, Assemble.ACTION, order, timeout=ORDER_TIMEOUT),
+                                                "assemble reply")
+            out.extend(reply.partitions)
+        return out
+
+    with ThreadPoolExecutor(max_workers=max(len(by_node), 1), thread_name_prefix="flightpart-assemble") as ex:
+        received = dict(zip(by_node, ex.map(run, by_node)))
+    for uri, receipts in received.items():
+        for receipt in receipts:
+            lo, hi = rows.get(receipt.part, (0, -1))
+            if receipt.rows != hi - lo:
+                raise RequestRejected(f"the node at {uri} built partition {receipt.part} with {receipt.rows} rows, "
+                                      f"planned {hi - lo}", field="assemble reply")
+    widths = {j: len(cols) for j, cols in enumerate(_data_groups(source, groups))}
+    return [CommitPart(pos, (rows[pos][0], _col_start(widths, pos[1])), (rows[pos][1] - rows[pos][0], widths[pos[1]]),
+                       tuple(n["node_id"] for n in placement[pos])) for pos in sorted(placement)]
+
+
+def _data_groups(source: VersionInfo, groups: int) -> list[list[str]]:
+    return frames.column_groups(frames.data_columns(source.schema.empty_table()), groups)
+
+
+def _col_start(widths: Mapping[int, int], j: int) -> int:
+    return sum(widths[k] for k in range(j))
+
+
+def live_holders(source: VersionInfo, live: Sequence[dict]) -> dict[tuple[int, int], list[dict]]:
+    """For each source partition, the live nodes that hold it (raises when a partition has none)."""
+    by_uri = {n["uri"]: n for n in live}
+    out = {}
+    for part in source.parts:
+        holders = [by_uri[uri] for uri, _ip, _pid in part.replicas if uri in by_uri]
+        if not holders:
+            raise NodeUnavailable(f"partition {part.position} of {source.dataset!r} v{source.version}: no live node holds "
+                                  "it; start its node again or run repair")
+        out[part.position] = holders
+    return out
+
+
+def replicas_of(source: VersionInfo) -> int:
+    """How many copies the source keeps of each partition (its fewest)."""
+    return min((len(p.replicas) for p in source.parts), default=1) or 1
+
+
+def source_bytes(source: VersionInfo, rows: tuple[int, int]) -> dict[str, int]:
+    """About how many bytes of the source rows ``rows`` each node holds (per its replicas), for placement."""
+    out: dict[str, int] = {}
+    lo, hi = rows
+    for p in source.parts:
+        a, z = max(lo, p.start[0]), min(hi, p.start[0] + p.shape[0])
+        if a < z and p.shape[0]:
+            share = p.nbytes * (z - a) // p.shape[0]
+            for uri, _ip, _pid in p.replicas:
+                out[uri] = out.get(uri, 0) + share
+    return out
+
+
+def conformed(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``table`` as rows of a dataset of ``schema``: same columns and types in the same order, else SchemaMismatch."""
+    _check_columns(table.schema, schema)
+    return table.cast(schema)
+
+
+def conformed_stream(reader: pa.RecordBatchReader, schema: pa.Schema) -> pa.RecordBatchReader:
+    """A stream's batches as rows of a dataset of ``schema`` (checked before the first batch is read)."""
+    _check_columns(reader.schema, schema)
+    return pa.RecordBatchReader.from_batches(schema, (batch.cast(schema) for batch in reader))
+
+
+def _check_columns(got: pa.Schema, expected: pa.Schema) -> None:
+    if got.names != expected.names:
+        raise SchemaMismatch(f"the appended data has columns {got.names}, the dataset {expected.names}", field="schema")
+    for field in expected:
+        other = got.field(field.name)
+        if not other.type.equals(field.type):
+            raise SchemaMismatch(f"column {field.name!r} of the appended data is {other.type}, the dataset's is {field.type}",
+                                 field="schema")

@@ -1,0 +1,118 @@
+"""Reading one partition (or a slice of it) from the first replica that serves it.
+
+Shared by ``get`` in any process and by a node that assembles a partition
+from others (repartition, rebalance), so both fail over between replicas,
+leave a frozen server in bounded time and back off from busy ones the same
+way.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.flight as flight
+
+from flightpart.errors import NodeUnavailable, ServerBusy
+from flightpart.wire import error_message
+
+from .connections import ConnectionPool
+from .errors import translate
+from .transfer import TRAFFIC, chunks
+
+IDLE_TIMEOUT = 2.0
+"""Seconds a stream may send nothing before the next replica is asked."""
+BUSY_PATIENCE = 30.0
+"""Seconds to keep retrying when every replica answers busy."""
+STREAM_DEADLINE = 3600.0
+"""Deadline of one read stream: what ends a call stuck on a frozen server."""
+
+
+class Stalled(Exception):
+    """A stream that sent nothing for the idle timeout."""
+
+
+def read_replicas(pool: ConnectionPool, ticket: flight.Ticket, uris: Sequence[str], what: str,
+                  idle_timeout: float = IDLE_TIMEOUT) -> pa.Table:
+    """``ticket`` streamed from the first of ``uris`` that answers.
+
+    A replica that is unreachable, stalls (no batch for ``idle_timeout``
+    seconds), does not hold the partition or fails hands over to the next;
+    when replicas are only busy, the round is tried again after a jittered
+    backoff, for up to :data:`BUSY_PATIENCE` seconds. Any other refusal is
+    raised at once. ``what`` names the partition in the error.
+    """
+    failures: list[str] = []
+    give_up = time.monotonic() + BUSY_PATIENCE
+    delay = 0.05
+    while True:
+        busy = False
+        for uri in uris:
+            try:
+                return stream(pool, uri, ticket, idle_timeout)
+            except Stalled:
+                pool.discard(uri)
+                failures.append(f"{uri}: sent nothing for {idle_timeout:g} s")
+            except (pa.ArrowException, ConnectionError, OSError) as exc:
+                error = translate(exc)
+                if not error.retryable:
+                    raise error from exc
+                if isinstance(error, ServerBusy):
+                    busy = True
+                elif isinstance(error, NodeUnavailable):
+                    pool.discard(uri)
+                failures.append(f"{uri}: {error_message(exc)}")
+        if not busy or time.monotonic() + delay > give_up:
+            break
+        time.sleep(delay * (0.5 + random.random()))
+        delay = min(delay * 2, 1.0)
+    raise NodeUnavailable(f"{what}: no replica could serve it ({'; '.join(failures[-len(uris):]) or 'no replicas are known'})")
+
+
+def stream(pool: ConnectionPool, uri: str, ticket: flight.Ticket, idle_timeout: float) -> pa.Table:
+    """One ``do_get``, read in a worker thread and cancelled when it sends nothing for ``idle_timeout`` seconds.
+
+    A frozen server blocks a gRPC read without end; the worker holds the
+    call and this thread watches it, so the caller moves on in bounded time.
+    (A worker stuck before the first message ends at the call's deadline.)
+    """
+    progress = {"last": time.monotonic(), "reader": None, "abandoned": False}
+    outcome: dict[str, Any] = {}
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            reader = pool.client(uri).do_get(ticket, options=pool.options(STREAM_DEADLINE))
+            progress["reader"] = reader
+            if progress["abandoned"]:
+                reader.cancel()
+                return
+            progress["last"] = time.monotonic()
+            batches = []
+            for chunk in chunks(reader):
+                if chunk.data is not None:
+                    batches.append(chunk.data)
+                progress["last"] = time.monotonic()
+            outcome["table"] = pa.Table.from_batches(batches, reader.schema)
+        except BaseException as exc:
+            outcome["error"] = exc
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name="flightpart-stream", daemon=True).start()
+    tick = min(0.25, idle_timeout / 4)
+    while not done.wait(tick):
+        if time.monotonic() - progress["last"] > idle_timeout:
+            progress["abandoned"] = True
+            if progress["reader"] is not None:
+                progress["reader"].cancel()
+            raise Stalled(uri)
+    if "error" in outcome:
+        raise outcome["error"]
+    table = outcome["table"]
+    TRAFFIC.add(bytes_received=table.nbytes)
+    return table

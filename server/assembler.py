@@ -1,0 +1,159 @@
+"""A node building partitions of a new grid from a committed version: repartition, rebalance, append.
+
+The node that will hold a partition gathers it itself: rows it holds are
+read from its own files, the others are pulled from the nodes holding them
+with sliced, projected tickets, so the data crosses the network once and
+never passes through the client that asked. The source's geometry comes
+from the catalog, not from the caller, so a lying caller can neither point
+the node at another host nor make it read outside the source.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+import pyarrow as pa
+import pyarrow.flight as flight
+
+from flightpart import frames
+from flightpart.errors import DatasetNotFound, PartitionMissing, RequestRejected, VersionConflict
+from flightpart.io.connections import ConnectionPool
+from flightpart.io.errors import translated
+from flightpart.io.pull import read_replicas
+from flightpart.io.transfer import BATCH_BYTES, project, split_batch
+from flightpart.regrid import Piece, is_whole, pieces_of
+from flightpart.wire import (
+    Assemble,
+    AssemblePart,
+    AssembleReply,
+    HeldPartition,
+    Ticket,
+    VersionInfo,
+    dataset_path,
+    decode_flight_info,
+)
+
+from .store import PartitionStore
+
+log = logging.getLogger("flightpart.node")
+
+PULLS_IN_FLIGHT = 4
+"""Pieces of one partition fetched at once."""
+
+
+class Assembler:
+    """Builds the partitions an ``assemble`` order names, on the node that holds ``store``."""
+
+    def __init__(self, store: PartitionStore, pool: ConnectionPool, uri: str, catalog_uri: str | None,
+                 count: Callable[..., None], timeout: float = 30.0):
+        self.store = store
+        self.pool = pool
+        self.uri = uri
+        self.catalog_uri = catalog_uri
+        self.count = count
+        self.timeout = timeout
+
+    def run(self, order: Assemble) -> AssembleReply:
+        if order.version == order.source:
+            raise RequestRejected(f"assemble: version {order.version} is the source itself", field="version")
+        source = self._source(order.dataset, order.source)
+        self._check_pending(order.dataset, order.version)
+        data_cols = len(frames.data_columns(source.schema.empty_table()))
+        if not 1 <= order.groups <= max(data_cols, 1):
+            raise RequestRejected(f"assemble.groups: expected 1 to {max(data_cols, 1)} column groups, got {order.groups}",
+                                  field="assemble.groups")
+        plan = _Plan(source, order.groups)
+        receipts: list[HeldPartition] = []
+        linked = 0
+        written = False
+        for target in order.parts:
+            pieces = plan.pieces(target)
+            whole = is_whole(pieces, plan.row_sizes, plan.source_groups)
+            if whole is not None and self._holds(source, whole.source):
+                receipts.append(self.store.link(order.dataset, order.source, whole.source, order.version, target.part))
+                linked += 1
+                self.count(partitions_linked=1, assembled_rows=receipts[-1].rows)
+                continue
+            table = frames.from_pieces(self._gather(source, pieces), plan.schema(target.part[1]))
+            batches = (piece for batch in table.to_batches() for piece in split_batch(batch, BATCH_BYTES))
+            receipts.append(self.store.write(order.dataset, order.version, target.part, table.schema, batches,
+                                             sync_directory=False))
+            written = True
+            self.count(partitions_assembled=1)
+        if written:
+            self.store.sync(order.dataset, order.version)
+        return AssembleReply(tuple(receipts), linked)
+
+    def _source(self, dataset: str, version: int) -> VersionInfo:
+        """The committed source version as the catalog describes it."""
+        if self.catalog_uri is None:
+            raise RequestRejected("assemble: this node has no catalog to describe the source version", field="catalog")
+        descriptor = flight.FlightDescriptor.for_path(*dataset_path(dataset, version))
+        with translated():
+            info = self.pool.client(self.catalog_uri).get_flight_info(descriptor, options=self.pool.options(self.timeout))
+        return decode_flight_info(info)
+
+    def _check_pending(self, dataset: str, version: int) -> None:
+        """A committed version takes no new partition: the catalog must not know ``version`` as committed."""
+        try:
+            self._source(dataset, version)
+        except DatasetNotFound:
+            return
+        raise VersionConflict(f"{dataset} v{version} is committed; its partitions cannot change", field="version")
+
+    def _holds(self, source: VersionInfo, position: tuple[int, int]) -> bool:
+        return self.store.path(source.dataset, source.version, position).exists()
+
+    def _gather(self, source: VersionInfo, pieces: list[list[Piece]]) -> list[list[pa.Table]]:
+        """Every piece as a table, the ones this node holds read from disk and the others pulled in parallel."""
+        flat = [piece for block in pieces for piece in block]
+        with ThreadPoolExecutor(max_workers=min(PULLS_IN_FLIGHT, max(len(flat), 1)), thread_name_prefix="flightpart-pull") as ex:
+            tables = list(ex.map(lambda piece: self._piece(source, piece), flat))
+        out, k = [], 0
+        for block in pieces:
+            out.append(tables[k:k + len(block)])
+            k += len(block)
+        return out
+
+    def _piece(self, source: VersionInfo, piece: Piece) -> pa.Table:
+        info = next((p for p in source.parts if p.position == piece.source), None)
+        if info is None:
+            raise PartitionMissing(f"{source.dataset} v{source.version} has no partition {piece.source}", field="part")
+        if self._holds(source, piece.source):
+            table = project(self.store.open(source.dataset, source.version, piece.source), piece.columns, piece.rows)
+            self.count(assembled_rows=table.num_rows)
+            return table
+        uris = [uri for uri, _ip, _pid in info.replicas if uri != self.uri]
+        ticket = flight.Ticket(Ticket(source.dataset, source.version, piece.source, piece.columns, piece.rows).encode())
+        table = read_replicas(self.pool, ticket, uris, f"partition {piece.source} of {source.dataset!r} v{source.version}")
+        if table.num_rows != piece.rows[1] - piece.rows[0]:
+            raise RequestRejected(f"partition {piece.source} of {source.dataset!r} v{source.version}: a holder sent "
+                                  f"{table.num_rows} rows for {piece.rows}", field="part")
+        self.count(assembled_rows=table.num_rows, pulled_bytes=table.nbytes)
+        return table
+
+
+class _Plan:
+    """One source version's grid, and the columns and schema of each column group of the new grid."""
+
+    def __init__(self, source: VersionInfo, groups: int):
+        self.source = source
+        self.row_sizes = [p.shape[0] for p in sorted(source.parts, key=lambda p: p.position) if p.position[1] == 0]
+        self.source_groups = frames.stored_columns(source.schema, source.grid[1])
+        self.target_groups = frames.stored_columns(source.schema, groups)
+
+    def pieces(self, target: AssemblePart) -> list[list[Piece]]:
+        (i, j), (lo, hi) = target.part, target.rows
+        if j >= len(self.target_groups) or i >= 1 << 31:
+            raise RequestRejected(f"assemble.parts: position {target.part} is outside a grid of "
+                                  f"{len(self.target_groups)} column groups", field="assemble.parts")
+        if not lo <= hi <= self.source.shape[0]:
+            raise RequestRejected(f"assemble.parts: rows [{lo}, {hi}) of {target.part} are outside the source's "
+                                  f"{self.source.shape[0]} rows", field="assemble.parts")
+        return pieces_of(target.rows, self.target_groups[j], self.row_sizes, self.source_groups)
+
+    def schema(self, j: int) -> pa.Schema:
+        full = self.source.schema
+        return pa.schema([full.field(c) for c in self.target_groups[j]], metadata=full.metadata)
