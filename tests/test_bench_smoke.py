@@ -22,7 +22,8 @@ def test_quick_bench_writes_every_figure(tmp_path):
     result = json.loads(out.read_text())
     cases = {c["case"]: c for c in result["cases"]}
     assert list(cases) == ["remote partition read", "local partition read", "whole dataset read (3 nodes, 1 local)", "put",
-                           "selective filter (1 %, 3 remote nodes)", "streaming read (peak memory of the reader)", "open"]
+                           "selective filter (1 %, 3 remote nodes)", "repartition (3, 1) -> (6, 2), 3 nodes",
+                           "streaming read (peak memory of the reader)", "open"]
     for case in cases.values():
         assert case["median_seconds"] and all(v > 0 for v in case["median_seconds"].values())
         assert all(len(runs) == 3 for runs in case["runs_seconds"].values())
@@ -32,6 +33,8 @@ def test_quick_bench_writes_every_figure(tmp_path):
     assert cases["local partition read"]["arrow_pool_bytes_allocated"] == 0
     moved = cases["selective filter (1 %, 3 remote nodes)"]["moved"]
     assert moved["flightpart ds.filter(f0 < 0.01) on the nodes"]["bytes_sent"] < moved["read everything, filter at the client"]["bytes_sent"] / 20
+    through = cases["repartition (3, 1) -> (6, 2), 3 nodes"]["bytes_through_client"]
+    assert through["flightpart repartition on the nodes"] == 0 and through["read into one client, put back"] > 2 * 60 * 2**20
     assert all(v > 0 for v in cases["streaming read (peak memory of the reader)"]["peak_growth_bytes"].values())
     assert cases["open"]["partitions"] == 10_000 and cases["open"]["pickled_bytes_per_partition"] > 0
     assert png.stat().st_size > 10_000 and png.read_bytes()[:4] == b"\x89PNG"

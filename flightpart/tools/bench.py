@@ -296,6 +296,44 @@ def case_filter(h: Harness, runs: int) -> Case:
     return case
 
 
+def case_repartition(h: Harness, runs: int) -> Case:
+    """(3, 1) -> (6, 2) built by the nodes, against reading everything into one client and putting it back."""
+    import flightpart as fp
+    from flightpart.client import connect
+
+    source = h.client.put("bench-repartition", h.table, tiling=(3, 1)).version
+    remote = connect(h.cluster.uri, host="127.0.0.9")  # a host of its own: the client's reads cross a socket too
+
+    def on_nodes() -> None:
+        remote.repartition("bench-repartition", tiling=(6, 2))
+
+    def through_client() -> None:
+        remote.put("bench-repartition", remote.open("bench-repartition", source).to_arrow(), tiling=(6, 2))
+
+    contenders = {"flightpart repartition on the nodes": on_nodes, "read into one client, put back": through_client}
+    times: dict[str, list[float]] = {name: [] for name in contenders}
+    through: dict[str, int] = {}
+    for k in range(runs + 1):  # the first round warms up; each run starts from the same source version
+        for name, fn in contenders.items():
+            gc.collect()
+            before = fp.traffic()
+            t0 = time.perf_counter()
+            fn()
+            elapsed = time.perf_counter() - t0
+            after = fp.traffic()
+            through[name] = sum(after[key] - before[key] for key in after)
+            if k:
+                times[name].append(elapsed)
+            remote.drop("bench-repartition", remote.versions("bench-repartition")[-1])
+    remote.close()
+    h.client.drop("bench-repartition")
+    case = Case("repartition (3, 1) -> (6, 2), 3 nodes", ">= 1.5x reading into one client and putting back",
+                h.table.nbytes, times, extra={"bytes_through_client": through})
+    case.ratio = ("flightpart repartition on the nodes", "read into one client, put back")
+    case.met = case.speed_ratio() >= 1.5 and through["flightpart repartition on the nodes"] == 0
+    return case
+
+
 _PEAK = """
 import json, sys, time
 import flightpart as fp
@@ -342,7 +380,7 @@ def run_bench(size: int, *, quick: bool = False, runs: int | None = None, open_p
     with tempfile.TemporaryDirectory(prefix="flightpart-bench-") as root:
         h = Harness(root, table, with_dask=with_dask, with_ray=with_ray)
         try:
-            for fn in (case_remote, case_local, case_whole, case_put, case_filter, case_stream):
+            for fn in (case_remote, case_local, case_whole, case_put, case_filter, case_repartition, case_stream):
                 log(f"running: {fn.__name__[5:]} ...")
                 cases.append(fn(h, runs))
             log("running: open ...")
