@@ -580,17 +580,20 @@ class Dataset:
         """A ``ray.data.Dataset``, each block read on the Ray node of its partition's host."""
         return runtime("ray").from_partitioned(self, schema=self._schema if self._columns is None else self.schema)
 
-    def as_partitioned(self, frames: str = "arrow", location: str = "spec", ip_of: Any = None) -> Any:
+    def as_partitioned(self, frames: str = "arrow", location: str = "spec", ip_of: Any = None, *,
+                       one_per_rank: bool = False) -> Any:
         """This view's ``__partitioned__`` in the form a consumer expects (:class:`~flightpart.client.views.PartitionedView`).
 
         ``frames``: what ``get`` returns, ``"arrow"``, ``"pandas"`` or
         ``"numpy"``; ``location``: ``"spec"``, ``"ip"`` (IP strings, mapped by
-        ``ip_of``) or ``"rank"`` (SPMD views: the owner rank). For
-        xgboost_ray: ``fp.ray.partitioned(ds)``.
+        ``ip_of``) or ``"rank"`` (SPMD views: the owner rank). With
+        ``one_per_rank=True`` (SPMD views, ``location="rank"``) the grid is
+        regrouped into one partition per rank over all columns, as heat's
+        ``from_partitioned`` requires. For xgboost_ray: ``fp.ray.for_consumers(ds)``.
         """
         from .views import PartitionedView
 
-        return PartitionedView(self, frames, location, ip_of)
+        return PartitionedView(self, frames, location, ip_of, one_per_rank=one_per_rank)
 
     def __distarray__(self, version: str = "0.10.0") -> dict:
         """SPMD view only: this rank's rows as a Distributed Array Protocol dict (``version`` 0.10.0 or 0.9.0)."""

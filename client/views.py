@@ -15,6 +15,7 @@ from typing import Any
 from flightpart import frames as frame_kinds
 from flightpart.distarray import numeric_matrix
 from flightpart.errors import PartitionedError
+from flightpart.tiling import default_partition
 
 FRAMES = ("arrow", "pandas", "numpy")
 LOCATIONS = ("spec", "ip", "rank")
@@ -40,6 +41,29 @@ class ConvertingGet:
         return table
 
 
+class RowsGet:
+    """``get`` of a view with one partition per rank: a handle is a row range ``(start, stop)`` of the dataset.
+
+    Reads the rows from whichever stored partitions hold them (row slices:
+    local ones mapped, others streamed), then converts them as ``frames``
+    says. Picklable: it holds the dataset's whole-version view.
+    """
+
+    def __init__(self, dataset: Any, frames: str):
+        self.dataset = dataset
+        self.frames = frames
+        self.convert = ConvertingGet(None, frames).convert
+
+    def __reduce__(self):
+        return (RowsGet, (self.dataset, self.frames))
+
+    def __call__(self, handles: Any) -> Any:
+        if isinstance(handles, list):
+            return [self(h) for h in handles]
+        start, stop = handles
+        return self.convert(self.dataset[start:stop].to_arrow())
+
+
 class PartitionedView:
     """A dataset's ``__partitioned__`` with parts as ``frames`` and locations as ``location`` says.
 
@@ -47,20 +71,28 @@ class PartitionedView:
     IP strings, ``location[0]`` the first replica's; ``ip_of`` maps an IP to
     the one the consumer knows the host by, e.g. Ray's node IP for a
     loopback address) or ``"rank"`` (SPMD views: ``[owner rank]``).
+
+    ``one_per_rank`` (SPMD views): the grid is regrouped into one partition
+    per rank, all columns, rank ``r`` owning the rows the Dist RFC's
+    default partition gives it, whatever the stored tiling (heat reads
+    exactly one partition per rank).
     """
 
     def __init__(self, dataset: Any, frames: str = "arrow", location: str = "spec",
-                 ip_of: Callable[[str], str] | None = None):
+                 ip_of: Callable[[str], str] | None = None, *, one_per_rank: bool = False):
         if frames not in FRAMES:
             raise ValueError(f"frames must be one of {FRAMES}, got {frames!r}")
         if location not in LOCATIONS:
             raise ValueError(f"location must be one of {LOCATIONS}, got {location!r}")
         if location == "rank" and dataset._spmd is None:
             raise PartitionedError("location='rank' needs the SPMD view: client.open(name, rank=r, nranks=n)")
+        if one_per_rank and location != "rank":
+            raise ValueError("one_per_rank regroups the grid by rank: pass location='rank'")
         self.dataset = dataset
         self.frames = frames
         self.location = location
         self.ip_of = ip_of
+        self.one_per_rank = one_per_rank
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -68,6 +100,8 @@ class PartitionedView:
 
     @property
     def __partitioned__(self) -> dict:
+        if self.one_per_rank:
+            return self._per_rank()
         d = dict(self.dataset.__partitioned__)
         nranks = self.dataset._spmd[1] if self.dataset._spmd is not None else None
         parts = {}
@@ -82,6 +116,19 @@ class PartitionedView:
         if self.frames != "arrow":
             d["get"] = ConvertingGet(d["get"], self.frames)
         return d
+
+    def _per_rank(self) -> dict:
+        """One row block per rank over every column; only this rank's ``data`` is set."""
+        rank, nranks = self.dataset._spmd
+        whole = self.dataset._derive(spmd=None, halo=None)
+        rows, cols = whole.shape
+        parts = {}
+        for r in range(nranks):
+            (start, _), (size, _) = default_partition(nranks, r, (rows, cols))
+            parts[(r, 0)] = {"start": (start, 0), "shape": (size, cols), "data": (start, start + size) if r == rank else None,
+                             "location": [r]}
+        return {"shape": (rows, cols), "partition_tiling": (nranks, 1), "partitions": parts, "locals": [(rank, 0)],
+                "get": RowsGet(whole, self.frames)}
 
     def __repr__(self) -> str:
         return f"PartitionedView({self.dataset!r}, frames={self.frames!r}, location={self.location!r})"
