@@ -581,7 +581,7 @@ class Dataset:
         return runtime("ray").from_partitioned(self, schema=self._schema if self._columns is None else self.schema)
 
     def as_partitioned(self, frames: str = "arrow", location: str = "spec", ip_of: Any = None, *,
-                       one_per_rank: bool = False) -> Any:
+                       one_per_rank: bool = False, categories: dict[str, list] | None = None, codes: bool = False) -> Any:
         """This view's ``__partitioned__`` in the form a consumer expects (:class:`~flightpart.client.views.PartitionedView`).
 
         ``frames``: what ``get`` returns, ``"arrow"``, ``"pandas"`` or
@@ -589,11 +589,20 @@ class Dataset:
         ``ip_of``) or ``"rank"`` (SPMD views: the owner rank). With
         ``one_per_rank=True`` (SPMD views, ``location="rank"``) the grid is
         regrouped into one partition per rank over all columns, as heat's
-        ``from_partitioned`` requires. For xgboost_ray: ``fp.ray.for_consumers(ds)``.
+        ``from_partitioned`` requires. ``categories`` (pandas) makes those
+        text columns categoricals with one list of categories for every
+        part (with ``codes``, their integer codes). For xgboost_ray:
+        ``fp.ray.for_consumers(ds)``.
         """
         from .views import PartitionedView
 
-        return PartitionedView(self, frames, location, ip_of, one_per_rank=one_per_rank)
+        return PartitionedView(self, frames, location, ip_of, one_per_rank=one_per_rank, categories=categories,
+                               codes=codes)
+
+    def distinct(self, column: str) -> list:
+        """The distinct values of ``column``, sorted, computed on the nodes (a grouped count per partition)."""
+        counted = self.aggregate([("", "count_all")], by=[column])
+        return sorted(v for v in counted.column(column).to_pylist() if v is not None)
 
     def __distarray__(self, version: str = "0.10.0") -> dict:
         """SPMD view only: this rank's rows as a Distributed Array Protocol dict (``version`` 0.10.0 or 0.9.0)."""

@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import pandas as pd
+
 from flightpart import frames as frame_kinds
 from flightpart.distarray import numeric_matrix
 from flightpart.errors import PartitionedError
@@ -22,11 +24,20 @@ LOCATIONS = ("spec", "ip", "rank")
 
 
 class ConvertingGet:
-    """A ``get`` whose Arrow tables come back as pandas frames or 2-D NumPy arrays."""
+    """A ``get`` whose Arrow tables come back as pandas frames or 2-D NumPy arrays.
 
-    def __init__(self, get: Any, frames: str):
+    ``categories`` (pandas only) turns those text columns into pandas
+    categoricals with one fixed list of categories, the same for every
+    partition, so that parts concatenated by a consumer stay categorical;
+    with ``codes`` they become those categoricals' integer codes (-1 for a
+    value not in the list), for consumers that take numbers only.
+    """
+
+    def __init__(self, get: Any, frames: str, categories: dict[str, list] | None = None, codes: bool = False):
         self.get = get
         self.frames = frames
+        self.categories = categories or {}
+        self.codes = codes
 
     def __call__(self, handles: Any) -> Any:
         single = not isinstance(handles, (list, tuple))
@@ -35,7 +46,12 @@ class ConvertingGet:
 
     def convert(self, table: Any) -> Any:
         if self.frames == "pandas":
-            return frame_kinds.to_pandas(frame_kinds.drop_pandas_index(table))
+            frame = frame_kinds.to_pandas(frame_kinds.drop_pandas_index(table))
+            for column, values in self.categories.items():
+                if column in frame.columns:
+                    category = pd.Categorical(frame[column], categories=values)
+                    frame[column] = category.codes if self.codes else category
+            return frame
         if self.frames == "numpy":
             return numeric_matrix(table)
         return table
@@ -79,7 +95,8 @@ class PartitionedView:
     """
 
     def __init__(self, dataset: Any, frames: str = "arrow", location: str = "spec",
-                 ip_of: Callable[[str], str] | None = None, *, one_per_rank: bool = False):
+                 ip_of: Callable[[str], str] | None = None, *, one_per_rank: bool = False,
+                 categories: dict[str, list] | None = None, codes: bool = False):
         if frames not in FRAMES:
             raise ValueError(f"frames must be one of {FRAMES}, got {frames!r}")
         if location not in LOCATIONS:
@@ -93,6 +110,10 @@ class PartitionedView:
         self.location = location
         self.ip_of = ip_of
         self.one_per_rank = one_per_rank
+        if categories and frames != "pandas":
+            raise ValueError("categories are pandas categoricals: pass frames='pandas'")
+        self.categories = categories
+        self.codes = codes
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -114,7 +135,7 @@ class PartitionedView:
             parts[pos] = entry
         d["partitions"] = parts
         if self.frames != "arrow":
-            d["get"] = ConvertingGet(d["get"], self.frames)
+            d["get"] = ConvertingGet(d["get"], self.frames, self.categories, self.codes)
         return d
 
     def _per_rank(self) -> dict:

@@ -137,6 +137,35 @@ def test_xgboost_ray_trains_on_a_dataset_with_a_named_label_and_keeps_locality(r
         assert len(rmse) == 5 and np.isfinite(rmse).all() and rmse[-1] < rmse[0]
 
 
+@pytest.mark.interop
+def test_xgboost_ray_trains_with_a_text_column(ray_session):
+    xgboost_ray = pytest.importorskip("xgboost_ray", reason="xgboost_ray is not installed: pip install 'flightpart[interop]'")
+    rng = np.random.default_rng(3)
+    kinds = np.array(["alpha", "beta", "gamma"])
+    k = rng.integers(0, 3, 300)
+    x = rng.normal(size=300)
+    df = pd.DataFrame({"x": x, "kind": kinds[k], "y": x + np.array([0.0, 5.0, -5.0])[k]})
+    with fp.connect() as client:
+        ds = client.put("train-text", df, tiling=(3, 1))
+        as_categories = fp.ray.for_consumers(ds, text="categories").__partitioned__
+        frames = as_categories["get"]([e["data"] for e in as_categories["partitions"].values()])
+        combined = pd.concat(frames)  # what an actor does with its shards: the categories survive it
+        assert isinstance(combined["kind"].dtype, pd.CategoricalDtype)
+        assert list(combined["kind"].cat.categories) == ["alpha", "beta", "gamma"]
+        assert combined["kind"].astype(str).tolist() == df["kind"].tolist()
+        view = fp.ray.for_consumers(ds)  # codes: xgboost 2.0.3 cannot read categoricals under NumPy 2
+        parts = view.__partitioned__
+        codes = pd.concat(parts["get"]([e["data"] for e in parts["partitions"].values()]))["kind"]
+        assert codes.tolist() == k.tolist()  # alpha, beta, gamma -> 0, 1, 2 in every part
+        dtrain = xgboost_ray.RayDMatrix(view, label="y")
+        result: dict = {}
+        xgboost_ray.train({"objective": "reg:squarederror", "eval_metric": "rmse", "tree_method": "hist", "nthread": 1},
+                          dtrain, num_boost_round=8, evals=[(dtrain, "train")], evals_result=result,
+                          ray_params=xgboost_ray.RayParams(num_actors=2, cpus_per_actor=1))
+        rmse = result["train"]["rmse"]
+        assert np.isfinite(rmse).all() and rmse[-1] < rmse[0] / 2  # the category carries most of y: it was learnt
+
+
 def test_views_give_numpy_parts_and_owner_ranks_for_spmd_consumers():
     values = np.arange(40.0).reshape(20, 2)
     with fp.connect() as client:

@@ -19,6 +19,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import pyarrow as pa
+
 from flightpart import frames, protocol
 from flightpart.io.transfer import SentPart
 from flightpart.protocol import StatelessGet
@@ -102,15 +104,28 @@ def ray_ip_of(ip: str) -> str:
     return ray.util.get_node_ip_address() if ip.startswith("127.") or ip in ("::1", "localhost") else ip
 
 
-def for_consumers(dataset: Any, frames: str = "pandas") -> Any:
+def for_consumers(dataset: Any, frames: str = "pandas", *, text: str = "codes") -> Any:
     """A flightpart dataset as Ray-based consumers of ``__partitioned__`` read it (xgboost_ray's ``RayDMatrix``).
 
     ``get`` returns pandas frames (columns keep their names, so a label is
     found by name) and ``location[0]`` is the IP Ray reports for the
     partition's host, which is what the consumer compares with its actors'
-    IPs to keep each partition's training on its host.
+    IPs to keep each partition's training on its host. Text columns
+    (pandas) arrive as ``text`` says: ``"codes"``, the integer index of
+    each value in the column's sorted distinct values (counted on the
+    nodes, so every part agrees), which any numeric learner takes;
+    ``"categories"``, pandas categoricals over those values (xgboost's
+    ``enable_categorical``; xgboost 2.0.3 cannot read them under NumPy 2);
+    ``"raw"``, the text itself.
     """
-    return dataset.as_partitioned(frames=frames, location="ip", ip_of=ray_ip_of)
+    if text not in ("codes", "categories", "raw"):
+        raise ValueError(f"text must be 'codes', 'categories' or 'raw', got {text!r}")
+    categories = None
+    if frames == "pandas" and text != "raw":
+        columns = [f.name for f in dataset.schema if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)]
+        categories = {name: dataset.distinct(name) for name in columns} or None
+    return dataset.as_partitioned(frames=frames, location="ip", ip_of=ray_ip_of, categories=categories,
+                                  codes=text == "codes")
 
 
 def object_locations(refs: list) -> list[list[tuple[str, int]]]:
