@@ -426,7 +426,7 @@ class Client:
         dataset's columns and types.
         """
         source = self._version_info(name)
-        kept = reshape.live_holders(source, self._target_nodes(None))
+        kept = reshape.live_holders(source, [n for n in self.nodes() if n["alive"]])
         replicas = reshape.replicas_of(source)
         targets = self._targets_for(nodes, replicas)
         base = (source.grid[0], source.shape[0])

@@ -76,7 +76,7 @@ class Assembler:
                 linked += 1
                 self.count(partitions_linked=1, assembled_rows=receipts[-1].rows)
                 continue
-            table = frames.from_pieces(self._gather(source, pieces), plan.schema(target.part[1]))
+            table = frames.from_pieces(self._gather(plan, pieces), plan.schema(target.part[1]))
             batches = (piece for batch in table.to_batches() for piece in split_batch(batch, BATCH_BYTES))
             receipts.append(self.store.write(order.dataset, order.version, target.part, table.schema, batches,
                                              sync_directory=False))
@@ -106,19 +106,20 @@ class Assembler:
     def _holds(self, source: VersionInfo, position: tuple[int, int]) -> bool:
         return self.store.path(source.dataset, source.version, position).exists()
 
-    def _gather(self, source: VersionInfo, pieces: list[list[Piece]]) -> list[list[pa.Table]]:
+    def _gather(self, plan: _Plan, pieces: list[list[Piece]]) -> list[list[pa.Table]]:
         """Every piece as a table, the ones this node holds read from disk and the others pulled in parallel."""
         flat = [piece for block in pieces for piece in block]
         with ThreadPoolExecutor(max_workers=min(PULLS_IN_FLIGHT, max(len(flat), 1)), thread_name_prefix="flightpart-pull") as ex:
-            tables = list(ex.map(lambda piece: self._piece(source, piece), flat))
+            tables = list(ex.map(lambda piece: self._piece(plan, piece), flat))
         out, k = [], 0
         for block in pieces:
             out.append(tables[k:k + len(block)])
             k += len(block)
         return out
 
-    def _piece(self, source: VersionInfo, piece: Piece) -> pa.Table:
-        info = next((p for p in source.parts if p.position == piece.source), None)
+    def _piece(self, plan: _Plan, piece: Piece) -> pa.Table:
+        source = plan.source
+        info = plan.parts.get(piece.source)
         if info is None:
             raise PartitionMissing(f"{source.dataset} v{source.version} has no partition {piece.source}", field="part")
         if self._holds(source, piece.source):
@@ -140,6 +141,7 @@ class _Plan:
 
     def __init__(self, source: VersionInfo, groups: int):
         self.source = source
+        self.parts = {p.position: p for p in source.parts}
         self.row_sizes = [p.shape[0] for p in sorted(source.parts, key=lambda p: p.position) if p.position[1] == 0]
         self.source_groups = frames.stored_columns(source.schema, source.grid[1])
         self.target_groups = frames.stored_columns(source.schema, groups)
