@@ -33,8 +33,10 @@ def test_quick_bench_writes_every_figure(tmp_path):
     assert cases["local partition read"]["arrow_pool_bytes_allocated"] == 0
     moved = cases["selective filter (1 %, 3 remote nodes)"]["moved"]
     assert moved["flightpart ds.filter(f0 < 0.01) on the nodes"]["bytes_sent"] < moved["read everything, filter at the client"]["bytes_sent"] / 20
-    through = cases["repartition (3, 1) -> (6, 2), 3 nodes"]["bytes_through_client"]
-    assert through["flightpart repartition on the nodes"] == 0 and through["read into one client, put back"] > 2 * 60 * 2**20
+    repartition = cases["repartition (3, 1) -> (6, 2), 3 nodes"]
+    through = repartition["bytes_through_client"]
+    assert through["flightpart repartition on the nodes"] == 0  # every row read and sent back by the client:
+    assert through["read into one client, put back"] > 1.9 * repartition["bytes"]
     assert all(v > 0 for v in cases["streaming read (peak memory of the reader)"]["peak_growth_bytes"].values())
     assert cases["open"]["partitions"] == 10_000 and cases["open"]["pickled_bytes_per_partition"] > 0
     assert png.stat().st_size > 10_000 and png.read_bytes()[:4] == b"\x89PNG"

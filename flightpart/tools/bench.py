@@ -298,8 +298,8 @@ def case_filter(h: Harness, runs: int) -> Case:
 
 def case_repartition(h: Harness, runs: int) -> Case:
     """(3, 1) -> (6, 2) built by the nodes, against reading everything into one client and putting it back."""
-    import flightpart as fp
     from flightpart.client import connect
+    from flightpart.io.transfer import TRAFFIC
 
     source = h.client.put("bench-repartition", h.table, tiling=(3, 1)).version
     remote = connect(h.cluster.uri, host="127.0.0.9")  # a host of its own: the client's reads cross a socket too
@@ -316,11 +316,11 @@ def case_repartition(h: Harness, runs: int) -> Case:
     for k in range(runs + 1):  # the first round warms up; each run starts from the same source version
         for name, fn in contenders.items():
             gc.collect()
-            before = fp.traffic()
+            before = TRAFFIC.snapshot()
             t0 = time.perf_counter()
             fn()
             elapsed = time.perf_counter() - t0
-            after = fp.traffic()
+            after = TRAFFIC.snapshot()
             through[name] = sum(after[key] - before[key] for key in after)
             if k:
                 times[name].append(elapsed)
