@@ -27,8 +27,9 @@ class Daemon:
     the daemon's write position. The file is removed by :meth:`stop`.
     """
 
-    def __init__(self, args: Sequence[str], *, env: dict | None = None, timeout: float = 60.0):
-        self.args = [sys.executable, "-m", "flightpart", *args]
+    def __init__(self, args: Sequence[str], *, env: dict | None = None, timeout: float = 60.0,
+                 launcher: Sequence[str] = ()):
+        self.args = [*launcher, sys.executable, "-m", "flightpart", *args]  # launcher: e.g. ip netns exec NS
         fd, self.log_path = tempfile.mkstemp(prefix="flightpart-daemon-", suffix=".log")
         os.close(fd)
         with open(self.log_path, "a") as log:
