@@ -266,12 +266,13 @@ class Client:
         widths = [len(g) for g in frames.column_groups(frames.data_columns(schema.empty_table()), groups)]
         parts: list[CommitPart] = []
         sending: deque = deque()
-        sent = [0]
+        sent, sent_rows = [0], [0]
         with ThreadPoolExecutor(max_workers=len(targets), thread_name_prefix="flightpart-put") as pool:
 
             def send(batches: list[pa.RecordBatch], rows: int) -> None:
                 k = len(parts) // groups
-                start = base[1] + sum(p.shape[0] for p in parts if p.part[1] == 0)
+                start = base[1] + sent_rows[0]
+                sent_rows[0] += rows
                 table = pa.Table.from_batches(batches, schema)
                 holders = [targets[(first + k + r) % len(targets)] for r in range(replicas)]
                 for (_i, j), piece in sorted(frames.split_grid(table, (1, groups)).items()):

@@ -168,6 +168,8 @@ class Dataset:
             if self._rows is not None or self._filter is not None:
                 raise PartitionedError("halos are rows of the stored grid's neighbours: open the dataset with halo= "
                                        "before slicing or filtering it")
+            if max(widths) > self._shape[0]:
+                raise ValueError(f"halo {widths}: wider than the dataset's {self._shape[0]} rows")
             halo = Halo(widths[0], widths[1], bool(periodic))
         return self._derive(spmd=(rank, nranks), halo=halo)
 

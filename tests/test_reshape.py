@@ -22,7 +22,7 @@ from flightpart.tiling import halo_sources
 from flightpart.tools.cluster import LocalCluster
 from flightpart.wire import Assemble, AssemblePart
 
-from helpers import code_of
+from helpers import code_of, wait_until
 
 N = 10_000
 
@@ -119,6 +119,22 @@ def test_repartition_reads_from_another_replica_when_a_holder_is_frozen(cluster,
     assert {uri for p in client._version_info("rp-frozen", ds.version).parts for uri, _ip, _pid in p.replicas} <= set(live)
 
 
+def test_a_target_node_killed_mid_repartition_publishes_nothing(tmp_path):
+    with LocalCluster(tmp_path, nodes=3) as c, fp.connect(c.uri) as client:
+        source = table(3000)
+        client.put("rp-killed", source, tiling=(3, 1), replicas=2)
+        versions = client.versions("rp-killed")
+        c.nodes[1].kill()  # the catalog still counts it alive for a while: orders go to it and fail
+        with pytest.raises(fp.NodeUnavailable):
+            client.repartition("rp-killed", tiling=(6, 1), replicas=1)
+        assert client.versions("rp-killed") == versions  # aborted: nothing published
+        assert client.open("rp-killed").to_arrow().equals(source)  # and the current version reads from its replicas
+        for ip in ("127.0.0.2", "127.0.0.4"):  # the survivors keep no file of the aborted version
+            root = tmp_path / f"node-{ip}" / "datasets" / "rp-killed"
+            wait_until(lambda root=root: sorted(p.name for p in root.iterdir()) == [f"v{versions[-1]}"],
+                       what=f"the aborted version gone from {ip}")
+
+
 # ---------------------------------------------------------------------- lying orders
 
 
@@ -208,6 +224,8 @@ def test_halos_travel_as_distarray_padding(cluster):
             c.open("halo-dap", halo=(1, 1))
         with pytest.raises(ValueError, match="halo"):
             c.open("halo-dap", rank=0, nranks=4, halo=(-1, 1))
+        with pytest.raises(ValueError, match="wider than the dataset's 20 rows"):
+            c.open("halo-dap", rank=0, nranks=4, halo=(21, 0), periodic=True)
 
 
 # ---------------------------------------------------------------------- append
