@@ -100,6 +100,24 @@ def test_the_dataset_spmd_view_exports_what_the_reference_accepts():
                 pa.table({"0": table["a"], "1": table["b"]}))
 
 
+def test_halos_of_the_spmd_view_export_as_padding_the_reference_accepts():
+    table = pa.table({"a": np.arange(30.0), "b": np.arange(30.0) * 2})
+    with fp.connect() as client:
+        client.put("dap-halo", table, tiling=(3, 1))
+        exports = [(version, client.open("dap-halo", rank=r, nranks=3, halo=(2, 1)).__distarray__(version=version))
+                   for version in SOURCES for r in range(3)]
+        # a periodic halo that wraps around the ends: 0.9 names it with its periodic flag
+        exports += [("0.9.0", client.open("dap-halo", rank=r, nranks=3, halo=(1, 1), periodic=True)
+                     .__distarray__(version="0.9.0")) for r in range(3)]
+    for version, dap in exports:
+        ok, message = reference(version).validate(dap)
+        assert ok, (message, dap["dim_data"])
+    assert [d["dim_data"][0]["padding"] for v, d in exports[:3]] == [(0, 1), (2, 1), (2, 0)]
+    for version in SOURCES:  # and the padding is read back as halos: the owned rows import equal
+        daps = [d for v, d in exports[:6] if v == version]
+        assert fp.from_partitioned(distarray.to_partitioned(daps)).equals(pa.table({"0": table["a"], "1": table["b"]}))
+
+
 class _Ours:
     """flightpart's validator with the reference's interface: ``validate(d) -> (ok, message)``."""
 
