@@ -68,8 +68,9 @@ def test_a_heat_style_spmd_dict_reads_equal():
     np.testing.assert_array_equal(np.column_stack([c.to_numpy() for c in fp.from_partitioned(d).columns]), values)
 
 
+@pytest.mark.interop
 def test_a_torch_part_is_read_through_dlpack():
-    torch = pytest.importorskip("torch", reason="torch is not installed (heat brings it; heat is not in the interop extra)")
+    torch = pytest.importorskip("torch", reason="torch is not installed: pip install 'flightpart[interop]' (heat brings it)")
     values = torch.arange(12, dtype=torch.float64).reshape(6, 2)
     d = {"shape": (6, 2), "partition_tiling": (1, 1), "get": fp.IdentityGet(),
          "partitions": {(0, 0): {"start": (0, 0), "shape": (6, 2), "data": values, "location": [fp.protocol.this_process()]}}}
