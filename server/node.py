@@ -23,6 +23,7 @@ from flightpart.errors import ForeignCluster, NodeConflict, RequestRejected, Sch
 from flightpart.io import inprocess
 from flightpart.io.access import Access
 from flightpart.io.connections import ConnectionPool
+from flightpart.io.counters import Counters
 from flightpart.io.errors import translated
 from flightpart.io.hosts import advertised_ip
 from flightpart.io.layout import default_data_dir
@@ -59,24 +60,10 @@ from .store import PartitionStore, StoredPartition
 log = logging.getLogger("flightpart.node")
 
 
-class NodeStats:
-    """Counters reported by the ``stats`` action; thread-safe."""
-
-    FIELDS = ("bytes_sent", "rows_sent", "batches_sent", "partitions_served", "bytes_received", "partitions_stored", "put_streams",
-              "errors", "storage_full_refusals", "partitions_assembled", "partitions_linked", "assembled_rows", "pulled_bytes")
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._values = dict.fromkeys(self.FIELDS, 0)
-
-    def add(self, **deltas: int) -> None:
-        with self._lock:
-            for key, delta in deltas.items():
-                self._values[key] += delta
-
-    def snapshot(self) -> dict[str, int]:
-        with self._lock:
-            return dict(self._values)
+NODE_COUNTERS = ("bytes_sent", "rows_sent", "batches_sent", "partitions_served", "bytes_received", "partitions_stored",
+                 "put_streams", "errors", "storage_full_refusals", "partitions_assembled", "partitions_linked", "assembled_rows",
+                 "pulled_bytes")
+"""What a node's ``stats`` action and metrics count."""
 
 
 def checked(batch: pa.RecordBatch, name: str, version: int, part: tuple[int, int]) -> pa.RecordBatch:
@@ -156,7 +143,7 @@ class NodeServer(ServiceBase):
         self.min_free_bytes = min_free_bytes
         self.node_id = self.store.node_id
         self.pid = os.getpid()
-        self.counters = NodeStats()
+        self.counters = Counters(NODE_COUNTERS)
         self.catalog_uri = catalog
         self.heartbeat_interval = heartbeat_interval
         access = pool.access if pool is not None else Access()

@@ -6,7 +6,6 @@ Shared by the client (puts), the node (``copy-to``, serving) and ``get``
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,35 +20,15 @@ from flightpart.errors import RequestRejected
 from flightpart.wire import Aggregate, HeldPartition, PartHeader, PutReceipts, PutTrailer, partition_path, partitions_path
 
 from .connections import DEFAULT_TIMEOUT, ConnectionPool
+from .counters import Counters
 
 BATCH_BYTES = 1 << 20
 
 
-class Traffic:
-    """Partition bytes this process sent, received over the network and read from local memory maps.
-
-    What a user checks to see that an operation ran on the nodes (a
-    repartition moves nothing through the client) or that a neighbour was
-    mapped rather than streamed; thread-safe.
-    """
-
-    FIELDS = ("bytes_sent", "bytes_received", "bytes_mapped")
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._values = dict.fromkeys(self.FIELDS, 0)
-
-    def add(self, **deltas: int) -> None:
-        with self._lock:
-            for key, delta in deltas.items():
-                self._values[key] += delta
-
-    def snapshot(self) -> dict[str, int]:
-        with self._lock:
-            return dict(self._values)
-
-
-TRAFFIC = Traffic()
+TRAFFIC = Counters(("bytes_sent", "bytes_received", "bytes_mapped"))
+"""Partition bytes this process sent, received over the network and read from local memory maps: what a user
+checks to see that an operation ran on the nodes (a repartition moves nothing through the client) or that a
+neighbour was mapped rather than streamed (``fp.traffic()``)."""
 MIN_PUT_RATE = 16 << 20
 """Bytes per second a put may not fall below: its deadline is a base timeout plus its size at this rate."""
 
