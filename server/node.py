@@ -262,7 +262,7 @@ class NodeServer(ServiceBase):
     """Receipts per metadata message in the answer to a put of several partitions (about 300 KB)."""
 
     def do_put(self, context: Any, descriptor: flight.FlightDescriptor, reader: Any, writer: Any) -> None:
-        with boundary(log, "do_put"), self._counting_errors():
+        with boundary(log, "do_put"), self._counting_errors("put"):
             if credential_of(context).role != "node":  # nodes copy replicas to each other; anyone else must be a writer
                 authorize(context, "write")
             name, version, part = parse_put_path(descriptor)
@@ -330,18 +330,12 @@ class NodeServer(ServiceBase):
                 raise RequestRejected(f"the put of {name} v{version} {part} ended after {rows} rows, "
                                       f"the sender declared {declared[-1]}", field="put trailer")
 
-        try:
-            stored = self.store.write(name, version, part, schema, split_all(batches()), check_complete,
-                                      sync_directory=alone)
-        except StorageFull:
-            self.counters.add(storage_full_refusals=1)
-            log.warning("refused a put of %s v%d %s: the disk is full (%s bytes free)", name, version, part, self.free_bytes())
-            raise
+        stored = self.store.write(name, version, part, schema, split_all(batches()), check_complete, sync_directory=alone)
         self.counters.add(bytes_received=received[0], partitions_stored=1)
         return stored
 
     def do_get(self, context: Any, ticket: flight.Ticket) -> flight.RecordBatchStream:
-        with boundary(log, "do_get"), self._counting_errors():
+        with boundary(log, "do_get"), self._counting_errors("get"):
             spec = Ticket.decode(ticket.ticket)
             authorize(context, "read", (spec.dataset, spec.version))
             table = project(self.store.open(spec.dataset, spec.version, spec.part), spec.columns, spec.rows, spec.filter,
@@ -353,9 +347,14 @@ class NodeServer(ServiceBase):
         return flight.RecordBatchStream(table)
 
     @contextlib.contextmanager
-    def _counting_errors(self) -> Iterator[None]:
+    def _counting_errors(self, what: str) -> Iterator[None]:
+        """Count a refused call; a write refused for a full disk also as such, with a warning in the log."""
         try:
             yield
+        except StorageFull:
+            self.counters.add(errors=1, storage_full_refusals=1)
+            log.warning("refused a %s: the disk is full (%s bytes free)", what, self.free_bytes())
+            raise
         except BaseException:
             self.counters.add(errors=1)
             raise
@@ -409,7 +408,8 @@ class NodeServer(ServiceBase):
         return {"copied": table.nbytes}
 
     def _assemble(self, raw: bytes) -> dict:
-        return self.assembler.run(Assemble.decode(raw)).to_json()
+        with self._counting_errors("assemble"):
+            return self.assembler.run(Assemble.decode(raw)).to_json()
 
     actions = {
         "node-info": Action(_node_info, "who this node is: id, uri, ip, pid, data dir, version", "locate", changes_state=False),

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 
 import pytest
 
@@ -36,3 +38,19 @@ def cluster(tmp_path_factory):
 
     with LocalCluster(tmp_path_factory.mktemp("cluster"), nodes=3) as c:
         yield c
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 64 MB tmpfs, mounted for the test (root only) and always unmounted."""
+    mount = tmp_path / "small"
+    mount.mkdir()
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("mounting a tmpfs needs root and mount(8)")
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(mount)], capture_output=True, text=True)
+    if made.returncode != 0:
+        pytest.skip(f"this machine cannot mount a tmpfs: {made.stderr.strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)

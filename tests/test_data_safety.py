@@ -471,22 +471,6 @@ def test_a_copied_data_directory_cannot_take_over_a_live_node(cluster):
 # --------------------------------------------------------------------------- a full disk
 
 
-@pytest.fixture
-def small_disk(tmp_path):
-    """A 64 MB tmpfs, mounted for the test (root only) and always unmounted."""
-    mount = tmp_path / "small"
-    mount.mkdir()
-    if os.geteuid() != 0 or shutil.which("mount") is None:
-        pytest.skip("mounting a tmpfs needs root and mount(8)")
-    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(mount)], capture_output=True, text=True)
-    if made.returncode != 0:
-        pytest.skip(f"this machine cannot mount a tmpfs: {made.stderr.strip()}")
-    try:
-        yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
-
-
 def test_a_full_disk_is_an_operational_state(tmp_path, small_disk):
     from flightpart.server.health import probe
 

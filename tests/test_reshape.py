@@ -135,6 +135,24 @@ def test_a_target_node_killed_mid_repartition_publishes_nothing(tmp_path):
                        what=f"the aborted version gone from {ip}")
 
 
+def test_a_repartition_onto_a_full_disk_is_refused_and_leaves_nothing(tmp_path, small_disk):
+    with LocalCluster(tmp_path / "c", nodes=1, first_ip=80) as c:
+        small = c.add_node("127.0.0.81", data_dir=small_disk / "node")
+        with fp.connect(c.uri) as client:
+            wait_until(lambda: sum(n["alive"] for n in client.nodes()) == 2, 20, "both nodes")
+            source = pa.table({"x": np.random.default_rng(1).random(10 << 20)})  # 80 MB into a 64 MB disk
+            client.put("rp-full", source, tiling=(4, 1), nodes=["127.0.0.80"])
+            versions = client.versions("rp-full")
+            with pytest.raises(fp.StorageFull, match="disk full"):
+                client.repartition("rp-full", tiling=(2, 1), nodes=["127.0.0.81"])
+            assert client.versions("rp-full") == versions
+            assert client.stats(small.uri)["storage_full_refusals"] >= 1
+            assert "the disk is full" in small.log()
+            assert client.open("rp-full").to_arrow().equals(source)
+            assert not list((small_disk / "node").rglob(".tmp-*"))  # no half-written partition
+            wait_until(lambda: not list((small_disk / "node").rglob("*.arrow")), 10, "the aborted version's files gone")
+
+
 # ---------------------------------------------------------------------- lying orders
 
 
