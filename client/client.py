@@ -376,7 +376,7 @@ class Client:
         targets = self._targets_for(nodes, replicas)
         cells = grid_cells(source.shape, grid)
         rows = {c.position: (c.start[0], c.start[0] + c.shape[0]) for c in cells}
-        weights = [reshape.source_bytes(source, rows[c.position]) for c in cells]
+        weights = reshape.source_bytes(source, [rows[c.position] for c in cells])
         chosen = near_placement(weights, [n["uri"] for n in targets], replicas)
         by_uri = {n["uri"]: n for n in targets}
         placement = {c.position: [by_uri[u] for u in uris] for c, uris in zip(cells, chosen)}

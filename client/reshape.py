@@ -18,6 +18,7 @@ from flightpart import frames
 from flightpart.errors import NodeUnavailable, RequestRejected, SchemaMismatch
 from flightpart.io.connections import ConnectionPool
 from flightpart.io.errors import translated
+from flightpart.tiling import blocks_meeting, starts_from_sizes
 from flightpart.wire import Assemble, AssemblePart, AssembleReply, CommitPart, VersionInfo
 
 ORDER_PARTS = 256
@@ -90,16 +91,22 @@ def replicas_of(source: VersionInfo) -> int:
     return min((len(p.replicas) for p in source.parts), default=1) or 1
 
 
-def source_bytes(source: VersionInfo, rows: tuple[int, int]) -> dict[str, int]:
-    """About how many bytes of the source rows ``rows`` each node holds (per its replicas), for placement."""
-    out: dict[str, int] = {}
-    lo, hi = rows
+def source_bytes(source: VersionInfo, targets: Sequence[tuple[int, int]]) -> list[dict[str, int]]:
+    """For each target row range, about how many of its source bytes each node holds (per replica), for placement."""
+    blocks: dict[int, list] = {}
     for p in source.parts:
-        a, z = max(lo, p.start[0]), min(hi, p.start[0] + p.shape[0])
-        if a < z and p.shape[0]:
-            share = p.nbytes * (z - a) // p.shape[0]
-            for uri, _ip, _pid in p.replicas:
-                out[uri] = out.get(uri, 0) + share
+        blocks.setdefault(p.position[0], []).append(p)
+    sizes = [blocks[i][0].shape[0] for i in sorted(blocks)]
+    starts = starts_from_sizes(sizes)
+    out = []
+    for lo, hi in targets:
+        held: dict[str, int] = {}
+        for i, a, z in blocks_meeting(starts, sizes, lo, hi):
+            for p in blocks[i]:
+                share = p.nbytes * (z - a) // p.shape[0]
+                for uri, _ip, _pid in p.replicas:
+                    held[uri] = held.get(uri, 0) + share
+        out.append(held)
     return out
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from .tiling import starts_from_sizes
+from .tiling import blocks_meeting, starts_from_sizes
 
 
 @dataclass(frozen=True)
@@ -25,7 +25,7 @@ class Piece:
 
 
 def pieces_of(rows: tuple[int, int], columns: Sequence[str], row_sizes: Sequence[int],
-              groups: Sequence[Sequence[str]]) -> list[list[Piece]]:
+              groups: Sequence[Sequence[str]], row_starts: Sequence[int] | None = None) -> list[list[Piece]]:
     """The source pieces of a target partition, per source row block in order.
 
     ``rows`` is the target's global row range, ``columns`` the columns it
@@ -33,7 +33,8 @@ def pieces_of(rows: tuple[int, int], columns: Sequence[str], row_sizes: Sequence
     row block, columns per column group). Within a row block each column is
     taken from the first group that stores it (pandas index columns are in
     every group), and a group contributing nothing is not asked. An empty
-    target has no pieces.
+    target has no pieces. ``row_starts`` (the prefix sums of ``row_sizes``),
+    when a caller plans many targets, spares recomputing them per target.
     """
     wanted = list(dict.fromkeys(columns))
     owner: dict[str, int] = {}
@@ -46,13 +47,9 @@ def pieces_of(rows: tuple[int, int], columns: Sequence[str], row_sizes: Sequence
     by_group: dict[int, list[str]] = {}
     for c in wanted:
         by_group.setdefault(owner[c], []).append(c)
-    out = []
-    lo, hi = rows
-    for i, (start, size) in enumerate(zip(starts_from_sizes(row_sizes), row_sizes)):
-        a, z = max(lo, start), min(hi, start + size)
-        if a < z:
-            out.append([Piece((i, j), (a - start, z - start), tuple(cols)) for j, cols in sorted(by_group.items())])
-    return out
+    starts = starts_from_sizes(row_sizes) if row_starts is None else row_starts
+    return [[Piece((i, j), (a, z), tuple(cols)) for j, cols in sorted(by_group.items())]
+            for i, a, z in blocks_meeting(starts, row_sizes, *rows)]
 
 
 def is_whole(pieces: list[list[Piece]], row_sizes: Sequence[int], groups: Sequence[Sequence[str]]) -> Piece | None:

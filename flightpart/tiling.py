@@ -8,7 +8,8 @@ halo needs.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from bisect import bisect_right
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import accumulate, product
 
@@ -32,6 +33,21 @@ def block_sizes(n: int, parts: int) -> list[int]:
 def starts_from_sizes(sizes: Sequence[int]) -> list[int]:
     """Offsets of consecutive blocks: the prefix sums, starting at 0."""
     return [0, *accumulate(sizes)][: len(sizes)]
+
+
+def blocks_meeting(starts: Sequence[int], sizes: Sequence[int], lo: int, hi: int) -> Iterator[tuple[int, int, int]]:
+    """``(block, first, stop)``: the local rows of every block that meets global rows ``[lo, hi)``, in order.
+
+    ``starts`` are the blocks' first rows (sorted, as :func:`starts_from_sizes`
+    gives them). A binary search finds the first block, so this costs
+    O(log P) plus the blocks met, not a pass over every block.
+    """
+    k = max(bisect_right(starts, lo) - 1, 0)
+    while k < len(starts) and starts[k] < hi:
+        a, z = max(lo, starts[k]), min(hi, starts[k] + sizes[k])
+        if a < z:
+            yield k, a - starts[k], z - starts[k]
+        k += 1
 
 
 def default_partition(nprocs: int, rank: int, gshape: Sequence[int]) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -201,10 +217,7 @@ def halo_sources(sizes: Sequence[int], left: int, right: int, *, periodic: bool 
         pieces: list[HaloPiece] = []
         for side, lo, hi in (("left", s0 - left, s0), ("right", s0 + n, s0 + n + right)):
             for g_lo, g_hi in _wrap(lo, hi, total, periodic):
-                for owner, (o0, on) in enumerate(zip(starts, sizes)):
-                    a, z = max(g_lo, o0), min(g_hi, o0 + on)
-                    if a < z:
-                        pieces.append(HaloPiece(side, owner, a - o0, z - o0))
+                pieces.extend(HaloPiece(side, owner, a, z) for owner, a, z in blocks_meeting(starts, sizes, g_lo, g_hi))
         result.append(pieces)
     return result
 
@@ -216,12 +229,12 @@ def _wrap(lo: int, hi: int, total: int, periodic: bool) -> list[tuple[int, int]]
     if not periodic:
         return [(max(lo, 0), min(hi, total))] if max(lo, 0) < min(hi, total) else []
     out = []
-    for g in range(lo, hi):
+    g = lo
+    while g < hi:  # one range per lap around the ends, not one step per row
         w = g % total
-        if out and out[-1][1] == w:
-            out[-1] = (out[-1][0], w + 1)
-        else:
-            out.append((w, w + 1))
+        take = min(hi - g, total - w)
+        out.append((w, w + take))
+        g += take
     return out
 
 

@@ -24,6 +24,7 @@ from flightpart.io.errors import translated
 from flightpart.io.pull import read_replicas
 from flightpart.io.transfer import BATCH_BYTES, project, split_batch
 from flightpart.regrid import Piece, is_whole, pieces_of
+from flightpart.tiling import starts_from_sizes
 from flightpart.wire import (
     Assemble,
     AssemblePart,
@@ -143,6 +144,7 @@ class _Plan:
         self.source = source
         self.parts = {p.position: p for p in source.parts}
         self.row_sizes = [p.shape[0] for p in sorted(source.parts, key=lambda p: p.position) if p.position[1] == 0]
+        self.row_starts = starts_from_sizes(self.row_sizes)
         self.source_groups = frames.stored_columns(source.schema, source.grid[1])
         self.target_groups = frames.stored_columns(source.schema, groups)
 
@@ -154,7 +156,7 @@ class _Plan:
         if not lo <= hi <= self.source.shape[0]:
             raise RequestRejected(f"assemble.parts: rows [{lo}, {hi}) of {target.part} are outside the source's "
                                   f"{self.source.shape[0]} rows", field="assemble.parts")
-        return pieces_of(target.rows, self.target_groups[j], self.row_sizes, self.source_groups)
+        return pieces_of(target.rows, self.target_groups[j], self.row_sizes, self.source_groups, self.row_starts)
 
     def schema(self, j: int) -> pa.Schema:
         full = self.source.schema

@@ -79,6 +79,18 @@ def test_halo_sources_match_brute_force(sizes, left, right, periodic):
             assert got == want
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 6), min_size=1, max_size=8), st.integers(-3, 40), st.integers(0, 40))
+def test_blocks_meeting_a_range_match_brute_force(sizes, lo, width):
+    starts = tiling.starts_from_sizes(sizes)
+    want: dict[int, list[int]] = {}
+    for b, (s, n) in enumerate(zip(starts, sizes)):
+        for g in range(max(lo, s), min(lo + width, s + n)):
+            want.setdefault(b, []).append(g - s)
+    got = {b: list(range(a, z)) for b, a, z in tiling.blocks_meeting(starts, sizes, lo, lo + width)}
+    assert got == want
+
+
 def test_halo_widths_must_be_non_negative():
     with pytest.raises(ValueError):
         tiling.halo_sources([4, 4], -1, 0)
