@@ -55,6 +55,10 @@ def assemble_on_nodes(pool: ConnectionPool, source: VersionInfo, version: int, g
     with ThreadPoolExecutor(max_workers=max(len(by_node), 1), thread_name_prefix="flightpart-assemble") as ex:
         received = dict(zip(by_node, ex.map(run, by_node)))
     for uri, receipts in received.items():
+        missing = {p.part for p in by_node[uri]} - {r.part for r in receipts}
+        if missing:
+            raise RequestRejected(f"the node at {uri} acknowledged {len(receipts)} of {len(by_node[uri])} partitions; "
+                                  f"missing {sorted(missing)[:5]}", field="assemble reply")
         for receipt in receipts:
             lo, hi = rows.get(receipt.part, (0, -1))
             if receipt.rows != hi - lo:

@@ -16,11 +16,12 @@ import pyarrow.flight as flight
 import pytest
 
 import flightpart as fp
+from flightpart.client import reshape
 from flightpart.io.layout import partition_relpath
 from flightpart.regrid import balanced, near_placement, pieces_of
 from flightpart.tiling import halo_sources
 from flightpart.tools.cluster import LocalCluster
-from flightpart.wire import Assemble, AssemblePart
+from flightpart.wire import Assemble, AssemblePart, AssembleReply, HeldPartition
 
 from helpers import code_of, wait_until
 
@@ -187,6 +188,29 @@ def test_lying_assemble_orders_are_refused_and_the_node_keeps_serving(cluster, c
     assert code_of(err.value) == "INVALID_REQUEST"
     client.call("abort", fp.wire.VersionRef("rp-lie", pending))
     assert client.open("rp-lie").to_arrow().equals(source)  # the node serves on
+
+
+class LyingNode(flight.FlightServerBase):
+    """Answers every assemble order with receipts it makes up: none, or one with the wrong row count."""
+
+    def __init__(self, receipts):
+        super().__init__("grpc://127.0.0.1:0")
+        self.receipts = receipts
+
+    def do_action(self, context, action):
+        yield flight.Result(pa.py_buffer(AssembleReply(self.receipts, 0).encode()))
+
+
+@pytest.mark.parametrize("receipts, message", [
+    ((), "acknowledged 0 of 1 partitions"),
+    ((HeldPartition("d", 2, (0, 0), rows=7),), "built partition \\(0, 0\\) with 7 rows, planned 10"),
+])
+def test_receipts_that_do_not_match_the_plan_fail_the_operation(client, receipts, message):
+    source = client._version_info("rp-receipts", client.put("rp-receipts", table(10), tiling=(1, 1)).version)
+    with LyingNode(receipts) as liar:
+        node = {"uri": f"grpc://127.0.0.1:{liar.port}", "node_id": "liar"}
+        with pytest.raises(fp.RequestRejected, match=message):
+            reshape.assemble_on_nodes(client.pool, source, 2, 1, {(0, 0): (0, 10)}, {(0, 0): [node]})
 
 
 # ---------------------------------------------------------------------- halos

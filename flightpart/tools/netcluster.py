@@ -98,11 +98,13 @@ class Host:
     def launcher(self) -> list[str]:
         return ["ip", "netns", "exec", self.namespace]
 
+    ENV = {"FLIGHTPART_HOST": ""}
+    """For every process on a host: no host override, so "this host" is found from the namespace's interfaces."""
+
     def run(self, code: str, *, env: dict | None = None, timeout: float = 300.0) -> subprocess.CompletedProcess:
-        """``python -c code`` on this host (FLIGHTPART_HOST unset: the host is found from its interfaces)."""
-        environ = {k: v for k, v in os.environ.items() if k != "FLIGHTPART_HOST"}
+        """``python -c code`` on this host."""
         return subprocess.run([*self.launcher(), sys.executable, "-c", code], capture_output=True, text=True,
-                              timeout=timeout, env={**environ, **(env or {})})
+                              timeout=timeout, env={**os.environ, **self.ENV, **(env or {})})
 
 
 class NetCluster:
@@ -172,7 +174,7 @@ class NetCluster:
                         self.rate, "burst", str(burst), "latency", "50ms"], check=True, capture_output=True, text=True)
 
     def _daemon(self, host: Host, args: list[str]) -> Daemon:
-        daemon = Daemon(args, launcher=host.launcher(), env={"FLIGHTPART_HOST": ""})
+        daemon = Daemon(args, launcher=host.launcher(), env=Host.ENV)
         self.daemons.append(daemon)
         return daemon
 
