@@ -15,7 +15,8 @@ CATALOG_ENV = "FLIGHTPART_CATALOG"
 
 def connect(uri: str | None = None, *, host: str | None = None, token: str | None = None,
             tls_root_certs: bytes | None = None, cert_chain: bytes | None = None, private_key: bytes | None = None,
-            access: Access | None = None, timeout: float = 30.0, idle_timeout: float = 2.0) -> Client:
+            access: Access | None = None, timeout: float = 30.0, idle_timeout: float = 2.0,
+            compression: str = "auto") -> Client:
     """A client of the catalog at ``uri`` (or ``$FLIGHTPART_CATALOG``).
 
     Credentials not given come from ``$FLIGHTPART_TOKEN``,
@@ -25,7 +26,11 @@ def connect(uri: str | None = None, *, host: str | None = None, token: str | Non
     this host for locality (also ``$FLIGHTPART_HOST``). ``timeout`` bounds
     every call to the catalog (a put gets it plus its size at 16 MB/s); a
     read stream that sends nothing for ``idle_timeout`` seconds moves to the
-    next replica. For an embedded
+    next replica. ``compression`` says what reads may ask for on the wire:
+    ``"auto"`` (ZSTD from nodes whose link was measured slower than about
+    2 Gbit/s, never from this host or over loopback), ``"off"``, ``"zstd"``
+    or ``"lz4"`` (a node still sends data that does not shrink as it is);
+    stored files are never compressed. For an embedded
     node and catalog in this process, call ``flightpart.connect()`` with no
     address.
     """
@@ -37,7 +42,7 @@ def connect(uri: str | None = None, *, host: str | None = None, token: str | Non
         access = Access.from_environment(token=token, tls_root_certs=tls_root_certs, cert_chain=cert_chain, private_key=private_key)
     if "://" not in uri:
         uri = f"grpc://{uri}"
-    return Client(uri, host=host, access=access, timeout=timeout, idle_timeout=idle_timeout)
+    return Client(uri, host=host, access=access, timeout=timeout, idle_timeout=idle_timeout, compression=compression)
 
 
 __all__ = ["Access", "Client", "Dataset", "FlightGet", "PartitionRef", "connect"]

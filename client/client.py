@@ -23,6 +23,7 @@ import pyarrow.flight as flight
 from flightpart import frames, lenient
 from flightpart.errors import NodeUnavailable, VersionConflict
 from flightpart.io.access import Access
+from flightpart.io.compression import check_mode
 from flightpart.io.connections import ConnectionPool
 from flightpart.io.errors import translated
 from flightpart.io.transfer import send_partition, send_partitions, streams_of
@@ -62,12 +63,13 @@ class Client:
     """A connection to one catalog (and, through it, to every node)."""
 
     def __init__(self, uri: str, *, host: str | None = None, access: Access | None = None, timeout: float = 30.0,
-                 idle_timeout: float = IDLE_TIMEOUT, owned: Sequence[Any] = ()):
+                 idle_timeout: float = IDLE_TIMEOUT, compression: str = "auto", owned: Sequence[Any] = ()):
         self.uri = uri
         self.host = host
         self.access = access or Access()
         self.timeout = timeout
         self.idle_timeout = idle_timeout
+        self.compression = check_mode(compression)
         self.pool = ConnectionPool(self.access)
         self._owned = list(owned)
 
@@ -488,7 +490,7 @@ class Client:
         version_info = self._version_info(name, version)
         # what the dataset's get carries: a capability for this version alone when the cluster issues one
         reader = dataclasses.replace(self.access, token=version_info.capability) if version_info.capability else self.access
-        ds = Dataset.from_version(version_info, FlightGet(self.host, reader, self.idle_timeout))
+        ds = Dataset.from_version(version_info, FlightGet(self.host, reader, self.idle_timeout, self.compression))
         if rank is not None or nranks is not None:
             ds = ds.spmd(rank, nranks, halo=halo, periodic=periodic)
         return ds

@@ -22,6 +22,7 @@ import pyarrow.flight as flight
 from flightpart.errors import FlightpartError, PartitionedError
 from flightpart.io import inprocess, layout
 from flightpart.io.access import Access
+from flightpart.io.compression import check_mode
 from flightpart.io.connections import ConnectionPool, shared_pool
 from flightpart.io.hosts import host_addresses
 from flightpart.io.maps import MappedFiles
@@ -55,9 +56,13 @@ class PartitionRef:
         return ("flightpart.PartitionRef", self.dataset, self.version, self.position, self.replicas, self.columns, self.rows,
                 self.filter, self.matched, self.aggregate.encode() if self.aggregate is not None else None)
 
+    def spec(self) -> Ticket:
+        """What a node is asked for: this handle as a ticket."""
+        return Ticket(self.dataset, self.version, self.position, self.columns, self.rows, self.filter, self.matched,
+                      self.aggregate)
+
     def ticket(self) -> flight.Ticket:
-        return flight.Ticket(Ticket(self.dataset, self.version, self.position, self.columns, self.rows, self.filter,
-                                    self.matched, self.aggregate).encode())
+        return flight.Ticket(self.spec().encode())
 
     def apply(self, table: pa.Table) -> pa.Table:
         """What this handle asks of its partition, done here (on a local map)."""
@@ -71,13 +76,15 @@ class FlightGet:
     pickled form holds what a reader needs and no private key.
     """
 
-    def __init__(self, host: str | None = None, access: Access | None = None, idle_timeout: float = IDLE_TIMEOUT):
+    def __init__(self, host: str | None = None, access: Access | None = None, idle_timeout: float = IDLE_TIMEOUT,
+                 compression: str = "auto"):
         self.host = host
         self.access = access or Access()
         self.idle_timeout = idle_timeout
+        self.compression = check_mode(compression)
 
     def __reduce__(self):
-        return (FlightGet, (self.host, self.access, self.idle_timeout))
+        return (FlightGet, (self.host, self.access, self.idle_timeout, self.compression))
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, FlightGet) and (self.host, self.access) == (other.host, other.access)
@@ -97,21 +104,26 @@ class FlightGet:
         for k, ref in enumerate(refs):
             if not isinstance(ref, PartitionRef):
                 raise PartitionedError(f"get: handle {k} is a {type(ref).__qualname__}, expected a flightpart PartitionRef")
-        tables = read_partitions(refs, host=self.host, pool=self.pool(), idle_timeout=self.idle_timeout)
+        tables = read_partitions(refs, host=self.host, pool=self.pool(), idle_timeout=self.idle_timeout,
+                                 compression=self.compression)
         return tables[0] if single else tables
 
 
 def read_partitions(refs: Sequence[PartitionRef], *, host: str | None, pool: ConnectionPool,
-                    idle_timeout: float = IDLE_TIMEOUT) -> list[pa.Table]:
+                    idle_timeout: float = IDLE_TIMEOUT, compression: str = "auto") -> list[pa.Table]:
     """Tables of ``refs`` in order: local ones mapped, remote ones streamed in parallel."""
     local = host_addresses(host)
     tables: list[pa.Table | None] = [read_local(ref, local, pool) for ref in refs]
     remote = [k for k, t in enumerate(tables) if t is None]
+
+    def fetch(k: int) -> pa.Table:
+        return read_remote(refs[k], pool, idle_timeout, compression=compression, here=local)
+
     if len(remote) == 1:
-        tables[remote[0]] = read_remote(refs[remote[0]], pool, idle_timeout)
+        tables[remote[0]] = fetch(remote[0])
     elif remote:
         with ThreadPoolExecutor(max_workers=min(MAX_STREAMS, len(remote)), thread_name_prefix="flightpart-get") as ex:
-            for k, table in zip(remote, ex.map(lambda k: read_remote(refs[k], pool, idle_timeout), remote)):
+            for k, table in zip(remote, ex.map(fetch, remote)):
                 tables[k] = table
     return tables  # type: ignore[return-value]
 
@@ -173,7 +185,8 @@ def _is_that_nodes_dir(root: Path, node_id: str) -> bool:
     return cached[1] == node_id
 
 
-def read_remote(ref: PartitionRef, pool: ConnectionPool, idle_timeout: float = IDLE_TIMEOUT) -> pa.Table:
+def read_remote(ref: PartitionRef, pool: ConnectionPool, idle_timeout: float = IDLE_TIMEOUT, *,
+                compression: str = "auto", here: frozenset[str] | None = None) -> pa.Table:
     """Stream the partition from the first replica that answers (:func:`flightpart.io.pull.read_replicas`)."""
-    return read_replicas(pool, ref.ticket(), [uri for uri, _ip, _pid in ref.replicas],
-                         f"partition {ref.position} of {ref.dataset!r} v{ref.version}", idle_timeout)
+    return read_replicas(pool, ref.spec(), ref.replicas, f"partition {ref.position} of {ref.dataset!r} v{ref.version}",
+                         idle_timeout, compression=compression, here=host_addresses() if here is None else here)

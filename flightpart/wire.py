@@ -329,6 +329,7 @@ class Ticket:
     filter: bytes | None = None
     matched: tuple[int, int] | None = None
     aggregate: Aggregate | None = None
+    compression: str | None = None  # a codec the reader accepts on the wire (flightpart.io.compression)
 
     MAX_BYTES: ClassVar[int] = 1 << 20
 
@@ -346,6 +347,8 @@ class Ticket:
             body["matched"] = list(self.matched)
         if self.aggregate is not None:
             body["aggregate"] = self.aggregate.to_json()
+        if self.compression is not None:
+            body["compression"] = self.compression
         return dumps(body)
 
     @classmethod
@@ -363,7 +366,18 @@ class Ticket:
             raise RequestRejected(f"ticket.part: {list(body.part)} is outside any grid", field="ticket.part")
         if body.matched is not None and body.filter is None:
             raise RequestRejected("ticket.matched: a range of matched rows needs a filter", field="ticket.matched")
-        return cls(body.dataset, body.version, body.part, body.columns, body.rows, body.filter, body.matched, body.aggregate)
+        return cls(body.dataset, body.version, body.part, body.columns, body.rows, body.filter, body.matched, body.aggregate,
+                   body.compression)
+
+
+WIRE_CODECS = ("zstd", "lz4")
+"""Codecs a reader may accept on the wire: Arrow IPC body compression, which any Arrow reader decompresses."""
+
+
+def p_codec(value: Any, where: str) -> str:
+    if value not in WIRE_CODECS:
+        raise RequestRejected(f"{where}: expected one of {', '.join(WIRE_CODECS)}, got {value!r:.40}", field=where)
+    return value
 
 
 def p_base64(value: Any, where: str) -> bytes:
@@ -385,6 +399,7 @@ class _TicketBody(Message):
     filter: bytes | None = _field(p_optional(p_base64), None)
     matched: tuple[int, int] | None = _field(p_optional(p_pair), None)
     aggregate: Aggregate | None = _field(p_optional(p_message(Aggregate)), None)
+    compression: str | None = _field(p_optional(p_codec), None)
 
 
 # --------------------------------------------------------------------------- descriptors

@@ -21,6 +21,7 @@ from flightpart import frames
 from flightpart.errors import DatasetNotFound, PartitionMissing, RequestRejected, VersionConflict
 from flightpart.io.connections import ConnectionPool
 from flightpart.io.errors import translated
+from flightpart.io.hosts import host_addresses
 from flightpart.io.pull import read_replicas
 from flightpart.io.transfer import BATCH_BYTES, project, split_batch
 from flightpart.regrid import Piece, is_whole, pieces_of
@@ -127,9 +128,10 @@ class Assembler:
             table = project(self.store.open(source.dataset, source.version, piece.source), piece.columns, piece.rows)
             self.count(assembled_rows=table.num_rows)
             return table
-        uris = [uri for uri, _ip, _pid in info.replicas if uri != self.uri]
-        ticket = flight.Ticket(Ticket(source.dataset, source.version, piece.source, piece.columns, piece.rows).encode())
-        table = read_replicas(self.pool, ticket, uris, f"partition {piece.source} of {source.dataset!r} v{source.version}")
+        replicas = [r for r in info.replicas if r[0] != self.uri]
+        ticket = Ticket(source.dataset, source.version, piece.source, piece.columns, piece.rows)
+        table = read_replicas(self.pool, ticket, replicas, f"partition {piece.source} of {source.dataset!r} v{source.version}",
+                              here=host_addresses())
         if table.num_rows != piece.rows[1] - piece.rows[0]:
             raise RequestRejected(f"partition {piece.source} of {source.dataset!r} v{source.version}: a holder sent "
                                   f"{table.num_rows} rows for {piece.rows}", field="part")

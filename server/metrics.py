@@ -20,6 +20,7 @@ COUNTERS = {
     "partitions_linked": "Partitions of a new version that share an unchanged file (append, rebalance)",
     "assembled_rows": "Rows gathered to build partitions of a new grid",
     "pulled_bytes": "Bytes pulled from other nodes to build partitions",
+    "streams_compressed": "Read streams sent compressed (the reader asked and a sample of the data shrank)",
     "errors": "Requests refused as invalid or not found",
     "refused_calls": "Calls refused (bad token or stream limit)",
 }

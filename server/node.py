@@ -22,6 +22,7 @@ import pyarrow.flight as flight
 from flightpart.errors import ForeignCluster, NodeConflict, RequestRejected, SchemaMismatch, StorageFull
 from flightpart.io import inprocess
 from flightpart.io.access import Access
+from flightpart.io.compression import write_options
 from flightpart.io.connections import ConnectionPool
 from flightpart.io.counters import Counters
 from flightpart.io.errors import translated
@@ -62,7 +63,7 @@ log = logging.getLogger("flightpart.node")
 
 NODE_COUNTERS = ("bytes_sent", "rows_sent", "batches_sent", "partitions_served", "bytes_received", "partitions_stored",
                  "put_streams", "errors", "storage_full_refusals", "partitions_assembled", "partitions_linked", "assembled_rows",
-                 "pulled_bytes")
+                 "pulled_bytes", "streams_compressed")
 """What a node's ``stats`` action and metrics count."""
 
 
@@ -343,8 +344,10 @@ class NodeServer(ServiceBase):
         # a partition's columns share chunk boundaries (one IPC file), so the stream
         # sends one batch per chunk: counted without touching the batches
         batches = table.column(0).num_chunks if table.num_columns else 0
-        self.counters.add(bytes_sent=table.nbytes, rows_sent=table.num_rows, batches_sent=batches, partitions_served=1)
-        return flight.RecordBatchStream(table)
+        options = write_options(table, spec.compression)
+        self.counters.add(bytes_sent=table.nbytes, rows_sent=table.num_rows, batches_sent=batches, partitions_served=1,
+                          streams_compressed=int(options is not None))
+        return flight.RecordBatchStream(table, options=options)
 
     @contextlib.contextmanager
     def _counting_errors(self, what: str) -> Iterator[None]:

@@ -101,3 +101,49 @@ def test_a_cluster_whose_owner_is_killed_is_swept_away(tmp_path):
     time.sleep(0.2)
     for pid in daemons:  # the daemons that ran inside are gone too
         assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z"
+
+
+SLOW_READS = textwrap.dedent("""
+    import json, os
+    import numpy as np, pyarrow as pa
+    import flightpart as fp
+    rng = np.random.default_rng(1)
+    n = 800_000  # about 14 MB: enough to measure the link
+    sales = pa.table({"day": np.sort(rng.integers(0, 365, n)).astype(np.int32),
+                      "store": pa.array([f"store-{k % 40:02d}" for k in rng.integers(0, 40, n)]),
+                      "quantity": rng.integers(1, 10, n).astype(np.int16)})
+    noise = pa.table({"f": rng.random(1_000_000)})
+    seen = {}
+    with fp.connect(os.environ["CATALOG"]) as client:
+        client.put("sales", sales)
+        client.put("noise", noise)
+        node = client.nodes()[0]["uri"]
+        def compressed():
+            return client.stats(node)["streams_compressed"]
+        for mode in ("auto", "off"):
+            with fp.connect(os.environ["CATALOG"], compression=mode) as reader:
+                before = compressed()
+                tables = [reader.open("sales").to_arrow() for _ in range(3)]
+                seen[mode] = {"compressed": compressed() - before, "equal": all(t.equals(sales) for t in tables)}
+        with fp.connect(os.environ["CATALOG"], compression="zstd") as reader:
+            before = compressed()
+            ok = reader.open("noise").to_arrow().equals(noise)
+            seen["noise"] = {"compressed": compressed() - before, "equal": ok}
+        from flightpart.io.compression import RATES
+        seen["rate"] = RATES.rate(node)
+    print(json.dumps(seen))
+""")
+
+
+def test_reads_over_a_slow_link_are_compressed_once_the_link_is_measured(tmp_path):
+    with netcluster.NetCluster(tmp_path, nodes=1, rate="200mbit") as cluster:
+        client = cluster.add_host()
+        done = client.run(SLOW_READS, env={"CATALOG": cluster.uri})
+        assert done.returncode == 0, done.stderr[-2000:]
+        seen = json.loads(done.stdout)
+    # auto: the first read measures the link (uncompressed, about 25 MB/s), the next two ask for ZSTD
+    assert seen["auto"] == {"compressed": 2, "equal": True}
+    assert 5e6 < seen["rate"] < 50e6
+    assert seen["off"] == {"compressed": 0, "equal": True}
+    # asked for ZSTD, random floats are sent as they are: a sample did not shrink
+    assert seen["noise"] == {"compressed": 0, "equal": True}

@@ -12,14 +12,16 @@ import random
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.flight as flight
 
 from flightpart.errors import NodeUnavailable, ServerBusy
-from flightpart.wire import error_message
+from flightpart.wire import Replica, Ticket, error_message
 
+from .compression import RATES
 from .connections import ConnectionPool
 from .errors import translate
 from .transfer import TRAFFIC, chunks
@@ -36,9 +38,14 @@ class Stalled(Exception):
     """A stream that sent nothing for the idle timeout."""
 
 
-def read_replicas(pool: ConnectionPool, ticket: flight.Ticket, uris: Sequence[str], what: str,
-                  idle_timeout: float = IDLE_TIMEOUT) -> pa.Table:
-    """``ticket`` streamed from the first of ``uris`` that answers.
+def read_replicas(pool: ConnectionPool, ticket: Ticket, replicas: Sequence[Replica], what: str,
+                  idle_timeout: float = IDLE_TIMEOUT, *, compression: str = "auto",
+                  here: frozenset[str] = frozenset()) -> pa.Table:
+    """``ticket`` streamed from the first of ``replicas`` that answers.
+
+    Each replica is asked for the codec :data:`~flightpart.io.compression.RATES`
+    chooses for its link under ``compression`` (``here``: this host's
+    addresses, whose nodes are never asked to compress).
 
     A replica that is unreachable, stalls (no batch for ``idle_timeout``
     seconds), does not hold the partition or fails hands over to the next;
@@ -51,9 +58,10 @@ def read_replicas(pool: ConnectionPool, ticket: flight.Ticket, uris: Sequence[st
     delay = 0.05
     while True:
         busy = False
-        for uri in uris:
+        for uri, ip, _pid in replicas:
             try:
-                return stream(pool, uri, ticket, idle_timeout)
+                return _measured(pool, uri, replace(ticket, compression=RATES.codec_for(compression, uri, ip, here)),
+                                 idle_timeout)
             except Stalled:
                 pool.discard(uri)
                 failures.append(f"{uri}: sent nothing for {idle_timeout:g} s")
@@ -70,7 +78,18 @@ def read_replicas(pool: ConnectionPool, ticket: flight.Ticket, uris: Sequence[st
             break
         time.sleep(delay * (0.5 + random.random()))
         delay = min(delay * 2, 1.0)
-    raise NodeUnavailable(f"{what}: no replica could serve it ({'; '.join(failures[-len(uris):]) or 'no replicas are known'})")
+    raise NodeUnavailable(f"{what}: no replica could serve it ({'; '.join(failures[-len(replicas):]) or 'no replicas are known'})")
+
+
+def _measured(pool: ConnectionPool, uri: str, ticket: Ticket, idle_timeout: float) -> pa.Table:
+    """One stream, its rate handed to the link measurements."""
+    sharing = RATES.started(uri)
+    t0, table = time.perf_counter(), None
+    try:
+        table = stream(pool, uri, flight.Ticket(ticket.encode()), idle_timeout)
+        return table
+    finally:
+        RATES.finished(uri, table.nbytes if table is not None else 0, time.perf_counter() - t0, ticket.compression, sharing)
 
 
 def stream(pool: ConnectionPool, uri: str, ticket: flight.Ticket, idle_timeout: float) -> pa.Table:

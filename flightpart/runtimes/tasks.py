@@ -90,7 +90,8 @@ class BlockReader:
                 handles = [replace(handles[j], columns=tuple(wanted[j]) if wanted[j] else None) for j in keep]
             host = self.host_of_task() if self.host_of_task else None
             host = self.get.host if host is None else (None if host == AUTO_DETECT else host)
-            tables = read_partitions(handles, host=host, pool=self.get.pool(), idle_timeout=self.get.idle_timeout)
+            tables = read_partitions(handles, host=host, pool=self.get.pool(), idle_timeout=self.get.idle_timeout,
+                                     compression=self.get.compression)
         else:
             raw = self.get(handles)
             tables = [frames.to_arrow(r, column_offset=block.column_starts[j]) for j, r in zip(keep, raw)]
