@@ -16,7 +16,7 @@ CATALOG_ENV = "FLIGHTPART_CATALOG"
 def connect(uri: str | None = None, *, host: str | None = None, token: str | None = None,
             tls_root_certs: bytes | None = None, cert_chain: bytes | None = None, private_key: bytes | None = None,
             access: Access | None = None, timeout: float = 30.0, idle_timeout: float = 2.0,
-            compression: str = "auto") -> Client:
+            compression: str = "auto", streams_per_partition: int = 1) -> Client:
     """A client of the catalog at ``uri`` (or ``$FLIGHTPART_CATALOG``).
 
     Credentials not given come from ``$FLIGHTPART_TOKEN``,
@@ -30,7 +30,10 @@ def connect(uri: str | None = None, *, host: str | None = None, token: str | Non
     ``"auto"`` (ZSTD from nodes whose link was measured slower than about
     2 Gbit/s, never from this host or over loopback), ``"off"``, ``"zstd"``
     or ``"lz4"`` (a node still sends data that does not shrink as it is);
-    stored files are never compressed. For an embedded
+    stored files are never compressed. ``streams_per_partition`` above 1
+    reads a large partition held on other hosts (32 MiB or more) as that
+    many row ranges at once, each from the next replica (see
+    docs/benchmarks.md for where it measured faster). For an embedded
     node and catalog in this process, call ``flightpart.connect()`` with no
     address.
     """
@@ -42,7 +45,8 @@ def connect(uri: str | None = None, *, host: str | None = None, token: str | Non
         access = Access.from_environment(token=token, tls_root_certs=tls_root_certs, cert_chain=cert_chain, private_key=private_key)
     if "://" not in uri:
         uri = f"grpc://{uri}"
-    return Client(uri, host=host, access=access, timeout=timeout, idle_timeout=idle_timeout, compression=compression)
+    return Client(uri, host=host, access=access, timeout=timeout, idle_timeout=idle_timeout, compression=compression,
+                  streams_per_partition=streams_per_partition)
 
 
 __all__ = ["Access", "Client", "Dataset", "FlightGet", "PartitionRef", "connect"]

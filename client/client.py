@@ -63,13 +63,15 @@ class Client:
     """A connection to one catalog (and, through it, to every node)."""
 
     def __init__(self, uri: str, *, host: str | None = None, access: Access | None = None, timeout: float = 30.0,
-                 idle_timeout: float = IDLE_TIMEOUT, compression: str = "auto", owned: Sequence[Any] = ()):
+                 idle_timeout: float = IDLE_TIMEOUT, compression: str = "auto", streams_per_partition: int = 1,
+                 owned: Sequence[Any] = ()):
         self.uri = uri
         self.host = host
         self.access = access or Access()
         self.timeout = timeout
         self.idle_timeout = idle_timeout
         self.compression = check_mode(compression)
+        self.streams_per_partition = streams_per_partition
         self.pool = ConnectionPool(self.access)
         self._owned = list(owned)
 
@@ -490,7 +492,8 @@ class Client:
         version_info = self._version_info(name, version)
         # what the dataset's get carries: a capability for this version alone when the cluster issues one
         reader = dataclasses.replace(self.access, token=version_info.capability) if version_info.capability else self.access
-        ds = Dataset.from_version(version_info, FlightGet(self.host, reader, self.idle_timeout, self.compression))
+        ds = Dataset.from_version(version_info, FlightGet(self.host, reader, self.idle_timeout, self.compression,
+                                                                  self.streams_per_partition))
         if rank is not None or nranks is not None:
             ds = ds.spmd(rank, nranks, halo=halo, periodic=periodic)
         return ds

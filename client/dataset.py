@@ -21,10 +21,11 @@ import pyarrow.compute as pc
 from flightpart import aggregates, filters, frames
 from flightpart.errors import PartitionedError
 from flightpart.filters import Filter
+from flightpart.io.hosts import host_addresses
 from flightpart.tiling import halo_sources
 from flightpart.wire import Aggregate, PartInfo, VersionInfo
 
-from .fetch import FlightGet, PartitionRef
+from .fetch import SPLIT_BYTES, FlightGet, PartitionRef, split_rows
 from .plugins import runtime
 from .pruning import Pruner
 
@@ -439,7 +440,7 @@ class Dataset:
         """One row block of the view as a table (the filter applied on the nodes, or here when it spans groups)."""
         groups = self._groups()
         if self._pushable():
-            tables = self._get([self._ref(b, j, self._columns_of(j)) for j in groups])
+            tables = self._get_split([(b, j) for j in groups])
             return self._in_order(frames.assemble({(0, k): t for k, t in enumerate(tables)}, (1, len(tables))))
         wanted = set(self._filter.columns)
         reads = [j for j in range(self._grid[1]) if j in groups or wanted & self._stored(j)]
@@ -454,6 +455,34 @@ class Dataset:
             table = table.slice(b.matched[0], b.matched[1] - b.matched[0])
         return self._in_order(table.select(self.schema.names))
 
+    def _get_split(self, cells: list[tuple[_Block, int]]) -> list[pa.Table]:
+        """Tables of row blocks ``(b, j)``, a large remote one read as row ranges over several streams at once.
+
+        With ``streams_per_partition`` above 1 (see :func:`flightpart.connect`),
+        a partition of at least :data:`~flightpart.client.fetch.SPLIT_BYTES`
+        that no replica holds on this host is read as up to that many row
+        ranges in parallel, each from the next replica in turn.
+        """
+        streams = getattr(self._get, "streams_per_partition", 1)
+        refs = [self._ref(b, j, self._columns_of(j)) for b, j in cells]
+        if streams <= 1 or self._filter is not None:
+            return self._get(refs)
+        here = host_addresses(self._get.host)
+        pieces = []
+        for (b, j), ref in zip(cells, refs):
+            rows = b.rows or (0, self._parts[(b.i, j)].shape[0])
+            info = self._parts[(b.i, j)]
+            nbytes = info.nbytes * (rows[1] - rows[0]) / max(info.shape[0], 1)
+            local = any(ip in here for _uri, ip, _pid in ref.replicas)
+            pieces.append([ref] if local else split_rows(ref, rows, min(streams, int(nbytes // SPLIT_BYTES))))
+        tables = self._get([r for group in pieces for r in group])
+        out, k = [], 0
+        for group in pieces:
+            part = tables[k:k + len(group)]
+            k += len(group)
+            out.append(part[0] if len(part) == 1 else pa.concat_tables(part))
+        return out
+
     def to_arrow(self) -> pa.Table:
         """The whole view as one table: local parts mapped, others streamed (in parallel)."""
         self._check_readable()
@@ -464,8 +493,7 @@ class Dataset:
         if not blocks:
             return self._in_order(self.schema.empty_table())
         groups = self._groups()
-        refs = [self._ref(b, j, self._columns_of(j)) for b in blocks for j in groups]
-        tables = self._get(refs)
+        tables = self._get_split([(b, j) for b in blocks for j in groups])
         q = len(groups)
         parts = {(k // q, k % q): t for k, t in enumerate(tables)}
         return self._in_order(frames.assemble(parts, (len(blocks), q)))

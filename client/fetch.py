@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +69,23 @@ class PartitionRef:
         return project(table, self.columns, self.rows, self.filter, self.matched, self.aggregate)
 
 
+SPLIT_BYTES = 32 << 20
+"""A remote partition is split into parallel row-range streams of at least this size (when asked for)."""
+
+
+def split_rows(ref: PartitionRef, rows: tuple[int, int], pieces: int) -> list[PartitionRef]:
+    """``ref`` (covering ``rows`` of its partition) as up to ``pieces`` handles of consecutive row ranges,
+    each naming the replicas in a different order so the ranges are served by different nodes."""
+    count = rows[1] - rows[0]
+    pieces = max(1, min(pieces, count))
+    if pieces == 1:
+        return [ref]
+    cuts = [rows[0] + count * k // pieces for k in range(pieces + 1)]
+    n = len(ref.replicas)
+    return [replace(ref, rows=(cuts[k], cuts[k + 1]), replicas=ref.replicas[k % n:] + ref.replicas[:k % n])
+            for k in range(pieces)]
+
+
 class FlightGet:
     """``get`` of a flightpart ``__partitioned__``: one handle or a sequence of them.
 
@@ -77,14 +94,17 @@ class FlightGet:
     """
 
     def __init__(self, host: str | None = None, access: Access | None = None, idle_timeout: float = IDLE_TIMEOUT,
-                 compression: str = "auto"):
+                 compression: str = "auto", streams_per_partition: int = 1):
         self.host = host
         self.access = access or Access()
         self.idle_timeout = idle_timeout
         self.compression = check_mode(compression)
+        if not isinstance(streams_per_partition, int) or not 1 <= streams_per_partition <= MAX_STREAMS:
+            raise ValueError(f"streams_per_partition: expected 1 to {MAX_STREAMS}, got {streams_per_partition!r}")
+        self.streams_per_partition = streams_per_partition
 
     def __reduce__(self):
-        return (FlightGet, (self.host, self.access, self.idle_timeout, self.compression))
+        return (FlightGet, (self.host, self.access, self.idle_timeout, self.compression, self.streams_per_partition))
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, FlightGet) and (self.host, self.access) == (other.host, other.access)

@@ -440,15 +440,38 @@ def stats(uri: str, as_json: bool) -> None:
 
 
 @main.command()
-@click.option("--size", default=str(1 << 30), show_default=True, help="Bytes of data (suffixes K, M, G allowed).")
+@click.option("--size", default=None, help="Bytes of data (suffixes K, M, G allowed) [default: 1G; 256M with --network].")
 @click.option("--quick", is_flag=True, help="64 MiB and fewer runs: a smoke test in well under 3 minutes.")
 @click.option("--runs", default=None, type=int, help="Timed runs per contender (after one warm-up).")
 @click.option("--json", "json_path", default=None, type=click.Path(dir_okay=False), help="Write every figure as JSON.")
 @click.option("--plot", "plot_path", default=None, type=click.Path(dir_okay=False), help="Draw a bar chart (PNG).")
 @click.option("--scale", is_flag=True, help="How costs grow: up to 100,000 partitions and 4,000 simulated nodes "
                                             "(about 10 minutes; with --quick, small sizes).")
-def bench(size: str, quick: bool, runs: int | None, json_path: str | None, plot_path: str | None, scale: bool) -> None:
-    """flightpart against raw Flight, Dask and Ray on this machine, side by side (--scale: how its costs grow)."""
+@click.option("--network", default=None, metavar="RATES",
+              help="Hosts as network namespaces with links shaped to each rate in turn, comma-separated: "
+                   "loopback, 10gbit, 1gbit, ... (needs root for anything but loopback).")
+def bench(size: str | None, quick: bool, runs: int | None, json_path: str | None, plot_path: str | None, scale: bool,
+          network: str | None) -> None:
+    """flightpart against raw Flight, Dask and Ray on this machine, side by side (--scale: how its costs grow;
+    --network: on hosts with real, shaped links)."""
+    if network:
+        from .tools.bench import render
+        from .tools.bench_network import plot_network, run_network_bench
+
+        nbytes = _parse_size(size) if size else (32 << 20 if quick else 256 << 20)
+        results = []
+        for rate in [r.strip() for r in network.split(",") if r.strip()]:
+            try:
+                results.append(run_network_bench(rate, nbytes, runs=runs or (3 if quick else 5),
+                                                 log=lambda m: click.echo(m, err=True)))
+            except (RuntimeError, ValueError) as exc:
+                raise click.ClickException(str(exc)) from None
+            render(results[-1])
+        if json_path:
+            Path(json_path).write_text(json.dumps({"network_runs": results}, indent=2))
+        if plot_path:
+            plot_network(results, plot_path)
+        return
     if scale:
         from .tools.bench_scale import plot_scale, render_scale, run_scale
 
@@ -461,7 +484,7 @@ def bench(size: str, quick: bool, runs: int | None, json_path: str | None, plot_
         return
     from .tools.bench import plot, render, run_bench
 
-    nbytes = 64 << 20 if quick else _parse_size(size)
+    nbytes = 64 << 20 if quick else _parse_size(size or "1G")
     result = run_bench(nbytes, quick=quick, runs=runs, log=lambda m: click.echo(m, err=True))
     render(result)
     if json_path:

@@ -22,6 +22,7 @@ import pyarrow.flight as flight
 from flightpart.errors import ForeignCluster, NodeConflict, RequestRejected, SchemaMismatch, StorageFull
 from flightpart.io import inprocess
 from flightpart.io.access import Access
+from flightpart.io.allocator import keep_freed_memory
 from flightpart.io.compression import write_options
 from flightpart.io.connections import ConnectionPool
 from flightpart.io.counters import Counters
@@ -144,6 +145,7 @@ class NodeServer(ServiceBase):
         self.min_free_bytes = min_free_bytes
         self.node_id = self.store.node_id
         self.pid = os.getpid()
+        keep_freed_memory()  # receiving puts and pulls: freed buffers reused, not faulted in again per partition
         self.counters = Counters(NODE_COUNTERS)
         self.catalog_uri = catalog
         self.heartbeat_interval = heartbeat_interval

@@ -63,3 +63,36 @@ def test_quick_scale_bench_writes_every_size_and_goal(tmp_path):
     assert len(goals) == 9 and all(g["met"] in (True, False, None) for g in goals.values())
     assert png.stat().st_size > 10_000 and png.read_bytes()[:4] == b"\x89PNG"
     assert "goals" in done.stdout
+
+
+@pytest.mark.slow
+def test_network_bench_runs_on_loopback_and_a_shaped_link_and_leaves_no_namespace(tmp_path):
+    from flightpart.tools import netcluster
+
+    reason = netcluster.unavailable()
+    rates = "loopback" if reason else "loopback,1gbit"
+    out, png = tmp_path / "net.json", tmp_path / "net.png"
+    bench = subprocess.Popen([sys.executable, "-m", "flightpart", "bench", "--network", rates, "--size", "12M", "--runs", "1",
+                              "--json", str(out), "--plot", str(png)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _stdout, stderr = bench.communicate(timeout=600)
+    assert bench.returncode == 0, stderr[-3000:]
+    # every namespace the bench made (named after its PID) is gone, Dask and reader processes included
+    assert not [ns for ns in netcluster.namespaces() if ns.startswith(f"{netcluster.PREFIX}{bench.pid}c")]
+    runs = json.loads(out.read_text())["network_runs"]
+    assert [r["network"] for r in runs] == rates.split(",") and png.stat().st_size > 0
+    for run in runs:
+        cases = {c["case"]: c for c in run["cases"]}
+        assert list(cases) == ["remote partition read (floats)", "whole dataset read (floats), 3 nodes, 1 local",
+                               "remote partition read (sales)", "whole dataset read (sales), 3 nodes, 1 local"]
+        for case in cases.values():
+            # every contender timed and its CPU counted (reader and servers, from /proc)
+            assert set(case["cpu_seconds_per_gb"]) == set(case["median_seconds"])
+            assert all(v > 0 for v in case["median_seconds"].values())
+            assert all(v >= 0 for v in case["cpu_seconds_per_gb"].values())
+            assert any(v > 0 for v in case["cpu_seconds_per_gb"].values())
+        if run["network"] == "1gbit":
+            # the reader measured a slow link and the nodes compressed the sales table's streams
+            assert cases["remote partition read (sales)"]["streams_compressed"] > 0
+            assert cases["remote partition read (sales)"]["share_of_link_rate"] > 0
+        else:
+            assert cases["remote partition read (sales)"]["streams_compressed"] == 0  # never over loopback

@@ -14,7 +14,7 @@ import pytest
 import flightpart as fp
 from flightpart.errors import RequestRejected
 from flightpart.io import compression
-from flightpart.io.compression import PROBE_EVERY, LinkRates, write_options
+from flightpart.io.compression import PROBE_EVERY, SLOW_LINK, LinkRates, write_options
 from flightpart.wire import Ticket
 
 
@@ -44,26 +44,43 @@ def test_a_node_compresses_only_data_that_shrinks_and_streams_worth_it():
 
 
 def test_the_reader_asks_only_remote_nodes_whose_link_measured_slow():
-    rates = LinkRates()
+    now = [0.0]
+    rates = LinkRates(clock=lambda: now[0])
     here = frozenset({"10.0.0.1"})
-    far = ("grpc://10.0.0.2:1", "10.0.0.2")
+    far, other = ("grpc://10.0.0.2:1", "10.0.0.2"), ("grpc://10.0.0.3:1", "10.0.0.3")
+
+    def busy(streams: list[tuple[str, int, str | None]], seconds: float) -> None:
+        """Streams in flight together for ``seconds``: (uri, bytes, codec)."""
+        for uri, _n, _codec in streams:
+            rates.started(uri)
+        now[0] += seconds
+        for uri, n, codec in streams:
+            rates.finished(uri, n, codec)
+
     for mode in ("auto", "zstd", "lz4", "off"):
         assert rates.codec_for(mode, "grpc://127.0.0.3:1", "127.0.0.3", here) is None  # loopback: a memory copy
         assert rates.codec_for(mode, "grpc://10.0.0.1:1", "10.0.0.1", here) is None  # this host
     assert rates.codec_for("zstd", *far, here) == "zstd" and rates.codec_for("off", *far, here) is None
     assert rates.codec_for("auto", *far, here) is None  # not measured yet
-    rates.finished(far[0], 1 << 30, 1.0, None)  # 1 GiB/s: a fast link
-    assert rates.codec_for("auto", *far, here) is None
-    rates.finished(far[0], 64 << 20, 1.0, "zstd")  # compressed streams measure the codec, not the link
-    rates.finished(far[0], 1 << 20, 1.0, None)  # too small to measure
+    busy([(far[0], 1 << 30, None)], 1.0)  # 1 GiB/s: a fast link
+    assert rates.codec_for("auto", *far, here) is None and rates.rate(far[0]) == 1 << 30
+    busy([(far[0], 64 << 20, "zstd")], 1.0)  # a compressed stream measures the codec, not the link
+    busy([(far[0], 1 << 20, None)], 1.0)  # too little to measure
     assert rates.rate(far[0]) == 1 << 30
-    rates.finished(far[0], 100 << 20, 1.0, None, sharing=3)  # three streams shared the link: 300 MiB/s
-    assert rates.rate(far[0]) == 300 << 20
-    rates.finished(far[0], 50 << 20, 1.0, None, sharing=1)  # 50 MiB/s: slow
+    # four streams at once from one node, 100 MiB each in a second: the link carried 400 MiB/s, not 100
+    busy([(far[0], 100 << 20, None)] * 4, 1.0)
+    assert rates.rate(far[0]) == 400 << 20 and rates.codec_for("auto", *far, here) is None
+    # two nodes at 150 MiB/s each over this process's link: each is slow, the process's link is not (300 MiB/s)
+    busy([(far[0], 150 << 20, None), (other[0], 150 << 20, None)], 1.0)
+    assert rates.rate(far[0]) < SLOW_LINK < rates.rate(rates.ALL) == 300 << 20
+    assert rates.codec_for("auto", *far, here) is None
+    busy([(far[0], 50 << 20, None)], 1.0)  # 50 MiB/s, alone: both slow
     asked = [rates.codec_for("auto", *far, here) for _ in range(2 * PROBE_EVERY)]
     # compressed, but every PROBE_EVERY-th stream goes plain to measure the link again
     assert asked.count(None) == 2 and asked[PROBE_EVERY - 1] is None and set(asked) == {"zstd", None}
-    assert rates.started(far[0]) == 1 and rates.started(far[0]) == 2
+    assert rates.codec_for("auto", "grpc://10.0.0.4:1", "10.0.0.4", here) is None  # a node not measured yet
+    rates.finished("grpc://never-started:1", 1 << 30, None)  # an end without a start changes nothing
+    assert rates.rate("grpc://never-started:1") is None
 
 
 def test_a_plain_flight_reader_that_asks_for_zstd_reads_the_same_rows(cluster):
@@ -85,3 +102,43 @@ def test_a_client_refuses_an_unknown_compression_mode(cluster):
     with pytest.raises(ValueError, match="auto, off, zstd, lz4"):
         fp.connect(cluster.uri, compression="brotli")
     assert compression.check_mode(None) == "off"
+
+
+FAULTS = """
+import json, os, sys
+import flightpart as fp
+def faults():
+    return int(open("/proc/self/stat").read().rsplit(")", 1)[1].split()[7])
+with fp.connect(sys.argv[1], host="127.0.0.9") as client:
+    ds = client.open("faults")
+    per_read = []
+    for _ in range(6):
+        before = faults()
+        table = ds.to_arrow()
+        per_read.append(faults() - before)
+        del table
+print(json.dumps({"faults": per_read, "nbytes": ds.nbytes}))
+"""
+
+
+@pytest.mark.parametrize("tuning", ["on", "off"])
+def test_a_warm_reader_reuses_freed_memory_instead_of_faulting_it_in_again(cluster, tuning):
+    """A stream's receive path cost is mostly page faults (docs/operations.md): after the first read, a reader
+    with the allocator tuned takes a small fraction of the faults one without it takes per read."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    with fp.connect(cluster.uri, host="127.0.0.9") as client:
+        client.put("faults", pa.table({"f": np.random.default_rng(0).random(8_000_000)}), nodes=["127.0.0.3"], replicas=1)
+    env = {**os.environ, "FLIGHTPART_MALLOC_TUNING": tuning}
+    done = subprocess.run([sys.executable, "-c", FAULTS, cluster.uri], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    seen = json.loads(done.stdout)
+    pages = seen["nbytes"] // 4096
+    warm = sorted(seen["faults"][1:])[2]  # the median warm read
+    if tuning == "on":
+        assert warm < pages // 10, seen
+    else:
+        assert warm > pages // 2, seen

@@ -147,3 +147,125 @@ def test_reads_over_a_slow_link_are_compressed_once_the_link_is_measured(tmp_pat
     assert seen["off"] == {"compressed": 0, "equal": True}
     # asked for ZSTD, random floats are sent as they are: a sample did not shrink
     assert seen["noise"] == {"compressed": 0, "equal": True}
+
+
+DASK_DRIVER = textwrap.dedent("""
+    import json, os
+    import dask.dataframe as dd, distributed, pandas as pd
+    import flightpart as fp
+    dc = distributed.Client(scheduler_file=os.environ["SCHEDULER_FILE"], timeout=60)
+    dc.wait_for_workers(2, timeout=60)
+    client = fp.dask.start(dc, data_dir=os.environ["DATA_DIR"])
+    out = {}
+    try:
+        out["nodes"] = sorted(n["ip"] for n in client.nodes() if n["alive"])
+        df = pd.DataFrame({"k": range(4000), "v": [k / 7 for k in range(4000)]})
+        ddf = dc.persist(dd.from_pandas(df, npartitions=4))
+        out["holders"] = [fp.dask.host_of(h[0]) for h in fp.dask.partitioned(ddf, client=dc).holders]
+        ds = client.put("across-hosts", ddf)
+        out["placed"] = [p["location"][0][0] for _, p in sorted(ds.__partitioned__["partitions"].items())]
+        out["driver_connections"] = sorted(client.pool._clients)
+        with fp.connect(client.uri) as observer:
+            uris = [n["uri"] for n in client.nodes()]
+            sent = {u: observer.stats(u)["bytes_sent"] for u in uris}
+            back = ds.to_dask().compute()
+            out["equal"] = back.reset_index(drop=True).equals(df)
+            out["streamed"] = sum(observer.stats(u)["bytes_sent"] - b for u, b in sent.items())
+        out["catalog"] = client.uri
+    finally:
+        client.close()
+        fp.dask.stop(dc)
+    print(json.dumps(out))
+""")
+
+
+def test_dask_workers_on_two_hosts_put_and_read_where_the_data_is(tmp_path):
+    with netcluster.NetCluster(tmp_path / "net", nodes=0) as cluster:
+        scheduler, *workers = cluster.add_host(), cluster.add_host(), cluster.add_host()
+        scheduler_file = str(tmp_path / "scheduler.json")
+        quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+        scheduler.popen([sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", scheduler.ip, "--port", "0",
+                         "--scheduler-file", scheduler_file, "--no-dashboard"], **quiet)
+        for host in workers:
+            host.popen([sys.executable, "-m", "distributed.cli.dask_worker", "--scheduler-file", scheduler_file,
+                        "--host", host.ip, "--nthreads", "1", "--no-nanny", "--no-dashboard"], **quiet)
+        deadline = time.monotonic() + 60
+        while not os.path.exists(scheduler_file) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        done = scheduler.run(DASK_DRIVER, env={"SCHEDULER_FILE": scheduler_file, "DATA_DIR": str(tmp_path / "data")})
+        assert done.returncode == 0, done.stderr[-3000:]
+        out = json.loads(done.stdout)
+    # one node per worker host, found from each namespace's own interface
+    assert out["nodes"] == sorted(h.ip for h in workers)
+    # each partition stored on the host of the worker that held it, sent by that worker: the driver on the
+    # scheduler's host talked to the catalog only
+    assert out["placed"] == out["holders"] and set(out["placed"]) == {h.ip for h in workers}
+    assert out["driver_connections"] == [out["catalog"]]
+    # the read ran where the data is: every partition mapped by a worker on its host, none streamed
+    assert out["equal"] and out["streamed"] == 0
+
+
+RAY_DRIVER = textwrap.dedent("""
+    import json, os
+    import numpy as np, pyarrow as pa, ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+    import flightpart as fp
+    from flightpart.runtimes import ray as fray
+    ray.init(address=os.environ["RAY_ADDRESS"], log_to_driver=False)
+    nodes = sorted((n["NodeManagerAddress"], n["NodeID"]) for n in ray.nodes() if n["Alive"])
+    client = fp.ray.start(data_dir=os.environ["DATA_DIR"])
+    out = {"ray_nodes": [ip for ip, _ in nodes]}
+    try:
+        out["nodes"] = sorted(n["ip"] for n in client.nodes() if n["alive"])
+
+        @ray.remote(num_cpus=0)
+        def block(k):  # 1.6 MB: large enough to live in its node's object store (small ones go to the owner)
+            return pa.table({"k": np.arange(k * 200_000, (k + 1) * 200_000)})
+
+        refs = [block.options(scheduling_strategy=NodeAffinitySchedulingStrategy(nodes[k % 2][1], soft=False)).remote(k)
+                for k in range(4)]
+        rds = ray.data.from_arrow_refs(refs)
+        out["holders"] = [nodes[k % 2][0] for k in range(4)]
+        out["seen"] = [locs[0][0] for locs in fray.partitioned(rds).locations]
+        ds = client.put("ray-across-hosts", rds)
+        out["placed"] = [p["location"][0][0] for _, p in sorted(ds.__partitioned__["partitions"].items())]
+        with fp.connect(client.uri) as observer:
+            uris = [n["uri"] for n in client.nodes()]
+            received = sum(observer.stats(u)["bytes_received"] for u in uris)
+            sent = {u: observer.stats(u)["bytes_sent"] for u in uris}
+            got = pa.concat_tables(ray.get(fray.read_refs(ds, schema=ds.schema)))
+            out["equal"] = got["k"].to_pylist() == list(range(800_000))
+            out["streamed"] = sum(observer.stats(u)["bytes_sent"] - b for u, b in sent.items())
+            out["received"] = received
+    finally:
+        client.close()
+        fp.ray.stop()
+    print(json.dumps(out))
+""")
+
+
+def test_ray_with_a_second_node_puts_from_tasks_and_reads_where_the_data_is(tmp_path):
+    ray_cli = os.path.join(os.path.dirname(sys.executable), "ray")
+    if not os.path.exists(ray_cli):
+        pytest.skip("ray is not installed")
+    with netcluster.NetCluster(tmp_path / "net", nodes=0) as cluster:
+        head, worker = cluster.add_host(), cluster.add_host()
+        env = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+        common = ["--num-cpus", "1", "--disable-usage-stats"]
+        for host, args in ((head, ["--head", "--port", "6379", "--include-dashboard", "false"]),
+                           (worker, ["--address", f"{head.ip}:6379"])):
+            started = host.popen([ray_cli, "start", "--node-ip-address", host.ip, *args, *common], env=env,
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            assert started.wait(120) == 0, started.stdout.read()[-3000:]
+        done = head.run(RAY_DRIVER, env={**env, "RAY_ADDRESS": f"{head.ip}:6379", "DATA_DIR": str(tmp_path / "data")},
+                        timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+        out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["ray_nodes"] == sorted([head.ip, worker.ip])
+    # one flightpart node per Ray node, each on its own host's address
+    assert out["nodes"] == out["ray_nodes"]
+    # each block stored on the host whose Ray node held it, by a task there
+    assert out["seen"] == out["holders"], out
+    assert out["placed"] == out["holders"] and out["received"] >= 4 * 1_600_000
+    # read tasks ran on the holders' nodes and mapped their files: nothing streamed
+    assert out["equal"] and out["streamed"] == 0

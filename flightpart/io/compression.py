@@ -8,9 +8,9 @@ about 0.4 GB/s per core, so a 1 Gbit/s link (0.125 GB/s) gains and a
 10 Gbit/s one loses. Hence two decisions:
 
 * the reader (:class:`LinkRates`, mode ``"auto"``) asks for ZSTD from a node
-  only when the last uncompressed stream it measured from that node ran
-  slower than :data:`SLOW_LINK`, never for loopback or this host (those are
-  memory copies or maps), and measures the link again uncompressed every
+  only when it measured both that node's link and its own slower than
+  :data:`SLOW_LINK`, never for loopback or this host (those are memory
+  copies or maps), and measures again uncompressed every
   :data:`PROBE_EVERY` streams;
 * the node (:func:`write_options`) compresses only when a sample of the data
   shrinks to :data:`WORTH` of its size or less (random floats do not).
@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import ipaddress
 import threading
-from collections.abc import Collection
+import time
+from collections.abc import Callable, Collection
 
 import pyarrow as pa
 import pyarrow.ipc as ipc
@@ -86,17 +87,26 @@ def is_loopback(ip: str) -> bool:
 class LinkRates:
     """What this process measured of each node's link, and the codec it asks that node for.
 
-    Only uncompressed streams measure a link (a compressed one would measure
-    the codec); a link measured slow gets compressed streams, with an
-    uncompressed probe every :data:`PROBE_EVERY` streams to notice a link
-    that became fast.
+    A link is measured over a busy period: from the first stream in flight
+    from a node to the moment none is, all bytes over all that time, so
+    streams that share a link are counted together. The process's own link
+    is measured the same way over every node at once (key ``"*"``). A node
+    gets compressed streams only when both were measured slower than
+    :data:`SLOW_LINK`: a slow node on a fast client link, or a client link
+    shared by many fast streams, each measure slow alone. Only busy periods
+    without a compressed stream measure (a compressed one would measure the
+    codec), so while compressing, every :data:`PROBE_EVERY`-th stream goes
+    plain to notice a link that became fast.
     """
 
-    def __init__(self) -> None:
+    ALL = "*"
+
+    def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
+        self._clock = clock
         self._lock = threading.Lock()
         self._rate: dict[str, float] = {}
         self._since_probe: dict[str, int] = {}
-        self._in_flight: dict[str, int] = {}
+        self._busy: dict[str, list] = {}  # key -> [streams in flight, start, bytes, any compressed]
 
     def codec_for(self, mode: str, uri: str, ip: str, here: Collection[str]) -> str | None:
         """The codec to ask ``uri`` (at ``ip``) for under ``mode``, for a reader on the host with addresses ``here``."""
@@ -105,33 +115,39 @@ class LinkRates:
         if mode != "auto":
             return mode
         with self._lock:
-            rate = self._rate.get(uri)
-            if rate is None or rate >= SLOW_LINK:
+            rates = (self._rate.get(uri), self._rate.get(self.ALL))
+            if any(rate is None or rate >= SLOW_LINK for rate in rates):
                 return None
             count = self._since_probe.get(uri, 0) + 1
             self._since_probe[uri] = count % PROBE_EVERY
             return None if count == PROBE_EVERY else AUTO_CODEC
 
-    def started(self, uri: str) -> int:
-        """A stream from ``uri`` begins; returns how many (this one included) are in flight from it."""
+    def started(self, uri: str) -> None:
+        """A stream from ``uri`` begins."""
+        now = self._clock()
         with self._lock:
-            self._in_flight[uri] = count = self._in_flight.get(uri, 0) + 1
-            return count
+            for key in (uri, self.ALL):
+                busy = self._busy.setdefault(key, [0, now, 0, False])
+                if busy[0] == 0:
+                    busy[1:] = [now, 0, False]
+                busy[0] += 1
 
-    def finished(self, uri: str, nbytes: int, seconds: float, codec: str | None, sharing: int = 1) -> None:
-        """A stream from ``uri`` delivered ``nbytes`` in ``seconds`` (or failed: ``nbytes`` 0).
-
-        Uncompressed streams of some size measure the link; ``sharing``
-        streams in flight at once shared it, so the link carried that many
-        times this one's rate.
-        """
+    def finished(self, uri: str, nbytes: int, codec: str | None) -> None:
+        """A stream from ``uri`` ended having delivered ``nbytes`` (0 if it failed), compressed with ``codec``."""
+        now = self._clock()
         with self._lock:
-            self._in_flight[uri] = max(self._in_flight.get(uri, 1) - 1, 0)
-            if codec is None and nbytes >= MIN_MEASURED and seconds > 0:
-                self._rate[uri] = nbytes * max(sharing, 1) / seconds
+            for key in (uri, self.ALL):
+                busy = self._busy.get(key)
+                if busy is None or busy[0] == 0:
+                    continue
+                busy[0] -= 1
+                busy[2] += nbytes
+                busy[3] = busy[3] or codec is not None
+                if busy[0] == 0 and not busy[3] and busy[2] >= MIN_MEASURED and now > busy[1]:
+                    self._rate[key] = busy[2] / (now - busy[1])
 
     def rate(self, uri: str) -> float | None:
-        """The last measured rate of ``uri``'s link in bytes per second (None: not measured)."""
+        """The last measured rate of ``uri``'s link (``"*"``: this process's) in bytes per second, None if not measured."""
         with self._lock:
             return self._rate.get(uri)
 
@@ -139,6 +155,7 @@ class LinkRates:
         with self._lock:
             self._rate.clear()
             self._since_probe.clear()
+            self._busy.clear()
 
 
 RATES = LinkRates()

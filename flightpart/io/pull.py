@@ -21,6 +21,7 @@ import pyarrow.flight as flight
 from flightpart.errors import NodeUnavailable, ServerBusy
 from flightpart.wire import Replica, Ticket, error_message
 
+from .allocator import keep_freed_memory
 from .compression import RATES
 from .connections import ConnectionPool
 from .errors import translate
@@ -53,6 +54,7 @@ def read_replicas(pool: ConnectionPool, ticket: Ticket, replicas: Sequence[Repli
     backoff, for up to :data:`BUSY_PATIENCE` seconds. Any other refusal is
     raised at once. ``what`` names the partition in the error.
     """
+    keep_freed_memory()
     failures: list[str] = []
     give_up = time.monotonic() + BUSY_PATIENCE
     delay = 0.05
@@ -82,14 +84,14 @@ def read_replicas(pool: ConnectionPool, ticket: Ticket, replicas: Sequence[Repli
 
 
 def _measured(pool: ConnectionPool, uri: str, ticket: Ticket, idle_timeout: float) -> pa.Table:
-    """One stream, its rate handed to the link measurements."""
-    sharing = RATES.started(uri)
-    t0, table = time.perf_counter(), None
+    """One stream, its bytes and time handed to the link measurements."""
+    RATES.started(uri)
+    table = None
     try:
         table = stream(pool, uri, flight.Ticket(ticket.encode()), idle_timeout)
         return table
     finally:
-        RATES.finished(uri, table.nbytes if table is not None else 0, time.perf_counter() - t0, ticket.compression, sharing)
+        RATES.finished(uri, table.nbytes if table is not None else 0, ticket.compression)
 
 
 def stream(pool: ConnectionPool, uri: str, ticket: flight.Ticket, idle_timeout: float) -> pa.Table:

@@ -133,6 +133,8 @@ def object_locations(refs: list) -> list[list[tuple[str, int]]]:
     import ray
 
     ips = _node_ips()
+    if refs:  # an object still being made has no location yet: wait for it to exist, without moving it here
+        ray.wait(refs, num_returns=len(refs), fetch_local=False)
     found = ray.experimental.get_object_locations(refs)
     owner = (ray.util.get_node_ip_address(), os.getpid())
     out = []

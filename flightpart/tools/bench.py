@@ -46,6 +46,32 @@ def bench_table(nbytes: int, seed: int = 0) -> pa.Table:
     return pa.table(columns)
 
 
+def sales_table(nbytes: int, seed: int = 0) -> pa.Table:
+    """About ``nbytes`` of a sales-like table: sorted order ids and days, repeated store and product names, small
+    integers, prices with cents. What real tables look like to a compressor (random floats do not shrink)."""
+    rng = np.random.default_rng(seed)
+    per_row = 8 + 4 + 4 + 9 + 4 + 13 + 2 + 8  # ids, days, store and product names with offsets, quantity, price
+    rows = max(1, nbytes // per_row)
+    stores = pa.array([f"store-{k:03d}" for k in range(200)])
+    products = pa.array([f"product-{k:05d}" for k in range(5000)])
+    return pa.table({
+        "order_id": np.arange(rows, dtype=np.int64),
+        "day": np.sort(rng.integers(0, 365, rows)).astype(np.int32),
+        "store": pc.take(stores, pa.array(rng.integers(0, len(stores), rows))),
+        "product": pc.take(products, pa.array(rng.zipf(1.3, rows) % len(products))),
+        "quantity": rng.integers(1, 10, rows).astype(np.int16),
+        "price": np.round(rng.gamma(2.0, 10.0, rows), 2),
+    })
+
+
+DATA_KINDS = {"floats": bench_table, "sales": sales_table}
+
+
+def bench_data(kind: str, nbytes: int) -> pa.Table:
+    """The bench's table of ``kind`` ("floats" or "sales"), the same in every process that asks."""
+    return DATA_KINDS[kind](nbytes)
+
+
 @dataclass
 class Case:
     """One benchmark case: timings per contender and what it is judged by."""
@@ -400,28 +426,37 @@ def render(result: dict) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    where = f", links: {result['network']}" if result.get("network") else ""
     t = Table(title=f"flightpart bench: {result['size_bytes'] / MIB:,.0f} MiB, {result['runs']} runs per contender, "
-                    f"{result['seconds']:.0f} s")
-    for col in ("case", "contender", "median", "GB/s", "ratio", "goal", "met"):
+                    f"{result['seconds']:.0f} s{where}")
+    for col in ("case", "contender", "median", "GB/s", "CPU s/GB", "ratio", "goal", "met"):
         t.add_column(col)
+    blank = ("",) * 6
     for case in result["cases"]:
         first = True
+        cpu = case.get("cpu_seconds_per_gb", {})
         for who, median in case["median_seconds"].items():
             gbps = case["throughput_gbps"].get(who)
             ratio = ""
             if first and case["speed_ratio"] is not None:
                 ratio = f"{case['speed_ratio']:.2f}x vs {case['ratio_of'][1]}"
+            met = "" if not first or case["met"] is None else ("[green]yes[/]" if case["met"] else "[red]no[/]")
             t.add_row(case["case"] if first else "", who, f"{median * 1e3:,.2f} ms", f"{gbps:.2f}" if gbps else "",
-                      ratio, case["goal"] if first else "", ("[green]yes[/]" if case["met"] else "[red]no[/]") if first else "")
+                      f"{cpu[who]:.2f}" if who in cpu else "", ratio, case["goal"] if first else "", met)
             first = False
         extras = {k: v for k, v in case.items() if k in ("pickled_bytes_per_partition", "arrow_pool_bytes_allocated", "rss_growth_bytes")}
         for k, v in extras.items():
-            t.add_row("", f"  {k}", f"{v:,.0f}", "", "", "", "")
+            t.add_row("", f"  {k}", f"{v:,.0f}", *blank)
+        if case.get("share_of_link_rate") is not None:
+            t.add_row("", f"  share of the link rate, {case.get('share_of_link_rate_of', 'flightpart')}",
+                      f"{case['share_of_link_rate']:.2f}", *blank)
+        if case.get("streams_compressed"):
+            t.add_row("", "  streams the nodes sent compressed", f"{case['streams_compressed']:,}", *blank)
         for who, moved in case.get("moved", {}).items():
-            t.add_row("", f"  moved by {who}", f"{moved['bytes_sent'] / MIB:,.1f} MiB", "", "", "", "")
+            t.add_row("", f"  moved by {who}", f"{moved['bytes_sent'] / MIB:,.1f} MiB", *blank)
         for who, grown in case.get("peak_growth_bytes", {}).items():
-            t.add_row("", f"  peak memory growth, {who}", f"{grown / MIB:,.0f} MiB", "", "", "", "")
-    Console().print(t)
+            t.add_row("", f"  peak memory growth, {who}", f"{grown / MIB:,.0f} MiB", *blank)
+    Console(width=max(Console().width, 160)).print(t)
 
 
 def plot(result: dict, path: str) -> None:

@@ -90,21 +90,27 @@ def sweep() -> list[str]:
 
 @dataclass
 class Host:
-    """One namespace on the bridge: its name and address."""
+    """One host: a namespace on the bridge and its address, or (namespace None) a loopback alias of this machine."""
 
-    namespace: str
+    namespace: str | None
     ip: str
 
     def launcher(self) -> list[str]:
-        return ["ip", "netns", "exec", self.namespace]
+        return ["ip", "netns", "exec", self.namespace] if self.namespace else []
 
-    ENV = {"FLIGHTPART_HOST": ""}
-    """For every process on a host: no host override, so "this host" is found from the namespace's interfaces."""
+    def env(self) -> dict[str, str]:
+        """For every process on the host. In a namespace no host override, so "this host" is found from the
+        namespace's interfaces; on a loopback alias the alias is named."""
+        return {"FLIGHTPART_HOST": "" if self.namespace else self.ip}
+
+    def popen(self, argv: Sequence[str], *, env: dict | None = None, **kwargs) -> subprocess.Popen:
+        """``argv`` started on this host."""
+        return subprocess.Popen([*self.launcher(), *argv], env={**os.environ, **self.env(), **(env or {})}, **kwargs)
 
     def run(self, code: str, *, env: dict | None = None, timeout: float = 300.0) -> subprocess.CompletedProcess:
         """``python -c code`` on this host."""
         return subprocess.run([*self.launcher(), sys.executable, "-c", code], capture_output=True, text=True,
-                              timeout=timeout, env={**os.environ, **self.ENV, **(env or {})})
+                              timeout=timeout, env={**os.environ, **self.env(), **(env or {})})
 
 
 class NetCluster:
@@ -112,22 +118,30 @@ class NetCluster:
 
     ``rate`` is a ``tc`` rate such as ``"1gbit"`` (None: unshaped). Further
     hosts (clients, Dask workers, Ray nodes) come from :meth:`add_host`.
+    With ``loopback`` the hosts are 127.0.0.1, .2, ... of this machine
+    instead (no root needed, no shaping): the same cluster over loopback,
+    for comparing one with the other.
     """
 
     def __init__(self, root: Path, nodes: int = 3, *, rate: str | None = None, heartbeat: float = 1.0,
-                 dead_after: float = 10.0, node_args: Sequence[str] = ()):
-        sweep()
+                 dead_after: float = 10.0, node_args: Sequence[str] = (), loopback: bool = False):
+        if loopback and rate:
+            raise ValueError("a loopback cluster cannot be shaped")
+        if not loopback:
+            sweep()
         self.root = Path(root)
         self.rate = rate
+        self.loopback = loopback
         self.tag = f"{PREFIX}{os.getpid()}c{next(_clusters)}"
         self.hosts: list[Host] = []
         self.daemons: list[Daemon] = []
         self.bridge = f"{self.tag}-br"
         try:
-            _ip("netns", "add", self.bridge)
-            _ip("-n", self.bridge, "link", "set", "lo", "up")
-            _ip("-n", self.bridge, "link", "add", "br0", "type", "bridge")
-            _ip("-n", self.bridge, "link", "set", "br0", "up")
+            if not loopback:
+                _ip("netns", "add", self.bridge)
+                _ip("-n", self.bridge, "link", "set", "lo", "up")
+                _ip("-n", self.bridge, "link", "add", "br0", "type", "bridge")
+                _ip("-n", self.bridge, "link", "set", "br0", "up")
             self.catalog_host = self.add_host()
             self.catalog = self._daemon(self.catalog_host, ["catalog", "--host", self.catalog_host.ip, "--port", "0",
                                                             "--state-dir", str(self.root / "catalog"),
@@ -151,6 +165,10 @@ class NetCluster:
     def add_host(self) -> Host:
         """A new namespace joined to the bridge by a veth pair, with the next address."""
         k = len(self.hosts) + 1
+        if self.loopback:
+            host = Host(None, f"127.0.0.{k}")
+            self.hosts.append(host)
+            return host
         host = Host(f"{self.tag}-h{k}", f"{SUBNET}.{k}")
         _ip("netns", "add", host.namespace)
         self.hosts.append(host)
@@ -174,7 +192,7 @@ class NetCluster:
                         self.rate, "burst", str(burst), "latency", "50ms"], check=True, capture_output=True, text=True)
 
     def _daemon(self, host: Host, args: list[str]) -> Daemon:
-        daemon = Daemon(args, launcher=host.launcher(), env=Host.ENV)
+        daemon = Daemon(args, launcher=host.launcher(), env=host.env())
         self.daemons.append(daemon)
         return daemon
 
@@ -188,6 +206,8 @@ class NetCluster:
                 daemon.stop()
             except Exception:
                 pass
+        if self.loopback:
+            return
         for host in self.hosts:
             remove(host.namespace)
         remove(self.bridge)
