@@ -104,41 +104,30 @@ def test_a_client_refuses_an_unknown_compression_mode(cluster):
     assert compression.check_mode(None) == "off"
 
 
-FAULTS = """
-import json, os, sys
+SWITCH = """
+import json, sys
 import flightpart as fp
-def faults():
-    return int(open("/proc/self/stat").read().rsplit(")", 1)[1].split()[7])
+from flightpart.io.allocator import keep_freed_memory
 with fp.connect(sys.argv[1], host="127.0.0.9") as client:
-    ds = client.open("faults")
-    per_read = []
-    for _ in range(6):
-        before = faults()
-        table = ds.to_arrow()
-        per_read.append(faults() - before)
-        del table
-print(json.dumps({"faults": per_read, "nbytes": ds.nbytes}))
+    rows = client.open("switch").to_arrow().num_rows  # the first network read tunes, if asked to
+print(json.dumps({"tuned": keep_freed_memory(), "rows": rows}))
 """
 
 
-@pytest.mark.parametrize("tuning", ["on", "off"])
-def test_a_warm_reader_reuses_freed_memory_instead_of_faulting_it_in_again(cluster, tuning):
-    """A stream's receive path cost is mostly page faults (docs/operations.md): after the first read, a reader
-    with the allocator tuned takes a small fraction of the faults one without it takes per read."""
+@pytest.mark.parametrize("setting, tuned", [(None, False), ("off", False), ("on", True)])
+def test_keeping_freed_memory_is_only_done_when_asked_for(cluster, setting, tuned):
+    """Kept memory is memory a process does not give back (a capped streaming reader must stay flat), so the
+    allocator is tuned only under FLIGHTPART_MALLOC_TUNING=on; reads are the same either way."""
     import json
     import os
     import subprocess
     import sys
 
     with fp.connect(cluster.uri, host="127.0.0.9") as client:
-        client.put("faults", pa.table({"f": np.random.default_rng(0).random(8_000_000)}), nodes=["127.0.0.3"], replicas=1)
-    env = {**os.environ, "FLIGHTPART_MALLOC_TUNING": tuning}
-    done = subprocess.run([sys.executable, "-c", FAULTS, cluster.uri], capture_output=True, text=True, env=env, timeout=120)
+        client.put("switch", pa.table({"f": np.arange(100_000)}), nodes=["127.0.0.3"])
+    env = {k: v for k, v in os.environ.items() if k != "FLIGHTPART_MALLOC_TUNING"}
+    if setting is not None:
+        env["FLIGHTPART_MALLOC_TUNING"] = setting
+    done = subprocess.run([sys.executable, "-c", SWITCH, cluster.uri], capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
-    seen = json.loads(done.stdout)
-    pages = seen["nbytes"] // 4096
-    warm = sorted(seen["faults"][1:])[2]  # the median warm read
-    if tuning == "on":
-        assert warm < pages // 10, seen
-    else:
-        assert warm > pages // 2, seen
+    assert json.loads(done.stdout) == {"tuned": tuned, "rows": 100_000}

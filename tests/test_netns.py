@@ -7,11 +7,14 @@ interfaces, not by FLIGHTPART_HOST.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 
@@ -226,7 +229,7 @@ RAY_DRIVER = textwrap.dedent("""
                 for k in range(4)]
         rds = ray.data.from_arrow_refs(refs)
         out["holders"] = [nodes[k % 2][0] for k in range(4)]
-        out["seen"] = [locs[0][0] for locs in fray.partitioned(rds).locations]
+        out["seen"] = [sorted(ip for ip, _pid in locs) for locs in fray.partitioned(rds).locations]
         ds = client.put("ray-across-hosts", rds)
         out["placed"] = [p["location"][0][0] for _, p in sorted(ds.__partitioned__["partitions"].items())]
         with fp.connect(client.uri) as observer:
@@ -248,10 +251,16 @@ def test_ray_with_a_second_node_puts_from_tasks_and_reads_where_the_data_is(tmp_
     ray_cli = os.path.join(os.path.dirname(sys.executable), "ray")
     if not os.path.exists(ray_cli):
         pytest.skip("ray is not installed")
-    with netcluster.NetCluster(tmp_path / "net", nodes=0) as cluster:
+    # a temp dir of its own (short: Ray's socket paths must fit 107 bytes), so `ray start` does not leave its
+    # address in /tmp/ray/ray_current_cluster, where every later ray.init() on this machine would find it
+    temp = tempfile.mkdtemp(prefix="fpray-", dir="/tmp")
+    default_address = "/tmp/ray/ray_current_cluster"
+    before = open(default_address).read() if os.path.exists(default_address) else None
+    with netcluster.NetCluster(tmp_path / "net", nodes=0) as cluster, contextlib.ExitStack() as cleanup:
+        cleanup.callback(shutil.rmtree, temp, True)
         head, worker = cluster.add_host(), cluster.add_host()
         env = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
-        common = ["--num-cpus", "1", "--disable-usage-stats"]
+        common = ["--num-cpus", "1", "--disable-usage-stats", "--temp-dir", temp]
         for host, args in ((head, ["--head", "--port", "6379", "--include-dashboard", "false"]),
                            (worker, ["--address", f"{head.ip}:6379"])):
             started = host.popen([ray_cli, "start", "--node-ip-address", host.ip, *args, *common], env=env,
@@ -261,11 +270,15 @@ def test_ray_with_a_second_node_puts_from_tasks_and_reads_where_the_data_is(tmp_
                         timeout=300)
         assert done.returncode == 0, done.stderr[-3000:]
         out = json.loads(done.stdout.strip().splitlines()[-1])
+    after = open(default_address).read() if os.path.exists(default_address) else None
+    assert after == before
     assert out["ray_nodes"] == sorted([head.ip, worker.ip])
     # one flightpart node per Ray node, each on its own host's address
     assert out["nodes"] == out["ray_nodes"]
-    # each block stored on the host whose Ray node held it, by a task there
-    assert out["seen"] == out["holders"], out
-    assert out["placed"] == out["holders"] and out["received"] >= 4 * 1_600_000
+    # Ray reports each block where it was made (Ray Data may have copied it to the other node too)
+    assert all(made in seen for made, seen in zip(out["holders"], out["seen"])), out
+    # each block stored on a host whose Ray node holds it, by a task there
+    assert all(placed in seen for placed, seen in zip(out["placed"], out["seen"])), out
+    assert out["received"] >= 4 * 1_600_000
     # read tasks ran on the holders' nodes and mapped their files: nothing streamed
     assert out["equal"] and out["streamed"] == 0

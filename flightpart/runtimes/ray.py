@@ -91,10 +91,15 @@ def partitioned(dataset: Any) -> RayPartitioned:
     import ray
 
     refs = list(dataset.to_arrow_refs())
+    locations = object_locations(refs)
+    node_by_ip = {ip: node for node, ip in _node_ips().items()}
     count = ray.remote(num_cpus=0)(_num_rows)
-    lengths = ray.get([count.remote(r) for r in refs])
-    ncols = ray.get(ray.remote(num_cpus=0)(_num_columns).remote(refs[0])) if refs else 0
-    return RayPartitioned(refs, lengths, ncols, object_locations(refs))
+    # each block counted on its own node: a count task elsewhere would copy the block there first
+    lengths = ray.get([count.options(scheduling_strategy=_affinity(tuple(ip for ip, _pid in locs), node_by_ip)).remote(r)
+                       for r, locs in zip(refs, locations)])
+    ncols = ray.get(ray.remote(num_cpus=0)(_num_columns).options(
+        scheduling_strategy=_affinity(tuple(ip for ip, _pid in locations[0]), node_by_ip)).remote(refs[0])) if refs else 0
+    return RayPartitioned(refs, lengths, ncols, locations)
 
 
 def ray_ip_of(ip: str) -> str:

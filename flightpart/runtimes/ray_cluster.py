@@ -34,8 +34,13 @@ class _ServerActor:
 
 
 class CatalogActor(_ServerActor):
-    def __init__(self, host: str, port: int, state_dir: str | None):
+    def __init__(self, host: str | None, port: int, state_dir: str | None):
+        import ray
+
         from flightpart.server.catalog import CatalogServer
+
+        # the head is only preferred: where Ray placed the actor (or restarted it), its own node's address binds
+        host = host or ray.util.get_node_ip_address()
 
         state = ":memory:" if state_dir is None else str(Path(state_dir) / "catalog.sqlite")
         if state_dir is not None:
@@ -83,10 +88,9 @@ def start(num_nodes: int | None = None, data_dir: str | None = None, port: int =
     if num_nodes is not None:
         alive = alive[:num_nodes]
     head = ray.get_runtime_context().get_node_id()
-    head_ip = next((n["NodeManagerAddress"] for n in alive if n["NodeID"] == head), alive[0]["NodeManagerAddress"])
     catalog = _get_or_create(ray, CatalogActor, CATALOG_ACTOR,
                              {"scheduling_strategy": NodeAffinitySchedulingStrategy(head, soft=True), "max_restarts": max_restarts},
-                             host or head_ip, 0, None)
+                             host, 0, None)
     catalog_uri = ray.get(catalog.uri.remote())
     nodes = []
     for n in alive:

@@ -27,16 +27,16 @@ class FlightpartReader:
     """Puts the bench's datasets and reads them with ``to_arrow()`` under a chosen compression and stream count."""
 
     def __init__(self, catalog: str):
-        import flightpart as fp
+        from flightpart.client import connect
 
-        self.fp = fp
+        self.connect = connect
         self.catalog = catalog
         self.clients: dict[tuple[str, int], Any] = {}
 
     def client(self, compression: str = "auto", streams: int = 1) -> Any:
         key = (compression, streams)
         if key not in self.clients:
-            self.clients[key] = self.fp.connect(self.catalog, compression=compression, streams_per_partition=streams)
+            self.clients[key] = self.connect(self.catalog, compression=compression, streams_per_partition=streams)
         return self.clients[key]
 
     def put(self, name: str, kind: str, nbytes: int, tiling: list[int], nodes: list[str] | None, replicas: int) -> dict:

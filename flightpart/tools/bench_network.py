@@ -34,9 +34,12 @@ import psutil
 import pyarrow as pa
 
 from .bench import MIB, Case
-from .netcluster import Host, NetCluster, _rate_bits, unavailable
+from .netcluster import Host, NetCluster, rate_bits, unavailable
 
 TICKS = os.sysconf("SC_CLK_TCK")
+FLIGHTPART_ENV = {"FLIGHTPART_MALLOC_TUNING": "on"}
+"""flightpart's daemons and readers in the bench keep freed memory for the next read (flightpart.io.allocator),
+as a deployment of readers that hold whole tables would set; raw Flight and Dask run with their defaults."""
 BASELINE_BATCHES = (MIB, 4 * MIB, 32 * MIB)
 
 
@@ -53,10 +56,10 @@ def cpu_seconds(pid: int) -> float:
 class Driver:
     """A reader process on a host (:mod:`flightpart.tools.bench_driver`), one JSON command per line."""
 
-    def __init__(self, host: Host, kind: str, log_dir: Path, **start: object):
+    def __init__(self, host: Host, kind: str, log_dir: Path, env: dict | None = None, **start: object):
         self.log = open(log_dir / f"driver-{kind}-{host.ip}.log", "w")
         self.proc = host.popen([sys.executable, "-m", "flightpart.tools.bench_driver", kind], stdin=subprocess.PIPE,
-                               stdout=subprocess.PIPE, stderr=self.log, text=True)
+                               stdout=subprocess.PIPE, stderr=self.log, text=True, env=env)
         self.pid = self.proc.pid
         self._answer("start")
         self.send("start", **start)
@@ -144,7 +147,7 @@ class NetworkBench:
         self.drivers: list[Driver] = []
         self.servers: list[subprocess.Popen] = []
         self.net = NetCluster(root / "cluster", nodes=3, rate=None if self.loopback else rate, loopback=self.loopback,
-                              dead_after=3600.0)
+                              dead_after=3600.0, env=FLIGHTPART_ENV)
         try:
             self._start(log)
         except BaseException:
@@ -152,7 +155,7 @@ class NetworkBench:
             raise
 
     def _driver(self, host: Host, kind: str, group: Group, **start: object) -> Driver:
-        driver = Driver(host, kind, self.root, **start)
+        driver = Driver(host, kind, self.root, env=FLIGHTPART_ENV if kind == "flightpart" else None, **start)
         self.drivers.append(driver)
         group.pids.append(driver.pid)
         return driver
@@ -228,7 +231,7 @@ class NetworkBench:
     # ------------------------------------------------------------------ cases
 
     def link_bytes_per_second(self) -> float | None:
-        return None if self.loopback else _rate_bits(self.rate) / 8
+        return None if self.loopback else rate_bits(self.rate) / 8
 
     def _case(self, name: str, goal: str, nbytes: int, contenders: dict[str, Contender], runs: int) -> Case:
         times, cpu = measure(self.groups, contenders, runs)
@@ -294,7 +297,7 @@ def run_network_bench(rate: str, size: int = 256 * MIB, *, runs: int = 5, kinds:
                       log: Callable[[str], None] = print) -> dict:
     """Every network case at one link ``rate`` (or ``"loopback"``); the result as :func:`flightpart.tools.bench.render` shows it."""
     if rate != "loopback":
-        _rate_bits(rate)  # a clear error for a rate tc would not take
+        rate_bits(rate)  # a clear error for a rate tc would not take
         reason = unavailable()
         if reason is not None:
             raise RuntimeError(f"bench --network {rate} needs network namespaces: {reason} (try --network loopback)")

@@ -124,7 +124,8 @@ class NetCluster:
     """
 
     def __init__(self, root: Path, nodes: int = 3, *, rate: str | None = None, heartbeat: float = 1.0,
-                 dead_after: float = 10.0, node_args: Sequence[str] = (), loopback: bool = False):
+                 dead_after: float = 10.0, node_args: Sequence[str] = (), loopback: bool = False,
+                 env: dict[str, str] | None = None):
         if loopback and rate:
             raise ValueError("a loopback cluster cannot be shaped")
         if not loopback:
@@ -132,6 +133,7 @@ class NetCluster:
         self.root = Path(root)
         self.rate = rate
         self.loopback = loopback
+        self.env = dict(env or {})  # for every daemon, beside each host's own
         self.tag = f"{PREFIX}{os.getpid()}c{next(_clusters)}"
         self.hosts: list[Host] = []
         self.daemons: list[Daemon] = []
@@ -186,13 +188,13 @@ class NetCluster:
 
     def _shape(self, namespace: str, device: str) -> None:
         """Egress of ``device`` limited to the cluster's rate (each direction of a link is shaped once)."""
-        bits = _rate_bits(self.rate)
+        bits = rate_bits(self.rate)
         burst = max(bits // 8 // 250, 64 << 10)  # at least a tick's worth of bytes at HZ=250
         subprocess.run(["ip", "netns", "exec", namespace, "tc", "qdisc", "add", "dev", device, "root", "tbf", "rate",
                         self.rate, "burst", str(burst), "latency", "50ms"], check=True, capture_output=True, text=True)
 
     def _daemon(self, host: Host, args: list[str]) -> Daemon:
-        daemon = Daemon(args, launcher=host.launcher(), env=host.env())
+        daemon = Daemon(args, launcher=host.launcher(), env={**self.env, **host.env()})
         self.daemons.append(daemon)
         return daemon
 
@@ -219,7 +221,7 @@ class NetCluster:
         self.stop()
 
 
-def _rate_bits(rate: str) -> int:
+def rate_bits(rate: str) -> int:
     """A tc rate ("1gbit", "500mbit", "10gbit") in bits per second."""
     match = re.fullmatch(r"(\d+(?:\.\d+)?)([kmg]?)bit", rate.strip().lower())
     if not match:
