@@ -49,7 +49,7 @@ from flightpart.wire import (
 
 from . import reshape
 from .dataset import Dataset
-from .fetch import IDLE_TIMEOUT, MAPS, FlightGet
+from .fetch import IDLE_TIMEOUT, MAPS, FlightGet, check_streams
 from .plugins import runtime_of
 
 Progress = Callable[[int, int], None]  # (bytes done, bytes total)
@@ -71,7 +71,7 @@ class Client:
         self.timeout = timeout
         self.idle_timeout = idle_timeout
         self.compression = check_mode(compression)
-        self.streams_per_partition = streams_per_partition
+        self.streams_per_partition = check_streams(streams_per_partition)
         self.pool = ConnectionPool(self.access)
         self._owned = list(owned)
 

@@ -86,6 +86,13 @@ def split_rows(ref: PartitionRef, rows: tuple[int, int], pieces: int) -> list[Pa
             for k in range(pieces)]
 
 
+def check_streams(count: int) -> int:
+    """``streams_per_partition`` as given, or ValueError naming the range."""
+    if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= MAX_STREAMS:
+        raise ValueError(f"streams_per_partition: expected 1 to {MAX_STREAMS}, got {count!r}")
+    return count
+
+
 class FlightGet:
     """``get`` of a flightpart ``__partitioned__``: one handle or a sequence of them.
 
@@ -99,18 +106,19 @@ class FlightGet:
         self.access = access or Access()
         self.idle_timeout = idle_timeout
         self.compression = check_mode(compression)
-        if not isinstance(streams_per_partition, int) or not 1 <= streams_per_partition <= MAX_STREAMS:
-            raise ValueError(f"streams_per_partition: expected 1 to {MAX_STREAMS}, got {streams_per_partition!r}")
-        self.streams_per_partition = streams_per_partition
+        self.streams_per_partition = check_streams(streams_per_partition)
 
     def __reduce__(self):
         return (FlightGet, (self.host, self.access, self.idle_timeout, self.compression, self.streams_per_partition))
 
+    def _key(self) -> tuple:
+        return (self.host, self.access, self.compression, self.streams_per_partition)
+
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, FlightGet) and (self.host, self.access) == (other.host, other.access)
+        return isinstance(other, FlightGet) and self._key() == other._key()
 
     def __hash__(self) -> int:
-        return hash((FlightGet, self.host, self.access))
+        return hash((FlightGet, *self._key()))
 
     def __repr__(self) -> str:
         return f"FlightGet(host={self.host!r})"

@@ -1,4 +1,5 @@
-"""Compression on the wire: who asks for it, when a node grants it, and that any Arrow reader reads the result.
+"""The wire: compression (who asks for it, when a node grants it, that any Arrow reader reads the result),
+a partition read as parallel row ranges, and the allocator switch.
 
 The shaped-link case (a client that measures a slow link and then asks for
 ZSTD) runs on network namespaces in tests/test_netns.py.
@@ -131,3 +132,36 @@ def test_keeping_freed_memory_is_only_done_when_asked_for(cluster, setting, tune
     done = subprocess.run([sys.executable, "-c", SWITCH, cluster.uri], capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(done.stdout) == {"tuned": tuned, "rows": 100_000}
+
+
+def test_a_partition_read_as_row_ranges_from_both_replicas_equals_one_stream(cluster, monkeypatch):
+    import os
+    import signal
+
+    import flightpart.client.dataset as dataset_module
+
+    monkeypatch.setattr(dataset_module, "SPLIT_BYTES", 1 << 20)  # a 16 MB partition splits like a 512 MB one would
+    rng = np.random.default_rng(3)
+    table = pa.table({"k": np.arange(1_000_000), "f": rng.random(1_000_000)})
+    with fp.connect(cluster.uri, host="127.0.0.9") as client:
+        client.put("split", table, tiling=(1, 1), nodes=["127.0.0.3", "127.0.0.4"], replicas=2)
+        holders = {n["ip"]: n for n in client.nodes() if n["ip"] in ("127.0.0.3", "127.0.0.4")}
+        before = {ip: client.stats(n["uri"]) for ip, n in holders.items()}
+        with fp.connect(cluster.uri, host="127.0.0.9", streams_per_partition=4) as reader:
+            assert reader.open("split").to_arrow().equals(table)
+        after = {ip: client.stats(n["uri"]) for ip, n in holders.items()}
+        # four row ranges, each first asked of the next replica: two streams from each holder, every row once
+        assert {ip: after[ip]["partitions_served"] - before[ip]["partitions_served"] for ip in holders} == \
+            {"127.0.0.3": 2, "127.0.0.4": 2}
+        assert sum(after[ip]["rows_sent"] - before[ip]["rows_sent"] for ip in holders) == 1_000_000
+        # a frozen holder: the ranges it was asked for first move to the other replica, nothing is lost
+        frozen = holders["127.0.0.4"]["pid"]
+        os.kill(frozen, signal.SIGSTOP)
+        try:
+            with fp.connect(cluster.uri, host="127.0.0.9", streams_per_partition=4, idle_timeout=0.5) as reader:
+                assert reader.open("split").to_arrow().equals(table)
+        finally:
+            os.kill(frozen, signal.SIGCONT)
+    for wrong in (0, 9, 2.0, True):
+        with pytest.raises(ValueError, match="streams_per_partition"):
+            fp.connect(cluster.uri, streams_per_partition=wrong)
