@@ -343,10 +343,10 @@ class NodeServer(ServiceBase):
             authorize(context, "read", (spec.dataset, spec.version))
             table = project(self.store.open(spec.dataset, spec.version, spec.part), spec.columns, spec.rows, spec.filter,
                             spec.matched, spec.aggregate)
+            options = write_options(table, spec.compression)
         # a partition's columns share chunk boundaries (one IPC file), so the stream
         # sends one batch per chunk: counted without touching the batches
         batches = table.column(0).num_chunks if table.num_columns else 0
-        options = write_options(table, spec.compression)
         self.counters.add(bytes_sent=table.nbytes, rows_sent=table.num_rows, batches_sent=batches, partitions_served=1,
                           streams_compressed=int(options is not None))
         return flight.RecordBatchStream(table, options=options)
