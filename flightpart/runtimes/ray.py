@@ -64,12 +64,9 @@ def _parent_pid() -> int:
     return os.getppid()
 
 
-def _num_rows(table: Any) -> int:
-    return table.num_rows
-
-
-def _num_columns(table: Any) -> int:
-    return frames.frame_shape(frames.to_arrow(table))[1]
+def _shape(table: Any) -> tuple[int, int]:
+    """(rows, columns) of a block, as the protocol counts them."""
+    return table.num_rows, frames.frame_shape(frames.to_arrow(table))[1]
 
 
 class RayPartitioned:
@@ -93,13 +90,11 @@ def partitioned(dataset: Any) -> RayPartitioned:
     refs = list(dataset.to_arrow_refs())
     locations = object_locations(refs)
     node_by_ip = {ip: node for node, ip in _node_ips().items()}
-    count = ray.remote(num_cpus=0)(_num_rows)
-    # each block counted on its own node: a count task elsewhere would copy the block there first
-    lengths = ray.get([count.options(scheduling_strategy=_affinity(tuple(ip for ip, _pid in locs), node_by_ip)).remote(r)
-                       for r, locs in zip(refs, locations)])
-    ncols = ray.get(ray.remote(num_cpus=0)(_num_columns).options(
-        scheduling_strategy=_affinity(tuple(ip for ip, _pid in locations[0]), node_by_ip)).remote(refs[0])) if refs else 0
-    return RayPartitioned(refs, lengths, ncols, locations)
+    shape = ray.remote(num_cpus=0)(_shape)
+    # each block measured on its own node: a task elsewhere would copy the block there first
+    shapes = ray.get([shape.options(scheduling_strategy=_affinity(tuple(ip for ip, _pid in locs), node_by_ip)).remote(r)
+                      for r, locs in zip(refs, locations)])
+    return RayPartitioned(refs, [rows for rows, _ in shapes], shapes[0][1] if shapes else 0, locations)
 
 
 def ray_ip_of(ip: str) -> str:
