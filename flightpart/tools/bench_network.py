@@ -109,6 +109,12 @@ class Contender:
     run: Callable[[], dict]
 
 
+def only(groups: Sequence[Group], active: Group) -> None:
+    """``active`` running, every other group frozen."""
+    for g in groups:
+        g.signal(signal.SIGCONT if g is active else signal.SIGSTOP)
+
+
 def measure(groups: Sequence[Group], contenders: dict[str, Contender], runs: int) -> tuple[dict, dict]:
     """The contenders in turn (A B A B ...), each with every other group frozen and warmed up right before.
 
@@ -122,8 +128,7 @@ def measure(groups: Sequence[Group], contenders: dict[str, Contender], runs: int
     cpu: dict[str, list[float]] = {name: [] for name in contenders}
     for _ in range(runs):
         for name, contender in contenders.items():
-            for g in groups:
-                g.signal(signal.SIGCONT if g is contender.group else signal.SIGSTOP)
+            only(groups, contender.group)
             contender.run()
             gc.collect()
             before = contender.group.cpu()
@@ -242,9 +247,7 @@ class NetworkBench:
     def case_remote(self, kind: str, runs: int) -> Case:
         name = f"remote-{kind}"
         raw = self.raw_far[kind]
-        self.raw.signal(signal.SIGCONT)
-        for g in (self.fp, self.dask):
-            g.signal(signal.SIGSTOP)
+        only(self.groups, self.raw)
         tried = {b: min(raw.send("read", batch=b)["seconds"] for _ in range(2)) for b in BASELINE_BATCHES}
         best = min(tried, key=tried.get)
         for g in self.groups:

@@ -103,14 +103,18 @@ class Host:
         namespace's interfaces; on a loopback alias the alias is named."""
         return {"FLIGHTPART_HOST": "" if self.namespace else self.ip}
 
+    def environ(self, extra: dict | None = None) -> dict[str, str]:
+        """This process's environment, the host's variables and ``extra``: what every process on the host gets."""
+        return {**os.environ, **self.env(), **(extra or {})}
+
     def popen(self, argv: Sequence[str], *, env: dict | None = None, **kwargs) -> subprocess.Popen:
         """``argv`` started on this host."""
-        return subprocess.Popen([*self.launcher(), *argv], env={**os.environ, **self.env(), **(env or {})}, **kwargs)
+        return subprocess.Popen([*self.launcher(), *argv], env=self.environ(env), **kwargs)
 
     def run(self, code: str, *, env: dict | None = None, timeout: float = 300.0) -> subprocess.CompletedProcess:
         """``python -c code`` on this host."""
         return subprocess.run([*self.launcher(), sys.executable, "-c", code], capture_output=True, text=True,
-                              timeout=timeout, env={**os.environ, **self.env(), **(env or {})})
+                              timeout=timeout, env=self.environ(env))
 
 
 class NetCluster:
