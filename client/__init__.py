@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from flightpart.io.access import Access
+from flightpart.io.uris import flight_uri
 
 from .client import Client
 from .dataset import Dataset
@@ -43,8 +44,7 @@ def connect(uri: str | None = None, *, host: str | None = None, token: str | Non
                          "(flightpart.connect() with no address starts an embedded cluster)")
     if access is None:
         access = Access.from_environment(token=token, tls_root_certs=tls_root_certs, cert_chain=cert_chain, private_key=private_key)
-    if "://" not in uri:
-        uri = f"grpc://{uri}"
+    uri = flight_uri(uri, tls=access.tls)
     return Client(uri, host=host, access=access, timeout=timeout, idle_timeout=idle_timeout, compression=compression,
                   streams_per_partition=streams_per_partition)
 

@@ -12,6 +12,7 @@ from typing import Any
 from . import distarray, errors, protocol, wire
 from . import lenient as _lenient
 from .errors import (
+    CannotStart,
     ClientClosed,
     DatasetNotFound,
     FlightpartError,
@@ -99,6 +100,7 @@ def __getattr__(name: str):
 
 
 __all__ = [
+    "CannotStart",
     "ClientClosed",
     "DatasetNotFound",
     "FlightpartError",

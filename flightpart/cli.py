@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import logging
 import os
 import sys
 from pathlib import Path
@@ -11,10 +10,10 @@ from typing import Any
 
 import click
 
-from .errors import FlightpartError
+from .cli_errors import error_line
 from .version import __version__
 
-CATALOG_OPTION = click.option("--catalog", envvar="FLIGHTPART_CATALOG", required=True,
+CATALOG_OPTION = click.option("--catalog", envvar="FLIGHTPART_CATALOG", required=True, callback=lambda _c, _p, v: _address(v),
                               help="Catalog URI, e.g. grpc://head:8815 (or $FLIGHTPART_CATALOG).")
 HOST_OPTION = click.option("--client-host", "host", envvar="FLIGHTPART_HOST", default=None,
                            help="Address that counts as this host for locality (or $FLIGHTPART_HOST).")
@@ -53,27 +52,36 @@ def observability_options(f):
 
 
 class FriendlyGroup(click.Group):
-    """Errors as one clear line, not a traceback, unless --debug."""
+    """Every error as one line with what to do next (:mod:`flightpart.cli_errors`), not a traceback, unless --debug."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
-        except (FlightpartError, ValueError, KeyError, OSError, ConnectionError) as exc:
+        except (click.ClickException, click.exceptions.Exit, click.Abort):
+            raise
+        except KeyboardInterrupt:
+            click.echo("interrupted", err=True)
+            ctx.exit(130)
+        except Exception as exc:
             if ctx.obj and ctx.obj.get("debug"):
                 raise
-            message = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
-            raise click.ClickException(f"{type(exc).__name__}: {message}") from None
+            click.echo(error_line(exc, (ctx.obj or {}).get("address")), err=True)
+            ctx.exit(1)
 
 
 @click.group(cls=FriendlyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="flightpart")
 @click.option("--log-level", default="WARNING", show_default=True,
               type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
+@click.option("--log-format", default="text", show_default=True, type=click.Choice(["text", "json"]),
+              help="Log lines as text, or as JSON objects for a log collector.")
 @click.option("--debug", is_flag=True, help="Show full tracebacks.")
 @click.pass_context
-def main(ctx: click.Context, log_level: str, debug: bool) -> None:
+def main(ctx: click.Context, log_level: str, log_format: str, debug: bool) -> None:
     """flightpart: partitioned dataframes over Arrow Flight."""
-    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    from .tools.logs import configure_logging
+
+    configure_logging(log_level, log_format)
     ctx.obj = {"debug": debug}
 
 
@@ -84,8 +92,9 @@ def main(ctx: click.Context, log_level: str, debug: bool) -> None:
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind and advertise.")
 @click.option("--port", default=8815, show_default=True, type=int, help="Port (0: any free port).")
 @click.option("--data-dir", type=click.Path(file_okay=False), default=None, help="Where partitions live (default: per-user data dir).")
-@click.option("--catalog", "catalog_uri", envvar="FLIGHTPART_CATALOG", default=None,
-              help="Catalog to join; without it this process is also the catalog.")
+@click.option("--catalog", "catalog_uri", default=None, callback=lambda _c, _p, v: v and _address(v),
+              help="Catalog to join; without it this process is also the catalog. ($FLIGHTPART_CATALOG is not read "
+                   "here: it names the catalog for client commands.)")
 @click.option("--node-port", default=0, type=int, help="Node port when this process is also the catalog.")
 @click.option("--state-dir", type=click.Path(file_okay=False), default=None, help="Catalog state when embedded.")
 @click.option("--heartbeat", default=2.0, show_default=True, type=float, help="Seconds between heartbeats.")
@@ -153,10 +162,33 @@ def _print_table(columns: tuple[str, ...], rows: list[tuple]) -> None:
     Console().print(table)
 
 
+def _address(value: str | None) -> str | None:
+    """A daemon's address as a Flight URI (a web address or one without a port is a usage error), remembered for hints."""
+    if value is None:
+        return None
+    from .io.access import Access
+    from .io.uris import flight_uri
+
+    try:
+        uri = flight_uri(value, tls=Access.from_environment().tls)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+    ctx = click.get_current_context(silent=True)
+    root = ctx.find_root() if ctx else None
+    if root is not None and root.obj is not None:
+        root.obj["address"] = uri
+    return uri
+
+
 def _client(catalog: str, host: str | None = None):
     from .client import connect
 
     return connect(catalog, host=host)
+
+
+def _emit(as_json: bool, record: dict, text: str) -> None:
+    """A command's result: ``record`` as one JSON line for scripts, else ``text`` for people."""
+    click.echo(json.dumps(record) if as_json else text)
 
 
 def _parse_tiling(value: str | None) -> tuple[int, int] | None:
@@ -175,7 +207,8 @@ def _parse_tiling(value: str | None) -> tuple[int, int] | None:
 @click.option("--tiling", default=None, help="Row blocks x column groups, e.g. 4x1 (default: one row block per node).")
 @click.option("--replicas", default=1, show_default=True, type=int)
 @CATALOG_OPTION
-def put(name: str, file: str, tiling: str | None, replicas: int, catalog: str) -> None:
+@JSON_OPTION
+def put(name: str, file: str, tiling: str | None, replicas: int, catalog: str, as_json: bool) -> None:
     """Store FILE (Parquet, CSV or Arrow IPC) as the next version of NAME."""
     from rich.console import Console
     from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
@@ -192,7 +225,7 @@ def put(name: str, file: str, tiling: str | None, replicas: int, catalog: str) -
         task = bar.add_task(f"put {name}", total=table.nbytes * replicas)
         ds = client.put(name, table, tiling=_parse_tiling(tiling), replicas=replicas,
                         progress=lambda done, total: bar.update(task, completed=done, total=total))
-    _published(ds)
+    _published(ds, as_json)
 
 
 @main.command()
@@ -265,7 +298,7 @@ def ls_cmd(catalog: str, as_json: bool) -> None:
         click.echo(json.dumps(rows))
         return
     _print_table(("name", "version", "rows", "columns", "tiling", "bytes"),
-                 [(r["name"], r["version"], r["shape"][0], r["shape"][1], "x".join(map(str, r["partition_tiling"])), f"{r['nbytes']:,}")
+                 [(r["name"], r["version"], f"{r['shape'][0]:,}", r["shape"][1], "x".join(map(str, r["partition_tiling"])), f"{r['nbytes']:,}")
                   for r in rows])
 
 
@@ -295,8 +328,11 @@ NODES_OPTION = click.option("--nodes", default=None, help="Comma-separated node 
                             "(default: every live node).")
 
 
-def _published(ds: Any) -> None:
-    click.echo(f"{ds.name} v{ds.version}: {ds.shape[0]:,} rows x {ds.shape[1]} columns in a {ds.partition_tiling} grid")
+def _published(ds: Any, as_json: bool) -> None:
+    record = {"name": ds.name, "version": ds.version, "rows": ds.shape[0], "columns": ds.shape[1],
+              "tiling": list(ds.partition_tiling), "nbytes": ds.nbytes}
+    tiling = "x".join(map(str, ds.partition_tiling))
+    _emit(as_json, record, f"{ds.name} v{ds.version}: {ds.shape[0]:,} rows x {ds.shape[1]} columns in a {tiling} grid")
 
 
 @main.command()
@@ -305,25 +341,27 @@ def _published(ds: Any) -> None:
 @click.option("--replicas", default=None, type=click.IntRange(min=1), help="Copies of each partition (default: as now).")
 @NODES_OPTION
 @CATALOG_OPTION
-def repartition(name: str, tiling: str, replicas: int | None, nodes: str | None, catalog: str) -> None:
+@JSON_OPTION
+def repartition(name: str, tiling: str, replicas: int | None, nodes: str | None, catalog: str, as_json: bool) -> None:
     """Publish NAME's next version cut by --tiling, built by the nodes (no data passes through this command)."""
     with _client(catalog) as client:
-        _published(client.repartition(name, _parse_tiling(tiling), nodes=_nodes_option(nodes), replicas=replicas))
+        _published(client.repartition(name, _parse_tiling(tiling), nodes=_nodes_option(nodes), replicas=replicas), as_json)
 
 
 @main.command()
 @click.argument("name")
 @NODES_OPTION
 @CATALOG_OPTION
-def rebalance(name: str, nodes: str | None, catalog: str) -> None:
+@JSON_OPTION
+def rebalance(name: str, nodes: str | None, catalog: str, as_json: bool) -> None:
     """Move NAME's partitions node to node until bytes per node differ by at most one partition (a new version)."""
     with _client(catalog) as client:
         before = client.versions(name)[-1]
         ds = client.rebalance(name, nodes=_nodes_option(nodes))
-    if ds.version == before:
+    if ds.version == before and not as_json:
         click.echo(f"{name} v{ds.version} is balanced already; nothing moved")
     else:
-        _published(ds)
+        _published(ds, as_json)
 
 
 @main.command()
@@ -331,7 +369,8 @@ def rebalance(name: str, nodes: str | None, catalog: str) -> None:
 @click.argument("file", type=click.Path(exists=True, dir_okay=False))
 @NODES_OPTION
 @CATALOG_OPTION
-def append(name: str, file: str, nodes: str | None, catalog: str) -> None:
+@JSON_OPTION
+def append(name: str, file: str, nodes: str | None, catalog: str, as_json: bool) -> None:
     """Publish NAME's next version: its rows, then FILE's (Parquet, CSV or Arrow IPC); stored rows are not rewritten."""
     from .tools.export import read_file
 
@@ -340,18 +379,19 @@ def append(name: str, file: str, nodes: str | None, catalog: str) -> None:
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="FILE") from None
     with _client(catalog) as client:
-        _published(client.append(name, table, nodes=_nodes_option(nodes)))
+        _published(client.append(name, table, nodes=_nodes_option(nodes)), as_json)
 
 
 @main.command()
 @click.argument("name")
 @click.option("--version", "version", default=None, type=int, help="Drop only this version.")
 @CATALOG_OPTION
-def rm(name: str, version: int | None, catalog: str) -> None:
+@JSON_OPTION
+def rm(name: str, version: int | None, catalog: str, as_json: bool) -> None:
     """Drop dataset NAME (or one version); nodes free its files."""
     with _client(catalog) as client:
         client.drop(name, version)
-    click.echo(f"dropped {name}" + (f" v{version}" if version is not None else ""))
+    _emit(as_json, {"dropped": name, "version": version}, f"dropped {name}" + (f" v{version}" if version is not None else ""))
 
 
 @main.command()
@@ -391,7 +431,8 @@ def repair(catalog: str, as_json: bool) -> None:
 @click.option("--expires-in", default=0, type=int, help="Seconds until the token expires (0: never).")
 @click.option("--secret-file", type=click.Path(exists=True, dir_okay=False), default=None,
               help="The cluster secret (mode 600), or $FLIGHTPART_SECRET.")
-def token(role: str, name: str, expires_in: int, secret_file: str | None) -> None:
+@JSON_OPTION
+def token(role: str, name: str, expires_in: int, secret_file: str | None, as_json: bool) -> None:
     """Print a role token derived from the cluster secret (give it to a user as $FLIGHTPART_TOKEN)."""
     import time
 
@@ -401,15 +442,18 @@ def token(role: str, name: str, expires_in: int, secret_file: str | None) -> Non
     secret = Security(secret_file).secret()
     if secret is None:
         raise click.UsageError("no cluster secret: pass --secret-file or set $FLIGHTPART_SECRET")
-    click.echo(role_token(secret, role, name, int(time.time()) + expires_in if expires_in else 0))
+    expires = int(time.time()) + expires_in if expires_in else 0
+    value = role_token(secret, role, name, expires)
+    _emit(as_json, {"token": value, "role": role, "name": name, "expires": expires or None}, value)
 
 
 @main.command()
 @click.argument("address")
 @click.option("--service", default="", help="Service name to ask about (default: the whole daemon).")
 @click.option("--timeout", default=5.0, show_default=True, type=float)
-def health(address: str, service: str, timeout: float) -> None:
-    """Probe a daemon's health port (grpc.health.v1): exit 0 when SERVING."""
+@JSON_OPTION
+def health(address: str, service: str, timeout: float, as_json: bool) -> None:
+    """Probe a daemon's health port (grpc.health.v1): exit 0 when SERVING, 1 when not, 2 when unreachable."""
     import grpc
 
     from .server.health import probe
@@ -417,25 +461,42 @@ def health(address: str, service: str, timeout: float) -> None:
     try:
         status = probe(address, service, timeout)
     except grpc.RpcError as exc:
-        click.echo(f"UNREACHABLE {address}: {exc.code().name}", err=True)
+        record = {"address": address, "status": "UNREACHABLE", "reason": exc.code().name}
+        click.echo(json.dumps(record) if as_json else f"UNREACHABLE {address}: {exc.code().name}. "
+                   "Next: is the daemon running, with --health-port?", err=not as_json)
         sys.exit(2)
-    click.echo(status)
+    _emit(as_json, {"address": address, "status": status}, status)
     sys.exit(0 if status == "SERVING" else 1)
 
 
 @main.command()
-@click.argument("uri")
+@click.argument("uri", callback=lambda _c, _p, v: _address(v))
+@click.option("--timeout", default=60.0, show_default=True, type=float, help="Give up after this many seconds (exit 1).")
+@click.option("--nodes", "min_nodes", default=0, show_default=True, type=click.IntRange(min=0),
+              help="For a catalog: also wait until this many nodes are alive.")
+@JSON_OPTION
+def wait(uri: str, timeout: float, min_nodes: int, as_json: bool) -> None:
+    """Wait until the daemon at URI answers (and, with --nodes, until that many nodes joined): for scripts that start
+    daemons in the background."""
+    from .tools.waiting import wait_for
+
+    result = wait_for(uri, timeout=timeout, min_nodes=min_nodes)
+    _emit(as_json, result, f"ready: {result['role']} {uri}" + (f", {result['nodes_alive']} nodes alive"
+                                                                  if result["role"] == "catalog" else ""))
+
+
+@main.command()
+@click.argument("uri", callback=lambda _c, _p, v: _address(v))
 @JSON_OPTION
 def stats(uri: str, as_json: bool) -> None:
-    """A node's counters: bytes and batches served, partitions held."""
+    """A daemon's counters: for a node bytes and batches served, partitions held; for a catalog nodes and datasets."""
     from .io.access import Access
     from .io.connections import ConnectionPool
     from .io.errors import translated
     from .wire import Empty
 
-    pool = ConnectionPool(Access.from_environment())
-    with translated():
-        result = pool.action(uri if "://" in uri else f"grpc://{uri}", "stats", Empty())
+    with ConnectionPool(Access.from_environment()) as pool, translated():
+        result = pool.action(uri, "stats", Empty())
     click.echo(json.dumps(result) if as_json else "\n".join(f"{k}: {v}" for k, v in result.items()))
 
 

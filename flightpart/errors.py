@@ -145,6 +145,12 @@ class ClientClosed(FlightpartError, RuntimeError):
     code = "CLIENT_CLOSED"
 
 
+class CannotStart(FlightpartError, RuntimeError):
+    """A daemon could not start: its port is taken, its address is not this machine's, it was told to join itself."""
+
+    code = "CANNOT_START"
+
+
 def _all_subclasses(cls: type) -> list[type]:
     out = []
     for sub in cls.__subclasses__():

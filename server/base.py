@@ -83,6 +83,9 @@ class ServiceBase(flight.FlightServerBase):
     """
 
     actions: ClassVar[dict[str, Action]] = {}
+    role: ClassVar[str] = "daemon"
+    wrong_daemon_hint: ClassVar[str] = ""
+    """Added to an unknown action's refusal: what the caller probably meant to reach instead."""
     log: ClassVar[logging.Logger] = logging.getLogger("flightpart")
 
     def __init__(self, host: str, port: int, *, secret: bytes | None = None, max_streams: int | None = None,
@@ -104,14 +107,25 @@ class ServiceBase(flight.FlightServerBase):
         with boundary(self.log, f"action {action.type!r:.60}"):
             entry = self.actions.get(action.type)
             if entry is None:
-                raise RequestRejected(f"unknown action {action.type!r:.60}; this server knows {sorted(self.actions)}",
-                                      field="action")
+                raise RequestRejected(f"unknown action {action.type!r:.60}: {self.uri} is a flightpart {self.role}, which knows "
+                                      f"{sorted(self.actions)}" + self.wrong_daemon_hint, field="action")
             authorize(context, entry.permission)
             self.caller.credential = credential_of(context)
             result = entry.handler(self, action.body.to_pybytes() if action.body is not None else b"")
             if entry.changes_state:
                 self.after_action(action.type)
         return [flight.Result(pa.py_buffer(dumps(result)))]
+
+    def list_flights(self, context: Any, criteria: bytes) -> Iterator[flight.FlightInfo]:
+        with boundary(self.log, "list_flights"):
+            raise RequestRejected(f"{self.uri} is a flightpart {self.role}: it lists no datasets" + self.wrong_daemon_hint,
+                                  field="service")
+        yield  # pragma: no cover - a generator, as Flight expects
+
+    def get_flight_info(self, context: Any, descriptor: flight.FlightDescriptor) -> flight.FlightInfo:
+        with boundary(self.log, "get_flight_info"):
+            raise RequestRejected(f"{self.uri} is a flightpart {self.role}: it describes no datasets" + self.wrong_daemon_hint,
+                                  field="service")
 
     def after_action(self, name: str) -> None:
         """Called after an action that may change state (e.g. to drop caches)."""

@@ -83,6 +83,7 @@ class CatalogServer(ServiceBase):
     """Aggregates the nodes' partitions into datasets."""
 
     log = log
+    role = "catalog"
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, *, state_path: str = ":memory:",
                  dead_after: float = 10.0, pending_ttl: float = 3600.0, node_timeout: float = 5.0,

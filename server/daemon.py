@@ -9,17 +9,21 @@ cleanly (the last server started is stopped first).
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import signal
+import socket
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from flightpart.errors import ForeignCluster, NodeConflict
-from flightpart.io.access import SECRET_ENV, TOKEN_ENV, Access, read_secret_file
+import pyarrow as pa
+
+from flightpart.errors import CannotStart, ForeignCluster, NodeConflict
+from flightpart.io.access import SECRET_ENV, Access, read_secret_file
 from flightpart.io.connections import ConnectionPool
 from flightpart.io.layout import default_state_dir
 
@@ -28,6 +32,7 @@ from .catalog import CatalogServer
 from .node import NodeServer
 
 log = logging.getLogger("flightpart.daemon")
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -52,7 +57,7 @@ class Security:
     def secret(self) -> bytes | None:
         if self.secret_file:
             return read_secret_file(self.secret_file)
-        value = os.environ.get(SECRET_ENV) or os.environ.get(TOKEN_ENV)
+        value = os.environ.get(SECRET_ENV)  # never $FLIGHTPART_TOKEN: that is a client's credential, not the cluster's secret
         return value.encode() if value else None
 
     def pool(self) -> ConnectionPool:
@@ -106,15 +111,39 @@ def observe(server: Any, role: str, host: str, ports: Observability) -> list:
     return started
 
 
+def listening(start: Callable[[], T], host: str, port: int, what: str) -> T:
+    """``start()`` (a server binding ``host:port``), with a failure to listen said in one line with what to do."""
+    try:
+        return start()
+    except pa.ArrowException as exc:
+        if "did not start" not in str(exc):
+            raise
+        reason = bind_problem(host, port)
+        raise CannotStart(f"the {what} cannot listen on {host}:{port}: {reason or exc}; "
+                          + ("stop the daemon that holds the port or pick another with --port" if reason == "address in use"
+                             else "check --host is an address of this machine")) from None
+
+
+def bind_problem(host: str, port: int) -> str | None:
+    """Why ``host:port`` cannot be bound now (``address in use``, ...), or None when it can."""
+    try:
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind((host, port))
+    except OSError as exc:
+        return "address in use" if exc.errno == errno.EADDRINUSE else (exc.strerror or str(exc)).lower()
+    return None
+
+
 def start_catalog(host: str, port: int, state_dir: str | None, dead_after: float, security: Security,
                   pending_ttl: float = 3600.0, capability_ttl: float = 86400.0, retire_after: float = 86400.0) -> CatalogServer:
     """A catalog whose SQLite state lives in ``state_dir`` (default: the per-user data directory), readable by its owner only."""
     state = Path(state_dir) if state_dir else default_state_dir()
     state.mkdir(parents=True, exist_ok=True)
     state.chmod(0o700)
-    return CatalogServer(host, port, state_path=str(state / "catalog.sqlite"), dead_after=dead_after, pending_ttl=pending_ttl,
-                         capability_ttl=capability_ttl, retire_after=retire_after, pool=security.pool(),
-                         **security.server_options())
+    return listening(lambda: CatalogServer(host, port, state_path=str(state / "catalog.sqlite"), dead_after=dead_after,
+                                           pending_ttl=pending_ttl, capability_ttl=capability_ttl, retire_after=retire_after,
+                                           pool=security.pool(), **security.server_options()), host, port, "catalog")
 
 
 def run_catalog(host: str, port: int, state_dir: str | None, dead_after: float, security: Security, ports: Observability,
@@ -132,14 +161,18 @@ def run_node(host: str, port: int, *, data_dir: str | None, catalog: str | None,
              pending_ttl: float = 3600.0, capability_ttl: float = 86400.0) -> None:
     """``flightpart serve``: a node (and, without ``catalog``, a catalog in the same process), until a signal."""
     servers: list = []
+    if catalog is not None and port and catalog.split("://")[-1] in (f"{host}:{port}", f"{advertise}:{port}"):
+        raise CannotStart(f"--catalog {catalog} is this node's own address: start the catalog first (`flightpart catalog`) "
+                          "and give the node another --port, or drop --catalog to run node and catalog in one process")
     if catalog is None:
         embedded = start_catalog(host, port, state_dir, dead_after, security, pending_ttl, capability_ttl)
         servers.append(embedded)
         catalog, port = embedded.uri, node_port
         announce("catalog", embedded.uri)
-    node = NodeServer(host, port, data_dir=data_dir, catalog=catalog, heartbeat_interval=heartbeat, advertise=advertise,
-                      max_partition_bytes=max_partition_bytes, max_streams=max_streams, min_free_bytes=min_free_bytes, group=group,
-                      pool=security.pool(), **security.server_options())
+    node = listening(lambda: NodeServer(host, port, data_dir=data_dir, catalog=catalog, heartbeat_interval=heartbeat,
+                                        advertise=advertise, max_partition_bytes=max_partition_bytes, max_streams=max_streams,
+                                        min_free_bytes=min_free_bytes, group=group, pool=security.pool(),
+                                        **security.server_options()), host, port, "node")
     servers.append(node)
     try:
         node.register()
@@ -147,7 +180,7 @@ def run_node(host: str, port: int, *, data_dir: str | None, catalog: str | None,
         log.error("%s", exc)
         for server in reversed(servers):
             server.shutdown()
-        raise SystemExit(f"flightpart serve: refused by the catalog: {exc}") from None
+        raise
     except Exception as exc:  # the heartbeat thread keeps trying
         log.warning("catalog %s not reachable yet: %s", catalog, exc)
     servers.extend(observe(node, "node", host, ports))

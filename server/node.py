@@ -116,6 +116,8 @@ class NodeServer(ServiceBase):
     """One node of a flightpart cluster."""
 
     log = log
+    role = "node"
+    wrong_daemon_hint = "; client commands talk to the catalog: point --catalog (or $FLIGHTPART_CATALOG) at its address"
 
     def __init__(
         self,

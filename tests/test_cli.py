@@ -38,7 +38,7 @@ def test_put_ls_show_get_rm_nodes(cluster, tmp_path):
     assert {"bytes_sent", "batches_sent", "partitions_served"} <= stats.keys()
     assert "dropped clidata" in cli("rm", "clidata", "--catalog", uri).stdout
     gone = cli("show", "clidata", "--catalog", uri, check=False)
-    assert gone.returncode == 1 and "DatasetNotFound: no dataset named 'clidata'" in gone.stderr
+    assert gone.returncode == 1 and "Error [DATASET_NOT_FOUND]: no dataset named 'clidata'" in gone.stderr
     assert "Traceback" not in gone.stderr
 
 
@@ -79,15 +79,15 @@ def test_repartition_append_rebalance(cluster, tmp_path):
     pq.write_table(pa.table({"a": [300, 301], "b": [300.0, 301.0]}), more)
     with fp.connect(uri) as client:
         client.put("clishape", table, tiling=(3, 1))
-    assert "clishape v2: 300 rows x 2 columns in a (4, 2) grid" in cli("repartition", "clishape", "--tiling", "4x2", "--catalog", uri).stdout
-    assert "clishape v3: 302 rows x 2 columns in a (6, 2) grid" in cli("append", "clishape", str(more), "--catalog", uri).stdout
+    assert "clishape v2: 300 rows x 2 columns in a 4x2 grid" in cli("repartition", "clishape", "--tiling", "4x2", "--catalog", uri).stdout
+    assert "clishape v3: 302 rows x 2 columns in a 6x2 grid" in cli("append", "clishape", str(more), "--catalog", uri).stdout
     cli("rebalance", "clishape", "--catalog", uri)
     assert "is balanced already; nothing moved" in cli("rebalance", "clishape", "--catalog", uri).stdout
     bad = cli("repartition", "clishape", "--tiling", "4x9", "--catalog", uri, check=False)
-    assert bad.returncode != 0 and "ValueError: tiling (4, 9)" in bad.stderr and "Traceback" not in bad.stderr
+    assert bad.returncode != 0 and "Error [USAGE]: tiling (4, 9)" in bad.stderr and "Traceback" not in bad.stderr
     wrong = tmp_path / "wrong.parquet"
     pq.write_table(pa.table({"a": ["x"], "b": [1.0]}), wrong)
     bad = cli("append", "clishape", str(wrong), "--catalog", uri, check=False)
-    assert bad.returncode != 0 and "SchemaMismatch" in bad.stderr and "Traceback" not in bad.stderr
+    assert bad.returncode != 0 and "Error [SCHEMA_MISMATCH]" in bad.stderr and "Traceback" not in bad.stderr
     with fp.connect(uri) as client:
         assert client.open("clishape").to_arrow().equals(pa.concat_tables([table, pq.read_table(more)]))

@@ -64,6 +64,12 @@ class ConnectionPool:
             stale = self._clients.pop(uri, None)
         _close_quietly(stale)
 
+    def __enter__(self) -> ConnectionPool:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
     def close(self) -> None:
         """Close every connection; later calls raise :class:`~flightpart.errors.ClientClosed`."""
         with self._lock:
