@@ -12,8 +12,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import pandas as pd
-
 from flightpart import frames as frame_kinds
 from flightpart.distarray import numeric_matrix
 from flightpart.errors import PartitionedError
@@ -46,6 +44,8 @@ class ConvertingGet:
 
     def convert(self, table: Any) -> Any:
         if self.frames == "pandas":
+            import pandas as pd  # here, not at import: the daemons and a pyarrow-only client run without pandas
+
             frame = frame_kinds.to_pandas(frame_kinds.drop_pandas_index(table))
             for column, values in self.categories.items():
                 if column in frame.columns:

@@ -45,9 +45,13 @@ def security_options(f):
 def observability_options(f):
     """--health-port, --metrics-port and --metrics-host shared by the daemons."""
     f = click.option("--metrics-host", default="127.0.0.1", show_default=True,
-                     help="Address the metrics endpoint binds (it shows counts, no dataset names).")(f)
-    f = click.option("--metrics-port", default=None, type=int, help="Serve Prometheus metrics on this port (HTTP).")(f)
-    f = click.option("--health-port", default=None, type=int, help="Serve grpc.health.v1.Health on this port.")(f)
+                     help="Address the HTTP endpoint binds. Its metrics show counts only; a catalog's status page shows "
+                          "node addresses and dataset names, so expose it only where they may be seen.")(f)
+    f = click.option("--metrics-port", default=None, type=int,
+                     help="Serve HTTP on this port (8818 by convention; 0: any): /metrics for Prometheus, /healthz "
+                          "(200 or 503 with reasons) and, on a catalog, the status page at / and /status.json.")(f)
+    f = click.option("--health-port", default=None, type=int,
+                     help="Serve grpc.health.v1.Health on this port (8817 by convention; 0: any).")(f)
     return f
 
 

@@ -23,6 +23,8 @@ import pyarrow.flight as flight
 from flightpart.errors import Forbidden, ServerBusy, Unauthenticated
 from flightpart.wire import CAPABILITY, Credential, encode_error, verify_token
 
+from .telemetry import Call, Telemetry
+
 STREAM_METHODS = (flight.FlightMethod.DO_GET, flight.FlightMethod.DO_PUT, flight.FlightMethod.DO_EXCHANGE)
 OWNER = Credential("owner", "owner")
 
@@ -45,8 +47,9 @@ def _header(headers: dict, name: str) -> list[str]:
 class GuardFactory(flight.ServerMiddlewareFactory):
     """Authentication and stream accounting for one server."""
 
-    def __init__(self, secret: bytes | None = None, max_streams: int | None = None):
+    def __init__(self, secret: bytes | None = None, max_streams: int | None = None, telemetry: Telemetry | None = None):
         super().__init__()
+        self.telemetry = telemetry or Telemetry()
         self.secret = secret
         self.max_streams = max_streams
         self.open_streams = 0
@@ -63,6 +66,7 @@ class GuardFactory(flight.ServerMiddlewareFactory):
                     return credential
         with self._lock:
             self.refused += 1
+        self.telemetry.refused("unauthenticated")
         refusal = Unauthenticated("a valid flightpart token is required (it may have expired)")
         raise flight.FlightUnauthenticatedError(refusal.message, extra_info=encode_error(refusal))
 
@@ -73,6 +77,7 @@ class GuardFactory(flight.ServerMiddlewareFactory):
         with self._lock:
             if self.max_streams is not None and self.open_streams >= self.max_streams:
                 self.refused += 1
+                self.telemetry.refused("busy")
                 busy = ServerBusy(f"busy: {self.open_streams} streams open, the limit; retry shortly")
                 raise flight.FlightUnavailableError(busy.message, extra_info=encode_error(busy))
             self.open_streams += 1
@@ -91,10 +96,19 @@ class CallGuard(flight.ServerMiddleware):
         self.factory = factory
         self.credential = credential
         self.stream = stream
+        self._finish: tuple[Telemetry, Call] | None = None
+
+    def finish_with(self, telemetry: Telemetry, call: Call) -> None:
+        """Record ``call`` when the stream completes (its handler returned before the data was sent)."""
+        self._finish = (telemetry, call)
 
     def call_completed(self, exception: Any) -> None:
         if self.stream:
             self.factory.release()
+        if self._finish is not None:
+            telemetry, call = self._finish
+            self._finish = None
+            telemetry.finish(call, exception)
 
 
 def credential_of(context: Any) -> Credential:

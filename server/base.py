@@ -32,6 +32,7 @@ from flightpart.io.errors import translate
 from flightpart.wire import dumps, encode_error, error_message
 
 from .auth import GuardFactory, authorize, credential_of
+from .telemetry import Telemetry
 
 
 def flight_error(exc: FlightpartError) -> flight.FlightError:
@@ -48,22 +49,38 @@ def flight_error(exc: FlightpartError) -> flight.FlightError:
 
 
 @contextlib.contextmanager
-def boundary(log: logging.Logger, what: str) -> Iterator[None]:
-    """Turn whatever a handler raises into a Flight error with a code (see the module doc)."""
-    try:
-        yield
-    except FlightpartError as exc:
-        log.info("%s refused: %s %s", what, exc.code, exc.message)
-        raise flight_error(exc) from None
-    except (flight.FlightError, ConnectionError) as exc:  # a call this server made to a peer
-        peer = translate(exc)
-        log.warning("%s: a peer refused or did not answer: %s %s", what, peer.code, peer.message)
-        if isinstance(peer, (NodeUnavailable, ServerError)):
-            peer = NodeUnavailable(f"{what}: a peer did not answer ({error_message(exc)})")
-        raise flight_error(peer) from None
-    except Exception:
-        log.exception("%s failed", what)
-        raise flight_error(ServerError(f"{what} failed on the server; its log has the details")) from None
+def boundary(log: logging.Logger, what: str, telemetry: Telemetry | None = None, context: Any = None) -> Iterator[None]:
+    """Turn whatever a handler raises into a Flight error with a code (see the module doc); with ``telemetry``, time
+    the call (a stream until gRPC completes it) and count refusals by code."""
+    with telemetry.call(what, context) if telemetry is not None else contextlib.nullcontext() as call:
+        try:
+            yield
+        except FlightpartError as exc:
+            log.info("%s refused: %s %s", what, exc.code, exc.message)
+            if call is not None:
+                call.outcome = exc.code
+                telemetry.refused(exc.code.lower())
+            raise flight_error(exc) from None
+        except (flight.FlightError, ConnectionError) as exc:  # a call this server made to a peer
+            peer = translate(exc)
+            log.warning("%s: a peer refused or did not answer: %s %s", what, peer.code, peer.message)
+            if isinstance(peer, (NodeUnavailable, ServerError)):
+                peer = NodeUnavailable(f"{what}: a peer did not answer ({error_message(exc)})")
+            if call is not None:
+                call.outcome = f"peer {peer.code}"
+            raise flight_error(peer) from None
+        except Exception:
+            log.exception("%s failed", what)
+            if call is not None:
+                call.outcome = "INTERNAL"
+            raise flight_error(ServerError(f"{what} failed on the server; its log has the details")) from None
+        finally:
+            if call is not None:
+                guard = context.get_middleware("guard") if context is not None else None
+                if guard is not None and guard.stream and call.outcome == "ok":
+                    guard.finish_with(telemetry, call)  # a stream: timed until it is complete
+                else:
+                    telemetry.finish(call)
 
 
 @dataclass(frozen=True)
@@ -84,6 +101,7 @@ class ServiceBase(flight.FlightServerBase):
 
     actions: ClassVar[dict[str, Action]] = {}
     role: ClassVar[str] = "daemon"
+    streams_timed: ClassVar[bool] = False
     wrong_daemon_hint: ClassVar[str] = ""
     """Added to an unknown action's refusal: what the caller probably meant to reach instead."""
     log: ClassVar[logging.Logger] = logging.getLogger("flightpart")
@@ -93,10 +111,12 @@ class ServiceBase(flight.FlightServerBase):
         scheme = "grpc+tls" if server_kwargs.get("tls_certificates") else "grpc"
         self.secret = secret
         self.caller = threading.local()  # the credential of the action being handled, for handlers that check who
-        self.guard = GuardFactory(secret, max_streams)
+        self.telemetry = Telemetry()
+        self.guard = GuardFactory(secret, max_streams, self.telemetry)
         # with nothing to check or count, no middleware: it costs two calls into Python per request
-        # (a third of a heartbeat's CPU at 2,000 a second); credential_of() then answers the owner
-        middleware = {"guard": self.guard} if secret is not None or max_streams is not None else {}
+        # (a third of a heartbeat's CPU at 2,000 a second); credential_of() then answers the owner.
+        # A node always has it: it times streams until they complete.
+        middleware = {"guard": self.guard} if secret is not None or max_streams is not None or self.streams_timed else {}
         super().__init__(f"{scheme}://{host}:{port}", middleware=middleware, **server_kwargs)
         self.uri = f"{scheme}://{advertise or host}:{self.port}"
 
@@ -104,7 +124,7 @@ class ServiceBase(flight.FlightServerBase):
         return [(name, entry.doc) for name, entry in sorted(self.actions.items())]
 
     def do_action(self, context: Any, action: flight.Action) -> list[flight.Result]:
-        with boundary(self.log, f"action {action.type!r:.60}"):
+        with boundary(self.log, f"action {action.type!r:.60}", self.telemetry, context):
             entry = self.actions.get(action.type)
             if entry is None:
                 raise RequestRejected(f"unknown action {action.type!r:.60}: {self.uri} is a flightpart {self.role}, which knows "
@@ -117,13 +137,13 @@ class ServiceBase(flight.FlightServerBase):
         return [flight.Result(pa.py_buffer(dumps(result)))]
 
     def list_flights(self, context: Any, criteria: bytes) -> Iterator[flight.FlightInfo]:
-        with boundary(self.log, "list_flights"):
+        with boundary(self.log, "list_flights", self.telemetry, context):
             raise RequestRejected(f"{self.uri} is a flightpart {self.role}: it lists no datasets" + self.wrong_daemon_hint,
                                   field="service")
         yield  # pragma: no cover - a generator, as Flight expects
 
     def get_flight_info(self, context: Any, descriptor: flight.FlightDescriptor) -> flight.FlightInfo:
-        with boundary(self.log, "get_flight_info"):
+        with boundary(self.log, "get_flight_info", self.telemetry, context):
             raise RequestRejected(f"{self.uri} is a flightpart {self.role}: it describes no datasets" + self.wrong_daemon_hint,
                                   field="service")
 

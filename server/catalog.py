@@ -67,6 +67,8 @@ from flightpart.wire import (
 from .auth import authorize
 from .base import Action, ServiceBase, boundary
 from .catalog_state import CatalogState, NodeRecord, PartRecord, VersionRecord
+from .status_page import cluster_status
+from .telemetry import describe
 
 log = logging.getLogger("flightpart.catalog")
 
@@ -130,8 +132,15 @@ class CatalogServer(ServiceBase):
                     log.exception("expiring pending versions failed")
 
     def healthy(self) -> bool:
-        """SERVING while the state database answers."""
-        return self.state.ping()
+        return not self.problems()
+
+    def problems(self) -> list[str]:
+        """Why the catalog cannot answer, if it cannot: its state database does not. Empty: SERVING."""
+        return [] if self.state.ping() else ["the state database does not answer"]
+
+    def status(self) -> dict:
+        """What the status page shows: nodes with their health and traffic, datasets with their grids."""
+        return cluster_status(self.state, self.pool)
 
     def stats(self) -> dict:
         """Counters for the ``stats`` action and the metrics endpoint."""
@@ -142,7 +151,7 @@ class CatalogServer(ServiceBase):
     # ------------------------------------------------------------------ reads
 
     def get_flight_info(self, context: Any, descriptor: flight.FlightDescriptor) -> flight.FlightInfo:
-        with boundary(log, "get_flight_info"):
+        with boundary(log, "get_flight_info", self.telemetry, context):
             authorize(context, "read")
             name, version = parse_dataset_path(descriptor)
             version = self.state.latest(name) if version is None else version
@@ -168,7 +177,7 @@ class CatalogServer(ServiceBase):
         return info
 
     def list_flights(self, context: Any, criteria: bytes) -> Iterator[flight.FlightInfo]:
-        with boundary(log, "list_flights"):
+        with boundary(log, "list_flights", self.telemetry, context):
             authorize(context, "read")
             infos = [encode_flight_info(version_info(record), with_endpoints=False) for record in self.state.datasets()]
         return iter(infos)
@@ -234,7 +243,7 @@ class CatalogServer(ServiceBase):
         """Heartbeats take a short path (4,000 nodes send 2,000 a second); anything unusual, and every other action,
         the action table's."""
         if action.type == Heartbeat.ACTION and action.body is not None:
-            with boundary(self.log, "action 'heartbeat'"):
+            with boundary(self.log, "action 'heartbeat'", self.telemetry, context):
                 beat = Heartbeat.decode_plain(action.body.to_pybytes())
                 if beat is not None:
                     credential = authorize(context, "node")
@@ -270,6 +279,7 @@ class CatalogServer(ServiceBase):
         self._verify_on_nodes(b.dataset, b.version, b.schema, parts)
         self.state.commit(b.dataset, b.version, schema, b.shape, b.tiling, parts, replicas=max(1, b.replicas))
         self._seal(b, {n.node_id: n for p in parts for n in p.nodes}.values())
+        describe("commit", dataset=b.dataset, version=b.version, partitions=len(parts), rows=b.shape[0])
         return {"dataset": b.dataset, "version": b.version}
 
     def _seal(self, manifest: Commit, nodes: Any) -> None:
@@ -325,7 +335,9 @@ class CatalogServer(ServiceBase):
     def _drop(self, raw: bytes) -> dict:
         b = Drop.decode(raw)
         nodes = self.state.drop(b.dataset, b.version)
-        return {"dataset": b.dataset, "version": b.version, "nodes_cleaned": self._drop_files(b.dataset, b.version, nodes)}
+        cleaned = self._drop_files(b.dataset, b.version, nodes)
+        describe("drop", dataset=b.dataset, version=b.version, nodes=cleaned)
+        return {"dataset": b.dataset, "version": b.version, "nodes_cleaned": cleaned}
 
     def _drop_files(self, name: str, version: int | None, nodes: list[NodeRecord], *, pending_only: bool = False) -> int:
         """Tell the nodes to delete a version's files, in parallel; a node that misses it is told when it registers again."""

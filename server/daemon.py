@@ -10,6 +10,7 @@ cleanly (the last server started is stopped first).
 from __future__ import annotations
 
 import errno
+import json
 import logging
 import os
 import signal
@@ -92,8 +93,10 @@ def wait_for_signal(servers: Sequence[Any]) -> None:
         server.shutdown()
 
 
-def observe(server: Any, role: str, host: str, ports: Observability) -> list:
-    """Start the health and metrics endpoints of a daemon; returns what to shut down."""
+def observe(server: Any, role: str, host: str, ports: Observability, catalog: Any = None) -> list:
+    """Start the health (gRPC) and HTTP (metrics, ``/healthz``, a catalog's status page) endpoints of a daemon; returns
+    what to shut down. ``catalog``: the catalog whose status page this endpoint also serves (the daemon's own when it is
+    one, the embedded one of ``flightpart serve`` without ``--catalog``)."""
     started: list = []
     bind = "0.0.0.0" if host in ("0.0.0.0", "") else host
     if ports.health_port is not None:
@@ -103,12 +106,36 @@ def observe(server: Any, role: str, host: str, ports: Observability) -> list:
         started.append(endpoint)
         announce(f"{role}-health", endpoint.address)
     if ports.metrics_port is not None:
-        from .metrics import serve_metrics
+        from .http import HttpEndpoint
 
-        http = serve_metrics(ports.metrics_host, ports.metrics_port, role, server.stats)
+        catalog = catalog if catalog is not None else (server if role == "catalog" else None)
+        http = HttpEndpoint(ports.metrics_host, ports.metrics_port, http_routes(server, role, catalog))
         started.append(http)
-        announce(f"{role}-metrics", f"http://{ports.metrics_host}:{http.server_port}/metrics")
+        announce(f"{role}-metrics", f"{http.url}/metrics")
+        if catalog is not None:
+            announce("catalog-status", f"{http.url}/")
     return started
+
+
+def http_routes(server: Any, role: str, catalog: Any = None) -> dict:
+    """``/metrics`` and ``/healthz`` of ``server``; with a ``catalog``, its status page and ``/status.json`` too."""
+    from prometheus_client import CONTENT_TYPE_LATEST
+
+    from .metrics import exposition, metrics_registry
+    from .status_page import render, status_json
+
+    registry = metrics_registry(role, server.stats, server.telemetry, server.problems)
+
+    def healthz() -> tuple[int, str, bytes]:
+        problems = server.problems()
+        body = json.dumps({"status": "NOT_SERVING" if problems else "SERVING", "role": role, "problems": problems})
+        return (503 if problems else 200), "application/json", body.encode()
+
+    routes = {"/metrics": lambda: (200, CONTENT_TYPE_LATEST, exposition(registry)), "/healthz": healthz}
+    if catalog is not None:
+        routes["/"] = lambda: (200, "text/html; charset=utf-8", render(catalog.status()).encode())
+        routes["/status.json"] = lambda: (200, "application/json", status_json(catalog.status()))
+    return routes
 
 
 def listening(start: Callable[[], T], host: str, port: int, what: str) -> T:
@@ -183,6 +210,6 @@ def run_node(host: str, port: int, *, data_dir: str | None, catalog: str | None,
         raise
     except Exception as exc:  # the heartbeat thread keeps trying
         log.warning("catalog %s not reachable yet: %s", catalog, exc)
-    servers.extend(observe(node, "node", host, ports))
+    servers.extend(observe(node, "node", host, ports, catalog=servers[0] if len(servers) > 1 else None))
     announce("node", node.uri)
     wait_for_signal(servers)

@@ -1,62 +1,110 @@
-"""Prometheus metrics of a daemon, read from its live counters on each scrape."""
+"""Prometheus metrics of a daemon, read from its live counters and telemetry on each scrape.
+
+Names follow Prometheus conventions: ``flightpart_`` then what is counted,
+the unit last (``flightpart_sent_bytes_total``), ``_total`` on counters,
+seconds for time. Beside the daemon's own counters: latency histograms per
+RPC (``flightpart_rpc_duration_seconds``), refusals by reason
+(``flightpart_refusals_total``), whether it is healthy, build information,
+and the standard ``process_*`` metrics (CPU, memory, open files).
+"""
 
 from __future__ import annotations
 
+import platform
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from prometheus_client import CollectorRegistry, start_http_server
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+import pyarrow as pa
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, InfoMetricFamily
+from prometheus_client.process_collector import ProcessCollector
 
-COUNTERS = {
-    "bytes_sent": "Bytes of partitions streamed to clients",
-    "rows_sent": "Rows streamed to clients (after filters)",
-    "batches_sent": "Record batches streamed to clients",
-    "partitions_served": "Partitions streamed (do_get calls answered)",
-    "bytes_received": "Bytes of partitions received by do_put",
-    "partitions_stored": "Partitions stored",
-    "put_streams": "do_put streams received (one carries several small partitions)",
-    "partitions_assembled": "Partitions of a new grid built from pulled and local rows (repartition, rebalance)",
-    "partitions_linked": "Partitions of a new version that share an unchanged file (append, rebalance)",
-    "assembled_rows": "Rows gathered to build partitions of a new grid",
-    "pulled_bytes": "Bytes pulled from other nodes to build partitions",
-    "streams_compressed": "Read streams sent compressed (the reader asked and a sample of the data shrank)",
-    "errors": "Requests refused as invalid or not found",
-    "refused_calls": "Calls refused (bad token or stream limit)",
+from flightpart.version import __version__
+
+from .telemetry import BUCKETS, Telemetry
+
+COUNTERS = {  # stats key: (metric name without _total, help)
+    "bytes_sent": ("flightpart_sent_bytes", "Bytes of partitions streamed to clients"),
+    "rows_sent": ("flightpart_sent_rows", "Rows streamed to clients (after filters)"),
+    "batches_sent": ("flightpart_sent_batches", "Record batches streamed to clients"),
+    "partitions_served": ("flightpart_served_partitions", "Partitions streamed (do_get calls answered)"),
+    "bytes_received": ("flightpart_received_bytes", "Bytes of partitions received by do_put"),
+    "partitions_stored": ("flightpart_stored_partitions", "Partitions stored"),
+    "put_streams": ("flightpart_put_streams", "do_put streams received (one carries several small partitions)"),
+    "partitions_assembled": ("flightpart_assembled_partitions",
+                             "Partitions of a new grid built from pulled and local rows (repartition, rebalance)"),
+    "partitions_linked": ("flightpart_linked_partitions", "Partitions of a new version that share an unchanged file (append, rebalance)"),
+    "assembled_rows": ("flightpart_assembled_rows", "Rows gathered to build partitions of a new grid"),
+    "pulled_bytes": ("flightpart_pulled_bytes", "Bytes pulled from other nodes to build partitions"),
+    "streams_compressed": ("flightpart_compressed_streams", "Read streams sent compressed (the reader asked and a sample shrank)"),
 }
 GAUGES = {
-    "partitions_held": "Partitions in the node's data directory",
-    "open_streams": "do_get/do_put streams open now",
-    "datasets": "Datasets with a committed version",
-    "nodes_alive": "Nodes heard from within the dead-after timeout",
-    "nodes_dead": "Nodes not heard from within the dead-after timeout",
+    "partitions_held": ("flightpart_held_partitions", "Partitions in the node's data directory"),
+    "open_streams": ("flightpart_open_streams", "do_get/do_put streams open now"),
+    "maps_open": ("flightpart_open_maps", "Partition files the node keeps memory-mapped"),
+    "free_bytes": ("flightpart_disk_free_bytes", "Free bytes on the node's data directory's file system"),
+    "datasets": ("flightpart_datasets", "Datasets with a committed version"),
 }
 
 
-class StatsCollector:
-    """Turns a ``stats()`` dict into ``flightpart_*`` metric families."""
+class DaemonCollector:
+    """Turns a daemon's ``stats()``, ``problems()`` and telemetry into metric families, labelled by role."""
 
-    def __init__(self, role: str, stats: Callable[[], dict[str, Any]]):
+    def __init__(self, role: str, stats: Callable[[], dict[str, Any]], telemetry: Telemetry,
+                 problems: Callable[[], list[str]] | None = None):
         self.role = role
         self.stats = stats
+        self.telemetry = telemetry
+        self.problems = problems
 
     def collect(self) -> Iterable:
         values = self.stats()
-        for key, doc in COUNTERS.items():
+        for key, (name, doc) in COUNTERS.items():
             if key in values:
-                family = CounterMetricFamily(f"flightpart_{key}", doc, labels=["role"])
-                family.add_metric([self.role], values[key])
-                yield family
-        for key, doc in GAUGES.items():
+                yield self._one(CounterMetricFamily(name, doc, labels=["role"]), values[key])
+        for key, (name, doc) in GAUGES.items():
             if key in values:
-                family = GaugeMetricFamily(f"flightpart_{key}", doc, labels=["role"])
-                family.add_metric([self.role], values[key])
-                yield family
+                yield self._one(GaugeMetricFamily(name, doc, labels=["role"]), values[key])
+        if "nodes_alive" in values:
+            nodes = GaugeMetricFamily("flightpart_nodes", "Nodes the catalog knows, by state", labels=["role", "state"])
+            nodes.add_metric([self.role, "alive"], values["nodes_alive"])
+            nodes.add_metric([self.role, "dead"], values.get("nodes_dead", 0))
+            yield nodes
+        refusals = CounterMetricFamily("flightpart_refusals", "Calls refused, by reason (the error code, lower case)",
+                                       labels=["role", "reason"])
+        for reason, count in sorted(self.telemetry.refusals().items()):
+            refusals.add_metric([self.role, reason], count)
+        yield refusals
+        latency = HistogramMetricFamily("flightpart_rpc_duration_seconds",
+                                        "Time to answer a call, by RPC (a stream: until it is complete)", labels=["role", "rpc"])
+        for rpc, (counts, total, _count) in sorted(self.telemetry.histograms().items()):
+            cumulative, running = [], 0
+            for bound, n in zip([*map(str, BUCKETS), "+Inf"], counts):
+                running += n
+                cumulative.append((bound, running))
+            latency.add_metric([self.role, rpc], cumulative, total)
+        yield latency
+        if self.problems is not None:
+            yield self._one(GaugeMetricFamily("flightpart_healthy", "1 while the daemon reports SERVING, else 0", labels=["role"]),
+                            0 if self.problems() else 1)
+        build = InfoMetricFamily("flightpart_build", "Versions this daemon runs", labels=["role", "version", "pyarrow", "python"])
+        build.add_metric([self.role, __version__, pa.__version__, platform.python_version()], {})
+        yield build
+
+    def _one(self, family: Any, value: float) -> Any:
+        family.add_metric([self.role], value)
+        return family
 
 
-def serve_metrics(host: str, port: int, role: str, stats: Callable[[], dict[str, Any]]) -> Any:
-    """Start the HTTP exporter; returns the server (``.shutdown()`` stops it)."""
+def metrics_registry(role: str, stats: Callable[[], dict[str, Any]], telemetry: Telemetry,
+                     problems: Callable[[], list[str]] | None = None) -> CollectorRegistry:
+    """A registry with the daemon's metrics and this process's ``process_*`` metrics."""
     registry = CollectorRegistry()
-    registry.register(StatsCollector(role, stats))
-    server, _thread = start_http_server(port, addr=host, registry=registry)
-    return server
+    registry.register(DaemonCollector(role, stats, telemetry, problems))
+    ProcessCollector(registry=registry)
+    return registry
+
+
+def exposition(registry: CollectorRegistry) -> bytes:
+    """The registry in Prometheus's text format."""
+    return generate_latest(registry)

@@ -13,6 +13,7 @@ import logging
 import os
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -58,6 +59,7 @@ from .assembler import Assembler
 from .auth import authorize, credential_of
 from .base import Action, ServiceBase, boundary
 from .store import PartitionStore, StoredPartition
+from .telemetry import describe
 
 log = logging.getLogger("flightpart.node")
 
@@ -117,6 +119,7 @@ class NodeServer(ServiceBase):
 
     log = log
     role = "node"
+    streams_timed = True
     wrong_daemon_hint = "; client commands talk to the catalog: point --catalog (or $FLIGHTPART_CATALOG) at its address"
 
     def __init__(
@@ -158,6 +161,7 @@ class NodeServer(ServiceBase):
         self.assembler = Assembler(self.store, self.pool, self.uri, catalog, self.counters.add)
         self._stopping = threading.Event()
         self.registered = threading.Event()
+        self.last_contact: float | None = None  # monotonic time of the catalog's last answer
         inprocess.register(self.uri, self.store.open)
         if catalog:
             threading.Thread(target=self._report_loop, name="flightpart-heartbeat", daemon=True).start()
@@ -192,6 +196,7 @@ class NodeServer(ServiceBase):
             with translated():
                 raw = self.pool.action(self.catalog_uri, RegisterNode.ACTION, body)
             self._follow(RegisterReply.from_json(raw, "register-node reply"))
+        self.last_contact = time.monotonic()
         self.registered.set()
 
     REGISTER_PAGE_BYTES = 4 << 20
@@ -219,6 +224,7 @@ class NodeServer(ServiceBase):
                     free = self.free_bytes()
                     beat = Heartbeat(self.node_id, free, free is not None and free < self.min_free_bytes)
                     raw = self.pool.action(self.catalog_uri, Heartbeat.ACTION, beat, timeout=5)
+                    self.last_contact = time.monotonic()
                     if not HeartbeatReply.from_json(raw, "heartbeat reply").known:
                         self.registered.clear()
                         continue
@@ -244,16 +250,32 @@ class NodeServer(ServiceBase):
             return None
 
     def healthy(self) -> bool:
-        """SERVING while the data directory is there, writable, and has at least ``min_free_bytes`` free."""
+        return not self.problems()
+
+    def problems(self) -> list[str]:
+        """Why this node should not get new work, if it should not: its data directory is gone, read-only or nearly full,
+        or it is not (or no longer) registered with its catalog. Empty: SERVING."""
+        root = self.store.root
+        if not root.is_dir():
+            return [f"data directory {root} is gone"]
+        found = [] if os.access(root, os.W_OK) else [f"data directory {root} is not writable"]
         free = self.free_bytes()
-        return (self.store.root.is_dir() and os.access(self.store.root, os.W_OK) and free is not None
-                and free >= self.min_free_bytes)
+        if free is None or free < self.min_free_bytes:
+            found.append(f"low disk space: {free or 0:,} bytes free, below --min-free-bytes {self.min_free_bytes:,}")
+        if self.catalog_uri is not None:
+            silent = time.monotonic() - self.last_contact if self.last_contact is not None else None
+            if not self.registered.is_set():
+                found.append(f"not registered with the catalog {self.catalog_uri}"
+                             + (f" (last reached {silent:.0f} s ago)" if silent is not None else " yet"))
+            elif silent is not None and silent > max(3 * self.heartbeat_interval, 5.0):
+                found.append(f"the catalog {self.catalog_uri} has not answered for {silent:.0f} s")
+        return found
 
     def stats(self) -> dict:
         """Counters for the ``stats`` action and the metrics endpoint."""
         return {**self.counters.snapshot(), "partitions_held": self.store.count(), "maps_open": len(self.store.maps),
                 "free_bytes": self.free_bytes() or 0, "open_streams": self.guard.open_streams,
-                "refused_calls": self.guard.refused}
+                "refused_calls": self.guard.refused, "problems": self.problems()}
 
     def _check_cluster(self, cluster: str | None) -> None:
         """An order that deletes or seals data must come from this node's own cluster."""
@@ -267,7 +289,7 @@ class NodeServer(ServiceBase):
     """Receipts per metadata message in the answer to a put of several partitions (about 300 KB)."""
 
     def do_put(self, context: Any, descriptor: flight.FlightDescriptor, reader: Any, writer: Any) -> None:
-        with boundary(log, "do_put"), self._counting_errors("put"):
+        with boundary(log, "do_put", self.telemetry, context), self._counting_errors("put"):
             if credential_of(context).role != "node":  # nodes copy replicas to each other; anyone else must be a writer
                 authorize(context, "write")
             name, version, part = parse_put_path(descriptor)
@@ -275,6 +297,7 @@ class NodeServer(ServiceBase):
             stream = chunks(reader)
             if part is not None:
                 stored = self._receive(context, stream, name, version, part, reader.schema, alone=True)
+                describe("put", dataset=name, version=version, part=part, partitions=1, bytes=stored.nbytes, rows=stored.rows)
                 writer.write(pa.py_buffer(stored.encode()))
                 return
             received: list[StoredPartition] = []
@@ -286,6 +309,8 @@ class NodeServer(ServiceBase):
                 received.append(self._receive(context, stream, name, version, header.part, reader.schema, alone=False))
             if received:
                 self.store.sync(name, version)  # every rename durable before any receipt
+            describe("put", dataset=name, version=version, partitions=len(received), bytes=sum(p.nbytes for p in received),
+                     rows=sum(p.rows for p in received))
             for k in range(0, len(received), self.RECEIPTS_PER_PAGE):
                 writer.write(pa.py_buffer(PutReceipts(tuple(received[k:k + self.RECEIPTS_PER_PAGE])).encode()))
 
@@ -340,12 +365,14 @@ class NodeServer(ServiceBase):
         return stored
 
     def do_get(self, context: Any, ticket: flight.Ticket) -> flight.RecordBatchStream:
-        with boundary(log, "do_get"), self._counting_errors("get"):
+        with boundary(log, "do_get", self.telemetry, context), self._counting_errors("get"):
             spec = Ticket.decode(ticket.ticket)
             authorize(context, "read", (spec.dataset, spec.version))
             table = project(self.store.open(spec.dataset, spec.version, spec.part), spec.columns, spec.rows, spec.filter,
                             spec.matched, spec.aggregate)
             options = write_options(table, spec.compression)
+            describe("get", dataset=spec.dataset, version=spec.version, part=spec.part, bytes=table.nbytes, rows=table.num_rows,
+                     compressed=options is not None)
         # a partition's columns share chunk boundaries (one IPC file), so the stream
         # sends one batch per chunk: counted without touching the batches
         batches = table.column(0).num_chunks if table.num_columns else 0
@@ -391,7 +418,9 @@ class NodeServer(ServiceBase):
     def _drop(self, raw: bytes) -> dict:
         body = Drop.decode(raw)
         self._check_cluster(body.cluster)
-        return {"removed": self.store.drop(body.dataset, body.version, pending_only=body.pending_only)}
+        removed = self.store.drop(body.dataset, body.version, pending_only=body.pending_only)
+        describe("drop", dataset=body.dataset, version=body.version, files=removed)
+        return {"removed": removed}
 
     def _check_target(self, target: str) -> None:
         """copy-to sends data only to a live node registered with this node's catalog, checked before any connection."""

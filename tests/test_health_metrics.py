@@ -34,13 +34,13 @@ def test_health_follows_the_daemon_and_metrics_count_what_is_served(tmp_path):
         address, metrics_url = node.uris["node-health"], node.uris["node-metrics"]
         first = health(address)
         assert (first.returncode, first.stdout.strip()) == (0, "SERVING")
-        assert metric(metrics_url, "flightpart_bytes_sent_total") == 0
+        assert metric(metrics_url, "flightpart_sent_bytes_total") == 0
         with fp.connect(node.uris["catalog"], host="127.0.0.99") as client:
             table = pa.table({"a": np.arange(50_000)})
             client.put("metered", table)
             assert client.open("metered").to_arrow().equals(table)
-        assert metric(metrics_url, "flightpart_bytes_sent_total") == table.nbytes
-        assert metric(metrics_url, "flightpart_partitions_held") == 1
+        assert metric(metrics_url, "flightpart_sent_bytes_total") == table.nbytes
+        assert metric(metrics_url, "flightpart_held_partitions") == 1
         assert metric(metrics_url, "flightpart_open_streams") == 0
         data.rename(tmp_path / "gone")  # the node can no longer store anything
         deadline = time.monotonic() + 10

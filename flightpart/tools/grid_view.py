@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-COLOURS = ["cyan", "magenta", "green", "yellow", "blue", "red", "bright_cyan", "bright_magenta"]
+from flightpart.palette import node_colour
 
 
 def grid_json(ds: Any) -> dict:
@@ -30,7 +30,7 @@ def render_grid(ds: Any, nodes: list[dict], console: Any = None) -> None:
 
     console = console or Console()
     d = ds.__partitioned__
-    colour = {n["uri"]: COLOURS[k % len(COLOURS)] for k, n in enumerate(nodes)}
+    colour = {n["uri"]: node_colour(k) for k, n in enumerate(nodes)}
     p, q = d["partition_tiling"]
     table = Table(title=f"{ds.name} v{ds.version}: {d['shape'][0]:,} rows x {d['shape'][1]} columns, "
                         f"{ds.nbytes:,} bytes", show_lines=True)

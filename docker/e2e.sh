@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# The compose cluster in real containers, end to end:
+#   start (or reuse) a Docker engine, build the image (on python:3.11-slim when a
+#   registry answers, else on a Debian base made here with debootstrap), bring up
+#   the catalog and three nodes, wait for every health check, run the client
+#   service (zero-copy on node 1's host), check the status page, stop everything
+#   with SIGTERM and check each daemon exited cleanly, tear down.
+# Exit 0: passed. Exit 1: failed. Exit 3: skipped (no engine can run here; the
+# reason is printed). Bounded by E2E_TIMEOUT seconds (default 1500).
+# Environment: DOCKER_HOST to use a running engine; E2E_WORK for the engine's and
+# the base image's files (default /var/tmp/flightpart-e2e, kept for reuse).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+WORK=${E2E_WORK:-/var/tmp/flightpart-e2e}
+PROJECT=fpe2e
+BASE_IMAGE=flightpart-base:bookworm
+DEADLINE=$(( $(date +%s) + ${E2E_TIMEOUT:-1500} ))
+STARTED_ENGINE=""
+mkdir -p "$WORK"
+
+say() { echo "e2e: $*" >&2; }
+skip() { say "SKIPPED: $*"; cleanup; exit 3; }
+fail() { say "FAILED: $*"; [ -n "${COMPOSE:-}" ] && $COMPOSE logs --no-color --tail=40 >&2 2>/dev/null; cleanup; exit 1; }
+left() { echo $(( DEADLINE - $(date +%s) )); }
+bounded() { local t; t=$(left); [ "$t" -gt 0 ] || fail "out of time (E2E_TIMEOUT)"; timeout "$t" "$@"; }
+
+cleanup() {
+  if [ -n "${COMPOSE:-}" ]; then $COMPOSE down -v --remove-orphans >/dev/null 2>&1; fi
+  if [ -n "$STARTED_ENGINE" ]; then
+    kill "$STARTED_ENGINE" 2>/dev/null
+    for _ in $(seq 50); do kill -0 "$STARTED_ENGINE" 2>/dev/null || break; sleep 0.2; done
+    kill -9 "$STARTED_ENGINE" 2>/dev/null
+  fi
+}
+trap 'fail "interrupted"' INT TERM
+
+# ---------------------------------------------------------------- the engine
+command -v docker >/dev/null 2>&1 || skip "no docker client (apt-get install docker.io)"
+if [ -z "${DOCKER_HOST:-}" ] && ! docker info >/dev/null 2>&1; then
+  command -v dockerd >/dev/null 2>&1 || skip "no Docker engine running and no dockerd to start"
+  [ "$(id -u)" = 0 ] || skip "no Docker engine running, and starting dockerd needs root"
+  export DOCKER_HOST="unix://$WORK/docker.sock"
+  say "starting dockerd (vfs storage, no iptables, no default bridge) under $WORK"
+  dockerd --storage-driver=vfs --iptables=false --bridge=none --data-root "$WORK/data-root" \
+          --exec-root "$WORK/exec-root" --pidfile "$WORK/dockerd.pid" -H "$DOCKER_HOST" >"$WORK/dockerd.log" 2>&1 &
+  STARTED_ENGINE=$!
+  for _ in $(seq 150); do docker info >/dev/null 2>&1 && break; kill -0 "$STARTED_ENGINE" 2>/dev/null || break; sleep 0.2; done
+  docker info >/dev/null 2>&1 || skip "dockerd did not start: $(tail -n 3 "$WORK/dockerd.log" | tr '\n' ' ')"
+fi
+if command -v docker-compose >/dev/null 2>&1; then COMPOSE_BIN="docker-compose"
+elif docker compose version >/dev/null 2>&1; then COMPOSE_BIN="docker compose"
+else skip "neither docker-compose nor docker compose is installed"; fi
+COMPOSE="$COMPOSE_BIN -p $PROJECT -f $ROOT/docker/compose.yaml"
+say "engine $(docker version --format '{{.Server.Version}}'), compose: $($COMPOSE_BIN version --short 2>/dev/null || $COMPOSE_BIN version | head -n 1)"
+
+# ---------------------------------------------------------------- the image
+BASE=python:3.11-slim
+if ! docker image inspect "$BASE" >/dev/null 2>&1 && ! bounded docker pull -q "$BASE" >/dev/null 2>&1; then
+  BASE=$BASE_IMAGE
+  if ! docker image inspect "$BASE" >/dev/null 2>&1; then
+    command -v debootstrap >/dev/null 2>&1 || skip "no registry image and no debootstrap to make a base (apt-get install debootstrap)"
+    say "no registry image: making $BASE with debootstrap"
+    rm -rf "$WORK/rootfs"
+    bounded debootstrap --variant=minbase --include=python3,python3-venv,ca-certificates bookworm "$WORK/rootfs" \
+      >"$WORK/debootstrap.log" 2>&1 || skip "debootstrap failed: $(tail -n 2 "$WORK/debootstrap.log" | tr '\n' ' ')"
+    tar -C "$WORK/rootfs" -c . | docker import - "$BASE" >/dev/null || fail "docker import of the base failed"
+    rm -rf "$WORK/rootfs"
+  fi
+fi
+say "building flightpart:latest on $BASE"
+bounded docker build --network host --build-arg "BASE=$BASE" -t flightpart:latest -f docker/Dockerfile . \
+  >"$WORK/build.log" 2>&1 || fail "docker build: $(tail -n 15 "$WORK/build.log")"
+docker run --rm --entrypoint python3 flightpart:latest -c \
+  'import importlib.util as u, sys; bad=[m for m in ("pandas","polars","dask","ray") if u.find_spec(m)]; sys.exit(bool(bad) and print("image carries", bad))' \
+  || fail "the daemon image carries frame libraries it never imports"
+[ "$(docker run --rm --entrypoint id flightpart:latest -u)" != 0 ] || fail "the image runs as root"
+say "image: $(docker image inspect flightpart:latest --format '{{.Size}}' | awk '{printf "%.0f MB", $1/1e6}')"
+
+# ---------------------------------------------------------------- the cluster
+export CATALOG_PORT=${CATALOG_PORT:-18815} STATUS_PORT=${STATUS_PORT:-18818}
+$COMPOSE down -v --remove-orphans >/dev/null 2>&1
+bounded $COMPOSE up -d --no-build catalog node1 node2 node3 >"$WORK/up.log" 2>&1 || fail "compose up: $(tail -n 20 "$WORK/up.log")"
+for svc in catalog node1 node2 node3; do
+  cid=$($COMPOSE ps -q "$svc")
+  for _ in $(seq 120); do
+    state=$(docker inspect -f '{{.State.Health.Status}}' "$cid" 2>/dev/null)
+    [ "$state" = healthy ] && break
+    [ "$(left)" -gt 0 ] || fail "out of time waiting for $svc"
+    sleep 1
+  done
+  [ "$state" = healthy ] || fail "$svc is $state: $(docker inspect -f '{{json .State.Health.Log}}' "$cid" | tail -c 600)"
+  say "$svc healthy"
+done
+
+out=$(bounded $COMPOSE run --rm --no-deps client 2>&1) || fail "client: $out"
+echo "$out" >&2
+echo "$out" | grep -q '^3 live nodes' || fail "the client did not see 3 live nodes"
+[ "$(echo "$out" | grep -c '^partition .*zero-copy')" = 1 ] || fail "exactly node 1's partition should be read zero-copy"
+[ "$(echo "$out" | grep -c '^partition .*streamed')" = 2 ] || fail "the other two partitions should be streamed"
+echo "$out" | grep -q 'read equals what was put: True' || fail "the data read differs from what was put"
+
+page=$(curl -fsS "http://127.0.0.1:$STATUS_PORT/status.json" 2>&1 || python3 -c "import urllib.request,sys; sys.stdout.write(urllib.request.urlopen('http://127.0.0.1:$STATUS_PORT/status.json', timeout=5).read().decode())" 2>&1) \
+  || fail "the catalog's status page is not published on 127.0.0.1:$STATUS_PORT"
+echo "$page" | python3 -c 'import json,sys; s=json.load(sys.stdin); assert sum(n["health"]=="SERVING" for n in s["nodes"])==3, s["nodes"]; assert [d["name"] for d in s["datasets"]]==["example"], s["datasets"]' \
+  || fail "the status page does not show 3 serving nodes and the example dataset"
+say "status page published on 127.0.0.1:$STATUS_PORT: 3 nodes SERVING, dataset example"
+
+# ---------------------------------------------------------------- SIGTERM
+ids=$($COMPOSE ps -q catalog node1 node2 node3)
+bounded $COMPOSE stop -t 20 >/dev/null 2>&1 || fail "compose stop"
+for cid in $ids; do
+  code=$(docker inspect -f '{{.State.ExitCode}} {{.Name}}' "$cid")
+  [ "${code%% *}" = 0 ] || fail "container ${code#* } exited with ${code%% *} on SIGTERM (137: it had to be killed)"
+done
+say "every daemon stopped cleanly on SIGTERM"
+cleanup
+say "PASSED"

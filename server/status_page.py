@@ -1,0 +1,149 @@
+"""The catalog's status page: every node with its health and traffic, every dataset's grid coloured by node.
+
+Read-only, one HTML page with no script to build or fetch (it reloads
+itself every few seconds), and the same facts as JSON at ``/status.json``.
+Node figures come from each live node's ``stats`` action, asked in
+parallel with a short deadline, so a node that hangs shows as unreachable
+instead of stalling the page. Grids use the colours of ``flightpart show``
+(:mod:`flightpart.palette`), one per node in the catalog's node order.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from flightpart.io.connections import ConnectionPool
+from flightpart.palette import node_colour
+from flightpart.version import __version__
+from flightpart.wire import Empty
+
+from .catalog_state import CatalogState
+
+REFRESH_SECONDS = 3
+NODE_DEADLINE = 1.5
+MAX_GRIDS = 50
+MAX_CELLS = 1024
+"""Past this many partitions a grid is summarised, not drawn (a page of 100,000 cells helps nobody)."""
+
+
+def cluster_status(state: CatalogState, pool: ConnectionPool) -> dict:
+    """Nodes (with their own stats where they answer) and the latest version of each dataset, as JSON-ready dicts."""
+    records = state.nodes()
+    colours = {n.uri: node_colour(k, html=True) for k, n in enumerate(records)}
+
+    def ask(uri: str) -> dict:
+        try:
+            return pool.action(uri, "stats", Empty(), timeout=NODE_DEADLINE)
+        except Exception as exc:
+            pool.discard(uri)
+            return {"unreachable": " ".join(str(exc).split())[:200]}
+
+    alive = [n.uri for n in records if n.alive]
+    with ThreadPoolExecutor(max_workers=max(1, min(16, len(alive)))) as workers:
+        stats = dict(zip(alive, workers.map(ask, alive)))
+    nodes = []
+    for n in records:
+        s = stats.get(n.uri, {})
+        problems = ([f"unreachable: {s['unreachable']}"] if "unreachable" in s else s.get("problems", [])) if n.alive \
+            else ["no heartbeat: dead"]
+        nodes.append({"node_id": n.node_id, "uri": n.uri, "ip": n.ip, "pid": n.pid, "alive": n.alive, "colour": colours[n.uri],
+                      "health": "SERVING" if not problems else "NOT_SERVING", "problems": problems,
+                      "bytes_sent": s.get("bytes_sent"), "partitions_held": s.get("partitions_held"),
+                      "free_bytes": s.get("free_bytes", n.free_bytes)})
+    datasets = []
+    for k, record in enumerate(state.datasets()):
+        entry: dict[str, Any] = {"name": record.dataset, "version": record.version, "shape": list(record.shape),
+                                 "tiling": list(record.grid), "nbytes": record.nbytes, "partitions": None}
+        if k < MAX_GRIDS and len(record.parts) <= MAX_CELLS:
+            entry["partitions"] = [{"part": list(p.part), "start": list(p.start), "shape": list(p.shape), "nbytes": p.nbytes,
+                                    "nodes": [h.uri for h in p.nodes]} for p in record.parts]
+        datasets.append(entry)
+    return {"version": __version__, "time": time.time(), "nodes": nodes, "datasets": datasets, "colours": colours}
+
+
+def status_json(status: dict) -> bytes:
+    return json.dumps(status).encode()
+
+
+STYLE = """
+body { font: 14px system-ui, sans-serif; margin: 1.5em; color: #222; background: #fafafa; }
+h1 { font-size: 1.4em; margin: 0 0 .2em; } h2 { font-size: 1.15em; margin: 1.4em 0 .4em; }
+.sub { color: #666; margin-bottom: 1em; }
+table.nodes { border-collapse: collapse; background: #fff; }
+table.nodes th, table.nodes td { padding: .35em .8em; border-bottom: 1px solid #ddd; text-align: left; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; }
+.swatch { display: inline-block; width: .9em; height: .9em; border-radius: 2px; vertical-align: middle; margin-right: .4em; }
+.ok { color: #2a7a2a; font-weight: 600; } .bad { color: #b02a2a; font-weight: 600; }
+.dataset { margin: 0 0 1.2em; } .dataset .title { font-weight: 600; margin-bottom: .3em; }
+.grid { display: grid; gap: 3px; max-width: 960px; }
+.cell { color: #fff; padding: .35em .45em; border-radius: 3px; font-size: 12px; line-height: 1.3; overflow: hidden; }
+.cell.lost { background: #999 !important; }
+"""
+
+
+def render(status: dict) -> str:
+    """The status page for ``status`` (from :func:`cluster_status`)."""
+    e = html.escape
+    rows = []
+    for n in status["nodes"]:
+        health = '<span class="ok">SERVING</span>' if n["health"] == "SERVING" else \
+            f'<span class="bad" title="{e("; ".join(n["problems"]))}">NOT_SERVING</span> {e("; ".join(n["problems"]))}'
+        rows.append(
+            f'<tr class="node" data-uri="{e(n["uri"])}"><td><span class="swatch" style="background:{n["colour"]}"></span>'
+            f'{e(n["node_id"][:8])}</td><td>{e(n["uri"])}</td><td>{"alive" if n["alive"] else "dead"}</td><td>{health}</td>'
+            f'<td class="num">{_count(n["partitions_held"])}</td><td class="num">{_bytes(n["bytes_sent"])}</td>'
+            f'<td class="num">{_bytes(n["free_bytes"])}</td></tr>')
+    grids = [_grid(d, status["colours"]) for d in status["datasets"]]
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(status["time"]))
+    alive = sum(n["alive"] for n in status["nodes"])
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><meta http-equiv="refresh" content="{REFRESH_SECONDS}">
+<title>flightpart: {alive} nodes, {len(status["datasets"])} datasets</title><style>{STYLE}</style></head>
+<body><h1>flightpart cluster</h1>
+<div class="sub">catalog {e(status["version"])} · {alive} of {len(status["nodes"])} nodes alive · {len(status["datasets"])} datasets ·
+updated {stamp} (every {REFRESH_SECONDS} s) · <a href="status.json">status.json</a> · <a href="metrics">metrics</a></div>
+<h2>Nodes</h2>
+<table class="nodes"><tr><th>node</th><th>address</th><th>state</th><th>health</th><th>partitions</th><th>bytes served</th>
+<th>free disk</th></tr>
+{"".join(rows) or '<tr><td colspan="7">no node has registered yet</td></tr>'}
+</table>
+<h2>Datasets</h2>
+{"".join(grids) or "<p>no dataset has been committed yet</p>"}
+</body></html>
+"""
+
+
+def _grid(d: dict, colours: dict[str, str]) -> str:
+    e = html.escape
+    p, q = d["tiling"]
+    head = (f'<div class="dataset" data-name="{e(d["name"])}"><div class="title">{e(d["name"])} v{d["version"]}: '
+            f'{d["shape"][0]:,} rows × {d["shape"][1]} columns, {_bytes(d["nbytes"])}, {p}×{q} partitions</div>')
+    if d["partitions"] is None:
+        return head + f"<div>{p * q:,} partitions: too many to draw here; <code>flightpart show {e(d['name'])}</code></div></div>"
+    cells = []
+    for part in sorted(d["partitions"], key=lambda x: tuple(x["part"])):
+        holders = part["nodes"]
+        colour = colours.get(holders[0], "#999") if holders else "#999"
+        label = "<br>".join(e(h.split("://")[-1]) for h in holders) or "no replica"
+        tip = f"partition {tuple(part['part'])}: rows {part['start'][0]:,}.., {part['shape'][0]:,} rows, {_bytes(part['nbytes'])}"
+        cells.append(f'<div class="cell{" lost" if not holders else ""}" style="background:{colour}" title="{e(tip)}" '
+                     f'data-part="{part["part"][0]},{part["part"][1]}">{label}<br>{part["shape"][0]:,} rows</div>')
+    return head + f'<div class="grid" style="grid-template-columns: repeat({q}, minmax(8em, 1fr))">{"".join(cells)}</div></div>'
+
+
+def _bytes(n: int | None) -> str:
+    if n is None:
+        return "–"
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if abs(n) < 1000 or unit == "TB":
+            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
+        n /= 1000
+    return str(n)
+
+
+def _count(n: int | None) -> str:
+    return "–" if n is None else f"{n:,}"

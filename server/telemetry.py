@@ -1,0 +1,130 @@
+"""What a daemon records of every call: a latency histogram per RPC, refusals by reason, one log line per event.
+
+Every RPC runs inside :func:`flightpart.server.base.boundary`, which opens a
+:class:`Call` here. A handler that does something an operator wants to see
+in the log (a put, a get, a commit, a drop) names it with :func:`describe`;
+the call then ends with one INFO line carrying dataset, version, bytes,
+duration and peer, also as fields of the log record (``--log-format
+json``). Every other call is a DEBUG line. A stream (``do_get``,
+``do_put``) is timed until gRPC reports it complete, through the call's
+middleware, so a get's duration is the whole transfer, not the time to
+open its file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from bisect import bisect_left
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+log = logging.getLogger("flightpart.calls")
+
+BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+"""Upper bounds (seconds) of the latency histograms: heartbeats take well under a millisecond, a large get minutes."""
+
+_current = threading.local()
+
+
+@dataclass
+class Call:
+    """One RPC in flight: what it is, who asked, and what its handler said it did."""
+
+    rpc: str
+    peer: str
+    started: float = field(default_factory=time.perf_counter)
+    event: str | None = None
+    fields: dict[str, Any] = field(default_factory=dict)
+    outcome: str = "ok"
+
+
+class Histogram:
+    """Counts per bucket (not cumulative), their sum and count; thread-safe through its owner's lock."""
+
+    __slots__ = ("buckets", "count", "total")
+
+    def __init__(self) -> None:
+        self.buckets = [0] * (len(BUCKETS) + 1)
+        self.count = 0
+        self.total = 0.0
+
+    def observe(self, seconds: float) -> None:
+        self.buckets[bisect_left(BUCKETS, seconds)] += 1
+        self.count += 1
+        self.total += seconds
+
+
+class Telemetry:
+    """A daemon's latency histograms (by RPC) and refusals (by reason)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._histograms: dict[str, Histogram] = {}
+        self._refusals: dict[str, int] = {}
+
+    @contextlib.contextmanager
+    def call(self, rpc: str, context: Any) -> Iterator[Call]:
+        """The call being handled on this thread, visible to :func:`describe`."""
+        call = Call(rpc, _peer(context))
+        previous = getattr(_current, "call", None)
+        _current.call = call
+        try:
+            yield call
+        finally:
+            _current.call = previous
+
+    def refused(self, reason: str) -> None:
+        with self._lock:
+            self._refusals[reason] = self._refusals.get(reason, 0) + 1
+
+    def finish(self, call: Call, error: BaseException | None = None) -> None:
+        """Record the call's latency and write its log line."""
+        seconds = time.perf_counter() - call.started
+        with self._lock:
+            histogram = self._histograms.get(call.rpc)
+            if histogram is None:
+                histogram = self._histograms[call.rpc] = Histogram()
+            histogram.observe(seconds)
+        if error is not None and call.outcome == "ok":
+            call.outcome = "broken"
+        if call.event is None:
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug("%s from %s: %s in %.4f s", call.rpc, call.peer, call.outcome, seconds,
+                          extra={"rpc": call.rpc, "peer": call.peer, "outcome": call.outcome, "seconds": round(seconds, 6)})
+            return
+        f = call.fields
+        version = f"v{f['version']}" if f.get("version") is not None else "(every version)"
+        what = f"{call.event} {f.get('dataset')} {version}" + (f" {tuple(f['part'])}" if f.get("part") else "")
+        sizes = ", ".join(f"{f[k]:,} {k}" for k in ("bytes", "rows", "partitions") if f.get(k) is not None)
+        level = logging.INFO if call.outcome == "ok" else logging.WARNING
+        log.log(level, "%s%s in %.3f s, peer %s%s", what, f": {sizes}" if sizes else "", seconds, call.peer,
+                "" if call.outcome == "ok" else f" ({call.outcome}: {error})",
+                extra={"event": call.event, **f, "seconds": round(seconds, 6), "peer": call.peer, "outcome": call.outcome})
+
+    def histograms(self) -> dict[str, tuple[list[int], float, int]]:
+        """``{rpc: (counts per bucket, sum of seconds, count)}``; the last bucket is +Inf."""
+        with self._lock:
+            return {rpc: (list(h.buckets), h.total, h.count) for rpc, h in self._histograms.items()}
+
+    def refusals(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._refusals)
+
+
+def describe(event: str, **fields: Any) -> None:
+    """Name what the call being handled did (``put``, ``get``, ``commit``, ``drop``) for its INFO line."""
+    call = getattr(_current, "call", None)
+    if call is not None:
+        call.event = event
+        call.fields.update(fields)
+
+
+def _peer(context: Any) -> str:
+    try:
+        return context.peer() if context is not None else "this process"
+    except Exception:  # a context without a peer (in-process calls)
+        return "unknown"
