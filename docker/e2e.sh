@@ -68,8 +68,17 @@ if ! docker image inspect "$BASE" >/dev/null 2>&1 && ! bounded docker pull -q "$
     rm -rf "$WORK/rootfs"
   fi
 fi
+BUILD_ARGS=(--build-arg "BASE=$BASE")
+if ls /usr/local/share/ca-certificates/*.crt >/dev/null 2>&1; then
+  # this machine trusts CAs of its own (a TLS-inspecting proxy): so must the build, or pip cannot reach the registry
+  ctx="$WORK/ca-context"; rm -rf "$ctx"; mkdir -p "$ctx"; cp /usr/local/share/ca-certificates/*.crt "$ctx/"
+  printf 'FROM %s\nUSER root\nCOPY *.crt /usr/local/share/ca-certificates/\nRUN update-ca-certificates >/dev/null\n' "$BASE" >"$ctx/Dockerfile"
+  bounded docker build -q --network host -t flightpart-base:trusted "$ctx" >/dev/null || fail "adding this machine's CAs to $BASE failed"
+  BUILD_ARGS=(--build-arg "BASE=flightpart-base:trusted" --build-arg "PIP_CERT=/etc/ssl/certs/ca-certificates.crt")
+  say "the base trusts this machine's CAs: $(ls /usr/local/share/ca-certificates/*.crt | xargs -n1 basename | tr '\n' ' ')"
+fi
 say "building flightpart:latest on $BASE"
-bounded docker build --network host --build-arg "BASE=$BASE" -t flightpart:latest -f docker/Dockerfile . \
+bounded docker build --network host "${BUILD_ARGS[@]}" -t flightpart:latest -f docker/Dockerfile . \
   >"$WORK/build.log" 2>&1 || fail "docker build: $(tail -n 15 "$WORK/build.log")"
 docker run --rm --entrypoint python3 flightpart:latest -c \
   'import importlib.util as u, sys; bad=[m for m in ("pandas","polars","dask","ray") if u.find_spec(m)]; sys.exit(bool(bad) and print("image carries", bad))' \

@@ -19,7 +19,7 @@ from typing import Any
 from flightpart.io.connections import ConnectionPool
 from flightpart.palette import node_colour
 from flightpart.version import __version__
-from flightpart.wire import Empty
+from flightpart.wire import Empty, error_message
 
 from .catalog_state import CatalogState
 
@@ -40,7 +40,7 @@ def cluster_status(state: CatalogState, pool: ConnectionPool) -> dict:
             return pool.action(uri, "stats", Empty(), timeout=NODE_DEADLINE)
         except Exception as exc:
             pool.discard(uri)
-            return {"unreachable": " ".join(str(exc).split())[:200]}
+            return {"unreachable": " ".join(error_message(exc).split())[:200]}
 
     alive = [n.uri for n in records if n.alive]
     with ThreadPoolExecutor(max_workers=max(1, min(16, len(alive)))) as workers:

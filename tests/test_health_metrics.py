@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 
 import numpy as np
 import pyarrow as pa
+import pytest
 
 import flightpart as fp
 from flightpart.tools.cluster import Daemon
@@ -21,7 +24,7 @@ def health(address: str) -> subprocess.CompletedProcess:
 def metric(url: str, name: str) -> float:
     body = urllib.request.urlopen(url, timeout=10).read().decode()
     for line in body.splitlines():
-        if line.startswith(name + "{"):
+        if line.startswith(name if name.endswith('"') else name + "{"):
             return float(line.rsplit(" ", 1)[1])
     raise AssertionError(f"{name} not in metrics:\n{body}")
 
@@ -52,3 +55,71 @@ def test_health_follows_the_daemon_and_metrics_count_what_is_served(tmp_path):
         node.stop()
     gone = health(address)
     assert gone.returncode == 2 and "UNREACHABLE" in gone.stderr
+
+
+def json_lines(daemon: Daemon) -> list[dict]:
+    out = []
+    for line in daemon.log().splitlines():
+        if line.startswith("{"):
+            out.append(json.loads(line))
+    return out
+
+
+def test_logs_metrics_and_health_say_what_happened(tmp_path):
+    secret = tmp_path / "secret"
+    secret.write_text("the-cluster-secret-for-this-test\n")
+    secret.chmod(0o600)
+    common = ["--secret-file", str(secret), "--log-level", "info", "--log-format", "json"]
+    catalog = Daemon([*common[2:], "catalog", "--host", "127.0.0.82", "--port", "0", "--state-dir", str(tmp_path / "s"),
+                      "--metrics-port", "0", *common[:2]])
+    node = Daemon([*common[2:], "serve", "--host", "127.0.0.83", "--port", "0", "--data-dir", str(tmp_path / "d"),
+                   "--catalog", catalog.uris["catalog"], "--heartbeat", "0.3", "--metrics-port", "0", "--health-port", "0",
+                   *common[:2]])
+    try:
+        owner = secret.read_text().strip()
+        table = pa.table({"a": np.arange(100_000)})
+        with fp.connect(catalog.uris["catalog"], token=owner, host="127.0.0.99") as client:
+            client.put("logged", table)
+            assert client.open("logged").to_arrow().equals(table)
+            client.drop("logged")
+        with pytest.raises(fp.Unauthenticated), fp.connect(catalog.uris["catalog"], token="fp1:reader:eve:0:forged") as client:
+            client.list()
+
+        def event(daemon: Daemon, name: str) -> dict:
+            found = [e for e in json_lines(daemon) if e.get("event") == name]
+            assert len(found) == 1, (name, daemon.log()[-3000:])
+            return found[0]
+
+        put, get = event(node, "put"), event(node, "get")
+        assert (put["dataset"], put["version"], put["rows"]) == ("logged", 1, 100_000)
+        assert table.nbytes <= put["bytes"] < table.nbytes + 4096  # the stored file: the data and its IPC framing
+        assert (get["dataset"], get["bytes"], get["level"]) == ("logged", table.nbytes, "INFO")
+        assert get["seconds"] > 0 and get["peer"].startswith("ipv4:127.0.0.1:")
+        assert event(catalog, "commit")["rows"] == 100_000 and event(catalog, "drop")["dataset"] == "logged"
+        assert "E0000" not in catalog.log() + node.log()  # gRPC's own logging stays quiet
+
+        node_metrics, catalog_metrics = node.uris["node-metrics"], catalog.uris["catalog-metrics"]
+        assert metric(node_metrics, "flightpart_sent_bytes_total") == table.nbytes
+        assert metric(node_metrics, 'flightpart_rpc_duration_seconds_count{role="node",rpc="do_get"') == 1
+        assert metric(catalog_metrics, 'flightpart_refusals_total{reason="unauthenticated"') == 1
+        assert metric(catalog_metrics, "flightpart_build_info") == 1
+        assert metric(catalog_metrics, 'flightpart_nodes{role="catalog",state="alive"') == 1
+        body = urllib.request.urlopen(node_metrics, timeout=10).read().decode()
+        assert "process_cpu_seconds_total" in body and "process_resident_memory_bytes" in body
+        healthz = node_metrics.replace("/metrics", "/healthz")
+        assert json.loads(urllib.request.urlopen(healthz, timeout=10).read())["status"] == "SERVING"
+
+        catalog.stop()  # the node keeps serving what it holds, but reports that it cannot reach its catalog
+        deadline = time.monotonic() + 15
+        while health(node.uris["node-health"]).stdout.strip() != "NOT_SERVING" and time.monotonic() < deadline:
+            time.sleep(0.3)
+        assert health(node.uris["node-health"]).returncode == 1
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(healthz, timeout=10)
+        reply = json.loads(refused.value.read())
+        assert refused.value.code == 503 and reply["status"] == "NOT_SERVING"
+        assert any("catalog" in problem for problem in reply["problems"]), reply
+        assert metric(node_metrics, "flightpart_healthy") == 0
+    finally:
+        node.stop()
+        catalog.stop()
