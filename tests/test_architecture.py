@@ -1,6 +1,6 @@
 """The folders show the architecture: arrows run one way and there is no circle.
 
-core (protocol, tiling, frames, distarray, wire, errors, filters, statistics, aggregates, lenient, regrid) <- io <- server | client
+core (protocol, tiling, frames, distarray, wire, errors, filters, statistics, aggregates, lenient, regrid, palette) <- io <- server | client
 <- runtimes | tools <- entry points (the package itself, the CLI).
 Every import counts, also those inside functions.
 """
@@ -12,9 +12,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 FOLDERS = {"flightpart": ROOT / "flightpart", "flightpart.server": ROOT / "server", "flightpart.client": ROOT / "client"}
-CORE = {"protocol", "tiling", "frames", "distarray", "wire", "errors", "version", "filters", "statistics", "aggregates", "lenient",
+CORE = {"protocol", "tiling", "frames", "distarray", "wire", "errors", "version", "filters", "statistics", "aggregates", "lenient", "palette",
         "regrid"}
-ENTRY = {"flightpart", "flightpart.cli", "flightpart.__main__"}
+ENTRY = {"flightpart", "flightpart.cli", "flightpart.cli_errors", "flightpart.__main__"}
 LAYER = {"core": 0, "io": 1, "server": 2, "client": 2, "runtimes": 3, "tools": 3, "entry": 4}
 RUNTIME_FAMILY = {"dask": "dask", "dask_cluster": "dask", "ray": "ray", "ray_cluster": "ray", "spmd": "spmd", "tasks": "tasks"}
 
