@@ -16,8 +16,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from certs import make_pki
 from flightpart.tools.cluster import Daemon
+
+from certs import make_pki
 from helpers import free_port
 
 
