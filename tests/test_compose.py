@@ -61,7 +61,7 @@ class LocalCompose:
                  for k, w in enumerate(words)]
         if words[0] == "flightpart":
             return [sys.executable, "-m", "flightpart", *words[1:]]
-        if words[0] == "python":
+        if words[0] in ("python", "python3"):
             return [sys.executable, *words[1:]]
         return words
 

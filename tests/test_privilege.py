@@ -283,7 +283,7 @@ def test_metrics_bind_where_the_operator_says_and_name_no_dataset(root):
         with fp.connect(c.uri) as client:
             client.put("secret-project-name", table_of(10))
         body = urllib.request.urlopen(url, timeout=10).read().decode()
-        assert "flightpart_partitions_held" in body and "secret-project-name" not in body
+        assert "flightpart_held_partitions" in body and "secret-project-name" not in body
 
 
 def test_a_named_group_may_map_partitions_and_no_one_else(root):
