@@ -53,7 +53,6 @@ class GuardFactory(flight.ServerMiddlewareFactory):
         self.secret = secret
         self.max_streams = max_streams
         self.open_streams = 0
-        self.refused = 0
         self._lock = threading.Lock()
 
     def authenticate(self, headers: dict) -> Credential:
@@ -64,8 +63,6 @@ class GuardFactory(flight.ServerMiddlewareFactory):
                 credential = verify_token(self.secret, value[len("Bearer "):], time.time())
                 if credential is not None:
                     return credential
-        with self._lock:
-            self.refused += 1
         self.telemetry.refused("unauthenticated")
         refusal = Unauthenticated("a valid flightpart token is required (it may have expired)")
         raise flight.FlightUnauthenticatedError(refusal.message, extra_info=encode_error(refusal))
@@ -76,12 +73,17 @@ class GuardFactory(flight.ServerMiddlewareFactory):
             return CallGuard(self, credential, stream=False)
         with self._lock:
             if self.max_streams is not None and self.open_streams >= self.max_streams:
-                self.refused += 1
                 self.telemetry.refused("busy")
                 busy = ServerBusy(f"busy: {self.open_streams} streams open, the limit; retry shortly")
                 raise flight.FlightUnavailableError(busy.message, extra_info=encode_error(busy))
             self.open_streams += 1
         return CallGuard(self, credential, stream=True)
+
+    @property
+    def refused(self) -> int:
+        """Calls this guard refused before any handler ran (a bad token, the stream limit)."""
+        counts = self.telemetry.refusals()
+        return counts.get("unauthenticated", 0) + counts.get("busy", 0)
 
     def release(self) -> None:
         with self._lock:

@@ -49,38 +49,34 @@ def flight_error(exc: FlightpartError) -> flight.FlightError:
 
 
 @contextlib.contextmanager
-def boundary(log: logging.Logger, what: str, telemetry: Telemetry | None = None, context: Any = None) -> Iterator[None]:
-    """Turn whatever a handler raises into a Flight error with a code (see the module doc); with ``telemetry``, time
-    the call (a stream until gRPC completes it) and count refusals by code."""
-    with telemetry.call(what, context) if telemetry is not None else contextlib.nullcontext() as call:
+def boundary(log: logging.Logger, what: str, telemetry: Telemetry, context: Any) -> Iterator[None]:
+    """Turn whatever a handler raises into a Flight error with a code (see the module doc); time the call in
+    ``telemetry`` (a stream until gRPC completes it) and count refusals by code."""
+    with telemetry.call(what, context) as call:
         try:
             yield
         except FlightpartError as exc:
             log.info("%s refused: %s %s", what, exc.code, exc.message)
-            if call is not None:
-                call.outcome = exc.code
-                telemetry.refused(exc.code.lower())
+            call.outcome = exc.code
+            telemetry.refused(exc.code.lower())
             raise flight_error(exc) from None
         except (flight.FlightError, ConnectionError) as exc:  # a call this server made to a peer
             peer = translate(exc)
             log.warning("%s: a peer refused or did not answer: %s %s", what, peer.code, peer.message)
             if isinstance(peer, (NodeUnavailable, ServerError)):
                 peer = NodeUnavailable(f"{what}: a peer did not answer ({error_message(exc)})")
-            if call is not None:
-                call.outcome = f"peer {peer.code}"
+            call.outcome = f"peer {peer.code}"
             raise flight_error(peer) from None
         except Exception:
             log.exception("%s failed", what)
-            if call is not None:
-                call.outcome = "INTERNAL"
+            call.outcome = "INTERNAL"
             raise flight_error(ServerError(f"{what} failed on the server; its log has the details")) from None
         finally:
-            if call is not None:
-                guard = context.get_middleware("guard") if context is not None else None
-                if guard is not None and guard.stream and call.outcome == "ok":
-                    guard.finish_with(telemetry, call)  # a stream: timed until it is complete
-                else:
-                    telemetry.finish(call)
+            guard = context.get_middleware("guard") if context is not None else None
+            if guard is not None and guard.stream and call.outcome == "ok":
+                guard.finish_with(telemetry, call)  # a stream: timed until it is complete
+            else:
+                telemetry.finish(call)
 
 
 @dataclass(frozen=True)
@@ -146,6 +142,14 @@ class ServiceBase(flight.FlightServerBase):
         with boundary(self.log, "get_flight_info", self.telemetry, context):
             raise RequestRejected(f"{self.uri} is a flightpart {self.role}: it describes no datasets" + self.wrong_daemon_hint,
                                   field="service")
+
+    def problems(self) -> list[str]:
+        """Why this daemon should get no new work, if it should not (empty: SERVING); each daemon says what it checks."""
+        return []
+
+    def healthy(self) -> bool:
+        """SERVING for health probes: no problems."""
+        return not self.problems()
 
     def after_action(self, name: str) -> None:
         """Called after an action that may change state (e.g. to drop caches)."""

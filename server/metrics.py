@@ -84,9 +84,10 @@ class DaemonCollector:
                 cumulative.append((bound, running))
             latency.add_metric([self.role, rpc], cumulative, total)
         yield latency
-        if self.problems is not None:
+        if self.problems is not None:  # a node's stats carry its problems already: its disk is not asked twice per scrape
+            problems = values["problems"] if "problems" in values else self.problems()
             yield self._one(GaugeMetricFamily("flightpart_healthy", "1 while the daemon reports SERVING, else 0", labels=["role"]),
-                            0 if self.problems() else 1)
+                            0 if problems else 1)
         build = InfoMetricFamily("flightpart_build", "Versions this daemon runs", labels=["role", "version", "pyarrow", "python"])
         build.add_metric([self.role, __version__, pa.__version__, platform.python_version()], {})
         yield build

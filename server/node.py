@@ -249,9 +249,6 @@ class NodeServer(ServiceBase):
         except OSError:
             return None
 
-    def healthy(self) -> bool:
-        return not self.problems()
-
     def problems(self) -> list[str]:
         """Why this node should not get new work, if it should not: its data directory is gone, read-only or nearly full,
         or it is not (or no longer) registered with its catalog. Empty: SERVING."""
