@@ -106,6 +106,8 @@ class CatalogServer(ServiceBase):
         self._infos: dict[tuple[str, int], tuple] = {}
         self._owes_registration: set[str] = set()  # nodes whose registration could not carry every seal
         self._stopping = threading.Event()
+        self._status_lock = threading.Lock()
+        self._status: tuple[float, dict] | None = None
         threading.Thread(target=self._expire_pending_loop, name="flightpart-pending-ttl", daemon=True).start()
 
     def shutdown(self) -> None:
@@ -131,16 +133,20 @@ class CatalogServer(ServiceBase):
                 if not self._stopping.is_set():
                     log.exception("expiring pending versions failed")
 
-    def healthy(self) -> bool:
-        return not self.problems()
-
     def problems(self) -> list[str]:
         """Why the catalog cannot answer, if it cannot: its state database does not. Empty: SERVING."""
         return [] if self.state.ping() else ["the state database does not answer"]
 
+    STATUS_FRESH_SECONDS = 1.0
+    """How long one gathering of the status page's facts serves every viewer (each asks every live node)."""
+
     def status(self) -> dict:
-        """What the status page shows: nodes with their health and traffic, datasets with their grids."""
-        return cluster_status(self.state, self.pool)
+        """What the status page shows: nodes with their health and traffic, datasets with their grids; gathered at
+        most once per :attr:`STATUS_FRESH_SECONDS` however many pages and scripts ask."""
+        with self._status_lock:
+            if self._status is None or time.monotonic() - self._status[0] > self.STATUS_FRESH_SECONDS:
+                self._status = (time.monotonic(), cluster_status(self.state, self.pool))
+            return self._status[1]
 
     def stats(self) -> dict:
         """Counters for the ``stats`` action and the metrics endpoint."""

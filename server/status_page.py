@@ -138,11 +138,12 @@ def _grid(d: dict, colours: dict[str, str]) -> str:
 def _bytes(n: int | None) -> str:
     if n is None:
         return "–"
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if abs(n) < 1000 or unit == "TB":
-            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
-        n /= 1000
-    return str(n)
+    value = float(n)
+    for unit in ("B", "KB", "MB", "GB"):
+        if abs(value) < 1000:
+            return f"{value:,.0f} {unit}" if unit == "B" else f"{value:,.1f} {unit}"
+        value /= 1000
+    return f"{value:,.1f} TB"
 
 
 def _count(n: int | None) -> str:

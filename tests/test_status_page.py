@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import subprocess
 import time
 import urllib.request
@@ -69,6 +71,16 @@ def test_the_status_page_shows_nodes_and_grids_live(cluster, tmp_path):
     for node in status["nodes"]:  # each node's colour fills its cells: many pixels, not a stray swatch
         colour = tuple(int(node["colour"][k:k + 2], 16) for k in (1, 3, 5))
         assert sum(1 for p in pixels if p == colour) > 5_000, node
+
+    os.kill(nodes[1].proc.pid, signal.SIGSTOP)  # a node that hangs: the page still answers, and says so
+    try:
+        time.sleep(1.1)  # past the one second the catalog reuses a gathering for
+        listed = json.loads(urllib.request.urlopen(page + "status.json", timeout=10).read())["nodes"]
+        frozen = next(n for n in listed if n["uri"] == nodes[1].uris["node"])
+        assert [n["health"] for n in listed].count("SERVING") == 2
+        assert frozen["health"] == "NOT_SERVING" and frozen["problems"][0].startswith("unreachable"), frozen
+    finally:
+        os.kill(nodes[1].proc.pid, signal.SIGCONT)
 
     nodes[2].stop()  # the page follows the cluster: a node gone is shown dead on the next load
     deadline = time.monotonic() + 20
