@@ -170,11 +170,11 @@ def _address(value: str | None) -> str | None:
     """A daemon's address as a Flight URI (a web address or one without a port is a usage error), remembered for hints."""
     if value is None:
         return None
-    from .io.access import Access
+    from .io.access import TLS_CA_ENV
     from .io.uris import flight_uri
 
     try:
-        uri = flight_uri(value, tls=Access.from_environment().tls)
+        uri = flight_uri(value, tls=bool(os.environ.get(TLS_CA_ENV)))
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
     ctx = click.get_current_context(silent=True)

@@ -142,11 +142,11 @@ def listening(start: Callable[[], T], host: str, port: int, what: str) -> T:
     """``start()`` (a server binding ``host:port``), with a failure to listen said in one line with what to do."""
     try:
         return start()
-    except pa.ArrowException as exc:
-        if "did not start" not in str(exc):
-            raise
+    except pa.ArrowException:  # pyarrow says only "Server did not start properly": find out why by trying the port
         reason = bind_problem(host, port)
-        raise CannotStart(f"the {what} cannot listen on {host}:{port}: {reason or exc}; "
+        if reason is None:
+            raise
+        raise CannotStart(f"the {what} cannot listen on {host}:{port}: {reason}; "
                           + ("stop the daemon that holds the port or pick another with --port" if reason == "address in use"
                              else "check --host is an address of this machine")) from None
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 
-from flightpart.errors import DatasetNotFound, FlightpartError, Forbidden, NodeUnavailable, Unauthenticated
+from flightpart.errors import FlightpartError, Forbidden, NodeUnavailable, Unauthenticated
 from flightpart.io.access import Access
 from flightpart.io.connections import ConnectionPool
 from flightpart.io.errors import translated
@@ -42,7 +42,7 @@ def wait_for(uri: str, *, timeout: float = 60.0, min_nodes: int = 0, access: Acc
                 last = f"{alive} of {min_nodes} nodes alive"
             except (Unauthenticated, Forbidden):
                 raise
-            except (NodeUnavailable, DatasetNotFound) as exc:
+            except NodeUnavailable as exc:
                 last = exc.message
                 pool.discard(uri)
             except FlightpartError as exc:  # answered, but not as a flightpart daemon would
