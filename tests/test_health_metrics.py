@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import socket
 import subprocess
 import sys
 import time
@@ -122,4 +125,62 @@ def test_logs_metrics_and_health_say_what_happened(tmp_path):
         assert metric(node_metrics, "flightpart_healthy") == 0
     finally:
         node.stop()
+        catalog.stop()
+
+
+def test_a_frozen_catalog_makes_its_node_not_serving_until_it_thaws(tmp_path):
+    """SIGSTOP, not a clean stop: the catalog's port still accepts connections, it just never answers."""
+    catalog = Daemon(["catalog", "--host", "127.0.0.84", "--port", "0", "--state-dir", str(tmp_path / "s")])
+    node = Daemon(["serve", "--host", "127.0.0.85", "--port", "0", "--data-dir", str(tmp_path / "d"), "--catalog",
+                   catalog.uris["catalog"], "--heartbeat", "0.3", "--health-port", "0", "--metrics-port", "0"])
+    healthz = node.uris["node-metrics"].replace("/metrics", "/healthz")
+
+    def status() -> tuple[int, dict]:
+        try:
+            with urllib.request.urlopen(healthz, timeout=10) as reply:
+                return reply.status, json.loads(reply.read())
+        except urllib.error.HTTPError as exc:
+            return exc.code, json.loads(exc.read())
+
+    def until(code: int) -> tuple[int, dict]:
+        deadline = time.monotonic() + 30
+        while (seen := status())[0] != code and time.monotonic() < deadline:
+            time.sleep(0.3)
+        return seen
+
+    try:
+        assert until(200)[0] == 200
+        os.kill(catalog.proc.pid, signal.SIGSTOP)
+        try:
+            code, reply = until(503)
+            assert code == 503 and any("catalog" in p for p in reply["problems"]), reply
+            assert health(node.uris["node-health"]).stdout.strip() == "NOT_SERVING"
+        finally:
+            os.kill(catalog.proc.pid, signal.SIGCONT)
+        assert until(200) == (200, {"status": "SERVING", "role": "node", "problems": []})  # registered again by itself
+    finally:
+        node.stop()
+        catalog.stop()
+
+
+def test_the_http_endpoint_survives_what_is_not_a_scrape(tmp_path):
+    """Unknown paths, other methods and bytes that are not HTTP get an answer or a closed socket; the endpoint stays up."""
+    catalog = Daemon(["catalog", "--host", "127.0.0.86", "--port", "0", "--state-dir", str(tmp_path / "s"), "--metrics-port", "0"])
+    try:
+        base = catalog.uris["catalog-metrics"].removesuffix("/metrics")
+        with pytest.raises(urllib.error.HTTPError) as missing:
+            urllib.request.urlopen(base + "/../../etc/passwd", timeout=10)
+        assert missing.value.code == 404
+        with pytest.raises(urllib.error.HTTPError) as posted:
+            urllib.request.urlopen(urllib.request.Request(base + "/metrics", data=b"x" * 100_000, method="POST"), timeout=10)
+        assert posted.value.code == 501
+        host, port = base.removeprefix("http://").rsplit(":", 1)
+        for garbage in (b"\x00\xff" * 5000 + b"\r\n\r\n", b"GET /" + b"a" * 70_000 + b" HTTP/1.1\r\n\r\n", b"GET"):
+            with socket.create_connection((host, int(port)), timeout=10) as raw:
+                raw.sendall(garbage)
+                raw.shutdown(socket.SHUT_WR)
+                raw.recv(65536)
+        assert json.loads(urllib.request.urlopen(base + "/healthz", timeout=10).read())["status"] == "SERVING"
+        assert catalog.proc.poll() is None
+    finally:
         catalog.stop()
