@@ -36,6 +36,9 @@ def security_options(f):
                      help="Require client certificates signed by this CA (mutual TLS)."),
         click.option("--tls-ca", type=click.Path(exists=True, dir_okay=False), envvar="FLIGHTPART_TLS_CA", default=None,
                      help="CA that signs the other daemons' certificates (or $FLIGHTPART_TLS_CA)."),
+        click.option("--insecure", is_flag=True, default=False,
+                     help="Without a secret, bind beyond loopback anyway: an open daemon that anyone who reaches it may "
+                          "read, write and delete through. Without this flag an open daemon binds loopback only."),
     ]
     for option in reversed(options):
         f = option(f)
@@ -118,13 +121,13 @@ def serve(host: str, port: int, data_dir: str | None, catalog_uri: str | None, n
           heartbeat: float, dead_after: float, max_partition_bytes: int | None, max_streams: int, advertise: str | None,
           min_free_bytes: int, group: str | None, pending_ttl: float, capability_ttl: float,
           secret_file: str | None, tls_cert: str | None, tls_key: str | None, tls_client_ca: str | None, tls_ca: str | None,
-          health_port: int | None, metrics_port: int | None, metrics_host: str) -> None:
+          insecure: bool, health_port: int | None, metrics_port: int | None, metrics_host: str) -> None:
     """Run a node (and, without --catalog, a catalog too)."""
     from .server.daemon import Observability, Security, run_node
 
     run_node(host, port, data_dir=data_dir, catalog=catalog_uri, node_port=node_port, state_dir=state_dir, heartbeat=heartbeat,
              dead_after=dead_after, max_partition_bytes=max_partition_bytes, max_streams=max_streams, advertise=advertise,
-             security=Security(secret_file, tls_cert, tls_key, tls_client_ca, tls_ca),
+             security=Security(secret_file, tls_cert, tls_key, tls_client_ca, tls_ca, insecure),
              ports=Observability(health_port, metrics_port, metrics_host), min_free_bytes=min_free_bytes, group=group,
              pending_ttl=pending_ttl, capability_ttl=capability_ttl)
 
@@ -143,12 +146,12 @@ def serve(host: str, port: int, data_dir: str | None, catalog_uri: str | None, n
 def catalog_cmd(host: str, port: int, state_dir: str | None, dead_after: float, retire_after: float, pending_ttl: float,
                 capability_ttl: float, secret_file: str | None,
                 tls_cert: str | None,
-                tls_key: str | None, tls_client_ca: str | None, tls_ca: str | None, health_port: int | None,
+                tls_key: str | None, tls_client_ca: str | None, tls_ca: str | None, insecure: bool, health_port: int | None,
                 metrics_port: int | None, metrics_host: str) -> None:
     """Run a catalog alone."""
     from .server.daemon import Observability, Security, run_catalog
 
-    run_catalog(host, port, state_dir, dead_after, Security(secret_file, tls_cert, tls_key, tls_client_ca, tls_ca),
+    run_catalog(host, port, state_dir, dead_after, Security(secret_file, tls_cert, tls_key, tls_client_ca, tls_ca, insecure),
                 Observability(health_port, metrics_port, metrics_host), pending_ttl, capability_ttl, retire_after)
 
 

@@ -117,6 +117,12 @@ class ServerBusy(NodeUnavailable):
     code = "BUSY"
 
 
+class ServerStarting(ServerBusy):
+    """A daemon is still starting: its port is open but its state is not built yet; retry shortly."""
+
+    code = "STARTING"
+
+
 class Unauthenticated(FlightpartError, PermissionError):
     """A call without a valid credential for the cluster."""
 

@@ -11,6 +11,7 @@ is logged here with its traceback and reaches the client only as
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import threading
 from collections.abc import Callable, Iterator
@@ -26,6 +27,7 @@ from flightpart.errors import (
     RequestRejected,
     ServerBusy,
     ServerError,
+    ServerStarting,
     Unauthenticated,
 )
 from flightpart.io.errors import translate
@@ -79,6 +81,51 @@ def boundary(log: logging.Logger, what: str, telemetry: Telemetry, context: Any)
                 telemetry.finish(call)
 
 
+RPC_METHODS = ("do_action", "do_get", "do_put", "do_exchange", "list_flights", "get_flight_info", "get_schema",
+               "list_actions")
+"""The methods gRPC calls on a Flight server: each waits until the server is built (see :meth:`ServiceBase.__init_subclass__`)."""
+
+
+def when_ready(method: Callable[..., Any]) -> Callable[..., Any]:
+    """``method`` (an RPC) run only once its server is built; before that the call waits for up to
+    :attr:`ServiceBase.startup_grace` seconds, then is refused with ``STARTING``, which clients retry."""
+
+    @functools.wraps(method)
+    def guarded(self: ServiceBase, context: Any, *args: Any) -> Any:
+        built = self.__dict__.get("_built")
+        if built is None or not built.wait(self.startup_grace):
+            # the subclass's attributes may not exist yet: nothing of it may run, not even its telemetry
+            raise flight_error(ServerStarting(f"this flightpart {self.role} is still starting; retry in a moment"))
+        return method(self, context, *args)
+
+    guarded.__wrapped_rpc__ = True  # type: ignore[attr-defined]
+    return guarded
+
+
+def built_after(init: Callable[..., None]) -> Callable[..., None]:
+    """A daemon's ``__init__`` that marks the server built once the outermost ``__init__`` has returned.
+
+    pyarrow's Flight server starts serving inside its own ``__init__``, before
+    a subclass has set a single attribute: until this mark every RPC waits
+    (:func:`when_ready`). A server whose construction fails stops serving
+    at once instead of answering calls half built.
+    """
+
+    @functools.wraps(init)
+    def building(self: ServiceBase, *args: Any, **kwargs: Any) -> None:
+        try:
+            init(self, *args, **kwargs)
+        except BaseException:
+            if "_built" in self.__dict__:  # the port was opened: close it, the object will never be complete
+                with contextlib.suppress(Exception):
+                    flight.FlightServerBase.shutdown(self)
+            raise
+        if type(self).__init__ is building:
+            self._built.set()
+
+    return building
+
+
 @dataclass(frozen=True)
 class Action:
     """One entry of a daemon's action table: its handler, what it does, and the permission it needs."""
@@ -101,9 +148,22 @@ class ServiceBase(flight.FlightServerBase):
     wrong_daemon_hint: ClassVar[str] = ""
     """Added to an unknown action's refusal: what the caller probably meant to reach instead."""
     log: ClassVar[logging.Logger] = logging.getLogger("flightpart")
+    startup_grace: ClassVar[float] = 2.0
+    """Seconds a call that arrives while the daemon is being built waits for it before it is refused with ``STARTING``."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Every daemon class waits to be built before it answers: its RPCs and its ``__init__`` are wrapped."""
+        super().__init_subclass__(**kwargs)
+        for name in RPC_METHODS:
+            method = cls.__dict__.get(name)
+            if method is not None and not getattr(method, "__wrapped_rpc__", False):
+                setattr(cls, name, when_ready(method))
+        if "__init__" in cls.__dict__:
+            cls.__init__ = built_after(cls.__dict__["__init__"])  # type: ignore[misc]
 
     def __init__(self, host: str, port: int, *, secret: bytes | None = None, max_streams: int | None = None,
                  advertise: str | None = None, **server_kwargs: Any):
+        self._built = threading.Event()  # set when the outermost __init__ returns (built_after); RPCs wait for it
         scheme = "grpc+tls" if server_kwargs.get("tls_certificates") else "grpc"
         self.secret = secret
         self.caller = threading.local()  # the credential of the action being handled, for handlers that check who
@@ -153,3 +213,14 @@ class ServiceBase(flight.FlightServerBase):
 
     def after_action(self, name: str) -> None:
         """Called after an action that may change state (e.g. to drop caches)."""
+
+    @property
+    def built(self) -> bool:
+        """True once the daemon is fully built and answers calls (until then they wait or get ``STARTING``)."""
+        return self._built.is_set()
+
+
+for _name in RPC_METHODS:  # ServiceBase's own RPCs, like its subclasses' (see __init_subclass__)
+    if _name in ServiceBase.__dict__:
+        setattr(ServiceBase, _name, when_ready(ServiceBase.__dict__[_name]))
+ServiceBase.__init__ = built_after(ServiceBase.__init__)  # type: ignore[method-assign]

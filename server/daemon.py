@@ -10,6 +10,7 @@ cleanly (the last server started is stopped first).
 from __future__ import annotations
 
 import errno
+import ipaddress
 import json
 import logging
 import os
@@ -24,7 +25,7 @@ from typing import Any, TypeVar
 import pyarrow as pa
 
 from flightpart.errors import CannotStart, ForeignCluster, NodeConflict
-from flightpart.io.access import SECRET_ENV, Access, read_secret_file
+from flightpart.io.access import SECRET_ENV, TOKEN_ENV, Access, read_secret_file
 from flightpart.io.connections import ConnectionPool
 from flightpart.io.layout import default_state_dir
 
@@ -42,7 +43,9 @@ class Security:
 
     The secret comes from ``--secret-file`` (a file only its owner may read)
     or ``$FLIGHTPART_SECRET``, never from the command line. Without one the
-    cluster is open: every caller has every right.
+    cluster is open: every caller has every right, so an open daemon binds
+    loopback only unless ``insecure`` says the operator means it
+    (:meth:`check_exposure`).
     """
 
     secret_file: str | None = None
@@ -50,6 +53,37 @@ class Security:
     tls_key: str | None = None
     tls_client_ca: str | None = None
     tls_ca: str | None = None
+    insecure: bool = False
+
+    def check_exposure(self, host: str, what: str) -> None:
+        """Refuse to start a daemon that would be open to whoever reaches it without the operator saying so.
+
+        Like Redis' protected mode: with no secret, only loopback; beyond it,
+        ``--insecure``. ``$FLIGHTPART_TOKEN`` in a daemon's environment with
+        no secret means someone believes this cluster checks tokens: it
+        would not, so the daemon says so instead of running open silently.
+        """
+        if self.secret() is not None:
+            return
+        if os.environ.get(TOKEN_ENV):
+            raise CannotStart(f"the {what} has no cluster secret but ${TOKEN_ENV} is set: a daemon does not check tokens "
+                              f"without the secret they derive from. Next: give the secret with --secret-file or "
+                              f"${SECRET_ENV} (then make tokens with `flightpart token`), or unset {TOKEN_ENV} to run "
+                              "an open cluster")
+        if not self.insecure and not is_loopback(host):
+            raise CannotStart(f"the {what} has no cluster secret, so it would let anyone who reaches {host or '*'} read, "
+                              f"write and delete every dataset. Next: give a secret with --secret-file or ${SECRET_ENV}, "
+                              "bind loopback (--host 127.0.0.1), or say --insecure on a network you trust")
+
+    def auth_mode(self) -> str:
+        """How callers are checked, for the start-up line: ``secret`` or ``open``."""
+        return "open" if self.secret() is None else "secret"
+
+    def tls_mode(self) -> str:
+        """``off``, ``on`` or ``mutual`` (client certificates required), for the start-up line."""
+        if not self.tls_cert:
+            return "off"
+        return "mutual" if self.tls_client_ca else "on"
 
     def server_options(self) -> dict:
         """Keyword arguments of a flightpart server: its secret and TLS settings."""
@@ -75,6 +109,35 @@ class Observability:
     health_port: int | None = None
     metrics_port: int | None = None
     metrics_host: str = "127.0.0.1"
+
+
+def is_loopback(host: str) -> bool:
+    """True when ``host`` names this machine's loopback only (127.0.0.0/8, ::1, a name that resolves there only)."""
+    if host in ("", "0.0.0.0", "::"):
+        return False
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        pass
+    try:
+        found = {info[4][0] for info in socket.getaddrinfo(host, None)}
+    except OSError:
+        return False
+    return bool(found) and all(ipaddress.ip_address(address.split("%")[0]).is_loopback for address in found)
+
+
+def log_started(role: str, uri: str, cluster: str | None, security: Security, host: str) -> None:
+    """The one line each daemon logs once it serves: where, which cluster, how callers are checked, TLS.
+
+    An open daemon reachable beyond loopback (``--insecure``) is also said as
+    a warning, so that it is never open silently.
+    """
+    auth = security.auth_mode()
+    log.info("flightpart %s serving at %s; cluster %s; auth %s; TLS %s", role, uri, cluster or "not yet", auth,
+             security.tls_mode())
+    if auth == "open" and not is_loopback(host):
+        log.warning("flightpart %s at %s is OPEN (--insecure): anyone who reaches it may read, write and delete every "
+                    "dataset; give it a secret with --secret-file to close it", role, uri)
 
 
 def announce(role: str, uri: str) -> None:
@@ -176,8 +239,10 @@ def start_catalog(host: str, port: int, state_dir: str | None, dead_after: float
 def run_catalog(host: str, port: int, state_dir: str | None, dead_after: float, security: Security, ports: Observability,
                 pending_ttl: float = 3600.0, capability_ttl: float = 86400.0, retire_after: float = 86400.0) -> None:
     """``flightpart catalog``: serve until a signal."""
+    security.check_exposure(host, "catalog")
     server = start_catalog(host, port, state_dir, dead_after, security, pending_ttl, capability_ttl, retire_after)
     extras = observe(server, "catalog", host, ports)
+    log_started("catalog", server.uri, server.state.cluster(), security, host)
     announce("catalog", server.uri)
     wait_for_signal([server, *extras])
 
@@ -187,6 +252,7 @@ def run_node(host: str, port: int, *, data_dir: str | None, catalog: str | None,
              security: Security, ports: Observability, min_free_bytes: int = 0, group: str | None = None,
              pending_ttl: float = 3600.0, capability_ttl: float = 86400.0) -> None:
     """``flightpart serve``: a node (and, without ``catalog``, a catalog in the same process), until a signal."""
+    security.check_exposure(host, "node")
     servers: list = []
     if catalog is not None and port and catalog.split("://")[-1] in (f"{host}:{port}", f"{advertise}:{port}"):
         raise CannotStart(f"--catalog {catalog} is this node's own address: start the catalog first (`flightpart catalog`) "
@@ -195,6 +261,7 @@ def run_node(host: str, port: int, *, data_dir: str | None, catalog: str | None,
         embedded = start_catalog(host, port, state_dir, dead_after, security, pending_ttl, capability_ttl)
         servers.append(embedded)
         catalog, port = embedded.uri, node_port
+        log_started("catalog", embedded.uri, embedded.state.cluster(), security, host)
         announce("catalog", embedded.uri)
     node = listening(lambda: NodeServer(host, port, data_dir=data_dir, catalog=catalog, heartbeat_interval=heartbeat,
                                         advertise=advertise, max_partition_bytes=max_partition_bytes, max_streams=max_streams,
@@ -211,5 +278,6 @@ def run_node(host: str, port: int, *, data_dir: str | None, catalog: str | None,
     except Exception as exc:  # the heartbeat thread keeps trying
         log.warning("catalog %s not reachable yet: %s", catalog, exc)
     servers.extend(observe(node, "node", host, ports, catalog=servers[0] if len(servers) > 1 else None))
+    log_started("node", node.uri, node.store.cluster, security, host)
     announce("node", node.uri)
     wait_for_signal(servers)
