@@ -7,13 +7,14 @@ with tables only.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from . import tiling
+from .errors import LimitExceeded
 
 
 def frame_kind(obj: Any) -> str | None:
@@ -110,7 +111,7 @@ def drop_pandas_index(table: pa.Table) -> pa.Table:
     meta = table.schema.pandas_metadata
     if not meta:
         return table
-    stored = [c for c in meta.get("index_columns", []) if isinstance(c, str)]
+    stored = {c for c in meta.get("index_columns", []) if isinstance(c, str)}
     keep = [name for name in table.column_names if name not in stored]
     return table.select(keep) if len(keep) != table.num_columns else table
 
@@ -141,7 +142,8 @@ def stored_columns(schema: pa.Schema, q: int) -> list[list[str]]:
     if q == 1:
         return [list(schema.names)]
     data = data_columns(schema.empty_table())
-    index = [c for c in schema.names if c not in data]
+    in_data = set(data)
+    index = [c for c in schema.names if c not in in_data]
     return [group + index for group in column_groups(data, q)]
 
 
@@ -152,8 +154,10 @@ def split_grid(table: pa.Table, grid: Sequence[int]) -> dict[tuple[int, int], pa
     turned back into pandas on its own.
     """
     p, q = grid
-    index_cols = [c for c in table.column_names if c not in data_columns(table)]
-    groups = column_groups(data_columns(table), q)
+    data = data_columns(table)  # once: a check per column against a fresh list was quadratic in columns
+    in_data = set(data)
+    index_cols = [c for c in table.column_names if c not in in_data]
+    groups = column_groups(data, q)
     rows = tiling.block_sizes(table.num_rows, p)
     starts = tiling.starts_from_sizes(rows)
     parts = {}
@@ -222,3 +226,52 @@ def rechunk(table: pa.Table, target_bytes: int = 1 << 20) -> pa.Table:
     rows = max(1, target_bytes // per_row)
     return pa.Table.from_batches(table.to_batches(max_chunksize=rows), schema=table.schema)
 
+
+
+def growing_dictionaries(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """``batches`` with each dictionary column's dictionary only ever extended, never replaced.
+
+    An Arrow IPC *file* holds one dictionary per column, which later batches
+    may only extend (a delta); a stream may replace it at every batch, as a
+    pandas categorical or a chunked dictionary column does when its chunks
+    have different categories. Each batch is re-indexed into the dictionary
+    seen so far plus its new values (the values read back are the same), so
+    the batches can be written to one file with ``emit_dictionary_deltas``.
+    Columns whose dictionary sits inside a nested type pass unchanged.
+    """
+    seen: dict[int, pa.Array] = {}
+    for batch in batches:
+        columns = list(batch.columns)
+        changed = False
+        for k, column in enumerate(columns):
+            if not isinstance(column, pa.DictionaryArray):
+                continue
+            grown = _into_dictionary(column, seen.get(k))
+            seen[k] = grown.dictionary
+            if grown is not column:
+                columns[k], changed = grown, True
+        yield pa.RecordBatch.from_arrays(columns, schema=batch.schema) if changed else batch
+
+
+def _into_dictionary(column: pa.DictionaryArray, known: pa.Array | None) -> pa.DictionaryArray:
+    """``column`` indexed into ``known`` followed by the values of its own dictionary that ``known`` lacks."""
+    own = column.dictionary
+    if known is None or own.equals(known) or (len(own) >= len(known) and own.slice(0, len(known)).equals(known)):
+        return column  # the first, the same, or an extension: written as it is (a delta at most)
+    import pyarrow.compute as pc
+
+    new_values = own.filter(pc.is_null(pc.index_in(own, value_set=known)))
+    merged = pa.concat_arrays([known, new_values.cast(known.type)])
+    position = pc.index_in(own, value_set=merged)  # every value of ``own`` is in ``merged`` now
+    index_type = column.type.index_type
+    if len(merged) - 1 > _largest_index(index_type):
+        raise LimitExceeded(f"the dictionary of a column grew to {len(merged):,} values across the batches of one "
+                            f"partition, past what its {index_type} indices can address; send wider indices",
+                            field="dictionary")
+    indices = position.take(column.indices).cast(index_type)
+    return pa.DictionaryArray.from_arrays(indices, merged, ordered=column.type.ordered)
+
+
+def _largest_index(index_type: pa.DataType) -> int:
+    """The largest value of an integer index type."""
+    return int(np.iinfo(index_type.to_pandas_dtype()).max)

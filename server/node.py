@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from flightpart.errors import ForeignCluster, NodeConflict, RequestRejected, SchemaMismatch, StorageFull
+from flightpart.frames import growing_dictionaries
 from flightpart.io import inprocess
 from flightpart.io.access import Access
 from flightpart.io.allocator import keep_freed_memory
@@ -357,7 +358,15 @@ class NodeServer(ServiceBase):
                 raise RequestRejected(f"the put of {name} v{version} {part} ended after {rows} rows, "
                                       f"the sender declared {declared[-1]}", field="put trailer")
 
-        stored = self.store.write(name, version, part, schema, split_all(batches()), check_complete, sync_directory=alone)
+        try:
+            stored = self.store.write(name, version, part, schema, split_all(growing_dictionaries(batches())), check_complete,
+                                      sync_directory=alone)
+        except pa.ArrowInvalid as exc:  # a dictionary nested in a list or struct, replaced between batches
+            if "dictionary" not in str(exc).lower():
+                raise
+            raise RequestRejected(f"the put of {name} v{version} {part} replaced a nested column's dictionary between "
+                                  "batches, which a partition file cannot hold; send one dictionary for it",
+                                  field="dictionary") from None
         self.counters.add(bytes_received=received[0], partitions_stored=1)
         return stored
 

@@ -38,6 +38,8 @@ from flightpart.wire import Commit, p_stats, p_uint
 from flightpart.wire import HeldPartition as StoredPartition
 
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+DELTAS = ipc.IpcWriteOptions(emit_dictionary_deltas=True)
+"""A partition file's dictionaries may grow batch by batch (an IPC file allows deltas, not replacements)."""
 
 
 def read_footer(path: Path) -> tuple[pa.Schema, int]:
@@ -121,7 +123,7 @@ class PartitionStore:
             os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, self.modes.file))
             self.modes.apply(tmp, directory=False)
             with pa.OSFile(str(tmp), "wb") as sink:
-                writer = ipc.new_file(sink, schema)
+                writer = ipc.new_file(sink, schema, options=DELTAS)  # dictionaries grow: frames.growing_dictionaries
                 for batch in batches:
                     if not batch.schema.equals(schema):
                         raise SchemaMismatch(f"a record batch has schema {batch.schema}, the stream declared {schema}",
