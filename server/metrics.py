@@ -10,6 +10,7 @@ and the standard ``process_*`` metrics (CPU, memory, open files).
 
 from __future__ import annotations
 
+import math
 import platform
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -58,7 +59,7 @@ class DaemonCollector:
         self.problems = problems
 
     def collect(self) -> Iterable:
-        values = self.stats()
+        values = numbers_of(self.stats())
         for key, (name, doc) in COUNTERS.items():
             if key in values:
                 yield self._one(CounterMetricFamily(name, doc, labels=["role"]), values[key])
@@ -85,7 +86,7 @@ class DaemonCollector:
             latency.add_metric([self.role, rpc], cumulative, total)
         yield latency
         if self.problems is not None:  # a node's stats carry its problems already: its disk is not asked twice per scrape
-            problems = values["problems"] if "problems" in values else self.problems()
+            problems = values["problems"] if isinstance(values.get("problems"), list) else self.problems()
             yield self._one(GaugeMetricFamily("flightpart_healthy", "1 while the daemon reports SERVING, else 0", labels=["role"]),
                             0 if problems else 1)
         build = InfoMetricFamily("flightpart_build", "Versions this daemon runs", labels=["role", "version", "pyarrow", "python"])
@@ -95,6 +96,15 @@ class DaemonCollector:
     def _one(self, family: Any, value: float) -> Any:
         family.add_metric([self.role], value)
         return family
+
+
+def numbers_of(stats: Any) -> dict[str, Any]:
+    """The entries of a stats dict a metric can carry: numbers (``problems`` kept as is); anything else is left out,
+    so one wrong value costs its own metric, not the scrape."""
+    if not isinstance(stats, dict):
+        return {}
+    return {key: value for key, value in stats.items()
+            if key == "problems" or (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value))}
 
 
 def metrics_registry(role: str, stats: Callable[[], dict[str, Any]], telemetry: Telemetry,

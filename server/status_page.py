@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import html
 import json
+import math
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -47,9 +48,7 @@ def cluster_status(state: CatalogState, pool: ConnectionPool) -> dict:
         stats = dict(zip(alive, workers.map(ask, alive)))
     nodes = []
     for n in records:
-        s = stats.get(n.uri, {})
-        problems = ([f"unreachable: {s['unreachable']}"] if "unreachable" in s else s.get("problems", [])) if n.alive \
-            else ["no heartbeat: dead"]
+        s, problems = readable_stats(stats.get(n.uri, {})) if n.alive else ({}, ["no heartbeat: dead"])
         nodes.append({"node_id": n.node_id, "uri": n.uri, "ip": n.ip, "pid": n.pid, "alive": n.alive, "colour": colours[n.uri],
                       "health": "SERVING" if not problems else "NOT_SERVING", "problems": problems,
                       "bytes_sent": s.get("bytes_sent"), "partitions_held": s.get("partitions_held"),
@@ -63,6 +62,51 @@ def cluster_status(state: CatalogState, pool: ConnectionPool) -> dict:
                                     "nodes": [h.uri for h in p.nodes]} for p in record.parts]
         datasets.append(entry)
     return {"version": __version__, "time": time.time(), "nodes": nodes, "datasets": datasets, "colours": colours}
+
+
+FIGURES = ("bytes_sent", "partitions_held", "free_bytes")
+"""The numbers of a node's ``stats`` reply the page shows."""
+
+
+def readable_stats(reply: Any) -> tuple[dict, list[str]]:
+    """A node's ``stats`` reply as the page may show it: its figures (numbers only) and its problems.
+
+    A node answers what it likes: a reply that is not an object, a figure
+    that is not a count, or problems that are not a list of strings make
+    that node show "stats unreadable" (NOT_SERVING) with what was wrong,
+    instead of breaking the page for every viewer.
+    """
+    if not isinstance(reply, dict):
+        return {}, [f"stats unreadable: the reply is {_kind(reply)}, not an object"]
+    if "unreachable" in reply:
+        return {}, [f"unreachable: {reply['unreachable']}"]
+    figures, wrong = {}, []
+    for key in FIGURES:
+        value = reply.get(key)
+        if _is_count(value):
+            figures[key] = value
+        else:
+            wrong.append(f"{key} is missing" if key not in reply else f"{key} is {_kind(value)}")
+    problems = reply.get("problems", [])
+    if not isinstance(problems, list) or not all(isinstance(p, str) for p in problems):
+        wrong.append(f"problems is {_kind(problems)}")
+        problems = []
+    return figures, ([f"stats unreadable: {', '.join(wrong)}"] if wrong else []) + [" ".join(p.split())[:200] for p in problems]
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
+
+
+def _kind(value: Any) -> str:
+    """What a value is, in a few words (never the value itself at length)."""
+    if isinstance(value, str):
+        return f"the text {value[:40]!r}"
+    if value is None:
+        return "null"
+    if isinstance(value, (list, dict)):
+        return f"a {'list' if isinstance(value, list) else 'object'} of {len(value)}"
+    return f"{type(value).__name__} {str(value)[:40]}"
 
 
 def status_json(status: dict) -> bytes:

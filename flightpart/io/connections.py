@@ -9,16 +9,25 @@ actions through :meth:`ConnectionPool.action`.
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 import pyarrow.flight as flight
 
-from flightpart.errors import ClientClosed
-from flightpart.wire import Message, dumps, loads
+from flightpart.errors import ClientClosed, ServerStarting
+from flightpart.wire import Message, decode_error, dumps, loads
 
 from .access import Access
 
 DEFAULT_TIMEOUT = 30.0
+STARTING_PATIENCE = 10.0
+"""Seconds an action keeps retrying a daemon that answers ``STARTING`` (its port open, its state not built yet)."""
+
+
+def starting(exc: flight.FlightError) -> bool:
+    """True when ``exc`` says the daemon is still starting (code ``STARTING``)."""
+    decoded = decode_error(getattr(exc, "extra_info", None))
+    return decoded is not None and decoded[0] == ServerStarting.code
 
 
 class ConnectionPool:
@@ -55,7 +64,16 @@ class ConnectionPool:
             payload = body.encode()
         else:
             payload = dumps(body)
-        results = list(self.client(uri).do_action(flight.Action(name, payload), options=self.options(timeout)))
+        give_up, delay = time.monotonic() + STARTING_PATIENCE, 0.02
+        while True:
+            try:
+                results = list(self.client(uri).do_action(flight.Action(name, payload), options=self.options(timeout)))
+                break
+            except flight.FlightUnavailableError as exc:  # a daemon still starting ran nothing: asking again is safe
+                if not starting(exc) or time.monotonic() + delay > give_up:
+                    raise
+                time.sleep(delay)
+                delay = min(delay * 2, 0.5)
         return loads(results[0].body.to_pybytes(), f"reply to {name}") if results else None
 
     def discard(self, uri: str) -> None:
