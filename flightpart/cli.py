@@ -513,7 +513,7 @@ def stats(uri: str, as_json: bool) -> None:
 @click.option("--runs", default=None, type=int, help="Timed runs per contender (after one warm-up).")
 @click.option("--json", "json_path", default=None, type=click.Path(dir_okay=False), help="Write every figure as JSON.")
 @click.option("--plot", "plot_path", default=None, type=click.Path(dir_okay=False), help="Draw a bar chart (PNG).")
-@click.option("--scale", is_flag=True, help="How costs grow: up to 100,000 partitions and 4,000 simulated nodes "
+@click.option("--scale", is_flag=True, help="How costs grow: up to 100,000 partitions, 4,000 simulated nodes and 10,000 columns "
                                             "(about 10 minutes; with --quick, small sizes).")
 @click.option("--network", default=None, metavar="RATES",
               help="Hosts as network namespaces with links shaped to each rate in turn, comma-separated: "

@@ -59,8 +59,10 @@ def test_quick_scale_bench_writes_every_size_and_goal(tmp_path):
         assert row["heartbeats_per_second"] > 0.8 * row["simulated_nodes"] / 2
         assert 0 < row["catalog_cpu_share"] < 2
     assert result["frozen"]["frozen_nodes"] == 3 and result["frozen"]["abort_seconds"] > 0
+    assert [r["columns"] for r in result["columns"]] == [500, 2_000]
+    assert all(r["put_seconds"] > 0 and r["read_seconds"] > 0 for r in result["columns"])
     goals = {g["goal"]: g for g in result["goals"]}
-    assert len(goals) == 9 and all(g["met"] in (True, False, None) for g in goals.values())
+    assert len(goals) == 10 and all(g["met"] in (True, False, None) for g in goals.values())
     assert png.stat().st_size > 10_000 and png.read_bytes()[:4] == b"\x89PNG"
     assert "goals" in done.stdout
 

@@ -11,7 +11,10 @@ Each case runs at several sizes so the growth shows, not one point:
   writes to disk are read from ``/proc`` over a window, then ``list`` and
   ``nodes`` are timed with D datasets on one real node;
 * **frozen**: ``abort`` and ``drop`` while three of four real nodes are
-  stopped with SIGSTOP.
+  stopped with SIGSTOP;
+* **columns**: one dataset of C int64 columns and 100 rows on three real
+  nodes: put, open and read back (checked equal), for tables ten thousand
+  columns wide (every per-column step must be linear in columns).
 
 Speed goals are checked here, never in timed unit tests.
 """
@@ -43,10 +46,14 @@ GOALS = {
 CATALOG_CPU_GOAL = (4_000, 0.5)
 """Simulated nodes heartbeating every 2 s: the catalog's share of one core stays under this."""
 FROZEN_GOAL_SECONDS = 5.0
+COLUMNS_GOAL = (10_000, 10.0)
+"""A table this many columns wide (100 rows) is put and read back in under this many seconds."""
+COLUMN_ROWS = 100
 HEARTBEAT_SECONDS = 2.0
 
-FULL = {"partitions": [1_000, 10_000, 50_000, 100_000], "nodes": [500, 2_000, 4_000], "datasets": 1_000, "window": 20.0}
-QUICK = {"partitions": [200, 2_000], "nodes": [50, 200], "datasets": 30, "window": 6.0}
+FULL = {"partitions": [1_000, 10_000, 50_000, 100_000], "nodes": [500, 2_000, 4_000], "datasets": 1_000, "window": 20.0,
+        "columns": [1_000, 5_000, 10_000]}
+QUICK = {"partitions": [200, 2_000], "nodes": [50, 200], "datasets": 30, "window": 6.0, "columns": [500, 2_000]}
 
 
 class _Timed:
@@ -109,6 +116,28 @@ def case_partitions(root: Path, sizes: list[int], log: Callable[[str], None]) ->
                          "catalog_cpu_seconds_in_put": catalog_cpu, "open_seconds": open_s,
                          "validate_seconds": validate_s, "to_dask_seconds": dask_s, "read_seconds": read_s,
                          "node_maps": maps})
+    return rows
+
+
+def case_columns(root: Path, sizes: list[int], log: Callable[[str], None]) -> list[dict]:
+    """One dataset of C columns and :data:`COLUMN_ROWS` rows on three nodes, for each C."""
+    from flightpart.client import connect
+    from flightpart.tools.cluster import LocalCluster
+
+    rows = []
+    with LocalCluster(root / "columns", nodes=3) as cluster, connect(cluster.uri, host="127.0.0.2") as client:
+        _wait_alive(client, 3)
+        for c in sizes:
+            log(f"  {c:,} columns ...")
+            table = pa.table({f"c{k}": np.arange(COLUMN_ROWS, dtype=np.int64) + k for k in range(c)})
+            put_s, _ = _seconds(client.put, "wide", table)
+            open_s, ds = _seconds(client.open, "wide")
+            read_s, back = _seconds(ds.to_arrow)
+            if not back.equals(table):
+                raise AssertionError(f"{c} columns: the data read back differs from what was put")
+            client.drop("wide")
+            rows.append({"columns": c, "rows": COLUMN_ROWS, "bytes": table.nbytes, "put_seconds": put_s,
+                         "open_seconds": open_s, "read_seconds": read_s})
     return rows
 
 
@@ -246,6 +275,11 @@ def goals(result: dict) -> list[dict]:
     worst = max(frozen["abort_seconds"], frozen["drop_seconds"])
     out.append({"goal": f"abort and drop with 3 frozen nodes < {FROZEN_GOAL_SECONDS:g} s", "value": worst,
                 "met": worst < FROZEN_GOAL_SECONDS})
+    size, bound = COLUMNS_GOAL
+    put_s, read_s = (_at(result["columns"], key, "columns", size) for key in ("put_seconds", "read_seconds"))
+    value = None if put_s is None or read_s is None else put_s + read_s
+    out.append({"goal": f"put and read of {size:,} columns x {COLUMN_ROWS} rows < {bound:g} s", "value": value,
+                "met": None if value is None else value < bound})
     largest = max(r["partitions"] for r in result["partitions"])
     out.append({"goal": "100,000 partitions put and read back", "value": largest, "met": largest >= 100_000 or None})
     return out
@@ -263,8 +297,10 @@ def run_scale(*, quick: bool = False, log: Callable[[str], None] = print) -> dic
         nodes = case_nodes(root, sizes["nodes"], sizes["datasets"], sizes["window"], log)
         log("running: frozen ...")
         frozen = case_frozen(root, log)
+        log("running: columns ...")
+        columns = case_columns(root, sizes["columns"], log)
     result = {"quick": quick, "seconds": time.perf_counter() - started, "machine": {"cpus": os.cpu_count()},
-              "partitions": partitions, "nodes": nodes, "frozen": frozen}
+              "partitions": partitions, "nodes": nodes, "frozen": frozen, "columns": columns}
     result["goals"] = goals(result)
     return result
 
@@ -275,8 +311,11 @@ def render_scale(result: dict) -> None:
     from rich.table import Table
 
     console = Console(width=max(140, Console().width))
-    for key, title in (("partitions", "one dataset on 3 nodes"), ("nodes", "simulated nodes heartbeating every 2 s")):
-        rows = result[key]
+    for key, title in (("partitions", "one dataset on 3 nodes"), ("nodes", "simulated nodes heartbeating every 2 s"),
+                       ("columns", f"one wide dataset ({COLUMN_ROWS} rows) on 3 nodes")):
+        rows = result.get(key)
+        if not rows:
+            continue
         t = Table(title=f"flightpart bench --scale: {title}")
         for col in rows[0]:
             t.add_column(col.replace("_", " "))
