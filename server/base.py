@@ -116,7 +116,7 @@ def built_after(init: Callable[..., None]) -> Callable[..., None]:
         try:
             init(self, *args, **kwargs)
         except BaseException:
-            if "_built" in self.__dict__:  # the port was opened: close it, the object will never be complete
+            if self.__dict__.get("_listening"):  # the port was opened: close it, the object will never be complete
                 with contextlib.suppress(Exception):
                     flight.FlightServerBase.shutdown(self)
             raise
@@ -174,6 +174,7 @@ class ServiceBase(flight.FlightServerBase):
         # A node always has it: it times streams until they complete.
         middleware = {"guard": self.guard} if secret is not None or max_streams is not None or self.streams_timed else {}
         super().__init__(f"{scheme}://{host}:{port}", middleware=middleware, **server_kwargs)
+        self._listening = True  # from here a failed construction must close the port (built_after)
         self.uri = f"{scheme}://{advertise or host}:{self.port}"
 
     def list_actions(self, context: Any) -> list[tuple[str, str]]:
