@@ -414,3 +414,19 @@ def test_a_table_of_10000_columns_is_put_and_read_back_equal(shared):
         client.put("wide-grid", table, tiling=(2, 3))
         back = client.open("wide-grid").to_arrow()
         assert back.column_names == table.column_names and back.equals(table)
+
+
+def test_the_start_up_line_says_tls_on_and_mutual(tmp_path):
+    from certs import make_pki
+
+    pki = make_pki(tmp_path / "pki", ["127.0.0.183"])
+    tls = ["--tls-cert", str(pki["server"]), "--tls-key", str(pki["server_key"])]
+    for extra, mode in (([], "on"), (["--tls-client-ca", str(pki["ca"])], "mutual")):
+        daemon = Daemon(["--log-level", "INFO", "catalog", "--host", "127.0.0.183", "--port", "0", "--state-dir",
+                         str(tmp_path / mode), *tls, *extra])
+        try:
+            started = [line for line in daemon.log().splitlines() if "serving at" in line]
+            assert len(started) == 1 and daemon.uri.startswith("grpc+tls://"), daemon.log()
+            assert started[0].endswith(f"flightpart catalog serving at {daemon.uri}; cluster not yet; auth open; TLS {mode}")
+        finally:
+            daemon.stop()
