@@ -27,6 +27,8 @@ from .cluster import Daemon
 
 PREFIX = "fpns"
 SUBNET = "198.18.0"
+OPEN = ("--insecure",)
+"""The hosts' daemons run open on the namespaces' own network (no secret), which they must be told beyond loopback."""
 _clusters = itertools.count()
 
 
@@ -149,7 +151,7 @@ class NetCluster:
                 _ip("-n", self.bridge, "link", "add", "br0", "type", "bridge")
                 _ip("-n", self.bridge, "link", "set", "br0", "up")
             self.catalog_host = self.add_host()
-            self.catalog = self._daemon(self.catalog_host, ["catalog", "--host", self.catalog_host.ip, "--port", "0",
+            self.catalog = self._daemon(self.catalog_host, ["catalog", "--host", self.catalog_host.ip, "--port", "0", *OPEN,
                                                             "--state-dir", str(self.root / "catalog"),
                                                             "--dead-after", str(dead_after)])
             self.nodes: list[Daemon] = []
@@ -157,7 +159,7 @@ class NetCluster:
             for _ in range(nodes):
                 host = self.add_host()
                 self.node_hosts.append(host)
-                self.nodes.append(self._daemon(host, ["serve", "--host", host.ip, "--port", "0", "--data-dir",
+                self.nodes.append(self._daemon(host, ["serve", "--host", host.ip, "--port", "0", *OPEN, "--data-dir",
                                                       str(self.root / f"node-{host.ip}"), "--catalog", self.catalog.uri,
                                                       "--heartbeat", str(heartbeat), *node_args]))
         except BaseException:
