@@ -701,6 +701,9 @@ class Assemble(Message):
     version: int = _field(p_uint)
     groups: int = _field(p_uint)
     parts: tuple[AssemblePart, ...] = _field(p_list(p_message(AssemblePart), 4096))
+    deadline_ms: int | None = _field(p_optional(p_uint), None)
+    """Milliseconds the caller will wait for the reply: the node's own calls (the catalog, pulls from holders)
+    stop waiting when it is spent, so a frozen holder cannot keep the node busy after the caller gave up."""
 
 
 @dataclass(frozen=True)
@@ -802,6 +805,11 @@ class Commit(Message):
     tiling: tuple[int, int] = _field(p_pair)
     partitions: tuple[CommitPart, ...] = _field(p_commit_parts, encode=_commit_parts_to_json)
     replicas: int = _field(p_uint, 1)
+    base: int | None = _field(p_optional(p_uint), None)
+    """The version this write was computed from (an append, a repartition, a rebalance), or None for a replace
+    (a put). The catalog publishes the version only while ``base`` is still the latest, and never behind a newer
+    one, in the same transaction as the commit: two writers racing on one dataset cannot both be acknowledged
+    with one of them lost (the loser gets VERSION_CONFLICT, field ``commit.base``, and re-bases)."""
 
 
 @dataclass(frozen=True)

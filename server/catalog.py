@@ -283,7 +283,8 @@ class CatalogServer(ServiceBase):
         check_geometry(b.shape, b.tiling, parts)
         schema = b.schema.serialize().to_pybytes()
         self._verify_on_nodes(b.dataset, b.version, b.schema, parts)
-        self.state.commit(b.dataset, b.version, schema, b.shape, b.tiling, parts, replicas=max(1, b.replicas))
+        self.state.commit(b.dataset, b.version, schema, b.shape, b.tiling, parts, replicas=max(1, b.replicas),
+                          ordered=True, base=b.base)
         self._seal(b, {n.node_id: n for p in parts for n in p.nodes}.values())
         describe("commit", dataset=b.dataset, version=b.version, partitions=len(parts), rows=b.shape[0])
         return {"dataset": b.dataset, "version": b.version}
@@ -341,6 +342,7 @@ class CatalogServer(ServiceBase):
     def _drop(self, raw: bytes) -> dict:
         b = Drop.decode(raw)
         nodes = self.state.drop(b.dataset, b.version)
+        self._infos.clear()  # before any file goes: whoever finds its files gone learns it was dropped
         cleaned = self._drop_files(b.dataset, b.version, nodes)
         describe("drop", dataset=b.dataset, version=b.version, nodes=cleaned)
         return {"dataset": b.dataset, "version": b.version, "nodes_cleaned": cleaned}
