@@ -21,7 +21,11 @@ import pyarrow as pa
 import pytest
 
 import flightpart as fp
+from flightpart.client import reshape
 from flightpart.tools.cluster import LocalCluster
+from flightpart.wire import Commit, DatasetRef, VersionRef, VersionReply
+
+from helpers import code_of
 
 ROUNDS = 10
 TIMEOUT = 5.0
@@ -169,6 +173,27 @@ def test_a_stream_append_that_loses_a_race_fails_and_publishes_nothing(writers):
         else:
             assert isinstance(result, fp.VersionConflict), repr(result)
             assert not streamed & latest, "a stream append that failed published some of its rows"
+
+
+def test_the_catalog_refuses_a_commit_on_a_stale_base_or_behind_a_newer_version(writers):
+    """The check itself, step by step: a version built from v1 cannot be published once v1 is no longer the latest."""
+    a, b = writers
+    a.put("stale-base", rows(0, 60), tiling=(2, 1))
+    source = a._version_info("stale-base")
+    version = VersionReply.from_json(a.call("begin", DatasetRef("stale-base"))).version
+    spans = {p.position: (p.start[0], p.start[0] + p.shape[0]) for p in source.parts}
+    holders = reshape.live_holders(source, [n for n in a.nodes() if n["alive"]])
+    parts = tuple(reshape.assemble_on_nodes(a.pool, source, version, source.grid[1], spans, holders))
+    appended = b.append("stale-base", rows(500, 4))  # another writer commits on top of v1 first
+    assert appended.version > version
+    for base in (source.version, None):  # an append-like write from v1, and a put-like replace behind the newer version
+        commit = Commit("stale-base", version, source.schema, source.shape, source.grid, parts, 1, base=base)
+        with pytest.raises(fp.VersionConflict) as info:
+            a.call(Commit.ACTION, commit)
+        assert info.value.field == "commit.base" and code_of(info.value.__cause__) == "VERSION_CONFLICT"
+    a.call("abort", VersionRef("stale-base", version))
+    assert a.versions("stale-base") == [source.version, appended.version]
+    assert ids_of(a.open("stale-base")) == list(range(60)) + [500, 501, 502, 503]
 
 
 # --------------------------------------------------------------------------- deadlines with a frozen node
