@@ -25,7 +25,7 @@ from flightpart.client import reshape
 from flightpart.tools.cluster import LocalCluster
 from flightpart.wire import Commit, DatasetRef, VersionRef, VersionReply
 
-from helpers import code_of
+from helpers import code_of, wait_until
 
 ROUNDS = 10
 TIMEOUT = 5.0
@@ -152,6 +152,50 @@ def test_an_append_racing_a_drop_is_never_acknowledged_into_a_dropped_dataset(sh
         with pytest.raises(fp.DatasetNotFound):
             a.open(name, before)
         assert name not in {e["name"] for e in a.list()}
+        for ip in ("127.0.0.2", "127.0.0.3", "127.0.0.4"):  # nor does any node keep a file the append wrote meanwhile
+            folder = shared.root / f"node-{ip}" / "datasets" / name
+            wait_until(lambda folder=folder: not folder.exists() or not any(folder.iterdir()),
+                       what=f"no file of {name} left on {ip}")
+
+
+def test_a_drop_in_the_middle_of_an_append_fails_it_and_leaves_no_file(shared, writers):
+    """The append has linked the kept partitions and sent part of its stream when the dataset is dropped under it."""
+    a, b = writers
+    a.put("drop-mid", rows(0, 50))
+    linked = lambda: sum(a.stats(n.uri)["partitions_linked"] for n in shared.nodes)  # noqa: E731
+    before = linked()
+    dropped = threading.Event()
+    new = rows(8000, 20)
+
+    def slow_stream():
+        yield from new.slice(0, 10).to_batches()
+        dropped.wait(60)  # a user's slow source: the rest comes once the drop has returned
+        yield from new.slice(10).to_batches()
+
+    outcome: dict[str, Any] = {}
+
+    def append() -> None:
+        try:
+            outcome["ok"] = b.append("drop-mid", pa.RecordBatchReader.from_batches(new.schema, slow_stream()),
+                                     rows_per_partition=5)
+        except Exception as exc:
+            outcome["error"] = exc
+
+    worker = threading.Thread(target=append, daemon=True)
+    worker.start()
+    try:
+        wait_until(lambda: linked() > before, what="the append to link the kept partitions")
+        a.drop("drop-mid")
+    finally:
+        dropped.set()
+    worker.join(120)
+    assert isinstance(outcome.get("error"), fp.DatasetNotFound), outcome
+    with pytest.raises(fp.DatasetNotFound):
+        a.open("drop-mid")
+    for ip in ("127.0.0.2", "127.0.0.3", "127.0.0.4"):
+        folder = shared.root / f"node-{ip}" / "datasets" / "drop-mid"
+        wait_until(lambda folder=folder: not folder.exists() or not any(folder.iterdir()),
+                   what=f"no file of the dropped dataset left on {ip}")
 
 
 def test_a_stream_append_that_loses_a_race_fails_and_publishes_nothing(writers):
