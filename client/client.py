@@ -532,17 +532,23 @@ class Client:
         try:
             yield
         except FlightpartError as exc:
-            try:
-                self._version_info(source.dataset, source.version)
-            except DatasetNotFound:
-                try:
-                    latest = self._version_info(source.dataset).version
-                except DatasetNotFound:
-                    raise DatasetNotFound(f"{source.dataset!r} was dropped while this write read v{source.version}; "
-                                          "nothing was published", field="commit.base") from exc
-                raise VersionConflict(f"{source.dataset} v{source.version} was dropped while this write read it; "
-                                      f"v{latest} is the latest", field="commit.base") from exc
-            raise
+            if self._exists(source.dataset, source.version):
+                raise
+            if not self._exists(source.dataset):
+                raise DatasetNotFound(f"{source.dataset!r} was dropped while this write read v{source.version}; "
+                                      "nothing was published", field="commit.base") from exc
+            raise VersionConflict(f"{source.dataset} v{source.version} was dropped while this write read it; "
+                                  "a newer version is the latest", field="commit.base") from exc
+
+    def _exists(self, name: str, version: int | None = None) -> bool:
+        """False only when the catalog says ``name`` (``version``, default the latest) does not exist."""
+        try:
+            self._version_info(name, version)
+        except DatasetNotFound:
+            return False
+        except FlightpartError:
+            return True  # unknown (the catalog did not answer): keep the error the write met
+        return True
 
     # ------------------------------------------------------------------ SPMD publish
 
@@ -595,8 +601,8 @@ class _OneShot:
 
     def use(self) -> None:
         if self.used:
-            raise VersionConflict(f"{self.name}: the stream was consumed by a try that could not be committed "
-                                  "(another write committed first); nothing of it was published, write it again",
+            raise VersionConflict(f"{self.name}: the stream was consumed by a first try that could not be committed "
+                                  "(another version took its place); nothing of it was published, write it again",
                                   field="commit.base")
         self.used = True
 
