@@ -473,46 +473,79 @@ class Client:
         version is committed only on top of the one it was computed from.
         When another write committed first, a frame append is computed again
         from the new latest version (its rows are still in hand) and
-        committed on top of it; a stream append, whose rows were consumed,
-        fails with VersionConflict and nothing of it is published. An append
-        racing a drop of the whole dataset fails with DatasetNotFound. So an
-        acknowledged append's rows are in the latest version until a later
-        write replaces or drops them.
+        committed on top of it. A stream, read once, is stored under a
+        staging version that is never published, and each try links its
+        partitions (no byte copied) after the latest version's; the staging
+        version is aborted at the end. An append racing a drop of the whole
+        dataset fails with DatasetNotFound. So an acknowledged append's rows
+        are in the latest version until a later write replaces or drops them.
         """
         stream = frames.stream_of(data)
         if stream is not None:
-            once = _OneShot(name)
-            return self._append_latest(name, None, stream, once, nodes, rows_per_partition)
+            return self._append_stream(name, stream, nodes, rows_per_partition)
         table = lenient.from_partitioned(data) if hasattr(data, "__partitioned__") else frames.to_arrow(data)
-        return self._rebasing(lambda: self._append_latest(name, table, None, None, nodes, rows_per_partition))
+        return self._rebasing(lambda: self._append_latest(name, table, nodes))
 
-    def _append_latest(self, name: str, table: pa.Table | None, stream: pa.RecordBatchReader | None,
-                       once: _OneShot | None, nodes: Sequence[str] | None, rows_per_partition: int | None) -> Dataset:
-        """One try of :meth:`append` (of ``table`` or ``stream``) onto the latest version, committed on top of it only."""
+    def _append_stream(self, name: str, stream: pa.RecordBatchReader, nodes: Sequence[str] | None,
+                       rows_per_partition: int | None) -> Dataset:
+        """A stream's rows stored once under a staging version, then linked into a version on top of the latest."""
+        source = self._version_info(name)
+        replicas = reshape.replicas_of(source)
+        targets = self._targets_for(nodes, replicas)
+        groups = source.grid[1]
+        uri_of = {n["node_id"]: n["uri"] for n in targets}
+        staging = VersionReply.from_json(self.call("begin", DatasetRef(name))).version
+        try:
+            staged = self._send_stream(name, staging, reshape.conformed_stream(stream, source.schema), rows_per_partition,
+                                       targets, replicas, random.randrange(len(targets)), None, groups=groups)
+            staged = [p for p in staged if p.shape[0]]  # an empty stream adds no row block
+            return self._rebasing(lambda: self._append_staged(name, source.schema, groups, staging, staged, uri_of))
+        finally:
+            try:
+                self.call("abort", VersionRef(name, staging), timeout=10)  # the versions that link its files keep them
+            except Exception:
+                pass  # the catalog is gone too: the pending staging version expires by its TTL
+
+    def _append_staged(self, name: str, schema: pa.Schema, groups: int, staging: int, staged: list[CommitPart],
+                       uri_of: dict[str, str]) -> Dataset:
+        """One try of a stream append: the latest version's partitions and the staged ones, committed on top of it."""
+        source = self._version_info(name)
+        if not source.schema.equals(schema) or source.grid[1] != groups:
+            raise VersionConflict(f"{name}: v{source.version}, committed while the stream was stored, has other columns "
+                                  "or column groups than the stream was cut for; nothing was published, append it again",
+                                  field="append.schema")
+        kept = reshape.live_holders(source, [n for n in self.nodes() if n["alive"]])
+        base = (source.grid[0], source.shape[0])
+
+        def store(version: int) -> Commit:
+            rows = {p.position: (p.start[0], p.start[0] + p.shape[0]) for p in source.parts}
+            with self._reading(source):
+                old = reshape.assemble_on_nodes(self.pool, source, version, groups, rows, kept, timeout=self.timeout)
+            new = reshape.relink_on_nodes(self.pool, name, staging, version, staged, base, uri_of, timeout=self.timeout)
+            shape = (base[1] + sum(p.shape[0] for p in new if p.part[1] == 0), source.shape[1])
+            grid = (base[0] + len({p.part[0] for p in new}), groups)
+            return Commit(name, version, source.schema, shape, grid, tuple(old + new), reshape.replicas_of(source),
+                          base=source.version)
+
+        return self._versioned(name, store)
+
+    def _append_latest(self, name: str, table: pa.Table, nodes: Sequence[str] | None) -> Dataset:
+        """One try of a frame :meth:`append` onto the latest version, committed on top of it only."""
         source = self._version_info(name)
         kept = reshape.live_holders(source, [n for n in self.nodes() if n["alive"]])
         replicas = reshape.replicas_of(source)
         targets = self._targets_for(nodes, replicas)
         base = (source.grid[0], source.shape[0])
         first = random.randrange(len(targets))
-        if table is not None:
-            table = reshape.conformed(table, source.schema)
-        if stream is not None:
-            stream = reshape.conformed_stream(stream, source.schema)
+        table = reshape.conformed(table, source.schema)
 
         def store(version: int) -> Commit:
             rows = {p.position: (p.start[0], p.start[0] + p.shape[0]) for p in source.parts}
-            if once is not None:
-                once.use()
             with self._reading(source):
                 old = reshape.assemble_on_nodes(self.pool, source, version, source.grid[1], rows, kept, timeout=self.timeout)
-            if stream is not None:
-                new = self._send_stream(name, version, stream, rows_per_partition,
-                                        targets, replicas, first, None, groups=source.grid[1], base=base)
-            else:
-                blocks = min(len(targets), table.num_rows)  # no empty row blocks: appends add up
-                new = self._send_frame(name, version, table, (blocks, source.grid[1]), targets, replicas, first, None,
-                                       base=base) if blocks else []
+            blocks = min(len(targets), table.num_rows)  # no empty row blocks: appends add up
+            new = self._send_frame(name, version, table, (blocks, source.grid[1]), targets, replicas, first, None,
+                                   base=base) if blocks else []
             parts = old + new
             shape = (base[1] + sum(p.shape[0] for p in new if p.part[1] == 0), source.shape[1])
             grid = (base[0] + len({p.part[0] for p in new}), source.grid[1])

@@ -21,7 +21,7 @@ from flightpart.io.connections import DEFAULT_TIMEOUT, ConnectionPool
 from flightpart.io.errors import translated
 from flightpart.io.transfer import put_deadline
 from flightpart.tiling import blocks_meeting, starts_from_sizes
-from flightpart.wire import Assemble, AssemblePart, AssembleReply, CommitPart, VersionInfo
+from flightpart.wire import Assemble, AssemblePart, AssembleReply, CommitPart, LinkPart, Relink, VersionInfo
 
 ORDER_PARTS = 256
 """Partitions per ``assemble`` order: a bounded call that reports progress in steps a user can wait for."""
@@ -83,6 +83,36 @@ def assemble_on_nodes(pool: ConnectionPool, source: VersionInfo, version: int, g
     widths = {j: len(cols) for j, cols in enumerate(_data_groups(source, groups))}
     return [CommitPart(pos, (rows[pos][0], _col_start(widths, pos[1])), (rows[pos][1] - rows[pos][0], widths[pos[1]]),
                        tuple(n["node_id"] for n in placement[pos])) for pos in sorted(placement)]
+
+
+def relink_on_nodes(pool: ConnectionPool, dataset: str, staging: int, version: int, staged: Sequence[CommitPart],
+                    base: tuple[int, int], uri_of: Mapping[str, str], *, timeout: float = DEFAULT_TIMEOUT) -> list[CommitPart]:
+    """Have the holders of ``staged`` (partitions of the uncommitted ``staging``) link them into ``version``.
+
+    They become row blocks after ``base`` (row blocks, rows) of the version
+    appended to; the commit's partitions for them. No byte moves.
+    """
+    by_node: dict[str, list[LinkPart]] = {}
+    moved = []
+    for p in staged:
+        pos = (base[0] + p.part[0], p.part[1])
+        for node_id in p.nodes:
+            by_node.setdefault(uri_of[node_id], []).append(LinkPart(p.part, pos))
+        moved.append(CommitPart(pos, (base[1] + p.start[0], p.start[1]), p.shape, p.nodes))
+
+    def run(uri: str) -> None:
+        links = by_node[uri]
+        for k in range(0, len(links), ORDER_PARTS):
+            order = Relink(dataset, staging, version, tuple(links[k:k + ORDER_PARTS]))
+            with translated():
+                reply = AssembleReply.from_json(pool.action(uri, Relink.ACTION, order, timeout=timeout), "relink reply")
+            if len(reply.partitions) != len(order.parts):
+                raise RequestRejected(f"the node at {uri} linked {len(reply.partitions)} of {len(order.parts)} partitions",
+                                      field="relink reply")
+
+    with ThreadPoolExecutor(max_workers=max(len(by_node), 1), thread_name_prefix="flightpart-relink") as ex:
+        list(ex.map(run, by_node))
+    return moved
 
 
 def order_bytes(source: VersionInfo, parts: Sequence[AssemblePart]) -> int:

@@ -707,6 +707,31 @@ class Assemble(Message):
 
 
 @dataclass(frozen=True)
+class LinkPart(Message):
+    """One partition of a ``relink``: the source's position and the position it takes in the new version."""
+
+    source: tuple[int, int] = _field(p_pair)
+    part: tuple[int, int] = _field(p_pair)
+
+
+@dataclass(frozen=True)
+class Relink(Message):
+    """To a node: make partitions of uncommitted ``version`` the very files of partitions of ``source`` it holds.
+
+    How a stream append survives losing a race: its rows, read once, are
+    stored under a staging version that is never published, and each try
+    links them into the version it commits, at the row blocks after the
+    latest version's. No byte is copied or sent.
+    """
+
+    ACTION = "relink"
+    dataset: str = _field(p_name)
+    source: int = _field(p_uint)
+    version: int = _field(p_uint)
+    parts: tuple[LinkPart, ...] = _field(p_list(p_message(LinkPart), 4096))
+
+
+@dataclass(frozen=True)
 class AssembleReply(Message):
     """What an ``assemble`` stored: a receipt per partition, and which of them are links to source files."""
 

@@ -32,6 +32,7 @@ from flightpart.wire import (
     AssemblePart,
     AssembleReply,
     HeldPartition,
+    Relink,
     Ticket,
     VersionInfo,
     dataset_path,
@@ -90,6 +91,15 @@ class Assembler:
         if written:
             self.store.sync(order.dataset, order.version)
         return AssembleReply(tuple(receipts), linked)
+
+    def relink(self, order: Relink) -> AssembleReply:
+        """Link partitions this node holds of ``order.source`` into the uncommitted ``order.version``."""
+        if order.version == order.source:
+            raise RequestRejected(f"relink: version {order.version} is the source itself", field="version")
+        self._check_pending(order.dataset, order.version, _Deadline(None))
+        receipts = tuple(self.store.link(order.dataset, order.source, p.source, order.version, p.part) for p in order.parts)
+        self.count(partitions_linked=len(receipts))
+        return AssembleReply(receipts, len(receipts))
 
     def _source(self, dataset: str, version: int, deadline: _Deadline) -> VersionInfo:
         """The committed source version as the catalog describes it."""

@@ -51,6 +51,7 @@ MESSAGES = [
     dataclasses.replace(COMMIT, base=3),
     wire.Assemble("sales", 3, 4, 1, (wire.AssemblePart((0, 0), (0, 10)),)),
     wire.Assemble("sales", 3, 4, 2, (wire.AssemblePart((1, 1), (10, 20)),), deadline_ms=35_000),
+    wire.Relink("sales", 5, 7, (wire.LinkPart((0, 0), (3, 0)), wire.LinkPart((1, 1), (4, 1)))),
 ]
 
 

@@ -22,8 +22,9 @@ import pytest
 
 import flightpart as fp
 from flightpart.client import reshape
+from flightpart.io.errors import translated
 from flightpart.tools.cluster import LocalCluster
-from flightpart.wire import Commit, DatasetRef, VersionRef, VersionReply
+from flightpart.wire import Commit, DatasetRef, LinkPart, Relink, VersionRef, VersionReply
 
 from helpers import code_of, wait_until
 
@@ -198,25 +199,28 @@ def test_a_drop_in_the_middle_of_an_append_fails_it_and_leaves_no_file(shared, w
                    what=f"no file of the dropped dataset left on {ip}")
 
 
-def test_a_stream_append_that_loses_a_race_fails_and_publishes_nothing(writers):
-    """A consumed stream cannot be appended again: the loser says so, and no half of it is published."""
+def test_racing_stream_and_frame_appends_keep_both(shared, writers):
+    """A stream is read once: its rows wait under a staging version and are linked into whichever version wins."""
     a, b = writers
     a.put("race-stream", rows(0, 40))
-    outcomes = []
-    for r in range(4):
+    expected = set(range(40))
+    for r in range(5):
         stream_rows, frame_rows = rows(20_000 + 100 * r, 30), rows(30_000 + 100 * r, 3)
         reader = pa.RecordBatchReader.from_batches(stream_rows.schema, stream_rows.to_batches(max_chunksize=10))
-        outcomes.append(race(partial(a.append, "race-stream", reader), partial(b.append, "race-stream", frame_rows)))
-        kind, result = outcomes[-1][0]
-        assert outcomes[-1][1][0] == "ok", outcomes[-1]
-        latest = set(ids_of(a.open("race-stream")))
-        assert set(frame_rows.column("id").to_pylist()) <= latest
-        streamed = set(stream_rows.column("id").to_pylist())
-        if kind == "ok":
-            assert streamed <= latest
-        else:
-            assert isinstance(result, fp.VersionConflict), repr(result)
-            assert not streamed & latest, "a stream append that failed published some of its rows"
+        outcomes = race(partial(a.append, "race-stream", reader, rows_per_partition=10),
+                        partial(b.append, "race-stream", frame_rows))
+        assert [kind for kind, _ in outcomes] == ["ok", "ok"], outcomes
+        expected |= set(stream_rows.column("id").to_pylist()) | set(frame_rows.column("id").to_pylist())
+        latest = a.open("race-stream")
+        assert ids_of(latest) == sorted(expected), f"round {r}: an acknowledged append is missing"
+        assert latest.to_arrow().sort_by("id").equals(  # the rows themselves, not only their ids
+            pa.concat_tables([rows(0, 40)] + [t for k in range(r + 1) for t in
+                                              (rows(20_000 + 100 * k, 30), rows(30_000 + 100 * k, 3))]).sort_by("id"))
+    for ip in ("127.0.0.2", "127.0.0.3", "127.0.0.4"):  # the staging versions are gone; only published ones are kept
+        folder = shared.root / f"node-{ip}" / "datasets" / "race-stream"
+        published = {f"v{v}" for v in a.versions("race-stream")}
+        wait_until(lambda folder=folder, published=published: {d.name for d in folder.iterdir()} <= published,
+                   what=f"only published versions left on {ip}")
 
 
 def test_the_catalog_refuses_a_commit_on_a_stale_base_or_behind_a_newer_version(writers):
@@ -238,6 +242,26 @@ def test_the_catalog_refuses_a_commit_on_a_stale_base_or_behind_a_newer_version(
     a.call("abort", VersionRef("stale-base", version))
     assert a.versions("stale-base") == [source.version, appended.version]
     assert ids_of(a.open("stale-base")) == list(range(60)) + [500, 501, 502, 503]
+
+
+def test_a_relink_order_cannot_touch_a_committed_version_or_invent_a_partition(shared, writers):
+    a, _ = writers
+    first = a.put("relink-guard", rows(0, 30), tiling=(1, 1), nodes=[shared.nodes[0].uri])
+    second = a.put("relink-guard", rows(100, 30), tiling=(1, 1), nodes=[shared.nodes[0].uri])
+    node = shared.nodes[0].uri
+    into_committed = Relink("relink-guard", first.version, second.version, (LinkPart((0, 0), (1, 0)),))
+    with pytest.raises(fp.VersionConflict):
+        _relink(a, node, into_committed)
+    pending = VersionReply.from_json(a.call("begin", DatasetRef("relink-guard"))).version
+    with pytest.raises(fp.PartitionMissing):
+        _relink(a, node, Relink("relink-guard", first.version, pending, (LinkPart((5, 0), (0, 0)),)))
+    a.call("abort", VersionRef("relink-guard", pending))
+    assert ids_of(a.open("relink-guard", second.version)) == list(range(100, 130))
+
+
+def _relink(client: Any, uri: str, order: Relink) -> Any:
+    with translated():
+        return client.pool.action(uri, Relink.ACTION, order)
 
 
 # --------------------------------------------------------------------------- deadlines with a frozen node
