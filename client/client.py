@@ -9,11 +9,13 @@ it makes, the reads of the datasets it opens included.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import random
 import threading
+import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -21,7 +23,7 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from flightpart import frames, lenient
-from flightpart.errors import NodeUnavailable, VersionConflict
+from flightpart.errors import DatasetNotFound, FlightpartError, NodeUnavailable, VersionConflict
 from flightpart.io.access import Access
 from flightpart.io.compression import check_mode
 from flightpart.io.connections import ConnectionPool
@@ -57,6 +59,8 @@ STREAM_PARTITION_BYTES = 64 << 20
 """The size of the row blocks a stream is cut into when no rows_per_partition is given."""
 STREAM_PUTS_IN_FLIGHT = 2
 """Partitions of a stream being sent at once (per replica) while the next one fills."""
+REBASE_ATTEMPTS = 12
+"""Times a write is computed again from the latest version after losing a race (VERSION_CONFLICT on commit.base)."""
 
 
 class Client:
@@ -167,7 +171,7 @@ class Client:
             parts = self._send_frame(name, version, table, grid, targets, replicas, first, progress)
             return Commit(name, version, table.schema, frames.frame_shape(table), grid, tuple(parts), replicas)
 
-        return self._versioned(name, store)
+        return self._rebasing(lambda: self._versioned(name, store))
 
     def _send_frame(self, name: str, version: int, table: pa.Table, grid: tuple[int, int], targets: list[dict], replicas: int,
                     first: int, progress: Progress | None, *, base: tuple[int, int] = (0, 0)) -> list[CommitPart]:
@@ -206,8 +210,26 @@ class Client:
                     self.call("abort", VersionRef(name, version), timeout=10)
                 except Exception:
                     pass  # the catalog is gone too; the pending version was never published
-                if not isinstance(exc, VersionConflict) or attempt == attempts - 1:
+                if not isinstance(exc, VersionConflict) or exc.field == "commit.base" or attempt == attempts - 1:
+                    raise  # a lost race (commit.base) is computed again by the caller, see _rebasing
+        raise AssertionError("unreachable")
+
+    def _rebasing(self, attempt: Callable[[], Dataset]) -> Dataset:
+        """``attempt()`` (a whole write: read the latest, store, commit) again while it loses a race to another writer.
+
+        The catalog commits a version only on top of the latest one
+        (``Commit.base``); a writer that lost the race aborted its version and
+        builds it again from the new latest, after a jittered backoff so two
+        racers do not collide forever. Only writes whose input is still in
+        hand come here (a consumed stream cannot be read twice).
+        """
+        for k in range(REBASE_ATTEMPTS):
+            try:
+                return attempt()
+            except VersionConflict as exc:
+                if exc.field != "commit.base" or k == REBASE_ATTEMPTS - 1:
                     raise
+            time.sleep(random.uniform(0, min(0.02 * 2 ** k, 1.0)))
         raise AssertionError("unreachable")
 
     def _put_collection(self, name: str, data: Any, runtime: Any, tiling: Sequence[int] | None, replicas: int,
@@ -230,7 +252,7 @@ class Client:
                 start += receipt.rows
             return Commit(name, version, receipts[0].schema, (start, receipts[0].cols), (len(parts), 1), tuple(parts))
 
-        return self._versioned(name, store)
+        return self._rebasing(lambda: self._versioned(name, store))
 
     def _targets_for(self, nodes: Sequence[str] | None, replicas: int) -> list[dict]:
         targets = self._target_nodes(nodes)
@@ -245,8 +267,10 @@ class Client:
         targets = self._targets_for(nodes, replicas)
         first = random.randrange(len(targets))
         schema = reader.schema
+        once = _OneShot(name)
 
         def store(version: int) -> Commit:
+            once.use()
             parts = self._send_stream(name, version, reader, rows_per_partition, targets, replicas, first, progress)
             total = parts[-1].start[0] + parts[-1].shape[0]
             return Commit(name, version, schema, (total, frames.frame_shape(schema.empty_table())[1]), (len(parts), 1),
@@ -370,10 +394,16 @@ class Client:
         node), each to the node holding most of its rows while that node has
         no more than its share; ``replicas`` copies each (default: as many as
         the current version keeps). Published only when every partition is
-        stored, like a put.
+        stored, like a put. A write that commits first is not lost: the
+        repartition is planned again from the new latest version.
         """
-        source = self._version_info(name)
         grid = _grid(tiling, 1)
+        return self._rebasing(lambda: self._repartition_latest(name, grid, nodes, replicas))
+
+    def _repartition_latest(self, name: str, grid: tuple[int, int], nodes: Sequence[str] | None,
+                            replicas: int | None) -> Dataset:
+        """One try of :meth:`repartition`, planned from the latest version and committed on top of it only."""
+        source = self._version_info(name)
         if grid[1] > max(source.shape[1], 1):
             raise ValueError(f"tiling {grid}: {source.shape[1]} columns cannot make {grid[1]} column groups")
         replicas = reshape.replicas_of(source) if replicas is None else replicas
@@ -386,8 +416,9 @@ class Client:
         placement = {c.position: [by_uri[u] for u in uris] for c, uris in zip(cells, chosen)}
 
         def store(version: int) -> Commit:
-            parts = reshape.assemble_on_nodes(self.pool, source, version, grid[1], rows, placement)
-            return Commit(name, version, source.schema, source.shape, grid, tuple(parts), replicas)
+            with self._reading(source):
+                parts = reshape.assemble_on_nodes(self.pool, source, version, grid[1], rows, placement, timeout=self.timeout)
+            return Commit(name, version, source.schema, source.shape, grid, tuple(parts), replicas, base=source.version)
 
         return self._versioned(name, store)
 
@@ -399,8 +430,13 @@ class Client:
         byte copied); the ones that move are pulled by their new node from
         the old. Returns the current version unchanged when nothing needs
         to move. Drop the previous version to free the moved partitions'
-        old copies.
+        old copies. A write that commits first is not lost: the moves are
+        planned again from the new latest version.
         """
+        return self._rebasing(lambda: self._rebalance_latest(name, nodes))
+
+    def _rebalance_latest(self, name: str, nodes: Sequence[str] | None) -> Dataset:
+        """One try of :meth:`rebalance`, planned from the latest version and committed on top of it only."""
         source = self._version_info(name)
         live = self._target_nodes(nodes)
         holders = {p.position: [uri for uri, _ip, _pid in p.replicas] for p in source.parts}
@@ -412,8 +448,11 @@ class Client:
         rows = {p.position: (p.start[0], p.start[0] + p.shape[0]) for p in source.parts}
 
         def store(version: int) -> Commit:
-            parts = reshape.assemble_on_nodes(self.pool, source, version, source.grid[1], rows, placement)
-            return Commit(name, version, source.schema, source.shape, source.grid, tuple(parts), reshape.replicas_of(source))
+            with self._reading(source):
+                parts = reshape.assemble_on_nodes(self.pool, source, version, source.grid[1], rows, placement,
+                                                  timeout=self.timeout)
+            return Commit(name, version, source.schema, source.shape, source.grid, tuple(parts), reshape.replicas_of(source),
+                          base=source.version)
 
         return self._versioned(name, store)
 
@@ -429,33 +468,120 @@ class Client:
         ``rows_per_partition`` rows) into the same column groups, with as
         many replicas as the current version keeps. ``data`` must have the
         dataset's columns and types.
+
+        Appends racing other writes of the same dataset are ordered: the
+        version is committed only on top of the one it was computed from.
+        When another write committed first, a frame append is computed again
+        from the new latest version (its rows are still in hand) and
+        committed on top of it. A stream, read once, is stored under a
+        staging version that is never published, and each try links its
+        partitions (no byte copied) after the latest version's; the staging
+        version is aborted at the end. An append racing a drop of the whole
+        dataset fails with DatasetNotFound. So an acknowledged append's rows
+        are in the latest version until a later write replaces or drops them.
         """
+        stream = frames.stream_of(data)
+        if stream is not None:
+            return self._append_stream(name, stream, nodes, rows_per_partition)
+        table = lenient.from_partitioned(data) if hasattr(data, "__partitioned__") else frames.to_arrow(data)
+        return self._rebasing(lambda: self._append_latest(name, table, nodes))
+
+    def _append_stream(self, name: str, stream: pa.RecordBatchReader, nodes: Sequence[str] | None,
+                       rows_per_partition: int | None) -> Dataset:
+        """A stream's rows stored once under a staging version, then linked into a version on top of the latest."""
+        source = self._version_info(name)
+        replicas = reshape.replicas_of(source)
+        targets = self._targets_for(nodes, replicas)
+        groups = source.grid[1]
+        uri_of = {n["node_id"]: n["uri"] for n in targets}
+        staging = VersionReply.from_json(self.call("begin", DatasetRef(name))).version
+        try:
+            staged = self._send_stream(name, staging, reshape.conformed_stream(stream, source.schema), rows_per_partition,
+                                       targets, replicas, random.randrange(len(targets)), None, groups=groups)
+            staged = [p for p in staged if p.shape[0]]  # an empty stream adds no row block
+            return self._rebasing(lambda: self._append_staged(name, source.schema, groups, staging, staged, uri_of))
+        finally:
+            try:
+                self.call("abort", VersionRef(name, staging), timeout=10)  # the versions that link its files keep them
+            except Exception:
+                pass  # the catalog is gone too: the pending staging version expires by its TTL
+
+    def _append_staged(self, name: str, schema: pa.Schema, groups: int, staging: int, staged: list[CommitPart],
+                       uri_of: dict[str, str]) -> Dataset:
+        """One try of a stream append: the latest version's partitions and the staged ones, committed on top of it."""
+        source = self._version_info(name)
+        if not source.schema.equals(schema) or source.grid[1] != groups:
+            raise VersionConflict(f"{name}: v{source.version}, committed while the stream was stored, has other columns "
+                                  "or column groups than the stream was cut for; nothing was published, append it again",
+                                  field="append.schema")
+        kept = reshape.live_holders(source, [n for n in self.nodes() if n["alive"]])
+        base = (source.grid[0], source.shape[0])
+
+        def store(version: int) -> Commit:
+            rows = {p.position: (p.start[0], p.start[0] + p.shape[0]) for p in source.parts}
+            with self._reading(source):
+                old = reshape.assemble_on_nodes(self.pool, source, version, groups, rows, kept, timeout=self.timeout)
+            new = reshape.relink_on_nodes(self.pool, name, staging, version, staged, base, uri_of, timeout=self.timeout)
+            shape = (base[1] + sum(p.shape[0] for p in new if p.part[1] == 0), source.shape[1])
+            grid = (base[0] + len({p.part[0] for p in new}), groups)
+            return Commit(name, version, source.schema, shape, grid, tuple(old + new), reshape.replicas_of(source),
+                          base=source.version)
+
+        return self._versioned(name, store)
+
+    def _append_latest(self, name: str, table: pa.Table, nodes: Sequence[str] | None) -> Dataset:
+        """One try of a frame :meth:`append` onto the latest version, committed on top of it only."""
         source = self._version_info(name)
         kept = reshape.live_holders(source, [n for n in self.nodes() if n["alive"]])
         replicas = reshape.replicas_of(source)
         targets = self._targets_for(nodes, replicas)
         base = (source.grid[0], source.shape[0])
         first = random.randrange(len(targets))
+        table = reshape.conformed(table, source.schema)
 
         def store(version: int) -> Commit:
             rows = {p.position: (p.start[0], p.start[0] + p.shape[0]) for p in source.parts}
-            old = reshape.assemble_on_nodes(self.pool, source, version, source.grid[1], rows, kept)
-            stream = frames.stream_of(data)
-            if stream is not None:
-                new = self._send_stream(name, version, reshape.conformed_stream(stream, source.schema), rows_per_partition,
-                                        targets, replicas, first, None, groups=source.grid[1], base=base)
-            else:
-                table = lenient.from_partitioned(data) if hasattr(data, "__partitioned__") else frames.to_arrow(data)
-                table = reshape.conformed(table, source.schema)
-                blocks = min(len(targets), table.num_rows)  # no empty row blocks: appends add up
-                new = self._send_frame(name, version, table, (blocks, source.grid[1]), targets, replicas, first, None,
-                                       base=base) if blocks else []
+            with self._reading(source):
+                old = reshape.assemble_on_nodes(self.pool, source, version, source.grid[1], rows, kept, timeout=self.timeout)
+            blocks = min(len(targets), table.num_rows)  # no empty row blocks: appends add up
+            new = self._send_frame(name, version, table, (blocks, source.grid[1]), targets, replicas, first, None,
+                                   base=base) if blocks else []
             parts = old + new
             shape = (base[1] + sum(p.shape[0] for p in new if p.part[1] == 0), source.shape[1])
             grid = (base[0] + len({p.part[0] for p in new}), source.grid[1])
-            return Commit(name, version, source.schema, shape, grid, tuple(parts), replicas)
+            return Commit(name, version, source.schema, shape, grid, tuple(parts), replicas, base=source.version)
 
         return self._versioned(name, store)
+
+    @contextlib.contextmanager
+    def _reading(self, source: VersionInfo) -> Iterator[None]:
+        """Nodes reading ``source``: when that fails because the version was dropped meanwhile, say so.
+
+        A drop racing the write removes the files the nodes read; the user
+        then learns the dataset is gone (DatasetNotFound), or, when a newer
+        version is left, that the write must be computed again from it
+        (VersionConflict on ``commit.base``), rather than a node's failed pull.
+        """
+        try:
+            yield
+        except FlightpartError as exc:
+            if self._exists(source.dataset, source.version):
+                raise
+            if not self._exists(source.dataset):
+                raise DatasetNotFound(f"{source.dataset!r} was dropped while this write read v{source.version}; "
+                                      "nothing was published", field="commit.base") from exc
+            raise VersionConflict(f"{source.dataset} v{source.version} was dropped while this write read it; "
+                                  "a newer version is the latest", field="commit.base") from exc
+
+    def _exists(self, name: str, version: int | None = None) -> bool:
+        """False only when the catalog says ``name`` (``version``, default the latest) does not exist."""
+        try:
+            self._version_info(name, version)
+        except DatasetNotFound:
+            return False
+        except FlightpartError:
+            return True  # unknown (the catalog did not answer): keep the error the write met
+        return True
 
     # ------------------------------------------------------------------ SPMD publish
 
@@ -497,6 +623,21 @@ class Client:
         if rank is not None or nranks is not None:
             ds = ds.spmd(rank, nranks, halo=halo, periodic=periodic)
         return ds
+
+
+class _OneShot:
+    """Guards a store that reads a stream: a second try would find it consumed and publish only its rest."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.used = False
+
+    def use(self) -> None:
+        if self.used:
+            raise VersionConflict(f"{self.name}: the stream was consumed by a first try that could not be committed "
+                                  "(another version took its place); nothing of it was published, write it again",
+                                  field="commit.base")
+        self.used = True
 
 
 def _check_rows_per_partition(value: int | None) -> None:

@@ -13,28 +13,36 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import pyarrow as pa
+import pyarrow.flight as flight
 
 from flightpart import frames
 from flightpart.errors import NodeUnavailable, RequestRejected, SchemaMismatch
-from flightpart.io.connections import ConnectionPool
+from flightpart.io.connections import DEFAULT_TIMEOUT, ConnectionPool
 from flightpart.io.errors import translated
+from flightpart.io.transfer import put_deadline
 from flightpart.tiling import blocks_meeting, starts_from_sizes
-from flightpart.wire import Assemble, AssemblePart, AssembleReply, CommitPart, VersionInfo
+from flightpart.wire import Assemble, AssemblePart, AssembleReply, CommitPart, LinkPart, Relink, VersionInfo
 
 ORDER_PARTS = 256
 """Partitions per ``assemble`` order: a bounded call that reports progress in steps a user can wait for."""
-ORDER_TIMEOUT = 3600.0
 
 
 def assemble_on_nodes(pool: ConnectionPool, source: VersionInfo, version: int, groups: int,
                       rows: Mapping[tuple[int, int], tuple[int, int]],
-                      placement: Mapping[tuple[int, int], Sequence[dict]]) -> list[CommitPart]:
+                      placement: Mapping[tuple[int, int], Sequence[dict]], *,
+                      timeout: float = DEFAULT_TIMEOUT) -> list[CommitPart]:
     """Have every node build its partitions of ``version``; the commit's partitions, in grid order.
 
     ``rows`` gives each new partition's global row range, ``placement`` the
     nodes that will hold it (each builds its own copy). Orders to different
     nodes run in parallel; a node's receipt that disagrees with the plan
     fails the whole operation, which the caller then aborts.
+
+    Each order has a deadline, ``timeout`` plus its bytes at the put rate
+    (like a put's), and carries it to the node, whose own calls (the
+    catalog, pulls from holders) stop when it is spent: a frozen node, as
+    target or as holder, fails the operation with NodeUnavailable naming it
+    instead of holding it for as long as the node stays frozen.
     """
     by_node: dict[str, list[AssemblePart]] = {}
     for pos in sorted(placement):
@@ -45,10 +53,18 @@ def assemble_on_nodes(pool: ConnectionPool, source: VersionInfo, version: int, g
         out = []
         parts = by_node[uri]
         for k in range(0, len(parts), ORDER_PARTS):
-            order = Assemble(source.dataset, source.version, version, groups, tuple(parts[k:k + ORDER_PARTS]))
-            with translated():
-                reply = AssembleReply.from_json(pool.action(uri, Assemble.ACTION, order, timeout=ORDER_TIMEOUT),
-                                                "assemble reply")
+            chunk = tuple(parts[k:k + ORDER_PARTS])
+            deadline = put_deadline(timeout, order_bytes(source, chunk))
+            order = Assemble(source.dataset, source.version, version, groups, chunk, deadline_ms=int(deadline * 1000))
+            try:
+                with translated():
+                    reply = AssembleReply.from_json(pool.action(uri, Assemble.ACTION, order, timeout=deadline),
+                                                    "assemble reply")
+            except NodeUnavailable as exc:
+                late = isinstance(exc.__cause__, flight.FlightTimedOutError)
+                why = f"did not answer within {deadline:.0f} s" if late else "could not build them"
+                raise NodeUnavailable(f"the node at {uri} was ordered to build partitions of {source.dataset!r} "
+                                      f"v{version} and {why}: {exc.message}", field=exc.field) from exc
             out.extend(reply.partitions)
         return out
 
@@ -67,6 +83,43 @@ def assemble_on_nodes(pool: ConnectionPool, source: VersionInfo, version: int, g
     widths = {j: len(cols) for j, cols in enumerate(_data_groups(source, groups))}
     return [CommitPart(pos, (rows[pos][0], _col_start(widths, pos[1])), (rows[pos][1] - rows[pos][0], widths[pos[1]]),
                        tuple(n["node_id"] for n in placement[pos])) for pos in sorted(placement)]
+
+
+def relink_on_nodes(pool: ConnectionPool, dataset: str, staging: int, version: int, staged: Sequence[CommitPart],
+                    base: tuple[int, int], uri_of: Mapping[str, str], *, timeout: float = DEFAULT_TIMEOUT) -> list[CommitPart]:
+    """Have the holders of ``staged`` (partitions of the uncommitted ``staging``) link them into ``version``.
+
+    They become row blocks after ``base`` (row blocks, rows) of the version
+    appended to; the commit's partitions for them. No byte moves.
+    """
+    by_node: dict[str, list[LinkPart]] = {}
+    moved = []
+    for p in staged:
+        pos = (base[0] + p.part[0], p.part[1])
+        for node_id in p.nodes:
+            by_node.setdefault(uri_of[node_id], []).append(LinkPart(p.part, pos))
+        moved.append(CommitPart(pos, (base[1] + p.start[0], p.start[1]), p.shape, p.nodes))
+
+    def run(uri: str) -> None:
+        links = by_node[uri]
+        for k in range(0, len(links), ORDER_PARTS):
+            order = Relink(dataset, staging, version, tuple(links[k:k + ORDER_PARTS]))
+            with translated():
+                reply = AssembleReply.from_json(pool.action(uri, Relink.ACTION, order, timeout=timeout), "relink reply")
+            if len(reply.partitions) != len(order.parts):
+                raise RequestRejected(f"the node at {uri} linked {len(reply.partitions)} of {len(order.parts)} partitions",
+                                      field="relink reply")
+
+    with ThreadPoolExecutor(max_workers=max(len(by_node), 1), thread_name_prefix="flightpart-relink") as ex:
+        list(ex.map(run, by_node))
+    return moved
+
+
+def order_bytes(source: VersionInfo, parts: Sequence[AssemblePart]) -> int:
+    """About how many source bytes building ``parts`` reads: their share of the source's rows, every column."""
+    total = sum(p.nbytes for p in source.parts)
+    rows = sum(p.rows[1] - p.rows[0] for p in parts)
+    return total * rows // max(source.shape[0], 1)
 
 
 def _data_groups(source: VersionInfo, groups: int) -> list[list[str]]:

@@ -701,6 +701,34 @@ class Assemble(Message):
     version: int = _field(p_uint)
     groups: int = _field(p_uint)
     parts: tuple[AssemblePart, ...] = _field(p_list(p_message(AssemblePart), 4096))
+    deadline_ms: int | None = _field(p_optional(p_uint), None)
+    """Milliseconds the caller will wait for the reply: the node's own calls (the catalog, pulls from holders)
+    stop waiting when it is spent, so a frozen holder cannot keep the node busy after the caller gave up."""
+
+
+@dataclass(frozen=True)
+class LinkPart(Message):
+    """One partition of a ``relink``: the source's position and the position it takes in the new version."""
+
+    source: tuple[int, int] = _field(p_pair)
+    part: tuple[int, int] = _field(p_pair)
+
+
+@dataclass(frozen=True)
+class Relink(Message):
+    """To a node: make partitions of uncommitted ``version`` the very files of partitions of ``source`` it holds.
+
+    How a stream append survives losing a race: its rows, read once, are
+    stored under a staging version that is never published, and each try
+    links them into the version it commits, at the row blocks after the
+    latest version's. No byte is copied or sent.
+    """
+
+    ACTION = "relink"
+    dataset: str = _field(p_name)
+    source: int = _field(p_uint)
+    version: int = _field(p_uint)
+    parts: tuple[LinkPart, ...] = _field(p_list(p_message(LinkPart), 4096))
 
 
 @dataclass(frozen=True)
@@ -802,6 +830,11 @@ class Commit(Message):
     tiling: tuple[int, int] = _field(p_pair)
     partitions: tuple[CommitPart, ...] = _field(p_commit_parts, encode=_commit_parts_to_json)
     replicas: int = _field(p_uint, 1)
+    base: int | None = _field(p_optional(p_uint), None)
+    """The version this write was computed from (an append, a repartition, a rebalance), or None for a replace
+    (a put). The catalog publishes the version only while ``base`` is still the latest, and never behind a newer
+    one, in the same transaction as the commit: two writers racing on one dataset cannot both be acknowledged
+    with one of them lost (the loser gets VERSION_CONFLICT, field ``commit.base``, and re-bases)."""
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ the node at another host nor make it read outside the source.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
@@ -18,7 +19,7 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from flightpart import frames
-from flightpart.errors import DatasetNotFound, PartitionMissing, RequestRejected, VersionConflict
+from flightpart.errors import DatasetNotFound, NodeUnavailable, PartitionMissing, RequestRejected, VersionConflict
 from flightpart.io.connections import ConnectionPool
 from flightpart.io.errors import translated
 from flightpart.io.hosts import host_addresses
@@ -31,6 +32,7 @@ from flightpart.wire import (
     AssemblePart,
     AssembleReply,
     HeldPartition,
+    Relink,
     Ticket,
     VersionInfo,
     dataset_path,
@@ -60,8 +62,9 @@ class Assembler:
     def run(self, order: Assemble) -> AssembleReply:
         if order.version == order.source:
             raise RequestRejected(f"assemble: version {order.version} is the source itself", field="version")
-        source = self._source(order.dataset, order.source)
-        self._check_pending(order.dataset, order.version)
+        deadline = _Deadline(order.deadline_ms)
+        source = self._source(order.dataset, order.source, deadline)
+        self._check_pending(order.dataset, order.version, deadline)
         data_cols = len(frames.data_columns(source.schema.empty_table()))
         if not 1 <= order.groups <= max(data_cols, 1):
             raise RequestRejected(f"assemble.groups: expected 1 to {max(data_cols, 1)} column groups, got {order.groups}",
@@ -71,6 +74,7 @@ class Assembler:
         linked = 0
         written = False
         for target in order.parts:
+            deadline.check(f"assemble {order.dataset} v{order.version}")
             pieces = plan.pieces(target)
             whole = is_whole(pieces, plan.row_sizes, plan.source_groups)
             if whole is not None and self._holds(source, whole.source):
@@ -78,7 +82,7 @@ class Assembler:
                 linked += 1
                 self.count(partitions_linked=1, assembled_rows=receipts[-1].rows)
                 continue
-            table = frames.from_pieces(self._gather(plan, pieces), plan.schema(target.part[1]))
+            table = frames.from_pieces(self._gather(plan, pieces, deadline), plan.schema(target.part[1]))
             batches = (piece for batch in table.to_batches() for piece in split_batch(batch, BATCH_BYTES))
             receipts.append(self.store.write(order.dataset, order.version, target.part, table.schema, batches,
                                              sync_directory=False))
@@ -88,19 +92,29 @@ class Assembler:
             self.store.sync(order.dataset, order.version)
         return AssembleReply(tuple(receipts), linked)
 
-    def _source(self, dataset: str, version: int) -> VersionInfo:
+    def relink(self, order: Relink) -> AssembleReply:
+        """Link partitions this node holds of ``order.source`` into the uncommitted ``order.version``."""
+        if order.version == order.source:
+            raise RequestRejected(f"relink: version {order.version} is the source itself", field="version")
+        self._check_pending(order.dataset, order.version, _Deadline(None))
+        receipts = tuple(self.store.link(order.dataset, order.source, p.source, order.version, p.part) for p in order.parts)
+        self.count(partitions_linked=len(receipts))
+        return AssembleReply(receipts, len(receipts))
+
+    def _source(self, dataset: str, version: int, deadline: _Deadline) -> VersionInfo:
         """The committed source version as the catalog describes it."""
         if self.catalog_uri is None:
             raise RequestRejected("assemble: this node has no catalog to describe the source version", field="catalog")
         descriptor = flight.FlightDescriptor.for_path(*dataset_path(dataset, version))
+        options = self.pool.options(deadline.timeout(self.timeout))
         with translated():
-            info = self.pool.client(self.catalog_uri).get_flight_info(descriptor, options=self.pool.options(self.timeout))
+            info = self.pool.client(self.catalog_uri).get_flight_info(descriptor, options=options)
         return decode_flight_info(info)
 
-    def _check_pending(self, dataset: str, version: int) -> None:
+    def _check_pending(self, dataset: str, version: int, deadline: _Deadline) -> None:
         """A committed version takes no new partition: the catalog must not know ``version`` as committed."""
         try:
-            self._source(dataset, version)
+            self._source(dataset, version, deadline)
         except DatasetNotFound:
             return
         raise VersionConflict(f"{dataset} v{version} is committed; its partitions cannot change", field="version")
@@ -108,18 +122,18 @@ class Assembler:
     def _holds(self, source: VersionInfo, position: tuple[int, int]) -> bool:
         return self.store.path(source.dataset, source.version, position).exists()
 
-    def _gather(self, plan: _Plan, pieces: list[list[Piece]]) -> list[list[pa.Table]]:
+    def _gather(self, plan: _Plan, pieces: list[list[Piece]], deadline: _Deadline) -> list[list[pa.Table]]:
         """Every piece as a table, the ones this node holds read from disk and the others pulled in parallel."""
         flat = [piece for block in pieces for piece in block]
         with ThreadPoolExecutor(max_workers=min(PULLS_IN_FLIGHT, max(len(flat), 1)), thread_name_prefix="flightpart-pull") as ex:
-            tables = list(ex.map(lambda piece: self._piece(plan, piece), flat))
+            tables = list(ex.map(lambda piece: self._piece(plan, piece, deadline), flat))
         out, k = [], 0
         for block in pieces:
             out.append(tables[k:k + len(block)])
             k += len(block)
         return out
 
-    def _piece(self, plan: _Plan, piece: Piece) -> pa.Table:
+    def _piece(self, plan: _Plan, piece: Piece, deadline: _Deadline) -> pa.Table:
         source = plan.source
         info = plan.parts.get(piece.source)
         if info is None:
@@ -131,12 +145,30 @@ class Assembler:
         replicas = [r for r in info.replicas if r[0] != self.uri]
         ticket = Ticket(source.dataset, source.version, piece.source, piece.columns, piece.rows)
         table = read_replicas(self.pool, ticket, replicas, f"partition {piece.source} of {source.dataset!r} v{source.version}",
-                              here=host_addresses())
+                              here=host_addresses(), deadline=deadline.at)
         if table.num_rows != piece.rows[1] - piece.rows[0]:
             raise RequestRejected(f"partition {piece.source} of {source.dataset!r} v{source.version}: a holder sent "
                                   f"{table.num_rows} rows for {piece.rows}", field="part")
         self.count(assembled_rows=table.num_rows, pulled_bytes=table.nbytes)
         return table
+
+
+class _Deadline:
+    """When the caller of an ``assemble`` stops waiting (``None``: it named no deadline, as older clients do)."""
+
+    def __init__(self, deadline_ms: int | None):
+        self.at = None if deadline_ms is None else time.monotonic() + deadline_ms / 1000
+
+    def timeout(self, default: float) -> float:
+        """A call's timeout: ``default``, cut to what is left of the caller's deadline."""
+        if self.at is None:
+            return default
+        return max(0.001, min(default, self.at - time.monotonic()))
+
+    def check(self, what: str) -> None:
+        """NodeUnavailable once the caller has given up: work past it would only be aborted."""
+        if self.at is not None and time.monotonic() > self.at:
+            raise NodeUnavailable(f"{what}: the caller's deadline passed before this node finished", field="deadline")
 
 
 class _Plan:

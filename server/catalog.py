@@ -22,6 +22,8 @@ import pyarrow.flight as flight
 
 from flightpart import tiling
 from flightpart.errors import (
+    DatasetNotFound,
+    FlightpartError,
     Forbidden,
     ForeignCluster,
     NodeConflict,
@@ -282,11 +284,24 @@ class CatalogServer(ServiceBase):
             parts.append(PartRecord(p.part, p.start, p.shape, 0, [nodes[h] for h in p.nodes]))
         check_geometry(b.shape, b.tiling, parts)
         schema = b.schema.serialize().to_pybytes()
-        self._verify_on_nodes(b.dataset, b.version, b.schema, parts)
-        self.state.commit(b.dataset, b.version, schema, b.shape, b.tiling, parts, replicas=max(1, b.replicas))
+        try:
+            self._verify_on_nodes(b.dataset, b.version, b.schema, parts)
+        except FlightpartError:
+            self._raise_if_not_pending(b.dataset, b.version)
+            raise
+        self.state.commit(b.dataset, b.version, schema, b.shape, b.tiling, parts, replicas=max(1, b.replicas),
+                          ordered=True, base=b.base)
         self._seal(b, {n.node_id: n for p in parts for n in p.nodes}.values())
         describe("commit", dataset=b.dataset, version=b.version, partitions=len(parts), rows=b.shape[0])
         return {"dataset": b.dataset, "version": b.version}
+
+    def _raise_if_not_pending(self, dataset: str, version: int) -> None:
+        """DatasetNotFound when ``version`` was dropped or aborted: why its files are gone, rather than a missing file."""
+        state = self.state.version_state(dataset, version)
+        if state is None or state[0] in ("dropped", "aborted"):
+            was = state[0] if state else "unknown"
+            raise DatasetNotFound(f"{dataset} v{version} was {was} while it was being written; nothing was published",
+                                  field="version")
 
     def _seal(self, manifest: Commit, nodes: Any) -> None:
         """Tell the holders the version is committed; one that misses it is told when it registers again."""
@@ -335,12 +350,18 @@ class CatalogServer(ServiceBase):
     def _abort(self, raw: bytes) -> dict:
         b = VersionRef.decode(raw, "abort")
         nodes = self.state.abort(b.dataset, b.version)
+        state = self.state.version_state(b.dataset, b.version)
+        if not nodes and state is not None and state[0] == "dropped":
+            # dropped while its writer was still storing: files may have arrived after the drop's orders went out
+            # (pending_only: a node keeps whatever is sealed)
+            nodes = self.state.nodes()
         self._drop_files(b.dataset, b.version, nodes, pending_only=True)
         return {"aborted": b.version}
 
     def _drop(self, raw: bytes) -> dict:
         b = Drop.decode(raw)
         nodes = self.state.drop(b.dataset, b.version)
+        self._infos.clear()  # before any file goes: whoever finds its files gone learns it was dropped
         cleaned = self._drop_files(b.dataset, b.version, nodes)
         describe("drop", dataset=b.dataset, version=b.version, nodes=cleaned)
         return {"dataset": b.dataset, "version": b.version, "nodes_cleaned": cleaned}

@@ -23,6 +23,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from flightpart.errors import DatasetNotFound, VersionConflict
 
@@ -329,8 +330,16 @@ class CatalogState:
             ).fetchall()
 
     def commit(self, dataset: str, version: int, schema: bytes, shape: tuple[int, int], grid: tuple[int, int], parts: list[PartRecord],
-               replicas: int = 1) -> None:
-        """Publish a complete version: all partitions and replicas at once."""
+               replicas: int = 1, *, ordered: bool = False, base: int | None = None) -> None:
+        """Publish a complete version: all partitions and replicas at once.
+
+        ``ordered`` (a client's commit): the version must land on top of the
+        latest, checked in this transaction so no other commit slips in
+        between: ``base`` (the version the write was computed from, None for
+        a replace) must still be the latest, and no newer version may be
+        committed already. Otherwise an acknowledged write would be hidden
+        by, or would hide, another one.
+        """
         with self._tx() as db:
             state = db.execute("SELECT state FROM versions WHERE dataset=? AND version=?", (dataset, version)).fetchone()
             if state is None:
@@ -339,6 +348,8 @@ class CatalogState:
                 raise VersionConflict(f"dataset {dataset!r} version {version} is already committed", field="version")
             if state[0] != "pending":
                 raise DatasetNotFound(f"dataset {dataset!r} version {version} was {state[0]}; it cannot be committed")
+            if ordered:
+                _check_on_top(db, dataset, version, base)
             db.execute("DELETE FROM partitions WHERE dataset=? AND version=?", (dataset, version))
             db.execute("DELETE FROM replicas WHERE dataset=? AND version=?", (dataset, version))
             db.executemany(
@@ -512,3 +523,18 @@ class _Transaction:
             self.db.execute("ROLLBACK" if exc_type else "COMMIT")
         finally:
             self.lock.release()
+
+
+def _check_on_top(db: Any, dataset: str, version: int, base: int | None) -> None:
+    """VersionConflict (field ``commit.base``) unless ``version`` would become the latest on top of ``base``."""
+    row = db.execute("SELECT MAX(version) FROM versions WHERE dataset=? AND state='committed'", (dataset,)).fetchone()
+    latest = row[0] if row else None
+    if base is not None and latest is None:
+        raise DatasetNotFound(f"dataset {dataset!r} was dropped while v{version} was being written from v{base}; "
+                              "nothing was published", field="commit.base")
+    if base is not None and latest != base:
+        raise VersionConflict(f"{dataset} v{version} was computed from v{base}, but v{latest} was committed meanwhile; "
+                              "compute it again from the latest version", field="commit.base")
+    if latest is not None and latest > version:
+        raise VersionConflict(f"{dataset} v{latest} was committed after v{version} was reserved; write it again as a "
+                              "new version so it lands on top", field="commit.base")

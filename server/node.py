@@ -48,6 +48,7 @@ from flightpart.wire import (
     PutTrailer,
     RegisterNode,
     RegisterReply,
+    Relink,
     Seal,
     Ticket,
     VersionRef,
@@ -453,6 +454,10 @@ class NodeServer(ServiceBase):
         with self._counting_errors("assemble"):
             return self.assembler.run(Assemble.decode(raw)).to_json()
 
+    def _relink(self, raw: bytes) -> dict:
+        with self._counting_errors("relink"):
+            return self.assembler.relink(Relink.decode(raw)).to_json()
+
     actions = {
         "node-info": Action(_node_info, "who this node is: id, uri, ip, pid, data dir, version", "locate", changes_state=False),
         "stats": Action(_stats, "bytes and batches served, partitions stored and held", "read", changes_state=False),
@@ -462,4 +467,6 @@ class NodeServer(ServiceBase):
         "copy-to": Action(_copy_to, "send a partition to another live node of the cluster (replication)", "node"),
         "assemble": Action(_assemble, "build partitions of a new grid from a committed version (repartition, rebalance, "
                            "append): pulled from their holders, linked when unchanged", "write"),
+        "relink": Action(_relink, "link partitions this node holds into an uncommitted version (a stream append "
+                         "made again on top of a newer version)", "write"),
     }

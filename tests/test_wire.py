@@ -48,6 +48,10 @@ MESSAGES = [
     wire.PublishPart("sales", 4, 1, 10, 2, "n1", SCHEMA),
     wire.PublishReply(4, False, 2),
     wire.Aggregate((("a", "sum"), ("", "count_all")), ("b",)),
+    dataclasses.replace(COMMIT, base=3),
+    wire.Assemble("sales", 3, 4, 1, (wire.AssemblePart((0, 0), (0, 10)),)),
+    wire.Assemble("sales", 3, 4, 2, (wire.AssemblePart((1, 1), (10, 20)),), deadline_ms=35_000),
+    wire.Relink("sales", 5, 7, (wire.LinkPart((0, 0), (3, 0)), wire.LinkPart((1, 1), (4, 1)))),
 ]
 
 
@@ -265,3 +269,24 @@ def test_pages_stay_under_their_limit_and_say_when_more_follow():
     assert (first, more) == ([3, 3], True) and seen == [3, 3, 3]  # only the item that did not fit was weighed beyond
     assert list(wire.pages([3, 3, 3, 9, 1], lambda x: x, 7)) == [([3, 3], True), ([3], True), ([9], True), ([1], False)]
     assert list(wire.pages([], lambda x: x, 7)) == [([], False)]  # always one page, possibly empty
+
+
+def test_a_commit_names_its_base_and_an_order_its_deadline_and_bodies_without_them_still_decode():
+    """Manifests sealed before ``base`` existed, and orders from clients that name no deadline, keep decoding."""
+    based = dataclasses.replace(COMMIT, base=3)
+    assert wire.Commit.decode(based.encode()).base == 3
+    body = COMMIT.to_json()
+    assert body["base"] is None
+    del body["base"]
+    assert wire.Commit.from_json(body).base is None
+    order = wire.Assemble("sales", 3, 4, 1, (wire.AssemblePart((0, 0), (0, 10)),), deadline_ms=5000)
+    assert wire.Assemble.decode(order.encode()).deadline_ms == 5000
+    legacy = order.to_json()
+    del legacy["deadline_ms"]
+    assert wire.Assemble.from_json(legacy).deadline_ms is None
+    for bad, cls, field in ((-1, wire.Commit, "commit.base"), ("3", wire.Commit, "commit.base"),
+                            (True, wire.Assemble, "assemble.deadline_ms"), (1.5, wire.Assemble, "assemble.deadline_ms")):
+        key = "base" if cls is wire.Commit else "deadline_ms"
+        with pytest.raises(fp.RequestRejected) as info:
+            cls.from_json({**(based if cls is wire.Commit else order).to_json(), key: bad})
+        assert info.value.field == field

@@ -41,7 +41,7 @@ class Stalled(Exception):
 
 def read_replicas(pool: ConnectionPool, ticket: Ticket, replicas: Sequence[Replica], what: str,
                   idle_timeout: float = IDLE_TIMEOUT, *, compression: str = "auto",
-                  here: frozenset[str] = frozenset()) -> pa.Table:
+                  here: frozenset[str] = frozenset(), deadline: float | None = None) -> pa.Table:
     """``ticket`` streamed from the first of ``replicas`` that answers.
 
     Each replica is asked for the codec :data:`~flightpart.io.compression.RATES`
@@ -53,17 +53,24 @@ def read_replicas(pool: ConnectionPool, ticket: Ticket, replicas: Sequence[Repli
     when replicas are only busy, the round is tried again after a jittered
     backoff, for up to :data:`BUSY_PATIENCE` seconds. Any other refusal is
     raised at once. ``what`` names the partition in the error.
+
+    ``deadline`` (a ``time.monotonic()`` instant) is when the caller stops
+    waiting: every stream ends by it and no replica is asked after it, so a
+    node pulling for an order never outlives the order.
     """
     keep_freed_memory()
     failures: list[str] = []
-    give_up = time.monotonic() + BUSY_PATIENCE
+    give_up = time.monotonic() + BUSY_PATIENCE if deadline is None else min(time.monotonic() + BUSY_PATIENCE, deadline)
     delay = 0.05
     while True:
         busy = False
         for uri, ip, _pid in replicas:
+            if deadline is not None and time.monotonic() >= deadline:
+                failures.append(f"{uri}: not asked, the deadline passed")
+                continue
             try:
                 return _measured(pool, uri, replace(ticket, compression=RATES.codec_for(compression, uri, ip, here)),
-                                 idle_timeout)
+                                 idle_timeout, deadline)
             except Stalled:
                 pool.discard(uri)
                 failures.append(f"{uri}: sent nothing for {idle_timeout:g} s")
@@ -83,31 +90,34 @@ def read_replicas(pool: ConnectionPool, ticket: Ticket, replicas: Sequence[Repli
     raise NodeUnavailable(f"{what}: no replica could serve it ({'; '.join(failures[-len(replicas):]) or 'no replicas are known'})")
 
 
-def _measured(pool: ConnectionPool, uri: str, ticket: Ticket, idle_timeout: float) -> pa.Table:
+def _measured(pool: ConnectionPool, uri: str, ticket: Ticket, idle_timeout: float, deadline: float | None) -> pa.Table:
     """One stream, its bytes and time handed to the link measurements."""
     RATES.started(uri)
     table = None
     try:
-        table = stream(pool, uri, flight.Ticket(ticket.encode()), idle_timeout)
+        table = stream(pool, uri, flight.Ticket(ticket.encode()), idle_timeout, deadline)
         return table
     finally:
         RATES.finished(uri, table.nbytes if table is not None else 0, ticket.compression)
 
 
-def stream(pool: ConnectionPool, uri: str, ticket: flight.Ticket, idle_timeout: float) -> pa.Table:
+def stream(pool: ConnectionPool, uri: str, ticket: flight.Ticket, idle_timeout: float,
+           deadline: float | None = None) -> pa.Table:
     """One ``do_get``, read in a worker thread and cancelled when it sends nothing for ``idle_timeout`` seconds.
 
     A frozen server blocks a gRPC read without end; the worker holds the
     call and this thread watches it, so the caller moves on in bounded time.
-    (A worker stuck before the first message ends at the call's deadline.)
+    (A worker stuck before the first message ends at the call's deadline:
+    :data:`STREAM_DEADLINE`, or what is left until ``deadline``.)
     """
+    call_timeout = STREAM_DEADLINE if deadline is None else max(0.001, min(STREAM_DEADLINE, deadline - time.monotonic()))
     progress = {"last": time.monotonic(), "reader": None, "abandoned": False}
     outcome: dict[str, Any] = {}
     done = threading.Event()
 
     def run() -> None:
         try:
-            reader = pool.client(uri).do_get(ticket, options=pool.options(STREAM_DEADLINE))
+            reader = pool.client(uri).do_get(ticket, options=pool.options(call_timeout))
             progress["reader"] = reader
             if progress["abandoned"]:
                 reader.cancel()
