@@ -165,7 +165,7 @@ class GuardFactory(flight.ServerMiddlewareFactory):
             if guard is not None:
                 if guard.timed_out:
                     cancelled = NodeUnavailable(f"stream cancelled: its reader took nothing for {self.stream_idle_timeout:g} s")
-                    raise flight.FlightCancelledError(cancelled.message, extra_info=encode_error(cancelled))
+                    raise flight.FlightUnavailableError(cancelled.message, extra_info=encode_error(cancelled))
                 guard.last_progress = time.monotonic()
             yield batch
 

@@ -114,6 +114,8 @@ def split_all(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         yield from split_batch(batch, BATCH_BYTES)
 
 
+STREAM_PIECE_BYTES = 4 << 20
+"""A ``do_get`` sends a partition in zero-copy slices of about this size: the reader's pace is seen slice by slice."""
 STREAM_IDLE_TIMEOUT = 60.0
 """Seconds a ``do_get`` whose reader takes nothing keeps its stream slot (``--stream-idle-timeout``)."""
 
@@ -383,8 +385,9 @@ class NodeServer(ServiceBase):
         batches = table.column(0).num_chunks if table.num_columns else 0
         self.counters.add(bytes_sent=table.nbytes, rows_sent=table.num_rows, batches_sent=batches, partitions_served=1,
                           streams_compressed=int(options is not None))
-        # batches handed out one at a time, so the guard sees a reader that stops taking them (its slot is freed)
-        return flight.GeneratorStream(table.schema, self.guard.watch(guard, iter(table.to_batches())), options=options)
+        # pieces handed out one at a time, so the guard sees a reader that stops taking them (its slot is freed)
+        pieces = (piece for batch in table.to_batches() for piece in split_batch(batch, STREAM_PIECE_BYTES))
+        return flight.GeneratorStream(table.schema, self.guard.watch(guard, pieces), options=options)
 
     @contextlib.contextmanager
     def _counting_errors(self, what: str) -> Iterator[None]:
