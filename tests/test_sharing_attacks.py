@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import pickle
+import signal
 import threading
 import time
 import urllib.request
@@ -170,6 +172,27 @@ def test_a_reader_holding_idle_streams_does_not_lock_others_out_and_loses_them(s
     assert failed is not None and code_of(failed) == "UNAVAILABLE" and "cancelled" in str(failed), failed
     for reader in held:
         reader.cancel()
+
+
+def test_the_only_replica_paused_longer_than_the_idle_timeout_is_waited_for_not_failed(secured):
+    node = secured.nodes[2]  # 127.0.0.123: a node that stops answering for a moment (a pause, a starved CPU)
+    with fp.connect(secured.uri, token=reader_token("patient"), host="127.0.0.99", idle_timeout=0.3) as reader:
+        meta = reader.open("shared").__partitioned__
+        refs = [p["data"] for p in meta["partitions"].values() if p["data"].replicas[0][0] == node.uri]
+        assert refs and all(len(ref.replicas) == 1 for ref in refs)
+        expected = meta["get"](refs)
+        os.kill(node.pid, signal.SIGSTOP)
+        paused = time.monotonic()
+        try:
+            outcome: dict = {}
+            worker = threading.Thread(target=lambda: outcome.update(tables=meta["get"](refs)))
+            worker.start()
+            wait_until(lambda: time.monotonic() > paused + 6 * 0.3, what="a pause of six idle timeouts")
+        finally:
+            os.kill(node.pid, signal.SIGCONT)
+        worker.join(60)
+    assert "tables" in outcome, "the read failed although its only replica answered again"
+    assert [t.equals(e) for t, e in zip(outcome["tables"], expected)] == [True] * len(refs)
 
 
 @pytest.mark.slow
