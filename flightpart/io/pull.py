@@ -90,13 +90,19 @@ def read_replicas(pool: ConnectionPool, ticket: Ticket, replicas: Sequence[Repli
                     pool.discard(uri)
                 failures.append(f"{uri}: {error_message(exc)}")
         if refusals and len(refusals) == len(replicas):
-            raise type(refusals[0])(f"{what}: every replica refused the credential ({refusals[0].message}): {CLOCK_HINT}",
-                                    field=refusals[0].field)
+            raise _refusal(what, refusals[0])
         if not busy or time.monotonic() + delay > give_up:
             break
         time.sleep(delay * (0.5 + random.random()))
         delay = min(delay * 2, 1.0)
     raise NodeUnavailable(f"{what}: no replica could serve it ({'; '.join(failures[-len(replicas):]) or 'no replicas are known'})")
+
+
+def _refusal(what: str, first: Unauthenticated | Forbidden) -> Unauthenticated | Forbidden:
+    """What the reader gets when every replica refused its credential: the refusal, and (for an unauthenticated
+    one, which an expired capability is) why it may have happened."""
+    hint = f": {CLOCK_HINT}" if isinstance(first, Unauthenticated) else ""
+    return type(first)(f"{what}: every replica refused the credential ({first.message}){hint}", field=first.field)
 
 
 def _measured(pool: ConnectionPool, uri: str, ticket: Ticket, idle_timeout: float, *, patient: bool = False) -> pa.Table:
