@@ -26,6 +26,7 @@ import logging
 import os
 import threading
 import time
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -101,12 +102,12 @@ class GuardFactory(flight.ServerMiddlewareFactory):
         self.max_streams = max_streams
         self.stream_idle_timeout = stream_idle_timeout
         self.open_streams = 0
-        self.idle_streams_cancelled = 0
         self._lock = threading.Lock()
         self._by_caller: dict[str, int] = {}
         self._watched: set[CallGuard] = set()
         if stream_idle_timeout is not None:
-            threading.Thread(target=self._watchdog, name="flightpart-idle-streams", daemon=True).start()
+            threading.Thread(target=_watch_idle_streams, args=(weakref.ref(self), stream_idle_timeout),
+                             name="flightpart-idle-streams", daemon=True).start()
 
     def authenticate(self, headers: dict) -> Credential:
         if self.secret is None:
@@ -169,36 +170,53 @@ class GuardFactory(flight.ServerMiddlewareFactory):
                 guard.last_progress = time.monotonic()
             yield batch
 
-    def _watchdog(self) -> None:
+    def free_idle_streams(self) -> None:
         """Free the slots of streams whose readers have taken nothing for the idle timeout."""
         timeout = self.stream_idle_timeout
         assert timeout is not None
-        while True:
-            time.sleep(min(1.0, timeout / 4))
-            now = time.monotonic()
-            with self._lock:
-                idle = [g for g in self._watched if now - g.last_progress > timeout]
-            for guard in idle:
-                guard.timed_out = True
-                if self.release(guard):
-                    self.idle_streams_cancelled += 1
-                    log.warning("freed the stream slot of %s: its reader took nothing for %g s", guard.caller, timeout)
-
-    def release(self, guard: CallGuard) -> bool:
-        """Give back ``guard``'s stream slot (once: the idle watchdog and the call's end may both ask)."""
+        now = time.monotonic()
         with self._lock:
-            if guard.released:
-                return False
-            guard.released = True
-            self.open_streams -= 1
-            self._watched.discard(guard)
+            idle = [g for g in self._watched if now - g.last_progress > timeout]
+            freed = [g for g in idle if self._free_slot(g, timed_out=True)]
+        for guard in freed:
+            log.warning("freed the stream slot of %s: its reader took nothing for %g s", guard.caller, timeout)
+
+    def _free_slot(self, guard: CallGuard, *, timed_out: bool = False) -> bool:
+        """Give back ``guard``'s slot of :attr:`max_streams` (once); called with the lock held."""
+        if not guard.holds_slot:
+            return False
+        guard.holds_slot = False
+        guard.timed_out = timed_out
+        self.open_streams -= 1
+        self._watched.discard(guard)
+        return True
+
+    def release(self, guard: CallGuard) -> None:
+        """The call ended: its slot (unless the idle watchdog freed it already) and its place in its caller's share.
+
+        A stream freed for idling keeps counting against its caller's share until the call really ends (pyarrow's
+        server cannot cancel it; it ends when its reader comes back, cancels, or reaches its deadline), so a
+        reader cannot pile up unread calls by waiting out the idle timeout."""
+        with self._lock:
+            self._free_slot(guard)
             if guard.caller is not None:
                 left = self._by_caller.get(guard.caller, 0) - 1
                 if left > 0:
                     self._by_caller[guard.caller] = left
                 else:
                     self._by_caller.pop(guard.caller, None)
-            return True
+                guard.caller = None
+
+
+def _watch_idle_streams(factory: weakref.ReferenceType[GuardFactory], timeout: float) -> None:
+    """The idle watchdog's loop; it ends with its guard (a weak reference, so a stopped server is not kept)."""
+    while True:
+        time.sleep(min(1.0, timeout / 4))
+        guard = factory()
+        if guard is None:
+            return
+        guard.free_idle_streams()
+        del guard
 
 
 def peer_ip(peer: str | bytes) -> str:
@@ -218,9 +236,9 @@ class CallGuard(flight.ServerMiddleware):
         self.credential = credential
         self.stream = stream
         self.caller: str | None = None       # set when the handler admits the stream (see GuardFactory.admit)
+        self.holds_slot = stream              # until the call ends, or the idle watchdog frees it
         self.last_progress = time.monotonic()
         self.timed_out = False
-        self.released = False
         self._finish: tuple[Telemetry, Call] | None = None
 
     def finish_with(self, telemetry: Telemetry, call: Call) -> None:

@@ -162,6 +162,9 @@ def test_a_reader_holding_idle_streams_does_not_lock_others_out_and_loses_them(s
 
     wait_until(lambda: node_streams(node) == 0, timeout=IDLE * 10, what="the idle streams' slots to be freed")
     assert "took nothing for 3 s" in secured.nodes[1].log()
+    with pytest.raises(flight.FlightError) as info:  # its unread calls still count against its own share
+        hog.do_get(ticket, options=options).read_chunk()
+    assert code_of(info.value) == "BUSY"
     failed = None
     for reader in reversed(held):  # the hog comes back: a stream the node had not finished was cancelled
         try:
