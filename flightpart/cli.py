@@ -108,6 +108,8 @@ def main(ctx: click.Context, log_level: str, log_format: str, debug: bool) -> No
 @click.option("--dead-after", default=10.0, show_default=True, type=float, help="Embedded catalog: seconds without heartbeat before a node is dead.")
 @click.option("--max-partition-bytes", default=None, type=int, help="Refuse partitions larger than this.")
 @click.option("--max-streams", default=64, show_default=True, type=int, help="Refuse new do_get/do_put streams past this many open.")
+@click.option("--stream-idle-timeout", default=60.0, show_default=True, type=click.FloatRange(min=0.1),
+              help="Free the slot of a do_get stream whose reader has taken nothing for this many seconds.")
 @click.option("--advertise", default=None, help="Host name clients use to reach this node (default: --host).")
 @click.option("--min-free-bytes", default=64 << 20, show_default=True, type=int,
               help="Report NOT_SERVING and low space (no new partitions placed here) below this much free disk.")
@@ -118,8 +120,8 @@ def main(ctx: click.Context, log_level: str, log_format: str, debug: bool) -> No
 @security_options
 @observability_options
 def serve(host: str, port: int, data_dir: str | None, catalog_uri: str | None, node_port: int, state_dir: str | None,
-          heartbeat: float, dead_after: float, max_partition_bytes: int | None, max_streams: int, advertise: str | None,
-          min_free_bytes: int, group: str | None, pending_ttl: float, capability_ttl: float,
+          heartbeat: float, dead_after: float, max_partition_bytes: int | None, max_streams: int, stream_idle_timeout: float,
+          advertise: str | None, min_free_bytes: int, group: str | None, pending_ttl: float, capability_ttl: float,
           secret_file: str | None, tls_cert: str | None, tls_key: str | None, tls_client_ca: str | None, tls_ca: str | None,
           insecure: bool, health_port: int | None, metrics_port: int | None, metrics_host: str) -> None:
     """Run a node (and, without --catalog, a catalog too)."""
@@ -129,7 +131,7 @@ def serve(host: str, port: int, data_dir: str | None, catalog_uri: str | None, n
              dead_after=dead_after, max_partition_bytes=max_partition_bytes, max_streams=max_streams, advertise=advertise,
              security=Security(secret_file, tls_cert, tls_key, tls_client_ca, tls_ca, insecure),
              ports=Observability(health_port, metrics_port, metrics_host), min_free_bytes=min_free_bytes, group=group,
-             pending_ttl=pending_ttl, capability_ttl=capability_ttl)
+             pending_ttl=pending_ttl, capability_ttl=capability_ttl, stream_idle_timeout=stream_idle_timeout)
 
 
 @main.command("catalog")
@@ -411,8 +413,14 @@ def nodes(catalog: str, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(rows))
         return
-    _print_table(("node", "uri", "ip", "pid", "state"),
-                 [(n["node_id"][:8], n["uri"], n["ip"], n["pid"], "[green]alive[/]" if n["alive"] else "[red]dead[/]") for n in rows])
+    _print_table(("node", "uri", "ip", "pid", "state", "clock skew"),
+                 [(n["node_id"][:8], n["uri"], n["ip"], n["pid"], "[green]alive[/]" if n["alive"] else "[red]dead[/]",
+                   _skew_text(n.get("clock_skew"))) for n in rows])
+
+
+def _skew_text(seconds: float | None) -> str:
+    """A node's clock against the catalog's (from its last heartbeat), as `flightpart nodes` shows it."""
+    return "-" if seconds is None else f"{seconds:+.1f} s"
 
 
 @main.command()

@@ -907,12 +907,14 @@ class RegisterReply(Message):
 
 @dataclass(frozen=True)
 class Heartbeat(Message):
-    """A node is alive; it reports its free disk space and whether that is below its floor."""
+    """A node is alive; it reports its free disk space, whether that is below its floor, and its wall clock
+    (Unix time in milliseconds when it sent the beat) so the catalog can see clocks that disagree."""
 
     ACTION = "heartbeat"
     node_id: str = _field(p_str)
     free_bytes: int | None = _field(p_optional(p_uint), None)
     low_space: bool = _field(p_bool, False)
+    clock_ms: int | None = _field(p_optional(p_uint), None)
 
     @classmethod
     def decode_plain(cls, raw: bytes) -> "Heartbeat | None":
@@ -922,13 +924,15 @@ class Heartbeat(Message):
             body = json.loads(raw)
         except (UnicodeDecodeError, ValueError):
             return None
-        if type(body) is not dict or not body.keys() <= {"node_id", "free_bytes", "low_space"}:
+        if type(body) is not dict or not body.keys() <= {"node_id", "free_bytes", "low_space", "clock_ms"}:
             return None
         node_id, free, low = body.get("node_id"), body.get("free_bytes"), body.get("low_space", False)
+        clock = body.get("clock_ms")
         if (type(node_id) is not str or len(node_id) > 4096 or type(low) is not bool
-                or not (free is None or (type(free) is int and 0 <= free < MAX_UINT))):
+                or not (free is None or (type(free) is int and 0 <= free < MAX_UINT))
+                or not (clock is None or (type(clock) is int and 0 <= clock < MAX_UINT))):
             return None
-        return cls(node_id, free, low)
+        return cls(node_id, free, low, clock)
 
 
 @dataclass(frozen=True)
@@ -986,8 +990,11 @@ class Credential:
         return dataset, int(version)
 
 
-def verify_token(secret: bytes, token: str, now: float) -> Credential | None:
-    """The credential a bearer token carries, or None if it is not one this cluster signed or it has expired."""
+def verify_token(secret: bytes, token: str, now: float, margin: float = 0.0) -> Credential | None:
+    """The credential a bearer token carries, or None if it is not one this cluster signed or it has expired.
+
+    ``margin``: seconds a token is still accepted after its expiry, so a verifier whose clock runs ahead of
+    the one that minted it by less than that does not refuse it early (the price: one served that much late)."""
     if hmac.compare_digest(token.encode(), secret):
         return Credential("owner", "owner")
     parts = token.split(":")
@@ -996,7 +1003,7 @@ def verify_token(secret: bytes, token: str, now: float) -> Credential | None:
     _prefix, role, name, expiry, mac = parts
     if not hmac.compare_digest(mac, _mac(secret, ":".join(parts[:4]))):
         return None
-    if not (expiry.isascii() and expiry.isdigit()) or (int(expiry) and int(expiry) < now):
+    if not (expiry.isascii() and expiry.isdigit()) or (int(expiry) and int(expiry) + margin < now):
         return None
     if role not in ROLES and role != CAPABILITY:
         return None

@@ -9,21 +9,68 @@ handler runs, so it learns nothing of the datasets. Handlers then ask
 :func:`authorize` whether the caller's credential allows what it asks
 (``FORBIDDEN`` otherwise). ``do_get`` and ``do_put`` count as open streams;
 past the configured maximum a new one is refused as ``BUSY`` (retryable).
+
+Sharing a node's streams fairly: one caller (a credential's name and the
+peer's IP) holds at most half of the streams (:meth:`GuardFactory.admit`), and
+a ``do_get`` whose reader has taken nothing for the idle timeout loses its
+slot (:meth:`GuardFactory.watch`), so a reader that opens streams and never
+reads them cannot lock others out.
+
+Expiry is checked against this daemon's clock with :data:`CLOCK_MARGIN`
+seconds of grace (see docs/operations.md, "Clocks").
 """
 
 from __future__ import annotations
 
+import logging
+import os
 import threading
 import time
+import weakref
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.flight as flight
 
-from flightpart.errors import Forbidden, ServerBusy, Unauthenticated
+from flightpart.errors import Forbidden, NodeUnavailable, ServerBusy, Unauthenticated
 from flightpart.wire import CAPABILITY, Credential, encode_error, verify_token
 
 from .telemetry import Call, Telemetry
+
+log = logging.getLogger("flightpart.auth")
+
+CLOCK_MARGIN_ENV = "FLIGHTPART_CLOCK_MARGIN"
+"""Overrides :data:`CLOCK_MARGIN` (seconds, 0 or more) for every daemon started with it."""
+
+CLOCK_OFFSET_ENV = "FLIGHTPART_TEST_CLOCK_OFFSET"
+"""A test hook: seconds added to this daemon's wall clock (a node whose clock is wrong, without root)."""
+
+
+def _seconds_from_env(name: str, default: float, minimum: float | None = None) -> float:
+    raw = os.environ.get(name, "").strip()
+    try:
+        value = float(raw) if raw else default
+    except ValueError:
+        raise ValueError(f"${name}: expected seconds as a number, got {raw!r}") from None
+    if minimum is not None and not value >= minimum:
+        raise ValueError(f"${name}: expected at least {minimum:g} seconds, got {raw!r}")
+    return value
+
+
+CLOCK_MARGIN = _seconds_from_env(CLOCK_MARGIN_ENV, 30.0, minimum=0.0)
+"""Seconds a token or capability is still honoured after its expiry by this daemon's clock (default 30). It leans
+towards serving: a node whose clock runs up to this far ahead of the catalog's still serves a capability until it
+expires, and the price is that an expired one may be served at most this late. Clocks further apart than this are
+logged by the catalog (it compares every heartbeat's clock with its own) and shown on the status page."""
+
+_CLOCK_OFFSET = _seconds_from_env(CLOCK_OFFSET_ENV, 0.0)
+
+
+def wall_clock() -> float:
+    """This daemon's idea of the Unix time: what expiry is checked against and what heartbeats report."""
+    return time.time() + _CLOCK_OFFSET
 
 STREAM_METHODS = (flight.FlightMethod.DO_GET, flight.FlightMethod.DO_PUT, flight.FlightMethod.DO_EXCHANGE)
 OWNER = Credential("owner", "owner")
@@ -47,20 +94,27 @@ def _header(headers: dict, name: str) -> list[str]:
 class GuardFactory(flight.ServerMiddlewareFactory):
     """Authentication and stream accounting for one server."""
 
-    def __init__(self, secret: bytes | None = None, max_streams: int | None = None, telemetry: Telemetry | None = None):
+    def __init__(self, secret: bytes | None = None, max_streams: int | None = None, telemetry: Telemetry | None = None,
+                 stream_idle_timeout: float | None = None):
         super().__init__()
         self.telemetry = telemetry or Telemetry()
         self.secret = secret
         self.max_streams = max_streams
+        self.stream_idle_timeout = stream_idle_timeout
         self.open_streams = 0
         self._lock = threading.Lock()
+        self._by_caller: dict[str, int] = {}
+        self._watched: set[CallGuard] = set()
+        if stream_idle_timeout is not None:
+            threading.Thread(target=_watch_idle_streams, args=(weakref.ref(self), stream_idle_timeout),
+                             name="flightpart-idle-streams", daemon=True).start()
 
     def authenticate(self, headers: dict) -> Credential:
         if self.secret is None:
             return OWNER
         for value in _header(headers, "authorization"):
             if value.startswith("Bearer "):
-                credential = verify_token(self.secret, value[len("Bearer "):], time.time())
+                credential = verify_token(self.secret, value[len("Bearer "):], wall_clock(), CLOCK_MARGIN)
                 if credential is not None:
                     return credential
         self.telemetry.refused("unauthenticated")
@@ -85,9 +139,92 @@ class GuardFactory(flight.ServerMiddlewareFactory):
         counts = self.telemetry.refusals()
         return counts.get("unauthenticated", 0) + counts.get("busy", 0)
 
-    def release(self) -> None:
+    def caller_share(self) -> int | None:
+        """How many streams one caller may hold: half of the limit (at least one), so others always find room."""
+        return None if self.max_streams is None else max(1, self.max_streams // 2)
+
+    def admit(self, guard: CallGuard | None, peer: str) -> None:
+        """Count this stream against its caller (credential name + peer IP); ``BUSY`` past the caller's share."""
+        if guard is None or not guard.stream:
+            return
+        caller = f"{guard.credential.role}:{guard.credential.name}@{peer_ip(peer)}"
+        share = self.caller_share()
         with self._lock:
-            self.open_streams -= 1
+            held = self._by_caller.get(caller, 0)
+            if share is not None and held >= share:  # counted as refused by the handler's boundary
+                raise ServerBusy(f"busy: this caller already holds {held} streams, its share of {self.max_streams}; "
+                                 "retry shortly")
+            self._by_caller[caller] = held + 1
+            guard.caller = caller
+            guard.last_progress = time.monotonic()
+            if self.stream_idle_timeout is not None:
+                self._watched.add(guard)
+
+    def watch(self, guard: CallGuard | None, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """``batches``, noting each time the reader takes one; once the stream lost its slot for idling, an error."""
+        for batch in batches:
+            if guard is not None:
+                if guard.timed_out:
+                    cancelled = NodeUnavailable(f"stream cancelled: its reader took nothing for {self.stream_idle_timeout:g} s")
+                    raise flight.FlightUnavailableError(cancelled.message, extra_info=encode_error(cancelled))
+                guard.last_progress = time.monotonic()
+            yield batch
+
+    def free_idle_streams(self) -> None:
+        """Free the slots of streams whose readers have taken nothing for the idle timeout."""
+        timeout = self.stream_idle_timeout
+        assert timeout is not None
+        now = time.monotonic()
+        with self._lock:
+            idle = [g for g in self._watched if now - g.last_progress > timeout]
+            freed = [g for g in idle if self._free_slot(g, timed_out=True)]
+        for guard in freed:
+            log.warning("freed the stream slot of %s: its reader took nothing for %g s", guard.caller, timeout)
+
+    def _free_slot(self, guard: CallGuard, *, timed_out: bool = False) -> bool:
+        """Give back ``guard``'s slot of :attr:`max_streams` (once); called with the lock held."""
+        if not guard.holds_slot:
+            return False
+        guard.holds_slot = False
+        guard.timed_out = timed_out
+        self.open_streams -= 1
+        self._watched.discard(guard)
+        return True
+
+    def release(self, guard: CallGuard) -> None:
+        """The call ended: its slot (unless the idle watchdog freed it already) and its place in its caller's share.
+
+        A stream freed for idling keeps counting against its caller's share until the call really ends (pyarrow's
+        server cannot cancel it; it ends when its reader comes back, cancels, or reaches its deadline), so a
+        reader cannot pile up unread calls by waiting out the idle timeout."""
+        with self._lock:
+            self._free_slot(guard)
+            if guard.caller is not None:
+                left = self._by_caller.get(guard.caller, 0) - 1
+                if left > 0:
+                    self._by_caller[guard.caller] = left
+                else:
+                    self._by_caller.pop(guard.caller, None)
+                guard.caller = None
+
+
+def _watch_idle_streams(factory: weakref.ReferenceType[GuardFactory], timeout: float) -> None:
+    """The idle watchdog's loop; it ends with its guard (a weak reference, so a stopped server is not kept)."""
+    while True:
+        time.sleep(min(1.0, timeout / 4))
+        guard = factory()
+        if guard is None:
+            return
+        guard.free_idle_streams()
+        del guard
+
+
+def peer_ip(peer: str | bytes) -> str:
+    """The IP of a gRPC peer string (``ipv4:127.0.0.1:5000``, ``ipv6:[::1]:5000``)."""
+    text = peer.decode() if isinstance(peer, bytes) else str(peer)
+    _, _, address = text.partition(":")
+    host = (address or text).rsplit(":", 1)[0]
+    return host.strip("[]")
 
 
 class CallGuard(flight.ServerMiddleware):
@@ -98,6 +235,10 @@ class CallGuard(flight.ServerMiddleware):
         self.factory = factory
         self.credential = credential
         self.stream = stream
+        self.caller: str | None = None       # set when the handler admits the stream (see GuardFactory.admit)
+        self.holds_slot = stream              # until the call ends, or the idle watchdog frees it
+        self.last_progress = time.monotonic()
+        self.timed_out = False
         self._finish: tuple[Telemetry, Call] | None = None
 
     def finish_with(self, telemetry: Telemetry, call: Call) -> None:
@@ -106,7 +247,7 @@ class CallGuard(flight.ServerMiddleware):
 
     def call_completed(self, exception: Any) -> None:
         if self.stream:
-            self.factory.release()
+            self.factory.release(self)
         if self._finish is not None:
             telemetry, call = self._finish
             self._finish = None
@@ -117,6 +258,14 @@ def credential_of(context: Any) -> Credential:
     """The credential the current call was made with (the owner when the server has no secret)."""
     guard = context.get_middleware("guard") if context is not None else None
     return guard.credential if guard is not None else OWNER
+
+
+def admit_stream(context: Any) -> CallGuard | None:
+    """This ``do_get``'s guard, once its caller's share allows one more stream (``BUSY`` otherwise)."""
+    guard = context.get_middleware("guard") if context is not None else None
+    if guard is not None:
+        guard.factory.admit(guard, context.peer())
+    return guard
 
 
 def authorize(context: Any, permission: str, scope: tuple[str, int] | None = None) -> Credential:

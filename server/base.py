@@ -162,13 +162,13 @@ class ServiceBase(flight.FlightServerBase):
             cls.__init__ = built_after(cls.__dict__["__init__"])  # type: ignore[misc]
 
     def __init__(self, host: str, port: int, *, secret: bytes | None = None, max_streams: int | None = None,
-                 advertise: str | None = None, **server_kwargs: Any):
+                 advertise: str | None = None, stream_idle_timeout: float | None = None, **server_kwargs: Any):
         self._built = threading.Event()  # set when the outermost __init__ returns (built_after); RPCs wait for it
         scheme = "grpc+tls" if server_kwargs.get("tls_certificates") else "grpc"
         self.secret = secret
         self.caller = threading.local()  # the credential of the action being handled, for handlers that check who
         self.telemetry = Telemetry()
-        self.guard = GuardFactory(secret, max_streams, self.telemetry)
+        self.guard = GuardFactory(secret, max_streams, self.telemetry, stream_idle_timeout)
         # with nothing to check or count, no middleware: it costs two calls into Python per request
         # (a third of a heartbeat's CPU at 2,000 a second); credential_of() then answers the owner.
         # A node always has it: it times streams until they complete.

@@ -66,7 +66,7 @@ from flightpart.wire import (
     role_token,
 )
 
-from .auth import authorize
+from .auth import CLOCK_MARGIN, authorize, wall_clock
 from .base import Action, ServiceBase, boundary
 from .catalog_state import CatalogState, NodeRecord, PartRecord, VersionRecord
 from .status_page import cluster_status
@@ -105,7 +105,8 @@ class CatalogServer(ServiceBase):
         self.node_timeout = node_timeout
         self.fan_out_timeout = fan_out_timeout  # drop, abort, seal: a node that misses it is told when it registers again
         self.retire_after = retire_after
-        self._infos: dict[tuple[str, int], tuple] = {}
+        self._infos: dict[tuple[str, int, int], tuple] = {}
+        self._skewed: set[str] = set()  # nodes whose clock was last seen further from ours than CLOCK_MARGIN
         self._owes_registration: set[str] = set()  # nodes whose registration could not carry every seal
         self._stopping = threading.Event()
         self._status_lock = threading.Lock()
@@ -160,28 +161,38 @@ class CatalogServer(ServiceBase):
 
     def get_flight_info(self, context: Any, descriptor: flight.FlightDescriptor) -> flight.FlightInfo:
         with boundary(log, "get_flight_info", self.telemetry, context):
-            authorize(context, "read")
+            credential = authorize(context, "read")
             name, version = parse_dataset_path(descriptor)
             version = self.state.latest(name) if version is None else version
-            return self._cached_info(name, version)
+            return self._cached_info(name, version, credential.expiry)
 
-    def _cached_info(self, name: str, version: int) -> flight.FlightInfo:
-        """Versions are immutable: their FlightInfo is built once per state of the nodes (and capability period).
+    MAX_CACHED_INFOS = 4096
+    """FlightInfos kept at once (one per version and capability expiry); past it the cache starts afresh."""
+
+    def _cached_info(self, name: str, version: int, token_expiry: int = 0) -> flight.FlightInfo:
+        """Versions are immutable: their FlightInfo is built once per state of the nodes (and capability expiry).
 
         With a cluster secret the info carries a read capability for this
         version alone, what the dataset's ``get`` presents to nodes. Its
         expiry is rounded to a quarter of ``capability_ttl`` so one
-        FlightInfo serves every open in that quarter.
+        FlightInfo serves every open in that quarter, and it is never later
+        than ``token_expiry``, the expiry of the token that asked (0: none):
+        a capability is no stronger than the token that obtained it.
         """
         nodes = tuple((n.node_id, n.uri, n.alive) for n in self.state.nodes())
         quarter = max(self.capability_ttl / 4, 1.0)
-        expiry = int((time.time() // quarter) * quarter + self.capability_ttl)
-        cached = self._infos.get((name, version))
-        if cached is not None and cached[0] == (nodes, expiry):
+        expiry = int((wall_clock() // quarter) * quarter + self.capability_ttl)
+        if token_expiry:
+            expiry = min(expiry, token_expiry)
+        key = (name, version, expiry)
+        cached = self._infos.get(key)
+        if cached is not None and cached[0] == nodes:
             return cached[1]
         cap = capability(self.secret, name, version, expiry) if self.secret is not None else None
         info = encode_flight_info(version_info(self.state.version(name, version), cap))
-        self._infos[(name, version)] = ((nodes, expiry), info)
+        if len(self._infos) >= self.MAX_CACHED_INFOS:
+            self._infos.clear()
+        self._infos[key] = (nodes, info)
         return info
 
     def list_flights(self, context: Any, criteria: bytes) -> Iterator[flight.FlightInfo]:
@@ -243,7 +254,8 @@ class CatalogServer(ServiceBase):
         credential = self.caller.credential
         if credential.role == "node" and credential.name != b.node_id:
             raise Forbidden(f"a node token for {credential.name} cannot speak for node {b.node_id}", field="heartbeat.node_id")
-        return HeartbeatReply(self.state.heartbeat(b.node_id, b.free_bytes, b.low_space)).to_json()
+        return HeartbeatReply(self.state.heartbeat(b.node_id, b.free_bytes, b.low_space,
+                                                   self._clock_skew(b.node_id, b.clock_ms))).to_json()
 
     _BEAT_REPLIES = {known: [flight.Result(pa.py_buffer(dumps(HeartbeatReply(known).to_json())))] for known in (True, False)}
 
@@ -256,8 +268,28 @@ class CatalogServer(ServiceBase):
                 if beat is not None:
                     credential = authorize(context, "node")
                     if credential.role != "node" or credential.name == beat.node_id:
-                        return self._BEAT_REPLIES[self.state.heartbeat(beat.node_id, beat.free_bytes, beat.low_space)]
+                        skew = self._clock_skew(beat.node_id, beat.clock_ms)
+                        return self._BEAT_REPLIES[self.state.heartbeat(beat.node_id, beat.free_bytes, beat.low_space, skew)]
         return super().do_action(context, action)
+
+    def _clock_skew(self, node_id: str, clock_ms: int | None) -> float | None:
+        """Seconds the node's clock (sent in its heartbeat) runs ahead of ours; a warning when the two disagree by
+        more than :data:`~flightpart.server.auth.CLOCK_MARGIN`, once until they agree again.
+
+        The beat's travel time (one way, typically under a millisecond on a LAN) counts as the node being behind.
+        """
+        if clock_ms is None:
+            return None
+        skew = round(clock_ms / 1000 - wall_clock(), 3)
+        if abs(skew) > CLOCK_MARGIN:
+            if node_id not in self._skewed:
+                self._skewed.add(node_id)
+                log.warning("node %s: its clock is %+.1f s from the catalog's, more than the %g s margin for token "
+                            "expiry; synchronise the clocks (NTP)", node_id, skew, CLOCK_MARGIN)
+        elif node_id in self._skewed:
+            self._skewed.discard(node_id)
+            log.info("node %s: its clock agrees with the catalog's again (%+.1f s)", node_id, skew)
+        return skew
 
     def _nodes(self, raw: bytes) -> list:
         Empty.decode(raw, "nodes")

@@ -63,6 +63,7 @@ class NodeRecord:
 
     free_bytes: int | None = None
     low_space: bool = False
+    clock_skew: float | None = None  # seconds the node's clock runs ahead of the catalog's (from its last heartbeat)
 
     def as_json(self) -> dict:
         return {**self.__dict__}
@@ -112,6 +113,7 @@ class CatalogState:
         self._db.executescript(SCHEMA)
         self._lock = threading.RLock()
         self._space: dict[str, tuple[int | None, bool]] = {}  # node id -> (free bytes, low space), from heartbeats
+        self._skew: dict[str, float | None] = {}  # node id -> its clock minus ours, seconds, from heartbeats
         # liveness lives in memory: a heartbeat is a dict write, flushed to the database in one batch now and then
         self._beats: dict[str, float] = {}
         self._known = {r[0] for r in self._db.execute("SELECT node_id FROM nodes")}
@@ -206,13 +208,15 @@ class CatalogState:
                     orphans.add(key)  # an empty directory of a version that is gone
         return sorted(orphans), sorted(unsealed_committed)
 
-    def heartbeat(self, node_id: str, free_bytes: int | None = None, low_space: bool = False) -> bool:
+    def heartbeat(self, node_id: str, free_bytes: int | None = None, low_space: bool = False,
+                  clock_skew: float | None = None) -> bool:
         """Note a node's heartbeat (in memory); False if the node must register (again) first."""
         with self._lock:
             if node_id not in self._known:
                 return False
             self._beats[node_id] = time.time()
             self._space[node_id] = (free_bytes, low_space)
+            self._skew[node_id] = clock_skew
         if time.monotonic() - self._flushed > self.FLUSH_EVERY:
             self.flush_heartbeats()
         return True
@@ -246,6 +250,7 @@ class CatalogState:
                     self._known.discard(n)
                     self._beats.pop(n, None)
                     self._space.pop(n, None)
+                    self._skew.pop(n, None)
         return dead
 
     def nodes(self) -> list[NodeRecord]:
@@ -254,12 +259,13 @@ class CatalogState:
             rows = self._db.execute("SELECT node_id, uri, ip, pid, data_dir, last_heartbeat FROM nodes ORDER BY ip, uri").fetchall()
             beats = dict(self._beats)
             space = dict(self._space)
+            skews = dict(self._skew)
         out = []
         for node_id, uri, ip, pid, data_dir, last in rows:
             last = max(last, beats.get(node_id, 0.0))
             free, low = space.get(node_id, (None, False))
             out.append(NodeRecord(node_id, uri, ip, pid, data_dir, last, alive=now - last <= self.dead_after,
-                                  free_bytes=free, low_space=low))
+                                  free_bytes=free, low_space=low, clock_skew=skews.get(node_id)))
         return out
 
     def node(self, node_id: str) -> NodeRecord | None:

@@ -250,7 +250,7 @@ def run_catalog(host: str, port: int, state_dir: str | None, dead_after: float, 
 def run_node(host: str, port: int, *, data_dir: str | None, catalog: str | None, node_port: int, state_dir: str | None,
              heartbeat: float, dead_after: float, max_partition_bytes: int | None, max_streams: int, advertise: str | None,
              security: Security, ports: Observability, min_free_bytes: int = 0, group: str | None = None,
-             pending_ttl: float = 3600.0, capability_ttl: float = 86400.0) -> None:
+             pending_ttl: float = 3600.0, capability_ttl: float = 86400.0, stream_idle_timeout: float = 60.0) -> None:
     """``flightpart serve``: a node (and, without ``catalog``, a catalog in the same process), until a signal."""
     security.check_exposure(host, "node")
     servers: list = []
@@ -265,7 +265,7 @@ def run_node(host: str, port: int, *, data_dir: str | None, catalog: str | None,
         announce("catalog", embedded.uri)
     node = listening(lambda: NodeServer(host, port, data_dir=data_dir, catalog=catalog, heartbeat_interval=heartbeat,
                                         advertise=advertise, max_partition_bytes=max_partition_bytes, max_streams=max_streams,
-                                        min_free_bytes=min_free_bytes, group=group, pool=security.pool(),
+                                        stream_idle_timeout=stream_idle_timeout, min_free_bytes=min_free_bytes, group=group, pool=security.pool(),
                                         **security.server_options()), host, port, "node")
     servers.append(node)
     try:

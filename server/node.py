@@ -58,7 +58,7 @@ from flightpart.wire import (
 )
 
 from .assembler import Assembler
-from .auth import authorize, credential_of
+from .auth import admit_stream, authorize, credential_of, wall_clock
 from .base import Action, ServiceBase, boundary
 from .store import PartitionStore, StoredPartition
 from .telemetry import describe
@@ -116,6 +116,12 @@ def split_all(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         yield from split_batch(batch, BATCH_BYTES)
 
 
+STREAM_PIECE_BYTES = 4 << 20
+"""A ``do_get`` sends a partition in zero-copy slices of about this size: the reader's pace is seen slice by slice."""
+STREAM_IDLE_TIMEOUT = 60.0
+"""Seconds a ``do_get`` whose reader takes nothing keeps its stream slot (``--stream-idle-timeout``)."""
+
+
 class NodeServer(ServiceBase):
     """One node of a flightpart cluster."""
 
@@ -136,6 +142,7 @@ class NodeServer(ServiceBase):
         heartbeat_interval: float = 2.0,
         max_partition_bytes: int | None = None,
         max_streams: int | None = None,
+        stream_idle_timeout: float | None = STREAM_IDLE_TIMEOUT,
         min_free_bytes: int = 0,
         max_maps: int = 256,
         group: str | None = None,
@@ -143,7 +150,8 @@ class NodeServer(ServiceBase):
         pool: ConnectionPool | None = None,
         **server_kwargs: Any,
     ):
-        super().__init__(host, port, secret=secret, max_streams=max_streams, advertise=advertise, **server_kwargs)
+        super().__init__(host, port, secret=secret, max_streams=max_streams, advertise=advertise,
+                         stream_idle_timeout=stream_idle_timeout, **server_kwargs)
         if advertise_ip is None and advertise:
             advertise_ip = socket.gethostbyname(advertise)
         self.ip = advertise_ip or (host if host not in ("0.0.0.0", "::", "") else advertised_ip())
@@ -224,7 +232,8 @@ class NodeServer(ServiceBase):
                     self.register()
                 else:
                     free = self.free_bytes()
-                    beat = Heartbeat(self.node_id, free, free is not None and free < self.min_free_bytes)
+                    beat = Heartbeat(self.node_id, free, free is not None and free < self.min_free_bytes,
+                                     int(wall_clock() * 1000))
                     raw = self.pool.action(self.catalog_uri, Heartbeat.ACTION, beat, timeout=5)
                     self.last_contact = time.monotonic()
                     if not HeartbeatReply.from_json(raw, "heartbeat reply").known:
@@ -375,6 +384,7 @@ class NodeServer(ServiceBase):
         with boundary(log, "do_get", self.telemetry, context), self._counting_errors("get"):
             spec = Ticket.decode(ticket.ticket)
             authorize(context, "read", (spec.dataset, spec.version))
+            guard = admit_stream(context)
             table = project(self.store.open(spec.dataset, spec.version, spec.part), spec.columns, spec.rows, spec.filter,
                             spec.matched, spec.aggregate)
             options = write_options(table, spec.compression)
@@ -385,7 +395,9 @@ class NodeServer(ServiceBase):
         batches = table.column(0).num_chunks if table.num_columns else 0
         self.counters.add(bytes_sent=table.nbytes, rows_sent=table.num_rows, batches_sent=batches, partitions_served=1,
                           streams_compressed=int(options is not None))
-        return flight.RecordBatchStream(table, options=options)
+        # pieces handed out one at a time, so the guard sees a reader that stops taking them (its slot is freed)
+        pieces = (piece for batch in table.to_batches() for piece in split_batch(batch, STREAM_PIECE_BYTES))
+        return flight.GeneratorStream(table.schema, self.guard.watch(guard, pieces), options=options)
 
     @contextlib.contextmanager
     def _counting_errors(self, what: str) -> Iterator[None]:

@@ -22,6 +22,7 @@ from flightpart.palette import node_colour
 from flightpart.version import __version__
 from flightpart.wire import Empty, error_message
 
+from .auth import CLOCK_MARGIN
 from .catalog_state import CatalogState
 
 REFRESH_SECONDS = 3
@@ -52,7 +53,7 @@ def cluster_status(state: CatalogState, pool: ConnectionPool) -> dict:
         nodes.append({"node_id": n.node_id, "uri": n.uri, "ip": n.ip, "pid": n.pid, "alive": n.alive, "colour": colours[n.uri],
                       "health": "SERVING" if not problems else "NOT_SERVING", "problems": problems,
                       "bytes_sent": s.get("bytes_sent"), "partitions_held": s.get("partitions_held"),
-                      "free_bytes": s.get("free_bytes", n.free_bytes)})
+                      "free_bytes": s.get("free_bytes", n.free_bytes), "clock_skew": n.clock_skew})
     datasets = []
     for k, record in enumerate(state.datasets()):
         entry: dict[str, Any] = {"name": record.dataset, "version": record.version, "shape": list(record.shape),
@@ -140,7 +141,7 @@ def render(status: dict) -> str:
             f'<tr class="node" data-uri="{e(n["uri"])}"><td><span class="swatch" style="background:{n["colour"]}"></span>'
             f'{e(n["node_id"][:8])}</td><td>{e(n["uri"])}</td><td>{"alive" if n["alive"] else "dead"}</td><td>{health}</td>'
             f'<td class="num">{_count(n["partitions_held"])}</td><td class="num">{_bytes(n["bytes_sent"])}</td>'
-            f'<td class="num">{_bytes(n["free_bytes"])}</td></tr>')
+            f'<td class="num">{_bytes(n["free_bytes"])}</td><td class="num">{_skew(n["clock_skew"])}</td></tr>')
     grids = [_grid(d, status["colours"]) for d in status["datasets"]]
     stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(status["time"]))
     alive = sum(n["alive"] for n in status["nodes"])
@@ -152,8 +153,8 @@ def render(status: dict) -> str:
 updated {stamp} (every {REFRESH_SECONDS} s) · <a href="status.json">status.json</a> · <a href="metrics">metrics</a></div>
 <h2>Nodes</h2>
 <table class="nodes"><tr><th>node</th><th>address</th><th>state</th><th>health</th><th>partitions</th><th>bytes served</th>
-<th>free disk</th></tr>
-{"".join(rows) or '<tr><td colspan="7">no node has registered yet</td></tr>'}
+<th>free disk</th><th>clock skew</th></tr>
+{"".join(rows) or '<tr><td colspan="8">no node has registered yet</td></tr>'}
 </table>
 <h2>Datasets</h2>
 {"".join(grids) or "<p>no dataset has been committed yet</p>"}
@@ -177,6 +178,14 @@ def _grid(d: dict, colours: dict[str, str]) -> str:
         cells.append(f'<div class="cell{" lost" if not holders else ""}" style="background:{colour}" title="{e(tip)}" '
                      f'data-part="{part["part"][0]},{part["part"][1]}">{label}<br>{part["shape"][0]:,} rows</div>')
     return head + f'<div class="grid" style="grid-template-columns: repeat({q}, minmax(8em, 1fr))">{"".join(cells)}</div></div>'
+
+
+def _skew(seconds: float | None) -> str:
+    """A node's clock against the catalog's, marked when it is past the margin tokens are checked with."""
+    if seconds is None:
+        return "–"
+    text = f"{seconds:+.1f} s"
+    return f'<span class="bad">{text}</span>' if abs(seconds) > CLOCK_MARGIN else text
 
 
 def _bytes(n: int | None) -> str:

@@ -54,7 +54,8 @@ def guarded(root):
     secret.write_text(SECRET + "\n")
     secret.chmod(0o600)
     with LocalCluster(root / "c", nodes=2, first_ip=95, heartbeat=0.3,
-                      extra_args=["--secret-file", str(secret), "--capability-ttl", "4"]) as c:
+                      extra_args=["--secret-file", str(secret), "--capability-ttl", "4"],
+                      env={"FLIGHTPART_CLOCK_MARGIN": "0"}) as c:  # expiry checked to the second (one clock here)
         (root / "c").chmod(0o755)
         with fp.connect(c.uri, token=SECRET) as owner:
             owner.put("shared", table_of(3000, 1), tiling=(2, 1))

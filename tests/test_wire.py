@@ -38,6 +38,7 @@ MESSAGES = [
     wire.RegisterReply("n1", "c1", (wire.VersionRef("old", 1),), (COMMIT,)),
     wire.VersionRef("sales", 3),
     wire.Heartbeat("n1", free_bytes=1 << 30, low_space=True),
+    wire.Heartbeat("n1", free_bytes=1 << 30, clock_ms=1_790_000_000_123),
     wire.Seal("c1", COMMIT),
     wire.Drop("sales", 3, cluster="c1", pending_only=True),
     wire.HeartbeatReply(True),
@@ -290,3 +291,21 @@ def test_a_commit_names_its_base_and_an_order_its_deadline_and_bodies_without_th
         with pytest.raises(fp.RequestRejected) as info:
             cls.from_json({**(based if cls is wire.Commit else order).to_json(), key: bad})
         assert info.value.field == field
+
+
+def test_the_heartbeat_short_path_reads_the_clock_and_refuses_a_bad_one():
+    beat = wire.Heartbeat("n1", 5, False, 1_790_000_000_123)
+    assert wire.Heartbeat.decode_plain(json.dumps(beat.to_json()).encode()) == beat
+    assert wire.Heartbeat.decode_plain(b'{"node_id": "n1"}') == wire.Heartbeat("n1")
+    for clock in (-1, 1.5, "now", True):
+        assert wire.Heartbeat.decode_plain(json.dumps({"node_id": "n1", "clock_ms": clock}).encode()) is None
+
+
+def test_a_token_is_accepted_within_the_margin_after_its_expiry_and_not_beyond():
+    secret = b"s" * 32
+    token = wire.capability(secret, "sales", 3, 1000)
+    assert wire.verify_token(secret, token, 999.0) is not None
+    assert wire.verify_token(secret, token, 1001.0) is None
+    assert wire.verify_token(secret, token, 1029.0, margin=30.0) is not None
+    assert wire.verify_token(secret, token, 1031.0, margin=30.0) is None
+    assert wire.verify_token(secret, wire.role_token(secret, "reader", "ann"), 1e12, margin=30.0) is not None

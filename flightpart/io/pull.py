@@ -18,7 +18,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from flightpart.errors import NodeUnavailable, ServerBusy
+from flightpart.errors import Forbidden, NodeUnavailable, ServerBusy, Unauthenticated
 from flightpart.wire import Replica, Ticket, error_message
 
 from .allocator import keep_freed_memory
@@ -28,7 +28,12 @@ from .errors import translate
 from .transfer import TRAFFIC, chunks
 
 IDLE_TIMEOUT = 2.0
-"""Seconds a stream may send nothing before the next replica is asked."""
+"""Seconds a stream may send nothing before the next replica is asked (or, on the last replica, the node is
+asked whether it is alive: a busy node that answers is waited for, a frozen one is left)."""
+PROBE_TIMEOUT = 5.0
+"""Seconds the last replica of a stalled stream has to answer ``node-info`` to show it is alive, only busy."""
+CLOCK_HINT = ("the token or its capability expired, or the nodes' clocks disagree with the catalog's by more "
+              "than the margin (see docs/operations.md, 'Clocks'); open the dataset again with a valid token")
 BUSY_PATIENCE = 30.0
 """Seconds to keep retrying when every replica answers busy."""
 STREAM_DEADLINE = 3600.0
@@ -49,10 +54,15 @@ def read_replicas(pool: ConnectionPool, ticket: Ticket, replicas: Sequence[Repli
     addresses, whose nodes are never asked to compress).
 
     A replica that is unreachable, stalls (no batch for ``idle_timeout``
-    seconds), does not hold the partition or fails hands over to the next;
-    when replicas are only busy, the round is tried again after a jittered
-    backoff, for up to :data:`BUSY_PATIENCE` seconds. Any other refusal is
-    raised at once. ``what`` names the partition in the error.
+    seconds while another replica is left to ask), refuses the credential
+    (UNAUTHENTICATED or FORBIDDEN: by its clock the capability may have
+    expired), does not hold the partition or fails hands over to the next;
+    the last replica is waited for while it answers (a busy node, not a frozen
+    one). When replicas are only busy, the round is tried again after a
+    jittered backoff, for up to :data:`BUSY_PATIENCE` seconds. When every
+    replica refuses the credential, that refusal is raised, saying why it may
+    have happened; any other refusal is raised at once. ``what`` names the
+    partition in the error.
 
     ``deadline`` (a ``time.monotonic()`` instant) is when the caller stops
     waiting: every stream ends by it and no replica is asked after it, so a
@@ -64,25 +74,30 @@ def read_replicas(pool: ConnectionPool, ticket: Ticket, replicas: Sequence[Repli
     delay = 0.05
     while True:
         busy = False
-        for uri, ip, _pid in replicas:
+        refusals: list[Unauthenticated | Forbidden] = []
+        for k, (uri, ip, _pid) in enumerate(replicas):
             if deadline is not None and time.monotonic() >= deadline:
                 failures.append(f"{uri}: not asked, the deadline passed")
                 continue
             try:
                 return _measured(pool, uri, replace(ticket, compression=RATES.codec_for(compression, uri, ip, here)),
-                                 idle_timeout, deadline)
+                                 idle_timeout, deadline, patient=k == len(replicas) - 1)
             except Stalled:
                 pool.discard(uri)
-                failures.append(f"{uri}: sent nothing for {idle_timeout:g} s")
+                failures.append(f"{uri}: sent nothing for {idle_timeout:g} s and did not answer")
             except (pa.ArrowException, ConnectionError, OSError) as exc:
                 error = translate(exc)
-                if not error.retryable:
+                if isinstance(error, (Unauthenticated, Forbidden)):
+                    refusals.append(error)
+                elif not error.retryable:
                     raise error from exc
-                if isinstance(error, ServerBusy):
+                elif isinstance(error, ServerBusy):
                     busy = True
                 elif isinstance(error, NodeUnavailable):
                     pool.discard(uri)
                 failures.append(f"{uri}: {error_message(exc)}")
+        if refusals and len(refusals) == len(replicas):
+            raise _refusal(what, refusals[0])
         if not busy or time.monotonic() + delay > give_up:
             break
         time.sleep(delay * (0.5 + random.random()))
@@ -90,25 +105,36 @@ def read_replicas(pool: ConnectionPool, ticket: Ticket, replicas: Sequence[Repli
     raise NodeUnavailable(f"{what}: no replica could serve it ({'; '.join(failures[-len(replicas):]) or 'no replicas are known'})")
 
 
-def _measured(pool: ConnectionPool, uri: str, ticket: Ticket, idle_timeout: float, deadline: float | None) -> pa.Table:
+def _refusal(what: str, first: Unauthenticated | Forbidden) -> Unauthenticated | Forbidden:
+    """What the reader gets when every replica refused its credential: the refusal, and (for an unauthenticated
+    one, which an expired capability is) why it may have happened."""
+    hint = f": {CLOCK_HINT}" if isinstance(first, Unauthenticated) else ""
+    return type(first)(f"{what}: every replica refused the credential ({first.message}){hint}", field=first.field)
+
+
+def _measured(pool: ConnectionPool, uri: str, ticket: Ticket, idle_timeout: float, deadline: float | None, *,
+              patient: bool = False) -> pa.Table:
     """One stream, its bytes and time handed to the link measurements."""
     RATES.started(uri)
     table = None
     try:
-        table = stream(pool, uri, flight.Ticket(ticket.encode()), idle_timeout, deadline)
+        table = stream(pool, uri, flight.Ticket(ticket.encode()), idle_timeout, deadline, patient=patient)
         return table
     finally:
         RATES.finished(uri, table.nbytes if table is not None else 0, ticket.compression)
 
 
-def stream(pool: ConnectionPool, uri: str, ticket: flight.Ticket, idle_timeout: float,
-           deadline: float | None = None) -> pa.Table:
+def stream(pool: ConnectionPool, uri: str, ticket: flight.Ticket, idle_timeout: float, deadline: float | None = None, *,
+           patient: bool = False) -> pa.Table:
     """One ``do_get``, read in a worker thread and cancelled when it sends nothing for ``idle_timeout`` seconds.
 
     A frozen server blocks a gRPC read without end; the worker holds the
     call and this thread watches it, so the caller moves on in bounded time.
     (A worker stuck before the first message ends at the call's deadline:
     :data:`STREAM_DEADLINE`, or what is left until ``deadline``.)
+    ``patient`` (no other replica to move to): a stream that sends nothing is
+    kept while its node answers a cheap call, since failing it would fail the
+    read; a busy node is slow, a frozen one does not answer. Never past ``deadline``.
     """
     call_timeout = STREAM_DEADLINE if deadline is None else max(0.001, min(STREAM_DEADLINE, deadline - time.monotonic()))
     progress = {"last": time.monotonic(), "reader": None, "abandoned": False}
@@ -138,6 +164,9 @@ def stream(pool: ConnectionPool, uri: str, ticket: flight.Ticket, idle_timeout: 
     tick = min(0.25, idle_timeout / 4)
     while not done.wait(tick):
         if time.monotonic() - progress["last"] > idle_timeout:
+            if patient and (deadline is None or time.monotonic() < deadline) and _answers(pool, uri):
+                progress["last"] = time.monotonic()
+                continue
             progress["abandoned"] = True
             if progress["reader"] is not None:
                 progress["reader"].cancel()
@@ -147,3 +176,12 @@ def stream(pool: ConnectionPool, uri: str, ticket: flight.Ticket, idle_timeout: 
     table = outcome["table"]
     TRAFFIC.add(bytes_received=table.nbytes)
     return table
+
+
+def _answers(pool: ConnectionPool, uri: str) -> bool:
+    """Whether the node at ``uri`` answers ``node-info`` within :data:`PROBE_TIMEOUT` (a refusal is an answer)."""
+    try:
+        pool.action(uri, "node-info", timeout=PROBE_TIMEOUT)
+        return True
+    except (pa.ArrowException, ConnectionError, OSError) as exc:
+        return not isinstance(translate(exc), NodeUnavailable)

@@ -1,0 +1,233 @@
+"""Capabilities no stronger than their token, clocks that disagree, and a node's streams shared fairly.
+
+Real daemons on loopback, with a cluster secret: a token that expires, a node
+whose clock runs an hour ahead (the FLIGHTPART_TEST_CLOCK_OFFSET hook), a
+reader that opens a node's streams and never reads them, and 64 readers at
+once on one replica per partition.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import pickle
+import signal
+import threading
+import time
+import urllib.request
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.flight as flight
+import pytest
+
+import flightpart as fp
+from flightpart import wire
+from flightpart.io.access import Access
+from flightpart.io.connections import ConnectionPool
+from flightpart.tools.cluster import Daemon, LocalCluster
+
+from helpers import code_of, wait_until
+
+SECRET = "cluster-secret-for-the-sharing-tests"
+MARGIN = 1.0  # FLIGHTPART_CLOCK_MARGIN for this module's cluster: expiry is seen within a second or two
+IDLE = 3.0    # --stream-idle-timeout of this module's nodes
+AHEAD = 3600  # seconds the skewed node's clock runs ahead
+
+
+def reader_token(name: str, expiry: float = 0) -> str:
+    return wire.role_token(SECRET.encode(), "reader", name, int(expiry))
+
+
+def table_of(rows: int, seed: int = 0) -> pa.Table:
+    rng = np.random.default_rng(seed)
+    return pa.table({"id": np.arange(rows), "x": rng.random(rows)})
+
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory):
+    """Three nodes plus one whose clock runs an hour ahead; datasets placed on known nodes."""
+    root = tmp_path_factory.mktemp("sharing")
+    secret = root / "secret"
+    secret.write_text(SECRET + "\n")
+    secret.chmod(0o600)
+    env = {"FLIGHTPART_CLOCK_MARGIN": str(MARGIN)}
+    with LocalCluster(root, nodes=3, first_ip=121, heartbeat=0.3, env=env,
+                      extra_args=["--secret-file", str(secret), "--metrics-port", "0"],
+                      node_args=["--stream-idle-timeout", str(IDLE)]) as c:
+        ahead = Daemon(["serve", "--host", "127.0.0.124", "--port", "0", "--data-dir", str(root / "ahead"),
+                        "--catalog", c.uri, "--heartbeat", "0.3", "--secret-file", str(secret),
+                        "--stream-idle-timeout", str(IDLE)],
+                       env={**env, "FLIGHTPART_TEST_CLOCK_OFFSET": str(AHEAD)})
+        c.nodes.append(ahead)  # stopped with the cluster
+        with fp.connect(c.uri, token=SECRET) as owner:
+            wait_until(lambda: sum(n["alive"] for n in owner.nodes()) == 4, what="four live nodes")
+            owner.put("shared", table_of(4000, 1), tiling=(4, 1), nodes=["127.0.0.121", "127.0.0.122", "127.0.0.123"])
+            owner.put("mirrored", table_of(3000, 2), tiling=(3, 1), replicas=2, nodes=["127.0.0.121", "127.0.0.124"])
+            owner.put("only-ahead", table_of(500, 3), tiling=(1, 1), nodes=["127.0.0.124"])
+            owner.put("big", table_of(4_000_000, 4), tiling=(1, 1), nodes=["127.0.0.122"])
+        yield c
+
+
+def owner_pool() -> ConnectionPool:
+    return ConnectionPool(Access(token=SECRET))
+
+
+def capability_expiry(ds) -> int:
+    """The expiry written in the capability a handle carries (what nodes check)."""
+    blob = pickle.dumps(ds.__partitioned__)
+    start = blob.index(b"fp1:cap:")
+    return int(blob[start:start + 200].split(b":")[3])
+
+
+def test_a_handle_stops_reading_once_the_token_that_opened_it_expired(secured):
+    expiry = time.time() + 4
+    with fp.connect(secured.uri, token=reader_token("brief", expiry), host="127.0.0.99") as reader:
+        ds = reader.open("shared")
+        assert capability_expiry(ds) <= int(expiry)  # the catalog's default would be a day
+        assert ds.to_arrow().equals(table_of(4000, 1))
+        wait_until(lambda: time.time() > expiry + MARGIN + 0.5, timeout=20, what="the token and its margin to pass")
+        with pytest.raises(fp.Unauthenticated, match="expired"):
+            ds.to_arrow()
+    with fp.connect(secured.uri, token=reader_token("forever"), host="127.0.0.99") as reader:
+        ds = reader.open("shared")  # a token without expiry keeps the catalog's capability period
+        assert capability_expiry(ds) > time.time() + 3600
+        assert ds.to_arrow().equals(table_of(4000, 1))
+
+
+def test_a_replica_whose_clock_runs_ahead_is_passed_over_for_the_others(secured):
+    ahead = secured.nodes[3].uri
+    pool = owner_pool()
+    refused_before = pool.action(ahead, "stats", timeout=10)["refused_calls"]
+    with fp.connect(secured.uri, token=reader_token("skewed", time.time() + 600), host="127.0.0.99") as reader:
+        meta = reader.open("mirrored").__partitioned__
+        refs = [p["data"] for p in meta["partitions"].values()]
+        assert all(ahead in {r[0] for r in ref.replicas} for ref in refs)
+        ahead_first = [dataclasses.replace(ref, replicas=tuple(sorted(ref.replicas, key=lambda r: r[0] != ahead)))
+                       for ref in refs]  # every read asks the node an hour ahead first
+        tables = meta["get"](ahead_first)
+        assert pa.concat_tables(tables).equals(table_of(3000, 2))
+        refused_after = pool.action(ahead, "stats", timeout=10)["refused_calls"]
+        assert refused_after >= refused_before + len(refs)  # it was asked, and refused the capability
+
+        with pytest.raises(fp.Unauthenticated, match="clocks disagree") as info:  # no other replica: the refusal
+            reader.open("only-ahead").to_arrow()
+        assert "every replica refused" in str(info.value)
+
+
+def test_a_node_whose_clock_is_past_the_margin_is_logged_and_shown(secured):
+    with fp.connect(secured.uri, token=SECRET) as owner:
+        wait_until(lambda: all(n.get("clock_skew") is not None for n in owner.nodes()), what="every node's clock")
+        skews = {n["ip"]: n["clock_skew"] for n in owner.nodes()}
+    assert AHEAD - 5 < skews.pop("127.0.0.124") < AHEAD + 5
+    assert all(abs(s) < MARGIN for s in skews.values()), skews
+    wait_until(lambda: "its clock is +3600" in secured.catalog.log(), what="the catalog's warning")
+    assert secured.catalog.log().count("its clock is +") == 1  # once, not on every beat
+    page = secured.catalog.uris["catalog-status"]
+    status = json.loads(urllib.request.urlopen(page + "status.json", timeout=10).read())
+    shown = {n["ip"]: n["clock_skew"] for n in status["nodes"]}
+    assert AHEAD - 5 < shown["127.0.0.124"] < AHEAD + 5
+    html = urllib.request.urlopen(page, timeout=10).read().decode()
+    assert "clock skew" in html and '<span class="bad">+3600.' in html
+
+
+def node_streams(uri: str) -> int:
+    return owner_pool().action(uri, "stats", timeout=10)["open_streams"]
+
+
+def test_a_reader_holding_idle_streams_does_not_lock_others_out_and_loses_them(secured):
+    node = secured.nodes[1].uri  # holds the one partition of "big" (32 MB)
+    # without gRPC's window growth (BDP probing) a stream's window stays small, so a reader that does not read
+    # soon stops the node's writes: a reader on a slow link, or one that means to hold the node's streams
+    hog = flight.connect(node, generic_options=[("grpc.http2.bdp_probe", 0)])
+    options = flight.FlightCallOptions(headers=[(b"authorization", f"Bearer {reader_token('hog')}".encode())])
+    ticket = flight.Ticket(wire.Ticket("big", 1, (0, 0)).encode())
+    held, refused = [], []
+    for _ in range(64):
+        try:
+            reader = hog.do_get(ticket, options=options)
+            reader.read_chunk()  # the first batch: the stream is open, and then never read again
+            held.append(reader)
+        except flight.FlightError as exc:
+            refused.append(code_of(exc))
+    # one caller holds at most half of --max-streams 64; the rest of its asks are refused as BUSY (retryable)
+    assert len(held) == 32 and refused == ["BUSY"] * 32
+    assert node_streams(node) == 32
+
+    with fp.connect(secured.uri, token=reader_token("other"), host="127.0.0.99") as other:
+        got = other.open("big").to_arrow()  # another caller reads while the hog holds its share
+    assert got.num_rows == 4_000_000 and pc.sum(got.column("id")).as_py() == 4_000_000 * 3_999_999 // 2
+
+    wait_until(lambda: node_streams(node) == 0, timeout=IDLE * 10, what="the idle streams' slots to be freed")
+    assert "took nothing for 3 s" in secured.nodes[1].log()
+    with pytest.raises(flight.FlightError) as info:  # its unread calls still count against its own share
+        hog.do_get(ticket, options=options).read_chunk()
+    assert code_of(info.value) == "BUSY"
+    failed = None
+    for reader in reversed(held):  # the hog comes back: a stream the node had not finished was cancelled
+        try:
+            reader.read_all()
+        except flight.FlightError as exc:
+            failed = exc
+            break
+    assert failed is not None and code_of(failed) == "UNAVAILABLE" and "cancelled" in str(failed), failed
+    for reader in held:
+        reader.cancel()
+
+
+def test_the_only_replica_paused_longer_than_the_idle_timeout_is_waited_for_not_failed(secured):
+    node = secured.nodes[2]  # 127.0.0.123: a node that stops answering for a moment (a pause, a starved CPU)
+    with fp.connect(secured.uri, token=reader_token("patient"), host="127.0.0.99", idle_timeout=0.3) as reader:
+        meta = reader.open("shared").__partitioned__
+        refs = [p["data"] for p in meta["partitions"].values() if p["data"].replicas[0][0] == node.uri]
+        assert refs and all(len(ref.replicas) == 1 for ref in refs)
+        expected = meta["get"](refs)
+        os.kill(node.pid, signal.SIGSTOP)
+        paused = time.monotonic()
+        try:
+            outcome: dict = {}
+            worker = threading.Thread(target=lambda: outcome.update(tables=meta["get"](refs)))
+            worker.start()
+            wait_until(lambda: time.monotonic() > paused + 6 * 0.3, what="a pause of six idle timeouts")
+        finally:
+            os.kill(node.pid, signal.SIGCONT)
+        worker.join(60)
+    assert "tables" in outcome, "the read failed although its only replica answered again"
+    assert [t.equals(e) for t, e in zip(outcome["tables"], expected)] == [True] * len(refs)
+
+
+@pytest.mark.slow
+def test_sixty_four_readers_on_one_replica_per_partition_see_no_failed_read(tmp_path):
+    readers, rounds = 64, 10
+    table = table_of(600_000, 5)
+    expected = (table.num_rows, pc.sum(table.column("id")).as_py(), pc.sum(table.column("x")).as_py())
+    with LocalCluster(tmp_path, nodes=3, first_ip=131) as c:  # default settings, no secret
+        with fp.connect(c.uri) as client:
+            client.put("crowd", table, tiling=(6, 1))
+        errors: list[BaseException] = []
+        bad: list[tuple] = []
+        start = threading.Barrier(readers)
+
+        def reader() -> None:
+            try:
+                with fp.connect(c.uri, host="127.0.0.99") as mine:
+                    start.wait()
+                    for _ in range(rounds):
+                        got = mine.open("crowd").to_arrow()
+                        seen = (got.num_rows, pc.sum(got.column("id")).as_py(), pc.sum(got.column("x")).as_py())
+                        if seen[:2] != expected[:2] or seen[2] != pytest.approx(expected[2]):  # sums of floats by chunk
+                            bad.append(seen)
+            except BaseException as exc:
+                errors.append(exc)
+                start.abort()
+
+        threads = [threading.Thread(target=reader) for _ in range(readers)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(900)
+        assert not any(t.is_alive() for t in threads)
+    assert not errors, f"{len(errors)} of {readers * rounds} reads failed, first: {errors[0]!r}"
+    assert not bad, bad[:3]
