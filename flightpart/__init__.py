@@ -32,6 +32,7 @@ from .errors import (
     StorageFull,
     Unauthenticated,
     VersionConflict,
+    VersionExpired,
 )
 from .lenient import from_partitioned
 from .protocol import IdentityGet, PartitionedFrame, partitioned
@@ -123,6 +124,7 @@ __all__ = [
     "StorageFull",
     "Unauthenticated",
     "VersionConflict",
+    "VersionExpired",
     "__version__",
     "connect",
     "default_partition",

@@ -20,6 +20,16 @@ HOST_OPTION = click.option("--client-host", "host", envvar="FLIGHTPART_HOST", de
 JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 CAPABILITY_TTL_OPTION = click.option("--capability-ttl", default=86400.0, show_default=True, type=float,
                                      help="Catalog: seconds the read capability in a dataset handle stays valid.")
+def identity_options(f):
+    """--cluster-id and --rebuild-grace: how a catalog on new or lost state settles the cluster's identity."""
+    f = click.option("--rebuild-grace", default=5.0, show_default=True, type=click.FloatRange(min=0),
+                     help="Catalog on new or lost state: seconds writes wait for nodes to report their cluster, versions "
+                          "and tombstones before version numbers are handed out (more than the nodes' --heartbeat).")(f)
+    return click.option("--cluster-id", default=None,
+                        help="Catalog: the cluster's identity, given instead of learned from the nodes (a fresh state "
+                             "takes it at once; a state of another cluster refuses to start).")(f)
+
+
 PENDING_TTL_OPTION = click.option("--pending-ttl", default=3600.0, show_default=True, type=float,
                                   help="Catalog: abort a put still pending after this many seconds and delete its files.")
 
@@ -117,12 +127,13 @@ def main(ctx: click.Context, log_level: str, log_format: str, debug: bool) -> No
               help="Let this group's members map partitions zero-copy (directories 750, files 640); default: owner only.")
 @PENDING_TTL_OPTION
 @CAPABILITY_TTL_OPTION
+@identity_options
 @security_options
 @observability_options
 def serve(host: str, port: int, data_dir: str | None, catalog_uri: str | None, node_port: int, state_dir: str | None,
           heartbeat: float, dead_after: float, max_partition_bytes: int | None, max_streams: int, stream_idle_timeout: float,
           advertise: str | None, min_free_bytes: int, group: str | None, pending_ttl: float, capability_ttl: float,
-          secret_file: str | None, tls_cert: str | None, tls_key: str | None, tls_client_ca: str | None, tls_ca: str | None,
+          cluster_id: str | None, rebuild_grace: float, secret_file: str | None, tls_cert: str | None, tls_key: str | None, tls_client_ca: str | None, tls_ca: str | None,
           insecure: bool, health_port: int | None, metrics_port: int | None, metrics_host: str) -> None:
     """Run a node (and, without --catalog, a catalog too)."""
     from .server.daemon import Observability, Security, run_node
@@ -131,7 +142,8 @@ def serve(host: str, port: int, data_dir: str | None, catalog_uri: str | None, n
              dead_after=dead_after, max_partition_bytes=max_partition_bytes, max_streams=max_streams, advertise=advertise,
              security=Security(secret_file, tls_cert, tls_key, tls_client_ca, tls_ca, insecure),
              ports=Observability(health_port, metrics_port, metrics_host), min_free_bytes=min_free_bytes, group=group,
-             pending_ttl=pending_ttl, capability_ttl=capability_ttl, stream_idle_timeout=stream_idle_timeout)
+             pending_ttl=pending_ttl, capability_ttl=capability_ttl, stream_idle_timeout=stream_idle_timeout,
+             cluster_id=cluster_id, rebuild_grace=rebuild_grace)
 
 
 @main.command("catalog")
@@ -143,10 +155,11 @@ def serve(host: str, port: int, data_dir: str | None, catalog_uri: str | None, n
               help="Seconds without heartbeat before a dead node is forgotten; its partitions then count as lost replicas.")
 @PENDING_TTL_OPTION
 @CAPABILITY_TTL_OPTION
+@identity_options
 @security_options
 @observability_options
 def catalog_cmd(host: str, port: int, state_dir: str | None, dead_after: float, retire_after: float, pending_ttl: float,
-                capability_ttl: float, secret_file: str | None,
+                capability_ttl: float, cluster_id: str | None, rebuild_grace: float, secret_file: str | None,
                 tls_cert: str | None,
                 tls_key: str | None, tls_client_ca: str | None, tls_ca: str | None, insecure: bool, health_port: int | None,
                 metrics_port: int | None, metrics_host: str) -> None:
@@ -154,7 +167,8 @@ def catalog_cmd(host: str, port: int, state_dir: str | None, dead_after: float, 
     from .server.daemon import Observability, Security, run_catalog
 
     run_catalog(host, port, state_dir, dead_after, Security(secret_file, tls_cert, tls_key, tls_client_ca, tls_ca, insecure),
-                Observability(health_port, metrics_port, metrics_host), pending_ttl, capability_ttl, retire_after)
+                Observability(health_port, metrics_port, metrics_host), pending_ttl, capability_ttl, retire_after,
+                cluster_id=cluster_id, rebuild_grace=rebuild_grace)
 
 
 # --------------------------------------------------------------------------- datasets

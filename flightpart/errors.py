@@ -73,6 +73,13 @@ class VersionConflict(FlightpartError, ValueError):
     code = "VERSION_CONFLICT"
 
 
+class VersionExpired(FlightpartError, TimeoutError):
+    """A write into a version that was aborted while it was still being written: its put outlived the catalog's
+    ``--pending-ttl`` (or the writer abandoned it). Nothing of it is kept; write the data again as a new version."""
+
+    code = "VERSION_EXPIRED"
+
+
 class StorageFull(FlightpartError, OSError):
     """A node's disk has no room for the partition; it keeps serving what it holds."""
 

@@ -665,6 +665,26 @@ class Drop(Message):
     version: int | None = _field(p_optional(p_uint), None)
     cluster: str | None = _field(p_optional(p_str), None)
     pending_only: bool = _field(p_bool, False)
+    through: int | None = _field(p_optional(p_uint), None)
+    """To a node, with ``version`` null: the highest version number the dataset had when every version was
+    dropped, so the node remembers that no number up to it may be used again (see :class:`Tombstones`)."""
+
+
+@dataclass(frozen=True)
+class Tombstones(Message):
+    """What a node remembers of one dataset's versions that are gone: numbers that must never be used again.
+
+    ``dropped_through``: every version up to it was dropped (a drop of the
+    whole dataset); ``dropped`` and ``aborted``: single versions dropped, or
+    aborted (expired or abandoned before their commit). A node reports them
+    when it registers, so a catalog that lost its state gets its version
+    counters and tombstones back from any node that heard the drop.
+    """
+
+    dataset: str = _field(p_name)
+    dropped_through: int = _field(p_uint, 0)
+    dropped: tuple[int, ...] = _field(p_list(p_uint, 100_000), ())
+    aborted: tuple[int, ...] = _field(p_list(p_uint, 100_000), ())
 
 
 @dataclass(frozen=True)
@@ -892,7 +912,8 @@ class RegisterNode(Message):
     more: bool = _field(p_bool, False)
     """A node holding more than one body can carry registers in pages: every page repeats who it is, every
     version it has and which it has sealed (``sealed_versions``), and carries a share of its partitions and
-    manifests; all but the last say ``more``."""
+    manifests; all but the last say ``more``. ``tombstones`` (every page): the versions it knows are gone."""
+    tombstones: tuple[Tombstones, ...] = _field(p_list(p_message(Tombstones), 100_000), ())
 
 
 @dataclass(frozen=True)

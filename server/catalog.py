@@ -32,6 +32,7 @@ from flightpart.errors import (
     RequestRejected,
     SchemaMismatch,
     VersionConflict,
+    VersionExpired,
 )
 from flightpart.io.access import Access
 from flightpart.io.connections import ConnectionPool
@@ -74,6 +75,11 @@ from .telemetry import describe
 
 log = logging.getLogger("flightpart.catalog")
 
+REBUILD_GRACE = 5.0
+"""Seconds a catalog started without a known cluster identity (new, or its state lost) lets writes wait, so that
+every live node (each re-registers within one heartbeat, 2 s by default) can tell it the identity, versions and
+tombstones it holds before a version number is handed out (``--rebuild-grace``)."""
+
 
 def version_info(record: VersionRecord, cap: str | None = None) -> VersionInfo:
     """What the wire says of a stored version (replicas as (uri, ip, pid), live ones first)."""
@@ -93,9 +99,22 @@ class CatalogServer(ServiceBase):
                  dead_after: float = 10.0, pending_ttl: float = 3600.0, node_timeout: float = 5.0,
                  fan_out_timeout: float = 2.0, retire_after: float = 86400.0,
                  capability_ttl: float = 86400.0, secret: bytes | None = None, pool: ConnectionPool | None = None,
-                 **server_kwargs: Any):
+                 rebuild_grace: float | None = None, cluster_id: str | None = None, **server_kwargs: Any):
         super().__init__(host, port, secret=secret, **server_kwargs)
         self.state = CatalogState(state_path, dead_after=dead_after)
+        self._started = time.monotonic()
+        known = self.state.cluster()
+        if cluster_id is not None and known is not None and known != cluster_id:
+            raise ForeignCluster(f"--cluster-id {cluster_id}: this catalog's state belongs to cluster {known}", field="cluster")
+        if cluster_id is not None:
+            known = self.state.mint_cluster(cluster_id)
+        # state that knows its cluster is intact; otherwise (new, or lost) writes wait for the nodes to come back first
+        self.rebuild_grace = 0.0 if known is not None else (
+            rebuild_grace if rebuild_grace is not None else (0.0 if state_path == ":memory:" else REBUILD_GRACE))
+        self._identity_known = threading.Event()
+        if known is not None:
+            self._identity_known.set()
+        self._without_identity: set[str] = set()  # nodes registered before the identity was known: told it later
         access = pool.access if pool is not None else Access()
         if secret is not None:  # the catalog calls nodes (held, seal, drop, copy-to) with the node role
             access = dataclasses.replace(access, token=role_token(secret, "node", "catalog"))
@@ -219,9 +238,14 @@ class CatalogServer(ServiceBase):
         held = [{"dataset": p.dataset, "version": p.version, "part": p.part, "nbytes": p.nbytes, "stats": p.stats}
                 for p in b.partitions]
         manifests = [manifest_record(m) for m in b.sealed]
-        orphans, to_seal = self.state.register_node(b.node_id, b.uri, b.ip, b.pid, b.data_dir, held, manifests,
-                                                    [(v.dataset, v.version) for v in b.versions],
-                                                    [(v.dataset, v.version) for v in b.sealed_versions])
+        orphans, to_seal, gone = self.state.register_node(b.node_id, b.uri, b.ip, b.pid, b.data_dir, held, manifests,
+                                                          [(v.dataset, v.version) for v in b.versions],
+                                                          [(v.dataset, v.version) for v in b.sealed_versions], b.tombstones)
+        self._identity_learned(cluster, b.node_id)
+        for dataset, version in gone:  # a node heard a drop this catalog's state lost: every holder deletes it
+            log.warning("%s v%d: node %s says it was dropped or aborted; forgotten here too", dataset, version, b.node_id)
+            self._infos.clear()
+            self._drop_files(dataset, version, self.state.nodes())
         manifests = (manifest_of(self.state.version(d, v)) for d, v in to_seal)
         seal, more = next(pages(manifests, lambda m: len(m.encode()), self.REPLY_BYTES))
         if more:  # the rest when it registers again, once this registration is done
@@ -233,6 +257,30 @@ class CatalogServer(ServiceBase):
 
     REPLY_BYTES = 4 << 20
     """About how many bytes of manifests one answer to a registration carries."""
+
+    def _identity_learned(self, cluster: str | None, node_id: str) -> None:
+        """Keep track of nodes registered while the cluster had no identity: once it has one, each is made to
+        register again (its next heartbeat is refused) and joins it."""
+        if cluster is None:
+            self._without_identity.add(node_id)
+            return
+        self._identity_known.set()
+        waiting, self._without_identity = self._without_identity, set()
+        for other in waiting - {node_id}:
+            self.state.must_register(other)
+
+    def _cluster(self) -> str:
+        """The cluster's identity, for a write: a catalog on new or lost state first waits ``rebuild_grace`` seconds
+        from its start for nodes holding data to tell it theirs (and their versions), then makes a new one."""
+        known = self.state.cluster()
+        if known is not None and self._identity_known.is_set() and time.monotonic() >= self._started + self.rebuild_grace:
+            return known
+        remaining = self._started + self.rebuild_grace - time.monotonic()
+        if remaining > 0:
+            time.sleep(remaining)  # writes wait for the rebuild: every live node re-registers within a heartbeat
+        cluster = self.state.mint_cluster()
+        self._identity_learned(cluster, "")
+        return cluster
 
     def _check_identity(self, b: RegisterNode) -> None:
         """One node id, one live process: a copy of a live node's data directory is refused."""
@@ -302,7 +350,9 @@ class CatalogServer(ServiceBase):
     # ------------------------------------------------------------------ versions
 
     def _begin(self, raw: bytes) -> dict:
-        return VersionReply(self.state.begin(DatasetRef.decode(raw, "begin").dataset)).to_json()
+        name = DatasetRef.decode(raw, "begin").dataset
+        self._cluster()
+        return VersionReply(self.state.begin(name)).to_json()
 
     def _commit(self, raw: bytes) -> dict:
         b = Commit.decode(raw)
@@ -330,14 +380,17 @@ class CatalogServer(ServiceBase):
     def _raise_if_not_pending(self, dataset: str, version: int) -> None:
         """DatasetNotFound when ``version`` was dropped or aborted: why its files are gone, rather than a missing file."""
         state = self.state.version_state(dataset, version)
-        if state is None or state[0] in ("dropped", "aborted"):
+        if state is not None and state[0] == "aborted":
+            raise VersionExpired(f"{dataset} v{version} was aborted while it was being written (pending longer than "
+                                 "--pending-ttl, or given up); nothing was published: put it again", field="version")
+        if state is None or state[0] == "dropped":
             was = state[0] if state else "unknown"
             raise DatasetNotFound(f"{dataset} v{version} was {was} while it was being written; nothing was published",
                                   field="version")
 
     def _seal(self, manifest: Commit, nodes: Any) -> None:
         """Tell the holders the version is committed; one that misses it is told when it registers again."""
-        cluster = self.state.adopt_cluster(None)
+        cluster = self.state.cluster()
         self._fan_out(nodes, lambda node: self.pool.action(node.uri, Seal.ACTION, Seal(cluster, manifest), timeout=self.fan_out_timeout),
                       f"seal {manifest.dataset} v{manifest.version}")
 
@@ -392,15 +445,17 @@ class CatalogServer(ServiceBase):
 
     def _drop(self, raw: bytes) -> dict:
         b = Drop.decode(raw)
-        nodes = self.state.drop(b.dataset, b.version)
+        self.state.drop(b.dataset, b.version)
         self._infos.clear()  # before any file goes: whoever finds its files gone learns it was dropped
-        cleaned = self._drop_files(b.dataset, b.version, nodes)
+        # every live node, holder or not, keeps the tombstone: a catalog that loses its state learns it back from any
+        cleaned = self._drop_files(b.dataset, b.version, self.state.nodes())
         describe("drop", dataset=b.dataset, version=b.version, nodes=cleaned)
         return {"dataset": b.dataset, "version": b.version, "nodes_cleaned": cleaned}
 
     def _drop_files(self, name: str, version: int | None, nodes: list[NodeRecord], *, pending_only: bool = False) -> int:
         """Tell the nodes to delete a version's files, in parallel; a node that misses it is told when it registers again."""
-        order = Drop(name, version, self.state.adopt_cluster(None), pending_only)
+        through = self.state.dropped_through(name) if version is None and not pending_only else None
+        order = Drop(name, version, self.state.cluster(), pending_only, through)
         return self._fan_out([n for n in nodes if n.alive],
                              lambda node: self.pool.action(node.uri, Drop.ACTION, order, timeout=self.fan_out_timeout),
                              f"drop {name} v{version}")
@@ -469,6 +524,7 @@ class CatalogServer(ServiceBase):
         b = PublishBegin.decode(raw)
         if not b.rank < b.nranks:
             raise RequestRejected(f"publish-begin: rank {b.rank} is not in [0, {b.nranks})", field="publish-begin.rank")
+        self._cluster()
         return VersionReply(self.state.join_publish(b.dataset, b.nranks, b.rank)).to_json()
 
     def _publish_part(self, raw: bytes) -> dict:

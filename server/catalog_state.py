@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from flightpart.errors import DatasetNotFound, VersionConflict
+from flightpart.errors import DatasetNotFound, VersionConflict, VersionExpired
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS nodes(
@@ -45,6 +45,7 @@ CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS stats(
     dataset TEXT NOT NULL, version INTEGER NOT NULL, i INTEGER NOT NULL, j INTEGER NOT NULL, body TEXT NOT NULL,
     PRIMARY KEY(dataset, version, i, j));
+CREATE TABLE IF NOT EXISTS floors(dataset TEXT PRIMARY KEY, dropped_through INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS replicas(
     dataset TEXT NOT NULL, version INTEGER NOT NULL, i INTEGER NOT NULL, j INTEGER NOT NULL, node_id TEXT NOT NULL,
     PRIMARY KEY(dataset, version, i, j, node_id));
@@ -128,13 +129,29 @@ class CatalogState:
             row = self._db.execute("SELECT value FROM meta WHERE key='cluster'").fetchone()
         return row[0] if row else None
 
-    def adopt_cluster(self, offered: str | None) -> str:
-        """The cluster id, set on first use: a node's (a catalog rebuilt from its nodes) or a fresh one."""
+    def adopt_cluster(self, offered: str | None) -> str | None:
+        """The cluster id: the one kept, else ``offered`` (a node that holds it: a catalog rebuilt from its nodes).
+
+        Never a fresh one: which node or client reaches a catalog on empty
+        state first must not decide the cluster's identity (see
+        :meth:`mint_cluster`). None while no identity is known.
+        """
         with self._tx() as db:
             row = db.execute("SELECT value FROM meta WHERE key='cluster'").fetchone()
             if row:
                 return row[0]
-            cluster = offered or uuid.uuid4().hex
+            if offered is None:
+                return None
+            db.execute("INSERT INTO meta VALUES('cluster', ?)", (offered,))
+            return offered
+
+    def mint_cluster(self, given: str | None = None) -> str:
+        """The cluster id, made now (``given``, or fresh) when none is known: a new cluster's first write."""
+        with self._tx() as db:
+            row = db.execute("SELECT value FROM meta WHERE key='cluster'").fetchone()
+            if row:
+                return row[0]
+            cluster = given or uuid.uuid4().hex
             db.execute("INSERT INTO meta VALUES('cluster', ?)", (cluster,))
             return cluster
 
@@ -150,8 +167,15 @@ class CatalogState:
 
     def register_node(self, node_id: str, uri: str, ip: str, pid: int, data_dir: str | None, held: list[dict],
                       manifests: Sequence[VersionRecord] = (), versions: Sequence[tuple[str, int]] = (),
-                      sealed_versions: Sequence[tuple[str, int]] = ()) -> tuple[list[tuple[str, int]], list[tuple[str, int]]]:
-        """Record a node and what it holds; returns (orphans, versions to seal).
+                      sealed_versions: Sequence[tuple[str, int]] = (),
+                      tombstones: Sequence[Any] = ()) -> tuple[list[tuple[str, int]], list[tuple[str, int]], list[tuple[str, int]]]:
+        """Record a node and what it holds; returns (orphans, versions to seal, versions it says are gone).
+
+        ``tombstones`` (:class:`flightpart.wire.Tombstones`) are the versions
+        the node knows were dropped or aborted: they are recorded first, so a
+        catalog that lost its state gets its tombstones and version counters
+        back, and a version a node's tombstone says was dropped is dropped
+        here too (returned third: every node must be told to delete it).
 
         Orphans are versions this catalog dropped or aborted (tombstones):
         the node deletes them. Sealed versions the catalog does not know (it
@@ -169,6 +193,7 @@ class CatalogState:
             self._known.add(node_id)
             self._beats[node_id] = now
         with self._tx() as db:
+            gone = _bury(db, tombstones, now)
             db.execute(
                 "INSERT INTO nodes VALUES(?,?,?,?,?,?) ON CONFLICT(node_id) DO UPDATE SET "
                 "uri=excluded.uri, ip=excluded.ip, pid=excluded.pid, data_dir=excluded.data_dir, last_heartbeat=excluded.last_heartbeat",
@@ -179,6 +204,11 @@ class CatalogState:
                 db.execute("INSERT INTO counters VALUES(?, ?) ON CONFLICT(dataset) DO UPDATE SET "
                            "next_version=MAX(next_version, excluded.next_version)", (dataset, version + 1))
             states = {key: _state(db, *key) for key in seen}
+            for key in [k for k, state in states.items() if state in (None, "pending", "committed") and _below_floor(db, *k)]:
+                if states[key] is not None:
+                    gone.add(key)  # resurrected by an earlier node's manifest, dropped by a drop of every version
+                _set_state(db, *key, "dropped", now)
+                states[key] = "dropped"
             for m in manifests:
                 if states[(m.dataset, m.version)] in (None, "pending"):
                     _write_committed(db, m, now)
@@ -206,7 +236,7 @@ class CatalogState:
             for key in seen - {(p["dataset"], p["version"]) for p in held}:
                 if states[key] in ("dropped", "aborted"):
                     orphans.add(key)  # an empty directory of a version that is gone
-        return sorted(orphans), sorted(unsealed_committed)
+        return sorted(orphans), sorted(unsealed_committed), sorted(gone)
 
     def heartbeat(self, node_id: str, free_bytes: int | None = None, low_space: bool = False,
                   clock_skew: float | None = None) -> bool:
@@ -353,6 +383,9 @@ class CatalogState:
             if state[0] == "committed":
                 raise VersionConflict(f"dataset {dataset!r} version {version} is already committed", field="version")
             if state[0] != "pending":
+                if state[0] == "aborted":
+                    raise VersionExpired(f"{dataset} v{version} was aborted while it was being written (pending longer than "
+                                         "--pending-ttl, or given up); nothing was published: put it again", field="version")
                 raise DatasetNotFound(f"dataset {dataset!r} version {version} was {state[0]}; it cannot be committed")
             if ordered:
                 _check_on_top(db, dataset, version, base)
@@ -376,8 +409,15 @@ class CatalogState:
         """Forget a pending version; returns the nodes that may hold its files."""
         return self._delete(dataset, version, only_pending=True)
 
+    def dropped_through(self, dataset: str) -> int:
+        """The highest version a drop of every version of ``dataset`` covered (0: none)."""
+        with self._lock:
+            row = self._db.execute("SELECT dropped_through FROM floors WHERE dataset=?", (dataset,)).fetchone()
+        return row[0] if row else 0
+
     def drop(self, dataset: str, version: int | None = None) -> list[NodeRecord]:
-        """Forget a version (or all); returns every node that may hold its files."""
+        """Forget a version (or all: every number handed out so far stays taken); returns every node that may hold
+        its files."""
         with self._lock:
             exists = self._db.execute(
                 "SELECT 1 FROM versions WHERE state IN ('pending', 'committed') AND dataset=?" + (" AND version=?" if version is not None else ""),
@@ -403,6 +443,9 @@ class CatalogState:
             holders = {r[0] for r in db.execute(f"SELECT DISTINCT node_id FROM replicas WHERE {where}", args)}
             tombstone = "aborted" if only_pending else "dropped"
             db.execute(f"UPDATE versions SET state=? WHERE state IN ('pending', 'committed') AND {where}", (tombstone, *args))
+            if version is None and not only_pending:
+                row = db.execute("SELECT next_version FROM counters WHERE dataset=?", (dataset,)).fetchone()
+                _raise_floor(db, dataset, (row[0] - 1) if row else 0)
             for table in ("partitions", "replicas", "stats"):
                 db.execute(f"DELETE FROM {table} WHERE {where}", args)
         nodes = self.nodes()
@@ -544,3 +587,45 @@ def _check_on_top(db: Any, dataset: str, version: int, base: int | None) -> None
     if latest is not None and latest > version:
         raise VersionConflict(f"{dataset} v{latest} was committed after v{version} was reserved; write it again as a "
                               "new version so it lands on top", field="commit.base")
+
+
+def _raise_floor(db: sqlite3.Connection, dataset: str, through: int) -> None:
+    """Every version of ``dataset`` up to ``through`` is dropped, and no number up to it is handed out again."""
+    if through <= 0:
+        return
+    db.execute("INSERT INTO floors VALUES(?, ?) ON CONFLICT(dataset) DO UPDATE SET "
+               "dropped_through=MAX(dropped_through, excluded.dropped_through)", (dataset, through))
+    db.execute("INSERT INTO counters VALUES(?, ?) ON CONFLICT(dataset) DO UPDATE SET "
+               "next_version=MAX(next_version, excluded.next_version)", (dataset, through + 1))
+
+
+def _below_floor(db: sqlite3.Connection, dataset: str, version: int) -> bool:
+    row = db.execute("SELECT dropped_through FROM floors WHERE dataset=?", (dataset,)).fetchone()
+    return bool(row) and version <= row[0]
+
+
+def _set_state(db: sqlite3.Connection, dataset: str, version: int, state: str, now: float) -> None:
+    """``version`` becomes a tombstone (``dropped`` or ``aborted``): its partitions are forgotten, its number kept."""
+    db.execute("INSERT INTO versions(dataset, version, state, created) VALUES(?,?,?,?) "
+               "ON CONFLICT(dataset, version) DO UPDATE SET state=excluded.state", (dataset, version, state, now))
+    for table in ("partitions", "replicas", "stats"):
+        db.execute(f"DELETE FROM {table} WHERE dataset=? AND version=?", (dataset, version))
+    db.execute("INSERT INTO counters VALUES(?, ?) ON CONFLICT(dataset) DO UPDATE SET "
+               "next_version=MAX(next_version, excluded.next_version)", (dataset, version + 1))
+
+
+def _bury(db: sqlite3.Connection, tombstones: Sequence[Any], now: float) -> set[tuple[str, int]]:
+    """Record what a node says is gone; returns the versions this catalog still had (pending or committed) and now
+    drops or aborts, whose files every node must delete."""
+    gone: set[tuple[str, int]] = set()
+    for t in tombstones:
+        _raise_floor(db, t.dataset, t.dropped_through)
+        for versions, kind in ((t.dropped, "dropped"), (t.aborted, "aborted")):
+            for version in versions:
+                state = _state(db, t.dataset, version)
+                if state == kind or state == "dropped" or (kind == "aborted" and state == "committed"):
+                    continue  # known; an abort never undoes a commit
+                if state in ("pending", "committed"):
+                    gone.add((t.dataset, version))
+                _set_state(db, t.dataset, version, kind, now)
+    return gone

@@ -226,21 +226,25 @@ def bind_problem(host: str, port: int) -> str | None:
 
 
 def start_catalog(host: str, port: int, state_dir: str | None, dead_after: float, security: Security,
-                  pending_ttl: float = 3600.0, capability_ttl: float = 86400.0, retire_after: float = 86400.0) -> CatalogServer:
+                  pending_ttl: float = 3600.0, capability_ttl: float = 86400.0, retire_after: float = 86400.0, *,
+                  cluster_id: str | None = None, rebuild_grace: float | None = None) -> CatalogServer:
     """A catalog whose SQLite state lives in ``state_dir`` (default: the per-user data directory), readable by its owner only."""
     state = Path(state_dir) if state_dir else default_state_dir()
     state.mkdir(parents=True, exist_ok=True)
     state.chmod(0o700)
     return listening(lambda: CatalogServer(host, port, state_path=str(state / "catalog.sqlite"), dead_after=dead_after,
                                            pending_ttl=pending_ttl, capability_ttl=capability_ttl, retire_after=retire_after,
-                                           pool=security.pool(), **security.server_options()), host, port, "catalog")
+                                           pool=security.pool(), cluster_id=cluster_id, rebuild_grace=rebuild_grace,
+                                           **security.server_options()), host, port, "catalog")
 
 
 def run_catalog(host: str, port: int, state_dir: str | None, dead_after: float, security: Security, ports: Observability,
-                pending_ttl: float = 3600.0, capability_ttl: float = 86400.0, retire_after: float = 86400.0) -> None:
+                pending_ttl: float = 3600.0, capability_ttl: float = 86400.0, retire_after: float = 86400.0, *,
+                cluster_id: str | None = None, rebuild_grace: float | None = None) -> None:
     """``flightpart catalog``: serve until a signal."""
     security.check_exposure(host, "catalog")
-    server = start_catalog(host, port, state_dir, dead_after, security, pending_ttl, capability_ttl, retire_after)
+    server = start_catalog(host, port, state_dir, dead_after, security, pending_ttl, capability_ttl, retire_after,
+                           cluster_id=cluster_id, rebuild_grace=rebuild_grace)
     extras = observe(server, "catalog", host, ports)
     log_started("catalog", server.uri, server.state.cluster(), security, host)
     announce("catalog", server.uri)
@@ -250,7 +254,8 @@ def run_catalog(host: str, port: int, state_dir: str | None, dead_after: float, 
 def run_node(host: str, port: int, *, data_dir: str | None, catalog: str | None, node_port: int, state_dir: str | None,
              heartbeat: float, dead_after: float, max_partition_bytes: int | None, max_streams: int, advertise: str | None,
              security: Security, ports: Observability, min_free_bytes: int = 0, group: str | None = None,
-             pending_ttl: float = 3600.0, capability_ttl: float = 86400.0, stream_idle_timeout: float = 60.0) -> None:
+             pending_ttl: float = 3600.0, capability_ttl: float = 86400.0, stream_idle_timeout: float = 60.0,
+             cluster_id: str | None = None, rebuild_grace: float | None = None) -> None:
     """``flightpart serve``: a node (and, without ``catalog``, a catalog in the same process), until a signal."""
     security.check_exposure(host, "node")
     servers: list = []
@@ -258,7 +263,8 @@ def run_node(host: str, port: int, *, data_dir: str | None, catalog: str | None,
         raise CannotStart(f"--catalog {catalog} is this node's own address: start the catalog first (`flightpart catalog`) "
                           "and give the node another --port, or drop --catalog to run node and catalog in one process")
     if catalog is None:
-        embedded = start_catalog(host, port, state_dir, dead_after, security, pending_ttl, capability_ttl)
+        embedded = start_catalog(host, port, state_dir, dead_after, security, pending_ttl, capability_ttl,
+                                 cluster_id=cluster_id, rebuild_grace=rebuild_grace)
         servers.append(embedded)
         catalog, port = embedded.uri, node_port
         log_started("catalog", embedded.uri, embedded.state.cluster(), security, host)

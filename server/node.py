@@ -200,9 +200,11 @@ class NodeServer(ServiceBase):
         refs = tuple(VersionRef(d, v) for d, v in versions)
         sealed_refs = tuple(VersionRef(m.dataset, m.version) for m in sealed)
         pages = register_pages(held, sealed, self.REGISTER_PAGE_BYTES)
+        tombstones = tuple(self.store.all_tombstones())
         for k, (parts, manifests) in enumerate(pages):
             body = RegisterNode(self.node_id, self.uri, self.ip, self.pid, str(self.store.root), __version__, parts,
-                                self.store.cluster, manifests, refs, sealed_refs, more=k < len(pages) - 1)
+                                self.store.cluster, manifests, refs, sealed_refs, more=k < len(pages) - 1,
+                                tombstones=tombstones)
             with translated():
                 raw = self.pool.action(self.catalog_uri, RegisterNode.ACTION, body)
             self._follow(RegisterReply.from_json(raw, "register-node reply"))
@@ -218,7 +220,7 @@ class NodeServer(ServiceBase):
             self.store.join_cluster(reply.cluster)
         if reply.cluster is not None and reply.cluster == self.store.cluster:
             for orphan in reply.orphans:
-                removed = self.store.drop(orphan.dataset, orphan.version)
+                removed = self.store.drop(orphan.dataset, orphan.version, remember=True)
                 if removed:
                     log.info("dropped %s v%d (%d files): dropped or aborted while this node was away", orphan.dataset,
                              orphan.version, removed)
@@ -286,10 +288,15 @@ class NodeServer(ServiceBase):
                 "refused_calls": self.guard.refused, "problems": self.problems()}
 
     def _check_cluster(self, cluster: str | None) -> None:
-        """An order that deletes or seals data must come from this node's own cluster."""
+        """An order that deletes or seals data must come from this node's own cluster; a node that has none yet joins
+        the one its catalog's order names."""
         if self.store.cluster is not None and cluster != self.store.cluster:
             raise ForeignCluster(f"this node belongs to cluster {self.store.cluster}, the order came from "
                                  f"{cluster or 'no cluster'}; nothing was changed", field="cluster")
+        if cluster is not None and self.store.cluster is None:
+            # registered while its catalog had no identity yet (a new cluster before its first write): its catalog's
+            # first order names it (the catalog also makes the node register again, which names it too)
+            self.store.join_cluster(cluster)
 
     # ------------------------------------------------------------------ data
 
@@ -437,7 +444,8 @@ class NodeServer(ServiceBase):
     def _drop(self, raw: bytes) -> dict:
         body = Drop.decode(raw)
         self._check_cluster(body.cluster)
-        removed = self.store.drop(body.dataset, body.version, pending_only=body.pending_only)
+        removed = self.store.drop(body.dataset, body.version, pending_only=body.pending_only, through=body.through,
+                                  remember=True)
         describe("drop", dataset=body.dataset, version=body.version, files=removed)
         return {"removed": removed}
 

@@ -30,11 +30,12 @@ from flightpart.errors import (
     SchemaMismatch,
     StorageFull,
     VersionConflict,
+    VersionExpired,
 )
 from flightpart.io import layout
 from flightpart.io.maps import MappedFiles
 from flightpart.statistics import StatsBuilder
-from flightpart.wire import Commit, p_stats, p_uint
+from flightpart.wire import Commit, Tombstones, p_stats, p_uint
 from flightpart.wire import HeldPartition as StoredPartition
 
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
@@ -83,6 +84,53 @@ class PartitionStore:
             layout.write_node_marker(self.root, self.node_id, cluster, self.modes.file)
             self.cluster = cluster
 
+    # ------------------------------------------------------------------ tombstones
+
+    def tombstones(self, dataset: str) -> Tombstones:
+        """What this node remembers of ``dataset``'s versions that are gone (nothing, if the file is missing or damaged)."""
+        try:
+            return Tombstones.decode((self.root / layout.tombstones_relpath(dataset)).read_bytes(), "tombstones")
+        except (OSError, RequestRejected):
+            return Tombstones(dataset)
+
+    def all_tombstones(self) -> list[Tombstones]:
+        """The tombstones of every dataset, for a registration."""
+        datasets = self.root / layout.DATASETS
+        names = sorted(d.name for d in datasets.iterdir() if (d / layout.TOMBSTONES).exists()) if datasets.exists() else []
+        return [self.tombstones(name) for name in names]
+
+    def gone(self, dataset: str, version: int) -> str | None:
+        """``"dropped"`` or ``"aborted"`` when ``version`` of ``dataset`` is gone for good here, else None."""
+        known = self.tombstones(dataset)
+        if version <= known.dropped_through or version in known.dropped:
+            return "dropped"
+        return "aborted" if version in known.aborted else None
+
+    def bury(self, dataset: str, version: int | None, kind: str, through: int | None = None) -> None:
+        """Remember, durably and before any file goes, that ``version`` (None: every version up to ``through``) is gone."""
+        with self._lock:
+            known = self.tombstones(dataset)
+            if version is None:
+                known = dataclasses.replace(known, dropped_through=max(known.dropped_through, through or 0))
+            elif kind == "dropped" and version not in known.dropped and version > known.dropped_through:
+                known = dataclasses.replace(known, dropped=(*known.dropped, version))
+            elif kind == "aborted" and version not in known.aborted:
+                known = dataclasses.replace(known, aborted=(*known.aborted, version))
+            else:
+                return
+            path = self.root / layout.tombstones_relpath(dataset)
+            self._make_dirs(path.parent)
+            layout.write_atomically(path, known.encode(), self.modes.file)
+
+    def _refuse_gone(self, dataset: str, version: int) -> None:
+        """A version that was dropped or aborted takes no file: its number is never used again."""
+        kind = self.gone(dataset, version)
+        if kind == "aborted":
+            raise VersionExpired(f"{dataset} v{version} was aborted (it was pending longer than the catalog's --pending-ttl, "
+                                 "or its writer gave it up); nothing of it is kept: put the data again", field="version")
+        if kind == "dropped":
+            raise VersionConflict(f"{dataset} v{version} was dropped; a version number is never used again", field="version")
+
     # ------------------------------------------------------------------ paths
 
     def path(self, dataset: str, version: int, part: tuple[int, int]) -> Path:
@@ -110,6 +158,7 @@ class PartitionStore:
         acknowledges the put.
         """
         final = self.path(dataset, version, part)
+        self._refuse_gone(dataset, version)
         expected_rows = self._replica_rows(dataset, version, part)
         if final.exists():
             raise VersionConflict(f"partition {part} of {dataset} v{version} is already stored; a stored partition is never "
@@ -148,6 +197,7 @@ class PartitionStore:
             with self._lock:
                 if final.exists():  # a racing put of the same partition won
                     raise VersionConflict(f"partition {part} of {dataset} v{version} is already stored", field="descriptor")
+                self._refuse_gone(dataset, version)  # dropped or aborted while it was arriving: nothing of it stays
                 # statistics first, so a visible partition has them (lost in a crash, they only cost pruning)
                 os.replace(stats_tmp, layout.stats_path(final))
                 os.replace(tmp, final)
@@ -179,6 +229,7 @@ class PartitionStore:
         """
         src = self.path(dataset, source, source_part)
         final = self.path(dataset, version, part)
+        self._refuse_gone(dataset, version)
         if not src.exists():
             raise PartitionMissing(f"partition {source_part} of {dataset!r} version {source} is not on this node",
                                    field="part")
@@ -377,14 +428,22 @@ class PartitionStore:
 
     # ------------------------------------------------------------------ drops
 
-    def drop(self, dataset: str, version: int | None = None, *, pending_only: bool = False) -> int:
+    def drop(self, dataset: str, version: int | None = None, *, pending_only: bool = False, through: int | None = None,
+             remember: bool = False) -> int:
         """Remove a version (or every version) of a dataset; returns files removed.
 
         With ``pending_only`` (an abort), sealed versions are kept. Maps of
         the removed files are let go, so their disk space returns once no
-        stream is still reading them.
+        stream is still reading them. ``remember`` (an order of the catalog):
+        the version is buried first (:meth:`bury`), so no file of it is ever
+        stored again and a catalog that lost its state learns the number is
+        taken; ``through`` is the highest version a drop of every version covers.
         """
         ddir = self.root / layout.dataset_relpath(dataset)
+        if remember and not (pending_only and version is not None and self.sealed(dataset, version)):
+            kind = "aborted" if pending_only else "dropped"
+            if version is not None or through:
+                self.bury(dataset, version, kind, through)
         targets = [self.version_dir(dataset, version)] if version is not None else sorted(ddir.glob("v*"))
         removed = 0
         for target in targets:

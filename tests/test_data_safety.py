@@ -344,7 +344,8 @@ def test_once_drop_returns_no_node_serves_the_version_and_maps_are_released(clus
         for node in c.nodes:
             wait_until(lambda node=node: not deleted_maps(node.pid, c.root), 10, "the node to release maps of dropped files")
         assert deleted_maps(os.getpid(), c.root) == []
-        assert not list(c.root.glob("node-*/datasets/gone"))
+        assert not list(c.root.glob("node-*/datasets/gone/v*"))  # no version is left, only what remembers it is gone
+        assert len(list(c.root.glob("node-*/datasets/gone/tombstones.json"))) == len(c.nodes)
 
 
 # --------------------------------------------------------------------------- deadlines and failover

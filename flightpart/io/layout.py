@@ -7,6 +7,7 @@ memory-map a partition instead of streaming it), so both halves are here:
     <data dir>/datasets/<name>/v<version>/<i>_<j>.arrow
     <data dir>/datasets/<name>/v<version>/manifest.json  the sealed version's geometry
     <data dir>/datasets/<name>/v<version>/.tmp-*      a put in progress
+    <data dir>/datasets/<name>/tombstones.json        version numbers of the dataset that are gone for good
 
 A version directory with a
 manifest is sealed: committed, immutable, and enough for a catalog that lost
@@ -33,6 +34,7 @@ TMP_PREFIX = ".tmp-"
 DATASETS = "datasets"
 SUFFIX = ".arrow"
 STATS_SUFFIX = ".stats.json"
+TOMBSTONES = "tombstones.json"
 
 
 def default_data_dir() -> Path:
@@ -51,6 +53,11 @@ def dataset_relpath(name: str) -> str:
 
 def version_relpath(name: str, version: int) -> str:
     return f"{dataset_relpath(name)}/v{int(version)}"
+
+
+def tombstones_relpath(name: str) -> str:
+    """Where a node remembers which versions of a dataset were dropped or aborted (never to be used again)."""
+    return f"{dataset_relpath(name)}/{TOMBSTONES}"
 
 
 def partition_relpath(name: str, version: int, part: tuple[int, int]) -> str:

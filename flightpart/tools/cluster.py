@@ -99,13 +99,15 @@ class LocalCluster:
     """A catalog and nodes on 127.0.0.x as child processes: one machine playing several hosts."""
 
     def __init__(self, root: Path, nodes: int = 3, *, first_ip: int = 2, heartbeat: float = 1.0, dead_after: float = 10.0,
-                 extra_args: Sequence[str] = (), node_args: Sequence[str] = (), env: dict | None = None, catalog_port: int = 0):
+                 extra_args: Sequence[str] = (), node_args: Sequence[str] = (), env: dict | None = None, catalog_port: int = 0,
+                 rebuild_grace: float = 3.0):
         self.root = Path(root)
         self.extra_args = list(extra_args)  # for every daemon (tokens, TLS)
         self.node_args = list(node_args)    # for nodes only (limits)
         self.env = env
         self.dead_after = dead_after
         self.catalog_port = catalog_port
+        self.rebuild_grace = rebuild_grace  # nodes here beat every second: three beats to hear them all after a loss
         self.catalog = self.start_catalog()
         self.nodes: list[Daemon] = []
         try:
@@ -118,7 +120,8 @@ class LocalCluster:
     def start_catalog(self) -> Daemon:
         """Start (or restart, on the same port and state) the catalog."""
         return Daemon(["catalog", "--host", "127.0.0.1", "--port", str(self.catalog_port), "--state-dir", str(self.root / "catalog"),
-                       "--dead-after", str(self.dead_after), *self.extra_args], env=self.env)
+                       "--dead-after", str(self.dead_after), "--rebuild-grace", str(self.rebuild_grace), *self.extra_args],
+                      env=self.env)
 
     def add_node(self, ip: str, *, heartbeat: float = 1.0, data_dir: Path | None = None, args: Sequence[str] = ()) -> Daemon:
         """Start a node on ``ip`` (``args``: options for this node alone)."""
