@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from flightpart import frames, lenient
-from flightpart.errors import DatasetNotFound, FlightpartError, NodeUnavailable, VersionConflict
+from flightpart.errors import DatasetNotFound, FlightpartError, NodeUnavailable, OutcomeUnknown, ServerError, VersionConflict
 from flightpart.io.access import Access
 from flightpart.io.compression import check_mode
 from flightpart.io.connections import ConnectionPool
@@ -203,7 +203,12 @@ class Client:
         for attempt in range(attempts):
             version = VersionReply.from_json(self.call("begin", DatasetRef(name))).version
             try:
-                self.call(Commit.ACTION, store(version), timeout=self.timeout * 4)
+                commit = store(version)
+                try:
+                    self.call(Commit.ACTION, commit, timeout=self.timeout * 4)
+                except (NodeUnavailable, ServerError):
+                    if not self._settle_commit(name, version):
+                        raise
                 return self.open(name, version)
             except BaseException as exc:
                 try:
@@ -213,6 +218,40 @@ class Client:
                 if not isinstance(exc, VersionConflict) or exc.field == "commit.base" or attempt == attempts - 1:
                     raise  # a lost race (commit.base) is computed again by the caller, see _rebasing
         raise AssertionError("unreachable")
+
+    COMMIT_OUTCOME_WAIT = 60.0
+    """Seconds a writer whose commit got no answer waits for the catalog to say whether it was published."""
+
+    def _settle_commit(self, name: str, version: int) -> bool:
+        """Whether a commit that got no answer (the catalog died, restarted or timed out) was published.
+
+        The version number was reserved for this write alone, so "v is
+        committed" means this commit was. A version still pending is
+        aborted first and asked about again, so the answer cannot change
+        afterwards: False means it never will be published. Raises
+        OutcomeUnknown when the catalog does not answer for
+        :attr:`COMMIT_OUTCOME_WAIT` seconds.
+        """
+        deadline = time.monotonic() + max(self.COMMIT_OUTCOME_WAIT, self.timeout)
+        while True:
+            try:
+                if self._published(name, version):
+                    return True
+                self.call("abort", VersionRef(name, version), timeout=10)
+                return self._published(name, version)
+            except (NodeUnavailable, ServerError) as exc:
+                if time.monotonic() > deadline:
+                    raise OutcomeUnknown(f"the commit of {name} v{version} got no answer and the catalog {self.uri} has not "
+                                         f"answered since ({exc}); once it is back, `flightpart ls` or client.versions() "
+                                         "says whether it was published (whole, or not at all)") from None
+                time.sleep(0.5)
+
+    def _published(self, name: str, version: int) -> bool:
+        try:
+            self._version_info(name, version)
+            return True
+        except DatasetNotFound:
+            return False
 
     def _rebasing(self, attempt: Callable[[], Dataset]) -> Dataset:
         """``attempt()`` (a whole write: read the latest, store, commit) again while it loses a race to another writer.

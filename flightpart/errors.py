@@ -118,6 +118,14 @@ class NodeUnavailable(FlightpartError, ConnectionError):
     retryable = True
 
 
+class OutcomeUnknown(NodeUnavailable):
+    """A commit was sent, the catalog stopped answering before it said whether the version was published, and it
+    did not answer again while the client waited: look with ``versions`` once it is back (the write is published
+    whole or not at all)."""
+
+    code = "OUTCOME_UNKNOWN"
+
+
 class ServerBusy(NodeUnavailable):
     """A server is at its limit of open streams; retry shortly (another replica first)."""
 

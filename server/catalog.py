@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -371,8 +372,10 @@ class CatalogServer(ServiceBase):
         except FlightpartError:
             self._raise_if_not_pending(b.dataset, b.version)
             raise
+        test_pause("FLIGHTPART_TEST_PAUSE_BEFORE_COMMIT", f"commit {b.dataset} v{b.version}")
         self.state.commit(b.dataset, b.version, schema, b.shape, b.tiling, parts, replicas=max(1, b.replicas),
                           ordered=True, base=b.base)
+        test_pause("FLIGHTPART_TEST_PAUSE_AFTER_COMMIT", f"commit {b.dataset} v{b.version}")
         self._seal(b, {n.node_id: n for p in parts for n in p.nodes}.values())
         describe("commit", dataset=b.dataset, version=b.version, partitions=len(parts), rows=b.shape[0])
         return {"dataset": b.dataset, "version": b.version}
@@ -572,6 +575,15 @@ class CatalogServer(ServiceBase):
                                 changes_state=False),
         "publish-part": Action(_publish_part, "SPMD: one rank's part is stored; commits when all ranks are in", "write"),
     }
+
+
+def test_pause(variable: str, what: str) -> None:
+    """A test hook: sleep the seconds ``$variable`` names, so a test can kill the catalog at that very step of a
+    commit (before its database commit, or between it and the seal). Unset in any real deployment."""
+    seconds = os.environ.get(variable)
+    if seconds:
+        log.warning("%s: paused %s s (%s, a test hook)", what, seconds, variable)
+        time.sleep(float(seconds))
 
 
 def manifest_of(record: VersionRecord) -> Commit:

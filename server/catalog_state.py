@@ -112,6 +112,10 @@ class CatalogState:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.executescript(SCHEMA)
+        if "found" not in {row[1] for row in self._db.execute("PRAGMA table_info(versions)")}:
+            # 1: a pending version first learned from a node's unsealed files (this catalog lost its state): it may
+            # have been committed before the loss, so no pending TTL deletes it
+            self._db.execute("ALTER TABLE versions ADD COLUMN found INTEGER NOT NULL DEFAULT 0")
         self._lock = threading.RLock()
         self._space: dict[str, tuple[int | None, bool]] = {}  # node id -> (free bytes, low space), from heartbeats
         self._skew: dict[str, float | None] = {}  # node id -> its clock minus ours, seconds, from heartbeats
@@ -231,7 +235,8 @@ class CatalogState:
                 elif state in ("dropped", "aborted"):
                     orphans.add(key)
                 elif state is None:
-                    db.execute("INSERT INTO versions(dataset, version, state, created) VALUES(?,?,?,?)", (*key, "pending", now))
+                    db.execute("INSERT INTO versions(dataset, version, state, created, found) VALUES(?,?,?,?,1)",
+                               (*key, "pending", now))
                     states[key] = "pending"
             for key in seen - {(p["dataset"], p["version"]) for p in held}:
                 if states[key] in ("dropped", "aborted"):
@@ -452,9 +457,11 @@ class CatalogState:
         return nodes if "pending" in states else [n for n in nodes if n.node_id in holders]
 
     def expired_pending(self, ttl: float) -> list[tuple[str, int]]:
-        """Pending versions older than ``ttl`` seconds: puts that never finished."""
+        """Pending versions older than ``ttl`` seconds: puts that never finished. Not those first learned from a
+        node's unsealed files after a loss of state: such a version may have been committed (the catalog died between
+        its commit and the seal), so only its writer's abort or an operator's drop deletes it."""
         with self._lock:
-            return self._db.execute("SELECT dataset, version FROM versions WHERE state='pending' AND created < ? "
+            return self._db.execute("SELECT dataset, version FROM versions WHERE state='pending' AND found=0 AND created < ? "
                                     "ORDER BY dataset, version", (time.time() - ttl,)).fetchall()
 
     def latest(self, dataset: str) -> int:
