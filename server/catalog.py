@@ -376,7 +376,9 @@ class CatalogServer(ServiceBase):
         self.state.commit(b.dataset, b.version, schema, b.shape, b.tiling, parts, replicas=max(1, b.replicas),
                           ordered=True, base=b.base)
         test_pause("FLIGHTPART_TEST_PAUSE_AFTER_COMMIT", f"commit {b.dataset} v{b.version}")
-        self._seal(b, {n.node_id: n for p in parts for n in p.nodes}.values())
+        holders = {n.node_id: n for p in parts for n in p.nodes}
+        if self._seal(b, holders.values()) == len(holders):
+            self.state.sealed_everywhere(b.dataset, b.version)
         describe("commit", dataset=b.dataset, version=b.version, partitions=len(parts), rows=b.shape[0])
         return {"dataset": b.dataset, "version": b.version}
 
@@ -391,11 +393,13 @@ class CatalogServer(ServiceBase):
             raise DatasetNotFound(f"{dataset} v{version} was {was} while it was being written; nothing was published",
                                   field="version")
 
-    def _seal(self, manifest: Commit, nodes: Any) -> None:
-        """Tell the holders the version is committed; one that misses it is told when it registers again."""
+    def _seal(self, manifest: Commit, nodes: Any) -> int:
+        """Tell the holders the version is committed; one that misses it is told when it registers again (also after
+        a restart of this catalog: see :meth:`CatalogState.sealed_everywhere`). How many were told."""
         cluster = self.state.cluster()
-        self._fan_out(nodes, lambda node: self.pool.action(node.uri, Seal.ACTION, Seal(cluster, manifest), timeout=self.fan_out_timeout),
-                      f"seal {manifest.dataset} v{manifest.version}")
+        return self._fan_out(nodes, lambda node: self.pool.action(node.uri, Seal.ACTION, Seal(cluster, manifest),
+                                                                  timeout=self.fan_out_timeout),
+                             f"seal {manifest.dataset} v{manifest.version}")
 
     def _verify_on_nodes(self, name: str, version: int, expected: pa.Schema, parts: list[PartRecord]) -> None:
         """Publish only what every claimed node really holds, with the right schema and rows."""

@@ -116,12 +116,18 @@ class CatalogState:
             # 1: a pending version first learned from a node's unsealed files (this catalog lost its state): it may
             # have been committed before the loss, so no pending TTL deletes it
             self._db.execute("ALTER TABLE versions ADD COLUMN found INTEGER NOT NULL DEFAULT 0")
+        if "unsealed" not in {row[1] for row in self._db.execute("PRAGMA table_info(versions)")}:
+            # 1 from a commit until every holder has its seal: a catalog that died in between tells them at restart
+            self._db.execute("ALTER TABLE versions ADD COLUMN unsealed INTEGER NOT NULL DEFAULT 0")
         self._lock = threading.RLock()
         self._space: dict[str, tuple[int | None, bool]] = {}  # node id -> (free bytes, low space), from heartbeats
         self._skew: dict[str, float | None] = {}  # node id -> its clock minus ours, seconds, from heartbeats
         # liveness lives in memory: a heartbeat is a dict write, flushed to the database in one batch now and then
         self._beats: dict[str, float] = {}
-        self._known = {r[0] for r in self._db.execute("SELECT node_id FROM nodes")}
+        # holders of a version committed without all its seals (this catalog died in between) register again
+        # at their next heartbeat, which tells them the seal they missed
+        self._known = {r[0] for r in self._db.execute("SELECT node_id FROM nodes")} - {r[0] for r in self._db.execute(
+            "SELECT DISTINCT r.node_id FROM replicas r JOIN versions v USING(dataset, version) WHERE v.unsealed=1")}
         self._flushed = time.monotonic()
         self._started = time.time()
 
@@ -406,7 +412,8 @@ class CatalogState:
                 [(dataset, version, p.part[0], p.part[1], n.node_id) for p in parts for n in p.nodes],
             )
             db.execute(
-                "UPDATE versions SET state='committed', schema=?, rows=?, cols=?, grid_p=?, grid_q=?, replicas=? WHERE dataset=? AND version=?",
+                "UPDATE versions SET state='committed', unsealed=1, schema=?, rows=?, cols=?, grid_p=?, grid_q=?, replicas=? "
+                "WHERE dataset=? AND version=?",
                 (schema, shape[0], shape[1], grid[0], grid[1], replicas, dataset, version),
             )
 
@@ -500,6 +507,11 @@ class CatalogState:
             for k, (i, j, rs, cs, nr, nc, nb) in enumerate(rows)
         ]
         return VersionRecord(dataset, version, head[0], (head[1], head[2]), (head[3], head[4]), parts, head[5])
+
+    def sealed_everywhere(self, dataset: str, version: int) -> None:
+        """Every holder of a committed version has its seal: nothing to tell them after a restart."""
+        with self._tx() as db:
+            db.execute("UPDATE versions SET unsealed=0 WHERE dataset=? AND version=?", (dataset, version))
 
     def add_replica(self, dataset: str, version: int, part: tuple[int, int], node_id: str) -> None:
         with self._tx() as db:
