@@ -28,7 +28,7 @@ from flightpart.io.hosts import host_addresses
 from flightpart.io.maps import MappedFiles
 from flightpart.io.pull import IDLE_TIMEOUT, read_replicas
 from flightpart.io.transfer import TRAFFIC, project
-from flightpart.wire import Aggregate, Replica, Ticket
+from flightpart.wire import Aggregate, PartPlace, Replica, Ticket
 
 MAX_STREAMS = 8
 
@@ -186,6 +186,9 @@ def read_local(ref: PartitionRef, local: frozenset[str], pool: ConnectionPool) -
             root = Path(info["data_dir"])
             if not _is_that_nodes_dir(root, info["node_id"]):
                 continue  # the directory is not that node's (another host with the same path)
+            # the node vouches for the file's checksum first (it reads a file once per process, then answers at once):
+            # a damaged file is never mapped here, and a PARTITION_DAMAGED answer moves on to the next replica
+            pool.action(uri, PartPlace.ACTION, PartPlace(ref.dataset, ref.version, ref.position), timeout=60)
             table = ref.apply(_mapped(root / layout.partition_relpath(ref.dataset, ref.version, ref.position)))
             TRAFFIC.add(bytes_mapped=table.nbytes)
             return table

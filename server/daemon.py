@@ -185,7 +185,8 @@ def run_catalog(host: str, port: int, state_dir: str | None, dead_after: float, 
 def run_node(host: str, port: int, *, data_dir: str | None, catalog: str | None, node_port: int, state_dir: str | None,
              heartbeat: float, dead_after: float, max_partition_bytes: int | None, max_streams: int, advertise: str | None,
              security: Security, ports: Observability, min_free_bytes: int = 0, group: str | None = None,
-             pending_ttl: float = 3600.0, capability_ttl: float = 86400.0) -> None:
+             pending_ttl: float = 3600.0, capability_ttl: float = 86400.0,
+             scrub: tuple[int, float] = (64 << 20, 3600.0)) -> None:
     """``flightpart serve``: a node (and, without ``catalog``, a catalog in the same process), until a signal."""
     servers: list = []
     if catalog is not None and port and catalog.split("://")[-1] in (f"{host}:{port}", f"{advertise}:{port}"):
@@ -199,6 +200,7 @@ def run_node(host: str, port: int, *, data_dir: str | None, catalog: str | None,
     node = listening(lambda: NodeServer(host, port, data_dir=data_dir, catalog=catalog, heartbeat_interval=heartbeat,
                                         advertise=advertise, max_partition_bytes=max_partition_bytes, max_streams=max_streams,
                                         min_free_bytes=min_free_bytes, group=group, pool=security.pool(),
+                                        scrub_rate=scrub[0], scrub_interval=scrub[1],
                                         **security.server_options()), host, port, "node")
     servers.append(node)
     try:

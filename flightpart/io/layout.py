@@ -7,6 +7,8 @@ memory-map a partition instead of streaming it), so both halves are here:
     <data dir>/datasets/<name>/v<version>/<i>_<j>.arrow
     <data dir>/datasets/<name>/v<version>/manifest.json  the sealed version's geometry
     <data dir>/datasets/<name>/v<version>/.tmp-*      a put in progress
+    <data dir>/datasets/<name>/v<version>/<i>_<j>.stats.json  rows, column statistics, CRC-32 and size of the file
+    <data dir>/quarantine/<name>/v<version>/<i>_<j>.arrow.<time>  a file that failed its checksum, moved aside
 
 A version directory with a
 manifest is sealed: committed, immutable, and enough for a catalog that lost
@@ -33,6 +35,8 @@ TMP_PREFIX = ".tmp-"
 DATASETS = "datasets"
 SUFFIX = ".arrow"
 STATS_SUFFIX = ".stats.json"
+QUARANTINE = "quarantine"
+"""Where a node moves partition files that failed their checksum: kept for an operator, never served."""
 
 
 def default_data_dir() -> Path:
