@@ -227,6 +227,7 @@ class NodeServer(ServiceBase):
             self._follow(RegisterReply.from_json(raw, "register-node reply"))
         self.last_contact = time.monotonic()
         self.registered.set()
+        self.find_missing()
 
     REGISTER_PAGE_BYTES = 4 << 20
     """About how much one page of a registration may weigh (the action body limit is 16 MiB)."""
@@ -346,6 +347,14 @@ class NodeServer(ServiceBase):
         pace = _Pacer(rate, self._stopping).pace if rate else None
         found = self.store.scrub(self.store.claimed(self.node_id) - self._settled, pace, self._stopping.is_set)
         missing = found["missing"]
+        self._lost(missing)
+        self.counters.add(scrubbed_bytes=found["bytes"])
+        self.report_lost()
+        return ScrubReport(found["checked"], found["bytes"], tuple(PartPlace(*p) for p in found["damaged"]),
+                           tuple(PartPlace(*p) for p in missing))
+
+    def _lost(self, missing: list[tuple[str, int, tuple[int, int]]]) -> None:
+        """Partitions found missing: reported to the catalog (once per process), their statistics moved aside."""
         for place in missing:
             self.store.forget_missing(*place)
         with self._lost_lock:
@@ -354,10 +363,11 @@ class NodeServer(ServiceBase):
         if missing:
             self.counters.add(partitions_missing=len(missing))
             log.error("partitions missing from the data directory: %s", missing)
-        self.counters.add(scrubbed_bytes=found["bytes"])
+
+    def find_missing(self) -> None:
+        """At registration: partitions the manifests say this node holds whose files are gone (names only, no read)."""
+        self._lost(self.store.missing(self.store.claimed(self.node_id) - self._settled))
         self.report_lost()
-        return ScrubReport(found["checked"], found["bytes"], tuple(PartPlace(*p) for p in found["damaged"]),
-                           tuple(PartPlace(*p) for p in missing))
 
     def _scrub_loop(self) -> None:
         """Scrub at ``scrub_rate`` bytes/s, one pass every ``scrub_interval`` seconds: a pass over B bytes takes B/rate s."""

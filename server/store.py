@@ -249,9 +249,11 @@ class PartitionStore:
         """
         src = self.path(dataset, source, source_part)
         final = self.path(dataset, version, part)
-        if not src.exists():
+        try:
+            self.verify(dataset, source, source_part)  # a damaged file is never given a second name
+        except FileNotFoundError:
             raise PartitionMissing(f"partition {source_part} of {dataset!r} version {source} is not on this node",
-                                   field="part")
+                                   field="part") from None
         if self._replica_rows(dataset, version, part) is not None or final.exists():
             raise VersionConflict(f"partition {part} of {dataset} v{version} is already stored or its version is committed; "
                                   "a stored partition is never replaced", field="descriptor")
@@ -424,27 +426,36 @@ class PartitionStore:
         whose file is gone. Returns ``{"checked", "bytes", "damaged",
         "missing"}`` (places as (dataset, version, part)).
         """
-        checked, nbytes, damaged, present = 0, 0, [], set()
-        missing: set[tuple[str, int, tuple[int, int]]] = set()
+        checked, nbytes, damaged = 0, 0, []
         for dataset, version in self.versions():
-            vdir = self.version_dir(dataset, version)
-            for part, _path in layout.partitions_in(vdir):
+            for part, _path in layout.partitions_in(self.version_dir(dataset, version)):
                 if stop():
                     return {"checked": checked, "bytes": nbytes, "damaged": damaged, "missing": []}
                 try:
                     nbytes += self.verify(dataset, version, part, again=True, pace=pace)
-                    present.add((dataset, version, part))
                 except PartitionDamaged:
                     damaged.append((dataset, version, part))
                 except FileNotFoundError:
                     continue  # dropped meanwhile
                 checked += 1
-            for side in vdir.glob(f"*{layout.STATS_SUFFIX}") if vdir.is_dir() else []:
+        missing = [place for place in self.missing(claimed) if place not in damaged]
+        return {"checked": checked, "bytes": nbytes, "damaged": damaged, "missing": missing}
+
+    def missing(self, claimed: set[tuple[str, int, tuple[int, int]]] = frozenset()) -> list[tuple[str, int, tuple[int, int]]]:
+        """Partitions that should be here and are not, from names alone (no file is read).
+
+        A statistics file without its partition (the partition deleted
+        under the node), or one of ``claimed`` whose file is gone.
+        """
+        found: set[tuple[str, int, tuple[int, int]]] = set()
+        for dataset, version in self.versions():
+            vdir = self.version_dir(dataset, version)
+            for side in vdir.glob(f"*{layout.STATS_SUFFIX}"):
                 part = layout.part_of_filename(side.name[: -len(layout.STATS_SUFFIX)] + layout.SUFFIX)
-                if part is not None and not (vdir / f"{part[0]}_{part[1]}{layout.SUFFIX}").exists():
-                    missing.add((dataset, version, part))
-        missing |= {place for place in claimed if place not in present and self.sealed(place[0], place[1])}
-        return {"checked": checked, "bytes": nbytes, "damaged": damaged, "missing": sorted(missing - set(damaged))}
+                if part is not None and not self.path(dataset, version, part).exists():
+                    found.add((dataset, version, part))
+        found |= {place for place in claimed if not self.path(*place).exists()}
+        return sorted(found)
 
     def claimed(self, node_id: str) -> set[tuple[str, int, tuple[int, int]]]:
         """Partitions the sealed manifests here say this node holds (a file deleted under the node is among them)."""
