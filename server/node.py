@@ -321,6 +321,7 @@ class NodeServer(ServiceBase):
         log.error("partition %s of %s v%d failed its checksum: moved to quarantine, not served", part, dataset, version)
         with self._lost_lock:
             self._unreported.add((dataset, version, part))
+            self._settled.add((dataset, version, part))  # quarantined: not reported missing as well
         threading.Thread(target=self.report_lost, name="flightpart-report-damage", daemon=True).start()
 
     def report_lost(self) -> None:

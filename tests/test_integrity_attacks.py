@@ -193,7 +193,8 @@ def test_a_file_deleted_under_a_running_node_is_found_failed_over_and_recreated(
         scrub = cli("scrub", "--catalog", c.uri, "--json")
         assert scrub.returncode == 1, scrub.stderr
         report = json.loads(scrub.stdout)
-        assert [(n["uri"], tuple(p["part"])) for n in report["nodes"] for p in n["missing"]] == [(lost_uri, (0, 0))]
+        assert [(n["uri"], p["dataset"], tuple(p["part"])) for n in report["nodes"] for p in n["missing"]] == \
+            [(lost_uri, "vanish", (0, 0))]
         assert listed(client, "vanish", (0, 0)) == {kept_uri}
         client.repair()
         assert len(listed(client, "vanish", (0, 0))) == 2 and len(holders(c, "vanish", (0, 0))) == 2
@@ -227,7 +228,7 @@ def test_a_disk_read_only_during_a_put_leaves_no_file_once_writable(small_disk, 
         with fp.connect(c.uri, host="127.0.0.99") as client:
             version = VersionReply.from_json(client.call("begin", DatasetRef("ro-put"))).version
             writer, reader = flight.connect(c.nodes[0].uri).do_put(
-                flight.FlightDescriptor.for_path("ro-put", str(version)), part.schema)
+                flight.FlightDescriptor.for_path("ro-put", str(version), "parts"), part.schema)
             vdir = data_dir / layout.version_relpath("ro-put", version)
             for i in range(3):
                 writer.write_metadata(pa.py_buffer(PartHeader((i, 0)).encode()))
