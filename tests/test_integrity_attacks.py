@@ -251,3 +251,22 @@ def test_a_disk_read_only_during_a_put_leaves_no_file_once_writable(small_disk, 
                 subprocess.run(["mount", "-o", "remount,rw", str(small_disk)], check=True)
             wait_until(lambda: not [p for p in data_dir.rglob("*") if p.is_file() and p.name != layout.NODE_MARKER], 30,
                        "the node to remove the failed put's files once the disk is writable")
+
+
+@pytest.mark.slow
+def test_rot_after_a_file_was_verified_is_found_by_the_background_scrub(tmp_path):
+    table = table_of(30_000, 8)
+    with LocalCluster(tmp_path / "scrubbed", nodes=2, first_ip=141, heartbeat=0.3,
+                      node_args=["--scrub-interval", "0.5", "--scrub-rate", str(256 << 20)]) as c:
+        with fp.connect(c.uri, host="127.0.0.99") as client:
+            client.put("rot-later", table, tiling=(2, 1), replicas=2)
+            for node in c.nodes:  # every replica read once: verified, and remembered as good by its node
+                for part in ((0, 0), (1, 0)):
+                    assert raw_get(node.uri, "rot-later", part).num_rows == 15_000
+            victim = c.root / "node-127.0.0.141" / layout.partition_relpath("rot-later", 1, (1, 0))
+            flip_bit(victim, data_offset(victim))  # rot after the check, mtime kept: only a scrub can see it
+            wait_until(lambda: c.nodes[0].uri not in listed(client, "rot-later", (1, 0)), 60,
+                       "the background scrub to find the rot and the catalog to stop listing the replica")
+            assert not victim.exists() and list(c.root.glob(f"node-127.0.0.141/{layout.QUARANTINE}/rot-later/v1/*"))
+            assert client.open("rot-later").to_arrow().equals(table)
+            assert client.stats(c.nodes[0].uri)["partitions_damaged"] == 1
