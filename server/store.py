@@ -514,6 +514,10 @@ class PartitionStore:
         for part, path in layout.partitions_in(self.version_dir(dataset, version)):
             if part[1] != column_group:
                 continue
+            try:
+                self.verify(dataset, version, part)  # a damaged footer never reaches the IPC reader
+            except (PartitionDamaged, FileNotFoundError):
+                continue
             schema, _rows = read_footer(path)
             with self._lock:
                 self._group_schemas[key] = schema
