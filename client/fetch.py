@@ -202,6 +202,7 @@ _markers: dict[Path, tuple[tuple[int, int], str | None]] = {}
 
 
 _vouched: dict[Path, tuple[int, int, int]] = {}
+VOUCHED_KEPT = 100_000
 
 
 def _vouch(uri: str, path: Path, place: PartPlace, pool: ConnectionPool) -> None:
@@ -218,6 +219,8 @@ def _vouch(uri: str, path: Path, place: PartPlace, pool: ConnectionPool) -> None
     if _vouched.get(path) == identity:
         return
     pool.action(uri, PartPlace.ACTION, place, timeout=60)
+    if len(_vouched) >= VOUCHED_KEPT:
+        _vouched.clear()  # bounded: past this many files, they are asked for again
     _vouched[path] = identity
 
 
