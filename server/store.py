@@ -314,6 +314,9 @@ class PartitionStore:
         except OSError as exc:
             if exc.errno in NO_SPACE:
                 raise StorageFull("node disk full") from None
+            if exc.errno in UNWRITABLE:
+                raise StorageUnwritable(f"the node's disk refused to create {directory.name} "
+                                        f"({os.strerror(exc.errno)}); nothing was stored") from None
             raise
 
     def _remove_empty(self, created: list[Path]) -> None:
