@@ -346,7 +346,7 @@ class NodeServer(ServiceBase):
         disk goes, for ``flightpart scrub``).
         """
         pace = _Pacer(rate, self._stopping).pace if rate else None
-        found = self.store.scrub(self.store.claimed(self.node_id) - self._settled, pace, self._stopping.is_set)
+        found = self.store.scrub(self._claimed(), pace, self._stopping.is_set)
         missing = found["missing"]
         self._lost(missing)
         self.counters.add(scrubbed_bytes=found["bytes"])
@@ -365,9 +365,15 @@ class NodeServer(ServiceBase):
             self.counters.add(partitions_missing=len(missing))
             log.error("partitions missing from the data directory: %s", missing)
 
+    def _claimed(self) -> set[tuple[str, int, tuple[int, int]]]:
+        """What the manifests say this node holds, less what it already reported lost."""
+        claimed = self.store.claimed(self.node_id)
+        with self._lost_lock:
+            return claimed - self._settled
+
     def find_missing(self) -> None:
         """At registration: partitions the manifests say this node holds whose files are gone (names only, no read)."""
-        self._lost(self.store.missing(self.store.claimed(self.node_id) - self._settled))
+        self._lost(self.store.missing(self._claimed()))
         self.report_lost()
 
     def _scrub_loop(self) -> None:
