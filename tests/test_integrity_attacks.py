@@ -20,7 +20,6 @@ import pyarrow.flight as flight
 import pytest
 
 import flightpart as fp
-from flightpart.errors import FlightpartError
 from flightpart.io import layout
 from flightpart.tools.cluster import LocalCluster
 from flightpart.wire import DatasetRef, PartHeader, PutTrailer, Ticket, VersionRef, VersionReply
@@ -124,8 +123,7 @@ def test_a_flipped_bit_in_the_footer_is_found_by_scrub_and_repair_recreates_the_
         assert {(r["dataset"], tuple(r["part"])) for r in repaired["copied"]} >= {("rot-footer", (1, 0))}
         assert len(listed(client, "rot-footer", (1, 0))) == 2
         for uri, _file in holders(c, "rot-footer", (1, 0)):
-            assert raw_get(uri, "rot-footer", (1, 0)).equals(table.slice(15_000).combine_chunks()) or \
-                raw_get(uri, "rot-footer", (1, 0)).to_pydict() == table.slice(15_000).to_pydict()
+            assert raw_get(uri, "rot-footer", (1, 0)).equals(table.slice(15_000))
         again = json.loads(cli("scrub", "--catalog", c.uri, "--json").stdout)
         assert again["damaged"] == 0 and again["missing"] == 0
 
@@ -134,7 +132,6 @@ MAPPED_READER = """
 import sys
 import numpy as np, pyarrow as pa
 import flightpart as fp
-from flightpart.errors import FlightpartError
 rows, seed = int(sys.argv[3]), int(sys.argv[4])
 rng = np.random.default_rng(seed)
 want = pa.table({"id": np.arange(rows), "x": rng.random(rows), "s": pa.array([f"r{k % 97}" for k in range(rows)])})
@@ -168,15 +165,14 @@ def test_a_repartition_reading_a_damaged_partition_does_not_crash_its_node(clust
         for part, where in (((0, 0), data_offset), ((1, 0), footer_offset), ((2, 0), data_offset)):
             _uri, bad_file = holders(c, "rot-reshape", part)[0]
             flip_bit(bad_file, where(bad_file))
-        try:
-            client.repartition("rot-reshape", tiling=(2, 1))
-            assert client.open("rot-reshape").to_arrow().equals(table)
-        except FlightpartError as exc:  # a clear code is acceptable, wrong data or a dead node is not
-            assert exc.code in ("PARTITION_DAMAGED", "PARTITION_MISSING", "UNAVAILABLE"), exc
+        client.repartition("rot-reshape", tiling=(2, 1))  # the nodes assemble from their own files or pull from others
+        assert client.open("rot-reshape").to_arrow().equals(table)  # never a damaged byte in the new version
         for node in c.nodes:
             assert node.proc.poll() is None, f"node {node.uri} died: {node.proc.returncode}"
             assert client.call("nodes") and flight.connect(node.uri).do_action(flight.Action("node-info", b"{}"))
         assert client.open("rot-reshape", version=1).to_arrow().equals(table)
+        cli("scrub", "--catalog", c.uri)  # whatever damage the repartition did not touch is found now
+        assert len(quarantined(c, "rot-reshape")) == 3
 
 
 def test_a_file_deleted_under_a_running_node_is_found_failed_over_and_recreated(cluster):
