@@ -8,6 +8,7 @@ not killed by a signal.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -20,6 +21,7 @@ import pyarrow.flight as flight
 import pytest
 
 import flightpart as fp
+from flightpart.client.fetch import FlightGet
 from flightpart.io import layout
 from flightpart.tools.cluster import LocalCluster
 from flightpart.wire import DatasetRef, PartHeader, PutTrailer, Ticket, VersionRef, VersionReply
@@ -103,6 +105,20 @@ def test_a_flipped_bit_in_the_data_is_refused_unlisted_and_read_from_the_other_r
         other = [part for part in ((1, 0),) if bad_uri in {u for u, _f in holders(c, "rot", part)}]
         for part in other:  # the node goes on serving what is intact
             assert raw_get(bad_uri, "rot", part).num_rows == 20_000
+
+
+def test_a_reader_given_the_damaged_replica_first_moves_on_to_the_next(cluster):
+    c = cluster
+    table = table_of(40_000, 9)
+    with fp.connect(c.uri, host="127.0.0.99") as client:
+        client.put("rot-first", table, tiling=(2, 1), replicas=2)
+        ref = client.open("rot-first").__partitioned__["partitions"][(1, 0)]["data"]
+        (bad_uri, bad_file), _good = holders(c, "rot-first", (1, 0))
+        flip_bit(bad_file, data_offset(bad_file))
+        damaged_first = dataclasses.replace(ref, replicas=tuple(sorted(ref.replicas, key=lambda r: r[0] != bad_uri)))
+        assert damaged_first.replicas[0][0] == bad_uri
+        assert FlightGet(host="127.0.0.99")(damaged_first).equals(table.slice(20_000))
+        assert len(quarantined(c, "rot-first")) == 1
 
 
 def test_a_flipped_bit_in_the_footer_is_found_by_scrub_and_repair_recreates_the_replica(cluster):
