@@ -630,6 +630,8 @@ class PartitionStore:
                     del self._group_schemas[key]
                 for key in [k for k in self._fresh if k[0] == dataset and (version is None or k[1] == version)]:
                     del self._fresh[key]
+                for path in [p for p in self._verified if target in p.parents]:
+                    del self._verified[path]
             shutil.rmtree(target, ignore_errors=True)
             if target.exists():  # a disk that is read-only for now: removed by retry_cleanup
                 with self._lock:
