@@ -28,7 +28,7 @@ from flightpart.io.hosts import host_addresses
 from flightpart.io.maps import MappedFiles
 from flightpart.io.pull import IDLE_TIMEOUT, read_replicas
 from flightpart.io.transfer import TRAFFIC, project
-from flightpart.wire import Aggregate, Replica, Ticket
+from flightpart.wire import Aggregate, PartPlace, Replica, Ticket
 
 MAX_STREAMS = 8
 
@@ -186,7 +186,9 @@ def read_local(ref: PartitionRef, local: frozenset[str], pool: ConnectionPool) -
             root = Path(info["data_dir"])
             if not _is_that_nodes_dir(root, info["node_id"]):
                 continue  # the directory is not that node's (another host with the same path)
-            table = ref.apply(_mapped(root / layout.partition_relpath(ref.dataset, ref.version, ref.position)))
+            path = root / layout.partition_relpath(ref.dataset, ref.version, ref.position)
+            _vouch(uri, path, PartPlace(ref.dataset, ref.version, ref.position), pool)
+            table = ref.apply(_mapped(path))
             TRAFFIC.add(bytes_mapped=table.nbytes)
             return table
         except (OSError, ValueError, KeyError, pa.ArrowException, FlightpartError):
@@ -197,6 +199,29 @@ def read_local(ref: PartitionRef, local: frozenset[str], pool: ConnectionPool) -
 MAPS = MappedFiles()
 """This process's maps of local partitions: bounded, and let go when their files are dropped."""
 _markers: dict[Path, tuple[tuple[int, int], str | None]] = {}
+
+
+_vouched: dict[Path, tuple[int, int, int]] = {}
+VOUCHED_KEPT = 100_000
+
+
+def _vouch(uri: str, path: Path, place: PartPlace, pool: ConnectionPool) -> None:
+    """Have the node vouch for a file's checksum before this process maps it (once per file identity).
+
+    The node reads a file in full once per its process, then answers at
+    once; this process asks once per (inode, mtime, size), so reading the
+    same local partitions again costs a ``stat``. A damaged file is never
+    mapped: PARTITION_DAMAGED moves on to the next replica. Rot after the
+    node vouched is its scrub's to find (the file is then moved away).
+    """
+    st = os.stat(path)
+    identity = (st.st_ino, st.st_mtime_ns, st.st_size)
+    if _vouched.get(path) == identity:
+        return
+    pool.action(uri, PartPlace.ACTION, place, timeout=60)
+    if len(_vouched) >= VOUCHED_KEPT:
+        _vouched.clear()  # bounded: past this many files, they are asked for again
+    _vouched[path] = identity
 
 
 def _mapped(path: Path) -> pa.Table:

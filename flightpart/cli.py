@@ -125,6 +125,10 @@ def main(ctx: click.Context, log_level: str, log_format: str, debug: bool) -> No
               help="Report NOT_SERVING and low space (no new partitions placed here) below this much free disk.")
 @click.option("--group", default=None,
               help="Let this group's members map partitions zero-copy (directories 750, files 640); default: owner only.")
+@click.option("--scrub-rate", default=64 << 20, show_default=True, type=int,
+              help="Bytes per second the background scrub reads to check stored files against their checksums (0: off).")
+@click.option("--scrub-interval", default=3600.0, show_default=True, type=float,
+              help="Seconds between background scrub passes (0: off); a pass over B bytes takes B / --scrub-rate seconds.")
 @PENDING_TTL_OPTION
 @CAPABILITY_TTL_OPTION
 @identity_options
@@ -132,8 +136,9 @@ def main(ctx: click.Context, log_level: str, log_format: str, debug: bool) -> No
 @observability_options
 def serve(host: str, port: int, data_dir: str | None, catalog_uri: str | None, node_port: int, state_dir: str | None,
           heartbeat: float, dead_after: float, max_partition_bytes: int | None, max_streams: int, stream_idle_timeout: float,
-          advertise: str | None, min_free_bytes: int, group: str | None, pending_ttl: float, capability_ttl: float,
-          cluster_id: str | None, rebuild_grace: float, secret_file: str | None, tls_cert: str | None, tls_key: str | None, tls_client_ca: str | None, tls_ca: str | None,
+          advertise: str | None, min_free_bytes: int, group: str | None, scrub_rate: int, scrub_interval: float,
+          pending_ttl: float, capability_ttl: float, cluster_id: str | None, rebuild_grace: float, secret_file: str | None,
+          tls_cert: str | None, tls_key: str | None, tls_client_ca: str | None, tls_ca: str | None,
           insecure: bool, health_port: int | None, metrics_port: int | None, metrics_host: str) -> None:
     """Run a node (and, without --catalog, a catalog too)."""
     from .server.daemon import Observability, Security, run_node
@@ -143,7 +148,7 @@ def serve(host: str, port: int, data_dir: str | None, catalog_uri: str | None, n
              security=Security(secret_file, tls_cert, tls_key, tls_client_ca, tls_ca, insecure),
              ports=Observability(health_port, metrics_port, metrics_host), min_free_bytes=min_free_bytes, group=group,
              pending_ttl=pending_ttl, capability_ttl=capability_ttl, stream_idle_timeout=stream_idle_timeout,
-             cluster_id=cluster_id, rebuild_grace=rebuild_grace)
+             cluster_id=cluster_id, rebuild_grace=rebuild_grace, scrub=(scrub_rate, scrub_interval))
 
 
 @main.command("catalog")
@@ -452,6 +457,36 @@ def repair(catalog: str, as_json: bool) -> None:
     for m in result["lost"]:
         click.echo(f"LOST {m['dataset']} v{m['version']} {tuple(m['part'])}: no live replica", err=True)
     click.echo(f"{len(result['copied'])} copies made, {len(result['lost'])} partitions without a live replica")
+
+
+@main.command()
+@CATALOG_OPTION
+@JSON_OPTION
+def scrub(catalog: str, as_json: bool) -> None:
+    """Check every live node's files against their checksums now; report damaged and missing partitions.
+
+    Damaged files are moved to each node's quarantine folder and no
+    longer served; the catalog stops listing those replicas, so a
+    ``flightpart repair`` recreates them. Exits 1 when anything was found.
+    """
+    from .wire import Empty
+
+    with _client(catalog) as client:
+        result = client.call("scrub", Empty(), timeout=3600)
+    if as_json:
+        click.echo(json.dumps(result))
+    else:
+        for node in result["nodes"]:
+            for kind in ("damaged", "missing"):
+                for p in node.get(kind, ()):
+                    click.echo(f"{kind.upper()} {p['dataset']} v{p['version']} {tuple(p['part'])} on {node['uri']}", err=True)
+        for uri in result["unreachable"]:
+            click.echo(f"UNREACHABLE {uri}: not scrubbed", err=True)
+        checked = sum(n.get("checked", 0) for n in result["nodes"])
+        click.echo(f"{checked} files checked on {len(result['nodes'])} nodes: {result['damaged']} damaged, "
+                   f"{result['missing']} missing")
+    if result["damaged"] or result["missing"]:
+        raise SystemExit(1)
 
 
 @main.command()

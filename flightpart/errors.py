@@ -111,6 +111,24 @@ class PartitionMissing(FlightpartError, LookupError):
     retryable = True
 
 
+class PartitionDamaged(PartitionMissing):
+    """A node's copy of the partition failed its checksum: it was moved aside, never served; another replica may serve it.
+
+    A subclass of :class:`PartitionMissing` because to a reader it is the
+    same thing (this replica cannot serve it, ask the next one); its own
+    code tells an operator that the disk, not a drop, lost it.
+    """
+
+    code = "PARTITION_DAMAGED"
+    retryable = True
+
+
+class StorageUnwritable(FlightpartError, OSError):
+    """A node's data disk refused a write (read-only, I/O error); nothing of the refused put is kept."""
+
+    code = "STORAGE_UNWRITABLE"
+
+
 class NodeUnavailable(FlightpartError, ConnectionError):
     """No replica of a partition could be reached, or no node is alive."""
 

@@ -697,6 +697,35 @@ class CopyTo(Message):
 
 
 @dataclass(frozen=True)
+class PartPlace(Message):
+    """One partition of one version: what ``check`` asks a node to vouch for, and an entry of a scrub's findings."""
+
+    ACTION = "check"
+    dataset: str = _field(p_name)
+    version: int = _field(p_uint)
+    part: tuple[int, int] = _field(p_pair)
+
+
+@dataclass(frozen=True)
+class ScrubReport(Message):
+    """What a node's scrub found: files checked and their bytes, partitions damaged (quarantined) and missing."""
+
+    checked: int = _field(p_uint, 0)
+    bytes: int = _field(p_uint, 0)
+    damaged: tuple[PartPlace, ...] = _field(p_list(p_message(PartPlace)), ())
+    missing: tuple[PartPlace, ...] = _field(p_list(p_message(PartPlace)), ())
+
+
+@dataclass(frozen=True)
+class ReportDamage(Message):
+    """From a node to its catalog: replicas it no longer has intact (damaged or missing); the catalog stops listing them."""
+
+    ACTION = "report-damage"
+    node_id: str = _field(p_str)
+    partitions: tuple[PartPlace, ...] = _field(p_list(p_message(PartPlace), 100_000))
+
+
+@dataclass(frozen=True)
 class AssemblePart(Message):
     """One partition of a new grid: its position and the global rows ``[start, stop)`` it holds."""
 

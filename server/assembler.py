@@ -78,10 +78,14 @@ class Assembler:
             pieces = plan.pieces(target)
             whole = is_whole(pieces, plan.row_sizes, plan.source_groups)
             if whole is not None and self._holds(source, whole.source):
-                receipts.append(self.store.link(order.dataset, order.source, whole.source, order.version, target.part))
-                linked += 1
-                self.count(partitions_linked=1, assembled_rows=receipts[-1].rows)
-                continue
+                try:
+                    receipts.append(self.store.link(order.dataset, order.source, whole.source, order.version, target.part))
+                except PartitionMissing:  # damaged (quarantined) or gone meanwhile: gathered from its other replicas
+                    pass
+                else:
+                    linked += 1
+                    self.count(partitions_linked=1, assembled_rows=receipts[-1].rows)
+                    continue
             table = frames.from_pieces(self._gather(plan, pieces, deadline), plan.schema(target.part[1]))
             batches = (piece for batch in table.to_batches() for piece in split_batch(batch, BATCH_BYTES))
             receipts.append(self.store.write(order.dataset, order.version, target.part, table.schema, batches,
@@ -139,9 +143,13 @@ class Assembler:
         if info is None:
             raise PartitionMissing(f"{source.dataset} v{source.version} has no partition {piece.source}", field="part")
         if self._holds(source, piece.source):
-            table = project(self.store.open(source.dataset, source.version, piece.source), piece.columns, piece.rows)
-            self.count(assembled_rows=table.num_rows)
-            return table
+            try:
+                table = project(self.store.open(source.dataset, source.version, piece.source), piece.columns, piece.rows)
+            except PartitionMissing:  # its checksum failed (now quarantined): pulled from another replica below
+                pass
+            else:
+                self.count(assembled_rows=table.num_rows)
+                return table
         replicas = [r for r in info.replicas if r[0] != self.uri]
         ticket = Ticket(source.dataset, source.version, piece.source, piece.columns, piece.rows)
         table = read_replicas(self.pool, ticket, replicas, f"partition {piece.source} of {source.dataset!r} v{source.version}",

@@ -55,6 +55,8 @@ from flightpart.wire import (
     PublishReply,
     RegisterNode,
     RegisterReply,
+    ReportDamage,
+    ScrubReport,
     Seal,
     VersionInfo,
     VersionRef,
@@ -525,6 +527,42 @@ class CatalogServer(ServiceBase):
                     copies.append({"dataset": record.dataset, "version": record.version, "part": list(p.part), "to": target.uri})
         return {"copied": copies, "lost": missing}
 
+    def _report_damage(self, raw: bytes) -> dict:
+        """A node's replicas that failed their checksum or vanished: no longer listed, so reads skip them and repair
+        recreates them."""
+        b = ReportDamage.decode(raw)
+        credential = self.caller.credential
+        if credential.role == "node" and credential.name != b.node_id:
+            raise Forbidden(f"a node token for {credential.name} cannot speak for node {b.node_id}",
+                            field="report-damage.node_id")
+        removed = 0
+        for p in b.partitions:
+            if self.state.remove_replica(p.dataset, p.version, p.part, b.node_id):
+                removed += 1
+                log.warning("node %s lost its replica of %s v%d %s (damaged or missing); no longer listed", b.node_id,
+                            p.dataset, p.version, p.part)
+        return {"removed": removed}
+
+    def _scrub(self, raw: bytes) -> dict:
+        """Every live node checks its files now (in parallel); their findings, summed, and the nodes that did not answer."""
+        Empty.decode(raw, "scrub")
+        live = [n for n in self.state.nodes() if n.alive]
+
+        def one(node: NodeRecord) -> dict | None:
+            try:
+                report = ScrubReport.from_json(self.pool.action(node.uri, "scrub", Empty(), timeout=3600), "scrub reply")
+            except Exception as exc:
+                log.info("scrub: node %s did not answer (%s)", node.uri, exc)
+                self.pool.discard(node.uri)
+                return None
+            return {"uri": node.uri, "node_id": node.node_id, **report.to_json()}
+
+        with ThreadPoolExecutor(max_workers=max(1, min(32, len(live))), thread_name_prefix="flightpart-scrub") as ex:
+            answers = list(ex.map(one, live))
+        found = [a for a in answers if a is not None]
+        return {"nodes": found, "unreachable": [n.uri for n, a in zip(live, answers) if a is None],
+                "damaged": sum(len(a["damaged"]) for a in found), "missing": sum(len(a["missing"]) for a in found)}
+
     # ------------------------------------------------------------------ SPMD publish
 
     def _publish_begin(self, raw: bytes) -> dict:
@@ -575,6 +613,9 @@ class CatalogServer(ServiceBase):
         "drop": Action(_drop, "drop a version (or all versions) of a dataset and its files", "admin"),
         "versions": Action(_versions, "committed versions of a dataset", "read", changes_state=False),
         "repair": Action(_repair, "copy under-replicated partitions to live nodes (copy-to)", "admin"),
+        "report-damage": Action(_report_damage, "a node's replicas that failed their checksum or are gone: unlisted", "node"),
+        "scrub": Action(_scrub, "every live node checks its files against their checksums now; damaged and missing ones",
+                        "admin"),
         "publish-begin": Action(_publish_begin, "SPMD: join (or open) the pending publish of a dataset", "write",
                                 changes_state=False),
         "publish-part": Action(_publish_part, "SPMD: one rank's part is stored; commits when all ranks are in", "write"),

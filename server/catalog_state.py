@@ -517,6 +517,13 @@ class CatalogState:
         with self._tx() as db:
             db.execute("INSERT OR IGNORE INTO replicas VALUES(?,?,?,?,?)", (dataset, version, part[0], part[1], node_id))
 
+    def remove_replica(self, dataset: str, version: int, part: tuple[int, int], node_id: str) -> bool:
+        """Stop listing a node as holder of a partition (its copy is damaged or gone); True if it was listed."""
+        with self._tx() as db:
+            gone = db.execute("DELETE FROM replicas WHERE dataset=? AND version=? AND i=? AND j=? AND node_id=?",
+                              (dataset, version, part[0], part[1], node_id))
+            return gone.rowcount > 0
+
     def all_versions(self) -> list[VersionRecord]:
         """Every committed version of every dataset."""
         with self._lock:

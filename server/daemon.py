@@ -255,7 +255,8 @@ def run_node(host: str, port: int, *, data_dir: str | None, catalog: str | None,
              heartbeat: float, dead_after: float, max_partition_bytes: int | None, max_streams: int, advertise: str | None,
              security: Security, ports: Observability, min_free_bytes: int = 0, group: str | None = None,
              pending_ttl: float = 3600.0, capability_ttl: float = 86400.0, stream_idle_timeout: float = 60.0,
-             cluster_id: str | None = None, rebuild_grace: float | None = None) -> None:
+             cluster_id: str | None = None, rebuild_grace: float | None = None,
+             scrub: tuple[int, float] = (64 << 20, 3600.0)) -> None:
     """``flightpart serve``: a node (and, without ``catalog``, a catalog in the same process), until a signal."""
     security.check_exposure(host, "node")
     servers: list = []
@@ -271,7 +272,8 @@ def run_node(host: str, port: int, *, data_dir: str | None, catalog: str | None,
         announce("catalog", embedded.uri)
     node = listening(lambda: NodeServer(host, port, data_dir=data_dir, catalog=catalog, heartbeat_interval=heartbeat,
                                         advertise=advertise, max_partition_bytes=max_partition_bytes, max_streams=max_streams,
-                                        stream_idle_timeout=stream_idle_timeout, min_free_bytes=min_free_bytes, group=group, pool=security.pool(),
+                                        stream_idle_timeout=stream_idle_timeout, min_free_bytes=min_free_bytes, group=group,
+                                        pool=security.pool(), scrub_rate=scrub[0], scrub_interval=scrub[1],
                                         **security.server_options()), host, port, "node")
     servers.append(node)
     try:

@@ -20,7 +20,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from flightpart.errors import ForeignCluster, NodeConflict, RequestRejected, SchemaMismatch, StorageFull
+from flightpart.errors import ForeignCluster, NodeConflict, RequestRejected, SchemaMismatch, StorageFull, StorageUnwritable
 from flightpart.frames import growing_dictionaries
 from flightpart.io import inprocess
 from flightpart.io.access import Access
@@ -44,11 +44,14 @@ from flightpart.wire import (
     Held,
     HeldReply,
     PartHeader,
+    PartPlace,
     PutReceipts,
     PutTrailer,
     RegisterNode,
     RegisterReply,
     Relink,
+    ReportDamage,
+    ScrubReport,
     Seal,
     Ticket,
     VersionRef,
@@ -68,7 +71,7 @@ log = logging.getLogger("flightpart.node")
 
 NODE_COUNTERS = ("bytes_sent", "rows_sent", "batches_sent", "partitions_served", "bytes_received", "partitions_stored",
                  "put_streams", "errors", "storage_full_refusals", "partitions_assembled", "partitions_linked", "assembled_rows",
-                 "pulled_bytes", "streams_compressed")
+                 "pulled_bytes", "streams_compressed", "partitions_damaged", "partitions_missing", "scrubbed_bytes")
 """What a node's ``stats`` action and metrics count."""
 
 
@@ -111,6 +114,22 @@ def held_weight(stored: StoredPartition) -> int:
     return 120 + _stats_weight(stored.stats)
 
 
+class _Pacer:
+    """Sleeps so that the bytes counted through :meth:`pace` stay under ``rate`` per second (ends early on ``stop``)."""
+
+    def __init__(self, rate: int, stop: threading.Event):
+        self.rate = rate
+        self.stop = stop
+        self.started = time.monotonic()
+        self.done = 0
+
+    def pace(self, nbytes: int) -> None:
+        self.done += nbytes
+        ahead = self.done / self.rate - (time.monotonic() - self.started)
+        if ahead > 0:
+            self.stop.wait(ahead)
+
+
 def split_all(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     for batch in batches:
         yield from split_batch(batch, BATCH_BYTES)
@@ -148,6 +167,8 @@ class NodeServer(ServiceBase):
         group: str | None = None,
         secret: bytes | None = None,
         pool: ConnectionPool | None = None,
+        scrub_rate: int = 64 << 20,
+        scrub_interval: float = 3600.0,
         **server_kwargs: Any,
     ):
         super().__init__(host, port, secret=secret, max_streams=max_streams, advertise=advertise,
@@ -172,9 +193,17 @@ class NodeServer(ServiceBase):
         self._stopping = threading.Event()
         self.registered = threading.Event()
         self.last_contact: float | None = None  # monotonic time of the catalog's last answer
+        self.scrub_rate = scrub_rate
+        self.scrub_interval = scrub_interval
+        self._lost_lock = threading.Lock()
+        self._unreported: set[tuple[str, int, tuple[int, int]]] = set()  # damaged or missing, not yet told to the catalog
+        self._settled: set[tuple[str, int, tuple[int, int]]] = set()  # missing ones the catalog already knows of
+        self.store.on_damage = self._damaged
         inprocess.register(self.uri, self.store.open)
         if catalog:
             threading.Thread(target=self._report_loop, name="flightpart-heartbeat", daemon=True).start()
+        if scrub_interval > 0 and scrub_rate > 0:
+            threading.Thread(target=self._scrub_loop, name="flightpart-scrub", daemon=True).start()
 
     # ------------------------------------------------------------------ catalog
 
@@ -210,6 +239,7 @@ class NodeServer(ServiceBase):
             self._follow(RegisterReply.from_json(raw, "register-node reply"))
         self.last_contact = time.monotonic()
         self.registered.set()
+        self.find_missing()
 
     REGISTER_PAGE_BYTES = 4 << 20
     """About how much one page of a registration may weigh (the action body limit is 16 MiB)."""
@@ -241,6 +271,9 @@ class NodeServer(ServiceBase):
                     if not HeartbeatReply.from_json(raw, "heartbeat reply").known:
                         self.registered.clear()
                         continue
+                    self.report_lost()
+                if self.store.leftovers:
+                    self.store.retry_cleanup()
             except (NodeConflict, ForeignCluster) as exc:
                 log.error("the catalog refused this node: %s", exc)
                 self.pool.discard(self.catalog_uri)
@@ -297,6 +330,87 @@ class NodeServer(ServiceBase):
             # registered while its catalog had no identity yet (a new cluster before its first write): its catalog's
             # first order names it (the catalog also makes the node register again, which names it too)
             self.store.join_cluster(cluster)
+
+    # ------------------------------------------------------------------ integrity
+
+    def _damaged(self, dataset: str, version: int, part: tuple[int, int]) -> None:
+        """A file failed its checksum (and was quarantined): count it and tell the catalog now, in the background."""
+        self.counters.add(partitions_damaged=1)
+        log.error("partition %s of %s v%d failed its checksum: moved to quarantine, not served", part, dataset, version)
+        with self._lost_lock:
+            self._unreported.add((dataset, version, part))
+            self._settled.add((dataset, version, part))  # quarantined: not reported missing as well
+        threading.Thread(target=self.report_lost, name="flightpart-report-damage", daemon=True).start()
+
+    def report_lost(self) -> None:
+        """Tell the catalog which replicas this node no longer has intact; kept for the next beat when it does not answer."""
+        with self._lost_lock:
+            places = sorted(self._unreported)
+        if not places or self.catalog_uri is None:
+            return
+        body = ReportDamage(self.node_id, tuple(PartPlace(d, v, p) for d, v, p in places))
+        try:
+            self.pool.action(self.catalog_uri, ReportDamage.ACTION, body, timeout=10)
+        except Exception as exc:
+            log.info("could not report %d damaged or missing partitions to the catalog yet: %s", len(places), exc)
+            return
+        with self._lost_lock:
+            self._unreported.difference_update(places)
+
+    def scrub(self, rate: int | None = None) -> ScrubReport:
+        """Check every stored file against its checksum and find missing ones; tell the catalog what is lost.
+
+        ``rate`` bounds the bytes read per second (None: as fast as the
+        disk goes, for ``flightpart scrub``).
+        """
+        pace = _Pacer(rate, self._stopping).pace if rate else None
+        found = self.store.scrub(self._claimed(), pace, self._stopping.is_set)
+        missing = found["missing"]
+        self._lost(missing)
+        self.counters.add(scrubbed_bytes=found["bytes"])
+        self.report_lost()
+        return ScrubReport(found["checked"], found["bytes"], tuple(PartPlace(*p) for p in found["damaged"]),
+                           tuple(PartPlace(*p) for p in missing))
+
+    def _lost(self, missing: list[tuple[str, int, tuple[int, int]]]) -> None:
+        """Partitions found missing: reported to the catalog (once per process), their statistics moved aside."""
+        for place in missing:
+            self.store.forget_missing(*place)
+        with self._lost_lock:
+            self._unreported.update(missing)
+            self._settled.update(missing)
+        if missing:
+            self.counters.add(partitions_missing=len(missing))
+            log.error("partitions missing from the data directory: %s", missing)
+
+    def _claimed(self) -> set[tuple[str, int, tuple[int, int]]]:
+        """What the manifests say this node holds, less what it already reported lost."""
+        claimed = self.store.claimed(self.node_id)
+        with self._lost_lock:
+            return claimed - self._settled
+
+    def find_missing(self) -> None:
+        """At registration: partitions the manifests say this node holds whose files are gone (names only, no read)."""
+        self._lost(self.store.missing(self._claimed()))
+        self.report_lost()
+
+    def _scrub_loop(self) -> None:
+        """Scrub at ``scrub_rate`` bytes/s, one pass every ``scrub_interval`` seconds: a pass over B bytes takes B/rate s."""
+        while not self._stopping.wait(self.scrub_interval):
+            try:
+                self.scrub(self.scrub_rate)
+            except Exception as exc:  # a scrub never takes the node down; the next pass tries again
+                log.warning("scrub pass failed: %s", exc)
+
+    def _check(self, raw: bytes) -> dict:
+        """Vouch for a partition before a reader on this host maps the file itself (verified once per file and process)."""
+        body = PartPlace.decode(raw)
+        self.store.open(body.dataset, body.version, body.part)
+        return {"ok": True}
+
+    def _scrub(self, raw: bytes) -> dict:
+        Empty.decode(raw, "scrub")
+        return self.scrub().to_json()
 
     # ------------------------------------------------------------------ data
 
@@ -411,6 +525,10 @@ class NodeServer(ServiceBase):
         """Count a refused call; a write refused for a full disk also as such, with a warning in the log."""
         try:
             yield
+        except StorageUnwritable:
+            self.counters.add(errors=1)
+            log.error("refused a %s: the data disk refused a write", what)
+            raise
         except StorageFull:
             self.counters.add(errors=1, storage_full_refusals=1)
             log.warning("refused a %s: the disk is full (%s bytes free)", what, self.free_bytes())
@@ -484,6 +602,9 @@ class NodeServer(ServiceBase):
         "held": Action(_held, "partitions of one dataset version on this node", "node", changes_state=False),
         "drop": Action(_drop, "remove a dataset version's files (orders from this node's own cluster only)", "node"),
         "seal": Action(_seal, "keep a committed version's manifest: the version becomes immutable and rebuildable", "node"),
+        "check": Action(_check, "verify a partition's checksum before a reader on this host maps it", "locate",
+                        changes_state=False),
+        "scrub": Action(_scrub, "check every stored file against its checksum now; report damaged and missing ones", "admin"),
         "copy-to": Action(_copy_to, "send a partition to another live node of the cluster (replication)", "node"),
         "assemble": Action(_assemble, "build partitions of a new grid from a committed version (repartition, rebalance, "
                            "append): pulled from their holders, linked when unchanged", "write"),

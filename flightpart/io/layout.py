@@ -8,6 +8,8 @@ memory-map a partition instead of streaming it), so both halves are here:
     <data dir>/datasets/<name>/v<version>/manifest.json  the sealed version's geometry
     <data dir>/datasets/<name>/v<version>/.tmp-*      a put in progress
     <data dir>/datasets/<name>/tombstones.json        version numbers of the dataset that are gone for good
+    <data dir>/datasets/<name>/v<version>/<i>_<j>.stats.json  rows, column statistics, CRC-32 and size of the file
+    <data dir>/quarantine/<name>/v<version>/<i>_<j>.arrow.<time>  a file that failed its checksum, moved aside
 
 A version directory with a
 manifest is sealed: committed, immutable, and enough for a catalog that lost
@@ -35,6 +37,8 @@ DATASETS = "datasets"
 SUFFIX = ".arrow"
 STATS_SUFFIX = ".stats.json"
 TOMBSTONES = "tombstones.json"
+QUARANTINE = "quarantine"
+"""Where a node moves partition files that failed their checksum: kept for an operator, never served."""
 
 
 def default_data_dir() -> Path:
