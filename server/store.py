@@ -15,6 +15,7 @@ import contextlib
 import dataclasses
 import errno
 import json
+import logging
 import os
 import shutil
 import threading
@@ -42,6 +43,8 @@ from flightpart.io.maps import MappedFiles
 from flightpart.statistics import StatsBuilder
 from flightpart.wire import Commit, Tombstones, p_stats, p_uint
 from flightpart.wire import HeldPartition as StoredPartition
+
+log = logging.getLogger("flightpart.node")
 
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 DELTAS = ipc.IpcWriteOptions(emit_dictionary_deltas=True)
@@ -679,7 +682,10 @@ class PartitionStore:
         if remember and not (pending_only and version is not None and self.sealed(dataset, version)):
             kind = "aborted" if pending_only else "dropped"
             if version is not None or through:
-                self.bury(dataset, version, kind, through)
+                try:
+                    self.bury(dataset, version, kind, through)
+                except OSError as exc:  # a read-only or full disk: delete what can be deleted; the catalog tells it again
+                    log.warning("could not record that %s v%s is %s: %s", dataset, version, kind, exc)
         targets = [self.version_dir(dataset, version)] if version is not None else sorted(ddir.glob("v*"))
         removed = 0
         for target in targets:

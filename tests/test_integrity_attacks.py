@@ -261,7 +261,7 @@ def test_a_disk_read_only_during_a_put_leaves_no_file_once_writable(small_disk, 
                 assert list(data_dir.rglob("*.arrow"))  # the disk kept them for now
             finally:
                 subprocess.run(["mount", "-o", "remount,rw", str(small_disk)], check=True)
-            wait_until(lambda: not [p for p in data_dir.rglob("*") if p.is_file() and p.name != layout.NODE_MARKER], 30,
+            wait_until(lambda: not [p for p in data_dir.rglob("*") if p.is_file() and p.name not in (layout.NODE_MARKER, layout.TOMBSTONES)], 30,
                        "the node to remove the failed put's files once the disk is writable")
 
 
