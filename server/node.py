@@ -448,9 +448,9 @@ class NodeServer(ServiceBase):
         "node-info": Action(_node_info, "who this node is: id, uri, ip, pid, data dir, version", "locate", changes_state=False),
         "stats": Action(_stats, "bytes and batches served, partitions stored and held", "read", changes_state=False),
         "held": Action(_held, "partitions of one dataset version on this node", "node", changes_state=False),
-        "drop": Action(_drop, "remove a dataset version's files (orders from this node's own cluster only)", "node"),
-        "seal": Action(_seal, "keep a committed version's manifest: the version becomes immutable and rebuildable", "node"),
-        "copy-to": Action(_copy_to, "send a partition to another live node of the cluster (replication)", "node"),
+        "drop": Action(_drop, "remove a dataset version's files (orders from this node's own cluster only)", "catalog"),
+        "seal": Action(_seal, "keep a committed version's manifest: the version becomes immutable and rebuildable", "catalog"),
+        "copy-to": Action(_copy_to, "send a partition to another live node of the cluster (replication)", "catalog"),
         "assemble": Action(_assemble, "build partitions of a new grid from a committed version (repartition, rebalance, "
                            "append): pulled from their holders, linked when unchanged", "write"),
     }
