@@ -33,6 +33,7 @@ from flightpart.errors import (
 )
 from flightpart.io.access import Access
 from flightpart.io.connections import ConnectionPool
+from flightpart.tokens import CATALOG_NODE, manifest_signature, manifest_signed
 from flightpart.wire import (
     Commit,
     CommitPart,
@@ -63,7 +64,6 @@ from flightpart.wire import (
     parse_dataset_path,
     role_token,
 )
-from flightpart.tokens import CATALOG_NODE, manifest_signature, manifest_signed
 
 from .auth import authorize
 from .base import Action, ServiceBase, boundary

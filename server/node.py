@@ -20,7 +20,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from flightpart.errors import ForeignCluster, NodeConflict, RequestRejected, SchemaMismatch, StorageFull
+from flightpart.errors import CannotStart, ForeignCluster, NodeConflict, RequestRejected, SchemaMismatch, StorageFull
 from flightpart.io import inprocess
 from flightpart.io.access import Access
 from flightpart.io.allocator import keep_freed_memory
@@ -31,6 +31,7 @@ from flightpart.io.errors import translated
 from flightpart.io.hosts import advertised_ip
 from flightpart.io.layout import default_data_dir
 from flightpart.io.transfer import BATCH_BYTES, chunks, project, send_partition, split_batch
+from flightpart.tokens import Keys, verify_token
 from flightpart.version import __version__
 from flightpart.wire import (
     Assemble,
@@ -114,6 +115,17 @@ def split_all(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         yield from split_batch(batch, BATCH_BYTES)
 
 
+def node_name(keys: Keys | None, token: str | None) -> str | None:
+    """The node a node credential names (None without one); a token this cluster did not sign for a node is refused."""
+    if token is None:
+        return None
+    credential = verify_token(keys, token, time.time()) if keys is not None else None
+    if credential is None or credential.role != "node":
+        raise CannotStart("the node token is not a node token of this cluster (or it has expired, or there is no "
+                          "--verify-key-file to check it): mint one with `flightpart token --role node --name NODE`")
+    return credential.name
+
+
 class NodeServer(ServiceBase):
     """One node of a flightpart cluster."""
 
@@ -137,7 +149,8 @@ class NodeServer(ServiceBase):
         min_free_bytes: int = 0,
         max_maps: int = 256,
         group: str | None = None,
-        secret: bytes | None = None,
+        secret: Keys | None = None,
+        token: str | None = None,
         pool: ConnectionPool | None = None,
         **server_kwargs: Any,
     ):
@@ -146,7 +159,7 @@ class NodeServer(ServiceBase):
             advertise_ip = socket.gethostbyname(advertise)
         self.ip = advertise_ip or (host if host not in ("0.0.0.0", "::", "") else advertised_ip())
         self.store = PartitionStore(data_dir or default_data_dir(), max_partition_bytes=max_partition_bytes, max_maps=max_maps,
-                                    group=group)
+                                    group=group, node_id=node_name(secret, token))
         self.min_free_bytes = min_free_bytes
         self.node_id = self.store.node_id
         self.pid = os.getpid()
@@ -155,8 +168,8 @@ class NodeServer(ServiceBase):
         self.catalog_uri = catalog
         self.heartbeat_interval = heartbeat_interval
         access = pool.access if pool is not None else Access()
-        if secret is not None:  # this node speaks to the catalog and to other nodes as the node it is
-            access = dataclasses.replace(access, token=role_token(secret, "node", self.node_id))
+        if token is not None or isinstance(secret, bytes):  # it speaks to the catalog and to other nodes as the node it is
+            access = dataclasses.replace(access, token=token or role_token(secret, "node", self.node_id))
         self.pool = ConnectionPool(access)
         self.assembler = Assembler(self.store, self.pool, self.uri, catalog, self.counters.add)
         self._stopping = threading.Event()
