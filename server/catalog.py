@@ -234,7 +234,7 @@ class CatalogServer(ServiceBase):
             if manifest_signed(self.secret, m.to_json(), m.signature):
                 trusted.append(m)
             else:
-                self.telemetry.refused("unsigned-manifest")
+                self.telemetry.refused("unsigned_manifest")
                 log.warning("node %s sent a manifest of %s v%d that this catalog did not sign: not taken as a commit",
                             node_id, m.dataset, m.version)
         return trusted
