@@ -122,7 +122,8 @@ def main(ctx: click.Context, log_level: str, log_format: str, debug: bool) -> No
 def serve(host: str, port: int, data_dir: str | None, catalog_uri: str | None, node_port: int, state_dir: str | None,
           heartbeat: float, dead_after: float, max_partition_bytes: int | None, max_streams: int, advertise: str | None,
           min_free_bytes: int, group: str | None, node_token_file: str | None, verify_key_file: str | None,
-          pending_ttl: float, capability_ttl: float, secret_file: str | None, tls_cert: str | None, tls_key: str | None, tls_client_ca: str | None, tls_ca: str | None,
+          pending_ttl: float, capability_ttl: float,
+          secret_file: str | None, tls_cert: str | None, tls_key: str | None, tls_client_ca: str | None, tls_ca: str | None,
           health_port: int | None, metrics_port: int | None, metrics_host: str) -> None:
     """Run a node (and, without --catalog, a catalog too)."""
     from .server.daemon import Observability, Security, run_node

@@ -241,9 +241,9 @@ class CatalogServer(ServiceBase):
 
     def _signed(self, manifest: Commit) -> Commit:
         """The manifest with this catalog's signature (nodes keep it; a catalog rebuilding its state trusts only that)."""
+        unsigned = dataclasses.replace(manifest, signature=None)  # a writer's commit may carry anything there
         if self.secret is None:
-            return dataclasses.replace(manifest, signature=None)
-        unsigned = dataclasses.replace(manifest, signature=None)
+            return unsigned
         return dataclasses.replace(unsigned, signature=manifest_signature(self.secret, unsigned.to_json()))
 
     REPLY_BYTES = 4 << 20
