@@ -123,11 +123,11 @@ def role_token(secret: bytes, role: str, name: str, expiry: int = 0) -> str:
     return f"{body}:{_sign(secret, _TOKEN_CONTEXT, body)}"
 
 
-def capability(secret: bytes, dataset: str, version: int, expiry: int) -> str:
-    """A bearer token that reads one dataset version and nothing else, until ``expiry``."""
-    from .wire import check_name  # names are the wire's rule; imported late, wire re-exports this module
+def signed_capability(secret: bytes, dataset: str, version: int, expiry: int) -> str:
+    """A bearer token that reads one dataset version and nothing else, until ``expiry``.
 
-    body = f"{TOKEN_PREFIX}:{CAPABILITY}:{check_name(dataset)}@{int(version)}:{int(expiry)}"
+    ``dataset`` must be a checked name: :func:`flightpart.wire.capability` checks it (names are the wire's rule)."""
+    body = f"{TOKEN_PREFIX}:{CAPABILITY}:{dataset}@{int(version)}:{int(expiry)}"
     return f"{body}:{_sign(secret, _TOKEN_CONTEXT, body)}"
 
 

@@ -912,7 +912,12 @@ from .tokens import (  # noqa: E402, F401
     TOKEN_PREFIX,
     Credential,
     VerifyKey,
-    capability,
     role_token,
+    signed_capability,
     verify_token,
 )
+
+
+def capability(secret: bytes, dataset: str, version: int, expiry: int) -> str:
+    """A bearer token that reads one dataset version and nothing else, until ``expiry``."""
+    return signed_capability(secret, check_name(dataset), version, expiry)
