@@ -126,6 +126,16 @@ def trusted(tmp_path_factory):
         yield c
 
 
+def test_nodes_on_their_own_tokens_pull_from_each_other_for_a_repartition(trusted):
+    """Assemble: each node pulls its sources from the others with its own node token (read), nothing more."""
+    c = trusted
+    with fp.connect(c.uri, token=wire.role_token(SECRET, "writer", "w"), host="127.0.0.99") as writer:
+        writer.put("moved", table_of(3000, 4), tiling=(3, 1))
+        regridded = writer.repartition("moved", (2, 1))
+        assert regridded.__partitioned__["partition_tiling"] == (2, 1)
+        assert regridded.to_arrow().equals(table_of(3000, 4))
+
+
 def reader(c: LocalCluster) -> fp.Client:
     return fp.connect(c.uri, token=wire.role_token(SECRET, "reader", "r"), host="127.0.0.99")
 
