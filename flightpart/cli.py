@@ -129,6 +129,11 @@ def main(ctx: click.Context, log_level: str, log_format: str, debug: bool) -> No
               help="Bytes per second the background scrub reads to check stored files against their checksums (0: off).")
 @click.option("--scrub-interval", default=3600.0, show_default=True, type=float,
               help="Seconds between background scrub passes (0: off); a pass over B bytes takes B / --scrub-rate seconds.")
+@click.option("--node-token-file", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="File (mode 600) holding this node's own token (`flightpart token --role node --name NODE`): with "
+                   "--verify-key-file, what a node needs instead of the cluster secret. The token names the node.")
+@click.option("--verify-key-file", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="File holding the cluster's verify key (`flightpart verify-key`): checks callers' tokens, mints none.")
 @PENDING_TTL_OPTION
 @CAPABILITY_TTL_OPTION
 @identity_options
@@ -137,6 +142,7 @@ def main(ctx: click.Context, log_level: str, log_format: str, debug: bool) -> No
 def serve(host: str, port: int, data_dir: str | None, catalog_uri: str | None, node_port: int, state_dir: str | None,
           heartbeat: float, dead_after: float, max_partition_bytes: int | None, max_streams: int, stream_idle_timeout: float,
           advertise: str | None, min_free_bytes: int, group: str | None, scrub_rate: int, scrub_interval: float,
+          node_token_file: str | None, verify_key_file: str | None,
           pending_ttl: float, capability_ttl: float, cluster_id: str | None, rebuild_grace: float, secret_file: str | None,
           tls_cert: str | None, tls_key: str | None, tls_client_ca: str | None, tls_ca: str | None,
           insecure: bool, health_port: int | None, metrics_port: int | None, metrics_host: str) -> None:
@@ -145,7 +151,7 @@ def serve(host: str, port: int, data_dir: str | None, catalog_uri: str | None, n
 
     run_node(host, port, data_dir=data_dir, catalog=catalog_uri, node_port=node_port, state_dir=state_dir, heartbeat=heartbeat,
              dead_after=dead_after, max_partition_bytes=max_partition_bytes, max_streams=max_streams, advertise=advertise,
-             security=Security(secret_file, tls_cert, tls_key, tls_client_ca, tls_ca, insecure),
+             security=Security(secret_file, tls_cert, tls_key, tls_client_ca, tls_ca, insecure, node_token_file, verify_key_file),
              ports=Observability(health_port, metrics_port, metrics_host), min_free_bytes=min_free_bytes, group=group,
              pending_ttl=pending_ttl, capability_ttl=capability_ttl, stream_idle_timeout=stream_idle_timeout,
              cluster_id=cluster_id, rebuild_grace=rebuild_grace, scrub=(scrub_rate, scrub_interval))
@@ -497,18 +503,40 @@ def scrub(catalog: str, as_json: bool) -> None:
               help="The cluster secret (mode 600), or $FLIGHTPART_SECRET.")
 @JSON_OPTION
 def token(role: str, name: str, expires_in: int, secret_file: str | None, as_json: bool) -> None:
-    """Print a role token derived from the cluster secret (give it to a user as $FLIGHTPART_TOKEN)."""
+    """Print a role token signed with the cluster secret (give it to a user as $FLIGHTPART_TOKEN, or to a node
+    as its --node-token-file)."""
     import time
 
-    from .server.daemon import Security
+    from .tokens import CATALOG_NODE
     from .wire import role_token
+
+    if role == "node" and name == CATALOG_NODE:
+        raise click.UsageError(f"{CATALOG_NODE!r} is the catalog's own name among nodes: give the node another name")
+    secret = _cluster_secret(secret_file)
+    expires = int(time.time()) + expires_in if expires_in else 0
+    value = role_token(secret, role, name, expires)
+    _emit(as_json, {"token": value, "role": role, "name": name, "expires": expires or None}, value)
+
+
+@main.command("verify-key")
+@click.option("--secret-file", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="The cluster secret (mode 600), or $FLIGHTPART_SECRET.")
+@JSON_OPTION
+def verify_key_command(secret_file: str | None, as_json: bool) -> None:
+    """Print the cluster's verify key: a node checks tokens with it (`serve --verify-key-file`) and can mint none."""
+    from .tokens import verify_key
+
+    value = verify_key(_cluster_secret(secret_file)).text()
+    _emit(as_json, {"verify_key": value}, value)
+
+
+def _cluster_secret(secret_file: str | None) -> bytes:
+    from .server.daemon import Security
 
     secret = Security(secret_file).secret()
     if secret is None:
         raise click.UsageError("no cluster secret: pass --secret-file or set $FLIGHTPART_SECRET")
-    expires = int(time.time()) + expires_in if expires_in else 0
-    value = role_token(secret, role, name, expires)
-    _emit(as_json, {"token": value, "role": role, "name": name, "expires": expires or None}, value)
+    return secret
 
 
 @main.command()

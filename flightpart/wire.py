@@ -13,8 +13,6 @@ their parsers, with a round-trip test in ``tests/test_wire.py``.
 from __future__ import annotations
 
 import base64
-import hashlib
-import hmac
 import json
 import re
 from collections.abc import Callable, Iterable, Iterator
@@ -884,6 +882,9 @@ class Commit(Message):
     (a put). The catalog publishes the version only while ``base`` is still the latest, and never behind a newer
     one, in the same transaction as the commit: two writers racing on one dataset cannot both be acknowledged
     with one of them lost (the loser gets VERSION_CONFLICT, field ``commit.base``, and re-bases)."""
+    signature: str | None = _field(p_optional(p_str), None)
+    """A sealed manifest's: the catalog's signature (flightpart.tokens.manifest_signature), which a catalog
+    rebuilding lost state requires before it takes the manifest as a commit. A writer's commit leaves it out."""
 
 
 @dataclass(frozen=True)
@@ -991,70 +992,19 @@ class HeartbeatReply(Message):
 
 
 # --------------------------------------------------------------------------- credentials
-# A cluster has one secret, known to its daemons only. What clients carry is
-# derived from it and verified by any daemon without asking anyone:
-#   fp1:<role>:<name>:<expiry>:<mac>            a role token (reader, writer, admin, node)
-#   fp1:cap:<dataset>@<version>:<expiry>:<mac>  a read capability for one version
-# <expiry> is a Unix time (0: never); <mac> is HMAC-SHA256 over the rest.
-
-ROLES = ("reader", "writer", "admin", "node")
-TOKEN_PREFIX = "fp1"
-CAPABILITY = "cap"
-_LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
-
-
-def _mac(secret: bytes, text: str) -> str:
-    return hmac.new(secret, text.encode(), hashlib.sha256).hexdigest()
-
-
-def role_token(secret: bytes, role: str, name: str, expiry: int = 0) -> str:
-    """A bearer token granting ``role`` to ``name`` (a user, or a node's name) until ``expiry`` (0: never)."""
-    if role not in ROLES:
-        raise ValueError(f"role must be one of {', '.join(ROLES)}, got {role!r}")
-    if not _LABEL.fullmatch(name):
-        raise ValueError(f"name {name!r}: use 1 to 64 letters, digits, '_', '.' and '-'")
-    body = f"{TOKEN_PREFIX}:{role}:{name}:{int(expiry)}"
-    return f"{body}:{_mac(secret, body)}"
+# Roles, capabilities and signatures live in flightpart.tokens; their names stay importable from here.
+from .tokens import (  # noqa: E402, F401
+    CAPABILITY,
+    ROLES,
+    TOKEN_PREFIX,
+    Credential,
+    VerifyKey,
+    role_token,
+    signed_capability,
+    verify_token,
+)
 
 
 def capability(secret: bytes, dataset: str, version: int, expiry: int) -> str:
     """A bearer token that reads one dataset version and nothing else, until ``expiry``."""
-    body = f"{TOKEN_PREFIX}:{CAPABILITY}:{check_name(dataset)}@{int(version)}:{int(expiry)}"
-    return f"{body}:{_mac(secret, body)}"
-
-
-@dataclass(frozen=True)
-class Credential:
-    """What a verified bearer token grants."""
-
-    role: str                       # a role, "cap", or "owner" (the cluster secret itself)
-    name: str                       # who: a user's or node's name, or "dataset@version" for a capability
-    expiry: int = 0
-
-    @property
-    def scope(self) -> tuple[str, int] | None:
-        """(dataset, version) a capability is limited to; None for roles."""
-        if self.role != CAPABILITY:
-            return None
-        dataset, _, version = self.name.rpartition("@")
-        return dataset, int(version)
-
-
-def verify_token(secret: bytes, token: str, now: float, margin: float = 0.0) -> Credential | None:
-    """The credential a bearer token carries, or None if it is not one this cluster signed or it has expired.
-
-    ``margin``: seconds a token is still accepted after its expiry, so a verifier whose clock runs ahead of
-    the one that minted it by less than that does not refuse it early (the price: one served that much late)."""
-    if hmac.compare_digest(token.encode(), secret):
-        return Credential("owner", "owner")
-    parts = token.split(":")
-    if len(parts) != 5 or parts[0] != TOKEN_PREFIX:
-        return None
-    _prefix, role, name, expiry, mac = parts
-    if not hmac.compare_digest(mac, _mac(secret, ":".join(parts[:4]))):
-        return None
-    if not (expiry.isascii() and expiry.isdigit()) or (int(expiry) and int(expiry) + margin < now):
-        return None
-    if role not in ROLES and role != CAPABILITY:
-        return None
-    return Credential(role, name, int(expiry))
+    return signed_capability(secret, check_name(dataset), version, expiry)

@@ -1,9 +1,10 @@
 """Who may call what, and how many streams at once: a middleware on every RPC.
 
-With a cluster secret, every call must carry ``authorization: Bearer <token>``:
-the secret itself (the owner: every right), a role token derived from it
-(reader, writer, admin, node) or a read capability for one dataset version
-(see :mod:`flightpart.wire`). Tokens are verified here, without asking
+With a cluster secret (or only its verify key, on a node), every call must carry
+``authorization: Bearer <token>``: the secret itself (the owner: every right,
+where the daemon holds the secret), a role token signed with it (reader,
+writer, admin, node) or a read capability for one dataset version (see
+:mod:`flightpart.tokens`). Tokens are verified here, without asking
 anyone; a call without a valid one fails with ``UNAUTHENTICATED`` before any
 handler runs, so it learns nothing of the datasets. Handlers then ask
 :func:`authorize` whether the caller's credential allows what it asks
@@ -35,7 +36,8 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from flightpart.errors import Forbidden, NodeUnavailable, ServerBusy, Unauthenticated
-from flightpart.wire import CAPABILITY, Credential, encode_error, verify_token
+from flightpart.tokens import CAPABILITY, CATALOG_NODE, Credential, Keys, verify_token
+from flightpart.wire import encode_error
 
 from .telemetry import Call, Telemetry
 
@@ -81,9 +83,12 @@ GRANTS = {
     "write": {"writer", "admin", "owner"},
     "admin": {"admin", "owner"},
     "node": {"node", "owner"},
+    "catalog": {"owner"},
 }
 """Which roles hold each permission. A capability holds "read" for its one version, and "locate"
-(a node's identity and data directory, which a reader on the node's host needs to map files)."""
+(a node's identity and data directory, which a reader on the node's host needs to map files).
+"catalog" (a node ordered to drop, seal or copy) is held by the owner and by the catalog's own node
+token (named ``catalog``): another node's token may not order a node around."""
 
 
 def _header(headers: dict, name: str) -> list[str]:
@@ -94,7 +99,7 @@ def _header(headers: dict, name: str) -> list[str]:
 class GuardFactory(flight.ServerMiddlewareFactory):
     """Authentication and stream accounting for one server."""
 
-    def __init__(self, secret: bytes | None = None, max_streams: int | None = None, telemetry: Telemetry | None = None,
+    def __init__(self, secret: Keys | None = None, max_streams: int | None = None, telemetry: Telemetry | None = None,
                  stream_idle_timeout: float | None = None):
         super().__init__()
         self.telemetry = telemetry or Telemetry()
@@ -272,6 +277,8 @@ def authorize(context: Any, permission: str, scope: tuple[str, int] | None = Non
     """The caller's credential if it allows ``permission`` (on ``scope`` for a capability), else ``FORBIDDEN``."""
     credential = credential_of(context)
     if credential.role in GRANTS[permission]:
+        return credential
+    if permission == "catalog" and credential.role == "node" and credential.name == CATALOG_NODE:
         return credential
     if credential.role == CAPABILITY and ((permission == "read" and scope is not None and scope == credential.scope)
                                           or permission == "locate"):

@@ -37,6 +37,7 @@ from flightpart.errors import (
 )
 from flightpart.io.access import Access
 from flightpart.io.connections import ConnectionPool
+from flightpart.tokens import CATALOG_NODE, manifest_signature, manifest_signed
 from flightpart.wire import (
     Commit,
     CommitPart,
@@ -120,7 +121,7 @@ class CatalogServer(ServiceBase):
         self._without_identity: set[str] = set()  # nodes registered before the identity was known: told it later
         access = pool.access if pool is not None else Access()
         if secret is not None:  # the catalog calls nodes (held, seal, drop, copy-to) with the node role
-            access = dataclasses.replace(access, token=role_token(secret, "node", "catalog"))
+            access = dataclasses.replace(access, token=role_token(secret, "node", CATALOG_NODE))
         self.pool = ConnectionPool(access)
         self.capability_ttl = capability_ttl
         self.pending_ttl = pending_ttl
@@ -130,6 +131,7 @@ class CatalogServer(ServiceBase):
         self._infos: dict[tuple[str, int, int], tuple] = {}
         self._skewed: set[str] = set()  # nodes whose clock was last seen further from ours than CLOCK_MARGIN
         self._owes_registration: set[str] = set()  # nodes whose registration could not carry every seal
+        self._grants: dict[str, set[tuple[str, int, tuple[int, int]]]] = {}  # per node, over a registration's pages
         self._stopping = threading.Event()
         self._status_lock = threading.Lock()
         self._status: tuple[float, dict] | None = None
@@ -240,16 +242,22 @@ class CatalogServer(ServiceBase):
         self._check_identity(b)
         held = [{"dataset": p.dataset, "version": p.version, "part": p.part, "nbytes": p.nbytes, "stats": p.stats}
                 for p in b.partitions]
-        manifests = [manifest_record(m) for m in b.sealed]
-        orphans, to_seal, gone = self.state.register_node(b.node_id, b.uri, b.ip, b.pid, b.data_dir, held, manifests,
+        trusted = self._signed_by_us(b.node_id, b.sealed)
+        grants = self._grants.setdefault(b.node_id, set())
+        grants.update(granted_to(b.node_id, trusted))
+        if not b.more:
+            self._grants.pop(b.node_id, None)
+        orphans, to_seal, gone = self.state.register_node(b.node_id, b.uri, b.ip, b.pid, b.data_dir, held,
+                                                          [manifest_record(m) for m in trusted],
                                                           [(v.dataset, v.version) for v in b.versions],
-                                                          [(v.dataset, v.version) for v in b.sealed_versions], b.tombstones)
+                                                          [(v.dataset, v.version) for v in b.sealed_versions], grants,
+                                                          b.tombstones)
         self._identity_learned(cluster, b.node_id)
         for dataset, version in gone:  # a node heard a drop this catalog's state lost: every holder deletes it
             log.warning("%s v%d: node %s says it was dropped or aborted; forgotten here too", dataset, version, b.node_id)
             self._infos.clear()
             self._drop_files(dataset, version, self.state.nodes())
-        manifests = (manifest_of(self.state.version(d, v)) for d, v in to_seal)
+        manifests = (self._signed(manifest_of(self.state.version(d, v))) for d, v in to_seal)
         seal, more = next(pages(manifests, lambda m: len(m.encode()), self.REPLY_BYTES))
         if more:  # the rest when it registers again, once this registration is done
             self._owes_registration.add(b.node_id)
@@ -257,6 +265,27 @@ class CatalogServer(ServiceBase):
             self._owes_registration.discard(b.node_id)
             self.state.must_register(b.node_id)
         return RegisterReply(b.node_id, cluster, tuple(VersionRef(d, v) for d, v in orphans), tuple(seal)).to_json()
+
+    def _signed_by_us(self, node_id: str, sealed: tuple[Commit, ...]) -> list[Commit]:
+        """The manifests this catalog signed; any other is logged and not taken as a commit (nor as a placement)."""
+        if self.secret is None:
+            return list(sealed)  # an open cluster: every caller is trusted anyway
+        trusted = []
+        for m in sealed:
+            if manifest_signed(self.secret, m.to_json(), m.signature):
+                trusted.append(m)
+            else:
+                self.telemetry.refused("unsigned_manifest")
+                log.warning("node %s sent a manifest of %s v%d that this catalog did not sign: not taken as a commit",
+                            node_id, m.dataset, m.version)
+        return trusted
+
+    def _signed(self, manifest: Commit) -> Commit:
+        """The manifest with this catalog's signature (nodes keep it; a catalog rebuilding its state trusts only that)."""
+        unsigned = dataclasses.replace(manifest, signature=None)  # a writer's commit may carry anything there
+        if self.secret is None:
+            return unsigned
+        return dataclasses.replace(unsigned, signature=manifest_signature(self.secret, unsigned.to_json()))
 
     REPLY_BYTES = 4 << 20
     """About how many bytes of manifests one answer to a registration carries."""
@@ -398,7 +427,7 @@ class CatalogServer(ServiceBase):
     def _seal(self, manifest: Commit, nodes: Any) -> int:
         """Tell the holders the version is committed; one that misses it is told when it registers again (also after
         a restart of this catalog: see :meth:`CatalogState.sealed_everywhere`). How many were told."""
-        cluster = self.state.cluster()
+        cluster, manifest = self.state.cluster(), self._signed(manifest)
         return self._fan_out(nodes, lambda node: self.pool.action(node.uri, Seal.ACTION, Seal(cluster, manifest),
                                                                   timeout=self.fan_out_timeout),
                              f"seal {manifest.dataset} v{manifest.version}")
@@ -521,6 +550,8 @@ class CatalogServer(ServiceBase):
                                      timeout=None)
                     self._verify_on_nodes(record.dataset, record.version, schema, [PartRecord(p.part, p.start, p.shape, 0, [target])])
                     self.state.add_replica(record.dataset, record.version, p.part, target.node_id)
+                    # the new holder keeps a manifest naming it, so a catalog rebuilding lost state takes its copy
+                    self._seal(manifest_of(self.state.version(record.dataset, record.version)), [target])
                     held_by.add(target.node_id)
                     holders.append(target)
                     load[target.node_id] += 1
@@ -636,6 +667,11 @@ def manifest_of(record: VersionRecord) -> Commit:
     parts = tuple(CommitPart(p.part, p.start, p.shape, tuple(n.node_id for n in p.nodes)) for p in record.parts)
     return Commit(record.dataset, record.version, pa.ipc.read_schema(pa.py_buffer(record.schema)), record.shape, record.grid,
                   parts, record.replicas)
+
+
+def granted_to(node_id: str, manifests: list[Commit]) -> set[tuple[str, int, tuple[int, int]]]:
+    """(dataset, version, part) the (signed) manifests list ``node_id`` as holding."""
+    return {(m.dataset, m.version, p.part) for m in manifests for p in m.partitions if node_id in p.nodes}
 
 
 def manifest_record(m: Commit) -> VersionRecord:

@@ -15,17 +15,20 @@ database that a test can drive directly:
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from flightpart.errors import DatasetNotFound, VersionConflict, VersionExpired
+
+log = logging.getLogger("flightpart.catalog")
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS nodes(
@@ -178,6 +181,7 @@ class CatalogState:
     def register_node(self, node_id: str, uri: str, ip: str, pid: int, data_dir: str | None, held: list[dict],
                       manifests: Sequence[VersionRecord] = (), versions: Sequence[tuple[str, int]] = (),
                       sealed_versions: Sequence[tuple[str, int]] = (),
+                      granted: Collection[tuple[str, int, tuple[int, int]]] = (),
                       tombstones: Sequence[Any] = ()) -> tuple[list[tuple[str, int]], list[tuple[str, int]], list[tuple[str, int]]]:
         """Record a node and what it holds; returns (orphans, versions to seal, versions it says are gone).
 
@@ -190,7 +194,10 @@ class CatalogState:
         Orphans are versions this catalog dropped or aborted (tombstones):
         the node deletes them. Sealed versions the catalog does not know (it
         lost its state) are rebuilt from their manifests; unsealed unknown
-        ones are recorded as pending and expire by the pending TTL. Every
+        ones are recorded as pending, kept until their writer aborts them or
+        an operator drops them (they may have been committed). A claim to a
+        partition of a committed version counts only where the catalog
+        placed it: a replica it recorded, or one a signed manifest ``granted``. Every
         version number the node has moves the counter past it. Versions to
         seal are committed versions the node holds parts of without a
         manifest (a commit whose seal did not reach it). A registration in
@@ -231,7 +238,10 @@ class CatalogState:
                 if state == "committed":
                     known = db.execute("SELECT 1 FROM partitions WHERE dataset=? AND version=? AND i=? AND j=?",
                                        (key[0], key[1], p["part"][0], p["part"][1])).fetchone()
-                    if known:
+                    if known and not _placed(db, node_id, key, tuple(p["part"]), granted):
+                        log.warning("node %s claims partition %s of %s v%d, which this catalog never placed there: ignored",
+                                    node_id, tuple(p["part"]), *key)
+                    elif known:
                         db.execute("INSERT OR IGNORE INTO replicas VALUES(?,?,?,?,?)", (*key, p["part"][0], p["part"][1], node_id))
                         db.execute("UPDATE partitions SET nbytes=MAX(nbytes, ?) WHERE dataset=? AND version=? AND i=? AND j=?",
                                    (p.get("nbytes", 0), *key, p["part"][0], p["part"][1]))
@@ -655,3 +665,12 @@ def _bury(db: sqlite3.Connection, tombstones: Sequence[Any], now: float) -> set[
                     gone.add((t.dataset, version))
                 _set_state(db, t.dataset, version, kind, now)
     return gone
+
+
+def _placed(db: sqlite3.Connection, node_id: str, key: tuple[str, int], part: tuple[int, int],
+            granted: Collection[tuple[str, int, tuple[int, int]]]) -> bool:
+    """Whether the catalog put this partition on this node: a replica it recorded, or one a signed manifest grants."""
+    if (key[0], key[1], part) in granted:
+        return True
+    return db.execute("SELECT 1 FROM replicas WHERE dataset=? AND version=? AND i=? AND j=? AND node_id=?",
+                      (*key, part[0], part[1], node_id)).fetchone() is not None

@@ -28,6 +28,7 @@ from flightpart.errors import CannotStart, ForeignCluster, NodeConflict
 from flightpart.io.access import SECRET_ENV, TOKEN_ENV, Access, read_secret_file
 from flightpart.io.connections import ConnectionPool
 from flightpart.io.layout import default_state_dir
+from flightpart.tokens import Keys, VerifyKey
 
 from .auth import tls_server_options
 from .catalog import CatalogServer
@@ -39,13 +40,18 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class Security:
-    """A daemon's credentials: the cluster secret's file, its own TLS certificate, and the CAs it trusts.
+    """A daemon's credentials: the cluster secret's file (or a node's own token and the verify key), its own TLS
+    certificate, and the CAs it trusts.
 
     The secret comes from ``--secret-file`` (a file only its owner may read)
-    or ``$FLIGHTPART_SECRET``, never from the command line. Without one the
-    cluster is open: every caller has every right, so an open daemon binds
-    loopback only unless ``insecure`` says the operator means it
-    (:meth:`check_exposure`).
+    or ``$FLIGHTPART_SECRET``, never from the command line. The catalog
+    needs it (it mints capabilities and signs manifests); a node needs only
+    ``--node-token-file`` (its own node token, which names it) and
+    ``--verify-key-file`` (to check callers' tokens without being able to
+    mint one), so a node taken over cannot act as a writer, an admin or
+    another node. Without any the cluster is open: every caller has every right.
+    An open daemon binds loopback only unless ``insecure`` says the
+    operator means it (:meth:`check_exposure`).
     """
 
     secret_file: str | None = None
@@ -54,6 +60,8 @@ class Security:
     tls_client_ca: str | None = None
     tls_ca: str | None = None
     insecure: bool = False
+    node_token_file: str | None = None
+    verify_key_file: str | None = None
 
     def check_exposure(self, host: str, what: str) -> None:
         """Refuse to start a daemon that would be open to whoever reaches it without the operator saying so.
@@ -86,8 +94,34 @@ class Security:
         return "mutual" if self.tls_client_ca else "on"
 
     def server_options(self) -> dict:
-        """Keyword arguments of a flightpart server: its secret and TLS settings."""
-        return {**tls_server_options(self.tls_cert, self.tls_key, self.tls_client_ca), "secret": self.secret()}
+        """Keyword arguments of a flightpart server: what it verifies tokens with and its TLS settings."""
+        return {**tls_server_options(self.tls_cert, self.tls_key, self.tls_client_ca), "secret": self.keys()}
+
+    def keys(self) -> Keys | None:
+        """The cluster secret when this daemon holds it, else the verify key (a node's), else None (an open cluster)."""
+        secret = self.secret()
+        if secret is not None or not self.verify_key_file:
+            return secret
+        try:
+            return VerifyKey.parse(Path(self.verify_key_file).read_text())
+        except (OSError, ValueError) as exc:
+            raise CannotStart(f"--verify-key-file {self.verify_key_file}: {exc}") from None
+
+    def node_token(self) -> str | None:
+        """This node's own token (``--node-token-file``, mode 600), or None."""
+        if not self.node_token_file:
+            return None
+        if not (self.verify_key_file or self.secret_file or os.environ.get(SECRET_ENV)):
+            raise CannotStart("--node-token-file needs --verify-key-file (print it with `flightpart verify-key`) "
+                              "to check the tokens of those who call this node")
+        return read_secret_file(self.node_token_file).decode()
+
+    def catalog_secret(self) -> bytes | None:
+        """The secret a catalog works with; a catalog given only a verify key cannot mint capabilities nor sign."""
+        if self.secret() is None and (self.verify_key_file or self.node_token_file):
+            raise CannotStart("a catalog needs the cluster secret (--secret-file or $FLIGHTPART_SECRET): "
+                              "--node-token-file and --verify-key-file are for nodes that run without a catalog inside")
+        return self.secret()
 
     def secret(self) -> bytes | None:
         if self.secret_file:
@@ -235,7 +269,8 @@ def start_catalog(host: str, port: int, state_dir: str | None, dead_after: float
     return listening(lambda: CatalogServer(host, port, state_path=str(state / "catalog.sqlite"), dead_after=dead_after,
                                            pending_ttl=pending_ttl, capability_ttl=capability_ttl, retire_after=retire_after,
                                            pool=security.pool(), cluster_id=cluster_id, rebuild_grace=rebuild_grace,
-                                           **security.server_options()), host, port, "catalog")
+                                           **{**security.server_options(), "secret": security.catalog_secret()}),
+                     host, port, "catalog")
 
 
 def run_catalog(host: str, port: int, state_dir: str | None, dead_after: float, security: Security, ports: Observability,
@@ -270,11 +305,14 @@ def run_node(host: str, port: int, *, data_dir: str | None, catalog: str | None,
         catalog, port = embedded.uri, node_port
         log_started("catalog", embedded.uri, embedded.state.cluster(), security, host)
         announce("catalog", embedded.uri)
+    elif security.secret() is not None:
+        log.warning("this node holds the cluster secret, with which it could act as any writer, admin or node: give it "
+                    "only its own --node-token-file and the --verify-key-file (see docs/operations.md, Security)")
     node = listening(lambda: NodeServer(host, port, data_dir=data_dir, catalog=catalog, heartbeat_interval=heartbeat,
                                         advertise=advertise, max_partition_bytes=max_partition_bytes, max_streams=max_streams,
                                         stream_idle_timeout=stream_idle_timeout, min_free_bytes=min_free_bytes, group=group,
                                         pool=security.pool(), scrub_rate=scrub[0], scrub_interval=scrub[1],
-                                        **security.server_options()), host, port, "node")
+                                        token=security.node_token(), **security.server_options()), host, port, "node")
     servers.append(node)
     try:
         node.register()

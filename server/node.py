@@ -20,7 +20,15 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from flightpart.errors import ForeignCluster, NodeConflict, RequestRejected, SchemaMismatch, StorageFull, StorageUnwritable
+from flightpart.errors import (
+    CannotStart,
+    ForeignCluster,
+    NodeConflict,
+    RequestRejected,
+    SchemaMismatch,
+    StorageFull,
+    StorageUnwritable,
+)
 from flightpart.frames import growing_dictionaries
 from flightpart.io import inprocess
 from flightpart.io.access import Access
@@ -32,6 +40,7 @@ from flightpart.io.errors import translated
 from flightpart.io.hosts import advertised_ip
 from flightpart.io.layout import default_data_dir
 from flightpart.io.transfer import BATCH_BYTES, chunks, project, send_partition, split_batch
+from flightpart.tokens import Keys, verify_token
 from flightpart.version import __version__
 from flightpart.wire import (
     Assemble,
@@ -141,6 +150,17 @@ STREAM_IDLE_TIMEOUT = 60.0
 """Seconds a ``do_get`` whose reader takes nothing keeps its stream slot (``--stream-idle-timeout``)."""
 
 
+def node_name(keys: Keys | None, token: str | None) -> str | None:
+    """The node a node credential names (None without one); a token this cluster did not sign for a node is refused."""
+    if token is None:
+        return None
+    credential = verify_token(keys, token, time.time()) if keys is not None else None
+    if credential is None or credential.role != "node":
+        raise CannotStart("the node token is not a node token of this cluster (or it has expired, or there is no "
+                          "--verify-key-file to check it): mint one with `flightpart token --role node --name NODE`")
+    return credential.name
+
+
 class NodeServer(ServiceBase):
     """One node of a flightpart cluster."""
 
@@ -165,7 +185,8 @@ class NodeServer(ServiceBase):
         min_free_bytes: int = 0,
         max_maps: int = 256,
         group: str | None = None,
-        secret: bytes | None = None,
+        secret: Keys | None = None,
+        token: str | None = None,
         pool: ConnectionPool | None = None,
         scrub_rate: int = 64 << 20,
         scrub_interval: float = 3600.0,
@@ -177,7 +198,7 @@ class NodeServer(ServiceBase):
             advertise_ip = socket.gethostbyname(advertise)
         self.ip = advertise_ip or (host if host not in ("0.0.0.0", "::", "") else advertised_ip())
         self.store = PartitionStore(data_dir or default_data_dir(), max_partition_bytes=max_partition_bytes, max_maps=max_maps,
-                                    group=group)
+                                    group=group, node_id=node_name(secret, token))
         self.min_free_bytes = min_free_bytes
         self.node_id = self.store.node_id
         self.pid = os.getpid()
@@ -186,8 +207,8 @@ class NodeServer(ServiceBase):
         self.catalog_uri = catalog
         self.heartbeat_interval = heartbeat_interval
         access = pool.access if pool is not None else Access()
-        if secret is not None:  # this node speaks to the catalog and to other nodes as the node it is
-            access = dataclasses.replace(access, token=role_token(secret, "node", self.node_id))
+        if token is not None or isinstance(secret, bytes):  # it speaks to the catalog and to other nodes as the node it is
+            access = dataclasses.replace(access, token=token or role_token(secret, "node", self.node_id))
         self.pool = ConnectionPool(access)
         self.assembler = Assembler(self.store, self.pool, self.uri, catalog, self.counters.add)
         self._stopping = threading.Event()
@@ -600,12 +621,12 @@ class NodeServer(ServiceBase):
         "node-info": Action(_node_info, "who this node is: id, uri, ip, pid, data dir, version", "locate", changes_state=False),
         "stats": Action(_stats, "bytes and batches served, partitions stored and held", "read", changes_state=False),
         "held": Action(_held, "partitions of one dataset version on this node", "node", changes_state=False),
-        "drop": Action(_drop, "remove a dataset version's files (orders from this node's own cluster only)", "node"),
-        "seal": Action(_seal, "keep a committed version's manifest: the version becomes immutable and rebuildable", "node"),
+        "drop": Action(_drop, "remove a dataset version's files (orders from this node's own cluster only)", "catalog"),
+        "seal": Action(_seal, "keep a committed version's manifest: the version becomes immutable and rebuildable", "catalog"),
         "check": Action(_check, "verify a partition's checksum before a reader on this host maps it", "locate",
                         changes_state=False),
-        "scrub": Action(_scrub, "check every stored file against its checksum now; report damaged and missing ones", "admin"),
-        "copy-to": Action(_copy_to, "send a partition to another live node of the cluster (replication)", "node"),
+        "scrub": Action(_scrub, "check every stored file against its checksum now; report damaged and missing ones", "catalog"),
+        "copy-to": Action(_copy_to, "send a partition to another live node of the cluster (replication)", "catalog"),
         "assemble": Action(_assemble, "build partitions of a new grid from a committed version (repartition, rebalance, "
                            "append): pulled from their holders, linked when unchanged", "write"),
         "relink": Action(_relink, "link partitions this node holds into an uncommitted version (a stream append "

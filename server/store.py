@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from flightpart.errors import (
+    CannotStart,
     LimitExceeded,
     PartitionDamaged,
     PartitionMissing,
@@ -126,7 +127,7 @@ class PartitionStore:
     """The files of one node; thread-safe."""
 
     def __init__(self, data_dir: str | os.PathLike, *, max_partition_bytes: int | None = None, max_maps: int = 256,
-                 group: str | None = None):
+                 group: str | None = None, node_id: str | None = None):
         self.root = Path(data_dir).resolve()
         self.modes = layout.Modes(group)
         self.root.mkdir(parents=True, exist_ok=True)
@@ -143,12 +144,22 @@ class PartitionStore:
         self.leftovers: set[Path] = set()
         self.on_damage: Callable[[str, int, tuple[int, int]], None] = lambda dataset, version, part: None
         marker = layout.read_marker(self.root)
-        self.node_id = marker.get("node_id") or layout.write_node_marker(self.root, mode=self.modes.file)
+        self.node_id = self._identity(marker.get("node_id"), node_id)
         self.cluster: str | None = marker.get("cluster")
         for tmp in layout.temporaries(self.root):
             tmp.unlink(missing_ok=True)
 
     # ------------------------------------------------------------------ identity
+
+    def _identity(self, recorded: str | None, credential_name: str | None) -> str:
+        """This directory's node id: the one recorded, else the node credential's name (else a fresh one).
+
+        A node credential names its node, so a directory already recorded as another node's is refused."""
+        if recorded and credential_name and recorded != credential_name:
+            raise CannotStart(f"data directory {self.root} belongs to node {recorded}, but the node token is for "
+                              f"{credential_name}: give this node a token for {recorded} "
+                              f"(`flightpart token --role node --name {recorded}`)")
+        return recorded or layout.write_node_marker(self.root, credential_name, mode=self.modes.file)
 
     def join_cluster(self, cluster: str) -> None:
         """Record the cluster this node belongs to (once: a node never changes cluster by itself)."""

@@ -12,7 +12,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 FOLDERS = {"flightpart": ROOT / "flightpart", "flightpart.server": ROOT / "server", "flightpart.client": ROOT / "client"}
-CORE = {"protocol", "tiling", "frames", "distarray", "wire", "errors", "version", "filters", "statistics", "aggregates", "lenient", "palette",
+CORE = {"protocol", "tiling", "frames", "distarray", "wire", "tokens", "errors", "version", "filters", "statistics", "aggregates", "lenient", "palette",
         "regrid"}
 ENTRY = {"flightpart", "flightpart.cli", "flightpart.cli_errors", "flightpart.__main__"}
 LAYER = {"core": 0, "io": 1, "server": 2, "client": 2, "runtimes": 3, "tools": 3, "entry": 4}

@@ -313,3 +313,41 @@ def test_a_token_is_accepted_within_the_margin_after_its_expiry_and_not_beyond()
     assert wire.verify_token(secret, token, 1029.0, margin=30.0) is not None
     assert wire.verify_token(secret, token, 1031.0, margin=30.0) is None
     assert wire.verify_token(secret, wire.role_token(secret, "reader", "ann"), 1e12, margin=30.0) is not None
+
+
+# --------------------------------------------------------------------------- credentials and signed manifests
+
+
+def test_a_sealed_manifest_carries_the_catalogs_signature_through_its_file_and_a_changed_one_fails():
+    from flightpart.tokens import manifest_signature, manifest_signed, verify_key
+
+    secret = b"cluster-secret"
+    signed = dataclasses.replace(COMMIT, signature=manifest_signature(secret, COMMIT.to_json()))
+    again = wire.Commit.decode(signed.encode(), "manifest")
+    assert again == signed and manifest_signed(verify_key(secret), again.to_json(), again.signature)
+    assert wire.Commit.decode(COMMIT.encode(), "manifest").signature is None  # a writer's commit has none
+    moved = dataclasses.replace(again, partitions=(*again.partitions[:1], dataclasses.replace(again.partitions[1], nodes=("evil",))))
+    assert not manifest_signed(secret, moved.to_json(), moved.signature)
+    assert not manifest_signed(secret, again.to_json(), manifest_signature(b"another secret", COMMIT.to_json()))
+    assert not manifest_signed(secret, again.to_json(), None) and not manifest_signed(secret, again.to_json(), "!junk")
+
+
+def test_tokens_verify_with_the_public_key_alone_and_it_mints_none():
+    import time
+
+    from flightpart.tokens import VerifyKey, verify_key
+
+    secret, now = b"cluster-secret", time.time()
+    public = VerifyKey.parse(verify_key(secret).text())
+    token = wire.role_token(secret, "node", "n1")
+    assert len(token) < 200 and wire.verify_token(public, token, now) == wire.Credential("node", "n1")
+    cap = wire.capability(secret, "sales", 4, int(now) + 60)
+    assert wire.verify_token(public, cap, now).scope == ("sales", 4)
+    assert wire.verify_token(public, cap, now + 120) is None                   # expired
+    assert wire.verify_token(public, secret.decode(), now) is None             # the secret is the owner only where held
+    assert wire.verify_token(secret, secret.decode(), now).role == "owner"
+    assert wire.verify_token(public, token.replace(":node:", ":admin:"), now) is None
+    with pytest.raises(PermissionError):
+        wire.role_token(public, "admin", "x")
+    with pytest.raises(ValueError):
+        VerifyKey.parse("fpk1:short")

@@ -1,0 +1,269 @@
+"""A node is trusted with its own partitions only: attacks by a process holding one node's credential.
+
+The catalog holds the cluster secret; every node runs on its own node token
+(``serve --node-token-file``) and the cluster's verify key
+(``--verify-key-file``), as docs/operations.md (Security) deploys them. The
+hostile node is a real daemon with a node token of its own, its data
+directory prepared with forged partitions and forged manifests.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.flight as flight
+import pytest
+
+import flightpart as fp
+from flightpart import wire
+from flightpart.server.store import PartitionStore
+from flightpart.tokens import manifest_signature, verify_key
+from flightpart.tools.cluster import LocalCluster
+
+from helpers import code_of, free_port, wait_until
+
+SECRET = b"cluster-secret-for-the-trust-tests"
+ROWS = 4000
+
+
+def table_of(rows: int, seed: int = 0) -> pa.Table:
+    rng = np.random.default_rng(seed)
+    return pa.table({"id": np.arange(rows), "x": rng.random(rows)})
+
+
+def forged_of(rows: int) -> pa.Table:
+    return pa.table({"id": np.full(rows, -1), "x": np.full(rows, -1.0)})
+
+
+def node_token(name: str) -> str:
+    return wire.role_token(SECRET, "node", name)
+
+
+def credential_file(path: Path, value: str) -> Path:
+    path.write_text(value + "\n")
+    path.chmod(0o600)
+    return path
+
+
+def trusted_cluster(root: Path, names: list[str], first_ip: int, **kwargs) -> LocalCluster:
+    """A catalog with the cluster secret, and nodes that hold only their own token and the verify key."""
+    root.mkdir(parents=True, exist_ok=True)
+    secret = credential_file(root / "secret", SECRET.decode())
+    credential_file(root / "verify-key", verify_key(SECRET).text())
+    cluster = LocalCluster(root, nodes=0, extra_args=["--secret-file", str(secret)], **kwargs)
+    try:
+        for k, name in enumerate(names):
+            add_node(cluster, name, f"127.0.0.{first_ip + k}")
+    except BaseException:
+        cluster.stop()
+        raise
+    return cluster
+
+
+def add_node(cluster: LocalCluster, name: str, ip: str, data_dir: Path | None = None):
+    """A node of ``cluster`` started with its own credential only (the secret stays with the catalog)."""
+    token = credential_file(cluster.root / f"{name}.token", node_token(name))
+    saved, cluster.extra_args = cluster.extra_args, []
+    try:
+        return cluster.add_node(ip, heartbeat=0.3, data_dir=data_dir,
+                                args=["--node-token-file", str(token), "--verify-key-file", str(cluster.root / "verify-key")])
+    finally:
+        cluster.extra_args = saved
+
+
+def restart_catalog(cluster: LocalCluster) -> None:
+    cluster.catalog = cluster.start_catalog()
+
+
+def alive(client: fp.Client) -> set[str]:
+    return {n["node_id"] for n in client.nodes() if n["alive"]}
+
+
+def holders(client: fp.Client, name: str, version: int | None = None) -> set[str]:
+    """The IPs of the nodes the catalog lists as replicas of any partition of ``name``."""
+    parts = client.open(name, version).__partitioned__["partitions"].values()
+    return {location[0] for p in parts for location in p["location"]}
+
+
+def forged_manifest(dataset: str, version: int, rows: int, parts: int, holder: str, key: bytes | None) -> wire.Commit:
+    """A manifest as a sealed one looks, naming ``holder``; signed with ``key`` (not this cluster's), or unsigned."""
+    schema = table_of(1).schema
+    step = rows // parts
+    manifest = wire.Commit(dataset, 1 if version is None else version, schema, (rows, 2), (parts, 1),
+                           tuple(wire.CommitPart((k, 0), (k * step, 0), (step, 2), (holder,)) for k in range(parts)), 1)
+    if key is None:
+        return manifest
+    return dataclasses.replace(manifest, signature=manifest_signature(key, manifest.to_json()))
+
+
+def hostile_data_dir(path: Path, name: str) -> Path:
+    """A node directory holding forged rows for every partition of ``victim`` v1, and forged manifests of
+    ``victim`` v1 and v2 and of a dataset ``forged`` that no writer ever put."""
+    store = PartitionStore(path, node_id=name)
+    forged = forged_of(ROWS // 2)
+    for version in (1, 2):
+        for k in range(2):
+            store.write("victim", version, (k, 0), forged.schema, forged.to_batches())
+        store.seal(forged_manifest("victim", version, ROWS, 2, name, b"not the cluster secret"))
+    store.write("forged", 1, (0, 0), forged.schema, forged.to_batches())
+    store.seal(forged_manifest("forged", 1, ROWS // 2, 1, name, None))
+    return path
+
+
+@pytest.fixture(scope="module")
+def trusted(tmp_path_factory):
+    root = tmp_path_factory.mktemp("trust")
+    with trusted_cluster(root / "c", ["n1", "n2"], first_ip=160) as c:
+        with fp.connect(c.uri, token=wire.role_token(SECRET, "writer", "w"), host="127.0.0.99") as writer:
+            wait_until(lambda: alive(writer) == {"n1", "n2"}, 30, "both nodes to register with their own tokens")
+            writer.put("victim", table_of(ROWS, 1), tiling=(2, 1))
+        yield c
+
+
+def test_nodes_on_their_own_tokens_pull_from_each_other_for_a_repartition(trusted):
+    """Assemble: each node pulls its sources from the others with its own node token (read), nothing more."""
+    c = trusted
+    with fp.connect(c.uri, token=wire.role_token(SECRET, "writer", "w"), host="127.0.0.99") as writer:
+        writer.put("moved", table_of(3000, 4), tiling=(3, 1))
+        regridded = writer.repartition("moved", (2, 1))
+        assert regridded.__partitioned__["partition_tiling"] == (2, 1)
+        assert regridded.to_arrow().equals(table_of(3000, 4))
+
+
+def reader(c: LocalCluster) -> fp.Client:
+    return fp.connect(c.uri, token=wire.role_token(SECRET, "reader", "r"), host="127.0.0.99")
+
+
+def test_a_hostile_node_is_not_made_a_replica_and_publishes_nothing(trusted):
+    """Forged rows for every partition of a dataset it was never given, a forged manifest of it, of a new
+    version of it and of a new dataset: the catalog lists none, reads return the true rows only."""
+    c = trusted
+    truth = table_of(ROWS, 1)
+    with reader(c) as client:
+        true_holders = holders(client, "victim")
+        evil_dir = hostile_data_dir(c.root / "evil-data", "evil")
+        add_node(c, "evil", "127.0.0.163", data_dir=evil_dir)
+        wait_until(lambda: "evil" in alive(client), 30, "the hostile node to register")
+        assert holders(client, "victim") == true_holders and "127.0.0.163" not in true_holders
+        for _ in range(3):
+            rows = client.open("victim").to_arrow()
+            assert rows.num_rows == ROWS and pc_count(rows, -1) == 0  # 4,000 of 4,000, none forged
+            assert rows.equals(truth)
+        assert client.versions("victim") == [1]           # the forged v2 manifest published nothing
+        assert "forged" not in {d["name"] if isinstance(d, dict) else d for d in client.list()}
+        with pytest.raises(fp.DatasetNotFound):
+            client.open("forged")
+    wait_until(lambda: "never placed there" in c.catalog.log(), 10, "the refused claim to be logged")
+    log = c.catalog.log()
+    assert "did not sign" in log and "forged v1" in log and "victim v2" in log
+
+
+def pc_count(table: pa.Table, value: int) -> int:
+    return int((table.column("id").to_numpy() == value).sum())
+
+
+def test_a_node_token_cannot_write_drop_repair_commit_or_speak_for_another_node(trusted):
+    c = trusted
+    evil = node_token("evil")
+    manifest = forged_manifest("victim", 7, ROWS, 2, "n1", None)
+    with fp.connect(c.uri, token=evil, host="127.0.0.99") as hostile:
+        refusals = [
+            lambda: hostile.put("by-node", table_of(10)),
+            lambda: hostile.drop("victim"),
+            lambda: hostile.call("repair", {}),
+            lambda: hostile.call("commit", manifest),
+            lambda: hostile.call("register-node", {"node_id": "n1", "uri": "grpc://127.0.0.163:1", "ip": "127.0.0.163", "pid": 1}),
+            lambda: hostile.call("heartbeat", {"node_id": "n1"}),
+        ]
+        for refused in refusals:
+            with pytest.raises(fp.Forbidden):
+                refused()
+    node = flight.connect(c.nodes[0].uri)
+    as_evil = flight.FlightCallOptions(headers=[(b"authorization", f"Bearer {evil}".encode())])
+    order = wire.Drop("victim", 1, None, False)
+    with pytest.raises(flight.FlightError) as info:  # only the catalog orders a node to drop, seal or copy
+        list(node.do_action(flight.Action("drop", order.encode()), options=as_evil))
+    assert code_of(info.value) == "FORBIDDEN"
+    with reader(c) as client:
+        assert client.open("victim").to_arrow().equals(table_of(ROWS, 1))
+
+
+def test_a_node_cannot_mint_another_role_from_what_it_holds(trusted):
+    """All a node has is its token and the verify key: neither signs a token any daemon accepts."""
+    c = trusted
+    evil = node_token("evil")
+    public = verify_key(SECRET).text()
+    prefix, role, name, expiry, signature = evil.split(":")
+    forgeries = {
+        "role swapped": f"{prefix}:admin:{name}:{expiry}:{signature}",
+        "name swapped": f"{prefix}:node:catalog:{expiry}:{signature}",
+        "signed with the verify key": wire.role_token(public.encode(), "writer", "evil"),
+        "the verify key itself": public,
+        "the node token as a secret": wire.role_token(evil.encode(), "admin", "evil"),
+    }
+    for token in forgeries.values():
+        with fp.connect(c.uri, token=token, host="127.0.0.99") as client:
+            with pytest.raises(fp.Unauthenticated):
+                client.list()
+        node = flight.connect(c.nodes[0].uri)
+        options = flight.FlightCallOptions(headers=[(b"authorization", f"Bearer {token}".encode())])
+        with pytest.raises(flight.FlightUnauthenticatedError):
+            list(node.do_action(flight.Action("stats", b""), options=options))
+    # the operator's command will not hand out the catalog's own name among nodes
+    run = subprocess.run([sys.executable, "-m", "flightpart", "token", "--role", "node", "--name", "catalog"],
+                         env={"FLIGHTPART_SECRET": SECRET.decode(), "PATH": "/usr/bin:/bin"}, capture_output=True, text=True)
+    assert run.returncode == 2 and "catalog" in run.stderr
+
+
+def test_a_node_refuses_to_start_on_another_nodes_directory_or_a_forged_token(trusted, tmp_path):
+    c = trusted
+    taken = c.root / "node-127.0.0.160"  # n1's directory
+    bad = credential_file(tmp_path / "bad.token", node_token("n1")[:-4] + "AAAA")
+    for token_file, data_dir in ((credential_file(tmp_path / "n9.token", node_token("n9")), taken), (bad, tmp_path / "fresh")):
+        run = subprocess.run([sys.executable, "-m", "flightpart", "serve", "--host", "127.0.0.170", "--port", "0",
+                              "--data-dir", str(data_dir), "--catalog", c.uri, "--node-token-file", str(token_file),
+                              "--verify-key-file", str(c.root / "verify-key")], capture_output=True, text=True, timeout=60)
+        assert run.returncode != 0 and run.returncode > 0, run.stderr
+        assert "node token" in run.stderr and "Traceback" not in run.stderr
+
+
+@pytest.mark.slow
+def test_repair_and_a_lost_catalog_state_still_work_with_per_node_credentials(tmp_path):
+    """Copy-to (repair) between nodes on their own tokens, then the catalog's state is lost (kill -9, state
+    deleted): it rebuilds every dataset from the manifests it signed, the repaired copy included."""
+    with trusted_cluster(tmp_path / "c", ["a1", "a2", "a3"], first_ip=165, dead_after=1.5,
+                         catalog_port=free_port()) as c:
+        admin = wire.role_token(SECRET, "admin", "ops")
+        kept, other = table_of(ROWS, 2), table_of(900, 3)
+        with fp.connect(c.uri, token=admin, host="127.0.0.99") as client:
+            wait_until(lambda: alive(client) == {"a1", "a2", "a3"}, 30, "three nodes")
+            client.put("kept", kept, tiling=(2, 1), replicas=2)
+            client.put("other", other, tiling=(3, 1), replicas=2)
+            first = client.open("kept").__partitioned__["partitions"][(0, 0)]["location"][0][0]
+            down = next(n for n in c.nodes if f"//{first}:" in n.uri)
+            down.kill()
+            wait_until(lambda: len(alive(client)) == 2, 30, "the killed node to be seen dead")
+            repaired = client.call("repair", {})
+            assert repaired["copied"] and not repaired["lost"]
+            assert client.open("kept").to_arrow().equals(kept)
+        c.catalog.kill()
+        shutil.rmtree(c.root / "catalog")
+        restart_catalog(c)
+        with fp.connect(c.uri, token=admin, host="127.0.0.99") as client:
+            wait_until(lambda: client.versions("kept") == [1] and client.versions("other") == [1], 30, "the rebuild")
+
+            def two_live_replicas() -> bool:
+                partitions = client.open("kept").__partitioned__["partitions"].values()
+                live = {n["ip"] for n in client.nodes() if n["alive"]}
+                return all(len({loc[0] for loc in p["location"]} & live) >= 2 for p in partitions)
+
+            wait_until(two_live_replicas, 30, "every partition of kept on two live nodes, the repaired copy included")
+            assert client.open("kept").to_arrow().equals(kept)
+            assert client.open("other").to_arrow().equals(other)
+        assert "did not sign" not in c.catalog.log() and "never placed there" not in c.catalog.log()
