@@ -151,7 +151,8 @@ def kill_in_commit(c: LocalCluster, write) -> dict:
 
     thread = threading.Thread(target=run)
     thread.start()
-    wait_until(lambda: "a test hook" in c.catalog.log(), 60, "the commit to reach the pause")
+    wait_until(lambda: "a test hook" in c.catalog.log() or not thread.is_alive(), 60, "the commit to reach the pause")
+    assert thread.is_alive(), f"the write ended before its commit: {outcome}\n{c.catalog.log()[-3000:]}"
     c.catalog.kill()
     c.catalog = c.start_catalog()
     thread.join(120)

@@ -27,6 +27,7 @@ import flightpart as fp
 from flightpart import wire
 from flightpart.io.access import Access
 from flightpart.io.connections import ConnectionPool
+from flightpart.tokens import TOKEN_PREFIX
 from flightpart.tools.cluster import Daemon, LocalCluster
 
 from helpers import code_of, wait_until
@@ -78,7 +79,7 @@ def owner_pool() -> ConnectionPool:
 def capability_expiry(ds) -> int:
     """The expiry written in the capability a handle carries (what nodes check)."""
     blob = pickle.dumps(ds.__partitioned__)
-    start = blob.index(b"fp1:cap:")
+    start = blob.index(f"{TOKEN_PREFIX}:cap:".encode())
     return int(blob[start:start + 200].split(b":")[3])
 
 
