@@ -537,6 +537,10 @@ class NodeServer(ServiceBase):
         batches = table.column(0).num_chunks if table.num_columns else 0
         self.counters.add(bytes_sent=table.nbytes, rows_sent=table.num_rows, batches_sent=batches, partitions_served=1,
                           streams_compressed=int(options is not None))
+        if any(pa.types.is_dictionary(field.type) for field in table.schema):
+            # dictionaries that grow from batch to batch go out as deltas, which only Arrow's own stream of the table
+            # writes (a reader that stops reading such a stream keeps its slot until its call's deadline)
+            return flight.RecordBatchStream(table, options=options)
         # pieces handed out one at a time, so the guard sees a reader that stops taking them (its slot is freed)
         pieces = (piece for batch in table.to_batches() for piece in split_batch(batch, STREAM_PIECE_BYTES))
         return flight.GeneratorStream(table.schema, self.guard.watch(guard, pieces), options=options)

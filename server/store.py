@@ -29,6 +29,7 @@ import pyarrow.ipc as ipc
 
 from flightpart.errors import (
     CannotStart,
+    DatasetNotFound,
     LimitExceeded,
     PartitionDamaged,
     PartitionMissing,
@@ -211,8 +212,9 @@ class PartitionStore:
         if kind == "aborted":
             raise VersionExpired(f"{dataset} v{version} was aborted (it was pending longer than the catalog's --pending-ttl, "
                                  "or its writer gave it up); nothing of it is kept: put the data again", field="version")
-        if kind == "dropped":
-            raise VersionConflict(f"{dataset} v{version} was dropped; a version number is never used again", field="version")
+        if kind == "dropped":  # the dataset (or this version) was dropped while it was being written
+            raise DatasetNotFound(f"{dataset} v{version} was dropped; nothing more of it is stored, and its number is never "
+                                  "used again", field="version")
 
     # ------------------------------------------------------------------ paths
 

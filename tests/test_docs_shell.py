@@ -103,7 +103,7 @@ def test_setup_blocks_are_the_commands_ci_runs():
     quickstart = next(c for d, _k, c in BLOCKS if d.name == "quickstart.md" and c.startswith(NOT_RUN))
     commands = [line for line in quickstart.splitlines() if line.startswith(SETUP)]
     assert commands[0] == readme[0]
-    assert commands[1].replace(" && .venv/bin/python -m pytest -q", "") in readme[1]
+    assert commands[1].replace(" && .venv/bin/python -m pytest -q -m \"not slow\"", "") in readme[1]
 
 
 def test_there_are_shell_examples_that_run():

@@ -23,7 +23,8 @@ import pytest
 from flightpart.tools import netcluster
 
 REASON = netcluster.unavailable()
-pytestmark = pytest.mark.skipif(REASON is not None, reason=f"no network namespaces here: {REASON}")
+pytestmark = [pytest.mark.slow,  # real hosts in namespaces: minutes, run by CI's slow step
+              pytest.mark.skipif(REASON is not None, reason=f"no network namespaces here: {REASON}")]
 
 READ = textwrap.dedent("""
     import json, os, sys

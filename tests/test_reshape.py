@@ -132,7 +132,7 @@ def test_a_target_node_killed_mid_repartition_publishes_nothing(tmp_path):
         assert client.open("rp-killed").to_arrow().equals(source)  # and the current version reads from its replicas
         for ip in ("127.0.0.2", "127.0.0.4"):  # the survivors keep no file of the aborted version
             root = tmp_path / f"node-{ip}" / "datasets" / "rp-killed"
-            wait_until(lambda root=root: sorted(p.name for p in root.iterdir()) == [f"v{versions[-1]}"],
+            wait_until(lambda root=root: sorted(p.name for p in root.glob("v*")) == [f"v{versions[-1]}"],
                        what=f"the aborted version gone from {ip}")
 
 

@@ -245,7 +245,7 @@ def test_an_open_daemon_refuses_to_listen_beyond_loopback_unless_told_insecure(t
 def test_a_daemon_with_a_secret_may_listen_anywhere_and_says_how_it_is_guarded(tmp_path):
     secret = {"FLIGHTPART_SECRET": "a-cluster-secret-for-this-test"}
     catalog = Daemon(["--log-level", "INFO", "catalog", "--host", "0.0.0.0", "--port", "0", "--state-dir",
-                      str(tmp_path / "s")], env=secret)
+                      str(tmp_path / "s"), "--cluster-id", "5" * 32], env=secret)
     node = None
     try:
         address = catalog.uri.replace("0.0.0.0", "127.0.0.1")
@@ -255,7 +255,7 @@ def test_a_daemon_with_a_secret_may_listen_anywhere_and_says_how_it_is_guarded(t
         node_line = [line for line in node.log().splitlines() if "serving at" in line]
         assert len(catalog_line) == 1 and "auth secret; TLS off" in catalog_line[0] and "OPEN" not in catalog.log()
         assert len(node_line) == 1 and f"flightpart node serving at {node.uri}" in node_line[0], node.log()
-        cluster = re.search(r"cluster ([0-9a-f]{32}); auth secret; TLS off", node_line[0])
+        cluster = re.search(r"cluster (5{32}); auth secret; TLS off", node_line[0])  # the id it was given
         assert cluster, node_line[0]
         token = run_cli("token", "--role", "reader", "--name", "t", env=secret)
         assert token.returncode == 0, token.stderr

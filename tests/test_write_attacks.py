@@ -155,7 +155,7 @@ def test_an_append_racing_a_drop_is_never_acknowledged_into_a_dropped_dataset(sh
         assert name not in {e["name"] for e in a.list()}
         for ip in ("127.0.0.2", "127.0.0.3", "127.0.0.4"):  # nor does any node keep a file the append wrote meanwhile
             folder = shared.root / f"node-{ip}" / "datasets" / name
-            wait_until(lambda folder=folder: not folder.exists() or not any(folder.iterdir()),
+            wait_until(lambda folder=folder: not folder.exists() or not any(folder.glob("v*")),
                        what=f"no file of {name} left on {ip}")
 
 
@@ -195,7 +195,7 @@ def test_a_drop_in_the_middle_of_an_append_fails_it_and_leaves_no_file(shared, w
         a.open("drop-mid")
     for ip in ("127.0.0.2", "127.0.0.3", "127.0.0.4"):
         folder = shared.root / f"node-{ip}" / "datasets" / "drop-mid"
-        wait_until(lambda folder=folder: not folder.exists() or not any(folder.iterdir()),
+        wait_until(lambda folder=folder: not folder.exists() or not any(folder.glob("v*")),
                    what=f"no file of the dropped dataset left on {ip}")
 
 
@@ -219,7 +219,7 @@ def test_racing_stream_and_frame_appends_keep_both(shared, writers):
     for ip in ("127.0.0.2", "127.0.0.3", "127.0.0.4"):  # the staging versions are gone; only published ones are kept
         folder = shared.root / f"node-{ip}" / "datasets" / "race-stream"
         published = {f"v{v}" for v in a.versions("race-stream")}
-        wait_until(lambda folder=folder, published=published: {d.name for d in folder.iterdir()} <= published,
+        wait_until(lambda folder=folder, published=published: {d.name for d in folder.glob("v*")} <= published,
                    what=f"only published versions left on {ip}")
 
 
