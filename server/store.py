@@ -23,6 +23,7 @@ import time
 import zlib
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import pyarrow as pa
 import pyarrow.ipc as ipc
@@ -47,6 +48,7 @@ from flightpart.wire import Commit, Tombstones, p_stats, p_uint
 from flightpart.wire import HeldPartition as StoredPartition
 
 log = logging.getLogger("flightpart.node")
+T = TypeVar("T")
 
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 DELTAS = ipc.IpcWriteOptions(emit_dictionary_deltas=True)
@@ -110,6 +112,14 @@ def file_checksum(path: Path, pace: Callable[[int], None] | None = None) -> tupl
             if pace is not None:
                 pace(n)
     return crc, size
+
+
+def _from_stats_file(path: Path, read: Callable[[dict], T]) -> T | None:
+    """``read(body)`` of the statistics file beside a partition, or None when it is missing, damaged or lacks a field."""
+    try:
+        return read(json.loads(layout.stats_path(path).read_bytes()))
+    except (OSError, ValueError, KeyError, TypeError, RequestRejected):
+        return None
 
 
 def read_footer(path: Path) -> tuple[pa.Schema, int]:
@@ -462,11 +472,7 @@ class PartitionStore:
 
     def recorded_checksum(self, path: Path) -> tuple[int, int] | None:
         """(CRC-32, size) the partition's statistics file recorded when it was written, or None."""
-        try:
-            body = json.loads(layout.stats_path(path).read_bytes())
-            return p_uint(body["crc32"], "crc32"), p_uint(body["size"], "size")
-        except (OSError, ValueError, KeyError, TypeError, RequestRejected):
-            return None
+        return _from_stats_file(path, lambda body: (p_uint(body["crc32"], "crc32"), p_uint(body["size"], "size")))
 
     def quarantine(self, path: Path) -> Path:
         """Move a damaged partition (and its statistics) out of the served tree, never deleting it; returns where.
@@ -623,11 +629,7 @@ class PartitionStore:
 
     def sidecar(self, path: Path) -> tuple[int, dict] | None:
         """(rows, column statistics) written beside a partition, or None when they were never written or were lost."""
-        try:
-            body = json.loads(layout.stats_path(path).read_bytes())
-            return p_uint(body["rows"], "rows"), p_stats(body["columns"], "stats")
-        except (OSError, ValueError, KeyError, TypeError, RequestRejected):
-            return None
+        return _from_stats_file(path, lambda body: (p_uint(body["rows"], "rows"), p_stats(body["columns"], "stats")))
 
     def held(self, dataset: str, version: int, *, after: tuple[int, int] | None = None,
              with_schema: bool = True) -> Iterator[StoredPartition]:
