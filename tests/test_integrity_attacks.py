@@ -100,7 +100,7 @@ def test_a_flipped_bit_in_the_data_is_refused_unlisted_and_read_from_the_other_r
             raw_get(bad_uri, "rot", (0, 0))
         assert code_of(info.value) == "PARTITION_DAMAGED"
         assert not bad_file.exists() and len(quarantined(c, "rot")) == 1  # moved aside, not deleted
-        wait_until(lambda: listed(client, "rot", (0, 0)) == {good_uri}, 20, "the catalog to stop listing the damaged replica")
+        wait_until(lambda: listed(client, "rot", (0, 0)) == {good_uri}, 60, "the catalog to stop listing the damaged replica")
         assert client.open("rot").to_arrow().equals(table)
         other = [part for part in ((1, 0),) if bad_uri in {u for u, _f in holders(c, "rot", part)}]
         for part in other:  # the node goes on serving what is intact
