@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 import types
 import unittest
 import warnings
@@ -30,8 +31,21 @@ import pytest
 import flightpart as fp
 from flightpart import distarray
 
-DEFAULT_REPO = "/work/.mirror/enthought+distributed-array-protocol/repo"
-REPO = Path(os.environ.get("FLIGHTPART_DAP_REPO", DEFAULT_REPO))
+BUNDLE = Path(__file__).resolve().parents[1].parent / "shared" / "reference" / "distributed-array-protocol" / "repo.bundle"
+
+
+def reference_repo() -> Path:
+    """A git directory of enthought/distributed-array-protocol: ``$FLIGHTPART_DAP_REPO``, else a bare clone of the
+    bundle in ``../shared/reference`` (its README says how), made once per test run."""
+    if os.environ.get("FLIGHTPART_DAP_REPO"):
+        return Path(os.environ["FLIGHTPART_DAP_REPO"])
+    target = Path(tempfile.gettempdir()) / f"flightpart-dap-reference-{os.getuid()}"
+    if BUNDLE.exists() and not (target / "HEAD").exists():
+        subprocess.run(["git", "clone", "-q", "--bare", str(BUNDLE), str(target)], check=False, capture_output=True)
+    return target
+
+
+REPO = reference_repo()
 SOURCES = {  # version label -> (revision, validator path, test suite path)
     "0.10.0": ("HEAD", "validator.py", "tests/test_validator.py"),
     "0.9.0": ("rel-0.9.0", "validator/validator.py", "validator/test_validator.py"),
@@ -39,7 +53,7 @@ SOURCES = {  # version label -> (revision, validator path, test suite path)
 
 pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"), pytest.mark.skipif(
     not (REPO / "HEAD").exists() and not (REPO / ".git").exists(),
-    reason=f"the reference repository enthought/distributed-array-protocol is not at {REPO} "
+    reason=f"the reference repository enthought/distributed-array-protocol is not at {REPO} and {BUNDLE} is missing "
            "(set FLIGHTPART_DAP_REPO to a clone of it)",
 )]
 
