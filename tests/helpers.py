@@ -52,6 +52,18 @@ def wait_until(check, timeout: float = 30.0, what: str = "condition"):
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def run_threads(target, count: int, timeout: float) -> None:
+    """``count`` threads running ``target`` at once, all joined; fails the test if one is still running after ``timeout``."""
+    import threading
+
+    threads = [threading.Thread(target=target) for _ in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout)
+    assert not any(t.is_alive() for t in threads), f"a thread still runs after {timeout:g} s"
+
+
 @contextlib.contextmanager
 def dask_workers_on(ips: Sequence[str]) -> Iterator:
     """A Dask scheduler on 127.0.0.1 and one worker process bound to each of ``ips``."""

@@ -13,6 +13,8 @@ import pytest
 import flightpart as fp
 from flightpart.tools.cluster import LocalCluster
 
+from helpers import run_threads
+
 CLIENTS, ROUNDS = 32, 30
 
 
@@ -51,11 +53,7 @@ def test_32_clients_30_rounds_checksums_and_flat_memory(tmp_path):
                 barrier.abort()
                 round_done.abort()
 
-        threads = [threading.Thread(target=worker) for _ in range(CLIENTS)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(600)
+        run_threads(worker, CLIENTS, 600)
     assert not errors, repr(errors[0])
     assert not bad
     for before, after in zip(rss[5], rss[ROUNDS]):

@@ -30,7 +30,7 @@ from flightpart.io.connections import ConnectionPool
 from flightpart.tokens import TOKEN_PREFIX
 from flightpart.tools.cluster import Daemon, LocalCluster
 
-from helpers import code_of, wait_until
+from helpers import code_of, run_threads, wait_until
 
 SECRET = "cluster-secret-for-the-sharing-tests"
 MARGIN = 1.0  # FLIGHTPART_CLOCK_MARGIN for this module's cluster: expiry is seen within a second or two
@@ -224,11 +224,6 @@ def test_sixty_four_readers_on_one_replica_per_partition_see_no_failed_read(tmp_
                 errors.append(exc)
                 start.abort()
 
-        threads = [threading.Thread(target=reader) for _ in range(readers)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(900)
-        assert not any(t.is_alive() for t in threads)
+        run_threads(reader, readers, 900)
     assert not errors, f"{len(errors)} of {readers * rounds} reads failed, first: {errors[0]!r}"
     assert not bad, bad[:3]
