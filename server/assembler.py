@@ -164,8 +164,16 @@ class Assembler:
 class _Deadline:
     """When the caller of an ``assemble`` stops waiting (``None``: it named no deadline, as older clients do)."""
 
+    REPLY_SHARE = 0.2
+    """The part of the caller's wait kept for the answer: a node that gives up on a silent source a little
+    before its caller does can still say which source it was (else the caller only sees this node late)."""
+
     def __init__(self, deadline_ms: int | None):
-        self.at = None if deadline_ms is None else time.monotonic() + deadline_ms / 1000
+        if deadline_ms is None:
+            self.at = None
+        else:
+            wait = deadline_ms / 1000
+            self.at = time.monotonic() + wait - min(max(wait * self.REPLY_SHARE, 0.25), 5.0)
 
     def timeout(self, default: float) -> float:
         """A call's timeout: ``default``, cut to what is left of the caller's deadline."""

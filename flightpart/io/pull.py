@@ -164,7 +164,7 @@ def stream(pool: ConnectionPool, uri: str, ticket: flight.Ticket, idle_timeout: 
     tick = min(0.25, idle_timeout / 4)
     while not done.wait(tick):
         if time.monotonic() - progress["last"] > idle_timeout:
-            if patient and (deadline is None or time.monotonic() < deadline) and _answers(pool, uri):
+            if patient and (deadline is None or time.monotonic() < deadline) and _answers(pool, uri, deadline):
                 progress["last"] = time.monotonic()
                 continue
             progress["abandoned"] = True
@@ -178,10 +178,14 @@ def stream(pool: ConnectionPool, uri: str, ticket: flight.Ticket, idle_timeout: 
     return table
 
 
-def _answers(pool: ConnectionPool, uri: str) -> bool:
-    """Whether the node at ``uri`` answers ``node-info`` within :data:`PROBE_TIMEOUT` (a refusal is an answer)."""
+def _answers(pool: ConnectionPool, uri: str, deadline: float | None = None) -> bool:
+    """Whether the node at ``uri`` answers ``node-info`` within :data:`PROBE_TIMEOUT`, and before ``deadline``
+    (a refusal is an answer): a probe of a frozen node must not outlast the caller's order."""
+    timeout = PROBE_TIMEOUT if deadline is None else min(PROBE_TIMEOUT, deadline - time.monotonic())
+    if timeout <= 0:
+        return False
     try:
-        pool.action(uri, "node-info", timeout=PROBE_TIMEOUT)
+        pool.action(uri, "node-info", timeout=timeout)
         return True
     except (pa.ArrowException, ConnectionError, OSError) as exc:
         return not isinstance(translate(exc), NodeUnavailable)
