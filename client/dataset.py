@@ -18,16 +18,17 @@ from typing import Any, NamedTuple
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from flightpart import aggregates, filters, frames
+from flightpart import frames
 from flightpart.errors import PartitionedError
-from flightpart.filters import Filter
 from flightpart.io.hosts import host_addresses
+from flightpart.query import aggregates, filters
+from flightpart.query.filters import Filter
+from flightpart.query.pruning import Pruner
 from flightpart.tiling import halo_sources
 from flightpart.wire import Aggregate, PartInfo, VersionInfo
 
 from .fetch import SPLIT_BYTES, FlightGet, PartitionRef, split_rows
 from .plugins import runtime
-from .pruning import Pruner
 
 COUNT = Aggregate((("", "count_all"),), ())
 

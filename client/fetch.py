@@ -27,7 +27,8 @@ from flightpart.io.connections import ConnectionPool, shared_pool
 from flightpart.io.hosts import host_addresses
 from flightpart.io.maps import MappedFiles
 from flightpart.io.pull import IDLE_TIMEOUT, read_replicas
-from flightpart.io.transfer import TRAFFIC, project
+from flightpart.io.transfer import TRAFFIC
+from flightpart.query.apply import apply_ticket
 from flightpart.wire import Aggregate, PartPlace, Replica, Ticket
 
 MAX_STREAMS = 8
@@ -43,9 +44,9 @@ class PartitionRef:
     replicas: tuple[Replica, ...]
     columns: tuple[str, ...] | None = None
     rows: tuple[int, int] | None = None
-    filter: bytes | None = None  # Substrait (flightpart.filters): the node sends only the rows it keeps
+    filter: bytes | None = None  # Substrait (flightpart.query.filters): the node sends only the rows it keeps
     matched: tuple[int, int] | None = None
-    aggregate: Aggregate | None = None  # a partial aggregate instead of rows (flightpart.aggregates)
+    aggregate: Aggregate | None = None  # a partial aggregate instead of rows (flightpart.query.aggregates)
 
     def __reduce__(self):  # a plain tuple: compact, and nothing but data when unpickled
         return (PartitionRef, (self.dataset, self.version, self.position, self.replicas, self.columns, self.rows,
@@ -66,7 +67,7 @@ class PartitionRef:
 
     def apply(self, table: pa.Table) -> pa.Table:
         """What this handle asks of its partition, done here (on a local map)."""
-        return project(table, self.columns, self.rows, self.filter, self.matched, self.aggregate)
+        return apply_ticket(table, self.columns, self.rows, self.filter, self.matched, self.aggregate)
 
 
 SPLIT_BYTES = 32 << 20

@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from flightpart.errors import PartitionedError
-from flightpart.filters import conjunction
+from flightpart.query.filters import conjunction
 
 _COMPARE = {"Eq": "equal", "NotEq": "not_equal", "Lt": "less", "LtEq": "less_equal", "Gt": "greater", "GtEq": "greater_equal"}
 

@@ -43,22 +43,42 @@ from .tiling import default_partition, local_target_of_slice
 from .version import __version__
 
 
-def connect(uri: str | None = None, **kwargs: Any):
+def connect(uri: str | None = None, *, host: str | None = None, token: str | None = None,
+            tls_root_certs: bytes | None = None, cert_chain: bytes | None = None, private_key: bytes | None = None,
+            access: Any = None, timeout: float = 30.0, idle_timeout: float = 2.0, compression: str = "auto",
+            streams_per_partition: int = 1, data_dir: str | None = None):
     """A :class:`flightpart.client.Client` for the catalog at ``uri`` (or ``$FLIGHTPART_CATALOG``).
 
     With neither, an embedded node and catalog start in this process and
-    stop when the client is closed (see :mod:`flightpart.tools.embedded`).
+    stop when the client is closed (see :mod:`flightpart.local.embedded`);
+    ``host``, ``timeout``, ``idle_timeout``, ``compression`` and
+    ``streams_per_partition`` apply to it as to any cluster, ``data_dir``
+    keeps its partitions (default: a temporary folder). Credentials name a
+    cluster that has them, so with no address they are refused (TypeError),
+    as ``data_dir`` is with one. Every keyword is described at
+    :func:`flightpart.client.connect`.
     """
     import os
 
     from .client import CATALOG_ENV
     from .client import connect as _connect
 
+    options = {"host": host, "timeout": timeout, "idle_timeout": idle_timeout, "compression": compression,
+               "streams_per_partition": streams_per_partition}
     if uri is None and not os.environ.get(CATALOG_ENV):
-        from .tools.embedded import start_embedded
+        given = [k for k, v in {"token": token, "tls_root_certs": tls_root_certs, "cert_chain": cert_chain,
+                                "private_key": private_key, "access": access}.items() if v is not None]
+        if given:
+            raise TypeError(f"connect() got {', '.join(given)} but no address: the embedded cluster it would start "
+                            "takes no credentials (pass the address of the cluster they belong to)")
+        from .local import start_embedded
 
-        return start_embedded()
-    return _connect(uri, **kwargs)
+        return start_embedded(data_dir=data_dir, **options)
+    if data_dir is not None:
+        raise TypeError("connect() got data_dir with an address: data_dir is for the embedded cluster that "
+                        "connect() with no address starts (a remote cluster's nodes keep their own)")
+    return _connect(uri, token=token, tls_root_certs=tls_root_certs, cert_chain=cert_chain, private_key=private_key,
+                    access=access, **options)
 
 
 def validate(obj: Any, *, require_pickle: bool = False, lenient: bool = False) -> dict:

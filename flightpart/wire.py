@@ -315,7 +315,7 @@ class Ticket:
     """What a ``do_get`` asks for: one partition, optionally projected, sliced, filtered or aggregated.
 
     The node applies, in order: ``rows`` (a row range of the partition),
-    ``filter`` (Substrait bytes, see :mod:`flightpart.filters`), ``matched``
+    ``filter`` (Substrait bytes, see :mod:`flightpart.query.filters`), ``matched``
     (a range of the rows the filter kept), ``columns``, then ``aggregate``.
     """
 
@@ -472,7 +472,7 @@ class PartInfo:
     shape: tuple[int, int]
     replicas: tuple[Replica, ...]
     nbytes: int = 0
-    stats: dict | None = None  # per-column statistics recorded by the node that stored it (flightpart.statistics)
+    stats: dict | None = None  # per-column statistics recorded by the node that stored it (flightpart.query.statistics)
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,8 @@ from flightpart.io.connections import ConnectionPool
 from flightpart.io.errors import translated
 from flightpart.io.hosts import host_addresses
 from flightpart.io.pull import read_replicas
-from flightpart.io.transfer import BATCH_BYTES, project, split_batch
+from flightpart.io.transfer import BATCH_BYTES, split_batch
+from flightpart.query.apply import apply_ticket
 from flightpart.regrid import Piece, is_whole, pieces_of
 from flightpart.tiling import starts_from_sizes
 from flightpart.wire import (
@@ -144,7 +145,7 @@ class Assembler:
             raise PartitionMissing(f"{source.dataset} v{source.version} has no partition {piece.source}", field="part")
         if self._holds(source, piece.source):
             try:
-                table = project(self.store.open(source.dataset, source.version, piece.source), piece.columns, piece.rows)
+                table = apply_ticket(self.store.open(source.dataset, source.version, piece.source), piece.columns, piece.rows)
             except PartitionMissing:  # its checksum failed (now quarantined): pulled from another replica below
                 pass
             else:

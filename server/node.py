@@ -39,7 +39,8 @@ from flightpart.io.counters import Counters
 from flightpart.io.errors import translated
 from flightpart.io.hosts import advertised_ip
 from flightpart.io.layout import default_data_dir
-from flightpart.io.transfer import BATCH_BYTES, chunks, project, send_partition, split_batch
+from flightpart.io.transfer import BATCH_BYTES, chunks, send_partition, split_batch
+from flightpart.query.apply import apply_ticket
 from flightpart.tokens import Keys, verify_token
 from flightpart.version import __version__
 from flightpart.wire import (
@@ -527,7 +528,7 @@ class NodeServer(ServiceBase):
             spec = Ticket.decode(ticket.ticket)
             authorize(context, "read", (spec.dataset, spec.version))
             guard = admit_stream(context)
-            table = project(self.store.open(spec.dataset, spec.version, spec.part), spec.columns, spec.rows, spec.filter,
+            table = apply_ticket(self.store.open(spec.dataset, spec.version, spec.part), spec.columns, spec.rows, spec.filter,
                             spec.matched, spec.aggregate)
             options = write_options(table, spec.compression)
             describe("get", dataset=spec.dataset, version=spec.version, part=spec.part, bytes=table.nbytes, rows=table.num_rows,

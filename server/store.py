@@ -43,7 +43,7 @@ from flightpart.errors import (
 )
 from flightpart.io import layout
 from flightpart.io.maps import MappedFiles
-from flightpart.statistics import StatsBuilder
+from flightpart.query.statistics import StatsBuilder
 from flightpart.wire import Commit, Tombstones, p_stats, p_uint
 from flightpart.wire import HeldPartition as StoredPartition
 

@@ -34,7 +34,7 @@ def dask_client():
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     """A catalog and three node processes on 127.0.0.2-4, each playing a host."""
-    from flightpart.tools.cluster import LocalCluster
+    from flightpart.local.cluster import LocalCluster
 
     with LocalCluster(tmp_path_factory.mktemp("cluster"), nodes=3) as c:
         yield c

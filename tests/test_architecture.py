@@ -1,7 +1,7 @@
 """The folders show the architecture: arrows run one way and there is no circle.
 
-core (protocol, tiling, frames, distarray, wire, errors, filters, statistics, aggregates, lenient, regrid, palette) <- io <- server | client
-<- runtimes | tools <- entry points (the package itself, the CLI).
+core (protocol, tiling, frames, distarray, wire, tokens, errors, lenient, regrid, palette) <- query <- io <- server | client
+<- runtimes | local <- bench <- entry points (the package itself, the CLI).
 Every import counts, also those inside functions.
 """
 
@@ -12,10 +12,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 FOLDERS = {"flightpart": ROOT / "flightpart", "flightpart.server": ROOT / "server", "flightpart.client": ROOT / "client"}
-CORE = {"protocol", "tiling", "frames", "distarray", "wire", "tokens", "errors", "version", "filters", "statistics", "aggregates", "lenient", "palette",
-        "regrid"}
-ENTRY = {"flightpart", "flightpart.cli", "flightpart.cli_errors", "flightpart.__main__"}
-LAYER = {"core": 0, "io": 1, "server": 2, "client": 2, "runtimes": 3, "tools": 3, "entry": 4}
+CORE = {"protocol", "tiling", "frames", "distarray", "wire", "tokens", "errors", "version", "lenient", "palette", "regrid"}
+ENTRY = {"flightpart", "flightpart.__main__"}
+LAYER = {"core": 0, "query": 1, "io": 2, "server": 3, "client": 3, "runtimes": 4, "local": 4, "bench": 5, "cli": 6, "entry": 7}
 RUNTIME_FAMILY = {"dask": "dask", "dask_cluster": "dask", "ray": "ray", "ray_cluster": "ray", "spmd": "spmd", "tasks": "tasks"}
 
 
@@ -74,7 +73,10 @@ def test_the_layout_has_the_rooms_the_design_names():
     mods = set(modules())
     for expected in ["flightpart.protocol", "flightpart.tiling", "flightpart.wire", "flightpart.errors", "flightpart.io.access",
                      "flightpart.io.connections", "flightpart.io.transfer", "flightpart.io.layout", "flightpart.io.inprocess",
-                     "flightpart.tools.cluster", "flightpart.tools.demo", "flightpart.tools.bench", "flightpart.runtimes.tasks",
+                     "flightpart.local.cluster", "flightpart.local.embedded", "flightpart.cli.demo", "flightpart.cli.errors",
+                     "flightpart.cli.daemons", "flightpart.cli.datasets", "flightpart.cli.bench", "flightpart.bench.run",
+                     "flightpart.bench.scale", "flightpart.query.filters", "flightpart.query.apply", "flightpart.query.pruning",
+                     "flightpart.runtimes.tasks",
                      "flightpart.server.daemon", "flightpart.server.base", "flightpart.client.plugins"]:
         assert expected in mods, expected
     assert (ROOT / "flightpart" / "py.typed").exists()

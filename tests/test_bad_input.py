@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 import flightpart as fp
 from flightpart import wire
-from flightpart.tools.cluster import LocalCluster
+from flightpart.local.cluster import LocalCluster
 
 from helpers import code_of, wait_until
 

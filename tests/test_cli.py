@@ -51,7 +51,7 @@ def test_version_and_help():
 
 def test_a_chatty_daemon_keeps_running_past_a_pipe_full_of_logs(tmp_path):
     """Logs go to a file, not an unread pipe: 64 KiB of them must not block the daemon."""
-    from flightpart.tools.cluster import Daemon
+    from flightpart.local.cluster import Daemon
 
     # a catalog nobody answers: the heartbeat thread logs a failure every millisecond
     node = Daemon(["--log-level", "DEBUG", "serve", "--host", "127.0.0.91", "--port", "0", "--data-dir", str(tmp_path),

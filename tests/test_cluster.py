@@ -69,7 +69,7 @@ def test_every_location_names_the_node_ip_and_pid(cluster, dataset):
 
 
 def test_sizes_are_each_partitions_own_file_size(cluster, dataset):
-    from flightpart.tools.grid_view import grid_json
+    from flightpart.cli.grid_view import grid_json
 
     with fp.connect(cluster.uri) as client:
         ds = client.open("locality")
@@ -291,7 +291,7 @@ def test_spmd_publish_with_three_rank_processes_then_spmd_view(cluster):
 
 
 def test_a_node_restart_serves_what_it_committed(cluster, tmp_path):
-    from flightpart.tools.cluster import LocalCluster
+    from flightpart.local.cluster import LocalCluster
 
     with LocalCluster(tmp_path, nodes=1, first_ip=5) as small:
         table = make_table(5000, seed=3)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from flightpart.tools.cluster import Daemon
+from flightpart.local.cluster import Daemon
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE = ROOT / "docker" / "compose.yaml"

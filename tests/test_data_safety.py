@@ -23,7 +23,7 @@ import pytest
 
 import flightpart as fp
 from flightpart.io.layout import MANIFEST
-from flightpart.tools.cluster import LocalCluster
+from flightpart.local.cluster import LocalCluster
 
 from helpers import code_of, free_port, put_raw, wait_until
 

@@ -26,7 +26,7 @@ import pyarrow as pa
 import pytest
 
 import flightpart as fp
-from flightpart.tools.cluster import Daemon
+from flightpart.local.cluster import Daemon
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]

@@ -15,7 +15,7 @@ import pytest
 import flightpart as fp
 from flightpart import wire
 from flightpart.io.errors import translate
-from flightpart.tools.cluster import LocalCluster
+from flightpart.local.cluster import LocalCluster
 
 from helpers import code_of, put_raw
 

@@ -17,7 +17,7 @@ import pyarrow as pa
 import pytest
 
 import flightpart as fp
-from flightpart.tools.cluster import Daemon
+from flightpart.local.cluster import Daemon
 
 
 def health(address: str) -> subprocess.CompletedProcess:

@@ -23,7 +23,7 @@ import pytest
 import flightpart as fp
 from flightpart.client.fetch import FlightGet
 from flightpart.io import layout
-from flightpart.tools.cluster import LocalCluster
+from flightpart.local.cluster import LocalCluster
 from flightpart.wire import DatasetRef, PartHeader, PutTrailer, Ticket, VersionRef, VersionReply
 
 from helpers import code_of, wait_until

@@ -11,7 +11,7 @@ import pyarrow.compute as pc
 import pytest
 
 import flightpart as fp
-from flightpart.tools.cluster import LocalCluster
+from flightpart.local.cluster import LocalCluster
 
 from helpers import run_threads
 

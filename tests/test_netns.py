@@ -1,7 +1,7 @@
 """Hosts as network namespaces: locality and failover across real sockets, and namespaces that never outlive a test.
 
 The catalog, each node and each client run in a namespace of their own on
-a bridge (flightpart.tools.netcluster), so "this host" is decided by real
+a bridge (flightpart.local.netcluster), so "this host" is decided by real
 interfaces, not by FLIGHTPART_HOST.
 """
 

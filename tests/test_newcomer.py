@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from flightpart.tools.cluster import Daemon
+from flightpart.local.cluster import Daemon
 
 from certs import make_pki
 from helpers import free_port

@@ -23,7 +23,7 @@ import pytest
 
 import flightpart as fp
 from flightpart import wire
-from flightpart.tools.cluster import Daemon, LocalCluster
+from flightpart.local.cluster import Daemon, LocalCluster
 
 from helpers import code_of
 

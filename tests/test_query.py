@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import flightpart as fp
-from flightpart.tools.cluster import LocalCluster
+from flightpart.local.cluster import LocalCluster
 
 F = pc.field
 ROWS = 90_000
@@ -212,7 +212,7 @@ def test_a_node_refuses_lying_query_tickets_with_a_code_and_keeps_serving(cluste
 
     import pyarrow.flight as flight
 
-    from flightpart import filters
+    from flightpart.query import filters
 
     from helpers import code_of
 

@@ -16,9 +16,9 @@ import pyarrow.compute as pc
 import pytest
 
 import flightpart as fp
-from flightpart import aggregates, filters
-from flightpart.client.pruning import Pruner
-from flightpart.statistics import StatsBuilder, guarantee
+from flightpart.query import aggregates, filters
+from flightpart.query.pruning import Pruner
+from flightpart.query.statistics import StatsBuilder, guarantee
 
 F = pc.field
 

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 
 import flightpart as fp
-from flightpart.tools.cluster import LocalCluster
+from flightpart.local.cluster import LocalCluster
 
 from helpers import free_port, wait_until
 

@@ -18,9 +18,9 @@ import pytest
 import flightpart as fp
 from flightpart.client import reshape
 from flightpart.io.layout import partition_relpath
+from flightpart.local.cluster import LocalCluster
 from flightpart.regrid import balanced, near_placement, pieces_of
 from flightpart.tiling import halo_sources
-from flightpart.tools.cluster import LocalCluster
 from flightpart.wire import Assemble, AssemblePart, AssembleReply, HeldPartition
 
 from helpers import code_of, wait_until

@@ -151,7 +151,7 @@ def test_every_read_goes_to_the_one_host_that_holds_the_data(cluster, two_host_d
 def test_ray_reads_on_the_node_holding_the_partition_send_nothing(ray_session, tmp_path):
     """One machine has one Ray node: a flightpart node on this machine (127.0.0.1)
     is on the read tasks' host, so every read maps its file (0 bytes sent)."""
-    from flightpart.tools.cluster import Daemon
+    from flightpart.local.cluster import Daemon
 
     node = Daemon(["serve", "--host", "127.0.0.1", "--port", "0", "--node-port", "0", "--data-dir", str(tmp_path / "d"),
                    "--state-dir", str(tmp_path / "s")])

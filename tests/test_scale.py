@@ -21,10 +21,10 @@ import pytest
 import flightpart as fp
 from flightpart.io.layout import MANIFEST
 from flightpart.io.transfer import streams_of
+from flightpart.local.cluster import LocalCluster
 from flightpart.server.catalog import CatalogServer
 from flightpart.server.catalog_state import CatalogState, PartRecord
 from flightpart.server.node import NodeServer
-from flightpart.tools.cluster import LocalCluster
 
 from helpers import code_of, free_port, put_raw, wait_until
 

@@ -11,7 +11,7 @@ import pyarrow.flight as flight
 import pytest
 
 import flightpart as fp
-from flightpart.tools.cluster import LocalCluster
+from flightpart.local.cluster import LocalCluster
 
 from certs import make_pki
 

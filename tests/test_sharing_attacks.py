@@ -27,8 +27,8 @@ import flightpart as fp
 from flightpart import wire
 from flightpart.io.access import Access
 from flightpart.io.connections import ConnectionPool
+from flightpart.local.cluster import Daemon, LocalCluster
 from flightpart.tokens import TOKEN_PREFIX
-from flightpart.tools.cluster import Daemon, LocalCluster
 
 from helpers import code_of, run_threads, wait_until
 

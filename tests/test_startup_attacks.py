@@ -31,10 +31,10 @@ import pytest
 
 import flightpart as fp
 from flightpart import wire
+from flightpart.cli.waiting import wait_for
 from flightpart.errors import ServerStarting
 from flightpart.io.connections import ConnectionPool
-from flightpart.tools.cluster import Daemon, LocalCluster
-from flightpart.tools.waiting import wait_for
+from flightpart.local.cluster import Daemon, LocalCluster
 from flightpart.wire import DatasetRef, Empty, Heartbeat, RegisterNode
 from server.catalog import CatalogServer
 

@@ -15,7 +15,7 @@ import pyarrow as pa
 import pytest
 
 import flightpart as fp
-from flightpart.tools.cluster import Daemon
+from flightpart.local.cluster import Daemon
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (apt-get install chromium); "

@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import flightpart as fp
-from flightpart.tools.cluster import LocalCluster
+from flightpart.local.cluster import LocalCluster
 
 from helpers import MemoryCap
 

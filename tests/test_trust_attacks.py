@@ -22,9 +22,9 @@ import pytest
 
 import flightpart as fp
 from flightpart import wire
+from flightpart.local.cluster import LocalCluster
 from flightpart.server.store import PartitionStore
 from flightpart.tokens import manifest_signature, verify_key
-from flightpart.tools.cluster import LocalCluster
 
 from helpers import code_of, free_port, wait_until
 

@@ -23,7 +23,7 @@ import pytest
 import flightpart as fp
 from flightpart.client import reshape
 from flightpart.io.errors import translated
-from flightpart.tools.cluster import LocalCluster
+from flightpart.local.cluster import LocalCluster
 from flightpart.wire import Commit, DatasetRef, LinkPart, Relink, VersionRef, VersionReply
 
 from helpers import code_of, wait_until

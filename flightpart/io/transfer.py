@@ -15,9 +15,8 @@ import pyarrow as pa
 import pyarrow.flight as flight
 import pyarrow.ipc as ipc
 
-from flightpart import aggregates, filters
 from flightpart.errors import RequestRejected
-from flightpart.wire import Aggregate, HeldPartition, PartHeader, PutReceipts, PutTrailer, partition_path, partitions_path
+from flightpart.wire import HeldPartition, PartHeader, PutReceipts, PutTrailer, partition_path, partitions_path
 
 from .connections import DEFAULT_TIMEOUT, ConnectionPool
 from .counters import Counters
@@ -39,33 +38,6 @@ def split_batch(batch: pa.RecordBatch, target_bytes: int = BATCH_BYTES) -> list[
         return [batch]
     rows = max(1, target_bytes * batch.num_rows // batch.nbytes)
     return [batch.slice(k, rows) for k in range(0, batch.num_rows, rows)]
-
-
-def project(table: pa.Table, columns: tuple[str, ...] | None, rows: tuple[int, int] | None, filter: bytes | None = None,
-            matched: tuple[int, int] | None = None, aggregate: Aggregate | None = None) -> pa.Table:
-    """What a ticket asks of a partition, in the ticket's order: a row range, a filter, a range of the rows it
-    kept, a projection, an aggregate. Without a filter or aggregate every step is a zero-copy slice."""
-    if rows is not None:
-        table = _slice(table, rows)
-    if filter is not None:
-        table = filters.apply(table, filter)
-    if matched is not None:
-        table = _slice(table, matched)
-    if aggregate is not None:
-        return aggregates.partial(table, aggregate)
-    if columns is not None:
-        unknown = [c for c in columns if c not in table.column_names]
-        if unknown:
-            raise RequestRejected(f"ticket.columns: unknown column {unknown[0]!r}; the partition has {table.column_names}",
-                                  field="ticket.columns")
-        table = table.select(list(columns))
-    return table
-
-
-def _slice(table: pa.Table, rows: tuple[int, int]) -> pa.Table:
-    """Python slice rules: a range past the end is cut, never an error."""
-    start = min(rows[0], table.num_rows)
-    return table.slice(start, max(0, min(rows[1], table.num_rows) - start))
 
 
 def _write_table(writer: Any, table: pa.Table) -> None:

@@ -1,7 +1,7 @@
 """One reader process of ``flightpart bench --network``, run on a host of the cluster.
 
 The bench starts one per contender and host (``python -m
-flightpart.tools.bench_driver KIND``, KIND: ``flightpart``, ``raw`` or
+flightpart.bench.driver KIND``, KIND: ``flightpart``, ``raw`` or
 ``dask``) and sends it one JSON command per line; it answers one JSON line
 per command. A reader of its own means the bench can count its CPU from
 ``/proc`` with the processes that served it, and freeze it while other
@@ -20,7 +20,7 @@ from typing import Any
 
 from flightpart.tiling import grid_cells
 
-from .bench import bench_data
+from .run import bench_data
 
 
 class FlightpartReader:

@@ -1,6 +1,6 @@
 """Which row blocks a filter can match, decided from the partitions' statistics before any stream opens.
 
-Each row block gets a *guarantee* (:func:`flightpart.statistics.guarantee`
+Each row block gets a *guarantee* (:func:`flightpart.query.statistics.guarantee`
 of every partition in it). Arrow's own expression simplification, as
 ``pyarrow.dataset`` uses it for hive partitions, then says whether a filter
 can be true under the guarantee: the blocks are handed to a
@@ -17,8 +17,8 @@ import pyarrow.compute as pc
 import pyarrow.dataset as pads
 import pyarrow.fs as pafs
 
-from flightpart.filters import conjunction
-from flightpart.statistics import guarantee
+from flightpart.query.filters import conjunction
+from flightpart.query.statistics import guarantee
 
 
 class Pruner:

@@ -125,7 +125,7 @@ class Harness:
 
     def __init__(self, root: str, table: pa.Table, *, with_dask: bool = True, with_ray: bool = True):
         from flightpart.client import connect
-        from flightpart.tools.cluster import LocalCluster
+        from flightpart.local.cluster import LocalCluster
 
         self.root = root
         self.table = table
@@ -150,7 +150,7 @@ class Harness:
         self.baseline_uri: str | None = None
 
     def start_baseline(self, path: str) -> str:
-        proc = subprocess.Popen([sys.executable, "-m", "flightpart.tools.bench_baseline", "127.0.0.3", path],
+        proc = subprocess.Popen([sys.executable, "-m", "flightpart.bench.baseline", "127.0.0.3", path],
                                 stdout=subprocess.PIPE, text=True)
         line = proc.stdout.readline()
         if not line.startswith("READY"):

@@ -1,12 +1,12 @@
 """``flightpart bench --network RATE``: the cases that locality and the transport decide, on hosts with real links.
 
 The catalog, three nodes, a client host and the Dask workers run on a
-:class:`~flightpart.tools.netcluster.NetCluster`: network namespaces whose
+:class:`~flightpart.local.netcluster.NetCluster`: network namespaces whose
 links are shaped to RATE (``1gbit``, ``10gbit``, any ``tc`` rate), or the
 loopback aliases of this machine (``loopback``). Each Dask worker shares a
 node's host, the raw Flight baseline serves from node 2's host, and every
 reader is a process of its own on the host it plays (see
-:mod:`flightpart.tools.bench_driver`).
+:mod:`flightpart.bench.driver`).
 
 Each contender is measured with only its own processes running: the
 others are frozen (SIGSTOP) while it runs, so idle daemons of one system
@@ -33,8 +33,9 @@ from pathlib import Path
 import psutil
 import pyarrow as pa
 
-from .bench import MIB, Case
-from .netcluster import Host, NetCluster, rate_bits, unavailable
+from flightpart.local.netcluster import Host, NetCluster, rate_bits, unavailable
+
+from .run import MIB, Case
 
 TICKS = os.sysconf("SC_CLK_TCK")
 FLIGHTPART_ENV = {"FLIGHTPART_MALLOC_TUNING": "on"}
@@ -54,11 +55,11 @@ def cpu_seconds(pid: int) -> float:
 
 
 class Driver:
-    """A reader process on a host (:mod:`flightpart.tools.bench_driver`), one JSON command per line."""
+    """A reader process on a host (:mod:`flightpart.bench.driver`), one JSON command per line."""
 
     def __init__(self, host: Host, kind: str, log_dir: Path, env: dict | None = None, **start: object):
         self.log = open(log_dir / f"driver-{kind}-{host.ip}.log", "w")
-        self.proc = host.popen([sys.executable, "-m", "flightpart.tools.bench_driver", kind], stdin=subprocess.PIPE,
+        self.proc = host.popen([sys.executable, "-m", "flightpart.bench.driver", kind], stdin=subprocess.PIPE,
                                stdout=subprocess.PIPE, stderr=self.log, text=True, env=env)
         self.pid = self.proc.pid
         self._answer("start")
@@ -190,7 +191,7 @@ class NetworkBench:
         self.raw_far: dict[str, Driver] = {}
         for kind in self.kinds:
             path = self.fp_far.send("partition_file", name=f"remote-{kind}", ip=ips[1])["path"]
-            server = self._server(net.node_hosts[1], [sys.executable, "-m", "flightpart.tools.bench_baseline", ips[1], path],
+            server = self._server(net.node_hosts[1], [sys.executable, "-m", "flightpart.bench.baseline", ips[1], path],
                                   self.raw, stdout=subprocess.PIPE, text=True)
             line = server.stdout.readline()
             if not line.startswith("READY"):
@@ -298,7 +299,7 @@ class NetworkBench:
 
 def run_network_bench(rate: str, size: int = 256 * MIB, *, runs: int = 5, kinds: Sequence[str] = ("floats", "sales"),
                       log: Callable[[str], None] = print) -> dict:
-    """Every network case at one link ``rate`` (or ``"loopback"``); the result as :func:`flightpart.tools.bench.render` shows it."""
+    """Every network case at one link ``rate`` (or ``"loopback"``); the result as :func:`flightpart.bench.run.render` shows it."""
     if rate != "loopback":
         rate_bits(rate)  # a clear error for a rate tc would not take
         reason = unavailable()

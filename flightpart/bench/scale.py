@@ -89,7 +89,7 @@ def case_partitions(root: Path, sizes: list[int], log: Callable[[str], None]) ->
     """One dataset of P partitions on three nodes, for each P."""
     from flightpart import protocol
     from flightpart.client import connect
-    from flightpart.tools.cluster import LocalCluster
+    from flightpart.local.cluster import LocalCluster
 
     rows = []
     with LocalCluster(root / "partitions", nodes=3) as cluster, connect(cluster.uri, host="127.0.0.2") as client:
@@ -122,7 +122,7 @@ def case_partitions(root: Path, sizes: list[int], log: Callable[[str], None]) ->
 def case_columns(root: Path, sizes: list[int], log: Callable[[str], None]) -> list[dict]:
     """One dataset of C columns and :data:`COLUMN_ROWS` rows on three nodes, for each C."""
     from flightpart.client import connect
-    from flightpart.tools.cluster import LocalCluster
+    from flightpart.local.cluster import LocalCluster
 
     rows = []
     with LocalCluster(root / "columns", nodes=3) as cluster, connect(cluster.uri, host="127.0.0.2") as client:
@@ -179,7 +179,7 @@ def _beat(uri: str, first: int, last: int, interval: float, until: float, sent: 
 def case_nodes(root: Path, sizes: list[int], datasets: int, window: float, log: Callable[[str], None]) -> list[dict]:
     """N simulated nodes heartbeating every 2 s against one catalog; then ``list`` and ``nodes`` with D datasets."""
     from flightpart.client import connect
-    from flightpart.tools.cluster import LocalCluster
+    from flightpart.local.cluster import LocalCluster
     from flightpart.version import __version__
     from flightpart.wire import RegisterNode
 
@@ -229,7 +229,7 @@ def case_frozen(root: Path, log: Callable[[str], None]) -> dict:
     from flightpart.client import connect
     from flightpart.errors import DatasetNotFound
     from flightpart.io.transfer import send_partition
-    from flightpart.tools.cluster import LocalCluster
+    from flightpart.local.cluster import LocalCluster
 
     log("  abort and drop with 3 frozen nodes ...")
     with LocalCluster(root / "frozen", nodes=4) as cluster, connect(cluster.uri, host="127.0.0.9") as client:

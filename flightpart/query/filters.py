@@ -24,7 +24,7 @@ import pyarrow.acero as acero
 import pyarrow.compute as pc
 import pyarrow.substrait as substrait
 
-from .errors import PartitionedError, RequestRejected
+from flightpart.errors import PartitionedError, RequestRejected
 
 _FIELD_PATH = re.compile(r"FieldPath\((\d+)")
 

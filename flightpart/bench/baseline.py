@@ -4,7 +4,7 @@ It holds one table in memory (read fully, not memory-mapped) and streams it
 cut in batches of the size the ticket asks for (``b"<bytes>"``), so the
 benchmark can pick the batch size that suits it best; ``do_put`` reads and
 keeps the stream in memory, the raw counterpart of a flightpart put. Run as
-``python -m flightpart.tools.bench_baseline HOST PATH``; prints ``READY baseline <uri>``.
+``python -m flightpart.bench.baseline HOST PATH``; prints ``READY baseline <uri>``.
 """
 
 from __future__ import annotations

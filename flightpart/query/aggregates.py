@@ -15,8 +15,8 @@ from collections.abc import Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .errors import PartitionedError, RequestRejected
-from .wire import AGGREGATES, Aggregate
+from flightpart.errors import PartitionedError, RequestRejected
+from flightpart.wire import AGGREGATES, Aggregate
 
 _PARTIALS = {"sum": ("sum",), "min": ("min",), "max": ("max",), "count": ("count",), "count_all": ("count_all",),
              "mean": ("sum", "count")}

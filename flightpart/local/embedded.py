@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import tempfile
+from typing import Any
 
 from flightpart.client import Client
 from flightpart.server.catalog import CatalogServer
@@ -19,12 +20,15 @@ class _TempDir:
         self.tmp.cleanup()
 
 
-def start_embedded(host: str = "127.0.0.1", data_dir: str | None = None) -> Client:
-    """Start a catalog and one node on ``host`` (ports chosen by the OS).
+def start_embedded(host: str | None = None, data_dir: str | None = None, **client_options: Any) -> Client:
+    """Start a catalog and one node on ``host`` (default 127.0.0.1; ports chosen by the OS).
 
-    Closing the client stops both (node first) and removes a temporary
-    data directory if none was given.
+    ``client_options`` are the :class:`~flightpart.client.Client`'s own
+    (timeout, idle_timeout, compression, streams_per_partition). Closing the
+    client stops both (node first) and removes a temporary data directory if
+    none was given.
     """
+    host = host or "127.0.0.1"
     owned: list = []  # shut down in reverse order
     if data_dir is None:
         tmp = tempfile.TemporaryDirectory(prefix="flightpart-")
@@ -35,4 +39,4 @@ def start_embedded(host: str = "127.0.0.1", data_dir: str | None = None) -> Clie
     node = NodeServer(host, 0, data_dir=data_dir, catalog=catalog.uri)
     owned.append(node)
     node.register()
-    return Client(catalog.uri, host=host, owned=owned)
+    return Client(catalog.uri, host=host, owned=owned, **client_options)

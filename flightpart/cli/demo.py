@@ -32,8 +32,8 @@ def run_demo(size_mb: int = 300) -> int:
     from rich.table import Table
 
     from flightpart.client import connect
+    from flightpart.local.cluster import LocalCluster
 
-    from .cluster import LocalCluster
     from .grid_view import render_grid
 
     console = Console()

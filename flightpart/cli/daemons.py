@@ -1,0 +1,269 @@
+"""Commands that run daemons and ask them how they are: serve, catalog, nodes, repair, scrub, token, verify-key, health, wait, stats."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from .group import (
+    CAPABILITY_TTL_OPTION,
+    CATALOG_OPTION,
+    JSON_OPTION,
+    PENDING_TTL_OPTION,
+    client_for,
+    emit,
+    flight_address,
+    identity_options,
+    main,
+    observability_options,
+    print_table,
+    security_options,
+)
+
+
+@main.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind and advertise.")
+@click.option("--port", default=8815, show_default=True, type=int, help="Port (0: any free port).")
+@click.option("--data-dir", type=click.Path(file_okay=False), default=None, help="Where partitions live (default: per-user data dir).")
+@click.option("--catalog", "catalog_uri", default=None, callback=lambda _c, _p, v: v and flight_address(v),
+              help="Catalog to join; without it this process is also the catalog. ($FLIGHTPART_CATALOG is not read "
+                   "here: it names the catalog for client commands.)")
+@click.option("--node-port", default=0, type=int, help="Node port when this process is also the catalog.")
+@click.option("--state-dir", type=click.Path(file_okay=False), default=None, help="Catalog state when embedded.")
+@click.option("--heartbeat", default=2.0, show_default=True, type=float, help="Seconds between heartbeats.")
+@click.option("--dead-after", default=10.0, show_default=True, type=float, help="Embedded catalog: seconds without heartbeat before a node is dead.")
+@click.option("--max-partition-bytes", default=None, type=int, help="Refuse partitions larger than this.")
+@click.option("--max-streams", default=64, show_default=True, type=int, help="Refuse new do_get/do_put streams past this many open.")
+@click.option("--stream-idle-timeout", default=60.0, show_default=True, type=click.FloatRange(min=0.1),
+              help="Free the slot of a do_get stream whose reader has taken nothing for this many seconds.")
+@click.option("--advertise", default=None, help="Host name clients use to reach this node (default: --host).")
+@click.option("--min-free-bytes", default=64 << 20, show_default=True, type=int,
+              help="Report NOT_SERVING and low space (no new partitions placed here) below this much free disk.")
+@click.option("--group", default=None,
+              help="Let this group's members map partitions zero-copy (directories 750, files 640); default: owner only.")
+@click.option("--scrub-rate", default=64 << 20, show_default=True, type=int,
+              help="Bytes per second the background scrub reads to check stored files against their checksums (0: off).")
+@click.option("--scrub-interval", default=3600.0, show_default=True, type=float,
+              help="Seconds between background scrub passes (0: off); a pass over B bytes takes B / --scrub-rate seconds.")
+@click.option("--node-token-file", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="File (mode 600) holding this node's own token (`flightpart token --role node --name NODE`): with "
+                   "--verify-key-file, what a node needs instead of the cluster secret. The token names the node.")
+@click.option("--verify-key-file", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="File holding the cluster's verify key (`flightpart verify-key`): checks callers' tokens, mints none.")
+@PENDING_TTL_OPTION
+@CAPABILITY_TTL_OPTION
+@identity_options
+@security_options
+@observability_options
+def serve(host: str, port: int, data_dir: str | None, catalog_uri: str | None, node_port: int, state_dir: str | None,
+          heartbeat: float, dead_after: float, max_partition_bytes: int | None, max_streams: int, stream_idle_timeout: float,
+          advertise: str | None, min_free_bytes: int, group: str | None, scrub_rate: int, scrub_interval: float,
+          node_token_file: str | None, verify_key_file: str | None,
+          pending_ttl: float, capability_ttl: float, cluster_id: str | None, rebuild_grace: float, secret_file: str | None,
+          tls_cert: str | None, tls_key: str | None, tls_client_ca: str | None, tls_ca: str | None,
+          insecure: bool, health_port: int | None, metrics_port: int | None, metrics_host: str) -> None:
+    """Run a node (and, without --catalog, a catalog too)."""
+    from flightpart.server.daemon import Observability, Security, run_node
+
+    run_node(host, port, data_dir=data_dir, catalog=catalog_uri, node_port=node_port, state_dir=state_dir, heartbeat=heartbeat,
+             dead_after=dead_after, max_partition_bytes=max_partition_bytes, max_streams=max_streams, advertise=advertise,
+             security=Security(secret_file, tls_cert, tls_key, tls_client_ca, tls_ca, insecure, node_token_file, verify_key_file),
+             ports=Observability(health_port, metrics_port, metrics_host), min_free_bytes=min_free_bytes, group=group,
+             pending_ttl=pending_ttl, capability_ttl=capability_ttl, stream_idle_timeout=stream_idle_timeout,
+             cluster_id=cluster_id, rebuild_grace=rebuild_grace, scrub=(scrub_rate, scrub_interval))
+
+
+@main.command("catalog")
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=8815, show_default=True, type=int)
+@click.option("--state-dir", type=click.Path(file_okay=False), default=None, help="SQLite state (default: per-user data dir).")
+@click.option("--dead-after", default=10.0, show_default=True, type=float, help="Seconds without heartbeat before a node is dead.")
+@click.option("--retire-after", default=86400.0, show_default=True, type=float,
+              help="Seconds without heartbeat before a dead node is forgotten; its partitions then count as lost replicas.")
+@PENDING_TTL_OPTION
+@CAPABILITY_TTL_OPTION
+@identity_options
+@security_options
+@observability_options
+def catalog_cmd(host: str, port: int, state_dir: str | None, dead_after: float, retire_after: float, pending_ttl: float,
+                capability_ttl: float, cluster_id: str | None, rebuild_grace: float, secret_file: str | None,
+                tls_cert: str | None,
+                tls_key: str | None, tls_client_ca: str | None, tls_ca: str | None, insecure: bool, health_port: int | None,
+                metrics_port: int | None, metrics_host: str) -> None:
+    """Run a catalog alone."""
+    from flightpart.server.daemon import Observability, Security, run_catalog
+
+    run_catalog(host, port, state_dir, dead_after, Security(secret_file, tls_cert, tls_key, tls_client_ca, tls_ca, insecure),
+                Observability(health_port, metrics_port, metrics_host), pending_ttl, capability_ttl, retire_after,
+                cluster_id=cluster_id, rebuild_grace=rebuild_grace)
+
+
+# --------------------------------------------------------------------------- datasets
+
+
+
+
+@main.command()
+@CATALOG_OPTION
+@JSON_OPTION
+def nodes(catalog: str, as_json: bool) -> None:
+    """List the nodes the catalog knows, alive or dead."""
+    with client_for(catalog) as client:
+        rows = client.nodes()
+    if as_json:
+        click.echo(json.dumps(rows))
+        return
+    print_table(("node", "uri", "ip", "pid", "state", "clock skew"),
+                 [(n["node_id"][:8], n["uri"], n["ip"], n["pid"], "[green]alive[/]" if n["alive"] else "[red]dead[/]",
+                   _skew_text(n.get("clock_skew"))) for n in rows])
+
+
+def _skew_text(seconds: float | None) -> str:
+    """A node's clock against the catalog's (from its last heartbeat), as `flightpart nodes` shows it."""
+    return "-" if seconds is None else f"{seconds:+.1f} s"
+
+
+@main.command()
+@CATALOG_OPTION
+@JSON_OPTION
+def repair(catalog: str, as_json: bool) -> None:
+    """Copy under-replicated partitions to live nodes."""
+    with client_for(catalog) as client:
+        result = client.repair()
+    if as_json:
+        click.echo(json.dumps(result))
+        return
+    for c in result["copied"]:
+        click.echo(f"copied {c['dataset']} v{c['version']} {tuple(c['part'])} to {c['to']}")
+    for m in result["lost"]:
+        click.echo(f"LOST {m['dataset']} v{m['version']} {tuple(m['part'])}: no live replica", err=True)
+    click.echo(f"{len(result['copied'])} copies made, {len(result['lost'])} partitions without a live replica")
+
+
+@main.command()
+@CATALOG_OPTION
+@JSON_OPTION
+def scrub(catalog: str, as_json: bool) -> None:
+    """Check every live node's files against their checksums now; report damaged and missing partitions.
+
+    Damaged files are moved to each node's quarantine folder and no
+    longer served; the catalog stops listing those replicas, so a
+    ``flightpart repair`` recreates them. Exits 1 when anything was found.
+    """
+    from flightpart.wire import Empty
+
+    with client_for(catalog) as client:
+        result = client.call("scrub", Empty(), timeout=3600)
+    if as_json:
+        click.echo(json.dumps(result))
+    else:
+        for node in result["nodes"]:
+            for kind in ("damaged", "missing"):
+                for p in node.get(kind, ()):
+                    click.echo(f"{kind.upper()} {p['dataset']} v{p['version']} {tuple(p['part'])} on {node['uri']}", err=True)
+        for uri in result["unreachable"]:
+            click.echo(f"UNREACHABLE {uri}: not scrubbed", err=True)
+        checked = sum(n.get("checked", 0) for n in result["nodes"])
+        click.echo(f"{checked} files checked on {len(result['nodes'])} nodes: {result['damaged']} damaged, "
+                   f"{result['missing']} missing")
+    if result["damaged"] or result["missing"]:
+        raise SystemExit(1)
+
+
+@main.command()
+@click.option("--role", required=True, type=click.Choice(["reader", "writer", "admin", "node"]), help="What the token may do.")
+@click.option("--name", required=True, help="Who holds it (a user, or for --role node the node's id).")
+@click.option("--expires-in", default=0, type=int, help="Seconds until the token expires (0: never).")
+@click.option("--secret-file", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="The cluster secret (mode 600), or $FLIGHTPART_SECRET.")
+@JSON_OPTION
+def token(role: str, name: str, expires_in: int, secret_file: str | None, as_json: bool) -> None:
+    """Print a role token signed with the cluster secret (give it to a user as $FLIGHTPART_TOKEN, or to a node
+    as its --node-token-file)."""
+    import time
+
+    from flightpart.tokens import CATALOG_NODE
+    from flightpart.wire import role_token
+
+    if role == "node" and name == CATALOG_NODE:
+        raise click.UsageError(f"{CATALOG_NODE!r} is the catalog's own name among nodes: give the node another name")
+    secret = _cluster_secret(secret_file)
+    expires = int(time.time()) + expires_in if expires_in else 0
+    value = role_token(secret, role, name, expires)
+    emit(as_json, {"token": value, "role": role, "name": name, "expires": expires or None}, value)
+
+
+@main.command("verify-key")
+@click.option("--secret-file", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="The cluster secret (mode 600), or $FLIGHTPART_SECRET.")
+@JSON_OPTION
+def verify_key_command(secret_file: str | None, as_json: bool) -> None:
+    """Print the cluster's verify key: a node checks tokens with it (`serve --verify-key-file`) and can mint none."""
+    from flightpart.tokens import verify_key
+
+    value = verify_key(_cluster_secret(secret_file)).text()
+    emit(as_json, {"verify_key": value}, value)
+
+
+def _cluster_secret(secret_file: str | None) -> bytes:
+    from flightpart.server.daemon import Security
+
+    secret = Security(secret_file).secret()
+    if secret is None:
+        raise click.UsageError("no cluster secret: pass --secret-file or set $FLIGHTPART_SECRET")
+    return secret
+
+
+@main.command()
+@click.argument("address")
+@click.option("--service", default="", help="Service name to ask about (default: the whole daemon).")
+@click.option("--timeout", default=5.0, show_default=True, type=float)
+@JSON_OPTION
+def health(address: str, service: str, timeout: float, as_json: bool) -> None:
+    """Probe a daemon's health port (grpc.health.v1): exit 0 when SERVING, 1 when not, 2 when unreachable."""
+    import grpc
+
+    from flightpart.server.health import probe
+
+    try:
+        status = probe(address, service, timeout)
+    except grpc.RpcError as exc:
+        record = {"address": address, "status": "UNREACHABLE", "reason": exc.code().name}
+        click.echo(json.dumps(record) if as_json else f"UNREACHABLE {address}: {exc.code().name}. "
+                   "Next: is the daemon running, with --health-port?", err=not as_json)
+        sys.exit(2)
+    emit(as_json, {"address": address, "status": status}, status)
+    sys.exit(0 if status == "SERVING" else 1)
+
+
+@main.command()
+@click.argument("uri", callback=lambda _c, _p, v: flight_address(v))
+@click.option("--timeout", default=60.0, show_default=True, type=float, help="Give up after this many seconds (exit 1).")
+@click.option("--nodes", "min_nodes", default=0, show_default=True, type=click.IntRange(min=0),
+              help="For a catalog: also wait until this many nodes are alive.")
+@JSON_OPTION
+def wait(uri: str, timeout: float, min_nodes: int, as_json: bool) -> None:
+    """Wait until the daemon at URI answers (and, with --nodes, until that many nodes joined): for scripts that start
+    daemons in the background."""
+    from .waiting import wait_for
+
+    result = wait_for(uri, timeout=timeout, min_nodes=min_nodes)
+    emit(as_json, result, f"ready: {result['role']} {uri}" + (f", {result['nodes_alive']} nodes alive"
+                                                                  if result["role"] == "catalog" else ""))
+
+
+@main.command()
+@click.argument("uri", callback=lambda _c, _p, v: flight_address(v))
+@JSON_OPTION
+def stats(uri: str, as_json: bool) -> None:
+    """A daemon's counters: for a node bytes and batches served, partitions held; for a catalog nodes and datasets."""
+    from flightpart.io.access import Access
+    from flightpart.io.connections import ConnectionPool
+    from flightpart.io.errors import translated
+    from flightpart.wire import Empty
+
+    with ConnectionPool(Access.from_environment()) as pool, translated():
+        result = pool.action(uri, "stats", Empty())
+    click.echo(json.dumps(result) if as_json else "\n".join(f"{k}: {v}" for k, v in result.items()))

@@ -1,0 +1,156 @@
+"""The ``flightpart`` command group and the options and helpers its commands share."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import click
+
+from flightpart.version import __version__
+
+from .errors import error_line
+
+CATALOG_OPTION = click.option("--catalog", envvar="FLIGHTPART_CATALOG", required=True, callback=lambda _c, _p, v: flight_address(v),
+                              help="Catalog URI, e.g. grpc://head:8815 (or $FLIGHTPART_CATALOG).")
+HOST_OPTION = click.option("--client-host", "host", envvar="FLIGHTPART_HOST", default=None,
+                           help="Address that counts as this host for locality (or $FLIGHTPART_HOST).")
+JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+CAPABILITY_TTL_OPTION = click.option("--capability-ttl", default=86400.0, show_default=True, type=float,
+                                     help="Catalog: seconds the read capability in a dataset handle stays valid.")
+def identity_options(f):
+    """--cluster-id and --rebuild-grace: how a catalog on new or lost state settles the cluster's identity."""
+    f = click.option("--rebuild-grace", default=5.0, show_default=True, type=click.FloatRange(min=0),
+                     help="Catalog on new or lost state: seconds writes wait for nodes to report their cluster, versions "
+                          "and tombstones before version numbers are handed out (more than the nodes' --heartbeat).")(f)
+    return click.option("--cluster-id", default=None,
+                        help="Catalog: the cluster's identity, given instead of learned from the nodes (a fresh state "
+                             "takes it at once; a state of another cluster refuses to start).")(f)
+
+
+PENDING_TTL_OPTION = click.option("--pending-ttl", default=3600.0, show_default=True, type=float,
+                                  help="Catalog: abort a put still pending after this many seconds and delete its files.")
+
+
+def security_options(f):
+    """--secret-file and TLS options shared by the daemons."""
+    options = [
+        click.option("--secret-file", "--token-file", "secret_file", type=click.Path(exists=True, dir_okay=False), default=None,
+                     help="File (mode 600) whose first line is the cluster secret (or $FLIGHTPART_SECRET); "
+                          "role tokens and read capabilities derive from it. Without one the cluster is open."),
+        click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False), default=None, help="PEM certificate to serve TLS."),
+        click.option("--tls-key", type=click.Path(exists=True, dir_okay=False), default=None, help="PEM private key of --tls-cert."),
+        click.option("--tls-client-ca", type=click.Path(exists=True, dir_okay=False), default=None,
+                     help="Require client certificates signed by this CA (mutual TLS)."),
+        click.option("--tls-ca", type=click.Path(exists=True, dir_okay=False), envvar="FLIGHTPART_TLS_CA", default=None,
+                     help="CA that signs the other daemons' certificates (or $FLIGHTPART_TLS_CA)."),
+        click.option("--insecure", is_flag=True, default=False,
+                     help="Without a secret, bind beyond loopback anyway: an open daemon that anyone who reaches it may "
+                          "read, write and delete through. Without this flag an open daemon binds loopback only."),
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
+def observability_options(f):
+    """--health-port, --metrics-port and --metrics-host shared by the daemons."""
+    f = click.option("--metrics-host", default="127.0.0.1", show_default=True,
+                     help="Address the HTTP endpoint binds. Its metrics show counts only; a catalog's status page shows "
+                          "node addresses and dataset names, so expose it only where they may be seen.")(f)
+    f = click.option("--metrics-port", default=None, type=int,
+                     help="Serve HTTP on this port (8818 by convention; 0: any): /metrics for Prometheus, /healthz "
+                          "(200 or 503 with reasons) and, on a catalog, the status page at / and /status.json.")(f)
+    f = click.option("--health-port", default=None, type=int,
+                     help="Serve grpc.health.v1.Health on this port (8817 by convention; 0: any).")(f)
+    return f
+
+
+class FriendlyGroup(click.Group):
+    """Every error as one line with what to do next (:mod:`flightpart.cli.errors`), not a traceback, unless --debug."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (click.ClickException, click.exceptions.Exit, click.Abort):
+            raise
+        except KeyboardInterrupt:
+            click.echo("interrupted", err=True)
+            ctx.exit(130)
+        except Exception as exc:
+            if ctx.obj and ctx.obj.get("debug"):
+                raise
+            click.echo(error_line(exc, (ctx.obj or {}).get("address")), err=True)
+            ctx.exit(1)
+
+
+@click.group(cls=FriendlyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="flightpart")
+@click.option("--log-level", default="WARNING", show_default=True,
+              type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
+@click.option("--log-format", default="text", show_default=True, type=click.Choice(["text", "json"]),
+              help="Log lines as text, or as JSON objects for a log collector.")
+@click.option("--debug", is_flag=True, help="Show full tracebacks.")
+@click.pass_context
+def main(ctx: click.Context, log_level: str, log_format: str, debug: bool) -> None:
+    """flightpart: partitioned dataframes over Arrow Flight."""
+    from .logs import configure_logging
+
+    configure_logging(log_level, log_format)
+    ctx.obj = {"debug": debug}
+
+
+# --------------------------------------------------------------------------- daemons
+
+
+
+
+def print_table(columns: tuple[str, ...], rows: list[tuple]) -> None:
+    """A rich table of ``rows`` for people (``--json`` gives scripts the same)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(*columns)
+    for row in rows:
+        table.add_row(*(str(v) for v in row))
+    Console().print(table)
+
+
+def flight_address(value: str | None) -> str | None:
+    """A daemon's address as a Flight URI (a web address or one without a port is a usage error), remembered for hints."""
+    if value is None:
+        return None
+    from flightpart.io.access import TLS_CA_ENV
+    from flightpart.io.uris import flight_uri
+
+    try:
+        uri = flight_uri(value, tls=bool(os.environ.get(TLS_CA_ENV)))
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+    ctx = click.get_current_context(silent=True)
+    root = ctx.find_root() if ctx else None
+    if root is not None and root.obj is not None:
+        root.obj["address"] = uri
+    return uri
+
+
+def client_for(catalog: str, host: str | None = None):
+    from flightpart.client import connect
+
+    return connect(catalog, host=host)
+
+
+def emit(as_json: bool, record: dict, text: str) -> None:
+    """A command's result: ``record`` as one JSON line for scripts, else ``text`` for people."""
+    click.echo(json.dumps(record) if as_json else text)
+
+
+def parse_tiling(value: str | None) -> tuple[int, int] | None:
+    if value is None:
+        return None
+    try:
+        p, q = (int(v) for v in value.lower().replace("x", ",").split(","))
+    except ValueError:
+        raise click.BadParameter(f"{value!r}: expected ROWSxCOLS such as 4x1", param_hint="--tiling") from None
+    return (p, q)
