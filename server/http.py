@@ -3,7 +3,7 @@
 Prometheus scrapes ``/metrics``; ``/healthz`` answers 200 or 503 with the
 reasons as JSON, so a container health check needs nothing but an HTTP
 GET (no gRPC client, no flightpart import: see
-``flightpart.tools.probe``); the catalog adds ``/`` (the status page) and
+docker/healthcheck.py); the catalog adds ``/`` (the status page) and
 ``/status.json``. Everything here is read-only and answers GET only.
 """
 

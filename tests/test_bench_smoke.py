@@ -69,7 +69,7 @@ def test_quick_scale_bench_writes_every_size_and_goal(tmp_path):
 
 @pytest.mark.slow
 def test_network_bench_runs_on_loopback_and_a_shaped_link_and_leaves_no_namespace(tmp_path):
-    from flightpart.tools import netcluster
+    from flightpart.local import netcluster
 
     reason = netcluster.unavailable()
     rates = "loopback" if reason else "loopback,1gbit"

@@ -20,7 +20,7 @@ import time
 
 import pytest
 
-from flightpart.tools import netcluster
+from flightpart.local import netcluster
 
 REASON = netcluster.unavailable()
 pytestmark = [pytest.mark.slow,  # real hosts in namespaces: minutes, run by CI's slow step
@@ -86,7 +86,7 @@ def test_reads_fail_over_when_a_node_is_killed(net):
 OWNER = textwrap.dedent("""
     import json, sys, time
     from pathlib import Path
-    from flightpart.tools import netcluster
+    from flightpart.local import netcluster
     cluster = netcluster.NetCluster(Path(sys.argv[1]), nodes=1)
     print(json.dumps([[h.namespace for h in cluster.hosts] + [cluster.bridge], [d.pid for d in cluster.daemons]]), flush=True)
     time.sleep(600)
