@@ -6,6 +6,8 @@ import tempfile
 from typing import Any
 
 from flightpart.client import Client
+from flightpart.client.fetch import check_streams
+from flightpart.io.compression import check_mode
 from flightpart.server.catalog import CatalogServer
 from flightpart.server.node import NodeServer
 
@@ -29,6 +31,8 @@ def start_embedded(host: str | None = None, data_dir: str | None = None, **clien
     none was given.
     """
     host = host or "127.0.0.1"
+    check_mode(client_options.get("compression", "auto"))  # a bad value is refused before anything starts
+    check_streams(client_options.get("streams_per_partition", 1))
     owned: list = []  # shut down in reverse order
     if data_dir is None:
         tmp = tempfile.TemporaryDirectory(prefix="flightpart-")
