@@ -459,6 +459,22 @@ def render(result: dict) -> None:
     Console(width=max(Console().width, 160)).print(t)
 
 
+def as_markdown(result: dict) -> str:
+    """The run as docs/benchmarks.md shows it: one row per contender, the ratio and goal on each case's first."""
+    lines = [f"{result['size_bytes'] / MIB:,.0f} MiB, {result['runs']} runs per contender, {result['seconds']:.0f} s, "
+             f"{result['machine']['cpus']} CPUs, pyarrow {result['machine']['pyarrow']}.", "",
+             "| case | contender | median | GB/s | ratio | goal | met |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    for case in result["cases"]:
+        for k, (who, median) in enumerate(case["median_seconds"].items()):
+            gbps = case.get("throughput_gbps", {}).get(who)
+            first = k == 0
+            ratio = f"{case['speed_ratio']:.2f}x vs {case['ratio_of'][1]}" if first and case.get("speed_ratio") else ""
+            met = "" if not first or case.get("met") is None else ("yes" if case["met"] else "**no**")
+            lines.append(f"| {case['case'] if first else ''} | {who} | {median * 1e3:,.2f} ms | {f'{gbps:.2f}' if gbps else ''} | "
+                         f"{ratio} | {case['goal'] if first else ''} | {met} |")
+    return "\n".join(lines) + "\n"
+
+
 def plot(result: dict, path: str) -> None:
     """A bar chart of the medians, one panel per case."""
     import matplotlib

@@ -21,13 +21,20 @@ from .group import (
 @click.option("--plot", "plot_path", default=None, type=click.Path(dir_okay=False), help="Draw a bar chart (PNG).")
 @click.option("--scale", is_flag=True, help="How costs grow: up to 100,000 partitions, 4,000 simulated nodes and 10,000 columns "
                                             "(about 10 minutes; with --quick, small sizes).")
+@click.option("--compare", "compare_path", default=None, type=click.Path(exists=True, dir_okay=False),
+              help="Show each case against a previous run's --json, flagging a slowdown beyond the noise of the runs.")
+@click.option("--from-json", "from_path", default=None, type=click.Path(exists=True, dir_okay=False),
+              help="Show (and --compare, --markdown, --plot) a saved run instead of running the bench.")
+@click.option("--markdown", "markdown_path", default=None, type=click.Path(dir_okay=False),
+              help="Write the result (and the comparison) as Markdown tables, as docs/benchmarks.md shows them.")
+@click.option("--strict", is_flag=True, help="With --compare: exit 1 when a case is slower than before.")
 @click.option("--network", default=None, metavar="RATES",
               help="Hosts as network namespaces with links shaped to each rate in turn, comma-separated: "
                    "loopback, 10gbit, 1gbit, ... (needs root for anything but loopback).")
 def bench(size: str | None, quick: bool, runs: int | None, json_path: str | None, plot_path: str | None, scale: bool,
-          network: str | None) -> None:
+          compare_path: str | None, from_path: str | None, markdown_path: str | None, strict: bool, network: str | None) -> None:
     """flightpart against raw Flight, Dask and Ray on this machine, side by side (--scale: how its costs grow;
-    --network: on hosts with real, shaped links)."""
+    --network: on hosts with real, shaped links; --compare: against an earlier run)."""
     if network:
         from flightpart.bench.network import plot_network, run_network_bench
         from flightpart.bench.run import render
@@ -58,13 +65,45 @@ def bench(size: str | None, quick: bool, runs: int | None, json_path: str | None
         return
     from flightpart.bench.run import plot, render, run_bench
 
-    nbytes = 64 << 20 if quick else _parse_size(size or "1G")
-    result = run_bench(nbytes, quick=quick, runs=runs, log=lambda m: click.echo(m, err=True))
+    if from_path:
+        result = _load_run(from_path)
+    else:
+        nbytes = 64 << 20 if quick else _parse_size(size or "1G")
+        result = run_bench(nbytes, quick=quick, runs=runs, log=lambda m: click.echo(m, err=True))
     render(result)
     if json_path:
         Path(json_path).write_text(json.dumps(result, indent=2))
     if plot_path:
         plot(result, plot_path)
+    _compared(result, compare_path, markdown_path, strict)
+
+
+def _load_run(path: str) -> dict:
+    """A run saved with --json (a usage error names what is wrong with any other file)."""
+    try:
+        result = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise click.BadParameter(f"{path}: not a bench run saved with --json ({exc})") from None
+    if not isinstance(result, dict) or not isinstance(result.get("cases"), list):
+        raise click.BadParameter(f"{path}: not a bench run saved with --json (it has no list of cases)")
+    return result
+
+
+def _compared(result: dict, compare_path: str | None, markdown_path: str | None, strict: bool) -> None:
+    """The comparison with an earlier run, shown and written as Markdown; exit 1 under --strict when slower."""
+    from flightpart.bench.compare import any_slower, compare, markdown, render_comparison
+    from flightpart.bench.run import as_markdown
+
+    changes = compare(_load_run(compare_path), result) if compare_path else []
+    if compare_path:
+        render_comparison(changes, compare_path)
+    if markdown_path:
+        text = as_markdown(result)
+        if compare_path:
+            text += f"\nAgainst `{Path(compare_path).name}`:\n\n" + markdown(changes)
+        Path(markdown_path).write_text(text)
+    if strict and any_slower(changes):
+        raise SystemExit(1)
 
 
 def _parse_size(text: str) -> int:
