@@ -25,7 +25,7 @@ from flightpart.io.access import Access
 from flightpart.io.compression import check_mode
 from flightpart.io.connections import ConnectionPool, shared_pool
 from flightpart.io.hosts import host_addresses
-from flightpart.io.maps import MappedFiles
+from flightpart.io.maps import MappedFiles, mapped_bytes
 from flightpart.io.pull import IDLE_TIMEOUT, read_replicas
 from flightpart.io.transfer import TRAFFIC
 from flightpart.query.apply import apply_ticket
@@ -175,8 +175,9 @@ def read_local(ref: PartitionRef, local: frozenset[str], pool: ConnectionPool) -
         opener = inprocess.opener(uri)
         if opener is not None:
             try:
-                table = ref.apply(opener(ref.dataset, ref.version, ref.position))
-                TRAFFIC.add(bytes_mapped=table.nbytes)
+                whole = opener(ref.dataset, ref.version, ref.position)
+                table = ref.apply(whole)
+                TRAFFIC.add(bytes_mapped=mapped_bytes(whole, table))
                 return table
             except FlightpartError:
                 continue
@@ -189,8 +190,9 @@ def read_local(ref: PartitionRef, local: frozenset[str], pool: ConnectionPool) -
                 continue  # the directory is not that node's (another host with the same path)
             path = root / layout.partition_relpath(ref.dataset, ref.version, ref.position)
             _vouch(uri, path, PartPlace(ref.dataset, ref.version, ref.position), pool)
-            table = ref.apply(_mapped(path))
-            TRAFFIC.add(bytes_mapped=table.nbytes)
+            whole = _mapped(path)
+            table = ref.apply(whole)
+            TRAFFIC.add(bytes_mapped=mapped_bytes(whole, table))
             return table
         except (OSError, ValueError, KeyError, pa.ArrowException, FlightpartError):
             continue  # not readable here after all: stream it instead

@@ -66,7 +66,8 @@ def test_a_client_on_a_nodes_host_maps_that_nodes_partitions_and_streams_the_res
     seen = read_on(host, cluster.uri)
     assert seen["rows"] == 300_000 and seen["sum"] == sum(range(300_000))
     # replicas=2 over 3 nodes: node 1 holds two of the three partitions, read from its files
-    assert seen["bytes_mapped"] == 2 * 800_000 and seen["bytes_received"] == 800_000
+    # mapped bytes are counted from the files (their size: the data plus a few hundred bytes of IPC framing)
+    assert 2 * 800_000 <= seen["bytes_mapped"] <= 2 * 800_000 + 2 * 4096 and seen["bytes_received"] == 800_000
 
 
 def test_a_client_on_a_host_of_its_own_streams_everything(net):
