@@ -128,7 +128,7 @@ class Dataset:
             raise PartitionedError("filter after a slice of a filtered view: filter first, then slice "
                                    "(ds.filter(a & b)[i:j]), or read the slice and filter it")
         if isinstance(expression, str):
-            expression = filters.parse_where(expression, self._schema.names)
+            expression = filters.parse_where(expression, self._schema)
         if self._filter is not None:
             expression = self._filter.expression & expression
         return self._derive(filter=Filter.compile(expression, self._schema))

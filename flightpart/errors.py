@@ -55,6 +55,13 @@ class InvalidName(RequestRejected):
     code = "INVALID_NAME"
 
 
+class InvalidFilter(RequestRejected):
+    """A filter that cannot be translated exactly (unknown column, a construct not supported, a type that does not
+    compare); refused rather than evaluated to a different answer. The message names the part and what works."""
+
+    code = "INVALID_FILTER"
+
+
 class SchemaMismatch(FlightpartError, ValueError):
     """Data sent for a partition does not fit the dataset's schema or shape."""
 

@@ -64,13 +64,13 @@ def test_a_node_refuses_filters_that_do_not_fit_its_partition():
     ("a < 2 OR s == 'z'", [1, 4]),
     ("not a < 3", [3, 4]),
     ("s in ('x', 'z')", [1, 4]),
-    ("s not in ['x']", [2, 3, 4]),
+    ("s not in ('x')", [2, 3, 4]),
     ("a * 2 > 5", [3, 4]),
-    ("n is None", [2]),
+    ("n is null", [2]),
     ("n IS NOT NULL AND a != 1", [3, 4]),
-    ("`odd name` = 1", [1]),
+    ('"odd name" = 1', [1]),
 ])
-def test_where_text_is_parsed_without_evaluation(text, expected):
+def test_where_text_is_sql_parsed_without_evaluation(text, expected):
     table = pa.table({"a": [1, 2, 3, 4], "s": ["x", "y", "y", "z"], "n": [1.0, None, 3.0, 4.0], "odd name": [1, 0, 0, 0]})
     expr = filters.parse_where(text, table.column_names)
     assert table.filter(expr).column("a").to_pylist() == expected
@@ -79,7 +79,7 @@ def test_where_text_is_parsed_without_evaluation(text, expected):
 @pytest.mark.parametrize("text", ["__import__('os').system('true')", "a.b > 1", "f(a)", "a > ", "zz > 1", "a is 3",
                                   "lambda: 1", "[x for x in a]"])
 def test_where_text_refuses_anything_but_columns_literals_and_comparisons(text):
-    with pytest.raises(fp.PartitionedError):
+    with pytest.raises(fp.InvalidFilter):
         filters.parse_where(text, ["a", "s"])
 
 

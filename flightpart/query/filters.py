@@ -7,13 +7,12 @@ and safe to decode, never pickled. The expression is bound to a schema of
 only the columns it reads, in that order, so a node can evaluate it on any
 partition that has those columns, whatever else the partition holds.
 
-``parse_where`` turns the text of a ``--where`` option into an expression
-through Python's parser, without evaluating anything.
+``parse_where`` turns SQL text (a ``--where`` option, ``ds.filter("...")``)
+into an expression, without evaluating anything (:mod:`flightpart.query.sql`).
 """
 
 from __future__ import annotations
 
-import ast
 import functools
 import re
 from collections.abc import Sequence
@@ -113,101 +112,17 @@ def apply(table: pa.Table, raw: bytes) -> pa.Table:
 
 # ---------------------------------------------------------------------- --where text
 
-_COMPARE = {ast.Eq: "equal", ast.NotEq: "not_equal", ast.Lt: "less", ast.LtE: "less_equal", ast.Gt: "greater",
-            ast.GtE: "greater_equal"}
-_ARITH = {ast.Add: "add_checked", ast.Sub: "subtract_checked", ast.Mult: "multiply_checked", ast.Div: "divide"}
 
+def parse_where(text: str, schema: pa.Schema | Sequence[str]) -> pc.Expression:
+    """A filter from SQL text such as ``fare > 10 AND zone IN ('JFK', 'LGA')`` (see :mod:`flightpart.query.sql`).
 
-def parse_where(text: str, columns: Sequence[str]) -> pc.Expression:
-    """A filter from text such as ``amount > 10 and store in ('s1', 's2')`` (Python syntax; ``=``, AND, OR, NOT also read).
-
-    Names are columns (``"quoted name"`` for others is not needed: use a
-    name as it is, or backquotes ```odd name```), literals are numbers,
-    strings, True/False/None; ``x is None`` / ``x is not None`` test nulls.
-    Nothing is evaluated: an unknown construct is an error naming it.
+    ``schema`` gives the columns and their types (literals are read as the
+    type of the column they meet); with names only, types are unknown and
+    literals keep their own. Nothing is evaluated; what cannot be translated
+    exactly is InvalidFilter.
     """
-    source = _normalise(text)
-    try:
-        tree = ast.parse(source, mode="eval")
-    except SyntaxError as exc:
-        raise PartitionedError(f"--where {text!r}: not an expression ({exc.msg})") from None
-    return _Translator(columns, text).visit(tree.body)
+    from .sql import parse_sql_predicate
 
-
-def _normalise(text: str) -> str:
-    out = []
-    tokens = re.split(r"(`[^`]*`|'[^']*'|\"[^\"]*\")", text)
-    for tok in tokens:
-        if tok.startswith("`") and tok.endswith("`") and len(tok) >= 2:
-            out.append(f"__col__({tok[1:-1]!r})")
-        elif tok[:1] in ("'", '"'):
-            out.append(tok)
-        else:
-            tok = re.sub(r"(?<![<>=!])=(?!=)", "==", tok)
-            tok = re.sub(r"\b(AND|OR|NOT|IN|IS|NULL|TRUE|FALSE)\b",
-                         lambda m: {"NULL": "None", "TRUE": "True", "FALSE": "False"}.get(m.group(1), m.group(1).lower()),
-                         tok, flags=re.IGNORECASE)
-            out.append(tok)
-    return "".join(out)
-
-
-class _Translator:
-    def __init__(self, columns: Sequence[str], text: str):
-        self.columns = list(columns)
-        self.text = text
-
-    def fail(self, what: str) -> PartitionedError:
-        return PartitionedError(f"--where {self.text!r}: {what}")
-
-    def visit(self, node: ast.AST) -> pc.Expression:
-        if isinstance(node, ast.BoolOp):
-            values = [self.visit(v) for v in node.values]
-            if isinstance(node.op, ast.And):
-                return conjunction(values)
-            return functools.reduce(lambda a, b: a | b, values)
-        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
-            return ~self.visit(node.operand)
-        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-            return pc.negate_checked(self.visit(node.operand))
-        if isinstance(node, ast.Compare):
-            return self.compare(node)
-        if isinstance(node, ast.BinOp) and type(node.op) in _ARITH:
-            return pc.Expression._call(_ARITH[type(node.op)], [self.visit(node.left), self.visit(node.right)])
-        if isinstance(node, ast.Name):
-            return self.column(node.id)
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "__col__":
-            return self.column(node.args[0].value)  # type: ignore[attr-defined]
-        if isinstance(node, ast.Constant) and (node.value is None or isinstance(node.value, (bool, int, float, str))):
-            return pc.scalar(node.value)
-        raise self.fail(f"{ast.unparse(node)!r} is not a column, a literal or a comparison")
-
-    def column(self, name: str) -> pc.Expression:
-        if name not in self.columns:
-            raise self.fail(f"no column {name!r}; the columns are {self.columns}")
-        return pc.field(name)
-
-    def literals(self, node: ast.AST) -> list:
-        if not isinstance(node, (ast.Tuple, ast.List, ast.Set)) or not all(isinstance(e, ast.Constant) for e in node.elts):
-            raise self.fail(f"'in' takes a list of literals, got {ast.unparse(node)!r}")
-        return [e.value for e in node.elts]  # type: ignore[attr-defined]
-
-    def compare(self, node: ast.Compare) -> pc.Expression:
-        out = None
-        left = node.left
-        for op, right in zip(node.ops, node.comparators):
-            if isinstance(op, (ast.In, ast.NotIn)):
-                term = self.visit(left).isin(self.literals(right))
-                term = ~term if isinstance(op, ast.NotIn) else term
-            elif isinstance(op, (ast.Is, ast.IsNot)):
-                if not (isinstance(right, ast.Constant) and right.value is None):
-                    raise self.fail("'is' compares with None only (x is None, x is not None)")
-                term = self.visit(left).is_null()
-                term = ~term if isinstance(op, ast.IsNot) else term
-            elif type(op) in _COMPARE:
-                term = pc.Expression._call(_COMPARE[type(op)], [self.visit(left), self.visit(right)])
-            else:
-                raise self.fail(f"unknown comparison {type(op).__name__}")
-            out = term if out is None else out & term
-            left = right
-        assert out is not None
-        return out
+    if not isinstance(schema, pa.Schema):
+        schema = pa.schema([pa.field(name, pa.null()) for name in schema])
+    return parse_sql_predicate(text, schema)

@@ -1,0 +1,559 @@
+"""SQL predicates (``--where``, ``ds.filter("...")``, ``count_rows``) as filters that travel to the nodes.
+
+The text is parsed by sqlglot in DuckDB's dialect, so it reads as users of
+DuckDB write it: ``''`` inside strings, ``"quoted names"``, ``<>``,
+``BETWEEN``, ``IN (...)`` with one item or many, ``LIKE``/``ILIKE``,
+``IS [NOT] NULL`` / ``IS [NOT] TRUE`` in any case, ``DATE '...'``,
+``TIMESTAMP '...'``, ``TIMESTAMPTZ '...'``, ``CAST``, ``+ - * /``. Names match
+columns as DuckDB matches them (exactly, else case-insensitively).
+
+The translation keeps SQL's answer, not Python's or Arrow's where they
+differ: three-valued logic (a NULL in ``NOT IN`` keeps no row), DuckDB's
+order of NaN (greater than every number, equal to itself), ``/`` on integers
+dividing as decimals do, literals compared with temporal and string columns
+as DuckDB casts them. Anything it cannot translate exactly (a function, a
+LIKE pattern the nodes cannot evaluate as written, a naive timestamp against
+a zoned column) is refused with INVALID_FILTER, never evaluated to a
+different answer. ``tests/unit/test_sql_predicates.py`` checks the
+translation against DuckDB over random tables and predicates.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.types as pat
+
+from flightpart.errors import InvalidFilter
+
+_CALL = pc.Expression._call
+_NULL_BOOL = pc.scalar(pa.scalar(None, pa.bool_()))
+
+
+@dataclass(frozen=True)
+class Value:
+    """A translated operand: its expression, its Arrow type when known, and the Python value of a literal."""
+
+    expression: pc.Expression
+    type: pa.DataType | None
+    literal: Any = None
+    is_literal: bool = False
+
+
+def parse_sql_predicate(text: str, schema: pa.Schema) -> pc.Expression:
+    """The filter ``text`` (a SQL boolean expression over ``schema``'s columns) means, or InvalidFilter."""
+    import sqlglot
+    from sqlglot.errors import ParseError, TokenError
+
+    if not isinstance(text, str) or not text.strip():
+        raise InvalidFilter("a filter text must be a non-empty SQL expression such as \"fare > 10 AND zone = 'JFK'\"",
+                            field="filter")
+    try:
+        tree = sqlglot.parse_one(text, read="duckdb")
+    except (ParseError, TokenError) as exc:
+        raise InvalidFilter(f"filter {text!r}: not a SQL expression ({str(exc).splitlines()[0][:200]})", field="filter") from None
+    return _Translator(schema, text).boolean(tree)
+
+
+class _Translator:
+    def __init__(self, schema: pa.Schema, text: str):
+        self.schema = schema
+        self.text = text
+        from sqlglot import exp
+
+        self.exp = exp
+        e = exp
+        self.comparisons: dict[type, str] = {e.EQ: "eq", e.NEQ: "ne", e.LT: "lt", e.LTE: "le", e.GT: "gt", e.GTE: "ge"}
+        self.arithmetic: dict[type, str] = {e.Add: "add_checked", e.Sub: "subtract_checked", e.Mul: "multiply_checked",
+                                             e.Div: "divide"}
+
+    def fail(self, what: str) -> InvalidFilter:
+        return InvalidFilter(f"filter {self.text!r}: {what}", field="filter")
+
+    # ------------------------------------------------------------------ booleans
+
+    def boolean(self, node: Any) -> pc.Expression:
+        value = self.value(node)
+        if value.type is not None and not pat.is_boolean(value.type) and not pat.is_null(value.type):
+            raise self.fail(f"{node.sql(dialect='duckdb')!r} is {value.type}, not a condition (compare it: x > 0, x = 'a')")
+        return value.expression
+
+    def value(self, node: Any) -> Value:
+        if node.args.get("negate"):  # sqlglot writes some NOT forms (x NOT LIKE p ESCAPE e) as a flag
+            plain = node.copy()
+            plain.set("negate", None)
+            return Value(~self.boolean(plain), pa.bool_())
+        e = self.exp
+        if isinstance(node, e.Paren):
+            return self.value(node.this)
+        if isinstance(node, (e.And, e.Or)):
+            left, right = self.boolean(node.this), self.boolean(node.expression)
+            return Value(left & right if isinstance(node, e.And) else left | right, pa.bool_())
+        if isinstance(node, e.Not):
+            return Value(~self.boolean(node.this), pa.bool_())
+        if type(node) in self.comparisons:
+            return Value(self.compare(self.comparisons[type(node)], self.value(node.this), self.value(node.expression)), pa.bool_())
+        if isinstance(node, e.Between):
+            subject = self.value(node.this)
+            low, high = self.value(node.args["low"]), self.value(node.args["high"])
+            return Value(self.compare("ge", subject, low) & self.compare("le", subject, high), pa.bool_())
+        if isinstance(node, e.In):
+            return Value(self.is_in(node), pa.bool_())
+        if isinstance(node, e.Is):
+            return Value(self.is_(node), pa.bool_())
+        if isinstance(node, (e.Like, e.ILike)):
+            return Value(self.like(node, escape=None), pa.bool_())
+        if isinstance(node, e.Escape) and isinstance(node.this, (e.Like, e.ILike)):
+            matched = self.like(node.this, escape=self.string_literal(node.expression, "ESCAPE"))
+            return Value(~matched if node.this.args.get("negate") else matched, pa.bool_())
+        if type(node) in self.arithmetic:
+            return self.arithmetic_of(node)
+        if isinstance(node, e.Neg):
+            inner = self.value(node.this)
+            if inner.is_literal and isinstance(inner.literal, (int, float)) and not isinstance(inner.literal, bool):
+                return self.literal(-inner.literal)
+            self.need_numeric(inner, node)
+            return Value(_CALL("negate_checked", [inner.expression]), inner.type)
+        if isinstance(node, e.Column):
+            return self.column(node)
+        if isinstance(node, e.Literal):
+            return self.number_or_string(node)
+        if isinstance(node, e.Boolean):
+            return self.literal(bool(node.this))
+        if isinstance(node, e.Null):
+            return Value(pc.scalar(None), None, None, True)
+        if isinstance(node, e.Cast):
+            return self.cast(node)
+        raise self.fail(f"{node.sql(dialect='duckdb')!r} is not supported (columns, literals, comparisons, AND/OR/NOT, IN, "
+                        "BETWEEN, LIKE, IS NULL, CAST and + - * / are; functions are not)")
+
+    # ------------------------------------------------------------------ leaves
+
+    def column(self, node: Any) -> Value:
+        if node.table:
+            raise self.fail(f"{node.sql(dialect='duckdb')!r}: name a column without a table")
+        name = node.name
+        if name not in self.schema.names:
+            folded = [n for n in self.schema.names if n.lower() == name.lower()]
+            if len(folded) != 1:
+                hint = f"; several differ only by case: {folded} (quote the one meant)" if folded else ""
+                raise self.fail(f"no column {name!r}; the columns are {self.schema.names}{hint}")
+            name = folded[0]
+        field = self.schema.field(name)
+        return Value(pc.field(name), None if pat.is_null(field.type) else field.type)  # null: type not known
+
+    def literal(self, value: Any, type: pa.DataType | None = None) -> Value:
+        scalar = pa.scalar(value, type=type) if type is not None else pa.scalar(value)
+        return Value(pc.scalar(scalar), scalar.type, value, True)
+
+    def number_or_string(self, node: Any) -> Value:
+        if node.is_string:
+            return Value(pc.scalar(node.this), pa.string(), node.this, True)
+        text = node.this
+        try:
+            number: int | float = int(text)
+        except ValueError:
+            try:
+                number = float(text)
+            except ValueError:
+                raise self.fail(f"{text!r} is not a number") from None
+        return self.literal(number)
+
+    def string_literal(self, node: Any, what: str) -> str:
+        if not (isinstance(node, self.exp.Literal) and node.is_string):
+            raise self.fail(f"{what} takes a string literal, got {node.sql(dialect='duckdb')!r}")
+        return node.this
+
+    def cast(self, node: Any) -> Value:
+        target = _arrow_type(node.to.this.name, self)
+        inner = self.value(node.this)
+        if inner.is_literal:
+            if inner.literal is None:
+                return Value(pc.scalar(pa.scalar(None, target)), target, None, True)
+            return self.typed_literal(inner.literal, target, node)
+        if inner.type is not None and _lossless(inner.type, target):
+            return Value(inner.expression.cast(target, safe=False), target)
+        raise self.fail(f"{node.sql(dialect='duckdb')!r}: a cast of a column from {inner.type} to {target} is not "
+                        "translated exactly (casts of literals, and widening numeric casts of columns, are)")
+
+    def typed_literal(self, value: Any, target: pa.DataType, node: Any) -> Value:
+        """A literal as the type DuckDB would cast it to (CAST('2024-01-01' AS DATE), a string against a column)."""
+        try:
+            if pat.is_timestamp(target):
+                return self.literal(_timestamp(value, target, self), target)
+            if pat.is_date(target):
+                parsed = dt.date.fromisoformat(value.strip()) if isinstance(value, str) else value
+                if isinstance(parsed, dt.datetime):
+                    parsed = parsed.date()
+                return self.literal(parsed, target)
+            if pat.is_boolean(target) and isinstance(value, str):
+                lowered = value.strip().lower()
+                if lowered not in ("true", "false", "t", "f", "1", "0"):
+                    raise ValueError(value)
+                return self.literal(lowered in ("true", "t", "1"), target)
+            if pat.is_integer(target) and isinstance(value, float) and not value.is_integer():
+                raise ValueError(f"{value} is not an integer")
+            if pat.is_integer(target) and isinstance(value, str):
+                return self.literal(int(value.strip()), target)
+            if pat.is_floating(target) and isinstance(value, str):
+                return self.literal(float(value.strip()), target)
+            if _is_string(target):
+                if not isinstance(value, str):
+                    raise ValueError("only a string literal compares with a string column exactly")
+                return self.literal(value, target)
+            return self.literal(pa.scalar(value).cast(target).as_py(), target)
+        except InvalidFilter:
+            raise
+        except (ValueError, TypeError, OverflowError, pa.ArrowException) as exc:
+            raise self.fail(f"{node.sql(dialect='duckdb') if node is not None else value!r} cannot be read as {target} ({exc})") from None
+
+    # ------------------------------------------------------------------ comparisons
+
+    def compare(self, op: str, left: Value, right: Value) -> pc.Expression:
+        left, right = self.coerce(left, right)
+        if any(t is not None and pat.is_timestamp(t) and t.unit == "ns" for t in (left.type, right.type)):
+            left, right = _as_nanoseconds(left), _as_nanoseconds(right)  # Substrait has no nanosecond literal
+        functions = {"eq": "equal", "ne": "not_equal", "lt": "less", "le": "less_equal", "gt": "greater", "ge": "greater_equal"}
+        plain = _CALL(functions[op], [left.expression, right.expression])
+        if not (_floating(left.type) or _floating(right.type)):
+            return plain
+        return _nan_ordered(op, plain, (_nan_test(left), left.expression.is_valid()),
+                            (_nan_test(right), right.expression.is_valid()))
+
+    def coerce(self, left: Value, right: Value) -> tuple[Value, Value]:
+        """The two sides of a comparison as DuckDB compares them: a literal takes the other side's type; temporal
+        columns of different units meet at the finer one."""
+        if _numeric(left.type) and _numeric(right.type):
+            return self.same_number_type(left, right)
+        if left.is_literal and not right.is_literal and right.type is not None:
+            left = self.literal_as(left, right.type)
+        elif right.is_literal and not left.is_literal and left.type is not None:
+            right = self.literal_as(right, left.type)
+        if left.type is not None and right.type is not None and left.type != right.type:
+            if _numeric(left.type) and _numeric(right.type):
+                return self.same_number_type(left, right)
+            if _temporal(left.type) and _temporal(right.type):
+                common = _finer_temporal(left.type, right.type, self)
+                return self.widen(left, common), self.widen(right, common)
+            if _is_string(left.type) and _is_string(right.type) and left.type != right.type:
+                return self.widen(left, pa.large_string()), self.widen(right, pa.large_string())
+            if (_is_string(left.type) or _is_string(right.type)) and not (_is_string(left.type) and _is_string(right.type)):
+                if not (pat.is_null(left.type) or pat.is_null(right.type)):
+                    raise self.fail(f"a {left.type} compared with a {right.type}: cast one side (CAST(x AS VARCHAR) is not "
+                                    "translated; compare with a literal of the column's type)")
+        return left, right
+
+    def literal_as(self, literal: Value, target: pa.DataType) -> Value:
+        if literal.literal is None:
+            return literal
+        if literal.type is not None and _temporal(literal.type) and _temporal(target):
+            if literal.type == target:
+                return literal
+            common = _finer_temporal(literal.type, target, self)
+            if common == target:
+                return self.typed_literal(literal.literal, target, None)
+            return literal  # the literal is finer: the column is widened by the caller's comparison
+        if _temporal(target) or _is_string(target) or pat.is_boolean(target):
+            if isinstance(literal.literal, str) or _is_string(target) or pat.is_boolean(target):
+                return self.typed_literal(literal.literal, target, None)
+            raise self.fail(f"{literal.literal!r} compared with a {target} column: write a literal of that type")
+        if (pat.is_integer(target) or pat.is_floating(target)) and isinstance(literal.literal, str):
+            return self.typed_literal(literal.literal, target, None)
+        if _numeric(target) and literal.type is not None and _numeric(literal.type):
+            return self.same_number_type(literal, Value(pc.scalar(0), target))[0]
+        return literal
+
+    def same_number_type(self, left: Value, right: Value) -> tuple[Value, Value]:
+        """Two numbers in one type, cast explicitly (a cast Arrow would insert is a checked one, which cannot
+        travel as Substrait): a literal takes the column's integer type when it fits, integers meet floats as
+        float64 (as DuckDB compares INTEGER with DOUBLE), narrower integers widen."""
+        a, b = left.type, right.type
+        if a == b:
+            return left, right
+        if pat.is_integer(a) and pat.is_integer(b):
+            for lit, other in ((left, right), (right, left)):
+                if lit.is_literal and not other.is_literal and _fits(lit.literal, other.type):
+                    typed = self.literal(lit.literal, other.type)
+                    return (typed, right) if lit is left else (left, typed)
+            wide = pa.int64() if pat.is_signed_integer(a) or pat.is_signed_integer(b) or 64 in (a.bit_width, b.bit_width) else pa.uint64()
+            if pat.is_unsigned_integer(a) and pat.is_unsigned_integer(b):
+                wide = a if a.bit_width >= b.bit_width else b
+            return self.widen(left, wide), self.widen(right, wide)
+        return self.widen(left, pa.float64()), self.widen(right, pa.float64())
+
+    def widen(self, value: Value, target: pa.DataType) -> Value:
+        if value.type == target:
+            return value
+        if value.is_literal:
+            return self.typed_literal(value.literal, target, None)
+        return Value(value.expression.cast(target, safe=False), target)
+
+    def is_in(self, node: Any) -> pc.Expression:
+        if node.args.get("query") or node.args.get("unnest") or node.args.get("field"):
+            raise self.fail("IN takes a list of literals, not a query")
+        subject = self.value(node.this)
+        items = [self.value(item) for item in node.expressions]
+        if not items or not all(item.is_literal for item in items):
+            raise self.fail("IN takes a list of literals, e.g. zone IN ('JFK', 'LGA')")
+        has_null = any(item.literal is None for item in items)
+        values = [item for item in items if item.literal is not None]
+        if subject.is_literal:
+            raise self.fail("IN tests a column, e.g. zone IN ('JFK', 'LGA')")
+        if subject.type is None:
+            found = subject.expression.isin([v.literal for v in values])
+            found = pc.if_else(subject.expression.is_null(), _NULL_BOOL, found)
+        elif _floating(subject.type) or any(_floating(v.type) for v in values) or _temporal(subject.type):
+            terms = [self.compare("eq", subject, v) for v in values]  # NaN and units as comparisons treat them
+            found = terms[0] if terms else pc.scalar(False)
+            for term in terms[1:]:
+                found = found | term
+        else:
+            typed = [self.literal_as(v, subject.type).literal for v in values]
+            try:
+                value_set = pa.array(typed, type=subject.type if not _is_string(subject.type) else pa.string())
+            except (pa.ArrowException, TypeError, ValueError) as exc:
+                raise self.fail(f"the IN list does not fit column {subject.type} ({exc})") from None
+            column = subject.expression if subject.type != pa.large_string() else subject.expression.cast(pa.string(), safe=False)
+            found = pc.if_else(subject.expression.is_null(), _NULL_BOOL, column.isin(value_set))
+        if has_null:  # x IN (..., NULL) is TRUE where found, else NULL (never FALSE)
+            found = pc.if_else(found, pc.scalar(True), _NULL_BOOL)
+        return found
+
+    def is_(self, node: Any) -> pc.Expression:
+        subject = self.value(node.this)
+        target = node.expression
+        if isinstance(target, self.exp.Null):
+            return subject.expression.is_null()
+        if isinstance(target, self.exp.Boolean):
+            if subject.type is not None and not pat.is_boolean(subject.type):
+                raise self.fail(f"IS TRUE / IS FALSE tests a condition, not a {subject.type}")
+            condition = subject.expression if target.this else ~subject.expression
+            return pc.coalesce(condition, pc.scalar(False))
+        raise self.fail("IS compares with NULL, TRUE or FALSE (IS NOT DISTINCT FROM is not translated)")
+
+    def like(self, node: Any, escape: str | None) -> pc.Expression:
+        subject = self.value(node.this)
+        if subject.type is None or not _is_string(subject.type):
+            raise self.fail(f"LIKE matches a string column, not {subject.type}")
+        pattern = self.string_literal(node.expression, "LIKE")
+        ignore_case = isinstance(node, self.exp.ILike)
+        if ignore_case and not pattern.isascii():
+            raise self.fail("ILIKE with letters beyond ASCII is not translated exactly (case folding differs); use LIKE")
+        pieces = _like_pieces(pattern, escape, self)
+        column = subject.expression if subject.type == pa.string() else subject.expression.cast(pa.string(), safe=False)
+
+        def call(function: str, text: str) -> pc.Expression:
+            return _CALL(function, [column], pc.MatchSubstringOptions(text, ignore_case=ignore_case))
+
+        kind, text = pieces
+        if kind == "exact":
+            if ignore_case:
+                raise self.fail(f"ILIKE {pattern!r} without '%' is not translated (prefix%, %suffix and %part% are)")
+            return column == pc.scalar(text)
+        return call({"prefix": "starts_with", "suffix": "ends_with", "contains": "match_substring"}[kind], text)
+
+    # ------------------------------------------------------------------ arithmetic
+
+    def arithmetic_of(self, node: Any) -> Value:
+        left, right = self.value(node.this), self.value(node.expression)
+        for side in (left, right):
+            self.need_numeric(side, node)
+        function = self.arithmetic[type(node)]
+        if left.type is not None and right.type is not None:
+            left, right = self.same_number_type(left, right)
+        lhs, rhs = left.expression, right.expression
+        if function == "divide":  # SQL's / divides integers as decimals do (7 / 2 = 3.5)
+            lhs = lhs if _floating(left.type) else lhs.cast(pa.float64(), safe=False)
+            rhs = rhs if _floating(right.type) else rhs.cast(pa.float64(), safe=False)
+            return Value(_CALL("divide", [lhs, rhs]), pa.float64())
+        result_type = pa.float64() if (_floating(left.type) or _floating(right.type)) else (left.type or right.type)
+        return Value(_CALL(function, [lhs, rhs]), result_type)
+
+    def need_numeric(self, value: Value, node: Any) -> None:
+        if value.type is not None and not (pat.is_integer(value.type) or pat.is_floating(value.type)):
+            raise self.fail(f"{node.sql(dialect='duckdb')!r}: arithmetic on {value.type} is not translated (numbers only)")
+
+
+# ---------------------------------------------------------------------- helpers
+
+
+def _is_string(t: pa.DataType | None) -> bool:
+    return t is not None and (pat.is_string(t) or pat.is_large_string(t) or pat.is_string_view(t))
+
+
+def _numeric(t: pa.DataType | None) -> bool:
+    return t is not None and (pat.is_integer(t) or pat.is_floating(t))
+
+
+def _fits(value: Any, t: pa.DataType) -> bool:
+    """Whether an integer literal is a value of integer type ``t``."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        return False
+    bits = t.bit_width
+    if pat.is_signed_integer(t):
+        return -(1 << (bits - 1)) <= value < (1 << (bits - 1))
+    return 0 <= value < (1 << bits)
+
+
+def _floating(t: pa.DataType | None) -> bool:
+    return t is not None and pat.is_floating(t)
+
+
+def _temporal(t: pa.DataType | None) -> bool:
+    return t is not None and (pat.is_timestamp(t) or pat.is_date(t))
+
+
+_UNITS = {"s": 0, "ms": 1, "us": 2, "ns": 3}
+
+
+def _finer_temporal(a: pa.DataType, b: pa.DataType, tr: _Translator) -> pa.DataType:
+    """The type two temporal values are compared in: dates meet timestamps as timestamps, units at the finer one.
+    A zoned and a naive timestamp do not meet (DuckDB would use the session's zone): refused."""
+    zones = {getattr(t, "tz", None) for t in (a, b) if pat.is_timestamp(t)}
+    if len(zones) > 1:
+        raise tr.fail("a timestamp with a time zone compared with one without: write the literal with its offset, "
+                      "e.g. TIMESTAMPTZ '2024-01-01 00:00:00+00'")
+    if pat.is_date(a) and pat.is_date(b):
+        return pa.date32() if a == b or pat.is_date32(a) or pat.is_date32(b) else a
+    units = [t.unit for t in (a, b) if pat.is_timestamp(t)]
+    if any(pat.is_date(t) for t in (a, b)) and zones != {None}:
+        raise tr.fail("a date compared with a timestamp with a time zone: compare with a TIMESTAMPTZ literal instead")
+    unit = max(units, key=_UNITS.__getitem__)
+    return pa.timestamp(unit, tz=next(iter(zones)))
+
+
+def _timestamp(value: Any, target: pa.DataType, tr: _Translator) -> dt.datetime:
+    if isinstance(value, dt.datetime):
+        parsed = value
+    elif isinstance(value, dt.date):
+        parsed = dt.datetime(value.year, value.month, value.day)
+    else:
+        text = str(value).strip()
+        try:
+            parsed = dt.datetime.fromisoformat(text)
+        except ValueError:
+            parsed = dt.datetime.fromisoformat(_iso_offset(text))
+    zoned = parsed.tzinfo is not None
+    if target.tz is None and zoned:
+        raise tr.fail(f"{value!r} has a time zone but is compared with a timestamp without one")
+    if target.tz is not None and not zoned:
+        raise tr.fail(f"{value!r} has no time zone but is compared with a timestamp in {target.tz}: add its offset "
+                      "(TIMESTAMPTZ '2024-01-01 00:00:00+00')")
+    if target.unit != "ns" and parsed.microsecond and target.unit in ("s", "ms"):
+        pass  # the comparison widens the column (see _finer_temporal); the literal keeps its fraction
+    return parsed
+
+
+def _iso_offset(text: str) -> str:
+    """``+02`` as Python wants it (``+02:00``)."""
+    if len(text) >= 3 and text[-3] in "+-" and text[-2:].isdigit():
+        return text + ":00"
+    return text
+
+
+def _arrow_type(name: str, tr: _Translator) -> pa.DataType:
+    types: dict[str, Callable[[], pa.DataType]] = {
+        "TINYINT": pa.int8, "SMALLINT": pa.int16, "INT": pa.int32, "BIGINT": pa.int64, "UTINYINT": pa.uint8,
+        "USMALLINT": pa.uint16, "UINT": pa.uint32, "UBIGINT": pa.uint64, "FLOAT": pa.float32, "DOUBLE": pa.float64,
+        "VARCHAR": pa.string, "TEXT": pa.string, "BOOLEAN": pa.bool_, "DATE": pa.date32,
+        "TIMESTAMP": lambda: pa.timestamp("us"), "TIMESTAMPNTZ": lambda: pa.timestamp("us"), "DATETIME": lambda: pa.timestamp("us"),
+        "TIMESTAMPTZ": lambda: pa.timestamp("us", tz="UTC"), "TIMESTAMP_S": lambda: pa.timestamp("s"),
+        "TIMESTAMP_MS": lambda: pa.timestamp("ms"), "TIMESTAMP_NS": lambda: pa.timestamp("ns"),
+    }
+    if name not in types:
+        raise tr.fail(f"casts to {name} are not translated (numbers, VARCHAR, BOOLEAN, DATE and TIMESTAMP[TZ] are)")
+    return types[name]()
+
+
+def _lossless(source: pa.DataType, target: pa.DataType) -> bool:
+    """Whether every value of ``source`` casts to ``target`` exactly (the casts of columns that are translated)."""
+    if source == target:
+        return True
+    if pat.is_integer(source) and pat.is_floating(target):
+        return target.bit_width == 64 and source.bit_width <= 32
+    if pat.is_integer(source) and pat.is_integer(target):
+        return (pat.is_signed_integer(source) == pat.is_signed_integer(target) and target.bit_width >= source.bit_width) or (
+            pat.is_unsigned_integer(source) and pat.is_signed_integer(target) and target.bit_width > source.bit_width)
+    if pat.is_floating(source) and pat.is_floating(target):
+        return target.bit_width >= source.bit_width
+    if pat.is_date(source) and pat.is_timestamp(target):
+        return target.tz is None
+    return False
+
+
+def _as_nanoseconds(value: Value) -> Value:
+    """A nanosecond timestamp as its int64 count since the epoch: compared exactly, and a literal Substrait can carry."""
+    if value.is_literal:
+        if value.literal is None:
+            return Value(pc.scalar(pa.scalar(None, pa.int64())), pa.int64(), None, True)
+        count = pa.scalar(value.literal, value.type).cast(pa.int64()).as_py()
+        return Value(pc.scalar(count), pa.int64(), count, True)
+    return Value(value.expression.cast(pa.int64(), safe=False), pa.int64())
+
+
+def _nan_test(value: Value) -> pc.Expression:
+    if value.is_literal:  # known now: no is_nan left for the nodes (nor in the way of pruning by statistics)
+        return pc.scalar(isinstance(value.literal, float) and math.isnan(value.literal))
+    return pc.is_nan(value.expression) if _floating(value.type) else pc.scalar(False)
+
+
+def _nan_ordered(op: str, plain: pc.Expression, left: tuple[pc.Expression, pc.Expression],
+                 right: tuple[pc.Expression, pc.Expression]) -> pc.Expression:
+    """A comparison in DuckDB's order of floats: NaN is greater than every number and equal to NaN; a NULL on
+    either side still gives NULL (``left``/``right``: is-NaN and is-valid of each side)."""
+    (left_nan, left_valid), (right_nan, right_valid) = left, right
+    both = left_nan & right_nan
+    if op == "eq":
+        return plain | both
+    if op == "ne":
+        return plain & ~both
+    if op == "gt":
+        return plain | (left_nan & ~right_nan)
+    if op == "ge":
+        return plain | (left_nan & right_valid)
+    if op == "lt":
+        return plain | (~left_nan & right_nan)
+    return plain | (right_nan & left_valid)  # le
+
+
+def _like_pieces(pattern: str, escape: str | None, tr: _Translator) -> tuple[str, str]:
+    """A LIKE pattern as the one test the nodes evaluate exactly: ``abc`` (exact), ``abc%`` (prefix), ``%abc``
+    (suffix), ``%abc%`` (contains); others (``_``, inner ``%``) are refused rather than guessed."""
+    if escape is not None and len(escape) != 1:
+        raise tr.fail(f"ESCAPE takes one character, got {escape!r}")
+    tokens: list[tuple[str, str]] = []  # ("lit", c) or ("any", "%") or ("one", "_")
+    k = 0
+    while k < len(pattern):
+        c = pattern[k]
+        if escape is not None and c == escape:
+            if k + 1 >= len(pattern):
+                raise tr.fail(f"LIKE pattern {pattern!r} ends with its escape character")
+            tokens.append(("lit", pattern[k + 1]))
+            k += 2
+            continue
+        tokens.append(("any", c) if c == "%" else ("one", c) if c == "_" else ("lit", c))
+        k += 1
+    if any(kind == "one" for kind, _ in tokens):
+        raise tr.fail(f"LIKE pattern {pattern!r}: '_' is not translated (prefix%, %suffix, %part% and exact patterns are)")
+    lead = 0
+    while lead < len(tokens) and tokens[lead][0] == "any":
+        lead += 1
+    trail = len(tokens)
+    while trail > lead and tokens[trail - 1][0] == "any":
+        trail -= 1
+    middle = tokens[lead:trail]
+    if any(kind == "any" for kind, _ in middle):
+        raise tr.fail(f"LIKE pattern {pattern!r}: a '%' inside the text is not translated (prefix%, %suffix, %part% are)")
+    text = "".join(c for _, c in middle)
+    starts, ends = lead > 0, trail < len(tokens)
+    if not starts and not ends:
+        return "exact", text
+    if starts and ends:
+        return "contains", text
+    return ("suffix", text) if starts else ("prefix", text)
