@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 
 from . import tiling
-from .errors import LimitExceeded
+from .errors import LimitExceeded, SchemaMismatch
 
 
 def frame_kind(obj: Any) -> str | None:
@@ -75,7 +75,7 @@ def to_arrow(obj: Any, *, column_offset: int = 0) -> pa.Table:
     if kind == "pyarrow.RecordBatch":
         return pa.Table.from_batches([obj])
     if kind == "pandas":
-        return pa.Table.from_pandas(obj, preserve_index=None)
+        return _from_pandas(obj)
     if kind == "polars":
         return obj.to_arrow()
     if kind == "numpy":
@@ -92,6 +92,24 @@ def to_arrow(obj: Any, *, column_offset: int = 0) -> pa.Table:
         f"cannot read a {type(obj).__module__}.{type(obj).__qualname__}: expected a pandas, polars or "
         "pyarrow frame, a 2-D NumPy array, or an object with __arrow_c_stream__ or __dataframe__"
     )
+
+
+def _from_pandas(frame: Any) -> pa.Table:
+    """A pandas frame as a table; a column Arrow cannot type (values of mixed Python types in one object column)
+    is named with the types it holds and how to make it one type, instead of Arrow's conversion error."""
+    try:
+        return pa.Table.from_pandas(frame, preserve_index=None)
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+        for name in frame.columns:
+            try:
+                pa.array(frame[name], from_pandas=True)
+            except (pa.ArrowInvalid, pa.ArrowTypeError):
+                kinds = sorted({type(v).__name__ for v in frame[name] if v is not None and v == v})
+                raise SchemaMismatch(
+                    f"column {name!r} holds values of several types ({', '.join(kinds)}), which one Arrow column cannot: "
+                    f"make it one type first, e.g. df[{name!r}] = df[{name!r}].astype(str), or "
+                    f"pd.to_numeric(df[{name!r}], errors='coerce') for numbers", field=f"columns.{name}") from None
+        raise SchemaMismatch(f"the frame cannot be read as Arrow: {exc}") from None
 
 
 def to_pandas(table: pa.Table) -> Any:
