@@ -1,6 +1,18 @@
 """Where a query meets the data: filters (decoded, applied, parsed from ``--where``), per-partition
 statistics and the pruning they allow, aggregates (partial on the nodes, combined on the reader),
-and :func:`apply_ticket`, the one function that applies what a ticket asks to a partition's table."""
+and :func:`apply_ticket`, the one function that applies what a ticket asks to a partition's table.
+
+Acero (under filters, ``group_by`` and the aggregates) checks that each input buffer is aligned to its type's
+width. Buffers received over Flight need not be (gRPC hands out its own slices), and by default Acero then
+prints a warning per buffer. flightpart asks Acero to copy such a buffer into an aligned one instead
+(``ACERO_ALIGNMENT_HANDLING=reallocate``, unless the environment already says otherwise): the answer is the
+same, nothing misaligned reaches a kernel, and the copy costs only the misaligned buffers (a partial aggregate's
+few rows; memory-mapped partitions are aligned as written).
+"""
+
+import os
+
+os.environ.setdefault("ACERO_ALIGNMENT_HANDLING", "reallocate")
 
 from .apply import apply_ticket
 from .filters import Filter, parse_where
