@@ -11,12 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.flight as flight
 
 from flightpart import frames
 from flightpart.errors import NodeUnavailable, RequestRejected, SchemaMismatch
+from flightpart.frames import widens_losslessly
 from flightpart.io.connections import DEFAULT_TIMEOUT, ConnectionPool
 from flightpart.io.errors import translated
 from flightpart.io.transfer import put_deadline
@@ -168,22 +170,61 @@ def source_bytes(source: VersionInfo, targets: Sequence[tuple[int, int]]) -> lis
 
 
 def conformed(table: pa.Table, schema: pa.Schema) -> pa.Table:
-    """``table`` as rows of a dataset of ``schema``: same columns and types in the same order, else SchemaMismatch."""
+    """``table`` as rows of a dataset of ``schema``: the same columns, in its order and types (a type that holds
+    the same values is cast: string/large_string/string_view alike, lossless widening, a float column whose values
+    are whole numbers into an integer one), else SchemaMismatch naming the column, both types and the fix."""
     _check_columns(table.schema, schema)
-    return table.cast(schema)
+    return _cast(table.select(schema.names), schema)
 
 
 def conformed_stream(reader: pa.RecordBatchReader, schema: pa.Schema) -> pa.RecordBatchReader:
-    """A stream's batches as rows of a dataset of ``schema`` (checked before the first batch is read)."""
+    """A stream's batches as rows of a dataset of ``schema`` (the columns checked before the first batch is read)."""
     _check_columns(reader.schema, schema)
-    return pa.RecordBatchReader.from_batches(schema, (batch.cast(schema) for batch in reader))
+    return pa.RecordBatchReader.from_batches(schema, (_cast(batch.select(schema.names), schema) for batch in reader))
 
 
 def _check_columns(got: pa.Schema, expected: pa.Schema) -> None:
-    if got.names != expected.names:
-        raise SchemaMismatch(f"the appended data has columns {got.names}, the dataset {expected.names}", field="schema")
+    if set(got.names) != set(expected.names) or len(got.names) != len(expected.names):
+        missing = [n for n in expected.names if n not in got.names]
+        extra = [n for n in got.names if n not in expected.names]
+        raise SchemaMismatch(f"the appended data has columns {got.names}, the dataset {expected.names}"
+                             f"{f'; missing {missing}' if missing else ''}{f'; not in the dataset {extra}' if extra else ''}: "
+                             "select or rename the columns to the dataset's", field="schema")
     for field in expected:
-        other = got.field(field.name)
-        if not other.type.equals(field.type):
-            raise SchemaMismatch(f"column {field.name!r} of the appended data is {other.type}, the dataset's is {field.type}",
-                                 field="schema")
+        other = got.field(field.name).type
+        if widens_losslessly(other, field.type) or _whole_numbers_may_fit(other, field.type):
+            continue
+        raise SchemaMismatch(_type_mismatch(field.name, other, field.type), field=f"schema.{field.name}")
+
+
+def _whole_numbers_may_fit(source: pa.DataType, target: pa.DataType) -> bool:
+    """A float (or wider integer) column into an integer one: pandas turns a nullable int column into float64;
+    the values are checked when cast."""
+    return pa.types.is_integer(target) and (pa.types.is_floating(source) or pa.types.is_integer(source))
+
+
+def _cast(data: Any, schema: pa.Schema) -> Any:
+    try:
+        return data.cast(schema)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        for field in schema:
+            try:
+                data.column(field.name).cast(field.type)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                raise SchemaMismatch(_type_mismatch(field.name, data.schema.field(field.name).type, field.type,
+                                                    values=True), field=f"schema.{field.name}") from None
+        raise SchemaMismatch(f"the appended data does not fit the dataset's schema ({exc})", field="schema") from None
+
+
+def _type_mismatch(name: str, got: pa.DataType, want: pa.DataType, *, values: bool = False) -> str:
+    why = "holds values that are not" if values else "is"
+    return (f"column {name!r} of the appended data {why} {got if not values else want} "
+            f"({'its type is ' + str(got) + ', ' if values else ''}the dataset's is {want}): "
+            f"cast it first, e.g. table.cast(...) with pa.field({name!r}, pa.{_type_name(want)}), "
+            f"or df[{name!r}].astype(...) in pandas")
+
+
+def _type_name(t: pa.DataType) -> str:
+    text = str(t)
+    return {"string": "string()", "large_string": "large_string()", "double": "float64()", "float": "float32()"}.get(
+        text, f"{text}()" if text.isidentifier() else f"<{text}>")

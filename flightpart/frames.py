@@ -293,3 +293,35 @@ def _into_dictionary(column: pa.DictionaryArray, known: pa.Array | None) -> pa.D
 def _largest_index(index_type: pa.DataType) -> int:
     """The largest value of an integer index type."""
     return int(np.iinfo(index_type.to_pandas_dtype()).max)
+
+
+def widens_losslessly(source: pa.DataType, target: pa.DataType) -> bool:
+    """Whether every value of ``source`` is a value of ``target`` (int32 -> int64, float32 -> float64, a date ->
+    a timestamp; the string, binary and list encodings among themselves are one logical type each)."""
+    import pyarrow.types as pat
+
+    if source.equals(target):
+        return True
+    for family in (_STRINGS, _BINARIES):
+        if family(source) and family(target):
+            return True
+    if pat.is_integer(source) and pat.is_floating(target):
+        return target.bit_width == 64 and source.bit_width <= 32
+    if pat.is_integer(source) and pat.is_integer(target):
+        if pat.is_signed_integer(source) == pat.is_signed_integer(target):
+            return target.bit_width >= source.bit_width
+        return pat.is_unsigned_integer(source) and target.bit_width > source.bit_width
+    if pat.is_floating(source) and pat.is_floating(target):
+        return target.bit_width >= source.bit_width
+    if pat.is_date(source) and pat.is_timestamp(target):
+        return target.tz is None
+    return False
+
+
+def _STRINGS(t: pa.DataType) -> bool:
+    return pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t)
+
+
+def _BINARIES(t: pa.DataType) -> bool:
+    return pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_binary_view(t)
+

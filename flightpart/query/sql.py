@@ -31,6 +31,7 @@ import pyarrow.compute as pc
 import pyarrow.types as pat
 
 from flightpart.errors import InvalidFilter
+from flightpart.frames import widens_losslessly
 
 _CALL = pc.Expression._call
 _NULL_BOOL = pc.scalar(pa.scalar(None, pa.bool_()))
@@ -177,7 +178,7 @@ class _Translator:
             if inner.literal is None:
                 return Value(pc.scalar(pa.scalar(None, target)), target, None, True)
             return self.typed_literal(inner.literal, target, node)
-        if inner.type is not None and _lossless(inner.type, target):
+        if inner.type is not None and widens_losslessly(inner.type, target):
             return Value(inner.expression.cast(target, safe=False), target)
         raise self.fail(f"{node.sql(dialect='duckdb')!r}: a cast of a column from {inner.type} to {target} is not "
                         "translated exactly (casts of literals, and widening numeric casts of columns, are)")
@@ -469,22 +470,6 @@ def _arrow_type(name: str, tr: _Translator) -> pa.DataType:
     if name not in types:
         raise tr.fail(f"casts to {name} are not translated (numbers, VARCHAR, BOOLEAN, DATE and TIMESTAMP[TZ] are)")
     return types[name]()
-
-
-def _lossless(source: pa.DataType, target: pa.DataType) -> bool:
-    """Whether every value of ``source`` casts to ``target`` exactly (the casts of columns that are translated)."""
-    if source == target:
-        return True
-    if pat.is_integer(source) and pat.is_floating(target):
-        return target.bit_width == 64 and source.bit_width <= 32
-    if pat.is_integer(source) and pat.is_integer(target):
-        return (pat.is_signed_integer(source) == pat.is_signed_integer(target) and target.bit_width >= source.bit_width) or (
-            pat.is_unsigned_integer(source) and pat.is_signed_integer(target) and target.bit_width > source.bit_width)
-    if pat.is_floating(source) and pat.is_floating(target):
-        return target.bit_width >= source.bit_width
-    if pat.is_date(source) and pat.is_timestamp(target):
-        return target.tz is None
-    return False
 
 
 def _as_nanoseconds(value: Value) -> Value:
