@@ -406,7 +406,10 @@ def run_bench(size: int, *, quick: bool = False, runs: int | None = None, open_p
     with tempfile.TemporaryDirectory(prefix="flightpart-bench-") as root:
         h = Harness(root, table, with_dask=with_dask, with_ray=with_ray)
         try:
-            for fn in (case_remote, case_local, case_whole, case_put, case_filter, case_repartition, case_stream):
+            from .queries import case_queries
+
+            for fn in (case_remote, case_local, case_whole, case_put, case_filter, case_repartition, case_stream,
+                       case_queries):
                 log(f"running: {fn.__name__[5:]} ...")
                 cases.append(fn(h, runs))
             log("running: open ...")
