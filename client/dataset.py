@@ -585,16 +585,20 @@ class Dataset:
         return frames.to_polars(self.to_arrow())
 
     def to_duckdb(self, connection: Any = None) -> Any:
-        """A DuckDB relation over the view's stream (on ``connection``, or DuckDB's default one).
-
-        DuckDB reads the stream once per query; a ``where`` in SQL is applied
-        by DuckDB after the rows arrive. To filter on the nodes, filter the
-        view first: ``ds.filter("x > 0").to_duckdb()``.
-        """
+        """A DuckDB relation over the view (on ``connection``, or DuckDB's default one) that reads, for each query,
+        only the columns it uses and, where DuckDB pushes them, only the rows its filters keep (comparisons with
+        constants, IS NULL, BETWEEN; see :mod:`flightpart.client.duckdb_source`). It can be queried again and
+        again; ``con.register("name", ds.duckdb_scan())`` gives SQL the same under a name."""
         import duckdb
 
         con = connection if connection is not None else duckdb.default_connection()
-        return con.from_arrow(self)
+        return con.from_arrow(self.duckdb_scan())
+
+    def duckdb_scan(self) -> Any:
+        """This view as DuckDB's pushdown target (a ``pyarrow.dataset.Dataset`` for DuckDB only)."""
+        from .duckdb_source import DuckDBScan
+
+        return DuckDBScan(self)
 
     # ------------------------------------------------------------------ runtimes
 

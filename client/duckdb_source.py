@@ -1,0 +1,97 @@
+"""DuckDB over a dataset with the columns and the filters of each query sent to the nodes.
+
+DuckDB pushes a query's columns and its filters (comparisons with
+constants, ``IS [NOT] NULL``, and their AND/OR per column) into one kind of
+Python object only: a ``pyarrow.dataset.Dataset``, by calling
+``type(obj).scanner(obj, columns=..., filter=...)`` and reading the scanner
+it gets back. :class:`DuckDBScan` is such a dataset in name: its ``scanner``
+turns DuckDB's columns into a ``select`` view and its filter (a
+``pyarrow.compute`` expression already) into ``ds.filter``, so each node
+sends only those columns of only the matching rows. A filter that cannot
+travel to the nodes is applied by the scanner as the rows arrive, and
+DuckDB applies every filter again itself, so the answer never depends on
+what was pushed.
+
+It is a pyarrow Dataset only for DuckDB: pyarrow's own methods would read a
+C++ dataset it does not have, so each of them is refused with a TypeError
+that names what to use instead.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as pds
+
+from flightpart.errors import FlightpartError
+
+PUSHED = {"columns": 0, "filters": 0, "kept_here": 0}
+"""How many scans had columns or a filter pushed to the nodes, and how many filters stayed here (for tests)."""
+
+
+class DuckDBScan(pds.Dataset):
+    """A flightpart dataset (or view) as DuckDB sees a pyarrow Dataset: projections and filters reach the nodes."""
+
+    def __init__(self, view: Any):
+        self._view = view  # never calls pyarrow's constructor: there is no C++ dataset behind this object
+
+    @property
+    def schema(self) -> pa.Schema:
+        return self._view.schema
+
+    def scanner(self, columns: list[str] | None = None, filter: pc.Expression | None = None, **_options: Any) -> pds.Scanner:
+        """The rows DuckDB asked for: ``filter`` evaluated on the nodes where it can travel, ``columns`` selected."""
+        view = self._view
+        kept_here = None
+        if filter is not None:
+            try:
+                view = view.filter(filter)
+                PUSHED["filters"] += 1
+            except (FlightpartError, TypeError, ValueError):
+                kept_here = filter  # applied below as the rows arrive; DuckDB applies it again anyway
+                PUSHED["kept_here"] += 1
+        if columns is not None:
+            needed = list(columns)
+            if kept_here is not None:
+                needed += [c for c in _columns_of(kept_here, view.schema) if c not in needed]
+            view = view.select(needed)
+            PUSHED["columns"] += 1
+        reader = view.to_reader()
+        if kept_here is None:
+            return pds.Scanner.from_batches(reader)
+        return pds.Scanner.from_batches(reader, filter=kept_here, columns=list(columns) if columns is not None else None)
+
+    def __repr__(self) -> str:
+        return f"<flightpart DuckDB scan of {self._view!r}>"
+
+
+def _columns_of(expression: pc.Expression, schema: pa.Schema) -> list[str]:
+    from flightpart.query.filters import referenced_columns
+
+    try:
+        return list(referenced_columns(expression, schema))
+    except FlightpartError:
+        return list(schema.names)
+
+
+def _refuse(name: str) -> Any:
+    def refused(self: DuckDBScan, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError(f"{name}() is pyarrow's, and this object is a flightpart dataset shown to DuckDB as a pyarrow "
+                        "Dataset: use the flightpart dataset itself (ds.to_reader(), ds.to_arrow(), ds.filter(...), "
+                        "ds.count_rows())")
+    refused.__name__ = name
+    return refused
+
+
+for _name in dir(pds.Dataset):
+    if not _name.startswith("_") and _name not in ("schema", "scanner"):
+        attribute = getattr(pds.Dataset, _name)
+        if callable(attribute):
+            setattr(DuckDBScan, _name, _refuse(_name))
+        else:
+            setattr(DuckDBScan, _name, property(_refuse(_name)))
+for _name in ("_get_fragments", "_scanner_options", "_scan_options", "__reduce__", "__reduce_ex__"):
+    if hasattr(pds.Dataset, _name):
+        setattr(DuckDBScan, _name, _refuse(_name))
