@@ -35,7 +35,7 @@ import pyarrow as pa
 
 from flightpart.local.netcluster import Host, NetCluster, rate_bits, unavailable
 
-from .run import MIB, Case
+from .measure import MIB, Case
 
 TICKS = os.sysconf("SC_CLK_TCK")
 FLIGHTPART_ENV = {"FLIGHTPART_MALLOC_TUNING": "on"}

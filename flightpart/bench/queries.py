@@ -72,7 +72,7 @@ def answers_of(ds: Any) -> dict[str, Callable[[], Any]]:
     def duck(question: str) -> Callable[[], Any]:
         def run() -> Any:
             con = duckdb.connect()
-            con.register("trips", ds)
+            con.register("trips", ds.duckdb_scan())  # columns and filters reach the nodes
             return con.sql(QUESTIONS[question].format(t="trips")).fetchall()
         return run
 
@@ -120,7 +120,7 @@ def answers_of(ds: Any) -> dict[str, Callable[[], Any]]:
             [("pickup_zone_count", "descending"), ("pickup_zone", "ascending")]).slice(0, 5).to_pylist(),
     }
     return {
-        "DuckDB over the dataset": {q: duck(q) for q in QUESTIONS},
+        "DuckDB over ds.duckdb_scan()": {q: duck(q) for q in QUESTIONS},
         "Polars lazy": polars,
         "pandas (the columns it needs)": pandas,
         "pyarrow (the columns it needs)": arrow,
@@ -180,7 +180,7 @@ def case_queries(h: Any, runs: int) -> Any:
 
     from flightpart.client import connect
 
-    from .run import Case, _moved, alternate
+    from .measure import Case, alternate, moved_by_nodes
 
     trips = taxi_table(max(200_000, h.table.nbytes // 100))
     path = os.path.join(h.root, "trips.parquet")
@@ -193,11 +193,11 @@ def case_queries(h: Any, runs: int) -> Any:
         expected = {q: canonical(fn()) for q, fn in engines["DuckDB over the Parquet file"].items()}
         wrong, moved, per_question = [], {}, {}
         for engine, questions in engines.items():
-            before = _moved(h)
+            before = moved_by_nodes(h)
             for question, fn in questions.items():
                 if canonical(fn()) != expected[question]:
                     wrong.append(f"{engine}: {question}")
-            after = _moved(h)
+            after = moved_by_nodes(h)
             moved[engine] = {k: after[k] - before[k] for k in after}
         totals: dict[str, list[float]] = {engine: [0.0] * runs for engine in engines}
         for question in QUESTIONS:

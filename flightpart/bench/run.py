@@ -18,7 +18,6 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -31,8 +30,9 @@ from flightpart.frames import rechunk
 from flightpart.io.layout import partition_relpath
 from flightpart.tiling import grid_cells
 
+from .measure import MIB, Case, alternate, moved_by_nodes
+
 GIB = 1 << 30
-MIB = 1 << 20
 
 
 def bench_table(nbytes: int, seed: int = 0) -> pa.Table:
@@ -70,54 +70,6 @@ DATA_KINDS = {"floats": bench_table, "sales": sales_table}
 def bench_data(kind: str, nbytes: int) -> pa.Table:
     """The bench's table of ``kind`` ("floats" or "sales"), the same in every process that asks."""
     return DATA_KINDS[kind](nbytes)
-
-
-@dataclass
-class Case:
-    """One benchmark case: timings per contender and what it is judged by."""
-
-    name: str
-    goal: str
-    nbytes: int
-    times: dict[str, list[float]] = field(default_factory=dict)
-    extra: dict[str, Any] = field(default_factory=dict)
-    ratio: tuple[str, str] | None = None  # (ours, baseline): ratio = baseline median / ours median (speed ratio)
-    met: bool | None = None
-
-    def median(self, who: str) -> float:
-        return statistics.median(self.times[who])
-
-    def speed_ratio(self) -> float | None:
-        if not self.ratio:
-            return None
-        ours, base = self.ratio
-        return self.median(base) / self.median(ours)
-
-    def as_json(self) -> dict:
-        return {
-            "case": self.name, "goal": self.goal, "bytes": self.nbytes, "met": self.met,
-            "median_seconds": {k: self.median(k) for k in self.times},
-            "runs_seconds": self.times,
-            "throughput_gbps": {k: self.nbytes / self.median(k) / 1e9 for k in self.times if self.nbytes},
-            "speed_ratio": self.speed_ratio(), "ratio_of": list(self.ratio) if self.ratio else None,
-            **self.extra,
-        }
-
-
-def alternate(contenders: dict[str, Callable[[], Any]], runs: int, warmup: int = 1) -> dict[str, list[float]]:
-    """Warm each contender up, then time them in turn, A B A B ..."""
-    for fn in contenders.values():
-        for _ in range(warmup):
-            fn()
-    times: dict[str, list[float]] = {name: [] for name in contenders}
-    for _ in range(runs):
-        for name, fn in contenders.items():
-            gc.collect()
-            t0 = time.perf_counter()
-            result = fn()
-            times[name].append(time.perf_counter() - t0)
-            del result
-    return times
 
 
 class Harness:
@@ -284,11 +236,6 @@ def case_open(h: Harness, runs: int, partitions: int) -> Case:
     return case
 
 
-def _moved(h: Harness) -> dict[str, int]:
-    per_node = [h.client.stats(n.uri) for n in h.cluster.nodes]
-    return {k: sum(s[k] for s in per_node) for k in ("bytes_sent", "rows_sent")}
-
-
 def case_filter(h: Harness, runs: int) -> Case:
     """A 1 % filter evaluated on the nodes, against reading everything and filtering at the client (and DuckDB both ways)."""
     import duckdb
@@ -309,9 +256,9 @@ def case_filter(h: Harness, runs: int) -> Case:
     }
     moved = {}
     for name, fn in contenders.items():
-        before = _moved(h)
+        before = moved_by_nodes(h)
         fn()
-        after = _moved(h)
+        after = moved_by_nodes(h)
         moved[name] = {k: after[k] - before[k] for k in after}
     times = alternate(contenders, runs)
     remote.close()

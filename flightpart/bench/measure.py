@@ -1,0 +1,67 @@
+"""What every bench case is made of: a :class:`Case` (timings per contender, the goal it is judged by), the
+alternating timer, and the nodes' own counters of what moved."""
+
+from __future__ import annotations
+
+import gc
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+MIB = 1 << 20
+
+
+@dataclass
+class Case:
+    """One benchmark case: timings per contender and what it is judged by."""
+
+    name: str
+    goal: str
+    nbytes: int
+    times: dict[str, list[float]] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
+    ratio: tuple[str, str] | None = None  # (ours, baseline): ratio = baseline median / ours median (speed ratio)
+    met: bool | None = None
+
+    def median(self, who: str) -> float:
+        return statistics.median(self.times[who])
+
+    def speed_ratio(self) -> float | None:
+        if not self.ratio:
+            return None
+        ours, base = self.ratio
+        return self.median(base) / self.median(ours)
+
+    def as_json(self) -> dict:
+        return {
+            "case": self.name, "goal": self.goal, "bytes": self.nbytes, "met": self.met,
+            "median_seconds": {k: self.median(k) for k in self.times},
+            "runs_seconds": self.times,
+            "throughput_gbps": {k: self.nbytes / self.median(k) / 1e9 for k in self.times if self.nbytes},
+            "speed_ratio": self.speed_ratio(), "ratio_of": list(self.ratio) if self.ratio else None,
+            **self.extra,
+        }
+
+
+def alternate(contenders: dict[str, Callable[[], Any]], runs: int, warmup: int = 1) -> dict[str, list[float]]:
+    """Warm each contender up, then time them in turn, A B A B ..."""
+    for fn in contenders.values():
+        for _ in range(warmup):
+            fn()
+    times: dict[str, list[float]] = {name: [] for name in contenders}
+    for _ in range(runs):
+        for name, fn in contenders.items():
+            gc.collect()
+            t0 = time.perf_counter()
+            result = fn()
+            times[name].append(time.perf_counter() - t0)
+            del result
+    return times
+
+
+def moved_by_nodes(h: Any) -> dict[str, int]:
+    """Bytes and rows the harness's nodes have sent, summed (their own counters)."""
+    per_node = [h.client.stats(n.uri) for n in h.cluster.nodes]
+    return {k: sum(s[k] for s in per_node) for k in ("bytes_sent", "rows_sent")}
