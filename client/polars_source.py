@@ -3,7 +3,8 @@
 Polars hands the source the columns a query needs, its predicate and a row
 limit. Columns become a ``select`` view, and the parts of the predicate
 that translate to ``pyarrow.compute`` (comparisons with literals, and/or/
-not, is_null, is_in, is_between) become a filter evaluated on the nodes;
+not, is_null, is_in, is_between, datetime/date literals, str.starts_with/ends_with/contains(literal=True)) become
+a filter evaluated on the nodes, with Polars' meaning (NaN greater than every number);
 the whole predicate is then applied again by Polars on what arrives, so a
 part that does not translate is still honoured. A row limit stops the
 stream once enough rows came.
@@ -20,8 +21,9 @@ import pyarrow.compute as pc
 
 from flightpart.errors import PartitionedError
 from flightpart.query.filters import conjunction
+from flightpart.query.sql import Value, column_value, comparison, literal_value
 
-_COMPARE = {"Eq": "equal", "NotEq": "not_equal", "Lt": "less", "LtEq": "less_equal", "Gt": "greater", "GtEq": "greater_equal"}
+_COMPARE = {"Eq": "eq", "NotEq": "ne", "Lt": "lt", "LtEq": "le", "Gt": "gt", "GtEq": "ge"}
 
 
 def lazy_frame(ds: Any) -> Any:
@@ -35,7 +37,7 @@ def lazy_frame(ds: Any) -> Any:
         view = ds
         needed = list(with_columns) if with_columns is not None else None
         if predicate is not None:
-            pushed = to_arrow_expression(predicate)
+            pushed = to_arrow_expression(predicate, ds.schema)
             if pushed is not None:
                 try:
                     view = view.filter(pushed)
@@ -66,13 +68,20 @@ def lazy_frame(ds: Any) -> Any:
                               explain_detail=f"{ds.name} v{ds.version}")
 
 
-def to_arrow_expression(predicate: Any) -> pc.Expression | None:
-    """The translatable conjuncts of a Polars predicate as one pyarrow expression (None: nothing translates)."""
+def to_arrow_expression(predicate: Any, schema: pa.Schema | None = None) -> pc.Expression | None:
+    """The translatable conjuncts of a Polars predicate as one pyarrow expression (None: nothing translates).
+
+    Each conjunct keeps Polars' meaning (NaN is greater than every number and
+    equal to NaN; a literal meets its column's type), or is left out: Polars
+    applies the whole predicate again to what arrives, so a conjunct left out
+    costs bytes, never a row.
+    """
     try:
         tree = json.loads(predicate.meta.serialize(format="json"))
     except Exception:
         return None
-    return conjunction([e for e in (_translate(c) for c in _conjuncts(tree)) if e is not None])
+    schema = schema if schema is not None else pa.schema([])
+    return conjunction([e for e in (_translate(c, schema) for c in _conjuncts(tree)) if e is not None])
 
 
 def _conjuncts(node: Any) -> list:
@@ -81,54 +90,96 @@ def _conjuncts(node: Any) -> list:
     return [node]
 
 
-def _literal(node: Any) -> Any:
-    """A literal's Python value, or raise KeyError for one this module does not read."""
+_UNITS = {"Nanoseconds": "ns", "Microseconds": "us", "Milliseconds": "ms"}
+
+
+def _literal(node: Any) -> Value:
+    """A Polars literal as an operand, or KeyError for a kind this module does not read."""
     value = node["Literal"]
     inner = value.get("Dyn") or value.get("Scalar")
     (kind, v), = inner.items()
     if kind in ("Int", "Float", "String", "Boolean") or kind.startswith(("Int", "UInt", "Float")):
-        return v
+        return literal_value(v)
+    if kind == "Datetime":
+        count, unit, zone = v
+        return literal_value(count, pa.timestamp(_UNITS[unit], tz=(zone or {}).get("inner") if zone else None))
+    if kind == "Date":
+        return literal_value(v, pa.date32())
+    if kind == "Duration":
+        count, unit = v
+        return literal_value(count, pa.duration(_UNITS[unit]))
     raise KeyError(kind)
 
 
-def _translate(node: Any) -> pc.Expression | None:
+def _list_literal(node: Any) -> list:
+    """The values of a Polars list literal (serialized as an Arrow IPC stream of one list)."""
+    raw = bytes(node["Literal"]["Scalar"]["List"])
+    table = pa.ipc.open_stream(raw).read_all()
+    return table.column(0).to_pylist()
+
+
+def _translate(node: Any, schema: pa.Schema) -> pc.Expression | None:
     try:
-        return _expr(node)
-    except (KeyError, TypeError, ValueError, AttributeError, pa.ArrowException):
-        return None
+        return _expr(node, schema).expression
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError, pa.ArrowException):
+        return None  # InvalidFilter is a ValueError: a conjunct that does not compare exactly is not pushed
 
 
-def _expr(node: Any) -> pc.Expression:
+def _expr(node: Any, schema: pa.Schema) -> Value:
     if "Column" in node:
-        return pc.field(node["Column"])
+        return column_value(schema, node["Column"])
     if "Literal" in node:
-        return pc.scalar(_literal(node))
+        return _literal(node)
     if "BinaryExpr" in node:
         b = node["BinaryExpr"]
         op = b["op"]
-        left, right = _expr(b["left"]), _expr(b["right"])
+        left, right = _expr(b["left"], schema), _expr(b["right"], schema)
         if op in _COMPARE:
-            return pc.Expression._call(_COMPARE[op], [left, right])
+            return _boolean(comparison(schema, _COMPARE[op], left, right))
         if op in ("And", "LogicalAnd"):
-            return left & right
+            return _boolean(left.expression & right.expression)
         if op in ("Or", "LogicalOr"):
-            return left | right
+            return _boolean(left.expression | right.expression)
         raise KeyError(op)
     if "Function" in node:
-        f = node["Function"]
-        inputs, function = f["input"], f["function"]
-        boolean = function.get("Boolean") if isinstance(function, dict) else None
-        if boolean == "IsNull":
-            return _expr(inputs[0]).is_null()
-        if boolean == "IsNotNull":
-            return _expr(inputs[0]).is_valid()
-        if boolean == "Not":
-            return ~_expr(inputs[0])
-        if isinstance(boolean, dict) and "IsBetween" in boolean:
-            closed = boolean["IsBetween"].get("closed", "Both")
-            x, lo, hi = _expr(inputs[0]), _expr(inputs[1]), _expr(inputs[2])
-            low = (x >= lo) if closed in ("Both", "Left") else (x > lo)
-            high = (x <= hi) if closed in ("Both", "Right") else (x < hi)
-            return low & high
-        raise KeyError(str(function))
+        return _function(node["Function"], schema)
     raise KeyError(next(iter(node), "?"))
+
+
+def _function(f: dict, schema: pa.Schema) -> Value:
+    inputs, function = f["input"], f["function"]
+    boolean = function.get("Boolean") if isinstance(function, dict) else None
+    strings = function.get("StringExpr") if isinstance(function, dict) else None
+    if boolean == "IsNull":
+        return _boolean(_expr(inputs[0], schema).expression.is_null())
+    if boolean == "IsNotNull":
+        return _boolean(_expr(inputs[0], schema).expression.is_valid())
+    if boolean == "Not":
+        return _boolean(~_expr(inputs[0], schema).expression)
+    if isinstance(boolean, dict) and "IsBetween" in boolean:
+        closed = boolean["IsBetween"].get("closed", "Both")
+        x, lo, hi = (_expr(i, schema) for i in inputs[:3])
+        low = comparison(schema, "ge" if closed in ("Both", "Left") else "gt", x, lo)
+        high = comparison(schema, "le" if closed in ("Both", "Right") else "lt", x, hi)
+        return _boolean(low & high)
+    if isinstance(boolean, dict) and "IsIn" in boolean:
+        x = _expr(inputs[0], schema)
+        values = [v for v in _list_literal(inputs[1]) if v is not None]
+        if not values:
+            raise KeyError("empty is_in")
+        found = None
+        for v in values:
+            term = comparison(schema, "eq", x, literal_value(v))
+            found = term if found is None else found | term
+        return _boolean(found)
+    if strings in ("StartsWith", "EndsWith") or (isinstance(strings, dict) and strings.get("Contains", {}).get("literal")):
+        x, text = _expr(inputs[0], schema), _literal(inputs[1])
+        if not isinstance(text.literal, str) or x.type is None or not pa.types.is_string(x.type):
+            raise KeyError("string function on a non-string")
+        name = {"StartsWith": "starts_with", "EndsWith": "ends_with"}[strings] if isinstance(strings, str) else "match_substring"
+        return _boolean(pc.Expression._call(name, [x.expression], pc.MatchSubstringOptions(text.literal)))
+    raise KeyError(str(function))
+
+
+def _boolean(expression: pc.Expression) -> Value:
+    return Value(expression, pa.bool_())

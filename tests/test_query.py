@@ -199,7 +199,7 @@ def test_cli_get_streams_columns_and_rows_to_stdout(cluster, sales, tmp_path):
     assert csv_file.read_text().count("\n") == 11
     before = counters(cluster)
     for bad, message in [(["-o", str(tmp_path / "x.xlsx")], "unknown format"), (["-o", str(tmp_path / "no" / "x.csv")], "does not exist"),
-                         (["-o", "-", "--where", "units >"], "not an expression"), (["-o", "-", "--columns", "nope"], "nope")]:
+                         (["-o", "-", "--where", "units >"], "not a SQL expression"), (["-o", "-", "--columns", "nope"], "nope")]:
         proc = subprocess.run(cmd + bad, capture_output=True, text=True, timeout=120)
         assert proc.returncode != 0 and message in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
     assert moved(cluster, before)["partitions_served"] == 0  # refused before reading anything

@@ -17,6 +17,7 @@ import pyarrow as pa
 from flightpart.errors import (
     FlightpartError,
     Forbidden,
+    InvalidFilter,
     NodeUnavailable,
     ServerBusy,
     StorageFull,
@@ -41,6 +42,8 @@ HINTS: tuple[tuple[type[BaseException], str], ...] = (
     (Forbidden, "ask for a token of a role that may do this (`flightpart token --role writer|admin ...`)"),
     (StorageFull, "free disk space on the node or add a node; nothing partial was kept"),
     (CredentialFileError, "fix the file as the message says"),
+    (InvalidFilter, "write --where as SQL, e.g. --where \"fare > 10 AND zone IN ('JFK', 'LGA')\" (docs/querying.md lists "
+                    "what is translated)"),
 )
 
 

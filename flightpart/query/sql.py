@@ -62,6 +62,33 @@ def parse_sql_predicate(text: str, schema: pa.Schema) -> pc.Expression:
     return _Translator(schema, text).boolean(tree)
 
 
+def column_value(schema: pa.Schema, name: str) -> Value:
+    """A column as an operand (matched as DuckDB matches names), for callers that build predicates from other
+    engines' expression trees (Polars lazy)."""
+    return _Translator(schema, name).column(_Named(name))
+
+
+def literal_value(value: Any, type: pa.DataType | None = None) -> Value:
+    """A literal as an operand (its Python value, and its Arrow type when the caller knows it)."""
+    scalar = pa.scalar(value, type=type) if type is not None else pa.scalar(value)
+    return Value(pc.scalar(scalar), scalar.type, scalar.as_py(), True)
+
+
+def comparison(schema: pa.Schema, op: str, left: Value, right: Value) -> pc.Expression:
+    """``left <op> right`` (op: eq, ne, lt, le, gt, ge) as SQL, DuckDB and Polars compare: a literal read as its
+    column's type, NaN greater than every number and equal to NaN, NULL on either side NULL. InvalidFilter when
+    the two do not compare exactly."""
+    return _Translator(schema, f"{op} comparison").compare(op, left, right)
+
+
+@dataclass(frozen=True)
+class _Named:
+    """A bare column name where a parsed SQL column is expected."""
+
+    name: str
+    table: str = ""
+
+
 class _Translator:
     def __init__(self, schema: pa.Schema, text: str):
         self.schema = schema
