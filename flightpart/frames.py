@@ -325,3 +325,9 @@ def _STRINGS(t: pa.DataType) -> bool:
 def _BINARIES(t: pa.DataType) -> bool:
     return pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_binary_view(t)
 
+
+def describe_columns(schema: pa.Schema) -> list[dict[str, Any]]:
+    """Each column's name, type (as pyarrow writes it) and whether it may hold nulls: what ``show``, ``ls --long``
+    and the status page print."""
+    return [{"name": f.name, "type": str(f.type), "nullable": f.nullable} for f in schema]
+

@@ -17,6 +17,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import pyarrow as pa
+
+from flightpart.frames import describe_columns
 from flightpart.io.connections import ConnectionPool
 from flightpart.palette import node_colour
 from flightpart.version import __version__
@@ -57,13 +60,25 @@ def cluster_status(state: CatalogState, pool: ConnectionPool) -> dict:
     datasets = []
     for k, record in enumerate(state.datasets()):
         entry: dict[str, Any] = {"name": record.dataset, "version": record.version, "shape": list(record.shape),
-                                 "tiling": list(record.grid), "nbytes": record.nbytes, "partitions": None}
+                                 "tiling": list(record.grid), "nbytes": record.nbytes, "partitions": None,
+                                 "columns": stored_columns(record.schema)}
         if k < MAX_GRIDS and len(record.parts) <= MAX_CELLS:
             entry["partitions"] = [{"part": list(p.part), "start": list(p.start), "shape": list(p.shape), "nbytes": p.nbytes,
                                     "nodes": [h.uri for h in p.nodes]} for p in record.parts]
         datasets.append(entry)
     return {"version": __version__, "time": time.time(), "nodes": nodes, "datasets": datasets, "colours": colours}
 
+
+def stored_columns(schema: bytes | None) -> list[dict[str, Any]]:
+    """The version's columns and types (none when its stored schema cannot be read: the page still draws)."""
+    try:
+        return describe_columns(pa.ipc.read_schema(pa.py_buffer(schema)))
+    except (pa.ArrowException, TypeError, ValueError):
+        return []
+
+
+MAX_COLUMNS_SHOWN = 40
+"""Columns the page lists per dataset; the rest are counted (``/status.json`` has them all)."""
 
 FIGURES = ("bytes_sent", "partitions_held", "free_bytes")
 """The numbers of a node's ``stats`` reply the page shows."""
@@ -166,7 +181,8 @@ def _grid(d: dict, colours: dict[str, str]) -> str:
     e = html.escape
     p, q = d["tiling"]
     head = (f'<div class="dataset" data-name="{e(d["name"])}"><div class="title">{e(d["name"])} v{d["version"]}: '
-            f'{d["shape"][0]:,} rows × {d["shape"][1]} columns, {_bytes(d["nbytes"])}, {p}×{q} partitions</div>')
+            f'{d["shape"][0]:,} rows × {d["shape"][1]} columns, {_bytes(d["nbytes"])}, {p}×{q} partitions</div>'
+            + _columns_line(d.get("columns") or []))
     if d["partitions"] is None:
         return head + f"<div>{p * q:,} partitions: too many to draw here; <code>flightpart show {e(d['name'])}</code></div></div>"
     cells = []
@@ -178,6 +194,15 @@ def _grid(d: dict, colours: dict[str, str]) -> str:
         cells.append(f'<div class="cell{" lost" if not holders else ""}" style="background:{colour}" title="{e(tip)}" '
                      f'data-part="{part["part"][0]},{part["part"][1]}">{label}<br>{part["shape"][0]:,} rows</div>')
     return head + f'<div class="grid" style="grid-template-columns: repeat({q}, minmax(8em, 1fr))">{"".join(cells)}</div></div>'
+
+
+def _columns_line(columns: list[dict[str, Any]]) -> str:
+    if not columns:
+        return ""
+    e = html.escape
+    shown = ", ".join(f'<code>{e(c["name"])}</code> {e(c["type"])}' for c in columns[:MAX_COLUMNS_SHOWN])
+    more = f" and {len(columns) - MAX_COLUMNS_SHOWN:,} more" if len(columns) > MAX_COLUMNS_SHOWN else ""
+    return f'<div class="columns">{shown}{more}</div>'
 
 
 def _skew(seconds: float | None) -> str:

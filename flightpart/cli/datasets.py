@@ -108,18 +108,28 @@ def get(name: str, output: str, fmt: str | None, columns: str | None, where: str
 
 
 @main.command("ls")
+@click.option("-l", "--long", "long_", is_flag=True, help="Also each dataset's columns and their types.")
 @CATALOG_OPTION
 @JSON_OPTION
-def ls_cmd(catalog: str, as_json: bool) -> None:
+def ls_cmd(long_: bool, catalog: str, as_json: bool) -> None:
     """List datasets (latest version of each)."""
+    from flightpart.frames import describe_columns
+
     with client_for(catalog) as client:
         rows = client.list()
+        if long_:
+            for r in rows:
+                r["columns"] = describe_columns(client.open(r["name"], r["version"]).schema)
     if as_json:
         click.echo(json.dumps(rows))
         return
-    print_table(("name", "version", "rows", "columns", "tiling", "bytes"),
-                 [(r["name"], r["version"], f"{r['shape'][0]:,}", r["shape"][1], "x".join(map(str, r["partition_tiling"])), f"{r['nbytes']:,}")
-                  for r in rows])
+    headers = ("name", "version", "rows", "columns", "tiling", "bytes") + (("column types",) if long_ else ())
+    print_table(headers, [(r["name"], r["version"], f"{r['shape'][0]:,}", r["shape"][1], "x".join(map(str, r["partition_tiling"])),
+                           f"{r['nbytes']:,}") + ((_types_text(r["columns"]),) if long_ else ()) for r in rows])
+
+
+def _types_text(columns: list[dict]) -> str:
+    return ", ".join(f"{c['name']}: {c['type']}" for c in columns)
 
 
 @main.command()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from flightpart.frames import describe_columns
 from flightpart.palette import node_colour
 
 
@@ -15,6 +16,7 @@ def grid_json(ds: Any) -> dict:
         "version": ds.version,
         "shape": list(d["shape"]),
         "partition_tiling": list(d["partition_tiling"]),
+        "columns": describe_columns(ds.schema),
         "partitions": [
             {"position": list(pos), "start": list(p["start"]), "shape": list(p["shape"]), "nbytes": sizes[pos],
              "nodes": [uri for uri, _ip, _pid in p["data"].replicas], "location": [list(loc) for loc in p["location"]]}
@@ -48,3 +50,15 @@ def render_grid(ds: Any, nodes: list[dict], console: Any = None) -> None:
             cells.append(f"{label}\n{part['shape'][0]:,} rows\n{sizes[(i, j)] / 1e6:,.1f} MB")
         table.add_row(f"{first['start'][0]:,}..{first['start'][0] + first['shape'][0]:,}", *cells)
     console.print(table)
+    console.print(columns_table(ds.schema))
+
+
+def columns_table(schema: Any) -> Any:
+    """The columns of a dataset: name, type, nullable (what ``show`` prints under the grid)."""
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table("column", "type", "nulls allowed", title="columns")
+    for c in describe_columns(schema):  # as Text: a type such as timestamp[us] is not markup
+        table.add_row(Text(c["name"]), Text(c["type"]), "yes" if c["nullable"] else "no")
+    return table

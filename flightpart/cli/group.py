@@ -110,10 +110,11 @@ def print_table(columns: tuple[str, ...], rows: list[tuple]) -> None:
     """A rich table of ``rows`` for people (``--json`` gives scripts the same)."""
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     table = Table(*columns)
     for row in rows:
-        table.add_row(*(str(v) for v in row))
+        table.add_row(*(Text(str(v)) for v in row))  # plain text: a name or type such as x[us] is not markup
     Console().print(table)
 
 
