@@ -89,8 +89,8 @@ def test_blocks_not_run_say_what_runs_them():
     for doc, k, code in BLOCKS:
         if code.startswith(NOT_RUN):
             reason = code.splitlines()[0][len(NOT_RUN):]
-            assert re.search(r"\.ci/run|docker/e2e\.sh|tests/test_\w+\.py", reason), f"{doc.name}#{k}: {reason}"
-            named = re.findall(r"tests/test_\w+\.py|docker/e2e\.sh", reason)
+            assert re.search(r"\.ci/run|docker/e2e\.sh|tests/(?:unit/)?test_\w+\.py", reason), f"{doc.name}#{k}: {reason}"
+            named = re.findall(r"tests/(?:unit/)?test_\w+\.py|docker/e2e\.sh", reason)
             assert all((ROOT / path).exists() for path in named), named
 
 
