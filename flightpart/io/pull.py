@@ -26,6 +26,7 @@ from .compression import RATES
 from .connections import ConnectionPool
 from .errors import translate
 from .transfer import TRAFFIC, chunks
+from .workers import run_in_worker
 
 IDLE_TIMEOUT = 2.0
 """Seconds a stream may send nothing before the next replica is asked (or, on the last replica, the node is
@@ -126,7 +127,7 @@ def _measured(pool: ConnectionPool, uri: str, ticket: Ticket, idle_timeout: floa
 
 def stream(pool: ConnectionPool, uri: str, ticket: flight.Ticket, idle_timeout: float, deadline: float | None = None, *,
            patient: bool = False) -> pa.Table:
-    """One ``do_get``, read in a worker thread and cancelled when it sends nothing for ``idle_timeout`` seconds.
+    """One ``do_get``, read in a (reused) worker thread and cancelled when it sends nothing for ``idle_timeout`` seconds.
 
     A frozen server blocks a gRPC read without end; the worker holds the
     call and this thread watches it, so the caller moves on in bounded time.
@@ -160,7 +161,7 @@ def stream(pool: ConnectionPool, uri: str, ticket: flight.Ticket, idle_timeout: 
         finally:
             done.set()
 
-    threading.Thread(target=run, name="flightpart-stream", daemon=True).start()
+    run_in_worker(run)
     tick = min(0.25, idle_timeout / 4)
     while not done.wait(tick):
         if time.monotonic() - progress["last"] > idle_timeout:
