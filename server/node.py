@@ -191,6 +191,7 @@ class NodeServer(ServiceBase):
         pool: ConnectionPool | None = None,
         scrub_rate: int = 64 << 20,
         scrub_interval: float = 3600.0,
+        direct_reads: bool = True,
         **server_kwargs: Any,
     ):
         super().__init__(host, port, secret=secret, max_streams=max_streams, advertise=advertise,
@@ -221,7 +222,8 @@ class NodeServer(ServiceBase):
         self._unreported: set[tuple[str, int, tuple[int, int]]] = set()  # damaged or missing, not yet told to the catalog
         self._settled: set[tuple[str, int, tuple[int, int]]] = set()  # missing ones the catalog already knows of
         self.store.on_damage = self._damaged
-        inprocess.register(self.uri, self.store.open)
+        if direct_reads:  # a client in this process reads the stored table itself (off: it streams, as from anywhere)
+            inprocess.register(self.uri, self.store.open)
         if catalog:
             threading.Thread(target=self._report_loop, name="flightpart-heartbeat", daemon=True).start()
         if scrub_interval > 0 and scrub_rate > 0:

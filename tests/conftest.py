@@ -31,13 +31,53 @@ def dask_client():
             yield client
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    """A catalog and three node processes on 127.0.0.2-4, each playing a host."""
-    from flightpart.local.cluster import LocalCluster
+class ClusterFactory:
+    """Clusters for tests, each on a loopback address range of its own (127.0.0.2-9, 10-17, ...).
 
-    with LocalCluster(tmp_path_factory.mktemp("cluster"), nodes=3) as c:
-        yield c
+    ``process=False`` (the default): catalog and nodes as servers in the test process
+    (:class:`~flightpart.local.InProcessCluster`), for tests that neither kill, freeze nor
+    restart a daemon; ``process=True``: each a child process (:class:`~flightpart.local.LocalCluster`).
+    ``first_ip`` pins a range (a test whose assertions name 127.0.0.2 ...). Every cluster stops
+    with the factory's scope.
+    """
+
+    RANGE = 8
+
+    def __init__(self, root_factory):
+        self.root_factory = root_factory
+        self.started: list = []
+        self.next_range = 0
+
+    def __call__(self, nodes: int = 3, *, process: bool = False, first_ip: int | None = None, **options):
+        from flightpart.local import InProcessCluster, LocalCluster
+
+        if first_ip is None:
+            first_ip = 2 + self.RANGE * (self.next_range % 30)
+            self.next_range += 1
+        assert nodes <= self.RANGE and first_ip + nodes <= 255, "a cluster's nodes fit in one address range"
+        kind = LocalCluster if process else InProcessCluster
+        made = kind(self.root_factory(), nodes, first_ip=first_ip, **options)
+        self.started.append(made)
+        return made
+
+    def stop(self) -> None:
+        for made in reversed(self.started):
+            made.stop()
+
+
+@pytest.fixture(scope="module")
+def make_cluster(tmp_path_factory):
+    """The module's cluster factory (see :class:`ClusterFactory`)."""
+    factory = ClusterFactory(lambda: tmp_path_factory.mktemp("cluster"))
+    yield factory
+    factory.stop()
+
+
+@pytest.fixture(scope="module")
+def cluster(make_cluster, request):
+    """A catalog and three nodes on 127.0.0.2-4, each playing a host: servers in the test process, or child
+    processes where the module says ``PROCESS_CLUSTER = True`` (its tests kill, freeze or restart them)."""
+    return make_cluster(3, process=getattr(request.module, "PROCESS_CLUSTER", False), first_ip=2)
 
 
 @pytest.fixture

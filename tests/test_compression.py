@@ -18,6 +18,8 @@ from flightpart.io import compression
 from flightpart.io.compression import PROBE_EVERY, SLOW_LINK, LinkRates, write_options
 from flightpart.wire import Ticket
 
+PROCESS_CLUSTER = True  # tests here freeze the shared cluster's nodes (SIGSTOP)
+
 
 def repetitive(rows: int = 200_000) -> pa.Table:
     rng = np.random.default_rng(0)

@@ -125,6 +125,7 @@ def test_a_node_obeys_only_the_catalog_of_its_own_cluster(cluster):
     assert code_of(info.value) == "FOREIGN_CLUSTER" and marker["cluster"]
 
 
+@pytest.mark.slow  # waits out a pending TTL: a long fault test, in the slow tier CI runs
 def test_a_put_the_catalog_never_saw_finish_expires_by_the_pending_ttl(tmp_path):
     with LocalCluster(tmp_path, nodes=2, first_ip=76, heartbeat=0.3, dead_after=1.5, catalog_port=free_port(),
                       extra_args=["--pending-ttl", "3"]) as c:
@@ -351,6 +352,7 @@ def test_once_drop_returns_no_node_serves_the_version_and_maps_are_released(clus
 # --------------------------------------------------------------------------- deadlines and failover
 
 
+@pytest.mark.slow  # a fault test bound by a deadline: in the slow tier, which CI runs
 def test_a_frozen_first_replica_hands_over_within_the_idle_timeout(cluster):
     c = cluster
     table = table_of(200_000, 11)
@@ -368,6 +370,7 @@ def test_a_frozen_first_replica_hands_over_within_the_idle_timeout(cluster):
     assert elapsed < 6.0, f"the read took {elapsed:.1f} s"
 
 
+@pytest.mark.slow  # a fault test bound by a deadline: in the slow tier, which CI runs
 def test_a_put_to_a_frozen_node_fails_clearly_in_bounded_time(cluster):
     c = cluster
     victim = c.nodes[1]

@@ -128,6 +128,7 @@ def test_logs_metrics_and_health_say_what_happened(tmp_path):
         catalog.stop()
 
 
+@pytest.mark.slow  # a fault test bound by a deadline: in the slow tier, which CI runs
 def test_a_frozen_catalog_makes_its_node_not_serving_until_it_thaws(tmp_path):
     """SIGSTOP, not a clean stop: the catalog's port still accepts connections, it just never answers."""
     catalog = Daemon(["catalog", "--host", "127.0.0.84", "--port", "0", "--state-dir", str(tmp_path / "s")])

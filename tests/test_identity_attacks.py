@@ -26,6 +26,8 @@ from flightpart.wire import VersionRef
 
 from helpers import free_port, wait_until
 
+pytestmark = pytest.mark.slow  # catalogs losing their state, nodes away: long fault tests, run by CI in the slow tier
+
 
 def table_of(rows: int, seed: int = 0) -> pa.Table:
     rng = np.random.default_rng(seed)

@@ -27,6 +27,8 @@ from helpers import code_of, wait_until
 
 N = 10_000
 
+PROCESS_CLUSTER = True  # tests here freeze the shared cluster's nodes (SIGSTOP)
+
 
 def table(n: int = N, offset: int = 0) -> pa.Table:
     k = np.arange(offset, offset + n)

@@ -96,6 +96,7 @@ def test_a_commit_reads_held_partitions_page_by_page(monkeypatch):
         assert all("schema" not in p or p["schema"] is None for p in first["partitions"])
 
 
+@pytest.mark.slow  # a fault test bound by a deadline: in the slow tier, which CI runs
 def test_drop_and_abort_with_three_frozen_nodes_finish_within_their_deadline(tmp_path):
     with LocalCluster(tmp_path, nodes=4, first_ip=121) as c, fp.connect(c.uri, host="127.0.0.9") as client:
         table = pa.table({"a": np.arange(4_000)})
@@ -256,6 +257,7 @@ def test_a_node_registers_in_pages_and_gets_missed_seals_over_several_registrati
         catalog.shutdown()
 
 
+@pytest.mark.slow  # a node killed mid-stream: a long fault test, in the slow tier CI runs
 def test_a_node_killed_in_the_middle_of_a_stream_of_several_partitions_loses_nothing_published(tmp_path):
     import threading
 

@@ -1,0 +1,88 @@
+"""A catalog and nodes as servers inside this process, each node on its own loopback address.
+
+For tests that neither kill, freeze nor restart a daemon: the servers are
+the same classes ``flightpart serve`` and ``flightpart catalog`` run, on real
+sockets (clients in this process still stream from them over gRPC, as from
+another host: their direct-read shortcut is off), without the seconds each
+child process spends starting. A test that needs a process to attack uses
+:class:`~flightpart.local.cluster.LocalCluster`, whose surface this one
+shares (``uri``, ``nodes[i].uri``, ``add_node``, a context manager).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from flightpart.server.catalog import CatalogServer
+from flightpart.server.node import NodeServer
+
+
+class InProcessNode:
+    """One node server of an :class:`InProcessCluster`, named as a :class:`~flightpart.local.cluster.Daemon` is."""
+
+    def __init__(self, server: NodeServer):
+        self.server = server
+
+    @property
+    def uri(self) -> str:
+        return self.server.uri
+
+    @property
+    def pid(self) -> int:
+        return os.getpid()
+
+    def log(self) -> str:
+        """An in-process server logs through this process's logging, not to a file of its own."""
+        return ""
+
+    def stop(self) -> None:
+        self.server.shutdown()
+
+
+class InProcessCluster:
+    """A catalog on 127.0.0.1 and ``nodes`` nodes on 127.0.0.``first_ip``, ``first_ip + 1``, ... in this process."""
+
+    def __init__(self, root: Path, nodes: int = 3, *, first_ip: int = 2, heartbeat: float = 1.0, dead_after: float = 10.0,
+                 rebuild_grace: float = 3.0):
+        self.root = Path(root)
+        self.heartbeat = heartbeat
+        state = self.root / "catalog"
+        state.mkdir(parents=True, exist_ok=True)
+        self.catalog = CatalogServer("127.0.0.1", 0, state_path=str(state / "catalog.sqlite"), dead_after=dead_after,
+                                     rebuild_grace=rebuild_grace)
+        self.nodes: list[InProcessNode] = []
+        try:
+            for k in range(nodes):
+                self.add_node(f"127.0.0.{first_ip + k}", heartbeat=heartbeat)
+        except BaseException:
+            self.stop()
+            raise
+
+    def add_node(self, ip: str, *, heartbeat: float | None = None, data_dir: Path | None = None) -> InProcessNode:
+        """Start a node on ``ip``, registered with the catalog before this returns."""
+        server = NodeServer(ip, 0, data_dir=data_dir or self.root / f"node-{ip}", catalog=self.catalog.uri,
+                            heartbeat_interval=heartbeat or self.heartbeat, direct_reads=False)
+        node = InProcessNode(server)
+        self.nodes.append(node)
+        server.register()
+        return node
+
+    @property
+    def uri(self) -> str:
+        return self.catalog.uri
+
+    def stop(self) -> None:
+        """Nodes first, then the catalog; each stops once."""
+        for node in self.nodes:
+            node.stop()
+        self.nodes = []
+        if self.catalog is not None:
+            self.catalog.shutdown()
+            self.catalog = None  # type: ignore[assignment]
+
+    def __enter__(self) -> InProcessCluster:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
