@@ -354,3 +354,19 @@ def test_a_dropped_partition_is_not_kept_mapped_by_a_reader(cluster):
             ds.__partitioned__["get"](ref)
     gc.collect()
     assert not [name for _lo, _hi, name in _mappings() if name.startswith(path)]
+
+
+def test_the_in_process_test_cluster_streams_over_sockets_like_any_other(tmp_path):
+    """The in-process cluster most tests use must not short-cut reads: a reader on another host streams every byte."""
+    from flightpart.local import InProcessCluster
+
+    table = make_table(20_000, 7)
+    with InProcessCluster(tmp_path, nodes=2, first_ip=212) as c, fp.connect(c.uri, host="127.0.0.9") as client:
+        assert sorted(n["ip"] for n in client.nodes()) == ["127.0.0.212", "127.0.0.213"]  # registered before it returned
+        client.put("over-sockets", table, tiling=(2, 1))
+        before = fp.traffic()
+        assert client.open("over-sockets").to_arrow().equals(table)
+        after = fp.traffic()
+        assert after["bytes_received"] - before["bytes_received"] >= table.nbytes
+        assert after["bytes_mapped"] == before["bytes_mapped"]
+        assert sum(client.stats(n.uri)["bytes_sent"] for n in c.nodes) >= table.nbytes
