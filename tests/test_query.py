@@ -19,16 +19,14 @@ import pyarrow.parquet as pq
 import pytest
 
 import flightpart as fp
-from flightpart.local.cluster import LocalCluster
 
 F = pc.field
 ROWS = 90_000
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    with LocalCluster(tmp_path_factory.mktemp("query"), nodes=3, first_ip=111) as c:
-        yield c
+def cluster(make_cluster):
+    return make_cluster(3, first_ip=111)
 
 
 @pytest.fixture(scope="module")

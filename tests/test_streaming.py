@@ -18,7 +18,6 @@ import pyarrow.parquet as pq
 import pytest
 
 import flightpart as fp
-from flightpart.local.cluster import LocalCluster
 
 from helpers import MemoryCap
 
@@ -26,9 +25,8 @@ MB = 1 << 20
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    with LocalCluster(tmp_path_factory.mktemp("stream"), nodes=3, first_ip=101) as c:
-        yield c
+def cluster(make_cluster):
+    return make_cluster(3, first_ip=101)
 
 
 def sales(rows: int, seed: int = 0) -> pa.Table:
