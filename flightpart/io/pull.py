@@ -117,12 +117,21 @@ def _measured(pool: ConnectionPool, uri: str, ticket: Ticket, idle_timeout: floa
               patient: bool = False) -> pa.Table:
     """One stream, its bytes and time handed to the link measurements."""
     RATES.started(uri)
-    table = None
+    received = 0
     try:
         table = stream(pool, uri, flight.Ticket(ticket.encode()), idle_timeout, deadline, patient=patient)
+        received = received_bytes(table)
+        TRAFFIC.add(bytes_received=received)
         return table
     finally:
-        RATES.finished(uri, table.nbytes if table is not None else 0, ticket.compression)
+        RATES.finished(uri, received, ticket.compression)
+
+
+def received_bytes(table: pa.Table) -> int:
+    """The bytes of a table read from a stream: the sizes of its buffers, each a message's own (none shared, no
+    slice of another), so their sum is what arrived. ``Table.nbytes`` would walk every batch (~10 ms per GB of
+    1 MiB batches, twice per read); this sums the buffers in C++ (~0.1 ms)."""
+    return table.get_total_buffer_size()
 
 
 def stream(pool: ConnectionPool, uri: str, ticket: flight.Ticket, idle_timeout: float, deadline: float | None = None, *,
@@ -174,9 +183,7 @@ def stream(pool: ConnectionPool, uri: str, ticket: flight.Ticket, idle_timeout: 
             raise Stalled(uri)
     if "error" in outcome:
         raise outcome["error"]
-    table = outcome["table"]
-    TRAFFIC.add(bytes_received=table.nbytes)
-    return table
+    return outcome["table"]
 
 
 def _answers(pool: ConnectionPool, uri: str, deadline: float | None = None) -> bool:
