@@ -58,7 +58,8 @@ def test_the_documented_path_and_the_usual_mistakes(tmp_path):
         assert "2 nodes alive" in ok(run("wait", catalog_uri, "--nodes", "2", "--timeout", "30", env=env))
         rng = np.random.default_rng(0)
         pq.write_table(pa.table({"order": np.arange(1_200_000), "amount": rng.random(1_200_000)}), tmp_path / "sales.parquet")
-        assert "sales v1: 1,200,000 rows x 2 columns in a 2x1 grid" in ok(run("put", "sales", str(tmp_path / "sales.parquet"), env=env))
+        # 19 MB: one partition of the default --partition-size (64 MiB)
+        assert "sales v1: 1,200,000 rows x 2 columns in a 1x1 grid" in ok(run("put", "sales", str(tmp_path / "sales.parquet"), env=env))
         listing = ok(run("ls", env=env))
         assert "sales" in listing and "1,200,000" in listing
         assert ok(run("nodes", env=env)).count("alive") == 2

@@ -8,9 +8,7 @@ from pathlib import Path
 
 import click
 
-from .group import (
-    main,
-)
+from .group import main, parse_size
 
 
 @main.command()
@@ -39,7 +37,7 @@ def bench(size: str | None, quick: bool, runs: int | None, json_path: str | None
         from flightpart.bench.network import plot_network, run_network_bench
         from flightpart.bench.run import render
 
-        nbytes = _parse_size(size) if size else (32 << 20 if quick else 256 << 20)
+        nbytes = parse_size(size, "--size") if size else (32 << 20 if quick else 256 << 20)
         results = []
         for rate in [r.strip() for r in network.split(",") if r.strip()]:
             try:
@@ -68,7 +66,7 @@ def bench(size: str | None, quick: bool, runs: int | None, json_path: str | None
     if from_path:
         result = _load_run(from_path)
     else:
-        nbytes = 64 << 20 if quick else _parse_size(size or "1G")
+        nbytes = 64 << 20 if quick else parse_size(size or "1G", "--size")
         result = run_bench(nbytes, quick=quick, runs=runs, log=lambda m: click.echo(m, err=True))
     render(result)
     if json_path:
@@ -104,17 +102,6 @@ def _compared(result: dict, compare_path: str | None, markdown_path: str | None,
         Path(markdown_path).write_text(text)
     if strict and any_slower(changes):
         raise SystemExit(1)
-
-
-def _parse_size(text: str) -> int:
-    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    text = text.strip().upper().rstrip("IB").rstrip("B") if text[-1:].isalpha() else text
-    try:
-        if text[-1:] in units:
-            return int(float(text[:-1]) * units[text[-1]])
-        return int(text)
-    except ValueError:
-        raise click.BadParameter(f"{text!r}: expected bytes such as 1073741824, 512M or 1G", param_hint="--size") from None
 
 
 @main.command()

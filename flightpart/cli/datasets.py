@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import json
 import os
 import sys
 from typing import Any
 
 import click
+import pyarrow as pa
 
 from .group import (
     CATALOG_OPTION,
@@ -16,6 +19,7 @@ from .group import (
     client_for,
     emit,
     main,
+    parse_size,
     parse_tiling,
     print_table,
 )
@@ -23,29 +27,100 @@ from .group import (
 
 @main.command()
 @click.argument("name")
-@click.argument("file", type=click.Path(exists=True, dir_okay=False))
-@click.option("--tiling", default=None, help="Row blocks x column groups, e.g. 4x1 (default: one row block per node).")
+@click.argument("source")
+@click.option("--format", "fmt", type=click.Choice(["parquet", "csv", "json", "arrow"]), default=None,
+              help="Format of SOURCE (default: from its suffix; an Arrow IPC stream on stdin).")
+@click.option("--partition-size", default="64M", show_default=True,
+              help="Bytes of data per partition (K, M, G); partitions go round-robin to the nodes as SOURCE is read.")
+@click.option("--tiling", default=None,
+              help="Row blocks x column groups, e.g. 4x1: SOURCE is read whole into memory and cut so "
+                   "(default: partitions of --partition-size, cut as SOURCE streams).")
 @click.option("--replicas", default=1, show_default=True, type=int)
 @CATALOG_OPTION
 @JSON_OPTION
-def put(name: str, file: str, tiling: str | None, replicas: int, catalog: str, as_json: bool) -> None:
-    """Store FILE (Parquet, CSV or Arrow IPC) as the next version of NAME."""
+def put(name: str, source: str, fmt: str | None, partition_size: str, tiling: str | None, replicas: int, catalog: str,
+        as_json: bool) -> None:
+    """Store SOURCE as the next version of NAME, read as it streams, in bounded memory.
+
+    SOURCE is a Parquet, CSV, newline-delimited JSON or Arrow IPC file (CSV
+    and JSON also .gz, .zst, .bz2), a directory of them (a Hive layout such as
+    year=2024/ kept as columns), a quoted glob such as 'trips/*.csv.gz', or -
+    for stdin (an Arrow IPC stream, or --format csv|json).
+    """
+    size = parse_size(partition_size, "--partition-size")
+    grid = parse_tiling(tiling)
+    reader = _opened(source, fmt)
+    with client_for(catalog) as client, _put_progress() as (bar, task):
+        def shown(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total or None)
+
+        try:
+            if grid is not None:
+                ds = client.put(name, reader.read_all(), tiling=grid, replicas=replicas, progress=shown)
+            else:
+                stream, rows = _cut_by_bytes(reader, size)
+                ds = client.put(name, stream, replicas=replicas, progress=shown, rows_per_partition=rows)
+        except pa.ArrowInvalid as exc:  # the source itself: a CSV value its column's type cannot hold, a torn file
+            raise click.ClickException(f"{source}: {exc}; nothing was published") from None
+    _published(ds, as_json)
+
+
+def _opened(source: str, fmt: str | None) -> pa.RecordBatchReader:
+    """``source`` open for reading, or a usage error that names it."""
+    from .sources import SourceError, open_source
+
+    try:
+        return open_source(source, fmt)
+    except SourceError as exc:
+        raise click.BadParameter(str(exc), param_hint="SOURCE") from None
+    except (OSError, pa.ArrowInvalid) as exc:
+        raise click.BadParameter(f"{source}: {exc}", param_hint="SOURCE") from None
+
+
+class _ReadAhead:
+    """Up to ``size`` bytes read ahead of a reader (:attr:`ended`: that was all of it)."""
+
+    def __init__(self, reader: pa.RecordBatchReader, size: int):
+        self.schema = reader.schema
+        self.batches: list[pa.RecordBatch] = []
+        self.rest = iter(reader)
+        held = 0
+        for batch in self.rest:
+            self.batches.append(batch)
+            held += batch.nbytes
+            if held > size:
+                self.ended = False
+                return
+        self.ended = True
+
+    def table(self) -> pa.Table:
+        """Everything read, when :attr:`ended`."""
+        return pa.Table.from_batches(self.batches, self.schema)
+
+    def reader(self) -> pa.RecordBatchReader:
+        """The whole source again: the batches read ahead, then the rest."""
+        return pa.RecordBatchReader.from_batches(self.schema, itertools.chain(self.batches, self.rest))
+
+
+def _cut_by_bytes(reader: pa.RecordBatchReader, size: int) -> tuple[pa.RecordBatchReader, int | None]:
+    """``reader`` again (its first batch read ahead) and the rows per partition that make about ``size`` bytes."""
+    first = next(iter(reader), None)
+    if first is None:
+        return reader, None
+    rows = max(1, size * first.num_rows // max(first.nbytes, 1))
+    return pa.RecordBatchReader.from_batches(reader.schema, itertools.chain([first], reader)), rows
+
+
+@contextlib.contextmanager
+def _put_progress():
+    """A byte bar with speed on a terminal's stderr (nothing when stderr is not a terminal)."""
     from rich.console import Console
     from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
 
-    from .export import read_file
-
-    try:
-        table = read_file(file)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="FILE") from None
     progress = Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(), TransferSpeedColumn(),
                         console=Console(stderr=True), transient=True, disable=not sys.stderr.isatty())
-    with client_for(catalog) as client, progress as bar:
-        task = bar.add_task(f"put {name}", total=table.nbytes * replicas)
-        ds = client.put(name, table, tiling=parse_tiling(tiling), replicas=replicas,
-                        progress=lambda done, total: bar.update(task, completed=done, total=total))
-    _published(ds, as_json)
+    with progress as bar:
+        yield bar, bar.add_task("put", total=None)
 
 
 @main.command()
@@ -196,20 +271,30 @@ def rebalance(name: str, nodes: str | None, catalog: str, as_json: bool) -> None
 
 @main.command()
 @click.argument("name")
-@click.argument("file", type=click.Path(exists=True, dir_okay=False))
+@click.argument("source")
+@click.option("--format", "fmt", type=click.Choice(["parquet", "csv", "json", "arrow"]), default=None,
+              help="Format of SOURCE (default: from its suffix; an Arrow IPC stream on stdin).")
+@click.option("--partition-size", default="64M", show_default=True, help="Bytes of new data per partition (K, M, G).")
 @NODES_OPTION
 @CATALOG_OPTION
 @JSON_OPTION
-def append(name: str, file: str, nodes: str | None, catalog: str, as_json: bool) -> None:
-    """Publish NAME's next version: its rows, then FILE's (Parquet, CSV or Arrow IPC); stored rows are not rewritten."""
-    from .export import read_file
-
-    try:
-        table = read_file(file)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="FILE") from None
+def append(name: str, source: str, fmt: str | None, partition_size: str, nodes: str | None, catalog: str,
+           as_json: bool) -> None:
+    """Publish NAME's next version: its rows, then SOURCE's (read as it streams; SOURCE as for put); stored rows are
+    not rewritten."""
+    size = parse_size(partition_size, "--partition-size")
+    reader = _opened(source, fmt)
     with client_for(catalog) as client:
-        _published(client.append(name, table, nodes=_nodes_option(nodes)), as_json)
+        try:
+            ahead = _ReadAhead(reader, size)
+            if ahead.ended:  # small: appended as a frame, with no staging version, so it publishes the next number
+                ds = client.append(name, ahead.table(), nodes=_nodes_option(nodes))
+            else:
+                stream, rows = _cut_by_bytes(ahead.reader(), size)
+                ds = client.append(name, stream, nodes=_nodes_option(nodes), rows_per_partition=rows)
+        except pa.ArrowInvalid as exc:
+            raise click.ClickException(f"{source}: {exc}; nothing was published") from None
+    _published(ds, as_json)
 
 
 @main.command()

@@ -1,5 +1,5 @@
-"""Files in and out of the CLI: a dataset's stream written to a file or stdout batch by batch (Arrow IPC,
-Parquet, CSV), and a file read for ``put``; one table of formats for both.
+"""What ``flightpart get`` writes: a dataset's stream, batch by batch, to a file or stdout (Arrow IPC, Parquet, CSV).
+What ``put`` reads is :mod:`flightpart.cli.sources`.
 
 The format is decided, and the destination checked, before anything is
 read; a file is written under a temporary name and renamed when complete,
@@ -25,8 +25,6 @@ ROW_GROUP_ROWS = 1 << 20
 files a quarter larger and slower to scan)."""
 ROW_GROUP_BYTES = 128 << 20
 """A row group is written early once its batches hold this many bytes, so wide rows keep ``get``'s memory bounded."""
-COMPRESSED = (".gz", ".bz2", ".zst", ".lz4")
-"""Suffixes of compressed files ``put`` reads through (``trips.csv.gz``): the format is the suffix before."""
 FORMATS = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".arrow": "arrow", ".feather": "arrow", ".ipc": "arrow",
            ".arrows": "arrow"}
 STDOUT = "-"
@@ -42,29 +40,6 @@ def choose_format(output: str, fmt: str | None) -> str:
     if suffix not in FORMATS:
         raise ValueError(f"{output}: unknown format {suffix or '(no suffix)'!r}; use .parquet, .csv or .arrow, or --format")
     return FORMATS[suffix]
-
-
-def read_file(path: str) -> pa.Table:
-    """A Parquet, CSV (also compressed: ``.csv.gz``) or Arrow IPC (file or stream) file as a table.
-
-    In a CSV an empty unquoted field is a null and ``""`` an empty string, as
-    ``get`` writes them (and DuckDB and Polars read them), so a dataset's nulls
-    survive a round trip through CSV."""
-    plain = path[: -len(Path(path).suffix)] if Path(path).suffix.lower() in COMPRESSED else path
-    fmt = choose_format(plain, None)
-    if fmt == "csv":
-        return pacsv.read_csv(path, convert_options=pacsv.ConvertOptions(strings_can_be_null=True,
-                                                                         quoted_strings_can_be_null=False))
-    if plain != path:
-        raise ValueError(f"{path}: a compressed {fmt} file; decompress it first (only CSV is read compressed)")
-    if fmt == "parquet":
-        return pq.read_table(path)
-    with pa.memory_map(path) as source:
-        try:
-            return ipc.open_file(source).read_all()
-        except pa.ArrowInvalid:
-            source.seek(0)
-            return ipc.open_stream(source).read_all()
 
 
 def check_destination(output: str) -> None:

@@ -147,6 +147,19 @@ def emit(as_json: bool, record: dict, text: str) -> None:
     click.echo(json.dumps(record) if as_json else text)
 
 
+def parse_size(text: str, option: str) -> int:
+    """Bytes written as 1073741824, 512M, 1G or 64MiB (K, M, G: powers of 1024)."""
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    number = text.strip().upper().removesuffix("IB").removesuffix("B") if text[-1:].isalpha() else text.strip()
+    try:
+        value = int(float(number[:-1]) * units[number[-1]]) if number[-1:] in units else int(number)
+    except (ValueError, IndexError):
+        value = -1
+    if value <= 0:
+        raise click.BadParameter(f"{text!r}: expected bytes such as 1073741824, 512M or 1G", param_hint=option)
+    return value
+
+
 def parse_tiling(value: str | None) -> tuple[int, int] | None:
     if value is None:
         return None

@@ -9,7 +9,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from flightpart.cli.export import ROW_GROUP_ROWS, BatchWriter, read_file
+from flightpart.cli.export import ROW_GROUP_ROWS, BatchWriter
+from flightpart.cli.sources import SourceError, open_source
+
+
+def read_file(path: str) -> pa.Table:
+    return open_source(path).read_all()
 
 
 def _streamed(rows: int, batch_rows: int) -> list[pa.RecordBatch]:
@@ -66,5 +71,5 @@ def test_a_gzipped_csv_is_read_as_csv(tmp_path):
 def test_a_compressed_parquet_name_is_refused_saying_why(tmp_path):
     path = tmp_path / "x.parquet.gz"
     path.write_bytes(gzip.compress(b"not parquet"))
-    with pytest.raises(ValueError, match="decompress it first"):
+    with pytest.raises(SourceError, match="decompress it first"):
         read_file(str(path))
