@@ -217,14 +217,15 @@ class PartitionStore:
             layout.write_atomically(path, known.encode(), self.modes.file)
 
     def _refuse_gone(self, dataset: str, version: int) -> None:
-        """A version that was dropped or aborted takes no file: its number is never used again."""
+        """A version that was dropped or aborted takes no file (its number is never used again) and serves none: a
+        reader of it is told it was dropped (DATASET_NOT_FOUND) or aborted (VERSION_EXPIRED), on every replica alike."""
         kind = self.gone(dataset, version)
         if kind == "aborted":
             raise VersionExpired(f"{dataset} v{version} was aborted (it was pending longer than the catalog's --pending-ttl, "
                                  "or its writer gave it up); nothing of it is kept: put the data again", field="version")
         if kind == "dropped":  # the dataset (or this version) was dropped while it was being written
-            raise DatasetNotFound(f"{dataset} v{version} was dropped; nothing more of it is stored, and its number is never "
-                                  "used again", field="version")
+            raise DatasetNotFound(f"{dataset} v{version} was dropped; nothing of it is stored any more, and its number is "
+                                  "never used again (`flightpart ls` lists what can be read)", field="version")
 
     # ------------------------------------------------------------------ paths
 
@@ -434,6 +435,7 @@ class PartitionStore:
             self.verify(dataset, version, part)
             return self.maps.get(self.path(dataset, version, part))
         except FileNotFoundError:
+            self._refuse_gone(dataset, version)  # dropped (or aborted): said so, not "not on this node"
             raise PartitionMissing(f"partition {part} of dataset {dataset!r} version {version} is not on this node",
                                    field="ticket.part") from None
 

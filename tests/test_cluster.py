@@ -370,3 +370,18 @@ def test_the_in_process_test_cluster_streams_over_sockets_like_any_other(tmp_pat
         assert after["bytes_received"] - before["bytes_received"] >= table.nbytes
         assert after["bytes_mapped"] == before["bytes_mapped"]
         assert sum(client.stats(n.uri)["bytes_sent"] for n in c.nodes) >= table.nbytes
+
+
+def test_reading_a_version_dropped_after_it_was_opened_says_it_was_dropped(cluster):
+    with fp.connect(cluster.uri, host="127.0.0.9") as client:
+        client.put("dropped-under", make_table(3000, 3), tiling=(3, 1))
+        client.put("dropped-under", make_table(300, 4), tiling=(3, 1))
+        old = client.open("dropped-under", version=1)
+        client.drop("dropped-under", 1)
+        with pytest.raises(fp.DatasetNotFound, match="v1 was dropped") as caught:
+            old.to_arrow()
+        assert caught.value.code == "DATASET_NOT_FOUND"  # not UNAVAILABLE: no replica is down, the version is gone
+        latest = client.open("dropped-under")
+        client.drop("dropped-under")
+        with pytest.raises(fp.DatasetNotFound, match="v2 was dropped"):
+            latest.to_arrow()
