@@ -15,6 +15,7 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 
 class Daemon:
@@ -95,7 +96,27 @@ class Daemon:
             os.unlink(self.log_path)
 
 
-class LocalCluster:
+class Cluster:
+    """What every cluster on this machine offers a test or a demo: the catalog's URI, its nodes, a ``with`` block."""
+
+    catalog: Any
+    nodes: list
+
+    @property
+    def uri(self) -> str:
+        return self.catalog.uri
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+class LocalCluster(Cluster):
     """A catalog and nodes on 127.0.0.x as child processes: one machine playing several hosts."""
 
     def __init__(self, root: Path, nodes: int = 3, *, first_ip: int = 2, heartbeat: float = 1.0, dead_after: float = 10.0,
@@ -131,17 +152,7 @@ class LocalCluster:
         self.nodes.append(node)
         return node
 
-    @property
-    def uri(self) -> str:
-        return self.catalog.uri
-
     def stop(self) -> None:
         for node in self.nodes:
             node.stop()
         self.catalog.stop()
-
-    def __enter__(self) -> "LocalCluster":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop()

@@ -17,6 +17,8 @@ from pathlib import Path
 from flightpart.server.catalog import CatalogServer
 from flightpart.server.node import NodeServer
 
+from .cluster import Cluster
+
 
 class InProcessNode:
     """One node server of an :class:`InProcessCluster`, named as a :class:`~flightpart.local.cluster.Daemon` is."""
@@ -40,7 +42,7 @@ class InProcessNode:
         self.server.shutdown()
 
 
-class InProcessCluster:
+class InProcessCluster(Cluster):
     """A catalog on 127.0.0.1 and ``nodes`` nodes on 127.0.0.``first_ip``, ``first_ip + 1``, ... in this process."""
 
     def __init__(self, root: Path, nodes: int = 3, *, first_ip: int = 2, heartbeat: float = 1.0, dead_after: float = 10.0,
@@ -68,10 +70,6 @@ class InProcessCluster:
         server.register()
         return node
 
-    @property
-    def uri(self) -> str:
-        return self.catalog.uri
-
     def stop(self) -> None:
         """Nodes first, then the catalog; each stops once."""
         for node in self.nodes:
@@ -80,9 +78,3 @@ class InProcessCluster:
         if self.catalog is not None:
             self.catalog.shutdown()
             self.catalog = None  # type: ignore[assignment]
-
-    def __enter__(self) -> InProcessCluster:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
