@@ -190,6 +190,14 @@ class CatalogServer(ServiceBase):
             version = self.state.latest(name) if version is None else version
             return self._cached_info(name, version, credential.expiry)
 
+    def get_schema(self, context: Any, descriptor: flight.FlightDescriptor) -> flight.SchemaResult:
+        """A dataset's schema (``[name]`` or ``[name, version]``), as plain Flight clients ask for it."""
+        with boundary(log, "get_schema", self.telemetry, context):
+            credential = authorize(context, "read")
+            name, version = parse_dataset_path(descriptor)
+            version = self.state.latest(name) if version is None else version
+            return flight.SchemaResult(self._cached_info(name, version, credential.expiry).schema)
+
     MAX_CACHED_INFOS = 4096
     """FlightInfos kept at once (one per version and capability expiry); past it the cache starts afresh."""
 

@@ -153,6 +153,11 @@ def test_a_plain_pyarrow_flight_client_reads_the_dataset(cluster, dataset):
         pieces.append(pa.Table.from_batches(batches))
     assert pa.concat_tables(pieces).equals(table)
     assert stats() - before == received_batches  # the nodes count what they stream
+    assert catalog.get_schema(flight.FlightDescriptor.for_path("locality")).schema.equals(table.schema)
+    assert catalog.get_schema(flight.FlightDescriptor.for_path("locality", "1")).schema.equals(table.schema)
+    with pytest.raises(pa.ArrowException, match="no dataset named 'no-such-set'"):
+        catalog.get_schema(flight.FlightDescriptor.for_path("no-such-set"))
+    assert catalog.get_schema(flight.FlightDescriptor.for_path("locality")).schema.equals(table.schema)  # still serving
 
 
 def test_row_slices_and_projections_move_only_what_they_need(cluster, dataset):
