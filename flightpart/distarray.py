@@ -57,6 +57,12 @@ def _int(value: Any, field: str, minimum: int | None = 0) -> int:
     return int(value)
 
 
+def _as_array(buffer: Any) -> np.ndarray:
+    """The buffer as an array of its own shape: through the buffer protocol, so ``b''`` is 1-D (0 elements) as
+    the protocol sees it, not NumPy's 0-d array of one empty string."""
+    return buffer if isinstance(buffer, np.ndarray) else np.asarray(memoryview(buffer))
+
+
 def _buffer_shape(buffer: Any) -> tuple[int, ...]:
     try:
         return tuple(memoryview(buffer).shape)
@@ -212,6 +218,10 @@ def _as_09(dim: dict) -> dict:
     """A 0.10 dimension in 0.9's terms: a block's ``[start, stop)`` without its communication padding."""
     if dim["dist_type"] != "b" or "padding" not in dim:
         return dim
+    if dim["proc_grid_size"] == 1 and dim["stop"] - dim["start"] == dim["size"]:
+        # one process spanning the whole dimension (undistributed): even periodic, its padding holds rows it owns,
+        # counted in ``size`` (boundary padding), never copies of a neighbour's; read as padding, it left a gap
+        return {**dim, "padding": (0, 0)}
     lo, hi = _comm_padding(dim)
     return {**dim, "start": dim["start"] + lo, "stop": dim["stop"] - hi}
 
@@ -380,7 +390,7 @@ def to_partitioned(daps: Sequence[Any], locations: Sequence[tuple] | None = None
                                "at least one dimension; reshape it to (1,) to import it")
     pieces = []  # (global start, global stop, buffer index, rank, halo)
     for rank, dap in enumerate(checked):
-        buffer = np.asarray(dap["buffer"])
+        buffer = _as_array(dap["buffer"])
         per_dim = [_segments(dim) for dim in dap["dim_data"]]
         halo = tuple(h for _, h in per_dim)
         for combo in product(*(segs for segs, _ in per_dim)):

@@ -301,3 +301,20 @@ def test_version_rules_differ_where_the_spec_does():
     assert distarray.validate(scalar) is scalar  # 0-d is valid DAP
     with pytest.raises(fp.PartitionedError, match="a 0-d array .* is valid, but __partitioned__ describes at least one"):
         distarray.to_partitioned([scalar])
+
+
+def test_the_empty_dict_alias_of_an_undistributed_dimension_imports_by_its_buffer():
+    for buffer, expected in ((b"", []), (b"abc", [97, 98, 99])):
+        imported = distarray.to_partitioned([{"__version__": "0.10.0", "buffer": buffer, "dim_data": ({},)}])
+        part = imported.__partitioned__
+        assert part["shape"] == (len(expected),) and part["partition_tiling"] == (1,)
+        assert np.asarray(part["partitions"][(0,)]["data"]).tolist() == expected
+
+
+def test_padding_of_a_periodic_block_over_one_process_is_owned_data_not_a_gap():
+    dim = {"dist_type": "b", "size": 10, "proc_grid_size": 1, "proc_grid_rank": 0, "start": 0, "stop": 10,
+           "padding": (2, 2), "periodic": True}
+    imported = distarray.to_partitioned([{"__version__": "0.10.0", "buffer": np.arange(10.0), "dim_data": (dim,)}])
+    part = imported.__partitioned__
+    assert part["shape"] == (10,) and np.asarray(part["partitions"][(0,)]["data"]).tolist() == list(np.arange(10.0))
+    assert imported.halos[(0,)] == ((0, 0),)  # nothing of it is a neighbour's
