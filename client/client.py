@@ -248,7 +248,7 @@ class Client:
 
     def _published(self, name: str, version: int) -> bool:
         try:
-            self._version_info(name, version)
+            self.info(name, version)
             return True
         except DatasetNotFound:
             return False
@@ -442,7 +442,7 @@ class Client:
     def _repartition_latest(self, name: str, grid: tuple[int, int], nodes: Sequence[str] | None,
                             replicas: int | None) -> Dataset:
         """One try of :meth:`repartition`, planned from the latest version and committed on top of it only."""
-        source = self._version_info(name)
+        source = self.info(name)
         if grid[1] > max(source.shape[1], 1):
             raise ValueError(f"tiling {grid}: {source.shape[1]} columns cannot make {grid[1]} column groups")
         replicas = reshape.replicas_of(source) if replicas is None else replicas
@@ -476,7 +476,7 @@ class Client:
 
     def _rebalance_latest(self, name: str, nodes: Sequence[str] | None) -> Dataset:
         """One try of :meth:`rebalance`, planned from the latest version and committed on top of it only."""
-        source = self._version_info(name)
+        source = self.info(name)
         live = self._target_nodes(nodes)
         holders = {p.position: [uri for uri, _ip, _pid in p.replicas] for p in source.parts}
         placed = balanced({p.position: p.nbytes for p in source.parts}, holders, [n["uri"] for n in live])
@@ -528,7 +528,7 @@ class Client:
     def _append_stream(self, name: str, stream: pa.RecordBatchReader, nodes: Sequence[str] | None,
                        rows_per_partition: int | None) -> Dataset:
         """A stream's rows stored once under a staging version, then linked into a version on top of the latest."""
-        source = self._version_info(name)
+        source = self.info(name)
         replicas = reshape.replicas_of(source)
         targets = self._targets_for(nodes, replicas)
         groups = source.grid[1]
@@ -548,7 +548,7 @@ class Client:
     def _append_staged(self, name: str, schema: pa.Schema, groups: int, staging: int, staged: list[CommitPart],
                        uri_of: dict[str, str]) -> Dataset:
         """One try of a stream append: the latest version's partitions and the staged ones, committed on top of it."""
-        source = self._version_info(name)
+        source = self.info(name)
         if not source.schema.equals(schema) or source.grid[1] != groups:
             raise VersionConflict(f"{name}: v{source.version}, committed while the stream was stored, has other columns "
                                   "or column groups than the stream was cut for; nothing was published, append it again",
@@ -570,7 +570,7 @@ class Client:
 
     def _append_latest(self, name: str, table: pa.Table, nodes: Sequence[str] | None) -> Dataset:
         """One try of a frame :meth:`append` onto the latest version, committed on top of it only."""
-        source = self._version_info(name)
+        source = self.info(name)
         kept = reshape.live_holders(source, [n for n in self.nodes() if n["alive"]])
         replicas = reshape.replicas_of(source)
         targets = self._targets_for(nodes, replicas)
@@ -615,7 +615,7 @@ class Client:
     def _exists(self, name: str, version: int | None = None) -> bool:
         """False only when the catalog says ``name`` (``version``, default the latest) does not exist."""
         try:
-            self._version_info(name, version)
+            self.info(name, version)
         except DatasetNotFound:
             return False
         except FlightpartError:
@@ -634,8 +634,9 @@ class Client:
 
     # ------------------------------------------------------------------ open
 
-    def _version_info(self, name: str, version: int | None = None) -> VersionInfo:
-        """What the catalog says of the latest committed version of ``name`` (or ``version``)."""
+    def info(self, name: str, version: int | None = None) -> VersionInfo:
+        """What the catalog says of the latest committed version of ``name`` (or ``version``): its schema, shape,
+        tiling and each partition's replicas, without opening it (what a tool or a test checks placement with)."""
         path = dataset_path(check_name(name), version)
         with translated():
             info = self.pool.client(self.uri).get_flight_info(flight.FlightDescriptor.for_path(*path),
@@ -654,7 +655,7 @@ class Client:
         """
         if (halo is not None or periodic) and rank is None and nranks is None:
             raise ValueError("halo= and periodic= need the SPMD view: pass rank= and nranks= too")
-        version_info = self._version_info(name, version)
+        version_info = self.info(name, version)
         # what the dataset's get carries: a capability for this version alone when the cluster issues one
         reader = dataclasses.replace(self.access, token=version_info.capability) if version_info.capability else self.access
         ds = Dataset.from_version(version_info, FlightGet(self.host, reader, self.idle_timeout, self.compression,

@@ -99,6 +99,20 @@ class Dataset:
 
     # ------------------------------------------------------------------ views
 
+    @property
+    def rank(self) -> int | None:
+        """This process's rank in an SPMD view (``client.open(name, rank=r, nranks=n)``), else None."""
+        return self._spmd[0] if self._spmd is not None else None
+
+    @property
+    def nranks(self) -> int | None:
+        """How many ranks share an SPMD view, else None."""
+        return self._spmd[1] if self._spmd is not None else None
+
+    def global_view(self) -> "Dataset":
+        """This view (its columns, rows and filter) as every rank sees it: without the SPMD rank and halos."""
+        return self._derive(spmd=None, halo=None)
+
     def select(self, columns: Sequence[str]) -> "Dataset":
         """A view with only ``columns``; other column groups are never fetched."""
         names = self._data_names()

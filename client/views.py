@@ -101,7 +101,7 @@ class PartitionedView:
             raise ValueError(f"frames must be one of {FRAMES}, got {frames!r}")
         if location not in LOCATIONS:
             raise ValueError(f"location must be one of {LOCATIONS}, got {location!r}")
-        if location == "rank" and dataset._spmd is None:
+        if location == "rank" and dataset.rank is None:
             raise PartitionedError("location='rank' needs the SPMD view: client.open(name, rank=r, nranks=n)")
         if one_per_rank and location != "rank":
             raise ValueError("one_per_rank regroups the grid by rank: pass location='rank'")
@@ -124,7 +124,7 @@ class PartitionedView:
         if self.one_per_rank:
             return self._per_rank()
         d = dict(self.dataset.__partitioned__)
-        nranks = self.dataset._spmd[1] if self.dataset._spmd is not None else None
+        nranks = self.dataset.nranks
         parts = {}
         for pos, entry in d["partitions"].items():
             entry = dict(entry)
@@ -140,8 +140,8 @@ class PartitionedView:
 
     def _per_rank(self) -> dict:
         """One row block per rank over every column; only this rank's ``data`` is set."""
-        rank, nranks = self.dataset._spmd
-        whole = self.dataset._derive(spmd=None, halo=None)
+        rank, nranks = self.dataset.rank, self.dataset.nranks
+        whole = self.dataset.global_view()
         rows, cols = whole.shape
         parts = {}
         for r in range(nranks):

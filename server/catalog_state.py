@@ -136,6 +136,11 @@ class CatalogState:
 
     # ------------------------------------------------------------------ identity
 
+    @property
+    def rows_written(self) -> int:
+        """Rows the database has written since it was opened (what shows heartbeats are kept in memory, then batched)."""
+        return self._db.total_changes
+
     def cluster(self) -> str | None:
         """This cluster's identity, once known."""
         with self._lock:

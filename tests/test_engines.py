@@ -100,12 +100,12 @@ def test_two_hosts_two_nodes_and_a_put_that_never_passes_through_the_driver(two_
         ddf = dc.persist(dd.from_pandas(df, npartitions=4))
         holders = [fp.dask.host_of(h[0]) for h in fp.dask.partitioned(ddf, client=dc).holders]
         before = {n["uri"]: observer.stats(n["uri"])["bytes_received"] for n in client.nodes()}
-        assert set(client.pool._clients) == {client.uri}
+        assert client.pool.connected() == {client.uri}
         ds = client.put("no-driver-bytes", ddf)
         # each partition went to the node on its holder's host ...
         assert [p["location"][0][0] for _, p in sorted(ds.__partitioned__["partitions"].items())] == holders
         # ... straight from the worker: the driver opened no connection to any node while putting
-        assert set(client.pool._clients) == {client.uri}
+        assert client.pool.connected() == {client.uri}
         received = sum(observer.stats(u)["bytes_received"] - b for u, b in before.items())
         assert received >= pa.Table.from_pandas(df, preserve_index=False).nbytes
         # and the reads run where the data is: nothing is streamed

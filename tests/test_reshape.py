@@ -46,7 +46,7 @@ def delta(after: dict, before: dict, key: str) -> dict[str, int]:
 def held_rows(client, name: str, version: int) -> dict[str, int]:
     """Rows of ``version`` each node holds (once per partition it holds)."""
     out: dict[str, int] = {}
-    for p in client._version_info(name, version).parts:
+    for p in client.info(name, version).parts:
         for uri, _ip, _pid in p.replicas:
             out[uri] = out.get(uri, 0) + p.shape[0]
     return out
@@ -91,7 +91,7 @@ def test_repartition_keeps_pandas_index_columns_and_replicas(client):
                          index=pd.Index(np.arange(100, 130), name="key"))
     client.put("rp-pandas", frame, tiling=(2, 3))
     ds = client.repartition("rp-pandas", tiling=(5, 2), replicas=2)
-    assert all(len(p.replicas) == 2 for p in client._version_info("rp-pandas", ds.version).parts)
+    assert all(len(p.replicas) == 2 for p in client.info("rp-pandas", ds.version).parts)
     pd.testing.assert_frame_equal(ds.to_pandas(), frame)
     back = client.repartition("rp-pandas", tiling=(1, 1))
     pd.testing.assert_frame_equal(back.to_pandas(), frame)
@@ -119,7 +119,7 @@ def test_repartition_reads_from_another_replica_when_a_holder_is_frozen(cluster,
     finally:
         os.kill(frozen.pid, signal.SIGCONT)
     assert ds.to_arrow().equals(source)
-    assert {uri for p in client._version_info("rp-frozen", ds.version).parts for uri, _ip, _pid in p.replicas} <= set(live)
+    assert {uri for p in client.info("rp-frozen", ds.version).parts for uri, _ip, _pid in p.replicas} <= set(live)
 
 
 def test_a_target_node_killed_mid_repartition_publishes_nothing(tmp_path):
@@ -208,7 +208,7 @@ class LyingNode(flight.FlightServerBase):
     ((HeldPartition("d", 2, (0, 0), rows=7),), "built partition \\(0, 0\\) with 7 rows, planned 10"),
 ])
 def test_receipts_that_do_not_match_the_plan_fail_the_operation(client, receipts, message):
-    source = client._version_info("rp-receipts", client.put("rp-receipts", table(10), tiling=(1, 1)).version)
+    source = client.info("rp-receipts", client.put("rp-receipts", table(10), tiling=(1, 1)).version)
     with LyingNode(receipts) as liar:
         node = {"uri": f"grpc://127.0.0.1:{liar.port}", "node_id": "liar"}
         with pytest.raises(fp.RequestRejected, match=message):
@@ -226,7 +226,7 @@ def test_halos_are_the_neighbours_rows_and_local_neighbours_are_mapped(cluster, 
     with fp.connect(cluster.uri, host=host) as c:
         if name not in [d["name"] for d in c.list()]:
             c.put(name, source, tiling=(5, 1))
-        info = c._version_info(name)
+        info = c.info(name)
         sizes = [p.shape[0] for p in info.parts]
         starts = [p.start[0] for p in info.parts]
         local_node = next(uri for p in info.parts for uri, ip, _pid in p.replicas if ip == host)
@@ -290,7 +290,7 @@ def test_append_writes_only_the_new_rows_and_shares_the_old_files(cluster, clien
     assert 0 < received <= more.nbytes * 1.05  # only the new rows travelled
     assert sum(delta(after, before, "pulled_bytes").values()) == 0
     assert sum(delta(after, before, "partitions_linked").values()) == 3
-    info = client._version_info("app", new.version)
+    info = client.info("app", new.version)
     for p in info.parts[:3]:  # the old partitions are the very same files (one inode, two names)
         (uri, ip, _pid), = p.replicas
         root = cluster.root / f"node-{ip}"
@@ -343,7 +343,7 @@ def test_rebalance_after_a_node_joins(tmp_path):
         new = client.rebalance("rb")
         after = node_stats(client)
         assert new.version > old.version and new.to_arrow().equals(source)
-        parts = client._version_info("rb", new.version).parts
+        parts = client.info("rb", new.version).parts
         load: dict[str, int] = {}
         for p in parts:
             for uri, _ip, _pid in p.replicas:

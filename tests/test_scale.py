@@ -33,14 +33,14 @@ def test_heartbeats_are_kept_in_memory_and_written_in_batches(tmp_path):
     state = CatalogState(tmp_path / "c.sqlite", dead_after=5.0)
     for k in range(50):
         state.register_node(f"n{k}", f"grpc://10.0.0.{k}:1", f"10.0.0.{k}", k, None, [])
-    writes = state._db.total_changes
+    writes = state.rows_written
     for _ in range(20):
         for k in range(50):
             assert state.heartbeat(f"n{k}", 1 << 30, False)
-    assert state._db.total_changes == writes  # 1,000 heartbeats, no write to the database
+    assert state.rows_written == writes  # 1,000 heartbeats, no write to the database
     assert all(n.alive for n in state.nodes())
     state.flush_heartbeats()
-    assert state._db.total_changes == writes + 50  # one row per node, in one transaction
+    assert state.rows_written == writes + 50  # one row per node, in one transaction
     assert not state.heartbeat("stranger")  # an unknown node is told to register
     state.must_register("n3")
     assert not state.heartbeat("n3")

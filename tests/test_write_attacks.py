@@ -227,7 +227,7 @@ def test_the_catalog_refuses_a_commit_on_a_stale_base_or_behind_a_newer_version(
     """The check itself, step by step: a version built from v1 cannot be published once v1 is no longer the latest."""
     a, b = writers
     a.put("stale-base", rows(0, 60), tiling=(2, 1))
-    source = a._version_info("stale-base")
+    source = a.info("stale-base")
     version = VersionReply.from_json(a.call("begin", DatasetRef("stale-base"))).version
     spans = {p.position: (p.start[0], p.start[0] + p.shape[0]) for p in source.parts}
     holders = reshape.live_holders(source, [n for n in a.nodes() if n["alive"]])

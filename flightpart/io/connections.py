@@ -76,6 +76,11 @@ class ConnectionPool:
                 delay = min(delay * 2, 0.5)
         return loads(results[0].body.to_pybytes(), f"reply to {name}") if results else None
 
+    def connected(self) -> set[str]:
+        """The URIs this pool holds an open connection to (which servers a call went to, for tools and tests)."""
+        with self._lock:
+            return set(self._clients)
+
     def discard(self, uri: str) -> None:
         """Forget a connection that failed, so the next call dials again."""
         with self._lock:

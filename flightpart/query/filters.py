@@ -43,7 +43,7 @@ class Filter:
             raise TypeError(f"a filter is a pyarrow.compute.Expression (e.g. pc.field('x') > 0), got {type(expression).__qualname__}")
         columns = referenced_columns(expression, schema)
         bound = pa.schema([schema.field(c) for c in columns])
-        raw = _serialize(expression, bound if columns else pa.schema([]))
+        raw = serialize(expression, bound if columns else pa.schema([]))
         return cls(expression, columns, raw)
 
 
@@ -56,7 +56,9 @@ def conjunction(terms: Sequence[pc.Expression]) -> pc.Expression | None:
     return out
 
 
-def _serialize(expression: pc.Expression, schema: pa.Schema) -> bytes:
+def serialize(expression: pc.Expression, schema: pa.Schema) -> bytes:
+    """``expression`` bound to ``schema`` as the Substrait bytes a ticket carries (any expression: whether it is a
+    filter, a boolean, is the node's to check when it applies it)."""
     try:
         return bytes(substrait.serialize_expressions([expression], ["filter"], schema))
     except (pa.ArrowException, TypeError, ValueError) as exc:

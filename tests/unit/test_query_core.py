@@ -53,7 +53,7 @@ def test_a_node_refuses_filters_that_do_not_fit_its_partition():
         with pytest.raises(fp.RequestRejected) as info:
             filters.apply(pa.table({"a": [1]}), junk)
         assert info.value.field == "ticket.filter"
-    non_boolean = filters._serialize(F("a") + 1, schema)
+    non_boolean = filters.serialize(F("a") + 1, schema)
     with pytest.raises(fp.RequestRejected):
         filters.apply(pa.table({"a": [1]}), non_boolean)
 
