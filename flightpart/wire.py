@@ -7,7 +7,7 @@ nothing received is ever unpickled: every byte from the network goes
 through ``json.loads`` (or Arrow IPC for schemas) and a shape check.
 
 A new action starts here: a :class:`Message` subclass naming its fields and
-their parsers, with a round-trip test in ``tests/test_wire.py``.
+their parsers, with a round-trip test in ``tests/unit/test_wire.py``.
 """
 
 from __future__ import annotations
