@@ -328,20 +328,24 @@ def test_once_drop_returns_no_node_serves_the_version_and_maps_are_released(clus
         readers = [threading.Thread(target=read_forever) for _ in range(4)]
         for t in readers:
             t.start()
-        time.sleep(0.5)
-        assert ds.to_arrow().num_rows == 60_000
-        client.drop("gone")
-        served = 0
-        for ref in refs:  # right after drop returns
-            try:
-                flight.connect(ref.replicas[0][0]).do_get(ref.ticket()).read_all()
-                served += 1
-            except flight.FlightError as exc:
-                assert code_of(exc) == "PARTITION_MISSING"
-        stop.set()
-        for t in readers:
-            t.join()
+        served, refused = 0, []
+        try:
+            time.sleep(0.5)
+            assert ds.to_arrow().num_rows == 60_000
+            client.drop("gone")
+            for ref in refs:  # right after drop returns
+                try:
+                    flight.connect(ref.replicas[0][0]).do_get(ref.ticket()).read_all()
+                    served += 1
+                except flight.FlightError as exc:
+                    refused.append((code_of(exc), str(exc)))
+        finally:
+            stop.set()
+            for t in readers:
+                t.join()
         assert served == 0 and errors == []
+        # each node says the version was dropped (its tombstone), not merely that it does not hold the partition
+        assert all(code == "DATASET_NOT_FOUND" and "was dropped" in text for code, text in refused), refused[:2]
         for node in c.nodes:
             wait_until(lambda node=node: not deleted_maps(node.pid, c.root), 10, "the node to release maps of dropped files")
         assert deleted_maps(os.getpid(), c.root) == []
