@@ -289,3 +289,23 @@ def test_a_get_killed_mid_write_leaves_no_file_under_the_output_name(cluster, tm
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     assert not out.exists()  # a reader of copy.parquet never sees half of it
+
+
+def test_head_and_get_limit_move_only_the_rows_they_show(cluster, sales):
+    with fp.connect(cluster.uri, host="127.0.0.9") as client:
+        ds = client.open("sales")
+        before = counters(cluster)
+        assert ds.head(5).equals(sales[:5])
+        assert moved(cluster, before)["rows_sent"] == 5  # not the 10,000 rows of the first row block
+        filtered = ds.filter("units = 3")
+        before = counters(cluster)
+        assert filtered.head(4).equals(sales.filter(F("units") == 3)[:4])
+        assert moved(cluster, before)["rows_sent"] <= 4 * 9  # at most the rows asked of each row block
+        with pytest.raises(TypeError, match=r"ds.select\(\['amount'\]\)"):
+            ds["amount"]
+    before = counters(cluster)
+    out = subprocess.run([sys.executable, "-m", "flightpart", "get", "sales", "--catalog", cluster.uri, "--client-host",
+                          "127.0.0.9", "--limit", "3", "-o", "-"], capture_output=True, timeout=120)
+    assert out.returncode == 0, out.stderr.decode()[-2000:]
+    assert ipc.open_stream(pa.py_buffer(out.stdout)).read_all().equals(sales[:3])
+    assert moved(cluster, before)["rows_sent"] == 3

@@ -151,6 +151,8 @@ def get(name: str, output: str, fmt: str | None, columns: str | None, where: str
             ds = ds.select([c.strip() for c in columns.split(",") if c.strip()])
         if where:
             ds = ds.filter(where)
+        if limit is not None:  # a row slice: the nodes send those rows only, not whole partitions cut here
+            ds = ds[:limit]
         reader = ds.to_reader()
         writer = BatchWriter(output, fmt, reader.schema)
         total = limit if limit is not None else (ds.shape[0] if where is None else None)
