@@ -130,7 +130,7 @@ def test_a_reader_keeps_its_version_and_drop_frees_every_file(small_cluster):
         client.drop("vers", 1)
         for k in range(3):
             assert not (c.root / f"node-127.0.0.{12 + k}" / "datasets" / "vers" / "v1").exists()
-        with pytest.raises(fp.NodeUnavailable):
+        with pytest.raises(fp.DatasetNotFound, match="v1 was dropped"):
             reader.to_arrow()  # a clear error, never other data
         with pytest.raises(fp.DatasetNotFound, match="has no version 1"):
             client.open("vers", 1)
