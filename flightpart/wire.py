@@ -982,19 +982,3 @@ class HeartbeatReply(Message):
 
 
 # --------------------------------------------------------------------------- credentials
-# Roles, capabilities and signatures live in flightpart.tokens; their names stay importable from here.
-from .tokens import (  # noqa: E402, F401
-    CAPABILITY,
-    ROLES,
-    TOKEN_PREFIX,
-    Credential,
-    VerifyKey,
-    role_token,
-    signed_capability,
-    verify_token,
-)
-
-
-def capability(secret: bytes, dataset: str, version: int, expiry: int) -> str:
-    """A bearer token that reads one dataset version and nothing else, until ``expiry``."""
-    return signed_capability(secret, check_name(dataset), version, expiry)
