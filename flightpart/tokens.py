@@ -126,7 +126,7 @@ def role_token(secret: bytes, role: str, name: str, expiry: int = 0) -> str:
 def signed_capability(secret: bytes, dataset: str, version: int, expiry: int) -> str:
     """A bearer token that reads one dataset version and nothing else, until ``expiry``.
 
-    ``dataset`` must be a checked name: :func:`flightpart.wire.capability` checks it (names are the wire's rule)."""
+    ``dataset`` must be a checked name: :func:`capability` checks it (names are the wire's rule)."""
     body = f"{TOKEN_PREFIX}:{CAPABILITY}:{dataset}@{int(version)}:{int(expiry)}"
     return f"{body}:{_sign(secret, _TOKEN_CONTEXT, body)}"
 
@@ -188,3 +188,10 @@ def manifest_signed(keys: Keys, manifest_json: dict, signature: str | None) -> b
 
 def _canonical(body: dict) -> str:
     return json.dumps({k: v for k, v in body.items() if k != "signature"}, sort_keys=True, separators=(",", ":"))
+
+
+def capability(secret: bytes, dataset: str, version: int, expiry: int) -> str:
+    """A bearer token that reads one dataset version and nothing else, until ``expiry``."""
+    from .wire import check_name  # the one rule for names; the wire does not import tokens
+
+    return signed_capability(secret, check_name(dataset), version, expiry)

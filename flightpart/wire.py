@@ -187,9 +187,13 @@ def p_message(cls: type["Message"]) -> Parser:
     return parse_message
 
 
-def _field(parse: Parser, default: Any = MISSING, encode: Callable[[Any], Any] | None = None) -> Any:
-    """A message field: how to parse it from JSON and, when not the generic way, how to write it."""
-    return field(default=default, metadata={"parse": parse, "encode": encode or _to_json})
+def _field(parse: Parser, default: Any = MISSING, encode: Callable[[Any], Any] | None = None, *,
+           omitted_when_none: bool = False) -> Any:
+    """A message field: how to parse it from JSON and, when not the generic way, how to write it.
+
+    ``omitted_when_none``: the key is left out while the value is None (a field added to a message that is
+    also read by plain Flight clients, as a ticket is, keeps the bytes of messages that do not use it)."""
+    return field(default=default, metadata={"parse": parse, "encode": encode or _to_json, "omitted": omitted_when_none})
 
 
 def _to_json(value: Any) -> Any:
@@ -225,7 +229,12 @@ class Message:
         return known
 
     def to_json(self) -> dict:
-        return {name: f.metadata["encode"](getattr(self, name)) for name, f in self._fields().items()}
+        out = {}
+        for name, f in self._fields().items():
+            value = getattr(self, name)
+            if value is not None or not f.metadata["omitted"]:
+                out[name] = f.metadata["encode"](value)
+        return out
 
     def encode(self) -> bytes:
         return dumps(self.to_json())
@@ -310,64 +319,6 @@ class Aggregate(Message):
     by: tuple[str, ...] = _field(p_list(p_str, 100), ())
 
 
-@dataclass(frozen=True)
-class Ticket:
-    """What a ``do_get`` asks for: one partition, optionally projected, sliced, filtered or aggregated.
-
-    The node applies, in order: ``rows`` (a row range of the partition),
-    ``filter`` (Substrait bytes, see :mod:`flightpart.query.filters`), ``matched``
-    (a range of the rows the filter kept), ``columns``, then ``aggregate``.
-    """
-
-    dataset: str
-    version: int
-    part: tuple[int, int]
-    columns: tuple[str, ...] | None = None
-    rows: tuple[int, int] | None = None
-    filter: bytes | None = None
-    matched: tuple[int, int] | None = None
-    aggregate: Aggregate | None = None
-    compression: str | None = None  # a codec the reader accepts on the wire (flightpart.io.compression)
-
-    MAX_BYTES: ClassVar[int] = 1 << 20
-
-    def encode(self) -> bytes:
-        body: dict[str, Any] = {
-            "dataset": self.dataset,
-            "version": self.version,
-            "part": list(self.part),
-            "columns": list(self.columns) if self.columns is not None else None,
-            "rows": list(self.rows) if self.rows is not None else None,
-        }
-        if self.filter is not None:  # absent unless used: tickets of plain reads stay as they were
-            body["filter"] = base64.b64encode(self.filter).decode()
-        if self.matched is not None:
-            body["matched"] = list(self.matched)
-        if self.aggregate is not None:
-            body["aggregate"] = self.aggregate.to_json()
-        if self.compression is not None:
-            body["compression"] = self.compression
-        return dumps(body)
-
-    @classmethod
-    def decode(cls, raw: bytes) -> "Ticket":
-        if len(raw) > cls.MAX_BYTES:
-            raise LimitExceeded(f"ticket: {len(raw)} bytes is more than the {cls.MAX_BYTES} allowed", field="ticket")
-        body = _TicketBody.from_json(loads(raw, "ticket"), "ticket")
-        for name in ("rows", "matched"):
-            span = getattr(body, name)
-            if span is not None and span[1] < span[0]:
-                raise RequestRejected(f"ticket.{name}: stop {span[1]} is before start {span[0]}", field=f"ticket.{name}")
-        if body.columns is not None and len(set(body.columns)) != len(body.columns):
-            raise RequestRejected("ticket.columns: a column is named twice", field="ticket.columns")
-        if body.part[0] >= 1 << 31 or body.part[1] >= 1 << 31:
-            raise RequestRejected(f"ticket.part: {list(body.part)} is outside any grid", field="ticket.part")
-        if body.matched is not None and body.filter is None:
-            raise RequestRejected("ticket.matched: a range of matched rows needs a filter", field="ticket.matched")
-        return cls(body.dataset, body.version, body.part, body.columns, body.rows, body.filter, body.matched, body.aggregate,
-                   body.compression)
-
-
 WIRE_CODECS = ("zstd", "lz4")
 """Codecs a reader may accept on the wire: Arrow IPC body compression, which any Arrow reader decompresses."""
 
@@ -387,17 +338,56 @@ def p_base64(value: Any, where: str) -> bytes:
         raise RequestRejected(f"{where}: not base64", field=where) from None
 
 
+def _base64_text(value: bytes) -> str:
+    return base64.b64encode(value).decode()
+
+
 @dataclass(frozen=True)
-class _TicketBody(Message):
+class Ticket(Message):
+    """What a ``do_get`` asks for: one partition, optionally projected, sliced, filtered or aggregated.
+
+    The node applies, in order: ``rows`` (a row range of the partition),
+    ``filter`` (Substrait bytes, see :mod:`flightpart.query.filters`), ``matched``
+    (a range of the rows the filter kept), ``columns``, then ``aggregate``.
+    A field is one line here; the ones after ``rows`` are left out of the
+    JSON when unused, so the tickets of plain reads stay what plain Flight
+    clients have always received.
+    """
+
     dataset: str = _field(p_name)
     version: int = _field(p_uint)
     part: tuple[int, int] = _field(p_pair)
     columns: tuple[str, ...] | None = _field(p_optional(p_list(p_str, 100_000)), None)
     rows: tuple[int, int] | None = _field(p_optional(p_pair), None)
-    filter: bytes | None = _field(p_optional(p_base64), None)
-    matched: tuple[int, int] | None = _field(p_optional(p_pair), None)
-    aggregate: Aggregate | None = _field(p_optional(p_message(Aggregate)), None)
-    compression: str | None = _field(p_optional(p_codec), None)
+    filter: bytes | None = _field(p_optional(p_base64), None, _base64_text, omitted_when_none=True)
+    matched: tuple[int, int] | None = _field(p_optional(p_pair), None, omitted_when_none=True)
+    aggregate: Aggregate | None = _field(p_optional(p_message(Aggregate)), None, omitted_when_none=True)
+    compression: str | None = _field(p_optional(p_codec), None, omitted_when_none=True)  # a codec the reader accepts
+
+    MAX_BYTES: ClassVar[int] = 1 << 20
+
+    @classmethod
+    def decode(cls, raw: bytes, what: str | None = None) -> "Ticket":
+        """A ticket from its bytes, its fields checked one by one and together."""
+        if len(raw) > cls.MAX_BYTES:
+            raise LimitExceeded(f"ticket: {len(raw)} bytes is more than the {cls.MAX_BYTES} allowed", field="ticket")
+        ticket = cls.from_json(loads(raw, "ticket"), what or "ticket")
+        ticket.check()
+        return ticket
+
+    def check(self) -> None:
+        """What no field's parser sees alone: ranges that run backwards, a column named twice, a range of matched
+        rows without a filter, a position outside any grid."""
+        for name in ("rows", "matched"):
+            span = getattr(self, name)
+            if span is not None and span[1] < span[0]:
+                raise RequestRejected(f"ticket.{name}: stop {span[1]} is before start {span[0]}", field=f"ticket.{name}")
+        if self.columns is not None and len(set(self.columns)) != len(self.columns):
+            raise RequestRejected("ticket.columns: a column is named twice", field="ticket.columns")
+        if self.part[0] >= 1 << 31 or self.part[1] >= 1 << 31:
+            raise RequestRejected(f"ticket.part: {list(self.part)} is outside any grid", field="ticket.part")
+        if self.matched is not None and self.filter is None:
+            raise RequestRejected("ticket.matched: a range of matched rows needs a filter", field="ticket.matched")
 
 
 # --------------------------------------------------------------------------- descriptors
@@ -992,19 +982,3 @@ class HeartbeatReply(Message):
 
 
 # --------------------------------------------------------------------------- credentials
-# Roles, capabilities and signatures live in flightpart.tokens; their names stay importable from here.
-from .tokens import (  # noqa: E402, F401
-    CAPABILITY,
-    ROLES,
-    TOKEN_PREFIX,
-    Credential,
-    VerifyKey,
-    role_token,
-    signed_capability,
-    verify_token,
-)
-
-
-def capability(secret: bytes, dataset: str, version: int, expiry: int) -> str:
-    """A bearer token that reads one dataset version and nothing else, until ``expiry``."""
-    return signed_capability(secret, check_name(dataset), version, expiry)

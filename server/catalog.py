@@ -37,7 +37,7 @@ from flightpart.errors import (
 )
 from flightpart.io.access import Access
 from flightpart.io.connections import ConnectionPool
-from flightpart.tokens import CATALOG_NODE, manifest_signature, manifest_signed
+from flightpart.tokens import CATALOG_NODE, capability, manifest_signature, manifest_signed, role_token
 from flightpart.wire import (
     Commit,
     CommitPart,
@@ -62,13 +62,11 @@ from flightpart.wire import (
     VersionInfo,
     VersionRef,
     VersionReply,
-    capability,
     dumps,
     encode_flight_info,
     error_message,
     pages,
     parse_dataset_path,
-    role_token,
 )
 
 from .auth import CLOCK_MARGIN, authorize, wall_clock

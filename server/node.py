@@ -41,7 +41,7 @@ from flightpart.io.hosts import advertised_ip
 from flightpart.io.layout import default_data_dir
 from flightpart.io.transfer import BATCH_BYTES, chunks, send_partition, split_batch
 from flightpart.query.apply import apply_ticket
-from flightpart.tokens import Keys, verify_token
+from flightpart.tokens import Keys, role_token, verify_token
 from flightpart.version import __version__
 from flightpart.wire import (
     Assemble,
@@ -67,7 +67,6 @@ from flightpart.wire import (
     VersionRef,
     pages,
     parse_put_path,
-    role_token,
 )
 
 from .assembler import Assembler

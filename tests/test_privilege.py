@@ -22,7 +22,7 @@ import pyarrow.flight as flight
 import pytest
 
 import flightpart as fp
-from flightpart import wire
+from flightpart import tokens, wire
 from flightpart.local.cluster import Daemon, LocalCluster
 
 from helpers import code_of
@@ -36,7 +36,7 @@ def table_of(rows: int, seed: int = 0) -> pa.Table:
 
 
 def token(role: str, name: str = "someone", expiry: int = 0) -> str:
-    return wire.role_token(SECRET.encode(), role, name, expiry)
+    return tokens.role_token(SECRET.encode(), role, name, expiry)
 
 
 @pytest.fixture(scope="module")

@@ -24,7 +24,7 @@ import pyarrow.flight as flight
 import pytest
 
 import flightpart as fp
-from flightpart import wire
+from flightpart import tokens, wire
 from flightpart.io.access import Access
 from flightpart.io.connections import ConnectionPool
 from flightpart.local.cluster import Daemon, LocalCluster
@@ -39,7 +39,7 @@ AHEAD = 3600  # seconds the skewed node's clock runs ahead
 
 
 def reader_token(name: str, expiry: float = 0) -> str:
-    return wire.role_token(SECRET.encode(), "reader", name, int(expiry))
+    return tokens.role_token(SECRET.encode(), "reader", name, int(expiry))
 
 
 def table_of(rows: int, seed: int = 0) -> pa.Table:

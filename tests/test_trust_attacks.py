@@ -21,7 +21,7 @@ import pyarrow.flight as flight
 import pytest
 
 import flightpart as fp
-from flightpart import wire
+from flightpart import tokens, wire
 from flightpart.local.cluster import LocalCluster
 from flightpart.server.store import PartitionStore
 from flightpart.tokens import manifest_signature, verify_key
@@ -42,7 +42,7 @@ def forged_of(rows: int) -> pa.Table:
 
 
 def node_token(name: str) -> str:
-    return wire.role_token(SECRET, "node", name)
+    return tokens.role_token(SECRET, "node", name)
 
 
 def credential_file(path: Path, value: str) -> Path:
@@ -120,7 +120,7 @@ def hostile_data_dir(path: Path, name: str) -> Path:
 def trusted(tmp_path_factory):
     root = tmp_path_factory.mktemp("trust")
     with trusted_cluster(root / "c", ["n1", "n2"], first_ip=160) as c:
-        with fp.connect(c.uri, token=wire.role_token(SECRET, "writer", "w"), host="127.0.0.99") as writer:
+        with fp.connect(c.uri, token=tokens.role_token(SECRET, "writer", "w"), host="127.0.0.99") as writer:
             wait_until(lambda: alive(writer) == {"n1", "n2"}, 30, "both nodes to register with their own tokens")
             writer.put("victim", table_of(ROWS, 1), tiling=(2, 1))
         yield c
@@ -129,7 +129,7 @@ def trusted(tmp_path_factory):
 def test_nodes_on_their_own_tokens_pull_from_each_other_for_a_repartition(trusted):
     """Assemble: each node pulls its sources from the others with its own node token (read), nothing more."""
     c = trusted
-    with fp.connect(c.uri, token=wire.role_token(SECRET, "writer", "w"), host="127.0.0.99") as writer:
+    with fp.connect(c.uri, token=tokens.role_token(SECRET, "writer", "w"), host="127.0.0.99") as writer:
         writer.put("moved", table_of(3000, 4), tiling=(3, 1))
         regridded = writer.repartition("moved", (2, 1))
         assert regridded.__partitioned__["partition_tiling"] == (2, 1)
@@ -137,7 +137,7 @@ def test_nodes_on_their_own_tokens_pull_from_each_other_for_a_repartition(truste
 
 
 def reader(c: LocalCluster) -> fp.Client:
-    return fp.connect(c.uri, token=wire.role_token(SECRET, "reader", "r"), host="127.0.0.99")
+    return fp.connect(c.uri, token=tokens.role_token(SECRET, "reader", "r"), host="127.0.0.99")
 
 
 def test_a_hostile_node_is_not_made_a_replica_and_publishes_nothing(trusted):
@@ -203,9 +203,9 @@ def test_a_node_cannot_mint_another_role_from_what_it_holds(trusted):
     forgeries = {
         "role swapped": f"{prefix}:admin:{name}:{expiry}:{signature}",
         "name swapped": f"{prefix}:node:catalog:{expiry}:{signature}",
-        "signed with the verify key": wire.role_token(public.encode(), "writer", "evil"),
+        "signed with the verify key": tokens.role_token(public.encode(), "writer", "evil"),
         "the verify key itself": public,
-        "the node token as a secret": wire.role_token(evil.encode(), "admin", "evil"),
+        "the node token as a secret": tokens.role_token(evil.encode(), "admin", "evil"),
     }
     for token in forgeries.values():
         with fp.connect(c.uri, token=token, host="127.0.0.99") as client:
@@ -239,7 +239,7 @@ def test_repair_and_a_lost_catalog_state_still_work_with_per_node_credentials(tm
     deleted): it rebuilds every dataset from the manifests it signed, the repaired copy included."""
     with trusted_cluster(tmp_path / "c", ["a1", "a2", "a3"], first_ip=165, dead_after=1.5,
                          catalog_port=free_port()) as c:
-        admin = wire.role_token(SECRET, "admin", "ops")
+        admin = tokens.role_token(SECRET, "admin", "ops")
         kept, other = table_of(ROWS, 2), table_of(900, 3)
         with fp.connect(c.uri, token=admin, host="127.0.0.99") as client:
             wait_until(lambda: alive(client) == {"a1", "a2", "a3"}, 30, "three nodes")

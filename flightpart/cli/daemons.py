@@ -184,8 +184,7 @@ def token(role: str, name: str, expires_in: int, secret_file: str | None, as_jso
     as its --node-token-file)."""
     import time
 
-    from flightpart.tokens import CATALOG_NODE
-    from flightpart.wire import role_token
+    from flightpart.tokens import CATALOG_NODE, role_token
 
     if role == "node" and name == CATALOG_NODE:
         raise click.UsageError(f"{CATALOG_NODE!r} is the catalog's own name among nodes: give the node another name")

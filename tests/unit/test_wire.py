@@ -10,7 +10,7 @@ import pyarrow.flight as flight
 import pytest
 
 import flightpart as fp
-from flightpart import wire
+from flightpart import tokens, wire
 from flightpart.io import layout
 
 SCHEMA = pa.schema([("a", pa.int64()), ("b", pa.string())], metadata={b"k": b"v"})
@@ -307,12 +307,12 @@ def test_the_heartbeat_short_path_reads_the_clock_and_refuses_a_bad_one():
 
 def test_a_token_is_accepted_within_the_margin_after_its_expiry_and_not_beyond():
     secret = b"s" * 32
-    token = wire.capability(secret, "sales", 3, 1000)
-    assert wire.verify_token(secret, token, 999.0) is not None
-    assert wire.verify_token(secret, token, 1001.0) is None
-    assert wire.verify_token(secret, token, 1029.0, margin=30.0) is not None
-    assert wire.verify_token(secret, token, 1031.0, margin=30.0) is None
-    assert wire.verify_token(secret, wire.role_token(secret, "reader", "ann"), 1e12, margin=30.0) is not None
+    token = tokens.capability(secret, "sales", 3, 1000)
+    assert tokens.verify_token(secret, token, 999.0) is not None
+    assert tokens.verify_token(secret, token, 1001.0) is None
+    assert tokens.verify_token(secret, token, 1029.0, margin=30.0) is not None
+    assert tokens.verify_token(secret, token, 1031.0, margin=30.0) is None
+    assert tokens.verify_token(secret, tokens.role_token(secret, "reader", "ann"), 1e12, margin=30.0) is not None
 
 
 # --------------------------------------------------------------------------- credentials and signed manifests
@@ -339,15 +339,24 @@ def test_tokens_verify_with_the_public_key_alone_and_it_mints_none():
 
     secret, now = b"cluster-secret", time.time()
     public = VerifyKey.parse(verify_key(secret).text())
-    token = wire.role_token(secret, "node", "n1")
-    assert len(token) < 200 and wire.verify_token(public, token, now) == wire.Credential("node", "n1")
-    cap = wire.capability(secret, "sales", 4, int(now) + 60)
-    assert wire.verify_token(public, cap, now).scope == ("sales", 4)
-    assert wire.verify_token(public, cap, now + 120) is None                   # expired
-    assert wire.verify_token(public, secret.decode(), now) is None             # the secret is the owner only where held
-    assert wire.verify_token(secret, secret.decode(), now).role == "owner"
-    assert wire.verify_token(public, token.replace(":node:", ":admin:"), now) is None
+    token = tokens.role_token(secret, "node", "n1")
+    assert len(token) < 200 and tokens.verify_token(public, token, now) == tokens.Credential("node", "n1")
+    cap = tokens.capability(secret, "sales", 4, int(now) + 60)
+    assert tokens.verify_token(public, cap, now).scope == ("sales", 4)
+    assert tokens.verify_token(public, cap, now + 120) is None                   # expired
+    assert tokens.verify_token(public, secret.decode(), now) is None             # the secret is the owner only where held
+    assert tokens.verify_token(secret, secret.decode(), now).role == "owner"
+    assert tokens.verify_token(public, token.replace(":node:", ":admin:"), now) is None
     with pytest.raises(PermissionError):
-        wire.role_token(public, "admin", "x")
+        tokens.role_token(public, "admin", "x")
     with pytest.raises(ValueError):
         VerifyKey.parse("fpk1:short")
+
+
+def test_a_ticket_is_a_message_whose_unused_fields_keep_plain_tickets_unchanged():
+    assert issubclass(wire.Ticket, wire.Message)  # one field is one line in wire.py, parsed and written like any other
+    plain = wire.Ticket("sales", 3, (1, 2))
+    assert plain.encode() == b'{"dataset":"sales","version":3,"part":[1,2],"columns":null,"rows":null}'
+    asked = dataclasses.replace(plain, compression="zstd")
+    assert json.loads(asked.encode())["compression"] == "zstd" and wire.Ticket.decode(asked.encode()) == asked
+    assert wire.Ticket.from_json(plain.to_json()) == plain
