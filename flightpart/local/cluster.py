@@ -109,6 +109,18 @@ class Cluster:
     def stop(self) -> None:
         raise NotImplementedError
 
+    def add_node(self, ip: str, *, heartbeat: float = 1.0) -> Any:
+        raise NotImplementedError
+
+    def add_nodes(self, count: int, first_ip: int, heartbeat: float) -> None:
+        """Start ``count`` nodes on 127.0.0.``first_ip``, ...; on any failure stop everything started so far."""
+        try:
+            for k in range(count):
+                self.add_node(f"127.0.0.{first_ip + k}", heartbeat=heartbeat)
+        except BaseException:
+            self.stop()
+            raise
+
     def __enter__(self):
         return self
 
@@ -131,12 +143,7 @@ class LocalCluster(Cluster):
         self.rebuild_grace = rebuild_grace  # nodes here beat every second: three beats to hear them all after a loss
         self.catalog = self.start_catalog()
         self.nodes: list[Daemon] = []
-        try:
-            for k in range(nodes):
-                self.add_node(f"127.0.0.{first_ip + k}", heartbeat=heartbeat)
-        except BaseException:
-            self.stop()
-            raise
+        self.add_nodes(nodes, first_ip, heartbeat)
 
     def start_catalog(self) -> Daemon:
         """Start (or restart, on the same port and state) the catalog."""

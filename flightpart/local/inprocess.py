@@ -54,12 +54,7 @@ class InProcessCluster(Cluster):
         self.catalog = CatalogServer("127.0.0.1", 0, state_path=str(state / "catalog.sqlite"), dead_after=dead_after,
                                      rebuild_grace=rebuild_grace)
         self.nodes: list[InProcessNode] = []
-        try:
-            for k in range(nodes):
-                self.add_node(f"127.0.0.{first_ip + k}", heartbeat=heartbeat)
-        except BaseException:
-            self.stop()
-            raise
+        self.add_nodes(nodes, first_ip, heartbeat)
 
     def add_node(self, ip: str, *, heartbeat: float | None = None, data_dir: Path | None = None) -> InProcessNode:
         """Start a node on ``ip``, registered with the catalog before this returns."""
