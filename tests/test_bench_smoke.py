@@ -23,7 +23,8 @@ def test_quick_bench_writes_every_figure(tmp_path):
     cases = {c["case"]: c for c in result["cases"]}
     assert list(cases) == ["remote partition read", "local partition read", "whole dataset read (3 nodes, 1 local)", "put",
                            "selective filter (1 %, 3 remote nodes)", "repartition (3, 1) -> (6, 2), 3 nodes",
-                           "streaming read (peak memory of the reader)", "open"]
+                           "streaming read (peak memory of the reader)", "analytical queries (5 questions, 3 remote nodes)",
+                           "open"]
     for case in cases.values():
         assert case["median_seconds"] and all(v > 0 for v in case["median_seconds"].values())
         assert all(len(runs) == 3 for runs in case["runs_seconds"].values())
@@ -38,6 +39,9 @@ def test_quick_bench_writes_every_figure(tmp_path):
     assert through["flightpart repartition on the nodes"] == 0  # every row read and sent back by the client:
     assert through["read into one client, put back"] > 1.9 * repartition["bytes"]
     assert all(v > 0 for v in cases["streaming read (peak memory of the reader)"]["peak_growth_bytes"].values())
+    queries = cases["analytical queries (5 questions, 3 remote nodes)"]
+    assert queries["wrong_answers"] == [] and queries["met"]  # every engine answers as DuckDB over the Parquet file
+    assert queries["moved"]["flightpart ds.aggregate / filter"]["bytes_sent"] < queries["bytes"] / 10
     assert cases["open"]["partitions"] == 10_000 and cases["open"]["pickled_bytes_per_partition"] > 0
     assert png.stat().st_size > 10_000 and png.read_bytes()[:4] == b"\x89PNG"
     assert "flightpart bench" in done.stdout

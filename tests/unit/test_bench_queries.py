@@ -6,7 +6,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from flightpart.bench.queries import QUESTIONS, canonical, taxi_table
+from flightpart.bench.queries import QUESTIONS, canonical, same_answer, taxi_table
 
 
 def test_one_answer_in_every_engines_shape_is_one_canonical_answer():
@@ -26,3 +26,14 @@ def test_the_taxi_table_has_what_real_trips_have_and_every_question_runs_on_it()
     con.register("t", trips)
     for question, sql in QUESTIONS.items():
         assert con.sql(sql.format(t="t")).fetchall(), question
+
+
+def test_sums_that_differ_only_in_summation_order_are_the_same_answer_and_others_are_not():
+    exact = canonical([("card", 7, 153_489_012.123456789)])
+    reordered = canonical([("card", 7, 153_489_012.123457301)])  # ten million floats added in another order
+    assert same_answer(reordered, exact)
+    assert not same_answer(canonical([("card", 7, 153_489_012.123456789 * 1.001)]), exact)
+    assert not same_answer(canonical([("cash", 7, 153_489_012.123456789)]), exact)
+    assert not same_answer(canonical([("card", 8, 153_489_012.123456789)]), exact)
+    assert not same_answer(exact + exact, exact)
+
