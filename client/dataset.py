@@ -29,6 +29,7 @@ from flightpart.wire import Aggregate, PartInfo, VersionInfo
 
 from .fetch import SPLIT_BYTES, FlightGet, PartitionRef, split_rows
 from .plugins import runtime
+from .view import View
 
 COUNT = Aggregate((("", "count_all"),), ())
 
@@ -91,11 +92,21 @@ class Dataset:
         """The whole of one version as the catalog describes it."""
         return cls(v.dataset, v.version, v.schema, v.shape, v.grid, v.parts, v.nbytes, get)
 
+    @property
+    def view(self) -> View:
+        """What this dataset selects of its version, as one immutable value."""
+        order = tuple(self._order) if self._order is not None else None
+        return View(columns=self._columns, rows=self._rows, spmd=self._spmd, order=order, filter=self._filter,
+                    matched=self._matched, halo=self._halo)
+
+    def with_view(self, view: View) -> "Dataset":
+        """The same version seen through ``view`` (shares the per-version pruner)."""
+        return Dataset(self.name, self.version, self._schema, self._shape, self._grid, self._parts, self._nbytes,
+                       self._get, columns=view.columns, rows=view.rows, spmd=view.spmd, order=view.order,
+                       filter=view.filter, matched=view.matched, shared=self._shared, halo=view.halo)
+
     def _derive(self, **changes: Any) -> "Dataset":
-        kwargs = {"columns": self._columns, "rows": self._rows, "spmd": self._spmd, "order": self._order,
-                  "filter": self._filter, "matched": self._matched, "shared": self._shared, "halo": self._halo, **changes}
-        return Dataset(self.name, self.version, self._schema, self._shape, self._grid, self._parts, self._nbytes, self._get,
-                       **kwargs)
+        return self.with_view(self.view.replace(**changes))
 
     # ------------------------------------------------------------------ views
 
@@ -111,7 +122,7 @@ class Dataset:
 
     def global_view(self) -> "Dataset":
         """This view (its columns, rows and filter) as every rank sees it: without the SPMD rank and halos."""
-        return self._derive(spmd=None, halo=None)
+        return self.with_view(self.view.replace(spmd=None, halo=None))
 
     def select(self, columns: Sequence[str]) -> "Dataset":
         """A view with only ``columns``; other column groups are never fetched."""
