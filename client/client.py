@@ -32,17 +32,20 @@ from flightpart.io.transfer import send_partition, send_partitions, streams_of
 from flightpart.regrid import balanced, near_placement
 from flightpart.tiling import grid_cells
 from flightpart.wire import (
+    Abort,
+    Begin,
     Commit,
     CommitPart,
-    DatasetRef,
     Drop,
-    Empty,
+    GetStats,
+    ListNodes,
+    ListVersions,
+    Message,
     PublishBegin,
     PublishPart,
     PublishReply,
+    Repair,
     VersionInfo,
-    VersionRef,
-    VersionReply,
     check_name,
     dataset_path,
     decode_flight_info,
@@ -101,21 +104,22 @@ class Client:
     def __repr__(self) -> str:
         return f"Client({self.uri!r}{', closed' if self.closed else ''})"
 
-    def call(self, action: str, body: Any = None, timeout: float | None = None) -> Any:
-        """Run a catalog action (a wire Message or JSON body) within ``timeout`` (default: the client's); its JSON reply."""
+    def call(self, body: Message, timeout: float | None = None) -> Any:
+        """Send a catalog action's request (a wire Message, which names its action) within ``timeout`` (default: the
+        client's); its reply, the message the request's class names."""
         with translated():
-            return self.pool.action(self.uri, action, body, timeout=timeout or self.timeout)
+            return self.pool.action(self.uri, body, timeout=timeout or self.timeout)
 
     # ------------------------------------------------------------------ cluster
 
     def nodes(self) -> list[dict]:
         """Every node the catalog knows: id, uri, ip, pid, last heartbeat, alive."""
-        return self.call("nodes", Empty())
+        return [n.to_json() for n in self.call(ListNodes()).nodes]
 
     def stats(self, uri: str) -> dict:
         """A node's counters (bytes and batches served, partitions stored and held)."""
         with translated():
-            return self.pool.action(uri, "stats", Empty(), timeout=self.timeout)
+            return self.pool.action(uri, GetStats(), timeout=self.timeout).to_json()
 
     def list(self) -> list[dict]:
         """The latest committed version of every dataset."""
@@ -125,14 +129,14 @@ class Client:
 
     def repair(self) -> dict:
         """Copy under-replicated partitions to live nodes; returns what was copied and what is lost."""
-        return self.call("repair", Empty(), timeout=3600)
+        return self.call(Repair(), timeout=3600).to_json()
 
     def versions(self, name: str) -> list[int]:
-        return self.call("versions", DatasetRef(check_name(name)))
+        return list(self.call(ListVersions(check_name(name))).versions)
 
     def drop(self, name: str, version: int | None = None) -> None:
         """Drop one version (or every version) of a dataset; nodes free its files, and this process its maps of them."""
-        self.call(Drop.ACTION, Drop(check_name(name), version))
+        self.call(Drop(check_name(name), version))
         MAPS.prune(every=0)
 
     # ------------------------------------------------------------------ put
@@ -201,18 +205,18 @@ class Client:
         number, so no version is ever written twice.
         """
         for attempt in range(attempts):
-            version = VersionReply.from_json(self.call("begin", DatasetRef(name))).version
+            version = self.call(Begin(name)).version
             try:
                 commit = store(version)
                 try:
-                    self.call(Commit.ACTION, commit, timeout=self.timeout * 4)
+                    self.call(commit, timeout=self.timeout * 4)
                 except (NodeUnavailable, ServerError):
                     if not self._settle_commit(name, version):
                         raise
                 return self.open(name, version)
             except BaseException as exc:
                 try:
-                    self.call("abort", VersionRef(name, version), timeout=10)
+                    self.call(Abort(name, version), timeout=10)
                 except Exception:
                     pass  # the catalog is gone too; the pending version was never published
                 if not isinstance(exc, VersionConflict) or exc.field == "commit.base" or attempt == attempts - 1:
@@ -237,7 +241,7 @@ class Client:
             try:
                 if self._published(name, version):
                     return True
-                self.call("abort", VersionRef(name, version), timeout=10)
+                self.call(Abort(name, version), timeout=10)
                 return self._published(name, version)
             except (NodeUnavailable, ServerError) as exc:
                 if time.monotonic() > deadline:
@@ -533,7 +537,7 @@ class Client:
         targets = self._targets_for(nodes, replicas)
         groups = source.grid[1]
         uri_of = {n["node_id"]: n["uri"] for n in targets}
-        staging = VersionReply.from_json(self.call("begin", DatasetRef(name))).version
+        staging = self.call(Begin(name)).version
         try:
             staged = self._send_stream(name, staging, reshape.conformed_stream(stream, source.schema), rows_per_partition,
                                        targets, replicas, random.randrange(len(targets)), None, groups=groups)
@@ -541,7 +545,7 @@ class Client:
             return self._rebasing(lambda: self._append_staged(name, source.schema, groups, staging, staged, uri_of))
         finally:
             try:
-                self.call("abort", VersionRef(name, staging), timeout=10)  # the versions that link its files keep them
+                self.call(Abort(name, staging), timeout=10)  # the versions that link its files keep them
             except Exception:
                 pass  # the catalog is gone too: the pending staging version expires by its TTL
 
@@ -626,11 +630,11 @@ class Client:
 
     def publish_begin(self, name: str, rank: int, nranks: int) -> int:
         """SPMD: the version rank ``rank`` of ``nranks`` publishes into (joined or opened)."""
-        return VersionReply.from_json(self.call(PublishBegin.ACTION, PublishBegin(check_name(name), nranks, rank))).version
+        return self.call(PublishBegin(check_name(name), nranks, rank)).version
 
     def publish_part(self, part: PublishPart) -> PublishReply:
         """SPMD: one rank's part is stored; the last rank in commits the version."""
-        return PublishReply.from_json(self.call(PublishPart.ACTION, part))
+        return self.call(part)
 
     # ------------------------------------------------------------------ open
 

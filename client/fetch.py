@@ -29,7 +29,7 @@ from flightpart.io.maps import MappedFiles, mapped_bytes
 from flightpart.io.pull import IDLE_TIMEOUT, read_replicas
 from flightpart.io.transfer import TRAFFIC
 from flightpart.query.apply import apply_ticket
-from flightpart.wire import Aggregate, PartPlace, Replica, Ticket
+from flightpart.wire import Aggregate, GetNodeInfo, NodeInfo, PartPlace, Replica, Ticket
 
 MAX_STREAMS = 8
 
@@ -157,15 +157,15 @@ def read_partitions(refs: Sequence[PartitionRef], *, host: str | None, pool: Con
     return tables  # type: ignore[return-value]
 
 
-_node_info: dict[tuple[str, int], dict] = {}
+_node_info: dict[tuple[str, int], NodeInfo] = {}
 
 
-def node_info(uri: str, pool: ConnectionPool) -> dict:
+def node_info(uri: str, pool: ConnectionPool) -> NodeInfo:
     """A node's ``node-info`` (id, data directory), asked once per pool."""
     key = (uri, id(pool))
     info = _node_info.get(key)
     if info is None:
-        info = _node_info[key] = pool.action(uri, "node-info", timeout=5)
+        info = _node_info[key] = pool.action(uri, GetNodeInfo(), timeout=5)
     return info
 
 
@@ -185,10 +185,9 @@ def read_local(ref: PartitionRef, local: frozenset[str], pool: ConnectionPool) -
             continue
         try:
             info = node_info(uri, pool)
-            root = Path(info["data_dir"])
-            if not _is_that_nodes_dir(root, info["node_id"]):
+            if info.data_dir is None or not _is_that_nodes_dir(Path(info.data_dir), info.node_id):
                 continue  # the directory is not that node's (another host with the same path)
-            path = root / layout.partition_relpath(ref.dataset, ref.version, ref.position)
+            path = Path(info.data_dir) / layout.partition_relpath(ref.dataset, ref.version, ref.position)
             _vouch(uri, path, PartPlace(ref.dataset, ref.version, ref.position), pool)
             whole = _mapped(path)
             table = ref.apply(whole)
@@ -221,7 +220,7 @@ def _vouch(uri: str, path: Path, place: PartPlace, pool: ConnectionPool) -> None
     identity = (st.st_ino, st.st_mtime_ns, st.st_size)
     if _vouched.get(path) == identity:
         return
-    pool.action(uri, PartPlace.ACTION, place, timeout=60)
+    pool.action(uri, place, timeout=60)
     if len(_vouched) >= VOUCHED_KEPT:
         _vouched.clear()  # bounded: past this many files, they are asked for again
     _vouched[path] = identity

@@ -23,7 +23,7 @@ from flightpart.io.connections import DEFAULT_TIMEOUT, ConnectionPool
 from flightpart.io.errors import translated
 from flightpart.io.transfer import put_deadline
 from flightpart.tiling import blocks_meeting, starts_from_sizes
-from flightpart.wire import Assemble, AssemblePart, AssembleReply, CommitPart, LinkPart, Relink, VersionInfo
+from flightpart.wire import Assemble, AssemblePart, CommitPart, LinkPart, Relink, VersionInfo
 
 ORDER_PARTS = 256
 """Partitions per ``assemble`` order: a bounded call that reports progress in steps a user can wait for."""
@@ -60,8 +60,7 @@ def assemble_on_nodes(pool: ConnectionPool, source: VersionInfo, version: int, g
             order = Assemble(source.dataset, source.version, version, groups, chunk, deadline_ms=int(deadline * 1000))
             try:
                 with translated():
-                    reply = AssembleReply.from_json(pool.action(uri, Assemble.ACTION, order, timeout=deadline),
-                                                    "assemble reply")
+                    reply = pool.action(uri, order, timeout=deadline)
             except NodeUnavailable as exc:
                 late = isinstance(exc.__cause__, flight.FlightTimedOutError)
                 why = f"did not answer within {deadline:.0f} s" if late else "could not build them"
@@ -107,7 +106,7 @@ def relink_on_nodes(pool: ConnectionPool, dataset: str, staging: int, version: i
         for k in range(0, len(links), ORDER_PARTS):
             order = Relink(dataset, staging, version, tuple(links[k:k + ORDER_PARTS]))
             with translated():
-                reply = AssembleReply.from_json(pool.action(uri, Relink.ACTION, order, timeout=timeout), "relink reply")
+                reply = pool.action(uri, order, timeout=timeout)
             if len(reply.partitions) != len(order.parts):
                 raise RequestRejected(f"the node at {uri} linked {len(reply.partitions)} of {len(order.parts)} partitions",
                                       field="relink reply")

@@ -133,6 +133,12 @@ def p_bool(value: Any, where: str) -> bool:
     return value
 
 
+def p_number(value: Any, where: str) -> float:
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or value != value or abs(value) == float("inf"):
+        raise RequestRejected(f"{where}: expected a finite number, got {value!r:.60}", field=where)
+    return value
+
+
 def p_pair(value: Any, where: str) -> tuple[int, int]:
     if not isinstance(value, list) or len(value) != 2:
         raise RequestRejected(f"{where}: expected [a, b] of non-negative integers, got {value!r:.60}", field=where)
@@ -213,11 +219,16 @@ M = TypeVar("M", bound="Message")
 class Message:
     """A JSON object with exactly the fields of the subclass, each checked by its parser.
 
-    ``ACTION`` names the Flight action whose body it is (replies and nested
-    parts have none).
+    A request names its Flight action (``ACTION``, the one place the word is
+    spelled) and the message its daemon answers with (``REPLY``): the
+    server's action table is built from them and the client's
+    :meth:`~flightpart.io.connections.ConnectionPool.action` sends one and
+    decodes the other, so no call site names an action. Replies and nested
+    parts have neither.
     """
 
     ACTION: ClassVar[str] = ""
+    REPLY: ClassVar[type[Message] | None] = None
 
     @classmethod
     def _fields(cls) -> dict[str, Any]:
@@ -611,13 +622,146 @@ class PutReceipts(Message):
 
 
 @dataclass(frozen=True)
-class Held(Message):
-    """Which partitions of a version a node holds, one page at a time: those after grid position ``after``."""
+class Removed(Message):
+    """How many files (or listed replicas) an order removed: the reply to a node's ``drop`` and to ``report-damage``."""
 
-    ACTION = "held"
+    removed: int = _field(p_uint)
+
+
+@dataclass(frozen=True)
+class Copied(Message):
+    """The bytes a ``copy-to`` sent to its target node."""
+
+    copied: int = _field(p_uint)
+
+
+@dataclass(frozen=True)
+class Checked(Message):
+    """A ``check`` passed: the partition's file matches its checksum (a failed check is an error, not a reply)."""
+
+    ok: bool = _field(p_bool, True)
+
+
+@dataclass(frozen=True)
+class Sealed(Message):
+    """Whether a node kept a ``seal``'s manifest (False: it holds none of the version's partitions)."""
+
+    sealed: bool = _field(p_bool)
+
+
+@dataclass(frozen=True)
+class Committed(Message):
+    """The version a ``commit`` published."""
+
     dataset: str = _field(p_name)
     version: int = _field(p_uint)
-    after: tuple[int, int] | None = _field(p_optional(p_pair), None)
+
+
+@dataclass(frozen=True)
+class Aborted(Message):
+    """The version an ``abort`` forgot (its files are dropped on the nodes that hold them)."""
+
+    aborted: int = _field(p_uint)
+
+
+@dataclass(frozen=True)
+class Dropped(Message):
+    """What a catalog's ``drop`` removed: the dataset, the version (null: every version) and how many nodes
+    dropped its files."""
+
+    dataset: str = _field(p_name)
+    version: int | None = _field(p_optional(p_uint), None)
+    nodes_cleaned: int = _field(p_uint, 0)
+
+
+@dataclass(frozen=True)
+class VersionReply(Message):
+    """The version a ``begin`` reserved or a ``publish-begin`` joined."""
+
+    version: int = _field(p_uint)
+
+
+@dataclass(frozen=True)
+class VersionList(Message):
+    """The committed versions of a dataset, oldest first (the ``versions`` reply)."""
+
+    versions: tuple[int, ...] = _field(p_list(p_uint))
+
+
+@dataclass(frozen=True)
+class NodeInfo(Message):
+    """Who a node is (the ``node-info`` reply): a reader compares ``ip`` and ``pid`` with its own to map files."""
+
+    node_id: str = _field(p_str)
+    uri: str = _field(p_str)
+    ip: str = _field(p_str)
+    pid: int = _field(p_uint)
+    data_dir: str | None = _field(p_optional(p_str), None)
+    version: str | None = _field(p_optional(p_str), None)
+
+
+@dataclass(frozen=True)
+class StatsReply(Message):
+    """A daemon's counters (the ``stats`` reply of a node and of a catalog): one flat JSON object, kept as received.
+
+    Open-ended on purpose: a counter added to a daemon reaches ``flightpart
+    status``, the status page and the metrics without a new message. Its
+    readers check each figure themselves (the status page shows a node whose
+    reply is not an object of counts as "stats unreadable", saying what was
+    wrong), so one odd reply is that node's problem, not a failed call.
+    """
+
+    values: Any = field(default_factory=dict)
+
+    def to_json(self) -> Any:
+        return self.values
+
+    @classmethod
+    def from_json(cls, body: Any, where: str | None = None) -> StatsReply:
+        return cls(body)
+
+    def __getitem__(self, name: str) -> Any:
+        return self.values[name]
+
+
+@dataclass(frozen=True)
+class NodeRow(Message):
+    """One node as its catalog knows it: who it is, when it last beat, its disk and its clock."""
+
+    node_id: str = _field(p_str)
+    uri: str = _field(p_str)
+    ip: str = _field(p_str)
+    pid: int = _field(p_uint)
+    data_dir: str | None = _field(p_optional(p_str), None)
+    last_heartbeat: float = _field(p_number, 0.0)
+    alive: bool = _field(p_bool, False)
+    free_bytes: int | None = _field(p_optional(p_uint), None)
+    low_space: bool = _field(p_bool, False)
+    clock_skew: float | None = _field(p_optional(p_number), None)
+    """Seconds the node's clock runs ahead of the catalog's, from its last heartbeat."""
+
+
+@dataclass(frozen=True)
+class NodeList(Message):
+    """Every node the catalog knows, alive or not (the ``nodes`` reply)."""
+
+    nodes: tuple[NodeRow, ...] = _field(p_list(p_message(NodeRow), 100_000))
+
+
+@dataclass(frozen=True)
+class GetNodeInfo(Message):
+    """To a node: who are you (no argument)."""
+
+    ACTION = "node-info"
+    REPLY = NodeInfo
+
+
+@dataclass(frozen=True)
+class GetStats(Message):
+    """To a node or a catalog: your counters (no argument)."""
+
+    ACTION = "stats"
+    REPLY = StatsReply
 
 
 @dataclass(frozen=True)
@@ -640,15 +784,27 @@ class HeldReply(Message):
 
 
 @dataclass(frozen=True)
-class Drop(Message):
-    """Drop one version (or, with ``version`` null, every version) of a dataset: to the catalog and to nodes.
+class Held(Message):
+    """Which partitions of a version a node holds, one page at a time: those after grid position ``after``."""
 
-    To a node, the catalog names its ``cluster`` (a node obeys only its own
+    ACTION = "held"
+    REPLY = HeldReply
+    dataset: str = _field(p_name)
+    version: int = _field(p_uint)
+    after: tuple[int, int] | None = _field(p_optional(p_pair), None)
+
+
+@dataclass(frozen=True)
+class DropFiles(Message):
+    """Catalog to node: delete one version's files (or, with ``version`` null, every version's).
+
+    The catalog names its ``cluster`` (a node obeys only its own
     cluster's catalog) and, for an abort, ``pending_only`` (a sealed version
     is never deleted by an abort).
     """
 
     ACTION = "drop"
+    REPLY = Removed
     dataset: str = _field(p_name)
     version: int | None = _field(p_optional(p_uint), None)
     cluster: str | None = _field(p_optional(p_str), None)
@@ -678,6 +834,7 @@ class Tombstones(Message):
 @dataclass(frozen=True)
 class CopyTo(Message):
     ACTION = "copy-to"
+    REPLY = Copied
     dataset: str = _field(p_name)
     version: int = _field(p_uint)
     part: tuple[int, int] = _field(p_pair)
@@ -689,6 +846,7 @@ class PartPlace(Message):
     """One partition of one version: what ``check`` asks a node to vouch for, and an entry of a scrub's findings."""
 
     ACTION = "check"
+    REPLY = Checked
     dataset: str = _field(p_name)
     version: int = _field(p_uint)
     part: tuple[int, int] = _field(p_pair)
@@ -705,10 +863,45 @@ class ScrubReport(Message):
 
 
 @dataclass(frozen=True)
+class Scrub(Message):
+    """To a node: check every stored file against its checksum now (no argument)."""
+
+    ACTION = "scrub"
+    REPLY = ScrubReport
+
+
+@dataclass(frozen=True)
+class NodeScrubReport(ScrubReport):
+    """One node's findings in a cluster scrub: its report, and which node it is."""
+
+    uri: str = _field(p_str, "")
+    node_id: str = _field(p_str, "")
+
+
+@dataclass(frozen=True)
+class ClusterScrubReport(Message):
+    """What a cluster scrub found: each live node's report, the nodes that did not answer, and the totals."""
+
+    nodes: tuple[NodeScrubReport, ...] = _field(p_list(p_message(NodeScrubReport), 100_000))
+    unreachable: tuple[str, ...] = _field(p_list(p_str, 100_000), ())
+    damaged: int = _field(p_uint, 0)
+    missing: int = _field(p_uint, 0)
+
+
+@dataclass(frozen=True)
+class ScrubCluster(Message):
+    """To a catalog: have every live node scrub its files now, in parallel (no argument)."""
+
+    ACTION = "scrub"
+    REPLY = ClusterScrubReport
+
+
+@dataclass(frozen=True)
 class ReportDamage(Message):
     """From a node to its catalog: replicas it no longer has intact (damaged or missing); the catalog stops listing them."""
 
     ACTION = "report-damage"
+    REPLY = Removed
     node_id: str = _field(p_str)
     partitions: tuple[PartPlace, ...] = _field(p_list(p_message(PartPlace), 100_000))
 
@@ -719,6 +912,14 @@ class AssemblePart(Message):
 
     part: tuple[int, int] = _field(p_pair)
     rows: tuple[int, int] = _field(p_pair)
+
+
+@dataclass(frozen=True)
+class AssembleReply(Message):
+    """What an ``assemble`` stored: a receipt per partition, and which of them are links to source files."""
+
+    partitions: tuple[HeldPartition, ...] = _field(p_list(p_message(HeldPartition)))
+    linked: int = _field(p_uint, 0)
 
 
 @dataclass(frozen=True)
@@ -733,6 +934,7 @@ class Assemble(Message):
     """
 
     ACTION = "assemble"
+    REPLY = AssembleReply
     dataset: str = _field(p_name)
     source: int = _field(p_uint)
     version: int = _field(p_uint)
@@ -762,23 +964,11 @@ class Relink(Message):
     """
 
     ACTION = "relink"
+    REPLY = AssembleReply
     dataset: str = _field(p_name)
     source: int = _field(p_uint)
     version: int = _field(p_uint)
     parts: tuple[LinkPart, ...] = _field(p_list(p_message(LinkPart), 4096))
-
-
-@dataclass(frozen=True)
-class AssembleReply(Message):
-    """What an ``assemble`` stored: a receipt per partition, and which of them are links to source files."""
-
-    partitions: tuple[HeldPartition, ...] = _field(p_list(p_message(HeldPartition)))
-    linked: int = _field(p_uint, 0)
-
-
-@dataclass(frozen=True)
-class Empty(Message):
-    """The body of an action that takes no argument (``node-info``, ``stats``, ``nodes``, ``repair``)."""
 
 
 # --------------------------------------------------------------------------- catalog actions
@@ -786,24 +976,82 @@ class Empty(Message):
 
 @dataclass(frozen=True)
 class VersionRef(Message):
-    """(dataset, version): what ``abort`` takes and what ``register-node`` lists and replies as orphans."""
+    """(dataset, version): what ``register-node`` lists and replies as orphans."""
+
+    dataset: str = _field(p_name)
+    version: int = _field(p_uint)
+
+
+@dataclass(frozen=True)
+class Abort(Message):
+    """Forget a pending version and drop its files."""
 
     ACTION = "abort"
+    REPLY = Aborted
     dataset: str = _field(p_name)
     version: int = _field(p_uint)
 
 
 @dataclass(frozen=True)
-class DatasetRef(Message):
-    """A dataset name: the body of ``begin`` and ``versions``."""
+class Begin(Message):
+    """Reserve the next version of a dataset."""
 
     ACTION = "begin"
+    REPLY = VersionReply
     dataset: str = _field(p_name)
 
 
 @dataclass(frozen=True)
-class VersionReply(Message):
+class ListVersions(Message):
+    """The committed versions of a dataset."""
+
+    ACTION = "versions"
+    REPLY = VersionList
+    dataset: str = _field(p_name)
+
+
+@dataclass(frozen=True)
+class ListNodes(Message):
+    """Every node the catalog knows (no argument)."""
+
+    ACTION = "nodes"
+    REPLY = NodeList
+
+
+@dataclass(frozen=True)
+class Drop(Message):
+    """Drop one version (or, with ``version`` null, every version) of a dataset and its files on every node."""
+
+    ACTION = "drop"
+    REPLY = Dropped
+    dataset: str = _field(p_name)
+    version: int | None = _field(p_optional(p_uint), None)
+
+
+@dataclass(frozen=True)
+class ReplicaCopy(Message):
+    """A partition ``repair`` copied, and the node it now also lives on."""
+
+    dataset: str = _field(p_name)
     version: int = _field(p_uint)
+    part: tuple[int, int] = _field(p_pair)
+    to: str = _field(p_str)
+
+
+@dataclass(frozen=True)
+class RepairReport(Message):
+    """What a ``repair`` did: the copies it made and the partitions no live node holds (lost)."""
+
+    copied: tuple[ReplicaCopy, ...] = _field(p_list(p_message(ReplicaCopy)), ())
+    lost: tuple[PartPlace, ...] = _field(p_list(p_message(PartPlace)), ())
+
+
+@dataclass(frozen=True)
+class Repair(Message):
+    """Copy under-replicated partitions to live nodes (no argument)."""
+
+    ACTION = "repair"
+    REPLY = RepairReport
 
 
 @dataclass(frozen=True)
@@ -860,6 +1108,7 @@ class Commit(Message):
     """Publish a version: its schema, shape, tiling and every partition with the nodes holding it."""
 
     ACTION = "commit"
+    REPLY = Committed
     dataset: str = _field(p_name)
     version: int = _field(p_uint)
     schema: pa.Schema = _field(p_schema)
@@ -878,8 +1127,16 @@ class Commit(Message):
 
 
 @dataclass(frozen=True)
+class PublishReply(Message):
+    version: int = _field(p_uint)
+    complete: bool = _field(p_bool)
+    joined: int = _field(p_uint)
+
+
+@dataclass(frozen=True)
 class PublishBegin(Message):
     ACTION = "publish-begin"
+    REPLY = VersionReply
     dataset: str = _field(p_name)
     nranks: int = _field(p_uint)
     rank: int = _field(p_uint)
@@ -888,6 +1145,7 @@ class PublishBegin(Message):
 @dataclass(frozen=True)
 class PublishPart(Message):
     ACTION = "publish-part"
+    REPLY = PublishReply
     dataset: str = _field(p_name)
     version: int = _field(p_uint)
     rank: int = _field(p_uint)
@@ -898,19 +1156,23 @@ class PublishPart(Message):
 
 
 @dataclass(frozen=True)
-class PublishReply(Message):
-    version: int = _field(p_uint)
-    complete: bool = _field(p_bool)
-    joined: int = _field(p_uint)
-
-
-@dataclass(frozen=True)
 class Seal(Message):
     """Catalog to node: this version is committed; keep its manifest beside its partitions."""
 
     ACTION = "seal"
+    REPLY = Sealed
     cluster: str = _field(p_str)
     manifest: Commit = _field(p_message(Commit))
+
+
+@dataclass(frozen=True)
+class RegisterReply(Message):
+    """The catalog's answer: the cluster the node belongs to, versions it may delete, manifests to keep."""
+
+    registered: str = _field(p_str)
+    cluster: str | None = _field(p_optional(p_str), None)
+    orphans: tuple[VersionRef, ...] = _field(p_list(p_message(VersionRef)), ())
+    seal: tuple[Commit, ...] = _field(p_list(p_message(Commit)), ())
 
 
 @dataclass(frozen=True)
@@ -918,6 +1180,7 @@ class RegisterNode(Message):
     """A node announces itself: what it holds, which versions it has sealed, which version numbers it has seen."""
 
     ACTION = "register-node"
+    REPLY = RegisterReply
     node_id: str = _field(p_str)
     uri: str = _field(p_str)
     ip: str = _field(p_str)
@@ -937,13 +1200,8 @@ class RegisterNode(Message):
 
 
 @dataclass(frozen=True)
-class RegisterReply(Message):
-    """The catalog's answer: the cluster the node belongs to, versions it may delete, manifests to keep."""
-
-    registered: str = _field(p_str)
-    cluster: str | None = _field(p_optional(p_str), None)
-    orphans: tuple[VersionRef, ...] = _field(p_list(p_message(VersionRef)), ())
-    seal: tuple[Commit, ...] = _field(p_list(p_message(Commit)), ())
+class HeartbeatReply(Message):
+    known: bool = _field(p_bool)
 
 
 @dataclass(frozen=True)
@@ -952,6 +1210,7 @@ class Heartbeat(Message):
     (Unix time in milliseconds when it sent the beat) so the catalog can see clocks that disagree."""
 
     ACTION = "heartbeat"
+    REPLY = HeartbeatReply
     node_id: str = _field(p_str)
     free_bytes: int | None = _field(p_optional(p_uint), None)
     low_space: bool = _field(p_bool, False)
@@ -974,11 +1233,6 @@ class Heartbeat(Message):
                 or not (clock is None or (type(clock) is int and 0 <= clock < MAX_UINT))):
             return None
         return cls(node_id, free, low, clock)
-
-
-@dataclass(frozen=True)
-class HeartbeatReply(Message):
-    known: bool = _field(p_bool)
 
 
 # --------------------------------------------------------------------------- credentials

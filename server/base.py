@@ -31,7 +31,7 @@ from flightpart.errors import (
     Unauthenticated,
 )
 from flightpart.io.errors import translate
-from flightpart.wire import dumps, encode_error, error_message
+from flightpart.wire import Message, encode_error, error_message
 
 from .auth import GuardFactory, authorize, credential_of
 from .telemetry import Telemetry
@@ -128,12 +128,27 @@ def built_after(init: Callable[..., None]) -> Callable[..., None]:
 
 @dataclass(frozen=True)
 class Action:
-    """One entry of a daemon's action table: its handler, what it does, and the permission it needs."""
+    """One entry of a daemon's action table: the request message it takes (which names the action and its
+    reply), its handler ``(self, body: request) -> request.REPLY``, what it does, and the permission it needs."""
 
-    handler: Callable[[Any, bytes], Any]
+    request: type[Message]
+    handler: Callable[[Any, Any], Message]
     doc: str
     permission: str = "read"
     changes_state: bool = True
+
+
+def action_table(*entries: Action) -> dict[str, Action]:
+    """A daemon's actions by name, the name read from each request message (spelled nowhere else)."""
+    table: dict[str, Action] = {}
+    for entry in entries:
+        name = entry.request.ACTION
+        if not name or entry.request.REPLY is None:
+            raise TypeError(f"{entry.request.__name__} names no action or no reply: it cannot be served")
+        if name in table:
+            raise TypeError(f"two handlers for the action {name!r}")
+        table[name] = entry
+    return table
 
 
 class ServiceBase(flight.FlightServerBase):
@@ -188,10 +203,13 @@ class ServiceBase(flight.FlightServerBase):
                                       f"{sorted(self.actions)}" + self.wrong_daemon_hint, field="action")
             authorize(context, entry.permission)
             self.caller.credential = credential_of(context)
-            result = entry.handler(self, action.body.to_pybytes() if action.body is not None else b"")
+            body = entry.request.decode(action.body.to_pybytes() if action.body is not None else b"")
+            reply = entry.handler(self, body)
+            if not isinstance(reply, entry.request.REPLY):  # type: ignore[arg-type]
+                raise TypeError(f"the {action.type} handler answered {type(reply).__name__}, not {entry.request.REPLY}")
             if entry.changes_state:
                 self.after_action(action.type)
-        return [flight.Result(pa.py_buffer(dumps(result)))]
+        return [flight.Result(pa.py_buffer(reply.encode()))]
 
     def list_flights(self, context: Any, criteria: bytes) -> Iterator[flight.FlightInfo]:
         with boundary(self.log, "list_flights", self.telemetry, context):

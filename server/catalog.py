@@ -39,30 +39,48 @@ from flightpart.io.access import Access
 from flightpart.io.connections import ConnectionPool
 from flightpart.tokens import CATALOG_NODE, capability, manifest_signature, manifest_signed, role_token
 from flightpart.wire import (
+    Abort,
+    Aborted,
+    Begin,
+    ClusterScrubReport,
     Commit,
     CommitPart,
+    Committed,
     CopyTo,
-    DatasetRef,
     Drop,
-    Empty,
+    DropFiles,
+    Dropped,
+    GetNodeInfo,
+    GetStats,
     Heartbeat,
     HeartbeatReply,
     Held,
     HeldPartition,
-    HeldReply,
+    ListNodes,
+    ListVersions,
+    NodeList,
+    NodeRow,
+    NodeScrubReport,
     PartInfo,
+    PartPlace,
     PublishBegin,
     PublishPart,
     PublishReply,
     RegisterNode,
     RegisterReply,
+    Removed,
+    Repair,
+    RepairReport,
+    ReplicaCopy,
     ReportDamage,
-    ScrubReport,
+    Scrub,
+    ScrubCluster,
     Seal,
+    StatsReply,
     VersionInfo,
+    VersionList,
     VersionRef,
     VersionReply,
-    dumps,
     encode_flight_info,
     error_message,
     pages,
@@ -70,7 +88,7 @@ from flightpart.wire import (
 )
 
 from .auth import CLOCK_MARGIN, authorize, wall_clock
-from .base import Action, ServiceBase, boundary
+from .base import Action, ServiceBase, action_table, boundary
 from .catalog_state import CatalogState, NodeRecord, PartRecord, VersionRecord
 from .status_page import cluster_status
 from .telemetry import describe
@@ -174,7 +192,7 @@ class CatalogServer(ServiceBase):
             return self._status[1]
 
     def stats(self) -> dict:
-        """Counters for the ``stats`` action and the metrics endpoint."""
+        """StatsReply for the ``stats`` action and the metrics endpoint."""
         nodes = self.state.nodes()
         return {"datasets": len(self.state.datasets()), "nodes_alive": sum(n.alive for n in nodes),
                 "nodes_dead": sum(not n.alive for n in nodes), "refused_calls": self.guard.refused}
@@ -236,8 +254,7 @@ class CatalogServer(ServiceBase):
 
     # ------------------------------------------------------------------ nodes
 
-    def _register_node(self, raw: bytes) -> dict:
-        b = RegisterNode.decode(raw)
+    def _register_node(self, b: RegisterNode) -> RegisterReply:
         cluster = self.state.adopt_cluster(b.cluster)
         if b.cluster is not None and b.cluster != cluster:
             raise ForeignCluster(f"node {b.node_id} at {b.uri} belongs to cluster {b.cluster}, this catalog is cluster {cluster}",
@@ -270,7 +287,7 @@ class CatalogServer(ServiceBase):
         if not b.more and b.node_id in self._owes_registration:
             self._owes_registration.discard(b.node_id)
             self.state.must_register(b.node_id)
-        return RegisterReply(b.node_id, cluster, tuple(VersionRef(d, v) for d, v in orphans), tuple(seal)).to_json()
+        return RegisterReply(b.node_id, cluster, tuple(VersionRef(d, v) for d, v in orphans), tuple(seal))
 
     def _signed_by_us(self, node_id: str, sealed: tuple[Commit, ...]) -> list[Commit]:
         """The manifests this catalog signed; any other is logged and not taken as a commit (nor as a placement)."""
@@ -326,24 +343,23 @@ class CatalogServer(ServiceBase):
         if known is None or not known.alive or known.uri == b.uri:
             return  # new, dead, or the same address restarting
         try:
-            info = self.pool.action(known.uri, "node-info", Empty(), timeout=min(self.node_timeout, 2.0))
+            info = self.pool.action(known.uri, GetNodeInfo(), timeout=min(self.node_timeout, 2.0))
         except Exception:
             self.pool.discard(known.uri)
             return  # the old process does not answer: the id moves to the new one
-        if isinstance(info, dict) and info.get("node_id") == b.node_id:
+        if info.node_id == b.node_id:
             raise NodeConflict(
                 f"node id {b.node_id} is already served by {known.uri} (pid {known.pid}); a copied data directory needs an "
                 "identity of its own: remove its flightpart-node.json to give it a fresh one", field="register-node.node_id")
 
-    def _heartbeat(self, raw: bytes) -> dict:
-        b = Heartbeat.decode(raw)
+    def _heartbeat(self, b: Heartbeat) -> HeartbeatReply:
         credential = self.caller.credential
         if credential.role == "node" and credential.name != b.node_id:
             raise Forbidden(f"a node token for {credential.name} cannot speak for node {b.node_id}", field="heartbeat.node_id")
         return HeartbeatReply(self.state.heartbeat(b.node_id, b.free_bytes, b.low_space,
-                                                   self._clock_skew(b.node_id, b.clock_ms))).to_json()
+                                                   self._clock_skew(b.node_id, b.clock_ms)))
 
-    _BEAT_REPLIES = {known: [flight.Result(pa.py_buffer(dumps(HeartbeatReply(known).to_json())))] for known in (True, False)}
+    _BEAT_REPLIES = {known: [flight.Result(pa.py_buffer(HeartbeatReply(known).encode()))] for known in (True, False)}
 
     def do_action(self, context: Any, action: flight.Action) -> list[flight.Result]:
         """Heartbeats take a short path (4,000 nodes send 2,000 a second); anything unusual, and every other action,
@@ -377,23 +393,19 @@ class CatalogServer(ServiceBase):
             log.info("node %s: its clock agrees with the catalog's again (%+.1f s)", node_id, skew)
         return skew
 
-    def _nodes(self, raw: bytes) -> list:
-        Empty.decode(raw, "nodes")
-        return [n.as_json() for n in self.state.nodes()]
+    def _nodes(self, _: ListNodes) -> NodeList:
+        return NodeList(tuple(NodeRow(**n.as_json()) for n in self.state.nodes()))
 
-    def _stats(self, raw: bytes) -> dict:
-        Empty.decode(raw, "stats")
-        return self.stats()
+    def _stats(self, _: GetStats) -> StatsReply:
+        return StatsReply(self.stats())
 
     # ------------------------------------------------------------------ versions
 
-    def _begin(self, raw: bytes) -> dict:
-        name = DatasetRef.decode(raw, "begin").dataset
+    def _begin(self, b: Begin) -> VersionReply:
         self._cluster()
-        return VersionReply(self.state.begin(name)).to_json()
+        return VersionReply(self.state.begin(b.dataset))
 
-    def _commit(self, raw: bytes) -> dict:
-        b = Commit.decode(raw)
+    def _commit(self, b: Commit) -> Committed:
         nodes = {n.node_id: n for n in self.state.nodes()}
         parts = []
         for k, p in enumerate(b.partitions):
@@ -417,7 +429,7 @@ class CatalogServer(ServiceBase):
         if self._seal(b, holders.values()) == len(holders):
             self.state.sealed_everywhere(b.dataset, b.version)
         describe("commit", dataset=b.dataset, version=b.version, partitions=len(parts), rows=b.shape[0])
-        return {"dataset": b.dataset, "version": b.version}
+        return Committed(b.dataset, b.version)
 
     def _raise_if_not_pending(self, dataset: str, version: int) -> None:
         """DatasetNotFound when ``version`` was dropped or aborted: why its files are gone, rather than a missing file."""
@@ -434,7 +446,7 @@ class CatalogServer(ServiceBase):
         """Tell the holders the version is committed; one that misses it is told when it registers again (also after
         a restart of this catalog: see :meth:`CatalogState.sealed_everywhere`). How many were told."""
         cluster, manifest = self.state.cluster(), self._signed(manifest)
-        return self._fan_out(nodes, lambda node: self.pool.action(node.uri, Seal.ACTION, Seal(cluster, manifest),
+        return self._fan_out(nodes, lambda node: self.pool.action(node.uri, Seal(cluster, manifest),
                                                                   timeout=self.fan_out_timeout),
                              f"seal {manifest.dataset} v{manifest.version}")
 
@@ -447,12 +459,11 @@ class CatalogServer(ServiceBase):
             after = None
             while True:  # one page at a time: no reply size a large dataset can reach
                 try:
-                    raw = self.pool.action(node.uri, Held.ACTION, Held(name, version, after))
+                    reply = self.pool.action(node.uri, Held(name, version, after))
                 except flight.FlightError as exc:
                     self.pool.discard(node.uri)
                     raise NodeUnavailable(f"node {node.uri} did not answer while committing {name} v{version}: "
                                           f"{error_message(exc)}") from None
-                reply = HeldReply.from_json(raw, f"held reply of {node.uri}")
                 for k, h in enumerate(reply.partitions):
                     out[h.part] = (h, reply.schema(k))
                 if not reply.more or not reply.partitions:
@@ -476,8 +487,7 @@ class CatalogServer(ServiceBase):
                 p.nbytes = max(p.nbytes, h.nbytes)
                 p.stats = p.stats or h.stats  # computed by the node from what it stored, never taken from the writer
 
-    def _abort(self, raw: bytes) -> dict:
-        b = VersionRef.decode(raw, "abort")
+    def _abort(self, b: Abort) -> Aborted:
         nodes = self.state.abort(b.dataset, b.version)
         state = self.state.version_state(b.dataset, b.version)
         if not nodes and state is not None and state[0] == "dropped":
@@ -485,23 +495,22 @@ class CatalogServer(ServiceBase):
             # (pending_only: a node keeps whatever is sealed)
             nodes = self.state.nodes()
         self._drop_files(b.dataset, b.version, nodes, pending_only=True)
-        return {"aborted": b.version}
+        return Aborted(b.version)
 
-    def _drop(self, raw: bytes) -> dict:
-        b = Drop.decode(raw)
+    def _drop(self, b: Drop) -> Dropped:
         self.state.drop(b.dataset, b.version)
         self._infos.clear()  # before any file goes: whoever finds its files gone learns it was dropped
         # every live node, holder or not, keeps the tombstone: a catalog that loses its state learns it back from any
         cleaned = self._drop_files(b.dataset, b.version, self.state.nodes())
         describe("drop", dataset=b.dataset, version=b.version, nodes=cleaned)
-        return {"dataset": b.dataset, "version": b.version, "nodes_cleaned": cleaned}
+        return Dropped(b.dataset, b.version, cleaned)
 
     def _drop_files(self, name: str, version: int | None, nodes: list[NodeRecord], *, pending_only: bool = False) -> int:
         """Tell the nodes to delete a version's files, in parallel; a node that misses it is told when it registers again."""
         through = self.state.dropped_through(name) if version is None and not pending_only else None
-        order = Drop(name, version, self.state.cluster(), pending_only, through)
+        order = DropFiles(name, version, self.state.cluster(), pending_only, through)
         return self._fan_out([n for n in nodes if n.alive],
-                             lambda node: self.pool.action(node.uri, Drop.ACTION, order, timeout=self.fan_out_timeout),
+                             lambda node: self.pool.action(node.uri, order, timeout=self.fan_out_timeout),
                              f"drop {name} v{version}")
 
     def _fan_out(self, nodes: Any, call: Any, what: str) -> int:
@@ -523,12 +532,11 @@ class CatalogServer(ServiceBase):
         with ThreadPoolExecutor(max_workers=min(32, len(nodes)), thread_name_prefix="flightpart-fan-out") as ex:
             return sum(ex.map(one, nodes))
 
-    def _versions(self, raw: bytes) -> list:
-        return self.state.versions_of(DatasetRef.decode(raw, "versions").dataset)
+    def _versions(self, b: ListVersions) -> VersionList:
+        return VersionList(tuple(self.state.versions_of(b.dataset)))
 
-    def _repair(self, raw: bytes) -> dict:
+    def _repair(self, _: Repair) -> RepairReport:
         """Copy every under-replicated partition from a live holder to a live node without it."""
-        Empty.decode(raw, "repair")
         live = [n for n in self.state.nodes() if n.alive]
         copies, missing = [], []
         load = {n.node_id: 0 for n in live}
@@ -543,7 +551,7 @@ class CatalogServer(ServiceBase):
             for p in record.parts:
                 holders = [n for n in p.nodes if n.alive]
                 if not holders:
-                    missing.append({"dataset": record.dataset, "version": record.version, "part": list(p.part)})
+                    missing.append(PartPlace(record.dataset, record.version, p.part))
                     continue
                 held_by = {n.node_id for n in p.nodes}
                 while len(holders) < record.replicas:
@@ -552,7 +560,7 @@ class CatalogServer(ServiceBase):
                     if not spare:
                         break
                     target = spare[0]
-                    self.pool.action(holders[0].uri, CopyTo.ACTION, CopyTo(record.dataset, record.version, p.part, target.uri),
+                    self.pool.action(holders[0].uri, CopyTo(record.dataset, record.version, p.part, target.uri),
                                      timeout=None)
                     self._verify_on_nodes(record.dataset, record.version, schema, [PartRecord(p.part, p.start, p.shape, 0, [target])])
                     self.state.add_replica(record.dataset, record.version, p.part, target.node_id)
@@ -561,13 +569,12 @@ class CatalogServer(ServiceBase):
                     held_by.add(target.node_id)
                     holders.append(target)
                     load[target.node_id] += 1
-                    copies.append({"dataset": record.dataset, "version": record.version, "part": list(p.part), "to": target.uri})
-        return {"copied": copies, "lost": missing}
+                    copies.append(ReplicaCopy(record.dataset, record.version, p.part, target.uri))
+        return RepairReport(tuple(copies), tuple(missing))
 
-    def _report_damage(self, raw: bytes) -> dict:
+    def _report_damage(self, b: ReportDamage) -> Removed:
         """A node's replicas that failed their checksum or vanished: no longer listed, so reads skip them and repair
         recreates them."""
-        b = ReportDamage.decode(raw)
         credential = self.caller.credential
         if credential.role == "node" and credential.name != b.node_id:
             raise Forbidden(f"a node token for {credential.name} cannot speak for node {b.node_id}",
@@ -578,39 +585,36 @@ class CatalogServer(ServiceBase):
                 removed += 1
                 log.warning("node %s lost its replica of %s v%d %s (damaged or missing); no longer listed", b.node_id,
                             p.dataset, p.version, p.part)
-        return {"removed": removed}
+        return Removed(removed)
 
-    def _scrub(self, raw: bytes) -> dict:
+    def _scrub(self, _: ScrubCluster) -> ClusterScrubReport:
         """Every live node checks its files now (in parallel); their findings, summed, and the nodes that did not answer."""
-        Empty.decode(raw, "scrub")
         live = [n for n in self.state.nodes() if n.alive]
 
-        def one(node: NodeRecord) -> dict | None:
+        def one(node: NodeRecord) -> NodeScrubReport | None:
             try:
-                report = ScrubReport.from_json(self.pool.action(node.uri, "scrub", Empty(), timeout=3600), "scrub reply")
+                report = self.pool.action(node.uri, Scrub(), timeout=3600)
             except Exception as exc:
                 log.info("scrub: node %s did not answer (%s)", node.uri, exc)
                 self.pool.discard(node.uri)
                 return None
-            return {"uri": node.uri, "node_id": node.node_id, **report.to_json()}
+            return NodeScrubReport(**vars(report), uri=node.uri, node_id=node.node_id)
 
         with ThreadPoolExecutor(max_workers=max(1, min(32, len(live))), thread_name_prefix="flightpart-scrub") as ex:
             answers = list(ex.map(one, live))
         found = [a for a in answers if a is not None]
-        return {"nodes": found, "unreachable": [n.uri for n, a in zip(live, answers) if a is None],
-                "damaged": sum(len(a["damaged"]) for a in found), "missing": sum(len(a["missing"]) for a in found)}
+        return ClusterScrubReport(tuple(found), tuple(n.uri for n, a in zip(live, answers) if a is None),
+                                  sum(len(a.damaged) for a in found), sum(len(a.missing) for a in found))
 
     # ------------------------------------------------------------------ SPMD publish
 
-    def _publish_begin(self, raw: bytes) -> dict:
-        b = PublishBegin.decode(raw)
+    def _publish_begin(self, b: PublishBegin) -> VersionReply:
         if not b.rank < b.nranks:
             raise RequestRejected(f"publish-begin: rank {b.rank} is not in [0, {b.nranks})", field="publish-begin.rank")
         self._cluster()
-        return VersionReply(self.state.join_publish(b.dataset, b.nranks, b.rank)).to_json()
+        return VersionReply(self.state.join_publish(b.dataset, b.nranks, b.rank))
 
-    def _publish_part(self, raw: bytes) -> dict:
-        b = PublishPart.decode(raw)
+    def _publish_part(self, b: PublishPart) -> PublishReply:
         name, version = b.dataset, b.version
         state = self.state.version_state(name, version)
         if state is None or state[0] != "pending" or state[1] is None:
@@ -625,7 +629,7 @@ class CatalogServer(ServiceBase):
         schema_bytes = b.schema.serialize().to_pybytes()
         joined = self.state.add_rank_part(name, version, b.rank, b.rows, b.cols, 0, b.node_id, schema_bytes)
         if joined < nranks:
-            return PublishReply(version, False, joined).to_json()
+            return PublishReply(version, False, joined)
         # the last rank in commits; the node checks run without holding the database
         nodes = {n.node_id: n for n in self.state.nodes()}
         start, parts = 0, []
@@ -637,26 +641,26 @@ class CatalogServer(ServiceBase):
             self.state.commit(name, version, schema_bytes, (start, parts[0].shape[1]), (nranks, 1), parts)
         except VersionConflict:
             pass  # another last rank committed it first
-        return PublishReply(version, True, joined).to_json()
+        return PublishReply(version, True, joined)
 
-    actions = {
-        "register-node": Action(_register_node, "a node announces itself and what its data directory holds", "node"),
-        "heartbeat": Action(_heartbeat, "a node is alive", "node", changes_state=False),
-        "nodes": Action(_nodes, "every known node, alive or not", "read", changes_state=False),
-        "stats": Action(_stats, "datasets and nodes alive or dead", "read", changes_state=False),
-        "begin": Action(_begin, "reserve the next version of a dataset", "write", changes_state=False),
-        "commit": Action(_commit, "publish a version once every partition is stored on its nodes", "write"),
-        "abort": Action(_abort, "forget a pending version and drop its files", "write"),
-        "drop": Action(_drop, "drop a version (or all versions) of a dataset and its files", "admin"),
-        "versions": Action(_versions, "committed versions of a dataset", "read", changes_state=False),
-        "repair": Action(_repair, "copy under-replicated partitions to live nodes (copy-to)", "admin"),
-        "report-damage": Action(_report_damage, "a node's replicas that failed their checksum or are gone: unlisted", "node"),
-        "scrub": Action(_scrub, "every live node checks its files against their checksums now; damaged and missing ones",
-                        "admin"),
-        "publish-begin": Action(_publish_begin, "SPMD: join (or open) the pending publish of a dataset", "write",
-                                changes_state=False),
-        "publish-part": Action(_publish_part, "SPMD: one rank's part is stored; commits when all ranks are in", "write"),
-    }
+    actions = action_table(
+        Action(RegisterNode, _register_node, "a node announces itself and what its data directory holds", "node"),
+        Action(Heartbeat, _heartbeat, "a node is alive", "node", changes_state=False),
+        Action(ListNodes, _nodes, "every known node, alive or not", "read", changes_state=False),
+        Action(GetStats, _stats, "datasets and nodes alive or dead", "read", changes_state=False),
+        Action(Begin, _begin, "reserve the next version of a dataset", "write", changes_state=False),
+        Action(Commit, _commit, "publish a version once every partition is stored on its nodes", "write"),
+        Action(Abort, _abort, "forget a pending version and drop its files", "write"),
+        Action(Drop, _drop, "drop a version (or all versions) of a dataset and its files", "admin"),
+        Action(ListVersions, _versions, "committed versions of a dataset", "read", changes_state=False),
+        Action(Repair, _repair, "copy under-replicated partitions to live nodes (copy-to)", "admin"),
+        Action(ReportDamage, _report_damage, "a node's replicas that failed their checksum or are gone: unlisted", "node"),
+        Action(ScrubCluster, _scrub, "every live node checks its files against their checksums now; damaged and missing "
+               "ones", "admin"),
+        Action(PublishBegin, _publish_begin, "SPMD: join (or open) the pending publish of a dataset", "write",
+               changes_state=False),
+        Action(PublishPart, _publish_part, "SPMD: one rank's part is stored; commits when all ranks are in", "write"),
+    )
 
 
 def test_pause(variable: str, what: str) -> None:

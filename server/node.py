@@ -45,14 +45,19 @@ from flightpart.tokens import Keys, role_token, verify_token
 from flightpart.version import __version__
 from flightpart.wire import (
     Assemble,
+    AssembleReply,
+    Checked,
     Commit,
+    Copied,
     CopyTo,
-    Drop,
-    Empty,
+    DropFiles,
+    GetNodeInfo,
+    GetStats,
     Heartbeat,
-    HeartbeatReply,
     Held,
     HeldReply,
+    ListNodes,
+    NodeInfo,
     PartHeader,
     PartPlace,
     PutReceipts,
@@ -60,9 +65,13 @@ from flightpart.wire import (
     RegisterNode,
     RegisterReply,
     Relink,
+    Removed,
     ReportDamage,
+    Scrub,
     ScrubReport,
     Seal,
+    Sealed,
+    StatsReply,
     Ticket,
     VersionRef,
     pages,
@@ -71,7 +80,7 @@ from flightpart.wire import (
 
 from .assembler import Assembler
 from .auth import admit_stream, authorize, credential_of, wall_clock
-from .base import Action, ServiceBase, boundary
+from .base import Action, ServiceBase, action_table, boundary
 from .store import PartitionStore, StoredPartition
 from .telemetry import describe
 
@@ -258,8 +267,8 @@ class NodeServer(ServiceBase):
                                 self.store.cluster, manifests, refs, sealed_refs, more=k < len(pages) - 1,
                                 tombstones=tombstones)
             with translated():
-                raw = self.pool.action(self.catalog_uri, RegisterNode.ACTION, body)
-            self._follow(RegisterReply.from_json(raw, "register-node reply"))
+                reply = self.pool.action(self.catalog_uri, body)
+            self._follow(reply)
         self.last_contact = time.monotonic()
         self.registered.set()
         self.find_missing()
@@ -289,9 +298,9 @@ class NodeServer(ServiceBase):
                     free = self.free_bytes()
                     beat = Heartbeat(self.node_id, free, free is not None and free < self.min_free_bytes,
                                      int(wall_clock() * 1000))
-                    raw = self.pool.action(self.catalog_uri, Heartbeat.ACTION, beat, timeout=5)
+                    known = self.pool.action(self.catalog_uri, beat, timeout=5).known
                     self.last_contact = time.monotonic()
-                    if not HeartbeatReply.from_json(raw, "heartbeat reply").known:
+                    if not known:
                         self.registered.clear()
                         continue
                     self.report_lost()
@@ -373,7 +382,7 @@ class NodeServer(ServiceBase):
             return
         body = ReportDamage(self.node_id, tuple(PartPlace(d, v, p) for d, v, p in places))
         try:
-            self.pool.action(self.catalog_uri, ReportDamage.ACTION, body, timeout=10)
+            self.pool.action(self.catalog_uri, body, timeout=10)
         except Exception as exc:
             log.info("could not report %d damaged or missing partitions to the catalog yet: %s", len(places), exc)
             return
@@ -425,15 +434,13 @@ class NodeServer(ServiceBase):
             except Exception as exc:  # a scrub never takes the node down; the next pass tries again
                 log.warning("scrub pass failed: %s", exc)
 
-    def _check(self, raw: bytes) -> dict:
+    def _check(self, body: PartPlace) -> Checked:
         """Vouch for a partition before a reader on this host maps the file itself (verified once per file and process)."""
-        body = PartPlace.decode(raw)
         self.store.open(body.dataset, body.version, body.part)
-        return {"ok": True}
+        return Checked()
 
-    def _scrub(self, raw: bytes) -> dict:
-        Empty.decode(raw, "scrub")
-        return self.scrub().to_json()
+    def _scrub(self, _: Scrub) -> ScrubReport:
+        return self.scrub()
 
     # ------------------------------------------------------------------ data
 
@@ -566,75 +573,72 @@ class NodeServer(ServiceBase):
 
     # ------------------------------------------------------------------ actions
 
-    def _node_info(self, raw: bytes) -> dict:
-        Empty.decode(raw, "node-info")
-        return self.info()
+    def _node_info(self, _: GetNodeInfo) -> NodeInfo:
+        return NodeInfo(**self.info())
 
-    def _stats(self, raw: bytes) -> dict:
-        Empty.decode(raw, "stats")
-        return self.stats()
+    def _stats(self, _: GetStats) -> StatsReply:
+        return StatsReply(self.stats())
 
     HELD_PAGE_BYTES = 4 << 20
     """About how much one page of a ``held`` reply may weigh; the catalog asks for the next page with ``after``."""
 
-    def _held(self, raw: bytes) -> dict:
-        body = Held.decode(raw)
+    def _held(self, body: Held) -> HeldReply:
         held = self.store.held(body.dataset, body.version, after=body.after, with_schema=False)
         page, more = next(pages(held, held_weight, self.HELD_PAGE_BYTES))
         groups = sorted({p.part[1] for p in page})
         schemas = [self.store.group_schema(body.dataset, body.version, j) for j in groups]
         index = {j: k for k, j in enumerate(groups)}
-        return HeldReply(tuple(page), tuple(schemas), tuple(index[p.part[1]] for p in page), more).to_json()
+        return HeldReply(tuple(page), tuple(schemas), tuple(index[p.part[1]] for p in page), more)
 
-    def _drop(self, raw: bytes) -> dict:
-        body = Drop.decode(raw)
+    def _drop(self, body: DropFiles) -> Removed:
         self._check_cluster(body.cluster)
         removed = self.store.drop(body.dataset, body.version, pending_only=body.pending_only, through=body.through,
                                   remember=True)
         describe("drop", dataset=body.dataset, version=body.version, files=removed)
-        return {"removed": removed}
+        return Removed(removed)
 
     def _check_target(self, target: str) -> None:
         """copy-to sends data only to a live node registered with this node's catalog, checked before any connection."""
         live = []
         if self.catalog_uri is not None:
             with translated():
-                live = [n["uri"] for n in self.pool.action(self.catalog_uri, "nodes", Empty(), timeout=5) if n.get("alive")]
+                live = [n.uri for n in self.pool.action(self.catalog_uri, ListNodes(), timeout=5).nodes if n.alive]
         if target not in live or target == self.uri:
             raise RequestRejected("copy-to.target: not a live node of this cluster; nothing was sent", field="copy-to.target")
 
-    def _seal(self, raw: bytes) -> dict:
-        body = Seal.decode(raw)
+    def _seal(self, body: Seal) -> Sealed:
         self._check_cluster(body.cluster)
-        return {"sealed": self.store.seal(body.manifest)}
+        return Sealed(self.store.seal(body.manifest))
 
-    def _copy_to(self, raw: bytes) -> dict:
-        body = CopyTo.decode(raw)
+    def _copy_to(self, body: CopyTo) -> Copied:
         self._check_target(body.target)
         table = self.store.open(body.dataset, body.version, body.part)
         send_partition(self.pool, body.target, body.dataset, body.version, body.part, table)
-        return {"copied": table.nbytes}
+        return Copied(table.nbytes)
 
-    def _assemble(self, raw: bytes) -> dict:
+    def _assemble(self, body: Assemble) -> AssembleReply:
         with self._counting_errors("assemble"):
-            return self.assembler.run(Assemble.decode(raw)).to_json()
+            return self.assembler.run(body)
 
-    def _relink(self, raw: bytes) -> dict:
+    def _relink(self, body: Relink) -> AssembleReply:
         with self._counting_errors("relink"):
-            return self.assembler.relink(Relink.decode(raw)).to_json()
+            return self.assembler.relink(body)
 
-    actions = {
-        "node-info": Action(_node_info, "who this node is: id, uri, ip, pid, data dir, version", "locate", changes_state=False),
-        "stats": Action(_stats, "bytes and batches served, partitions stored and held", "read", changes_state=False),
-        "held": Action(_held, "partitions of one dataset version on this node", "node", changes_state=False),
-        "drop": Action(_drop, "remove a dataset version's files (orders from this node's own cluster only)", "catalog"),
-        "seal": Action(_seal, "keep a committed version's manifest: the version becomes immutable and rebuildable", "catalog"),
-        "check": Action(_check, "verify a partition's checksum before a reader on this host maps it", "locate",
-                        changes_state=False),
-        "scrub": Action(_scrub, "check every stored file against its checksum now; report damaged and missing ones", "catalog"),
-        "copy-to": Action(_copy_to, "send a partition to another live node of the cluster (replication)", "catalog"),
-        "assemble": Action(_assemble, "build partitions of a new grid from a committed version (repartition, rebalance, "
-                           "append): pulled from their holders, linked when unchanged", "write"),
-        "relink": Action(_relink, "link partitions this node holds into an uncommitted version (a stream append "
-                         "made again on top of a newer version)", "write"),
-    }
+    actions = action_table(
+        Action(GetNodeInfo, _node_info, "who this node is: id, uri, ip, pid, data dir, version", "locate",
+               changes_state=False),
+        Action(GetStats, _stats, "bytes and batches served, partitions stored and held", "read", changes_state=False),
+        Action(Held, _held, "partitions of one dataset version on this node", "node", changes_state=False),
+        Action(DropFiles, _drop, "remove a dataset version's files (orders from this node's own cluster only)", "catalog"),
+        Action(Seal, _seal, "keep a committed version's manifest: the version becomes immutable and rebuildable",
+               "catalog"),
+        Action(PartPlace, _check, "verify a partition's checksum before a reader on this host maps it", "locate",
+               changes_state=False),
+        Action(Scrub, _scrub, "check every stored file against its checksum now; report damaged and missing ones",
+               "catalog"),
+        Action(CopyTo, _copy_to, "send a partition to another live node of the cluster (replication)", "catalog"),
+        Action(Assemble, _assemble, "build partitions of a new grid from a committed version (repartition, rebalance, "
+               "append): pulled from their holders, linked when unchanged", "write"),
+        Action(Relink, _relink, "link partitions this node holds into an uncommitted version (a stream append made "
+               "again on top of a newer version)", "write"),
+    )

@@ -23,7 +23,7 @@ from flightpart.frames import describe_columns
 from flightpart.io.connections import ConnectionPool
 from flightpart.palette import node_colour
 from flightpart.version import __version__
-from flightpart.wire import Empty, error_message
+from flightpart.wire import GetStats, error_message
 
 from .auth import CLOCK_MARGIN
 from .catalog_state import CatalogState
@@ -40,9 +40,9 @@ def cluster_status(state: CatalogState, pool: ConnectionPool) -> dict:
     records = state.nodes()
     colours = {n.uri: node_colour(k, html=True) for k, n in enumerate(records)}
 
-    def ask(uri: str) -> dict:
+    def ask(uri: str) -> Any:
         try:
-            return pool.action(uri, "stats", Empty(), timeout=NODE_DEADLINE)
+            return pool.action(uri, GetStats(), timeout=NODE_DEADLINE).values  # judged by readable_stats
         except Exception as exc:
             pool.discard(uri)
             return {"unreachable": " ".join(error_message(exc).split())[:200]}

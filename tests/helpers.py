@@ -34,6 +34,23 @@ def put_raw(node, path: list[str], table, trailer: int | None = None) -> None:
     writer.close()
 
 
+def raw_action(client, name: str, body=None, *, uri: str | None = None, timeout: float = 30.0):
+    """An action sent the way a client that does not speak flightpart's messages would (a lying or outdated client):
+    any name, any JSON body, with ``client``'s credentials, to its catalog or to ``uri``; the JSON reply.
+    Errors come back as flightpart's errors, as :meth:`flightpart.Client.call` raises them."""
+    import json
+
+    import pyarrow.flight as flight
+
+    from flightpart.io.errors import translated
+
+    pool = client.pool
+    payload = json.dumps(body if body is not None else {}).encode()
+    with translated():
+        results = list(pool.client(uri or client.uri).do_action(flight.Action(name, payload), options=pool.options(timeout)))
+    return json.loads(results[0].body.to_pybytes())
+
+
 def free_port() -> int:
     """A TCP port free on loopback now (for a daemon that must restart on the same port)."""
     with socket.socket() as s:

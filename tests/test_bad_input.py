@@ -21,7 +21,7 @@ import flightpart as fp
 from flightpart import wire
 from flightpart.local.cluster import LocalCluster
 
-from helpers import code_of, wait_until
+from helpers import code_of, raw_action, wait_until
 
 
 def assert_clear(exc: BaseException) -> None:
@@ -130,14 +130,14 @@ def test_put_streams_that_break_the_rules(guarded):
     assert not list((guarded.root / "node-127.0.0.42").rglob("big/**/*.arrow"))
     # wrong row count: the catalog refuses to publish what the node does not really hold
     with fp.connect(guarded.uri) as client:
-        version = client.call("begin", {"dataset": "short"})["version"]
+        version = client.call(fp.wire.Begin("short")).version
         writer, _ = node.do_put(flight.FlightDescriptor.for_path("short", str(version), "0", "0"), pa.schema([("a", pa.int64())]))
         writer.write_table(pa.table({"a": [1, 2, 3]}))
         writer.write_metadata(pa.py_buffer(b'{"rows": 3}'))
         writer.close()
         info = client.nodes()[0]
         with pytest.raises(fp.SchemaMismatch, match="has 3 rows, expected 5"):
-            client.call("commit", {"dataset": "short", "version": version, "schema": fp.wire.schema_to_text(pa.schema([("a", pa.int64())])),
+            raw_action(client, "commit", {"dataset": "short", "version": version, "schema": fp.wire.schema_to_text(pa.schema([("a", pa.int64())])),
                                        "shape": [5, 1], "tiling": [1, 1], "partitions": [{"part": [0, 0], "start": [0, 0], "shape": [5, 1], "nodes": [info["node_id"]]}]})
         with pytest.raises(fp.DatasetNotFound):
             client.open("short")

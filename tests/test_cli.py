@@ -65,7 +65,7 @@ def test_a_chatty_daemon_keeps_running_past_a_pipe_full_of_logs(tmp_path):
         assert len(node.log()) >= 3 * 65536, "the daemon stopped logging"
         import flightpart as fp
 
-        assert fp.connect("grpc://127.0.0.1:1").pool.action(node.uri, "node-info")["ip"] == "127.0.0.91"
+        assert fp.connect("grpc://127.0.0.1:1").pool.action(node.uri, fp.wire.GetNodeInfo()).ip == "127.0.0.91"
     finally:
         node.stop()
 

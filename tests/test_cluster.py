@@ -76,7 +76,7 @@ def test_sizes_are_each_partitions_own_file_size(cluster, dataset):
         files = {}
         for pos, part in ds.__partitioned__["partitions"].items():
             uri = part["data"].replicas[0][0]
-            data_dir = Path(client.pool.action(uri, "node-info")["data_dir"])
+            data_dir = Path(client.pool.action(uri, fp.wire.GetNodeInfo()).data_dir)
             files[pos] = (data_dir / partition_relpath("locality", ds.version, pos)).stat().st_size
     assert ds.partition_nbytes() == files and ds.nbytes == sum(files.values())
     assert {tuple(p["position"]): p["nbytes"] for p in grid_json(ds)["partitions"]} == files
@@ -101,8 +101,8 @@ def test_local_partitions_are_buffers_inside_the_memory_mapped_file(cluster, dat
         before = sent(client, cluster)
         table = d["get"](part["data"])
         assert sent(client, cluster) == before
-        info = client.pool.action(cluster.nodes[0].uri, "node-info")
-    path = str(Path(info["data_dir"]) / partition_relpath("locality", part["data"].version, part["data"].position))
+        info = client.pool.action(cluster.nodes[0].uri, fp.wire.GetNodeInfo())
+    path = str(Path(info.data_dir) / partition_relpath("locality", part["data"].version, part["data"].position))
     regions = [(lo, hi) for lo, hi, name in _mappings() if name == path]
     assert regions, f"{path} is not memory-mapped in this process"
     for column in table.columns:
@@ -318,10 +318,10 @@ def test_copy_to_replicates_a_partition_between_nodes(cluster, dataset):
         pos, part = next((p, e) for p, e in sorted(d["partitions"].items()) if e["location"][0][0] == B)
         ref = part["data"]
         source, target = cluster.nodes[1].uri, cluster.nodes[2].uri
-        reply = client.pool.action(source, "copy-to", {"dataset": "locality", "version": ds.version, "part": list(ref.position), "target": target})
-        assert reply["copied"] > 0
-        held = client.pool.action(target, "held", {"dataset": "locality", "version": ds.version})
-        assert list(ref.position) in [h["part"] for h in held["partitions"]]
+        reply = client.pool.action(source, fp.wire.CopyTo("locality", ds.version, ref.position, target))
+        assert reply.copied > 0
+        held = client.pool.action(target, fp.wire.Held("locality", ds.version))
+        assert ref.position in [h.part for h in held.partitions]
         only_c = fp.client.PartitionRef(ref.dataset, ref.version, ref.position, ((target, C, cluster.nodes[2].pid),))
         start = part["start"][0]
         assert d["get"](only_c).equals(table.slice(start, part["shape"][0]))
@@ -351,8 +351,8 @@ def test_a_dropped_partition_is_not_kept_mapped_by_a_reader(cluster):
     with fp.connect(cluster.uri, host=A) as client:
         ds = client.put("unmapped", table, tiling=(1, 1), nodes=[A])
         ref = ds.__partitioned__["partitions"][(0, 0)]["data"]
-        info = client.pool.action(cluster.nodes[0].uri, "node-info")
-        path = str(Path(info["data_dir"]) / partition_relpath("unmapped", ds.version, (0, 0)))
+        info = client.pool.action(cluster.nodes[0].uri, fp.wire.GetNodeInfo())
+        path = str(Path(info.data_dir) / partition_relpath("unmapped", ds.version, (0, 0)))
         assert ds.to_arrow().equals(table)  # read by memory map
         client.drop("unmapped")
         with pytest.raises(fp.DatasetNotFound, match="was dropped"):

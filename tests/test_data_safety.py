@@ -130,7 +130,7 @@ def test_a_put_the_catalog_never_saw_finish_expires_by_the_pending_ttl(tmp_path)
     with LocalCluster(tmp_path, nodes=2, first_ip=76, heartbeat=0.3, dead_after=1.5, catalog_port=free_port(),
                       extra_args=["--pending-ttl", "3"]) as c:
         with fp.connect(c.uri) as client:
-            version = client.call("begin", {"dataset": "half"})["version"]
+            version = client.call(fp.wire.Begin("half")).version
             for k in range(20):  # a put of 20 partitions, cut short when the catalog dies
                 put_raw(c.nodes[k % 2].uri, ["half", str(version), str(k), "0"], table_of(50, k))
             c.catalog.kill()

@@ -17,7 +17,7 @@ from flightpart import wire
 from flightpart.io.errors import translate
 from flightpart.local.cluster import LocalCluster
 
-from helpers import code_of, put_raw
+from helpers import code_of, put_raw, raw_action
 
 SCHEMA_TEXT = wire.schema_to_text(pa.schema([("a", pa.int64())]))
 
@@ -88,7 +88,7 @@ CATALOG_CASES = [
 
 
 def node_id(c) -> str:
-    return json.loads(list(c.do_action(action("nodes", b"")))[0].body.to_pybytes())[0]["node_id"]
+    return json.loads(list(c.do_action(action("nodes", b"")))[0].body.to_pybytes())["nodes"][0]["node_id"]
 
 
 def commit_again(c) -> None:
@@ -144,7 +144,7 @@ def test_the_client_raises_the_class_of_the_code(one_node):
         with pytest.raises(fp.InvalidName):
             client.open("a b")
         with pytest.raises(fp.RequestRejected, match="base64") as info:
-            client.call("commit", commit_body(schema="%%%"))
+            raw_action(client, "commit", commit_body(schema="%%%"))
         assert not isinstance(info.value, fp.SchemaMismatch) and info.value.field == "commit.schema"
         with pytest.raises(fp.VersionConflict):
             commit_via(client)
@@ -153,7 +153,7 @@ def test_the_client_raises_the_class_of_the_code(one_node):
 
 def commit_via(client) -> None:
     nodes = [client.nodes()[0]["node_id"]]
-    client.call("commit", commit_body(partitions=[{"part": [0, 0], "start": [0, 0], "shape": [100, 1], "nodes": nodes}]))
+    raw_action(client, "commit", commit_body(partitions=[{"part": [0, 0], "start": [0, 0], "shape": [100, 1], "nodes": nodes}]))
 
 
 def test_every_exception_is_exported_and_in_one_hierarchy():

@@ -22,7 +22,7 @@ import pytest
 
 import flightpart as fp
 from flightpart.local.cluster import LocalCluster
-from flightpart.wire import VersionRef
+from flightpart.wire import Abort
 
 from helpers import free_port, wait_until
 
@@ -64,7 +64,7 @@ def test_an_empty_catalog_keeps_the_cluster_whoever_reaches_it_first(tmp_path):
             restart_on_empty_state(c)
             newcomer = c.add_node("127.0.0.122", heartbeat=0.3)
             with fp.connect(c.uri, timeout=5) as client:
-                client.call("abort", VersionRef("kept", 7))
+                client.call(Abort("kept", 7))
                 wait_until(lambda: live_nodes(client, 1), 10, "the new node to register")
         finally:
             for node in c.nodes[:2]:

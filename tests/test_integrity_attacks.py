@@ -24,7 +24,7 @@ import flightpart as fp
 from flightpart.client.fetch import FlightGet
 from flightpart.io import layout
 from flightpart.local.cluster import LocalCluster
-from flightpart.wire import DatasetRef, PartHeader, PutTrailer, Ticket, VersionRef, VersionReply
+from flightpart.wire import Abort, Begin, ListNodes, PartHeader, PutTrailer, Ticket
 
 from helpers import code_of, wait_until
 
@@ -185,7 +185,7 @@ def test_a_repartition_reading_a_damaged_partition_does_not_crash_its_node(clust
         assert client.open("rot-reshape").to_arrow().equals(table)  # never a damaged byte in the new version
         for node in c.nodes:
             assert node.proc.poll() is None, f"node {node.uri} died: {node.proc.returncode}"
-            assert client.call("nodes") and flight.connect(node.uri).do_action(flight.Action("node-info", b"{}"))
+            assert client.call(ListNodes()).nodes and flight.connect(node.uri).do_action(flight.Action("node-info", b"{}"))
         assert client.open("rot-reshape", version=1).to_arrow().equals(table)
         cli("scrub", "--catalog", c.uri)  # whatever damage the repartition did not touch is found now
         assert len(quarantined(c, "rot-reshape")) == 3
@@ -238,7 +238,7 @@ def test_a_disk_read_only_during_a_put_leaves_no_file_once_writable(small_disk, 
         c.add_node("127.0.0.131", heartbeat=0.3, data_dir=data_dir, args=["--min-free-bytes", "0", "--scrub-interval", "0"])
         part = table_of(5_000, 7)
         with fp.connect(c.uri, host="127.0.0.99") as client:
-            version = VersionReply.from_json(client.call("begin", DatasetRef("ro-put"))).version
+            version = client.call(Begin("ro-put")).version
             writer, reader = flight.connect(c.nodes[0].uri).do_put(
                 flight.FlightDescriptor.for_path("ro-put", str(version), "parts"), part.schema)
             vdir = data_dir / layout.version_relpath("ro-put", version)
@@ -257,7 +257,7 @@ def test_a_disk_read_only_during_a_put_leaves_no_file_once_writable(small_disk, 
                     reader.read()
                     writer.close()
                 assert code_of(info.value) == "STORAGE_UNWRITABLE"
-                client.call("abort", VersionRef("ro-put", version), timeout=30)  # what a client does after a failed put
+                client.call(Abort("ro-put", version), timeout=30)  # what a client does after a failed put
                 assert list(data_dir.rglob("*.arrow"))  # the disk kept them for now
             finally:
                 subprocess.run(["mount", "-o", "remount,rw", str(small_disk)], check=True)

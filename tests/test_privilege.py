@@ -25,7 +25,7 @@ import flightpart as fp
 from flightpart import tokens, wire
 from flightpart.local.cluster import Daemon, LocalCluster
 
-from helpers import code_of
+from helpers import code_of, raw_action
 
 SECRET = "cluster-secret-for-the-privilege-tests"
 
@@ -77,7 +77,7 @@ def test_each_role_does_what_it_may_and_nothing_more(guarded):
         with pytest.raises(fp.Forbidden, match="may not admin"):
             writer.drop("by-writer")
         with pytest.raises(fp.Forbidden):
-            writer.call("register-node", {"node_id": "x", "uri": "grpc://127.0.0.9:1", "ip": "127.0.0.9", "pid": 1})
+            raw_action(writer, "register-node", {"node_id": "x", "uri": "grpc://127.0.0.9:1", "ip": "127.0.0.9", "pid": 1})
         with pytest.raises(fp.Forbidden):
             writer.repair()
     with fp.connect(c.uri, token=token("admin")) as admin:
@@ -227,15 +227,15 @@ def test_a_node_token_registers_only_its_own_node_and_a_live_id_is_not_taken(gua
     body = {"node_id": victim["node_id"], "uri": "grpc://127.0.0.9:1234", "ip": "127.0.0.9", "pid": 1}
     with fp.connect(c.uri, token=token("node", "some-other-node")) as impostor:
         with pytest.raises(fp.Forbidden, match="cannot register node"):
-            impostor.call("register-node", body)
+            raw_action(impostor, "register-node", body)
         with pytest.raises(fp.Forbidden, match="cannot speak for node"):  # nor keep another node alive
-            impostor.call("heartbeat", {"node_id": victim["node_id"], "free_bytes": 1, "low_space": True})
+            impostor.call(fp.wire.Heartbeat(victim["node_id"], 1, True))
     with fp.connect(c.uri, token=token("reader", "r")) as reader:
         with pytest.raises(fp.Forbidden):
-            reader.call("heartbeat", {"node_id": victim["node_id"]})
+            reader.call(fp.wire.Heartbeat(victim["node_id"]))
     with fp.connect(c.uri, token=token("node", victim["node_id"])) as stolen:
         with pytest.raises(fp.NodeConflict, match="already served by"):
-            stolen.call("register-node", body)
+            raw_action(stolen, "register-node", body)
     with fp.connect(c.uri, token=SECRET, host="127.0.0.99") as owner:
         assert [n["uri"] for n in owner.nodes() if n["node_id"] == victim["node_id"]] == [victim["uri"]]
         assert not next(n for n in owner.nodes() if n["node_id"] == victim["node_id"]).get("low_space")  # the lie left no mark

@@ -244,7 +244,7 @@ def test_a_partition_whose_statistics_were_lost_or_damaged_is_still_committed_an
 
     with fp.connect(cluster.uri, host="127.0.0.9") as client:
         nodes = {n["uri"]: n["node_id"] for n in client.nodes() if n["alive"]}
-        version = client.pool.action(cluster.uri, "begin", {"dataset": "unsure"})["version"]
+        version = client.call(wire.Begin("unsure")).version
         parts = []
         for k, uri in enumerate(sorted(nodes)):
             put_raw(uri, ["unsure", str(version), str(k), "0"], sales.slice(k * 30_000, 30_000))
@@ -253,7 +253,7 @@ def test_a_partition_whose_statistics_were_lost_or_damaged_is_still_committed_an
         assert len(sidecars) == 3
         sidecars[0].write_text('{"rows": 999, "columns": {"order": {"nulls": 0, "min": ')  # cut short by a crash
         sidecars[1].unlink()  # lost
-        client.pool.action(cluster.uri, "commit", wire.Commit("unsure", version, sales.schema, (90_000, 4), (3, 1), tuple(parts)))
+        client.call(wire.Commit("unsure", version, sales.schema, (90_000, 4), (3, 1), tuple(parts)))
         ds = client.open("unsure")
         assert ds.to_arrow().equals(sales)  # rows came from the files, not from the damaged statistics
         expr = (F("order") > 1_000) & (F("order") < 89_000) & (F("units") == 5)

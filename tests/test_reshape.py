@@ -163,7 +163,7 @@ def test_lying_assemble_orders_are_refused_and_the_node_keeps_serving(cluster, c
     source = table(100)
     ds = client.put("rp-lie", source, tiling=(2, 1))
     node = cluster.nodes[0].uri
-    pending = client.call("begin", fp.wire.DatasetRef("rp-lie"))["version"]
+    pending = client.call(fp.wire.Begin("rp-lie")).version
     lies = {
         "rows past the end": Assemble("rp-lie", ds.version, pending, 1, (AssemblePart((0, 0), (0, 101)),)),
         "reversed rows": Assemble("rp-lie", ds.version, pending, 1, (AssemblePart((0, 0), (50, 10)),)),
@@ -188,7 +188,7 @@ def test_lying_assemble_orders_are_refused_and_the_node_keeps_serving(cluster, c
     with pytest.raises(flight.FlightError) as err:
         next(flight.connect(node).do_action(flight.Action(Assemble.ACTION, b'{"dataset": "rp-lie", "source": "1"}')))
     assert code_of(err.value) == "INVALID_REQUEST"
-    client.call("abort", fp.wire.VersionRef("rp-lie", pending))
+    client.call(fp.wire.Abort("rp-lie", pending))
     assert client.open("rp-lie").to_arrow().equals(source)  # the node serves on
 
 

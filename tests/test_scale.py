@@ -26,7 +26,7 @@ from flightpart.server.catalog import CatalogServer
 from flightpart.server.catalog_state import CatalogState, PartRecord
 from flightpart.server.node import NodeServer
 
-from helpers import code_of, free_port, put_raw, wait_until
+from helpers import code_of, free_port, put_raw, raw_action, wait_until
 
 
 def test_heartbeats_are_kept_in_memory_and_written_in_batches(tmp_path):
@@ -91,7 +91,7 @@ def test_a_commit_reads_held_partitions_page_by_page(monkeypatch):
         ds = client.put("paged", table, tiling=(600, 1))
         assert ds.to_arrow().equals(table)
         node = client.nodes()[0]["uri"]
-        first = client.pool.action(node, "held", {"dataset": "paged", "version": ds.version})
+        first = raw_action(client, "held", {"dataset": "paged", "version": ds.version}, uri=node)  # the reply's JSON
         assert first["more"] and len(first["partitions"]) < 100 and len(first["schemas"]) == 1
         assert all("schema" not in p or p["schema"] is None for p in first["partitions"])
 
@@ -101,7 +101,7 @@ def test_drop_and_abort_with_three_frozen_nodes_finish_within_their_deadline(tmp
     with LocalCluster(tmp_path, nodes=4, first_ip=121) as c, fp.connect(c.uri, host="127.0.0.9") as client:
         table = pa.table({"a": np.arange(4_000)})
         client.put("frozen", table, tiling=(4, 1))
-        pending = client.pool.action(c.uri, "begin", {"dataset": "half"})["version"]
+        pending = client.call(fp.wire.Begin("half")).version
         for k, node in enumerate(c.nodes):
             put_raw(node.uri, ["half", str(pending), str(k), "0"], table.slice(k * 1000, 1000))
         frozen = c.nodes[1:]
@@ -109,7 +109,7 @@ def test_drop_and_abort_with_three_frozen_nodes_finish_within_their_deadline(tmp
             os.kill(node.pid, signal.SIGSTOP)
         try:
             t0 = time.monotonic()
-            client.pool.action(c.uri, "abort", {"dataset": "half", "version": pending})
+            client.call(fp.wire.Abort("half", pending))
             abort_s = time.monotonic() - t0
             t0 = time.monotonic()
             client.drop("frozen")

@@ -101,7 +101,7 @@ def test_a_handle_stops_reading_once_the_token_that_opened_it_expired(secured):
 def test_a_replica_whose_clock_runs_ahead_is_passed_over_for_the_others(secured):
     ahead = secured.nodes[3].uri
     pool = owner_pool()
-    refused_before = pool.action(ahead, "stats", timeout=10)["refused_calls"]
+    refused_before = pool.action(ahead, wire.GetStats(), timeout=10)["refused_calls"]
     with fp.connect(secured.uri, token=reader_token("skewed", time.time() + 600), host="127.0.0.99") as reader:
         meta = reader.open("mirrored").__partitioned__
         refs = [p["data"] for p in meta["partitions"].values()]
@@ -110,7 +110,7 @@ def test_a_replica_whose_clock_runs_ahead_is_passed_over_for_the_others(secured)
                        for ref in refs]  # every read asks the node an hour ahead first
         tables = meta["get"](ahead_first)
         assert pa.concat_tables(tables).equals(table_of(3000, 2))
-        refused_after = pool.action(ahead, "stats", timeout=10)["refused_calls"]
+        refused_after = pool.action(ahead, wire.GetStats(), timeout=10)["refused_calls"]
         assert refused_after >= refused_before + len(refs)  # it was asked, and refused the capability
 
         with pytest.raises(fp.Unauthenticated, match="clocks disagree") as info:  # no other replica: the refusal
@@ -135,7 +135,7 @@ def test_a_node_whose_clock_is_past_the_margin_is_logged_and_shown(secured):
 
 
 def node_streams(uri: str) -> int:
-    return owner_pool().action(uri, "stats", timeout=10)["open_streams"]
+    return owner_pool().action(uri, wire.GetStats(), timeout=10)["open_streams"]
 
 
 def test_a_reader_holding_idle_streams_does_not_lock_others_out_and_loses_them(secured):

@@ -35,7 +35,7 @@ from flightpart.cli.waiting import wait_for
 from flightpart.errors import ServerStarting
 from flightpart.io.connections import ConnectionPool
 from flightpart.local.cluster import Daemon, LocalCluster
-from flightpart.wire import DatasetRef, Empty, Heartbeat, RegisterNode
+from flightpart.wire import Begin, Heartbeat, ListNodes, ListVersions, RegisterNode
 from server.catalog import CatalogServer
 
 from helpers import code_of, free_port, put_raw, wait_until
@@ -92,18 +92,18 @@ def hammer(uri: str, calls: list, stop: threading.Event, seen: list[str]) -> Non
 def catalog_calls() -> list:
     options = flight.FlightCallOptions(timeout=5)
     return [
-        lambda c: list(c.do_action(flight.Action("stats", Empty().encode()), options=options)),
-        lambda c: list(c.do_action(flight.Action("nodes", Empty().encode()), options=options)),
+        lambda c: list(c.do_action(flight.Action("stats", b"{}"), options=options)),
+        lambda c: list(c.do_action(flight.Action("nodes", b"{}"), options=options)),
         lambda c: list(c.list_flights(options=options)),
         lambda c: c.get_flight_info(flight.FlightDescriptor.for_path("nosuch"), options=options),
-        lambda c: list(c.do_action(flight.Action("versions", DatasetRef("nosuch").encode()), options=options)),
+        lambda c: list(c.do_action(flight.Action("versions", ListVersions("nosuch").encode()), options=options)),
     ]
 
 
 def node_calls() -> list:
     options = flight.FlightCallOptions(timeout=5)
     return [
-        lambda c: list(c.do_action(flight.Action("stats", Empty().encode()), options=options)),
+        lambda c: list(c.do_action(flight.Action("stats", b"{}"), options=options)),
         lambda c: list(c.do_action(flight.Action("held", b"{}"), options=options)),
         lambda c: c.do_get(flight.Ticket(b"not a ticket"), options=options).read_all(),
         lambda c: list(c.list_actions(options=options)),
@@ -187,12 +187,12 @@ def test_a_call_during_start_up_is_told_starting_and_retried_until_the_daemon_is
         raw = flight.FlightClient(uri)
 
         def starting_answer():
-            result = outcome(lambda: list(raw.do_action(flight.Action("stats", Empty().encode()))))
+            result = outcome(lambda: list(raw.do_action(flight.Action("stats", b"{}"))))
             return result if result != "unreachable" else None
 
         assert wait_until(starting_answer, what="the half-built catalog answered") == "STARTING"
         try:
-            list(raw.do_action(flight.Action("nodes", Empty().encode())))
+            list(raw.do_action(flight.Action("nodes", b"{}")))
         except flight.FlightUnavailableError as exc:  # retryable in gRPC's terms too, with a message for people
             assert code_of(exc) == "STARTING" and "starting" in str(exc)
             assert isinstance(fp.errors.error_for("STARTING", "x"), ServerStarting)
@@ -202,14 +202,14 @@ def test_a_call_during_start_up_is_told_starting_and_retried_until_the_daemon_is
         waiter = threading.Thread(target=lambda: waited.setdefault("result", wait_for(uri, timeout=60)))
         with ConnectionPool() as pool:
             asked: dict = {}
-            asker = threading.Thread(target=lambda: asked.setdefault("nodes", pool.action(uri, "nodes", Empty())))
+            asker = threading.Thread(target=lambda: asked.setdefault("nodes", pool.action(uri, ListNodes())))
             waiter.start()
             asker.start()
             wait_until(lambda: waiter.is_alive() and asker.is_alive(), what="the callers waiting")
             gate.set()
             waiter.join(60)
             asker.join(60)
-        assert waited["result"]["role"] == "catalog" and asked["nodes"] == []
+        assert waited["result"]["role"] == "catalog" and asked["nodes"].nodes == ()
         raw.close()
     finally:
         gate.set()
@@ -296,7 +296,7 @@ def test_a_raw_put_whose_batches_replace_their_dictionary_is_stored_and_reads_ba
     third = dictionary_batch(["oslo"], ["oslo"])
     table = pa.Table.from_batches([first, second, third])
     with fp.connect(shared.uri) as client:
-        version = client.call("begin", DatasetRef("dicts"))["version"]
+        version = client.call(Begin("dicts")).version
     node = shared.nodes[0]
     put_raw(node.uri, ["dicts", str(version), "0", "0"], table)
     files = list((Path(shared.root) / f"node-{node.uri.split('//')[1].split(':')[0]}").rglob("dicts/*/0_0.arrow"))
@@ -356,12 +356,12 @@ def test_the_status_page_survives_a_node_whose_stats_are_garbage(tmp_path):
     try:
         liar_uri = f"grpc://127.0.0.179:{liar.port}"
         with ConnectionPool() as pool:
-            pool.action(shared.uri, RegisterNode.ACTION, RegisterNode("f" * 32, liar_uri, "127.0.0.179", os.getpid()))
+            pool.action(shared.uri, RegisterNode("f" * 32, liar_uri, "127.0.0.179", os.getpid()))
             for reply, words in GARBAGE:
                 liar.reply = reply
 
                 def shown(words: list[str] = words) -> dict | None:
-                    pool.action(shared.uri, Heartbeat.ACTION, Heartbeat("f" * 32))  # alive, so its stats are asked
+                    pool.action(shared.uri, Heartbeat("f" * 32))  # alive, so its stats are asked
                     status = json.loads(urllib.request.urlopen(page + "status.json", timeout=10).read())
                     mine = [n for n in status["nodes"] if n["uri"] == liar_uri]
                     problems = " ".join(mine[0]["problems"]) if mine else ""

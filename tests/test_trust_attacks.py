@@ -26,7 +26,7 @@ from flightpart.local.cluster import LocalCluster
 from flightpart.server.store import PartitionStore
 from flightpart.tokens import manifest_signature, verify_key
 
-from helpers import code_of, free_port, wait_until
+from helpers import code_of, free_port, raw_action, wait_until
 
 SECRET = b"cluster-secret-for-the-trust-tests"
 ROWS = 4000
@@ -176,19 +176,19 @@ def test_a_node_token_cannot_write_drop_repair_commit_or_speak_for_another_node(
         refusals = [
             lambda: hostile.put("by-node", table_of(10)),
             lambda: hostile.drop("victim"),
-            lambda: hostile.call("repair", {}),
-            lambda: hostile.call("commit", manifest),
-            lambda: hostile.call("register-node", {"node_id": "n1", "uri": "grpc://127.0.0.163:1", "ip": "127.0.0.163", "pid": 1}),
-            lambda: hostile.call("heartbeat", {"node_id": "n1"}),
+            lambda: hostile.call(fp.wire.Repair()),
+            lambda: hostile.call(manifest),
+            lambda: raw_action(hostile, "register-node", {"node_id": "n1", "uri": "grpc://127.0.0.163:1", "ip": "127.0.0.163", "pid": 1}),
+            lambda: hostile.call(fp.wire.Heartbeat("n1")),
         ]
         for refused in refusals:
             with pytest.raises(fp.Forbidden):
                 refused()
     node = flight.connect(c.nodes[0].uri)
     as_evil = flight.FlightCallOptions(headers=[(b"authorization", f"Bearer {evil}".encode())])
-    order = wire.Drop("victim", 1, None, False)
+    order = wire.DropFiles("victim", 1, None, False)
     with pytest.raises(flight.FlightError) as info:  # only the catalog orders a node to drop, seal or copy
-        list(node.do_action(flight.Action("drop", order.encode()), options=as_evil))
+        list(node.do_action(flight.Action(order.ACTION, order.encode()), options=as_evil))
     assert code_of(info.value) == "FORBIDDEN"
     with reader(c) as client:
         assert client.open("victim").to_arrow().equals(table_of(ROWS, 1))
@@ -249,7 +249,7 @@ def test_repair_and_a_lost_catalog_state_still_work_with_per_node_credentials(tm
             down = next(n for n in c.nodes if f"//{first}:" in n.uri)
             down.kill()
             wait_until(lambda: len(alive(client)) == 2, 30, "the killed node to be seen dead")
-            repaired = client.call("repair", {})
+            repaired = client.repair()
             assert repaired["copied"] and not repaired["lost"]
             assert client.open("kept").to_arrow().equals(kept)
         c.catalog.kill()

@@ -24,7 +24,7 @@ import flightpart as fp
 from flightpart.client import reshape
 from flightpart.io.errors import translated
 from flightpart.local.cluster import LocalCluster
-from flightpart.wire import Commit, DatasetRef, LinkPart, Relink, VersionRef, VersionReply
+from flightpart.wire import Abort, Begin, Commit, LinkPart, Relink
 
 from helpers import code_of, wait_until
 
@@ -228,7 +228,7 @@ def test_the_catalog_refuses_a_commit_on_a_stale_base_or_behind_a_newer_version(
     a, b = writers
     a.put("stale-base", rows(0, 60), tiling=(2, 1))
     source = a.info("stale-base")
-    version = VersionReply.from_json(a.call("begin", DatasetRef("stale-base"))).version
+    version = a.call(Begin("stale-base")).version
     spans = {p.position: (p.start[0], p.start[0] + p.shape[0]) for p in source.parts}
     holders = reshape.live_holders(source, [n for n in a.nodes() if n["alive"]])
     parts = tuple(reshape.assemble_on_nodes(a.pool, source, version, source.grid[1], spans, holders))
@@ -237,9 +237,9 @@ def test_the_catalog_refuses_a_commit_on_a_stale_base_or_behind_a_newer_version(
     for base in (source.version, None):  # an append-like write from v1, and a put-like replace behind the newer version
         commit = Commit("stale-base", version, source.schema, source.shape, source.grid, parts, 1, base=base)
         with pytest.raises(fp.VersionConflict) as info:
-            a.call(Commit.ACTION, commit)
+            a.call(commit)
         assert info.value.field == "commit.base" and code_of(info.value.__cause__) == "VERSION_CONFLICT"
-    a.call("abort", VersionRef("stale-base", version))
+    a.call(Abort("stale-base", version))
     assert a.versions("stale-base") == [source.version, appended.version]
     assert ids_of(a.open("stale-base")) == list(range(60)) + [500, 501, 502, 503]
 
@@ -252,16 +252,16 @@ def test_a_relink_order_cannot_touch_a_committed_version_or_invent_a_partition(s
     into_committed = Relink("relink-guard", first.version, second.version, (LinkPart((0, 0), (1, 0)),))
     with pytest.raises(fp.VersionConflict):
         _relink(a, node, into_committed)
-    pending = VersionReply.from_json(a.call("begin", DatasetRef("relink-guard"))).version
+    pending = a.call(Begin("relink-guard")).version
     with pytest.raises(fp.PartitionMissing):
         _relink(a, node, Relink("relink-guard", first.version, pending, (LinkPart((5, 0), (0, 0)),)))
-    a.call("abort", VersionRef("relink-guard", pending))
+    a.call(Abort("relink-guard", pending))
     assert ids_of(a.open("relink-guard", second.version)) == list(range(100, 130))
 
 
 def _relink(client: Any, uri: str, order: Relink) -> Any:
     with translated():
-        return client.pool.action(uri, Relink.ACTION, order)
+        return client.pool.action(uri, order)
 
 
 # --------------------------------------------------------------------------- deadlines with a frozen node

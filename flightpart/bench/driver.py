@@ -46,13 +46,14 @@ class FlightpartReader:
     def partition_file(self, name: str, ip: str) -> dict:
         """The path of partition (0, 0) on the node at ``ip`` (the raw baseline serves the same bytes)."""
         from flightpart.io.layout import partition_relpath
+        from flightpart.wire import GetNodeInfo
 
         client = self.client()
         ds = client.open(name)
         ref = ds.__partitioned__["partitions"][(0, 0)]["data"]
         uri = next(uri for uri, node_ip, _pid in ref.replicas if node_ip == ip)
-        info = client.pool.action(uri, "node-info")
-        return {"path": f"{info['data_dir']}/{partition_relpath(name, ds.version, (0, 0))}"}
+        info = client.pool.action(uri, GetNodeInfo())
+        return {"path": f"{info.data_dir}/{partition_relpath(name, ds.version, (0, 0))}"}
 
     def read(self, name: str, compression: str = "auto", streams: int = 1) -> dict:
         table = self.client(compression, streams).open(name).to_arrow()

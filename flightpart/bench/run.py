@@ -126,11 +126,12 @@ class Harness:
 
 def case_remote(h: Harness, runs: int) -> Case:
     from flightpart.client.fetch import read_remote
+    from flightpart.wire import GetNodeInfo
 
     ds = h.client.put("bench-remote", h.table, tiling=(1, 1), nodes=["127.0.0.3"])
     ref = ds.__partitioned__["partitions"][(0, 0)]["data"]
-    info = h.client.pool.action(ref.replicas[0][0], "node-info")
-    path = os.path.join(info["data_dir"], partition_relpath("bench-remote", ds.version, (0, 0)))
+    info = h.client.pool.action(ref.replicas[0][0], GetNodeInfo())
+    path = os.path.join(info.data_dir, partition_relpath("bench-remote", ds.version, (0, 0)))
     uri = h.start_baseline(path)
     raw = flight.connect(uri)
     sizes = {s: min(alternate({"raw": lambda s=s: raw.do_get(flight.Ticket(str(s).encode())).read_all()}, 2)["raw"])

@@ -168,7 +168,7 @@ def _beat(uri: str, first: int, last: int, interval: float, until: float, sent: 
             target = round_start + interval * k / max(1, len(ids))
             if (delay := target - time.time()) > 0:
                 time.sleep(delay)
-            pool.action(uri, Heartbeat.ACTION, Heartbeat(node_id, 1 << 40, False), timeout=10)
+            pool.action(uri, Heartbeat(node_id, 1 << 40, False), timeout=10)
             count += 1
         if (rest := round_start + interval - time.time()) > 0:
             time.sleep(rest)
@@ -191,8 +191,7 @@ def case_nodes(root: Path, sizes: list[int], datasets: int, window: float, log: 
             _wait_alive(client, 1)
             for k in range(n):
                 node_id, uri = _simulated(k)
-                client.pool.action(cluster.uri, RegisterNode.ACTION,
-                                   RegisterNode(node_id, uri, uri[7:].rsplit(":", 1)[0], 1, None, __version__))
+                client.pool.action(cluster.uri, RegisterNode(node_id, uri, uri[7:].rsplit(":", 1)[0], 1, None, __version__))
             catalog = psutil.Process(cluster.catalog.pid)
             ctx = multiprocessing.get_context("spawn")
             sent = ctx.Value("l", 0)
@@ -230,20 +229,21 @@ def case_frozen(root: Path, log: Callable[[str], None]) -> dict:
     from flightpart.errors import DatasetNotFound
     from flightpart.io.transfer import send_partition
     from flightpart.local.cluster import LocalCluster
+    from flightpart.wire import Abort, Begin
 
     log("  abort and drop with 3 frozen nodes ...")
     with LocalCluster(root / "frozen", nodes=4) as cluster, connect(cluster.uri, host="127.0.0.9") as client:
         _wait_alive(client, 4)
         table = pa.table({"a": np.arange(4_000)})
         client.put("frozen", table, tiling=(4, 1))
-        pending = client.pool.action(cluster.uri, "begin", {"dataset": "half"})["version"]
+        pending = client.call(Begin("half")).version
         for k, node in enumerate(cluster.nodes):
             send_partition(client.pool, node.uri, "half", pending, (k, 0), table.slice(k * 1000, 1000))
         frozen = cluster.nodes[1:]
         for node in frozen:
             os.kill(node.pid, signal.SIGSTOP)
         try:
-            abort_s, _ = _seconds(lambda: client.pool.action(cluster.uri, "abort", {"dataset": "half", "version": pending}))
+            abort_s, _ = _seconds(lambda: client.call(Abort("half", pending)))
             drop_s, _ = _seconds(lambda: client.drop("frozen"))
         finally:
             for node in frozen:

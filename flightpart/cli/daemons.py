@@ -152,10 +152,10 @@ def scrub(catalog: str, as_json: bool) -> None:
     longer served; the catalog stops listing those replicas, so a
     ``flightpart repair`` recreates them. Exits 1 when anything was found.
     """
-    from flightpart.wire import Empty
+    from flightpart.wire import ScrubCluster
 
     with client_for(catalog) as client:
-        result = client.call("scrub", Empty(), timeout=3600)
+        result = client.call(ScrubCluster(), timeout=3600).to_json()
     if as_json:
         click.echo(json.dumps(result))
     else:
@@ -261,8 +261,8 @@ def stats(uri: str, as_json: bool) -> None:
     from flightpart.io.access import Access
     from flightpart.io.connections import ConnectionPool
     from flightpart.io.errors import translated
-    from flightpart.wire import Empty
+    from flightpart.wire import GetStats
 
     with ConnectionPool(Access.from_environment()) as pool, translated():
-        result = pool.action(uri, "stats", Empty())
+        result = pool.action(uri, GetStats()).to_json()
     click.echo(json.dumps(result) if as_json else "\n".join(f"{k}: {v}" for k, v in result.items()))

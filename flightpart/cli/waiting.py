@@ -16,7 +16,7 @@ from flightpart.errors import FlightpartError, Forbidden, NodeUnavailable, Unaut
 from flightpart.io.access import Access
 from flightpart.io.connections import ConnectionPool
 from flightpart.io.errors import translated
-from flightpart.wire import Empty
+from flightpart.wire import GetStats
 
 POLL_SECONDS = 0.2
 
@@ -34,7 +34,7 @@ def wait_for(uri: str, *, timeout: float = 60.0, min_nodes: int = 0, access: Acc
         while True:
             try:
                 with translated():
-                    stats = pool.action(uri, "stats", Empty(), timeout=max(1.0, min(5.0, timeout)))
+                    stats = pool.action(uri, GetStats(), timeout=max(1.0, min(5.0, timeout))).to_json()
                 role = "catalog" if "nodes_alive" in stats else "node"
                 alive = int(stats.get("nodes_alive", 0))
                 if role == "node" or alive >= min_nodes:

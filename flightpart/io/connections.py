@@ -14,8 +14,8 @@ from typing import Any
 
 import pyarrow.flight as flight
 
-from flightpart.errors import ClientClosed, ServerStarting
-from flightpart.wire import Message, decode_error, dumps, loads
+from flightpart.errors import ClientClosed, ServerError, ServerStarting
+from flightpart.wire import Message, decode_error
 
 from .access import Access
 
@@ -56,14 +56,12 @@ class ConnectionPool:
     def options(self, timeout: float | None = DEFAULT_TIMEOUT) -> flight.FlightCallOptions:
         return flight.FlightCallOptions(timeout=timeout, headers=self.access.headers())
 
-    def action(self, uri: str, name: str, body: Any = None, *, timeout: float | None = DEFAULT_TIMEOUT) -> Any:
-        """Run an action whose body and first result are JSON (``body`` may be a wire Message)."""
-        if body is None:
-            payload = b""
-        elif isinstance(body, Message):
-            payload = body.encode()
-        else:
-            payload = dumps(body)
+    def action(self, uri: str, body: Message, *, timeout: float | None = DEFAULT_TIMEOUT) -> Any:
+        """Send ``body`` as the action its class names and return the reply its class names, decoded and checked."""
+        name, reply = body.ACTION, body.REPLY
+        if not name or reply is None:
+            raise TypeError(f"{type(body).__name__} is not an action's request (it names no action or no reply)")
+        payload = body.encode()
         give_up, delay = time.monotonic() + STARTING_PATIENCE, 0.02
         while True:
             try:
@@ -74,7 +72,9 @@ class ConnectionPool:
                     raise
                 time.sleep(delay)
                 delay = min(delay * 2, 0.5)
-        return loads(results[0].body.to_pybytes(), f"reply to {name}") if results else None
+        if not results:
+            raise ServerError(f"{uri} answered {name} with nothing")
+        return reply.decode(results[0].body.to_pybytes(), f"reply to {name}")
 
     def connected(self) -> set[str]:
         """The URIs this pool holds an open connection to (which servers a call went to, for tools and tests)."""

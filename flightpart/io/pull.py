@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from flightpart.errors import Forbidden, NodeUnavailable, ServerBusy, Unauthenticated
-from flightpart.wire import Replica, Ticket, error_message
+from flightpart.wire import GetNodeInfo, Replica, Ticket, error_message
 
 from .allocator import keep_freed_memory
 from .compression import RATES
@@ -193,7 +193,7 @@ def _answers(pool: ConnectionPool, uri: str, deadline: float | None = None) -> b
     if timeout <= 0:
         return False
     try:
-        pool.action(uri, "node-info", timeout=timeout)
+        pool.action(uri, GetNodeInfo(), timeout=timeout)
         return True
     except (pa.ArrowException, ConnectionError, OSError) as exc:
         return not isinstance(translate(exc), NodeUnavailable)

@@ -6,6 +6,7 @@ import pytest
 
 from flightpart.client.dataset import Dataset
 from flightpart.client.view import View
+from flightpart.wire import VersionInfo
 
 
 def test_default_view_selects_everything():
@@ -58,7 +59,7 @@ def test_dropping_spmd_clears_rank():
 def _dataset() -> Dataset:
     """A Dataset over metadata only: nothing here reads data, so no server is involved."""
     schema = pa.schema([("a", pa.int64()), ("b", pa.float64())])
-    return Dataset("d", 1, schema, (10, 2), (1, 1), [], 0, get=None)
+    return Dataset(VersionInfo("d", 1, schema, (10, 2), (1, 1), ()), get=None)
 
 
 def test_dataset_view_of_a_whole_version_is_the_default_view():

@@ -1,0 +1,225 @@
+"""What a view of one version reads, worked out without the network: column groups, row blocks, partition handles.
+
+A :class:`Plan` is one version's geometry (schema, shape, grid, partitions)
+seen through one :class:`~flightpart.client.view.View`. Everything here is
+arithmetic on metadata and statistics, so it is tested without a cluster
+(tests/unit/test_client_plan.py). The one question it cannot answer alone,
+how many rows a filter keeps in a block whose statistics do not say, it asks
+the ``count`` function it is given (the Dataset's, which asks the nodes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+
+import pyarrow as pa
+
+from flightpart import frames
+from flightpart.query.pruning import Pruner
+from flightpart.wire import Aggregate, PartInfo, VersionInfo
+
+from .fetch import PartitionRef
+from .view import View
+
+
+@dataclass(frozen=True)
+class Block:
+    """One row block of a view: which stored row block, which of its rows, how many the view gets."""
+
+    i: int
+    rows: tuple[int, int] | None  # rows of the partition, before the filter (None: all)
+    size: int | None  # rows this block gives the view (None: not counted yet)
+    matched: tuple[int, int] | None = None  # the range of the filter's rows it gives (None: all)
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One partition of a view's grid: its position in the view, the stored partition, where it starts, its shape
+    and the handle that reads it."""
+
+    position: tuple[int, int]
+    info: PartInfo
+    start: tuple[int, int]
+    shape: tuple[int, int]
+    ref: PartitionRef
+
+
+Count = Callable[[list[Block]], dict[int, int]]
+"""Rows a filter keeps in each of the given blocks, by stored row block (asked only where statistics do not say)."""
+
+
+class Plan:
+    """One version seen through one view: the arithmetic of what to read (see the module doc).
+
+    ``shared`` is per version and shared by all its views: the partitions by
+    position, the pruner built from their statistics, each column group's
+    stored columns. The row counts of a filtered view are kept once asked.
+    """
+
+    def __init__(self, version: VersionInfo, view: View, shared: dict | None = None):
+        self.version = version
+        self.view = view
+        self.shared = shared if shared is not None else {}
+        if "parts" not in self.shared:
+            self.shared["parts"] = {p.position: p for p in version.parts}
+        self.parts: Mapping[tuple[int, int], PartInfo] = self.shared["parts"]
+        self._sized: list[Block] | None = None
+
+    @property
+    def grid(self) -> tuple[int, int]:
+        return self.version.grid
+
+    # ------------------------------------------------------------------ columns
+
+    def data_names(self) -> set[str]:
+        """The data columns (pandas index columns are stored in every column group, and are not data)."""
+        schema = self.version.schema
+        meta = schema.pandas_metadata or {}
+        stored = {c for c in meta.get("index_columns", []) if isinstance(c, str)}
+        return {n for n in schema.names if n not in stored}
+
+    def groups(self) -> list[int]:
+        """The column groups this view reads."""
+        columns = self.view.columns
+        return sorted(columns) if columns is not None else list(range(self.grid[1]))
+
+    def stored(self, j: int) -> set[str]:
+        """The columns partitions of column group ``j`` hold (pandas index columns are in every group)."""
+        stored = self.shared.get("stored")
+        if stored is None:  # once per version, shared by its views
+            schema = self.version.schema
+            names = self.data_names()
+            data_cols = [n for n in schema.names if n in names]
+            index = set(schema.names) - names
+            stored = self.shared["stored"] = [set(g) | index for g in frames.column_groups(data_cols, self.grid[1])]
+        return stored[j]
+
+    def group_with(self, columns: Sequence[str]) -> int | None:
+        """A column group that holds every one of ``columns`` (a node can then work on one partition alone)."""
+        return next((j for j in range(self.grid[1]) if set(columns) <= self.stored(j)), None)
+
+    def pushable(self) -> bool:
+        """Whether each partition the view reads can apply the filter itself."""
+        f = self.view.filter
+        return f is None or all(set(f.columns) <= self.stored(j) for j in self.groups())
+
+    def columns_of(self, j: int) -> tuple[str, ...] | None:
+        """The columns the view selects of column group ``j`` (None: all of them)."""
+        return self.view.columns[j] if self.view.columns is not None else None
+
+    def schema(self) -> pa.Schema:
+        """The view's schema: the selected columns in stored order (the user's order is applied on read)."""
+        schema = self.version.schema
+        if self.view.columns is None:
+            return schema
+        keep = [n for cols in self.view.columns.values() for n in cols]
+        return pa.schema([schema.field(n) for n in dict.fromkeys(keep)], metadata=schema.metadata)
+
+    def width(self) -> int:
+        """How many data columns the view has."""
+        if self.view.columns is None:
+            return self.version.shape[1]
+        names = self.data_names()
+        return sum(1 for cols in self.view.columns.values() for c in cols if c in names)
+
+    def group_width(self, j: int) -> int:
+        if self.view.columns is None:
+            return self.parts[(0, j)].shape[1]
+        names = self.data_names()
+        return sum(1 for c in self.view.columns[j] if c in names)
+
+    # ------------------------------------------------------------------ rows
+
+    def pruner(self) -> Pruner:
+        pruner = self.shared.get("pruner")
+        if pruner is None:
+            p, q = self.grid
+            blocks = {i: (self.parts[(i, 0)].shape[0], [self.parts[(i, j)].stats for j in range(q)]) for i in range(p)}
+            pruner = self.shared["pruner"] = Pruner(self.version.schema, blocks)
+        return pruner
+
+    def base_blocks(self) -> list[Block]:
+        """The row blocks the view's row range meets, before any filter."""
+        rows = self.view.rows
+        out = []
+        for i in range(self.grid[0]):
+            info = self.parts[(i, 0)]
+            s0, n = info.start[0], info.shape[0]
+            if rows is None:
+                out.append(Block(i, None, n))
+                continue
+            lo, hi = max(rows[0], s0), min(rows[1], s0 + n)
+            if lo < hi:
+                out.append(Block(i, (lo - s0, hi - s0), hi - lo))
+        return out
+
+    def rows_of(self, b: Block) -> int:
+        """The rows of block ``b`` before the filter."""
+        return b.rows[1] - b.rows[0] if b.rows is not None else self.parts[(b.i, 0)].shape[0]
+
+    def blocks(self, count: Count, *, counted: bool) -> list[Block]:
+        """The row blocks the view reads, in order; with ``counted``, each with the rows it gives.
+
+        Blocks whose statistics rule the filter out are dropped; those whose
+        statistics say every row matches are sized without asking; the rest
+        are counted by ``count``. A slice of a filtered view (``matched``)
+        then narrows the blocks to the rows it takes.
+        """
+        blocks = self.base_blocks()
+        f = self.view.filter
+        if f is None:
+            return blocks
+        if self._sized is not None:
+            return self._sized
+        pruner = self.pruner()
+        dead = pruner.cannot_match(f.expression)
+        blocks = [replace(b, size=None) for b in blocks if b.i not in dead]
+        if not counted and self.view.matched is None:
+            return blocks
+        everything = pruner.all_match(f.expression)
+        counts = count([b for b in blocks if b.i not in everything])
+        sized = [replace(b, size=counts.get(b.i, self.rows_of(b))) for b in blocks]
+        if self.view.matched is not None:
+            sized = narrowed(sized, self.view.matched)
+        self._sized = [b for b in sized if b.size]
+        return self._sized
+
+    # ------------------------------------------------------------------ handles
+
+    def ref(self, b: Block, j: int, columns: tuple[str, ...] | None, *, pushed: bool = True,
+            aggregate: Aggregate | None = None) -> PartitionRef:
+        """The handle of partition (b.i, j) for this block; ``pushed``: the node applies the view's filter."""
+        info = self.parts[(b.i, j)]
+        f = self.view.filter.substrait if (pushed and self.view.filter is not None) else None
+        return PartitionRef(self.version.dataset, self.version.version, info.position, info.replicas, columns, b.rows, f,
+                            b.matched if f is not None else None, aggregate)
+
+    def cells(self, count: Count) -> tuple[tuple[int, int], list[Cell]]:
+        """The view's grid and its partitions, row block by row block."""
+        groups = self.groups()
+        widths = [self.group_width(j) for j in groups]
+        blocks = self.blocks(count, counted=True) or [Block(0, (0, 0), 0)]
+        cells = []
+        row_start = 0
+        for vi, b in enumerate(blocks):
+            col_start = 0
+            size = b.size if b.size is not None else self.rows_of(b)
+            for vj, (j, width) in enumerate(zip(groups, widths)):
+                cells.append(Cell((vi, vj), self.parts[(b.i, j)], (row_start, col_start), (size, width),
+                                  self.ref(b, j, self.columns_of(j))))
+                col_start += width
+            row_start += size
+        return (len(blocks), len(groups)), cells
+
+
+def narrowed(blocks: list[Block], matched: tuple[int, int]) -> list[Block]:
+    """Sized ``blocks`` cut to the rows ``[lo, hi)`` of their concatenation (a slice of a filtered view)."""
+    lo, hi = matched
+    out, seen = [], 0
+    for b in blocks:
+        a, z = max(lo - seen, 0), min(hi - seen, b.size or 0)
+        seen += b.size or 0
+        if a < z:
+            out.append(replace(b, size=z - a, matched=(a, z)))
+    return out
