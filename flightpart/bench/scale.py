@@ -59,17 +59,17 @@ QUICK = {"partitions": [200, 2_000], "nodes": [50, 200], "datasets": 30, "window
 class _Timed:
     """Wraps a client's ``call`` to time one action (the commit, inside a put)."""
 
-    def __init__(self, client: Any, action: str):
-        self.client, self.action, self.seconds = client, action, 0.0
+    def __init__(self, client: Any, request: type):
+        self.client, self.request, self.seconds = client, request, 0.0
         self.original = client.call
 
     def __enter__(self) -> _Timed:
-        def call(name: str, *args: Any, **kwargs: Any) -> Any:
+        def call(body: Any, *args: Any, **kwargs: Any) -> Any:
             t0 = time.perf_counter()
             try:
-                return self.original(name, *args, **kwargs)
+                return self.original(body, *args, **kwargs)
             finally:
-                if name == self.action:
+                if isinstance(body, self.request):
                     self.seconds += time.perf_counter() - t0
 
         self.client.call = call
@@ -90,6 +90,7 @@ def case_partitions(root: Path, sizes: list[int], log: Callable[[str], None]) ->
     from flightpart import protocol
     from flightpart.client import connect
     from flightpart.local.cluster import LocalCluster
+    from flightpart.wire import Commit
 
     rows = []
     with LocalCluster(root / "partitions", nodes=3) as cluster, connect(cluster.uri, host="127.0.0.2") as client:
@@ -101,7 +102,7 @@ def case_partitions(root: Path, sizes: list[int], log: Callable[[str], None]) ->
             table = pa.table({"a": np.arange(p * 10, dtype=np.int64)})
             catalog = psutil.Process(cluster.catalog.pid)
             cpu0 = sum(catalog.cpu_times()[:2])
-            with _Timed(client, "commit") as commit:
+            with _Timed(client, Commit) as commit:
                 put_s, _ = _seconds(client.put, "scale", table, tiling=(p, 1))
             catalog_cpu = sum(catalog.cpu_times()[:2]) - cpu0
             open_s, ds = _seconds(client.open, "scale")
