@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import random
-import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
@@ -56,8 +55,8 @@ from . import reshape
 from .dataset import Dataset
 from .fetch import IDLE_TIMEOUT, MAPS, FlightGet, check_streams
 from .plugins import runtime_of
+from .progress import Progress, Reporter, reporter
 
-Progress = Callable[[int, int], None]  # (bytes done, bytes total)
 STREAM_PARTITION_BYTES = 64 << 20
 """The size of the row blocks a stream is cut into when no rows_per_partition is given."""
 STREAM_PUTS_IN_FLIGHT = 2
@@ -142,7 +141,7 @@ class Client:
     # ------------------------------------------------------------------ put
 
     def put(self, name: str, data: Any, tiling: Sequence[int] | None = None, replicas: int = 1,
-            nodes: Sequence[str] | None = None, progress: Progress | None = None, *,
+            nodes: Sequence[str] | None = None, progress: Progress | Any | None = None, *,
             rows_per_partition: int | None = None) -> Dataset:
         """Store a frame or a stream as the next version of ``name``; returns it opened.
 
@@ -155,9 +154,13 @@ class Client:
         about 64 MiB each), so a dataset larger than this process's memory
         can be put. Partitions go round-robin to nodes, replicas to distinct
         nodes, puts to different nodes run in parallel, and nothing is
-        published unless every partition is stored.
+        published unless every partition is stored. ``progress``: a function
+        of (bytes sent, bytes total) or a tqdm-like bar (anything with
+        ``update(n)``), told as batches leave (total 0 for a stream: not known
+        in advance; see :mod:`flightpart.client.progress`).
         """
         check_name(name)
+        report = reporter(progress)
         collection = runtime_of(data)
         if collection is not None:
             return self._put_collection(name, data, collection, tiling, replicas, nodes)
@@ -165,20 +168,20 @@ class Client:
         if stream is not None:
             if tiling is not None:
                 raise ValueError("tiling: a stream is cut into row blocks as it is read; pass rows_per_partition= instead")
-            return self._put_stream(name, stream, rows_per_partition, replicas, nodes, progress)
+            return self._put_stream(name, stream, rows_per_partition, replicas, nodes, report)
         table = lenient.from_partitioned(data) if hasattr(data, "__partitioned__") else frames.to_arrow(data)
         targets = self._targets_for(nodes, replicas)
         grid = _grid(tiling, len(targets))
         first = random.randrange(len(targets))  # spreads small puts over the nodes instead of always starting at one
 
         def store(version: int) -> Commit:
-            parts = self._send_frame(name, version, table, grid, targets, replicas, first, progress)
+            parts = self._send_frame(name, version, table, grid, targets, replicas, first, report)
             return Commit(name, version, table.schema, frames.frame_shape(table), grid, tuple(parts), replicas)
 
         return self._rebasing(lambda: self._versioned(name, store))
 
     def _send_frame(self, name: str, version: int, table: pa.Table, grid: tuple[int, int], targets: list[dict], replicas: int,
-                    first: int, progress: Progress | None, *, base: tuple[int, int] = (0, 0)) -> list[CommitPart]:
+                    first: int, progress: Reporter | None, *, base: tuple[int, int] = (0, 0)) -> list[CommitPart]:
         """``table`` cut by ``grid`` and sent round-robin from ``targets[first]``; the commit's partitions.
 
         ``base`` (row blocks, rows) places the partitions after those of a
@@ -304,7 +307,7 @@ class Client:
         return targets
 
     def _put_stream(self, name: str, reader: pa.RecordBatchReader, rows_per_partition: int | None, replicas: int,
-                    nodes: Sequence[str] | None, progress: Progress | None) -> Dataset:
+                    nodes: Sequence[str] | None, progress: Reporter | None) -> Dataset:
         """Cut a stream into row blocks as it is read and send each as soon as it is complete."""
         _check_rows_per_partition(rows_per_partition)
         targets = self._targets_for(nodes, replicas)
@@ -322,7 +325,7 @@ class Client:
         return self._versioned(name, store)
 
     def _send_stream(self, name: str, version: int, reader: pa.RecordBatchReader, rows_per_partition: int | None,
-                     targets: list[dict], replicas: int, first: int, progress: Progress | None, *, groups: int = 1,
+                     targets: list[dict], replicas: int, first: int, progress: Reporter | None, *, groups: int = 1,
                      base: tuple[int, int] = (0, 0)) -> list[CommitPart]:
         """Row blocks of ``reader`` (``rows_per_partition`` rows, default about 64 MiB) sent as they fill.
 
@@ -337,7 +340,7 @@ class Client:
         widths = [len(g) for g in frames.column_groups(frames.data_columns(schema.empty_table()), groups)]
         parts: list[CommitPart] = []
         sending: deque = deque()
-        sent, sent_rows = [0], [0]
+        sent_rows = [0]
         with ThreadPoolExecutor(max_workers=len(targets), thread_name_prefix="flightpart-put") as pool:
 
             def send(batches: list[pa.RecordBatch], rows: int) -> None:
@@ -349,13 +352,10 @@ class Client:
                 for (_i, j), piece in sorted(frames.split_grid(table, (1, groups)).items()):
                     pos = (base[0] + k, j)
                     for node in holders:
-                        sending.append(pool.submit(self._send_one, node["uri"], name, version, pos, piece))
+                        sending.append(pool.submit(self._send_one, node["uri"], name, version, pos, piece, progress))
                     parts.append(CommitPart(pos, (start, sum(widths[:j])), (rows, widths[j]), tuple(n["node_id"] for n in holders)))
                 while len(sending) > STREAM_PUTS_IN_FLIGHT * replicas * groups:
                     sending.popleft().result()
-                sent[0] += table.nbytes * replicas
-                if progress:
-                    progress(sent[0], 0)
 
             pending: list[pa.RecordBatch] = []
             rows = 0
@@ -377,9 +377,11 @@ class Client:
                 future.result()
         return parts
 
-    def _send_one(self, uri: str, name: str, version: int, part: tuple[int, int], table: pa.Table) -> None:
+    def _send_one(self, uri: str, name: str, version: int, part: tuple[int, int], table: pa.Table,
+                  progress: Reporter | None = None) -> None:
         with translated():  # a node that stops taking data fails the put within its deadline
-            send_partition(self.pool, uri, name, version, part, table, timeout=self.timeout)
+            send_partition(self.pool, uri, name, version, part, table, timeout=self.timeout,
+                           sent=progress.add if progress is not None else None)
 
     def _target_nodes(self, nodes: Sequence[str] | None) -> list[dict]:
         """Live nodes to put to (those named by ``nodes``), leaving out nodes low on disk while others have room."""
@@ -396,29 +398,23 @@ class Client:
             )
         return alive
 
-    def _send(self, name: str, version: int, parts: dict, placement: dict, progress: Progress | None) -> None:
+    def _send(self, name: str, version: int, parts: dict, placement: dict, progress: Reporter | None) -> None:
         """Every partition to its nodes: one thread per node, small partitions several to a stream."""
         by_node: dict[str, list] = {}
         for pos, holders in placement.items():
             for node in holders:
                 by_node.setdefault(node["uri"], []).append(pos)
-        total = sum(parts[pos].nbytes * len(h) for pos, h in placement.items())
-        done = [0]
-        lock = threading.Lock()
+        if progress is not None:
+            progress.expect(sum(parts[pos].nbytes * len(h) for pos, h in placement.items()))
 
         def send_all(uri: str) -> None:
             for group in streams_of(by_node[uri], parts):
                 if len(group) == 1:
-                    self._send_one(uri, name, version, group[0], parts[group[0]])
+                    self._send_one(uri, name, version, group[0], parts[group[0]], progress)
                 else:
                     with translated():
                         send_partitions(self.pool, uri, name, version, [(pos, parts[pos]) for pos in group],
-                                        timeout=self.timeout)
-                with lock:  # one thread per node adds to the same count
-                    done[0] += sum(parts[pos].nbytes for pos in group)
-                    sent = done[0]
-                if progress:
-                    progress(sent, total)
+                                        timeout=self.timeout, sent=progress.add if progress is not None else None)
 
         with ThreadPoolExecutor(max_workers=len(by_node), thread_name_prefix="flightpart-put") as ex:
             for future in [ex.submit(send_all, uri) for uri in by_node]:

@@ -29,10 +29,16 @@ from . import spmd as spmd_views
 from .fetch import SPLIT_BYTES, FlightGet, split_rows
 from .plan import Block, Plan
 from .plugins import runtime
+from .progress import Progress, reporter
 from .spmd import HaloParts
 from .view import View
 
 COUNT = Aggregate((("", "count_all"),), ())
+READ_WINDOW = 128 << 20
+"""Bytes a streamed read (``to_batches``, ``to_reader``, DuckDB, Polars, ``flightpart get``) holds ahead of its
+consumer, at most (``window=`` changes it per read)."""
+READS_IN_FLIGHT = 2
+"""Threads a streamed read reads ahead on."""
 
 
 class Dataset:
@@ -325,9 +331,16 @@ class Dataset:
             out.append(part[0] if len(part) == 1 else pa.concat_tables(part))
         return out
 
-    def to_arrow(self) -> pa.Table:
-        """The whole view as one table: local parts mapped, others streamed (in parallel)."""
+    def to_arrow(self, *, progress: Progress | Any | None = None) -> pa.Table:
+        """The whole view as one table: local parts mapped, others streamed (in parallel).
+
+        ``progress``: a function of (bytes done, bytes total) or a tqdm-like bar
+        (see :mod:`flightpart.client.progress`), told as row blocks arrive.
+        """
         self._check_readable()
+        if progress is not None:
+            tables = list(self._row_blocks(READS_IN_FLIGHT, None, progress))
+            return pa.concat_tables(tables) if tables else self._in_order(self.schema.empty_table())
         if not self._plan.pushable():
             tables = [self._read_block(b) for b in self._blocks(counted=False)]
             return pa.concat_tables(tables) if tables else self._in_order(self.schema.empty_table())
@@ -340,35 +353,64 @@ class Dataset:
         parts = {(k // q, k % q): t for k, t in enumerate(tables)}
         return self._in_order(frames.assemble(parts, (len(blocks), q)))
 
-    def _row_blocks(self, prefetch: int) -> Iterator[pa.Table]:
-        """Each row block as a table, in order; the next ``prefetch`` blocks are read ahead, no more."""
+    def _row_blocks(self, prefetch: int, window: int | None, progress: Progress | Any | None = None) -> Iterator[pa.Table]:
+        """The view's rows in order, as row ranges of about a quarter of ``window`` bytes; reads run ahead of the
+        consumer while what they hold stays within ``window`` bytes (always one at least), on ``prefetch``
+        threads. ``window`` None: no bound (the whole view is being read anyway)."""
         self._check_readable()
         blocks = self._blocks(counted=self.view.matched is not None)
+        plan = self._plan
+        pieces = [p for b in blocks for p in plan.pieces(b, window // 4)] if window else blocks
+        sizes = [plan.estimated_bytes(p) for p in pieces]
+        known = self.view.filter is None  # a filtered view's bytes are known once read
+        report = reporter(progress, sum(sizes) if known else 0)
+
+        def read(k: int) -> pa.Table:
+            table = self._read_block(pieces[k])
+            if report is not None:  # in the units of the total, so a bar ends at 100 %
+                report.add(sizes[k] if known else table.get_total_buffer_size())
+            return table
+
         if prefetch < 1:
-            for b in blocks:
-                yield self._read_block(b)
+            yield from (read(k) for k in range(len(pieces)))
             return
+        pending: deque = deque()
+        ahead = following = 0
         with ThreadPoolExecutor(max_workers=prefetch, thread_name_prefix="flightpart-prefetch") as pool:
-            pending = deque(pool.submit(self._read_block, b) for b in blocks[:prefetch])
-            following = len(pending)
-            while pending:
-                table = pending.popleft().result()
-                if following < len(blocks):
-                    pending.append(pool.submit(self._read_block, blocks[following]))
+
+            def admit() -> None:
+                nonlocal ahead, following
+                while following < len(pieces) and (not pending or window is None or ahead + sizes[following] <= window):
+                    pending.append((sizes[following], pool.submit(read, following)))
+                    ahead += sizes[following]
                     following += 1
+
+            admit()
+            while pending:
+                size, future = pending.popleft()
+                table = future.result()
+                ahead -= size
+                admit()  # the next reads start before this one is consumed
                 yield table
 
-    def to_batches(self, *, prefetch: int = 2) -> Iterator[pa.RecordBatch]:
-        """The view's record batches in partition order, holding only a few partitions at a time.
+    def to_batches(self, *, prefetch: int = READS_IN_FLIGHT, window: int = READ_WINDOW,
+                   progress: Progress | Any | None = None) -> Iterator[pa.RecordBatch]:
+        """The view's record batches in partition order, in bounded memory.
 
         Partitions on this host are mapped zero-copy; remote ones are streamed
-        ``prefetch`` row blocks ahead of the one being consumed, so memory is
-        bounded by that window, not by the dataset.
+        as row ranges of about ``window / 4`` bytes, read ahead of the one being
+        consumed (on ``prefetch`` threads) while what is held stays within
+        ``window`` bytes (default :data:`READ_WINDOW`, 128 MiB): the reader
+        grows by at most the window plus the range being consumed, however
+        large the dataset or its partitions. ``progress`` as in :meth:`to_arrow`.
         """
-        for table in self._row_blocks(prefetch):
+        if not isinstance(window, int) or isinstance(window, bool) or window < 1:
+            raise ValueError(f"window: expected a positive number of bytes, got {window!r}")
+        for table in self._row_blocks(prefetch, window, progress):
             yield from table.to_batches()
 
-    def to_reader(self, *, prefetch: int = 2) -> pa.RecordBatchReader:
+    def to_reader(self, *, prefetch: int = READS_IN_FLIGHT, window: int = READ_WINDOW,
+                  progress: Progress | Any | None = None) -> pa.RecordBatchReader:
         """A ``pyarrow.RecordBatchReader`` over :meth:`to_batches` (what DuckDB, Polars and ``pa.table`` consume).
 
         Nothing is read until the first batch is asked for: a consumer that
@@ -378,7 +420,7 @@ class Dataset:
         schema = self._in_order(self.schema.empty_table()).schema
 
         def batches() -> Iterator[pa.RecordBatch]:
-            for batch in self.to_batches(prefetch=prefetch):
+            for batch in self.to_batches(prefetch=prefetch, window=window, progress=progress):
                 yield batch if batch.schema.equals(schema) else pa.RecordBatch.from_arrays(batch.columns, schema=schema)
 
         return pa.RecordBatchReader.from_batches(schema, batches())

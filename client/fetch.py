@@ -47,27 +47,29 @@ class PartitionRef:
     filter: bytes | None = None  # Substrait (flightpart.query.filters): the node sends only the rows it keeps
     matched: tuple[int, int] | None = None
     aggregate: Aggregate | None = None  # a partial aggregate instead of rows (flightpart.query.aggregates)
+    row_numbers: bool = False  # each row comes with its position in the partition (wire.ROW_NUMBER)
 
     def __reduce__(self):  # a plain tuple: compact, and nothing but data when unpickled
         return (PartitionRef, (self.dataset, self.version, self.position, self.replicas, self.columns, self.rows,
-                               self.filter, self.matched, self.aggregate))
+                               self.filter, self.matched, self.aggregate, self.row_numbers))
 
     def __dask_tokenize__(self) -> tuple:
         """Plain values for Dask's token: walking the dataclass field by field costs seconds at 50,000 handles."""
         return ("flightpart.PartitionRef", self.dataset, self.version, self.position, self.replicas, self.columns, self.rows,
-                self.filter, self.matched, self.aggregate.encode() if self.aggregate is not None else None)
+                self.filter, self.matched, self.aggregate.encode() if self.aggregate is not None else None,
+                self.row_numbers)
 
     def spec(self) -> Ticket:
         """What a node is asked for: this handle as a ticket."""
         return Ticket(self.dataset, self.version, self.position, self.columns, self.rows, self.filter, self.matched,
-                      self.aggregate)
+                      self.aggregate, row_numbers=True if self.row_numbers else None)
 
     def ticket(self) -> flight.Ticket:
         return flight.Ticket(self.spec().encode())
 
     def apply(self, table: pa.Table) -> pa.Table:
         """What this handle asks of its partition, done here (on a local map)."""
-        return apply_ticket(table, self.columns, self.rows, self.filter, self.matched, self.aggregate)
+        return apply_ticket(table, self.columns, self.rows, self.filter, self.matched, self.aggregate, self.row_numbers)
 
 
 SPLIT_BYTES = 32 << 20

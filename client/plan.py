@@ -185,6 +185,39 @@ class Plan:
         self._sized = [b for b in sized if b.size]
         return self._sized
 
+    def estimated_bytes(self, b: Block) -> int:
+        """About how many bytes reading block ``b`` moves: its partitions' stored bytes in proportion to the rows
+        (after the filter, once counted) and the columns it takes."""
+        total = 0
+        for j in self.groups():
+            info = self.parts[(b.i, j)]
+            n = info.shape[0]
+            if not n:
+                part = info.nbytes
+            elif b.size is not None and self.view.filter is not None:
+                part = info.nbytes * b.size // n
+            else:  # floors of the running share, so consecutive row ranges add up to the partition exactly
+                lo, hi = b.rows if b.rows is not None else (0, n)
+                part = info.nbytes * hi // n - info.nbytes * lo // n
+            columns = self.columns_of(j)
+            if columns is not None:
+                part = part * min(len(columns), len(self.stored(j))) // max(1, len(self.stored(j)))
+            total += part
+        return total
+
+    def pieces(self, b: Block, target: int) -> list[Block]:
+        """Block ``b`` as consecutive row ranges of about ``target`` bytes each, in order (a streamed read holds a
+        few of them, never a whole large partition). A block narrowed to some of the filter's rows stays whole."""
+        rows = self.rows_of(b)
+        count = -(-self.estimated_bytes(b) // max(1, target))
+        if b.matched is not None or count <= 1 or rows <= 1:
+            return [b]
+        count = min(count, rows)
+        lo = b.rows[0] if b.rows is not None else 0
+        cuts = [lo + rows * k // count for k in range(count + 1)]
+        sized = self.view.filter is None
+        return [Block(b.i, (cuts[k], cuts[k + 1]), cuts[k + 1] - cuts[k] if sized else None) for k in range(count)]
+
     # ------------------------------------------------------------------ handles
 
     def ref(self, b: Block, j: int, columns: tuple[str, ...] | None, *, pushed: bool = True,

@@ -353,12 +353,17 @@ def _base64_text(value: bytes) -> str:
     return base64.b64encode(value).decode()
 
 
+ROW_NUMBER = "__flightpart_row__"
+"""The column a ticket with ``row_numbers`` adds: each row's position in its partition (int64)."""
+
+
 @dataclass(frozen=True)
 class Ticket(Message):
     """What a ``do_get`` asks for: one partition, optionally projected, sliced, filtered or aggregated.
 
     The node applies, in order: ``rows`` (a row range of the partition),
-    ``filter`` (Substrait bytes, see :mod:`flightpart.query.filters`), ``matched``
+    ``row_numbers`` (each row's position, as a last column), ``filter``
+    (Substrait bytes, see :mod:`flightpart.query.filters`), ``matched``
     (a range of the rows the filter kept), ``columns``, then ``aggregate``.
     A field is one line here; the ones after ``rows`` are left out of the
     JSON when unused, so the tickets of plain reads stay what plain Flight
@@ -374,6 +379,9 @@ class Ticket(Message):
     matched: tuple[int, int] | None = _field(p_optional(p_pair), None, omitted_when_none=True)
     aggregate: Aggregate | None = _field(p_optional(p_message(Aggregate)), None, omitted_when_none=True)
     compression: str | None = _field(p_optional(p_codec), None, omitted_when_none=True)  # a codec the reader accepts
+    row_numbers: bool | None = _field(p_optional(p_bool), None, omitted_when_none=True)
+    """With a filter: each row sent carries its position in the partition (column ``ROW_NUMBER``), so a reader
+    that indexes rows by position (Dask's global index) keeps it for the rows the filter kept."""
 
     MAX_BYTES: ClassVar[int] = 1 << 20
 
@@ -399,6 +407,8 @@ class Ticket(Message):
             raise RequestRejected(f"ticket.part: {list(self.part)} is outside any grid", field="ticket.part")
         if self.matched is not None and self.filter is None:
             raise RequestRejected("ticket.matched: a range of matched rows needs a filter", field="ticket.matched")
+        if self.row_numbers and self.aggregate is not None:
+            raise RequestRejected("ticket.row_numbers: an aggregate's rows have no positions", field="ticket.row_numbers")
 
 
 # --------------------------------------------------------------------------- descriptors

@@ -537,7 +537,7 @@ class NodeServer(ServiceBase):
             authorize(context, "read", (spec.dataset, spec.version))
             guard = admit_stream(context)
             table = apply_ticket(self.store.open(spec.dataset, spec.version, spec.part), spec.columns, spec.rows, spec.filter,
-                            spec.matched, spec.aggregate)
+                                 spec.matched, spec.aggregate, bool(spec.row_numbers))
             options = write_options(table, spec.compression)
             describe("get", dataset=spec.dataset, version=spec.version, part=spec.part, bytes=table.nbytes, rows=table.num_rows,
                      compressed=options is not None)

@@ -147,9 +147,10 @@ def test_there_is_no_circle():
 OUR_MODULE_NAMES = {"protocol", "tiling", "frames", "wire", "client", "server", "layout", "transfer", "fp", "filters",
                     "statistics", "distarray", "tokens", "errors"}
 """Names our modules are imported as: ``frames._x`` is another module's private even where a ``_x`` exists here."""
-THIRD_PARTY_PRIVATE = {"_call"}
+THIRD_PARTY_PRIVATE = {"_call", "_name"}
 """Private names of other projects used on purpose: ``pc.Expression._call`` builds a call to any compute function
-(pyarrow has no public constructor for one)."""
+(pyarrow has no public constructor for one); dask-expr's ``Expr._name`` is an expression's identity, which a read
+taking Dask's filters compares with the frame the predicate's columns come from, as Dask's own read_parquet does."""
 PUBLIC_UNDERSCORED = {"_replace", "_asdict", "_fields", "_make", "_exit", "_getframe"}
 """Standard library names that start with an underscore and are public (namedtuple's, ``os._exit``)."""
 

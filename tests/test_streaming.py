@@ -6,6 +6,7 @@ peak resident memory (VmHWM) with the size of the data it moved.
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 import sys
@@ -16,6 +17,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from tqdm import tqdm
 
 import flightpart as fp
 
@@ -73,6 +75,27 @@ def test_a_stream_put_cuts_partitions_as_it_reads(cluster):
             client.put("bad", table.to_reader(), tiling=(2, 1))
 
 
+def test_puts_and_reads_report_their_bytes_as_they_move_to_a_function_or_a_tqdm_bar(cluster):
+    table = sales(1_000_000, 6)
+    sent: list[tuple[int, int]] = []
+    with fp.connect(cluster.uri, host="127.0.0.99") as client:  # every partition remote
+        ds = client.put("progressed", table, tiling=(4, 1), progress=lambda done, total: sent.append((done, total)))
+        assert len(sent) >= 16, sent  # batch by batch (about 1 MiB each), not one jump per partition
+        assert [d for d, _ in sent] == sorted(d for d, _ in sent) and sent[-1][0] == sent[-1][1] >= table.nbytes * 0.9
+        read: list[tuple[int, int]] = []
+        assert ds.to_arrow(progress=lambda done, total: read.append((done, total))).equals(table)
+        assert read[-1] == (ds.nbytes, ds.nbytes) and len(read) == 4
+        with tqdm(unit="B", file=io.StringIO()) as bar:
+            batches = list(ds.filter("units > 0").to_batches(window=1 * MB, progress=bar))
+            assert pa.Table.from_batches(batches).equals(table)
+            assert bar.n >= table.nbytes * 0.9 and bar.total is None  # a filtered view's total is not known
+        with tqdm(unit="B", file=io.StringIO()) as bar:
+            assert pa.Table.from_batches(list(ds.to_batches(window=1 * MB, progress=bar))).equals(table)
+            assert bar.n == bar.total == ds.nbytes
+        with pytest.raises(TypeError, match="tqdm"):
+            ds.to_arrow(progress="yes")
+
+
 PEAK = """
 def peak_mb():
     for line in open("/proc/self/status"):
@@ -86,11 +109,13 @@ import duckdb
 import flightpart as fp
 
 uri, how = sys.argv[1], sys.argv[2]
+name = sys.argv[3] if len(sys.argv) > 3 else "big"
+window = {"window": int(sys.argv[4])} if len(sys.argv) > 4 else {}
 with fp.connect(uri, host="127.0.0.99") as client:
-    ds = client.open("big")
+    ds = client.open(name)
     before = peak_mb()
     if how == "batches":
-        rows = sum(b.num_rows for b in ds.to_batches())
+        rows = sum(b.num_rows for b in ds.to_batches(**window))
     elif how == "duckdb":
         rows = duckdb.sql("select count(*) from ds").fetchall()[0][0]
     else:
@@ -141,6 +166,27 @@ def test_reading_a_dataset_larger_than_the_window_keeps_memory_flat(cluster, big
     assert materialized["growth_mb"] > 0.9 * size_mb  # the contrast: to_arrow holds everything
     assert streamed["growth_mb"] < size_mb / 5, streamed  # a few row blocks in flight, whatever the dataset's size
     assert queried["growth_mb"] < size_mb / 2.5, queried  # DuckDB adds its own buffers to the window
+
+
+@pytest.mark.slow
+def test_partitions_larger_than_the_window_are_read_in_row_ranges_that_fit_it(cluster):
+    """Two partitions of 192 MB: the reader holds the window (bytes), not whole partitions ahead of the consumer."""
+    rows = 12_000_000
+    rng = np.random.default_rng(5)
+    table = pa.table({"a": np.arange(rows), "b": rng.random(rows), "c": rng.random(rows), "d": np.arange(rows) % 97})
+    partition_mb = table.nbytes / 2 / MB
+    with fp.connect(cluster.uri) as client:
+        client.put("two-big", table, tiling=(2, 1))
+    del table
+    window = 32 * MB
+    tight = run(READ, cluster.uri, "batches", "two-big", str(window))
+    default = run(READ, cluster.uri, "batches", "two-big")
+    queried = run(READ, cluster.uri, "duckdb", "two-big")
+    assert tight["rows"] == default["rows"] == queried["rows"] == rows
+    # the window, the range being consumed (a quarter of it), and the process's own buffers: far below a partition
+    assert tight["growth_mb"] < window / MB + 8 + 64 < partition_mb / 1.5, tight
+    assert default["growth_mb"] < 128 + 32 + 64 < partition_mb * 1.3, default
+    assert queried["growth_mb"] < 128 + 32 + 128, queried  # DuckDB adds its own buffers
 
 
 @pytest.mark.slow

@@ -7,6 +7,7 @@ import itertools
 import json
 import os
 import sys
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import click
@@ -50,10 +51,7 @@ def put(name: str, source: str, fmt: str | None, partition_size: str, tiling: st
     size = parse_size(partition_size, "--partition-size")
     grid = parse_tiling(tiling)
     reader = _opened(source, fmt)
-    with client_for(catalog) as client, _put_progress() as (bar, task):
-        def shown(done: int, total: int) -> None:
-            bar.update(task, completed=done, total=total or None)
-
+    with client_for(catalog) as client, byte_bar(f"put {name}") as shown:
         try:
             if grid is not None:
                 ds = client.put(name, reader.read_all(), tiling=grid, replicas=replicas, progress=shown)
@@ -112,15 +110,22 @@ def _cut_by_bytes(reader: pa.RecordBatchReader, size: int) -> tuple[pa.RecordBat
 
 
 @contextlib.contextmanager
-def _put_progress():
-    """A byte bar with speed on a terminal's stderr (nothing when stderr is not a terminal)."""
+def byte_bar(description: str) -> Iterator[Callable[[int, int], None]]:
+    """A bar of bytes moved, with speed and time left (when the total is known), on a terminal's stderr (nothing when
+    stderr is not a terminal); yields the ``progress=`` function (bytes done, bytes total) that moves it."""
     from rich.console import Console
-    from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
+    from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn, TransferSpeedColumn
 
     progress = Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-                        console=Console(stderr=True), transient=True, disable=not sys.stderr.isatty())
+                        TimeRemainingColumn(), console=Console(stderr=True), transient=True,
+                        disable=not sys.stderr.isatty())
     with progress as bar:
-        yield bar, bar.add_task("put", total=None)
+        task = bar.add_task(description, total=None)
+
+        def shown(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total or None)
+
+        yield shown
 
 
 @main.command()
@@ -138,9 +143,6 @@ def _put_progress():
 def get(name: str, output: str, fmt: str | None, columns: str | None, where: str | None, limit: int | None,
         version: int | None, catalog: str, host: str | None, as_json: bool) -> None:
     """Stream dataset NAME (or some of its columns and rows) into a file or to stdout."""
-    from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn
-
     from .export import BatchWriter, check_destination, choose_format
 
     fmt = choose_format(output, fmt)
@@ -153,30 +155,25 @@ def get(name: str, output: str, fmt: str | None, columns: str | None, where: str
             ds = ds.filter(where)
         if limit is not None:  # a row slice: the nodes send those rows only, not whole partitions cut here
             ds = ds[:limit]
-        reader = ds.to_reader()
-        writer = BatchWriter(output, fmt, reader.schema)
-        total = limit if limit is not None else (ds.shape[0] if where is None else None)
-        progress = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed:,} rows"),
-                            console=Console(stderr=True), transient=True, disable=not sys.stderr.isatty())
-        try:
-            with progress:
-                task = progress.add_task(f"get {name}", total=total)
+        with byte_bar(f"get {name}") as shown:
+            reader = ds.to_reader(progress=shown)
+            writer = BatchWriter(output, fmt, reader.schema)
+            try:
                 for batch in reader:
                     if limit is not None and writer.rows + batch.num_rows > limit:
                         batch = batch.slice(0, limit - writer.rows)
                     writer.write(batch)
-                    progress.update(task, completed=writer.rows)
                     if limit is not None and writer.rows >= limit:
                         break
-            writer.commit()
-        except BrokenPipeError:  # the reader of stdout went away (| head): not an error of ours
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-            return
-        except BaseException:
-            writer.abort()
-            raise
-        finally:
-            reader.close()
+                writer.commit()
+            except BrokenPipeError:  # the reader of stdout went away (| head): not an error of ours
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+                return
+            except BaseException:
+                writer.abort()
+                raise
+            finally:
+                reader.close()
     summary = {"name": name, "version": ds.version, "rows": writer.rows, "format": fmt, "output": output}
     if as_json:
         click.echo(json.dumps(summary), err=output == "-")

@@ -6,7 +6,7 @@ Shared by the client (puts), the node (``copy-to``, serving) and ``get``
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,11 +40,19 @@ def split_batch(batch: pa.RecordBatch, target_bytes: int = BATCH_BYTES) -> list[
     return [batch.slice(k, rows) for k in range(0, batch.num_rows, rows)]
 
 
-def _write_table(writer: Any, table: pa.Table) -> None:
-    """A table's batches in pieces of about :data:`BATCH_BYTES`, then the trailer that says it is complete."""
+def _write_table(writer: Any, table: pa.Table, sent: Callable[[int], None] | None = None) -> None:
+    """A table's batches in pieces of about :data:`BATCH_BYTES`, then the trailer that says it is complete;
+    ``sent`` is told the bytes of each piece as it goes (and the rest of ``table.nbytes`` at the end)."""
+    told = 0
     for batch in table.to_batches():
         for piece in split_batch(batch):
             writer.write_batch(piece)
+            if sent is not None:
+                step = piece.nbytes
+                told += step
+                sent(step)
+    if sent is not None and table.nbytes > told:
+        sent(table.nbytes - told)
     writer.write_metadata(pa.py_buffer(PutTrailer(table.num_rows).encode()))
 
 
@@ -54,7 +62,8 @@ def put_deadline(timeout: float, nbytes: int) -> float:
 
 
 def send_partition(pool: ConnectionPool, uri: str, dataset: str, version: int, part: tuple[int, int],
-                   table: pa.Table, *, timeout: float = DEFAULT_TIMEOUT) -> HeldPartition | None:
+                   table: pa.Table, *, timeout: float = DEFAULT_TIMEOUT,
+                   sent: Callable[[int], None] | None = None) -> HeldPartition | None:
     """``do_put`` one partition to a node in batches of about 1 MiB; returns the node's receipt.
 
     The stream ends with a :class:`~flightpart.wire.PutTrailer`: a node
@@ -67,7 +76,7 @@ def send_partition(pool: ConnectionPool, uri: str, dataset: str, version: int, p
     options = pool.options(put_deadline(timeout, table.nbytes))
     writer, reader = pool.client(uri).do_put(descriptor, table.schema, options=options)
     with writer:
-        _write_table(writer, table)
+        _write_table(writer, table, sent)
         writer.done_writing()
         ack = reader.read()
     TRAFFIC.add(bytes_sent=table.nbytes)
@@ -76,7 +85,7 @@ def send_partition(pool: ConnectionPool, uri: str, dataset: str, version: int, p
 
 def send_partitions(pool: ConnectionPool, uri: str, dataset: str, version: int,
                     parts: Sequence[tuple[tuple[int, int], pa.Table]], *,
-                    timeout: float = DEFAULT_TIMEOUT) -> list[HeldPartition]:
+                    timeout: float = DEFAULT_TIMEOUT, sent: Callable[[int], None] | None = None) -> list[HeldPartition]:
     """``do_put`` several partitions of one column group in one stream; returns the node's receipts.
 
     Small partitions cost a round trip and a stream each when sent alone;
@@ -95,7 +104,7 @@ def send_partitions(pool: ConnectionPool, uri: str, dataset: str, version: int,
             if not table.schema.equals(schema, check_metadata=True):
                 raise ValueError(f"partition {part}: one put stream carries one schema; send it on a stream of its own")
             writer.write_metadata(pa.py_buffer(PartHeader(part).encode()))
-            _write_table(writer, table)
+            _write_table(writer, table, sent)
         writer.done_writing()
         while (page := reader.read()) is not None:
             receipts.extend(PutReceipts.decode(page.to_pybytes(), "put receipts").partitions)

@@ -4,20 +4,25 @@ partition of its own host alike."""
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 
 from flightpart.errors import RequestRejected
-from flightpart.wire import Aggregate
+from flightpart.wire import ROW_NUMBER, Aggregate
 
 from . import aggregates, filters
 
 
 def apply_ticket(table: pa.Table, columns: tuple[str, ...] | None, rows: tuple[int, int] | None, filter: bytes | None = None,
-            matched: tuple[int, int] | None = None, aggregate: Aggregate | None = None) -> pa.Table:
-    """What a ticket asks of a partition, in the ticket's order: a row range, a filter, a range of the rows it
-    kept, a projection, an aggregate. Without a filter or aggregate every step is a zero-copy slice."""
+            matched: tuple[int, int] | None = None, aggregate: Aggregate | None = None, row_numbers: bool = False) -> pa.Table:
+    """What a ticket asks of a partition, in the ticket's order: a row range, row numbers, a filter, a range of the
+    rows it kept, a projection, an aggregate. Without a filter or aggregate every step is a zero-copy slice."""
+    first = 0
     if rows is not None:
+        first = min(rows[0], table.num_rows)
         table = _slice(table, rows)
+    if row_numbers:
+        table = table.append_column(ROW_NUMBER, pa.array(np.arange(first, first + table.num_rows, dtype=np.int64)))
     if filter is not None:
         table = filters.apply(table, filter)
     if matched is not None:
@@ -29,7 +34,7 @@ def apply_ticket(table: pa.Table, columns: tuple[str, ...] | None, rows: tuple[i
         if unknown:
             raise RequestRejected(f"ticket.columns: unknown column {unknown[0]!r}; the partition has {table.column_names}",
                                   field="ticket.columns")
-        table = table.select(list(columns))
+        table = table.select(list(columns) + ([ROW_NUMBER] if row_numbers else []))
     return table
 
 

@@ -18,12 +18,15 @@ from collections.abc import Sequence
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from flightpart import frames, protocol
-from flightpart.client.fetch import PartitionRef
+from flightpart.client.fetch import FlightGet, PartitionRef
 from flightpart.io.transfer import SentPart
 from flightpart.protocol import StatelessGet
+from flightpart.query.filters import Filter
 from flightpart.runtimes.dask_cluster import start, stop
+from flightpart.runtimes.dask_pushdown import PUSHDOWN_AVAILABLE, FlightpartRead, compiled
 from flightpart.runtimes.tasks import (
     BlockReader,
     RowBlock,
@@ -35,6 +38,7 @@ from flightpart.runtimes.tasks import (
     row_blocks,
     send_from_worker,
 )
+from flightpart.wire import ROW_NUMBER
 
 __all__ = ["DaskGather", "LocalityPlugin", "dask_graph", "from_partitioned", "owns", "partitioned", "put", "start", "stop"]
 
@@ -119,22 +123,56 @@ def _worker_host() -> str | None:
 class ReadBlock:
     """``dd.from_map`` function: one row block as pandas.
 
-    dask-expr pushes a column projection into it as ``columns=``; the
-    projection travels to the server in the partition's ticket.
+    dask-expr pushes a column projection into it as ``columns=``, and a row
+    filter through :meth:`filtered` (:mod:`flightpart.runtimes.dask_pushdown`);
+    both travel to the server in the partition's ticket. ``schema``: the
+    dataset's, when its handles can carry a filter (a flightpart dataset of
+    one column group), else None.
     """
 
-    def __init__(self, reader: BlockReader, range_index: bool):
+    def __init__(self, reader: BlockReader, range_index: bool, schema: pa.Schema | None = None,
+                 filter: Filter | None = None, widened: dict[str, Any] | None = None):
         self.reader = reader
         self.range_index = range_index
+        self.schema = schema
+        self.filter = filter
+        self.widened = widened  # columns with a null somewhere, and the dtype the whole frame gives them
+
+    def filtered(self, expression: pc.Expression | None) -> ReadBlock | None:
+        """This read with ``expression`` also applied on the nodes (and the filters it already has), or None when
+        it cannot be pushed exactly (Dask then filters the rows as read)."""
+        if expression is None or self.schema is None:
+            return None
+        if self.filter is not None:
+            expression = self.filter.expression & expression
+        bound = compiled(expression, self.schema)
+        return None if bound is None else ReadBlock(self.reader, self.range_index, self.schema, bound, self.widened)
 
     def __call__(self, block: RowBlock, columns: Sequence[str] | None = None) -> Any:
         import pandas as pd
 
         reader = self.reader.project(list(columns)) if columns is not None else self.reader
-        df = frames.to_pandas(reader.read(block))
-        if self.range_index:
+        if self.filter is not None:
+            reader = reader.filtered(self.filter.substrait, self.range_index)
+        table = reader.read(block)
+        positions = None
+        if self.filter is not None and self.range_index:  # each kept row's place in the unfiltered block
+            first = block.handles[0].rows[0] if block.handles[0].rows else 0
+            positions = table.column(ROW_NUMBER).to_numpy() - first + block.start
+            table = table.drop_columns([ROW_NUMBER])
+        df = self._widen(frames.to_pandas(table))
+        if positions is not None:
+            df.index = pd.Index(positions)
+        elif self.range_index:
             df.index = pd.RangeIndex(block.start, block.start + len(df))
         return df
+
+
+    def _widen(self, df: Any) -> Any:
+        """``df`` with the frame's dtypes: pandas makes an integer column float (a boolean one object) only where
+        a null is, so a block without one (or the rows a filter kept) would come back int64 under a float64 frame."""
+        wanted = {c: t for c, t in (self.widened or {}).items() if c in df.columns and df[c].dtype != t}
+        return df.astype(wanted) if wanted else df
 
 
 def _meta(d: dict, reader: BlockReader, schema: pa.Schema | None, range_index: bool) -> Any:
@@ -161,12 +199,51 @@ def from_partitioned(obj: Any, *, columns: Sequence[str] | None = None, schema: 
     groups = group_columns_of(schema, d["partition_tiling"][1]) if schema is not None else None
     reader = BlockReader(d["get"], None, groups, _worker_host)
     range_index = global_range_index(schema)
+    widened = _widened(obj, schema)
     meta = _meta(d, reader, schema, range_index)
+    if widened:
+        meta = meta.astype({c: t for c, t in widened.items() if c in meta.columns})
     _ensure_locality_plugin()
-    ddf = dd.from_map(ReadBlock(reader, range_index), blocks, meta=meta,
-                      divisions=divisions_for(blocks) if range_index else None,
-                      label="flightpart-read", enforce_metadata=False)
+    divisions = divisions_for(blocks) if range_index else None
+    read = ReadBlock(reader, range_index, schema, widened=widened)
+    view = getattr(obj, "view", None)
+    if (PUSHDOWN_AVAILABLE and widened is not None and view is not None and view.rows is None and view.filter is None
+            and filters_reach_the_nodes(d)):
+        ddf = _read_with_pushdown(read, blocks, meta, divisions)
+    else:
+        ddf = dd.from_map(read, blocks, meta=meta, divisions=divisions, label="flightpart-read", enforce_metadata=False)
     return ddf[list(columns)] if columns is not None else ddf
+
+
+def _widened(obj: Any, schema: pa.Schema | None) -> dict[str, Any] | None:
+    """For a flightpart dataset: the columns its statistics say hold a null somewhere, with the dtype pandas gives
+    such a column (float64 for integers, object for booleans), so every block has the dtype reading the whole
+    dataset would give, whichever rows it holds or a filter kept. None when that is not known."""
+    plan = getattr(obj, "plan", None)
+    if plan is None or schema is None:
+        return None
+    nullable: set[str] = set()
+    for info in plan.parts.values():
+        if info.stats is None:
+            return None
+        nullable |= {c for c, s in info.stats.items() if s.get("nulls") and c in schema.names}
+    return {c: frames.to_pandas(pa.table({c: pa.nulls(1, schema.field(c).type)}))[c].dtype for c in sorted(nullable)}
+
+
+def filters_reach_the_nodes(d: dict) -> bool:
+    """Whether a pushed row filter can ride in the tickets: flightpart handles of one column group, unfiltered."""
+    return (isinstance(d["get"], FlightGet) and d["partition_tiling"][1:] in ((), (1,))
+            and all(isinstance(p["data"], PartitionRef) and p["data"].filter is None for p in d["partitions"].values()))
+
+
+def _read_with_pushdown(read: ReadBlock, blocks: list[RowBlock], meta: Any, divisions: tuple | None) -> Any:
+    """What ``dd.from_map`` builds, as a :class:`FlightpartRead` (accepts Dask's row filters)."""
+    from dask.dataframe.dask_expr import new_collection
+    from dask.dataframe.dask_expr._expr import ArrowStringConversion
+    from dask.dataframe.utils import pyarrow_strings_enabled
+
+    result = new_collection(FlightpartRead(read, [blocks], None, [], {}, False, meta, False, divisions, "flightpart-read"))
+    return new_collection(ArrowStringConversion(result)) if pyarrow_strings_enabled() else result
 
 
 def dask_graph(obj: Any, name: str = "flightpart") -> dict:

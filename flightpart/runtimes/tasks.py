@@ -23,6 +23,7 @@ from flightpart.errors import PartitionedError
 from flightpart.io.access import Access
 from flightpart.io.connections import shared_pool
 from flightpart.io.transfer import SentPart, send_partition
+from flightpart.wire import ROW_NUMBER
 
 
 @dataclass(frozen=True)
@@ -71,19 +72,28 @@ class BlockReader:
     """
 
     def __init__(self, get: Callable, columns: Sequence[str] | None = None,
-                 group_columns: Sequence[Sequence[str]] | None = None, host_of_task: Callable[[], str | None] | None = None):
+                 group_columns: Sequence[Sequence[str]] | None = None, host_of_task: Callable[[], str | None] | None = None,
+                 filter: bytes | None = None, row_numbers: bool = False):
         self.get = get
         self.columns = list(columns) if columns is not None else None
         self.group_columns = [list(g) for g in group_columns] if group_columns is not None else None
         self.host_of_task = host_of_task
+        self.filter = filter  # Substrait: the nodes send only the rows it keeps (flightpart handles only)
+        self.row_numbers = row_numbers  # each row comes with its position in its partition (wire.ROW_NUMBER)
 
     def project(self, columns: Sequence[str] | None) -> "BlockReader":
-        return BlockReader(self.get, columns, self.group_columns, self.host_of_task)
+        return BlockReader(self.get, columns, self.group_columns, self.host_of_task, self.filter, self.row_numbers)
+
+    def filtered(self, substrait: bytes, row_numbers: bool) -> "BlockReader":
+        """This reader with a row filter applied where the data is (handles of flightpart datasets only)."""
+        return BlockReader(self.get, self.columns, self.group_columns, self.host_of_task, substrait, row_numbers)
 
     def read(self, block: RowBlock) -> pa.Table:
         handles = list(block.handles)
         keep = list(range(len(handles)))
         if isinstance(self.get, FlightGet) and all(isinstance(h, PartitionRef) for h in handles):
+            if self.filter is not None:
+                handles = [replace(h, filter=self.filter, row_numbers=self.row_numbers) for h in handles]
             if self.columns is not None and self.group_columns is not None:
                 wanted = [[c for c in group if c in self.columns] for group in self.group_columns]
                 keep = [j for j, w in enumerate(wanted) if w] or [0]
@@ -98,7 +108,8 @@ class BlockReader:
         table = frames.assemble({(0, k): t for k, t in enumerate(tables)}, (1, len(tables)))
         if self.columns is not None:
             index_cols = [c for c in table.column_names if c not in frames.data_columns(table)]
-            table = protocol.select_columns(table, self.columns + [c for c in index_cols if c not in self.columns])
+            kept = self.columns + [c for c in index_cols if c not in self.columns]
+            table = protocol.select_columns(table, kept + ([ROW_NUMBER] if self.row_numbers else []))
         return table
 
 

@@ -101,3 +101,27 @@ def test_views_of_one_version_share_its_pruner():
 @pytest.mark.parametrize("rows", [(0, 0), (60, 60)])
 def test_an_empty_row_range_reads_nothing(rows):
     assert Plan(version(), View(rows=rows)).blocks(never_counted, counted=True) == []
+
+
+def test_a_block_is_cut_into_row_ranges_of_about_the_target_bytes():
+    plan = Plan(version(), View())  # block 2: 30 rows, 100 bytes a row in group 0 and 200 in group 1
+    block = plan.blocks(never_counted, counted=True)[2]
+    assert plan.estimated_bytes(block) == 9_000
+    pieces = plan.pieces(block, 2_000)
+    assert [(p.i, p.rows, p.size) for p in pieces] == [(2, (0, 6), 6), (2, (6, 12), 6), (2, (12, 18), 6),
+                                                       (2, (18, 24), 6), (2, (24, 30), 6)]
+    assert plan.pieces(block, 10_000) == [block]
+
+
+def test_pieces_of_a_row_range_stay_inside_it_and_a_selection_costs_only_its_columns():
+    plan = Plan(version(), View(rows=(15, 35), columns={0: ("a",)}))
+    first = plan.blocks(never_counted, counted=True)[0]  # rows 5..20 of block 1, group 0 only
+    assert plan.estimated_bytes(first) == 1_500
+    assert [p.rows for p in plan.pieces(first, 500)] == [(5, 10), (10, 15), (15, 20)]
+
+
+def test_a_filtered_block_narrowed_to_some_matches_is_never_cut():
+    f = Filter.compile(pc.field("a") >= 0, SCHEMA)
+    plan = Plan(version(), View(filter=f, matched=(0, 3)))
+    block = Block(2, None, 3, matched=(0, 3))
+    assert plan.pieces(block, 1) == [block]
