@@ -136,3 +136,39 @@ def test_putting_a_parquet_file_keeps_the_cli_memory_bounded_whatever_its_size(c
     small, big = grown[3_000_000], grown[12_000_000]
     assert big < small * 1.5 + (32 << 20), f"the put grew the process by {small >> 20} MiB for 96 MB, {big >> 20} MiB for 384 MB"
     assert big < 384_000_000 // 2
+
+
+def on_a_terminal(*args: str) -> str:
+    """`flightpart ARGS` with stderr on a pseudo-terminal (as a user at a shell sees it): what it drew there."""
+    import os
+    import pty
+
+    leader, follower = pty.openpty()
+    env = {**os.environ, "COLUMNS": "160", "TERM": "xterm"}
+    with subprocess.Popen([sys.executable, "-m", "flightpart", *args], stdout=subprocess.DEVNULL, stderr=follower,
+                          env=env) as proc:
+        os.close(follower)
+        drawn = b""
+        while True:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # the terminal closed with the process
+                break
+            if not chunk:
+                break
+            drawn += chunk
+        assert proc.wait(timeout=300) == 0, drawn.decode(errors="replace")[-2000:]
+    os.close(leader)
+    return drawn.decode(errors="replace")
+
+
+def test_put_and_get_on_a_terminal_show_bytes_speed_and_time_left(cluster, tmp_path):
+    rows = 4_000_000
+    pq.write_table(pa.table({"k": np.arange(rows), "x": np.random.default_rng(3).random(rows)}), tmp_path / "t.parquet")
+    put = on_a_terminal("put", "shown", str(tmp_path / "t.parquet"), "--partition-size", "8M", "--catalog", cluster.uri)
+    assert "put shown" in put and "MB" in put and "/s" in put, put[-600:]
+    got = on_a_terminal("get", "shown", "-o", str(tmp_path / "back.parquet"), "--catalog", cluster.uri, "--client-host",
+                        "127.0.0.9")
+    assert "get shown" in got and "MB" in got and "/s" in got, got[-600:]
+    assert "0:00:0" in got  # the time left: the total is known for a read without --where
+    assert pq.read_table(tmp_path / "back.parquet").num_rows == rows
