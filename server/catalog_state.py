@@ -563,10 +563,12 @@ class CatalogState:
 def _serving_order(holders: list[NodeRecord], k: int) -> list[NodeRecord]:
     """Replicas in the order readers try them: live first, and rotated by the partition's index,
     so that every holder serves first for some partitions instead of the lowest node id for all."""
-    if holders:
+    if len(holders) > 1:
         shift = k % len(holders)
         holders = holders[shift:] + holders[:shift]
-    return sorted(holders, key=lambda n: not n.alive)
+        if not all(n.alive for n in holders):
+            holders = sorted(holders, key=lambda n: not n.alive)
+    return holders
 
 
 def _write_stats(db: sqlite3.Connection, dataset: str, version: int, entries: list, *, replace: bool = True) -> None:

@@ -414,3 +414,21 @@ def test_a_ticket_is_a_message_whose_unused_fields_keep_plain_tickets_unchanged(
     asked = dataclasses.replace(plain, compression="zstd")
     assert json.loads(asked.encode())["compression"] == "zstd" and wire.Ticket.decode(asked.encode()) == asked
     assert wire.Ticket.from_json(plain.to_json()) == plain
+
+
+@pytest.mark.parametrize("dataset, version, part", [("sales", 3, (0, 0)), ("a.b-c_9", 1 << 40, (12345, 7)), ("x", 0, (9, 0))])
+def test_plain_tickets_are_the_tickets_byte_for_byte(dataset, version, part):
+    assert wire.plain_tickets(dataset, version)(*part) == wire.Ticket(dataset, version, part).encode()
+
+
+def test_endpoint_metadata_written_by_hand_is_the_json_it_says():
+    parts = (wire.PartInfo((0, 0), (0, 0), (5, 2), (("grpc://h:1", "127.0.0.2", 7), ("grpc://g:2", "127.0.0.3", 8)), 80,
+                           {"a": {"nulls": 1, "min": -1.5, "max": "z'q"}}),
+             wire.PartInfo((1, 0), (5, 0), (6, 2), (("grpc://h:1", "127.0.0.2", 7),), 96))
+    info = wire.encode_flight_info(wire.VersionInfo("d", 2, SCHEMA, (11, 2), (2, 1), parts))
+    metas = [json.loads(e.app_metadata) for e in info.endpoints]
+    assert metas[0] == {"position": [0, 0], "start": [0, 0], "shape": [5, 2], "location": [["127.0.0.2", 7], ["127.0.0.3", 8]],
+                        "nbytes": 80, "stats": {"a": {"nulls": 1, "min": -1.5, "max": "z'q"}}}
+    assert metas[1] == {"position": [1, 0], "start": [5, 0], "shape": [6, 2], "location": [["127.0.0.2", 7]], "nbytes": 96}
+    assert [e.locations[0].uri.decode() for e in info.endpoints] == ["grpc://h:1", "grpc://h:1"]
+    assert wire.decode_flight_info(info).parts == parts
