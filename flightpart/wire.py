@@ -6,8 +6,11 @@ here, so the node, the catalog and the client can never disagree, and
 nothing received is ever unpickled: every byte from the network goes
 through ``json.loads`` (or Arrow IPC for schemas) and a shape check.
 
-A new action starts here: a :class:`Message` subclass naming its fields and
-their parsers, with a round-trip test in ``tests/unit/test_wire.py``.
+A new action starts here: a request :class:`Message` naming its fields and
+their parsers, its ``ACTION`` (the one spelling of its name) and its
+``REPLY`` message, with a round-trip test in ``tests/unit/test_wire.py``;
+then a handler ``(self, body) -> Reply`` in the daemon's ``action_table``
+(docs/architecture.md, "where to add things").
 """
 
 from __future__ import annotations
