@@ -19,17 +19,17 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from flightpart.errors import FlightpartError, PartitionedError
+from flightpart.errors import FlightpartError, PartitionedError, RequestRejected
 from flightpart.io import inprocess, layout
 from flightpart.io.access import Access
 from flightpart.io.compression import check_mode
 from flightpart.io.connections import ConnectionPool, shared_pool
 from flightpart.io.hosts import host_addresses
 from flightpart.io.maps import MappedFiles, mapped_bytes
-from flightpart.io.pull import IDLE_TIMEOUT, read_replicas
+from flightpart.io.pull import IDLE_TIMEOUT, read_replicas, read_several
 from flightpart.io.transfer import TRAFFIC
 from flightpart.query.apply import apply_ticket
-from flightpart.wire import Aggregate, GetNodeInfo, NodeInfo, PartPlace, Replica, Ticket
+from flightpart.wire import MAX_PARTS_PER_STREAM, Aggregate, GetNodeInfo, NodeInfo, PartPlace, Replica, Ticket
 
 MAX_STREAMS = 8
 
@@ -48,10 +48,11 @@ class PartitionRef:
     matched: tuple[int, int] | None = None
     aggregate: Aggregate | None = None  # a partial aggregate instead of rows (flightpart.query.aggregates)
     row_numbers: bool = False  # each row comes with its position in the partition (wire.ROW_NUMBER)
+    shareable_bytes: int = 0  # a whole partition of no dictionary column: its stored size (it may share a read stream)
 
     def __reduce__(self):  # a plain tuple: compact, and nothing but data when unpickled
         return (PartitionRef, (self.dataset, self.version, self.position, self.replicas, self.columns, self.rows,
-                               self.filter, self.matched, self.aggregate, self.row_numbers))
+                               self.filter, self.matched, self.aggregate, self.row_numbers, self.shareable_bytes))
 
     def __dask_tokenize__(self) -> tuple:
         """Plain values for Dask's token: walking the dataclass field by field costs seconds at 50,000 handles."""
@@ -142,21 +143,62 @@ class FlightGet:
 
 def read_partitions(refs: Sequence[PartitionRef], *, host: str | None, pool: ConnectionPool,
                     idle_timeout: float = IDLE_TIMEOUT, compression: str = "auto") -> list[pa.Table]:
-    """Tables of ``refs`` in order: local ones mapped, remote ones streamed in parallel."""
+    """Tables of ``refs`` in order: local ones mapped, remote ones streamed in parallel (small partitions held by
+    the same replicas several to a stream, see :func:`shared_streams`)."""
     local = host_addresses(host)
     tables: list[pa.Table | None] = [read_local(ref, local, pool) for ref in refs]
     remote = [k for k, t in enumerate(tables) if t is None]
+    reads = shared_streams([(k, refs[k]) for k in remote])
 
-    def fetch(k: int) -> pa.Table:
-        return read_remote(refs[k], pool, idle_timeout, compression=compression, here=local)
+    def fetch(group: list[int]) -> list[pa.Table]:
+        if len(group) == 1:
+            return [read_remote(refs[group[0]], pool, idle_timeout, compression=compression, here=local)]
+        first = refs[group[0]]
+        ticket = replace(first.spec(), more=tuple(refs[k].position for k in group[1:]))
+        what = f"{len(group)} partitions of {first.dataset!r} v{first.version} from {first.position} on"
+        try:
+            return read_several(pool, ticket, first.replicas, what, idle_timeout, compression=compression, here=local)
+        except RequestRejected:  # a node that cannot share a stream for them: one stream each, as before
+            return [read_remote(refs[k], pool, idle_timeout, compression=compression, here=local) for k in group]
 
-    if len(remote) == 1:
-        tables[remote[0]] = fetch(remote[0])
-    elif remote:
-        with ThreadPoolExecutor(max_workers=min(MAX_STREAMS, len(remote)), thread_name_prefix="flightpart-get") as ex:
-            for k, table in zip(remote, ex.map(fetch, remote)):
-                tables[k] = table
+    if len(reads) == 1:
+        results = [fetch(reads[0])]
+    else:
+        with ThreadPoolExecutor(max_workers=max(1, min(MAX_STREAMS, len(reads))), thread_name_prefix="flightpart-get") as ex:
+            results = list(ex.map(fetch, reads))
+    for group, got in zip(reads, results):
+        for k, table in zip(group, got):
+            tables[k] = table
     return tables  # type: ignore[return-value]
+
+
+SMALL_BYTES = 1 << 20
+"""A partition at most this large is read together with others of the same holders (a stream costs a round trip)."""
+SHARED_STREAM_BYTES = 32 << 20
+"""At most about this many bytes of small partitions share one read stream."""
+
+
+def shared_streams(indexed: Sequence[tuple[int, PartitionRef]]) -> list[list[int]]:
+    """The reads to make, each a list of indexes: a small whole partition (at most :data:`SMALL_BYTES`, see
+    :attr:`PartitionRef.shareable_bytes`) goes with the others of the same version, column group, selection and
+    replicas, up to :data:`~flightpart.wire.MAX_PARTS_PER_STREAM` of them and :data:`SHARED_STREAM_BYTES`;
+    every other handle is a read of its own."""
+    reads: list[list[int]] = []
+    open_groups: dict[tuple, tuple[list[int], list[int]]] = {}  # key -> (indexes, [bytes])
+    for k, ref in indexed:
+        size = ref.shareable_bytes
+        if not 0 < size <= SMALL_BYTES or any(x is not None for x in (ref.rows, ref.filter, ref.aggregate)) \
+                or ref.row_numbers:
+            reads.append([k])
+            continue
+        key = (ref.dataset, ref.version, ref.position[1], ref.columns, ref.replicas)
+        group = open_groups.get(key)
+        if group is None or len(group[0]) >= MAX_PARTS_PER_STREAM or group[1][0] + size > SHARED_STREAM_BYTES:
+            group = open_groups[key] = ([], [0])
+            reads.append(group[0])
+        group[0].append(k)
+        group[1][0] += size
+    return reads
 
 
 _node_info: dict[tuple[str, int], NodeInfo] = {}

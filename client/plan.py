@@ -225,8 +225,17 @@ class Plan:
         """The handle of partition (b.i, j) for this block; ``pushed``: the node applies the view's filter."""
         info = self.parts[(b.i, j)]
         f = self.view.filter.substrait if (pushed and self.view.filter is not None) else None
+        whole = b.rows is None and f is None and aggregate is None and not self.has_dictionaries()
         return PartitionRef(self.version.dataset, self.version.version, info.position, info.replicas, columns, b.rows, f,
-                            b.matched if f is not None else None, aggregate)
+                            b.matched if f is not None else None, aggregate,
+                            shareable_bytes=max(info.nbytes, 1) if whole else 0)
+
+    def has_dictionaries(self) -> bool:
+        """Whether the version has a dictionary column (its partitions are read one per stream)."""
+        found = self.shared.get("dictionaries")
+        if found is None:
+            found = self.shared["dictionaries"] = any(pa.types.is_dictionary(f.type) for f in self.version.schema)
+        return found
 
     def cells(self, count: Count) -> tuple[tuple[int, int], list[Cell]]:
         """The view's grid and its partitions, row block by row block."""

@@ -356,6 +356,8 @@ def _base64_text(value: bytes) -> str:
     return base64.b64encode(value).decode()
 
 
+MAX_PARTS_PER_STREAM = 4096
+"""Partitions one read stream may carry (a ticket's ``more``), as a put stream may."""
 ROW_NUMBER = "__flightpart_row__"
 """The column a ticket with ``row_numbers`` adds: each row's position in its partition (int64)."""
 
@@ -385,6 +387,11 @@ class Ticket(Message):
     row_numbers: bool | None = _field(p_optional(p_bool), None, omitted_when_none=True)
     """With a filter: each row sent carries its position in the partition (column ``ROW_NUMBER``), so a reader
     that indexes rows by position (Dask's global index) keeps it for the rows the filter kept."""
+    more: tuple[tuple[int, int], ...] | None = _field(p_optional(p_list(p_pair, MAX_PARTS_PER_STREAM)), None,
+                                                     omitted_when_none=True)
+    """Further partitions of the same version (and column group) sent whole after ``part`` in the same stream,
+    each opened by a batch whose metadata is its :class:`PartHeader`: small partitions cost bytes, not a
+    round trip each (the read-side twin of a put of several partitions)."""
 
     MAX_BYTES: ClassVar[int] = 1 << 20
 
@@ -412,6 +419,12 @@ class Ticket(Message):
             raise RequestRejected("ticket.matched: a range of matched rows needs a filter", field="ticket.matched")
         if self.row_numbers and self.aggregate is not None:
             raise RequestRejected("ticket.row_numbers: an aggregate's rows have no positions", field="ticket.row_numbers")
+        if self.more is not None:
+            if any(getattr(self, name) is not None for name in ("rows", "filter", "matched", "aggregate", "row_numbers")):
+                raise RequestRejected("ticket.more: several partitions in one stream are sent whole (columns only)",
+                                      field="ticket.more")
+            if len({self.part, *self.more}) != len(self.more) + 1:
+                raise RequestRejected("ticket.more: a partition is named twice", field="ticket.more")
 
 
 # --------------------------------------------------------------------------- descriptors

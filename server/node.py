@@ -89,7 +89,8 @@ log = logging.getLogger("flightpart.node")
 
 NODE_COUNTERS = ("bytes_sent", "rows_sent", "batches_sent", "partitions_served", "bytes_received", "partitions_stored",
                  "put_streams", "errors", "storage_full_refusals", "partitions_assembled", "partitions_linked", "assembled_rows",
-                 "pulled_bytes", "streams_compressed", "partitions_damaged", "partitions_missing", "scrubbed_bytes")
+                 "pulled_bytes", "streams_compressed", "partitions_damaged", "partitions_missing", "scrubbed_bytes",
+                 "get_streams")
 """What a node's ``stats`` action and metrics count."""
 
 
@@ -536,6 +537,8 @@ class NodeServer(ServiceBase):
             spec = Ticket.decode(ticket.ticket)
             authorize(context, "read", (spec.dataset, spec.version))
             guard = admit_stream(context)
+            if spec.more is not None:
+                return self._several(spec, guard)
             table = apply_ticket(self.store.open(spec.dataset, spec.version, spec.part), spec.columns, spec.rows, spec.filter,
                                  spec.matched, spec.aggregate, bool(spec.row_numbers))
             options = write_options(table, spec.compression)
@@ -545,7 +548,7 @@ class NodeServer(ServiceBase):
         # sends one batch per chunk: counted without touching the batches
         batches = table.column(0).num_chunks if table.num_columns else 0
         self.counters.add(bytes_sent=table.nbytes, rows_sent=table.num_rows, batches_sent=batches, partitions_served=1,
-                          streams_compressed=int(options is not None))
+                          streams_compressed=int(options is not None), get_streams=1)
         if any(pa.types.is_dictionary(field.type) for field in table.schema):
             # dictionaries that grow from batch to batch go out as deltas, which only Arrow's own stream of the table
             # writes (a reader that stops reading such a stream keeps its slot until its call's deadline)
@@ -553,6 +556,32 @@ class NodeServer(ServiceBase):
         # pieces handed out one at a time, so the guard sees a reader that stops taking them (its slot is freed)
         pieces = (piece for batch in table.to_batches() for piece in split_batch(batch, STREAM_PIECE_BYTES))
         return flight.GeneratorStream(table.schema, self.guard.watch(guard, pieces), options=options)
+
+    def _several(self, spec: Ticket, guard: Any) -> flight.GeneratorStream:
+        """Whole partitions of one column group in one stream, each opened by a batch carrying its PartHeader."""
+        positions = (spec.part, *(spec.more or ()))
+        tables = [apply_ticket(self.store.open(spec.dataset, spec.version, p), spec.columns, None) for p in positions]
+        schema = tables[0].schema
+        if any(not t.schema.equals(schema) for t in tables):
+            raise RequestRejected("ticket.more: partitions of different column groups cannot share a stream",
+                                  field="ticket.more")
+        if any(pa.types.is_dictionary(field.type) for field in schema):
+            raise RequestRejected("ticket.more: dictionary columns are read one partition per stream", field="ticket.more")
+        options = write_options(tables[0], spec.compression)
+        self.counters.add(bytes_sent=sum(t.nbytes for t in tables), rows_sent=sum(t.num_rows for t in tables),
+                          batches_sent=sum(t.column(0).num_chunks if t.num_columns else 0 for t in tables),
+                          partitions_served=len(tables), streams_compressed=int(options is not None), get_streams=1)
+        describe("get", dataset=spec.dataset, version=spec.version, parts=len(positions), compressed=options is not None)
+
+        empty = pa.RecordBatch.from_pylist([], schema=schema)  # what opens a partition of no rows
+
+        def pieces() -> Iterator[Any]:
+            for position, table in zip(positions, tables):
+                batches = [piece for batch in table.to_batches() for piece in split_batch(batch, STREAM_PIECE_BYTES)]
+                yield (batches[0] if batches else empty), pa.py_buffer(PartHeader(position).encode())
+                yield from batches[1:]
+
+        return flight.GeneratorStream(schema, self.guard.watch(guard, pieces()), options=options)
 
     @contextlib.contextmanager
     def _counting_errors(self, what: str) -> Iterator[None]:

@@ -18,8 +18,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from flightpart.errors import Forbidden, NodeUnavailable, ServerBusy, Unauthenticated
-from flightpart.wire import GetNodeInfo, Replica, Ticket, error_message
+from flightpart.errors import Forbidden, NodeUnavailable, RequestRejected, ServerBusy, Unauthenticated
+from flightpart.wire import GetNodeInfo, PartHeader, Replica, Ticket, error_message
 
 from .allocator import keep_freed_memory
 from .compression import RATES
@@ -47,7 +47,8 @@ class Stalled(Exception):
 
 def read_replicas(pool: ConnectionPool, ticket: Ticket, replicas: Sequence[Replica], what: str,
                   idle_timeout: float = IDLE_TIMEOUT, *, compression: str = "auto",
-                  here: frozenset[str] = frozenset(), deadline: float | None = None) -> pa.Table:
+                  here: frozenset[str] = frozenset(), deadline: float | None = None,
+                  marks: list[tuple[int, bytes]] | None = None) -> pa.Table:
     """``ticket`` streamed from the first of ``replicas`` that answers.
 
     Each replica is asked for the codec :data:`~flightpart.io.compression.RATES`
@@ -67,7 +68,8 @@ def read_replicas(pool: ConnectionPool, ticket: Ticket, replicas: Sequence[Repli
 
     ``deadline`` (a ``time.monotonic()`` instant) is when the caller stops
     waiting: every stream ends by it and no replica is asked after it, so a
-    node pulling for an order never outlives the order.
+    node pulling for an order never outlives the order. ``marks`` collects the
+    batches' metadata as (row offset, bytes), from the replica that answered.
     """
     keep_freed_memory()
     failures: list[str] = []
@@ -81,8 +83,10 @@ def read_replicas(pool: ConnectionPool, ticket: Ticket, replicas: Sequence[Repli
                 failures.append(f"{uri}: not asked, the deadline passed")
                 continue
             try:
+                if marks is not None:
+                    marks.clear()  # only the answering replica's
                 return _measured(pool, uri, replace(ticket, compression=RATES.codec_for(compression, uri, ip, here)),
-                                 idle_timeout, deadline, patient=k == len(replicas) - 1)
+                                 idle_timeout, deadline, patient=k == len(replicas) - 1, marks=marks)
             except Stalled:
                 pool.discard(uri)
                 failures.append(f"{uri}: sent nothing for {idle_timeout:g} s and did not answer")
@@ -106,6 +110,25 @@ def read_replicas(pool: ConnectionPool, ticket: Ticket, replicas: Sequence[Repli
     raise NodeUnavailable(f"{what}: no replica could serve it ({'; '.join(failures[-len(replicas):]) or 'no replicas are known'})")
 
 
+def read_several(pool: ConnectionPool, ticket: Ticket, replicas: Sequence[Replica], what: str,
+                 idle_timeout: float = IDLE_TIMEOUT, *, compression: str = "auto",
+                 here: frozenset[str] = frozenset()) -> list[pa.Table]:
+    """The partitions a ticket with ``more`` names, read in one stream from the first replica that answers (as
+    :func:`read_replicas`) and cut back into one table each (zero-copy slices), in the ticket's order."""
+    marks: list[tuple[int, bytes]] = []
+    table = read_replicas(pool, ticket, replicas, what, idle_timeout, compression=compression, here=here, marks=marks)
+    expected = [ticket.part, *(ticket.more or ())]
+    try:
+        sent = [PartHeader.decode(meta, "part header").part for _row, meta in marks]
+    except RequestRejected:
+        sent = []
+    if sent != expected:
+        raise RequestRejected(f"{what}: the node sent partitions {sent[:5]}..., not the {len(expected)} asked for",
+                              field="ticket.more")
+    starts = [row for row, _meta in marks] + [table.num_rows]
+    return [table.slice(starts[k], starts[k + 1] - starts[k]) for k in range(len(expected))]
+
+
 def _refusal(what: str, first: Unauthenticated | Forbidden) -> Unauthenticated | Forbidden:
     """What the reader gets when every replica refused its credential: the refusal, and (for an unauthenticated
     one, which an expired capability is) why it may have happened."""
@@ -114,12 +137,12 @@ def _refusal(what: str, first: Unauthenticated | Forbidden) -> Unauthenticated |
 
 
 def _measured(pool: ConnectionPool, uri: str, ticket: Ticket, idle_timeout: float, deadline: float | None, *,
-              patient: bool = False) -> pa.Table:
+              patient: bool = False, marks: list[tuple[int, bytes]] | None = None) -> pa.Table:
     """One stream, its bytes and time handed to the link measurements."""
     RATES.started(uri)
     received = 0
     try:
-        table = stream(pool, uri, flight.Ticket(ticket.encode()), idle_timeout, deadline, patient=patient)
+        table = stream(pool, uri, flight.Ticket(ticket.encode()), idle_timeout, deadline, patient=patient, marks=marks)
         received = received_bytes(table)
         TRAFFIC.add(bytes_received=received)
         return table
@@ -135,7 +158,7 @@ def received_bytes(table: pa.Table) -> int:
 
 
 def stream(pool: ConnectionPool, uri: str, ticket: flight.Ticket, idle_timeout: float, deadline: float | None = None, *,
-           patient: bool = False) -> pa.Table:
+           patient: bool = False, marks: list[tuple[int, bytes]] | None = None) -> pa.Table:
     """One ``do_get``, read in a (reused) worker thread and cancelled when it sends nothing for ``idle_timeout`` seconds.
 
     A frozen server blocks a gRPC read without end; the worker holds the
@@ -145,6 +168,7 @@ def stream(pool: ConnectionPool, uri: str, ticket: flight.Ticket, idle_timeout: 
     ``patient`` (no other replica to move to): a stream that sends nothing is
     kept while its node answers a cheap call, since failing it would fail the
     read; a busy node is slow, a frozen one does not answer. Never past ``deadline``.
+    ``marks`` (when given) collects each batch's metadata with the row it starts at.
     """
     call_timeout = STREAM_DEADLINE if deadline is None else max(0.001, min(STREAM_DEADLINE, deadline - time.monotonic()))
     progress = {"last": time.monotonic(), "reader": None, "abandoned": False}
@@ -159,10 +183,13 @@ def stream(pool: ConnectionPool, uri: str, ticket: flight.Ticket, idle_timeout: 
                 reader.cancel()
                 return
             progress["last"] = time.monotonic()
-            batches = []
+            batches, rows = [], 0
             for chunk in chunks(reader):
+                if marks is not None and chunk.app_metadata is not None:
+                    marks.append((rows, chunk.app_metadata.to_pybytes()))
                 if chunk.data is not None:
                     batches.append(chunk.data)
+                    rows += chunk.data.num_rows
                 progress["last"] = time.monotonic()
             outcome["table"] = pa.Table.from_batches(batches, reader.schema)
         except BaseException as exc:

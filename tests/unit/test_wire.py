@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import json
 
@@ -77,6 +78,8 @@ MESSAGES = [
     wire.PublishBegin("sales", 3, 1),
     wire.PublishPart("sales", 4, 1, 10, 2, "n1", SCHEMA),
     wire.PublishReply(4, False, 2),
+    wire.Ticket("sales", 3, (0, 0), more=((1, 0), (2, 0))),
+    wire.Ticket("sales", 3, (0, 1), ("b",), more=((5, 1),)),
     wire.Aggregate((("a", "sum"), ("", "count_all")), ("b",)),
     dataclasses.replace(COMMIT, base=3),
     wire.Assemble("sales", 3, 4, 1, (wire.AssemblePart((0, 0), (0, 10)),)),
@@ -432,3 +435,23 @@ def test_endpoint_metadata_written_by_hand_is_the_json_it_says():
     assert metas[1] == {"position": [1, 0], "start": [5, 0], "shape": [6, 2], "location": [["127.0.0.2", 7]], "nbytes": 96}
     assert [e.locations[0].uri.decode() for e in info.endpoints] == ["grpc://h:1", "grpc://h:1"]
     assert wire.decode_flight_info(info).parts == parts
+
+
+@pytest.mark.parametrize("ticket, field", [
+    (dict(rows=[0, 5]), "ticket.more"),
+    (dict(filter=base64.b64encode(b"x").decode()), "ticket.more"),
+    (dict(row_numbers=True), "ticket.more"),
+    (dict(more=[[0, 0]]), "ticket.more"),  # the first partition named again
+])
+def test_a_ticket_for_several_partitions_takes_whole_partitions_once_each(ticket, field):
+    body = {"dataset": "d", "version": 1, "part": [0, 0], "columns": None, "rows": None, "more": [[1, 0]], **ticket}
+    with pytest.raises(fp.RequestRejected) as info:
+        wire.Ticket.decode(json.dumps(body).encode())
+    assert info.value.field == field
+
+
+def test_a_ticket_names_at_most_so_many_partitions():
+    body = {"dataset": "d", "version": 1, "part": [0, 0], "columns": None, "rows": None,
+            "more": [[k, 0] for k in range(1, wire.MAX_PARTS_PER_STREAM + 2)]}
+    with pytest.raises(fp.LimitExceeded):
+        wire.Ticket.decode(json.dumps(body).encode())

@@ -1,0 +1,58 @@
+"""Small partitions are read several to a stream (one stream per holder and column group), and read back exactly;
+dictionary columns, slices and filters are still read one partition per stream. Real nodes, every read remote."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+import flightpart as fp
+
+
+def streams(client, cluster) -> int:
+    return sum(client.stats(node.uri)["get_streams"] for node in cluster.nodes)
+
+
+def table(rows: int) -> pa.Table:
+    return pa.table({"k": np.arange(rows), "s": [f"v{k % 7}" for k in range(rows)], "x": np.arange(rows) * 0.5})
+
+
+def test_three_hundred_small_partitions_come_back_in_a_stream_per_node(cluster):
+    source = table(3_000)
+    with fp.connect(cluster.uri) as writer:
+        writer.put("small-many", source, tiling=(300, 1))
+    with fp.connect(cluster.uri, host="127.0.0.9") as client:
+        ds = client.open("small-many")
+        before = streams(client, cluster)
+        assert ds.to_arrow().equals(source)
+        assert streams(client, cluster) - before == len(cluster.nodes)
+        assert ds.select(["s"]).to_arrow().equals(source.select(["s"]))
+        d = ds.__partitioned__
+        got = d["get"]([d["partitions"][(i, 0)]["data"] for i in (5, 3, 299, 0)])  # any order, as asked
+        assert [t.column("k")[0].as_py() for t in got] == [50, 30, 2990, 0] and all(t.num_rows == 10 for t in got)
+
+
+def test_slices_filters_and_column_groups_read_exactly_as_before(cluster):
+    source = table(2_000)
+    with fp.connect(cluster.uri) as writer:
+        writer.put("small-grid", source, tiling=(200, 2))
+    with fp.connect(cluster.uri, host="127.0.0.9") as client:
+        ds = client.open("small-grid")
+        before = streams(client, cluster)
+        assert ds.to_arrow().equals(source)
+        assert streams(client, cluster) - before <= 2 * len(cluster.nodes)  # a stream per node and column group
+        assert ds[5:1_505].to_arrow().equals(source.slice(5, 1_500))
+        kept = (pc.field("k") > 1_000) & (pc.field("x") < 1_200.0)  # columns of both groups: filtered at the reader
+        assert ds.filter(kept).to_arrow().equals(source.filter(kept))
+
+
+def test_dictionary_columns_are_read_one_partition_per_stream(cluster):
+    source = table(300).set_column(1, "s", pc.dictionary_encode(table(300).column("s")))
+    with fp.connect(cluster.uri) as writer:
+        writer.put("small-dict", source, tiling=(30, 1))
+    with fp.connect(cluster.uri, host="127.0.0.9") as client:
+        before = streams(client, cluster)
+        back = client.open("small-dict").to_arrow()
+        assert streams(client, cluster) - before == 30
+        assert back.column("s").to_pylist() == source.column("s").to_pylist()
