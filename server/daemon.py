@@ -261,12 +261,14 @@ def bind_problem(host: str, port: int) -> str | None:
 
 def start_catalog(host: str, port: int, state_dir: str | None, dead_after: float, security: Security,
                   pending_ttl: float = 3600.0, capability_ttl: float = 86400.0, retire_after: float = 86400.0, *,
-                  cluster_id: str | None = None, rebuild_grace: float | None = None) -> CatalogServer:
-    """A catalog whose SQLite state lives in ``state_dir`` (default: the per-user data directory), readable by its owner only."""
+                  cluster_id: str | None = None, rebuild_grace: float | None = None,
+                  catalog_class: type[CatalogServer] = CatalogServer) -> CatalogServer:
+    """A catalog whose SQLite state lives in ``state_dir`` (default: the per-user data directory), readable by its owner
+    only; ``catalog_class``: the catalog with whatever the caller adds to it (the CLI's speaks Flight SQL)."""
     state = Path(state_dir) if state_dir else default_state_dir()
     state.mkdir(parents=True, exist_ok=True)
     state.chmod(0o700)
-    return listening(lambda: CatalogServer(host, port, state_path=str(state / "catalog.sqlite"), dead_after=dead_after,
+    return listening(lambda: catalog_class(host, port, state_path=str(state / "catalog.sqlite"), dead_after=dead_after,
                                            pending_ttl=pending_ttl, capability_ttl=capability_ttl, retire_after=retire_after,
                                            pool=security.pool(), cluster_id=cluster_id, rebuild_grace=rebuild_grace,
                                            **{**security.server_options(), "secret": security.catalog_secret()}),
@@ -275,11 +277,12 @@ def start_catalog(host: str, port: int, state_dir: str | None, dead_after: float
 
 def run_catalog(host: str, port: int, state_dir: str | None, dead_after: float, security: Security, ports: Observability,
                 pending_ttl: float = 3600.0, capability_ttl: float = 86400.0, retire_after: float = 86400.0, *,
-                cluster_id: str | None = None, rebuild_grace: float | None = None) -> None:
+                cluster_id: str | None = None, rebuild_grace: float | None = None,
+                catalog_class: type[CatalogServer] = CatalogServer) -> None:
     """``flightpart catalog``: serve until a signal."""
     security.check_exposure(host, "catalog")
     server = start_catalog(host, port, state_dir, dead_after, security, pending_ttl, capability_ttl, retire_after,
-                           cluster_id=cluster_id, rebuild_grace=rebuild_grace)
+                           cluster_id=cluster_id, rebuild_grace=rebuild_grace, catalog_class=catalog_class)
     extras = observe(server, "catalog", host, ports)
     log_started("catalog", server.uri, server.state.cluster(), security, host)
     announce("catalog", server.uri)
@@ -291,7 +294,7 @@ def run_node(host: str, port: int, *, data_dir: str | None, catalog: str | None,
              security: Security, ports: Observability, min_free_bytes: int = 0, group: str | None = None,
              pending_ttl: float = 3600.0, capability_ttl: float = 86400.0, stream_idle_timeout: float = 60.0,
              cluster_id: str | None = None, rebuild_grace: float | None = None,
-             scrub: tuple[int, float] = (64 << 20, 3600.0)) -> None:
+             scrub: tuple[int, float] = (64 << 20, 3600.0), catalog_class: type[CatalogServer] = CatalogServer) -> None:
     """``flightpart serve``: a node (and, without ``catalog``, a catalog in the same process), until a signal."""
     security.check_exposure(host, "node")
     servers: list = []
@@ -300,7 +303,7 @@ def run_node(host: str, port: int, *, data_dir: str | None, catalog: str | None,
                           "and give the node another --port, or drop --catalog to run node and catalog in one process")
     if catalog is None:
         embedded = start_catalog(host, port, state_dir, dead_after, security, pending_ttl, capability_ttl,
-                                 cluster_id=cluster_id, rebuild_grace=rebuild_grace)
+                                 cluster_id=cluster_id, rebuild_grace=rebuild_grace, catalog_class=catalog_class)
         servers.append(embedded)
         catalog, port = embedded.uri, node_port
         log_started("catalog", embedded.uri, embedded.state.cluster(), security, host)

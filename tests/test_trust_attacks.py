@@ -267,3 +267,17 @@ def test_repair_and_a_lost_catalog_state_still_work_with_per_node_credentials(tm
             assert client.open("kept").to_arrow().equals(kept)
             assert client.open("other").to_arrow().equals(other)
         assert "did not sign" not in c.catalog.log() and "never placed there" not in c.catalog.log()
+
+
+def test_flight_sql_needs_a_token_and_a_reader_token_queries(trusted):
+    """The catalog's Flight SQL answers as its other calls do: a reader's token queries (the gateway reads the nodes
+    with capabilities of its own), no token is refused, and the refusal is a clear one-line error."""
+    dbapi = pytest.importorskip("adbc_driver_flightsql.dbapi", reason="adbc-driver-flightsql is in the test extra")
+    header = {"adbc.flight.sql.authorization_header": f"Bearer {tokens.role_token(SECRET, 'reader', 'r')}"}
+    with dbapi.connect(trusted.uri, db_kwargs=header) as conn, conn.cursor() as cur:
+        cur.execute("SELECT count(*) AS n, sum(id) AS s FROM victim")
+        assert cur.fetchall() == [(ROWS, sum(range(ROWS)))]
+    with dbapi.connect(trusted.uri) as conn, conn.cursor() as cur:
+        with pytest.raises(dbapi.Error) as info:
+            cur.execute("SELECT count(*) FROM victim")
+        assert "unauthenticated" in str(info.value).lower() and "Traceback" not in str(info.value)

@@ -66,13 +66,15 @@ def serve(host: str, port: int, data_dir: str | None, catalog_uri: str | None, n
           insecure: bool, health_port: int | None, metrics_port: int | None, metrics_host: str) -> None:
     """Run a node (and, without --catalog, a catalog too)."""
     from flightpart.server.daemon import Observability, Security, run_node
+    from flightpart.sql import SqlCatalogServer
 
     run_node(host, port, data_dir=data_dir, catalog=catalog_uri, node_port=node_port, state_dir=state_dir, heartbeat=heartbeat,
              dead_after=dead_after, max_partition_bytes=max_partition_bytes, max_streams=max_streams, advertise=advertise,
              security=Security(secret_file, tls_cert, tls_key, tls_client_ca, tls_ca, insecure, node_token_file, verify_key_file),
              ports=Observability(health_port, metrics_port, metrics_host), min_free_bytes=min_free_bytes, group=group,
              pending_ttl=pending_ttl, capability_ttl=capability_ttl, stream_idle_timeout=stream_idle_timeout,
-             cluster_id=cluster_id, rebuild_grace=rebuild_grace, scrub=(scrub_rate, scrub_interval))
+             cluster_id=cluster_id, rebuild_grace=rebuild_grace, scrub=(scrub_rate, scrub_interval),
+             catalog_class=SqlCatalogServer)
 
 
 @main.command("catalog")
@@ -92,12 +94,13 @@ def catalog_cmd(host: str, port: int, state_dir: str | None, dead_after: float, 
                 tls_cert: str | None,
                 tls_key: str | None, tls_client_ca: str | None, tls_ca: str | None, insecure: bool, health_port: int | None,
                 metrics_port: int | None, metrics_host: str) -> None:
-    """Run a catalog alone."""
+    """Run a catalog alone (it also answers Flight SQL: docs/querying.md, \"SQL over Flight\")."""
     from flightpart.server.daemon import Observability, Security, run_catalog
+    from flightpart.sql import SqlCatalogServer
 
     run_catalog(host, port, state_dir, dead_after, Security(secret_file, tls_cert, tls_key, tls_client_ca, tls_ca, insecure),
                 Observability(health_port, metrics_port, metrics_host), pending_ttl, capability_ttl, retire_after,
-                cluster_id=cluster_id, rebuild_grace=rebuild_grace)
+                cluster_id=cluster_id, rebuild_grace=rebuild_grace, catalog_class=SqlCatalogServer)
 
 
 # --------------------------------------------------------------------------- datasets

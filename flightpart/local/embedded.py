@@ -8,8 +8,8 @@ from typing import Any
 from flightpart.client import Client
 from flightpart.client.fetch import check_streams
 from flightpart.io.compression import check_mode
-from flightpart.server.catalog import CatalogServer
 from flightpart.server.node import NodeServer
+from flightpart.sql import SqlCatalogServer
 
 
 class _TempDir:
@@ -38,7 +38,7 @@ def start_embedded(host: str | None = None, data_dir: str | None = None, **clien
         tmp = tempfile.TemporaryDirectory(prefix="flightpart-")
         owned.append(_TempDir(tmp))
         data_dir = tmp.name
-    catalog = CatalogServer(host, 0)
+    catalog = SqlCatalogServer(host, 0)
     owned.append(catalog)
     node = NodeServer(host, 0, data_dir=data_dir, catalog=catalog.uri)
     owned.append(node)

@@ -14,8 +14,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from flightpart.server.catalog import CatalogServer
 from flightpart.server.node import NodeServer
+from flightpart.sql import SqlCatalogServer
 
 from .cluster import Cluster
 
@@ -51,8 +51,8 @@ class InProcessCluster(Cluster):
         self.heartbeat = heartbeat
         state = self.root / "catalog"
         state.mkdir(parents=True, exist_ok=True)
-        self.catalog = CatalogServer("127.0.0.1", 0, state_path=str(state / "catalog.sqlite"), dead_after=dead_after,
-                                     rebuild_grace=rebuild_grace)
+        self.catalog = SqlCatalogServer("127.0.0.1", 0, state_path=str(state / "catalog.sqlite"), dead_after=dead_after,
+                                        rebuild_grace=rebuild_grace)
         self.nodes: list[InProcessNode] = []
         self.add_nodes(nodes, first_ip, heartbeat)
 

@@ -1,0 +1,117 @@
+"""SQL over the cluster's datasets, run by DuckDB at the catalog, each scan reaching the nodes.
+
+Every dataset a query names is a table: ``sales`` is its latest version,
+``"sales@3"`` version 3. It is shown to DuckDB as the dataset's
+``duckdb_scan()``, so for each scan the nodes send only the columns the
+query uses and, for the filters DuckDB pushes, only the rows they keep
+(docs/querying.md, "DuckDB"); joins, aggregates, ORDER BY, LIMIT and
+window functions run in DuckDB here. DuckDB runs with external access off
+(no file, URL or extension a query could reach on the catalog's host) and
+a memory limit.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from typing import Any
+
+import pyarrow as pa
+
+from flightpart.client import Client, connect
+from flightpart.errors import DatasetNotFound, RequestRejected
+from flightpart.io.access import Access
+
+MEMORY_LIMIT = "1GB"
+"""What DuckDB may hold at the gateway for one query (its partials, sorts and results): beyond it the query fails
+with a clear error instead of taking the catalog's memory."""
+VERSIONED = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9_.-]{0,127})@(?P<version>[0-9]{1,18})$")
+
+
+class SqlError(RequestRejected):
+    """A query DuckDB refused: a syntax error, an unknown column, a type error."""
+
+
+class Gateway:
+    """Runs SQL for callers the catalog already authorized (see the module doc)."""
+
+    def __init__(self, catalog_uri: str, access: Access):
+        self.catalog_uri = catalog_uri
+        self.access = access
+        self._client: Client | None = None
+        self._lock = threading.Lock()
+
+    def client(self) -> Client:
+        with self._lock:
+            if self._client is None or self._client.closed:
+                self._client = connect(self.catalog_uri, access=self.access)
+            return self._client
+
+    def close(self) -> None:
+        with self._lock:
+            if self._client is not None:
+                self._client.close()
+
+    def tables(self) -> list[tuple[str, pa.Schema]]:
+        """Every dataset's latest version: its name and schema."""
+        client = self.client()
+        return [(entry["name"], client.info(entry["name"]).schema) for entry in client.list()]
+
+    def run(self, query: str, *, limit: int | None = None) -> pa.Table:
+        """``query``'s answer (``limit``: at most that many rows, for a schema)."""
+        import duckdb
+
+        con = duckdb.connect(config={"enable_external_access": False, "memory_limit": MEMORY_LIMIT,
+                                     "lock_configuration": True})
+        try:
+            statements = con.extract_statements(query)
+            if len(statements) != 1 or statements[0].type != duckdb.StatementType.SELECT:
+                raise SqlError("one query is answered here (SELECT, WITH, VALUES, ...), nothing that writes or changes "
+                               "settings: nothing was run", field="query")
+            for name in self._named(query):
+                con.register(name, self._scan(name))
+            relation = con.sql(query)
+            if limit is not None:
+                relation = relation.limit(limit)
+            return relation.to_arrow_table()
+        except duckdb.CatalogException as exc:
+            raise DatasetNotFound(_one_line(exc), field="query") from None
+        except duckdb.Error as exc:
+            raise SqlError(_one_line(exc), field="query") from None
+        finally:
+            con.close()
+
+    def schema(self, query: str) -> pa.Schema:
+        """The schema of ``query``'s answer, computed without reading its rows."""
+        return self.run(query, limit=0).schema
+
+    def _named(self, query: str) -> list[str]:
+        """The datasets ``query`` names (as tables), those that exist; others are left for DuckDB to refuse."""
+        import sqlglot
+        from sqlglot import exp
+
+        try:
+            tree = sqlglot.parse_one(query, read="duckdb")
+        except sqlglot.errors.ParseError:
+            return []  # DuckDB, which parsed it, names the tables it cannot find
+        ctes = {c.alias_or_name for c in tree.find_all(exp.CTE)}
+        wanted = {t.name for t in tree.find_all(exp.Table) if t.name and not t.db and t.name not in ctes}
+        known = {entry["name"] for entry in self.client().list()}
+        return sorted(n for n in wanted if n in known or _versioned(n, known))
+
+    def _scan(self, table: str) -> Any:
+        """What DuckDB scans for ``table``: the dataset (``name@version``: that version) as a pushdown target."""
+        match = VERSIONED.match(table)
+        name, version = (match["name"], int(match["version"])) if match else (table, None)
+        return self.client().open(name, version).duckdb_scan()
+
+
+def _versioned(table: str, known: set[str]) -> bool:
+    match = VERSIONED.match(table)
+    return match is not None and match["name"] in known
+
+
+def _one_line(exc: BaseException) -> str:
+    """DuckDB's message on one line (its caret lines and terminal codes left out)."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc))
+    return " ".join(text.split())[:400]

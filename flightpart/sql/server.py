@@ -1,0 +1,213 @@
+"""A catalog that also speaks Flight SQL, so ADBC clients (DB-API, R, Go, Java, JDBC/ODBC bridges) query datasets.
+
+Flight SQL rides on the same Flight calls as flightpart's own: a
+``GetFlightInfo`` whose descriptor command is a Flight SQL message runs
+the query (or the metadata request) and answers with one endpoint on this
+catalog, whose ticket ``DoGet`` turns into the rows; the
+``CreatePreparedStatement`` and ``ClosePreparedStatement`` actions hold a
+query under a handle. Every other call is the catalog's. A query is
+authorized as a read; it runs in :class:`~flightpart.sql.gateway.Gateway`.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import logging
+import os
+import threading
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.flight as flight
+
+from flightpart.errors import RequestRejected
+from flightpart.server.auth import authorize
+from flightpart.server.base import boundary
+from flightpart.server.catalog import CatalogServer
+from flightpart.tokens import role_token
+from flightpart.version import __version__
+
+from . import proto
+from .gateway import Gateway
+
+log = logging.getLogger("flightpart.sql")
+
+RESULTS_KEPT = 64
+"""Answers waiting for their DoGet (a client that never fetches one does not hold memory for long)."""
+CREATE_PREPARED = "CreatePreparedStatement"
+CLOSE_PREPARED = "ClosePreparedStatement"
+TABLE_TYPE = "TABLE"
+
+
+class SqlCatalogServer(CatalogServer):
+    """The catalog, answering Flight SQL beside flightpart's own calls (see the module doc)."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        token = role_token(self.secret, "reader", "sql-gateway") if self.secret is not None else None
+        self.gateway = Gateway(self.uri, dataclasses.replace(self.pool.access, token=token))
+        self._answers: collections.OrderedDict[bytes, pa.Table] = collections.OrderedDict()
+        self._prepared: dict[bytes, str] = {}
+        self._sql_lock = threading.Lock()
+
+    # ------------------------------------------------------------------ Flight calls
+
+    def get_flight_info(self, context: Any, descriptor: flight.FlightDescriptor) -> flight.FlightInfo:
+        command = _command(descriptor)
+        if command is None:
+            return super().get_flight_info(context, descriptor)
+        with boundary(log, f"Flight SQL {command.name:.60}", self.telemetry, context):
+            authorize(context, "read")
+            table = self._answer(command)
+            handle = os.urandom(16)
+            with self._sql_lock:
+                self._answers[handle] = table
+                while len(self._answers) > RESULTS_KEPT:
+                    self._answers.popitem(last=False)
+            ticket = proto.pack(proto.TICKET_STATEMENT, proto.message((1, handle)))
+            return flight.FlightInfo(table.schema, descriptor, [flight.FlightEndpoint(ticket, [])], table.num_rows,
+                                     table.nbytes)
+
+    def get_schema(self, context: Any, descriptor: flight.FlightDescriptor) -> flight.SchemaResult:
+        command = _command(descriptor)
+        if command is None:
+            return super().get_schema(context, descriptor)
+        with boundary(log, f"Flight SQL schema of {command.name:.60}", self.telemetry, context):
+            authorize(context, "read")
+            return flight.SchemaResult(self._answer(command, schema_only=True).schema)
+
+    def do_get(self, context: Any, ticket: flight.Ticket) -> flight.RecordBatchStream:
+        command = proto.unpack(ticket.ticket)
+        if command is None or command.name != proto.TICKET_STATEMENT:
+            return super().do_get(context, ticket)
+        with boundary(log, "Flight SQL DoGet", self.telemetry, context):
+            authorize(context, "read")
+            handle = proto.bytes_field(command.value, 1, "statement_handle") or b""
+            with self._sql_lock:
+                table = self._answers.pop(handle, None)
+            if table is None:
+                raise RequestRejected("Flight SQL: no answer waits under this ticket (fetched already, or expired); "
+                                      "run the query again", field="ticket")
+            return flight.RecordBatchStream(table)
+
+    def do_action(self, context: Any, action: flight.Action) -> list[flight.Result]:
+        if action.type not in (CREATE_PREPARED, CLOSE_PREPARED):
+            return super().do_action(context, action)
+        with boundary(log, f"Flight SQL {action.type}", self.telemetry, context):
+            authorize(context, "read")
+            command = proto.unpack(action.body.to_pybytes() if action.body is not None else b"")
+            if action.type == CREATE_PREPARED:
+                if command is None or command.name != proto.CREATE_PREPARED:
+                    raise RequestRejected("CreatePreparedStatement: expected an ActionCreatePreparedStatementRequest",
+                                          field="action")
+                query = proto.text_field(command.value, 1, "query") or ""
+                schema = self.gateway.schema(query)
+                handle = os.urandom(16)
+                with self._sql_lock:
+                    self._prepared[handle] = query
+                result = proto.message((1, handle), (2, schema.serialize().to_pybytes()))
+                return [flight.Result(pa.py_buffer(proto.pack(proto.PREPARED_RESULT, result)))]
+            if command is None or command.name != proto.CLOSE_PREPARED:
+                raise RequestRejected("ClosePreparedStatement: expected an ActionClosePreparedStatementRequest",
+                                      field="action")
+            with self._sql_lock:
+                self._prepared.pop(proto.bytes_field(command.value, 1, "prepared_statement_handle") or b"", None)
+            return []
+
+    def list_actions(self, context: Any) -> list[tuple[str, str]]:
+        return [*super().list_actions(context), (CREATE_PREPARED, "Flight SQL: prepare a query"),
+                (CLOSE_PREPARED, "Flight SQL: forget a prepared query")]
+
+    def shutdown(self) -> None:
+        self.gateway.close()
+        super().shutdown()
+
+    # ------------------------------------------------------------------ answers
+
+    def _answer(self, command: proto.Any_, *, schema_only: bool = False) -> pa.Table:
+        """The rows a Flight SQL command asks for (only their schema when ``schema_only``)."""
+        limit = 0 if schema_only else None
+        if command.name == proto.STATEMENT_QUERY:
+            return self.gateway.run(proto.text_field(command.value, 1, "query") or "", limit=limit)
+        if command.name == proto.PREPARED_QUERY:
+            handle = proto.bytes_field(command.value, 1, "prepared_statement_handle") or b""
+            with self._sql_lock:
+                query = self._prepared.get(handle)
+            if query is None:
+                raise RequestRejected("Flight SQL: unknown prepared statement (closed, or from a restarted catalog)",
+                                      field="prepared_statement_handle")
+            return self.gateway.run(query, limit=limit)
+        if command.name == proto.GET_CATALOGS:  # datasets are tables of no catalog and no schema
+            return pa.schema([pa.field("catalog_name", pa.utf8(), nullable=False)]).empty_table()
+        if command.name == proto.GET_DB_SCHEMAS:  # one schema of no name, holding every dataset
+            return pa.Table.from_arrays([pa.array([None], pa.utf8()), pa.array([""])], schema=pa.schema(
+                [pa.field("catalog_name", pa.utf8()), pa.field("db_schema_name", pa.utf8(), nullable=False)]))
+        if command.name == proto.GET_TABLE_TYPES:
+            return pa.Table.from_arrays([pa.array([TABLE_TYPE])],
+                                        schema=pa.schema([pa.field("table_type", pa.utf8(), nullable=False)]))
+        if command.name == proto.GET_TABLES:
+            return self._tables(command.value, schema_only)
+        if command.name == proto.GET_SQL_INFO:
+            return sql_info(proto.uint_fields(command.value, 1))
+        raise RequestRejected(f"Flight SQL: {command.name} is not answered here", field="command")
+
+    def _tables(self, body: bytes, schema_only: bool) -> pa.Table:
+        include_schema = any(n == 5 and v for n, v in proto.fields(body))
+        pattern = proto.text_field(body, 3, "table_name_filter_pattern")
+        types = [v.decode() for n, v in proto.fields(body) if n == 4 and isinstance(v, bytes)]
+        rows = [] if schema_only or (types and TABLE_TYPE not in types) else self.gateway.tables()
+        rows = [(name, schema) for name, schema in rows if pattern is None or _like(name, pattern)]
+        columns: dict[str, pa.Array] = {
+            "catalog_name": pa.array([None] * len(rows), pa.utf8()),
+            "db_schema_name": pa.array([None] * len(rows), pa.utf8()),
+            "table_name": pa.array([name for name, _ in rows], pa.utf8()),
+            "table_type": pa.array([TABLE_TYPE] * len(rows), pa.utf8()),
+        }
+        if include_schema:
+            columns["table_schema"] = pa.array([schema.serialize().to_pybytes() for _, schema in rows], pa.binary())
+        fields = [pa.field(k, v.type, nullable=k in ("catalog_name", "db_schema_name")) for k, v in columns.items()]
+        return pa.Table.from_arrays(list(columns.values()), schema=pa.schema(fields))
+
+
+def _command(descriptor: flight.FlightDescriptor) -> proto.Any_ | None:
+    """The Flight SQL message in a command descriptor, or None (a path: flightpart's own)."""
+    if descriptor.descriptor_type != flight.DescriptorType.CMD:
+        return None
+    return proto.unpack(descriptor.command)
+
+
+def _like(name: str, pattern: str) -> bool:
+    """SQL's LIKE as Flight SQL's filter patterns use it (``%`` any run, ``_`` one character)."""
+    import re
+
+    regex = "".join(".*" if c == "%" else "." if c == "_" else re.escape(c) for c in pattern)
+    return re.fullmatch(regex, name, flags=re.DOTALL) is not None
+
+
+SQL_INFO_TYPE = pa.dense_union([
+    pa.field("string_value", pa.utf8()), pa.field("bool_value", pa.bool_()), pa.field("bigint_value", pa.int64()),
+    pa.field("int32_bitmask", pa.int32()), pa.field("string_list", pa.list_(pa.utf8())),
+    pa.field("int32_to_int32_list_map", pa.map_(pa.int32(), pa.list_(pa.int32()))),
+])
+
+
+def sql_info(asked: list[int]) -> pa.Table:
+    """``GetSqlInfo``: the server's name and version, Arrow's version, read-only, and that it takes SQL."""
+    known: dict[int, str | bool] = {0: "flightpart", 1: __version__, 2: pa.__version__, 3: True, 4: True, 5: False}
+    ids = [k for k in (asked or sorted(known)) if k in known]
+    strings = [v for k in ids for v in [known[k]] if isinstance(v, str)]
+    bools = [v for k in ids for v in [known[k]] if isinstance(v, bool)]
+    type_ids, offsets, counts = [], [], [0, 0]
+    for k in ids:
+        child = 1 if isinstance(known[k], bool) else 0
+        type_ids.append(child)
+        offsets.append(counts[child])
+        counts[child] += 1
+    children = [pa.array(strings, pa.utf8()), pa.array(bools, pa.bool_()), pa.array([], pa.int64()),
+                pa.array([], pa.int32()), pa.array([], pa.list_(pa.utf8())),
+                pa.array([], pa.map_(pa.int32(), pa.list_(pa.int32())))]
+    value = pa.UnionArray.from_dense(pa.array(type_ids, pa.int8()), pa.array(offsets, pa.int32()), children,
+                                     [f.name for f in SQL_INFO_TYPE])
+    schema = pa.schema([pa.field("info_name", pa.uint32(), nullable=False), pa.field("value", value.type, nullable=False)])
+    return pa.Table.from_arrays([pa.array(ids, pa.uint32()), value], schema=schema)

@@ -1,0 +1,140 @@
+"""Flight SQL at the catalog, through the real ADBC driver (DB-API): answers equal DuckDB's over the same table,
+metadata lists datasets with their schemas, selective filters reach the nodes, and bad SQL is a clear error after
+which the catalog keeps answering."""
+
+from __future__ import annotations
+
+import duckdb
+import pandas as pd
+import polars as pl
+import pyarrow as pa
+import pytest
+
+import flightpart as fp
+from flightpart.bench.queries import canonical, same_answer, taxi_table
+
+dbapi = pytest.importorskip("adbc_driver_flightsql.dbapi", reason="adbc-driver-flightsql is in the test extra")
+
+ROWS = 60_000
+QUERIES = {
+    "count": "SELECT count(*) AS n FROM trips",
+    "filter with IN": "SELECT count(*) AS n, sum(fare) AS fare FROM trips WHERE pickup_zone IN ('JFK Airport', 'Hell''s Kitchen')",
+    "a one-item IN": "SELECT count(*) AS n FROM trips WHERE payment IN ('dispute')",
+    "a date range": "SELECT count(*) AS n FROM trips WHERE pickup_at >= TIMESTAMP '2024-01-08' AND pickup_at < DATE '2024-01-15'",
+    "group by with every aggregate": ("SELECT payment, sum(fare) AS s, avg(tip) AS a, min(distance) AS lo, max(distance) AS hi, "
+                                      "count(passengers) AS c, count(DISTINCT pickup_zone) AS zones FROM trips GROUP BY payment"),
+    "having": "SELECT pickup_zone, count(*) AS n FROM trips GROUP BY pickup_zone HAVING count(*) > 4000",
+    "order by and limit": "SELECT fare, pickup_zone FROM trips ORDER BY fare DESC, pickup_at LIMIT 7",
+    "date_trunc": "SELECT date_trunc('week', pickup_at) AS week, count(*) AS n FROM trips GROUP BY 1",
+    "a window function": ("SELECT payment, fare, rank() OVER (PARTITION BY payment ORDER BY fare DESC, pickup_at) AS r "
+                          "FROM trips QUALIFY r <= 2"),
+    "a join with a small dataset": ("SELECT z.borough, count(*) AS n FROM trips JOIN zones z ON z.zone = trips.pickup_zone "
+                                    "GROUP BY z.borough"),
+    "nulls": "SELECT count(*) AS n FROM trips WHERE passengers IS NULL",
+    "an expression and a cast": "SELECT CAST(sum(fare * 100) AS BIGINT) AS cents, round(avg(tip / fare), 3) AS share FROM trips",
+}
+
+
+@pytest.fixture(scope="module")
+def taxi(cluster):
+    table = taxi_table(ROWS, seed=11)
+    zones = pa.table({"zone": ["JFK Airport", "LaGuardia", "Hell's Kitchen", "Midtown", "Harlem"],
+                      "borough": ["Queens", "Queens", "Manhattan", "Manhattan", "Manhattan"]})
+    with fp.connect(cluster.uri) as writer:
+        writer.put("trips", table, tiling=(6, 1))
+        writer.put("zones", zones)
+    with dbapi.connect(cluster.uri) as conn:
+        yield table, zones, conn
+
+
+def local(trips: pa.Table, zones: pa.Table | None = None) -> duckdb.DuckDBPyConnection:
+    """DuckDB over the same tables, under the same names: the answers to match."""
+    con = duckdb.connect()
+    con.register("trips", trips)
+    if zones is not None:
+        con.register("zones", zones)
+    return con
+
+
+def answer(conn, sql: str) -> pa.Table:
+    with conn.cursor() as cur:
+        cur.execute(sql)
+        return cur.fetch_arrow_table()
+
+
+@pytest.mark.parametrize("name", sorted(QUERIES))
+def test_every_query_answers_what_duckdb_answers_over_the_table(taxi, name):
+    table, zones, conn = taxi
+    got = answer(conn, QUERIES[name])
+    want = local(table, zones).sql(QUERIES[name]).to_arrow_table()
+    assert got.column_names == want.column_names
+    assert same_answer(canonical(got), canonical(want)), name
+
+
+def test_a_version_is_a_table_too(taxi, cluster):
+    table, _zones, conn = taxi
+    with fp.connect(cluster.uri) as writer:
+        first = writer.open("trips").version
+        writer.append("trips", table.slice(0, 10))
+        try:
+            assert answer(conn, f'SELECT count(*) AS n FROM "trips@{first}"').column("n")[0].as_py() == ROWS
+            assert answer(conn, "SELECT count(*) AS n FROM trips").column("n")[0].as_py() == ROWS + 10
+        finally:
+            writer.put("trips", table, tiling=(6, 1))  # back to the fixture's rows for the other tests
+
+
+def test_metadata_lists_every_dataset_with_its_schema(taxi):
+    table, zones, conn = taxi
+    objects = conn.adbc_get_objects().read_all().to_pylist()
+    tables = {t["table_name"]: [c["column_name"] for c in t["table_columns"]]
+              for catalog in objects for schema in catalog["catalog_db_schemas"] for t in schema["db_schema_tables"]}
+    assert tables["trips"] == table.column_names and tables["zones"] == zones.column_names
+    assert conn.adbc_get_table_schema("trips").equals(table.schema)
+    assert conn.adbc_get_table_types() == ["TABLE"]
+
+
+def test_a_selective_filter_reaches_the_nodes(taxi, cluster):
+    table, _zones, conn = taxi
+    sent = lambda: sum(fp.connect(cluster.uri).stats(n.uri)["bytes_sent"] for n in cluster.nodes)  # noqa: E731
+    before = sent()
+    hour = answer(conn, "SELECT count(*) AS n FROM trips WHERE pickup_at >= TIMESTAMP '2024-01-08 10:00' "
+                        "AND pickup_at < TIMESTAMP '2024-01-08 11:00'")
+    moved = sent() - before
+    assert hour.column("n")[0].as_py() == local(table).sql(
+        "SELECT count(*) FROM trips WHERE pickup_at >= TIMESTAMP '2024-01-08 10:00' AND pickup_at < "
+        "TIMESTAMP '2024-01-08 11:00'").fetchall()[0][0] > 0
+    assert moved < 0.05 * table.nbytes, f"{moved:,} of {table.nbytes:,} bytes moved"
+
+
+def test_bad_sql_and_unknown_tables_are_clear_errors_and_the_catalog_keeps_answering(taxi):
+    _table, _zones, conn = taxi
+    for sql, words in (("SELEC 1", "syntax"), ("SELECT nope FROM trips", "nope"), ("SELECT * FROM nosuch", "nosuch")):
+        with pytest.raises(dbapi.Error) as info:
+            answer(conn, sql)
+        text = str(info.value)
+        assert words in text.lower() and "Traceback" not in text and "site-packages" not in text, text
+    assert answer(conn, "SELECT 1 AS one").column("one").to_pylist() == [1]
+
+
+def test_a_query_cannot_reach_the_catalogs_files_or_change_anything(taxi, cluster):
+    _table, _zones, conn = taxi
+    for sql in ("SELECT * FROM read_csv('/etc/passwd')", "COPY (SELECT 1) TO '/tmp/flightpart-sql-escape.csv'",
+                "INSTALL httpfs"):
+        with pytest.raises(dbapi.Error) as info:
+            answer(conn, sql)
+        assert "root:" not in str(info.value)
+    with pytest.raises(dbapi.Error):
+        answer(conn, "CREATE TABLE t AS SELECT 1")
+    with fp.connect(cluster.uri) as client:
+        assert "t" not in {d["name"] for d in client.list()}
+
+
+def test_pandas_and_polars_read_through_the_driver(taxi, cluster):
+    table, _zones, _conn = taxi
+    sql = "SELECT payment, count(*) AS n FROM trips GROUP BY payment ORDER BY payment"
+    want = local(table).sql(sql).to_arrow_table()
+    with dbapi.connect(cluster.uri) as conn:
+        frame = pd.read_sql(sql, conn)
+        assert frame["n"].tolist() == want.column("n").to_pylist()
+    polars = pl.read_database(sql, dbapi.connect(cluster.uri))
+    assert polars["payment"].to_list() == want.column("payment").to_pylist()
