@@ -56,6 +56,7 @@ from .dataset import Dataset
 from .fetch import IDLE_TIMEOUT, MAPS, FlightGet, check_streams
 from .plugins import runtime_of
 from .progress import Progress, Reporter, reporter
+from .sql import SqlResult, run_sql
 
 STREAM_PARTITION_BYTES = 64 << 20
 """The size of the row blocks a stream is cut into when no rows_per_partition is given."""
@@ -110,6 +111,15 @@ class Client:
             return self.pool.action(self.uri, body, timeout=timeout or self.timeout)
 
     # ------------------------------------------------------------------ cluster
+
+    def sql(self, query: str, timeout: float | None = None) -> SqlResult:
+        """``query`` (one SELECT over datasets as tables: ``sales``, ``"sales@3"``) answered by the catalog's Flight
+        SQL, the path every ADBC client takes: DuckDB runs it at the catalog over scans whose columns and filters
+        reach the nodes (docs/querying.md, "SQL over Flight"). A bad query is :class:`~flightpart.RequestRejected`
+        (unknown tables :class:`~flightpart.DatasetNotFound`) with DuckDB's one-line message."""
+        if not isinstance(query, str) or not query.strip():
+            raise ValueError("sql: expected the text of a query")
+        return run_sql(self.pool, self.uri, query, timeout or self.timeout)
 
     def nodes(self) -> list[dict]:
         """Every node the catalog knows: id, uri, ip, pid, last heartbeat, alive."""

@@ -12,7 +12,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 FOLDERS = {"flightpart": ROOT / "flightpart", "flightpart.server": ROOT / "server", "flightpart.client": ROOT / "client"}
-CORE = {"protocol", "tiling", "frames", "distarray", "wire", "tokens", "errors", "version", "lenient", "palette", "regrid"}
+CORE = {"protocol", "tiling", "frames", "distarray", "wire", "sqlwire", "tokens", "errors", "version", "lenient", "palette",
+        "regrid"}
 ENTRY = {"flightpart", "flightpart.__main__"}
 LAYER = {"core": 0, "query": 1, "io": 2, "server": 3, "client": 3, "sql": 4, "runtimes": 5, "local": 5, "bench": 6, "cli": 7,
          "entry": 8}

@@ -306,3 +306,42 @@ def rm(name: str, version: int | None, catalog: str, as_json: bool) -> None:
     with client_for(catalog) as client:
         client.drop(name, version)
     emit(as_json, {"dropped": name, "version": version}, f"dropped {name}" + (f" v{version}" if version is not None else ""))
+
+
+@main.command("sql")
+@click.argument("query")
+@click.option("-o", "--output", default=None,
+              help="File to write (.parquet, .csv, .arrow), or - for stdout (default: the answer as a table of text).")
+@click.option("--format", "fmt", type=click.Choice(["arrow", "parquet", "csv"]), default=None,
+              help="Output format (default: from the file's suffix; an Arrow IPC stream on stdout).")
+@CATALOG_OPTION
+@JSON_OPTION
+def sql_cmd(query: str, output: str | None, fmt: str | None, catalog: str, as_json: bool) -> None:
+    """Answer QUERY, one SELECT over datasets as tables (`sales`, `"sales@3"`), at the catalog (Flight SQL).
+
+    The nodes send only the columns the query uses and the rows its pushed
+    filters keep; joins, aggregates and ordering run at the catalog.
+    """
+    from .export import BatchWriter, check_destination, choose_format
+
+    with client_for(catalog) as client:
+        answer = client.sql(query).to_arrow()
+    if output is None:
+        if as_json:
+            click.echo(json.dumps(answer.to_pylist(), default=str))
+        else:
+            click.echo(answer.to_pandas().to_string(index=False, max_rows=200))
+        return
+    fmt = choose_format(output, fmt)
+    check_destination(output)
+    writer = BatchWriter(output, fmt, answer.schema)
+    try:
+        for batch in answer.to_batches():
+            writer.write(batch)
+        writer.commit()
+    except BaseException:
+        writer.abort()
+        raise
+    if output != "-":
+        click.echo(json.dumps({"rows": answer.num_rows, "output": output}) if as_json else
+                   f"wrote {answer.num_rows:,} rows to {output}")

@@ -21,6 +21,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.flight as flight
 
+from flightpart import sqlwire as proto
 from flightpart.errors import RequestRejected
 from flightpart.server.auth import authorize
 from flightpart.server.base import boundary
@@ -28,7 +29,6 @@ from flightpart.server.catalog import CatalogServer
 from flightpart.tokens import role_token
 from flightpart.version import __version__
 
-from . import proto
 from .gateway import Gateway
 
 log = logging.getLogger("flightpart.sql")

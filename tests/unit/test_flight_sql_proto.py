@@ -7,7 +7,7 @@ import pytest
 from google.protobuf import any_pb2
 
 import flightpart as fp
-from flightpart.sql import proto
+from flightpart import sqlwire as proto
 
 
 def test_a_statement_is_read_from_the_any_protobuf_itself_writes():

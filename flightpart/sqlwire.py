@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from flightpart.errors import RequestRejected
+from .errors import RequestRejected
 
 PACKAGE = "type.googleapis.com/arrow.flight.protocol.sql."
 MAX_MESSAGE = 16 << 20

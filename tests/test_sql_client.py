@@ -1,0 +1,56 @@
+"""``client.sql`` and ``flightpart sql``: the catalog's Flight SQL from Python and the command line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import flightpart as fp
+
+
+@pytest.fixture(scope="module")
+def sales(cluster):
+    rng = np.random.default_rng(9)
+    table = pa.table({"store": [f"s{k}" for k in rng.integers(0, 4, 4_000)], "amount": rng.random(4_000) * 100,
+                      "units": rng.integers(1, 9, 4_000)})
+    with fp.connect(cluster.uri) as client:
+        client.put("sql-sales", table, tiling=(4, 1))
+    return table
+
+
+def test_client_sql_answers_as_an_arrow_stream_and_as_frames(cluster, sales):
+    with fp.connect(cluster.uri) as client:
+        result = client.sql('SELECT store, sum(units) AS units FROM "sql-sales" GROUP BY store ORDER BY store')
+        table = pa.table(result)
+        want = pl.from_arrow(sales).group_by("store").agg(pl.col("units").sum()).sort("store")
+        assert table.column("units").to_pylist() == want["units"].to_list()
+        assert result.to_polars().equals(pl.from_arrow(table)) and len(result.to_pandas()) == 4
+        with pytest.raises(fp.RequestRejected, match="nope"):
+            client.sql('SELECT nope FROM "sql-sales"')
+        with pytest.raises(fp.DatasetNotFound):
+            client.sql("SELECT * FROM nosuch")
+        with pytest.raises(fp.RequestRejected, match="one query"):
+            client.sql("CREATE TABLE x AS SELECT 1")
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "flightpart", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_the_command_prints_writes_and_refuses_clearly(cluster, sales, tmp_path):
+    query = 'SELECT store, count(*) AS n FROM "sql-sales" GROUP BY store ORDER BY store'
+    shown = cli("sql", query, "--catalog", cluster.uri)
+    assert shown.returncode == 0 and "s0" in shown.stdout and "s3" in shown.stdout, shown.stderr
+    rows = json.loads(cli("sql", query, "--json", "--catalog", cluster.uri).stdout)
+    assert sum(r["n"] for r in rows) == sales.num_rows
+    written = cli("sql", query, "-o", str(tmp_path / "counts.parquet"), "--catalog", cluster.uri)
+    assert written.returncode == 0 and pq.read_table(tmp_path / "counts.parquet").num_rows == 4
+    bad = cli("sql", "SELEC 1", "--catalog", cluster.uri)
+    assert bad.returncode != 0 and "syntax" in bad.stderr.lower() and "Traceback" not in bad.stderr
