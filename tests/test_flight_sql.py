@@ -71,6 +71,33 @@ def test_every_query_answers_what_duckdb_answers_over_the_table(taxi, name):
     assert same_answer(canonical(got), canonical(want)), name
 
 
+def test_parameters_are_bound_as_the_db_api_binds_them(taxi):
+    table, _zones, conn = taxi
+    sql = "SELECT count(*) AS n, sum(fare) AS fare FROM trips WHERE pickup_zone = ? AND fare > ?"
+    with conn.cursor() as cur:
+        cur.execute(sql, parameters=("Hell's Kitchen", 30.0))
+        got = cur.fetch_arrow_table()
+    want = local(table).sql(sql, params=["Hell's Kitchen", 30.0]).to_arrow_table()
+    assert same_answer(canonical(got), canonical(want)) and got.column("n")[0].as_py() > 0
+    with conn.cursor() as cur:
+        with pytest.raises(dbapi.Error, match="parameter"):
+            cur.execute(sql)  # no values bound
+        with pytest.raises(dbapi.Error, match="queries only"):
+            cur.executemany("SELECT count(*) FROM trips WHERE fare > ?", [(1.0,), (2.0,)])
+
+
+def test_a_query_that_runs_too_long_is_stopped_with_a_clear_error(taxi, cluster):
+    _table, _zones, conn = taxi
+    gateway = cluster.catalog.gateway
+    saved, gateway.timeout = gateway.timeout, 0.5
+    try:
+        with pytest.raises(dbapi.Error, match="ran longer than the 0.5 s"):
+            answer(conn, "SELECT count(*) FROM range(100000000000) a")
+    finally:
+        gateway.timeout = saved
+    assert answer(conn, "SELECT 2 AS two").column("two").to_pylist() == [2]
+
+
 def test_a_version_is_a_table_too(taxi, cluster):
     table, _zones, conn = taxi
     with fp.connect(cluster.uri) as writer:

@@ -22,6 +22,8 @@ from flightpart.client import Client, connect
 from flightpart.errors import DatasetNotFound, RequestRejected
 from flightpart.io.access import Access
 
+QUERY_SECONDS = 300.0
+"""How long one query may run at the catalog before it is stopped (``Gateway.timeout``)."""
 MEMORY_LIMIT = "1GB"
 """What DuckDB may hold at the gateway for one query (its partials, sorts and results): beyond it the query fails
 with a clear error instead of taking the catalog's memory."""
@@ -35,9 +37,10 @@ class SqlError(RequestRejected):
 class Gateway:
     """Runs SQL for callers the catalog already authorized (see the module doc)."""
 
-    def __init__(self, catalog_uri: str, access: Access):
+    def __init__(self, catalog_uri: str, access: Access, *, timeout: float = QUERY_SECONDS):
         self.catalog_uri = catalog_uri
         self.access = access
+        self.timeout = timeout
         self._client: Client | None = None
         self._lock = threading.Lock()
 
@@ -57,12 +60,16 @@ class Gateway:
         client = self.client()
         return [(entry["name"], client.info(entry["name"]).schema) for entry in client.list()]
 
-    def run(self, query: str, *, limit: int | None = None) -> pa.Table:
-        """``query``'s answer (``limit``: at most that many rows, for a schema)."""
+    def run(self, query: str, *, limit: int | None = None, parameters: pa.Table | None = None) -> pa.Table:
+        """``query``'s answer (``limit``: at most that many rows, for a schema). ``parameters``: values for its
+        ``?`` (or ``$1``) placeholders, one row per execution, the answers concatenated."""
         import duckdb
 
         con = duckdb.connect(config={"enable_external_access": False, "memory_limit": MEMORY_LIMIT,
                                      "lock_configuration": True})
+        stop = threading.Timer(self.timeout, con.interrupt)  # a query that runs too long is stopped, not waited for
+        stop.daemon = True
+        stop.start()
         try:
             statements = con.extract_statements(query)
             if len(statements) != 1 or statements[0].type != duckdb.StatementType.SELECT:
@@ -70,15 +77,30 @@ class Gateway:
                                "settings: nothing was run", field="query")
             for name in self._named(query):
                 con.register(name, self._scan(name))
-            relation = con.sql(query)
-            if limit is not None:
-                relation = relation.limit(limit)
-            return relation.to_arrow_table()
+            wanted = len(statements[0].named_parameters)
+            if parameters is None or parameters.num_rows == 0:
+                if wanted and limit != 0:
+                    raise SqlError(f"the query has {wanted} parameter(s): bind values for them", field="parameters")
+                rows = [[None] * wanted]  # a schema: NULLs stand in for the values
+            elif parameters.num_columns != wanted:
+                raise SqlError(f"the query has {wanted} parameter(s), {parameters.num_columns} were bound",
+                               field="parameters")
+            else:
+                rows = [list(r.values()) for r in parameters.to_pylist()]
+            answers = []
+            for values in rows:
+                relation = con.sql(query, params=values) if wanted else con.sql(query)
+                answers.append((relation.limit(limit) if limit is not None else relation).to_arrow_table())
+            return answers[0] if len(answers) == 1 else pa.concat_tables(answers)
         except duckdb.CatalogException as exc:
             raise DatasetNotFound(_one_line(exc), field="query") from None
+        except duckdb.InterruptException:
+            raise SqlError(f"the query ran longer than the {self.timeout:g} s a query may run at the catalog, and was "
+                           "stopped", field="query") from None
         except duckdb.Error as exc:
             raise SqlError(_one_line(exc), field="query") from None
         finally:
+            stop.cancel()
             con.close()
 
     def schema(self, query: str) -> pa.Schema:

@@ -33,6 +33,8 @@ from .gateway import Gateway
 
 log = logging.getLogger("flightpart.sql")
 
+MAX_PARAMETER_BYTES = 16 << 20
+"""Parameter values one DoPut may bind to a prepared query."""
 RESULTS_KEPT = 64
 """Answers waiting for their DoGet (a client that never fetches one does not hold memory for long)."""
 CREATE_PREPARED = "CreatePreparedStatement"
@@ -49,6 +51,7 @@ class SqlCatalogServer(CatalogServer):
         self.gateway = Gateway(self.uri, dataclasses.replace(self.pool.access, token=token))
         self._answers: collections.OrderedDict[bytes, pa.Table] = collections.OrderedDict()
         self._prepared: dict[bytes, str] = {}
+        self._bound: dict[bytes, pa.Table] = {}  # a prepared query's parameter values, as the client's DoPut sent them
         self._sql_lock = threading.Lock()
 
     # ------------------------------------------------------------------ Flight calls
@@ -111,9 +114,35 @@ class SqlCatalogServer(CatalogServer):
             if command is None or command.name != proto.CLOSE_PREPARED:
                 raise RequestRejected("ClosePreparedStatement: expected an ActionClosePreparedStatementRequest",
                                       field="action")
+            handle = proto.bytes_field(command.value, 1, "prepared_statement_handle") or b""
             with self._sql_lock:
-                self._prepared.pop(proto.bytes_field(command.value, 1, "prepared_statement_handle") or b"", None)
+                self._prepared.pop(handle, None)
+                self._bound.pop(handle, None)
             return []
+
+    def do_put(self, context: Any, descriptor: flight.FlightDescriptor, reader: flight.MetadataRecordBatchReader,
+               writer: flight.FlightMetadataWriter) -> None:
+        """Flight SQL binds a prepared query's parameters with a DoPut; a catalog takes no other data."""
+        command = _command(descriptor)
+        with boundary(log, "Flight SQL DoPut", self.telemetry, context):
+            if command is not None and command.name != proto.PREPARED_QUERY:
+                raise RequestRejected(f"Flight SQL: {command.name:.60} is not answered here: queries only, nothing that "
+                                      "writes (executemany runs updates)", field="command")
+            if command is None:
+                raise RequestRejected(f"{self.uri} is a flightpart catalog: it stores no data (put partitions to a "
+                                      "node; a Flight SQL client binds parameters here)", field="descriptor")
+            authorize(context, "read")
+            handle = proto.bytes_field(command.value, 1, "prepared_statement_handle") or b""
+            values = reader.read_all()
+            if values.nbytes > MAX_PARAMETER_BYTES:
+                raise RequestRejected(f"Flight SQL: {values.nbytes} bytes of parameters is more than the "
+                                      f"{MAX_PARAMETER_BYTES} allowed", field="parameters")
+            with self._sql_lock:
+                if handle not in self._prepared:
+                    raise RequestRejected("Flight SQL: unknown prepared statement (closed, or from a restarted catalog)",
+                                          field="prepared_statement_handle")
+                self._bound[handle] = values
+            writer.write(pa.py_buffer(proto.message((1, handle))))  # DoPutPreparedStatementResult
 
     def list_actions(self, context: Any) -> list[tuple[str, str]]:
         return [*super().list_actions(context), (CREATE_PREPARED, "Flight SQL: prepare a query"),
@@ -133,11 +162,11 @@ class SqlCatalogServer(CatalogServer):
         if command.name == proto.PREPARED_QUERY:
             handle = proto.bytes_field(command.value, 1, "prepared_statement_handle") or b""
             with self._sql_lock:
-                query = self._prepared.get(handle)
+                query, values = self._prepared.get(handle), self._bound.get(handle)
             if query is None:
                 raise RequestRejected("Flight SQL: unknown prepared statement (closed, or from a restarted catalog)",
                                       field="prepared_statement_handle")
-            return self.gateway.run(query, limit=limit)
+            return self.gateway.run(query, limit=limit, parameters=values)
         if command.name == proto.GET_CATALOGS:  # datasets are tables of no catalog and no schema
             return pa.schema([pa.field("catalog_name", pa.utf8(), nullable=False)]).empty_table()
         if command.name == proto.GET_DB_SCHEMAS:  # one schema of no name, holding every dataset
