@@ -133,6 +133,19 @@ def test_a_selective_filter_reaches_the_nodes(taxi, cluster):
     assert moved < 0.05 * table.nbytes, f"{moved:,} of {table.nbytes:,} bytes moved"
 
 
+def test_a_group_by_moves_one_row_per_group_and_partition(taxi, cluster):
+    table, _zones, conn = taxi
+    rows = lambda: sum(fp.connect(cluster.uri).stats(n.uri)["rows_sent"] for n in cluster.nodes)  # noqa: E731
+    sql = ("SELECT payment, count(*) AS n, avg(fare) AS fare, sum(vendor) AS vendors, max(pickup_at) AS last FROM trips "
+           "WHERE distance > 1 AND pickup_zone <> 'SoHo' GROUP BY payment HAVING count(*) > 10 ORDER BY n DESC")
+    before = rows()
+    got = answer(conn, sql)
+    moved = rows() - before
+    want = local(table).sql(sql).to_arrow_table()
+    assert got.schema.equals(want.schema) and same_answer(canonical(got), canonical(want))
+    assert moved <= 4 * 6, f"{moved} rows moved for 4 groups over 6 partitions"
+
+
 def test_bad_sql_and_unknown_tables_are_clear_errors_and_the_catalog_keeps_answering(taxi):
     _table, _zones, conn = taxi
     for sql, words in (("SELEC 1", "syntax"), ("SELECT nope FROM trips", "nope"), ("SELECT * FROM nosuch", "nosuch")):

@@ -22,6 +22,8 @@ from flightpart.client import Client, connect
 from flightpart.errors import DatasetNotFound, RequestRejected
 from flightpart.io.access import Access
 
+from . import pushed
+
 QUERY_SECONDS = 300.0
 """How long one query may run at the catalog before it is stopped (``Gateway.timeout``)."""
 MEMORY_LIMIT = "1GB"
@@ -75,9 +77,14 @@ class Gateway:
             if len(statements) != 1 or statements[0].type != duckdb.StatementType.SELECT:
                 raise SqlError("one query is answered here (SELECT, WITH, VALUES, ...), nothing that writes or changes "
                                "settings: nothing was run", field="query")
-            for name in self._named(query):
-                con.register(name, self._scan(name))
+            named = self._named(query)
             wanted = len(statements[0].named_parameters)
+            if not wanted and limit is None:  # aggregates the nodes can compute: one row per group and partition
+                done = pushed.answer(query, set(named), self._dataset, lambda final, partials: _final(con, final, partials))
+                if done is not None:
+                    return done
+            for name in named:
+                con.register(name, self._dataset(name).duckdb_scan())
             if parameters is None or parameters.num_rows == 0:
                 if wanted and limit != 0:
                     raise SqlError(f"the query has {wanted} parameter(s): bind values for them", field="parameters")
@@ -121,11 +128,17 @@ class Gateway:
         known = {entry["name"] for entry in self.client().list()}
         return sorted(n for n in wanted if n in known or _versioned(n, known))
 
-    def _scan(self, table: str) -> Any:
-        """What DuckDB scans for ``table``: the dataset (``name@version``: that version) as a pushdown target."""
+    def _dataset(self, table: str) -> Any:
+        """The dataset a table name means (``name@version``: that version)."""
         match = VERSIONED.match(table)
         name, version = (match["name"], int(match["version"])) if match else (table, None)
-        return self.client().open(name, version).duckdb_scan()
+        return self.client().open(name, version)
+
+
+def _final(con: Any, query: str, partials: pa.Table) -> pa.Table:
+    """What is left of a query once its aggregates are combined: DuckDB over the small table of them."""
+    con.register(pushed.PARTIALS, partials)
+    return con.sql(query).to_arrow_table()
 
 
 def _versioned(table: str, known: set[str]) -> bool:

@@ -1,0 +1,122 @@
+"""GROUP BY queries whose aggregates run on the nodes: each partition sends one row per group.
+
+A query over one dataset whose SELECT list is group keys and ``sum``,
+``min``, ``max``, ``count``, ``count(*)`` and ``avg`` of columns, with an
+optional WHERE that flightpart's filters express exactly, is answered in
+two steps: ``ds.filter(where).aggregate(...)`` (partials per partition on
+the nodes, combined at the catalog), then DuckDB over that small table for
+what is left: HAVING, ORDER BY, LIMIT, expressions over the aggregates,
+and the types DuckDB gives (``sum`` of integers is a HUGEINT). Any other
+query (joins, DISTINCT, windows, functions of columns inside an aggregate,
+a filter flightpart cannot express) returns None here and is run whole by
+DuckDB over the pushdown scans.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pyarrow as pa
+
+from flightpart.errors import FlightpartError
+
+PARTIALS = "partials"
+"""The name DuckDB sees the combined partials under."""
+_FUNCTIONS = {"Sum": "sum", "Min": "min", "Max": "max", "Count": "count", "Avg": "mean"}
+
+
+def plan(query: str, known: set[str]) -> tuple[str, str | None, list[str], list[tuple[str, str]], str] | None:
+    """(table, where text, group keys, aggregates, final query over :data:`PARTIALS`) for a query this module
+    answers, or None."""
+    import sqlglot
+    from sqlglot import exp
+
+    try:
+        tree = sqlglot.parse_one(query, read="duckdb")
+    except sqlglot.errors.ParseError:
+        return None
+    if not isinstance(tree, exp.Select) or tree.args.get("joins") or tree.args.get("distinct") or tree.find(exp.Window) \
+            or _arg(tree, "with") or tree.find(exp.Subquery) or tree.args.get("qualify"):
+        return None
+    source = _arg(tree, "from")
+    table = source.this if source is not None else None
+    if not isinstance(table, exp.Table) or table.db or table.name not in known:
+        return None
+    group = tree.args.get("group")
+    keys = [g.name for g in (group.expressions if group else [])]
+    if group and not all(isinstance(g, exp.Column) and not g.table for g in group.expressions):
+        return None
+    found: dict[str, tuple[str, str]] = {}  # an aggregate's SQL -> (column, function)
+    for agg in tree.find_all(exp.AggFunc):
+        function = _FUNCTIONS.get(type(agg).__name__)
+        if function is None or agg.args.get("distinct") or isinstance(agg.this, exp.Distinct):
+            return None
+        if isinstance(agg.this, exp.Star) and function == "count":
+            found[agg.sql()] = ("", "count_all")
+        elif isinstance(agg.this, exp.Column) and not agg.this.table:
+            found[agg.sql()] = (agg.this.name, function)
+        else:
+            return None
+    if not found:
+        return None
+    for column in tree.find_all(exp.Column):  # outside the aggregates and WHERE, only group keys or select aliases
+        if column.find_ancestor(exp.AggFunc, exp.Where) is None and column.name not in keys \
+                and column.name not in _aliases(tree):
+            return None
+    where = tree.args.get("where")
+    where_text = where.this.sql(dialect="duckdb") if where is not None else None
+    final = tree.copy()
+    final.set("where", None)
+    final.set("group", None)
+    final = final.from_(PARTIALS, copy=False)
+    having = final.args.get("having")
+    if having is not None:
+        final.set("having", None)
+        final.set("where", exp.Where(this=having.this))
+    final = final.transform(lambda node: _partial_column(node, found))
+    return table.name, where_text, keys, list(dict.fromkeys(found.values())), final.sql(dialect="duckdb")
+
+
+def _arg(tree: Any, name: str) -> Any:
+    """A clause of a parsed query (sqlglot names some with a trailing underscore: ``from_``, ``with_``)."""
+    return tree.args.get(name) or tree.args.get(f"{name}_")
+
+
+def _aliases(tree: Any) -> set[str]:
+    from sqlglot import exp
+
+    return {e.alias for e in tree.expressions if isinstance(e, exp.Alias)}
+
+
+def _partial_column(node: Any, found: dict[str, tuple[str, str]]) -> Any:
+    """An aggregate replaced by its column of the combined partials (a sum of integers cast as DuckDB types it)."""
+    from sqlglot import exp
+
+    if isinstance(node, exp.AggFunc) and node.sql() in found:
+        column, function = found[node.sql()]
+        name = "count_all" if function == "count_all" else f"{column}_{function}"
+        return exp.column(name, quoted=True)
+    return node
+
+
+def answer(query: str, known: set[str], open_dataset: Callable[[str], Any], run_final: Callable[[str, pa.Table], pa.Table]
+           ) -> pa.Table | None:
+    """``query`` answered with its aggregates on the nodes, or None when it is not such a query (see the module doc)."""
+    planned = plan(query, known)
+    if planned is None:
+        return None
+    name, where, keys, aggregates, final = planned
+    ds = open_dataset(name)
+    integer_sums = [c for c, f in aggregates if f == "sum" and c in ds.schema.names
+                    and pa.types.is_integer(ds.schema.field(c).type)]
+    try:
+        if where is not None:
+            ds = ds.filter(where)
+        partials = ds.aggregate(aggregates, by=keys)
+    except FlightpartError:
+        return None  # a filter or an aggregate flightpart cannot express exactly: DuckDB runs the query whole
+    for column in integer_sums:  # DuckDB sums integers into a HUGEINT
+        index = partials.schema.get_field_index(f"{column}_sum")
+        partials = partials.set_column(index, f"{column}_sum", partials.column(index).cast(pa.decimal128(38, 0)))
+    return run_final(final, partials)

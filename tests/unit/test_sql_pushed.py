@@ -1,0 +1,40 @@
+"""Which queries have their aggregates computed on the nodes, and what DuckDB finishes. No cluster needed."""
+
+from __future__ import annotations
+
+import pytest
+
+from flightpart.sql.pushed import PARTIALS, plan
+
+KNOWN = {"trips", "zones"}
+
+
+def test_a_group_by_becomes_partials_and_a_query_over_them():
+    table, where, keys, aggregates, final = plan(
+        "SELECT payment, count(*) AS n, avg(fare) AS fare FROM trips WHERE distance > 1 GROUP BY payment "
+        "HAVING count(*) > 10 ORDER BY n DESC LIMIT 3", KNOWN)
+    assert (table, where, keys) == ("trips", "distance > 1", ["payment"])
+    assert aggregates == [("", "count_all"), ("fare", "mean")]
+    assert f"FROM {PARTIALS}" in final and '"count_all" > 10' in final and "GROUP BY" not in final
+    assert final.endswith("ORDER BY n DESC LIMIT 3")
+
+
+def test_a_global_aggregate_has_no_keys():
+    _table, where, keys, aggregates, _final = plan("SELECT sum(fare) AS s, min(pickup_at) FROM trips", KNOWN)
+    assert (where, keys, sorted(aggregates)) == (None, [], [("fare", "sum"), ("pickup_at", "min")])
+
+
+@pytest.mark.parametrize("query", [
+    "SELECT count(DISTINCT pickup_zone) FROM trips",
+    "SELECT sum(fare * 100) FROM trips",
+    "SELECT z.borough, count(*) FROM trips JOIN zones z ON z.zone = trips.pickup_zone GROUP BY z.borough",
+    "SELECT payment, fare FROM trips",
+    "SELECT payment, rank() OVER (ORDER BY fare) FROM trips",
+    "SELECT fare, count(*) FROM trips GROUP BY payment",
+    "SELECT count(*) FROM nosuch",
+    "SELECT median(fare) FROM trips",
+    "WITH t AS (SELECT * FROM trips) SELECT count(*) FROM t",
+    "SELEC 1",
+])
+def test_anything_else_is_left_to_duckdb_whole(query):
+    assert plan(query, KNOWN) is None
