@@ -146,6 +146,23 @@ def test_a_group_by_moves_one_row_per_group_and_partition(taxi, cluster):
     assert moved <= 4 * 6, f"{moved} rows moved for 4 groups over 6 partitions"
 
 
+def test_a_plain_scan_is_read_from_the_nodes_one_endpoint_per_partition(taxi, cluster):
+    import pyarrow.flight as flight
+
+    from flightpart import sqlwire
+
+    table, _zones, conn = taxi
+    sql = "SELECT fare, pickup_zone FROM trips WHERE pickup_zone = 'Hell''s Kitchen' AND fare > 40"
+    command = sqlwire.pack(sqlwire.STATEMENT_QUERY, sqlwire.message((1, sql)))
+    info = flight.connect(cluster.uri).get_flight_info(flight.FlightDescriptor.for_command(command))
+    nodes = {n.uri for n in cluster.nodes}
+    assert len(info.endpoints) == 6 and all(e.locations[0].uri.decode() in nodes for e in info.endpoints)
+    got = answer(conn, sql)
+    want = local(table).sql(sql).to_arrow_table()
+    assert got.column_names == ["fare", "pickup_zone"]
+    assert sorted(got.to_pylist(), key=str) == sorted(want.to_pylist(), key=str) and got.num_rows > 0
+
+
 def test_bad_sql_and_unknown_tables_are_clear_errors_and_the_catalog_keeps_answering(taxi):
     _table, _zones, conn = taxi
     for sql, words in (("SELEC 1", "syntax"), ("SELECT nope FROM trips", "nope"), ("SELECT * FROM nosuch", "nosuch")):

@@ -277,6 +277,8 @@ def test_flight_sql_needs_a_token_and_a_reader_token_queries(trusted):
     with dbapi.connect(trusted.uri, db_kwargs=header) as conn, conn.cursor() as cur:
         cur.execute("SELECT count(*) AS n, sum(id) AS s FROM victim")
         assert cur.fetchall() == [(ROWS, sum(range(ROWS)))]
+        cur.execute("SELECT id FROM victim WHERE id < 5")  # a plain scan: read from the nodes, with the same token
+        assert sorted(r[0] for r in cur.fetchall()) == [0, 1, 2, 3, 4]
     with dbapi.connect(trusted.uri) as conn, conn.cursor() as cur:
         with pytest.raises(dbapi.Error) as info:
             cur.execute("SELECT count(*) FROM victim")

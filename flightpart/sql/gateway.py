@@ -22,7 +22,7 @@ from flightpart.client import Client, connect
 from flightpart.errors import DatasetNotFound, RequestRejected
 from flightpart.io.access import Access
 
-from . import pushed
+from . import pushed, scans
 
 QUERY_SECONDS = 300.0
 """How long one query may run at the catalog before it is stopped (``Gateway.timeout``)."""
@@ -109,6 +109,22 @@ class Gateway:
         finally:
             stop.cancel()
             con.close()
+
+    def scan(self, query: str) -> tuple[pa.Schema, list[Any]] | None:
+        """For a plain scan (:mod:`.scans`), its schema and one endpoint per partition at the nodes; else None."""
+        import duckdb
+
+        try:
+            statements = duckdb.connect().extract_statements(query)
+        except duckdb.Error:
+            return None
+        if len(statements) != 1 or statements[0].named_parameters:
+            return None
+        planned = scans.plain_scan(query, set(self._named(query)))
+        if planned is None:
+            return None
+        name, columns, where = planned
+        return scans.endpoints(self._dataset(name), columns, where)
 
     def schema(self, query: str) -> pa.Schema:
         """The schema of ``query``'s answer, computed without reading its rows."""

@@ -62,6 +62,9 @@ class SqlCatalogServer(CatalogServer):
             return super().get_flight_info(context, descriptor)
         with boundary(log, f"Flight SQL {command.name:.60}", self.telemetry, context):
             authorize(context, "read")
+            scanned = self._scan(command)
+            if scanned is not None:  # the nodes send it: one endpoint per partition
+                return flight.FlightInfo(scanned[0], descriptor, scanned[1], -1, -1)
             table = self._answer(command)
             handle = os.urandom(16)
             with self._sql_lock:
@@ -153,6 +156,17 @@ class SqlCatalogServer(CatalogServer):
         super().shutdown()
 
     # ------------------------------------------------------------------ answers
+
+    def _scan(self, command: proto.Any_) -> tuple[pa.Schema, list[flight.FlightEndpoint]] | None:
+        """A plain scan's schema and endpoints at the nodes (:mod:`flightpart.sql.scans`), or None."""
+        if command.name == proto.STATEMENT_QUERY:
+            return self.gateway.scan(proto.text_field(command.value, 1, "query") or "")
+        if command.name == proto.PREPARED_QUERY:
+            handle = proto.bytes_field(command.value, 1, "prepared_statement_handle") or b""
+            with self._sql_lock:
+                query, values = self._prepared.get(handle), self._bound.get(handle)
+            return self.gateway.scan(query) if query is not None and values is None else None
+        return None
 
     def _answer(self, command: proto.Any_, *, schema_only: bool = False) -> pa.Table:
         """The rows a Flight SQL command asks for (only their schema when ``schema_only``)."""

@@ -1,0 +1,72 @@
+"""Plain scans answered from the nodes: ``SELECT a, b FROM t WHERE ...`` has one endpoint per partition.
+
+A query that only picks columns of one dataset and filters its rows needs
+nothing at the catalog: its answer is the dataset's partitions, each
+projected and filtered on its node. Such a query's FlightInfo lists one
+endpoint per partition (those whose statistics may match), at its
+replicas' locations, with the partition's ticket, so the client reads
+them from the nodes in parallel and fails over between replicas. Anything
+more (an expression, an alias, DISTINCT, ORDER BY, LIMIT, an aggregate, a
+join, pandas index columns, several column groups, a filter flightpart
+cannot express exactly) is answered at the catalog instead.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.flight as flight
+
+from flightpart.errors import FlightpartError
+
+
+def plain_scan(query: str, known: set[str]) -> tuple[str, list[str] | None, str | None] | None:
+    """(table, its columns or None for ``*``, the WHERE text) of a plain scan, or None for any other query."""
+    import sqlglot
+    from sqlglot import exp
+
+    try:
+        tree = sqlglot.parse_one(query, read="duckdb")
+    except sqlglot.errors.ParseError:
+        return None
+    if not isinstance(tree, exp.Select) or tree.find(exp.Window, exp.Subquery, exp.AggFunc) is not None:
+        return None
+    if any(tree.args.get(k) or tree.args.get(f"{k}_") for k in ("joins", "distinct", "group", "having", "order", "limit",
+                                                                  "offset", "qualify", "with")):
+        return None
+    source = tree.args.get("from") or tree.args.get("from_")
+    table = source.this if source is not None else None
+    if not isinstance(table, exp.Table) or table.db or table.alias or table.name not in known:
+        return None
+    picked = tree.expressions
+    if len(picked) == 1 and isinstance(picked[0], exp.Star):
+        columns = None
+    elif all(isinstance(e, exp.Column) and e.table in ("", table.name) for e in picked):
+        columns = [e.name for e in picked]
+        if len(set(columns)) != len(columns):
+            return None
+    else:
+        return None
+    where = tree.args.get("where")
+    return table.name, columns, where.this.sql(dialect="duckdb") if where is not None else None
+
+
+def endpoints(ds: Any, columns: list[str] | None, where: str | None) -> tuple[pa.Schema, list[flight.FlightEndpoint]] | None:
+    """The answer of a plain scan of ``ds`` as (schema, one endpoint per partition that may match), or None when the
+    nodes cannot send it as asked (see the module doc)."""
+    plan = ds.plan
+    if plan.grid[1] != 1 or plan.data_names() != set(ds.schema.names):
+        return None
+    try:
+        view = ds.select(columns) if columns is not None else ds
+        view = view.filter(where) if where is not None else view
+    except (FlightpartError, KeyError):
+        return None
+    blocks = view.plan.blocks(_uncounted, counted=False)
+    refs = [view.plan.ref(b, 0, view.plan.columns_of(0)) for b in blocks]
+    return view.schema, [flight.FlightEndpoint(ref.ticket(), [uri for uri, _ip, _pid in ref.replicas]) for ref in refs]
+
+
+def _uncounted(blocks: list) -> dict[int, int]:  # pragma: no cover - blocks(counted=False) never counts
+    raise AssertionError("a plain scan does not count rows")
