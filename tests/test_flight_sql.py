@@ -163,6 +163,19 @@ def test_a_plain_scan_is_read_from_the_nodes_one_endpoint_per_partition(taxi, cl
     assert sorted(got.to_pylist(), key=str) == sorted(want.to_pylist(), key=str) and got.num_rows > 0
 
 
+def test_explain_says_what_ran_where_and_the_bytes_it_moved(taxi):
+    table, _zones, conn = taxi
+    grouped = answer(conn, "EXPLAIN SELECT payment, count(*) AS n FROM trips GROUP BY payment").to_pylist()
+    assert [(s["step"], s["where"]) for s in grouped] == [("aggregate", "nodes"), ("finish", "catalog (DuckDB)")]
+    assert grouped[0]["bytes_moved"] < 0.01 * table.nbytes and grouped[1]["rows"] == 4
+    joined = answer(conn, "EXPLAIN SELECT z.borough, count(*) AS n FROM trips JOIN zones z ON z.zone = trips.pickup_zone "
+                          "GROUP BY z.borough").to_pylist()
+    assert [s["step"] for s in joined] == ["scan", "query"] and "trips, zones" in joined[0]["what"]
+    assert 0 < joined[0]["bytes_moved"] < table.nbytes / 2  # two of twelve columns
+    scanned = answer(conn, "EXPLAIN SELECT fare FROM trips WHERE fare > 40").to_pylist()
+    assert scanned[0]["where"] == "nodes" and "6 partition(s)" in scanned[0]["what"]
+
+
 def test_bad_sql_and_unknown_tables_are_clear_errors_and_the_catalog_keeps_answering(taxi):
     _table, _zones, conn = taxi
     for sql, words in (("SELEC 1", "syntax"), ("SELECT nope FROM trips", "nope"), ("SELECT * FROM nosuch", "nosuch")):

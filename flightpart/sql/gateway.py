@@ -21,6 +21,7 @@ import pyarrow as pa
 from flightpart.client import Client, connect
 from flightpart.errors import DatasetNotFound, RequestRejected
 from flightpart.io.access import Access
+from flightpart.io.transfer import TRAFFIC
 
 from . import pushed, scans
 
@@ -29,6 +30,10 @@ QUERY_SECONDS = 300.0
 MEMORY_LIMIT = "1GB"
 """What DuckDB may hold at the gateway for one query (its partials, sorts and results): beyond it the query fails
 with a clear error instead of taking the catalog's memory."""
+EXPLAIN = re.compile(r"^\s*explain(\s+analyze)?\s+", re.IGNORECASE)
+EXPLAIN_SCHEMA = pa.schema([("step", pa.utf8()), ("where", pa.utf8()), ("what", pa.utf8()), ("bytes_moved", pa.int64()),
+                            ("rows", pa.int64())])
+"""What ``EXPLAIN`` answers: one row per part of the work."""
 VERSIONED = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9_.-]{0,127})@(?P<version>[0-9]{1,18})$")
 
 
@@ -74,6 +79,8 @@ class Gateway:
         stop.start()
         try:
             statements = con.extract_statements(query)
+            if len(statements) == 1 and statements[0].type == duckdb.StatementType.EXPLAIN:
+                return self._explain(query, schema_only=limit == 0)
             if len(statements) != 1 or statements[0].type != duckdb.StatementType.SELECT:
                 raise SqlError("one query is answered here (SELECT, WITH, VALUES, ...), nothing that writes or changes "
                                "settings: nothing was run", field="query")
@@ -109,6 +116,33 @@ class Gateway:
         finally:
             stop.cancel()
             con.close()
+
+    def _explain(self, query: str, *, schema_only: bool) -> pa.Table:
+        """``EXPLAIN query``: what ran where, and the bytes each part moved (the query is run to measure them, except
+        a plain scan, whose partitions go from the nodes to the client)."""
+        inner = EXPLAIN.sub("", query, count=1)
+        if schema_only:
+            return EXPLAIN_SCHEMA.empty_table()
+        scanned = self.scan(inner)
+        if scanned is not None:
+            steps = [("read", "nodes", f"{len(scanned[1])} partition(s) sent to the client from the nodes, projected "
+                                       "and filtered there (not run here)", None, None)]
+            return pa.Table.from_pylist([dict(zip(EXPLAIN_SCHEMA.names, s)) for s in steps], schema=EXPLAIN_SCHEMA)
+        before = _traffic()
+        answer = self.run(inner)
+        moved = _traffic() - before
+        planned = pushed.plan(inner, set(self._named(inner)))
+        if planned is not None:
+            name, where, keys, aggregates, final = planned
+            what = (f"{name}: partial aggregates {', '.join(f or c for c, f in aggregates)} by {keys or 'nothing'}"
+                    + (f" where {where}" if where else "") + ", one row per group and partition")
+            steps = [("aggregate", "nodes", what, moved, None), ("finish", "catalog (DuckDB)", final, 0, answer.num_rows)]
+        else:
+            names = ", ".join(self._named(inner)) or "no dataset"
+            steps = [("scan", "nodes", f"{names}: the columns the query uses, and the rows of the filters DuckDB pushed",
+                      moved, None),
+                     ("query", "catalog (DuckDB)", "everything else: joins, aggregates, ordering", 0, answer.num_rows)]
+        return pa.Table.from_pylist([dict(zip(EXPLAIN_SCHEMA.names, s)) for s in steps], schema=EXPLAIN_SCHEMA)
 
     def scan(self, query: str) -> tuple[pa.Schema, list[Any]] | None:
         """For a plain scan (:mod:`.scans`), its schema and one endpoint per partition at the nodes; else None."""
@@ -149,6 +183,12 @@ class Gateway:
         match = VERSIONED.match(table)
         name, version = (match["name"], int(match["version"])) if match else (table, None)
         return self.client().open(name, version)
+
+
+def _traffic() -> int:
+    """Bytes this process has received from nodes and mapped from their files, so far."""
+    counts = TRAFFIC.snapshot()
+    return counts["bytes_received"] + counts["bytes_mapped"]
 
 
 def _final(con: Any, query: str, partials: pa.Table) -> pa.Table:
