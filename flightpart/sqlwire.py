@@ -31,6 +31,10 @@ GET_SQL_INFO = "CommandGetSqlInfo"  # 1: info (repeated uint32)
 CREATE_PREPARED = "ActionCreatePreparedStatementRequest"  # 1: query, 2: transaction_id
 PREPARED_RESULT = "ActionCreatePreparedStatementResult"  # 1: handle, 2: dataset_schema, 3: parameter_schema
 CLOSE_PREPARED = "ActionClosePreparedStatementRequest"  # 1: prepared_statement_handle
+INGEST = "CommandStatementIngest"  # 1: TableDefinitionOptions {1: if_not_exist, 2: if_exists}, 2: table, 3: schema,
+# 4: catalog, 5: temporary, 6: transaction_id; answered with a DoPutUpdateResult {1: record_count}
+IF_NOT_EXIST = {1: "create", 2: "fail"}
+IF_EXISTS = {1: "fail", 2: "append", 3: "replace"}
 
 
 @dataclass(frozen=True)

@@ -176,6 +176,23 @@ def test_explain_says_what_ran_where_and_the_bytes_it_moved(taxi):
     assert scanned[0]["where"] == "nodes" and "6 partition(s)" in scanned[0]["what"]
 
 
+def test_adbc_ingest_stores_a_dataset_appends_and_replaces(cluster):
+    rows = pa.table({"k": list(range(1_000)), "v": [f"v{k % 3}" for k in range(1_000)]})
+    with dbapi.connect(cluster.uri) as conn, conn.cursor() as cur, fp.connect(cluster.uri) as client:
+        assert cur.adbc_ingest("ingested", rows, mode="create") == 1_000
+        assert client.open("ingested").to_arrow().equals(rows)
+        assert cur.adbc_ingest("ingested", rows.slice(0, 10), mode="append") == 10
+        assert client.open("ingested").shape == (1_010, 2)
+        with pytest.raises(dbapi.Error, match="exists"):
+            cur.adbc_ingest("ingested", rows, mode="create")
+        with pytest.raises(dbapi.Error, match="no dataset 'absent'"):
+            cur.adbc_ingest("absent", rows, mode="append")
+        assert cur.adbc_ingest("ingested", rows.slice(0, 5), mode="replace") == 5
+        assert client.open("ingested").shape == (5, 2) and len(client.versions("ingested")) == 3
+        cur.execute("SELECT count(*) AS n FROM ingested")
+        assert cur.fetchall() == [(5,)]
+
+
 def test_bad_sql_and_unknown_tables_are_clear_errors_and_the_catalog_keeps_answering(taxi):
     _table, _zones, conn = taxi
     for sql, words in (("SELEC 1", "syntax"), ("SELECT nope FROM trips", "nope"), ("SELECT * FROM nosuch", "nosuch")):

@@ -279,6 +279,11 @@ def test_flight_sql_needs_a_token_and_a_reader_token_queries(trusted):
         assert cur.fetchall() == [(ROWS, sum(range(ROWS)))]
         cur.execute("SELECT id FROM victim WHERE id < 5")  # a plain scan: read from the nodes, with the same token
         assert sorted(r[0] for r in cur.fetchall()) == [0, 1, 2, 3, 4]
+        with pytest.raises(dbapi.Error, match="reader r may not write"):  # a reader cannot store a dataset
+            cur.adbc_ingest("by-reader", table_of(10), mode="create")
+    writer = {"adbc.flight.sql.authorization_header": f"Bearer {tokens.role_token(SECRET, 'writer', 'w')}"}
+    with dbapi.connect(trusted.uri, db_kwargs=writer) as conn, conn.cursor() as cur:
+        assert cur.adbc_ingest("by-writer", table_of(10), mode="create") == 10
     with dbapi.connect(trusted.uri) as conn, conn.cursor() as cur:
         with pytest.raises(dbapi.Error) as info:
             cur.execute("SELECT count(*) FROM victim")

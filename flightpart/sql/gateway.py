@@ -44,9 +44,12 @@ class SqlError(RequestRejected):
 class Gateway:
     """Runs SQL for callers the catalog already authorized (see the module doc)."""
 
-    def __init__(self, catalog_uri: str, access: Access, *, timeout: float = QUERY_SECONDS):
+    def __init__(self, catalog_uri: str, access: Access, *, timeout: float = QUERY_SECONDS,
+                 write_access: Access | None = None):
         self.catalog_uri = catalog_uri
         self.access = access
+        self.write_access = write_access or access
+        self._writer: Client | None = None
         self.timeout = timeout
         self._client: Client | None = None
         self._lock = threading.Lock()
@@ -57,10 +60,18 @@ class Gateway:
                 self._client = connect(self.catalog_uri, access=self.access)
             return self._client
 
+    def writer(self) -> Client:
+        """A client that writes (``adbc_ingest``), for callers the catalog authorized as writers."""
+        with self._lock:
+            if self._writer is None or self._writer.closed:
+                self._writer = connect(self.catalog_uri, access=self.write_access)
+            return self._writer
+
     def close(self) -> None:
         with self._lock:
-            if self._client is not None:
-                self._client.close()
+            for client in (self._client, self._writer):
+                if client is not None:
+                    client.close()
 
     def tables(self) -> list[tuple[str, pa.Schema]]:
         """Every dataset's latest version: its name and schema."""

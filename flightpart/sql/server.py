@@ -22,12 +22,13 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from flightpart import sqlwire as proto
-from flightpart.errors import RequestRejected
+from flightpart.errors import DatasetNotFound, RequestRejected, VersionConflict
 from flightpart.server.auth import authorize
 from flightpart.server.base import boundary
 from flightpart.server.catalog import CatalogServer
 from flightpart.tokens import role_token
 from flightpart.version import __version__
+from flightpart.wire import check_name
 
 from .gateway import Gateway
 
@@ -47,8 +48,10 @@ class SqlCatalogServer(CatalogServer):
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
-        token = role_token(self.secret, "reader", "sql-gateway") if self.secret is not None else None
-        self.gateway = Gateway(self.uri, dataclasses.replace(self.pool.access, token=token))
+        reader = role_token(self.secret, "reader", "sql-gateway") if self.secret is not None else None
+        writer = role_token(self.secret, "writer", "sql-gateway") if self.secret is not None else None
+        self.gateway = Gateway(self.uri, dataclasses.replace(self.pool.access, token=reader),
+                               write_access=dataclasses.replace(self.pool.access, token=writer))
         self._answers: collections.OrderedDict[bytes, pa.Table] = collections.OrderedDict()
         self._prepared: dict[bytes, str] = {}
         self._bound: dict[bytes, pa.Table] = {}  # a prepared query's parameter values, as the client's DoPut sent them
@@ -128,6 +131,11 @@ class SqlCatalogServer(CatalogServer):
         """Flight SQL binds a prepared query's parameters with a DoPut; a catalog takes no other data."""
         command = _command(descriptor)
         with boundary(log, "Flight SQL DoPut", self.telemetry, context):
+            if command is not None and command.name == proto.INGEST:
+                authorize(context, "write")
+                stored = self._ingest(command.value, reader)
+                writer.write(pa.py_buffer(proto.message((1, stored))))  # DoPutUpdateResult
+                return
             if command is not None and command.name != proto.PREPARED_QUERY:
                 raise RequestRejected(f"Flight SQL: {command.name:.60} is not answered here: queries only, nothing that "
                                       "writes (executemany runs updates)", field="command")
@@ -154,6 +162,35 @@ class SqlCatalogServer(CatalogServer):
     def shutdown(self) -> None:
         self.gateway.close()
         super().shutdown()
+
+    # ------------------------------------------------------------------ ingest
+
+    def _ingest(self, body: bytes, reader: flight.MetadataRecordBatchReader) -> int:
+        """``adbc_ingest``: the stream stored as a dataset (a new one, the next version of one, or appended to one),
+        cut into partitions as it arrives; the rows stored."""
+        options = dict(proto.fields(proto.bytes_field(body, 1, "table_definition_options") or b""))
+        if_missing = proto.IF_NOT_EXIST.get(int(options.get(1, 0) or 0))
+        if_exists = proto.IF_EXISTS.get(int(options.get(2, 0) or 0))
+        if if_missing is None or if_exists is None:
+            raise RequestRejected("adbc_ingest: say what to do if the table is missing and if it exists (mode=)",
+                                  field="table_definition_options")
+        if any(n in (3, 4) and v for n, v in proto.fields(body)) or any(n == 5 and v for n, v in proto.fields(body)):
+            raise RequestRejected("adbc_ingest: datasets have no catalog or schema, and none is temporary",
+                                  field="table")
+        name = check_name(proto.text_field(body, 2, "table") or "", "table")
+        client = self.gateway.writer()
+        exists = name in {entry["name"] for entry in client.list()}
+        if exists and if_exists == "fail":
+            raise VersionConflict(f"adbc_ingest: dataset {name!r} exists (mode='create'); append or replace it",
+                                  field="table")
+        if not exists and if_missing == "fail":
+            raise DatasetNotFound(f"adbc_ingest: no dataset {name!r} to append to (mode='append')", field="table")
+        batches = (chunk.data for chunk in _chunks(reader) if chunk.data is not None)
+        stream = pa.RecordBatchReader.from_batches(reader.schema, batches)
+        if exists and if_exists == "append":
+            before = client.open(name).shape[0]
+            return client.append(name, stream).shape[0] - before
+        return client.put(name, stream).shape[0]
 
     # ------------------------------------------------------------------ answers
 
@@ -211,6 +248,14 @@ class SqlCatalogServer(CatalogServer):
             columns["table_schema"] = pa.array([schema.serialize().to_pybytes() for _, schema in rows], pa.binary())
         fields = [pa.field(k, v.type, nullable=k in ("catalog_name", "db_schema_name")) for k, v in columns.items()]
         return pa.Table.from_arrays(list(columns.values()), schema=pa.schema(fields))
+
+
+def _chunks(reader: flight.MetadataRecordBatchReader) -> Any:
+    while True:
+        try:
+            yield reader.read_chunk()
+        except StopIteration:
+            return
 
 
 def _command(descriptor: flight.FlightDescriptor) -> proto.Any_ | None:
