@@ -81,7 +81,7 @@ class Gateway:
     def run(self, query: str, *, limit: int | None = None, parameters: pa.Table | None = None) -> pa.Table:
         """``query``'s answer (``limit``: at most that many rows, for a schema). ``parameters``: values for its
         ``?`` (or ``$1``) placeholders, one row per execution, the answers concatenated."""
-        import duckdb
+        duckdb = _duckdb()
 
         con = duckdb.connect(config={"enable_external_access": False, "memory_limit": MEMORY_LIMIT,
                                      "lock_configuration": True})
@@ -157,7 +157,7 @@ class Gateway:
 
     def scan(self, query: str) -> tuple[pa.Schema, list[Any]] | None:
         """For a plain scan (:mod:`.scans`), its schema and one endpoint per partition at the nodes; else None."""
-        import duckdb
+        duckdb = _duckdb()
 
         try:
             statements = duckdb.connect().extract_statements(query)
@@ -194,6 +194,16 @@ class Gateway:
         match = VERSIONED.match(table)
         name, version = (match["name"], int(match["version"])) if match else (table, None)
         return self.client().open(name, version)
+
+
+def _duckdb() -> Any:
+    """DuckDB, which answers SQL here; a catalog installed without it (the ``server`` extra) says so."""
+    try:
+        import duckdb
+    except ImportError:
+        raise RequestRejected("SQL needs DuckDB where the catalog runs: install flightpart[sql] there",
+                              field="query") from None
+    return duckdb
 
 
 def _traffic() -> int:
