@@ -22,8 +22,10 @@ import pyarrow.flight as flight
 
 from flightpart.errors import (
     CannotStart,
+    FlightpartError,
     ForeignCluster,
     NodeConflict,
+    PartitionMissing,
     RequestRejected,
     SchemaMismatch,
     StorageFull,
@@ -80,7 +82,7 @@ from flightpart.wire import (
 
 from .assembler import Assembler
 from .auth import admit_stream, authorize, credential_of, wall_clock
-from .base import Action, ServiceBase, action_table, boundary
+from .base import Action, ServiceBase, action_table, boundary, flight_error
 from .store import PartitionStore, StoredPartition
 from .telemetry import describe
 
@@ -558,25 +560,44 @@ class NodeServer(ServiceBase):
         return flight.GeneratorStream(table.schema, self.guard.watch(guard, pieces), options=options)
 
     def _several(self, spec: Ticket, guard: Any) -> flight.GeneratorStream:
-        """Whole partitions of one column group in one stream, each opened by a batch carrying its PartHeader."""
+        """Whole partitions of one column group in one stream, each opened by a batch carrying its PartHeader.
+
+        Each partition is opened as its turn comes (one map held at a time, not 4,096 files open at once); a
+        missing one is refused before the stream starts, so the reader can ask another replica.
+        """
         positions = (spec.part, *(spec.more or ()))
-        tables = [apply_ticket(self.store.open(spec.dataset, spec.version, p), spec.columns, None) for p in positions]
-        schema = tables[0].schema
-        if any(not t.schema.equals(schema) for t in tables):
-            raise RequestRejected("ticket.more: partitions of different column groups cannot share a stream",
-                                  field="ticket.more")
+        missing = [p for p in positions[1:] if not self.store.path(spec.dataset, spec.version, p).exists()]
+        if missing:
+            raise PartitionMissing(f"partition {missing[0]} of dataset {spec.dataset!r} version {spec.version} is not on "
+                                   "this node", field="ticket.more")
+        first = apply_ticket(self.store.open(spec.dataset, spec.version, spec.part), spec.columns, None)
+        schema = first.schema
         if any(pa.types.is_dictionary(field.type) for field in schema):
             raise RequestRejected("ticket.more: dictionary columns are read one partition per stream", field="ticket.more")
-        options = write_options(tables[0], spec.compression)
-        self.counters.add(bytes_sent=sum(t.nbytes for t in tables), rows_sent=sum(t.num_rows for t in tables),
-                          batches_sent=sum(t.column(0).num_chunks if t.num_columns else 0 for t in tables),
-                          partitions_served=len(tables), streams_compressed=int(options is not None), get_streams=1)
+        options = write_options(first, spec.compression)
+        self.counters.add(streams_compressed=int(options is not None), get_streams=1)
         describe("get", dataset=spec.dataset, version=spec.version, parts=len(positions), compressed=options is not None)
-
         empty = pa.RecordBatch.from_pylist([], schema=schema)  # what opens a partition of no rows
 
+        def opened(k: int, position: tuple[int, int]) -> pa.Table:
+            """The next partition, or (past the start of the stream) a Flight error with its code."""
+            if k == 0:
+                return first
+            try:
+                table = apply_ticket(self.store.open(spec.dataset, spec.version, position), spec.columns, None)
+                if not table.schema.equals(schema):
+                    raise RequestRejected("ticket.more: partitions of different column groups cannot share a stream",
+                                          field="ticket.more")
+            except FlightpartError as exc:
+                self.counters.add(errors=1)
+                raise flight_error(exc) from None
+            return table
+
         def pieces() -> Iterator[Any]:
-            for position, table in zip(positions, tables):
+            for k, position in enumerate(positions):
+                table = opened(k, position)
+                self.counters.add(bytes_sent=table.nbytes, rows_sent=table.num_rows, partitions_served=1,
+                                  batches_sent=table.column(0).num_chunks if table.num_columns else 0)
                 batches = [piece for batch in table.to_batches() for piece in split_batch(batch, STREAM_PIECE_BYTES)]
                 yield (batches[0] if batches else empty), pa.py_buffer(PartHeader(position).encode())
                 yield from batches[1:]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pytest
 
 import flightpart as fp
 
@@ -18,10 +19,14 @@ def table(rows: int) -> pa.Table:
     return pa.table({"k": np.arange(rows), "s": [f"v{k % 7}" for k in range(rows)], "x": np.arange(rows) * 0.5})
 
 
+def stored(cluster, name: str, source: pa.Table, tiling: tuple[int, int]) -> None:
+    with fp.connect(cluster.uri) as writer:
+        writer.put(name, source, tiling=tiling)
+
+
 def test_three_hundred_small_partitions_come_back_in_a_stream_per_node(cluster):
     source = table(3_000)
-    with fp.connect(cluster.uri) as writer:
-        writer.put("small-many", source, tiling=(300, 1))
+    stored(cluster, "small-many", source, (300, 1))
     with fp.connect(cluster.uri, host="127.0.0.9") as client:
         ds = client.open("small-many")
         before = streams(client, cluster)
@@ -35,8 +40,7 @@ def test_three_hundred_small_partitions_come_back_in_a_stream_per_node(cluster):
 
 def test_slices_filters_and_column_groups_read_exactly_as_before(cluster):
     source = table(2_000)
-    with fp.connect(cluster.uri) as writer:
-        writer.put("small-grid", source, tiling=(200, 2))
+    stored(cluster, "small-grid", source, (200, 2))
     with fp.connect(cluster.uri, host="127.0.0.9") as client:
         ds = client.open("small-grid")
         before = streams(client, cluster)
@@ -49,10 +53,34 @@ def test_slices_filters_and_column_groups_read_exactly_as_before(cluster):
 
 def test_dictionary_columns_are_read_one_partition_per_stream(cluster):
     source = table(300).set_column(1, "s", pc.dictionary_encode(table(300).column("s")))
-    with fp.connect(cluster.uri) as writer:
-        writer.put("small-dict", source, tiling=(30, 1))
+    stored(cluster, "small-dict", source, (30, 1))
     with fp.connect(cluster.uri, host="127.0.0.9") as client:
         before = streams(client, cluster)
         back = client.open("small-dict").to_arrow()
         assert streams(client, cluster) - before == 30
         assert back.column("s").to_pylist() == source.column("s").to_pylist()
+
+
+def test_a_lying_ticket_for_several_partitions_gets_a_code_and_the_node_serves_on(cluster):
+    """Partitions the node does not hold are refused before the stream starts; partitions of two column groups
+    in one stream end it with a coded error, not a traceback; the node keeps serving."""
+    import pyarrow.flight as flight
+
+    from flightpart.wire import Ticket
+
+    from helpers import code_of
+
+    source = table(400)
+    stored(cluster, "small-lies", source, (4, 2))
+    with fp.connect(cluster.uri, host="127.0.0.9") as client:
+        ds = client.open("small-lies")
+        parts = ds.__partitioned__["partitions"]
+        uri = parts[(0, 0)]["data"].replicas[0][0]
+        other_group = next(p for p, e in parts.items() if p[1] == 1 and e["data"].replicas[0][0] == uri)
+        node = flight.connect(uri)
+        for more, code in ((((9, 0),), "PARTITION_MISSING"), ((other_group,), "INVALID_REQUEST")):
+            ticket = Ticket("small-lies", ds.version, (0, 0), more=more)
+            with pytest.raises(flight.FlightError) as info:
+                node.do_get(flight.Ticket(ticket.encode())).read_all()
+            assert code_of(info.value) == code, more
+        assert ds.to_arrow().equals(source)
