@@ -98,6 +98,16 @@ def test_a_query_that_runs_too_long_is_stopped_with_a_clear_error(taxi, cluster)
     assert answer(conn, "SELECT 2 AS two").column("two").to_pylist() == [2]
 
 
+def test_an_answer_larger_than_the_catalog_holds_is_refused_with_a_code(taxi, monkeypatch):
+    from flightpart.sql import server
+
+    _table, _zones, conn = taxi
+    monkeypatch.setattr(server, "ANSWER_BYTES", 1_000)
+    with pytest.raises(dbapi.Error, match="more than the 1,000"):
+        answer(conn, "SELECT fare, tip FROM trips ORDER BY fare")  # sorted: answered by the catalog, not the nodes
+    assert answer(conn, "SELECT count(*) AS n FROM trips").column("n").to_pylist() == [ROWS]
+
+
 def test_a_version_is_a_table_too(taxi, cluster):
     table, _zones, conn = taxi
     with fp.connect(cluster.uri) as writer:

@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from flightpart import sqlwire as proto
-from flightpart.errors import DatasetNotFound, RequestRejected, VersionConflict
+from flightpart.errors import DatasetNotFound, LimitExceeded, RequestRejected, VersionConflict
 from flightpart.server.auth import authorize
 from flightpart.server.base import boundary
 from flightpart.server.catalog import CatalogServer
@@ -36,6 +36,10 @@ log = logging.getLogger("flightpart.sql")
 
 MAX_PARAMETER_BYTES = 16 << 20
 """Parameter values one DoPut may bind to a prepared query."""
+ANSWER_BYTES = 1 << 30
+"""Bytes of answers the catalog holds for their DoGet (one answer larger than that is refused with a code)."""
+PREPARED_KEPT = 4096
+"""Prepared queries the catalog remembers (the oldest forgotten first)."""
 RESULTS_KEPT = 64
 """Answers waiting for their DoGet (a client that never fetches one does not hold memory for long)."""
 CREATE_PREPARED = "CreatePreparedStatement"
@@ -63,28 +67,40 @@ class SqlCatalogServer(CatalogServer):
         command = _command(descriptor)
         if command is None:
             return super().get_flight_info(context, descriptor)
-        with boundary(log, f"Flight SQL {command.name:.60}", self.telemetry, context):
-            authorize(context, "read")
-            scanned = self._scan(command)
-            if scanned is not None:  # the nodes send it: one endpoint per partition
-                return flight.FlightInfo(scanned[0], descriptor, scanned[1], -1, -1)
-            table = self._answer(command)
-            handle = os.urandom(16)
-            with self._sql_lock:
-                self._answers[handle] = table
-                while len(self._answers) > RESULTS_KEPT:
-                    self._answers.popitem(last=False)
-            ticket = proto.pack(proto.TICKET_STATEMENT, proto.message((1, handle)))
-            return flight.FlightInfo(table.schema, descriptor, [flight.FlightEndpoint(ticket, [])], table.num_rows,
-                                     table.nbytes)
+        return self._read(context, f"Flight SQL {command.name:.60}", lambda: self._info(command, descriptor))
 
     def get_schema(self, context: Any, descriptor: flight.FlightDescriptor) -> flight.SchemaResult:
         command = _command(descriptor)
         if command is None:
             return super().get_schema(context, descriptor)
-        with boundary(log, f"Flight SQL schema of {command.name:.60}", self.telemetry, context):
+        return self._read(context, f"Flight SQL schema of {command.name:.60}",
+                          lambda: flight.SchemaResult(self._answer(command, schema_only=True).schema))
+
+    def _read(self, context: Any, what: str, work: Any) -> Any:
+        """``work()`` for a caller allowed to read, inside the error boundary every call has."""
+        with boundary(log, what, self.telemetry, context):
             authorize(context, "read")
-            return flight.SchemaResult(self._answer(command, schema_only=True).schema)
+            return work()
+
+    def _info(self, command: proto.Any_, descriptor: flight.FlightDescriptor) -> flight.FlightInfo:
+        """A query's FlightInfo: a plain scan's endpoints at the nodes, or one endpoint here for an answer kept until
+        its DoGet (at most :data:`RESULTS_KEPT` answers and :data:`ANSWER_BYTES` bytes of them, oldest dropped)."""
+        scanned = self._scan(command)
+        if scanned is not None:  # the nodes send it: one endpoint per partition
+            return flight.FlightInfo(scanned[0], descriptor, scanned[1], -1, -1)
+        table = self._answer(command)
+        if table.nbytes > ANSWER_BYTES:
+            raise LimitExceeded(f"Flight SQL: the answer is {table.nbytes:,} bytes, more than the {ANSWER_BYTES:,} a query "
+                                "may hand back through the catalog; aggregate it, or select fewer rows or columns",
+                                field="query")
+        handle = os.urandom(16)
+        with self._sql_lock:
+            self._answers[handle] = table
+            while len(self._answers) > RESULTS_KEPT or sum(t.nbytes for t in self._answers.values()) > ANSWER_BYTES:
+                self._answers.popitem(last=False)
+        ticket = proto.pack(proto.TICKET_STATEMENT, proto.message((1, handle)))
+        return flight.FlightInfo(table.schema, descriptor, [flight.FlightEndpoint(ticket, [])], table.num_rows,
+                                 table.nbytes)
 
     def do_get(self, context: Any, ticket: flight.Ticket) -> flight.RecordBatchStream:
         command = proto.unpack(ticket.ticket)
@@ -115,6 +131,10 @@ class SqlCatalogServer(CatalogServer):
                 handle = os.urandom(16)
                 with self._sql_lock:
                     self._prepared[handle] = query
+                    while len(self._prepared) > PREPARED_KEPT:  # a client that never closes them holds nothing long
+                        oldest = next(iter(self._prepared))
+                        self._prepared.pop(oldest)
+                        self._bound.pop(oldest, None)
                 result = proto.message((1, handle), (2, schema.serialize().to_pybytes()))
                 return [flight.Result(pa.py_buffer(proto.pack(proto.PREPARED_RESULT, result)))]
             if command is None or command.name != proto.CLOSE_PREPARED:
