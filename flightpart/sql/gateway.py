@@ -160,7 +160,8 @@ class Gateway:
         duckdb = _duckdb()
 
         try:
-            statements = duckdb.connect().extract_statements(query)
+            with duckdb.connect() as con:  # parsing only: nothing runs, nothing is registered
+                statements = con.extract_statements(query)
         except duckdb.Error:
             return None
         if len(statements) != 1 or statements[0].named_parameters:
