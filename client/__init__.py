@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from flightpart.io.access import Access
+from flightpart.io.leader import split_addresses
 from flightpart.io.uris import flight_uri
 
 from .client import Client
@@ -19,6 +20,10 @@ def connect(uri: str | None = None, *, host: str | None = None, token: str | Non
             access: Access | None = None, timeout: float = 30.0, idle_timeout: float = 2.0,
             compression: str = "auto", streams_per_partition: int = 1) -> Client:
     """A client of the catalog at ``uri`` (or ``$FLIGHTPART_CATALOG``).
+
+    ``uri`` may list every catalog of a cluster whose catalogs share a lease
+    (``"grpc://a:8815,grpc://b:8815"``): calls go to the leader and follow it
+    when it changes (docs/operations.md, "Failover").
 
     Credentials not given come from ``$FLIGHTPART_TOKEN``,
     ``$FLIGHTPART_TLS_CA`` (a PEM file) and, for mutual TLS,
@@ -44,7 +49,7 @@ def connect(uri: str | None = None, *, host: str | None = None, token: str | Non
                          "(flightpart.connect() with no address starts an embedded cluster)")
     if access is None:
         access = Access.from_environment(token=token, tls_root_certs=tls_root_certs, cert_chain=cert_chain, private_key=private_key)
-    uri = flight_uri(uri, tls=access.tls)
+    uri = ",".join(flight_uri(one, tls=access.tls) for one in split_addresses(uri))
     return Client(uri, host=host, access=access, timeout=timeout, idle_timeout=idle_timeout, compression=compression,
                   streams_per_partition=streams_per_partition)
 

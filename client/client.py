@@ -27,6 +27,7 @@ from flightpart.io.access import Access
 from flightpart.io.compression import check_mode
 from flightpart.io.connections import ConnectionPool
 from flightpart.io.errors import translated
+from flightpart.io.leader import CatalogAddresses, split_addresses
 from flightpart.io.transfer import send_partition, send_partitions, streams_of
 from flightpart.regrid import balanced, near_placement
 from flightpart.tiling import grid_cells
@@ -36,7 +37,9 @@ from flightpart.wire import (
     Commit,
     CommitPart,
     Drop,
+    GetLeadership,
     GetStats,
+    Leadership,
     ListNodes,
     ListVersions,
     Message,
@@ -72,7 +75,7 @@ class Client:
     def __init__(self, uri: str, *, host: str | None = None, access: Access | None = None, timeout: float = 30.0,
                  idle_timeout: float = IDLE_TIMEOUT, compression: str = "auto", streams_per_partition: int = 1,
                  owned: Sequence[Any] = ()):
-        self.uri = uri
+        self.catalogs = CatalogAddresses(split_addresses(uri))
         self.host = host
         self.access = access or Access()
         self.timeout = timeout
@@ -104,11 +107,16 @@ class Client:
     def __repr__(self) -> str:
         return f"Client({self.uri!r}{', closed' if self.closed else ''})"
 
+    @property
+    def uri(self) -> str:
+        """The catalog calls go to: the leader, as last heard of, when the client was given several."""
+        return self.catalogs.current
+
     def call(self, body: Message, timeout: float | None = None) -> Any:
         """Send a catalog action's request (a wire Message, which names its action) within ``timeout`` (default: the
-        client's); its reply, the message the request's class names."""
-        with translated():
-            return self.pool.action(self.uri, body, timeout=timeout or self.timeout)
+        client's); its reply, the message the request's class names. Goes to the leading catalog (see
+        :class:`~flightpart.io.leader.CatalogAddresses`)."""
+        return self.catalogs.call(lambda uri: self.pool.action(uri, body, timeout=timeout or self.timeout))
 
     # ------------------------------------------------------------------ cluster
 
@@ -119,11 +127,15 @@ class Client:
         (unknown tables :class:`~flightpart.DatasetNotFound`) with DuckDB's one-line message."""
         if not isinstance(query, str) or not query.strip():
             raise ValueError("sql: expected the text of a query")
-        return run_sql(self.pool, self.uri, query, timeout or self.timeout)
+        return self.catalogs.call(lambda uri: run_sql(self.pool, uri, query, timeout or self.timeout))
 
     def nodes(self) -> list[dict]:
         """Every node the catalog knows: id, uri, ip, pid, last heartbeat, alive."""
         return [n.to_json() for n in self.call(ListNodes()).nodes]
+
+    def leadership(self) -> Leadership:
+        """Which catalog leads, since when, with which epoch, and the standbys (``role`` "single" without a lease)."""
+        return self.call(GetLeadership())
 
     def stats(self, uri: str) -> dict:
         """A node's counters (bytes and batches served, partitions stored and held)."""
@@ -132,8 +144,7 @@ class Client:
 
     def list(self) -> list[dict]:
         """The latest committed version of every dataset."""
-        with translated():
-            infos = list(self.pool.client(self.uri).list_flights(options=self.pool.options(self.timeout)))
+        infos = self.catalogs.call(lambda uri: list(self.pool.client(uri).list_flights(options=self.pool.options(self.timeout))))
         return [list_entry(info) for info in infos]
 
     def repair(self) -> dict:
@@ -648,9 +659,8 @@ class Client:
         """What the catalog says of the latest committed version of ``name`` (or ``version``): its schema, shape,
         tiling and each partition's replicas, without opening it (what a tool or a test checks placement with)."""
         path = dataset_path(check_name(name), version)
-        with translated():
-            info = self.pool.client(self.uri).get_flight_info(flight.FlightDescriptor.for_path(*path),
-                                                              options=self.pool.options(self.timeout))
+        info = self.catalogs.call(lambda uri: self.pool.client(uri).get_flight_info(
+            flight.FlightDescriptor.for_path(*path), options=self.pool.options(self.timeout)))
         return decode_flight_info(info)
 
     def open(self, name: str, version: int | None = None, *, rank: int | None = None, nranks: int | None = None,

@@ -4,7 +4,9 @@
 #   registry answers, else on a Debian base made here with debootstrap), bring up
 #   the catalog and three nodes, wait for every health check, run the client
 #   service (zero-copy on node 1's host), check the status page, stop everything
-#   with SIGTERM and check each daemon exited cleanly, tear down.
+#   with SIGTERM and check each daemon exited cleanly, tear down; then the failover
+#   cluster (compose-ha.yaml: PostgreSQL, two catalogs sharing a lease, three
+#   nodes): put, kill the leading catalog, put again through the other.
 # Exit 0: passed. Exit 1: failed. Exit 3: skipped (no engine can run here; the
 # reason is printed). Bounded by E2E_TIMEOUT seconds (default 1500).
 # Environment: DOCKER_HOST to use a running engine; E2E_WORK for the engine's and
@@ -90,17 +92,30 @@ say "image: $(docker image inspect flightpart:latest --format '{{.Size}}' | awk 
 export CATALOG_PORT=${CATALOG_PORT:-18815} STATUS_PORT=${STATUS_PORT:-18818}
 $COMPOSE down -v --remove-orphans >/dev/null 2>&1
 bounded $COMPOSE up -d --no-build catalog node1 node2 node3 >"$WORK/up.log" 2>&1 || fail "compose up: $(tail -n 20 "$WORK/up.log")"
-for svc in catalog node1 node2 node3; do
-  cid=$($COMPOSE ps -q "$svc")
-  for _ in $(seq 120); do
-    state=$(docker inspect -f '{{.State.Health.Status}}' "$cid" 2>/dev/null)
-    [ "$state" = healthy ] && break
-    [ "$(left)" -gt 0 ] || fail "out of time waiting for $svc"
-    sleep 1
+wait_healthy() {
+  local svc cid state
+  for svc in "$@"; do
+    cid=$($COMPOSE ps -q "$svc")
+    for _ in $(seq 120); do
+      state=$(docker inspect -f '{{.State.Health.Status}}' "$cid" 2>/dev/null)
+      [ "$state" = healthy ] && break
+      [ "$(left)" -gt 0 ] || fail "out of time waiting for $svc"
+      sleep 1
+    done
+    [ "$state" = healthy ] || fail "$svc is $state: $(docker inspect -f '{{json .State.Health.Log}}' "$cid" | tail -c 600)"
+    say "$svc healthy"
   done
-  [ "$state" = healthy ] || fail "$svc is $state: $(docker inspect -f '{{json .State.Health.Log}}' "$cid" | tail -c 600)"
-  say "$svc healthy"
-done
+}
+stop_cleanly() {
+  local ids cid code
+  ids=$($COMPOSE ps -q "$@")
+  bounded $COMPOSE stop -t 20 >/dev/null 2>&1 || fail "compose stop"
+  for cid in $ids; do
+    code=$(docker inspect -f '{{.State.ExitCode}} {{.Name}}' "$cid")
+    [ "${code%% *}" = 0 ] || fail "container ${code#* } exited with ${code%% *} on SIGTERM (137: it had to be killed)"
+  done
+}
+wait_healthy catalog node1 node2 node3
 
 out=$(bounded $COMPOSE run --rm --no-deps client 2>&1) || fail "client: $out"
 echo "$out" >&2
@@ -116,12 +131,35 @@ echo "$page" | python3 -c 'import json,sys; s=json.load(sys.stdin); assert sum(n
 say "status page published on 127.0.0.1:$STATUS_PORT: 3 nodes SERVING, dataset example"
 
 # ---------------------------------------------------------------- SIGTERM
-ids=$($COMPOSE ps -q catalog node1 node2 node3)
-bounded $COMPOSE stop -t 20 >/dev/null 2>&1 || fail "compose stop"
-for cid in $ids; do
-  code=$(docker inspect -f '{{.State.ExitCode}} {{.Name}}' "$cid")
-  [ "${code%% *}" = 0 ] || fail "container ${code#* } exited with ${code%% *} on SIGTERM (137: it had to be killed)"
-done
+stop_cleanly catalog node1 node2 node3
 say "every daemon stopped cleanly on SIGTERM"
+$COMPOSE down -v --remove-orphans >/dev/null 2>&1
+
+# ---------------------------------------------------------------- catalogs that fail over (compose-ha.yaml)
+say "building flightpart-postgres:latest on $BASE"
+bounded docker build --network host "${BUILD_ARGS[@]}" -t flightpart-postgres:latest -f docker/Dockerfile.postgres . \
+  >"$WORK/build-pg.log" 2>&1 || fail "docker build of PostgreSQL: $(tail -n 15 "$WORK/build-pg.log")"
+COMPOSE="$COMPOSE_BIN -p ${PROJECT}ha -f $ROOT/docker/compose-ha.yaml"
+$COMPOSE down -v --remove-orphans >/dev/null 2>&1
+bounded $COMPOSE up -d --no-build postgres catalog-a catalog-b node1 node2 node3 >"$WORK/up-ha.log" 2>&1 \
+  || fail "compose up (failover): $(tail -n 20 "$WORK/up-ha.log")"
+wait_healthy postgres catalog-a catalog-b node1 node2 node3
+out=$(bounded $COMPOSE run --rm --no-deps client put 2>&1) || fail "client put: $out"
+echo "$out" >&2
+leader=$(echo "$out" | sed -n 's|^leader grpc://\([a-z-]*\):8815$|\1|p')
+case "$leader" in catalog-a|catalog-b) ;; *) fail "the client did not name a leading catalog" ;; esac
+docker kill "$($COMPOSE ps -q "$leader")" >/dev/null || fail "docker kill $leader"
+say "killed the leading catalog ($leader)"
+out=$(bounded $COMPOSE run --rm --no-deps client after 2>&1) || fail "client after the kill: $out"
+echo "$out" >&2
+echo "$out" | grep -q '^leader grpc://catalog-[ab]:8815$' || fail "no catalog leads after the kill"
+echo "$out" | grep -q "^leader grpc://$leader:8815$" && fail "the killed catalog is still named leader"
+echo "$out" | grep -q '^versions \[1, 2\]$' || fail "the versions are not [1, 2] after the failover"
+echo "$out" | grep -q 'read equals what was put: True' || fail "the data read after the failover differs from what was put"
+say "failover: the standby took over from $leader and the next put was accepted"
+survivors=$(for s in postgres catalog-a catalog-b node1 node2 node3; do [ "$s" = "$leader" ] || echo "$s"; done)
+# shellcheck disable=SC2086
+stop_cleanly $survivors
+say "every daemon of the failover cluster stopped cleanly on SIGTERM"
 cleanup
 say "PASSED"

@@ -163,6 +163,28 @@ class ServerStarting(ServerBusy):
     code = "STARTING"
 
 
+class NotLeader(NodeUnavailable):
+    """A catalog that does not lead the cluster (a standby, or a leader whose lease passed to another) refused a
+    call; nothing was done. ``field`` is the leader's address when known; a client given every catalog's address
+    retries there."""
+
+    code = "NOT_LEADER"
+
+
+class StateUnavailable(NodeUnavailable):
+    """The catalog's state database (PostgreSQL) does not answer: the catalog is read-only (opens keep working from
+    what it read last) until the database is back; writes are refused with this code and can be retried then."""
+
+    code = "STATE_UNAVAILABLE"
+
+
+class StaleEpoch(FlightpartError, PermissionError):
+    """A node refused an order from a catalog that no longer leads: the order's epoch is lower than the highest the
+    node has seen. Nothing was changed."""
+
+    code = "STALE_EPOCH"
+
+
 class Unauthenticated(FlightpartError, PermissionError):
     """A call without a valid credential for the cluster."""
 

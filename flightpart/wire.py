@@ -795,6 +795,46 @@ class NodeList(Message):
 
 
 @dataclass(frozen=True)
+class Following(Message):
+    """A node's answer to ``lead``: it follows that catalog now (its id)."""
+
+    node_id: str = _field(p_str)
+
+
+@dataclass(frozen=True)
+class Lead(Message):
+    """Catalog to node, at a takeover: this catalog leads the cluster from ``epoch`` on; orders of lower epochs are
+    refused from now, and heartbeats go to ``leader``."""
+
+    ACTION = "lead"
+    REPLY = Following
+    cluster: str | None = _field(p_optional(p_str))
+    epoch: int = _field(p_uint)
+    leader: str = _field(p_str)
+
+
+@dataclass(frozen=True)
+class Leadership(Message):
+    """Which catalog leads, since when (Unix seconds, the database's clock) and with which epoch; the standbys
+    heard from lately; this catalog's own ``role`` (leader, standby, read-only or single) and address."""
+
+    role: str = _field(p_str)
+    uri: str = _field(p_str)
+    leader: str | None = _field(p_optional(p_str), None)
+    epoch: int | None = _field(p_optional(p_uint), None)
+    since: float | None = _field(p_optional(p_number), None)
+    standbys: tuple[str, ...] = _field(p_list(p_str, 1000), ())
+
+
+@dataclass(frozen=True)
+class GetLeadership(Message):
+    """To a catalog (any, standbys too): who leads."""
+
+    ACTION = "leadership"
+    REPLY = Leadership
+
+
+@dataclass(frozen=True)
 class GetNodeInfo(Message):
     """To a node: who are you (no argument)."""
 
@@ -858,6 +898,9 @@ class DropFiles(Message):
     through: int | None = _field(p_optional(p_uint), None)
     """To a node, with ``version`` null: the highest version number the dataset had when every version was
     dropped, so the node remembers that no number up to it may be used again (see :class:`Tombstones`)."""
+    epoch: int | None = _field(p_optional(p_uint), None)
+    """The leading catalog's epoch (catalogs sharing a lease, see docs/operations.md "Failover"); a node refuses an
+    order whose epoch is lower than the highest it has seen. None from a catalog without a lease."""
 
 
 @dataclass(frozen=True)
@@ -885,6 +928,10 @@ class CopyTo(Message):
     version: int = _field(p_uint)
     part: tuple[int, int] = _field(p_pair)
     target: str = _field(p_str)
+    cluster: str | None = _field(p_optional(p_str), None)
+    epoch: int | None = _field(p_optional(p_uint), None)
+    """The leading catalog's epoch (catalogs sharing a lease, see docs/operations.md "Failover"); a node refuses an
+    order whose epoch is lower than the highest it has seen. None from a catalog without a lease."""
 
 
 @dataclass(frozen=True)
@@ -1209,6 +1256,9 @@ class Seal(Message):
     REPLY = Sealed
     cluster: str = _field(p_str)
     manifest: Commit = _field(p_message(Commit))
+    epoch: int | None = _field(p_optional(p_uint), None)
+    """The leading catalog's epoch (catalogs sharing a lease, see docs/operations.md "Failover"); a node refuses an
+    order whose epoch is lower than the highest it has seen. None from a catalog without a lease."""
 
 
 @dataclass(frozen=True)
@@ -1219,6 +1269,9 @@ class RegisterReply(Message):
     cluster: str | None = _field(p_optional(p_str), None)
     orphans: tuple[VersionRef, ...] = _field(p_list(p_message(VersionRef)), ())
     seal: tuple[Commit, ...] = _field(p_list(p_message(Commit)), ())
+    epoch: int | None = _field(p_optional(p_uint), None)
+    """The leading catalog's epoch (catalogs sharing a lease, see docs/operations.md "Failover"); a node refuses an
+    order whose epoch is lower than the highest it has seen. None from a catalog without a lease."""
 
 
 @dataclass(frozen=True)

@@ -51,14 +51,18 @@ PULLS_IN_FLIGHT = 4
 class Assembler:
     """Builds the partitions an ``assemble`` order names, on the node that holds ``store``."""
 
-    def __init__(self, store: PartitionStore, pool: ConnectionPool, uri: str, catalog_uri: str | None,
+    def __init__(self, store: PartitionStore, pool: ConnectionPool, uri: str, catalog: Callable[[], str | None],
                  count: Callable[..., None], timeout: float = 30.0):
         self.store = store
         self.pool = pool
         self.uri = uri
-        self.catalog_uri = catalog_uri
+        self._catalog = catalog  # the leading catalog's address, asked at each use (it moves at a takeover)
         self.count = count
         self.timeout = timeout
+
+    @property
+    def catalog_uri(self) -> str | None:
+        return self._catalog()
 
     def run(self, order: Assemble) -> AssembleReply:
         if order.version == order.source:

@@ -96,6 +96,10 @@ def when_ready(method: Callable[..., Any]) -> Callable[..., Any]:
         if built is None or not built.wait(self.startup_grace):
             # the subclass's attributes may not exist yet: nothing of it may run, not even its telemetry
             raise flight_error(ServerStarting(f"this flightpart {self.role} is still starting; retry in a moment"))
+        refused = self.refusal(method.__name__, args)
+        if refused is not None:
+            self.telemetry.refused(refused.code.lower())
+            raise flight_error(refused)
         return method(self, context, *args)
 
     guarded.__wrapped_rpc__ = True  # type: ignore[attr-defined]
@@ -221,6 +225,11 @@ class ServiceBase(flight.FlightServerBase):
         with boundary(self.log, "get_flight_info", self.telemetry, context):
             raise RequestRejected(f"{self.uri} is a flightpart {self.role}: it describes no datasets" + self.wrong_daemon_hint,
                                   field="service")
+
+    def refusal(self, rpc: str, args: tuple) -> FlightpartError | None:
+        """Why this daemon refuses every call now, before its handler runs (None: it serves): a standby catalog
+        names its leader. ``rpc`` is the method's name, ``args`` its arguments after the context."""
+        return None
 
     def problems(self) -> list[str]:
         """Why this daemon should get no new work, if it should not (empty: SERVING); each daemon says what it checks."""

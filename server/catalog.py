@@ -29,6 +29,7 @@ from flightpart.errors import (
     ForeignCluster,
     NodeConflict,
     NodeUnavailable,
+    NotLeader,
     PartitionedError,
     RequestRejected,
     SchemaMismatch,
@@ -50,12 +51,15 @@ from flightpart.wire import (
     Drop,
     DropFiles,
     Dropped,
+    GetLeadership,
     GetNodeInfo,
     GetStats,
     Heartbeat,
     HeartbeatReply,
     Held,
     HeldPartition,
+    Lead,
+    Leadership,
     ListNodes,
     ListVersions,
     NodeList,
@@ -89,7 +93,9 @@ from flightpart.wire import (
 
 from .auth import CLOCK_MARGIN, authorize, wall_clock
 from .base import Action, ServiceBase, action_table, boundary
+from .catalog_db import PostgresDatabase
 from .catalog_state import CatalogState, NodeRecord, PartRecord, VersionRecord
+from .lease import LEASE_SECONDS, Lease
 from .status_page import cluster_status
 from .telemetry import describe
 
@@ -119,14 +125,22 @@ class CatalogServer(ServiceBase):
                  dead_after: float = 10.0, pending_ttl: float = 3600.0, node_timeout: float = 5.0,
                  fan_out_timeout: float = 2.0, retire_after: float = 86400.0,
                  capability_ttl: float = 86400.0, secret: bytes | None = None, pool: ConnectionPool | None = None,
-                 rebuild_grace: float | None = None, cluster_id: str | None = None, **server_kwargs: Any):
+                 rebuild_grace: float | None = None, cluster_id: str | None = None, lease: str | None = None,
+                 lease_seconds: float = LEASE_SECONDS, **server_kwargs: Any):
         super().__init__(host, port, secret=secret, **server_kwargs)
-        self.state = CatalogState(state_path, dead_after=dead_after)
+        self._infos: dict[tuple[str, int, int], tuple] = {}
+        # several catalogs, one leader: the state lives in PostgreSQL and only the lease holder writes it
+        self.lease = Lease(lease, self.uri, duration=lease_seconds, on_lead=self._took_over,
+                           on_lose=self._infos.clear) if lease else None
+        database = PostgresDatabase(lease, fence=self.lease.fence, settings={
+            "idle_in_transaction_session_timeout": f"{int(lease_seconds * 1000)}ms"}) if self.lease is not None else None
+        self.state = CatalogState(state_path, dead_after=dead_after, database=database)
         self._started = time.monotonic()
         known = self.state.cluster()
         if cluster_id is not None and known is not None and known != cluster_id:
             raise ForeignCluster(f"--cluster-id {cluster_id}: this catalog's state belongs to cluster {known}", field="cluster")
-        if cluster_id is not None:
+        self._cluster_id = cluster_id
+        if cluster_id is not None and self.lease is None:  # with a lease: minted by whichever catalog leads first
             known = self.state.mint_cluster(cluster_id)
         # state that knows its cluster is intact; otherwise (new, or lost) writes wait for the nodes to come back first
         self.rebuild_grace = 0.0 if known is not None else (
@@ -144,7 +158,6 @@ class CatalogServer(ServiceBase):
         self.node_timeout = node_timeout
         self.fan_out_timeout = fan_out_timeout  # drop, abort, seal: a node that misses it is told when it registers again
         self.retire_after = retire_after
-        self._infos: dict[tuple[str, int, int], tuple] = {}
         self._skewed: set[str] = set()  # nodes whose clock was last seen further from ours than CLOCK_MARGIN
         self._owes_registration: set[str] = set()  # nodes whose registration could not carry every seal
         self._grants: dict[str, set[tuple[str, int, tuple[int, int]]]] = {}  # per node, over a registration's pages
@@ -152,15 +165,85 @@ class CatalogServer(ServiceBase):
         self._status_lock = threading.Lock()
         self._status: tuple[float, dict] | None = None
         threading.Thread(target=self._expire_pending_loop, name="flightpart-pending-ttl", daemon=True).start()
+        if self.lease is not None:
+            self.lease.start()  # its first round runs now: the first catalog of a cluster leads before it answers
 
     def shutdown(self) -> None:
         self._stopping.set()
+        if self.lease is not None:
+            self.lease.stop()  # a leader gives the lease up: a standby takes over without waiting for it to expire
         super().shutdown()
         self.state.close()
+
+    # ------------------------------------------------------------------ leadership
+
+    def refusal(self, rpc: str, args: tuple) -> NotLeader | None:
+        """A standby answers every call (but ``leadership``) with NOT_LEADER, naming the leader when it knows it."""
+        lease = self.__dict__.get("lease")
+        if lease is None or lease.epoch is not None:
+            return None
+        if rpc == "do_action" and args and getattr(args[0], "type", None) == GetLeadership.ACTION:
+            return None
+        leader = lease.leader()
+        return NotLeader(f"{self.uri} is a standby catalog; the leader is {leader or 'being elected (retry shortly)'}",
+                         field=leader)
+
+    def epoch(self) -> int | None:
+        """The epoch orders to nodes carry (None without a lease)."""
+        return self.lease.epoch if self.lease is not None else None
+
+    def _took_over(self, epoch: int) -> None:
+        """This catalog leads from ``epoch``: its view of the state is read afresh, and every node is told at once
+        (nodes then refuse the old leader's orders and send their heartbeats here)."""
+        self._infos.clear()
+        self.state.take_over()
+        if self._cluster_id is not None and self.state.cluster() is None:
+            self.state.mint_cluster(self._cluster_id)
+        if self.state.cluster() is not None:
+            self._identity_known.set()
+        threading.Thread(target=self._announce, args=(epoch,), name="flightpart-announce", daemon=True).start()
+
+    def _announce(self, epoch: int) -> None:
+        cluster = self.state.cluster()
+        order = Lead(cluster, epoch, self.uri)
+
+        def tell(node: NodeRecord) -> None:
+            self.pool.action(node.uri, order, timeout=min(self.fan_out_timeout, 2.0))
+            self.state.heard(node.node_id)
+
+        told = self._fan_out(self.state.nodes(), tell, f"lead (epoch {epoch})")
+        log.info("epoch %d: %d nodes follow this catalog", epoch, told)
+        if not self._stopping.wait(self.WARM_AFTER):
+            self._warm()
+
+    WARM_AFTER = 1.0
+    """Seconds after a takeover before the FlightInfos are built: the writers that waited for the new leader go
+    first (building them for 50,000 partitions holds the process's CPU for about a second)."""
+
+    def _warm(self) -> None:
+        """Build the FlightInfo of every dataset's latest version now, after a takeover, so the first opens do not
+        each wait for a large version's partitions to be read from the database (3.6 s cold at 50,000)."""
+        started = time.monotonic()
+        try:
+            for name in self.state.latest_versions():
+                if self.lease is not None and not self.lease.leads():
+                    return
+                self._cached_info(*name)
+        except FlightpartError as exc:
+            log.info("warming the FlightInfos after the takeover stopped: %s", exc)
+            return
+        log.info("FlightInfos of every dataset's latest version built in %.2f s", time.monotonic() - started)
+
+    def _leadership(self, _: GetLeadership) -> Leadership:
+        if self.lease is None:
+            return Leadership("single", self.uri, self.uri)
+        return Leadership(**self.lease.describe())
 
     def _expire_pending_loop(self) -> None:
         """Abort puts that never finished, once they are older than the pending TTL (see docs/operations.md)."""
         while not self._stopping.wait(min(max(self.pending_ttl / 4, 0.2), 30.0)):
+            if self.lease is not None and not self.lease.leads():
+                continue  # a standby (or a leader cut off from its database) keeps house for no one
             try:
                 for dataset, version in self.state.expired_pending(self.pending_ttl):
                     log.info("%s v%d: pending for more than %ss, aborted", dataset, version, self.pending_ttl)
@@ -178,7 +261,10 @@ class CatalogServer(ServiceBase):
 
     def problems(self) -> list[str]:
         """Why the catalog cannot answer, if it cannot: its state database does not. Empty: SERVING."""
-        return [] if self.state.ping() else ["the state database does not answer"]
+        found = [] if self.state.ping() else ["the state database does not answer"]
+        if self.lease is not None and self.lease.epoch is not None and not self.lease.leads():
+            found.append("this catalog's lease could not be renewed (the state database does not answer): read-only")
+        return found
 
     STATUS_FRESH_SECONDS = 1.0
     """How long one gathering of the status page's facts serves every viewer (each asks every live node)."""
@@ -188,14 +274,18 @@ class CatalogServer(ServiceBase):
         most once per :attr:`STATUS_FRESH_SECONDS` however many pages and scripts ask."""
         with self._status_lock:
             if self._status is None or time.monotonic() - self._status[0] > self.STATUS_FRESH_SECONDS:
-                self._status = (time.monotonic(), cluster_status(self.state, self.pool))
+                self._status = (time.monotonic(), cluster_status(self.state, self.pool,
+                                                                 self._leadership(GetLeadership()).to_json()))
             return self._status[1]
 
     def stats(self) -> dict:
         """StatsReply for the ``stats`` action and the metrics endpoint."""
         nodes = self.state.nodes()
-        return {"datasets": len(self.state.datasets()), "nodes_alive": sum(n.alive for n in nodes),
-                "nodes_dead": sum(not n.alive for n in nodes), "refused_calls": self.guard.refused}
+        out = {"datasets": len(self.state.datasets()), "nodes_alive": sum(n.alive for n in nodes),
+               "nodes_dead": sum(not n.alive for n in nodes), "refused_calls": self.guard.refused}
+        if self.lease is not None:
+            out.update(leader=int(self.lease.leads()), epoch=self.lease.epoch or 0)
+        return out
 
     # ------------------------------------------------------------------ reads
 
@@ -287,7 +377,7 @@ class CatalogServer(ServiceBase):
         if not b.more and b.node_id in self._owes_registration:
             self._owes_registration.discard(b.node_id)
             self.state.must_register(b.node_id)
-        return RegisterReply(b.node_id, cluster, tuple(VersionRef(d, v) for d, v in orphans), tuple(seal))
+        return RegisterReply(b.node_id, cluster, tuple(VersionRef(d, v) for d, v in orphans), tuple(seal), self.epoch())
 
     def _signed_by_us(self, node_id: str, sealed: tuple[Commit, ...]) -> list[Commit]:
         """The manifests this catalog signed; any other is logged and not taken as a commit (nor as a placement)."""
@@ -406,6 +496,8 @@ class CatalogServer(ServiceBase):
         return VersionReply(self.state.begin(b.dataset))
 
     def _commit(self, b: Commit) -> Committed:
+        if self._committed_already(b):
+            return Committed(b.dataset, b.version)
         nodes = {n.node_id: n for n in self.state.nodes()}
         parts = []
         for k, p in enumerate(b.partitions):
@@ -431,6 +523,23 @@ class CatalogServer(ServiceBase):
         describe("commit", dataset=b.dataset, version=b.version, partitions=len(parts), rows=b.shape[0])
         return Committed(b.dataset, b.version)
 
+    def _committed_already(self, b: Commit) -> bool:
+        """Whether this very commit is published already: its writer sent it again because the answer was lost (the
+        catalog that took it died, and the writer's call moved to the new leader). A version number is reserved for
+        one writer, so the same manifest is the same write; a different one is still a VERSION_CONFLICT."""
+        state = self.state.version_state(b.dataset, b.version)
+        if state is None or state[0] != "committed":
+            return False
+        stored = manifest_of(self.state.version(b.dataset, b.version))
+
+        def shape(m: Commit) -> tuple:
+            return (m.shape, m.tiling, sorted((p.part, p.start, p.shape, tuple(sorted(p.nodes))) for p in m.partitions))
+
+        if shape(stored) != shape(b):
+            return False
+        log.info("%s v%d: committed already (the writer's retry of the same commit)", b.dataset, b.version)
+        return True
+
     def _raise_if_not_pending(self, dataset: str, version: int) -> None:
         """DatasetNotFound when ``version`` was dropped or aborted: why its files are gone, rather than a missing file."""
         state = self.state.version_state(dataset, version)
@@ -446,8 +555,8 @@ class CatalogServer(ServiceBase):
         """Tell the holders the version is committed; one that misses it is told when it registers again (also after
         a restart of this catalog: see :meth:`CatalogState.sealed_everywhere`). How many were told."""
         cluster, manifest = self.state.cluster(), self._signed(manifest)
-        return self._fan_out(nodes, lambda node: self.pool.action(node.uri, Seal(cluster, manifest),
-                                                                  timeout=self.fan_out_timeout),
+        order = Seal(cluster, manifest, self.epoch())
+        return self._fan_out(nodes, lambda node: self.pool.action(node.uri, order, timeout=self.fan_out_timeout),
                              f"seal {manifest.dataset} v{manifest.version}")
 
     def _verify_on_nodes(self, name: str, version: int, expected: pa.Schema, parts: list[PartRecord]) -> None:
@@ -508,7 +617,7 @@ class CatalogServer(ServiceBase):
     def _drop_files(self, name: str, version: int | None, nodes: list[NodeRecord], *, pending_only: bool = False) -> int:
         """Tell the nodes to delete a version's files, in parallel; a node that misses it is told when it registers again."""
         through = self.state.dropped_through(name) if version is None and not pending_only else None
-        order = DropFiles(name, version, self.state.cluster(), pending_only, through)
+        order = DropFiles(name, version, self.state.cluster(), pending_only, through, self.epoch())
         return self._fan_out([n for n in nodes if n.alive],
                              lambda node: self.pool.action(node.uri, order, timeout=self.fan_out_timeout),
                              f"drop {name} v{version}")
@@ -517,6 +626,11 @@ class CatalogServer(ServiceBase):
         """Run ``call(node)`` for every node at once, each with its own deadline; returns how many succeeded."""
         nodes = list(nodes)
         if not nodes:
+            return 0
+        if self.lease is not None and not self.lease.leads():
+            # the lease ran out since the state was written: orders are the new leader's to give (it tells nodes
+            # what they missed, as after a restart); nodes would refuse this epoch's anyway once it leads
+            log.warning("%s: not sent, this catalog no longer holds the lease", what)
             return 0
 
         def one(node: NodeRecord) -> bool:
@@ -560,8 +674,11 @@ class CatalogServer(ServiceBase):
                     if not spare:
                         break
                     target = spare[0]
-                    self.pool.action(holders[0].uri, CopyTo(record.dataset, record.version, p.part, target.uri),
-                                     timeout=None)
+                    if self.lease is not None and not self.lease.leads():
+                        raise NotLeader("repair stopped: this catalog no longer holds the lease; run it again",
+                                        field=self.lease.leader())
+                    self.pool.action(holders[0].uri, CopyTo(record.dataset, record.version, p.part, target.uri,
+                                                            self.state.cluster(), self.epoch()), timeout=None)
                     self._verify_on_nodes(record.dataset, record.version, schema, [PartRecord(p.part, p.start, p.shape, 0, [target])])
                     self.state.add_replica(record.dataset, record.version, p.part, target.node_id)
                     # the new holder keeps a manifest naming it, so a catalog rebuilding lost state takes its copy
@@ -645,6 +762,8 @@ class CatalogServer(ServiceBase):
 
     actions = action_table(
         Action(RegisterNode, _register_node, "a node announces itself and what its data directory holds", "node"),
+        Action(GetLeadership, _leadership, "which catalog leads, since when, its epoch, and the standbys (any catalog "
+               "answers)", "read", changes_state=False),
         Action(Heartbeat, _heartbeat, "a node is alive", "node", changes_state=False),
         Action(ListNodes, _nodes, "every known node, alive or not", "read", changes_state=False),
         Action(GetStats, _stats, "datasets and nodes alive or dead", "read", changes_state=False),

@@ -17,8 +17,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import sqlite3
-import threading
 import time
 import uuid
 from collections.abc import Collection, Sequence
@@ -26,7 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from flightpart.errors import DatasetNotFound, VersionConflict, VersionExpired
+from flightpart.errors import DatasetNotFound, NotLeader, StateUnavailable, VersionConflict, VersionExpired
+
+from .catalog_db import Database, SqliteDatabase
 
 log = logging.getLogger("flightpart.catalog")
 
@@ -38,7 +38,7 @@ CREATE TABLE IF NOT EXISTS counters(dataset TEXT PRIMARY KEY, next_version INTEG
 CREATE TABLE IF NOT EXISTS versions(
     dataset TEXT NOT NULL, version INTEGER NOT NULL, state TEXT NOT NULL, schema BLOB,
     rows INTEGER, cols INTEGER, grid_p INTEGER, grid_q INTEGER, nranks INTEGER, created REAL NOT NULL,
-    replicas INTEGER NOT NULL DEFAULT 1,
+    replicas INTEGER NOT NULL DEFAULT 1, found INTEGER NOT NULL DEFAULT 0, unsealed INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY(dataset, version));
 CREATE TABLE IF NOT EXISTS partitions(
     dataset TEXT NOT NULL, version INTEGER NOT NULL, i INTEGER NOT NULL, j INTEGER NOT NULL,
@@ -104,25 +104,25 @@ class CatalogState:
     FLUSH_EVERY = 30.0
     """Seconds between writes of the in-memory heartbeats to the database (what a restart starts from)."""
 
-    def __init__(self, path: str | Path, *, dead_after: float = 10.0):
-        if str(path) != ":memory:":
+    def __init__(self, path: str | Path = ":memory:", *, dead_after: float = 10.0, database: Database | None = None):
+        if database is None and str(path) != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
             # owner only, whatever the umask; SQLite gives the -wal and -shm files the database file's mode
             os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
             os.chmod(path, 0o600)
         self.dead_after = dead_after
-        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=FULL")
-        self._db.executescript(SCHEMA)
-        if "found" not in {row[1] for row in self._db.execute("PRAGMA table_info(versions)")}:
+        self._db = database if database is not None else SqliteDatabase(str(path))
+        self._db.script(SCHEMA)
+        # PostgreSQL state outlives this catalog's view of it: what was read last answers opens while it is away
+        self._memo: dict[tuple, Any] | None = {} if self._db.kind == "postgresql" else None
+        if "found" not in self._db.columns("versions"):
             # 1: a pending version first learned from a node's unsealed files (this catalog lost its state): it may
             # have been committed before the loss, so no pending TTL deletes it
             self._db.execute("ALTER TABLE versions ADD COLUMN found INTEGER NOT NULL DEFAULT 0")
-        if "unsealed" not in {row[1] for row in self._db.execute("PRAGMA table_info(versions)")}:
+        if "unsealed" not in self._db.columns("versions"):
             # 1 from a commit until every holder has its seal: a catalog that died in between tells them at restart
             self._db.execute("ALTER TABLE versions ADD COLUMN unsealed INTEGER NOT NULL DEFAULT 0")
-        self._lock = threading.RLock()
+        self._lock = self._db.lock
         self._space: dict[str, tuple[int | None, bool]] = {}  # node id -> (free bytes, low space), from heartbeats
         self._skew: dict[str, float | None] = {}  # node id -> its clock minus ours, seconds, from heartbeats
         # liveness lives in memory: a heartbeat is a dict write, flushed to the database in one batch now and then
@@ -137,14 +137,18 @@ class CatalogState:
     # ------------------------------------------------------------------ identity
 
     @property
+    def database(self) -> Database:
+        """Where the state lives (SQLite or PostgreSQL)."""
+        return self._db
+
+    @property
     def rows_written(self) -> int:
         """Rows the database has written since it was opened (what shows heartbeats are kept in memory, then batched)."""
-        return self._db.total_changes
+        return self._db.rows_written
 
     def cluster(self) -> str | None:
         """This cluster's identity, once known."""
-        with self._lock:
-            row = self._db.execute("SELECT value FROM meta WHERE key='cluster'").fetchone()
+        row = self._remembered(("cluster",), lambda: self._db.execute("SELECT value FROM meta WHERE key='cluster'").fetchone())
         return row[0] if row else None
 
     def adopt_cluster(self, offered: str | None) -> str | None:
@@ -174,12 +178,37 @@ class CatalogState:
             return cluster
 
     def close(self) -> None:
-        self.flush_heartbeats()
-        with self._lock:
-            self._db.close()
+        try:
+            self.flush_heartbeats()
+        except (NotLeader, StateUnavailable):
+            pass  # another catalog leads, or the database is away: the heartbeats were its to keep
+        self._db.close()
 
-    def _tx(self):
-        return _Transaction(self._db, self._lock)
+    def _tx(self, touches: str | None = "*") -> Any:
+        """A write transaction. On PostgreSQL, what was remembered for reads of the dataset it ``touches`` (``"*"``:
+        any; None: no dataset, as a flush of heartbeats) is forgotten once it commits, so the memory never answers
+        for state this catalog changed."""
+        return _Forgetting(self._db.transaction(), self._memo, touches)
+
+    MEMO_ENTRIES = 4096
+    """Reads remembered at once (a PostgreSQL catalog's answers while its database is away); past it, started afresh."""
+
+    def _remembered(self, key: tuple, read: Any) -> Any:
+        """``read()``; on PostgreSQL also kept, and answered from memory when the database does not answer."""
+        if self._memo is None:
+            with self._lock:
+                return read()
+        try:
+            with self._lock:
+                value = read()
+        except StateUnavailable:
+            if key in self._memo:
+                return self._memo[key]
+            raise
+        if len(self._memo) >= self.MEMO_ENTRIES:
+            self._memo.clear()
+        self._memo[key] = value
+        return value
 
     # ------------------------------------------------------------------ nodes
 
@@ -224,7 +253,7 @@ class CatalogState:
             seen = {(d, v) for d, v in versions} | {(p["dataset"], p["version"]) for p in held} | {(m.dataset, m.version) for m in manifests}
             for dataset, version in seen:
                 db.execute("INSERT INTO counters VALUES(?, ?) ON CONFLICT(dataset) DO UPDATE SET "
-                           "next_version=MAX(next_version, excluded.next_version)", (dataset, version + 1))
+                           "next_version=GREATEST(counters.next_version, excluded.next_version)", (dataset, version + 1))
             states = {key: _state(db, *key) for key in seen}
             for key in [k for k, state in states.items() if state in (None, "pending", "committed") and _below_floor(db, *k)]:
                 if states[key] is not None:
@@ -237,28 +266,21 @@ class CatalogState:
                     states[(m.dataset, m.version)] = "committed"
             sealed = {(m.dataset, m.version) for m in manifests} | set(sealed_versions)
             unsealed_committed: set[tuple[str, int]] = set()
+            claims: dict[tuple[str, int], list[dict]] = {}
             for p in held:
                 key = (p["dataset"], p["version"])
                 state = states[key]
                 if state == "committed":
-                    known = db.execute("SELECT 1 FROM partitions WHERE dataset=? AND version=? AND i=? AND j=?",
-                                       (key[0], key[1], p["part"][0], p["part"][1])).fetchone()
-                    if known and not _placed(db, node_id, key, tuple(p["part"]), granted):
-                        log.warning("node %s claims partition %s of %s v%d, which this catalog never placed there: ignored",
-                                    node_id, tuple(p["part"]), *key)
-                    elif known:
-                        db.execute("INSERT OR IGNORE INTO replicas VALUES(?,?,?,?,?)", (*key, p["part"][0], p["part"][1], node_id))
-                        db.execute("UPDATE partitions SET nbytes=MAX(nbytes, ?) WHERE dataset=? AND version=? AND i=? AND j=?",
-                                   (p.get("nbytes", 0), *key, p["part"][0], p["part"][1]))
-                        _write_stats(db, *key, [(p["part"], p.get("stats"))], replace=False)
-                        if key not in sealed:
-                            unsealed_committed.add(key)
+                    claims.setdefault(key, []).append(p)
                 elif state in ("dropped", "aborted"):
                     orphans.add(key)
                 elif state is None:
                     db.execute("INSERT INTO versions(dataset, version, state, created, found) VALUES(?,?,?,?,1)",
                                (*key, "pending", now))
                     states[key] = "pending"
+            for key, parts in claims.items():  # a few statements per version, not per partition
+                if _take_claims(db, node_id, key, parts, granted) and key not in sealed:
+                    unsealed_committed.add(key)
             for key in seen - {(p["dataset"], p["version"]) for p in held}:
                 if states[key] in ("dropped", "aborted"):
                     orphans.add(key)  # an empty directory of a version that is gone
@@ -283,9 +305,24 @@ class CatalogState:
             beats = dict(self._beats)
             self._flushed = time.monotonic()
         if beats:
-            with self._tx() as db:
-                db.executemany("UPDATE nodes SET last_heartbeat=MAX(last_heartbeat, ?) WHERE node_id=?",
+            with self._tx(touches=None) as db:
+                db.executemany("UPDATE nodes SET last_heartbeat=GREATEST(last_heartbeat, ?) WHERE node_id=?",
                                [(t, n) for n, t in beats.items()])
+
+    def take_over(self) -> None:
+        """This catalog leads now (another led before, writing the shared database): forget what was remembered,
+        know every recorded node (none must register again), and count silence from now, as after a restart."""
+        with self._lock:
+            if self._memo is not None:
+                self._memo.clear()
+            self._known = {r[0] for r in self._db.execute("SELECT node_id FROM nodes")} - {r[0] for r in self._db.execute(
+                "SELECT DISTINCT r.node_id FROM replicas r JOIN versions v USING(dataset, version) WHERE v.unsealed=1")}
+            self._started = time.time()
+
+    def heard(self, node_id: str) -> None:
+        """A node answered this catalog (not a heartbeat: at a takeover): alive from now."""
+        with self._lock:
+            self._beats[node_id] = time.time()
 
     def must_register(self, node_id: str) -> None:
         """The node's next heartbeat is refused, so it registers again and learns what it missed (drops, seals)."""
@@ -312,7 +349,8 @@ class CatalogState:
     def nodes(self) -> list[NodeRecord]:
         now = time.time()
         with self._lock:
-            rows = self._db.execute("SELECT node_id, uri, ip, pid, data_dir, last_heartbeat FROM nodes ORDER BY ip, uri").fetchall()
+            rows = self._remembered(("nodes",), lambda: self._db.execute(
+                "SELECT node_id, uri, ip, pid, data_dir, last_heartbeat FROM nodes ORDER BY ip, uri").fetchall())
             beats = dict(self._beats)
             space = dict(self._space)
             skews = dict(self._skew)
@@ -331,10 +369,11 @@ class CatalogState:
 
     def begin(self, dataset: str, nranks: int | None = None) -> int:
         """Reserve the next version number (never reused, even after a drop)."""
-        with self._tx() as db:
+        with self._tx(dataset) as db:
             row = db.execute("SELECT next_version FROM counters WHERE dataset=?", (dataset,)).fetchone()
             version = row[0] if row else 1
-            db.execute("INSERT OR REPLACE INTO counters VALUES(?,?)", (dataset, version + 1))
+            db.execute("INSERT INTO counters VALUES(?,?) ON CONFLICT(dataset) DO UPDATE SET next_version=excluded.next_version",
+                       (dataset, version + 1))
             db.execute(
                 "INSERT INTO versions(dataset, version, state, nranks, created) VALUES(?,?,?,?,?)",
                 (dataset, version, "pending", nranks, time.time()),
@@ -343,8 +382,11 @@ class CatalogState:
 
     def ping(self) -> bool:
         """True while the database answers."""
-        with self._lock:
-            return self._db.execute("SELECT 1").fetchone() == (1,)
+        try:
+            with self._lock:
+                return tuple(self._db.execute("SELECT 1").fetchone()) == (1,)
+        except StateUnavailable:
+            return False
 
     def join_publish(self, dataset: str, nranks: int, rank: int) -> int:
         """The open SPMD publish ``rank`` should join, opened if there is none (atomically)."""
@@ -370,8 +412,10 @@ class CatalogState:
 
     def add_rank_part(self, dataset: str, version: int, rank: int, rows: int, cols: int, nbytes: int, node_id: str, schema: bytes) -> int:
         """Record one SPMD rank's part; returns how many ranks have joined."""
-        with self._tx() as db:
-            db.execute("INSERT OR REPLACE INTO partitions VALUES(?,?,?,?,?,?,?,?,?)", (dataset, version, rank, 0, None, 0, rows, cols, nbytes))
+        with self._tx(dataset) as db:
+            db.execute("INSERT INTO partitions VALUES(?,?,?,?,?,?,?,?,?) ON CONFLICT(dataset, version, i, j) DO UPDATE SET "
+                       "row_start=excluded.row_start, col_start=excluded.col_start, rows=excluded.rows, cols=excluded.cols, "
+                       "nbytes=excluded.nbytes", (dataset, version, rank, 0, None, 0, rows, cols, nbytes))
             db.execute("DELETE FROM replicas WHERE dataset=? AND version=? AND i=?", (dataset, version, rank))
             db.execute("INSERT INTO replicas VALUES(?,?,?,?,?)", (dataset, version, rank, 0, node_id))
             db.execute("UPDATE versions SET schema=COALESCE(schema, ?) WHERE dataset=? AND version=?", (schema, dataset, version))
@@ -402,7 +446,7 @@ class CatalogState:
         committed already. Otherwise an acknowledged write would be hidden
         by, or would hide, another one.
         """
-        with self._tx() as db:
+        with self._tx(dataset) as db:
             state = db.execute("SELECT state FROM versions WHERE dataset=? AND version=?", (dataset, version)).fetchone()
             if state is None:
                 raise DatasetNotFound(f"dataset {dataset!r} has no pending version {version} (was it dropped or aborted?)")
@@ -463,7 +507,7 @@ class CatalogState:
         """
         where = "dataset=?" + (" AND version=?" if version is not None else "")
         args = (dataset,) + ((version,) if version is not None else ())
-        with self._tx() as db:
+        with self._tx(dataset) as db:
             states = {r[0] for r in db.execute(f"SELECT state FROM versions WHERE {where}", args)}
             if only_pending and states != {"pending"}:
                 return []
@@ -487,8 +531,8 @@ class CatalogState:
                                     "ORDER BY dataset, version", (time.time() - ttl,)).fetchall()
 
     def latest(self, dataset: str) -> int:
-        with self._lock:
-            row = self._db.execute("SELECT MAX(version) FROM versions WHERE dataset=? AND state='committed'", (dataset,)).fetchone()
+        row = self._remembered(("latest", dataset), lambda: self._db.execute(
+            "SELECT MAX(version) FROM versions WHERE dataset=? AND state='committed'", (dataset,)).fetchone())
         if row is None or row[0] is None:
             raise DatasetNotFound(f"no dataset named {dataset!r}; `flightpart ls` lists what exists")
         return row[0]
@@ -496,6 +540,20 @@ class CatalogState:
     def version(self, dataset: str, version: int | None = None, *, nodes: dict[str, NodeRecord] | None = None) -> VersionRecord:
         """One committed version (``nodes``: the node table already read, for callers that read many versions)."""
         version = self.latest(dataset) if version is None else version
+        head, rows, replica_rows, stats = self._remembered(("version", dataset, version),
+                                                           lambda: self._version_rows(dataset, version))
+        nodes = nodes if nodes is not None else {n.node_id: n for n in self.nodes()}
+        holders: dict[tuple[int, int], list[NodeRecord]] = {}
+        for i, j, node_id in replica_rows:
+            if node_id in nodes:
+                holders.setdefault((i, j), []).append(nodes[node_id])
+        parts = [
+            PartRecord((i, j), (rs, cs), (nr, nc), nb, _serving_order(holders.get((i, j), []), k), _stats_of(stats.get((i, j))))
+            for k, (i, j, rs, cs, nr, nc, nb) in enumerate(rows)
+        ]
+        return VersionRecord(dataset, version, bytes(head[0]), (head[1], head[2]), (head[3], head[4]), parts, head[5])
+
+    def _version_rows(self, dataset: str, version: int) -> tuple:
         with self._lock:
             head = self._db.execute(
                 "SELECT schema, rows, cols, grid_p, grid_q, replicas FROM versions WHERE dataset=? AND version=? AND state='committed'",
@@ -512,29 +570,20 @@ class CatalogState:
             ).fetchall()
             stats = {(i, j): body for i, j, body in self._db.execute(
                 "SELECT i, j, body FROM stats WHERE dataset=? AND version=?", (dataset, version))}
-        nodes = nodes if nodes is not None else {n.node_id: n for n in self.nodes()}
-        holders: dict[tuple[int, int], list[NodeRecord]] = {}
-        for i, j, node_id in replica_rows:
-            if node_id in nodes:
-                holders.setdefault((i, j), []).append(nodes[node_id])
-        parts = [
-            PartRecord((i, j), (rs, cs), (nr, nc), nb, _serving_order(holders.get((i, j), []), k), _stats_of(stats.get((i, j))))
-            for k, (i, j, rs, cs, nr, nc, nb) in enumerate(rows)
-        ]
-        return VersionRecord(dataset, version, head[0], (head[1], head[2]), (head[3], head[4]), parts, head[5])
+        return head, rows, replica_rows, stats
 
     def sealed_everywhere(self, dataset: str, version: int) -> None:
         """Every holder of a committed version has its seal: nothing to tell them after a restart."""
-        with self._tx() as db:
+        with self._tx(dataset) as db:
             db.execute("UPDATE versions SET unsealed=0 WHERE dataset=? AND version=?", (dataset, version))
 
     def add_replica(self, dataset: str, version: int, part: tuple[int, int], node_id: str) -> None:
-        with self._tx() as db:
-            db.execute("INSERT OR IGNORE INTO replicas VALUES(?,?,?,?,?)", (dataset, version, part[0], part[1], node_id))
+        with self._tx(dataset) as db:
+            db.execute("INSERT INTO replicas VALUES(?,?,?,?,?) ON CONFLICT DO NOTHING", (dataset, version, part[0], part[1], node_id))
 
     def remove_replica(self, dataset: str, version: int, part: tuple[int, int], node_id: str) -> bool:
         """Stop listing a node as holder of a partition (its copy is damaged or gone); True if it was listed."""
-        with self._tx() as db:
+        with self._tx(dataset) as db:
             gone = db.execute("DELETE FROM replicas WHERE dataset=? AND version=? AND i=? AND j=? AND node_id=?",
                               (dataset, version, part[0], part[1], node_id))
             return gone.rowcount > 0
@@ -546,18 +595,19 @@ class CatalogState:
         nodes = {n.node_id: n for n in self.nodes()}
         return [self.version(d, v, nodes=nodes) for d, v in rows]
 
+    def latest_versions(self) -> list[tuple[str, int]]:
+        """(dataset, latest committed version) of every dataset, by name."""
+        return [(name, version) for name, version in self._remembered(("datasets",), lambda: self._db.execute(
+            "SELECT dataset, MAX(version) FROM versions WHERE state='committed' GROUP BY dataset ORDER BY dataset").fetchall())]
+
     def datasets(self) -> list[VersionRecord]:
         """The latest committed version of every dataset (the node table is read once, not once per dataset)."""
-        with self._lock:
-            rows = self._db.execute("SELECT dataset, MAX(version) FROM versions WHERE state='committed' "
-                                    "GROUP BY dataset ORDER BY dataset").fetchall()
         nodes = {n.node_id: n for n in self.nodes()}
-        return [self.version(name, v, nodes=nodes) for name, v in rows]
+        return [self.version(name, v, nodes=nodes) for name, v in self.latest_versions()]
 
     def versions_of(self, dataset: str) -> list[int]:
-        with self._lock:
-            return [r[0] for r in self._db.execute(
-                "SELECT version FROM versions WHERE dataset=? AND state='committed' ORDER BY version", (dataset,))]
+        return self._remembered(("versions_of", dataset), lambda: [r[0] for r in self._db.execute(
+            "SELECT version FROM versions WHERE dataset=? AND state='committed' ORDER BY version", (dataset,))])
 
 
 def _serving_order(holders: list[NodeRecord], k: int) -> list[NodeRecord]:
@@ -571,9 +621,9 @@ def _serving_order(holders: list[NodeRecord], k: int) -> list[NodeRecord]:
     return holders
 
 
-def _write_stats(db: sqlite3.Connection, dataset: str, version: int, entries: list, *, replace: bool = True) -> None:
-    verb = "INSERT OR REPLACE" if replace else "INSERT OR IGNORE"
-    db.executemany(f"{verb} INTO stats VALUES(?,?,?,?,?)",
+def _write_stats(db: Database, dataset: str, version: int, entries: list, *, replace: bool = True) -> None:
+    clash = "DO UPDATE SET body=excluded.body" if replace else "DO NOTHING"
+    db.executemany(f"INSERT INTO stats VALUES(?,?,?,?,?) ON CONFLICT(dataset, version, i, j) {clash}",
                    [(dataset, version, part[0], part[1], json.dumps(body)) for part, body in entries if body])
 
 
@@ -584,12 +634,12 @@ def _stats_of(body: str | None) -> dict | None:
         return None
 
 
-def _state(db: sqlite3.Connection, dataset: str, version: int) -> str | None:
+def _state(db: Database, dataset: str, version: int) -> str | None:
     row = db.execute("SELECT state FROM versions WHERE dataset=? AND version=?", (dataset, version)).fetchone()
     return row[0] if row else None
 
 
-def _write_committed(db: sqlite3.Connection, m: VersionRecord, now: float) -> None:
+def _write_committed(db: Database, m: VersionRecord, now: float) -> None:
     """A committed version from a node's manifest (a catalog rebuilding what it lost)."""
     db.execute("INSERT INTO versions(dataset, version, state, created) VALUES(?,?,?,?) ON CONFLICT(dataset, version) DO NOTHING",
                (m.dataset, m.version, "pending", now))
@@ -601,20 +651,22 @@ def _write_committed(db: sqlite3.Connection, m: VersionRecord, now: float) -> No
                "WHERE dataset=? AND version=?", (m.schema, m.shape[0], m.shape[1], m.grid[0], m.grid[1], m.replicas, m.dataset, m.version))
 
 
-class _Transaction:
-    def __init__(self, db: sqlite3.Connection, lock: threading.RLock):
-        self.db, self.lock = db, lock
+class _Forgetting:
+    """A transaction that empties the read memo when it commits (see :meth:`CatalogState._tx`)."""
 
-    def __enter__(self) -> sqlite3.Connection:
-        self.lock.acquire()
-        self.db.execute("BEGIN IMMEDIATE")
-        return self.db
+    def __init__(self, tx: Any, memo: dict | None, touches: str | None):
+        self.tx, self.memo, self.touches = tx, memo, touches
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def __enter__(self) -> Database:
+        return self.tx.__enter__()
+
+    def __exit__(self, *exc: Any) -> Any:
         try:
-            self.db.execute("ROLLBACK" if exc_type else "COMMIT")
+            return self.tx.__exit__(*exc)
         finally:
-            self.lock.release()
+            if self.memo is not None and exc[0] is None and self.touches is not None:
+                for key in [k for k in self.memo if self.touches == "*" or len(k) == 1 or k[1] == self.touches]:
+                    self.memo.pop(key, None)
 
 
 def _check_on_top(db: Any, dataset: str, version: int, base: int | None) -> None:
@@ -632,32 +684,32 @@ def _check_on_top(db: Any, dataset: str, version: int, base: int | None) -> None
                               "new version so it lands on top", field="commit.base")
 
 
-def _raise_floor(db: sqlite3.Connection, dataset: str, through: int) -> None:
+def _raise_floor(db: Database, dataset: str, through: int) -> None:
     """Every version of ``dataset`` up to ``through`` is dropped, and no number up to it is handed out again."""
     if through <= 0:
         return
     db.execute("INSERT INTO floors VALUES(?, ?) ON CONFLICT(dataset) DO UPDATE SET "
-               "dropped_through=MAX(dropped_through, excluded.dropped_through)", (dataset, through))
+               "dropped_through=GREATEST(floors.dropped_through, excluded.dropped_through)", (dataset, through))
     db.execute("INSERT INTO counters VALUES(?, ?) ON CONFLICT(dataset) DO UPDATE SET "
-               "next_version=MAX(next_version, excluded.next_version)", (dataset, through + 1))
+               "next_version=GREATEST(counters.next_version, excluded.next_version)", (dataset, through + 1))
 
 
-def _below_floor(db: sqlite3.Connection, dataset: str, version: int) -> bool:
+def _below_floor(db: Database, dataset: str, version: int) -> bool:
     row = db.execute("SELECT dropped_through FROM floors WHERE dataset=?", (dataset,)).fetchone()
     return bool(row) and version <= row[0]
 
 
-def _set_state(db: sqlite3.Connection, dataset: str, version: int, state: str, now: float) -> None:
+def _set_state(db: Database, dataset: str, version: int, state: str, now: float) -> None:
     """``version`` becomes a tombstone (``dropped`` or ``aborted``): its partitions are forgotten, its number kept."""
     db.execute("INSERT INTO versions(dataset, version, state, created) VALUES(?,?,?,?) "
                "ON CONFLICT(dataset, version) DO UPDATE SET state=excluded.state", (dataset, version, state, now))
     for table in ("partitions", "replicas", "stats"):
         db.execute(f"DELETE FROM {table} WHERE dataset=? AND version=?", (dataset, version))
     db.execute("INSERT INTO counters VALUES(?, ?) ON CONFLICT(dataset) DO UPDATE SET "
-               "next_version=MAX(next_version, excluded.next_version)", (dataset, version + 1))
+               "next_version=GREATEST(counters.next_version, excluded.next_version)", (dataset, version + 1))
 
 
-def _bury(db: sqlite3.Connection, tombstones: Sequence[Any], now: float) -> set[tuple[str, int]]:
+def _bury(db: Database, tombstones: Sequence[Any], now: float) -> set[tuple[str, int]]:
     """Record what a node says is gone; returns the versions this catalog still had (pending or committed) and now
     drops or aborts, whose files every node must delete."""
     gone: set[tuple[str, int]] = set()
@@ -674,10 +726,28 @@ def _bury(db: sqlite3.Connection, tombstones: Sequence[Any], now: float) -> set[
     return gone
 
 
-def _placed(db: sqlite3.Connection, node_id: str, key: tuple[str, int], part: tuple[int, int],
-            granted: Collection[tuple[str, int, tuple[int, int]]]) -> bool:
-    """Whether the catalog put this partition on this node: a replica it recorded, or one a signed manifest grants."""
-    if (key[0], key[1], part) in granted:
-        return True
-    return db.execute("SELECT 1 FROM replicas WHERE dataset=? AND version=? AND i=? AND j=? AND node_id=?",
-                      (*key, part[0], part[1], node_id)).fetchone() is not None
+def _take_claims(db: Database, node_id: str, key: tuple[str, int], parts: list[dict],
+                 granted: Collection[tuple[str, int, tuple[int, int]]]) -> bool:
+    """A node's claims to partitions of a committed version: counted where the catalog put them there (a replica it
+    recorded, or one a signed manifest grants), logged and ignored elsewhere. Whether any was taken."""
+    known = {(i, j) for i, j in db.execute("SELECT i, j FROM partitions WHERE dataset=? AND version=?", key)}
+    placed = {(i, j) for i, j in db.execute("SELECT i, j FROM replicas WHERE dataset=? AND version=? AND node_id=?",
+                                            (*key, node_id))}
+    taken = []
+    for p in parts:
+        part = tuple(p["part"])
+        if part not in known:
+            continue
+        if part not in placed and (key[0], key[1], part) not in granted:
+            log.warning("node %s claims partition %s of %s v%d, which this catalog never placed there: ignored",
+                        node_id, part, *key)
+            continue
+        taken.append(p)
+    if not taken:
+        return False
+    db.executemany("INSERT INTO replicas VALUES(?,?,?,?,?) ON CONFLICT DO NOTHING",
+                   [(*key, p["part"][0], p["part"][1], node_id) for p in taken])
+    db.executemany("UPDATE partitions SET nbytes=GREATEST(nbytes, ?) WHERE dataset=? AND version=? AND i=? AND j=?",
+                   [(p.get("nbytes", 0), *key, p["part"][0], p["part"][1]) for p in taken])
+    _write_stats(db, *key, [(p["part"], p.get("stats")) for p in taken], replace=False)
+    return True

@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 
 import pyarrow as pa
 
-from flightpart.errors import CannotStart, ForeignCluster, NodeConflict
+from flightpart.errors import CannotStart, ForeignCluster, NodeConflict, StateUnavailable
 from flightpart.io.access import SECRET_ENV, TOKEN_ENV, Access, read_secret_file
 from flightpart.io.connections import ConnectionPool
 from flightpart.io.layout import default_state_dir
@@ -32,6 +32,7 @@ from flightpart.tokens import Keys, VerifyKey
 
 from .auth import tls_server_options
 from .catalog import CatalogServer
+from .lease import LEASE_SECONDS
 from .node import NodeServer
 
 log = logging.getLogger("flightpart.daemon")
@@ -262,27 +263,40 @@ def bind_problem(host: str, port: int) -> str | None:
 def start_catalog(host: str, port: int, state_dir: str | None, dead_after: float, security: Security,
                   pending_ttl: float = 3600.0, capability_ttl: float = 86400.0, retire_after: float = 86400.0, *,
                   cluster_id: str | None = None, rebuild_grace: float | None = None,
-                  catalog_class: type[CatalogServer] = CatalogServer) -> CatalogServer:
+                  catalog_class: type[CatalogServer] = CatalogServer, lease: str | None = None,
+                  lease_seconds: float = LEASE_SECONDS, advertise: str | None = None) -> CatalogServer:
     """A catalog whose SQLite state lives in ``state_dir`` (default: the per-user data directory), readable by its owner
-    only; ``catalog_class``: the catalog with whatever the caller adds to it (the CLI's speaks Flight SQL)."""
+    only, or, with ``lease`` (a PostgreSQL URL), in that database, shared with the cluster's other catalogs;
+    ``catalog_class``: the catalog with whatever the caller adds to it (the CLI's speaks Flight SQL)."""
     state = Path(state_dir) if state_dir else default_state_dir()
     state.mkdir(parents=True, exist_ok=True)
     state.chmod(0o700)
-    return listening(lambda: catalog_class(host, port, state_path=str(state / "catalog.sqlite"), dead_after=dead_after,
-                                           pending_ttl=pending_ttl, capability_ttl=capability_ttl, retire_after=retire_after,
-                                           pool=security.pool(), cluster_id=cluster_id, rebuild_grace=rebuild_grace,
-                                           **{**security.server_options(), "secret": security.catalog_secret()}),
-                     host, port, "catalog")
+
+    def build() -> CatalogServer:
+        try:
+            return catalog_class(host, port, state_path=str(state / "catalog.sqlite"), dead_after=dead_after,
+                                 pending_ttl=pending_ttl, capability_ttl=capability_ttl, retire_after=retire_after,
+                                 pool=security.pool(), cluster_id=cluster_id, rebuild_grace=rebuild_grace, lease=lease,
+                                 lease_seconds=lease_seconds, advertise=advertise,
+                                 **{**security.server_options(), "secret": security.catalog_secret()})
+        except StateUnavailable as exc:
+            raise CannotStart(f"--lease: {exc.message}; start PostgreSQL (or fix the address) and try again") from None
+        except ImportError:
+            raise CannotStart("--lease needs psycopg: pip install 'flightpart[ha]'") from None
+
+    return listening(build, host, port, "catalog")
 
 
 def run_catalog(host: str, port: int, state_dir: str | None, dead_after: float, security: Security, ports: Observability,
                 pending_ttl: float = 3600.0, capability_ttl: float = 86400.0, retire_after: float = 86400.0, *,
                 cluster_id: str | None = None, rebuild_grace: float | None = None,
-                catalog_class: type[CatalogServer] = CatalogServer) -> None:
+                catalog_class: type[CatalogServer] = CatalogServer, lease: str | None = None,
+                lease_seconds: float = LEASE_SECONDS, advertise: str | None = None) -> None:
     """``flightpart catalog``: serve until a signal."""
     security.check_exposure(host, "catalog")
     server = start_catalog(host, port, state_dir, dead_after, security, pending_ttl, capability_ttl, retire_after,
-                           cluster_id=cluster_id, rebuild_grace=rebuild_grace, catalog_class=catalog_class)
+                           cluster_id=cluster_id, rebuild_grace=rebuild_grace, catalog_class=catalog_class, lease=lease,
+                           lease_seconds=lease_seconds, advertise=advertise)
     extras = observe(server, "catalog", host, ports)
     log_started("catalog", server.uri, server.state.cluster(), security, host)
     announce("catalog", server.uri)
@@ -298,7 +312,8 @@ def run_node(host: str, port: int, *, data_dir: str | None, catalog: str | None,
     """``flightpart serve``: a node (and, without ``catalog``, a catalog in the same process), until a signal."""
     security.check_exposure(host, "node")
     servers: list = []
-    if catalog is not None and port and catalog.split("://")[-1] in (f"{host}:{port}", f"{advertise}:{port}"):
+    if catalog is not None and port and any(one.split("://")[-1] in (f"{host}:{port}", f"{advertise}:{port}")
+                                            for one in catalog.split(",")):
         raise CannotStart(f"--catalog {catalog} is this node's own address: start the catalog first (`flightpart catalog`) "
                           "and give the node another --port, or drop --catalog to run node and catalog in one process")
     if catalog is None:

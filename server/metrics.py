@@ -38,6 +38,7 @@ COUNTERS = {  # stats key: (metric name without _total, help)
     "assembled_rows": ("flightpart_assembled_rows", "Rows gathered to build partitions of a new grid"),
     "pulled_bytes": ("flightpart_pulled_bytes", "Bytes pulled from other nodes to build partitions"),
     "streams_compressed": ("flightpart_compressed_streams", "Read streams sent compressed (the reader asked and a sample shrank)"),
+    "stale_orders": ("flightpart_stale_orders", "Orders refused because they came from a catalog that no longer leads"),
 }
 GAUGES = {
     "partitions_held": ("flightpart_held_partitions", "Partitions in the node's data directory"),
@@ -45,6 +46,8 @@ GAUGES = {
     "maps_open": ("flightpart_open_maps", "Partition files the node keeps memory-mapped"),
     "free_bytes": ("flightpart_disk_free_bytes", "Free bytes on the node's data directory's file system"),
     "datasets": ("flightpart_datasets", "Datasets with a committed version"),
+    "leader": ("flightpart_catalog_leader", "1 while this catalog holds the lease (catalogs sharing a --lease), else 0"),
+    "epoch": ("flightpart_catalog_epoch", "The lease's epoch this catalog leads with (0: it does not lead)"),
 }
 
 

@@ -28,6 +28,7 @@ from flightpart.errors import (
     PartitionMissing,
     RequestRejected,
     SchemaMismatch,
+    StaleEpoch,
     StorageFull,
     StorageUnwritable,
 )
@@ -41,6 +42,7 @@ from flightpart.io.counters import Counters
 from flightpart.io.errors import translated
 from flightpart.io.hosts import advertised_ip
 from flightpart.io.layout import default_data_dir
+from flightpart.io.leader import CatalogAddresses, split_addresses
 from flightpart.io.transfer import BATCH_BYTES, chunks, send_partition, split_batch
 from flightpart.query.apply import apply_ticket
 from flightpart.tokens import Keys, role_token, verify_token
@@ -53,11 +55,13 @@ from flightpart.wire import (
     Copied,
     CopyTo,
     DropFiles,
+    Following,
     GetNodeInfo,
     GetStats,
     Heartbeat,
     Held,
     HeldReply,
+    Lead,
     ListNodes,
     NodeInfo,
     PartHeader,
@@ -92,7 +96,7 @@ log = logging.getLogger("flightpart.node")
 NODE_COUNTERS = ("bytes_sent", "rows_sent", "batches_sent", "partitions_served", "bytes_received", "partitions_stored",
                  "put_streams", "errors", "storage_full_refusals", "partitions_assembled", "partitions_linked", "assembled_rows",
                  "pulled_bytes", "streams_compressed", "partitions_damaged", "partitions_missing", "scrubbed_bytes",
-                 "get_streams")
+                 "get_streams", "stale_orders")
 """What a node's ``stats`` action and metrics count."""
 
 
@@ -217,13 +221,14 @@ class NodeServer(ServiceBase):
         self.pid = os.getpid()
         keep_freed_memory()  # receiving puts and pulls: freed buffers reused, not faulted in again per partition
         self.counters = Counters(NODE_COUNTERS)
-        self.catalog_uri = catalog
+        # the cluster's catalogs (several when they share a lease): reports go to the leader, followed when it moves
+        self.catalogs = CatalogAddresses(split_addresses(catalog)) if catalog else None
         self.heartbeat_interval = heartbeat_interval
         access = pool.access if pool is not None else Access()
         if token is not None or isinstance(secret, bytes):  # it speaks to the catalog and to other nodes as the node it is
             access = dataclasses.replace(access, token=token or role_token(secret, "node", self.node_id))
         self.pool = ConnectionPool(access)
-        self.assembler = Assembler(self.store, self.pool, self.uri, catalog, self.counters.add)
+        self.assembler = Assembler(self.store, self.pool, self.uri, lambda: self.catalog_uri, self.counters.add)
         self._stopping = threading.Event()
         self.registered = threading.Event()
         self.last_contact: float | None = None  # monotonic time of the catalog's last answer
@@ -241,6 +246,17 @@ class NodeServer(ServiceBase):
             threading.Thread(target=self._scrub_loop, name="flightpart-scrub", daemon=True).start()
 
     # ------------------------------------------------------------------ catalog
+
+    @property
+    def catalog_uri(self) -> str | None:
+        """The catalog this node reports to: the leader, as last heard of."""
+        return self.catalogs.current if self.catalogs is not None else None
+
+    def _to_catalog(self, body: Any, timeout: float | None = None) -> Any:
+        """An action at the leading catalog (a standby's NOT_LEADER followed, one that does not answer skipped)."""
+        assert self.catalogs is not None
+        with translated():
+            return self.catalogs.call(lambda uri: self.pool.action(uri, body, timeout=timeout))
 
     def info(self) -> dict:
         return {
@@ -269,9 +285,7 @@ class NodeServer(ServiceBase):
             body = RegisterNode(self.node_id, self.uri, self.ip, self.pid, str(self.store.root), __version__, parts,
                                 self.store.cluster, manifests, refs, sealed_refs, more=k < len(pages) - 1,
                                 tombstones=tombstones)
-            with translated():
-                reply = self.pool.action(self.catalog_uri, body)
-            self._follow(reply)
+            self._follow(self._to_catalog(body))
         self.last_contact = time.monotonic()
         self.registered.set()
         self.find_missing()
@@ -283,6 +297,9 @@ class NodeServer(ServiceBase):
         """Do what the catalog's answer to a registration says: join its cluster, delete orphans, keep manifests."""
         if reply.cluster is not None:
             self.store.join_cluster(reply.cluster)
+        if reply.epoch is not None and not self.store.obey_epoch(reply.epoch):
+            raise StaleEpoch(f"the catalog that answered leads with epoch {reply.epoch}, lower than {self.store.epoch}: "
+                             "it no longer leads", field="epoch")
         if reply.cluster is not None and reply.cluster == self.store.cluster:
             for orphan in reply.orphans:
                 removed = self.store.drop(orphan.dataset, orphan.version, remember=True)
@@ -301,7 +318,7 @@ class NodeServer(ServiceBase):
                     free = self.free_bytes()
                     beat = Heartbeat(self.node_id, free, free is not None and free < self.min_free_bytes,
                                      int(wall_clock() * 1000))
-                    known = self.pool.action(self.catalog_uri, beat, timeout=5).known
+                    known = self._to_catalog(beat, timeout=5).known
                     self.last_contact = time.monotonic()
                     if not known:
                         self.registered.clear()
@@ -309,7 +326,7 @@ class NodeServer(ServiceBase):
                     self.report_lost()
                 if self.store.leftovers:
                     self.store.retry_cleanup()
-            except (NodeConflict, ForeignCluster) as exc:
+            except (NodeConflict, ForeignCluster, StaleEpoch) as exc:
                 log.error("the catalog refused this node: %s", exc)
                 self.pool.discard(self.catalog_uri)
                 self.registered.clear()
@@ -355,16 +372,33 @@ class NodeServer(ServiceBase):
                 "free_bytes": self.free_bytes() or 0, "open_streams": self.guard.open_streams,
                 "refused_calls": self.guard.refused, "problems": self.problems()}
 
-    def _check_cluster(self, cluster: str | None) -> None:
-        """An order that deletes or seals data must come from this node's own cluster; a node that has none yet joins
-        the one its catalog's order names."""
+    def _check_cluster(self, cluster: str | None, epoch: int | None = None) -> None:
+        """An order that deletes or seals data must come from this node's own cluster, and from its leading catalog
+        (an epoch no lower than the highest seen); a node that has none yet joins the one its catalog's order names."""
         if self.store.cluster is not None and cluster != self.store.cluster:
             raise ForeignCluster(f"this node belongs to cluster {self.store.cluster}, the order came from "
                                  f"{cluster or 'no cluster'}; nothing was changed", field="cluster")
+        self._check_epoch(epoch)
         if cluster is not None and self.store.cluster is None:
             # registered while its catalog had no identity yet (a new cluster before its first write): its catalog's
             # first order names it (the catalog also makes the node register again, which names it too)
             self.store.join_cluster(cluster)
+
+    def _check_epoch(self, epoch: int | None) -> None:
+        if not self.store.obey_epoch(epoch):
+            self.counters.add(stale_orders=1)
+            raise StaleEpoch(f"this node follows the catalog of epoch {self.store.epoch}; an order of epoch "
+                             f"{epoch if epoch is not None else '(none)'} comes from a catalog that no longer leads: "
+                             "nothing was changed", field="epoch")
+
+    def _lead(self, body: Lead) -> Following:
+        """A catalog took the lease: orders of lower epochs are refused from now, and reports go to it."""
+        self._check_cluster(body.cluster, body.epoch)
+        if self.catalogs is not None:
+            self.catalogs.follow(body.leader)
+        self.last_contact = time.monotonic()
+        log.info("catalog %s leads from epoch %d", body.leader, body.epoch)
+        return Following(self.node_id)
 
     # ------------------------------------------------------------------ integrity
 
@@ -385,7 +419,7 @@ class NodeServer(ServiceBase):
             return
         body = ReportDamage(self.node_id, tuple(PartPlace(d, v, p) for d, v, p in places))
         try:
-            self.pool.action(self.catalog_uri, body, timeout=10)
+            self._to_catalog(body, timeout=10)
         except Exception as exc:
             log.info("could not report %d damaged or missing partitions to the catalog yet: %s", len(places), exc)
             return
@@ -641,7 +675,7 @@ class NodeServer(ServiceBase):
         return HeldReply(tuple(page), tuple(schemas), tuple(index[p.part[1]] for p in page), more)
 
     def _drop(self, body: DropFiles) -> Removed:
-        self._check_cluster(body.cluster)
+        self._check_cluster(body.cluster, body.epoch)
         removed = self.store.drop(body.dataset, body.version, pending_only=body.pending_only, through=body.through,
                                   remember=True)
         describe("drop", dataset=body.dataset, version=body.version, files=removed)
@@ -652,15 +686,18 @@ class NodeServer(ServiceBase):
         live = []
         if self.catalog_uri is not None:
             with translated():
-                live = [n.uri for n in self.pool.action(self.catalog_uri, ListNodes(), timeout=5).nodes if n.alive]
+                live = [n.uri for n in self._to_catalog(ListNodes(), timeout=5).nodes if n.alive]
         if target not in live or target == self.uri:
             raise RequestRejected("copy-to.target: not a live node of this cluster; nothing was sent", field="copy-to.target")
 
     def _seal(self, body: Seal) -> Sealed:
-        self._check_cluster(body.cluster)
+        self._check_cluster(body.cluster, body.epoch)
         return Sealed(self.store.seal(body.manifest))
 
     def _copy_to(self, body: CopyTo) -> Copied:
+        if body.cluster is not None:
+            self._check_cluster(body.cluster)
+        self._check_epoch(body.epoch)
         self._check_target(body.target)
         table = self.store.open(body.dataset, body.version, body.part)
         send_partition(self.pool, body.target, body.dataset, body.version, body.part, table)
@@ -686,6 +723,7 @@ class NodeServer(ServiceBase):
                changes_state=False),
         Action(Scrub, _scrub, "check every stored file against its checksum now; report damaged and missing ones",
                "catalog"),
+        Action(Lead, _lead, "a catalog took the lease: refuse orders of lower epochs, report to it", "catalog"),
         Action(CopyTo, _copy_to, "send a partition to another live node of the cluster (replication)", "catalog"),
         Action(Assemble, _assemble, "build partitions of a new grid from a committed version (repartition, rebalance, "
                "append): pulled from their holders, linked when unchanged", "write"),

@@ -35,8 +35,9 @@ MAX_CELLS = 1024
 """Past this many partitions a grid is summarised, not drawn (a page of 100,000 cells helps nobody)."""
 
 
-def cluster_status(state: CatalogState, pool: ConnectionPool) -> dict:
-    """Nodes (with their own stats where they answer) and the latest version of each dataset, as JSON-ready dicts."""
+def cluster_status(state: CatalogState, pool: ConnectionPool, catalogs: dict | None = None) -> dict:
+    """Nodes (with their own stats where they answer) and the latest version of each dataset, as JSON-ready dicts;
+    ``catalogs``: which catalog leads (:class:`~flightpart.wire.Leadership` as JSON)."""
     records = state.nodes()
     colours = {n.uri: node_colour(k, html=True) for k, n in enumerate(records)}
 
@@ -66,7 +67,8 @@ def cluster_status(state: CatalogState, pool: ConnectionPool) -> dict:
             entry["partitions"] = [{"part": list(p.part), "start": list(p.start), "shape": list(p.shape), "nbytes": p.nbytes,
                                     "nodes": [h.uri for h in p.nodes]} for p in record.parts]
         datasets.append(entry)
-    return {"version": __version__, "time": time.time(), "nodes": nodes, "datasets": datasets, "colours": colours}
+    return {"version": __version__, "time": time.time(), "nodes": nodes, "datasets": datasets, "colours": colours,
+            "catalogs": catalogs}
 
 
 def stored_columns(schema: bytes | None) -> list[dict[str, Any]]:
@@ -166,7 +168,7 @@ def render(status: dict) -> str:
 <body><h1>flightpart cluster</h1>
 <div class="sub">catalog {e(status["version"])} · {alive} of {len(status["nodes"])} nodes alive · {len(status["datasets"])} datasets ·
 updated {stamp} (every {REFRESH_SECONDS} s) · <a href="status.json">status.json</a> · <a href="metrics">metrics</a></div>
-<h2>Nodes</h2>
+{_catalogs_line(status.get("catalogs"))}<h2>Nodes</h2>
 <table class="nodes"><tr><th>node</th><th>address</th><th>state</th><th>health</th><th>partitions</th><th>bytes served</th>
 <th>free disk</th><th>clock skew</th></tr>
 {"".join(rows) or '<tr><td colspan="8">no node has registered yet</td></tr>'}
@@ -175,6 +177,18 @@ updated {stamp} (every {REFRESH_SECONDS} s) · <a href="status.json">status.json
 {"".join(grids) or "<p>no dataset has been committed yet</p>"}
 </body></html>
 """
+
+
+def _catalogs_line(catalogs: dict | None) -> str:
+    """Which catalog leads, since when and with which epoch, and the standbys (nothing for a single catalog)."""
+    if not catalogs or catalogs.get("role") == "single":
+        return ""
+    e = html.escape
+    since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(catalogs["since"])) if catalogs.get("since") else "?"
+    standbys = ", ".join(e(s) for s in catalogs.get("standbys") or ()) or "none"
+    return (f'<div class="catalogs">leader <b>{e(catalogs.get("leader") or "being elected")}</b> (epoch '
+            f'{catalogs.get("epoch")}, since {since}) · standbys: {standbys} · this page from {e(catalogs["uri"])} '
+            f'({e(catalogs["role"])})</div>')
 
 
 def _grid(d: dict, colours: dict[str, str]) -> str:

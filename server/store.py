@@ -157,6 +157,8 @@ class PartitionStore:
         marker = layout.read_marker(self.root)
         self.node_id = self._identity(marker.get("node_id"), node_id)
         self.cluster: str | None = marker.get("cluster")
+        epoch = marker.get("epoch")
+        self.epoch: int | None = epoch if isinstance(epoch, int) and not isinstance(epoch, bool) else None
         for tmp in layout.temporaries(self.root):
             tmp.unlink(missing_ok=True)
 
@@ -175,8 +177,20 @@ class PartitionStore:
     def join_cluster(self, cluster: str) -> None:
         """Record the cluster this node belongs to (once: a node never changes cluster by itself)."""
         if self.cluster is None:
-            layout.write_node_marker(self.root, self.node_id, cluster, self.modes.file)
+            layout.write_node_marker(self.root, self.node_id, cluster, self.modes.file, self.epoch)
             self.cluster = cluster
+
+    def obey_epoch(self, epoch: int | None) -> bool:
+        """Whether an order of a catalog with ``epoch`` may be obeyed: not lower than the highest seen (kept on
+        disk before the order is carried out, so a restart does not forget it). An order without an epoch is
+        obeyed only by a node that has never followed a leased catalog."""
+        with self._lock:
+            if epoch is None or (self.epoch is not None and epoch < self.epoch):
+                return self.epoch is None
+            if epoch != self.epoch:
+                layout.write_node_marker(self.root, self.node_id, self.cluster, self.modes.file, epoch)
+                self.epoch = epoch
+            return True
 
     # ------------------------------------------------------------------ tombstones
 

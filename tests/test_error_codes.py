@@ -92,9 +92,13 @@ def node_id(c) -> str:
 
 
 def commit_again(c) -> None:
-    nodes = [node_id(c)]
-    body = commit_body(partitions=[{"part": [0, 0], "start": [0, 0], "shape": [100, 1], "nodes": nodes}])
-    list(c.do_action(action("commit", body)))
+    """The same commit sent again is answered committed (a writer's retry after a lost answer); another manifest
+    for the committed version is a VERSION_CONFLICT."""
+    node = node_id(c)
+    same = commit_body(partitions=[{"part": [0, 0], "start": [0, 0], "shape": [100, 1], "nodes": [node]}])
+    assert json.loads(list(c.do_action(action("commit", same)))[0].body.to_pybytes()) == {"dataset": "good", "version": 1}
+    other = commit_body(partitions=[{"part": [0, 0], "start": [0, 0], "shape": [100, 1], "nodes": [node, node]}])
+    list(c.do_action(action("commit", other)))
 
 
 def commit_wrong_rows(c) -> None:
@@ -152,8 +156,10 @@ def test_the_client_raises_the_class_of_the_code(one_node):
 
 
 def commit_via(client) -> None:
-    nodes = [client.nodes()[0]["node_id"]]
-    raw_action(client, "commit", commit_body(partitions=[{"part": [0, 0], "start": [0, 0], "shape": [100, 1], "nodes": nodes}]))
+    """A different manifest for the committed version (the same one again is a retry, answered committed)."""
+    node = client.nodes()[0]["node_id"]
+    raw_action(client, "commit", commit_body(partitions=[{"part": [0, 0], "start": [0, 0], "shape": [100, 1],
+                                                          "nodes": [node, node]}]))
 
 
 def test_every_exception_is_exported_and_in_one_hierarchy():

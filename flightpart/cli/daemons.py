@@ -1,4 +1,4 @@
-"""Commands that run daemons and ask them how they are: serve, catalog, nodes, repair, scrub, token, verify-key, health, wait, stats."""
+"""Commands that run daemons and ask them how they are: serve, catalog, nodes, catalogs, repair, scrub, token, verify-key, health, wait, stats."""
 
 from __future__ import annotations
 
@@ -84,14 +84,24 @@ def serve(host: str, port: int, data_dir: str | None, catalog_uri: str | None, n
 @click.option("--dead-after", default=10.0, show_default=True, type=float, help="Seconds without heartbeat before a node is dead.")
 @click.option("--retire-after", default=86400.0, show_default=True, type=float,
               help="Seconds without heartbeat before a dead node is forgotten; its partitions then count as lost replicas.")
+@click.option("--advertise", default=None,
+              help="Host name clients and nodes use to reach this catalog (default: --host); with --lease, what a "
+                   "standby names as the leader's address.")
+@click.option("--lease", envvar="FLIGHTPART_LEASE", default=None, metavar="postgresql://USER@HOST:PORT/DB",
+              help="Several catalogs, one leader: keep the state in this PostgreSQL database and lead only while "
+                   "holding its lease (every catalog of the cluster gets the same; also $FLIGHTPART_LEASE, where a "
+                   "password stays off the command line). Without it: SQLite in --state-dir, one catalog.")
+@click.option("--lease-seconds", default=3.0, show_default=True, type=click.FloatRange(min=1.0),
+              help="How long a lease lasts unrenewed: a standby takes over about this long after the leader dies.")
 @PENDING_TTL_OPTION
 @CAPABILITY_TTL_OPTION
 @identity_options
 @security_options
 @observability_options
-def catalog_cmd(host: str, port: int, state_dir: str | None, dead_after: float, retire_after: float, pending_ttl: float,
-                capability_ttl: float, cluster_id: str | None, rebuild_grace: float, secret_file: str | None,
-                tls_cert: str | None,
+def catalog_cmd(host: str, port: int, state_dir: str | None, dead_after: float, retire_after: float,
+                advertise: str | None, lease: str | None,
+                lease_seconds: float, pending_ttl: float, capability_ttl: float, cluster_id: str | None, rebuild_grace: float,
+                secret_file: str | None, tls_cert: str | None,
                 tls_key: str | None, tls_client_ca: str | None, tls_ca: str | None, insecure: bool, health_port: int | None,
                 metrics_port: int | None, metrics_host: str) -> None:
     """Run a catalog alone (it also answers Flight SQL: docs/querying.md, \"SQL over Flight\")."""
@@ -100,7 +110,8 @@ def catalog_cmd(host: str, port: int, state_dir: str | None, dead_after: float, 
 
     run_catalog(host, port, state_dir, dead_after, Security(secret_file, tls_cert, tls_key, tls_client_ca, tls_ca, insecure),
                 Observability(health_port, metrics_port, metrics_host), pending_ttl, capability_ttl, retire_after,
-                cluster_id=cluster_id, rebuild_grace=rebuild_grace, catalog_class=SqlCatalogServer)
+                cluster_id=cluster_id, rebuild_grace=rebuild_grace, catalog_class=SqlCatalogServer, lease=lease,
+                lease_seconds=lease_seconds, advertise=advertise)
 
 
 # --------------------------------------------------------------------------- datasets
@@ -115,12 +126,39 @@ def nodes(catalog: str, as_json: bool) -> None:
     """List the nodes the catalog knows, alive or dead."""
     with client_for(catalog) as client:
         rows = client.nodes()
+        leadership = client.leadership()
     if as_json:
         click.echo(json.dumps(rows))
         return
+    if leadership.role != "single":
+        click.echo(_leadership_text(leadership))
     print_table(("node", "uri", "ip", "pid", "state", "clock skew"),
                  [(n["node_id"][:8], n["uri"], n["ip"], n["pid"], "[green]alive[/]" if n["alive"] else "[red]dead[/]",
                    _skew_text(n.get("clock_skew"))) for n in rows])
+
+
+@main.command()
+@CATALOG_OPTION
+@JSON_OPTION
+def catalogs(catalog: str, as_json: bool) -> None:
+    """Which catalog leads (since when, with which epoch) and which stand by (catalogs sharing a --lease)."""
+    with client_for(catalog) as client:
+        leadership = client.leadership()
+    if as_json:
+        click.echo(json.dumps(leadership.to_json()))
+        return
+    click.echo(_leadership_text(leadership))
+
+
+def _leadership_text(leadership) -> str:
+    """One line: the leader, its epoch and since when, the standbys."""
+    import time
+
+    if leadership.role == "single":
+        return f"one catalog, {leadership.uri} (no lease: state in SQLite)"
+    since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(leadership.since)) if leadership.since else "?"
+    return (f"leader {leadership.leader or '(being elected)'}, epoch {leadership.epoch}, since {since}; standbys: "
+            f"{', '.join(leadership.standbys) or 'none'}")
 
 
 def _skew_text(seconds: float | None) -> str:

@@ -123,10 +123,11 @@ def flight_address(value: str | None) -> str | None:
     if value is None:
         return None
     from flightpart.io.access import TLS_CA_ENV
+    from flightpart.io.leader import split_addresses
     from flightpart.io.uris import flight_uri
 
-    try:
-        uri = flight_uri(value, tls=bool(os.environ.get(TLS_CA_ENV)))
+    try:  # several catalogs sharing a lease: a comma-separated list, each a Flight URI
+        uri = ",".join(flight_uri(one, tls=bool(os.environ.get(TLS_CA_ENV))) for one in split_addresses(value) or [value])
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
     ctx = click.get_current_context(silent=True)

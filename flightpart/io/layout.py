@@ -107,14 +107,16 @@ def temporaries(root: Path) -> Iterator[Path]:
 
 
 def read_marker(data_dir: str | Path) -> dict:
-    """The node marker of a data directory: ``{"node_id", "cluster"}`` (empty if there is none or it is damaged)."""
+    """The node marker of a data directory: ``{"node_id", "cluster", "epoch"}`` (empty if there is none or it is damaged)."""
     try:
         marker = json.loads((Path(data_dir) / NODE_MARKER).read_text())
     except (OSError, ValueError):
         return {}
     if not isinstance(marker, dict) or not isinstance(marker.get("node_id"), str):
         return {}
-    return {"node_id": marker["node_id"], "cluster": marker.get("cluster") if isinstance(marker.get("cluster"), str) else None}
+    epoch = marker.get("epoch")
+    return {"node_id": marker["node_id"], "cluster": marker.get("cluster") if isinstance(marker.get("cluster"), str) else None,
+            "epoch": epoch if isinstance(epoch, int) and not isinstance(epoch, bool) and epoch >= 0 else None}
 
 
 def read_node_id(data_dir: str | Path) -> str | None:
@@ -122,10 +124,13 @@ def read_node_id(data_dir: str | Path) -> str | None:
     return read_marker(data_dir).get("node_id")
 
 
-def write_node_marker(data_dir: Path, node_id: str | None = None, cluster: str | None = None, mode: int = 0o600) -> str:
-    """Record a data directory's node id (fresh if None) and cluster, durably; returns the id."""
+def write_node_marker(data_dir: Path, node_id: str | None = None, cluster: str | None = None, mode: int = 0o600,
+                      epoch: int | None = None) -> str:
+    """Record a data directory's node id (fresh if None), cluster and the highest catalog epoch it has obeyed,
+    durably; returns the id."""
     node_id = node_id or uuid.uuid4().hex
-    write_atomically(data_dir / NODE_MARKER, json.dumps({"node_id": node_id, "cluster": cluster}).encode(), mode)
+    marker = {"node_id": node_id, "cluster": cluster, **({"epoch": epoch} if epoch is not None else {})}
+    write_atomically(data_dir / NODE_MARKER, json.dumps(marker).encode(), mode)
     return node_id
 
 

@@ -1,0 +1,230 @@
+"""Where the catalog's state lives: SQLite (one catalog, the default) or PostgreSQL (several catalogs, one leader).
+
+The state's rules (:mod:`server.catalog_state`) are written once, in the SQL
+both engines speak: ``?`` placeholders, ``INSERT ... ON CONFLICT``, and the
+scalar ``GREATEST`` (registered in SQLite). Each engine here turns that into
+its own: PostgreSQL gets ``%s``, 64-bit integers, double precision and bytea.
+
+A PostgreSQL database fences its writes: every transaction reads the lease
+row first (to refuse early) and again last, ``FOR SHARE`` (held until the
+commit, so a takeover comes before the check or after the commit), and is
+rolled back when the epoch there is not the one this catalog leads with. A
+catalog that lost its lease while frozen cannot write, whatever its own clock
+says.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from flightpart.errors import NotLeader, StateUnavailable
+
+
+class Database:
+    """A connection both SQLite and PostgreSQL satisfy: execute, executemany, transactions under one lock."""
+
+    lock: threading.RLock
+    kind = "?"
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        raise NotImplementedError
+
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        raise NotImplementedError
+
+    def transaction(self) -> Any:
+        """A context manager: the statements inside commit together or not at all (the lock held throughout)."""
+        raise NotImplementedError
+
+    def columns(self, table: str) -> set[str]:
+        raise NotImplementedError
+
+    @property
+    def rows_written(self) -> int:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+
+class SqliteDatabase(Database):
+    """One SQLite file in WAL mode, synchronous=FULL: every commit on disk before it is acknowledged."""
+
+    kind = "sqlite"
+
+    def __init__(self, path: str):
+        self.lock = threading.RLock()
+        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        self._db.create_function("GREATEST", 2, _greatest, deterministic=True)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")
+
+    def script(self, sql: str) -> None:
+        self._db.executescript(sql)
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        return self._db.execute(sql, params)
+
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        self._db.executemany(sql, rows)
+
+    @contextmanager
+    def transaction(self) -> Iterator[Database]:
+        with self.lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    def columns(self, table: str) -> set[str]:
+        return {row[1] for row in self._db.execute(f"PRAGMA table_info({table})")}
+
+    @property
+    def rows_written(self) -> int:
+        return self._db.total_changes
+
+    def close(self) -> None:
+        with self.lock:
+            self._db.close()
+
+
+def _greatest(a: Any, b: Any) -> Any:
+    return a if b is None else b if a is None else max(a, b)
+
+
+_TYPES = ((re.compile(r"\bREAL\b"), "DOUBLE PRECISION"), (re.compile(r"\bINTEGER\b"), "BIGINT"),
+          (re.compile(r"\bBLOB\b"), "BYTEA"))
+
+LEASE_TABLE = """
+CREATE TABLE IF NOT EXISTS flightpart_lease(
+    id INTEGER PRIMARY KEY CHECK (id = 1), holder TEXT NOT NULL, uri TEXT NOT NULL, epoch BIGINT NOT NULL,
+    expires TIMESTAMPTZ NOT NULL, since TIMESTAMPTZ NOT NULL);
+CREATE TABLE IF NOT EXISTS flightpart_catalogs(holder TEXT PRIMARY KEY, uri TEXT NOT NULL, seen TIMESTAMPTZ NOT NULL);
+"""
+
+
+class PostgresDatabase(Database):
+    """The catalog's state in PostgreSQL, shared by every catalog of the cluster; only the leader writes.
+
+    ``fence()`` gives the epoch this catalog leads with (None: it does not
+    lead), checked inside every write transaction against the lease row.
+    Connection trouble is :class:`~flightpart.errors.StateUnavailable` (the
+    connection is made again at the next call).
+    """
+
+    kind = "postgresql"
+
+    def __init__(self, url: str, *, fence: Callable[[], int | None] = lambda: None, connect_timeout: float = 3.0,
+                 settings: dict[str, str] | None = None):
+        import psycopg  # the ha extra: only a catalog given --lease needs it
+
+        self._psycopg = psycopg
+        self.url = url
+        self.fence = fence
+        self.connect_timeout = connect_timeout
+        # a catalog frozen inside a transaction (SIGSTOP, a pause) must not hold the lease row's lock for ever:
+        # the database ends such a session, so a takeover waits seconds, not until the frozen process wakes
+        self.settings = {"idle_in_transaction_session_timeout": "3s", "lock_timeout": "10s", **(settings or {})}
+        self.lock = threading.RLock()
+        self._conn: Any = None
+        self._written = 0
+        self._connect()
+
+    def _connect(self) -> Any:
+        if self._conn is None or self._conn.closed:
+            options = " ".join(f"-c {name}={value}" for name, value in self.settings.items())
+            try:
+                self._conn = self._psycopg.connect(self.url, autocommit=True, connect_timeout=max(1, int(self.connect_timeout)),
+                                                   options=options)
+            except self._psycopg.Error as exc:
+                self._conn = None
+                raise StateUnavailable(f"the state database does not answer: {_one_line(exc)}") from None
+        return self._conn
+
+    def script(self, sql: str) -> None:
+        with self.lock, self._guard():
+            conn = self._connect()
+            with conn.transaction():
+                conn.execute("SELECT pg_advisory_xact_lock(7213)")  # catalogs starting together create tables one at a time
+                for statement in filter(str.strip, sql.split(";")):
+                    conn.execute(_pg(statement))
+
+    @contextmanager
+    def _guard(self) -> Iterator[None]:
+        try:
+            yield
+        except self._psycopg.errors.LockNotAvailable as exc:  # waited longer than lock_timeout: busy, not down
+            raise StateUnavailable(f"the state database is busy: {_one_line(exc)}", field="lock") from None
+        except self._psycopg.OperationalError as exc:
+            if self._conn is not None and (self._conn.closed or self._conn.broken):
+                self._conn = None
+            raise StateUnavailable(f"the state database does not answer: {_one_line(exc)}") from None
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        with self.lock, self._guard():
+            cursor = self._connect().execute(_pg(sql), tuple(params))
+            if cursor.rowcount > 0 and not sql.lstrip().upper().startswith("SELECT"):
+                self._written += cursor.rowcount
+            return cursor
+
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        rows = list(rows)
+        if not rows:
+            return
+        with self.lock, self._guard():
+            with self._connect().cursor() as cursor:
+                cursor.executemany(_pg(sql), rows)
+            self._written += len(rows)
+
+    @contextmanager
+    def transaction(self) -> Iterator[Database]:
+        with self.lock, self._guard():
+            conn = self._connect()
+            with conn.transaction():
+                self._check_fence(conn)  # early: no work done that is bound to be refused
+                yield self
+                # last: the row stays locked from here to the commit, so a takeover either came before this check
+                # (refused: rolled back) or waits these milliseconds and comes after the commit, never in between
+                self._check_fence(conn, lock=True)
+
+    def _check_fence(self, conn: Any, *, lock: bool = False) -> None:
+        """NotLeader unless the lease row still names the epoch this catalog leads with (``lock``: held until the
+        transaction ends)."""
+        epoch = self.fence()
+        row = conn.execute("SELECT epoch, uri FROM flightpart_lease WHERE id = 1" + (" FOR SHARE" if lock else "")).fetchone()
+        if epoch is None or row is None or row[0] != epoch:
+            raise NotLeader("this catalog does not lead the cluster (its lease passed to another); nothing was changed",
+                            field=row[1] if row is not None and row[0] != epoch else None)
+
+    def columns(self, table: str) -> set[str]:
+        rows = self.execute("SELECT column_name FROM information_schema.columns WHERE table_name = ?", (table,)).fetchall()
+        return {r[0] for r in rows}
+
+    @property
+    def rows_written(self) -> int:
+        return self._written
+
+    def close(self) -> None:
+        with self.lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+
+def _pg(sql: str) -> str:
+    """SQLite's spelling as PostgreSQL's: ``%s`` placeholders, 64-bit integers, double precision, bytea."""
+    for pattern, replacement in _TYPES:
+        sql = pattern.sub(replacement, sql)
+    return sql.replace("%", "%%").replace("?", "%s")
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())[:300]
