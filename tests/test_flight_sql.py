@@ -156,6 +156,21 @@ def test_a_group_by_moves_one_row_per_group_and_partition(taxi, cluster):
     assert moved <= 4 * 6, f"{moved} rows moved for 4 groups over 6 partitions"
 
 
+def test_a_count_distinct_moves_one_row_per_group_value_and_partition(taxi, cluster):
+    table, _zones, conn = taxi
+    rows = lambda: sum(fp.connect(cluster.uri).stats(n.uri)["rows_sent"] for n in cluster.nodes)  # noqa: E731
+    sql = ("SELECT payment, count(DISTINCT pickup_zone) AS zones FROM trips WHERE fare > 5 GROUP BY payment "
+           "HAVING count(DISTINCT pickup_zone) > 1 ORDER BY payment")
+    before = rows()
+    got = answer(conn, sql)
+    moved = rows() - before
+    want = local(table).sql(sql).to_arrow_table()
+    assert got.schema.equals(want.schema) and same_answer(canonical(got), canonical(want))
+    groups = local(table).sql("SELECT count(*) FROM (SELECT DISTINCT payment, pickup_zone FROM trips WHERE fare > 5)"
+                              ).fetchall()[0][0]
+    assert moved <= groups * 6 < table.num_rows, f"{moved} rows moved for {groups} (payment, zone) pairs over 6 partitions"
+
+
 def test_a_plain_scan_is_read_from_the_nodes_one_endpoint_per_partition(taxi, cluster):
     import pyarrow.flight as flight
 

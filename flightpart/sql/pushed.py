@@ -6,7 +6,10 @@ optional WHERE that flightpart's filters express exactly, is answered in
 two steps: ``ds.filter(where).aggregate(...)`` (partials per partition on
 the nodes, combined at the catalog), then DuckDB over that small table for
 what is left: HAVING, ORDER BY, LIMIT, expressions over the aggregates,
-and the types DuckDB gives (``sum`` of integers is a HUGEINT). Any other
+and the types DuckDB gives (``sum`` of integers is a HUGEINT).
+``count(DISTINCT x)`` (alone, of one column) goes the same way: the nodes
+group by the keys and ``x``, so each partition sends one row per group and
+distinct value, and DuckDB counts them per group. Any other
 query (joins, DISTINCT, windows, functions of columns inside an aggregate,
 a filter flightpart cannot express) returns None here and is run whole by
 DuckDB over the pushdown scans.
@@ -48,8 +51,13 @@ def plan(query: str, known: set[str]) -> tuple[str, str | None, list[str], list[
     if group and not all(isinstance(g, exp.Column) and not g.table for g in group.expressions):
         return None
     found: dict[str, tuple[str, str]] = {}  # an aggregate's SQL -> (column, function)
+    distinct: set[str] = set()  # columns of count(DISTINCT column)
     for agg in tree.find_all(exp.AggFunc):
         function = _FUNCTIONS.get(type(agg).__name__)
+        if function == "count" and isinstance(agg.this, exp.Distinct) and len(agg.this.expressions) == 1 \
+                and isinstance(agg.this.expressions[0], exp.Column) and not agg.this.expressions[0].table:
+            distinct.add(agg.this.expressions[0].name)
+            continue
         if function is None or agg.args.get("distinct") or isinstance(agg.this, exp.Distinct):
             return None
         if isinstance(agg.this, exp.Star) and function == "count":
@@ -58,6 +66,10 @@ def plan(query: str, known: set[str]) -> tuple[str, str | None, list[str], list[
             found[agg.sql()] = (agg.this.name, function)
         else:
             return None
+    if distinct:
+        if found or len(distinct) > 1:
+            return None  # count(DISTINCT x) beside other aggregates, or of several columns: DuckDB runs it whole
+        return _distinct_plan(tree, table.name, keys, distinct.pop())
     if not found:
         return None
     for column in tree.find_all(exp.Column):  # outside the aggregates and WHERE, only group keys or select aliases
@@ -76,6 +88,30 @@ def plan(query: str, known: set[str]) -> tuple[str, str | None, list[str], list[
         final.set("where", exp.Where(this=having.this))
     final = final.transform(lambda node: _partial_column(node, found))
     return table.name, where_text, keys, list(dict.fromkeys(found.values())), final.sql(dialect="duckdb")
+
+
+def _distinct_plan(tree: Any, table: str, keys: list[str], column: str) -> tuple | None:
+    """``count(DISTINCT column)`` per group: the nodes send one row per group and distinct value of ``column`` (a
+    GROUP BY of the keys and the column), combined across partitions; DuckDB then counts the non-null values per
+    group over those rows, keeping GROUP BY and HAVING."""
+    from sqlglot import exp
+
+    if column not in keys:
+        for found in tree.find_all(exp.Column):  # the column may appear only inside the count(DISTINCT ...)
+            if found.name == column and found.find_ancestor(exp.AggFunc, exp.Where) is None:
+                return None
+    for found in tree.find_all(exp.Column):
+        if found.find_ancestor(exp.AggFunc, exp.Where) is None and found.name not in keys \
+                and found.name not in _aliases(tree):
+            return None
+    where = tree.args.get("where")
+    final = tree.copy()
+    final.set("where", None)
+    final = final.from_(PARTIALS, copy=False)
+    final = final.transform(lambda node: exp.Count(this=exp.column(column, quoted=True))
+                            if isinstance(node, exp.Count) and isinstance(node.this, exp.Distinct) else node)
+    return (table, where.this.sql(dialect="duckdb") if where is not None else None, list(dict.fromkeys([*keys, column])),
+            [("", "count_all")], final.sql(dialect="duckdb"))
 
 
 def _arg(tree: Any, name: str) -> Any:

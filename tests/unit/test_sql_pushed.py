@@ -24,8 +24,21 @@ def test_a_global_aggregate_has_no_keys():
     assert (where, keys, sorted(aggregates)) == (None, [], [("fare", "sum"), ("pickup_at", "min")])
 
 
+def test_count_distinct_is_grouped_by_its_column_on_the_nodes_and_counted_at_the_catalog():
+    table, where, keys, aggregates, final = plan(
+        "SELECT payment, count(DISTINCT pickup_zone) AS zones FROM trips WHERE fare > 5 GROUP BY payment "
+        "HAVING count(DISTINCT pickup_zone) > 3 ORDER BY zones DESC", KNOWN)
+    assert (table, where, keys, aggregates) == ("trips", "fare > 5", ["payment", "pickup_zone"], [("", "count_all")])
+    assert f"FROM {PARTIALS}" in final and 'COUNT("pickup_zone")' in final and "GROUP BY payment" in final
+    assert "HAVING" in final and "DISTINCT" not in final
+    _t, _w, keys, _a, final = plan("SELECT count(DISTINCT pickup_zone) FROM trips", KNOWN)
+    assert keys == ["pickup_zone"] and "GROUP BY" not in final
+
+
 @pytest.mark.parametrize("query", [
-    "SELECT count(DISTINCT pickup_zone) FROM trips",
+    "SELECT count(DISTINCT pickup_zone), sum(fare) FROM trips",
+    "SELECT count(DISTINCT pickup_zone), count(DISTINCT payment) FROM trips",
+    "SELECT pickup_zone, count(DISTINCT pickup_zone) FROM trips",
     "SELECT sum(fare * 100) FROM trips",
     "SELECT z.borough, count(*) FROM trips JOIN zones z ON z.zone = trips.pickup_zone GROUP BY z.borough",
     "SELECT payment, fare FROM trips",
