@@ -129,8 +129,7 @@ class CatalogState:
         self._beats: dict[str, float] = {}
         # holders of a version committed without all its seals (this catalog died in between) register again
         # at their next heartbeat, which tells them the seal they missed
-        self._known = {r[0] for r in self._db.execute("SELECT node_id FROM nodes")} - {r[0] for r in self._db.execute(
-            "SELECT DISTINCT r.node_id FROM replicas r JOIN versions v USING(dataset, version) WHERE v.unsealed=1")}
+        self._known = self._nodes_told_everything()
         self._flushed = time.monotonic()
         self._started = time.time()
 
@@ -309,14 +308,19 @@ class CatalogState:
                 db.executemany("UPDATE nodes SET last_heartbeat=GREATEST(last_heartbeat, ?) WHERE node_id=?",
                                [(t, n) for n, t in beats.items()])
 
+    def _nodes_told_everything(self) -> set[str]:
+        """Recorded nodes that hold no version committed without its seal: their heartbeats are taken as they come;
+        the others must register again (their next heartbeat is refused) and are told the seal they missed."""
+        return {r[0] for r in self._db.execute("SELECT node_id FROM nodes")} - {r[0] for r in self._db.execute(
+            "SELECT DISTINCT r.node_id FROM replicas r JOIN versions v USING(dataset, version) WHERE v.unsealed=1")}
+
     def take_over(self) -> None:
         """This catalog leads now (another led before, writing the shared database): forget what was remembered,
         know every recorded node (none must register again), and count silence from now, as after a restart."""
         with self._lock:
             if self._memo is not None:
                 self._memo.clear()
-            self._known = {r[0] for r in self._db.execute("SELECT node_id FROM nodes")} - {r[0] for r in self._db.execute(
-                "SELECT DISTINCT r.node_id FROM replicas r JOIN versions v USING(dataset, version) WHERE v.unsealed=1")}
+            self._known = self._nodes_told_everything()
             self._started = time.time()
 
     def heard(self, node_id: str) -> None:

@@ -143,29 +143,30 @@ def test_a_selective_filter_reaches_the_nodes(taxi, cluster):
     assert moved < 0.05 * table.nbytes, f"{moved:,} of {table.nbytes:,} bytes moved"
 
 
-def test_a_group_by_moves_one_row_per_group_and_partition(taxi, cluster):
+def rows_moved_answering(taxi, cluster, sql: str) -> int:
+    """Rows the nodes sent while ``sql`` was answered through the driver; the answer is checked against DuckDB's."""
     table, _zones, conn = taxi
     rows = lambda: sum(fp.connect(cluster.uri).stats(n.uri)["rows_sent"] for n in cluster.nodes)  # noqa: E731
-    sql = ("SELECT payment, count(*) AS n, avg(fare) AS fare, sum(vendor) AS vendors, max(pickup_at) AS last FROM trips "
-           "WHERE distance > 1 AND pickup_zone <> 'SoHo' GROUP BY payment HAVING count(*) > 10 ORDER BY n DESC")
     before = rows()
     got = answer(conn, sql)
     moved = rows() - before
     want = local(table).sql(sql).to_arrow_table()
     assert got.schema.equals(want.schema) and same_answer(canonical(got), canonical(want))
+    return moved
+
+
+def test_a_group_by_moves_one_row_per_group_and_partition(taxi, cluster):
+    moved = rows_moved_answering(taxi, cluster, (
+        "SELECT payment, count(*) AS n, avg(fare) AS fare, sum(vendor) AS vendors, max(pickup_at) AS last FROM trips "
+        "WHERE distance > 1 AND pickup_zone <> 'SoHo' GROUP BY payment HAVING count(*) > 10 ORDER BY n DESC"))
     assert moved <= 4 * 6, f"{moved} rows moved for 4 groups over 6 partitions"
 
 
 def test_a_count_distinct_moves_one_row_per_group_value_and_partition(taxi, cluster):
-    table, _zones, conn = taxi
-    rows = lambda: sum(fp.connect(cluster.uri).stats(n.uri)["rows_sent"] for n in cluster.nodes)  # noqa: E731
-    sql = ("SELECT payment, count(DISTINCT pickup_zone) AS zones FROM trips WHERE fare > 5 GROUP BY payment "
-           "HAVING count(DISTINCT pickup_zone) > 1 ORDER BY payment")
-    before = rows()
-    got = answer(conn, sql)
-    moved = rows() - before
-    want = local(table).sql(sql).to_arrow_table()
-    assert got.schema.equals(want.schema) and same_answer(canonical(got), canonical(want))
+    table = taxi[0]
+    moved = rows_moved_answering(taxi, cluster, (
+        "SELECT payment, count(DISTINCT pickup_zone) AS zones FROM trips WHERE fare > 5 GROUP BY payment "
+        "HAVING count(DISTINCT pickup_zone) > 1 ORDER BY payment"))
     groups = local(table).sql("SELECT count(*) FROM (SELECT DISTINCT payment, pickup_zone FROM trips WHERE fare > 5)"
                               ).fetchall()[0][0]
     assert moved <= groups * 6 < table.num_rows, f"{moved} rows moved for {groups} (payment, zone) pairs over 6 partitions"
