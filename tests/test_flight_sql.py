@@ -4,6 +4,8 @@ which the catalog keeps answering."""
 
 from __future__ import annotations
 
+import time
+
 import duckdb
 import pandas as pd
 import polars as pl
@@ -227,6 +229,21 @@ def test_bad_sql_and_unknown_tables_are_clear_errors_and_the_catalog_keeps_answe
         text = str(info.value)
         assert words in text.lower() and "Traceback" not in text and "site-packages" not in text, text
     assert answer(conn, "SELECT 1 AS one").column("one").to_pylist() == [1]
+
+
+def test_a_query_past_the_clients_deadline_is_stopped_at_the_catalog(cluster):
+    """The driver's query timeout is a gRPC deadline; the catalog sees the call given up and stops DuckDB, instead of
+    running a query nobody waits for until its own 300 s limit."""
+    stopped = lambda: fp.connect(cluster.uri).call(fp.wire.GetStats()).values["sql_queries_abandoned"]  # noqa: E731
+    before = stopped()
+    with dbapi.connect(cluster.uri, db_kwargs={"adbc.flight.sql.rpc.timeout_seconds.query": "1"}) as conn:
+        with pytest.raises(dbapi.OperationalError, match="(?i)deadline|timeout"):
+            answer(conn, "SELECT sum(hash(a.range * b.range)) FROM range(200000) a, range(200000) b")
+        deadline = time.monotonic() + 30
+        while stopped() == before and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert stopped() == before + 1
+        assert answer(conn, "SELECT 41 + 1 AS x").column("x").to_pylist() == [42]
 
 
 def test_a_query_cannot_reach_the_catalogs_files_or_change_anything(taxi, cluster):

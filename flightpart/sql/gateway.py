@@ -12,8 +12,11 @@ a memory limit.
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
+import time
+from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
@@ -24,6 +27,8 @@ from flightpart.io.access import Access
 from flightpart.io.transfer import TRAFFIC
 
 from . import pushed, scans
+
+log = logging.getLogger("flightpart.sql")
 
 QUERY_SECONDS = 300.0
 """How long one query may run at the catalog before it is stopped (``Gateway.timeout``)."""
@@ -51,6 +56,7 @@ class Gateway:
         self.write_access = write_access or access
         self._writer: Client | None = None
         self.timeout = timeout
+        self.abandoned = 0  # queries stopped because their caller gave up
         self._client: Client | None = None
         self._lock = threading.Lock()
 
@@ -78,16 +84,16 @@ class Gateway:
         client = self.client()
         return [(entry["name"], client.info(entry["name"]).schema) for entry in client.list()]
 
-    def run(self, query: str, *, limit: int | None = None, parameters: pa.Table | None = None) -> pa.Table:
+    def run(self, query: str, *, limit: int | None = None, parameters: pa.Table | None = None,
+            cancelled: Callable[[], bool] = lambda: False) -> pa.Table:
         """``query``'s answer (``limit``: at most that many rows, for a schema). ``parameters``: values for its
-        ``?`` (or ``$1``) placeholders, one row per execution, the answers concatenated."""
+        ``?`` (or ``$1``) placeholders, one row per execution, the answers concatenated. ``cancelled``: whether the
+        caller gave up (its deadline passed, it hung up): the query is stopped then, not run on for no one."""
         duckdb = _duckdb()
 
         con = duckdb.connect(config={"enable_external_access": False, "memory_limit": MEMORY_LIMIT,
                                      "lock_configuration": True})
-        stop = threading.Timer(self.timeout, con.interrupt)  # a query that runs too long is stopped, not waited for
-        stop.daemon = True
-        stop.start()
+        stop = _Watch(con, self.timeout, cancelled)  # a query that runs too long, or for no one, is stopped
         try:
             statements = con.extract_statements(query)
             if len(statements) == 1 and statements[0].type == duckdb.StatementType.EXPLAIN:
@@ -120,12 +126,16 @@ class Gateway:
         except duckdb.CatalogException as exc:
             raise DatasetNotFound(_one_line(exc), field="query") from None
         except duckdb.InterruptException:
+            if stop.gave_up:
+                self.abandoned += 1
+                log.info("a query was stopped: its caller gave up (deadline passed or call cancelled)")
+                raise SqlError("the query was stopped: its caller gave up (its deadline passed)", field="query") from None
             raise SqlError(f"the query ran longer than the {self.timeout:g} s a query may run at the catalog, and was "
                            "stopped", field="query") from None
         except duckdb.Error as exc:
             raise SqlError(_one_line(exc), field="query") from None
         finally:
-            stop.cancel()
+            stop.done()
             con.close()
 
     def _explain(self, query: str, *, schema_only: bool) -> pa.Table:
@@ -228,3 +238,30 @@ def _one_line(exc: BaseException) -> str:
     """DuckDB's message on one line (its caret lines and terminal codes left out)."""
     text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc))
     return " ".join(text.split())[:400]
+
+
+class _Watch:
+    """Stops a DuckDB query (``interrupt``) once it has run ``timeout`` seconds or its caller gave up, looking
+    every :data:`WATCH_SECONDS`; ``gave_up`` says which."""
+
+    def __init__(self, con: Any, timeout: float, cancelled: Callable[[], bool]):
+        self.con, self.timeout, self.cancelled = con, timeout, cancelled
+        self.gave_up = False
+        self._done = threading.Event()
+        threading.Thread(target=self._watch, name="flightpart-sql-watch", daemon=True).start()
+
+    def _watch(self) -> None:
+        deadline = time.monotonic() + self.timeout
+        while not self._done.wait(WATCH_SECONDS):
+            gave_up = self.cancelled()
+            if gave_up or time.monotonic() > deadline:
+                self.gave_up = gave_up
+                self.con.interrupt()
+                return
+
+    def done(self) -> None:
+        self._done.set()
+
+
+WATCH_SECONDS = 0.1
+"""How often a running query looks whether its caller is still waiting for it."""

@@ -16,6 +16,7 @@ import dataclasses
 import logging
 import os
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
@@ -67,7 +68,7 @@ class SqlCatalogServer(CatalogServer):
         command = _command(descriptor)
         if command is None:
             return super().get_flight_info(context, descriptor)
-        return self._read(context, f"Flight SQL {command.name:.60}", lambda: self._info(command, descriptor))
+        return self._read(context, f"Flight SQL {command.name:.60}", lambda: self._info(command, descriptor, context))
 
     def get_schema(self, context: Any, descriptor: flight.FlightDescriptor) -> flight.SchemaResult:
         command = _command(descriptor)
@@ -82,13 +83,13 @@ class SqlCatalogServer(CatalogServer):
             authorize(context, "read")
             return work()
 
-    def _info(self, command: proto.Any_, descriptor: flight.FlightDescriptor) -> flight.FlightInfo:
+    def _info(self, command: proto.Any_, descriptor: flight.FlightDescriptor, context: Any = None) -> flight.FlightInfo:
         """A query's FlightInfo: a plain scan's endpoints at the nodes, or one endpoint here for an answer kept until
         its DoGet (at most :data:`RESULTS_KEPT` answers and :data:`ANSWER_BYTES` bytes of them, oldest dropped)."""
         scanned = self._scan(command)
         if scanned is not None:  # the nodes send it: one endpoint per partition
             return flight.FlightInfo(scanned[0], descriptor, scanned[1], -1, -1)
-        table = self._answer(command)
+        table = self._answer(command, cancelled=_gave_up(context))
         if table.nbytes > ANSWER_BYTES:
             raise LimitExceeded(f"Flight SQL: the answer is {table.nbytes:,} bytes, more than the {ANSWER_BYTES:,} a query "
                                 "may hand back through the catalog; aggregate it, or select fewer rows or columns",
@@ -175,6 +176,10 @@ class SqlCatalogServer(CatalogServer):
                 self._bound[handle] = values
             writer.write(pa.py_buffer(proto.message((1, handle))))  # DoPutPreparedStatementResult
 
+    def stats(self) -> dict:
+        """The catalog's figures and the queries stopped because their caller gave up (a deadline passed)."""
+        return {**super().stats(), "sql_queries_abandoned": self.gateway.abandoned}
+
     def list_actions(self, context: Any) -> list[tuple[str, str]]:
         return [*super().list_actions(context), (CREATE_PREPARED, "Flight SQL: prepare a query"),
                 (CLOSE_PREPARED, "Flight SQL: forget a prepared query")]
@@ -225,11 +230,13 @@ class SqlCatalogServer(CatalogServer):
             return self.gateway.scan(query) if query is not None and values is None else None
         return None
 
-    def _answer(self, command: proto.Any_, *, schema_only: bool = False) -> pa.Table:
-        """The rows a Flight SQL command asks for (only their schema when ``schema_only``)."""
+    def _answer(self, command: proto.Any_, *, schema_only: bool = False,
+                cancelled: Callable[[], bool] = lambda: False) -> pa.Table:
+        """The rows a Flight SQL command asks for (only their schema when ``schema_only``); the query stops when
+        ``cancelled()`` says its caller gave up."""
         limit = 0 if schema_only else None
         if command.name == proto.STATEMENT_QUERY:
-            return self.gateway.run(proto.text_field(command.value, 1, "query") or "", limit=limit)
+            return self.gateway.run(proto.text_field(command.value, 1, "query") or "", limit=limit, cancelled=cancelled)
         if command.name == proto.PREPARED_QUERY:
             handle = proto.bytes_field(command.value, 1, "prepared_statement_handle") or b""
             with self._sql_lock:
@@ -237,7 +244,7 @@ class SqlCatalogServer(CatalogServer):
             if query is None:
                 raise RequestRejected("Flight SQL: unknown prepared statement (closed, or from a restarted catalog)",
                                       field="prepared_statement_handle")
-            return self.gateway.run(query, limit=limit, parameters=values)
+            return self.gateway.run(query, limit=limit, parameters=values, cancelled=cancelled)
         if command.name == proto.GET_CATALOGS:  # datasets are tables of no catalog and no schema
             return pa.schema([pa.field("catalog_name", pa.utf8(), nullable=False)]).empty_table()
         if command.name == proto.GET_DB_SCHEMAS:  # one schema of no name, holding every dataset
@@ -319,3 +326,10 @@ def sql_info(asked: list[int]) -> pa.Table:
                                      [f.name for f in SQL_INFO_TYPE])
     schema = pa.schema([pa.field("info_name", pa.uint32(), nullable=False), pa.field("value", value.type, nullable=False)])
     return pa.Table.from_arrays([pa.array(ids, pa.uint32()), value], schema=schema)
+
+
+def _gave_up(context: Any) -> Callable[[], bool]:
+    """Whether the caller of this call gave up: its deadline passed or it cancelled (gRPC tells the server)."""
+    if context is None or not hasattr(context, "is_cancelled"):
+        return lambda: False
+    return context.is_cancelled
