@@ -24,7 +24,7 @@ def test_quick_bench_writes_every_figure(tmp_path):
     assert list(cases) == ["remote partition read", "local partition read", "whole dataset read (3 nodes, 1 local)", "put",
                            "selective filter (1 %, 3 remote nodes)", "repartition (3, 1) -> (6, 2), 3 nodes",
                            "streaming read (peak memory of the reader)", "analytical queries (5 questions, 3 remote nodes)",
-                           "open"]
+                           "SQL over Flight (20 queries through ADBC, 3 nodes)", "open"]
     for case in cases.values():
         assert case["median_seconds"] and all(v > 0 for v in case["median_seconds"].values())
         assert all(len(runs) == 3 for runs in case["runs_seconds"].values())
@@ -42,6 +42,9 @@ def test_quick_bench_writes_every_figure(tmp_path):
     queries = cases["analytical queries (5 questions, 3 remote nodes)"]
     assert queries["wrong_answers"] == [] and queries["met"]  # every engine answers as DuckDB over the Parquet file
     assert queries["moved"]["flightpart ds.aggregate / filter"]["bytes_sent"] < queries["bytes"] / 10
+    sql = cases["SQL over Flight (20 queries through ADBC, 3 nodes)"]
+    assert sql["wrong_answers"] == [] and sql["met"] and len(sql["queries"]) == 20
+    assert sql["queries"]["count distinct per group"]["rows_sent"] < sql["rows"] / 10  # one row per pair and partition
     assert cases["open"]["partitions"] == 10_000 and cases["open"]["pickled_bytes_per_partition"] > 0
     assert png.stat().st_size > 10_000 and png.read_bytes()[:4] == b"\x89PNG"
     assert "flightpart bench" in done.stdout

@@ -14,34 +14,18 @@ import pytest
 
 import flightpart as fp
 from flightpart.bench.queries import canonical, same_answer, taxi_table
+from flightpart.bench.sql_queries import SQL_QUERIES, duckdb_over, zones_table
 
 dbapi = pytest.importorskip("adbc_driver_flightsql.dbapi", reason="adbc-driver-flightsql is in the test extra")
 
 ROWS = 60_000
-QUERIES = {
-    "count": "SELECT count(*) AS n FROM trips",
-    "filter with IN": "SELECT count(*) AS n, sum(fare) AS fare FROM trips WHERE pickup_zone IN ('JFK Airport', 'Hell''s Kitchen')",
-    "a one-item IN": "SELECT count(*) AS n FROM trips WHERE payment IN ('dispute')",
-    "a date range": "SELECT count(*) AS n FROM trips WHERE pickup_at >= TIMESTAMP '2024-01-08' AND pickup_at < DATE '2024-01-15'",
-    "group by with every aggregate": ("SELECT payment, sum(fare) AS s, avg(tip) AS a, min(distance) AS lo, max(distance) AS hi, "
-                                      "count(passengers) AS c, count(DISTINCT pickup_zone) AS zones FROM trips GROUP BY payment"),
-    "having": "SELECT pickup_zone, count(*) AS n FROM trips GROUP BY pickup_zone HAVING count(*) > 4000",
-    "order by and limit": "SELECT fare, pickup_zone FROM trips ORDER BY fare DESC, pickup_at LIMIT 7",
-    "date_trunc": "SELECT date_trunc('week', pickup_at) AS week, count(*) AS n FROM trips GROUP BY 1",
-    "a window function": ("SELECT payment, fare, rank() OVER (PARTITION BY payment ORDER BY fare DESC, pickup_at) AS r "
-                          "FROM trips QUALIFY r <= 2"),
-    "a join with a small dataset": ("SELECT z.borough, count(*) AS n FROM trips JOIN zones z ON z.zone = trips.pickup_zone "
-                                    "GROUP BY z.borough"),
-    "nulls": "SELECT count(*) AS n FROM trips WHERE passengers IS NULL",
-    "an expression and a cast": "SELECT CAST(sum(fare * 100) AS BIGINT) AS cents, round(avg(tip / fare), 3) AS share FROM trips",
-}
+QUERIES = SQL_QUERIES
 
 
 @pytest.fixture(scope="module")
 def taxi(cluster):
     table = taxi_table(ROWS, seed=11)
-    zones = pa.table({"zone": ["JFK Airport", "LaGuardia", "Hell's Kitchen", "Midtown", "Harlem"],
-                      "borough": ["Queens", "Queens", "Manhattan", "Manhattan", "Manhattan"]})
+    zones = zones_table()
     with fp.connect(cluster.uri) as writer:
         writer.put("trips", table, tiling=(6, 1))
         writer.put("zones", zones)
@@ -51,11 +35,7 @@ def taxi(cluster):
 
 def local(trips: pa.Table, zones: pa.Table | None = None) -> duckdb.DuckDBPyConnection:
     """DuckDB over the same tables, under the same names: the answers to match."""
-    con = duckdb.connect()
-    con.register("trips", trips)
-    if zones is not None:
-        con.register("zones", zones)
-    return con
+    return duckdb_over(trips, zones if zones is not None else zones_table())
 
 
 def answer(conn, sql: str) -> pa.Table:

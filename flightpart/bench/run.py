@@ -355,9 +355,10 @@ def run_bench(size: int, *, quick: bool = False, runs: int | None = None, open_p
         h = Harness(root, table, with_dask=with_dask, with_ray=with_ray)
         try:
             from .queries import case_queries
+            from .sql_queries import case_flight_sql
 
             for fn in (case_remote, case_local, case_whole, case_put, case_filter, case_repartition, case_stream,
-                       case_queries):
+                       case_queries, case_flight_sql):
                 log(f"running: {fn.__name__[5:]} ...")
                 cases.append(fn(h, runs))
             log("running: open ...")
