@@ -113,6 +113,9 @@ def test_a_killed_leader_is_replaced_and_writes_go_on_through_every_address(ha):
     shown = subprocess.run([sys.executable, "-m", "flightpart", "catalogs", "--catalog", ha.uri, "--json"],
                            capture_output=True, text=True, timeout=60)
     assert json.loads(shown.stdout)["leader"] == old, shown.stderr
+    waited = subprocess.run([sys.executable, "-m", "flightpart", "wait", ha.uri, "--nodes", "3", "--json"],
+                            capture_output=True, text=True, timeout=60)
+    assert json.loads(waited.stdout)["nodes_alive"] == 3, waited.stderr
     listed = subprocess.run([sys.executable, "-m", "flightpart", "nodes", "--catalog", ha.uri],
                             capture_output=True, text=True, timeout=60)
     assert f"leader {old}, epoch {before.epoch}" in listed.stdout, listed.stderr

@@ -16,6 +16,7 @@ from flightpart.errors import FlightpartError, Forbidden, NodeUnavailable, Unaut
 from flightpart.io.access import Access
 from flightpart.io.connections import ConnectionPool
 from flightpart.io.errors import translated
+from flightpart.io.leader import CatalogAddresses, split_addresses
 from flightpart.wire import GetStats
 
 POLL_SECONDS = 0.2
@@ -30,11 +31,13 @@ def wait_for(uri: str, *, timeout: float = 60.0, min_nodes: int = 0, access: Acc
     """
     start = time.monotonic()
     last = "no answer yet"
+    catalogs = CatalogAddresses(split_addresses(uri), wait=0)  # several catalogs: the leader's answer counts
     with ConnectionPool(access or Access.from_environment()) as pool:
         while True:
             try:
                 with translated():
-                    stats = pool.action(uri, GetStats(), timeout=max(1.0, min(5.0, timeout))).to_json()
+                    stats = catalogs.call(lambda one: pool.action(one, GetStats(), timeout=max(1.0, min(5.0, timeout)))
+                                          ).to_json()
                 role = "catalog" if "nodes_alive" in stats else "node"
                 alive = int(stats.get("nodes_alive", 0))
                 if role == "node" or alive >= min_nodes:
@@ -44,7 +47,7 @@ def wait_for(uri: str, *, timeout: float = 60.0, min_nodes: int = 0, access: Acc
                 raise
             except NodeUnavailable as exc:
                 last = exc.message
-                pool.discard(uri)
+                pool.discard(catalogs.current)
             except FlightpartError as exc:  # answered, but not as a flightpart daemon would
                 raise NodeUnavailable(f"{uri} answered, but not as a flightpart daemon: {exc.message}") from None
             if time.monotonic() - start >= timeout:
