@@ -213,7 +213,8 @@ class ServiceBase(flight.FlightServerBase):
                 raise TypeError(f"the {action.type} handler answered {type(reply).__name__}, not {entry.request.REPLY}")
             if entry.changes_state:
                 self.after_action(action.type)
-        return [flight.Result(pa.py_buffer(reply.encode()))]
+            encoded = reply.encode()  # inside the boundary: a reply that cannot be encoded is INTERNAL, no traceback
+        return [flight.Result(pa.py_buffer(encoded))]
 
     def list_flights(self, context: Any, criteria: bytes) -> Iterator[flight.FlightInfo]:
         with boundary(self.log, "list_flights", self.telemetry, context):

@@ -132,7 +132,9 @@ class PostgresDatabase(Database):
         self.connect_timeout = connect_timeout
         # a catalog frozen inside a transaction (SIGSTOP, a pause) must not hold the lease row's lock for ever:
         # the database ends such a session, so a takeover waits seconds, not until the frozen process wakes
-        self.settings = {"idle_in_transaction_session_timeout": "3s", "lock_timeout": "10s", **(settings or {})}
+        # text comes back as str even from a database made without a locale (SQL_ASCII, where psycopg gives bytes)
+        self.settings = {"client_encoding": "UTF8", "idle_in_transaction_session_timeout": "3s", "lock_timeout": "10s",
+                         **(settings or {})}
         self.lock = threading.RLock()
         self._conn: Any = None
         self._written = 0

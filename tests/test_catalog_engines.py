@@ -138,9 +138,10 @@ def _plain(value):
 
 
 @needs_postgres
-def test_the_state_rules_answer_the_same_on_postgresql_as_on_sqlite(tmp_path, postgres):
+@pytest.mark.parametrize("encoding", [None, "SQL_ASCII"])  # SQL_ASCII: a server made without a locale (minimal images)
+def test_the_state_rules_answer_the_same_on_postgresql_as_on_sqlite(tmp_path, postgres, encoding):
     on_sqlite = CatalogState(tmp_path / "state.sqlite")
-    on_postgres = CatalogState(database=leased(postgres.database("engines")))
+    on_postgres = CatalogState(database=leased(postgres.database(f"engines_{encoding}", encoding)))
     try:
         expected, got = scenario(on_sqlite), scenario(on_postgres)
     finally:

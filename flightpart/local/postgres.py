@@ -66,7 +66,8 @@ class LocalPostgres:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
-        self._run([str(self.bin / "initdb"), "-D", str(self.data), "-A", "trust", "-U", self.user, "--no-sync"])
+        self._run([str(self.bin / "initdb"), "-D", str(self.data), "-A", "trust", "-U", self.user, "--no-sync",
+                   "--encoding", "UTF8", "--locale", "C"])
         self.start()
 
     def _run(self, argv: list[str]) -> None:
@@ -87,13 +88,14 @@ class LocalPostgres:
     def url(self, database: str = "postgres") -> str:
         return f"postgresql://{self.user}@127.0.0.1:{self.port}/{database}"
 
-    def database(self, name: str) -> str:
-        """A new, empty database ``name`` (dropped first if it exists); its URL."""
+    def database(self, name: str, encoding: str | None = None) -> str:
+        """A new, empty database ``name`` (dropped first if it exists), in ``encoding`` if given (``SQL_ASCII``:
+        as a server made without a locale has); its URL."""
         import psycopg
 
         with psycopg.connect(self.url(), autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-            conn.execute(f'CREATE DATABASE "{name}"')
+            conn.execute(f'CREATE DATABASE "{name}"' + (f" ENCODING '{encoding}' TEMPLATE template0" if encoding else ""))
         return self.url(name)
 
     def stop(self) -> None:
