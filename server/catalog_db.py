@@ -41,9 +41,6 @@ class Database:
         """A context manager: the statements inside commit together or not at all (the lock held throughout)."""
         raise NotImplementedError
 
-    def columns(self, table: str) -> set[str]:
-        raise NotImplementedError
-
     @property
     def rows_written(self) -> int:
         raise NotImplementedError
@@ -205,10 +202,6 @@ class PostgresDatabase(Database):
         if epoch is None or row is None or row[0] != epoch:
             raise NotLeader("this catalog does not lead the cluster (its lease passed to another); nothing was changed",
                             field=row[1] if row is not None and row[0] != epoch else None)
-
-    def columns(self, table: str) -> set[str]:
-        rows = self.execute("SELECT column_name FROM information_schema.columns WHERE table_name = ?", (table,)).fetchall()
-        return {r[0] for r in rows}
 
     @property
     def rows_written(self) -> int:

@@ -116,11 +116,11 @@ class CatalogState:
         # PostgreSQL state outlives this catalog's view of it: what was read last answers opens while it is away
         self._memo: dict[tuple, Any] | None = {} if self._db.kind == "postgresql" else None
         # SQLite files from before these columns existed get them; a PostgreSQL database is always made whole above
-        if self._db.kind == "sqlite" and "found" not in self._db.columns("versions"):
+        if isinstance(self._db, SqliteDatabase) and "found" not in self._db.columns("versions"):
             # 1: a pending version first learned from a node's unsealed files (this catalog lost its state): it may
             # have been committed before the loss, so no pending TTL deletes it
             self._db.execute("ALTER TABLE versions ADD COLUMN found INTEGER NOT NULL DEFAULT 0")
-        if self._db.kind == "sqlite" and "unsealed" not in self._db.columns("versions"):
+        if isinstance(self._db, SqliteDatabase) and "unsealed" not in self._db.columns("versions"):
             # 1 from a commit until every holder has its seal: a catalog that died in between tells them at restart
             self._db.execute("ALTER TABLE versions ADD COLUMN unsealed INTEGER NOT NULL DEFAULT 0")
         self._lock = self._db.lock

@@ -275,7 +275,10 @@ def test_twenty_leader_kills_during_puts_and_appends_lose_and_duplicate_nothing(
         t.start()
     try:
         for _ in range(20):
-            time.sleep(1.0)
+            # each leader lives until the writer has an append acknowledged by it: every round is a failover in the
+            # middle of the stream of writes, however slow the machine (no fixed sleep decides it)
+            seen = len(acked)
+            wait_until(lambda seen=seen: len(acked) >= seen + 10 or failures, 120, "the writer's next appends")
             killed = ha.leader()
             ha.catalogs[killed].kill()
             wait_until(lambda killed=killed: ha.leader() != killed, 30, "a standby takes over")

@@ -15,6 +15,7 @@ import pytest
 import flightpart as fp
 from flightpart.bench.queries import canonical, same_answer, taxi_table
 from flightpart.bench.sql_queries import SQL_QUERIES, duckdb_over, zones_table
+from flightpart.bench.sql_queries import through_driver as answer
 
 dbapi = pytest.importorskip("adbc_driver_flightsql.dbapi", reason="adbc-driver-flightsql is in the test extra")
 
@@ -36,12 +37,6 @@ def taxi(cluster):
 def local(trips: pa.Table, zones: pa.Table | None = None) -> duckdb.DuckDBPyConnection:
     """DuckDB over the same tables, under the same names: the answers to match."""
     return duckdb_over(trips, zones if zones is not None else zones_table())
-
-
-def answer(conn, sql: str) -> pa.Table:
-    with conn.cursor() as cur:
-        cur.execute(sql)
-        return cur.fetch_arrow_table()
 
 
 @pytest.mark.parametrize("name", sorted(QUERIES))

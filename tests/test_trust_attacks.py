@@ -190,6 +190,15 @@ def test_a_node_token_cannot_write_drop_repair_commit_or_speak_for_another_node(
     with pytest.raises(flight.FlightError) as info:  # only the catalog orders a node to drop, seal or copy
         list(node.do_action(flight.Action(order.ACTION, order.encode()), options=as_evil))
     assert code_of(info.value) == "FORBIDDEN"
+    # nor can it claim to lead with a huge epoch, which would make the node refuse its real catalog's orders
+    lead = wire.Lead(None, 10**9, "grpc://127.0.0.99:1")
+    with pytest.raises(flight.FlightError) as info:
+        list(node.do_action(flight.Action(lead.ACTION, lead.encode()), options=as_evil))
+    assert code_of(info.value) == "FORBIDDEN"
+    with fp.connect(c.uri, token=tokens.role_token(SECRET, "admin", "ops"), host="127.0.0.99") as admin:  # the real catalog's orders still go through: a drop of a fresh put
+        admin.put("fenced", table_of(10))
+        alive = sum(n["alive"] for n in admin.nodes())
+        assert admin.call(wire.Drop("fenced")).nodes_cleaned == alive > 0  # every live node obeyed the drop
     with reader(c) as client:
         assert client.open("victim").to_arrow().equals(table_of(ROWS, 1))
 
