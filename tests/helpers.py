@@ -97,7 +97,12 @@ def dask_workers_on(ips: Sequence[str]) -> Iterator:
         finally:
             for p in procs:
                 p.terminate()
-                p.wait(30)
+            for p in procs:  # a worker that has not left after SIGTERM (a busy machine) is killed, not waited on
+                try:
+                    p.wait(30)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait(30)
 
 
 class MemoryCap:
