@@ -22,6 +22,7 @@ from flightpart import frames
 from flightpart.errors import PartitionedError
 from flightpart.io.hosts import host_addresses
 from flightpart.query import aggregates, filters
+from flightpart.query import top as first_rows
 from flightpart.query.filters import Filter
 from flightpart.wire import Aggregate, VersionInfo
 
@@ -448,6 +449,31 @@ class Dataset:
             view = self._reading(aggregates.columns_read(agg))
             partials = [aggregates.partial(view._read_block(b), agg) for b in blocks]
         return aggregates.combine(partials, agg, self._info.schema)
+
+    def top(self, limit: int, by: Any) -> pa.Table:
+        """The view's first ``limit`` rows by ``by``, as ``to_arrow().sort_by(by)[:limit]`` gives them (rows of equal
+        keys in any order); each partition sends at most ``limit`` rows (see :meth:`top_candidates`).
+
+        ``by``: pyarrow's sort keys, ``"col"``, ``("col", "descending")`` or ``("col", "descending", "at_start")``
+        (nulls last unless ``"at_start"``), one or a list.
+        """
+        want = first_rows.spec(limit, by, self.schema.names)
+        return first_rows.first(self.top_candidates(limit, by), want)
+
+    def top_candidates(self, limit: int, by: Any) -> pa.Table:
+        """Each partition's own first ``limit`` rows of the view by ``by`` (and its rows whose floating-point key is
+        NaN), computed on the nodes and gathered here: they hold the view's first ``limit`` rows under pyarrow's
+        ordering and DuckDB's alike. :meth:`top` and SQL's ``ORDER BY ... LIMIT`` finish from them."""
+        self._check_readable()
+        want = first_rows.spec(limit, by, self.schema.names)
+        names = tuple(self.schema.names)
+        blocks = self._blocks(counted=self.view.matched is not None)
+        j = self._plan.group_with(list(names) + list(self.view.filter.columns if self.view.filter else ()))
+        if j is not None:
+            parts = self._get([self._plan.ref(b, j, names, top=want) for b in blocks]) if blocks else []
+        else:  # the view spans column groups: each block is read whole and cut here
+            parts = [first_rows.candidates(self._read_block(b), want) for b in blocks]
+        return pa.concat_tables(parts) if parts else self.schema.empty_table()
 
     def read_locals(self) -> dict[tuple[int, int], pa.Table]:
         """SPMD: this rank's partitions, by grid position."""

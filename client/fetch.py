@@ -29,7 +29,18 @@ from flightpart.io.maps import MappedFiles, mapped_bytes
 from flightpart.io.pull import IDLE_TIMEOUT, read_replicas, read_several
 from flightpart.io.transfer import TRAFFIC
 from flightpart.query.apply import apply_ticket
-from flightpart.wire import MAX_PARTS_PER_STREAM, Aggregate, GetNodeInfo, NodeInfo, PartPlace, Replica, Ticket
+from flightpart.wire import (
+    MAX_PARTS_PER_CHECK,
+    MAX_PARTS_PER_STREAM,
+    Aggregate,
+    CheckParts,
+    GetNodeInfo,
+    NodeInfo,
+    PartPlace,
+    Replica,
+    Ticket,
+    TopRows,
+)
 
 MAX_STREAMS = 8
 
@@ -49,28 +60,31 @@ class PartitionRef:
     aggregate: Aggregate | None = None  # a partial aggregate instead of rows (flightpart.query.aggregates)
     row_numbers: bool = False  # each row comes with its position in the partition (wire.ROW_NUMBER)
     shareable_bytes: int = 0  # a whole partition of no dictionary column: its stored size (it may share a read stream)
+    top: TopRows | None = None  # only the partition's first rows by sort keys (flightpart.query.top)
 
     def __reduce__(self):  # a plain tuple: compact, and nothing but data when unpickled
         return (PartitionRef, (self.dataset, self.version, self.position, self.replicas, self.columns, self.rows,
-                               self.filter, self.matched, self.aggregate, self.row_numbers, self.shareable_bytes))
+                               self.filter, self.matched, self.aggregate, self.row_numbers, self.shareable_bytes,
+                               self.top))
 
     def __dask_tokenize__(self) -> tuple:
         """Plain values for Dask's token: walking the dataclass field by field costs seconds at 50,000 handles."""
         return ("flightpart.PartitionRef", self.dataset, self.version, self.position, self.replicas, self.columns, self.rows,
                 self.filter, self.matched, self.aggregate.encode() if self.aggregate is not None else None,
-                self.row_numbers)
+                self.row_numbers, self.top.encode() if self.top is not None else None)
 
     def spec(self) -> Ticket:
         """What a node is asked for: this handle as a ticket."""
         return Ticket(self.dataset, self.version, self.position, self.columns, self.rows, self.filter, self.matched,
-                      self.aggregate, row_numbers=True if self.row_numbers else None)
+                      self.aggregate, row_numbers=True if self.row_numbers else None, top=self.top)
 
     def ticket(self) -> flight.Ticket:
         return flight.Ticket(self.spec().encode())
 
     def apply(self, table: pa.Table) -> pa.Table:
         """What this handle asks of its partition, done here (on a local map)."""
-        return apply_ticket(table, self.columns, self.rows, self.filter, self.matched, self.aggregate, self.row_numbers)
+        return apply_ticket(table, self.columns, self.rows, self.filter, self.matched, self.aggregate, self.row_numbers,
+                            self.top)
 
 
 SPLIT_BYTES = 32 << 20
@@ -144,11 +158,16 @@ class FlightGet:
 def read_partitions(refs: Sequence[PartitionRef], *, host: str | None, pool: ConnectionPool,
                     idle_timeout: float = IDLE_TIMEOUT, compression: str = "auto") -> list[pa.Table]:
     """Tables of ``refs`` in order: local ones mapped, remote ones streamed in parallel (small partitions held by
-    the same replicas several to a stream, see :func:`shared_streams`)."""
+    the same replicas several to a stream, see :func:`shared_streams`).
+
+    The streams of partitions with no replica on this host start first, so the nodes elsewhere send while this
+    process checks and maps the local ones; a local partition that cannot be read here is streamed after.
+    """
     local = host_addresses(host)
-    tables: list[pa.Table | None] = [read_local(ref, local, pool) for ref in refs]
-    remote = [k for k, t in enumerate(tables) if t is None]
-    reads = shared_streams([(k, refs[k]) for k in remote])
+    tables: list[pa.Table | None] = [None] * len(refs)
+    nearby = [k for k, ref in enumerate(refs) if _may_be_local(ref, local)]
+    skip = set(nearby)
+    far = shared_streams([(k, ref) for k, ref in enumerate(refs) if k not in skip])
 
     def fetch(group: list[int]) -> list[pa.Table]:
         if len(group) == 1:
@@ -161,15 +180,29 @@ def read_partitions(refs: Sequence[PartitionRef], *, host: str | None, pool: Con
         except RequestRejected:  # a node that cannot share a stream for them: one stream each, as before
             return [read_remote(refs[k], pool, idle_timeout, compression=compression, here=local) for k in group]
 
-    if len(reads) == 1:
-        results = [fetch(reads[0])]
-    else:
-        with ThreadPoolExecutor(max_workers=max(1, min(MAX_STREAMS, len(reads))), thread_name_prefix="flightpart-get") as ex:
-            results = list(ex.map(fetch, reads))
-    for group, got in zip(reads, results):
+    def place(group: list[int], got: list[pa.Table]) -> None:
         for k, table in zip(group, got):
             tables[k] = table
+
+    if not nearby and len(far) == 1:  # one stream: read in this thread
+        place(far[0], fetch(far[0]))
+        return tables  # type: ignore[return-value]
+    with ThreadPoolExecutor(max_workers=MAX_STREAMS, thread_name_prefix="flightpart-get") as ex:
+        started = [(group, ex.submit(fetch, group)) for group in far]
+        if len(nearby) > 1:
+            vouch_local([refs[k] for k in nearby], local, pool)
+        for k in nearby:
+            tables[k] = read_local(refs[k], local, pool)
+        missed = shared_streams([(k, refs[k]) for k in nearby if tables[k] is None])
+        started += [(group, ex.submit(fetch, group)) for group in missed]
+        for group, future in started:
+            place(group, future.result())
     return tables  # type: ignore[return-value]
+
+
+def _may_be_local(ref: PartitionRef, local: frozenset[str]) -> bool:
+    """Whether a replica of ``ref`` may be read without the network (on this host, or a node in this process)."""
+    return any(ip in local or inprocess.opener(uri) is not None for uri, ip, _pid in ref.replicas)
 
 
 SMALL_BYTES = 1 << 20
@@ -187,7 +220,7 @@ def shared_streams(indexed: Sequence[tuple[int, PartitionRef]]) -> list[list[int
     open_groups: dict[tuple, tuple[list[int], list[int]]] = {}  # key -> (indexes, [bytes])
     for k, ref in indexed:
         size = ref.shareable_bytes
-        if not 0 < size <= SMALL_BYTES or any(x is not None for x in (ref.rows, ref.filter, ref.aggregate)) \
+        if not 0 < size <= SMALL_BYTES or any(x is not None for x in (ref.rows, ref.filter, ref.aggregate, ref.top)) \
                 or ref.row_numbers:
             reads.append([k])
             continue
@@ -228,10 +261,9 @@ def read_local(ref: PartitionRef, local: frozenset[str], pool: ConnectionPool) -
         if ip not in local:
             continue
         try:
-            info = node_info(uri, pool)
-            if info.data_dir is None or not _is_that_nodes_dir(Path(info.data_dir), info.node_id):
+            path = _local_path(uri, ref, pool)
+            if path is None:
                 continue  # the directory is not that node's (another host with the same path)
-            path = Path(info.data_dir) / layout.partition_relpath(ref.dataset, ref.version, ref.position)
             _vouch(uri, path, PartPlace(ref.dataset, ref.version, ref.position), pool)
             whole = _mapped(path)
             table = ref.apply(whole)
@@ -240,6 +272,57 @@ def read_local(ref: PartitionRef, local: frozenset[str], pool: ConnectionPool) -
         except (OSError, ValueError, KeyError, pa.ArrowException, FlightpartError):
             continue  # not readable here after all: stream it instead
     return None
+
+
+def _local_path(uri: str, ref: PartitionRef, pool: ConnectionPool) -> Path | None:
+    """Where the node at ``uri`` (on this host) keeps ``ref``'s file, or None when its data directory is not here."""
+    info = node_info(uri, pool)
+    if info.data_dir is None or not _is_that_nodes_dir(Path(info.data_dir), info.node_id):
+        return None
+    return Path(info.data_dir) / layout.partition_relpath(ref.dataset, ref.version, ref.position)
+
+
+def vouch_local(refs: Sequence[PartitionRef], local: frozenset[str], pool: ConnectionPool) -> int:
+    """Have the nodes on this host vouch for the files of ``refs`` they hold, many per call (``check-parts``),
+    before :func:`read_local` maps them one by one; returns the calls made.
+
+    A file that failed (or a node that cannot answer) is left unvouched: its
+    own ``check`` in :func:`read_local` then gets the error and the read
+    moves on to the next replica, as before.
+    """
+    wanted: dict[tuple[str, str, int], list[tuple[tuple[int, int], Path, tuple[int, int, int]]]] = {}
+    for ref in refs:
+        for uri, ip, _pid in ref.replicas:
+            if ip not in local or inprocess.opener(uri) is not None:
+                continue
+            try:
+                path = _local_path(uri, ref, pool)
+                if path is None:
+                    continue
+                st = os.stat(path)
+            except (OSError, FlightpartError):
+                continue
+            identity = (st.st_ino, st.st_mtime_ns, st.st_size)
+            if _vouched.get(path) != identity:
+                wanted.setdefault((uri, ref.dataset, ref.version), []).append((ref.position, path, identity))
+            break
+    calls = 0
+    for (uri, dataset, version), items in wanted.items():
+        if len(items) < 2:
+            continue  # one file: its own check, as before
+        for first in range(0, len(items), MAX_PARTS_PER_CHECK):
+            page = items[first:first + MAX_PARTS_PER_CHECK]
+            try:
+                reply = pool.action(uri, CheckParts(dataset, version, tuple(part for part, _path, _id in page)),
+                                    timeout=60 + len(page) / 1000)
+            except FlightpartError:
+                break  # a node that cannot (or does not know how to) answer: each file is checked on its own
+            calls += 1
+            failed = set(reply.failed)
+            for part, path, identity in page:
+                if part not in failed:
+                    _remember_vouched(path, identity)
+    return calls
 
 
 MAPS = MappedFiles()
@@ -265,6 +348,10 @@ def _vouch(uri: str, path: Path, place: PartPlace, pool: ConnectionPool) -> None
     if _vouched.get(path) == identity:
         return
     pool.action(uri, place, timeout=60)
+    _remember_vouched(path, identity)
+
+
+def _remember_vouched(path: Path, identity: tuple[int, int, int]) -> None:
     if len(_vouched) >= VOUCHED_KEPT:
         _vouched.clear()  # bounded: past this many files, they are asked for again
     _vouched[path] = identity

@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from flightpart import frames
 from flightpart.query.pruning import Pruner
-from flightpart.wire import Aggregate, PartInfo, VersionInfo
+from flightpart.wire import Aggregate, PartInfo, TopRows, VersionInfo
 
 from .fetch import PartitionRef
 from .view import View
@@ -221,14 +221,14 @@ class Plan:
     # ------------------------------------------------------------------ handles
 
     def ref(self, b: Block, j: int, columns: tuple[str, ...] | None, *, pushed: bool = True,
-            aggregate: Aggregate | None = None) -> PartitionRef:
+            aggregate: Aggregate | None = None, top: TopRows | None = None) -> PartitionRef:
         """The handle of partition (b.i, j) for this block; ``pushed``: the node applies the view's filter."""
         info = self.parts[(b.i, j)]
         f = self.view.filter.substrait if (pushed and self.view.filter is not None) else None
-        whole = b.rows is None and f is None and aggregate is None and not self.has_dictionaries()
+        whole = b.rows is None and f is None and aggregate is None and top is None and not self.has_dictionaries()
         return PartitionRef(self.version.dataset, self.version.version, info.position, info.replicas, columns, b.rows, f,
                             b.matched if f is not None else None, aggregate,
-                            shareable_bytes=max(info.nbytes, 1) if whole else 0)
+                            shareable_bytes=max(info.nbytes, 1) if whole else 0, top=top)
 
     def has_dictionaries(self) -> bool:
         """Whether the version has a dictionary column (its partitions are read one per stream)."""

@@ -333,6 +333,24 @@ class Aggregate(Message):
     by: tuple[str, ...] = _field(p_list(p_str, 100), ())
 
 
+@dataclass(frozen=True)
+class SortKey(Message):
+    """One key of a :class:`TopRows`: a column, its direction, and where its nulls go."""
+
+    column: str = _field(p_str)
+    descending: bool = _field(p_bool, False)
+    nulls_first: bool = _field(p_bool, False)
+
+
+@dataclass(frozen=True)
+class TopRows(Message):
+    """What a ticket asks a node to send instead of every row: the partition's first ``limit`` rows by ``keys``
+    (and its rows whose floating-point key is NaN), for ``ORDER BY ... LIMIT`` (see :mod:`flightpart.query.top`)."""
+
+    keys: tuple[SortKey, ...] = _field(p_list(p_message(SortKey), 32))
+    limit: int = _field(p_uint)
+
+
 WIRE_CODECS = ("zstd", "lz4")
 """Codecs a reader may accept on the wire: Arrow IPC body compression, which any Arrow reader decompresses."""
 
@@ -387,10 +405,12 @@ class Ticket(Message):
     row_numbers: bool | None = _field(p_optional(p_bool), None, omitted_when_none=True)
     """With a filter: each row sent carries its position in the partition (column ``ROW_NUMBER``), so a reader
     that indexes rows by position (Dask's global index) keeps it for the rows the filter kept."""
+    top: TopRows | None = _field(p_optional(p_message(TopRows)), None, omitted_when_none=True)
+    """Only the partition's first rows by sort keys (after the filter), for ``ORDER BY ... LIMIT``."""
     more: tuple[tuple[int, int], ...] | None = _field(p_optional(p_list(p_pair, MAX_PARTS_PER_STREAM)), None,
                                                      omitted_when_none=True)
     """Further partitions of the same version (and column group) sent whole after ``part`` in the same stream,
-    each opened by a batch whose metadata is its :class:`PartHeader`: small partitions cost bytes, not a
+    in runs, each batch's metadata a :class:`PartRun` naming its partitions: small partitions cost bytes, not a
     round trip each (the read-side twin of a put of several partitions)."""
 
     MAX_BYTES: ClassVar[int] = 1 << 20
@@ -419,8 +439,11 @@ class Ticket(Message):
             raise RequestRejected("ticket.matched: a range of matched rows needs a filter", field="ticket.matched")
         if self.row_numbers and self.aggregate is not None:
             raise RequestRejected("ticket.row_numbers: an aggregate's rows have no positions", field="ticket.row_numbers")
+        if self.top is not None and (self.aggregate is not None or not self.top.keys):
+            raise RequestRejected("ticket.top: first rows by at least one key, and not of an aggregate", field="ticket.top")
         if self.more is not None:
-            if any(getattr(self, name) is not None for name in ("rows", "filter", "matched", "aggregate", "row_numbers")):
+            if any(getattr(self, name) is not None
+                   for name in ("rows", "filter", "matched", "aggregate", "row_numbers", "top")):
                 raise RequestRejected("ticket.more: several partitions in one stream are sent whole (columns only)",
                                       field="ticket.more")
             if len({self.part, *self.more}) != len(self.more) + 1:
@@ -499,7 +522,7 @@ class PartInfo:
     shape: tuple[int, int]
     replicas: tuple[Replica, ...]
     nbytes: int = 0
-    stats: dict | None = None  # per-column statistics recorded by the node that stored it (flightpart.query.statistics)
+    stats: dict | EncodedJson | None = None  # per-column statistics from the node that stored it (query.statistics)
 
 
 @dataclass(frozen=True)
@@ -520,7 +543,15 @@ class VersionInfo:
 
 
 def _to_text(obj: Any) -> str:
-    return json.dumps(obj, separators=(",", ":"))
+    return obj.text if isinstance(obj, EncodedJson) else json.dumps(obj, separators=(",", ":"))
+
+
+@dataclass(frozen=True)
+class EncodedJson:
+    """A value already written as JSON text (a partition's statistics as the catalog stores them), passed into a
+    ``FlightInfo`` as it is: parsing 50,000 statistics and writing them again was half of a cold open."""
+
+    text: str
 
 
 def plain_tickets(dataset: str, version: int) -> Callable[[int, int], bytes]:
@@ -659,6 +690,29 @@ class PartHeader(Message):
 
     part: tuple[int, int] = _field(p_pair)
 
+    def encode(self) -> bytes:
+        """What :meth:`Message.encode` writes, without its walk of the fields: one per partition of a shared stream."""
+        return b'{"part":[%d,%d]}' % self.part
+
+
+MAX_PARTS_PER_RUN = 1024
+"""Partitions one :class:`PartRun` names at most."""
+
+
+@dataclass(frozen=True)
+class PartRun(Message):
+    """In a read stream of several partitions: the batch this comes with holds these whole partitions, back to back,
+    with ``rows[k]`` rows for ``parts[k]`` (a partition larger than a batch continues in the batches that follow,
+    which carry no metadata). A stream of thousands of ten-row partitions is then a few batches, not thousands."""
+
+    parts: tuple[tuple[int, int], ...] = _field(p_list(p_pair, MAX_PARTS_PER_RUN))
+    rows: tuple[int, ...] = _field(p_list(p_uint, MAX_PARTS_PER_RUN))
+
+    def check(self) -> None:
+        """What no field's parser sees alone: a row count for each partition."""
+        if len(self.parts) != len(self.rows) or not self.parts:
+            raise RequestRejected("part run: one row count per partition, and at least one partition", field="rows")
+
 
 @dataclass(frozen=True)
 class PutReceipts(Message):
@@ -686,6 +740,13 @@ class Checked(Message):
     """A ``check`` passed: the partition's file matches its checksum (a failed check is an error, not a reply)."""
 
     ok: bool = _field(p_bool, True)
+
+
+@dataclass(frozen=True)
+class CheckedParts(Message):
+    """What ``check-parts`` found: the partitions that failed their check or are not on the node (the others passed)."""
+
+    failed: tuple[tuple[int, int], ...] = _field(p_list(p_pair), ())
 
 
 @dataclass(frozen=True)
@@ -943,6 +1004,22 @@ class PartPlace(Message):
     dataset: str = _field(p_name)
     version: int = _field(p_uint)
     part: tuple[int, int] = _field(p_pair)
+
+
+MAX_PARTS_PER_CHECK = 16384
+"""Partitions one ``check-parts`` names at most (a bounded body, and an answer in bounded time)."""
+
+
+@dataclass(frozen=True)
+class CheckParts(Message):
+    """``check`` for many partitions of one version in one call: what a reader sends before mapping the local
+    partitions of a read (100,000 small partitions were 100,000 round trips)."""
+
+    ACTION = "check-parts"
+    REPLY = CheckedParts
+    dataset: str = _field(p_name)
+    version: int = _field(p_uint)
+    parts: tuple[tuple[int, int], ...] = _field(p_list(p_pair, MAX_PARTS_PER_CHECK))
 
 
 @dataclass(frozen=True)

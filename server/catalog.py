@@ -95,6 +95,7 @@ from .auth import CLOCK_MARGIN, authorize, wall_clock
 from .base import Action, ServiceBase, action_table, boundary
 from .catalog_db import PostgresDatabase
 from .catalog_state import CatalogState, NodeRecord, PartRecord, VersionRecord
+from .info_cache import FlightInfoCache
 from .lease import LEASE_SECONDS, Lease
 from .status_page import cluster_status
 from .telemetry import describe
@@ -109,8 +110,16 @@ tombstones it holds before a version number is handed out (``--rebuild-grace``).
 
 def version_info(record: VersionRecord, cap: str | None = None) -> VersionInfo:
     """What the wire says of a stored version (replicas as (uri, ip, pid), live ones first)."""
-    parts = tuple(PartInfo(p.part, p.start, p.shape, tuple((n.uri, n.ip, n.pid) for n in p.nodes), p.nbytes, p.stats)
-                  for p in record.parts)
+    shared: dict[tuple[int, ...], tuple] = {}  # a few replica sets serve many partitions: one tuple each
+
+    def replicas(nodes: list) -> tuple:
+        key = tuple(map(id, nodes))
+        found = shared.get(key)
+        if found is None:
+            found = shared[key] = tuple((n.uri, n.ip, n.pid) for n in nodes)
+        return found
+
+    parts = tuple(PartInfo(p.part, p.start, p.shape, replicas(p.nodes), p.nbytes, p.stats) for p in record.parts)
     return VersionInfo(record.dataset, record.version, pa.ipc.read_schema(pa.py_buffer(record.schema)), record.shape,
                        record.grid, parts, cap)
 
@@ -128,7 +137,7 @@ class CatalogServer(ServiceBase):
                  rebuild_grace: float | None = None, cluster_id: str | None = None, lease: str | None = None,
                  lease_seconds: float = LEASE_SECONDS, **server_kwargs: Any):
         super().__init__(host, port, secret=secret, **server_kwargs)
-        self._infos: dict[tuple[str, int, int], tuple] = {}
+        self._infos = FlightInfoCache()
         # several catalogs, one leader: the state lives in PostgreSQL and only the lease holder writes it
         self.lease = Lease(lease, self.uri, duration=lease_seconds, on_lead=self._took_over,
                            on_lose=self._infos.clear) if lease else None
@@ -167,6 +176,8 @@ class CatalogServer(ServiceBase):
         threading.Thread(target=self._expire_pending_loop, name="flightpart-pending-ttl", daemon=True).start()
         if self.lease is not None:
             self.lease.start()  # its first round runs now: the first catalog of a cluster leads before it answers
+        else:  # a restarted catalog has its FlightInfos ready soon after, as a new leader does
+            threading.Thread(target=self._warm_later, name="flightpart-warm", daemon=True).start()
 
     def shutdown(self) -> None:
         self._stopping.set()
@@ -213,16 +224,19 @@ class CatalogServer(ServiceBase):
 
         told = self._fan_out(self.state.nodes(), tell, f"lead (epoch {epoch})")
         log.info("epoch %d: %d nodes follow this catalog", epoch, told)
+        self._warm_later()
+
+    def _warm_later(self) -> None:
         if not self._stopping.wait(self.WARM_AFTER):
             self._warm()
 
     WARM_AFTER = 1.0
-    """Seconds after a takeover before the FlightInfos are built: the writers that waited for the new leader go
-    first (building them for 50,000 partitions holds the process's CPU for about a second)."""
+    """Seconds after a takeover (or a start) before the FlightInfos are built: the writers that waited for the new
+    leader go first (building them for 50,000 partitions holds the process's CPU for most of a second)."""
 
     def _warm(self) -> None:
-        """Build the FlightInfo of every dataset's latest version now, after a takeover, so the first opens do not
-        each wait for a large version's partitions to be read from the database (3.6 s cold at 50,000)."""
+        """Build the FlightInfo of every dataset's latest version now, after a takeover or a start, so first opens do not
+        each wait for a large version's partitions to be read from the database (most of a second at 50,000)."""
         started = time.monotonic()
         try:
             for name in self.state.latest_versions():
@@ -230,7 +244,11 @@ class CatalogServer(ServiceBase):
                     return
                 self._cached_info(*name)
         except FlightpartError as exc:
-            log.info("warming the FlightInfos after the takeover stopped: %s", exc)
+            log.info("warming the FlightInfos stopped: %s", exc)
+            return
+        except Exception:  # the state closing under a catalog that stops: opens build what they need
+            if not self._stopping.is_set():
+                log.exception("warming the FlightInfos failed")
             return
         log.info("FlightInfos of every dataset's latest version built in %.2f s", time.monotonic() - started)
 
@@ -304,9 +322,6 @@ class CatalogServer(ServiceBase):
             version = self.state.latest(name) if version is None else version
             return flight.SchemaResult(self._cached_info(name, version, credential.expiry).schema)
 
-    MAX_CACHED_INFOS = 4096
-    """FlightInfos kept at once (one per version and capability expiry); past it the cache starts afresh."""
-
     def _cached_info(self, name: str, version: int, token_expiry: int = 0) -> flight.FlightInfo:
         """Versions are immutable: their FlightInfo is built once per state of the nodes (and capability expiry).
 
@@ -322,16 +337,21 @@ class CatalogServer(ServiceBase):
         expiry = int((wall_clock() // quarter) * quarter + self.capability_ttl)
         if token_expiry:
             expiry = min(expiry, token_expiry)
-        key = (name, version, expiry)
-        cached = self._infos.get(key)
-        if cached is not None and cached[0] == nodes:
-            return cached[1]
-        cap = capability(self.secret, name, version, expiry) if self.secret is not None else None
-        info = encode_flight_info(version_info(self.state.version(name, version), cap))
-        if len(self._infos) >= self.MAX_CACHED_INFOS:
-            self._infos.clear()
-        self._infos[key] = (nodes, info)
-        return info
+
+        def build() -> tuple[flight.FlightInfo, int]:
+            cap = capability(self.secret, name, version, expiry) if self.secret is not None else None
+            info = version_info(self.state.version(name, version), cap)
+            return encode_flight_info(info), len(info.parts)
+
+        return self._infos.get((name, version, expiry), nodes, build)
+
+    def _prepare(self, name: str, version: int) -> None:
+        """Build a version's FlightInfo just after its commit, beside the commit's answer: the first open (the
+        writer's own, or anyone's) finds it built (a cold build of 50,000 partitions takes most of a second)."""
+        try:
+            self._cached_info(name, version)
+        except Exception as exc:  # the open that needs it builds it then, and says what is wrong
+            log.debug("building the FlightInfo of %s v%d after its commit failed: %s", name, version, exc)
 
     def list_flights(self, context: Any, criteria: bytes) -> Iterator[flight.FlightInfo]:
         with boundary(log, "list_flights", self.telemetry, context):
@@ -521,6 +541,7 @@ class CatalogServer(ServiceBase):
         if self._seal(b, holders.values()) == len(holders):
             self.state.sealed_everywhere(b.dataset, b.version)
         describe("commit", dataset=b.dataset, version=b.version, partitions=len(parts), rows=b.shape[0])
+        threading.Thread(target=self._prepare, args=(b.dataset, b.version), name="flightpart-prepare", daemon=True).start()
         return Committed(b.dataset, b.version)
 
     def _committed_already(self, b: Commit) -> bool:

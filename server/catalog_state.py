@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from flightpart.errors import DatasetNotFound, NotLeader, StateUnavailable, VersionConflict, VersionExpired
+from flightpart.wire import EncodedJson
 
 from .catalog_db import Database, SqliteDatabase
 
@@ -80,7 +81,7 @@ class PartRecord:
     shape: tuple[int, int]
     nbytes: int
     nodes: list[NodeRecord] = field(default_factory=list)
-    stats: dict | None = None  # column statistics from the node that stored it
+    stats: EncodedJson | dict | None = None  # column statistics from the node that stored it
 
 
 @dataclass
@@ -632,11 +633,9 @@ def _write_stats(db: Database, dataset: str, version: int, entries: list, *, rep
                    [(dataset, version, part[0], part[1], json.dumps(body)) for part, body in entries if body])
 
 
-def _stats_of(body: str | None) -> dict | None:
-    try:
-        return json.loads(body) if body else None
-    except ValueError:
-        return None
+def _stats_of(body: str | None) -> EncodedJson | None:
+    """A stored statistics body as the JSON text it is (only a FlightInfo reads it, and writes it out as it is)."""
+    return EncodedJson(body) if body and body != "null" else None
 
 
 def _state(db: Database, dataset: str, version: int) -> str | None:

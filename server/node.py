@@ -15,6 +15,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -33,7 +34,7 @@ from flightpart.errors import (
     StorageUnwritable,
 )
 from flightpart.frames import growing_dictionaries
-from flightpart.io import inprocess
+from flightpart.io import inprocess, layout
 from flightpart.io.access import Access
 from flightpart.io.allocator import keep_freed_memory
 from flightpart.io.compression import write_options
@@ -48,9 +49,12 @@ from flightpart.query.apply import apply_ticket
 from flightpart.tokens import Keys, role_token, verify_token
 from flightpart.version import __version__
 from flightpart.wire import (
+    MAX_PARTS_PER_RUN,
     Assemble,
     AssembleReply,
     Checked,
+    CheckedParts,
+    CheckParts,
     Commit,
     Copied,
     CopyTo,
@@ -66,6 +70,7 @@ from flightpart.wire import (
     NodeInfo,
     PartHeader,
     PartPlace,
+    PartRun,
     PutReceipts,
     PutTrailer,
     RegisterNode,
@@ -476,6 +481,16 @@ class NodeServer(ServiceBase):
         self.store.open(body.dataset, body.version, body.part)
         return Checked()
 
+    def _check_parts(self, body: CheckParts) -> CheckedParts:
+        """:meth:`_check` for many partitions at once; a damaged one is quarantined (and reported) as by a read."""
+        failed = []
+        for part in body.parts:
+            try:
+                self.store.verify(body.dataset, body.version, part)
+            except (OSError, FlightpartError):
+                failed.append(part)
+        return CheckedParts(tuple(failed))
+
     def _scrub(self, _: Scrub) -> ScrubReport:
         return self.scrub()
 
@@ -576,7 +591,7 @@ class NodeServer(ServiceBase):
             if spec.more is not None:
                 return self._several(spec, guard)
             table = apply_ticket(self.store.open(spec.dataset, spec.version, spec.part), spec.columns, spec.rows, spec.filter,
-                                 spec.matched, spec.aggregate, bool(spec.row_numbers))
+                                 spec.matched, spec.aggregate, bool(spec.row_numbers), spec.top)
             options = write_options(table, spec.compression)
             describe("get", dataset=spec.dataset, version=spec.version, part=spec.part, bytes=table.nbytes, rows=table.num_rows,
                      compressed=options is not None)
@@ -594,13 +609,16 @@ class NodeServer(ServiceBase):
         return flight.GeneratorStream(table.schema, self.guard.watch(guard, pieces), options=options)
 
     def _several(self, spec: Ticket, guard: Any) -> flight.GeneratorStream:
-        """Whole partitions of one column group in one stream, each opened by a batch carrying its PartHeader.
+        """Whole partitions of one column group in one stream, in runs: each run's rows one batch, opened by a
+        :class:`PartRun` naming its partitions and their rows (a partition larger than a batch goes alone).
 
         Each partition is opened as its turn comes (one map held at a time, not 4,096 files open at once); a
         missing one is refused before the stream starts, so the reader can ask another replica.
         """
         positions = (spec.part, *(spec.more or ()))
-        missing = [p for p in positions[1:] if not self.store.path(spec.dataset, spec.version, p).exists()]
+        folder = str(self.store.version_dir(spec.dataset, spec.version))
+        paths = [Path(f"{folder}/{i}_{j}{layout.SUFFIX}") for i, j in positions]  # one walk of pathlib, not one each
+        missing = [p for p, path in zip(positions[1:], paths[1:]) if not os.path.exists(path)]
         if missing:
             raise PartitionMissing(f"partition {missing[0]} of dataset {spec.dataset!r} version {spec.version} is not on "
                                    "this node", field="ticket.more")
@@ -618,7 +636,8 @@ class NodeServer(ServiceBase):
             if k == 0:
                 return first
             try:
-                table = apply_ticket(self.store.open(spec.dataset, spec.version, position), spec.columns, None)
+                table = apply_ticket(self.store.open_at(spec.dataset, spec.version, position, paths[k]), spec.columns,
+                                     None)
                 if not table.schema.equals(schema):
                     raise RequestRejected("ticket.more: partitions of different column groups cannot share a stream",
                                           field="ticket.more")
@@ -627,14 +646,30 @@ class NodeServer(ServiceBase):
                 raise flight_error(exc) from None
             return table
 
+        def sent(run: list[tuple[tuple[int, int], pa.Table]]) -> Iterator[Any]:
+            """One run of partitions: their rows as one batch (a lone or large one as its own batches), the first
+            batch carrying the :class:`PartRun` that says where each partition starts."""
+            header = pa.py_buffer(PartRun(tuple(p for p, _t in run), tuple(t.num_rows for _p, t in run)).encode())
+            whole = run[0][1] if len(run) == 1 else pa.concat_tables([t for _p, t in run]).combine_chunks()
+            batches = [piece for batch in whole.to_batches() for piece in split_batch(batch, STREAM_PIECE_BYTES)]
+            self.counters.add(bytes_sent=sum(t.nbytes for _p, t in run), rows_sent=whole.num_rows,
+                              partitions_served=len(run), batches_sent=max(1, len(batches)))
+            yield (batches[0] if batches else empty), header
+            yield from batches[1:]
+
         def pieces() -> Iterator[Any]:
+            run: list[tuple[tuple[int, int], pa.Table]] = []
+            size = 0
             for k, position in enumerate(positions):
                 table = opened(k, position)
-                self.counters.add(bytes_sent=table.nbytes, rows_sent=table.num_rows, partitions_served=1,
-                                  batches_sent=table.column(0).num_chunks if table.num_columns else 0)
-                batches = [piece for batch in table.to_batches() for piece in split_batch(batch, STREAM_PIECE_BYTES)]
-                yield (batches[0] if batches else empty), pa.py_buffer(PartHeader(position).encode())
-                yield from batches[1:]
+                nbytes = table.nbytes
+                if run and (size + nbytes > STREAM_PIECE_BYTES or len(run) >= MAX_PARTS_PER_RUN):
+                    yield from sent(run)
+                    run, size = [], 0
+                run.append((position, table))
+                size += nbytes
+            if run:
+                yield from sent(run)
 
         return flight.GeneratorStream(schema, self.guard.watch(guard, pieces()), options=options)
 
@@ -721,6 +756,8 @@ class NodeServer(ServiceBase):
                "catalog"),
         Action(PartPlace, _check, "verify a partition's checksum before a reader on this host maps it", "locate",
                changes_state=False),
+        Action(CheckParts, _check_parts, "verify the checksums of many partitions of one version before a reader on "
+               "this host maps them; answers which failed", "locate", changes_state=False),
         Action(Scrub, _scrub, "check every stored file against its checksum now; report damaged and missing ones",
                "catalog"),
         Action(Lead, _lead, "a catalog took the lease: refuse orders of lower epochs, report to it", "catalog"),

@@ -43,6 +43,7 @@ from flightpart.errors import (
 )
 from flightpart.io import layout
 from flightpart.io.maps import MappedFiles
+from flightpart.io.transfer import READ_WHOLE_BYTES
 from flightpart.query.statistics import StatsBuilder
 from flightpart.wire import Commit, Tombstones, p_stats, p_uint
 from flightpart.wire import HeldPartition as StoredPartition
@@ -55,6 +56,8 @@ DELTAS = ipc.IpcWriteOptions(emit_dictionary_deltas=True)
 """A partition file's dictionaries may grow batch by batch (an IPC file allows deltas, not replacements)."""
 UNWRITABLE = (errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO)
 READ_CHUNK = 8 << 20
+WRITTEN_KEPT = 200_000
+"""Checksums of files this process wrote that it keeps in memory until each file's first check."""
 """Bytes read at a time when a file's checksum is verified."""
 
 
@@ -103,9 +106,10 @@ class ChecksummedSink:
 def file_checksum(path: Path, pace: Callable[[int], None] | None = None) -> tuple[int, int]:
     """(CRC-32, size) of a file read in chunks; ``pace(n)`` is called after each chunk (a scrub's rate limit)."""
     crc, size = 0, 0
-    buffer = bytearray(READ_CHUNK)
-    view = memoryview(buffer)
     with open(path, "rb", buffering=0) as f:
+        # no larger than the file (plus one byte, to see its end): a fresh 8 MiB buffer cost a small file 0.3 ms
+        buffer = bytearray(min(READ_CHUNK, os.fstat(f.fileno()).st_size + 1))
+        view = memoryview(buffer)
         while n := f.readinto(buffer):
             crc = zlib.crc32(view[:n], crc)
             size += n
@@ -151,6 +155,9 @@ class PartitionStore:
         self._fresh: dict[tuple[str, int], dict[tuple[int, int], StoredPartition]] = {}
         # files whose checksum matched, by (inode, mtime, size): a file is read in full once per process, not per get
         self._verified: dict[Path, tuple[int, int, int]] = {}
+        # the checksum of each file this process wrote, with the file's identity, until its first check: that check
+        # reads the file but not its statistics file (what a read right after a put of 100,000 partitions pays)
+        self._written: dict[Path, tuple[tuple[int, int, int], tuple[int, int]]] = {}
         # what a put could not remove (its disk was read-only): removed again by retry_cleanup()
         self.leftovers: set[Path] = set()
         self.on_damage: Callable[[str, int, tuple[int, int]], None] = lambda dataset, version, part: None
@@ -312,6 +319,7 @@ class PartitionStore:
                 # statistics first, so a visible partition has them (lost in a crash, they only cost pruning)
                 os.replace(stats_tmp, layout.stats_path(final))
                 os.replace(tmp, final)
+                self._remember_written(final, (checksummed.crc, size))
             if sync_directory:
                 layout.fsync_path(final.parent)
         except BaseException as exc:
@@ -445,9 +453,23 @@ class PartitionStore:
         process (:meth:`verify`), so damaged bytes never reach a reader nor
         the IPC reader that maps them.
         """
+        return self.open_at(dataset, version, part, self.path(dataset, version, part))
+
+    def open_at(self, dataset: str, version: int, part: tuple[int, int], path: Path) -> pa.Table:
+        """:meth:`open` of the partition at ``path`` (its :meth:`path`, made by a caller opening many): one ``stat``
+        serves both the checksum's memory and the map cache's."""
         try:
-            self.verify(dataset, version, part)
-            return self.maps.get(self.path(dataset, version, part))
+            st = os.stat(path)
+            identity = (st.st_ino, st.st_mtime_ns, st.st_size)
+            data = None
+            if identity[2] <= READ_WHOLE_BYTES:
+                with self._lock:
+                    known = self._verified.get(path) == identity
+                if not known:  # a small file's one read serves both its checksum and its table
+                    with open(path, "rb") as f:
+                        data = f.read()
+            self._verify_at(dataset, version, part, path, identity, data=data)
+            return self.maps.get(path, identity, data=data)
         except FileNotFoundError:
             self._refuse_gone(dataset, version)  # dropped (or aborted): said so, not "not on this node"
             raise PartitionMissing(f"partition {part} of dataset {dataset!r} version {version} is not on this node",
@@ -468,14 +490,20 @@ class PartitionStore:
         """
         path = self.path(dataset, version, part)
         st = os.stat(path)
-        identity = (st.st_ino, st.st_mtime_ns, st.st_size)
+        return self._verify_at(dataset, version, part, path, (st.st_ino, st.st_mtime_ns, st.st_size), again=again,
+                               pace=pace)
+
+    def _verify_at(self, dataset: str, version: int, part: tuple[int, int], path: Path, identity: tuple[int, int, int],
+                   *, again: bool = False, pace: Callable[[int], None] | None = None, data: bytes | None = None) -> int:
+        """:meth:`verify` of the file at ``path`` whose ``stat`` gave ``identity``; ``data``: its bytes, already read."""
         with self._lock:
             if not again and self._verified.get(path) == identity:
                 return 0
-        expected = self.recorded_checksum(path)
+            written = self._written.pop(path, None)
+        expected = written[1] if written is not None and written[0] == identity else self.recorded_checksum(path)
         if expected is None:
             return 0
-        found = file_checksum(path, pace)
+        found = (zlib.crc32(data), len(data)) if data is not None and len(data) == identity[2] else file_checksum(path, pace)
         if found != expected:
             self.quarantine(path)
             self.on_damage(dataset, version, part)
@@ -485,6 +513,16 @@ class PartitionStore:
         with self._lock:
             self._verified[path] = identity
         return found[1]
+
+    def _remember_written(self, path: Path, checksum: tuple[int, int]) -> None:
+        """Keep the checksum of a file this process just stored (under the lock), for its first check."""
+        try:
+            st = os.stat(path)
+        except OSError:
+            return  # its check reads the statistics file, as after a restart
+        if len(self._written) >= WRITTEN_KEPT:
+            self._written.clear()  # bounded: past this many, checks read the statistics files
+        self._written[path] = ((st.st_ino, st.st_mtime_ns, st.st_size), checksum)
 
     def recorded_checksum(self, path: Path) -> tuple[int, int] | None:
         """(CRC-32, size) the partition's statistics file recorded when it was written, or None."""
@@ -728,8 +766,9 @@ class PartitionStore:
                     del self._group_schemas[key]
                 for key in [k for k in self._fresh if k[0] == dataset and (version is None or k[1] == version)]:
                     del self._fresh[key]
-                for path in [p for p in self._verified if target in p.parents]:
-                    del self._verified[path]
+                for kept in (self._verified, self._written):
+                    for path in [p for p in kept if target in p.parents]:
+                        del kept[path]
             shutil.rmtree(target, ignore_errors=True)
             if target.exists():  # a disk that is read-only for now: removed by retry_cleanup
                 with self._lock:

@@ -94,15 +94,20 @@ def _mappings() -> list[tuple[int, int, str]]:
     return out
 
 
-def test_local_partitions_are_buffers_inside_the_memory_mapped_file(cluster, dataset):
+def test_local_partitions_are_buffers_inside_the_memory_mapped_file(cluster):
+    from flightpart.io.transfer import READ_WHOLE_BYTES
+
+    big = pa.table({"x": np.random.default_rng(3).random(3 * READ_WHOLE_BYTES // 8 * 6)})  # six of 3 MiB
     with fp.connect(cluster.uri, host=A) as client:
-        d = client.open("locality").__partitioned__
+        client.put("locality-big", big, tiling=(6, 1))
+        d = client.open("locality-big").__partitioned__
         pos, part = next((pos, p) for pos, p in sorted(d["partitions"].items()) if p["location"][0][0] == A)
         before = sent(client, cluster)
         table = d["get"](part["data"])
         assert sent(client, cluster) == before
+        assert table.equals(big.slice(part["start"][0], part["shape"][0]))
         info = client.pool.action(cluster.nodes[0].uri, fp.wire.GetNodeInfo())
-    path = str(Path(info.data_dir) / partition_relpath("locality", part["data"].version, part["data"].position))
+    path = str(Path(info.data_dir) / partition_relpath("locality-big", part["data"].version, part["data"].position))
     regions = [(lo, hi) for lo, hi, name in _mappings() if name == path]
     assert regions, f"{path} is not memory-mapped in this process"
     for column in table.columns:
@@ -110,6 +115,22 @@ def test_local_partitions_are_buffers_inside_the_memory_mapped_file(cluster, dat
             for buf in chunk.buffers():
                 if buf is not None and buf.size:
                     assert any(lo <= buf.address and buf.address + buf.size <= hi for lo, hi in regions)
+
+
+def test_small_local_partitions_are_read_into_memory_and_hold_no_map(cluster):
+    """A partition file of at most 1 MiB is read, not mapped: a reader may keep the tables of 100,000 of them
+    without running out of the kernel's maps (vm.max_map_count); nothing crosses the network either way."""
+    small = make_table(20_000, seed=4)
+    with fp.connect(cluster.uri, host=A) as client:
+        client.put("locality-small", small, tiling=(60, 1))
+        ds = client.open("locality-small")
+        before = sent(client, cluster)
+        kept = [ds.to_arrow() for _ in range(3)]
+        assert all(t.equals(small) for t in kept)
+        assert sent(client, cluster)[cluster.nodes[0].uri] == before[cluster.nodes[0].uri]
+        info = client.pool.action(cluster.nodes[0].uri, fp.wire.GetNodeInfo())
+    folder = str(Path(info.data_dir) / "datasets" / "locality-small")
+    assert not [name for _lo, _hi, name in _mappings() if name.startswith(folder)]
 
 
 READER = """

@@ -121,6 +121,29 @@ def test_a_reader_given_the_damaged_replica_first_moves_on_to_the_next(cluster):
         assert len(quarantined(c, "rot-first")) == 1
 
 
+def test_a_reader_on_the_host_of_damaged_replicas_gets_them_from_the_others(cluster):
+    """A reader on a node's host has that node vouch for all its local files in one call (``check-parts``):
+    the damaged ones are named, quarantined, and read from their other replica; the intact ones are read here."""
+    from flightpart.client.fetch import vouch_local
+    from flightpart.io.connections import shared_pool
+    from flightpart.io.hosts import host_addresses
+
+    c = cluster
+    table = table_of(40_000, 5)
+    with fp.connect(c.uri, host=IPS[0]) as client:
+        client.put("rot-local", table, tiling=(40, 1), replicas=2)
+        ds = client.open("rot-local")
+        mine = [p for p in range(40) if any(u == c.nodes[0].uri for u, _f in holders(c, "rot-local", (p, 0)))]
+        bad = mine[:3]
+        for part in bad:
+            path = dict(holders(c, "rot-local", (part, 0)))[c.nodes[0].uri]
+            flip_bit(path, data_offset(path))
+        refs = [e["data"] for e in ds.__partitioned__["partitions"].values()]
+        assert vouch_local(refs, host_addresses(IPS[0]), shared_pool(client.access)) == 1  # one call for all
+        assert ds.to_arrow().equals(table)
+        assert len(quarantined(c, "rot-local")) == len(bad)
+
+
 def test_a_flipped_bit_in_the_footer_is_found_by_scrub_and_repair_recreates_the_replica(cluster):
     c = cluster
     table = table_of(30_000, 2)

@@ -84,3 +84,50 @@ def test_a_lying_ticket_for_several_partitions_gets_a_code_and_the_node_serves_o
                 node.do_get(flight.Ticket(ticket.encode())).read_all()
             assert code_of(info.value) == code, more
         assert ds.to_arrow().equals(source)
+
+
+def test_a_stream_of_several_sends_runs_of_partitions_as_few_batches(cluster):
+    """300 ten-row partitions of one node come as one batch (a PartRun naming them all), not 300; any Flight
+    reader can cut them back by the row counts it lists."""
+    import pyarrow.flight as flight
+
+    from flightpart.wire import PartRun, Ticket
+
+    source = table(3_000)
+    stored(cluster, "small-runs", source, (300, 1))
+    with fp.connect(cluster.uri, host="127.0.0.9") as client:
+        ds = client.open("small-runs")
+        parts = ds.__partitioned__["partitions"]
+        uri = parts[(0, 0)]["data"].replicas[0][0]
+        mine = sorted(p for p, e in parts.items() if e["data"].replicas[0][0] == uri)
+        reader = flight.connect(uri).do_get(flight.Ticket(Ticket("small-runs", ds.version, mine[0], more=tuple(mine[1:]))
+                                                          .encode()))
+        chunks = []
+        while True:
+            try:
+                chunks.append(reader.read_chunk())
+            except StopIteration:
+                break
+    assert len(chunks) < len(mine) // 10
+    run = PartRun.decode(chunks[0].app_metadata.to_pybytes())
+    assert list(run.parts[:3]) == mine[:3] and set(run.rows) == {10}
+    back = pa.Table.from_batches([c.data for c in chunks])
+    assert back.column("k").to_pylist() == [k for i, _j in mine for k in range(10 * i, 10 * i + 10)]
+
+
+def test_runs_split_at_the_batch_size_and_keep_empty_partitions(cluster):
+    """Partitions near the 1 MiB line fill several runs; partitions of no rows keep their place."""
+    wide = pa.table({f"c{n}": np.arange(60_000, dtype=np.float64) + n for n in range(16)})  # 7.7 MB: 8 of 0.96 MB
+    stored(cluster, "small-heavy", wide, (8, 1))
+    with fp.connect(cluster.uri, host="127.0.0.9") as client:
+        before = streams(client, cluster)
+        assert client.open("small-heavy").to_arrow().equals(wide)
+        assert streams(client, cluster) - before <= len(cluster.nodes)
+    empty_tail = table(5)
+    stored(cluster, "small-empty", empty_tail, (10, 1))  # five partitions of one row, five of none
+    with fp.connect(cluster.uri, host="127.0.0.9") as client:
+        ds = client.open("small-empty")
+        assert ds.to_arrow().equals(empty_tail)
+        d = ds.__partitioned__
+        got = d["get"]([d["partitions"][(i, 0)]["data"] for i in range(10)])
+        assert [t.num_rows for t in got] == [p["shape"][0] for _pos, p in sorted(d["partitions"].items())]

@@ -3,7 +3,8 @@
 Each case runs at several sizes so the growth shows, not one point:
 
 * **partitions**: one dataset of P one-column partitions on three real nodes
-  (127.0.0.2-4): put, commit (timed at the client), open, ``validate``,
+  (127.0.0.2-4): put, commit (timed at the client), the first open by a
+  reader (and the catalog's CPU in it), open, ``validate``,
   the ``to_dask`` graph, the read back (checked equal) and the most memory
   maps any node keeps;
 * **nodes**: N simulated nodes register with a real catalog and heartbeat
@@ -41,6 +42,8 @@ GOALS = {
     "to_dask_seconds": (50_000, 2.0),
     "validate_seconds": (50_000, 2.0),
     "node_maps": (50_000, 5_000),
+    "first_open_catalog_cpu_seconds": (50_000, 0.5),
+    "read_seconds": (100_000, 10.0),
 }
 """Per partitions case: (size the goal is stated at, upper bound)."""
 CATALOG_CPU_GOAL = (4_000, 0.5)
@@ -105,6 +108,10 @@ def case_partitions(root: Path, sizes: list[int], log: Callable[[str], None]) ->
             with _Timed(client, Commit) as commit:
                 put_s, _ = _seconds(client.put, "scale", table, tiling=(p, 1))
             catalog_cpu = sum(catalog.cpu_times()[:2]) - cpu0
+            with connect(cluster.uri, host="127.0.0.2") as reader:  # the first open by anyone but the writer
+                cpu0 = sum(catalog.cpu_times()[:2])
+                first_open_s, _ = _seconds(reader.open, "scale")
+                first_open_cpu = sum(catalog.cpu_times()[:2]) - cpu0
             open_s, ds = _seconds(client.open, "scale")
             validate_s, _ = _seconds(protocol.validate, ds.__partitioned__, require_pickle=True)
             dask_s, ddf = _seconds(ds.to_dask)
@@ -114,7 +121,8 @@ def case_partitions(root: Path, sizes: list[int], log: Callable[[str], None]) ->
             maps = max(client.stats(n.uri)["maps_open"] for n in cluster.nodes)
             client.drop("scale")
             rows.append({"partitions": p, "put_seconds": put_s, "commit_seconds": commit.seconds,
-                         "catalog_cpu_seconds_in_put": catalog_cpu, "open_seconds": open_s,
+                         "catalog_cpu_seconds_in_put": catalog_cpu, "first_open_seconds": first_open_s,
+                         "first_open_catalog_cpu_seconds": first_open_cpu, "open_seconds": open_s,
                          "validate_seconds": validate_s, "to_dask_seconds": dask_s, "read_seconds": read_s,
                          "node_maps": maps})
     return rows

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from .transfer import open_mapped
+from .transfer import open_stored
 
 DEFAULT_CAPACITY = 256
 
@@ -73,10 +73,15 @@ class MappedFiles:
         with self._lock:
             return len(self._maps)
 
-    def get(self, path: Path) -> pa.Table:
-        """The table of ``path``, mapped once and reused while the file is the same (FileNotFoundError if gone)."""
+    def get(self, path: Path, identity: tuple[int, int, int] | None = None, data: bytes | None = None) -> pa.Table:
+        """The table of ``path``, mapped once and reused while the file is the same (FileNotFoundError if gone).
+
+        ``identity`` (inode, mtime, size) is the caller's own ``stat`` of the file, taken just before; ``data``
+        the bytes of a small file it has just read (see :func:`~flightpart.io.transfer.open_stored`).
+        """
         try:
-            identity = _identity(os.stat(path))
+            if identity is None:
+                identity = _identity(os.stat(path))
         except FileNotFoundError:
             with self._lock:
                 dropped = self._maps.pop(path, None)
@@ -89,7 +94,7 @@ class MappedFiles:
                 self._maps.move_to_end(path)
                 return cached[1]
             generation = self._generation
-        table = open_mapped(path)
+        table = open_stored(path, identity[2], data)
         evicted = []
         with self._lock:
             if generation == self._generation:

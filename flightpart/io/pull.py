@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from flightpart.errors import Forbidden, NodeUnavailable, RequestRejected, ServerBusy, Unauthenticated
-from flightpart.wire import GetNodeInfo, PartHeader, Replica, Ticket, error_message
+from flightpart.wire import GetNodeInfo, PartHeader, PartRun, Replica, Ticket, error_message
 
 from .allocator import keep_freed_memory
 from .compression import RATES
@@ -118,15 +118,35 @@ def read_several(pool: ConnectionPool, ticket: Ticket, replicas: Sequence[Replic
     marks: list[tuple[int, bytes]] = []
     table = read_replicas(pool, ticket, replicas, what, idle_timeout, compression=compression, here=here, marks=marks)
     expected = [ticket.part, *(ticket.more or ())]
-    try:
-        sent = [PartHeader.decode(meta, "part header").part for _row, meta in marks]
-    except RequestRejected:
-        sent = []
-    if sent != expected:
+    sent, starts = where_parts_start(marks)
+    if sent != expected or any(b < a for a, b in zip(starts, starts[1:])) or (starts and starts[-1] > table.num_rows):
         raise RequestRejected(f"{what}: the node sent partitions {sent[:5]}..., not the {len(expected)} asked for",
                               field="ticket.more")
-    starts = [row for row, _meta in marks] + [table.num_rows]
+    starts.append(table.num_rows)
     return [table.slice(starts[k], starts[k + 1] - starts[k]) for k in range(len(expected))]
+
+
+def where_parts_start(marks: list[tuple[int, bytes]]) -> tuple[list[tuple[int, int]], list[int]]:
+    """The partitions a stream of several says it carries, and the row each starts at: from each batch's
+    :class:`~flightpart.wire.PartRun` (or, from a node of an earlier release, its one-partition ``PartHeader``).
+    Nothing (and so a refusal) when a mark is neither."""
+    sent: list[tuple[int, int]] = []
+    starts: list[int] = []
+    try:
+        for row, meta in marks:
+            if meta.startswith(b'{"part":'):
+                sent.append(PartHeader.decode(meta, "part header").part)
+                starts.append(row)
+                continue
+            run = PartRun.decode(meta, "part run")
+            run.check()
+            for part, rows in zip(run.parts, run.rows):
+                sent.append(part)
+                starts.append(row)
+                row += rows
+    except RequestRejected:
+        return [], []
+    return sent, starts
 
 
 def _refusal(what: str, first: Unauthenticated | Forbidden) -> Unauthenticated | Forbidden:

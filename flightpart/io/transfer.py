@@ -153,8 +153,26 @@ def chunks(reader: Any) -> Iterator[Any]:
             return
 
 
-def open_mapped(path: str | Path) -> pa.Table:
-    """A table whose buffers point into a read-only memory map of ``path``."""
+READ_WHOLE_BYTES = 1 << 20
+"""A partition file at most this large is read into memory rather than mapped (see :func:`open_stored`)."""
+
+
+def open_stored(path: str | Path, size: int, data: bytes | None = None) -> pa.Table:
+    """The table of a stored partition file of ``size`` bytes.
+
+    A large file is memory-mapped (the table's buffers point into the page
+    cache: zero-copy). A small one is read into memory in one call: copying
+    a few kilobytes costs less than a map, and a table that holds no map
+    can be kept by the hundred thousand (each map is an entry in the
+    kernel's ``vm.max_map_count``, 65,530 by default: a client holding the
+    tables of 100,000 small local partitions ran out of them).
+    ``data``: the file's bytes when the caller has just read them.
+    """
+    if size <= READ_WHOLE_BYTES:
+        if data is None or len(data) != size:  # ``data``: the caller read the file already (to check its checksum)
+            with open(path, "rb") as f:
+                data = f.read()
+        return ipc.open_file(pa.py_buffer(data)).read_all()
     with pa.memory_map(str(path), "r") as source:
         return ipc.open_file(source).read_all()
 

@@ -8,15 +8,18 @@ import numpy as np
 import pyarrow as pa
 
 from flightpart.errors import RequestRejected
-from flightpart.wire import ROW_NUMBER, Aggregate
+from flightpart.wire import ROW_NUMBER, Aggregate, TopRows
 
 from . import aggregates, filters
+from . import top as first_rows
 
 
 def apply_ticket(table: pa.Table, columns: tuple[str, ...] | None, rows: tuple[int, int] | None, filter: bytes | None = None,
-            matched: tuple[int, int] | None = None, aggregate: Aggregate | None = None, row_numbers: bool = False) -> pa.Table:
+            matched: tuple[int, int] | None = None, aggregate: Aggregate | None = None, row_numbers: bool = False,
+            top: TopRows | None = None) -> pa.Table:
     """What a ticket asks of a partition, in the ticket's order: a row range, row numbers, a filter, a range of the
-    rows it kept, a projection, an aggregate. Without a filter or aggregate every step is a zero-copy slice."""
+    rows it kept, its first rows by sort keys, a projection, an aggregate. Without a filter, first rows or an
+    aggregate every step is a zero-copy slice."""
     first = 0
     if rows is not None:
         first = min(rows[0], table.num_rows)
@@ -27,6 +30,8 @@ def apply_ticket(table: pa.Table, columns: tuple[str, ...] | None, rows: tuple[i
         table = filters.apply(table, filter)
     if matched is not None:
         table = _slice(table, matched)
+    if top is not None:
+        table = first_rows.candidates(table, top)
     if aggregate is not None:
         return aggregates.partial(table, aggregate)
     if columns is not None:

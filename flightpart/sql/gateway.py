@@ -105,6 +105,9 @@ class Gateway:
             wanted = len(statements[0].named_parameters)
             if not wanted and limit is None:  # aggregates the nodes can compute: one row per group and partition
                 done = pushed.answer(query, set(named), self._dataset, lambda final, partials: _final(con, final, partials))
+                if done is None:  # ORDER BY ... LIMIT: each partition's first rows
+                    done = pushed.answer_top(query, set(named), self._dataset,
+                                             lambda final, table, rows: _over(con, final, table, rows))
                 if done is not None:
                     return done
             for name in named:
@@ -158,6 +161,11 @@ class Gateway:
             what = (f"{name}: partial aggregates {', '.join(f or c for c, f in aggregates)} by {keys or 'nothing'}"
                     + (f" where {where}" if where else "") + ", one row per group and partition")
             steps = [("aggregate", "nodes", what, moved, None), ("finish", "catalog (DuckDB)", final, 0, answer.num_rows)]
+        elif (top := pushed.top_plan(inner, set(self._named(inner)))) is not None:
+            name, where, _columns, keys, rows, final = top
+            what = (f"{name}: each partition's first {rows} rows by {', '.join(k[0] for k in keys)}"
+                    + (f" where {where}" if where else ""))
+            steps = [("top", "nodes", what, moved, None), ("finish", "catalog (DuckDB)", final, 0, answer.num_rows)]
         else:
             names = ", ".join(self._named(inner)) or "no dataset"
             steps = [("scan", "nodes", f"{names}: the columns the query uses, and the rows of the filters DuckDB pushed",
@@ -226,6 +234,12 @@ def _traffic() -> int:
 def _final(con: Any, query: str, partials: pa.Table) -> pa.Table:
     """What is left of a query once its aggregates are combined: DuckDB over the small table of them."""
     con.register(pushed.PARTIALS, partials)
+    return con.sql(query).to_arrow_table()
+
+
+def _over(con: Any, query: str, table: str, rows: pa.Table) -> pa.Table:
+    """``query`` run by DuckDB with ``table`` standing for ``rows`` (the partitions' first rows of a top-N)."""
+    con.register(table, rows)
     return con.sql(query).to_arrow_table()
 
 

@@ -1,4 +1,5 @@
-"""GROUP BY queries whose aggregates run on the nodes: each partition sends one row per group.
+"""Queries whose work runs on the nodes: GROUP BY aggregates (one row per group and partition) and
+``ORDER BY ... LIMIT`` (each partition's first rows, see :func:`top_plan`).
 
 A query over one dataset whose SELECT list is group keys and ``sum``,
 ``min``, ``max``, ``count``, ``count(*)`` and ``avg`` of columns, with an
@@ -134,6 +135,80 @@ def _partial_column(node: Any, found: dict[str, tuple[str, str]]) -> Any:
         name = "count_all" if function == "count_all" else f"{column}_{function}"
         return exp.column(name, quoted=True)
     return node
+
+
+def top_plan(query: str, known: set[str]) -> tuple[str, str | None, list[str] | None, list[tuple], int, str] | None:
+    """For ``SELECT ... FROM dataset [WHERE ...] ORDER BY columns LIMIT n [OFFSET m]`` (no aggregate, DISTINCT,
+    join, window or subquery): (table, where text, columns read (None: all), pyarrow sort keys, rows each partition
+    keeps (n + m), the query without its WHERE), else None. Each partition sends its first n + m rows by the keys;
+    DuckDB runs the query over what they sent, the same rows it would have kept from the whole table."""
+    import sqlglot
+    from sqlglot import exp
+
+    try:
+        tree = sqlglot.parse_one(query, read="duckdb")
+    except sqlglot.errors.ParseError:
+        return None
+    if not isinstance(tree, exp.Select) or tree.args.get("joins") or tree.args.get("distinct") or tree.find(exp.Window) \
+            or _arg(tree, "with") or tree.find(exp.Subquery) or tree.args.get("qualify") or tree.args.get("group") \
+            or tree.args.get("having") or tree.find(exp.AggFunc):
+        return None
+    source = _arg(tree, "from")
+    table = source.this if source is not None else None
+    order, limit, offset = tree.args.get("order"), tree.args.get("limit"), tree.args.get("offset")
+    if not isinstance(table, exp.Table) or table.db or table.name not in known or order is None or limit is None:
+        return None
+    counts = [_literal_count(clause) for clause in (limit, offset) if clause is not None]
+    if None in counts:
+        return None
+    aliases = _aliases(tree)
+    keys = []
+    for ordered in order.expressions:
+        column = ordered.this
+        if not isinstance(column, exp.Column) or column.table or column.name in aliases:
+            return None  # an expression, a position, a qualified column or a select alias: DuckDB orders it
+        keys.append((column.name, "descending" if ordered.args.get("desc") else "ascending",
+                     "at_start" if ordered.args.get("nulls_first") else "at_end"))
+    used = [c for c in tree.find_all(exp.Column) if c.find_ancestor(exp.Where) is None]
+    if any(c.table for c in used):
+        return None
+    columns = None if any(isinstance(e, exp.Star) for e in tree.expressions) else \
+        list(dict.fromkeys([c.name for c in used] + [k[0] for k in keys]))
+    where = tree.args.get("where")
+    final = tree.copy()
+    final.set("where", None)
+    return (table.name, where.this.sql(dialect="duckdb") if where is not None else None, columns, keys, sum(counts),
+            final.sql(dialect="duckdb"))
+
+
+def _literal_count(clause: Any) -> int | None:
+    """The row count of a LIMIT or OFFSET written as a plain non-negative integer, else None."""
+    from sqlglot import exp
+
+    value = clause.args.get("expression")
+    if isinstance(value, exp.Literal) and not value.is_string and value.this.isdigit():
+        return int(value.this)
+    return None
+
+
+def answer_top(query: str, known: set[str], open_dataset: Callable[[str], Any],
+               run_over: Callable[[str, str, pa.Table], pa.Table]) -> pa.Table | None:
+    """``query`` answered from each partition's first rows (:func:`top_plan`), or None when it is not such a query
+    or flightpart cannot express its filter exactly; ``run_over(final, table, rows)`` runs DuckDB over the rows."""
+    planned = top_plan(query, known)
+    if planned is None:
+        return None
+    name, where, columns, keys, rows, final = planned
+    ds = open_dataset(name)
+    try:
+        if where is not None:
+            ds = ds.filter(where)
+        if columns is not None:
+            ds = ds.select(columns)
+        candidates = ds.top_candidates(rows, keys)
+    except (FlightpartError, KeyError, ValueError):
+        return None  # a filter flightpart cannot express, or a name that is not a column: DuckDB runs it whole
+    return run_over(final, name, candidates)
 
 
 def answer(query: str, known: set[str], open_dataset: Callable[[str], Any], run_final: Callable[[str, pa.Table], pa.Table]

@@ -33,3 +33,15 @@ def test_a_stream_carries_a_bounded_number_of_partitions_and_bytes():
     assert [len(g) for g in shared_streams(list(enumerate(many)))] == [MAX_PARTS_PER_STREAM, 3]
     heavy = [ref(i, size=SMALL_BYTES) for i in range(SHARED_STREAM_BYTES // SMALL_BYTES + 1)]
     assert [len(g) for g in shared_streams(list(enumerate(heavy)))] == [SHARED_STREAM_BYTES // SMALL_BYTES, 1]
+
+
+def test_where_partitions_start_in_a_stream_of_runs_or_of_single_headers():
+    from flightpart.io.pull import where_parts_start
+    from flightpart.wire import PartHeader, PartRun
+
+    runs = [(0, PartRun(((0, 0), (1, 0), (2, 0)), (10, 0, 5)).encode()), (15, PartRun(((3, 0),), (7,)).encode())]
+    assert where_parts_start(runs) == ([(0, 0), (1, 0), (2, 0), (3, 0)], [0, 10, 10, 15])
+    singles = [(0, PartHeader((4, 1)).encode()), (3, PartHeader((5, 1)).encode())]  # a node of an earlier release
+    assert where_parts_start(singles) == ([(4, 1), (5, 1)], [0, 3])
+    for lie in (b'{"parts":[[0,0]],"rows":[]}', b'{"parts":[],"rows":[]}', b"not json", b'{"parts":[[0,0]]}'):
+        assert where_parts_start([(0, lie)]) == ([], [])

@@ -25,6 +25,10 @@ MESSAGES = [
     HELD,
     wire.PutTrailer(12),
     wire.PartHeader((3, 1)),
+    wire.PartRun(((3, 1), (4, 1)), (10, 0)),
+    wire.TopRows((wire.SortKey("fare", True), wire.SortKey("id", nulls_first=True)), 7),
+    wire.CheckParts("sales", 3, ((1, 0), (2, 0))),
+    wire.CheckedParts(((2, 0),)),
     wire.PutReceipts((HELD, wire.HeldPartition("sales", 3, (2, 0)))),
     wire.Held("sales", 3),
     wire.HeldReply((HELD, wire.HeldPartition("sales", 3, (2, 0)))),
@@ -144,7 +148,7 @@ def test_every_message_class_round_trips_here():
     """A new message (a request, a reply, a nested part) is added to MESSAGES above, so it is round-tripped too."""
     tested = {type(m) for m in MESSAGES} | {wire.Ticket, wire.Tombstones, wire.CommitPart, wire.AssemblePart,
                                             wire.LinkPart, wire.HeldPartition, wire.ReplicaCopy, wire.NodeRow,
-                                            wire.NodeScrubReport}
+                                            wire.NodeScrubReport, wire.SortKey}
     assert [c.__name__ for c in every_message_class() if c not in tested] == []
 
 
