@@ -24,6 +24,13 @@ def stored(cluster, name: str, source: pa.Table, tiling: tuple[int, int]) -> Non
         writer.put(name, source, tiling=tiling)
 
 
+def first_holder(client, name: str):
+    """(dataset, its partitions, the uri of the node that serves partition (0, 0) first)."""
+    ds = client.open(name)
+    parts = ds.__partitioned__["partitions"]
+    return ds, parts, parts[(0, 0)]["data"].replicas[0][0]
+
+
 def test_three_hundred_small_partitions_come_back_in_a_stream_per_node(cluster):
     source = table(3_000)
     stored(cluster, "small-many", source, (300, 1))
@@ -73,9 +80,7 @@ def test_a_lying_ticket_for_several_partitions_gets_a_code_and_the_node_serves_o
     source = table(400)
     stored(cluster, "small-lies", source, (4, 2))
     with fp.connect(cluster.uri, host="127.0.0.9") as client:
-        ds = client.open("small-lies")
-        parts = ds.__partitioned__["partitions"]
-        uri = parts[(0, 0)]["data"].replicas[0][0]
+        ds, parts, uri = first_holder(client, "small-lies")
         other_group = next(p for p, e in parts.items() if p[1] == 1 and e["data"].replicas[0][0] == uri)
         node = flight.connect(uri)
         for more, code in ((((9, 0),), "PARTITION_MISSING"), ((other_group,), "INVALID_REQUEST")):
@@ -96,9 +101,7 @@ def test_a_stream_of_several_sends_runs_of_partitions_as_few_batches(cluster):
     source = table(3_000)
     stored(cluster, "small-runs", source, (300, 1))
     with fp.connect(cluster.uri, host="127.0.0.9") as client:
-        ds = client.open("small-runs")
-        parts = ds.__partitioned__["partitions"]
-        uri = parts[(0, 0)]["data"].replicas[0][0]
+        ds, parts, uri = first_holder(client, "small-runs")
         mine = sorted(p for p, e in parts.items() if e["data"].replicas[0][0] == uri)
         reader = flight.connect(uri).do_get(flight.Ticket(Ticket("small-runs", ds.version, mine[0], more=tuple(mine[1:]))
                                                           .encode()))
