@@ -10,6 +10,7 @@ reused, so calling it again after Ray nodes joined starts only theirs.
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -106,22 +107,38 @@ def stop() -> None:
     """Stop every flightpart actor (nodes first, then the catalog)."""
     import ray
 
-    names = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True) if a.get("namespace") == NAMESPACE]
-    for name in sorted(names, key=lambda n: n == CATALOG_ACTOR):
-        actor = ray.get_actor(name, namespace=NAMESPACE)
+    for name in sorted(_names(ray), key=lambda n: n == CATALOG_ACTOR):
+        try:
+            actor = ray.get_actor(name, namespace=NAMESPACE)
+        except ValueError:
+            continue  # it died between the listing and the lookup
         try:
             ray.get(actor.stop.remote(), timeout=30)
         except Exception:
             pass  # already gone: killing it is all that is left
         ray.kill(actor, no_restart=True)
+    deadline = time.monotonic() + STOP_SECONDS  # Ray lets go of a killed actor's name a moment after the kill
+    while _names(ray) and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
+STOP_SECONDS = 30.0
+"""How long :func:`stop` waits for Ray to forget the names of the actors it killed."""
+
+
+def _names(ray: Any) -> list[str]:
+    return [a["name"] for a in ray.util.list_named_actors(all_namespaces=True) if a.get("namespace") == NAMESPACE]
 
 
 def actors() -> dict[str, int]:
     """Names and PIDs of the running flightpart actors."""
     import ray
+    from ray.exceptions import RayActorError
 
     out = {}
-    for a in ray.util.list_named_actors(all_namespaces=True):
-        if a.get("namespace") == NAMESPACE:
-            out[a["name"]] = ray.get(ray.get_actor(a["name"], namespace=NAMESPACE).pid.remote())
+    for name in _names(ray):
+        try:
+            out[name] = ray.get(ray.get_actor(name, namespace=NAMESPACE).pid.remote())
+        except (ValueError, RayActorError):
+            continue  # it died between the listing and the lookup
     return out
