@@ -159,19 +159,22 @@ class CatalogState:
         state first must not decide the cluster's identity (see
         :meth:`mint_cluster`). None while no identity is known.
         """
-        with self._tx() as db:
+        tx = self._tx()
+        with tx as db:
             row = db.execute("SELECT value FROM meta WHERE key='cluster'").fetchone()
-            if row:
-                return row[0]
-            if offered is None:
-                return None
+            if row or offered is None:
+                tx.narrow((), shared=False)  # nothing written: every registration asks, none should wipe the memory
+                return row[0] if row else None
             db.execute("INSERT INTO meta VALUES('cluster', ?)", (offered,))
+            tx.narrow((), shared=True)  # the identity alone: no dataset's reads change
             return offered
 
     def mint_cluster(self, given: str | None = None) -> str:
         """The cluster id, made now (``given``, or fresh) when none is known: a new cluster's first write."""
-        with self._tx() as db:
+        tx = self._tx()
+        with tx as db:
             row = db.execute("SELECT value FROM meta WHERE key='cluster'").fetchone()
+            tx.narrow((), shared=not row)  # the identity alone: no dataset's reads change
             if row:
                 return row[0]
             cluster = given or uuid.uuid4().hex
@@ -244,7 +247,10 @@ class CatalogState:
         with self._lock:
             self._known.add(node_id)
             self._beats[node_id] = now
-        with self._tx() as db:
+        tx = self._tx()
+        with tx as db:
+            before = db.execute("SELECT uri, ip, pid, data_dir FROM nodes WHERE node_id=?", (node_id,)).fetchone()
+            changed = {t.dataset for t in tombstones}  # what this registration changes: its reads are forgotten
             gone = _bury(db, tombstones, now)
             db.execute(
                 "INSERT INTO nodes VALUES(?,?,?,?,?,?) ON CONFLICT(node_id) DO UPDATE SET "
@@ -261,10 +267,12 @@ class CatalogState:
                     gone.add(key)  # resurrected by an earlier node's manifest, dropped by a drop of every version
                 _set_state(db, *key, "dropped", now)
                 states[key] = "dropped"
+                changed.add(key[0])
             for m in manifests:
                 if states[(m.dataset, m.version)] in (None, "pending"):
                     _write_committed(db, m, now)
                     states[(m.dataset, m.version)] = "committed"
+                    changed.add(m.dataset)
             sealed = {(m.dataset, m.version) for m in manifests} | set(sealed_versions)
             unsealed_committed: set[tuple[str, int]] = set()
             claims: dict[tuple[str, int], list[dict]] = {}
@@ -279,12 +287,17 @@ class CatalogState:
                     db.execute("INSERT INTO versions(dataset, version, state, created, found) VALUES(?,?,?,?,1)",
                                (*key, "pending", now))
                     states[key] = "pending"
+                    changed.add(key[0])
             for key, parts in claims.items():  # a few statements per version, not per partition
-                if _take_claims(db, node_id, key, parts, granted) and key not in sealed:
+                taken, placed_now = _take_claims(db, node_id, key, parts, granted)
+                if taken and key not in sealed:
                     unsealed_committed.add(key)
+                if placed_now:
+                    changed.add(key[0])
             for key in seen - {(p["dataset"], p["version"]) for p in held}:
                 if states[key] in ("dropped", "aborted"):
                     orphans.add(key)  # an empty directory of a version that is gone
+            tx.narrow(changed, shared=tuple(before or ()) != (uri, ip, pid, data_dir))
         return sorted(orphans), sorted(unsealed_committed), sorted(gone)
 
     def heartbeat(self, node_id: str, free_bytes: int | None = None, low_space: bool = False,
@@ -656,10 +669,22 @@ def _write_committed(db: Database, m: VersionRecord, now: float) -> None:
 
 
 class _Forgetting:
-    """A transaction that empties the read memo when it commits (see :meth:`CatalogState._tx`)."""
+    """A transaction that empties the read memo when it commits (see :meth:`CatalogState._tx`).
+
+    What it forgets is what it ``touches`` (``"*"``, a dataset, None), unless
+    its body narrows that (:meth:`narrow`) once it knows what it changed: a node that
+    registers again and brings nothing new must not wipe what answers opens
+    while the database is away.
+    """
 
     def __init__(self, tx: Any, memo: dict | None, touches: str | None):
         self.tx, self.memo, self.touches = tx, memo, touches
+        self.datasets: set[str] | None = None  # set by narrow(): the datasets changed
+        self.shared = True  # with narrow(): whether the cluster-wide reads (nodes, datasets, cluster) changed
+
+    def narrow(self, datasets: Collection[str], shared: bool) -> None:
+        """Forget only the reads of ``datasets``, and the cluster-wide ones if ``shared``."""
+        self.datasets, self.shared = set(datasets), shared or bool(datasets)
 
     def __enter__(self) -> Database:
         return self.tx.__enter__()
@@ -669,8 +694,13 @@ class _Forgetting:
             return self.tx.__exit__(*exc)
         finally:
             if self.memo is not None and exc[0] is None and self.touches is not None:
-                for key in [k for k in self.memo if self.touches == "*" or len(k) == 1 or k[1] == self.touches]:
+                for key in [k for k in self.memo if self._forgets(k)]:
                     self.memo.pop(key, None)
+
+    def _forgets(self, key: tuple) -> bool:
+        if self.datasets is not None:
+            return self.shared if len(key) == 1 else key[1] in self.datasets
+        return self.touches == "*" or len(key) == 1 or key[1] == self.touches
 
 
 def _check_on_top(db: Any, dataset: str, version: int, base: int | None) -> None:
@@ -731,9 +761,10 @@ def _bury(db: Database, tombstones: Sequence[Any], now: float) -> set[tuple[str,
 
 
 def _take_claims(db: Database, node_id: str, key: tuple[str, int], parts: list[dict],
-                 granted: Collection[tuple[str, int, tuple[int, int]]]) -> bool:
+                 granted: Collection[tuple[str, int, tuple[int, int]]]) -> tuple[bool, bool]:
     """A node's claims to partitions of a committed version: counted where the catalog put them there (a replica it
-    recorded, or one a signed manifest grants), logged and ignored elsewhere. Whether any was taken."""
+    recorded, or one a signed manifest grants), logged and ignored elsewhere. Whether any was taken, and whether any
+    is a replica the catalog did not record yet (a granted one)."""
     known = {(i, j) for i, j in db.execute("SELECT i, j FROM partitions WHERE dataset=? AND version=?", key)}
     placed = {(i, j) for i, j in db.execute("SELECT i, j FROM replicas WHERE dataset=? AND version=? AND node_id=?",
                                             (*key, node_id))}
@@ -748,10 +779,10 @@ def _take_claims(db: Database, node_id: str, key: tuple[str, int], parts: list[d
             continue
         taken.append(p)
     if not taken:
-        return False
+        return False, False
     db.executemany("INSERT INTO replicas VALUES(?,?,?,?,?) ON CONFLICT DO NOTHING",
                    [(*key, p["part"][0], p["part"][1], node_id) for p in taken])
     db.executemany("UPDATE partitions SET nbytes=GREATEST(nbytes, ?) WHERE dataset=? AND version=? AND i=? AND j=?",
                    [(p.get("nbytes", 0), *key, p["part"][0], p["part"][1]) for p in taken])
     _write_stats(db, *key, [(p["part"], p.get("stats")) for p in taken], replace=False)
-    return True
+    return True, any(tuple(p["part"]) not in placed for p in taken)

@@ -200,3 +200,48 @@ def test_a_write_under_a_lost_lease_is_refused_and_reads_answer_from_memory_whil
     with pytest.raises(DatasetNotFound):
         state.latest("never-read")
     state.close()
+
+
+@needs_postgres
+def test_a_node_registering_again_with_nothing_new_leaves_what_answers_while_the_database_is_away(postgres):
+    """Nodes register again routinely (a missed seal, the cluster's identity learned after the first write): when
+    nothing they bring is new, what answers opens from memory stays; a new node makes the node list be read again."""
+    state = CatalogState(database=leased(postgres.database("again")))
+    state.register_node("n0", "grpc://10.0.0.1:1", "10.0.0.1", 1, None, [])
+    nodes = {n.node_id: n for n in state.nodes()}
+    state.begin("d")
+    state.commit("d", 1, SCHEMA, (10, 1), (1, 1), [PartRecord((0, 0), (0, 0), (10, 1), 80, [nodes["n0"]])])
+    held = [{"dataset": "d", "version": 1, "part": (0, 0), "nbytes": 80, "stats": None}]
+    state.adopt_cluster("c1")
+    assert state.latest("d") == 1 and len(state.version("d", 1).parts) == 1 and len(state.nodes()) == 1  # read once
+    assert state.register_node("n0", "grpc://10.0.0.1:1", "10.0.0.1", 1, None, held, versions=[("d", 1)],
+                               sealed_versions=[("d", 1)]) == ([], [], [])
+    state.adopt_cluster("c1")
+    postgres.pause()
+    try:
+        assert state.latest("d") == 1 and state.version("d", 1).parts[0].nodes[0].node_id == "n0"
+        assert [n.node_id for n in state.nodes()] == ["n0"]
+    finally:
+        postgres.start()
+    _until_it_answers(lambda: state.register_node("n1", "grpc://10.0.0.2:1", "10.0.0.2", 2, None, []))
+    postgres.pause()
+    try:  # the cluster changed: its node list is not answered from memory, the dataset's latest version still is
+        assert state.latest("d") == 1
+        with pytest.raises(StateUnavailable):
+            state.nodes()
+    finally:
+        postgres.start()
+    assert sorted(n.node_id for n in _until_it_answers(state.nodes)) == ["n0", "n1"]
+    state.close()
+
+
+def _until_it_answers(call, seconds: float = 30):
+    """``call()`` once the database answers again (the connection is made again at the next call)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            return call()
+        except StateUnavailable:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
