@@ -289,10 +289,10 @@ class CatalogState:
                     states[key] = "pending"
                     changed.add(key[0])
             for key, parts in claims.items():  # a few statements per version, not per partition
-                taken, placed_now = _take_claims(db, node_id, key, parts, granted)
+                taken, recorded = _take_claims(db, node_id, key, parts, granted)
                 if taken and key not in sealed:
                     unsealed_committed.add(key)
-                if placed_now:
+                if recorded:
                     changed.add(key[0])
             for key in seen - {(p["dataset"], p["version"]) for p in held}:
                 if states[key] in ("dropped", "aborted"):
@@ -763,9 +763,11 @@ def _bury(db: Database, tombstones: Sequence[Any], now: float) -> set[tuple[str,
 def _take_claims(db: Database, node_id: str, key: tuple[str, int], parts: list[dict],
                  granted: Collection[tuple[str, int, tuple[int, int]]]) -> tuple[bool, bool]:
     """A node's claims to partitions of a committed version: counted where the catalog put them there (a replica it
-    recorded, or one a signed manifest grants), logged and ignored elsewhere. Whether any was taken, and whether any
-    is a replica the catalog did not record yet (a granted one)."""
-    known = {(i, j) for i, j in db.execute("SELECT i, j FROM partitions WHERE dataset=? AND version=?", key)}
+    recorded, or one a signed manifest grants), logged and ignored elsewhere. Returns whether any was taken, and
+    whether the version's record changed: a replica not recorded yet, a larger size, statistics it had none of. Only
+    changes are written, so a node registering again with what the catalog knows writes nothing."""
+    known = {(i, j): nbytes for i, j, nbytes in db.execute(
+        "SELECT i, j, nbytes FROM partitions WHERE dataset=? AND version=?", key)}
     placed = {(i, j) for i, j in db.execute("SELECT i, j FROM replicas WHERE dataset=? AND version=? AND node_id=?",
                                             (*key, node_id))}
     taken = []
@@ -780,9 +782,13 @@ def _take_claims(db: Database, node_id: str, key: tuple[str, int], parts: list[d
         taken.append(p)
     if not taken:
         return False, False
+    with_stats = {(i, j) for i, j in db.execute("SELECT i, j FROM stats WHERE dataset=? AND version=?", key)}
+    new = [p for p in taken if tuple(p["part"]) not in placed]
+    larger = [p for p in taken if (p.get("nbytes") or 0) > (known[tuple(p["part"])] or 0)]
+    described = [(p["part"], p["stats"]) for p in taken if p.get("stats") and tuple(p["part"]) not in with_stats]
     db.executemany("INSERT INTO replicas VALUES(?,?,?,?,?) ON CONFLICT DO NOTHING",
-                   [(*key, p["part"][0], p["part"][1], node_id) for p in taken])
+                   [(*key, p["part"][0], p["part"][1], node_id) for p in new])
     db.executemany("UPDATE partitions SET nbytes=GREATEST(nbytes, ?) WHERE dataset=? AND version=? AND i=? AND j=?",
-                   [(p.get("nbytes", 0), *key, p["part"][0], p["part"][1]) for p in taken])
-    _write_stats(db, *key, [(p["part"], p.get("stats")) for p in taken], replace=False)
-    return True, any(tuple(p["part"]) not in placed for p in taken)
+                   [(p["nbytes"], *key, p["part"][0], p["part"][1]) for p in larger])
+    _write_stats(db, *key, described, replace=False)
+    return True, bool(new or larger or described)

@@ -232,6 +232,20 @@ def test_a_node_registering_again_with_nothing_new_leaves_what_answers_while_the
     finally:
         postgres.start()
     assert sorted(n.node_id for n in _until_it_answers(state.nodes)) == ["n0", "n1"]
+    # a registration that changes the dataset (its node heard it dropped) makes the memory forget it: during the
+    # next outage the dropped version is never answered from memory
+    assert state.latest("d") == 1 and len(state.version("d", 1).parts) == 1
+    assert state.register_node("n0", "grpc://10.0.0.1:1", "10.0.0.1", 1, None, held, versions=[("d", 1)],
+                               sealed_versions=[("d", 1)], tombstones=[Tombstones("d", 0, (1,), ())])[2] == [("d", 1)]
+    postgres.pause()
+    try:
+        for read in (lambda: state.latest("d"), lambda: state.version("d", 1)):
+            with pytest.raises(StateUnavailable):
+                read()
+    finally:
+        postgres.start()
+    with pytest.raises(DatasetNotFound):
+        _until_it_answers(lambda: state.latest("d"))
     state.close()
 
 
