@@ -149,6 +149,23 @@ def test_a_count_distinct_moves_one_row_per_group_value_and_partition(taxi, clus
     assert moved <= groups * 6 < table.num_rows, f"{moved} rows moved for {groups} (payment, zone) pairs over 6 partitions"
 
 
+def test_a_count_distinct_beside_other_aggregates_moves_one_row_per_group_value_and_partition(taxi, cluster):
+    """Every partial is taken by the group keys and the distinct column on the nodes; the catalog finishes them by
+    the keys. Types as DuckDB gives them (a sum of integers a HUGEINT, counts BIGINT, avg of integers DOUBLE)."""
+    table = taxi[0]
+    moved = rows_moved_answering(taxi, cluster, (
+        "SELECT payment, sum(fare) AS s, avg(tip) AS a, avg(passengers) AS p, min(distance) AS lo, max(pickup_at) AS last, "
+        "count(passengers) AS c, count(*) AS n, sum(vendor) AS vendors, count(DISTINCT pickup_zone) AS zones "
+        "FROM trips WHERE fare > 5 GROUP BY payment HAVING count(*) > 10 AND count(DISTINCT pickup_zone) > 1 "
+        "ORDER BY n DESC"))
+    pairs = local(table).sql("SELECT count(*) FROM (SELECT DISTINCT payment, pickup_zone FROM trips WHERE fare > 5)"
+                             ).fetchall()[0][0]
+    assert moved <= pairs * 6 < table.num_rows, f"{moved} rows moved for {pairs} (payment, zone) pairs over 6 partitions"
+    moved = rows_moved_answering(taxi, cluster, (  # no GROUP BY: one group
+        "SELECT count(DISTINCT payment) AS kinds, sum(fare) AS s, count(*) AS n FROM trips"))
+    assert moved <= 4 * 6
+
+
 def test_a_plain_scan_is_read_from_the_nodes_one_endpoint_per_partition(taxi, cluster):
     import pyarrow.flight as flight
 

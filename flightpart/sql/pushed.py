@@ -10,7 +10,9 @@ what is left: HAVING, ORDER BY, LIMIT, expressions over the aggregates,
 and the types DuckDB gives (``sum`` of integers is a HUGEINT).
 ``count(DISTINCT x)`` (alone, of one column) goes the same way: the nodes
 group by the keys and ``x``, so each partition sends one row per group and
-distinct value, and DuckDB counts them per group. Any other
+distinct value, and DuckDB counts them per group; beside other aggregates,
+every partial is taken by the keys and ``x`` and DuckDB finishes them by
+the keys (:func:`_mixed_plan`). Any other
 query (joins, DISTINCT, windows, functions of columns inside an aggregate,
 a filter flightpart cannot express) returns None here and is run whole by
 DuckDB over the pushdown scans.
@@ -68,8 +70,10 @@ def plan(query: str, known: set[str]) -> tuple[str, str | None, list[str], list[
         else:
             return None
     if distinct:
-        if found or len(distinct) > 1:
-            return None  # count(DISTINCT x) beside other aggregates, or of several columns: DuckDB runs it whole
+        if len(distinct) > 1:
+            return None  # count(DISTINCT) of several columns: DuckDB runs it whole
+        if found:
+            return _mixed_plan(tree, table.name, keys, distinct.pop(), found)
         return _distinct_plan(tree, table.name, keys, distinct.pop())
     if not found:
         return None
@@ -113,6 +117,42 @@ def _distinct_plan(tree: Any, table: str, keys: list[str], column: str) -> tuple
                             if isinstance(node, exp.Count) and isinstance(node.this, exp.Distinct) else node)
     return (table, where.this.sql(dialect="duckdb") if where is not None else None, list(dict.fromkeys([*keys, column])),
             [("", "count_all")], final.sql(dialect="duckdb"))
+
+
+def _mixed_plan(tree: Any, table: str, keys: list[str], column: str, found: dict[str, tuple[str, str]]) -> tuple | None:
+    """``count(DISTINCT column)`` beside other aggregates: the nodes take every partial aggregate by the keys *and*
+    ``column`` (one row per group, distinct value and partition, as for the distinct count alone), and DuckDB
+    finishes by the keys: sums of the partial sums and counts, minima of minima, maxima of maxima, ``avg`` as the
+    sum of sums over the sum of counts, and the distinct count as the count of non-null values of ``column``."""
+    from sqlglot import exp
+
+    if _distinct_plan(tree, table, keys, column) is None:  # the same rules for where columns may appear
+        return None
+    partial: list[tuple[str, str]] = []
+    for name, function in found.values():
+        partial += [(name, "sum"), (name, "count")] if function == "mean" else [(name, function)]
+
+    def finished(node: Any) -> Any:
+        if isinstance(node, exp.Count) and isinstance(node.this, exp.Distinct):
+            return exp.Count(this=exp.column(column, quoted=True))
+        if not isinstance(node, exp.AggFunc) or node.sql() not in found:
+            return node
+        name, function = found[node.sql()]
+        of = lambda f: exp.column(f"{name}_{f}" if f != "count_all" else "count_all", quoted=True)  # noqa: E731
+        if function in ("min", "max"):
+            return (exp.Min if function == "min" else exp.Max)(this=of(function))
+        if function == "sum":
+            return exp.Sum(this=of("sum"))
+        if function == "mean":
+            return exp.Div(this=exp.Sum(this=of("sum")), expression=exp.Sum(this=of("count")))
+        return exp.Cast(this=exp.Sum(this=of(function)), to=exp.DataType.build("BIGINT"))  # count, count(*)
+
+    where = tree.args.get("where")
+    final = tree.copy()
+    final.set("where", None)
+    final = final.from_(PARTIALS, copy=False).transform(finished)
+    return (table, where.this.sql(dialect="duckdb") if where is not None else None, list(dict.fromkeys([*keys, column])),
+            list(dict.fromkeys(partial)), final.sql(dialect="duckdb"))
 
 
 def _arg(tree: Any, name: str) -> Any:

@@ -35,9 +35,23 @@ def test_count_distinct_is_grouped_by_its_column_on_the_nodes_and_counted_at_the
     assert keys == ["pickup_zone"] and "GROUP BY" not in final
 
 
+def test_count_distinct_beside_other_aggregates_takes_every_partial_by_the_keys_and_its_column():
+    table, where, keys, aggregates, final = plan(
+        "SELECT payment, count(DISTINCT pickup_zone) AS zones, sum(fare) AS s, avg(tip) AS a, count(*) AS n "
+        "FROM trips WHERE fare > 5 GROUP BY payment HAVING count(*) > 3 ORDER BY s DESC", KNOWN)
+    assert (table, where, keys) == ("trips", "fare > 5", ["payment", "pickup_zone"])
+    assert aggregates == [("fare", "sum"), ("tip", "sum"), ("tip", "count"), ("", "count_all")]
+    assert f"FROM {PARTIALS}" in final and "GROUP BY payment" in final and "DISTINCT" not in final
+    assert 'COUNT("pickup_zone") AS zones' in final and 'SUM("tip_sum") / SUM("tip_count") AS a' in final
+    assert 'HAVING CAST(SUM("count_all") AS BIGINT) > 3' in final
+    _t, _w, keys, aggregates, final = plan("SELECT count(DISTINCT pickup_zone), sum(fare) FROM trips", KNOWN)
+    assert keys == ["pickup_zone"] and aggregates == [("fare", "sum")] and "GROUP BY" not in final
+
+
 @pytest.mark.parametrize("query", [
-    "SELECT count(DISTINCT pickup_zone), sum(fare) FROM trips",
     "SELECT count(DISTINCT pickup_zone), count(DISTINCT payment) FROM trips",
+    "SELECT count(DISTINCT pickup_zone), sum(fare * 2) FROM trips",
+    "SELECT payment, fare, count(DISTINCT pickup_zone), sum(fare) FROM trips GROUP BY payment",
     "SELECT pickup_zone, count(DISTINCT pickup_zone) FROM trips",
     "SELECT sum(fare * 100) FROM trips",
     "SELECT z.borough, count(*) FROM trips JOIN zones z ON z.zone = trips.pickup_zone GROUP BY z.borough",
