@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 
 from flightpart import frames
 from flightpart.errors import PartitionedError
+from flightpart.io.allocator import keep_freed_memory
 from flightpart.io.hosts import host_addresses
 from flightpart.query import aggregates, filters
 from flightpart.query import top as first_rows
@@ -357,8 +358,11 @@ class Dataset:
     def _row_blocks(self, prefetch: int, window: int | None, progress: Progress | Any | None = None) -> Iterator[pa.Table]:
         """The view's rows in order, as row ranges of about a quarter of ``window`` bytes; reads run ahead of the
         consumer while what they hold stays within ``window`` bytes (always one at least), on ``prefetch``
-        threads. ``window`` None: no bound (the whole view is being read anyway)."""
+        threads. ``window`` None: no bound (the whole view is being read anyway). A bounded stream that is the
+        process's first read keeps its allocator giving memory back (see :mod:`flightpart.io.allocator`)."""
         self._check_readable()
+        if window is not None:
+            keep_freed_memory(streaming=True)
         blocks = self._blocks(counted=self.view.matched is not None)
         plan = self._plan
         pieces = [p for b in blocks for p in plan.pieces(b, window // 4)] if window else blocks

@@ -22,6 +22,7 @@ import pyarrow.flight as flight
 from flightpart.errors import FlightpartError, PartitionedError, RequestRejected
 from flightpart.io import inprocess, layout
 from flightpart.io.access import Access
+from flightpart.io.allocator import keep_freed_memory
 from flightpart.io.compression import check_mode
 from flightpart.io.connections import ConnectionPool, shared_pool
 from flightpart.io.hosts import host_addresses
@@ -162,7 +163,10 @@ def read_partitions(refs: Sequence[PartitionRef], *, host: str | None, pool: Con
 
     The streams of partitions with no replica on this host start first, so the nodes elsewhere send while this
     process checks and maps the local ones; a local partition that cannot be read here is streamed after.
+    A process reading whole partitions keeps freed receive buffers for its next read
+    (:func:`~flightpart.io.allocator.keep_freed_memory`, decided on its first read).
     """
+    keep_freed_memory()
     local = host_addresses(host)
     tables: list[pa.Table | None] = [None] * len(refs)
     nearby = [k for k, ref in enumerate(refs) if _may_be_local(ref, local)]

@@ -110,30 +110,59 @@ def test_a_client_refuses_an_unknown_compression_mode(cluster):
 SWITCH = """
 import json, sys
 import flightpart as fp
-from flightpart.io.allocator import keep_freed_memory
+from flightpart.io.allocator import keep_freed_memory, tuning_state
 with fp.connect(sys.argv[1], host="127.0.0.9") as client:
-    rows = client.open("switch").to_arrow().num_rows  # the first network read tunes, if asked to
-print(json.dumps({"tuned": keep_freed_memory(), "rows": rows}))
+    ds = client.open("switch")
+    if sys.argv[2] == "beside-dask":  # its nanny sets MALLOC_TRIM_THRESHOLD_ in this process's os.environ
+        import distributed
+        cluster = distributed.LocalCluster(n_workers=1, threads_per_worker=1, dashboard_address=None, silence_logs=50)
+        assert "MALLOC_TRIM_THRESHOLD_" in __import__("os").environ
+    if sys.argv[2] == "stream":  # a bounded stream first, then a whole read: the first read decides
+        rows = sum(b.num_rows for b in ds.to_batches(window=1 << 20))
+        assert ds.to_arrow().num_rows == rows
+    else:
+        rows = ds.to_arrow().num_rows
+print(json.dumps({"tuned": keep_freed_memory(), "why": tuning_state(), "rows": rows}))
 """
 
 
-@pytest.mark.parametrize("setting, tuned", [(None, False), ("off", False), ("on", True)])
-def test_keeping_freed_memory_is_only_done_when_asked_for(cluster, setting, tuned):
-    """Kept memory is memory a process does not give back (a capped streaming reader must stay flat), so the
-    allocator is tuned only under FLIGHTPART_MALLOC_TUNING=on; reads are the same either way."""
+def _cap_data() -> None:
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_DATA, (64 << 30, resource.RLIM_INFINITY))  # far above what it uses
+
+
+@pytest.mark.parametrize("setting, read, extra, tuned, why", [
+    (None, "whole", {}, True, "tuned"),
+    ("auto", "whole", {}, True, "tuned"),
+    ("off", "whole", {}, False, "FLIGHTPART_MALLOC_TUNING=off"),
+    ("on", "stream", {}, True, "tuned"),
+    (None, "stream", {}, False, "the first read streams under a window"),
+    (None, "whole", {"MALLOC_TRIM_THRESHOLD_": "65536"}, False, "the allocator is configured by MALLOC_TRIM_THRESHOLD_"),
+    (None, "whole", {"cap": True}, False, "RLIMIT_DATA is set"),
+    (None, "beside-dask", {}, True, "tuned"),  # glibc read its settings at start: a LocalCluster's don't count
+])
+def test_freed_memory_is_kept_by_whole_readers_and_never_where_it_could_hurt(cluster, setting, read, extra, tuned, why):
+    """Kept memory is memory a process does not give back: by default a process that reads whole partitions keeps
+    it (its next read takes no page faults), but not one that first streams under a window (whose memory must
+    stay flat), one whose memory is capped, or one whose allocator was set up by glibc's own variables (as Dask's
+    nanny does for its workers). Reads are the same either way."""
     import json
     import os
     import subprocess
     import sys
 
     with fp.connect(cluster.uri, host="127.0.0.9") as client:
-        client.put("switch", pa.table({"f": np.arange(100_000)}), nodes=["127.0.0.3"])
-    env = {k: v for k, v in os.environ.items() if k != "FLIGHTPART_MALLOC_TUNING"}
+        if "switch" not in {d["name"] for d in client.list()}:
+            client.put("switch", pa.table({"f": np.arange(100_000)}), nodes=["127.0.0.3"])
+    env = {k: v for k, v in os.environ.items() if k != "FLIGHTPART_MALLOC_TUNING" and not k.startswith("MALLOC_")}
     if setting is not None:
         env["FLIGHTPART_MALLOC_TUNING"] = setting
-    done = subprocess.run([sys.executable, "-c", SWITCH, cluster.uri], capture_output=True, text=True, env=env, timeout=120)
+    env.update({k: v for k, v in extra.items() if k != "cap"})
+    done = subprocess.run([sys.executable, "-c", SWITCH, cluster.uri, read], capture_output=True, text=True, env=env,
+                          timeout=120, preexec_fn=_cap_data if extra.get("cap") else None)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert json.loads(done.stdout) == {"tuned": tuned, "rows": 100_000}
+    assert json.loads(done.stdout) == {"tuned": tuned, "why": why, "rows": 100_000}
 
 
 def test_a_partition_read_as_row_ranges_from_both_replicas_equals_one_stream(cluster, monkeypatch):

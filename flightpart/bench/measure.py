@@ -24,6 +24,18 @@ class Case:
     extra: dict[str, Any] = field(default_factory=dict)
     ratio: tuple[str, str] | None = None  # (ours, baseline): ratio = baseline median / ours median (speed ratio)
     met: bool | None = None
+    cpu: dict[str, list[float]] = field(default_factory=dict)  # this process's CPU seconds per run, where measured
+
+    def cpu_per_gb(self, who: str) -> float:
+        """Median CPU seconds of this process per GB moved, for ``who``."""
+        return statistics.median(self.cpu[who]) / (self.nbytes / 1e9)
+
+    def cpu_ratio(self) -> float | None:
+        """Our CPU over the baseline's (below 1 means flightpart spends less), where both were measured."""
+        if not self.ratio or not all(who in self.cpu for who in self.ratio):
+            return None
+        ours, base = self.ratio
+        return statistics.median(self.cpu[ours]) / statistics.median(self.cpu[base])
 
     def median(self, who: str) -> float:
         return statistics.median(self.times[who])
@@ -41,12 +53,16 @@ class Case:
             "runs_seconds": self.times,
             "throughput_gbps": {k: self.nbytes / self.median(k) / 1e9 for k in self.times if self.nbytes},
             "speed_ratio": self.speed_ratio(), "ratio_of": list(self.ratio) if self.ratio else None,
+            **({"cpu_seconds_per_gb": {k: self.cpu_per_gb(k) for k in self.cpu}, "runs_cpu_seconds": self.cpu,
+                "cpu_ratio": self.cpu_ratio()} if self.cpu and self.nbytes else {}),
             **self.extra,
         }
 
 
-def alternate(contenders: dict[str, Callable[[], Any]], runs: int, warmup: int = 1) -> dict[str, list[float]]:
-    """Warm each contender up, then time them in turn, A B A B ..."""
+def alternate(contenders: dict[str, Callable[[], Any]], runs: int, warmup: int = 1,
+              cpu: dict[str, list[float]] | None = None) -> dict[str, list[float]]:
+    """Warm each contender up, then time them in turn, A B A B ...; ``cpu`` (when given) collects this process's
+    CPU seconds per run (every thread's: a reader's gRPC threads are its cost too)."""
     for fn in contenders.values():
         for _ in range(warmup):
             fn()
@@ -54,9 +70,11 @@ def alternate(contenders: dict[str, Callable[[], Any]], runs: int, warmup: int =
     for _ in range(runs):
         for name, fn in contenders.items():
             gc.collect()
-            t0 = time.perf_counter()
+            c0, t0 = time.process_time(), time.perf_counter()
             result = fn()
             times[name].append(time.perf_counter() - t0)
+            if cpu is not None:
+                cpu.setdefault(name, []).append(time.process_time() - c0)
             del result
     return times
 

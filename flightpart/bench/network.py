@@ -38,9 +38,6 @@ from flightpart.local.netcluster import Host, NetCluster, rate_bits, unavailable
 from .measure import MIB, Case
 
 TICKS = os.sysconf("SC_CLK_TCK")
-FLIGHTPART_ENV = {"FLIGHTPART_MALLOC_TUNING": "on"}
-"""flightpart's daemons and readers in the bench keep freed memory for the next read (flightpart.io.allocator),
-as a deployment of readers that hold whole tables would set; raw Flight and Dask run with their defaults."""
 BASELINE_BATCHES = (MIB, 4 * MIB, 32 * MIB)
 
 
@@ -153,7 +150,7 @@ class NetworkBench:
         self.drivers: list[Driver] = []
         self.servers: list[subprocess.Popen] = []
         self.net = NetCluster(root / "cluster", nodes=3, rate=None if self.loopback else rate, loopback=self.loopback,
-                              dead_after=3600.0, env=FLIGHTPART_ENV)
+                              dead_after=3600.0)
         try:
             self._start(log)
         except BaseException:
@@ -161,7 +158,7 @@ class NetworkBench:
             raise
 
     def _driver(self, host: Host, kind: str, group: Group, **start: object) -> Driver:
-        driver = Driver(host, kind, self.root, env=FLIGHTPART_ENV if kind == "flightpart" else None, **start)
+        driver = Driver(host, kind, self.root, **start)
         self.drivers.append(driver)
         group.pids.append(driver.pid)
         return driver
@@ -271,6 +268,7 @@ class NetworkBench:
         case = self._case(f"remote partition read ({kind})", goal, self.size, contenders, runs)
         case.extra["streams_compressed"] = self.fp_far.send("compressed")["streams_compressed"] - before
         case.extra["baseline_batch_bytes"] = best
+        case.extra["reader_allocator"] = self.fp_far.send("read", name=name)["allocator"]  # with default settings
         ours, raw_name, dask_name = "flightpart get (streamed)", next(n for n in contenders if n.startswith("raw")), \
             "dask client.gather (1 worker)"
         case.ratio = (ours, raw_name)

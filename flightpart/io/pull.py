@@ -21,7 +21,6 @@ import pyarrow.flight as flight
 from flightpart.errors import Forbidden, NodeUnavailable, RequestRejected, ServerBusy, Unauthenticated
 from flightpart.wire import GetNodeInfo, PartHeader, PartRun, Replica, Ticket, error_message
 
-from .allocator import keep_freed_memory
 from .compression import RATES
 from .connections import ConnectionPool
 from .errors import translate
@@ -71,7 +70,6 @@ def read_replicas(pool: ConnectionPool, ticket: Ticket, replicas: Sequence[Repli
     node pulling for an order never outlives the order. ``marks`` collects the
     batches' metadata as (row offset, bytes), from the replica that answered.
     """
-    keep_freed_memory()
     failures: list[str] = []
     give_up = time.monotonic() + BUSY_PATIENCE if deadline is None else min(time.monotonic() + BUSY_PATIENCE, deadline)
     delay = 0.05

@@ -32,6 +32,31 @@ MIN_PUT_RATE = 16 << 20
 """Bytes per second a put may not fall below: its deadline is a base timeout plus its size at this rate."""
 
 
+def row_pieces(table: pa.Table, nbytes: int, target_bytes: int) -> Iterator[pa.Table]:
+    """``table`` (of ``nbytes``) as consecutive zero-copy row ranges of about ``target_bytes``, cut where its
+    batches end (a stored partition's columns share them) and within a batch only when it alone is more than twice
+    the target. A node hands a stream several batches at a time, so the Python work per batch (a generator step,
+    a schema comparison) is paid once per range, not per batch of a file of 1 MiB batches."""
+    rows = table.num_rows
+    if rows == 0:
+        return
+    per_row = max(nbytes, 1) / rows
+    lengths = [len(chunk) for chunk in table.column(0).chunks] if table.num_columns else [rows]
+    start = end = 0
+    for length in lengths:
+        if end > start and (end + length - start) * per_row > target_bytes:
+            yield table.slice(start, end - start)
+            start = end
+        end += length
+        if (end - start) * per_row > 2 * target_bytes:
+            step = max(1, int(target_bytes / per_row))
+            for k in range(start, end, step):
+                yield table.slice(k, min(step, end - k))
+            start = end
+    if end > start:
+        yield table.slice(start, end - start)
+
+
 def split_batch(batch: pa.RecordBatch, target_bytes: int = BATCH_BYTES) -> list[pa.RecordBatch]:
     """A record batch as zero-copy slices of about ``target_bytes`` each."""
     if batch.num_rows == 0 or batch.nbytes <= 2 * target_bytes:
