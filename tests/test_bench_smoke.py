@@ -33,6 +33,9 @@ def test_quick_bench_writes_every_figure(tmp_path):
         assert isinstance(case["met"], bool)
     for name in ("remote partition read", "local partition read", "whole dataset read (3 nodes, 1 local)", "put"):
         assert cases[name]["speed_ratio"] > 0
+    remote = cases["remote partition read"]  # the reader's CPU beside the raw client's, per GB, judged by the goal
+    assert remote["cpu_ratio"] > 0 and len(remote["cpu_seconds_per_gb"]) == 2
+    assert all(v > 0 for v in remote["cpu_seconds_per_gb"].values())
     assert cases["local partition read"]["arrow_pool_bytes_allocated"] == 0
     moved = cases["selective filter (1 %, 3 remote nodes)"]["moved"]
     assert moved["flightpart ds.filter(f0 < 0.01) on the nodes"]["bytes_sent"] < moved["read everything, filter at the client"]["bytes_sent"] / 20
@@ -47,6 +50,7 @@ def test_quick_bench_writes_every_figure(tmp_path):
     sql = cases["SQL over Flight (20 queries through ADBC, 3 nodes)"]
     assert sql["wrong_answers"] == [] and sql["met"] and len(sql["queries"]) == 20
     assert sql["queries"]["count distinct per group"]["rows_sent"] < sql["rows"] / 10  # one row per pair and partition
+    assert sql["queries"]["group by with every aggregate"]["rows_sent"] < sql["rows"] / 10  # the same, with 5 more
     assert cases["open"]["partitions"] == 10_000 and cases["open"]["pickled_bytes_per_partition"] > 0
     assert png.stat().st_size > 10_000 and png.read_bytes()[:4] == b"\x89PNG"
     assert "flightpart bench" in done.stdout
