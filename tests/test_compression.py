@@ -122,6 +122,8 @@ with fp.connect(sys.argv[1], host="127.0.0.9") as client:
         assert ds.to_arrow().num_rows == rows
     else:
         rows = ds.to_arrow().num_rows
+    if sys.argv[2] == "beside-dask":
+        cluster.close()
 print(json.dumps({"tuned": keep_freed_memory(), "why": tuning_state(), "rows": rows}))
 """
 
