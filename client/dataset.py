@@ -362,7 +362,7 @@ class Dataset:
         process's first read keeps its allocator giving memory back (see :mod:`flightpart.io.allocator`)."""
         self._check_readable()
         if window is not None:
-            keep_freed_memory(streaming=True)
+            keep_freed_memory(declined="the first read streams under a window")
         blocks = self._blocks(counted=self.view.matched is not None)
         plan = self._plan
         pieces = [p for b in blocks for p in plan.pieces(b, window // 4)] if window else blocks

@@ -163,10 +163,12 @@ def read_partitions(refs: Sequence[PartitionRef], *, host: str | None, pool: Con
 
     The streams of partitions with no replica on this host start first, so the nodes elsewhere send while this
     process checks and maps the local ones; a local partition that cannot be read here is streamed after.
-    A process reading whole partitions keeps freed receive buffers for its next read
-    (:func:`~flightpart.io.allocator.keep_freed_memory`, decided on its first read).
+    A process reading partitions' rows keeps freed receive buffers for its next read
+    (:func:`~flightpart.io.allocator.keep_freed_memory`, decided on its first such read; aggregates and first rows
+    are small and decide nothing).
     """
-    keep_freed_memory()
+    if any(ref.aggregate is None and ref.top is None for ref in refs):
+        keep_freed_memory()
     local = host_addresses(host)
     tables: list[pa.Table | None] = [None] * len(refs)
     nearby = [k for k, ref in enumerate(refs) if _may_be_local(ref, local)]

@@ -26,6 +26,7 @@ import pyarrow as pa
 
 from flightpart.errors import CannotStart, ForeignCluster, NodeConflict, StateUnavailable
 from flightpart.io.access import SECRET_ENV, TOKEN_ENV, Access, read_secret_file
+from flightpart.io.allocator import keep_freed_memory
 from flightpart.io.connections import ConnectionPool
 from flightpart.io.layout import default_state_dir
 from flightpart.tokens import Keys, VerifyKey
@@ -294,6 +295,7 @@ def run_catalog(host: str, port: int, state_dir: str | None, dead_after: float, 
                 lease_seconds: float = LEASE_SECONDS, advertise: str | None = None) -> None:
     """``flightpart catalog``: serve until a signal."""
     security.check_exposure(host, "catalog")
+    keep_freed_memory(declined="a catalog: it reads aggregates and windowed scans, under DuckDB's memory limit")
     server = start_catalog(host, port, state_dir, dead_after, security, pending_ttl, capability_ttl, retire_after,
                            cluster_id=cluster_id, rebuild_grace=rebuild_grace, catalog_class=catalog_class, lease=lease,
                            lease_seconds=lease_seconds, advertise=advertise)

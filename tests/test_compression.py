@@ -117,7 +117,10 @@ with fp.connect(sys.argv[1], host="127.0.0.9") as client:
         import distributed
         cluster = distributed.LocalCluster(n_workers=1, threads_per_worker=1, dashboard_address=None, silence_logs=50)
         assert "MALLOC_TRIM_THRESHOLD_" in __import__("os").environ
-    if sys.argv[2] == "stream":  # a bounded stream first, then a whole read: the first read decides
+    if sys.argv[2] == "aggregate-then-stream":  # a few rows of partial sums decide nothing
+        assert ds.aggregate([("f", "sum")]).num_rows == 1
+        rows = sum(b.num_rows for b in ds.to_batches(window=1 << 20))
+    elif sys.argv[2] == "stream":  # a bounded stream first, then a whole read: the first read decides
         rows = sum(b.num_rows for b in ds.to_batches(window=1 << 20))
         assert ds.to_arrow().num_rows == rows
     else:
@@ -143,6 +146,8 @@ def _cap_data() -> None:
     (None, "whole", {"MALLOC_TRIM_THRESHOLD_": "65536"}, False, "the allocator is configured by MALLOC_TRIM_THRESHOLD_"),
     (None, "whole", {"cap": True}, False, "RLIMIT_DATA is set"),
     (None, "beside-dask", {}, True, "tuned"),  # glibc read its settings at start: a LocalCluster's don't count
+    ("disabled", "whole", {}, False, "FLIGHTPART_MALLOC_TUNING=disabled"),
+    (None, "aggregate-then-stream", {}, False, "the first read streams under a window"),  # not a known value: off, with a warning
 ])
 def test_freed_memory_is_kept_by_whole_readers_and_never_where_it_could_hurt(cluster, setting, read, extra, tuned, why):
     """Kept memory is memory a process does not give back: by default a process that reads whole partitions keeps
@@ -157,7 +162,12 @@ def test_freed_memory_is_kept_by_whole_readers_and_never_where_it_could_hurt(clu
     with fp.connect(cluster.uri, host="127.0.0.9") as client:
         if "switch" not in {d["name"] for d in client.list()}:
             client.put("switch", pa.table({"f": np.arange(100_000)}), nodes=["127.0.0.3"])
-    env = {k: v for k, v in os.environ.items() if k != "FLIGHTPART_MALLOC_TUNING" and not k.startswith("MALLOC_")}
+    from flightpart.io.allocator import memory_cap
+
+    if tuned and setting != "on" and memory_cap() is not None:
+        pytest.skip(f"this test process's memory is capped ({memory_cap()}): its children would not tune")
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("FLIGHTPART_MALLOC_TUNING", "GLIBC_TUNABLES") and not k.startswith("MALLOC_")}
     if setting is not None:
         env["FLIGHTPART_MALLOC_TUNING"] = setting
     env.update({k: v for k, v in extra.items() if k != "cap"})
@@ -165,6 +175,37 @@ def test_freed_memory_is_kept_by_whole_readers_and_never_where_it_could_hurt(clu
                           timeout=120, preexec_fn=_cap_data if extra.get("cap") else None)
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(done.stdout) == {"tuned": tuned, "why": why, "rows": 100_000}
+
+
+def test_a_reader_in_a_cgroup_under_a_capped_one_keeps_no_memory(cluster):
+    """A memory limit set above the reader's own cgroup (a container's, a systemd slice's) caps it too."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from helpers import MemoryCap
+
+    cap = MemoryCap(16 << 30)  # far above what it uses: only its presence matters
+    if cap.path is None:
+        pytest.skip(cap.unavailable)
+    child = cap.path / "reader"
+    try:
+        child.mkdir()
+        with fp.connect(cluster.uri, host="127.0.0.9") as client:
+            if "switch" not in {d["name"] for d in client.list()}:
+                client.put("switch", pa.table({"f": np.arange(100_000)}), nodes=["127.0.0.3"])
+        env = {k: v for k, v in os.environ.items() if k != "FLIGHTPART_MALLOC_TUNING" and not k.startswith("MALLOC_")}
+        done = subprocess.run([sys.executable, "-c", SWITCH, cluster.uri, "whole"], capture_output=True, text=True,
+                              env=env, timeout=120, preexec_fn=lambda: (child / "cgroup.procs").write_text(str(os.getpid())))
+        assert done.returncode == 0, done.stderr[-2000:]
+        result = json.loads(done.stdout)
+        assert result["tuned"] is False and result["why"].startswith("a cgroup caps its memory"), result
+        assert str(cap.path) in result["why"]  # the parent's limit, not the reader's own cgroup
+    finally:
+        if child.exists():
+            child.rmdir()
+        cap.remove()
 
 
 def test_a_partition_read_as_row_ranges_from_both_replicas_equals_one_stream(cluster, monkeypatch):

@@ -14,25 +14,30 @@ Kept memory is memory a process does not give back, so where it is done is
 chosen by ``FLIGHTPART_MALLOC_TUNING``:
 
 - ``auto`` (the default): nodes tune at start and readers on their first
-  read of whole partitions (``get``, ``to_arrow``, Dask and Ray tasks),
-  except where keeping memory could hurt: a process whose memory is capped
+  read of partitions' rows (``get``, ``to_arrow``, Dask and Ray tasks; a
+  read of aggregates or first rows decides nothing), except where keeping
+  memory could hurt: a catalog (it reads summaries and windowed scans for
+  SQL, under DuckDB's memory limit), a process whose memory is capped
   (a cgroup limit or ``RLIMIT_AS``/``RLIMIT_DATA``), one whose allocator
   was already configured through glibc's own variables (Dask's nanny sets
   ``MALLOC_TRIM_THRESHOLD_`` so its workers give memory back), or one whose
   first read is a stream bounded by a window (``to_batches``, DuckDB and
   Polars scans: a streaming reader's memory must stay flat, and with kept
   memory one grew past its bound, 205 MB against 183).
-- ``on``: always; ``off``: never.
+- ``on``: always; ``off`` (or any other value): never.
 """
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import logging
 import os
 import resource
 import threading
 from pathlib import Path
+
+log = logging.getLogger("flightpart.allocator")
 
 TUNING_ENV = "FLIGHTPART_MALLOC_TUNING"
 MODES = ("auto", "on", "off")
@@ -50,15 +55,16 @@ _lock = threading.Lock()
 _state: dict[str, object] = {}
 
 
-def keep_freed_memory(*, streaming: bool = False) -> bool:
+def keep_freed_memory(*, declined: str | None = None) -> bool:
     """Tune glibc's allocator for repeated large reads, deciding once per process; returns whether it is tuned.
 
-    ``streaming``: the caller is a read bounded by a window, which under
-    ``auto`` decides against tuning if nothing has decided yet.
+    ``declined``: why the caller would rather the process gave memory back
+    (a read bounded by a window, a catalog), which under ``auto`` decides
+    against tuning if nothing has decided yet.
     """
     with _lock:
         if "tuned" not in _state:
-            reason = _reason_not_to(streaming)
+            reason = _reason_not_to(declined)
             _state["tuned"] = reason is None and _tune()
             _state["why"] = reason or ("tuned" if _state["tuned"] else "this C library cannot be tuned")
         return bool(_state["tuned"])
@@ -71,21 +77,24 @@ def tuning_state() -> str:
 
 
 def mode() -> str:
-    """The ``FLIGHTPART_MALLOC_TUNING`` setting (``1``/``yes``/``true`` read as ``on``, ``0``/``no``/``false`` as
-    ``off``); anything else is ``auto``."""
-    value = os.environ.get(TUNING_ENV, "auto").strip().lower()
+    """The ``FLIGHTPART_MALLOC_TUNING`` setting: ``auto`` when unset, ``1``/``yes``/``true`` read as ``on``,
+    ``0``/``no``/``false`` as ``off``; any other value is ``off`` (kept memory is only ever asked for)."""
+    value = os.environ.get(TUNING_ENV, "auto").strip().lower() or "auto"
     value = _ALIASES.get(value, value)
-    return value if value in MODES else "auto"
+    if value not in MODES:
+        log.warning("%s=%r is not one of auto, on, off: read as off", TUNING_ENV, value)
+        return "off"
+    return value
 
 
-def _reason_not_to(streaming: bool) -> str | None:
+def _reason_not_to(declined: str | None) -> str | None:
     setting = mode()
     if setting == "on":
         return None
     if setting == "off":
-        return f"{TUNING_ENV}=off"
-    if streaming:
-        return "the first read streams under a window"
+        return f"{TUNING_ENV}={os.environ.get(TUNING_ENV, '').strip()}"
+    if declined:
+        return declined
     started_with = startup_environment()
     configured = [name for name in GLIBC_VARIABLES if name in started_with]
     if configured or "malloc" in started_with.get("GLIBC_TUNABLES", ""):
@@ -106,7 +115,8 @@ def startup_environment() -> dict[str, str]:
 
 
 def memory_cap() -> str | None:
-    """What caps this process's memory, if anything does: a resource limit or its cgroup's limit."""
+    """What caps this process's memory, if anything does: a resource limit, or a limit on its cgroup or any cgroup
+    above it (read where the cgroup file system is mounted: inside a container that is the container's own)."""
     for name in ("RLIMIT_AS", "RLIMIT_DATA"):
         soft, _hard = resource.getrlimit(getattr(resource, name))
         if soft != resource.RLIM_INFINITY:
@@ -118,18 +128,22 @@ def memory_cap() -> str | None:
     for line in lines:
         _id, controllers, path = line.split(":", 2)
         if controllers == "":  # cgroup v2 (mounted beside v1 as "unified" on hybrid systems)
-            base = Path("/sys/fs/cgroup/unified")
-            limit = (base if base.is_dir() else Path("/sys/fs/cgroup")) / path.lstrip("/") / "memory.max"
+            unified = Path("/sys/fs/cgroup/unified")
+            base, name = (unified if unified.is_dir() else Path("/sys/fs/cgroup")), "memory.max"
         elif "memory" in controllers.split(","):
-            limit = Path("/sys/fs/cgroup/memory") / path.lstrip("/") / "memory.limit_in_bytes"
+            base, name = Path("/sys/fs/cgroup/memory"), "memory.limit_in_bytes"
         else:
             continue
-        try:
-            value = limit.read_text().strip()
-        except OSError:
-            continue
-        if value != "max" and int(value) < (1 << 60):  # cgroup v1 writes "no limit" as a huge number
-            return f"its cgroup's memory is capped ({limit})"
+        where = base / path.lstrip("/")
+        for folder in (where, *where.parents):  # its own, then each above it, down to the mount's root
+            if not folder.is_relative_to(base):
+                break
+            try:
+                value = (folder / name).read_text().strip()
+            except OSError:
+                continue
+            if value != "max" and value.isdigit() and int(value) < (1 << 60):  # v1 writes "no limit" as a huge number
+                return f"a cgroup caps its memory ({folder / name})"
     return None
 
 

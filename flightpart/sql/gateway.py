@@ -109,7 +109,7 @@ class Gateway:
                     done = pushed.answer_top(query, set(named), self._dataset,
                                              lambda final, table, rows: _over(con, final, table, rows))
                 if done is not None:
-                    return done
+                    return _named_as_duckdb_names_them(con, query, named, self._dataset, done)
             for name in named:
                 con.register(name, self._dataset(name).duckdb_scan())
             if parameters is None or parameters.num_rows == 0:
@@ -229,6 +229,16 @@ def _traffic() -> int:
     """Bytes this process has received from nodes and mapped from their files, so far."""
     counts = TRAFFIC.snapshot()
     return counts["bytes_received"] + counts["bytes_mapped"]
+
+
+def _named_as_duckdb_names_them(con: Any, query: str, named: list[str], open_dataset: Callable[[str], Any],
+                                 answer: pa.Table) -> pa.Table:
+    """``answer`` (computed from partials) with the column names DuckDB gives ``query`` over the datasets themselves
+    (``count_star()``, not the partials' ``count_all``): the query planned over empty tables of their schemas."""
+    for name in named:
+        con.register(name, open_dataset(name).schema.empty_table())
+    names = con.sql(query).columns
+    return answer.rename_columns(names) if len(names) == answer.num_columns else answer
 
 
 def _final(con: Any, query: str, partials: pa.Table) -> pa.Table:

@@ -43,8 +43,8 @@ def plan(query: str, known: set[str]) -> tuple[str, str | None, list[str], list[
     except sqlglot.errors.ParseError:
         return None
     if not isinstance(tree, exp.Select) or tree.args.get("joins") or tree.args.get("distinct") or tree.find(exp.Window) \
-            or _arg(tree, "with") or tree.find(exp.Subquery) or tree.args.get("qualify"):
-        return None
+            or _arg(tree, "with") or tree.find(exp.Subquery) or tree.args.get("qualify") or tree.find(exp.Filter):
+        return None  # (an aggregate's FILTER clause filters its input rows: the partials cannot take it)
     source = _arg(tree, "from")
     table = source.this if source is not None else None
     if not isinstance(table, exp.Table) or table.db or table.name not in known:
@@ -145,7 +145,8 @@ def _mixed_plan(tree: Any, table: str, keys: list[str], column: str, found: dict
             return exp.Sum(this=of("sum"))
         if function == "mean":
             return exp.Div(this=exp.Sum(this=of("sum")), expression=exp.Sum(this=of("count")))
-        return exp.Cast(this=exp.Sum(this=of(function)), to=exp.DataType.build("BIGINT"))  # count, count(*)
+        total = exp.Coalesce(this=exp.Sum(this=of(function)), expressions=[exp.Literal.number(0)])  # 0 over no rows
+        return exp.Cast(this=total, to=exp.DataType.build("BIGINT"))  # count, count(*)
 
     where = tree.args.get("where")
     final = tree.copy()
@@ -259,6 +260,8 @@ def answer(query: str, known: set[str], open_dataset: Callable[[str], Any], run_
         return None
     name, where, keys, aggregates, final = planned
     ds = open_dataset(name)
+    if any(k in ds.schema.names and pa.types.is_floating(ds.schema.field(k).type) for k in keys):
+        return None  # pyarrow groups -0.0 apart from 0.0, DuckDB does not: floating-point keys run whole
     integer_sums = [c for c, f in aggregates if f == "sum" and c in ds.schema.names
                     and pa.types.is_integer(ds.schema.field(c).type)]
     try:

@@ -31,13 +31,13 @@ def test_row_ranges_cover_every_row_once_and_cut_where_batches_end(sizes, target
     pieces = list(row_pieces(table, table.nbytes, int(target_rows * per_row)))
     assert pa.concat_tables(pieces).equals(table) if pieces else table.num_rows == 0
     assert all(p.num_rows > 0 for p in pieces)
-    ends = set(np.cumsum(sizes).tolist())
-    start = 0
+    ends = np.cumsum(sizes).tolist()
+    cut = 0
     for piece in pieces:
-        start += piece.num_rows
-        cut_inside = start not in ends
-        if cut_inside:  # only inside a batch of more than twice the target
-            assert any(n > 2 * target_rows for n in sizes)
+        cut += piece.num_rows
+        if cut not in ends:  # a cut inside a batch: only inside one of more than twice the target
+            inside = next(k for k, end in enumerate(ends) if end > cut)
+            assert sizes[inside] > 2 * target_rows, (cut, sizes)
     assert max(p.num_rows for p in pieces) <= max(2 * target_rows + 1, max(n for n in sizes if n <= 2 * target_rows))
 
 

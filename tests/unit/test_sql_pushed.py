@@ -43,7 +43,7 @@ def test_count_distinct_beside_other_aggregates_takes_every_partial_by_the_keys_
     assert aggregates == [("fare", "sum"), ("tip", "sum"), ("tip", "count"), ("", "count_all")]
     assert f"FROM {PARTIALS}" in final and "GROUP BY payment" in final and "DISTINCT" not in final
     assert 'COUNT("pickup_zone") AS zones' in final and 'SUM("tip_sum") / SUM("tip_count") AS a' in final
-    assert 'HAVING CAST(SUM("count_all") AS BIGINT) > 3' in final
+    assert 'HAVING CAST(COALESCE(SUM("count_all"), 0) AS BIGINT) > 3' in final
     _t, _w, keys, aggregates, final = plan("SELECT count(DISTINCT pickup_zone), sum(fare) FROM trips", KNOWN)
     assert keys == ["pickup_zone"] and aggregates == [("fare", "sum")] and "GROUP BY" not in final
 
@@ -51,6 +51,8 @@ def test_count_distinct_beside_other_aggregates_takes_every_partial_by_the_keys_
 @pytest.mark.parametrize("query", [
     "SELECT count(DISTINCT pickup_zone), count(DISTINCT payment) FROM trips",
     "SELECT count(DISTINCT pickup_zone), sum(fare * 2) FROM trips",
+    "SELECT payment, count(*) FILTER (WHERE tip > 5) FROM trips GROUP BY payment",
+    "SELECT payment, avg(fare) FILTER (WHERE tip > 5), count(DISTINCT pickup_zone) FROM trips GROUP BY payment",
     "SELECT payment, fare, count(DISTINCT pickup_zone), sum(fare) FROM trips GROUP BY payment",
     "SELECT pickup_zone, count(DISTINCT pickup_zone) FROM trips",
     "SELECT sum(fare * 100) FROM trips",
