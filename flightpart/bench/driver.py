@@ -56,10 +56,14 @@ class FlightpartReader:
         return {"path": f"{info.data_dir}/{partition_relpath(name, ds.version, (0, 0))}"}
 
     def read(self, name: str, compression: str = "auto", streams: int = 1) -> dict:
+        table = self.client(compression, streams).open(name).to_arrow()
+        return {"nbytes": table.nbytes, "rows": table.num_rows}
+
+    def allocator(self) -> dict:
+        """What this reader's allocator decided on its first read, and why (with the bench's default settings)."""
         from flightpart.io.allocator import tuning_state
 
-        table = self.client(compression, streams).open(name).to_arrow()
-        return {"nbytes": table.nbytes, "rows": table.num_rows, "allocator": tuning_state()}
+        return {"allocator": tuning_state()}
 
     def compressed(self) -> dict:
         client = self.client()

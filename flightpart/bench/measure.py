@@ -24,10 +24,11 @@ class Case:
     extra: dict[str, Any] = field(default_factory=dict)
     ratio: tuple[str, str] | None = None  # (ours, baseline): ratio = baseline median / ours median (speed ratio)
     met: bool | None = None
-    cpu: dict[str, list[float]] = field(default_factory=dict)  # this process's CPU seconds per run, where measured
+    cpu: dict[str, list[float]] = field(default_factory=dict)  # CPU seconds per run, where measured (the reader's
+    # process in the plain bench; the contender's readers and servers in the network bench)
 
     def cpu_per_gb(self, who: str) -> float:
-        """Median CPU seconds of this process per GB moved, for ``who``."""
+        """Median CPU seconds per GB moved, for ``who``."""
         return statistics.median(self.cpu[who]) / (self.nbytes / 1e9)
 
     def cpu_ratio(self) -> float | None:

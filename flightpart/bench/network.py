@@ -21,7 +21,6 @@ import gc
 import json
 import os
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -238,9 +237,7 @@ class NetworkBench:
 
     def _case(self, name: str, goal: str, nbytes: int, contenders: dict[str, Contender], runs: int) -> Case:
         times, cpu = measure(self.groups, contenders, runs)
-        per_gb = {who: statistics.median(c / (nbytes / 1e9) for c in cpu[who]) for who in cpu}
-        return Case(name, goal, nbytes, times, extra={"cpu_seconds_per_gb": per_gb, "cpu_seconds": cpu,
-                                                      "link": self.rate})
+        return Case(name, goal, nbytes, times, cpu=cpu, extra={"link": self.rate})
 
     def case_remote(self, kind: str, runs: int) -> Case:
         name = f"remote-{kind}"
@@ -268,7 +265,7 @@ class NetworkBench:
         case = self._case(f"remote partition read ({kind})", goal, self.size, contenders, runs)
         case.extra["streams_compressed"] = self.fp_far.send("compressed")["streams_compressed"] - before
         case.extra["baseline_batch_bytes"] = best
-        case.extra["reader_allocator"] = self.fp_far.send("read", name=name)["allocator"]  # with default settings
+        case.extra["reader_allocator"] = self.fp_far.send("allocator")["allocator"]  # with default settings
         ours, raw_name, dask_name = "flightpart get (streamed)", next(n for n in contenders if n.startswith("raw")), \
             "dask client.gather (1 worker)"
         case.ratio = (ours, raw_name)
@@ -279,7 +276,7 @@ class NetworkBench:
             case.extra["share_of_link_rate_of"] = judged
             case.met = rate >= 0.9 * link if kind == "floats" else rate > link
         elif kind == "floats":
-            cpu = case.extra["cpu_seconds_per_gb"]
+            cpu = {who: case.cpu_per_gb(who) for who in case.cpu}
             case.met = cpu[ours] <= cpu[raw_name] and cpu[ours] <= 0.5 * cpu[dask_name]
         return case
 

@@ -104,12 +104,19 @@ class Gateway:
             named = self._named(query)
             wanted = len(statements[0].named_parameters)
             if not wanted and limit is None:  # aggregates the nodes can compute: one row per group and partition
-                done = pushed.answer(query, set(named), self._dataset, lambda final, partials: _final(con, final, partials))
+                opened: dict[str, Any] = {}  # each dataset opened once for the plans and the answer's names
+
+                def dataset(name: str) -> Any:
+                    if name not in opened:
+                        opened[name] = self._dataset(name)
+                    return opened[name]
+
+                done = pushed.answer(query, set(named), dataset, lambda final, partials: _final(con, final, partials))
                 if done is None:  # ORDER BY ... LIMIT: each partition's first rows
-                    done = pushed.answer_top(query, set(named), self._dataset,
+                    done = pushed.answer_top(query, set(named), dataset,
                                              lambda final, table, rows: _over(con, final, table, rows))
                 if done is not None:
-                    return _named_as_duckdb_names_them(con, query, named, self._dataset, done)
+                    return _named_as_duckdb_names_them(con, query, named, dataset, done)
             for name in named:
                 con.register(name, self._dataset(name).duckdb_scan())
             if parameters is None or parameters.num_rows == 0:

@@ -77,10 +77,8 @@ def plan(query: str, known: set[str]) -> tuple[str, str | None, list[str], list[
         return _distinct_plan(tree, table.name, keys, distinct.pop())
     if not found:
         return None
-    for column in tree.find_all(exp.Column):  # outside the aggregates and WHERE, only group keys or select aliases
-        if column.find_ancestor(exp.AggFunc, exp.Where) is None and column.name not in keys \
-                and column.name not in _aliases(tree):
-            return None
+    if not _only_keys_outside_aggregates(tree, keys):
+        return None
     where = tree.args.get("where")
     where_text = where.this.sql(dialect="duckdb") if where is not None else None
     final = tree.copy()
@@ -101,14 +99,8 @@ def _distinct_plan(tree: Any, table: str, keys: list[str], column: str) -> tuple
     group over those rows, keeping GROUP BY and HAVING."""
     from sqlglot import exp
 
-    if column not in keys:
-        for found in tree.find_all(exp.Column):  # the column may appear only inside the count(DISTINCT ...)
-            if found.name == column and found.find_ancestor(exp.AggFunc, exp.Where) is None:
-                return None
-    for found in tree.find_all(exp.Column):
-        if found.find_ancestor(exp.AggFunc, exp.Where) is None and found.name not in keys \
-                and found.name not in _aliases(tree):
-            return None
+    if not _only_keys_outside_aggregates(tree, keys, distinct=column):
+        return None
     where = tree.args.get("where")
     final = tree.copy()
     final.set("where", None)
@@ -126,7 +118,7 @@ def _mixed_plan(tree: Any, table: str, keys: list[str], column: str, found: dict
     sum of sums over the sum of counts, and the distinct count as the count of non-null values of ``column``."""
     from sqlglot import exp
 
-    if _distinct_plan(tree, table, keys, column) is None:  # the same rules for where columns may appear
+    if not _only_keys_outside_aggregates(tree, keys, distinct=column):
         return None
     partial: list[tuple[str, str]] = []
     for name, function in found.values():
@@ -154,6 +146,20 @@ def _mixed_plan(tree: Any, table: str, keys: list[str], column: str, found: dict
     final = final.from_(PARTIALS, copy=False).transform(finished)
     return (table, where.this.sql(dialect="duckdb") if where is not None else None, list(dict.fromkeys([*keys, column])),
             list(dict.fromkeys(partial)), final.sql(dialect="duckdb"))
+
+
+def _only_keys_outside_aggregates(tree: Any, keys: list[str], *, distinct: str | None = None) -> bool:
+    """Whether every column outside the aggregates and WHERE is a group key or a select alias (what the partials
+    can answer), and the ``distinct`` column, unless it is a key, appears only inside its aggregate."""
+    from sqlglot import exp
+
+    aliases = _aliases(tree)
+    for column in tree.find_all(exp.Column):
+        if column.find_ancestor(exp.AggFunc, exp.Where) is not None or column.name in keys:
+            continue
+        if column.name == distinct or column.name not in aliases:
+            return False
+    return True
 
 
 def _arg(tree: Any, name: str) -> Any:
