@@ -36,7 +36,8 @@ class Case:
         if not self.ratio or not all(who in self.cpu for who in self.ratio):
             return None
         ours, base = self.ratio
-        return statistics.median(self.cpu[ours]) / statistics.median(self.cpu[base])
+        spent = statistics.median(self.cpu[base])
+        return statistics.median(self.cpu[ours]) / spent if spent > 0 else None  # /proc counts in 10 ms ticks
 
     def median(self, who: str) -> float:
         return statistics.median(self.times[who])

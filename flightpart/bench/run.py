@@ -145,7 +145,8 @@ def case_remote(h: Harness, runs: int) -> Case:
                 cpu=cpu, extra={"baseline_batch_bytes": best,
                                 "baseline_by_batch_seconds": {str(k): v for k, v in sizes.items()}})
     case.ratio = tuple(times)  # type: ignore[assignment]
-    case.met = case.speed_ratio() >= 0.95 and case.cpu_ratio() <= 1.05
+    cpu_ratio = case.cpu_ratio()
+    case.met = case.speed_ratio() >= 0.95 and cpu_ratio is not None and cpu_ratio <= 1.05
     return case
 
 

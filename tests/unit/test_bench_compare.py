@@ -94,3 +94,14 @@ def test_a_file_that_is_not_a_saved_run_is_a_usage_error(tmp_path):
     bad.write_text("{\"cases\": 3}")
     result = CliRunner().invoke(main, ["bench", "--from-json", str(bad)])
     assert result.exit_code == 2 and "not a bench run" in result.output
+
+
+def test_a_cpu_ratio_against_a_baseline_that_spent_no_measurable_cpu_is_unknown_not_an_error():
+    """/proc counts CPU in 10 ms ticks: a short baseline run can show none (the network bench's quick runs did)."""
+    from flightpart.bench.measure import Case
+
+    case = Case("remote", "goal", 1 << 20, {"ours": [0.1], "raw": [0.1]}, cpu={"ours": [0.01], "raw": [0.0]})
+    case.ratio = ("ours", "raw")
+    assert case.cpu_ratio() is None and case.as_json()["cpu_ratio"] is None
+    case.cpu["raw"] = [0.02]
+    assert case.cpu_ratio() == 0.5
