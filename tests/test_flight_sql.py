@@ -150,8 +150,9 @@ def test_a_count_distinct_moves_one_row_per_group_value_and_partition(taxi, clus
 
 
 def test_a_count_distinct_beside_other_aggregates_moves_one_row_per_group_value_and_partition(taxi, cluster):
-    """Every partial is taken by the group keys and the distinct column on the nodes; the catalog finishes them by
-    the keys. Types as DuckDB gives them (a sum of integers a HUGEINT, counts BIGINT, avg of integers DOUBLE)."""
+    """The other aggregates are taken by the group keys on the nodes, the distinct count by the keys and its column;
+    the catalog finishes them by the keys. Types as DuckDB gives them (a sum of integers a HUGEINT, counts BIGINT,
+    avg of integers DOUBLE)."""
     table = taxi[0]
     moved = rows_moved_answering(taxi, cluster, (
         "SELECT payment, sum(fare) AS s, avg(tip) AS a, avg(passengers) AS p, min(distance) AS lo, max(pickup_at) AS last, "
@@ -160,16 +161,39 @@ def test_a_count_distinct_beside_other_aggregates_moves_one_row_per_group_value_
         "ORDER BY n DESC"))
     pairs = local(table).sql("SELECT count(*) FROM (SELECT DISTINCT payment, pickup_zone FROM trips WHERE fare > 5)"
                              ).fetchall()[0][0]
-    assert moved <= pairs * 6 < table.num_rows, f"{moved} rows moved for {pairs} (payment, zone) pairs over 6 partitions"
+    assert moved <= (4 + pairs) * 6 < table.num_rows, (
+        f"{moved} rows moved for 4 groups and {pairs} (payment, zone) pairs over 6 partitions")
     moved = rows_moved_answering(taxi, cluster, (  # no GROUP BY: one group
         "SELECT count(DISTINCT payment) AS kinds, sum(fare) AS s, count(*) AS n FROM trips"))
-    assert moved <= 4 * 6
+    assert moved <= (1 + 4) * 6
+
+
+def test_several_distinct_counts_move_one_row_per_group_value_and_partition_each(taxi, cluster):
+    """Each count(DISTINCT ...) is a grouping of its own on the nodes (by the keys and its columns), the other
+    aggregates one by the keys alone: the rows moved are the sum of those groupings' groups per partition, never the
+    product of the distinct columns' values. ``count(DISTINCT (a, b))`` counts combinations, a tuple of NULLs too."""
+    table = taxi[0]
+    sql = ("SELECT payment, count(DISTINCT pickup_zone) AS zones, count(DISTINCT dropoff_zone) AS dropoffs, "
+           "count(DISTINCT (vendor, passengers)) AS kinds, count(DISTINCT passengers) AS sizes, sum(fare) AS s, "
+           "avg(tip) AS a, count(*) AS n FROM trips WHERE fare > 5 GROUP BY payment "
+           "HAVING count(DISTINCT dropoff_zone) > 1 ORDER BY n DESC")
+    moved = rows_moved_answering(taxi, cluster, sql)
+    groups = lambda columns: local(table).sql(  # noqa: E731
+        f"SELECT count(*) FROM (SELECT DISTINCT payment, {columns} FROM trips WHERE fare > 5)").fetchall()[0][0]
+    most = 6 * (4 + groups("pickup_zone") + groups("dropoff_zone") + groups("vendor, passengers") + groups("passengers"))
+    together = groups("pickup_zone, dropoff_zone, vendor, passengers")
+    assert moved <= most < together, f"{moved} rows moved, {most} at most, {together} if grouped by every column at once"
+    moved = rows_moved_answering(taxi, cluster, (  # no GROUP BY: one group
+        "SELECT count(DISTINCT payment) AS kinds, count(DISTINCT vendor) AS vendors, count(*) AS n FROM trips"))
+    assert moved <= 6 * (1 + 4 + 2)
 
 
 @pytest.mark.parametrize("sql", [
     # nothing left after WHERE, no GROUP BY: counts are 0, sums NULL; unaliased columns named as DuckDB names them
     "SELECT count(DISTINCT pickup_zone), count(*), count(passengers), sum(fare), avg(tip) FROM trips WHERE fare > 1e9",
     "SELECT payment, count(*), sum(fare) FROM trips GROUP BY payment ORDER BY payment",
+    "SELECT count(DISTINCT payment), count(DISTINCT (vendor, passengers)), count(*), avg(tip) FROM trips "
+    "WHERE fare > 1e9",
     # an aggregate's FILTER clause filters its input rows: such queries are answered whole, and answered right
     "SELECT payment, avg(fare) FILTER (WHERE tip > 5) AS a, count(DISTINCT pickup_zone) AS z FROM trips GROUP BY payment",
     "SELECT payment, count(*) FILTER (WHERE tip > 5) AS n, sum(fare) FILTER (WHERE fare > 5) AS s FROM trips "
@@ -197,6 +221,64 @@ def test_floating_point_keys_group_as_duckdb_groups_them(cluster):
             assert got.to_pylist() == want.to_pylist() or same_answer(canonical(got), canonical(want)), sql
 
 
+@pytest.fixture(scope="module")
+def places(cluster, taxi):
+    """A small dataset with a zone listed twice and a NULL zone: a join multiplies and drops rows by it."""
+    rows = pa.table({"zone": ["JFK Airport", "LaGuardia", "JFK Airport", "Midtown", None, "Nowhere"],
+                     "borough": ["Queens", "Queens", "Airports", "Manhattan", "Unknown", "Nowhere"]})
+    with fp.connect(cluster.uri) as writer:
+        writer.put("places", rows)
+    return rows
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT p.borough, count(*) AS n FROM trips JOIN places p ON p.zone = trips.pickup_zone GROUP BY p.borough",
+    "SELECT p.zone, count(t.fare) AS n, count(*) AS rows FROM places p LEFT JOIN trips t "
+    "ON t.pickup_zone = p.zone AND t.fare > 60 GROUP BY p.zone",
+    "SELECT p.borough, t.payment, sum(t.fare) AS s, avg(t.tip) AS a, avg(passengers) AS people, min(t.pickup_at) AS first, "
+    "max(distance) AS far, sum(vendor) AS vendors, count(DISTINCT t.dropoff_zone) AS d, count(*) AS n "
+    "FROM trips t JOIN places p ON t.pickup_zone = p.zone WHERE t.fare > 10 AND p.borough <> 'Queens' "
+    "GROUP BY p.borough, t.payment HAVING count(*) > 5 ORDER BY s DESC",
+    "SELECT p.borough, count(passengers) AS c, count(*) AS n FROM trips t LEFT JOIN places p ON t.pickup_zone = p.zone "
+    "GROUP BY p.borough ORDER BY 1",
+    "SELECT count(*) AS n, sum(fare) AS s FROM places JOIN trips ON places.zone = trips.dropoff_zone WHERE fare > 1e9",
+])
+def test_aggregates_over_a_join_run_on_the_nodes_before_it(taxi, cluster, places, sql):
+    """Every aggregate reads trips: the nodes aggregate trips by its join column (and its own group keys, and the
+    distinct column), one row per zone and partition, and DuckDB joins those rows with the small dataset. A zone
+    listed twice counts its trips twice, a NULL zone matches nothing, a left join keeps unmatched rows (counted
+    once by count(*)), exactly as DuckDB answers over the tables themselves."""
+    table, _zones, conn = taxi
+    rows = lambda: sum(fp.connect(cluster.uri).stats(n.uri)["rows_sent"] for n in cluster.nodes)  # noqa: E731
+    before = rows()
+    got = answer(conn, sql)
+    moved = rows() - before
+    want = duckdb_over(table, places).sql(sql.replace("places", "zones")).to_arrow_table()
+    assert got.schema.equals(want.schema), (got.schema, want.schema)
+    assert same_answer(canonical(got), canonical(want))
+    most = 6 * 12 * (12 if "DISTINCT t.dropoff_zone" in sql else 1) * (4 if "t.payment" in sql else 1) + places.num_rows
+    assert moved <= most < table.num_rows, f"{moved} rows moved, {most} at most (zones and keys per partition, places)"
+    steps = answer(conn, f"EXPLAIN {sql}").to_pylist()
+    assert steps[0]["step"] == "aggregate" and steps[0]["what"].startswith("trips: partial aggregates")
+
+
+@pytest.mark.parametrize("sql", [
+    # a condition on the side a left join may leave NULL, in WHERE: it drops the unmatched rows, so it runs whole
+    "SELECT p.zone, avg(t.fare) AS a FROM places p LEFT JOIN trips t ON t.pickup_zone = p.zone WHERE t.fare > 30 "
+    "GROUP BY p.zone",
+    # a condition in ON on the side a left join keeps whole filters matches, not its rows
+    "SELECT p.borough, count(*) AS n FROM trips t LEFT JOIN places p ON t.pickup_zone = p.zone AND t.fare > 50 "
+    "GROUP BY p.borough",
+    "SELECT p.borough, sum(t.fare) AS s FROM trips t RIGHT JOIN places p ON t.pickup_zone = p.zone GROUP BY p.borough",
+])
+def test_joins_the_nodes_cannot_aggregate_first_are_answered_whole_and_right(taxi, places, sql):
+    table, _zones, conn = taxi
+    got = answer(conn, sql)
+    want = duckdb_over(table, places).sql(sql.replace("places", "zones")).to_arrow_table()
+    assert same_answer(canonical(got), canonical(want))
+    assert [s["step"] for s in answer(conn, f"EXPLAIN {sql}").to_pylist()] == ["scan", "query"]
+
+
 def test_a_plain_scan_is_read_from_the_nodes_one_endpoint_per_partition(taxi, cluster):
     import pyarrow.flight as flight
 
@@ -221,10 +303,21 @@ def test_explain_says_what_ran_where_and_the_bytes_it_moved(taxi):
     assert grouped[0]["bytes_moved"] < 0.01 * table.nbytes and grouped[1]["rows"] == 4
     joined = answer(conn, "EXPLAIN SELECT z.borough, count(*) AS n FROM trips JOIN zones z ON z.zone = trips.pickup_zone "
                           "GROUP BY z.borough").to_pylist()
-    assert [s["step"] for s in joined] == ["scan", "query"] and "trips, zones" in joined[0]["what"]
-    assert 0 < joined[0]["bytes_moved"] < table.nbytes / 2  # two of twelve columns
+    assert [s["step"] for s in joined] == ["aggregate", "finish"] and "by pickup_zone" in joined[0]["what"]
+    assert "JOIN zones" in joined[1]["what"] and joined[0]["bytes_moved"] < 0.01 * table.nbytes
+    windowed = answer(conn, "EXPLAIN SELECT payment, rank() OVER (ORDER BY fare) AS r FROM trips "
+                            "QUALIFY r < 3").to_pylist()
+    assert [s["step"] for s in windowed] == ["scan", "query"] and "trips" in windowed[0]["what"]
+    assert 0 < windowed[0]["bytes_moved"] < table.nbytes / 2  # two of twelve columns
     scanned = answer(conn, "EXPLAIN SELECT fare FROM trips WHERE fare > 40").to_pylist()
     assert scanned[0]["where"] == "nodes" and "6 partition(s)" in scanned[0]["what"]
+    distinct = answer(conn, "EXPLAIN SELECT payment, count(DISTINCT pickup_zone) AS z, count(DISTINCT vendor) AS v, "
+                            "sum(fare) AS s FROM trips GROUP BY payment").to_pylist()
+    assert distinct[0]["step"] == "aggregate" and "by payment; count(*) by payment, pickup_zone; " in distinct[0]["what"]
+    # a filter flightpart cannot express: the plans would push the work, but it ran at the catalog, and EXPLAIN says so
+    for sql in ("SELECT fare FROM trips WHERE lower(payment) = 'cash' ORDER BY fare LIMIT 3",
+                "SELECT payment, count(*) AS n FROM trips WHERE lower(payment) = 'cash' GROUP BY payment"):
+        assert [s["step"] for s in answer(conn, f"EXPLAIN {sql}").to_pylist()] == ["scan", "query"], sql
 
 
 def test_adbc_ingest_stores_a_dataset_appends_and_replaces(cluster):

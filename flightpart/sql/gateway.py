@@ -85,10 +85,11 @@ class Gateway:
         return [(entry["name"], client.info(entry["name"]).schema) for entry in client.list()]
 
     def run(self, query: str, *, limit: int | None = None, parameters: pa.Table | None = None,
-            cancelled: Callable[[], bool] = lambda: False) -> pa.Table:
+            cancelled: Callable[[], bool] = lambda: False, route: list[str] | None = None) -> pa.Table:
         """``query``'s answer (``limit``: at most that many rows, for a schema). ``parameters``: values for its
         ``?`` (or ``$1``) placeholders, one row per execution, the answers concatenated. ``cancelled``: whether the
-        caller gave up (its deadline passed, it hung up): the query is stopped then, not run on for no one."""
+        caller gave up (its deadline passed, it hung up): the query is stopped then, not run on for no one.
+        ``route``, when given, receives how the query ran (``aggregate``, ``top`` or ``scan``), for ``EXPLAIN``."""
         duckdb = _duckdb()
 
         con = duckdb.connect(config={"enable_external_access": False, "memory_limit": MEMORY_LIMIT,
@@ -111,12 +112,17 @@ class Gateway:
                         opened[name] = self._dataset(name)
                     return opened[name]
 
-                done = pushed.answer(query, set(named), dataset, lambda final, partials: _final(con, final, partials))
+                done, how = pushed.answer(query, set(named), dataset, lambda final, partials, joined: _final(
+                    con, final, partials, {n: dataset(n) for n in joined})), "aggregate"
                 if done is None:  # ORDER BY ... LIMIT: each partition's first rows
-                    done = pushed.answer_top(query, set(named), dataset,
-                                             lambda final, table, rows: _over(con, final, table, rows))
+                    done, how = pushed.answer_top(query, set(named), dataset,
+                                                  lambda final, table, rows: _over(con, final, table, rows)), "top"
                 if done is not None:
+                    if route is not None:
+                        route.append(how)
                     return _named_as_duckdb_names_them(con, query, named, dataset, done)
+            if route is not None:
+                route.append("scan")
             for name in named:
                 con.register(name, self._dataset(name).duckdb_scan())
             if parameters is None or parameters.num_rows == 0:
@@ -160,15 +166,19 @@ class Gateway:
                                        "and filtered there (not run here)", None, None)]
             return pa.Table.from_pylist([dict(zip(EXPLAIN_SCHEMA.names, s)) for s in steps], schema=EXPLAIN_SCHEMA)
         before = _traffic()
-        answer = self.run(inner)
+        route: list[str] = []
+        answer = self.run(inner, route=route)
         moved = _traffic() - before
-        planned = pushed.plan(inner, set(self._named(inner)))
+        planned = pushed.plan(inner, set(self._named(inner)), self._dataset) if route == ["aggregate"] else None
+        top = pushed.top_plan(inner, set(self._named(inner))) if route == ["top"] else None
         if planned is not None:
-            name, where, keys, aggregates, final = planned
-            what = (f"{name}: partial aggregates {', '.join(f or c for c, f in aggregates)} by {keys or 'nothing'}"
-                    + (f" where {where}" if where else "") + ", one row per group and partition")
-            steps = [("aggregate", "nodes", what, moved, None), ("finish", "catalog (DuckDB)", final, 0, answer.num_rows)]
-        elif (top := pushed.top_plan(inner, set(self._named(inner)))) is not None:
+            parts = [f"{', '.join('count(*)' if f == 'count_all' else f'{f}({c})' for c, f in aggregates)} "
+                     f"by {', '.join(keys) or 'nothing'}" for keys, aggregates in planned.groupings]
+            what = (f"{planned.table}: partial aggregates " + "; ".join(parts)
+                    + (f" where {planned.where}" if planned.where else "") + ", one row per group and partition")
+            steps = [("aggregate", "nodes", what, moved, None),
+                     ("finish", "catalog (DuckDB)", planned.final, 0, answer.num_rows)]
+        elif top is not None:
             name, where, _columns, keys, rows, final = top
             what = (f"{name}: each partition's first {rows} rows by {', '.join(k[0] for k in keys)}"
                     + (f" where {where}" if where else ""))
@@ -189,7 +199,7 @@ class Gateway:
                 statements = con.extract_statements(query)
         except duckdb.Error:
             return None
-        if len(statements) != 1 or statements[0].named_parameters:
+        if len(statements) != 1 or statements[0].named_parameters or statements[0].type != duckdb.StatementType.SELECT:
             return None
         planned = scans.plain_scan(query, set(self._named(query)))
         if planned is None:
@@ -248,9 +258,12 @@ def _named_as_duckdb_names_them(con: Any, query: str, named: list[str], open_dat
     return answer.rename_columns(names) if len(names) == answer.num_columns else answer
 
 
-def _final(con: Any, query: str, partials: pa.Table) -> pa.Table:
-    """What is left of a query once its aggregates are combined: DuckDB over the small table of them."""
+def _final(con: Any, query: str, partials: pa.Table, joined: dict[str, Any]) -> pa.Table:
+    """What is left of a query once its aggregates are combined: DuckDB over the small table of them (and the
+    datasets of ``joined``, a join's other side, as scans)."""
     con.register(pushed.PARTIALS, partials)
+    for name, dataset in joined.items():
+        con.register(name, dataset.duckdb_scan())
     return con.sql(query).to_arrow_table()
 
 

@@ -8,11 +8,12 @@ two steps: ``ds.filter(where).aggregate(...)`` (partials per partition on
 the nodes, combined at the catalog), then DuckDB over that small table for
 what is left: HAVING, ORDER BY, LIMIT, expressions over the aggregates,
 and the types DuckDB gives (``sum`` of integers is a HUGEINT).
-``count(DISTINCT x)`` (alone, of one column) goes the same way: the nodes
-group by the keys and ``x``, so each partition sends one row per group and
-distinct value, and DuckDB counts them per group; beside other aggregates,
-every partial is taken by the keys and ``x`` and DuckDB finishes them by
-the keys (:func:`_mixed_plan`). Any other
+``count(DISTINCT x)``, ``count(DISTINCT (x, y))`` and several of them go
+the same way, each as a grouping of its own (:func:`_distinct_plan`): the
+nodes group by the keys and ``x`` (and ``y``), so each partition sends one
+row per group and distinct value, and DuckDB counts them per group; the
+other aggregates are taken by the keys alone, and DuckDB finishes every
+one by the keys from the rows of its own grouping. Any other
 query (joins, DISTINCT, windows, functions of columns inside an aggregate,
 a filter flightpart cannot express) returns None here and is run whole by
 DuckDB over the pushdown scans.
@@ -21,7 +22,7 @@ DuckDB over the pushdown scans.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 
@@ -29,12 +30,29 @@ from flightpart.errors import FlightpartError
 
 PARTIALS = "partials"
 """The name DuckDB sees the combined partials under."""
-_FUNCTIONS = {"Sum": "sum", "Min": "min", "Max": "max", "Count": "count", "Avg": "mean"}
+GROUPING = "flightpart_grouping"
+"""The column of :data:`PARTIALS` saying which grouping a row belongs to (its index in :attr:`Plan.groupings`)."""
+AGGREGATES = {"Sum": "sum", "Min": "min", "Max": "max", "Count": "count", "Avg": "mean"}
+"""The aggregates partials answer (sqlglot's class name -> ``Dataset.aggregate``'s function)."""
 
 
-def plan(query: str, known: set[str]) -> tuple[str, str | None, list[str], list[tuple[str, str]], str] | None:
-    """(table, where text, group keys, aggregates, final query over :data:`PARTIALS`) for a query this module
-    answers, or None."""
+class Plan(NamedTuple):
+    """A query answered from partial aggregates: the nodes compute each grouping's partials over ``table``'s rows
+    that ``where`` keeps, and DuckDB runs ``final`` over all of them together (:data:`PARTIALS`)."""
+
+    table: str
+    where: str | None
+    groupings: list[tuple[list[str], list[tuple[str, str]]]]
+    """(group keys, aggregates as ``Dataset.aggregate`` takes them) per grouping, each one call to the nodes."""
+    final: str
+    joined: tuple[str, ...] = ()
+    """Other datasets ``final`` reads (a join's other side), whole, as DuckDB scans."""
+
+
+def plan(query: str, known: set[str], open_dataset: Callable[[str], Any] | None = None) -> Plan | None:
+    """How the nodes and DuckDB share ``query``'s work, or None when this module does not answer it.
+    ``open_dataset``: the datasets by name, for a join (:mod:`.joined` needs their schemas); without it joins
+    are not planned."""
     import sqlglot
     from sqlglot import exp
 
@@ -42,10 +60,14 @@ def plan(query: str, known: set[str]) -> tuple[str, str | None, list[str], list[
         tree = sqlglot.parse_one(query, read="duckdb")
     except sqlglot.errors.ParseError:
         return None
-    if not isinstance(tree, exp.Select) or tree.args.get("joins") or tree.args.get("distinct") or tree.find(exp.Window) \
-            or _arg(tree, "with") or tree.find(exp.Subquery) or tree.args.get("qualify") or tree.find(exp.Filter):
+    if not isinstance(tree, exp.Select) or tree.args.get("distinct") or tree.find(exp.Window) \
+            or clause(tree, "with") or tree.find(exp.Subquery) or tree.args.get("qualify") or tree.find(exp.Filter):
         return None  # (an aggregate's FILTER clause filters its input rows: the partials cannot take it)
-    source = _arg(tree, "from")
+    if tree.args.get("joins"):
+        from .joined import join_plan
+
+        return join_plan(tree, known, open_dataset) if open_dataset is not None else None
+    source = clause(tree, "from")
     table = source.this if source is not None else None
     if not isinstance(table, exp.Table) or table.db or table.name not in known:
         return None
@@ -54,12 +76,14 @@ def plan(query: str, known: set[str]) -> tuple[str, str | None, list[str], list[
     if group and not all(isinstance(g, exp.Column) and not g.table for g in group.expressions):
         return None
     found: dict[str, tuple[str, str]] = {}  # an aggregate's SQL -> (column, function)
-    distinct: set[str] = set()  # columns of count(DISTINCT column)
+    distinct: dict[tuple[str, ...], None] = {}  # the columns of each count(DISTINCT ...), in order
     for agg in tree.find_all(exp.AggFunc):
-        function = _FUNCTIONS.get(type(agg).__name__)
-        if function == "count" and isinstance(agg.this, exp.Distinct) and len(agg.this.expressions) == 1 \
-                and isinstance(agg.this.expressions[0], exp.Column) and not agg.this.expressions[0].table:
-            distinct.add(agg.this.expressions[0].name)
+        function = AGGREGATES.get(type(agg).__name__)
+        if function == "count" and isinstance(agg.this, exp.Distinct):
+            columns = distinct_columns(agg.this)
+            if columns is None:
+                return None
+            distinct[columns] = None
             continue
         if function is None or agg.args.get("distinct") or isinstance(agg.this, exp.Distinct):
             return None
@@ -69,18 +93,14 @@ def plan(query: str, known: set[str]) -> tuple[str, str | None, list[str], list[
             found[agg.sql()] = (agg.this.name, function)
         else:
             return None
+    where = tree.args.get("where")
+    where_text = where.this.sql(dialect="duckdb") if where is not None else None
     if distinct:
-        if len(distinct) > 1:
-            return None  # count(DISTINCT) of several columns: DuckDB runs it whole
-        if found:
-            return _mixed_plan(tree, table.name, keys, distinct.pop(), found)
-        return _distinct_plan(tree, table.name, keys, distinct.pop())
+        return _distinct_plan(tree, table.name, where_text, keys, list(distinct), found)
     if not found:
         return None
     if not _only_keys_outside_aggregates(tree, keys):
         return None
-    where = tree.args.get("where")
-    where_text = where.this.sql(dialect="duckdb") if where is not None else None
     final = tree.copy()
     final.set("where", None)
     final.set("group", None)
@@ -90,84 +110,94 @@ def plan(query: str, known: set[str]) -> tuple[str, str | None, list[str], list[
         final.set("having", None)
         final.set("where", exp.Where(this=having.this))
     final = final.transform(lambda node: _partial_column(node, found))
-    return table.name, where_text, keys, list(dict.fromkeys(found.values())), final.sql(dialect="duckdb")
+    return Plan(table.name, where_text, [(keys, list(dict.fromkeys(found.values())))], final.sql(dialect="duckdb"))
 
 
-def _distinct_plan(tree: Any, table: str, keys: list[str], column: str) -> tuple | None:
-    """``count(DISTINCT column)`` per group: the nodes send one row per group and distinct value of ``column`` (a
-    GROUP BY of the keys and the column), combined across partitions; DuckDB then counts the non-null values per
-    group over those rows, keeping GROUP BY and HAVING."""
+def distinct_columns(distinct: Any, *, qualified: bool = False) -> tuple[str, ...] | None:
+    """The columns counted by ``count(DISTINCT x)`` or ``count(DISTINCT (x, y))``, or None for anything else (a
+    column of a named table too, unless ``qualified``)."""
     from sqlglot import exp
 
-    if not _only_keys_outside_aggregates(tree, keys, distinct=column):
+    values = distinct.expressions
+    if len(values) == 1 and isinstance(values[0], exp.Tuple):
+        values = values[0].expressions
+    if not values or not all(isinstance(v, exp.Column) and (qualified or not v.table) for v in values):
         return None
-    where = tree.args.get("where")
-    final = tree.copy()
-    final.set("where", None)
-    final = final.from_(PARTIALS, copy=False)
-    final = final.transform(lambda node: exp.Count(this=exp.column(column, quoted=True))
-                            if isinstance(node, exp.Count) and isinstance(node.this, exp.Distinct) else node)
-    return (table, where.this.sql(dialect="duckdb") if where is not None else None, list(dict.fromkeys([*keys, column])),
-            [("", "count_all")], final.sql(dialect="duckdb"))
+    return tuple(dict.fromkeys(v.name for v in values))
 
 
-def _mixed_plan(tree: Any, table: str, keys: list[str], column: str, found: dict[str, tuple[str, str]]) -> tuple | None:
-    """``count(DISTINCT column)`` beside other aggregates: the nodes take every partial aggregate by the keys *and*
-    ``column`` (one row per group, distinct value and partition, as for the distinct count alone), and DuckDB
-    finishes by the keys: sums of the partial sums and counts, minima of minima, maxima of maxima, ``avg`` as the
-    sum of sums over the sum of counts, and the distinct count as the count of non-null values of ``column``."""
+def _distinct_plan(tree: Any, table: str, where: str | None, keys: list[str], distinct: list[tuple[str, ...]],
+                   found: dict[str, tuple[str, str]]) -> Plan | None:
+    """``count(DISTINCT ...)``, alone or beside other aggregates and other distinct counts: one grouping by the
+    keys for the other aggregates (``avg`` as a sum and a count), and one per distinct count by the keys and its
+    columns (one row per group, distinct value and partition). DuckDB finishes each aggregate by the keys over the
+    rows of its own grouping: sums of the partial sums and counts, minima of minima, maxima of maxima, ``avg`` as
+    the sum of sums over the sum of counts; ``count(DISTINCT x)`` as the count of non-null ``x``,
+    ``count(DISTINCT (x, y))`` as the count of rows (a tuple of NULLs is a value too)."""
     from sqlglot import exp
 
-    if not _only_keys_outside_aggregates(tree, keys, distinct=column):
+    if not _only_keys_outside_aggregates(tree, keys, distinct={c for columns in distinct for c in columns}):
         return None
-    partial: list[tuple[str, str]] = []
-    for name, function in found.values():
-        partial += [(name, "sum"), (name, "count")] if function == "mean" else [(name, function)]
+    groupings: list[tuple[list[str], list[tuple[str, str]]]] = []
+    if found:
+        partial: list[tuple[str, str]] = []
+        for name, function in found.values():
+            partial += [(name, "sum"), (name, "count")] if function == "mean" else [(name, function)]
+        groupings.append((keys, list(dict.fromkeys(partial))))
+    grouping_of = {}
+    for columns in distinct:
+        grouping_of[columns] = len(groupings)
+        groupings.append((list(dict.fromkeys([*keys, *columns])), [("", "count_all")]))
+
+    def only(aggregate: Any, grouping: int) -> Any:
+        condition = exp.EQ(this=exp.column(GROUPING, quoted=True), expression=exp.Literal.number(grouping))
+        return exp.Filter(this=aggregate, expression=exp.Where(this=condition))
 
     def finished(node: Any) -> Any:
         if isinstance(node, exp.Count) and isinstance(node.this, exp.Distinct):
-            return exp.Count(this=exp.column(column, quoted=True))
+            values = node.this.expressions
+            columns = distinct_columns(node.this)
+            counted = exp.column(columns[0], quoted=True) if not isinstance(values[0], exp.Tuple) else exp.Star()
+            return only(exp.Count(this=counted), grouping_of[columns])
         if not isinstance(node, exp.AggFunc) or node.sql() not in found:
             return node
         name, function = found[node.sql()]
         of = lambda f: exp.column(f"{name}_{f}" if f != "count_all" else "count_all", quoted=True)  # noqa: E731
         if function in ("min", "max"):
-            return (exp.Min if function == "min" else exp.Max)(this=of(function))
+            return only((exp.Min if function == "min" else exp.Max)(this=of(function)), 0)
         if function == "sum":
-            return exp.Sum(this=of("sum"))
+            return only(exp.Sum(this=of("sum")), 0)
         if function == "mean":
-            return exp.Div(this=exp.Sum(this=of("sum")), expression=exp.Sum(this=of("count")))
-        total = exp.Coalesce(this=exp.Sum(this=of(function)), expressions=[exp.Literal.number(0)])  # 0 over no rows
-        return exp.Cast(this=total, to=exp.DataType.build("BIGINT"))  # count, count(*)
+            return exp.Div(this=only(exp.Sum(this=of("sum")), 0), expression=only(exp.Sum(this=of("count")), 0))
+        total = exp.Coalesce(this=only(exp.Sum(this=of(function)), 0), expressions=[exp.Literal.number(0)])
+        return exp.Cast(this=total, to=exp.DataType.build("BIGINT"))  # count, count(*): 0 over no rows
 
-    where = tree.args.get("where")
     final = tree.copy()
     final.set("where", None)
     final = final.from_(PARTIALS, copy=False).transform(finished)
-    return (table, where.this.sql(dialect="duckdb") if where is not None else None, list(dict.fromkeys([*keys, column])),
-            list(dict.fromkeys(partial)), final.sql(dialect="duckdb"))
+    return Plan(table, where, groupings, final.sql(dialect="duckdb"))
 
 
-def _only_keys_outside_aggregates(tree: Any, keys: list[str], *, distinct: str | None = None) -> bool:
+def _only_keys_outside_aggregates(tree: Any, keys: list[str], *, distinct: set[str] = frozenset()) -> bool:
     """Whether every column outside the aggregates and WHERE is a group key or a select alias (what the partials
-    can answer), and the ``distinct`` column, unless it is a key, appears only inside its aggregate."""
+    can answer), and the ``distinct`` columns, unless keys, appear only inside aggregates."""
     from sqlglot import exp
 
-    aliases = _aliases(tree)
+    aliases = select_aliases(tree)
     for column in tree.find_all(exp.Column):
         if column.find_ancestor(exp.AggFunc, exp.Where) is not None or column.name in keys:
             continue
-        if column.name == distinct or column.name not in aliases:
+        if column.name in distinct or column.name not in aliases:
             return False
     return True
 
 
-def _arg(tree: Any, name: str) -> Any:
+def clause(tree: Any, name: str) -> Any:
     """A clause of a parsed query (sqlglot names some with a trailing underscore: ``from_``, ``with_``)."""
     return tree.args.get(name) or tree.args.get(f"{name}_")
 
 
-def _aliases(tree: Any) -> set[str]:
+def select_aliases(tree: Any) -> set[str]:
     from sqlglot import exp
 
     return {e.alias for e in tree.expressions if isinstance(e, exp.Alias)}
@@ -197,10 +227,10 @@ def top_plan(query: str, known: set[str]) -> tuple[str, str | None, list[str] | 
     except sqlglot.errors.ParseError:
         return None
     if not isinstance(tree, exp.Select) or tree.args.get("joins") or tree.args.get("distinct") or tree.find(exp.Window) \
-            or _arg(tree, "with") or tree.find(exp.Subquery) or tree.args.get("qualify") or tree.args.get("group") \
+            or clause(tree, "with") or tree.find(exp.Subquery) or tree.args.get("qualify") or tree.args.get("group") \
             or tree.args.get("having") or tree.find(exp.AggFunc):
         return None
-    source = _arg(tree, "from")
+    source = clause(tree, "from")
     table = source.this if source is not None else None
     order, limit, offset = tree.args.get("order"), tree.args.get("limit"), tree.args.get("offset")
     if not isinstance(table, exp.Table) or table.db or table.name not in known or order is None or limit is None:
@@ -208,7 +238,7 @@ def top_plan(query: str, known: set[str]) -> tuple[str, str | None, list[str] | 
     counts = [_literal_count(clause) for clause in (limit, offset) if clause is not None]
     if None in counts:
         return None
-    aliases = _aliases(tree)
+    aliases = select_aliases(tree)
     keys = []
     for ordered in order.expressions:
         column = ordered.this
@@ -258,25 +288,35 @@ def answer_top(query: str, known: set[str], open_dataset: Callable[[str], Any],
     return run_over(final, name, candidates)
 
 
-def answer(query: str, known: set[str], open_dataset: Callable[[str], Any], run_final: Callable[[str, pa.Table], pa.Table]
-           ) -> pa.Table | None:
-    """``query`` answered with its aggregates on the nodes, or None when it is not such a query (see the module doc)."""
-    planned = plan(query, known)
+def answer(query: str, known: set[str], open_dataset: Callable[[str], Any],
+           run_final: Callable[[str, pa.Table, tuple[str, ...]], pa.Table]) -> pa.Table | None:
+    """``query`` answered with its aggregates on the nodes, or None when it is not such a query (see the module doc).
+    ``run_final(final, partials, joined)`` runs DuckDB over the partials and the datasets ``joined`` names."""
+    planned = plan(query, known, open_dataset)
     if planned is None:
         return None
-    name, where, keys, aggregates, final = planned
-    ds = open_dataset(name)
-    if any(k in ds.schema.names and pa.types.is_floating(ds.schema.field(k).type) for k in keys):
+    ds = open_dataset(planned.table)
+    if GROUPING in ds.schema.names:
+        return None
+    grouped = {k for keys, _ in planned.groupings for k in keys}
+    if any(k in ds.schema.names and pa.types.is_floating(ds.schema.field(k).type) for k in grouped):
         return None  # pyarrow groups -0.0 apart from 0.0, DuckDB does not: floating-point keys run whole
-    integer_sums = [c for c, f in aggregates if f == "sum" and c in ds.schema.names
-                    and pa.types.is_integer(ds.schema.field(c).type)]
+    integer_sums = {c for _, aggregates in planned.groupings for c, f in aggregates
+                    if f == "sum" and c in ds.schema.names and pa.types.is_integer(ds.schema.field(c).type)}
+    tables = []
     try:
-        if where is not None:
-            ds = ds.filter(where)
-        partials = ds.aggregate(aggregates, by=keys)
+        if planned.where is not None:
+            ds = ds.filter(planned.where)
+        for grouping, (keys, aggregates) in enumerate(planned.groupings):
+            partials = ds.aggregate(aggregates, by=keys)
+            for column in integer_sums & {c for c, f in aggregates if f == "sum"}:  # DuckDB sums integers into a HUGEINT
+                index = partials.schema.get_field_index(f"{column}_sum")
+                partials = partials.set_column(index, f"{column}_sum", partials.column(index).cast(pa.decimal128(38, 0)))
+            tables.append(partials.append_column(GROUPING, pa.array([grouping] * partials.num_rows, pa.int32())))
     except FlightpartError:
         return None  # a filter or an aggregate flightpart cannot express exactly: DuckDB runs the query whole
-    for column in integer_sums:  # DuckDB sums integers into a HUGEINT
-        index = partials.schema.get_field_index(f"{column}_sum")
-        partials = partials.set_column(index, f"{column}_sum", partials.column(index).cast(pa.decimal128(38, 0)))
-    return run_final(final, partials)
+    try:
+        partials = pa.concat_tables(tables, promote_options="default")
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        return None  # a column named as another grouping's partial, of another type: DuckDB runs the query whole
+    return run_final(planned.final, partials, planned.joined)

@@ -4,52 +4,67 @@ from __future__ import annotations
 
 import pytest
 
-from flightpart.sql.pushed import PARTIALS, plan
+from flightpart.sql.pushed import GROUPING, PARTIALS, plan
 
 KNOWN = {"trips", "zones"}
 
 
 def test_a_group_by_becomes_partials_and_a_query_over_them():
-    table, where, keys, aggregates, final = plan(
+    table, where, groupings, final, _joined = plan(
         "SELECT payment, count(*) AS n, avg(fare) AS fare FROM trips WHERE distance > 1 GROUP BY payment "
         "HAVING count(*) > 10 ORDER BY n DESC LIMIT 3", KNOWN)
-    assert (table, where, keys) == ("trips", "distance > 1", ["payment"])
-    assert aggregates == [("", "count_all"), ("fare", "mean")]
+    assert (table, where, groupings) == ("trips", "distance > 1", [(["payment"], [("", "count_all"), ("fare", "mean")])])
     assert f"FROM {PARTIALS}" in final and '"count_all" > 10' in final and "GROUP BY" not in final
     assert final.endswith("ORDER BY n DESC LIMIT 3")
 
 
 def test_a_global_aggregate_has_no_keys():
-    _table, where, keys, aggregates, _final = plan("SELECT sum(fare) AS s, min(pickup_at) FROM trips", KNOWN)
+    _table, where, [(keys, aggregates)], _final, _joined = plan("SELECT sum(fare) AS s, min(pickup_at) FROM trips", KNOWN)
     assert (where, keys, sorted(aggregates)) == (None, [], [("fare", "sum"), ("pickup_at", "min")])
 
 
 def test_count_distinct_is_grouped_by_its_column_on_the_nodes_and_counted_at_the_catalog():
-    table, where, keys, aggregates, final = plan(
+    table, where, groupings, final, _joined = plan(
         "SELECT payment, count(DISTINCT pickup_zone) AS zones FROM trips WHERE fare > 5 GROUP BY payment "
         "HAVING count(DISTINCT pickup_zone) > 3 ORDER BY zones DESC", KNOWN)
-    assert (table, where, keys, aggregates) == ("trips", "fare > 5", ["payment", "pickup_zone"], [("", "count_all")])
-    assert f"FROM {PARTIALS}" in final and 'COUNT("pickup_zone")' in final and "GROUP BY payment" in final
-    assert "HAVING" in final and "DISTINCT" not in final
-    _t, _w, keys, _a, final = plan("SELECT count(DISTINCT pickup_zone) FROM trips", KNOWN)
+    assert (table, where, groupings) == ("trips", "fare > 5", [(["payment", "pickup_zone"], [("", "count_all")])])
+    assert f"FROM {PARTIALS}" in final and f'COUNT("pickup_zone") FILTER(WHERE "{GROUPING}" = 0)' in final
+    assert "GROUP BY payment" in final and "HAVING" in final and "DISTINCT" not in final
+    _t, _w, [(keys, _a)], final, _j = plan("SELECT count(DISTINCT pickup_zone) FROM trips", KNOWN)
     assert keys == ["pickup_zone"] and "GROUP BY" not in final
 
 
-def test_count_distinct_beside_other_aggregates_takes_every_partial_by_the_keys_and_its_column():
-    table, where, keys, aggregates, final = plan(
+def test_count_distinct_beside_other_aggregates_has_a_grouping_by_the_keys_for_them():
+    table, where, groupings, final, _joined = plan(
         "SELECT payment, count(DISTINCT pickup_zone) AS zones, sum(fare) AS s, avg(tip) AS a, count(*) AS n "
         "FROM trips WHERE fare > 5 GROUP BY payment HAVING count(*) > 3 ORDER BY s DESC", KNOWN)
-    assert (table, where, keys) == ("trips", "fare > 5", ["payment", "pickup_zone"])
-    assert aggregates == [("fare", "sum"), ("tip", "sum"), ("tip", "count"), ("", "count_all")]
+    assert (table, where) == ("trips", "fare > 5")
+    assert groupings == [(["payment"], [("fare", "sum"), ("tip", "sum"), ("tip", "count"), ("", "count_all")]),
+                         (["payment", "pickup_zone"], [("", "count_all")])]
     assert f"FROM {PARTIALS}" in final and "GROUP BY payment" in final and "DISTINCT" not in final
-    assert 'COUNT("pickup_zone") AS zones' in final and 'SUM("tip_sum") / SUM("tip_count") AS a' in final
-    assert 'HAVING CAST(COALESCE(SUM("count_all"), 0) AS BIGINT) > 3' in final
-    _t, _w, keys, aggregates, final = plan("SELECT count(DISTINCT pickup_zone), sum(fare) FROM trips", KNOWN)
-    assert keys == ["pickup_zone"] and aggregates == [("fare", "sum")] and "GROUP BY" not in final
+    assert f'COUNT("pickup_zone") FILTER(WHERE "{GROUPING}" = 1) AS zones' in final
+    assert (f'SUM("tip_sum") FILTER(WHERE "{GROUPING}" = 0) / SUM("tip_count") FILTER(WHERE "{GROUPING}" = 0) AS a'
+            in final)
+    assert f'HAVING CAST(COALESCE(SUM("count_all") FILTER(WHERE "{GROUPING}" = 0), 0) AS BIGINT) > 3' in final
+    _t, _w, groupings, final, _j = plan("SELECT count(DISTINCT pickup_zone), sum(fare) FROM trips", KNOWN)
+    assert groupings == [([], [("fare", "sum")]), (["pickup_zone"], [("", "count_all")])] and "GROUP BY" not in final
+
+
+def test_several_distinct_counts_are_a_grouping_each_and_a_tuple_counts_its_combinations():
+    _t, _w, groupings, final, _j = plan(
+        "SELECT payment, count(DISTINCT pickup_zone) AS z, count(DISTINCT vendor) AS v, "
+        "count(DISTINCT (vendor, passengers)) AS vp, count(DISTINCT pickup_zone) + 1 AS z1 FROM trips GROUP BY payment",
+        KNOWN)
+    assert groupings == [(["payment", "pickup_zone"], [("", "count_all")]), (["payment", "vendor"], [("", "count_all")]),
+                         (["payment", "vendor", "passengers"], [("", "count_all")])]
+    assert f'COUNT("vendor") FILTER(WHERE "{GROUPING}" = 1) AS v' in final
+    assert f'COUNT(*) FILTER(WHERE "{GROUPING}" = 2) AS vp' in final
+    assert f'COUNT("pickup_zone") FILTER(WHERE "{GROUPING}" = 0) + 1 AS z1' in final
 
 
 @pytest.mark.parametrize("query", [
-    "SELECT count(DISTINCT pickup_zone), count(DISTINCT payment) FROM trips",
+    "SELECT count(DISTINCT pickup_zone || 'x') FROM trips",
+    "SELECT count(DISTINCT (pickup_zone, fare * 2)) FROM trips",
     "SELECT count(DISTINCT pickup_zone), sum(fare * 2) FROM trips",
     "SELECT payment, count(*) FILTER (WHERE tip > 5) FROM trips GROUP BY payment",
     "SELECT payment, avg(fare) FILTER (WHERE tip > 5), count(DISTINCT pickup_zone) FROM trips GROUP BY payment",
@@ -67,3 +82,62 @@ def test_count_distinct_beside_other_aggregates_takes_every_partial_by_the_keys_
 ])
 def test_anything_else_is_left_to_duckdb_whole(query):
     assert plan(query, KNOWN) is None
+
+
+class _Described:
+    """What the join planner reads of a dataset: its schema and shape."""
+
+    def __init__(self, table):
+        self.schema, self.shape = table.schema, (table.num_rows, table.num_columns)
+
+
+def _datasets():
+    from flightpart.bench.queries import taxi_table
+    from flightpart.bench.sql_queries import zones_table
+
+    described = {"trips": _Described(taxi_table(50)), "zones": _Described(zones_table())}
+    return described.__getitem__
+
+
+def test_an_aggregate_over_a_join_aggregates_the_dataset_it_reads_by_its_join_column_first():
+    planned = plan("SELECT z.borough, t.payment, sum(t.fare) AS s, avg(tip) AS a, count(DISTINCT t.dropoff_zone) AS d, "
+                   "count(*) AS n FROM trips t JOIN zones z ON t.pickup_zone = z.zone AND t.fare > 5 "
+                   "WHERE t.tip > 1 AND z.borough <> 'Queens' GROUP BY z.borough, t.payment ORDER BY s DESC", KNOWN,
+                   _datasets())
+    assert (planned.table, planned.joined, planned.where) == ("trips", ("zones",), "fare > 5 AND tip > 1")
+    assert planned.groupings == [(["pickup_zone", "payment", "dropoff_zone"],
+                                  [("fare", "sum"), ("tip", "sum"), ("tip", "count"), ("", "count_all")])]
+    final = planned.final
+    assert f"FROM {PARTIALS} AS t JOIN zones AS z ON t.pickup_zone = z.zone WHERE z.borough <> 'Queens'" in final
+    assert 'SUM("t"."fare_sum") AS s' in final and 'SUM("t"."tip_sum") / SUM("t"."tip_count") AS a' in final
+    assert "COUNT(DISTINCT t.dropoff_zone) AS d" in final
+    assert 'CAST(COALESCE(SUM(COALESCE("t"."count_all", 1)), 0) AS BIGINT) AS n' in final
+
+
+def test_count_star_alone_aggregates_the_larger_dataset_and_a_left_join_keeps_its_filter_in_on():
+    planned = plan("SELECT z.borough, count(*) AS n FROM zones z JOIN trips ON z.zone = trips.pickup_zone "
+                   "GROUP BY z.borough", KNOWN, _datasets())
+    assert (planned.table, planned.groupings) == ("trips", [(["pickup_zone"], [("", "count_all")])])
+    planned = plan("SELECT z.zone, count(t.fare) AS n FROM zones z LEFT JOIN trips t ON t.pickup_zone = z.zone "
+                   "AND t.fare > 60 GROUP BY z.zone", KNOWN, _datasets())
+    assert planned.where == "fare > 60" and f"LEFT JOIN {PARTIALS} AS t ON t.pickup_zone = z.zone GROUP" in planned.final
+
+
+@pytest.mark.parametrize("query", [
+    "SELECT z.borough, sum(t.fare) FROM trips t RIGHT JOIN zones z ON t.pickup_zone = z.zone GROUP BY z.borough",
+    "SELECT z.borough, sum(t.fare) FROM trips t FULL JOIN zones z ON t.pickup_zone = z.zone GROUP BY z.borough",
+    "SELECT sum(fare) FROM trips JOIN zones USING (zone)",
+    "SELECT sum(fare) FROM trips, zones WHERE zones.zone = trips.pickup_zone",
+    "SELECT sum(t.fare) FROM trips t JOIN zones z ON t.pickup_zone <> z.zone",
+    "SELECT sum(t.fare), count(z.borough) FROM trips t JOIN zones z ON t.pickup_zone = z.zone",
+    "SELECT sum(t.fare) FROM trips t JOIN zones z ON t.pickup_zone = z.zone WHERE t.payment = z.borough",
+    "SELECT z.zone, avg(t.fare) FROM zones z LEFT JOIN trips t ON t.pickup_zone = z.zone WHERE t.fare > 3 GROUP BY 1",
+    "SELECT z.borough, count(*) FROM trips t LEFT JOIN zones z ON t.pickup_zone = z.zone AND t.fare > 5 GROUP BY 1",
+    "SELECT t.fare, count(*) FROM trips t JOIN zones z ON t.pickup_zone = z.zone GROUP BY z.borough",
+    "SELECT count(DISTINCT (t.vendor, t.payment)) FROM trips t JOIN zones z ON t.pickup_zone = z.zone",
+    "SELECT sum(t.fare) FROM trips t JOIN zones z ON t.pickup_zone = z.zone JOIN zones y ON y.zone = t.dropoff_zone",
+    "SELECT sum(t.fare * 2) FROM trips t JOIN zones z ON t.pickup_zone = z.zone",
+    "SELECT sum(a.fare) FROM trips a JOIN trips b ON a.pickup_zone = b.dropoff_zone",
+])
+def test_joins_the_partials_cannot_answer_are_left_to_duckdb(query):
+    assert plan(query, KNOWN, _datasets()) is None
