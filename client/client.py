@@ -173,7 +173,8 @@ class Client:
         DuckDB relation, any object with ``__arrow_c_stream__``) is cut into
         row blocks as it is read, of ``rows_per_partition`` rows (default:
         about 64 MiB each), so a dataset larger than this process's memory
-        can be put. Partitions go round-robin to nodes, replicas to distinct
+        can be put. A frame is cut the same way when ``rows_per_partition``
+        is given instead of ``tiling``. Partitions go round-robin to nodes, replicas to distinct
         nodes, puts to different nodes run in parallel, and nothing is
         published unless every partition is stored. ``progress``: a function
         of (bytes sent, bytes total) or a tqdm-like bar (anything with
@@ -182,8 +183,12 @@ class Client:
         """
         check_name(name)
         report = reporter(progress)
+        _check_rows_per_partition(rows_per_partition)
         collection = runtime_of(data)
         if collection is not None:
+            if rows_per_partition is not None:
+                raise ValueError("rows_per_partition: a Dask or Ray collection keeps its own partitions (one row block "
+                                 "each); repartition it first")
             return self._put_collection(name, data, collection, tiling, replicas, nodes)
         stream = frames.stream_of(data)
         if stream is not None:
@@ -192,6 +197,10 @@ class Client:
             return self._put_stream(name, stream, rows_per_partition, replicas, nodes, report)
         table = lenient.from_partitioned(data) if hasattr(data, "__partitioned__") else frames.to_arrow(data)
         targets = self._targets_for(nodes, replicas)
+        if rows_per_partition is not None:  # a frame cut as a stream would be: row blocks of that many rows
+            if tiling is not None:
+                raise ValueError("tiling and rows_per_partition both cut the rows: pass one of them")
+            tiling = (max(1, -(-frames.frame_shape(table)[0] // rows_per_partition)), 1)
         grid = _grid(tiling, len(targets))
         first = random.randrange(len(targets))  # spreads small puts over the nodes instead of always starting at one
 

@@ -75,6 +75,19 @@ def test_a_stream_put_cuts_partitions_as_it_reads(cluster):
             client.put("bad", table.to_reader(), tiling=(2, 1))
 
 
+def test_a_frame_put_with_rows_per_partition_is_cut_as_a_stream_would_be(cluster):
+    table = sales(50_000, 2)
+    with fp.connect(cluster.uri) as client:
+        for frame in (table, table.to_pandas(), pl.from_arrow(table)):
+            ds = client.put("frame-rows", frame, rows_per_partition=12_000)
+            assert ds.partition_tiling == (5, 1) and ds.to_arrow().cast(table.schema).equals(table)  # pandas: large_string
+        assert client.put("frame-rows", table.slice(0, 0), rows_per_partition=10).partition_tiling == (1, 1)
+        with pytest.raises(ValueError, match="pass one of them"):
+            client.put("frame-rows", table, tiling=(2, 1), rows_per_partition=100)
+        with pytest.raises(ValueError, match="positive integer"):
+            client.put("frame-rows", table, rows_per_partition=0)
+
+
 def test_puts_and_reads_report_their_bytes_as_they_move_to_a_function_or_a_tqdm_bar(cluster):
     table = sales(1_000_000, 6)
     sent: list[tuple[int, int]] = []
