@@ -279,6 +279,48 @@ def test_joins_the_nodes_cannot_aggregate_first_are_answered_whole_and_right(tax
     assert [s["step"] for s in answer(conn, f"EXPLAIN {sql}").to_pylist()] == ["scan", "query"]
 
 
+@pytest.mark.parametrize("sql, most", [
+    # the small dataset's zones go to the nodes as an IN list: one row per partition comes back
+    ("SELECT count(*) AS n, sum(fare) AS s FROM trips WHERE pickup_zone IN (SELECT zone FROM places "
+     "WHERE borough = 'Queens')", 6),
+    ("SELECT payment, avg(tip) AS a FROM trips WHERE pickup_zone NOT IN (SELECT zone FROM places WHERE zone IS NOT NULL) "
+     "GROUP BY payment ORDER BY payment", 4 * 6),
+    ("SELECT fare, pickup_zone FROM trips WHERE dropoff_zone IN (SELECT zone FROM places WHERE borough = 'Queens') "
+     "ORDER BY fare DESC, pickup_at LIMIT 4", 4 * 6),
+    # aggregated WITH queries and derived tables are answered on the nodes first
+    ("WITH busy AS (SELECT pickup_zone, count(*) AS n FROM trips GROUP BY pickup_zone) "
+     "SELECT max(n) AS most, min(n) AS least FROM busy", 12 * 6),
+    ("SELECT p.borough, sum(s.n) AS n FROM (SELECT pickup_zone, count(*) AS n FROM trips WHERE fare > 20 "
+     "GROUP BY pickup_zone) AS s JOIN places p ON p.zone = s.pickup_zone GROUP BY p.borough ORDER BY n", 12 * 6),
+])
+def test_small_subqueries_and_aggregated_with_queries_are_answered_first(taxi, cluster, places, sql, most):
+    """The subquery (over the small dataset) runs first at the catalog and the large dataset's part runs on the
+    nodes with its values; a WITH query the nodes aggregate is answered there and read as a table. Answers equal
+    DuckDB's over the tables, rows moved bounded by groups and partitions (plus the small dataset's rows)."""
+    table, _zones, conn = taxi
+    rows = lambda: sum(fp.connect(cluster.uri).stats(n.uri)["rows_sent"] for n in cluster.nodes)  # noqa: E731
+    before = rows()
+    got = answer(conn, sql)
+    moved = rows() - before
+    want = duckdb_over(table, places).sql(sql.replace("places", "zones")).to_arrow_table()
+    assert got.schema.equals(want.schema), (got.schema, want.schema)
+    assert same_answer(canonical(got), canonical(want))
+    assert moved <= most + places.num_rows < table.num_rows, f"{moved} rows moved, {most} + {places.num_rows} at most"
+    steps = answer(conn, f"EXPLAIN {sql}").to_pylist()
+    assert steps[0]["step"] == "first" and steps[-1]["rows"] == got.num_rows, steps
+
+
+def test_a_correlated_subquery_or_one_with_a_null_is_answered_whole_and_right(taxi, places):
+    table, _zones, conn = taxi
+    for sql in ("SELECT count(*) AS n FROM trips t WHERE pickup_zone IN (SELECT zone FROM places p "
+                "WHERE p.zone = t.dropoff_zone)",
+                "SELECT count(*) AS n FROM trips WHERE pickup_zone NOT IN (SELECT zone FROM places)"):
+        got = answer(conn, sql)
+        want = duckdb_over(table, places).sql(sql.replace("places", "zones")).to_arrow_table()
+        assert same_answer(canonical(got), canonical(want)), sql
+        assert "first" not in [s["step"] for s in answer(conn, f"EXPLAIN {sql}").to_pylist()]
+
+
 def test_a_plain_scan_is_read_from_the_nodes_one_endpoint_per_partition(taxi, cluster):
     import pyarrow.flight as flight
 

@@ -17,6 +17,7 @@ import re
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
@@ -26,7 +27,7 @@ from flightpart.errors import DatasetNotFound, RequestRejected
 from flightpart.io.access import Access
 from flightpart.io.transfer import TRAFFIC
 
-from . import pushed, scans
+from . import inlined, pushed, scans
 
 log = logging.getLogger("flightpart.sql")
 
@@ -40,6 +41,16 @@ EXPLAIN_SCHEMA = pa.schema([("step", pa.utf8()), ("where", pa.utf8()), ("what", 
                             ("rows", pa.int64())])
 """What ``EXPLAIN`` answers: one row per part of the work."""
 VERSIONED = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9_.-]{0,127})@(?P<version>[0-9]{1,18})$")
+
+
+@dataclass
+class Route:
+    """How a query ran, for ``EXPLAIN``: ``how`` (``aggregate``, ``top`` or ``scan``) for ``query`` as it ran, after
+    its ``first`` parts were answered (:mod:`.inlined`)."""
+
+    how: str = "scan"
+    query: str = ""
+    first: list[inlined.Answered] = field(default_factory=list)
 
 
 class SqlError(RequestRejected):
@@ -85,16 +96,17 @@ class Gateway:
         return [(entry["name"], client.info(entry["name"]).schema) for entry in client.list()]
 
     def run(self, query: str, *, limit: int | None = None, parameters: pa.Table | None = None,
-            cancelled: Callable[[], bool] = lambda: False, route: list[str] | None = None) -> pa.Table:
+            cancelled: Callable[[], bool] = lambda: False, route: Route | None = None) -> pa.Table:
         """``query``'s answer (``limit``: at most that many rows, for a schema). ``parameters``: values for its
         ``?`` (or ``$1``) placeholders, one row per execution, the answers concatenated. ``cancelled``: whether the
         caller gave up (its deadline passed, it hung up): the query is stopped then, not run on for no one.
-        ``route``, when given, receives how the query ran (``aggregate``, ``top`` or ``scan``), for ``EXPLAIN``."""
+        ``route``, when given, is told how the query ran, for ``EXPLAIN``."""
         duckdb = _duckdb()
 
         con = duckdb.connect(config={"enable_external_access": False, "memory_limit": MEMORY_LIMIT,
                                      "lock_configuration": True})
         stop = _Watch(con, self.timeout, cancelled)  # a query that runs too long, or for no one, is stopped
+        route = route if route is not None else Route()
         try:
             statements = con.extract_statements(query)
             if len(statements) == 1 and statements[0].type == duckdb.StatementType.EXPLAIN:
@@ -104,27 +116,26 @@ class Gateway:
                                "settings: nothing was run", field="query")
             named = self._named(query)
             wanted = len(statements[0].named_parameters)
-            if not wanted and limit is None:  # aggregates the nodes can compute: one row per group and partition
-                opened: dict[str, Any] = {}  # each dataset opened once for the plans and the answer's names
+            opened: dict[str, Any] = {}  # each dataset opened once for the plans, the scans and the answer's names
 
-                def dataset(name: str) -> Any:
-                    if name not in opened:
-                        opened[name] = self._dataset(name)
-                    return opened[name]
+            def dataset(name: str) -> Any:
+                if name not in opened:
+                    opened[name] = self._dataset(name)
+                return opened[name]
 
+            if not wanted and limit is None:  # work the nodes can do: aggregates, first rows, filters
+                query = self._answer_parts_first(con, query, named, dataset, route)
                 done, how = pushed.answer(query, set(named), dataset, lambda final, partials, joined: _final(
                     con, final, partials, {n: dataset(n) for n in joined})), "aggregate"
                 if done is None:  # ORDER BY ... LIMIT: each partition's first rows
                     done, how = pushed.answer_top(query, set(named), dataset,
                                                   lambda final, table, rows: _over(con, final, table, rows)), "top"
                 if done is not None:
-                    if route is not None:
-                        route.append(how)
+                    route.how, route.query = how, query
                     return _named_as_duckdb_names_them(con, query, named, dataset, done)
-            if route is not None:
-                route.append("scan")
+            route.how, route.query = "scan", query
             for name in named:
-                con.register(name, self._dataset(name).duckdb_scan())
+                con.register(name, dataset(name).duckdb_scan())
             if parameters is None or parameters.num_rows == 0:
                 if wanted and limit != 0:
                     raise SqlError(f"the query has {wanted} parameter(s): bind values for them", field="parameters")
@@ -154,6 +165,34 @@ class Gateway:
             stop.done()
             con.close()
 
+    def _answer_parts_first(self, con: Any, query: str, named: list[str], dataset: Callable[[str], Any],
+                            route: Route) -> str:
+        """``query`` with its small uncorrelated IN subqueries and its aggregated WITH queries and derived tables
+        answered first (:mod:`.inlined`), so that what is left can run on the nodes; each part is noted in
+        ``route`` with the bytes it moved."""
+        duckdb = _duckdb()
+
+        def values(sql: str) -> pa.Table | None:
+            for name in named:
+                con.register(name, dataset(name).duckdb_scan())
+            try:
+                return con.sql(sql).to_arrow_table()
+            except duckdb.InterruptException:
+                raise
+            except duckdb.Error:
+                return None  # it names the outer query's columns (or is wrong, which the whole query will say)
+
+        def table(sql: str, name: str) -> pa.Table | None:
+            answered = pushed.answer(sql, set(named), dataset, lambda final, partials, joined: _final(
+                con, final, partials, {n: dataset(n) for n in joined}))
+            if answered is not None:
+                answered = _named_as_duckdb_names_them(con, sql, named, dataset, answered)
+                con.register(name, answered)
+            return answered
+
+        rewritten, route.first = inlined.inline(query, set(named), values, table, _traffic)
+        return rewritten
+
     def _explain(self, query: str, *, schema_only: bool) -> pa.Table:
         """``EXPLAIN query``: what ran where, and the bytes each part moved (the query is run to measure them, except
         a plain scan, whose partitions go from the nodes to the client)."""
@@ -166,28 +205,35 @@ class Gateway:
                                        "and filtered there (not run here)", None, None)]
             return pa.Table.from_pylist([dict(zip(EXPLAIN_SCHEMA.names, s)) for s in steps], schema=EXPLAIN_SCHEMA)
         before = _traffic()
-        route: list[str] = []
+        route = Route()
         answer = self.run(inner, route=route)
-        moved = _traffic() - before
-        planned = pushed.plan(inner, set(self._named(inner)), self._dataset) if route == ["aggregate"] else None
-        top = pushed.top_plan(inner, set(self._named(inner))) if route == ["top"] else None
+        moved = _traffic() - before - sum(part.moved for part in route.first)
+        named = set(self._named(inner))
+        planned = pushed.plan(route.query, named, self._dataset) if route.how == "aggregate" else None
+        top = pushed.top_plan(route.query, named) if route.how == "top" else None
+        first = [("first", "catalog (DuckDB)" if part.kind == "values" else "nodes",
+                  f"{part.sql}: {part.rows} value(s), put in the query as an IN list" if part.kind == "values" else
+                  f"{part.sql}: aggregated on the nodes, {part.rows} row(s) read as a table", part.moved, part.rows)
+                 for part in route.first]
         if planned is not None:
             parts = [f"{', '.join('count(*)' if f == 'count_all' else f'{f}({c})' for c, f in aggregates)} "
                      f"by {', '.join(keys) or 'nothing'}" for keys, aggregates in planned.groupings]
             what = (f"{planned.table}: partial aggregates " + "; ".join(parts)
                     + (f" where {planned.where}" if planned.where else "") + ", one row per group and partition")
-            steps = [("aggregate", "nodes", what, moved, None),
+            steps = [*first, ("aggregate", "nodes", what, moved, None),
                      ("finish", "catalog (DuckDB)", planned.final, 0, answer.num_rows)]
         elif top is not None:
             name, where, _columns, keys, rows, final = top
             what = (f"{name}: each partition's first {rows} rows by {', '.join(k[0] for k in keys)}"
                     + (f" where {where}" if where else ""))
-            steps = [("top", "nodes", what, moved, None), ("finish", "catalog (DuckDB)", final, 0, answer.num_rows)]
+            steps = [*first, ("top", "nodes", what, moved, None),
+                     ("finish", "catalog (DuckDB)", final, 0, answer.num_rows)]
         else:
-            names = ", ".join(self._named(inner)) or "no dataset"
-            steps = [("scan", "nodes", f"{names}: the columns the query uses, and the rows of the filters DuckDB pushed",
-                      moved, None),
-                     ("query", "catalog (DuckDB)", "everything else: joins, aggregates, ordering", 0, answer.num_rows)]
+            names = ", ".join(self._named(route.query))
+            scan = [("scan", "nodes", f"{names}: the columns the query uses, and the rows of the filters DuckDB pushed",
+                     moved, None)] if names else []
+            steps = [*first, *scan, ("query", "catalog (DuckDB)", "everything else: joins, aggregates, ordering", 0,
+                                     answer.num_rows)]
         return pa.Table.from_pylist([dict(zip(EXPLAIN_SCHEMA.names, s)) for s in steps], schema=EXPLAIN_SCHEMA)
 
     def scan(self, query: str) -> tuple[pa.Schema, list[Any]] | None:

@@ -63,6 +63,8 @@ def plan(query: str, known: set[str], open_dataset: Callable[[str], Any] | None 
     if not isinstance(tree, exp.Select) or tree.args.get("distinct") or tree.find(exp.Window) \
             or clause(tree, "with") or tree.find(exp.Subquery) or tree.args.get("qualify") or tree.find(exp.Filter):
         return None  # (an aggregate's FILTER clause filters its input rows: the partials cannot take it)
+    if not _ordinals_named(tree):
+        return None
     if tree.args.get("joins"):
         from .joined import join_plan
 
@@ -111,6 +113,25 @@ def plan(query: str, known: set[str], open_dataset: Callable[[str], Any] | None 
         final.set("where", exp.Where(this=having.this))
     final = final.transform(lambda node: _partial_column(node, found))
     return Plan(table.name, where_text, [(keys, list(dict.fromkeys(found.values())))], final.sql(dialect="duckdb"))
+
+
+def _ordinals_named(tree: Any) -> bool:
+    """Replace each ``GROUP BY 2`` by the column the SELECT list's second item is (in place); False when an ordinal
+    names anything but a column (``GROUP BY 1`` over ``date_trunc(...)``: the partials cannot group by it)."""
+    from sqlglot import exp
+
+    group = tree.args.get("group")
+    for key in list(group.expressions) if group else []:
+        if isinstance(key, exp.Literal) and not key.is_string:
+            position = int(key.this) if key.this.isdigit() else 0
+            if not 0 < position <= len(tree.expressions):
+                return False
+            named = tree.expressions[position - 1]
+            named = named.this if isinstance(named, exp.Alias) else named
+            if not isinstance(named, exp.Column):
+                return False
+            key.replace(named.copy())
+    return True
 
 
 def distinct_columns(distinct: Any, *, qualified: bool = False) -> tuple[str, ...] | None:

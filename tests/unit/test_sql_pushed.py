@@ -141,3 +141,10 @@ def test_count_star_alone_aggregates_the_larger_dataset_and_a_left_join_keeps_it
 ])
 def test_joins_the_partials_cannot_answer_are_left_to_duckdb(query):
     assert plan(query, KNOWN, _datasets()) is None
+
+
+def test_group_by_ordinals_name_the_columns_of_the_select_list():
+    planned = plan("SELECT payment, vendor AS v, count(*) AS n FROM trips GROUP BY 1, 2 ORDER BY n", KNOWN)
+    assert planned.groupings == [(["payment", "vendor"], [("", "count_all")])]
+    assert plan("SELECT date_trunc('week', pickup_at) AS week, count(*) FROM trips GROUP BY 1", KNOWN) is None
+    assert plan("SELECT payment, count(*) FROM trips GROUP BY 3", KNOWN) is None

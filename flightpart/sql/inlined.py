@@ -1,0 +1,121 @@
+"""Parts of a query answered first at the catalog, so that what is left of it can run on the nodes.
+
+- ``x IN (SELECT y FROM zones WHERE ...)`` (in a WHERE, not correlated
+  with the outer query): its distinct values, when there are at most
+  :data:`MAX_VALUES` of them, none NULL, each a string, integer or boolean,
+  become a literal list ``x IN ('JFK Airport', 'LaGuardia')``. Those
+  filters flightpart expresses, so the outer query's scan or aggregates are
+  pushed to the nodes with it: the small dataset's keys go to where the
+  large one is, instead of the large one's rows to the catalog. Without a
+  NULL among the values, the list answers exactly as the subquery would,
+  under NOT too (a NULL would make ``x NOT IN (...)`` NULL for every row).
+- A WITH query (CTE) or a derived table (``FROM (SELECT ...) AS s``) whose
+  body the nodes aggregate (:func:`flightpart.sql.pushed.plan`) is answered
+  first, and the query reads its answer as a table.
+
+Anything else is left as written; a query nothing here applies to is
+returned unchanged (not even re-printed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import pyarrow as pa
+
+from .pushed import clause
+
+MAX_VALUES = 10_000
+"""The most values an ``IN (SELECT ...)`` is replaced by."""
+ANSWERED = "flightpart_answered_"
+"""The prefix of the names an answered derived table is read under."""
+
+
+class Answered(NamedTuple):
+    """One part answered first: what (``values`` for an IN list, ``table`` for a CTE or derived table), its SQL,
+    the rows its answer has and the bytes answering it moved."""
+
+    kind: str
+    sql: str
+    rows: int
+    moved: int
+
+
+def inline(query: str, known: set[str], values: Callable[[str], pa.Table | None],
+           table: Callable[[str, str], pa.Table | None], moved: Callable[[], int] = lambda: 0
+           ) -> tuple[str, list[Answered]]:
+    """``query`` with the parts the module doc lists answered first, and those parts.
+
+    ``values(sql)``: the answer of a one-column query (at most ``MAX_VALUES + 1`` rows), or None when it cannot be
+    run alone (it names the outer query's columns). ``table(sql, name)``: the answer of a query the nodes aggregate,
+    now readable as ``name``, or None when the nodes cannot aggregate it. ``moved()``: bytes moved so far.
+    """
+    import sqlglot
+    from sqlglot import exp
+
+    try:
+        tree = sqlglot.parse_one(query, read="duckdb")
+    except sqlglot.errors.ParseError:
+        return query, []
+    if not isinstance(tree, exp.Query):
+        return query, []
+    done: list[Answered] = []
+    with_ = clause(tree, "with")
+    if with_ is not None and not with_.args.get("recursive"):
+        for cte in list(with_.expressions):
+            name = cte.alias_or_name
+            if name in known or not isinstance(cte.this, exp.Select):
+                continue  # a WITH query named as a dataset hides it: the query is left as written
+            sql = cte.this.sql(dialect="duckdb")
+            before = moved()
+            answered = table(sql, name)
+            if answered is not None:
+                cte.pop()
+                done.append(Answered("table", f"{name} AS ({sql})", answered.num_rows, moved() - before))
+        if not with_.expressions:
+            with_.pop()
+    for number, derived in enumerate(list(tree.find_all(exp.Subquery))):
+        if not isinstance(derived.parent, (exp.From, exp.Join)) or not isinstance(derived.this, exp.Select) \
+                or not derived.alias:
+            continue
+        sql = derived.this.sql(dialect="duckdb")
+        name = f"{ANSWERED}{number}"
+        before = moved()
+        answered = table(sql, name)
+        if answered is not None:
+            derived.replace(exp.Table(this=exp.to_identifier(name), alias=derived.args["alias"].copy()))
+            done.append(Answered("table", sql, answered.num_rows, moved() - before))
+    for member in list(tree.find_all(exp.In)):
+        subquery = member.args.get("query")
+        if subquery is None or member.find_ancestor(exp.Where) is None or not isinstance(subquery.this, exp.Select):
+            continue
+        sql = subquery.this.sql(dialect="duckdb")
+        before = moved()
+        answered = values(f"SELECT DISTINCT * FROM ({sql}) LIMIT {MAX_VALUES + 1}")
+        literals = _literals(answered) if answered is not None and answered.num_columns == 1 else None
+        if literals is None:
+            continue
+        member.replace(exp.In(this=member.this.copy(), expressions=literals) if literals else exp.false())
+        done.append(Answered("values", sql, len(literals), moved() - before))
+    return (tree.sql(dialect="duckdb") if done else query), done
+
+
+def _literals(answer: pa.Table) -> list[Any] | None:
+    """The values of a one-column answer as SQL literals, or None when they may not stand for the subquery: more
+    than :data:`MAX_VALUES`, a NULL, or a type other than string, integer or boolean (a floating-point value written
+    in decimal is read back by DuckDB as a DECIMAL, which may not convert back to the same double)."""
+    from sqlglot import exp
+
+    column = answer.column(0)
+    kind = column.type
+    if answer.num_rows > MAX_VALUES or column.null_count or not (
+            pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_string_view(kind)
+            or pa.types.is_integer(kind) or pa.types.is_boolean(kind)):
+        return None
+    values = column.to_pylist()
+    if pa.types.is_boolean(kind):
+        return [exp.true() if v else exp.false() for v in values]
+    if pa.types.is_integer(kind):
+        return [exp.Literal.number(str(v)) for v in values]
+    return [exp.Literal.string(v) for v in values]
