@@ -437,7 +437,8 @@ class Dataset:
     def aggregate(self, aggregations: Sequence[tuple[str, str]], by: Sequence[str] | str = ()) -> pa.Table:
         """``pyarrow``'s ``group_by(by).aggregate(aggregations)`` over the view, computed next to the data.
 
-        Functions: sum, min, max, count, count_all (column ignored), mean.
+        Functions: sum, min, max, count, count_all (column ignored), mean, and exact_sum (integers and booleans
+        summed as a decimal128(38, 0), which does not wrap around past 2**63 as Arrow's int64 sum does).
         Each node aggregates its partitions (after the view's filter) and
         sends a few rows; the results are combined here. Columns named as
         pyarrow names them: ``{column}_{function}``, ``count_all``.

@@ -312,8 +312,9 @@ def error_message(exc: BaseException) -> str:
 # --------------------------------------------------------------------------- ticket
 
 
-AGGREGATES = ("sum", "min", "max", "count", "count_all", "mean")
-"""Aggregate functions a node computes per partition; the reader combines the partial results."""
+AGGREGATES = ("sum", "min", "max", "count", "count_all", "mean", "exact_sum")
+"""Aggregate functions a node computes per partition; the reader combines the partial results. ``exact_sum``: a sum
+of integers or booleans that cannot wrap (as a decimal128(38, 0), SQL's HUGEINT); of other types, ``sum``."""
 
 
 def _p_function(value: Any, where: str) -> tuple[str, str]:

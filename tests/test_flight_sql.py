@@ -321,6 +321,66 @@ def test_a_correlated_subquery_or_one_with_a_null_is_answered_whole_and_right(ta
         assert "first" not in [s["step"] for s in answer(conn, f"EXPLAIN {sql}").to_pylist()]
 
 
+@pytest.fixture(scope="module")
+def extremes(cluster):
+    """Integers whose sums pass 2**63 and 2**53, a float column with NaN, names a query's aliases can collide with."""
+    rows = pa.table({"g": ["a", "a", "b", "b"], "big": pa.array([2**62, 2**62, 10**16, 5], pa.int64()),
+                     "flag": [True, True, False, True], "rating": [1.5, float("nan"), 2.0, 0.5],
+                     "fare": [1.0, 2.0, 3.0, 4.0]})
+    with fp.connect(cluster.uri) as writer:
+        writer.put("extremes", rows, tiling=(2, 1))
+    return rows
+
+
+@pytest.mark.parametrize("sql", [
+    # Arrow's int64 sum wraps past 2**63; DuckDB sums into a HUGEINT (and an average of them into a double)
+    "SELECT sum(big) AS s, avg(big) AS a FROM extremes",
+    "SELECT g, sum(big) AS s, avg(big) AS a, sum(flag) AS f, count(DISTINCT fare) AS d FROM extremes GROUP BY g",
+    "SELECT g, sum(big) // 7 AS s, typeof(sum(big)) AS t FROM extremes GROUP BY g",
+    # DuckDB ranks NaN above every number; Arrow's max skips it
+    "SELECT g, max(rating) AS hi, min(rating) AS lo FROM extremes GROUP BY g",
+    # an alias named as a partial column, in HAVING and in the SELECT list
+    "SELECT g, sum(fare) AS total, max(fare) AS fare_sum FROM extremes GROUP BY g HAVING fare_sum > 3",
+    "SELECT g, count(*) AS n, max(fare) AS count_all FROM extremes GROUP BY g HAVING count_all > 3",
+    # min(x, n) is a list of the n smallest; count_star() and fsum are aggregates sqlglot does not know
+    "SELECT g, min(fare, 2) AS two FROM extremes GROUP BY g",
+    "SELECT count(DISTINCT g) AS d, count_star() AS n, fsum(fare) AS f FROM extremes",
+    # a table alias renaming its columns
+    "SELECT max(fare) AS m FROM extremes AS e(fare)",
+    # a WITH query answered first keeps DuckDB's types for the rest of the query
+    "WITH s AS (SELECT g, sum(big) AS sb FROM extremes GROUP BY g) SELECT g, typeof(sb) AS t, sb // 7 AS q FROM s",
+])
+def test_partial_aggregates_answer_as_duckdb_at_the_edges_of_their_types(cluster, extremes, sql):
+    with dbapi.connect(cluster.uri) as conn:
+        got = answer(conn, sql)
+    over = duckdb.connect()
+    over.register("extremes", extremes)
+    want = over.sql(sql).to_arrow_table()
+    assert got.schema.equals(want.schema), (got.schema, want.schema)
+    assert same_answer(canonical(got), canonical(want)), (got.to_pylist(), want.to_pylist())
+
+
+def test_a_query_rewritten_to_run_on_the_nodes_answers_with_the_names_and_types_written(taxi, places):
+    """An IN subquery answered first makes the query printed anew; the answer keeps DuckDB's names for the query
+    as written (``CAST(fare AS VARCHAR)``, not sqlglot's ``CAST(fare AS TEXT)``); and a subquery DuckDB would refuse
+    for its types is refused, not answered from literal values."""
+    table, _zones, conn = taxi
+    sql = ("SELECT pickup_zone, fare::VARCHAR, len(payment) FROM trips "
+           "WHERE pickup_zone IN (SELECT zone FROM places WHERE borough = 'Queens') ORDER BY fare LIMIT 5")
+    got = answer(conn, sql)
+    want = duckdb_over(table, places).sql(sql.replace("places", "zones")).to_arrow_table()
+    assert got.schema.equals(want.schema) and same_answer(canonical(got), canonical(want)), (got.schema, want.schema)
+    with pytest.raises(dbapi.Error, match="(?i)cannot compare|conversion|type"):
+        answer(conn, "SELECT count(*) FROM trips WHERE vendor IN (SELECT zone FROM places)")
+    assert answer(conn, "SELECT 1 AS one").column("one").to_pylist() == [1]
+
+
+def test_explain_after_a_comment_explains(taxi):
+    _table, _zones, conn = taxi
+    steps = answer(conn, "/* why */ -- and how\nEXPLAIN SELECT count(*) FROM trips").to_pylist()
+    assert [s["step"] for s in steps] == ["aggregate", "finish"]
+
+
 def test_a_plain_scan_is_read_from_the_nodes_one_endpoint_per_partition(taxi, cluster):
     import pyarrow.flight as flight
 

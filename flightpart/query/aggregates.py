@@ -19,7 +19,10 @@ from flightpart.errors import PartitionedError, RequestRejected
 from flightpart.wire import AGGREGATES, Aggregate
 
 _PARTIALS = {"sum": ("sum",), "min": ("min",), "max": ("max",), "count": ("count",), "count_all": ("count_all",),
-             "mean": ("sum", "count")}
+             "mean": ("exact_sum", "count"), "exact_sum": ("exact_sum",)}
+EXACT = pa.decimal128(38, 0)
+"""What integers and booleans are summed as by ``exact_sum`` (and for ``mean``): Arrow's own sum of int64 wraps
+around past 2**63 without a word; 38 digits hold any sum of up to 10**19 int64 values."""
 
 
 def spec(pairs: Sequence[tuple[str, str]], by: Sequence[str], columns: Sequence[str]) -> Aggregate:
@@ -56,11 +59,36 @@ def _partial_pairs(agg: Aggregate) -> list[tuple[str, str]]:
 
 
 def _arrow_pair(column: str, function: str) -> tuple:
+    if function == "exact_sum":
+        return (_exact_name(column), "sum")
     return ([], "count_all") if function == "count_all" else (column, function)
+
+
+def _exact_name(column: str) -> str:
+    """The column an exact sum adds up: ``column`` as :data:`EXACT` (see :func:`_with_exact_columns`)."""
+    return f"\x00exact\x00{column}"
+
+
+def _with_exact_columns(table: pa.Table, pairs: Sequence[tuple[str, str]]) -> pa.Table:
+    """``table`` with, for each exact sum, its column as :data:`EXACT` when it holds integers or booleans (as it is
+    otherwise), under :func:`_exact_name`."""
+    for column in dict.fromkeys(c for c, f in pairs if f == "exact_sum"):
+        values = table.column(column)
+        if pa.types.is_boolean(values.type):
+            values = pc.cast(values, pa.int8())
+        if pa.types.is_integer(values.type):
+            values = pc.cast(values, EXACT)
+        table = table.append_column(_exact_name(column), values)
+    return table
 
 
 def _output_name(column: str, function: str) -> str:
     return "count_all" if function == "count_all" else f"{column}_{function}"
+
+
+def _result_name(column: str, function: str) -> str:
+    """The column pyarrow's group-by names the result of a partial pair."""
+    return f"{_exact_name(column)}_sum" if function == "exact_sum" else _output_name(column, function)
 
 
 def partial(table: pa.Table, agg: Aggregate) -> pa.Table:
@@ -70,28 +98,30 @@ def partial(table: pa.Table, agg: Aggregate) -> pa.Table:
             raise RequestRejected(f"ticket.aggregate: no column {column!r} in this partition", field="ticket.aggregate")
     pairs = _partial_pairs(agg)
     try:
+        table = _with_exact_columns(table, pairs)
         result = table.group_by(list(agg.by), use_threads=False).aggregate([_arrow_pair(c, f) for c, f in pairs])
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
         raise RequestRejected(f"ticket.aggregate: {str(exc)[:200]}", field="ticket.aggregate") from None
-    arrays = [result.column(k) for k in agg.by] + [result.column(_output_name(c, f)) for c, f in pairs]
+    arrays = [result.column(k) for k in agg.by] + [result.column(_result_name(c, f)) for c, f in pairs]
     return pa.table(arrays, names=[*agg.by, *(f"p{k}" for k in range(len(pairs)))])
 
 
 def combine(partials: Sequence[pa.Table], agg: Aggregate, schema: pa.Schema) -> pa.Table:
     """The final result from every partition's partial (``schema``: the dataset's, for an empty result's types)."""
     if not partials:
-        empty = schema.empty_table()
-        return empty.group_by(list(agg.by), use_threads=False).aggregate([_arrow_pair(c, f) for c, f in agg.functions])
+        empty = _with_exact_columns(schema.empty_table(), agg.functions)
+        result = empty.group_by(list(agg.by), use_threads=False).aggregate([_arrow_pair(c, f) for c, f in agg.functions])
+        return result.rename_columns([*agg.by, *(_output_name(c, f) for c, f in agg.functions)])
     pairs = _partial_pairs(agg)
     merged = pa.concat_tables(partials, promote_options="permissive")
     rolled = merged.group_by(list(agg.by), use_threads=False).aggregate(
-        [(f"p{k}", "sum" if f in ("count", "count_all") else f) for k, (_c, f) in enumerate(pairs)])
-    index = {pair: rolled.column(f"p{k}_{'sum' if pair[1] in ('count', 'count_all') else pair[1]}") for k, pair in enumerate(pairs)}
+        [(f"p{k}", _combined_by(f)) for k, (_c, f) in enumerate(pairs)])
+    index = {pair: rolled.column(f"p{k}_{_combined_by(pair[1])}") for k, pair in enumerate(pairs)}
     arrays, names = [rolled.column(k) for k in agg.by], list(agg.by)
     for column, function in agg.functions:
         if function == "mean":
-            total, count = index[(column, "sum")], index[(column, "count")]
-            values = pc.divide(pc.cast(total, pa.float64()), pc.cast(count, pa.float64()))
+            total, count = index[(column, "exact_sum")], index[(column, "count")]
+            values = pc.divide(pc.cast(total, pa.float64(), safe=False), pc.cast(count, pa.float64()))
             values = pc.if_else(pc.equal(count, 0), pa.scalar(None, pa.float64()), values)
         else:
             values = index[(column, function)]
@@ -101,3 +131,8 @@ def combine(partials: Sequence[pa.Table], agg: Aggregate, schema: pa.Schema) -> 
         names.append(_output_name(column, function))
     return pa.table(arrays, names=names)
 
+
+
+def _combined_by(function: str) -> str:
+    """How the partials of one function are combined across partitions: counts and sums are summed."""
+    return "sum" if function in ("count", "count_all", "exact_sum") else function

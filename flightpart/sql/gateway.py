@@ -36,7 +36,7 @@ QUERY_SECONDS = 300.0
 MEMORY_LIMIT = "1GB"
 """What DuckDB may hold at the gateway for one query (its partials, sorts and results): beyond it the query fails
 with a clear error instead of taking the catalog's memory."""
-EXPLAIN = re.compile(r"^\s*explain(\s+analyze)?\s+", re.IGNORECASE)
+EXPLAIN = re.compile(r"^(\s|--[^\n]*(\n|$)|/\*.*?\*/)*explain(\s+analyze)?\s+", re.IGNORECASE | re.DOTALL)
 EXPLAIN_SCHEMA = pa.schema([("step", pa.utf8()), ("where", pa.utf8()), ("what", pa.utf8()), ("bytes_moved", pa.int64()),
                             ("rows", pa.int64())])
 """What ``EXPLAIN`` answers: one row per part of the work."""
@@ -123,7 +123,9 @@ class Gateway:
                     opened[name] = self._dataset(name)
                 return opened[name]
 
-            if not wanted and limit is None:  # work the nodes can do: aggregates, first rows, filters
+            written = query
+            expected = _as_duckdb_types_it(con, query, named, dataset) if not wanted and limit is None else None
+            if expected is not None:  # work the nodes can do: aggregates, first rows, filters
                 query = self._answer_parts_first(con, query, named, dataset, route)
                 done, how = pushed.answer(query, set(named), dataset, lambda final, partials, joined: _final(
                     con, final, partials, {n: dataset(n) for n in joined})), "aggregate"
@@ -132,10 +134,12 @@ class Gateway:
                                                   lambda final, table, rows: _over(con, final, table, rows)), "top"
                 if done is not None:
                     route.how, route.query = how, query
-                    return _named_as_duckdb_names_them(con, query, named, dataset, done)
+                    return _conformed(done, expected)
             route.how, route.query = "scan", query
             for name in named:
                 con.register(name, dataset(name).duckdb_scan())
+            if query != written:  # parts answered first: what is left, named and typed as the query written
+                return _conformed(con.sql(query).to_arrow_table(), expected)
             if parameters is None or parameters.num_rows == 0:
                 if wanted and limit != 0:
                     raise SqlError(f"the query has {wanted} parameter(s): bind values for them", field="parameters")
@@ -183,11 +187,12 @@ class Gateway:
                 return None  # it names the outer query's columns (or is wrong, which the whole query will say)
 
         def table(sql: str, name: str) -> pa.Table | None:
+            expected = _as_duckdb_types_it(con, sql, named, dataset)
             answered = pushed.answer(sql, set(named), dataset, lambda final, partials, joined: _final(
-                con, final, partials, {n: dataset(n) for n in joined}))
+                con, final, partials, {n: dataset(n) for n in joined})) if expected is not None else None
             if answered is not None:
-                answered = _named_as_duckdb_names_them(con, sql, named, dataset, answered)
-                con.register(name, answered)
+                answered = _conformed(answered, expected)
+                _register_as_duckdb_types_it(con, name, answered, expected)
             return answered
 
         rewritten, route.first = inlined.inline(query, set(named), values, table, _traffic)
@@ -197,6 +202,8 @@ class Gateway:
         """``EXPLAIN query``: what ran where, and the bytes each part moved (the query is run to measure them, except
         a plain scan, whose partitions go from the nodes to the client)."""
         inner = EXPLAIN.sub("", query, count=1)
+        if inner == query:
+            raise SqlError("EXPLAIN is answered as 'EXPLAIN SELECT ...' (comments before it allowed)", field="query")
         if schema_only:
             return EXPLAIN_SCHEMA.empty_table()
         scanned = self.scan(inner)
@@ -266,8 +273,8 @@ class Gateway:
             tree = sqlglot.parse_one(query, read="duckdb")
         except sqlglot.errors.ParseError:
             return []  # DuckDB, which parsed it, names the tables it cannot find
-        ctes = {c.alias_or_name for c in tree.find_all(exp.CTE)}
-        wanted = {t.name for t in tree.find_all(exp.Table) if t.name and not t.db and t.name not in ctes}
+        # a WITH query named as a dataset hides it from the rest of the query, not from its own body: registered too
+        wanted = {t.name for t in tree.find_all(exp.Table) if t.name and t.db in ("", "main") and not t.catalog}
         known = {entry["name"] for entry in self.client().list()}
         return sorted(n for n in wanted if n in known or _versioned(n, known))
 
@@ -294,14 +301,55 @@ def _traffic() -> int:
     return counts["bytes_received"] + counts["bytes_mapped"]
 
 
-def _named_as_duckdb_names_them(con: Any, query: str, named: list[str], open_dataset: Callable[[str], Any],
-                                 answer: pa.Table) -> pa.Table:
-    """``answer`` (computed from partials) with the column names DuckDB gives ``query`` over the datasets themselves
-    (``count_star()``, not the partials' ``count_all``): the query planned over empty tables of their schemas."""
+def _as_duckdb_types_it(con: Any, query: str, named: list[str], open_dataset: Callable[[str], Any]) -> pa.Schema | None:
+    """The schema DuckDB gives ``query``'s answer over the datasets themselves (``count_star()``, a HUGEINT sum),
+    found over empty tables of their schemas without reading a row; None when DuckDB refuses the query there (a
+    type or binder error), which is then run as written, to fail as DuckDB says."""
+    duckdb = _duckdb()
+
     for name in named:
         con.register(name, open_dataset(name).schema.empty_table())
-    names = con.sql(query).columns
-    return answer.rename_columns(names) if len(names) == answer.num_columns else answer
+    try:
+        relation = con.sql(query)
+        types = relation.limit(0).to_arrow_table().schema.types
+    except duckdb.InterruptException:
+        raise
+    except duckdb.Error:
+        return None
+    schema = pa.schema([pa.field(name, kind) for name, kind in zip(relation.columns, types)])  # names as DuckDB's own
+    return schema.with_metadata({b"duckdb_types": "\x1f".join(str(t) for t in relation.types).encode()})
+
+
+def _register_as_duckdb_types_it(con: Any, name: str, answer: pa.Table, expected: pa.Schema) -> None:
+    """``answer`` readable by the rest of the query as ``name``, each column of the type DuckDB gave it (a sum of
+    integers is a HUGEINT, which Arrow carries as a decimal128(38, 0) that DuckDB would read back as a DECIMAL)."""
+    duckdb = _duckdb()
+
+    kinds = (expected.metadata or {}).get(b"duckdb_types", b"").decode().split("\x1f")
+    con.register(f"{name} (arrow)", answer)
+    if len(kinds) != answer.num_columns:
+        con.register(name, answer)
+        return
+    columns = ", ".join(f'CAST(#{k + 1} AS {kind})' + f' AS "{c.replace(chr(34), chr(34) * 2)}"'
+                        for k, (c, kind) in enumerate(zip(answer.column_names, kinds)))
+    quoted = name.replace('"', '""')
+    try:
+        con.execute(f'CREATE OR REPLACE TEMP VIEW "{quoted}" AS SELECT {columns} FROM "{quoted} (arrow)"')
+    except duckdb.Error:
+        con.register(name, answer)  # a type DuckDB cannot name back (an ENUM): read as Arrow gives it
+
+
+def _conformed(answer: pa.Table, expected: pa.Schema) -> pa.Table:
+    """``answer`` (from partials, or from a query with parts answered first) under the names and types DuckDB gives
+    the query as written (see :func:`_as_duckdb_types_it`): a rewritten query is printed anew, which may rename a
+    column (``CAST(fare AS TEXT)`` for ``fare::VARCHAR``) or widen a literal's type."""
+    if answer.num_columns != len(expected):
+        return answer
+    answer = answer.rename_columns(expected.names)
+    try:
+        return answer.cast(expected.remove_metadata())
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+        return answer
 
 
 def _final(con: Any, query: str, partials: pa.Table, joined: dict[str, Any]) -> pa.Table:

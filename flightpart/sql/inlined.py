@@ -61,12 +61,14 @@ def inline(query: str, known: set[str], values: Callable[[str], pa.Table | None]
     if not isinstance(tree, exp.Query):
         return query, []
     done: list[Answered] = []
+    if any(cte.alias_or_name in known for cte in tree.find_all(exp.CTE)):
+        return query, []  # a WITH query named as a dataset hides it where a part answered alone would not
     with_ = clause(tree, "with")
     if with_ is not None and not with_.args.get("recursive"):
         for cte in list(with_.expressions):
             name = cte.alias_or_name
-            if name in known or not isinstance(cte.this, exp.Select):
-                continue  # a WITH query named as a dataset hides it: the query is left as written
+            if not isinstance(cte.this, exp.Select) or cte.args["alias"].columns:
+                continue  # (``WITH s(a, b) AS ...`` renames its columns: the query is left as written)
             sql = cte.this.sql(dialect="duckdb")
             before = moved()
             answered = table(sql, name)

@@ -29,7 +29,19 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .pushed import AGGREGATES, PARTIALS, Plan, clause, distinct_columns, select_aliases
+from .pushed import (
+    AGGREGATES,
+    PARTIALS,
+    Plan,
+    clause,
+    distinct_columns,
+    exact_sums,
+    extra_arguments,
+    finish,
+    partial_name,
+    partials_of,
+    select_aliases,
+)
 
 _OUTER = object()
 """Which side a column belongs to when it belongs to neither dataset (a select alias, or unknown)."""
@@ -78,7 +90,7 @@ def join_plan(tree: Any, known: set[str], open_dataset: Callable[[str], Any]) ->
                 return None
             distinct.append(columns[0])
             read |= sides(agg)
-        elif function is None or agg.args.get("distinct") or isinstance(agg.this, exp.Distinct):
+        elif function is None or agg.args.get("distinct") or isinstance(agg.this, exp.Distinct) or extra_arguments(agg):
             return None
         elif isinstance(agg.this, exp.Star) and function == "count":
             found[agg.sql()] = ("", "count_all")
@@ -94,6 +106,7 @@ def join_plan(tree: Any, known: set[str], open_dataset: Callable[[str], Any]) ->
     else:  # count(*) alone: the larger dataset is aggregated
         ref = max(tables, key=lambda r: datasets[tables[r]].shape[0])
     other = next(r for r in tables if r != ref)
+    found = exact_sums(found, datasets[tables[ref]].schema)
     optional = join.side == "LEFT" and ref == right.alias_or_name  # the side a left join may leave NULL
     whole = join.side == "LEFT" and ref == left.alias_or_name  # the side a left join keeps every row of
 
@@ -137,10 +150,7 @@ def join_plan(tree: Any, known: set[str], open_dataset: Callable[[str], Any]) ->
                 and column.name not in keys:
             return None
 
-    partial: list[tuple[str, str]] = []
-    for name, function in found.values():
-        partial += [(name, "sum"), (name, "count")] if function == "mean" else [(name, function)]
-    partial = list(dict.fromkeys(partial)) or [("", "count_all")]
+    partial = partials_of(found)
     unqualified = [c.copy().transform(_unqualified) for c in pushed]
     pushed_text = exp.and_(*unqualified).sql(dialect="duckdb") if unqualified else None
 
@@ -148,18 +158,8 @@ def join_plan(tree: Any, known: set[str], open_dataset: Callable[[str], Any]) ->
         if not isinstance(node, exp.AggFunc) or node.sql() not in found:
             return node
         name, function = found[node.sql()]
-        of = lambda f: exp.column(f"{name}_{f}" if f != "count_all" else "count_all", table=ref, quoted=True)  # noqa: E731
-        if function in ("min", "max"):
-            return (exp.Min if function == "min" else exp.Max)(this=of(function))
-        if function == "sum":
-            return exp.Sum(this=of("sum"))
-        if function == "mean":
-            return exp.Div(this=exp.Sum(this=of("sum")), expression=exp.Sum(this=of("count")))
-        counted = of(function)
-        if function == "count_all":  # a row of the other side that matched nothing (a left join) counts once
-            counted = exp.Coalesce(this=counted, expressions=[exp.Literal.number(1)])
-        total = exp.Coalesce(this=exp.Sum(this=counted), expressions=[exp.Literal.number(0)])
-        return exp.Cast(this=total, to=exp.DataType.build("BIGINT"))  # count, count(*): 0 over no rows
+        return finish(function, lambda f: exp.column(partial_name(name, f), table=ref, quoted=True),
+                      unmatched_count_once=True)  # a row of the other side that matched nothing counts once
 
     final = tree.copy()
     final_join = final.args["joins"][0]

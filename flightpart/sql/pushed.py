@@ -61,7 +61,8 @@ def plan(query: str, known: set[str], open_dataset: Callable[[str], Any] | None 
     except sqlglot.errors.ParseError:
         return None
     if not isinstance(tree, exp.Select) or tree.args.get("distinct") or tree.find(exp.Window) \
-            or clause(tree, "with") or tree.find(exp.Subquery) or tree.args.get("qualify") or tree.find(exp.Filter):
+            or clause(tree, "with") or tree.find(exp.Subquery) or tree.args.get("qualify") or tree.find(exp.Filter) \
+            or unplannable(tree):
         return None  # (an aggregate's FILTER clause filters its input rows: the partials cannot take it)
     if not _ordinals_named(tree):
         return None
@@ -87,7 +88,7 @@ def plan(query: str, known: set[str], open_dataset: Callable[[str], Any] | None 
                 return None
             distinct[columns] = None
             continue
-        if function is None or agg.args.get("distinct") or isinstance(agg.this, exp.Distinct):
+        if function is None or agg.args.get("distinct") or isinstance(agg.this, exp.Distinct) or extra_arguments(agg):
             return None
         if isinstance(agg.this, exp.Star) and function == "count":
             found[agg.sql()] = ("", "count_all")
@@ -95,6 +96,7 @@ def plan(query: str, known: set[str], open_dataset: Callable[[str], Any] | None 
             found[agg.sql()] = (agg.this.name, function)
         else:
             return None
+    found = exact_sums(found, open_dataset(table.name).schema if open_dataset is not None else None)
     where = tree.args.get("where")
     where_text = where.this.sql(dialect="duckdb") if where is not None else None
     if distinct:
@@ -161,10 +163,7 @@ def _distinct_plan(tree: Any, table: str, where: str | None, keys: list[str], di
         return None
     groupings: list[tuple[list[str], list[tuple[str, str]]]] = []
     if found:
-        partial: list[tuple[str, str]] = []
-        for name, function in found.values():
-            partial += [(name, "sum"), (name, "count")] if function == "mean" else [(name, function)]
-        groupings.append((keys, list(dict.fromkeys(partial))))
+        groupings.append((keys, partials_of(found)))
     grouping_of = {}
     for columns in distinct:
         grouping_of[columns] = len(groupings)
@@ -183,15 +182,8 @@ def _distinct_plan(tree: Any, table: str, where: str | None, keys: list[str], di
         if not isinstance(node, exp.AggFunc) or node.sql() not in found:
             return node
         name, function = found[node.sql()]
-        of = lambda f: exp.column(f"{name}_{f}" if f != "count_all" else "count_all", quoted=True)  # noqa: E731
-        if function in ("min", "max"):
-            return only((exp.Min if function == "min" else exp.Max)(this=of(function)), 0)
-        if function == "sum":
-            return only(exp.Sum(this=of("sum")), 0)
-        if function == "mean":
-            return exp.Div(this=only(exp.Sum(this=of("sum")), 0), expression=only(exp.Sum(this=of("count")), 0))
-        total = exp.Coalesce(this=only(exp.Sum(this=of(function)), 0), expressions=[exp.Literal.number(0)])
-        return exp.Cast(this=total, to=exp.DataType.build("BIGINT"))  # count, count(*): 0 over no rows
+        return finish(function, lambda f: exp.column(partial_name(name, f), quoted=True),
+                      within=lambda aggregate: only(aggregate, 0))
 
     final = tree.copy()
     final.set("where", None)
@@ -225,14 +217,94 @@ def select_aliases(tree: Any) -> set[str]:
 
 
 def _partial_column(node: Any, found: dict[str, tuple[str, str]]) -> Any:
-    """An aggregate replaced by its column of the combined partials (a sum of integers cast as DuckDB types it)."""
+    """An aggregate replaced by its column of the combined partials (an exact sum as the HUGEINT DuckDB gives)."""
     from sqlglot import exp
 
     if isinstance(node, exp.AggFunc) and node.sql() in found:
         column, function = found[node.sql()]
-        name = "count_all" if function == "count_all" else f"{column}_{function}"
-        return exp.column(name, quoted=True)
+        named = exp.column(partial_name(column, function), quoted=True)
+        return exp.Cast(this=named, to=exp.DataType.build("HUGEINT")) if function == "exact_sum" else named
     return node
+
+
+def _without_nan(ds: Any, column: str) -> bool:
+    """Whether the statistics of every partition holding ``column`` bound it: the nodes record a float column's
+    minimum and maximum only when it has no NaN (nor null, nor infinity) there."""
+    seen = False
+    for part in ds.plan.version.parts:
+        entry = (part.stats or {}).get(column)
+        if entry is None:
+            continue  # a column group without the column
+        if "min" not in entry:
+            return False
+        seen = True
+    return seen
+
+
+def partial_name(column: str, function: str) -> str:
+    """The column of :data:`PARTIALS` holding ``function``'s partial of ``column``: a name no query's alias takes
+    by chance (an alias named ``fare_sum`` would otherwise stand in HAVING for the partial ``fare_sum``)."""
+    return f"flightpart {function}({column})"
+
+
+def partials_of(found: dict[str, tuple[str, str]]) -> list[tuple[str, str]]:
+    """The partial aggregates the nodes compute for ``found`` when DuckDB finishes them over several partial rows a
+    group (:func:`finish`): ``avg`` as an exact sum and a count."""
+    partial: list[tuple[str, str]] = []
+    for name, function in found.values():
+        partial += [(name, "exact_sum"), (name, "count")] if function == "mean" else [(name, function)]
+    return list(dict.fromkeys(partial)) or [("", "count_all")]
+
+
+def finish(function: str, of: Callable[[str], Any], *, within: Callable[[Any], Any] = lambda aggregate: aggregate,
+           unmatched_count_once: bool = False) -> Any:
+    """The SQL finishing one aggregate over the partial rows of a group, as DuckDB types it: sums of the partial sums
+    and counts (0 over no rows), minima of minima, maxima of maxima, ``avg`` as the sum of sums over the sum of
+    counts, an exact sum as a HUGEINT. ``of(partial function)``: the partial's column; ``within``: wraps each
+    aggregate (a FILTER); ``unmatched_count_once``: a row without a partial (a left join's) counts once in count(*)."""
+    from sqlglot import exp
+
+    if function in ("min", "max"):
+        return within((exp.Min if function == "min" else exp.Max)(this=of(function)))
+    if function == "sum":
+        return within(exp.Sum(this=of("sum")))
+    if function == "exact_sum":
+        return exp.Cast(this=within(exp.Sum(this=of("exact_sum"))), to=exp.DataType.build("HUGEINT"))
+    if function == "mean":
+        return exp.Div(this=within(exp.Sum(this=of("exact_sum"))), expression=within(exp.Sum(this=of("count"))))
+    counted = of(function)
+    if function == "count_all" and unmatched_count_once:
+        counted = exp.Coalesce(this=counted, expressions=[exp.Literal.number(1)])
+    total = exp.Coalesce(this=within(exp.Sum(this=counted)), expressions=[exp.Literal.number(0)])
+    return exp.Cast(this=total, to=exp.DataType.build("BIGINT"))  # count, count(*)
+
+
+def exact_sums(found: dict[str, tuple[str, str]], schema: pa.Schema | None) -> dict[str, tuple[str, str]]:
+    """``found`` with each ``sum`` of an integer or boolean column of ``schema`` an ``exact_sum`` (DuckDB sums them
+    into a HUGEINT; Arrow's int64 sum would wrap around past 2**63)."""
+    if schema is None:
+        return found
+    exact = {f.name for f in schema if pa.types.is_integer(f.type) or pa.types.is_boolean(f.type)}
+    return {sql: (c, "exact_sum" if f == "sum" and c in exact else f) for sql, (c, f) in found.items()}
+
+
+def extra_arguments(aggregate: Any) -> bool:
+    """Whether an aggregate has arguments besides its column (``min(x, 3)`` is DuckDB's three smallest values)."""
+    from sqlglot import exp
+
+    return any(isinstance(v, exp.Expression) or (isinstance(v, list) and v)
+               for k, v in aggregate.args.items() if k != "this")
+
+
+def unplannable(tree: Any) -> bool:
+    """Whether ``tree`` holds what no plan here may answer from partials or first rows: a function sqlglot does not
+    know (``count_star()``, ``fsum``, ``product``: it cannot tell an aggregate), ``COLUMNS(...)``, a sample
+    (``USING SAMPLE``, ``TABLESAMPLE``), a table alias renaming its columns (``trips AS t(a, b)``)."""
+    from sqlglot import exp
+
+    if tree.find(exp.Anonymous, exp.Columns, exp.TableSample):
+        return True
+    return any(isinstance(t.args.get("alias"), exp.TableAlias) and t.args["alias"].columns for t in tree.find_all(exp.Table))
 
 
 def top_plan(query: str, known: set[str]) -> tuple[str, str | None, list[str] | None, list[tuple], int, str] | None:
@@ -249,7 +321,7 @@ def top_plan(query: str, known: set[str]) -> tuple[str, str | None, list[str] | 
         return None
     if not isinstance(tree, exp.Select) or tree.args.get("joins") or tree.args.get("distinct") or tree.find(exp.Window) \
             or clause(tree, "with") or tree.find(exp.Subquery) or tree.args.get("qualify") or tree.args.get("group") \
-            or tree.args.get("having") or tree.find(exp.AggFunc):
+            or tree.args.get("having") or tree.find(exp.AggFunc) or unplannable(tree):
         return None
     source = clause(tree, "from")
     table = source.this if source is not None else None
@@ -319,25 +391,27 @@ def answer(query: str, known: set[str], open_dataset: Callable[[str], Any],
     ds = open_dataset(planned.table)
     if GROUPING in ds.schema.names:
         return None
-    grouped = {k for keys, _ in planned.groupings for k in keys}
-    if any(k in ds.schema.names and pa.types.is_floating(ds.schema.field(k).type) for k in grouped):
+    floating = {f.name for f in ds.schema if pa.types.is_floating(f.type)}
+    if any(k in floating for keys, _ in planned.groupings for k in keys):
         return None  # pyarrow groups -0.0 apart from 0.0, DuckDB does not: floating-point keys run whole
-    integer_sums = {c for _, aggregates in planned.groupings for c, f in aggregates
-                    if f == "sum" and c in ds.schema.names and pa.types.is_integer(ds.schema.field(c).type)}
+    if any(c in floating and f in ("min", "max") and not _without_nan(ds, c)
+           for _, aggregates in planned.groupings for c, f in aggregates):
+        return None  # Arrow's min and max skip NaN; DuckDB ranks NaN above every number
     tables = []
     try:
         if planned.where is not None:
             ds = ds.filter(planned.where)
         for grouping, (keys, aggregates) in enumerate(planned.groupings):
             partials = ds.aggregate(aggregates, by=keys)
-            for column in integer_sums & {c for c, f in aggregates if f == "sum"}:  # DuckDB sums integers into a HUGEINT
-                index = partials.schema.get_field_index(f"{column}_sum")
-                partials = partials.set_column(index, f"{column}_sum", partials.column(index).cast(pa.decimal128(38, 0)))
+            names = [*keys, *(partial_name(c, f) for c, f in aggregates)]
+            if partials.num_columns != len(names):
+                return None  # a key also aggregated under the same name: DuckDB runs the query whole
+            partials = partials.rename_columns(names)
             tables.append(partials.append_column(GROUPING, pa.array([grouping] * partials.num_rows, pa.int32())))
-    except FlightpartError:
+    except (FlightpartError, pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
         return None  # a filter or an aggregate flightpart cannot express exactly: DuckDB runs the query whole
     try:
         partials = pa.concat_tables(tables, promote_options="default")
     except (pa.ArrowInvalid, pa.ArrowTypeError):
-        return None  # a column named as another grouping's partial, of another type: DuckDB runs the query whole
+        return None  # a key of two groupings in two types: DuckDB runs the query whole
     return run_final(planned.final, partials, planned.joined)

@@ -20,6 +20,8 @@ import pyarrow.flight as flight
 
 from flightpart.errors import FlightpartError
 
+from .pushed import unplannable
+
 
 def plain_scan(query: str, known: set[str]) -> tuple[str, list[str] | None, str | None] | None:
     """(table, its columns or None for ``*``, the WHERE text) of a plain scan, or None for any other query."""
@@ -30,7 +32,8 @@ def plain_scan(query: str, known: set[str]) -> tuple[str, list[str] | None, str 
         tree = sqlglot.parse_one(query, read="duckdb")
     except sqlglot.errors.ParseError:
         return None
-    if not isinstance(tree, exp.Select) or tree.find(exp.Window, exp.Subquery, exp.AggFunc) is not None:
+    if not isinstance(tree, exp.Select) or tree.find(exp.Window, exp.Subquery, exp.AggFunc) is not None \
+            or unplannable(tree):
         return None
     if any(tree.args.get(k) or tree.args.get(f"{k}_") for k in ("joins", "distinct", "group", "having", "order", "limit",
                                                                   "offset", "qualify", "with")):

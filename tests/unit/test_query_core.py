@@ -169,3 +169,21 @@ def test_aggregates_in_two_steps_equal_pyarrow_on_the_whole_table():
         aggregates.spec([("x", "median")], [], table.column_names)
     with pytest.raises(fp.PartitionedError, match="zz"):
         aggregates.spec([("zz", "sum")], [], table.column_names)
+
+
+def test_an_exact_sum_of_integers_does_not_wrap_and_a_mean_of_them_does_not_either():
+    """Arrow's int64 sum wraps around past 2**63 without a word; ``exact_sum`` sums integers and booleans as a
+    decimal128(38, 0) (SQL's HUGEINT), other types as ``sum``; a mean's partial sums are exact."""
+    from decimal import Decimal
+
+    table = pa.table({"g": ["a", "a", "a", "b"], "x": pa.array([2**62, 2**62, 2**62, 7], pa.int64()),
+                      "b": [True, True, False, True], "f": [0.5, 1.0, 2.0, 4.0]})
+    agg = aggregates.spec([("x", "exact_sum"), ("b", "exact_sum"), ("f", "exact_sum"), ("x", "mean"), ("x", "sum")],
+                          ["g"], table.column_names)
+    partials = [aggregates.partial(table.slice(k, 1), agg) for k in range(4)]
+    got = aggregates.combine(partials, agg, table.schema).sort_by("g").to_pylist()
+    assert got[0]["x_exact_sum"] == Decimal(3 * 2**62) and got[0]["b_exact_sum"] == 2 and got[0]["f_exact_sum"] == 3.5
+    assert got[0]["x_mean"] == pytest.approx(2**62) and got[0]["x_sum"] != 3 * 2**62  # pyarrow's own sum wraps
+    assert got[1] == {"g": "b", "x_exact_sum": 7, "b_exact_sum": 1, "f_exact_sum": 4.0, "x_mean": 7.0, "x_sum": 7}
+    empty = aggregates.combine([], agg, table.schema)
+    assert empty.schema.field("x_exact_sum").type == pa.decimal128(38, 0) and empty.num_rows == 0
