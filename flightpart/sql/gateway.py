@@ -28,6 +28,7 @@ from flightpart.io.access import Access
 from flightpart.io.transfer import TRAFFIC
 
 from . import inlined, pushed, scans
+from .partials import PARTIALS
 
 log = logging.getLogger("flightpart.sql")
 
@@ -355,7 +356,7 @@ def _conformed(answer: pa.Table, expected: pa.Schema) -> pa.Table:
 def _final(con: Any, query: str, partials: pa.Table, joined: dict[str, Any]) -> pa.Table:
     """What is left of a query once its aggregates are combined: DuckDB over the small table of them (and the
     datasets of ``joined``, a join's other side, as scans)."""
-    con.register(pushed.PARTIALS, partials)
+    con.register(PARTIALS, partials)
     for name, dataset in joined.items():
         con.register(name, dataset.duckdb_scan())
     return con.sql(query).to_arrow_table()

@@ -24,7 +24,7 @@ from typing import Any, NamedTuple
 
 import pyarrow as pa
 
-from .pushed import clause
+from .partials import clause
 
 MAX_VALUES = 10_000
 """The most values an ``IN (SELECT ...)`` is replaced by."""

@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .pushed import (
+from .partials import (
     AGGREGATES,
     PARTIALS,
     Plan,

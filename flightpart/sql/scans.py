@@ -20,7 +20,7 @@ import pyarrow.flight as flight
 
 from flightpart.errors import FlightpartError
 
-from .pushed import unplannable
+from .partials import unplannable
 
 
 def plain_scan(query: str, known: set[str]) -> tuple[str, list[str] | None, str | None] | None:

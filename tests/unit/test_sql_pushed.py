@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from flightpart.sql.pushed import GROUPING, PARTIALS, plan
+from flightpart.sql.partials import GROUPING, PARTIALS
+from flightpart.sql.pushed import plan
 
 KNOWN = {"trips", "zones"}
 
