@@ -196,11 +196,11 @@ class Client:
                 raise ValueError("tiling: a stream is cut into row blocks as it is read; pass rows_per_partition= instead")
             return self._put_stream(name, stream, rows_per_partition, replicas, nodes, report)
         table = lenient.from_partitioned(data) if hasattr(data, "__partitioned__") else frames.to_arrow(data)
-        targets = self._targets_for(nodes, replicas)
-        if rows_per_partition is not None:  # a frame cut as a stream would be: row blocks of that many rows
+        if rows_per_partition is not None:  # a frame cut as a stream is: row blocks of that many rows, the last shorter
             if tiling is not None:
                 raise ValueError("tiling and rows_per_partition both cut the rows: pass one of them")
-            tiling = (max(1, -(-frames.frame_shape(table)[0] // rows_per_partition)), 1)
+            return self._put_stream(name, table.to_reader(), rows_per_partition, replicas, nodes, report)
+        targets = self._targets_for(nodes, replicas)
         grid = _grid(tiling, len(targets))
         first = random.randrange(len(targets))  # spreads small puts over the nodes instead of always starting at one
 
@@ -339,7 +339,6 @@ class Client:
     def _put_stream(self, name: str, reader: pa.RecordBatchReader, rows_per_partition: int | None, replicas: int,
                     nodes: Sequence[str] | None, progress: Reporter | None) -> Dataset:
         """Cut a stream into row blocks as it is read and send each as soon as it is complete."""
-        _check_rows_per_partition(rows_per_partition)
         targets = self._targets_for(nodes, replicas)
         first = random.randrange(len(targets))
         schema = reader.schema
@@ -533,8 +532,8 @@ class Client:
         holds one links it into the new version (readers of the old version
         see no change, and dropping either version leaves the other whole).
         Only the new rows travel, as new row blocks cut like a put's (a
-        frame: one row block per node; a stream: blocks of
-        ``rows_per_partition`` rows) into the same column groups, with as
+        frame: one row block per node; a stream, or a frame given
+        ``rows_per_partition``: blocks of that many rows) into the same column groups, with as
         many replicas as the current version keeps. ``data`` must have the
         dataset's columns and types.
 
@@ -553,6 +552,8 @@ class Client:
         if stream is not None:
             return self._append_stream(name, stream, nodes, rows_per_partition)
         table = lenient.from_partitioned(data) if hasattr(data, "__partitioned__") else frames.to_arrow(data)
+        if rows_per_partition is not None:  # cut as a stream's rows are
+            return self._append_stream(name, table.to_reader(), nodes, rows_per_partition)
         return self._rebasing(lambda: self._append_latest(name, table, nodes))
 
     def _append_stream(self, name: str, stream: pa.RecordBatchReader, nodes: Sequence[str] | None,

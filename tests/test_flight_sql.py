@@ -317,7 +317,7 @@ def extremes(cluster):
     """Integers whose sums pass 2**63 and 2**53, a float column with NaN, names a query's aliases can collide with."""
     rows = pa.table({"g": ["a", "a", "b", "b"], "big": pa.array([2**62, 2**62, 10**16, 5], pa.int64()),
                      "flag": [True, True, False, True], "rating": [1.5, float("nan"), 2.0, 0.5],
-                     "fare": [1.0, 2.0, 3.0, 4.0]})
+                     "fare": [1.0, 2.0, 3.0, 4.0], "u": pa.array([1, 2, 3, 250], pa.uint8())})
     with fp.connect(cluster.uri) as writer:
         writer.put("extremes", rows, tiling=(2, 1))
     return rows
@@ -340,6 +340,16 @@ def extremes(cluster):
     "SELECT max(fare) AS m FROM extremes AS e(fare)",
     # a WITH query answered first keeps DuckDB's types for the rest of the query
     "WITH s AS (SELECT g, sum(big) AS sb FROM extremes GROUP BY g) SELECT g, typeof(sb) AS t, sb // 7 AS q FROM s",
+    # a WITH query named as the dataset in other letters hides it (DuckDB's names are case-insensitive)
+    "WITH Extremes AS (SELECT g, count(*) AS fare FROM extremes GROUP BY g) SELECT max(fare) AS m FROM extremes",
+    # subqueries of every kind read the datasets themselves, not what the plans read
+    "SELECT count(*) AS n, EXISTS (SELECT 1 FROM extremes WHERE g = 'zz') AS e FROM extremes",
+    "SELECT g, count(*) AS n FROM extremes GROUP BY g HAVING EXISTS (SELECT * FROM extremes WHERE fare > 3)",
+    "SELECT g, count(*) AS n, ARRAY(SELECT fare FROM extremes ORDER BY fare) AS a FROM extremes GROUP BY g",
+    "SELECT *, count(*) AS n FROM extremes GROUP BY ALL",
+    # an IN list whose value does not fit the column's type (-1 for a uint8): answered whole, not an error
+    "SELECT count(*) AS n FROM extremes WHERE u IN (SELECT -1)",
+    "SELECT e.g, count(*) AS n FROM extremes e GROUP BY g",
 ])
 def test_partial_aggregates_answer_as_duckdb_at_the_edges_of_their_types(cluster, extremes, sql):
     with dbapi.connect(cluster.uri) as conn:
@@ -361,7 +371,7 @@ def test_a_query_rewritten_to_run_on_the_nodes_answers_with_the_names_and_types_
     got = answer(conn, sql)
     want = duckdb_over(table, places).sql(sql.replace("places", "zones")).to_arrow_table()
     assert got.schema.equals(want.schema) and same_answer(canonical(got), canonical(want)), (got.schema, want.schema)
-    with pytest.raises(dbapi.Error, match="(?i)cannot compare|conversion|type"):
+    with pytest.raises(dbapi.Error, match="(?i)cannot compare values of type"):
         answer(conn, "SELECT count(*) FROM trips WHERE vendor IN (SELECT zone FROM places)")
     assert answer(conn, "SELECT 1 AS one").column("one").to_pylist() == [1]
 

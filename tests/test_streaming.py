@@ -80,8 +80,13 @@ def test_a_frame_put_with_rows_per_partition_is_cut_as_a_stream_would_be(cluster
     with fp.connect(cluster.uri) as client:
         for frame in (table, table.to_pandas(), pl.from_arrow(table)):
             ds = client.put("frame-rows", frame, rows_per_partition=12_000)
-            assert ds.partition_tiling == (5, 1) and ds.to_arrow().cast(table.schema).equals(table)  # pandas: large_string
-        assert client.put("frame-rows", table.slice(0, 0), rows_per_partition=10).partition_tiling == (1, 1)
+            blocks = [p["shape"][0] for p in sorted(ds.__partitioned__["partitions"].values(),
+                                                    key=lambda p: p["start"][0])]
+            assert blocks == [12_000] * 4 + [2_000], blocks
+            assert ds.to_arrow().cast(table.schema).equals(table)  # pandas: large_string
+        appended = client.append("frame-rows", table.slice(0, 25_000), rows_per_partition=10_000)
+        assert appended.shape == (75_000, 4) and appended.partition_tiling == (5 + 3, 1)
+        assert client.put("frame-rows", table.slice(0, 0), rows_per_partition=10).shape == (0, 4)
         with pytest.raises(ValueError, match="pass one of them"):
             client.put("frame-rows", table, tiling=(2, 1), rows_per_partition=100)
         with pytest.raises(ValueError, match="positive integer"):

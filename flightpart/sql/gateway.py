@@ -37,7 +37,7 @@ QUERY_SECONDS = 300.0
 MEMORY_LIMIT = "1GB"
 """What DuckDB may hold at the gateway for one query (its partials, sorts and results): beyond it the query fails
 with a clear error instead of taking the catalog's memory."""
-EXPLAIN = re.compile(r"^(\s|--[^\n]*(\n|$)|/\*.*?\*/)*explain(\s+analyze)?\s+", re.IGNORECASE | re.DOTALL)
+EXPLAIN = re.compile(r"explain(\s+analyze)?\s+", re.IGNORECASE)
 EXPLAIN_SCHEMA = pa.schema([("step", pa.utf8()), ("where", pa.utf8()), ("what", pa.utf8()), ("bytes_moved", pa.int64()),
                             ("rows", pa.int64())])
 """What ``EXPLAIN`` answers: one row per part of the work."""
@@ -127,12 +127,16 @@ class Gateway:
             written = query
             expected = _as_duckdb_types_it(con, query, named, dataset) if not wanted and limit is None else None
             if expected is not None:  # work the nodes can do: aggregates, first rows, filters
-                query = self._answer_parts_first(con, query, named, dataset, route)
-                done, how = pushed.answer(query, set(named), dataset, lambda final, partials, joined: _final(
-                    con, final, partials, {n: dataset(n) for n in joined})), "aggregate"
+
+                def aggregated(sql: str) -> pa.Table | None:
+                    return _unless_duckdb_refuses(lambda: pushed.answer(sql, set(named), dataset, lambda final, partials,
+                                                  joined: _final(con, final, partials, {n: dataset(n) for n in joined})))
+
+                query = self._answer_parts_first(con, query, named, dataset, route, aggregated)
+                done, how = aggregated(query), "aggregate"
                 if done is None:  # ORDER BY ... LIMIT: each partition's first rows
-                    done, how = pushed.answer_top(query, set(named), dataset,
-                                                  lambda final, table, rows: _over(con, final, table, rows)), "top"
+                    done, how = _unless_duckdb_refuses(lambda: pushed.answer_top(
+                        query, set(named), dataset, lambda final, table, rows: _over(con, final, table, rows))), "top"
                 if done is not None:
                     route.how, route.query = how, query
                     return _conformed(done, expected)
@@ -171,15 +175,13 @@ class Gateway:
             con.close()
 
     def _answer_parts_first(self, con: Any, query: str, named: list[str], dataset: Callable[[str], Any],
-                            route: Route) -> str:
+                            route: Route, aggregated: Callable[[str], pa.Table | None]) -> str:
         """``query`` with its small uncorrelated IN subqueries and its aggregated WITH queries and derived tables
-        answered first (:mod:`.inlined`), so that what is left can run on the nodes; each part is noted in
-        ``route`` with the bytes it moved."""
+        answered first (:mod:`.inlined`; ``aggregated(sql)``: a query's answer from the nodes' partials, or None),
+        so that what is left can run on the nodes; each part is noted in ``route``."""
         duckdb = _duckdb()
 
         def values(sql: str) -> pa.Table | None:
-            for name in named:
-                con.register(name, dataset(name).duckdb_scan())
             try:
                 return con.sql(sql).to_arrow_table()
             except duckdb.InterruptException:
@@ -189,8 +191,7 @@ class Gateway:
 
         def table(sql: str, name: str) -> pa.Table | None:
             expected = _as_duckdb_types_it(con, sql, named, dataset)
-            answered = pushed.answer(sql, set(named), dataset, lambda final, partials, joined: _final(
-                con, final, partials, {n: dataset(n) for n in joined})) if expected is not None else None
+            answered = aggregated(sql) if expected is not None else None
             if answered is not None:
                 answered = _conformed(answered, expected)
                 _register_as_duckdb_types_it(con, name, answered, expected)
@@ -202,8 +203,8 @@ class Gateway:
     def _explain(self, query: str, *, schema_only: bool) -> pa.Table:
         """``EXPLAIN query``: what ran where, and the bytes each part moved (the query is run to measure them, except
         a plain scan, whose partitions go from the nodes to the client)."""
-        inner = EXPLAIN.sub("", query, count=1)
-        if inner == query:
+        inner = _explained(query)
+        if inner is None:
             raise SqlError("EXPLAIN is answered as 'EXPLAIN SELECT ...' (comments before it allowed)", field="query")
         if schema_only:
             return EXPLAIN_SCHEMA.empty_table()
@@ -317,6 +318,9 @@ def _as_duckdb_types_it(con: Any, query: str, named: list[str], open_dataset: Ca
         raise
     except duckdb.Error:
         return None
+    finally:
+        for name in named:  # whatever runs next on this connection reads the datasets themselves
+            con.register(name, open_dataset(name).duckdb_scan())
     schema = pa.schema([pa.field(name, kind) for name, kind in zip(relation.columns, types)])  # names as DuckDB's own
     return schema.with_metadata({b"duckdb_types": "\x1f".join(str(t) for t in relation.types).encode()})
 
@@ -338,6 +342,40 @@ def _register_as_duckdb_types_it(con: Any, name: str, answer: pa.Table, expected
         con.execute(f'CREATE OR REPLACE TEMP VIEW "{quoted}" AS SELECT {columns} FROM "{quoted} (arrow)"')
     except duckdb.Error:
         con.register(name, answer)  # a type DuckDB cannot name back (an ENUM): read as Arrow gives it
+
+
+def _explained(query: str) -> str | None:
+    """The query an ``EXPLAIN [ANALYZE]`` explains (blanks and comments before it skipped, in one pass: a pattern
+    for them would backtrack without end on a row of comments), or None."""
+    at = 0
+    while at < len(query):
+        if query[at].isspace():
+            at += 1
+        elif query.startswith("--", at):
+            end = query.find("\n", at)
+            at = len(query) if end < 0 else end + 1
+        elif query.startswith("/*", at):
+            end = query.find("*/", at + 2)
+            if end < 0:
+                return None
+            at = end + 2
+        else:
+            break
+    match = EXPLAIN.match(query, at)
+    return query[match.end():] if match else None
+
+
+def _unless_duckdb_refuses(answer: Callable[[], pa.Table | None]) -> pa.Table | None:
+    """``answer()``, or None when DuckDB refuses the final step over the partials or first rows (a name they do not
+    have): the query is then run whole, and any error it has is the one DuckDB gives the query as written."""
+    duckdb = _duckdb()
+
+    try:
+        return answer()
+    except duckdb.InterruptException:
+        raise
+    except duckdb.Error:
+        return None
 
 
 def _conformed(answer: pa.Table, expected: pa.Schema) -> pa.Table:

@@ -11,7 +11,9 @@
   under NOT too (a NULL would make ``x NOT IN (...)`` NULL for every row).
 - A WITH query (CTE) or a derived table (``FROM (SELECT ...) AS s``) whose
   body the nodes aggregate (:func:`flightpart.sql.pushed.plan`) is answered
-  first, and the query reads its answer as a table.
+  first, and the query reads its answer as a table, when the SELECT reading
+  it has no WHERE (a filter there DuckDB would push into its scan, while the
+  nodes would aggregate every group of it).
 
 Anything else is left as written; a query nothing here applies to is
 returned unchanged (not even re-printed).
@@ -61,13 +63,15 @@ def inline(query: str, known: set[str], values: Callable[[str], pa.Table | None]
     if not isinstance(tree, exp.Query):
         return query, []
     done: list[Answered] = []
-    if any(cte.alias_or_name in known for cte in tree.find_all(exp.CTE)):
-        return query, []  # a WITH query named as a dataset hides it where a part answered alone would not
+    lowered = {name.lower() for name in known}
+    if any(cte.alias_or_name.lower() in lowered for cte in tree.find_all(exp.CTE)):
+        return query, []  # a WITH query named as a dataset (in any letters) hides it where a part answered alone would not
     with_ = clause(tree, "with")
     if with_ is not None and not with_.args.get("recursive"):
         for cte in list(with_.expressions):
             name = cte.alias_or_name
-            if not isinstance(cte.this, exp.Select) or cte.args["alias"].columns:
+            if not isinstance(cte.this, exp.Select) or cte.args["alias"].columns \
+                    or not all(_read_whole(t) for t in tree.find_all(exp.Table) if t.name.lower() == name.lower()):
                 continue  # (``WITH s(a, b) AS ...`` renames its columns: the query is left as written)
             sql = cte.this.sql(dialect="duckdb")
             before = moved()
@@ -78,8 +82,7 @@ def inline(query: str, known: set[str], values: Callable[[str], pa.Table | None]
         if not with_.expressions:
             with_.pop()
     for number, derived in enumerate(list(tree.find_all(exp.Subquery))):
-        if not isinstance(derived.parent, (exp.From, exp.Join)) or not isinstance(derived.this, exp.Select) \
-                or not derived.alias:
+        if not isinstance(derived.this, exp.Select) or not derived.alias or not _read_whole(derived):
             continue
         sql = derived.this.sql(dialect="duckdb")
         name = f"{ANSWERED}{number}"
@@ -101,6 +104,16 @@ def inline(query: str, known: set[str], values: Callable[[str], pa.Table | None]
         member.replace(exp.In(this=member.this.copy(), expressions=literals) if literals else exp.false())
         done.append(Answered("values", sql, len(literals), moved() - before))
     return (tree.sql(dialect="duckdb") if done else query), done
+
+
+def _read_whole(source: Any) -> bool:
+    """Whether the SELECT reading ``source`` (a table or derived table in its FROM or a JOIN) has no WHERE: DuckDB
+    would push that filter into the source's scan, where answering the source first would aggregate every group of
+    it (``WITH u AS (... GROUP BY user) SELECT n FROM u WHERE user = 42``)."""
+    from sqlglot import exp
+
+    select = source.find_ancestor(exp.Select)
+    return select is not None and isinstance(source.parent, (exp.From, exp.Join)) and select.args.get("where") is None
 
 
 def _literals(answer: pa.Table) -> list[Any] | None:

@@ -30,13 +30,11 @@ from collections.abc import Callable
 from typing import Any
 
 from .partials import (
-    AGGREGATES,
     PARTIALS,
     Plan,
+    aggregates_in,
     clause,
-    distinct_columns,
     exact_sums,
-    extra_arguments,
     finish,
     partial_name,
     partials_of,
@@ -79,26 +77,14 @@ def join_plan(tree: Any, known: set[str], open_dataset: Callable[[str], Any]) ->
     def sides(node: Any) -> set[Any]:
         return {side(c) for c in node.find_all(exp.Column)}
 
-    found: dict[str, tuple[str, str]] = {}  # an aggregate's SQL -> (column, function)
-    distinct: list[str] = []
+    classified = aggregates_in(tree, qualified=True)
+    if classified is None:
+        return None
+    found, distinct_counts = classified
+    distinct = list(dict.fromkeys(c for columns in distinct_counts for c in columns))
     read: set[Any] = set()
     for agg in tree.find_all(exp.AggFunc):
-        function = AGGREGATES.get(type(agg).__name__)
-        if function == "count" and isinstance(agg.this, exp.Distinct):
-            columns = distinct_columns(agg.this, qualified=True)
-            if columns is None or len(columns) != 1 or isinstance(agg.this.expressions[0], exp.Tuple):
-                return None
-            distinct.append(columns[0])
-            read |= sides(agg)
-        elif function is None or agg.args.get("distinct") or isinstance(agg.this, exp.Distinct) or extra_arguments(agg):
-            return None
-        elif isinstance(agg.this, exp.Star) and function == "count":
-            found[agg.sql()] = ("", "count_all")
-        elif isinstance(agg.this, exp.Column):
-            found[agg.sql()] = (agg.this.name, function)
-            read |= sides(agg)
-        else:
-            return None
+        read |= sides(agg)
     if not found and not distinct or _OUTER in read or len(read) > 1:
         return None
     if read:

@@ -87,7 +87,7 @@ def finish(function: str, of: Callable[[str], Any], *, within: Callable[[Any], A
     if function == "sum":
         return within(exp.Sum(this=of("sum")))
     if function == "exact_sum":
-        return exp.Cast(this=within(exp.Sum(this=of("exact_sum"))), to=exp.DataType.build("HUGEINT"))
+        return hugeint(within(exp.Sum(this=of("exact_sum"))))
     if function == "mean":
         return exp.Div(this=within(exp.Sum(this=of("exact_sum"))), expression=within(exp.Sum(this=of("count"))))
     counted = of(function)
@@ -115,11 +115,62 @@ def extra_arguments(aggregate: Any) -> bool:
 
 
 def unplannable(tree: Any) -> bool:
-    """Whether ``tree`` holds what no plan here may answer from partials or first rows: a function sqlglot does not
-    know (``count_star()``, ``fsum``, ``product``: it cannot tell an aggregate), ``COLUMNS(...)``, a sample
-    (``USING SAMPLE``, ``TABLESAMPLE``), a table alias renaming its columns (``trips AS t(a, b)``)."""
+    """Whether ``tree`` is not one SELECT over datasets that a plan here may answer from partials, first rows or a
+    plain scan: it holds a window, a subquery of any kind (``EXISTS``, ``ARRAY(SELECT ...)``, ``IN (SELECT ...)``),
+    a WITH query, QUALIFY, ``GROUP BY ALL``, a function sqlglot does not know (``count_star()``, ``fsum``:
+    it cannot tell an aggregate), ``COLUMNS(...)``, a sample (``USING SAMPLE``, ``TABLESAMPLE``) or a table alias
+    renaming its columns (``trips AS t(a, b)``)."""
     from sqlglot import exp
 
-    if tree.find(exp.Anonymous, exp.Columns, exp.TableSample):
+    if not isinstance(tree, exp.Select) or clause(tree, "with") or tree.args.get("qualify"):
+        return True
+    group = tree.args.get("group")
+    if group is not None and group.args.get("all"):
+        return True
+    if tree.find(exp.Window, exp.Subquery, exp.Exists, exp.Anonymous, exp.Columns, exp.TableSample):
+        return True
+    if any(select is not tree for select in tree.find_all(exp.Select)):
         return True
     return any(isinstance(t.args.get("alias"), exp.TableAlias) and t.args["alias"].columns for t in tree.find_all(exp.Table))
+
+
+def aggregates_in(tree: Any, *, qualified: bool = False) -> tuple[dict[str, tuple[str, str]], list[tuple[str, ...]]] | None:
+    """The aggregates of ``tree`` partials answer, as ``({aggregate's SQL: (column, function)}, [the columns of each
+    count(DISTINCT ...)])``, or None when one is anything else (another function, an expression of columns, a
+    qualified column unless ``qualified``)."""
+    from sqlglot import exp
+
+    found: dict[str, tuple[str, str]] = {}
+    distinct: dict[tuple[str, ...], None] = {}
+    for agg in tree.find_all(exp.AggFunc):
+        function = AGGREGATES.get(type(agg).__name__)
+        if function == "count" and isinstance(agg.this, exp.Distinct):
+            columns = distinct_columns(agg.this, qualified=qualified)
+            if columns is None:
+                return None
+            distinct[columns] = None
+        elif function is None or agg.args.get("distinct") or isinstance(agg.this, exp.Distinct) or extra_arguments(agg):
+            return None
+        elif isinstance(agg.this, exp.Star) and function == "count":
+            found[agg.sql()] = ("", "count_all")
+        elif isinstance(agg.this, exp.Column) and (qualified or not agg.this.table):
+            found[agg.sql()] = (agg.this.name, function)
+        else:
+            return None
+    return found, list(distinct)
+
+
+def partials_named(table: Any) -> Any:
+    """The FROM item the final query reads the partials with, under the alias ``table`` had (``FROM trips t`` ->
+    ``FROM partials AS t``), so the query's qualified columns still resolve."""
+    from sqlglot import exp
+
+    alias = table.args.get("alias")
+    return exp.Table(this=exp.to_identifier(PARTIALS), alias=alias.copy() if alias is not None else None)
+
+
+def hugeint(value: Any) -> Any:
+    """``value`` as DuckDB's HUGEINT, the type DuckDB sums integers into."""
+    from sqlglot import exp
+
+    return exp.Cast(this=value, to=exp.DataType.build("HUGEINT"))

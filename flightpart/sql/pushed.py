@@ -13,10 +13,11 @@ the same way, each as a grouping of its own (:func:`_distinct_plan`): the
 nodes group by the keys and ``x`` (and ``y``), so each partition sends one
 row per group and distinct value, and DuckDB counts them per group; the
 other aggregates are taken by the keys alone, and DuckDB finishes every
-one by the keys from the rows of its own grouping. Any other
-query (joins, DISTINCT, windows, functions of columns inside an aggregate,
-a filter flightpart cannot express) returns None here and is run whole by
-DuckDB over the pushdown scans.
+one by the keys from the rows of its own grouping. An aggregate over a join
+of two datasets is planned by :mod:`.joined`. Any other query (DISTINCT,
+windows, subqueries, functions of columns inside an aggregate, a filter
+flightpart cannot express: see :func:`~.partials.unplannable`) returns None
+here and is run whole by DuckDB over the pushdown scans.
 """
 
 from __future__ import annotations
@@ -29,20 +30,25 @@ import pyarrow as pa
 from flightpart.errors import FlightpartError
 
 from .partials import (
-    AGGREGATES,
     GROUPING,
-    PARTIALS,
     Plan,
+    aggregates_in,
     clause,
     distinct_columns,
     exact_sums,
-    extra_arguments,
     finish,
+    hugeint,
     partial_name,
+    partials_named,
     partials_of,
     select_aliases,
     unplannable,
 )
+
+UNEXPRESSED = (FlightpartError, KeyError, ValueError, TypeError, OverflowError, pa.ArrowException)
+"""What a filter or an aggregate flightpart cannot express raises (an unknown name, a literal out of its column's
+range, a type Arrow cannot compare): the query is then run whole, and DuckDB says what it says."""
+
 
 
 def plan(query: str, known: set[str], open_dataset: Callable[[str], Any] | None = None) -> Plan | None:
@@ -56,9 +62,7 @@ def plan(query: str, known: set[str], open_dataset: Callable[[str], Any] | None 
         tree = sqlglot.parse_one(query, read="duckdb")
     except sqlglot.errors.ParseError:
         return None
-    if not isinstance(tree, exp.Select) or tree.args.get("distinct") or tree.find(exp.Window) \
-            or clause(tree, "with") or tree.find(exp.Subquery) or tree.args.get("qualify") or tree.find(exp.Filter) \
-            or unplannable(tree):
+    if unplannable(tree) or tree.args.get("distinct") or tree.find(exp.Filter):
         return None  # (an aggregate's FILTER clause filters its input rows: the partials cannot take it)
     if not _ordinals_named(tree):
         return None
@@ -74,29 +78,15 @@ def plan(query: str, known: set[str], open_dataset: Callable[[str], Any] | None 
     keys = [g.name for g in (group.expressions if group else [])]
     if group and not all(isinstance(g, exp.Column) and not g.table for g in group.expressions):
         return None
-    found: dict[str, tuple[str, str]] = {}  # an aggregate's SQL -> (column, function)
-    distinct: dict[tuple[str, ...], None] = {}  # the columns of each count(DISTINCT ...), in order
-    for agg in tree.find_all(exp.AggFunc):
-        function = AGGREGATES.get(type(agg).__name__)
-        if function == "count" and isinstance(agg.this, exp.Distinct):
-            columns = distinct_columns(agg.this)
-            if columns is None:
-                return None
-            distinct[columns] = None
-            continue
-        if function is None or agg.args.get("distinct") or isinstance(agg.this, exp.Distinct) or extra_arguments(agg):
-            return None
-        if isinstance(agg.this, exp.Star) and function == "count":
-            found[agg.sql()] = ("", "count_all")
-        elif isinstance(agg.this, exp.Column) and not agg.this.table:
-            found[agg.sql()] = (agg.this.name, function)
-        else:
-            return None
+    classified = aggregates_in(tree)
+    if classified is None:
+        return None
+    found, distinct = classified
     found = exact_sums(found, open_dataset(table.name).schema if open_dataset is not None else None)
     where = tree.args.get("where")
     where_text = where.this.sql(dialect="duckdb") if where is not None else None
     if distinct:
-        return _distinct_plan(tree, table.name, where_text, keys, list(distinct), found)
+        return _distinct_plan(tree, table, where_text, keys, distinct, found)
     if not found:
         return None
     if not _only_keys_outside_aggregates(tree, keys):
@@ -104,7 +94,7 @@ def plan(query: str, known: set[str], open_dataset: Callable[[str], Any] | None 
     final = tree.copy()
     final.set("where", None)
     final.set("group", None)
-    final = final.from_(PARTIALS, copy=False)
+    final = final.from_(partials_named(table), copy=False)
     having = final.args.get("having")
     if having is not None:
         final.set("having", None)
@@ -132,7 +122,7 @@ def _ordinals_named(tree: Any) -> bool:
     return True
 
 
-def _distinct_plan(tree: Any, table: str, where: str | None, keys: list[str], distinct: list[tuple[str, ...]],
+def _distinct_plan(tree: Any, table: Any, where: str | None, keys: list[str], distinct: list[tuple[str, ...]],
                    found: dict[str, tuple[str, str]]) -> Plan | None:
     """``count(DISTINCT ...)``, alone or beside other aggregates and other distinct counts: one grouping by the
     keys for the other aggregates (``avg`` as a sum and a count), and one per distinct count by the keys and its
@@ -170,8 +160,8 @@ def _distinct_plan(tree: Any, table: str, where: str | None, keys: list[str], di
 
     final = tree.copy()
     final.set("where", None)
-    final = final.from_(PARTIALS, copy=False).transform(finished)
-    return Plan(table, where, groupings, final.sql(dialect="duckdb"))
+    final = final.from_(partials_named(table), copy=False).transform(finished)
+    return Plan(table.name, where, groupings, final.sql(dialect="duckdb"))
 
 
 def _only_keys_outside_aggregates(tree: Any, keys: list[str], *, distinct: set[str] = frozenset()) -> bool:
@@ -195,7 +185,7 @@ def _partial_column(node: Any, found: dict[str, tuple[str, str]]) -> Any:
     if isinstance(node, exp.AggFunc) and node.sql() in found:
         column, function = found[node.sql()]
         named = exp.column(partial_name(column, function), quoted=True)
-        return exp.Cast(this=named, to=exp.DataType.build("HUGEINT")) if function == "exact_sum" else named
+        return hugeint(named) if function == "exact_sum" else named
     return node
 
 
@@ -204,7 +194,9 @@ def _without_nan(ds: Any, column: str) -> bool:
     minimum and maximum only when it has no NaN (nor null, nor infinity) there."""
     seen = False
     for part in ds.plan.version.parts:
-        entry = (part.stats or {}).get(column)
+        if part.stats is None:
+            return False  # nothing recorded: no bound
+        entry = part.stats.get(column)
         if entry is None:
             continue  # a column group without the column
         if "min" not in entry:
@@ -225,9 +217,8 @@ def top_plan(query: str, known: set[str]) -> tuple[str, str | None, list[str] | 
         tree = sqlglot.parse_one(query, read="duckdb")
     except sqlglot.errors.ParseError:
         return None
-    if not isinstance(tree, exp.Select) or tree.args.get("joins") or tree.args.get("distinct") or tree.find(exp.Window) \
-            or clause(tree, "with") or tree.find(exp.Subquery) or tree.args.get("qualify") or tree.args.get("group") \
-            or tree.args.get("having") or tree.find(exp.AggFunc) or unplannable(tree):
+    if unplannable(tree) or tree.args.get("joins") or tree.args.get("distinct") or tree.args.get("group") \
+            or tree.args.get("having") or tree.find(exp.AggFunc):
         return None
     source = clause(tree, "from")
     table = source.this if source is not None else None
@@ -282,7 +273,7 @@ def answer_top(query: str, known: set[str], open_dataset: Callable[[str], Any],
         if columns is not None:
             ds = ds.select(columns)
         candidates = ds.top_candidates(rows, keys)
-    except (FlightpartError, KeyError, ValueError):
+    except UNEXPRESSED:
         return None  # a filter flightpart cannot express, or a name that is not a column: DuckDB runs it whole
     return run_over(final, name, candidates)
 
@@ -309,12 +300,9 @@ def answer(query: str, known: set[str], open_dataset: Callable[[str], Any],
             ds = ds.filter(planned.where)
         for grouping, (keys, aggregates) in enumerate(planned.groupings):
             partials = ds.aggregate(aggregates, by=keys)
-            names = [*keys, *(partial_name(c, f) for c, f in aggregates)]
-            if partials.num_columns != len(names):
-                return None  # a key also aggregated under the same name: DuckDB runs the query whole
-            partials = partials.rename_columns(names)
+            partials = partials.rename_columns([*keys, *(partial_name(c, f) for c, f in aggregates)])
             tables.append(partials.append_column(GROUPING, pa.array([grouping] * partials.num_rows, pa.int32())))
-    except (FlightpartError, pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+    except UNEXPRESSED:
         return None  # a filter or an aggregate flightpart cannot express exactly: DuckDB runs the query whole
     try:
         partials = pa.concat_tables(tables, promote_options="default")

@@ -183,7 +183,7 @@ def test_an_exact_sum_of_integers_does_not_wrap_and_a_mean_of_them_does_not_eith
     partials = [aggregates.partial(table.slice(k, 1), agg) for k in range(4)]
     got = aggregates.combine(partials, agg, table.schema).sort_by("g").to_pylist()
     assert got[0]["x_exact_sum"] == Decimal(3 * 2**62) and got[0]["b_exact_sum"] == 2 and got[0]["f_exact_sum"] == 3.5
-    assert got[0]["x_mean"] == pytest.approx(2**62) and got[0]["x_sum"] != 3 * 2**62  # pyarrow's own sum wraps
+    assert got[0]["x_mean"] == pytest.approx(2**62)
     assert got[1] == {"g": "b", "x_exact_sum": 7, "b_exact_sum": 1, "f_exact_sum": 4.0, "x_mean": 7.0, "x_sum": 7}
     empty = aggregates.combine([], agg, table.schema)
     assert empty.schema.field("x_exact_sum").type == pa.decimal128(38, 0) and empty.num_rows == 0

@@ -86,3 +86,24 @@ def test_aggregated_with_queries_and_derived_tables_are_answered_first_and_read_
 def test_a_with_query_named_as_a_dataset_is_left_as_written():
     written = "WITH trips AS (SELECT payment, count(*) AS n FROM trips GROUP BY payment) SELECT max(n) FROM trips"
     assert inline(written, KNOWN, _values({}), lambda sql, name: pa.table({"n": [1]})) == (written, [])
+
+
+def test_a_with_query_read_under_a_where_is_left_to_duckdb_which_pushes_the_filter_into_it():
+    written = ("WITH busy AS (SELECT pickup_zone, count(*) AS n FROM trips GROUP BY pickup_zone) "
+               "SELECT n FROM busy WHERE pickup_zone = 'SoHo'")
+    assert inline(written, KNOWN, _values({}), lambda sql, name: pa.table({"n": [1]})) == (written, [])
+    derived = "SELECT s.n FROM (SELECT payment, count(*) AS n FROM trips GROUP BY payment) AS s WHERE s.n > 3"
+    assert inline(derived, KNOWN, _values({}), lambda sql, name: pa.table({"n": [1]})) == (derived, [])
+
+
+def test_a_with_query_named_as_a_dataset_in_other_letters_is_left_as_written():
+    written = "WITH Trips AS (SELECT payment, count(*) AS n FROM trips GROUP BY payment) SELECT max(n) FROM TRIPS"
+    assert inline(written, KNOWN, _values({}), lambda sql, name: pa.table({"n": [1]})) == (written, [])
+
+
+def test_explain_is_found_after_any_row_of_comments_in_one_pass():
+    from flightpart.sql.gateway import _explained
+
+    assert _explained("/* a */ -- b\n EXPLAIN ANALYZE SELECT 1") == "SELECT 1"
+    assert _explained("/**/" * 20_000 + "EXPLAIN SELECT 1") == "SELECT 1"  # a backtracking pattern never returns
+    assert _explained("/* unterminated EXPLAIN SELECT 1") is None and _explained("SELECT 1") is None
