@@ -203,7 +203,7 @@ class Gateway:
     def _explain(self, query: str, *, schema_only: bool) -> pa.Table:
         """``EXPLAIN query``: what ran where, and the bytes each part moved (the query is run to measure them, except
         a plain scan, whose partitions go from the nodes to the client)."""
-        inner = _explained(query)
+        inner = explained_query(query)
         if inner is None:
             raise SqlError("EXPLAIN is answered as 'EXPLAIN SELECT ...' (comments before it allowed)", field="query")
         if schema_only:
@@ -344,7 +344,7 @@ def _register_as_duckdb_types_it(con: Any, name: str, answer: pa.Table, expected
         con.register(name, answer)  # a type DuckDB cannot name back (an ENUM): read as Arrow gives it
 
 
-def _explained(query: str) -> str | None:
+def explained_query(query: str) -> str | None:
     """The query an ``EXPLAIN [ANALYZE]`` explains (blanks and comments before it skipped, in one pass: a pattern
     for them would backtrack without end on a row of comments), or None."""
     at = 0

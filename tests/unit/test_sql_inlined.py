@@ -102,8 +102,8 @@ def test_a_with_query_named_as_a_dataset_in_other_letters_is_left_as_written():
 
 
 def test_explain_is_found_after_any_row_of_comments_in_one_pass():
-    from flightpart.sql.gateway import _explained
+    from flightpart.sql.gateway import explained_query
 
-    assert _explained("/* a */ -- b\n EXPLAIN ANALYZE SELECT 1") == "SELECT 1"
-    assert _explained("/**/" * 20_000 + "EXPLAIN SELECT 1") == "SELECT 1"  # a backtracking pattern never returns
-    assert _explained("/* unterminated EXPLAIN SELECT 1") is None and _explained("SELECT 1") is None
+    assert explained_query("/* a */ -- b\n EXPLAIN ANALYZE SELECT 1") == "SELECT 1"
+    assert explained_query("/**/" * 20_000 + "EXPLAIN SELECT 1") == "SELECT 1"  # a backtracking pattern never returns
+    assert explained_query("/* unterminated EXPLAIN SELECT 1") is None and explained_query("SELECT 1") is None
