@@ -106,7 +106,8 @@ def test_network_bench_runs_on_loopback_and_a_shaped_link_and_leaves_no_namespac
             assert set(case["cpu_seconds_per_gb"]) == set(case["median_seconds"])
             assert all(v > 0 for v in case["median_seconds"].values())
             assert all(v >= 0 for v in case["cpu_seconds_per_gb"].values())
-            assert any(v > 0 for v in case["cpu_seconds_per_gb"].values())
+        # /proc counts CPU in 10 ms ticks: one contender's read of 12 MiB may take none; the run's reads do
+        assert any(v > 0 for case in cases.values() for v in case["cpu_seconds_per_gb"].values())
         if run["network"] == "1gbit":
             # the reader measured a slow link and the nodes compressed the sales table's streams
             assert cases["remote partition read (sales)"]["streams_compressed"] > 0
