@@ -97,32 +97,34 @@ def join_plan(tree: Any, known: set[str], open_dataset: Callable[[str], Any]) ->
     whole = join.side == "LEFT" and ref == left.alias_or_name  # the side a left join keeps every row of
 
     pushed: list[Any] = []  # conditions on the aggregated dataset alone: run on the nodes
+    def placed(condition: Any, pushable: bool, kept: list[Any]) -> bool:
+        """Put a condition on one side where it runs: on the nodes (``pushable``, of the aggregated dataset alone)
+        or kept in the final query (of the other dataset alone); False for anything else."""
+        touched = sides(condition)
+        if touched == {ref} and pushable:
+            pushed.append(condition)
+        elif touched <= {other}:
+            kept.append(condition)
+        else:
+            return False
+        return True
+
     on_kept: list[Any] = []
     join_keys: list[str] = []
     for condition in _conjuncts(join.args["on"]):
-        touched = sides(condition)
         if isinstance(condition, exp.EQ) and all(isinstance(x, exp.Column) for x in (condition.this, condition.expression)) \
                 and {side(condition.this), side(condition.expression)} == {ref, other}:
             mine = condition.this if side(condition.this) == ref else condition.expression
             join_keys.append(mine.name)
             on_kept.append(condition)
-        elif touched == {ref} and not whole:
-            pushed.append(condition)
-        elif touched <= {other}:
-            on_kept.append(condition)
-        else:
+        elif not placed(condition, not whole, on_kept):  # in ON, a condition filters the side a left join may drop
             return None
     if not join_keys:
         return None
     where = tree.args.get("where")
     where_kept: list[Any] = []
     for condition in _conjuncts(where.this) if where is not None else []:
-        touched = sides(condition)
-        if touched == {ref} and not optional:
-            pushed.append(condition)
-        elif touched <= {other}:
-            where_kept.append(condition)
-        else:
+        if not placed(condition, not optional, where_kept):  # in WHERE, it drops the rows a left join kept unmatched
             return None
     group = tree.args.get("group")
     keys: list[str] = []
