@@ -4,12 +4,14 @@
 them here. A daemon prints one line ``READY <role> <uri>`` on stdout once it
 accepts calls, so a parent process (the demo, the tests, a supervisor) can
 wait for it without guessing ports or sleeping; SIGINT and SIGTERM stop it
-cleanly (the last server started is stopped first).
+cleanly (the last server started is stopped first) within a grace period, and
+SIGQUIT prints its threads' stacks.
 """
 
 from __future__ import annotations
 
 import errno
+import faulthandler
 import ipaddress
 import json
 import logging
@@ -181,15 +183,49 @@ def announce(role: str, uri: str) -> None:
     print(f"READY {role} {uri}", flush=True)
 
 
-def wait_for_signal(servers: Sequence[Any]) -> None:
-    """Block until SIGINT/SIGTERM, then shut the servers down (last first)."""
+STOP_GRACE_SECONDS = 10.0
+
+
+def wait_for_signal(servers: Sequence[Any], grace: float = STOP_GRACE_SECONDS) -> None:
+    """Block until SIGINT/SIGTERM, then shut the servers down (last first), within ``grace`` seconds.
+
+    A Flight server's shutdown waits for the calls in flight; a call that does
+    not end (a client stopped mid-stream, a peer that no longer answers) would
+    keep the daemon alive after its stop signal, which a supervisor, a script's
+    ``kill`` or ``docker stop`` cannot tell from a hang. Past ``grace`` (Docker's
+    own 10 s) the daemon logs what it waited for and exits; a second signal exits
+    at once. What is stored stays whole either way: writes are atomic, so a
+    partition a cut call was writing is never committed half-written.
+    SIGQUIT prints every thread's stack to stderr and leaves the daemon running.
+    """
     stop = threading.Event()
+    signals = 0
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        nonlocal signals
+        signals += 1
+        if signals > 1:
+            log.warning("second %s: exiting now", signal.Signals(signum).name)
+            os._exit(0)
+        stop.set()
+
     for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
+        signal.signal(sig, on_signal)
+    faulthandler.register(signal.SIGQUIT, all_threads=True)
     while not stop.wait(0.5):
         pass
-    for server in reversed(servers):
-        server.shutdown()
+    done = threading.Event()
+
+    def shut_down() -> None:
+        for server in reversed(servers):
+            server.shutdown()
+        done.set()
+
+    threading.Thread(target=shut_down, name="flightpart-shutdown", daemon=True).start()
+    if not done.wait(grace):
+        log.warning("calls still in flight %.0f s after the stop signal; exiting without them", grace)
+        faulthandler.dump_traceback(all_threads=True)
+        os._exit(0)
 
 
 def observe(server: Any, role: str, host: str, ports: Observability, catalog: Any = None) -> list:

@@ -13,6 +13,7 @@ Blocks that read a running cluster (querying) get one in
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -50,13 +51,31 @@ def sales_cluster(tmp_path_factory):
     daemon.stop()
 
 
-def run_block(code: str, cwd: Path, catalog: str) -> subprocess.CompletedProcess:
+def run_block(code: str, cwd: Path, catalog: str, timeout: float = 240.0) -> subprocess.CompletedProcess:
+    """Run ``code`` as bash would, each command traced with the time it started (stderr), Python's fault handler on.
+
+    A block still running after ``timeout`` fails the test with what it printed and where every Python process of it
+    was: each gets SIGABRT, which the fault handler answers with its threads' stacks, before the session is stopped.
+    """
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}", "HOME": str(cwd),
-           "FLIGHTPART_CATALOG": catalog}
-    proc = subprocess.Popen(["bash", "-e", "-o", "pipefail", "-c", code], cwd=cwd, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+           "FLIGHTPART_CATALOG": catalog, "PYTHONFAULTHANDLER": "1", "PS4": "+ $(date +%T.%3N) "}
+    proc = subprocess.Popen(["bash", "-x", "-e", "-o", "pipefail", "-c", code], cwd=cwd, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
-        out, err = proc.communicate(timeout=240)
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        running = subprocess.run(["ps", "-o", "pid,stat,etime,args", "-g", str(proc.pid)], capture_output=True,
+                                 text=True).stdout
+        for line in running.splitlines()[1:]:
+            pid, *_, command = line.split(None, 3)
+            if "python" in command or "flightpart" in command:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(pid), signal.SIGABRT)
+                time.sleep(1.0)  # one stack dump at a time
+        stop_session(proc.pid)
+        out, err = proc.communicate()
+        pytest.fail(f"still running after {timeout:.0f} s:\n{running}\n--- stdout\n{out[-3000:]}\n--- stderr (with the "
+                    f"stacks of its Python processes)\n{err[-20000:]}")
     finally:
         stop_session(proc.pid)
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 
@@ -136,3 +138,47 @@ def test_a_reader_keeps_its_version_and_drop_frees_every_file(small_cluster):
         with pytest.raises(fp.DatasetNotFound, match="has no version 1"):
             client.open("vers", 1)
         assert client.open("vers").to_arrow().equals(second)
+
+
+def test_a_daemon_stops_on_sigterm_while_a_call_waits_on_a_stopped_node(tmp_path):
+    """A repair copying from a holder that was SIGSTOPped waits on it with no end; SIGTERM still stops the catalog.
+
+    Without a bound the catalog's shutdown waits for that call for as long as the holder stays stopped, and a
+    supervisor's stop looks like a hang. SIGQUIT prints the stacks, leaving the daemon serving; SIGTERM stops it
+    after its grace period, saying what it did not wait for; the caller gets an error, not a hang.
+    """
+    c = LocalCluster(tmp_path, nodes=3, first_ip=46, heartbeat=0.3, dead_after=1.5)
+    holder, lost = c.nodes[0], c.nodes[1]
+    try:
+        with fp.connect(c.uri, host="127.0.0.99") as client:
+            client.put("mirrored", table_of(50_000), tiling=(1, 1), replicas=2, nodes=["127.0.0.46", "127.0.0.47"])
+            lost.kill()
+            wait_until(lambda: any(n["ip"] == "127.0.0.47" and not n["alive"] for n in client.nodes()), what="a dead node")
+            os.kill(holder.pid, signal.SIGSTOP)
+            failed: list[BaseException] = []
+
+            def repair() -> None:
+                try:
+                    client.repair()
+                except BaseException as exc:  # what the caller saw is the assertion
+                    failed.append(exc)
+
+            repairing = threading.Thread(target=repair, daemon=True)
+            repairing.start()
+            wait_until(lambda: any(n["ip"] == "127.0.0.46" and not n["alive"] for n in client.nodes()),
+                       what="the stopped holder marked dead while the repair waits on it")
+            assert repairing.is_alive()  # the copy from the stopped holder has not come back
+
+            c.catalog.proc.send_signal(signal.SIGQUIT)
+            wait_until(lambda: "most recent call first" in c.catalog.log(), what="the catalog's stacks in its log")
+            assert "_repair" in c.catalog.log() and c.catalog.proc.poll() is None
+            assert {n["ip"] for n in client.nodes()} >= {"127.0.0.46", "127.0.0.48"}  # still answering
+
+            c.catalog.proc.send_signal(signal.SIGTERM)
+            assert c.catalog.proc.wait(120) == 0
+            assert "still in flight" in c.catalog.log()
+            repairing.join(120)
+            assert not repairing.is_alive() and failed and isinstance(failed[0], fp.FlightpartError)
+    finally:
+        os.kill(holder.pid, signal.SIGCONT)
+        c.stop()
