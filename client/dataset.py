@@ -10,7 +10,7 @@ say it cannot match before any stream opens.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
@@ -434,7 +434,8 @@ class Dataset:
         """The Arrow PyCapsule stream interface: ``pa.table(ds)``, ``pl.DataFrame(ds)``, DuckDB's scans read a Dataset directly."""
         return self.to_reader().__arrow_c_stream__(requested_schema)
 
-    def aggregate(self, aggregations: Sequence[tuple[str, str]], by: Sequence[str] | str = ()) -> pa.Table:
+    def aggregate(self, aggregations: Sequence[tuple[str, str]], by: Sequence[str] | str = (),
+                  computed: Mapping[str, str] | None = None) -> pa.Table:
         """``pyarrow``'s ``group_by(by).aggregate(aggregations)`` over the view, computed next to the data.
 
         Functions: sum, min, max, count, count_all (column ignored), mean, and exact_sum (integers and booleans
@@ -442,16 +443,23 @@ class Dataset:
         Each node aggregates its partitions (after the view's filter) and
         sends a few rows; the results are combined here. Columns named as
         pyarrow names them: ``{column}_{function}``, ``count_all``.
+
+        ``computed``: columns the nodes compute first from SQL expressions, by name, for keys and aggregated values
+        that are expressions (``{"month": "date_trunc('month', pickup)", "cents": "fare * 100"}``): arithmetic on
+        integers and DOUBLE and ``date_trunc`` of dates and timestamps, computed as DuckDB computes them, or
+        InvalidExpression (see :func:`flightpart.query.sql.parse_sql_value`).
         """
         self._check_readable()
-        agg = aggregates.spec(aggregations, by, self.schema.names)
-        reads = aggregates.columns_read(agg) + list(self.view.filter.columns if self.view.filter else ())
+        schema = self.schema
+        agg = aggregates.spec(aggregations, by, schema if computed else schema.names, computed)
+        read = aggregates.columns_read(agg, schema)
+        reads = read + list(self.view.filter.columns if self.view.filter else ())
         blocks = self._blocks(counted=self.view.matched is not None)
         j = self._plan.group_with(reads)
         if j is not None:
             partials = self._get([self._plan.ref(b, j, None, aggregate=agg) for b in blocks]) if blocks else []
         else:
-            view = self._reading(aggregates.columns_read(agg))
+            view = self._reading(read)
             partials = [aggregates.partial(view._read_block(b), agg) for b in blocks]
         return aggregates.combine(partials, agg, self._info.schema)
 

@@ -62,6 +62,13 @@ class InvalidFilter(RequestRejected):
     code = "INVALID_FILTER"
 
 
+class InvalidExpression(RequestRejected):
+    """A computed column (an SQL expression nodes evaluate before they aggregate) that cannot be evaluated exactly as
+    DuckDB would: an unknown column, a function or a type not translated; refused rather than computed differently."""
+
+    code = "INVALID_EXPRESSION"
+
+
 class SchemaMismatch(FlightpartError, ValueError):
     """Data sent for a partition does not fit the dataset's schema or shape."""
 

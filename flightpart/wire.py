@@ -326,12 +326,24 @@ def _p_function(value: Any, where: str) -> tuple[str, str]:
     return (column, function)
 
 
+def _p_computed(value: Any, where: str) -> tuple[str, str]:
+    if not isinstance(value, list) or len(value) != 2:
+        raise RequestRejected(f"{where}: expected [name, SQL expression], got {value!r:.60}", field=where)
+    return (p_str(value[0], f"{where}[0]"), p_str(value[1], f"{where}[1]"))
+
+
 @dataclass(frozen=True)
 class Aggregate(Message):
-    """What a ticket asks a node to aggregate instead of sending rows: ``[column, function]`` pairs, grouped by ``by``."""
+    """What a ticket asks a node to aggregate instead of sending rows: ``[column, function]`` pairs, grouped by ``by``.
+
+    ``computed``: ``[name, SQL expression]`` pairs (``["month", "date_trunc('month', pickup)"]``) the node evaluates
+    on the rows first (see :func:`flightpart.query.sql.parse_sql_value`), so that keys and aggregated values may be
+    expressions of columns; text, parsed by the node as the reader parsed it, never code."""
 
     functions: tuple[tuple[str, str], ...] = _field(p_list(_p_function, 1000))
     by: tuple[str, ...] = _field(p_list(p_str, 100), ())
+    computed: tuple[tuple[str, str], ...] | None = _field(p_optional(p_list(_p_computed, 100)), None,
+                                                          omitted_when_none=True)
 
 
 @dataclass(frozen=True)

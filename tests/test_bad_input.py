@@ -207,3 +207,27 @@ def test_a_put_whose_trailer_disagrees_is_not_stored(guarded):
         writer.close()
     assert code_of(info.value) == "INVALID_REQUEST"
     assert not (guarded.root / "node-127.0.0.42" / "datasets" / "trailer" / "v1" / "0_0.arrow").exists()
+
+
+@pytest.mark.parametrize("text, code", [
+    ("nope + 1", "INVALID_EXPRESSION"),                      # no such column
+    ("a * 1.5", "INVALID_EXPRESSION"),                       # DuckDB would compute a DECIMAL
+    ("sqrt(a)", "INVALID_EXPRESSION"),                       # a function not translated
+    ("a * 9223372036854775807", "INVALID_EXPRESSION"),       # overflows on the rows: refused, never wrapped
+    ("a / 0", "INVALID_EXPRESSION"),                         # infinity where DuckDB gives NULL
+    ("'; DROP TABLE good; --", "INVALID_EXPRESSION"),        # text, parsed, never run
+    ("(" * 2000 + "a" + ")" * 2000, "INVALID_EXPRESSION"),   # deep enough to exhaust a recursive parser
+    ("a" * 5000, "LIMIT_EXCEEDED"),                          # longer than a ticket's strings may be
+])
+def test_a_computed_column_a_node_cannot_compute_exactly_is_refused_with_a_code(guarded, text, code):
+    """A ticket's aggregate names columns to compute from SQL text: whatever a client writes there, the node
+    answers with a code (never a traceback, never a wrong value) and keeps serving."""
+    ticket = wire.Ticket("good", 1, (0, 0), aggregate=wire.Aggregate((("k", "sum"),), (), (("k", text),)))
+    node = flight.connect(guarded.nodes[0].uri)
+    with pytest.raises(flight.FlightError) as caught:
+        node.do_get(flight.Ticket(ticket.encode())).read_all()
+    assert code_of(caught.value) == code, caught.value
+    assert "\n" not in wire.error_message(caught.value)
+    good = wire.Ticket("good", 1, (0, 0), aggregate=wire.Aggregate((("k", "sum"),), (), (("k", "a * 2"),)))
+    assert node.do_get(flight.Ticket(good.encode())).read_all().column(0).to_pylist() == [2 * sum(range(10_000))]
+    still_serving(guarded)

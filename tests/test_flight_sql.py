@@ -191,6 +191,26 @@ def test_several_distinct_counts_move_one_row_per_group_value_and_partition_each
     assert moved <= 6 * (1 + 4 + 2)
 
 
+def test_grouping_by_and_aggregating_expressions_moves_one_row_per_group_and_partition(taxi, cluster):
+    """``date_trunc`` keys and arithmetic inside aggregates are computed by the nodes before they group (by position,
+    alias or the expression written again); the answer is DuckDB's, named and typed as DuckDB names it."""
+    table, _zones, conn = taxi
+    sql = ("SELECT date_trunc('day', pickup_at) AS day, payment, sum(fare * 100) AS cents, avg(tip + fare) AS total, "
+           "max(vendor * 2) AS v, sum(passengers - 1) AS extra FROM trips WHERE distance > 1 GROUP BY 1, payment "
+           "HAVING count(*) > 1 ORDER BY day, payment")
+    moved = rows_moved_answering(taxi, cluster, sql)
+    groups = local(table).sql("SELECT count(*) FROM (SELECT DISTINCT date_trunc('day', pickup_at), payment FROM trips "
+                              "WHERE distance > 1)").fetchall()[0][0]
+    assert moved <= groups * 6 < table.num_rows, f"{moved} rows moved for {groups} (day, payment) groups over 6 partitions"
+    moved = rows_moved_answering(taxi, cluster, (
+        "SELECT date_trunc('week', pickup_at), count(*) AS n FROM trips GROUP BY date_trunc('week', pickup_at) "
+        "ORDER BY date_trunc('week', pickup_at)"))
+    assert moved <= 6 * 6
+    explained = answer(conn, "EXPLAIN SELECT date_trunc('month', pickup_at) AS m, sum(fare * 100) FROM trips GROUP BY m")
+    steps = explained.to_pylist()
+    assert steps[0]["step"] == "aggregate" and "DATE_TRUNC('MONTH', pickup_at)" in steps[0]["what"], steps
+
+
 @pytest.mark.parametrize("sql", [
     # nothing left after WHERE, no GROUP BY: counts are 0, sums NULL; unaliased columns named as DuckDB names them
     "SELECT count(DISTINCT pickup_zone), count(*), count(passengers), sum(fare), avg(tip) FROM trips WHERE fare > 1e9",

@@ -10,13 +10,17 @@ for a row count).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Mapping, Sequence
 
 import pyarrow as pa
+import pyarrow.acero as acero
 import pyarrow.compute as pc
 
-from flightpart.errors import PartitionedError, RequestRejected
+from flightpart.errors import InvalidExpression, PartitionedError, RequestRejected
 from flightpart.wire import AGGREGATES, Aggregate
+
+from .sql import parse_sql_value
 
 _PARTIALS = {"sum": ("sum",), "min": ("min",), "max": ("max",), "count": ("count",), "count_all": ("count_all",),
              "mean": ("exact_sum", "count"), "exact_sum": ("exact_sum",)}
@@ -25,10 +29,23 @@ EXACT = pa.decimal128(38, 0)
 around past 2**63 without a word; 38 digits hold any sum of up to 10**19 int64 values."""
 
 
-def spec(pairs: Sequence[tuple[str, str]], by: Sequence[str], columns: Sequence[str]) -> Aggregate:
-    """Check what a user asked for against the dataset's columns; the spec a ticket carries."""
+def spec(pairs: Sequence[tuple[str, str]], by: Sequence[str], columns: Sequence[str] | pa.Schema,
+         computed: Mapping[str, str] | None = None) -> Aggregate:
+    """Check what a user asked for against the dataset's columns (a schema when ``computed`` names columns computed
+    from SQL expressions, which keys and functions may then name); the spec a ticket carries."""
     if isinstance(by, str):
         by = [by]
+    schema = columns if isinstance(columns, pa.Schema) else None
+    columns = list(schema.names) if schema is not None else list(columns)
+    extra: list[tuple[str, str]] = []
+    for name, text in (computed or {}).items():
+        if schema is None:
+            raise TypeError("computed columns are checked against a schema: pass the dataset's schema as columns")
+        if not isinstance(name, str) or not name or name in columns:
+            raise PartitionedError(f"computed column {name!r}: name it with a string that is not a column of the dataset")
+        evaluated(text, schema)  # InvalidExpression, naming what cannot be computed exactly
+        extra.append((name, text))
+    columns = [*columns, *(name for name, _ in extra)]
     out = []
     for k, pair in enumerate(pairs):
         if not (isinstance(pair, (tuple, list)) and len(pair) == 2):
@@ -46,12 +63,54 @@ def spec(pairs: Sequence[tuple[str, str]], by: Sequence[str], columns: Sequence[
             raise PartitionedError(f"aggregate by {key!r}: no such column; the columns are {list(columns)}")
     if not out:
         raise PartitionedError("aggregate: name at least one (column, function)")
-    return Aggregate(tuple(out), tuple(by))
+    return Aggregate(tuple(out), tuple(by), tuple(extra) or None)
 
 
-def columns_read(agg: Aggregate) -> list[str]:
-    """The columns an aggregate reads, keys first."""
-    return list(dict.fromkeys([*agg.by, *(c for c, f in agg.functions if f != "count_all")]))
+def columns_read(agg: Aggregate, schema: pa.Schema | None = None) -> list[str]:
+    """The columns of ``schema`` an aggregate reads, keys first (a computed column's by those its expression reads)."""
+    named = [*agg.by, *(c for c, f in agg.functions if f != "count_all")]
+    if agg.computed:
+        if schema is None:
+            raise TypeError("the columns computed columns read are found in a schema: pass the dataset's schema")
+        defined = dict(agg.computed)
+        named = [c for c in named if c not in defined] + [c for text in defined.values() for c in evaluated(text, schema)[2]]
+    return list(dict.fromkeys(named))
+
+
+@functools.lru_cache(maxsize=256)
+def evaluated(text: str, schema: pa.Schema) -> tuple[pc.Expression, pa.DataType, tuple[str, ...]]:
+    """A computed column's expression over ``schema`` (parsed once per text and schema: each partition asks again)."""
+    return parse_sql_value(text, schema)
+
+
+def with_computed(table: pa.Table, agg: Aggregate, where: str = "ticket.aggregate.computed") -> pa.Table:
+    """``table`` with the aggregate's computed columns appended, each evaluated as DuckDB would, or RequestRejected:
+    an expression that reads what the table lacks, a checked overflow, a float value that is not finite (DuckDB
+    refuses a DOUBLE overflow and gives NULL for ``x / 0``; Arrow gives infinity)."""
+    if not agg.computed:
+        return table
+    expressions, names = [pc.field(n) for n in table.column_names], list(table.column_names)
+    for name, text in agg.computed:
+        if name in names:
+            raise RequestRejected(f"{where}: {name!r} is already a column", field=where)
+        try:
+            expression, _type, _reads = evaluated(text, table.schema)
+        except InvalidExpression as exc:
+            raise InvalidExpression(str(exc), field=where) from None
+        expressions.append(expression)
+        names.append(name)
+    source = acero.Declaration("table_source", acero.TableSourceNodeOptions(table))
+    plan = acero.Declaration.from_sequence([source, acero.Declaration("project", acero.ProjectNodeOptions(expressions, names))])
+    try:
+        out = plan.to_table(use_threads=False)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+        raise InvalidExpression(f"{where}: cannot be computed here ({str(exc)[:200]})", field=where) from None
+    for name, _text in agg.computed:
+        values = out.column(name)
+        if pa.types.is_floating(values.type) and pc.all(pc.is_finite(values)).as_py() is False:
+            raise InvalidExpression(f"{where}: {name!r} is not finite on some row (infinity or NaN), where DuckDB "
+                                    "refuses or gives NULL", field=where)
+    return out
 
 
 def _partial_pairs(agg: Aggregate) -> list[tuple[str, str]]:
@@ -93,7 +152,8 @@ def _result_name(column: str, function: str) -> str:
 
 def partial(table: pa.Table, agg: Aggregate) -> pa.Table:
     """One partition's partial result: the keys, then one column ``p{k}`` per partial function."""
-    for column in columns_read(agg):
+    table = with_computed(table, agg)
+    for column in dict.fromkeys([*agg.by, *(c for c, f in agg.functions if f != "count_all")]):
         if column not in table.column_names:
             raise RequestRejected(f"ticket.aggregate: no column {column!r} in this partition", field="ticket.aggregate")
     pairs = _partial_pairs(agg)
@@ -109,7 +169,7 @@ def partial(table: pa.Table, agg: Aggregate) -> pa.Table:
 def combine(partials: Sequence[pa.Table], agg: Aggregate, schema: pa.Schema) -> pa.Table:
     """The final result from every partition's partial (``schema``: the dataset's, for an empty result's types)."""
     if not partials:
-        empty = _with_exact_columns(schema.empty_table(), agg.functions)
+        empty = _with_exact_columns(with_computed(schema.empty_table(), agg), agg.functions)
         result = empty.group_by(list(agg.by), use_threads=False).aggregate([_arrow_pair(c, f) for c, f in agg.functions])
         return result.rename_columns([*agg.by, *(_output_name(c, f) for c, f in agg.functions)])
     pairs = _partial_pairs(agg)

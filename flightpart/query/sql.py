@@ -30,7 +30,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.types as pat
 
-from flightpart.errors import InvalidFilter
+from flightpart.errors import InvalidExpression, InvalidFilter
 from flightpart.frames import widens_losslessly
 
 _CALL = pc.Expression._call
@@ -56,10 +56,39 @@ def parse_sql_predicate(text: str, schema: pa.Schema) -> pc.Expression:
         raise InvalidFilter("a filter text must be a non-empty SQL expression such as \"fare > 10 AND zone = 'JFK'\"",
                             field="filter")
     try:
-        tree = sqlglot.parse_one(text, read="duckdb")
+        return _Translator(schema, text).boolean(sqlglot.parse_one(text, read="duckdb"))
     except (ParseError, TokenError) as exc:
         raise InvalidFilter(f"filter {text!r}: not a SQL expression ({str(exc).splitlines()[0][:200]})", field="filter") from None
-    return _Translator(schema, text).boolean(tree)
+    except RecursionError:
+        raise InvalidFilter(f"filter {text[:200]!r}...: nested too deeply", field="filter") from None
+
+
+def parse_sql_value(text: str, schema: pa.Schema) -> tuple[pc.Expression, pa.DataType, tuple[str, ...]]:
+    """A computed column: the value the SQL expression ``text`` has on each row of ``schema``, its Arrow type, and the
+    columns it reads; or InvalidExpression.
+
+    What translates is what gives DuckDB's value exactly: ``+ - * /`` on integers and DOUBLE columns (a checked
+    overflow, which DuckDB refuses too, is an error, never a wrapped value; no FLOAT and no decimal literal with
+    integers, which DuckDB computes as FLOAT or DECIMAL), widening numeric casts, and ``date_trunc(unit, column)``
+    of a date or a timestamp without time zone (a TIMESTAMP, as DuckDB returns). Nodes compute a float value only
+    when it is finite: DuckDB refuses a DOUBLE overflow and gives NULL for ``x / 0`` where Arrow gives infinity.
+    """
+    import sqlglot
+    from sqlglot.errors import ParseError, TokenError
+
+    if not isinstance(text, str) or not text.strip():
+        raise InvalidExpression("an expression must be non-empty SQL such as \"fare * 100\"", field="computed")
+    translator = _Translator(schema, text, computing=True)
+    try:
+        value = translator.value(sqlglot.parse_one(text, read="duckdb"))
+    except (ParseError, TokenError) as exc:
+        raise InvalidExpression(f"expression {text[:200]!r}: not SQL ({str(exc).splitlines()[0][:200]})",
+                                field="computed") from None
+    except RecursionError:
+        raise InvalidExpression(f"expression {text[:200]!r}...: nested too deeply", field="computed") from None
+    if value.is_literal or value.type is None:
+        raise InvalidExpression(f"expression {text!r}: computes no column (name at least one column)", field="computed")
+    return value.expression, value.type, tuple(n for n in schema.names if n in translator.read)
 
 
 def column_value(schema: pa.Schema, name: str) -> Value:
@@ -90,9 +119,11 @@ class _Named:
 
 
 class _Translator:
-    def __init__(self, schema: pa.Schema, text: str):
+    def __init__(self, schema: pa.Schema, text: str, *, computing: bool = False):
         self.schema = schema
         self.text = text
+        self.computing = computing  # a computed column's value, not a filter: DuckDB's arithmetic types, exactly
+        self.read: set[str] = set()
         from sqlglot import exp
 
         self.exp = exp
@@ -102,6 +133,8 @@ class _Translator:
                                              e.Div: "divide"}
 
     def fail(self, what: str) -> InvalidFilter:
+        if self.computing:
+            return InvalidExpression(f"expression {self.text!r}: {what}", field="computed")
         return InvalidFilter(f"filter {self.text!r}: {what}", field="filter")
 
     # ------------------------------------------------------------------ booleans
@@ -158,6 +191,8 @@ class _Translator:
             return Value(pc.scalar(None), None, None, True)
         if isinstance(node, e.Cast):
             return self.cast(node)
+        if isinstance(node, (e.TimestampTrunc, e.DateTrunc)):
+            return self.truncated(node)
         raise self.fail(f"{node.sql(dialect='duckdb')!r} is not supported (columns, literals, comparisons, AND/OR/NOT, IN, "
                         "BETWEEN, LIKE, IS NULL, CAST and + - * / are; functions are not)")
 
@@ -174,7 +209,22 @@ class _Translator:
                 raise self.fail(f"no column {name!r}; the columns are {self.schema.names}{hint}")
             name = folded[0]
         field = self.schema.field(name)
+        self.read.add(name)
         return Value(pc.field(name), None if pat.is_null(field.type) else field.type)  # null: type not known
+
+    def truncated(self, node: Any) -> Value:
+        """``date_trunc('month', column)``: the column floored to the unit, as a TIMESTAMP (microseconds), the type
+        DuckDB returns for dates and timestamps alike; weeks start on Monday, as ISO's and DuckDB's do."""
+        unit = node.args.get("unit")
+        name = (unit.name if unit is not None else "").lower()
+        if name not in _TRUNCATED_UNITS:
+            raise self.fail(f"date_trunc by {name!r} is not translated (units: {', '.join(_TRUNCATED_UNITS)})")
+        inner = self.value(node.this)
+        if inner.is_literal or not _temporal(inner.type) or getattr(inner.type, "tz", None) is not None:
+            raise self.fail(f"{node.sql(dialect='duckdb')!r}: date_trunc of a date or timestamp column without time zone "
+                            "is translated (DuckDB truncates a zoned one in its session's time zone)")
+        floored = _CALL("floor_temporal", [inner.expression], pc.RoundTemporalOptions(1, name))
+        return Value(floored.cast(pa.timestamp("us"), safe=False), pa.timestamp("us"))
 
     def literal(self, value: Any, type: pa.DataType | None = None) -> Value:
         scalar = pa.scalar(value, type=type) if type is not None else pa.scalar(value)
@@ -393,6 +443,8 @@ class _Translator:
         for side in (left, right):
             self.need_numeric(side, node)
         function = self.arithmetic[type(node)]
+        if self.computing:
+            self.need_duckdb_arithmetic(left, right, node)
         if left.type is not None and right.type is not None:
             left, right = self.same_number_type(left, right)
         lhs, rhs = left.expression, right.expression
@@ -402,6 +454,19 @@ class _Translator:
             return Value(_CALL("divide", [lhs, rhs]), pa.float64())
         result_type = pa.float64() if (_floating(left.type) or _floating(right.type)) else (left.type or right.type)
         return Value(_CALL(function, [lhs, rhs]), result_type)
+
+    def need_duckdb_arithmetic(self, left: Value, right: Value, node: Any) -> None:
+        """A computed value's arithmetic only where Arrow's gives DuckDB's value: no FLOAT (DuckDB computes in
+        FLOAT, not DOUBLE), no decimal literal beside integers only (DuckDB computes a DECIMAL)."""
+        types = [v.type for v in (left, right)]
+        if any(t is not None and pat.is_floating(t) and t != pa.float64() for t in types):
+            raise self.fail(f"{node.sql(dialect='duckdb')!r}: arithmetic on FLOAT is not translated (DOUBLE is)")
+        columns_floating = any(_floating(v.type) for v in (left, right) if not v.is_literal)
+        if not columns_floating and any(v.is_literal and isinstance(v.literal, float) for v in (left, right)):
+            raise self.fail(f"{node.sql(dialect='duckdb')!r}: a decimal literal with integers is computed as a DECIMAL "
+                            "by DuckDB, not translated")
+        if left.is_literal and right.is_literal:
+            raise self.fail(f"{node.sql(dialect='duckdb')!r}: arithmetic of literals alone is not translated")
 
     def need_numeric(self, value: Value, node: Any) -> None:
         if value.type is not None and not (pat.is_integer(value.type) or pat.is_floating(value.type)):
@@ -427,6 +492,10 @@ def _fits(value: Any, t: pa.DataType) -> bool:
     if pat.is_signed_integer(t):
         return -(1 << (bits - 1)) <= value < (1 << (bits - 1))
     return 0 <= value < (1 << bits)
+
+
+_TRUNCATED_UNITS = ("year", "quarter", "month", "week", "day", "hour", "minute", "second", "millisecond", "microsecond")
+"""The units of ``date_trunc`` Arrow's ``floor_temporal`` computes as DuckDB does."""
 
 
 def _floating(t: pa.DataType | None) -> bool:

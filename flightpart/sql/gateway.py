@@ -227,8 +227,10 @@ class Gateway:
         if planned is not None:
             parts = [f"{', '.join('count(*)' if f == 'count_all' else f'{f}({c})' for c, f in aggregates)} "
                      f"by {', '.join(keys) or 'nothing'}" for keys, aggregates in planned.groupings]
+            computed = "".join(f", {name} = {text}" for name, text in planned.computed.items())
             what = (f"{planned.table}: partial aggregates " + "; ".join(parts)
-                    + (f" where {planned.where}" if planned.where else "") + ", one row per group and partition")
+                    + (f" where {planned.where}" if planned.where else "") + ", one row per group and partition"
+                    + (f"; computing{computed[1:]}" if computed else ""))
             steps = [*first, ("aggregate", "nodes", what, moved, None),
                      ("finish", "catalog (DuckDB)", planned.final, 0, answer.num_rows)]
         elif top is not None:

@@ -33,6 +33,8 @@ class Plan(NamedTuple):
     final: str
     joined: tuple[str, ...] = ()
     """Other datasets ``final`` reads (a join's other side), whole, as DuckDB scans."""
+    computed: dict[str, str] = {}  # a NamedTuple's default: never changed in place
+    """Columns the nodes compute from SQL expressions before they aggregate (see :mod:`.computed`), by name."""
 
 
 def distinct_columns(distinct: Any, *, qualified: bool = False) -> tuple[str, ...] | None:

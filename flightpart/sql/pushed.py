@@ -28,7 +28,9 @@ from typing import Any
 import pyarrow as pa
 
 from flightpart.errors import FlightpartError
+from flightpart.query.sql import parse_sql_value
 
+from .computed import computed_on_nodes
 from .partials import (
     GROUPING,
     Plan,
@@ -74,6 +76,13 @@ def plan(query: str, known: set[str], open_dataset: Callable[[str], Any] | None 
     table = source.this if source is not None else None
     if not isinstance(table, exp.Table) or table.db or table.name not in known:
         return None
+    schema = open_dataset(table.name).schema if open_dataset is not None else None
+    computed: dict[str, str] = {}
+    if schema is not None:
+        rewritten = computed_on_nodes(tree, schema)
+        if rewritten is None:
+            return None
+        computed, schema = rewritten
     group = tree.args.get("group")
     keys = [g.name for g in (group.expressions if group else [])]
     if group and not all(isinstance(g, exp.Column) and not g.table for g in group.expressions):
@@ -82,11 +91,12 @@ def plan(query: str, known: set[str], open_dataset: Callable[[str], Any] | None 
     if classified is None:
         return None
     found, distinct = classified
-    found = exact_sums(found, open_dataset(table.name).schema if open_dataset is not None else None)
+    found = exact_sums(found, schema)
     where = tree.args.get("where")
     where_text = where.this.sql(dialect="duckdb") if where is not None else None
     if distinct:
-        return _distinct_plan(tree, table, where_text, keys, distinct, found)
+        planned = _distinct_plan(tree, table, where_text, keys, distinct, found)
+        return planned._replace(computed=computed) if planned is not None else None
     if not found:
         return None
     if not _only_keys_outside_aggregates(tree, keys):
@@ -100,7 +110,8 @@ def plan(query: str, known: set[str], open_dataset: Callable[[str], Any] | None 
         final.set("having", None)
         final.set("where", exp.Where(this=having.this))
     final = final.transform(lambda node: _partial_column(node, found))
-    return Plan(table.name, where_text, [(keys, list(dict.fromkeys(found.values())))], final.sql(dialect="duckdb"))
+    return Plan(table.name, where_text, [(keys, list(dict.fromkeys(found.values())))], final.sql(dialect="duckdb"),
+                computed=computed)
 
 
 def _ordinals_named(tree: Any) -> bool:
@@ -116,9 +127,9 @@ def _ordinals_named(tree: Any) -> bool:
                 return False
             named = tree.expressions[position - 1]
             named = named.this if isinstance(named, exp.Alias) else named
-            if not isinstance(named, exp.Column):
+            if named.find(exp.AggFunc, exp.Window, exp.Star) is not None:
                 return False
-            key.replace(named.copy())
+            key.replace(named.copy())  # an expression: computed on the nodes when it can be (see .computed)
     return True
 
 
@@ -187,6 +198,16 @@ def _partial_column(node: Any, found: dict[str, tuple[str, str]]) -> Any:
         named = exp.column(partial_name(column, function), quoted=True)
         return hugeint(named) if function == "exact_sum" else named
     return node
+
+
+def _computed_floating(schema: pa.Schema, text: str | None) -> bool:
+    """Whether a computed column (its SQL text, None: not computed) is a floating-point value over ``schema``."""
+    if text is None:
+        return False
+    try:
+        return pa.types.is_floating(parse_sql_value(text, schema)[1])
+    except FlightpartError:
+        return True  # not computable here: run whole
 
 
 def _without_nan(ds: Any, column: str) -> bool:
@@ -289,17 +310,19 @@ def answer(query: str, known: set[str], open_dataset: Callable[[str], Any],
     if GROUPING in ds.schema.names:
         return None
     floating = {f.name for f in ds.schema if pa.types.is_floating(f.type)}
-    if any(k in floating for keys, _ in planned.groupings for k in keys):
+    if any(k in floating or _computed_floating(ds.schema, planned.computed.get(k))
+           for keys, _ in planned.groupings for k in keys):
         return None  # pyarrow groups -0.0 apart from 0.0, DuckDB does not: floating-point keys run whole
     if any(c in floating and f in ("min", "max") and not _without_nan(ds, c)
            for _, aggregates in planned.groupings for c, f in aggregates):
-        return None  # Arrow's min and max skip NaN; DuckDB ranks NaN above every number
+        return None  # Arrow's min and max skip NaN; DuckDB ranks NaN above every number (a computed value is
+        # computed only when finite: see flightpart.query.aggregates.with_computed)
     tables = []
     try:
         if planned.where is not None:
             ds = ds.filter(planned.where)
         for grouping, (keys, aggregates) in enumerate(planned.groupings):
-            partials = ds.aggregate(aggregates, by=keys)
+            partials = ds.aggregate(aggregates, by=keys, computed=planned.computed or None)
             partials = partials.rename_columns([*keys, *(partial_name(c, f) for c, f in aggregates)])
             tables.append(partials.append_column(GROUPING, pa.array([grouping] * partials.num_rows, pa.int32())))
     except UNEXPRESSED:

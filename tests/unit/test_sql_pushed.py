@@ -11,7 +11,7 @@ KNOWN = {"trips", "zones"}
 
 
 def test_a_group_by_becomes_partials_and_a_query_over_them():
-    table, where, groupings, final, _joined = plan(
+    table, where, groupings, final, _joined, _computed = plan(
         "SELECT payment, count(*) AS n, avg(fare) AS fare FROM trips WHERE distance > 1 GROUP BY payment "
         "HAVING count(*) > 10 ORDER BY n DESC LIMIT 3", KNOWN)
     assert (table, where, groupings) == ("trips", "distance > 1", [(["payment"], [("", "count_all"), ("fare", "mean")])])
@@ -20,23 +20,23 @@ def test_a_group_by_becomes_partials_and_a_query_over_them():
 
 
 def test_a_global_aggregate_has_no_keys():
-    _table, where, [(keys, aggregates)], _final, _joined = plan("SELECT sum(fare) AS s, min(pickup_at) FROM trips", KNOWN)
+    _table, where, [(keys, aggregates)], _final, _joined, _computed = plan("SELECT sum(fare) AS s, min(pickup_at) FROM trips", KNOWN)
     assert (where, keys, sorted(aggregates)) == (None, [], [("fare", "sum"), ("pickup_at", "min")])
 
 
 def test_count_distinct_is_grouped_by_its_column_on_the_nodes_and_counted_at_the_catalog():
-    table, where, groupings, final, _joined = plan(
+    table, where, groupings, final, _joined, _computed = plan(
         "SELECT payment, count(DISTINCT pickup_zone) AS zones FROM trips WHERE fare > 5 GROUP BY payment "
         "HAVING count(DISTINCT pickup_zone) > 3 ORDER BY zones DESC", KNOWN)
     assert (table, where, groupings) == ("trips", "fare > 5", [(["payment", "pickup_zone"], [("", "count_all")])])
     assert f"FROM {PARTIALS}" in final and f'COUNT("pickup_zone") FILTER(WHERE "{GROUPING}" = 0)' in final
     assert "GROUP BY payment" in final and "HAVING" in final and "DISTINCT" not in final
-    _t, _w, [(keys, _a)], final, _j = plan("SELECT count(DISTINCT pickup_zone) FROM trips", KNOWN)
+    _t, _w, [(keys, _a)], final, _j, _c = plan("SELECT count(DISTINCT pickup_zone) FROM trips", KNOWN)
     assert keys == ["pickup_zone"] and "GROUP BY" not in final
 
 
 def test_count_distinct_beside_other_aggregates_has_a_grouping_by_the_keys_for_them():
-    table, where, groupings, final, _joined = plan(
+    table, where, groupings, final, _joined, _computed = plan(
         "SELECT payment, count(DISTINCT pickup_zone) AS zones, sum(fare) AS s, avg(tip) AS a, count(*) AS n "
         "FROM trips WHERE fare > 5 GROUP BY payment HAVING count(*) > 3 ORDER BY s DESC", KNOWN)
     assert (table, where) == ("trips", "fare > 5")
@@ -48,12 +48,12 @@ def test_count_distinct_beside_other_aggregates_has_a_grouping_by_the_keys_for_t
             f'SUM("flightpart count(tip)") FILTER(WHERE "{GROUPING}" = 0) AS a' in final)
     assert (f'HAVING CAST(COALESCE(SUM("flightpart count_all()") FILTER(WHERE "{GROUPING}" = 0), 0) AS BIGINT) > 3'
             in final)
-    _t, _w, groupings, final, _j = plan("SELECT count(DISTINCT pickup_zone), sum(fare) FROM trips", KNOWN)
+    _t, _w, groupings, final, _j, _c = plan("SELECT count(DISTINCT pickup_zone), sum(fare) FROM trips", KNOWN)
     assert groupings == [([], [("fare", "sum")]), (["pickup_zone"], [("", "count_all")])] and "GROUP BY" not in final
 
 
 def test_several_distinct_counts_are_a_grouping_each_and_a_tuple_counts_its_combinations():
-    _t, _w, groupings, final, _j = plan(
+    _t, _w, groupings, final, _j, _c = plan(
         "SELECT payment, count(DISTINCT pickup_zone) AS z, count(DISTINCT vendor) AS v, "
         "count(DISTINCT (vendor, passengers)) AS vp, count(DISTINCT pickup_zone) + 1 AS z1 FROM trips GROUP BY payment",
         KNOWN)

@@ -1,0 +1,78 @@
+"""Expressions of columns a query groups by or aggregates, computed by the nodes before they aggregate.
+
+``GROUP BY date_trunc('month', pickup)`` or ``sum(fare * 100)`` would otherwise leave the plans of
+:mod:`.pushed` with nothing to send the nodes but whole columns. Each such expression the nodes can compute as
+DuckDB does (:func:`flightpart.query.sql.parse_sql_value`: integer and DOUBLE arithmetic, ``date_trunc``) becomes a
+column of its own for the nodes to compute (``Dataset.aggregate(computed=...)``), and the query is rewritten to read
+that column wherever the expression appears outside its WHERE: it then reads like a query over a table that has the
+column, and is planned as one. A query with an expression the nodes cannot compute exactly is left whole.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+
+from flightpart.errors import InvalidExpression
+from flightpart.query.sql import parse_sql_value
+
+from .partials import AGGREGATES
+
+COMPUTED = "flightpart computed"
+"""The names of computed columns, numbered: no column of a dataset or alias of a query takes one by chance."""
+
+
+def computed_on_nodes(tree: Any, schema: pa.Schema) -> tuple[dict[str, str], pa.Schema] | None:
+    """Rewrite ``tree`` (in place) to read a computed column for each grouping expression and each aggregated
+    expression; returns the columns to compute (name -> SQL text) and ``schema`` with them, or None when one cannot
+    be computed exactly on the nodes (the tree is then left as it was)."""
+    from sqlglot import exp
+
+    aliases = {e.alias: e.this for e in tree.expressions if isinstance(e, exp.Alias)}
+    group = tree.args.get("group")
+    wanted: list[Any] = []
+    for key in list(group.expressions) if group else []:
+        if isinstance(key, exp.Column) and not key.table and key.name not in schema.names and key.name in aliases:
+            key = key.replace(aliases[key.name].copy())  # GROUP BY an alias of an expression (a column wins, as in DuckDB)
+        if not isinstance(key, exp.Column):
+            wanted.append(key)
+    for aggregate in tree.find_all(exp.AggFunc):
+        value = aggregate.this
+        if type(aggregate).__name__ in AGGREGATES and isinstance(value, exp.Expression) \
+                and not isinstance(value, (exp.Column, exp.Star, exp.Distinct)) and value.find_ancestor(exp.Where) is None:
+            wanted.append(value)
+    if not wanted:
+        return {}, schema
+    computed: dict[str, str] = {}
+    by_text: dict[str, str] = {}
+    fields = list(schema)
+    for expression in wanted:
+        text = expression.sql(dialect="duckdb")
+        if text in by_text:
+            continue
+        if expression.find(exp.AggFunc, exp.Window) is not None:
+            return None
+        try:
+            _expression, type_, _reads = parse_sql_value(text, schema)
+        except InvalidExpression:
+            return None
+        name = f"{COMPUTED} {len(computed)}"
+        computed[name] = text
+        by_text[text] = name
+        fields.append(pa.field(name, type_))
+    where = tree.args.get("where")
+    tree.set("where", None)  # the nodes filter by the columns the WHERE names, before they compute
+
+    def as_column(node: Any) -> Any:
+        if isinstance(node, exp.Expression) and not isinstance(node, (exp.Column, exp.Literal, exp.Alias)):
+            name = by_text.get(node.sql(dialect="duckdb"))
+            if name is not None:
+                return exp.column(name, quoted=True)
+        return node
+
+    rewritten = tree.transform(as_column, copy=False)
+    assert rewritten is tree  # the root is a SELECT, never an expression computed
+    if where is not None:
+        tree.set("where", where)
+    return computed, pa.schema(fields)
