@@ -123,6 +123,7 @@ class _Translator:
         self.schema = schema
         self.text = text
         self.computing = computing  # a computed column's value, not a filter: DuckDB's arithmetic types, exactly
+        self.truncating = False  # translating date_trunc's column (the one place a computed value reads a temporal one)
         self.read: set[str] = set()
         from sqlglot import exp
 
@@ -209,6 +210,11 @@ class _Translator:
                 raise self.fail(f"no column {name!r}; the columns are {self.schema.names}{hint}")
             name = folded[0]
         field = self.schema.field(name)
+        if self.computing and pat.is_unsigned_integer(field.type):
+            raise self.fail(f"{name!r} is {field.type}: DuckDB's arithmetic of unsigned integers with signed ones is not "
+                            "translated (signed integers and DOUBLE are)")
+        if self.computing and _temporal(field.type) and not self.truncating:
+            raise self.fail(f"{name!r} is {field.type}: a date or timestamp is computed only by date_trunc")
         self.read.add(name)
         return Value(pc.field(name), None if pat.is_null(field.type) else field.type)  # null: type not known
 
@@ -219,15 +225,25 @@ class _Translator:
         name = (unit.name if unit is not None else "").lower()
         if name not in _TRUNCATED_UNITS:
             raise self.fail(f"date_trunc by {name!r} is not translated (units: {', '.join(_TRUNCATED_UNITS)})")
-        inner = self.value(node.this)
-        if inner.is_literal or not _temporal(inner.type) or getattr(inner.type, "tz", None) is not None:
-            raise self.fail(f"{node.sql(dialect='duckdb')!r}: date_trunc of a date or timestamp column without time zone "
-                            "is translated (DuckDB truncates a zoned one in its session's time zone)")
+        self.truncating = True
+        try:
+            inner = self.value(node.this)
+        finally:
+            self.truncating = False
+        if inner.is_literal or not _temporal(inner.type) or getattr(inner.type, "tz", None) is not None \
+                or getattr(inner.type, "unit", None) == "ns":
+            raise self.fail(f"{node.sql(dialect='duckdb')!r}: date_trunc of a date or of a timestamp column in s, ms or us "
+                            "without time zone is translated (DuckDB truncates a zoned one in its session's time zone, "
+                            "and rounds nanoseconds to microseconds first)")
         floored = _CALL("floor_temporal", [inner.expression], pc.RoundTemporalOptions(1, name))
-        return Value(floored.cast(pa.timestamp("us"), safe=False), pa.timestamp("us"))
+        # checked: a date or a timestamp past TIMESTAMP's range is an error, as in DuckDB, never a wrapped value
+        return Value(floored.cast(pa.timestamp("us"), safe=True), pa.timestamp("us"))
 
     def literal(self, value: Any, type: pa.DataType | None = None) -> Value:
-        scalar = pa.scalar(value, type=type) if type is not None else pa.scalar(value)
+        try:
+            scalar = pa.scalar(value, type=type) if type is not None else pa.scalar(value)
+        except (OverflowError, pa.ArrowInvalid):
+            raise self.fail(f"the literal {value!r:.60} does not fit {type or 'a 64-bit number'}") from None
         return Value(pc.scalar(scalar), scalar.type, value, True)
 
     def number_or_string(self, node: Any) -> Value:
@@ -250,6 +266,8 @@ class _Translator:
 
     def cast(self, node: Any) -> Value:
         target = _arrow_type(node.to.this.name, self)
+        if self.computing and not _numeric(target):
+            raise self.fail(f"{node.sql(dialect='duckdb')!r}: a computed value casts to numbers only")
         inner = self.value(node.this)
         if inner.is_literal:
             if inner.literal is None:
@@ -359,6 +377,9 @@ class _Translator:
                 if lit.is_literal and not other.is_literal and _fits(lit.literal, other.type):
                     typed = self.literal(lit.literal, other.type)
                     return (typed, right) if lit is left else (left, typed)
+            if (a == pa.uint64() and pat.is_signed_integer(b)) or (b == pa.uint64() and pat.is_signed_integer(a)):
+                raise self.fail("a UBIGINT meets a signed integer: int64 cannot hold both (DuckDB computes in a "
+                                "wider type), not translated")
             wide = pa.int64() if pat.is_signed_integer(a) or pat.is_signed_integer(b) or 64 in (a.bit_width, b.bit_width) else pa.uint64()
             if pat.is_unsigned_integer(a) and pat.is_unsigned_integer(b):
                 wide = a if a.bit_width >= b.bit_width else b
@@ -445,6 +466,10 @@ class _Translator:
         function = self.arithmetic[type(node)]
         if self.computing:
             self.need_duckdb_arithmetic(left, right, node)
+        if function != "divide" and all(v.type is not None and pat.is_signed_integer(v.type) for v in (left, right)) \
+                and not (left.is_literal and right.is_literal):
+            left, right = self.duckdb_integers(left, right)  # overflows where DuckDB's does, in filters too
+            return Value(_CALL(function, [left.expression, right.expression]), left.type)
         if left.type is not None and right.type is not None:
             left, right = self.same_number_type(left, right)
         lhs, rhs = left.expression, right.expression
@@ -467,6 +492,24 @@ class _Translator:
                             "by DuckDB, not translated")
         if left.is_literal and right.is_literal:
             raise self.fail(f"{node.sql(dialect='duckdb')!r}: arithmetic of literals alone is not translated")
+        if isinstance(node, self.exp.Mul) and any(v.is_literal and v.literal == 0 for v in (left, right)):
+            raise self.fail(f"{node.sql(dialect='duckdb')!r}: a product with the literal 0 is not translated (Arrow "
+                            "folds it to 0 where DuckDB may refuse an overflow of the other factor)")
+
+    def duckdb_integers(self, left: Value, right: Value) -> tuple[Value, Value]:
+        """Two signed integers in the type DuckDB computes them in: a literal takes the other side's type when it
+        fits it (DuckDB's integer literals do), else INTEGER or BIGINT, whichever holds it; then the wider of the
+        two. A checked operation in that type overflows where DuckDB's does."""
+        def own(value: Value, other: Value) -> pa.DataType:
+            if not value.is_literal:
+                return value.type
+            if other.is_literal or _fits(value.literal, other.type):
+                return other.type if not other.is_literal else pa.int32()
+            return pa.int32() if _fits(value.literal, pa.int32()) else pa.int64()
+
+        types = [own(left, right), own(right, left)]
+        target = max(types, key=lambda t: t.bit_width)
+        return self.widen(left, target), self.widen(right, target)
 
     def need_numeric(self, value: Value, node: Any) -> None:
         if value.type is not None and not (pat.is_integer(value.type) or pat.is_floating(value.type)):

@@ -10,6 +10,7 @@ column, and is planned as one. A query with an expression the nodes cannot compu
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pyarrow as pa
@@ -23,18 +24,23 @@ COMPUTED = "flightpart computed"
 """The names of computed columns, numbered: no column of a dataset or alias of a query takes one by chance."""
 
 
-def computed_on_nodes(tree: Any, schema: pa.Schema) -> tuple[dict[str, str], pa.Schema] | None:
+def computed_on_nodes(tree: Any, schema: pa.Schema, query: str) -> tuple[dict[str, str], pa.Schema] | None:
     """Rewrite ``tree`` (in place) to read a computed column for each grouping expression and each aggregated
-    expression; returns the columns to compute (name -> SQL text) and ``schema`` with them, or None when one cannot
-    be computed exactly on the nodes (the tree is then left as it was)."""
+    expression (``query``: its text); returns the columns to compute (name -> SQL text) and ``schema`` with them, or
+    None when one cannot be computed exactly on the nodes."""
     from sqlglot import exp
 
-    aliases = {e.alias: e.this for e in tree.expressions if isinstance(e, exp.Alias)}
+    if _unit_not_quoted(query):
+        return None  # date_trunc(unit_column, ts): sqlglot reads a column named like a unit as that unit
+    aliases = {e.alias.lower(): e.this for e in tree.expressions if isinstance(e, exp.Alias)}
+    columns = {name.lower() for name in schema.names}
     group = tree.args.get("group")
     wanted: list[Any] = []
     for key in list(group.expressions) if group else []:
-        if isinstance(key, exp.Column) and not key.table and key.name not in schema.names and key.name in aliases:
-            key = key.replace(aliases[key.name].copy())  # GROUP BY an alias of an expression (a column wins, as in DuckDB)
+        named = key.name.lower() if isinstance(key, exp.Column) and not key.table else None
+        if named is not None and named not in columns and named in aliases:
+            key = key.replace(aliases[named].copy())  # GROUP BY an alias of an expression (a column wins, as in DuckDB,
+            # whatever the letters' case)
         if not isinstance(key, exp.Column):
             wanted.append(key)
     for aggregate in tree.find_all(exp.AggFunc):
@@ -76,3 +82,12 @@ def computed_on_nodes(tree: Any, schema: pa.Schema) -> tuple[dict[str, str], pa.
     if where is not None:
         tree.set("where", where)
     return computed, pa.schema(fields)
+
+
+_TRUNC_UNQUOTED = re.compile(r"date_?trunc\s*\(\s*(?!')", re.IGNORECASE)
+
+
+def _unit_not_quoted(query: str) -> bool:
+    """Whether a ``date_trunc`` of ``query`` takes its unit from anything but a string literal (a column whose
+    values DuckDB reads as units, row by row)."""
+    return _TRUNC_UNQUOTED.search(query) is not None

@@ -79,7 +79,7 @@ def plan(query: str, known: set[str], open_dataset: Callable[[str], Any] | None 
     schema = open_dataset(table.name).schema if open_dataset is not None else None
     computed: dict[str, str] = {}
     if schema is not None:
-        rewritten = computed_on_nodes(tree, schema)
+        rewritten = computed_on_nodes(tree, schema, query)
         if rewritten is None:
             return None
         computed, schema = rewritten
