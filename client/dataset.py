@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from flightpart import frames
-from flightpart.errors import PartitionedError
+from flightpart.errors import LimitExceeded, PartitionedError
 from flightpart.io.allocator import keep_freed_memory
 from flightpart.io.hosts import host_addresses
 from flightpart.query import aggregates, filters
@@ -41,6 +41,24 @@ READ_WINDOW = 128 << 20
 consumer, at most (``window=`` changes it per read)."""
 READS_IN_FLIGHT = 2
 """Threads a streamed read reads ahead on."""
+
+
+AGGREGATE_SLICE = 64
+"""Partitions whose partial aggregates are asked for at a time when ``aggregate(max_bytes=)`` bounds them."""
+
+
+class _Taken:
+    """Bytes of partial results taken in so far, against a bound (None: none)."""
+
+    def __init__(self, most: int | None):
+        self.most, self.bytes = most, 0
+
+    def add(self, tables: list[pa.Table]) -> list[pa.Table]:
+        self.bytes += sum(t.nbytes for t in tables)
+        if self.most is not None and self.bytes > self.most:
+            raise LimitExceeded(f"aggregate: the partial results reached {self.bytes:,} bytes, more than max_bytes="
+                                f"{self.most:,}; group by a key with fewer values, or read the rows", field="max_bytes")
+        return tables
 
 
 class Dataset:
@@ -435,7 +453,7 @@ class Dataset:
         return self.to_reader().__arrow_c_stream__(requested_schema)
 
     def aggregate(self, aggregations: Sequence[tuple[str, str]], by: Sequence[str] | str = (),
-                  computed: Mapping[str, str] | None = None) -> pa.Table:
+                  computed: Mapping[str, str] | None = None, *, max_bytes: int | None = None) -> pa.Table:
         """``pyarrow``'s ``group_by(by).aggregate(aggregations)`` over the view, computed next to the data.
 
         Functions: sum, min, max, count, count_all (column ignored), mean, and exact_sum (integers and booleans
@@ -448,6 +466,10 @@ class Dataset:
         that are expressions (``{"month": "date_trunc('month', pickup)", "cents": "fare * 100"}``): arithmetic on
         integers and DOUBLE and ``date_trunc`` of dates and timestamps, computed as DuckDB computes them, or
         InvalidExpression (see :func:`flightpart.query.sql.parse_sql_value`).
+
+        ``max_bytes``: the most partial results this process takes in (grouped by a key with about as many values
+        as rows, the partials are about as large as the rows): past it, LimitExceeded, once at most one more slice of
+        :data:`AGGREGATE_SLICE` partitions has arrived. None: no bound.
         """
         self._check_readable()
         schema = self.schema
@@ -456,11 +478,14 @@ class Dataset:
         reads = read + list(self.view.filter.columns if self.view.filter else ())
         blocks = self._blocks(counted=self.view.matched is not None)
         j = self._plan.group_with(reads)
+        taken = _Taken(max_bytes)
         if j is not None:
-            partials = self._get([self._plan.ref(b, j, None, aggregate=agg) for b in blocks]) if blocks else []
+            refs = [self._plan.ref(b, j, None, aggregate=agg) for b in blocks]
+            step = AGGREGATE_SLICE if max_bytes is not None else max(len(refs), 1)
+            partials = [t for k in range(0, len(refs), step) for t in taken.add(self._get(refs[k:k + step]))]
         else:
             view = self._reading(read)
-            partials = [aggregates.partial(view._read_block(b), agg) for b in blocks]
+            partials = [t for b in blocks for t in taken.add([aggregates.partial(view._read_block(b), agg)])]
         return aggregates.combine(partials, agg, self._info.schema)
 
     def top(self, limit: int, by: Any) -> pa.Table:

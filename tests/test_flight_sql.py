@@ -85,6 +85,25 @@ def test_an_answer_larger_than_the_catalog_holds_is_refused_with_a_code(taxi, mo
     assert answer(conn, "SELECT count(*) AS n FROM trips").column("n").to_pylist() == [ROWS]
 
 
+def test_partials_past_the_catalogs_budget_run_the_query_whole_and_right(taxi, cluster, monkeypatch):
+    """A GROUP BY on a key with about as many values as rows would have the nodes send about the rows as partials,
+    held at the catalog outside DuckDB's memory limit: past PARTIAL_BYTES the query runs whole (DuckDB aggregating
+    the scans within its limit), and answers the same; a GROUP BY with few groups still runs on the nodes."""
+    from flightpart.sql import pushed
+
+    _table, _zones, conn = taxi
+    monkeypatch.setattr(pushed, "PARTIAL_BYTES", 50_000)
+    many = ("SELECT pickup_at, count(*) AS n, sum(fare) AS f FROM trips GROUP BY pickup_at "
+            "ORDER BY n DESC, pickup_at LIMIT 5")
+    rows_moved_answering(taxi, cluster, many)
+    assert answer(conn, "EXPLAIN " + many).to_pylist()[0]["step"] != "aggregate"
+    few = "SELECT payment, count(*) AS n FROM trips GROUP BY payment ORDER BY payment"
+    assert rows_moved_answering(taxi, cluster, few) <= 4 * 6
+    assert answer(conn, "EXPLAIN " + few).to_pylist()[0]["step"] == "aggregate"
+    with fp.connect(cluster.uri) as client, pytest.raises(fp.LimitExceeded, match="max_bytes=10,000"):
+        client.open("trips").aggregate([("fare", "sum")], by="pickup_at", max_bytes=10_000)
+
+
 def test_a_version_is_a_table_too(taxi, cluster):
     table, _zones, conn = taxi
     with fp.connect(cluster.uri) as writer:

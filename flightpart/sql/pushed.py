@@ -47,6 +47,9 @@ from .partials import (
     unplannable,
 )
 
+PARTIAL_BYTES = 256 << 20
+"""Partial aggregates the catalog takes in for one query (a GROUP BY on a key with about as many values as rows moves
+about as much as its rows): past it the query runs whole, DuckDB aggregating the scans within its memory limit."""
 UNEXPRESSED = (FlightpartError, KeyError, ValueError, TypeError, OverflowError, pa.ArrowException)
 """What a filter or an aggregate flightpart cannot express raises (an unknown name, a literal out of its column's
 range, a type Arrow cannot compare): the query is then run whole, and DuckDB says what it says."""
@@ -317,16 +320,19 @@ def answer(query: str, known: set[str], open_dataset: Callable[[str], Any],
            for _, aggregates in planned.groupings for c, f in aggregates):
         return None  # Arrow's min and max skip NaN; DuckDB ranks NaN above every number (a computed value is
         # computed only when finite: see flightpart.query.aggregates.with_computed)
-    tables = []
+    tables, taken = [], 0
     try:
         if planned.where is not None:
             ds = ds.filter(planned.where)
         for grouping, (keys, aggregates) in enumerate(planned.groupings):
-            partials = ds.aggregate(aggregates, by=keys, computed=planned.computed or None)
+            partials = ds.aggregate(aggregates, by=keys, computed=planned.computed or None,
+                                    max_bytes=max(PARTIAL_BYTES - taken, 0))
+            taken += partials.nbytes
             partials = partials.rename_columns([*keys, *(partial_name(c, f) for c, f in aggregates)])
             tables.append(partials.append_column(GROUPING, pa.array([grouping] * partials.num_rows, pa.int32())))
     except UNEXPRESSED:
-        return None  # a filter or an aggregate flightpart cannot express exactly: DuckDB runs the query whole
+        return None  # a filter or an aggregate flightpart cannot express exactly, or partials past PARTIAL_BYTES:
+        # DuckDB runs the query whole
     try:
         partials = pa.concat_tables(tables, promote_options="default")
     except (pa.ArrowInvalid, pa.ArrowTypeError):
