@@ -43,8 +43,9 @@ READS_IN_FLIGHT = 2
 """Threads a streamed read reads ahead on."""
 
 
-AGGREGATE_SLICE = 64
-"""Partitions whose partial aggregates are asked for at a time when ``aggregate(max_bytes=)`` bounds them."""
+AGGREGATE_SLICE = 256
+"""Partitions whose partial aggregates are asked for at a time when ``aggregate(max_bytes=)`` bounds them (the bound
+is checked after each slice: it may be passed by at most one slice's partials)."""
 
 
 class _Taken:

@@ -342,7 +342,7 @@ class Aggregate(Message):
 
     functions: tuple[tuple[str, str], ...] = _field(p_list(_p_function, 1000))
     by: tuple[str, ...] = _field(p_list(p_str, 100), ())
-    computed: tuple[tuple[str, str], ...] | None = _field(p_optional(p_list(_p_computed, 100)), None,
+    computed: tuple[tuple[str, str], ...] | None = _field(p_optional(p_list(_p_computed, 32)), None,
                                                           omitted_when_none=True)
 
 

@@ -43,6 +43,9 @@ def spec(pairs: Sequence[tuple[str, str]], by: Sequence[str], columns: Sequence[
             raise TypeError("computed columns are checked against a schema: pass the dataset's schema as columns")
         if not isinstance(name, str) or not name or name in columns:
             raise PartitionedError(f"computed column {name!r}: name it with a string that is not a column of the dataset")
+        if not isinstance(text, str):
+            raise InvalidExpression(f"computed column {name!r}: give its SQL expression as text, got {type(text).__name__}",
+                                    field="computed")
         evaluated(text, schema)  # InvalidExpression, naming what cannot be computed exactly
         extra.append((name, text))
     columns = [*columns, *(name for name, _ in extra)]
@@ -73,7 +76,8 @@ def columns_read(agg: Aggregate, schema: pa.Schema | None = None) -> list[str]:
         if schema is None:
             raise TypeError("the columns computed columns read are found in a schema: pass the dataset's schema")
         defined = dict(agg.computed)
-        named = [c for c in named if c not in defined] + [c for text in defined.values() for c in evaluated(text, schema)[2]]
+        named = [c for c in named if c not in defined] + [c for name in named if name in defined
+                                                          for c in evaluated(defined[name], schema)[2]]
     return list(dict.fromkeys(named))
 
 
@@ -84,13 +88,15 @@ def evaluated(text: str, schema: pa.Schema) -> tuple[pc.Expression, pa.DataType,
 
 
 def with_computed(table: pa.Table, agg: Aggregate, where: str = "ticket.aggregate.computed") -> pa.Table:
-    """``table`` with the aggregate's computed columns appended, each evaluated as DuckDB would, or RequestRejected:
-    an expression that reads what the table lacks, a checked overflow, a float value that is not finite (DuckDB
-    refuses a DOUBLE overflow and gives NULL for ``x / 0``; Arrow gives infinity)."""
-    if not agg.computed:
+    """``table`` with the aggregate's computed columns its keys and functions use appended, each evaluated as DuckDB
+    would, or RequestRejected: an expression that reads what the table lacks, a checked overflow, a float value
+    that is not finite (Arrow's min and max skip NaN, DuckDB ranks it above every number: such a query runs whole)."""
+    used = {*agg.by, *(c for c, _f in agg.functions)}
+    wanted = [(name, text) for name, text in agg.computed or () if name in used]
+    if not wanted:
         return table
     expressions, names = [pc.field(n) for n in table.column_names], list(table.column_names)
-    for name, text in agg.computed:
+    for name, text in wanted:
         if name in names:
             raise RequestRejected(f"{where}: {name!r} is already a column", field=where)
         try:
@@ -103,9 +109,9 @@ def with_computed(table: pa.Table, agg: Aggregate, where: str = "ticket.aggregat
     plan = acero.Declaration.from_sequence([source, acero.Declaration("project", acero.ProjectNodeOptions(expressions, names))])
     try:
         out = plan.to_table(use_threads=False)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, pa.ArrowMemoryError) as exc:
         raise InvalidExpression(f"{where}: cannot be computed here ({str(exc)[:200]})", field=where) from None
-    for name, _text in agg.computed:
+    for name, _text in wanted:
         values = out.column(name)
         if pa.types.is_floating(values.type) and pc.all(pc.is_finite(values)).as_py() is False:
             raise InvalidExpression(f"{where}: {name!r} is not finite on some row (infinity or NaN), where DuckDB "

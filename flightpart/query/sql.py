@@ -20,8 +20,10 @@ translation against DuckDB over random tables and predicates.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -45,6 +47,7 @@ class Value:
     type: pa.DataType | None
     literal: Any = None
     is_literal: bool = False
+    typed: bool = False  # a literal given its type by a CAST: DuckDB's untyped integer literals adapt, typed ones not
 
 
 def parse_sql_predicate(text: str, schema: pa.Schema) -> pc.Expression:
@@ -69,15 +72,19 @@ def parse_sql_value(text: str, schema: pa.Schema) -> tuple[pc.Expression, pa.Dat
 
     What translates is what gives DuckDB's value exactly: ``+ - * /`` on integers and DOUBLE columns (a checked
     overflow, which DuckDB refuses too, is an error, never a wrapped value; no FLOAT and no decimal literal with
-    integers, which DuckDB computes as FLOAT or DECIMAL), widening numeric casts, and ``date_trunc(unit, column)``
-    of a date or a timestamp without time zone (a TIMESTAMP, as DuckDB returns). Nodes compute a float value only
-    when it is finite: DuckDB refuses a DOUBLE overflow and gives NULL for ``x / 0`` where Arrow gives infinity.
+    integers, which DuckDB computes as FLOAT or DECIMAL), widening numeric casts, and ``date_trunc('unit', column)``
+    of a date or a timestamp without time zone (a TIMESTAMP, as DuckDB 2 returns). Nodes compute a float value only
+    when it is finite: Arrow's min and max skip NaN where DuckDB ranks it above every number, so a NaN or an
+    infinity sends the query to DuckDB whole. At most :data:`MAX_COMPUTED_STEPS` operations.
     """
     import sqlglot
     from sqlglot.errors import ParseError, TokenError
 
     if not isinstance(text, str) or not text.strip():
         raise InvalidExpression("an expression must be non-empty SQL such as \"fare * 100\"", field="computed")
+    if date_trunc_unit_not_quoted(text):
+        raise InvalidExpression(f"expression {text[:200]!r}: date_trunc takes its unit as a string literal here "
+                                "('month'); DuckDB reads a bare name as a column, its unit row by row", field="computed")
     translator = _Translator(schema, text, computing=True)
     try:
         value = translator.value(sqlglot.parse_one(text, read="duckdb"))
@@ -86,9 +93,24 @@ def parse_sql_value(text: str, schema: pa.Schema) -> tuple[pc.Expression, pa.Dat
                                 field="computed") from None
     except RecursionError:
         raise InvalidExpression(f"expression {text[:200]!r}...: nested too deeply", field="computed") from None
+    if translator.steps > MAX_COMPUTED_STEPS:
+        raise InvalidExpression(f"expression {text[:200]!r}: {translator.steps} operations, more than the "
+                                f"{MAX_COMPUTED_STEPS} a computed column may have", field="computed")
     if value.is_literal or value.type is None:
         raise InvalidExpression(f"expression {text!r}: computes no column (name at least one column)", field="computed")
     return value.expression, value.type, tuple(n for n in schema.names if n in translator.read)
+
+
+MAX_COMPUTED_STEPS = 64
+"""Operations (columns, literals, operators, functions) one computed column may have: a node evaluates it on every
+row of a partition, so a short ticket must not buy unbounded work."""
+_TRUNC_UNQUOTED = re.compile(r"date_?trunc\s*\(\s*(?!')", re.IGNORECASE)
+
+
+def date_trunc_unit_not_quoted(text: str) -> bool:
+    """Whether a ``date_trunc`` in ``text`` takes its unit from anything but a string literal (``date_trunc(s, ts)``:
+    DuckDB reads ``s`` as a column, its unit row by row; sqlglot reads a name like ``month`` as that unit)."""
+    return _TRUNC_UNQUOTED.search(text) is not None
 
 
 def column_value(schema: pa.Schema, name: str) -> Value:
@@ -124,6 +146,7 @@ class _Translator:
         self.text = text
         self.computing = computing  # a computed column's value, not a filter: DuckDB's arithmetic types, exactly
         self.truncating = False  # translating date_trunc's column (the one place a computed value reads a temporal one)
+        self.steps = 0  # operations translated (a computed column's cost on every row)
         self.read: set[str] = set()
         from sqlglot import exp
 
@@ -147,6 +170,7 @@ class _Translator:
         return value.expression
 
     def value(self, node: Any) -> Value:
+        self.steps += 1
         if node.args.get("negate"):  # sqlglot writes some NOT forms (x NOT LIKE p ESCAPE e) as a flag
             plain = node.copy()
             plain.set("negate", None)
@@ -271,8 +295,8 @@ class _Translator:
         inner = self.value(node.this)
         if inner.is_literal:
             if inner.literal is None:
-                return Value(pc.scalar(pa.scalar(None, target)), target, None, True)
-            return self.typed_literal(inner.literal, target, node)
+                return Value(pc.scalar(pa.scalar(None, target)), target, None, True, typed=True)
+            return dataclasses.replace(self.typed_literal(inner.literal, target, node), typed=True)
         if inner.type is not None and widens_losslessly(inner.type, target):
             return Value(inner.expression.cast(target, safe=False), target)
         raise self.fail(f"{node.sql(dialect='duckdb')!r}: a cast of a column from {inner.type} to {target} is not "
@@ -466,9 +490,9 @@ class _Translator:
         function = self.arithmetic[type(node)]
         if self.computing:
             self.need_duckdb_arithmetic(left, right, node)
-        if function != "divide" and all(v.type is not None and pat.is_signed_integer(v.type) for v in (left, right)) \
-                and not (left.is_literal and right.is_literal):
-            left, right = self.duckdb_integers(left, right)  # overflows where DuckDB's does, in filters too
+        if self.computing and function != "divide" and all(v.type is not None and pat.is_integer(v.type) for v in (left, right)):
+            left, right = self.duckdb_integers(left, right)  # overflows where DuckDB's does (not in filters: DuckDB
+            # folds a filter's constants across its comparison, and never computes the product that would overflow)
             return Value(_CALL(function, [left.expression, right.expression]), left.type)
         if left.type is not None and right.type is not None:
             left, right = self.same_number_type(left, right)
@@ -501,10 +525,10 @@ class _Translator:
         fits it (DuckDB's integer literals do), else INTEGER or BIGINT, whichever holds it; then the wider of the
         two. A checked operation in that type overflows where DuckDB's does."""
         def own(value: Value, other: Value) -> pa.DataType:
-            if not value.is_literal:
+            if not value.is_literal or value.typed:
                 return value.type
-            if other.is_literal or _fits(value.literal, other.type):
-                return other.type if not other.is_literal else pa.int32()
+            if _fits(value.literal, other.type):  # (two literals never meet here: refused before)
+                return other.type
             return pa.int32() if _fits(value.literal, pa.int32()) else pa.int64()
 
         types = [own(left, right), own(right, left)]

@@ -10,13 +10,13 @@ column, and is planned as one. A query with an expression the nodes cannot compu
 
 from __future__ import annotations
 
-import re
+import functools
 from typing import Any
 
 import pyarrow as pa
 
 from flightpart.errors import InvalidExpression
-from flightpart.query.sql import parse_sql_value
+from flightpart.query.sql import date_trunc_unit_not_quoted, parse_sql_value
 
 from .partials import AGGREGATES
 
@@ -30,7 +30,7 @@ def computed_on_nodes(tree: Any, schema: pa.Schema, query: str) -> tuple[dict[st
     None when one cannot be computed exactly on the nodes."""
     from sqlglot import exp
 
-    if _unit_not_quoted(query):
+    if date_trunc_unit_not_quoted(query):
         return None  # date_trunc(unit_column, ts): sqlglot reads a column named like a unit as that unit
     aliases = {e.alias.lower(): e.this for e in tree.expressions if isinstance(e, exp.Alias)}
     columns = {name.lower() for name in schema.names}
@@ -50,6 +50,13 @@ def computed_on_nodes(tree: Any, schema: pa.Schema, query: str) -> tuple[dict[st
             wanted.append(value)
     if not wanted:
         return {}, schema
+    if set(aliases) & columns:
+        return None  # an alias named like a column: DuckDB's HAVING binds the alias, a computed column the column
+    dates = {f.name.lower() for f in schema if pa.types.is_date(f.type)}
+    if not _date_trunc_of_a_date_is_a_timestamp() and any(
+            isinstance(t.this, exp.Column) and t.this.name.lower() in dates
+            for expression in wanted for t in expression.find_all(exp.TimestampTrunc, exp.DateTrunc)):
+        return None  # this DuckDB truncates a DATE to a DATE: the nodes' TIMESTAMP would print otherwise
     computed: dict[str, str] = {}
     by_text: dict[str, str] = {}
     fields = list(schema)
@@ -84,10 +91,11 @@ def computed_on_nodes(tree: Any, schema: pa.Schema, query: str) -> tuple[dict[st
     return computed, pa.schema(fields)
 
 
-_TRUNC_UNQUOTED = re.compile(r"date_?trunc\s*\(\s*(?!')", re.IGNORECASE)
 
+@functools.lru_cache(maxsize=1)
+def _date_trunc_of_a_date_is_a_timestamp() -> bool:
+    """Whether the DuckDB here returns a TIMESTAMP for ``date_trunc`` of a DATE, as the nodes compute it (DuckDB 2
+    does; DuckDB 1.1 returned a DATE for some units)."""
+    import duckdb
 
-def _unit_not_quoted(query: str) -> bool:
-    """Whether a ``date_trunc`` of ``query`` takes its unit from anything but a string literal (a column whose
-    values DuckDB reads as units, row by row)."""
-    return _TRUNC_UNQUOTED.search(query) is not None
+    return duckdb.connect().sql("SELECT typeof(date_trunc('month', DATE '2024-05-17'))").fetchall()[0][0] == "TIMESTAMP"
