@@ -94,6 +94,12 @@ class VersionExpired(FlightpartError, TimeoutError):
     code = "VERSION_EXPIRED"
 
 
+class QueryTimeout(FlightpartError, TimeoutError):
+    """A query ran longer than the catalog lets one run, and was stopped there; nothing it would have changed was."""
+
+    code = "QUERY_TIMEOUT"
+
+
 class StorageFull(FlightpartError, OSError):
     """A node's disk has no room for the partition; it keeps serving what it holds."""
 

@@ -304,6 +304,25 @@ def decode_error(extra_info: bytes | None) -> tuple[str, str | None] | None:
     return body["code"], fld if isinstance(fld, str) else None
 
 
+CODE_IN_MESSAGE = re.compile(r" \[flightpart ([A-Z_]+)(?: at ([^\]\s]+))?\]$")
+"""How an error sent with a SQL status carries its code and field: at the end of its one-line message."""
+
+
+def error_with_code(exc: FlightpartError) -> str:
+    """``exc``'s message with its code (and field) appended, for a status that has no ``extra_info``: the
+    INVALID_ARGUMENT and NOT_FOUND of SQL clients (:mod:`flightpart.sql.statuses`)."""
+    at = f" at {exc.field}" if exc.field and not any(c.isspace() or c == "]" for c in exc.field) else ""
+    return f"{exc.message} [flightpart {exc.code}{at}]"
+
+
+def code_in_message(message: str) -> tuple[str, str | None, str] | None:
+    """(code, field, message without them) of a message made by :func:`error_with_code`; None for any other."""
+    found = CODE_IN_MESSAGE.search(message)
+    if found is None:
+        return None
+    return found.group(1), found.group(2), message[:found.start()]
+
+
 def error_message(exc: BaseException) -> str:
     """A Flight error's message without gRPC's ``Detail:`` suffix."""
     return str(exc).split(". Detail:")[0].split("\nDetail:")[0].strip()

@@ -51,9 +51,11 @@ def flight_error(exc: FlightpartError) -> flight.FlightError:
 
 
 @contextlib.contextmanager
-def boundary(log: logging.Logger, what: str, telemetry: Telemetry, context: Any) -> Iterator[None]:
+def boundary(log: logging.Logger, what: str, telemetry: Telemetry, context: Any,
+             sent_as: Callable[[FlightpartError], Exception] = flight_error) -> Iterator[None]:
     """Turn whatever a handler raises into a Flight error with a code (see the module doc); time the call in
-    ``telemetry`` (a stream until gRPC completes it) and count refusals by code."""
+    ``telemetry`` (a stream until gRPC completes it) and count refusals by code. ``sent_as``: the error a client
+    receives for one of ours (Flight SQL calls send the statuses SQL clients expect)."""
     with telemetry.call(what, context) as call:
         try:
             yield
@@ -61,18 +63,18 @@ def boundary(log: logging.Logger, what: str, telemetry: Telemetry, context: Any)
             log.info("%s refused: %s %s", what, exc.code, exc.message)
             call.outcome = exc.code
             telemetry.refused(exc.code.lower())
-            raise flight_error(exc) from None
+            raise sent_as(exc) from None
         except (flight.FlightError, ConnectionError) as exc:  # a call this server made to a peer
             peer = translate(exc)
             log.warning("%s: a peer refused or did not answer: %s %s", what, peer.code, peer.message)
             if isinstance(peer, (NodeUnavailable, ServerError)):
                 peer = NodeUnavailable(f"{what}: a peer did not answer ({error_message(exc)})")
             call.outcome = f"peer {peer.code}"
-            raise flight_error(peer) from None
+            raise sent_as(peer) from None
         except Exception:
             log.exception("%s failed", what)
             call.outcome = "INTERNAL"
-            raise flight_error(ServerError(f"{what} failed on the server; its log has the details")) from None
+            raise sent_as(ServerError(f"{what} failed on the server; its log has the details")) from None
         finally:
             guard = context.get_middleware("guard") if context is not None else None
             if guard is not None and guard.stream and call.outcome == "ok":

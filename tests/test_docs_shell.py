@@ -58,8 +58,9 @@ def run_block(code: str, cwd: Path, catalog: str, timeout: float = 240.0) -> sub
     was: each gets SIGABRT, which the fault handler answers with its threads' stacks, before the session is stopped.
     """
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}", "HOME": str(cwd),
-           "FLIGHTPART_CATALOG": catalog, "PYTHONFAULTHANDLER": "1", "PS4": "+ $(date +%T.%3N) "}
-    proc = subprocess.Popen(["bash", "-x", "-e", "-o", "pipefail", "-c", code], cwd=cwd, env=env,
+           "FLIGHTPART_CATALOG": catalog, "PYTHONFAULTHANDLER": "1"}
+    timed = "PS4='+ $(date +%T.%3N) '\n" + code  # set in the script: bash run by root ignores PS4 from the environment
+    proc = subprocess.Popen(["bash", "-x", "-e", "-o", "pipefail", "-c", timed], cwd=cwd, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         out, err = proc.communicate(timeout=timeout)

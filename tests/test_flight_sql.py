@@ -479,14 +479,30 @@ def test_adbc_ingest_stores_a_dataset_appends_and_replaces(cluster):
         assert cur.fetchall() == [(5,)]
 
 
-def test_bad_sql_and_unknown_tables_are_clear_errors_and_the_catalog_keeps_answering(taxi):
+BAD_QUERIES = (("SELEC 1", "syntax", "INVALID_ARGUMENT", fp.RequestRejected),
+               ("SELECT nope FROM trips", "nope", "INVALID_ARGUMENT", fp.RequestRejected),
+               ("SELECT fare + 'x' FROM trips", "fare", "INVALID_ARGUMENT", fp.RequestRejected),
+               ("SELECT * FROM nosuch", "nosuch", "NOT_FOUND", fp.DatasetNotFound))
+
+
+@pytest.mark.parametrize("sql,words,status,error", BAD_QUERIES, ids=[q[2] + ":" + q[0] for q in BAD_QUERIES])
+def test_bad_sql_and_unknown_tables_are_clear_errors_and_the_catalog_keeps_answering(taxi, cluster, sql, words, status,
+                                                                                    error):
+    """As SQL clients sort errors: the client's mistake is a ``ProgrammingError`` with the status INVALID_ARGUMENT or
+    NOT_FOUND, one line, no traceback; flightpart's own client raises the class of the code."""
+    adbc = pytest.importorskip("adbc_driver_manager")
     _table, _zones, conn = taxi
-    for sql, words in (("SELEC 1", "syntax"), ("SELECT nope FROM trips", "nope"), ("SELECT * FROM nosuch", "nosuch")):
-        with pytest.raises(dbapi.Error) as info:
-            answer(conn, sql)
-        text = str(info.value)
-        assert words in text.lower() and "Traceback" not in text and "site-packages" not in text, text
+    with pytest.raises(dbapi.ProgrammingError) as info:
+        answer(conn, sql)
+    text = str(info.value)
+    assert info.value.status_code == getattr(adbc.AdbcStatusCode, status), text
+    assert words in text.lower() and "Traceback" not in text and ".py" not in text, text
+    with fp.connect(cluster.uri) as client, pytest.raises(error) as ours:
+        client.sql(sql)
+    assert words in ours.value.message.lower() and "[flightpart" not in ours.value.message
+    assert ours.value.field == "query"
     assert answer(conn, "SELECT 1 AS one").column("one").to_pylist() == [1]
+
 
 
 def test_a_query_past_the_clients_deadline_is_stopped_at_the_catalog(cluster):

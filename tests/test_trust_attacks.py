@@ -282,14 +282,16 @@ def test_flight_sql_needs_a_token_and_a_reader_token_queries(trusted):
     """The catalog's Flight SQL answers as its other calls do: a reader's token queries (the gateway reads the nodes
     with capabilities of its own), no token is refused, and the refusal is a clear one-line error."""
     dbapi = pytest.importorskip("adbc_driver_flightsql.dbapi", reason="adbc-driver-flightsql is in the test extra")
+    adbc = pytest.importorskip("adbc_driver_manager")
     header = {"adbc.flight.sql.authorization_header": f"Bearer {tokens.role_token(SECRET, 'reader', 'r')}"}
     with dbapi.connect(trusted.uri, db_kwargs=header) as conn, conn.cursor() as cur:
         cur.execute("SELECT count(*) AS n, sum(id) AS s FROM victim")
         assert cur.fetchall() == [(ROWS, sum(range(ROWS)))]
         cur.execute("SELECT id FROM victim WHERE id < 5")  # a plain scan: read from the nodes, with the same token
         assert sorted(r[0] for r in cur.fetchall()) == [0, 1, 2, 3, 4]
-        with pytest.raises(dbapi.Error, match="reader r may not write"):  # a reader cannot store a dataset
+        with pytest.raises(dbapi.Error, match="reader r may not write") as refused:  # a reader cannot store a dataset
             cur.adbc_ingest("by-reader", table_of(10), mode="create")
+        assert refused.value.status_code == adbc.AdbcStatusCode.UNAUTHORIZED  # PERMISSION_DENIED, as SQL clients expect
     writer = {"adbc.flight.sql.authorization_header": f"Bearer {tokens.role_token(SECRET, 'writer', 'w')}"}
     with dbapi.connect(trusted.uri, db_kwargs=writer) as conn, conn.cursor() as cur:
         assert cur.adbc_ingest("by-writer", table_of(10), mode="create") == 10

@@ -2,7 +2,10 @@
 
 A server names every error it sends by a stable code in ``extra_info``
 (:func:`flightpart.wire.encode_error`); :data:`flightpart.errors.BY_CODE`
-is the one table from codes to classes. Errors that carry no code (a
+is the one table from codes to classes; an error sent with a SQL client's
+status (INVALID_ARGUMENT, NOT_FOUND), which has no ``extra_info``, carries
+its code at the end of its message instead
+(:func:`flightpart.wire.error_with_code`). Errors that carry no code (a
 connection that failed, a server that is not flightpart's) are told apart by
 their Flight status alone, never by their wording.
 """
@@ -16,7 +19,7 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from flightpart.errors import FlightpartError, NodeUnavailable, ServerError, Unauthenticated, error_for
-from flightpart.wire import decode_error, error_message
+from flightpart.wire import code_in_message, decode_error, error_message
 
 BY_STATUS: tuple[tuple[type[BaseException], type[FlightpartError]], ...] = (
     (flight.FlightUnauthenticatedError, Unauthenticated),
@@ -38,6 +41,10 @@ def translate(exc: BaseException) -> FlightpartError:
     message = error_message(exc)
     if decoded is not None:
         return error_for(decoded[0], message, decoded[1])
+    if isinstance(exc, (pa.ArrowInvalid, pa.ArrowKeyError)):  # a SQL status: its code ends the message
+        coded = code_in_message(message)
+        if coded is not None:
+            return error_for(coded[0], coded[2], coded[1])
     for status, cls in BY_STATUS:
         if isinstance(exc, status):
             return cls(message)

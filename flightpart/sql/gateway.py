@@ -23,7 +23,7 @@ from typing import Any
 import pyarrow as pa
 
 from flightpart.client import Client, connect
-from flightpart.errors import DatasetNotFound, RequestRejected
+from flightpart.errors import DatasetNotFound, QueryTimeout, RequestRejected
 from flightpart.io.access import Access
 from flightpart.io.transfer import TRAFFIC
 
@@ -166,8 +166,8 @@ class Gateway:
                 self.abandoned += 1
                 log.info("a query was stopped: its caller gave up (deadline passed or call cancelled)")
                 raise SqlError("the query was stopped: its caller gave up (its deadline passed)", field="query") from None
-            raise SqlError(f"the query ran longer than the {self.timeout:g} s a query may run at the catalog, and was "
-                           "stopped", field="query") from None
+            raise QueryTimeout(f"the query ran longer than the {self.timeout:g} s a query may run at the catalog, and "
+                               "was stopped", field="query") from None
         except duckdb.Error as exc:
             raise SqlError(_one_line(exc), field="query") from None
         finally:

@@ -32,6 +32,7 @@ from flightpart.version import __version__
 from flightpart.wire import check_name
 
 from .gateway import Gateway
+from .statuses import sql_error
 
 log = logging.getLogger("flightpart.sql")
 
@@ -79,7 +80,7 @@ class SqlCatalogServer(CatalogServer):
 
     def _read(self, context: Any, what: str, work: Any) -> Any:
         """``work()`` for a caller allowed to read, inside the error boundary every call has."""
-        with boundary(log, what, self.telemetry, context):
+        with boundary(log, what, self.telemetry, context, sql_error):
             authorize(context, "read")
             return work()
 
@@ -107,7 +108,7 @@ class SqlCatalogServer(CatalogServer):
         command = proto.unpack(ticket.ticket)
         if command is None or command.name != proto.TICKET_STATEMENT:
             return super().do_get(context, ticket)
-        with boundary(log, "Flight SQL DoGet", self.telemetry, context):
+        with boundary(log, "Flight SQL DoGet", self.telemetry, context, sql_error):
             authorize(context, "read")
             handle = proto.bytes_field(command.value, 1, "statement_handle") or b""
             with self._sql_lock:
@@ -120,7 +121,7 @@ class SqlCatalogServer(CatalogServer):
     def do_action(self, context: Any, action: flight.Action) -> list[flight.Result]:
         if action.type not in (CREATE_PREPARED, CLOSE_PREPARED):
             return super().do_action(context, action)
-        with boundary(log, f"Flight SQL {action.type}", self.telemetry, context):
+        with boundary(log, f"Flight SQL {action.type}", self.telemetry, context, sql_error):
             authorize(context, "read")
             command = proto.unpack(action.body.to_pybytes() if action.body is not None else b"")
             if action.type == CREATE_PREPARED:
@@ -151,7 +152,7 @@ class SqlCatalogServer(CatalogServer):
                writer: flight.FlightMetadataWriter) -> None:
         """Flight SQL binds a prepared query's parameters with a DoPut; a catalog takes no other data."""
         command = _command(descriptor)
-        with boundary(log, "Flight SQL DoPut", self.telemetry, context):
+        with boundary(log, "Flight SQL DoPut", self.telemetry, context, sql_error):
             if command is not None and command.name == proto.INGEST:
                 authorize(context, "write")
                 stored = self._ingest(command.value, reader)

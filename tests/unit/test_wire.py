@@ -466,3 +466,13 @@ def test_a_ticket_names_at_most_so_many_partitions():
             "more": [[k, 0] for k in range(1, wire.MAX_PARTS_PER_STREAM + 2)]}
     with pytest.raises(fp.LimitExceeded):
         wire.Ticket.decode(json.dumps(body).encode())
+
+
+def test_a_code_at_the_end_of_a_message_comes_back_as_sent():
+    """SQL statuses carry no extra_info: the code and field ride at the end of the message and nowhere else."""
+    exc = fp.DatasetNotFound("Table with name [x] does not exist! [flightpart here]", field="query")
+    assert wire.code_in_message(wire.error_with_code(exc)) == ("DATASET_NOT_FOUND", "query", exc.message)
+    spaced = fp.RequestRejected("bad", field="a field")  # a field that would not parse back is left out
+    assert wire.code_in_message(wire.error_with_code(spaced)) == ("INVALID_REQUEST", None, "bad")
+    assert wire.code_in_message("a message a user wrote [flightpart nope]") is None
+    assert wire.code_in_message("Parser Error: syntax error") is None

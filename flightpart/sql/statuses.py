@@ -1,0 +1,51 @@
+"""The gRPC statuses SQL clients expect for a refused query, on the catalog's Flight SQL calls.
+
+An ADBC driver turns the status into its error class and code: INVALID_ARGUMENT
+(a syntax error, an unknown column, a type error) and NOT_FOUND (an unknown
+table) are the client's mistake, a DB-API ``ProgrammingError``; the UNKNOWN
+that flightpart's other errors travel as reads as the server's failure. A
+Python Flight server reaches INVALID_ARGUMENT and NOT_FOUND only by raising
+``pyarrow.ArrowInvalid`` and ``ArrowKeyError``, which carry no ``extra_info``
+(the code goes at the end of the message, :func:`flightpart.wire.error_with_code`)
+and to which pyarrow appends the Python traceback, with the server's paths.
+The traceback is left out by the classes here: pyarrow formats it with
+:mod:`traceback`, which reads the exception type's ``__module__``; a type that
+refuses to say it makes pyarrow fall back to the type's bare name. The
+status a client sees, with no traceback, is tested in tests/test_flight_sql.py.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.flight as flight
+
+from flightpart.errors import DatasetNotFound, FlightpartError, Forbidden, LimitExceeded, QueryTimeout, RequestRejected
+from flightpart.server.base import flight_error
+from flightpart.wire import encode_error, error_with_code
+
+
+class _Untraced(type):
+    """The type of an exception whose traceback pyarrow leaves out of the status it sends (see the module doc)."""
+
+    @property
+    def __module__(cls) -> str:  # type: ignore[override]
+        raise AttributeError("flightpart sends this error without a traceback")
+
+
+InvalidArgument: Any = _Untraced("flightpart", (pa.ArrowInvalid,), {"__doc__": "INVALID_ARGUMENT, no traceback."})
+NotFound: Any = _Untraced("flightpart", (pa.ArrowKeyError,), {"__doc__": "NOT_FOUND, no traceback."})
+
+
+def sql_error(exc: FlightpartError) -> Exception:
+    """What a Flight SQL call raises for ``exc``: the status an ADBC client expects (see the module doc)."""
+    if isinstance(exc, DatasetNotFound):
+        return NotFound(error_with_code(exc))
+    if isinstance(exc, RequestRejected) and not isinstance(exc, LimitExceeded):
+        return InvalidArgument(error_with_code(exc))
+    if isinstance(exc, Forbidden):
+        return flight.FlightUnauthorizedError(exc.message, extra_info=encode_error(exc))
+    if isinstance(exc, QueryTimeout):
+        return flight.FlightTimedOutError(exc.message, extra_info=encode_error(exc))
+    return flight_error(exc)
