@@ -12,6 +12,7 @@ a memory limit.
 
 from __future__ import annotations
 
+import difflib
 import logging
 import re
 import threading
@@ -160,7 +161,7 @@ class Gateway:
                 answers.append((relation.limit(limit) if limit is not None else relation).to_arrow_table())
             return answers[0] if len(answers) == 1 else pa.concat_tables(answers)
         except duckdb.CatalogException as exc:
-            raise DatasetNotFound(_one_line(exc), field="query") from None
+            raise DatasetNotFound(self._suggesting_datasets(_one_line(exc)), field="query") from None
         except duckdb.InterruptException:
             if stop.gave_up:
                 self.abandoned += 1
@@ -281,6 +282,20 @@ class Gateway:
         wanted = {t.name for t in tree.find_all(exp.Table) if t.name and t.db in ("", "main") and not t.catalog}
         known = {entry["name"] for entry in self.client().list()}
         return sorted(n for n in wanted if n in known or _versioned(n, known))
+
+    def _suggesting_datasets(self, message: str) -> str:
+        """DuckDB's message for a name it does not know, its guess kept only when it is a dataset (DuckDB guesses
+        from its own system tables too: ``Did you mean "pg_sequences"?``); ``flightpart ls`` named otherwise."""
+        guess = SUGGESTION.search(message)
+        if guess is None:
+            return message
+        known = sorted(entry["name"] for entry in self.client().list())
+        if guess["name"] in known or _versioned(guess["name"], known):
+            return message
+        missing = MISSING_TABLE.search(message)
+        close = difflib.get_close_matches(missing["name"], known, n=1) if missing else []
+        instead = f' Did you mean "{close[0]}"?' if close else " (`flightpart ls` lists the datasets)"
+        return f"{message[:guess.start()].rstrip()}{instead}{message[guess.end():]}"
 
     def _dataset(self, table: str) -> Any:
         """The dataset a table name means (``name@version``: that version)."""
@@ -411,6 +426,11 @@ def _over(con: Any, query: str, table: str, rows: pa.Table) -> pa.Table:
 def _versioned(table: str, known: set[str]) -> bool:
     match = VERSIONED.match(table)
     return match is not None and match["name"] in known
+
+
+SUGGESTION = re.compile(r'\s*Did you mean "(?P<name>[^"]*)"\?')
+"""DuckDB's guess at a mistyped name, in a CatalogException's message."""
+MISSING_TABLE = re.compile(r"Table with name (?P<name>\S+) does not exist")
 
 
 def _one_line(exc: BaseException) -> str:
