@@ -148,7 +148,9 @@ class Client:
         return [list_entry(info) for info in infos]
 
     def repair(self) -> dict:
-        """Copy under-replicated partitions to live nodes; returns what was copied and what is lost."""
+        """Copy under-replicated partitions to live nodes; returns what was ``copied``, what is ``lost`` (no live
+        replica) and the copies that ``failed`` this time, each with its reason (a holder or target that did not
+        answer in time is skipped for the rest of the repair: run it again once it is back)."""
         return self.call(Repair(), timeout=3600).to_json()
 
     def versions(self, name: str) -> list[int]:

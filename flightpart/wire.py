@@ -1241,11 +1241,24 @@ class ReplicaCopy(Message):
 
 
 @dataclass(frozen=True)
+class CopyFailed(Message):
+    """A copy ``repair`` could not make this time (a holder or the target did not answer in time, or refused), and why:
+    the partition is still under-replicated, and the next ``repair`` tries again."""
+
+    dataset: str = _field(p_name)
+    version: int = _field(p_uint)
+    part: tuple[int, int] = _field(p_pair)
+    reason: str = _field(p_str)
+
+
+@dataclass(frozen=True)
 class RepairReport(Message):
-    """What a ``repair`` did: the copies it made and the partitions no live node holds (lost)."""
+    """What a ``repair`` did: the copies it made, the partitions no live node holds (lost) and the copies it could
+    not make (``failed``: it went on with the others)."""
 
     copied: tuple[ReplicaCopy, ...] = _field(p_list(p_message(ReplicaCopy)), ())
     lost: tuple[PartPlace, ...] = _field(p_list(p_message(PartPlace)), ())
+    failed: tuple[CopyFailed, ...] = _field(p_list(p_message(CopyFailed)), ())
 
 
 @dataclass(frozen=True)

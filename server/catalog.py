@@ -31,13 +31,16 @@ from flightpart.errors import (
     NodeUnavailable,
     NotLeader,
     PartitionedError,
+    PartitionMissing,
     RequestRejected,
     SchemaMismatch,
     VersionConflict,
     VersionExpired,
 )
 from flightpart.io.access import Access
-from flightpart.io.connections import ConnectionPool
+from flightpart.io.connections import DEFAULT_TIMEOUT, ConnectionPool
+from flightpart.io.errors import translate
+from flightpart.io.transfer import put_deadline
 from flightpart.tokens import CATALOG_NODE, capability, manifest_signature, manifest_signed, role_token
 from flightpart.wire import (
     Abort,
@@ -47,6 +50,7 @@ from flightpart.wire import (
     Commit,
     CommitPart,
     Committed,
+    CopyFailed,
     CopyTo,
     Drop,
     DropFiles,
@@ -85,6 +89,7 @@ from flightpart.wire import (
     VersionList,
     VersionRef,
     VersionReply,
+    decode_error,
     encode_flight_info,
     error_message,
     pages,
@@ -671,9 +676,18 @@ class CatalogServer(ServiceBase):
         return VersionList(tuple(self.state.versions_of(b.dataset)))
 
     def _repair(self, _: Repair) -> RepairReport:
-        """Copy every under-replicated partition from a live holder to a live node without it."""
+        """Copy every under-replicated partition from a live holder to a live node without it.
+
+        Each copy waits for its holder at most as long as the holder's own put to the target may take
+        (:func:`~flightpart.io.transfer.put_deadline` of the partition's bytes, plus the node timeout); a holder or
+        target that failed once is not asked again in this repair (a frozen node would cost that wait per
+        partition). A copy that cannot be made is reported with its reason and the repair goes on with the others.
+        """
         live = [n for n in self.state.nodes() if n.alive]
-        copies, missing = [], []
+        copies: list[ReplicaCopy] = []
+        missing: list[PartPlace] = []
+        failed: list[CopyFailed] = []
+        silent: dict[str, str] = {}  # node id -> why it is not asked again in this repair
         load = {n.node_id: 0 for n in live}
         versions = self.state.all_versions()
         for record in versions:
@@ -691,24 +705,62 @@ class CatalogServer(ServiceBase):
                 held_by = {n.node_id for n in p.nodes}
                 while len(holders) < record.replicas:
                     # the least loaded live node without it, nodes low on disk last
-                    spare = sorted((n for n in live if n.node_id not in held_by), key=lambda n: (n.low_space, load[n.node_id]))
+                    spare = sorted((n for n in live if n.node_id not in held_by),
+                                   key=lambda n: (n.low_space, load[n.node_id]))
                     if not spare:
+                        break  # fewer live nodes than replicas: the cluster's lack, not a failed copy
+                    spare = [n for n in spare if n.node_id not in silent]
+                    sources = [n for n in holders if n.node_id not in silent]
+                    if not spare or not sources:
+                        why = "; ".join(f"{node_id}: {reason}" for node_id, reason in silent.items())
+                        failed.append(CopyFailed(record.dataset, record.version, p.part,
+                                                 f"no holder and target that answered ({why})"[:1000]))
                         break
                     target = spare[0]
                     if self.lease is not None and not self.lease.leads():
                         raise NotLeader("repair stopped: this catalog no longer holds the lease; run it again",
                                         field=self.lease.leader())
-                    self.pool.action(holders[0].uri, CopyTo(record.dataset, record.version, p.part, target.uri,
-                                                            self.state.cluster(), self.epoch()), timeout=None)
-                    self._verify_on_nodes(record.dataset, record.version, schema, [PartRecord(p.part, p.start, p.shape, 0, [target])])
-                    self.state.add_replica(record.dataset, record.version, p.part, target.node_id)
-                    # the new holder keeps a manifest naming it, so a catalog rebuilding lost state takes its copy
-                    self._seal(manifest_of(self.state.version(record.dataset, record.version)), [target])
+                    copied = self._copy_replica(record, p, schema, sources, target, silent)
+                    if copied is None:
+                        continue  # a holder or the target went silent: another pair is tried
                     held_by.add(target.node_id)
                     holders.append(target)
                     load[target.node_id] += 1
-                    copies.append(ReplicaCopy(record.dataset, record.version, p.part, target.uri))
-        return RepairReport(tuple(copies), tuple(missing))
+                    copies.append(copied)
+        return RepairReport(tuple(copies), tuple(missing), tuple(failed))
+
+    def _copy_replica(self, record: VersionRecord, p: PartRecord, schema: pa.Schema, sources: list[NodeRecord],
+                      target: NodeRecord, silent: dict[str, str]) -> ReplicaCopy | None:
+        """One copy of ``p`` from the first of ``sources`` to ``target``, checked and sealed there; None when it
+        failed, the node to blame added to ``silent`` (the target when the holder says the target refused or did
+        not answer, else the holder)."""
+        holder = sources[0]
+        order = CopyTo(record.dataset, record.version, p.part, target.uri, self.state.cluster(), self.epoch())
+        try:
+            self.pool.action(holder.uri, order, timeout=put_deadline(DEFAULT_TIMEOUT, p.nbytes) + self.node_timeout)
+        except (flight.FlightError, ConnectionError, OSError) as exc:
+            self.pool.discard(holder.uri)
+            refusal = translate(exc)
+            answered = decode_error(getattr(exc, "extra_info", None)) is not None
+            # a holder that did not answer, or whose own copy is bad, is to blame; one that answered with an error
+            # reports the target's (it did not answer, or refused the data)
+            blamed = target if answered and not isinstance(refusal, PartitionMissing) else holder
+            silent[blamed.node_id] = f"{refusal.code} {refusal.message}"[:300]
+            log.warning("repair: copying %s v%d %s from %s to %s failed (%s %s); %s is not asked again in this repair",
+                        record.dataset, record.version, p.part, holder.uri, target.uri, refusal.code, refusal.message,
+                        blamed.uri)
+            return None
+        try:
+            self._verify_on_nodes(record.dataset, record.version, schema, [PartRecord(p.part, p.start, p.shape, 0, [target])])
+        except FlightpartError as exc:
+            silent[target.node_id] = f"{exc.code} {exc.message}"[:300]
+            log.warning("repair: the copy of %s v%d %s on %s did not check out (%s)", record.dataset, record.version,
+                        p.part, target.uri, exc.message)
+            return None
+        self.state.add_replica(record.dataset, record.version, p.part, target.node_id)
+        # the new holder keeps a manifest naming it, so a catalog rebuilding lost state takes its copy
+        self._seal(manifest_of(self.state.version(record.dataset, record.version)), [target])
+        return ReplicaCopy(record.dataset, record.version, p.part, target.uri)
 
     def _report_damage(self, b: ReportDamage) -> Removed:
         """A node's replicas that failed their checksum or vanished: no longer listed, so reads skip them and repair

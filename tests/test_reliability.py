@@ -9,6 +9,7 @@ import time
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.flight as flight
 import pytest
 
 import flightpart as fp
@@ -140,45 +141,63 @@ def test_a_reader_keeps_its_version_and_drop_frees_every_file(small_cluster):
         assert client.open("vers").to_arrow().equals(second)
 
 
-def test_a_daemon_stops_on_sigterm_while_a_call_waits_on_a_stopped_node(tmp_path):
-    """A repair copying from a holder that was SIGSTOPped waits on it with no end; SIGTERM still stops the catalog.
-
-    Without a bound the catalog's shutdown waits for that call for as long as the holder stays stopped, and a
-    supervisor's stop looks like a hang. SIGQUIT prints the stacks, leaving the daemon serving; SIGTERM stops it
-    after its grace period, saying what it did not wait for; the caller gets an error, not a hang.
-    """
-    c = LocalCluster(tmp_path, nodes=3, first_ip=46, heartbeat=0.3, dead_after=1.5)
-    holder, lost = c.nodes[0], c.nodes[1]
+@pytest.mark.slow  # a copy waits out its 35 s deadline
+def test_a_repair_goes_on_past_a_frozen_holder_and_says_what_it_could_not_copy(tmp_path):
+    """A holder SIGSTOPped while repair copies from it: the copy fails within its deadline (it waited without end),
+    the repair copies the other dataset's partition from a live holder and reports the one it could not copy, with
+    why; once the holder is back, the next repair makes that copy. Nothing is lost."""
+    c = LocalCluster(tmp_path, nodes=4, first_ip=46, heartbeat=0.3, dead_after=3.0)
+    holder, lost, other, spare = c.nodes
+    frozen = False
     try:
         with fp.connect(c.uri, host="127.0.0.99") as client:
-            client.put("mirrored", table_of(50_000), tiling=(1, 1), replicas=2, nodes=["127.0.0.46", "127.0.0.47"])
+            first, second = table_of(20_000, 1), table_of(20_000, 2)
+            client.put("first", first, tiling=(1, 1), replicas=2, nodes=["127.0.0.46", "127.0.0.47"])
+            client.put("second", second, tiling=(1, 1), replicas=2, nodes=["127.0.0.48", "127.0.0.47"])
             lost.kill()
             wait_until(lambda: any(n["ip"] == "127.0.0.47" and not n["alive"] for n in client.nodes()), what="a dead node")
             os.kill(holder.pid, signal.SIGSTOP)
-            failed: list[BaseException] = []
+            frozen = True
+            report = client.repair()  # first's only live holder is frozen: that copy waits out its deadline
+            assert [(f["dataset"], tuple(f["part"])) for f in report["failed"]] == [("first", (0, 0))]
+            assert "did not answer" in report["failed"][0]["reason"] or "UNAVAILABLE" in report["failed"][0]["reason"]
+            assert [(x["dataset"], x["to"]) for x in report["copied"]] == [("second", spare.uri)] and not report["lost"]
+            assert "is not asked again in this repair" in c.catalog.log()
 
-            def repair() -> None:
-                try:
-                    client.repair()
-                except BaseException as exc:  # what the caller saw is the assertion
-                    failed.append(exc)
-
-            repairing = threading.Thread(target=repair, daemon=True)
-            repairing.start()
-            wait_until(lambda: any(n["ip"] == "127.0.0.46" and not n["alive"] for n in client.nodes()),
-                       what="the stopped holder marked dead while the repair waits on it")
-            assert repairing.is_alive()  # the copy from the stopped holder has not come back
-
-            c.catalog.proc.send_signal(signal.SIGQUIT)
-            wait_until(lambda: "most recent call first" in c.catalog.log(), what="the catalog's stacks in its log")
-            assert "_repair" in c.catalog.log() and c.catalog.proc.poll() is None
-            assert {n["ip"] for n in client.nodes()} >= {"127.0.0.46", "127.0.0.48"}  # still answering
-
-            c.catalog.proc.send_signal(signal.SIGTERM)
-            assert c.catalog.proc.wait(120) == 0
-            assert "still in flight" in c.catalog.log()
-            repairing.join(120)
-            assert not repairing.is_alive() and failed and isinstance(failed[0], fp.FlightpartError)
+            os.kill(holder.pid, signal.SIGCONT)
+            frozen = False
+            wait_until(lambda: all(n["alive"] for n in client.nodes() if n["ip"] != "127.0.0.47"), 30, "the holder back")
+            again = client.repair()
+            assert [x["dataset"] for x in again["copied"]] == ["first"] and not again["failed"] and not again["lost"]
+            holder.kill()  # first is now read from its new copy alone
+            assert client.open("first").to_arrow().equals(first) and client.open("second").to_arrow().equals(second)
     finally:
-        os.kill(holder.pid, signal.SIGCONT)
+        if frozen:
+            os.kill(holder.pid, signal.SIGCONT)
+        c.stop()
+
+
+def test_a_node_stops_on_sigterm_while_a_reader_stopped_mid_stream(tmp_path):
+    """A reader that stopped reading in the middle of a large partition holds the node's DoGet (gRPC's flow control
+    blocks its writes); SIGTERM still stops the node, within its grace period, saying what it did not wait for.
+    SIGQUIT first prints every thread's stack and leaves the node serving."""
+    c = LocalCluster(tmp_path, nodes=1, first_ip=52, heartbeat=0.3, dead_after=3.0)
+    try:
+        with fp.connect(c.uri, host="127.0.0.99") as client:
+            ds = client.put("big", table_of(3_000_000), tiling=(1, 1))
+            ref = next(iter(ds.__partitioned__["partitions"].values()))["data"]
+            reader = flight.connect(ref.replicas[0][0]).do_get(ref.ticket())
+            reader.read_chunk()  # one batch of many, and no more: the node's writes block once the windows are full
+            time.sleep(1.0)
+            node = c.nodes[0]
+            node.proc.send_signal(signal.SIGQUIT)
+            wait_until(lambda: "most recent call first" in node.log(), what="the node's stacks in its log")
+            assert node.proc.poll() is None
+            node.proc.send_signal(signal.SIGTERM)
+            assert node.proc.wait(120) == 0
+            assert "still in flight" in node.log()
+            with pytest.raises((flight.FlightError, pa.ArrowException, OSError)):
+                for _ in range(10_000):  # what was left: the stream ends with an error, not a hang
+                    reader.read_chunk()
+    finally:
         c.stop()

@@ -180,7 +180,10 @@ def repair(catalog: str, as_json: bool) -> None:
         click.echo(f"copied {c['dataset']} v{c['version']} {tuple(c['part'])} to {c['to']}")
     for m in result["lost"]:
         click.echo(f"LOST {m['dataset']} v{m['version']} {tuple(m['part'])}: no live replica", err=True)
-    click.echo(f"{len(result['copied'])} copies made, {len(result['lost'])} partitions without a live replica")
+    for f in result["failed"]:
+        click.echo(f"NOT COPIED {f['dataset']} v{f['version']} {tuple(f['part'])}: {f['reason']}", err=True)
+    click.echo(f"{len(result['copied'])} copies made, {len(result['lost'])} partitions without a live replica"
+               + (f", {len(result['failed'])} copies not made (run repair again)" if result["failed"] else ""))
 
 
 @main.command()

@@ -63,6 +63,7 @@ MESSAGES = [
                                                   node_id="n1"),), ("grpc://b:1",), 1, 0),
     wire.Repair(),
     wire.RepairReport((wire.ReplicaCopy("sales", 3, (1, 0), "grpc://b:1"),), (wire.PartPlace("old", 1, (0, 2)),)),
+    wire.RepairReport((), (), (wire.CopyFailed("sales", 3, (1, 0), "UNAVAILABLE node b did not answer"),)),
     wire.Removed(3),
     wire.Copied(1 << 20),
     wire.Checked(),
@@ -147,7 +148,7 @@ def every_message_class() -> list[type[wire.Message]]:
 def test_every_message_class_round_trips_here():
     """A new message (a request, a reply, a nested part) is added to MESSAGES above, so it is round-tripped too."""
     tested = {type(m) for m in MESSAGES} | {wire.Ticket, wire.Tombstones, wire.CommitPart, wire.AssemblePart,
-                                            wire.LinkPart, wire.HeldPartition, wire.ReplicaCopy, wire.NodeRow,
+                                            wire.LinkPart, wire.HeldPartition, wire.ReplicaCopy, wire.CopyFailed, wire.NodeRow,
                                             wire.NodeScrubReport, wire.SortKey}
     assert [c.__name__ for c in every_message_class() if c not in tested] == []
 
