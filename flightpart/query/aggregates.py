@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.acero as acero
 import pyarrow.compute as pc
 
-from flightpart.errors import InvalidExpression, PartitionedError, RequestRejected
+from flightpart.errors import InvalidExpression, PartitionedError, RequestRejected, ServerError
 from flightpart.wire import AGGREGATES, Aggregate
 
 from .sql import parse_sql_value
@@ -170,6 +170,36 @@ def partial(table: pa.Table, agg: Aggregate) -> pa.Table:
         raise RequestRejected(f"ticket.aggregate: {str(exc)[:200]}", field="ticket.aggregate") from None
     arrays = [result.column(k) for k in agg.by] + [result.column(_result_name(c, f)) for c, f in pairs]
     return pa.table(arrays, names=[*agg.by, *(f"p{k}" for k in range(len(pairs)))])
+
+
+def partial_schema(agg: Aggregate, schema: pa.Schema) -> pa.Schema:
+    """The schema every partition's partial of ``agg`` has over a dataset of ``schema``."""
+    return partial(schema.empty_table(), agg).schema
+
+
+def checked_partial(table: pa.Table, agg: Aggregate, expected: pa.Schema, most_rows: int) -> pa.Table:
+    """A partial a node sent, before it is combined with the others: its columns and types those of
+    ``expected`` (:func:`partial_schema`), at most one row per group and at most ``most_rows`` rows (a partition
+    has no more groups than rows; a global aggregate has one row).
+
+    A node that answers with something no node would compute (a faulty or hostile one) gets a clear error,
+    not an Arrow exception from deep inside :func:`combine`, and no answer built from it. (A node that sends
+    false numbers in the right shape about data it holds cannot be told from one that holds that data.)
+    """
+    where = f"a node's partial aggregate ({table.num_rows} rows: {', '.join(table.column_names)[:200]})"
+    if table.num_rows > max(1, most_rows):
+        raise ServerError(f"{where}: more rows than the {most_rows:,} the dataset has; not used")
+    if not table.schema.equals(expected):
+        if table.column_names != expected.names:
+            raise ServerError(f"{where}: the columns asked were {', '.join(expected.names)[:200]}; not used")
+        if table.schema.types != expected.types:
+            raise ServerError(f"{where}: its types ({', '.join(map(str, table.schema.types))[:200]}) are not those "
+                              f"asked ({', '.join(map(str, expected.types))[:200]}); not used")
+        table = table.cast(expected)  # nullability and metadata as asked
+    if agg.by and table.num_rows > 1 and \
+            table.group_by(list(agg.by), use_threads=False).aggregate([]).num_rows != table.num_rows:
+        raise ServerError(f"{where}: a group appears more than once; not used")
+    return table
 
 
 def combine(partials: Sequence[pa.Table], agg: Aggregate, schema: pa.Schema) -> pa.Table:

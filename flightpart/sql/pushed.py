@@ -22,12 +22,13 @@ here and is run whole by DuckDB over the pushdown scans.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
 
-from flightpart.errors import FlightpartError
+from flightpart.errors import FlightpartError, ServerError
 from flightpart.query.sql import parse_sql_value
 
 from .computed import computed_on_nodes
@@ -50,6 +51,8 @@ from .partials import (
 PARTIAL_BYTES = 256 << 20
 """Partial aggregates the catalog takes in for one query (a GROUP BY on a key with about as many values as rows moves
 about as much as its rows): past it the query runs whole, DuckDB aggregating the scans within its memory limit."""
+log = logging.getLogger("flightpart.sql")
+
 UNEXPRESSED = (FlightpartError, KeyError, ValueError, TypeError, OverflowError, pa.ArrowException)
 """What a filter or an aggregate flightpart cannot express raises (an unknown name, a literal out of its column's
 range, a type Arrow cannot compare): the query is then run whole, and DuckDB says what it says."""
@@ -330,7 +333,9 @@ def answer(query: str, known: set[str], open_dataset: Callable[[str], Any],
             taken += partials.nbytes
             partials = partials.rename_columns([*keys, *(partial_name(c, f) for c, f in aggregates)])
             tables.append(partials.append_column(GROUPING, pa.array([grouping] * partials.num_rows, pa.int32())))
-    except UNEXPRESSED:
+    except UNEXPRESSED as exc:
+        if isinstance(exc, ServerError):  # not the query's doing: a node failed, or answered what no node would
+            log.warning("the nodes' partial aggregates could not be used (%s); the query runs whole", exc)
         return None  # a filter or an aggregate flightpart cannot express exactly, or partials past PARTIAL_BYTES:
         # DuckDB runs the query whole
     try:
