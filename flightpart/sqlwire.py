@@ -28,6 +28,7 @@ GET_DB_SCHEMAS = "CommandGetDbSchemas"  # 1: catalog, 2: db_schema_filter_patter
 GET_TABLES = "CommandGetTables"  # 1: catalog, 2: db_schema pattern, 3: table pattern, 4: table_types, 5: include_schema
 GET_TABLE_TYPES = "CommandGetTableTypes"
 GET_SQL_INFO = "CommandGetSqlInfo"  # 1: info (repeated uint32)
+GET_XDBC_TYPE_INFO = "CommandGetXdbcTypeInfo"  # 1: data_type (optional int32)
 CREATE_PREPARED = "ActionCreatePreparedStatementRequest"  # 1: query, 2: transaction_id
 PREPARED_RESULT = "ActionCreatePreparedStatementResult"  # 1: handle, 2: dataset_schema, 3: parameter_schema
 CLOSE_PREPARED = "ActionClosePreparedStatementRequest"  # 1: prepared_statement_handle
@@ -104,7 +105,7 @@ def message(*pairs: tuple[int, int | str | bytes | bool | None]) -> bytes:
         if value is None:
             continue
         if isinstance(value, bool) or isinstance(value, int):
-            out += _varint(number << 3) + _varint(int(value))
+            out += _varint(number << 3) + _varint(int(value) & (1 << 64) - 1)  # a negative int as protobuf sends it
         else:
             data = value.encode() if isinstance(value, str) else value
             out += _varint(number << 3 | 2) + _varint(len(data)) + data
@@ -152,6 +153,19 @@ def bytes_field(body: bytes, number: int, what: str) -> bytes | None:
         if n == number:
             if not isinstance(value, bytes):
                 raise RequestRejected(f"Flight SQL: {what} is not bytes", field=what)
+            return value
+    return None
+
+
+def int32_field(body: bytes, number: int, what: str) -> int | None:
+    """Field ``number`` of ``body`` as an int32 (a negative one is sent as ten bytes of two's complement)."""
+    for n, value in fields(body):
+        if n == number:
+            if not isinstance(value, int):
+                raise RequestRejected(f"Flight SQL: {what} is not an integer", field=what)
+            value = value - (1 << 64) if value >= 1 << 63 else value
+            if not -(1 << 31) <= value < 1 << 31:
+                raise RequestRejected(f"Flight SQL: {what} is not an int32", field=what)
             return value
     return None
 

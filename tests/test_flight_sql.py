@@ -10,9 +10,11 @@ import duckdb
 import pandas as pd
 import polars as pl
 import pyarrow as pa
+import pyarrow.flight as flight
 import pytest
 
 import flightpart as fp
+from flightpart import sqlwire
 from flightpart.bench.queries import canonical, same_answer, taxi_table
 from flightpart.bench.sql_queries import SQL_QUERIES, duckdb_over, zones_table
 from flightpart.bench.sql_queries import through_driver as answer
@@ -544,3 +546,47 @@ def test_pandas_and_polars_read_through_the_driver(taxi, cluster):
         assert frame["n"].tolist() == want.column("n").to_pylist()
     polars = pl.read_database(sql, dbapi.connect(cluster.uri))
     assert polars["payment"].to_list() == want.column("payment").to_pylist()
+
+
+def sql_command(name: str, *fields) -> flight.FlightDescriptor:
+    return flight.FlightDescriptor.for_command(sqlwire.pack(name, sqlwire.message(*fields)))
+
+
+def test_xdbc_type_info_lists_the_types_answers_come_in(taxi, cluster):
+    """GetXdbcTypeInfo in the protocol's columns and order; each type an answer over the taxi table has is listed."""
+    table, _zones, _conn = taxi
+    raw = flight.connect(cluster.uri)
+    every = raw.do_get(raw.get_flight_info(sql_command(sqlwire.GET_XDBC_TYPE_INFO)).endpoints[0].ticket).read_all()
+    assert every.schema.names[:3] == ["type_name", "data_type", "column_size"] and every.num_columns == 19
+    assert not every.schema.field("data_type").nullable and every.schema.field("column_size").nullable
+    keys = list(zip(every.column("data_type").to_pylist(), every.column("type_name").to_pylist()))
+    assert keys == sorted(keys)
+    answered = {str(t).split("(")[0] for t in duckdb_over(table, zones_table()).sql("SELECT * FROM trips").types}
+    assert answered <= set(every.column("type_name").to_pylist()), answered
+    bigint = raw.do_get(raw.get_flight_info(sql_command(sqlwire.GET_XDBC_TYPE_INFO, (1, -5))).endpoints[0].ticket)
+    assert bigint.read_all().column("type_name").to_pylist() == ["BIGINT"]
+
+
+def test_close_session_forgets_what_the_connection_prepared(taxi, cluster):
+    """The driver's close() sends CloseSession: the statements that connection prepared are forgotten (CLOSED);
+    another connection's are not."""
+    query = "SELECT count(*) AS n FROM trips WHERE passengers > 2"
+
+    def prepare(client: flight.FlightClient) -> bytes:
+        action = flight.Action("CreatePreparedStatement",
+                               sqlwire.pack(sqlwire.CREATE_PREPARED, sqlwire.message((1, query))))
+        result = sqlwire.unpack(next(iter(client.do_action(action))).body.to_pybytes())
+        return sqlwire.bytes_field(result.value, 1, "handle")
+
+    def run(client: flight.FlightClient, handle: bytes) -> int:
+        info = client.get_flight_info(sql_command(sqlwire.PREPARED_QUERY, (1, handle)))
+        return client.do_get(info.endpoints[0].ticket).read_all().column("n")[0].as_py()
+
+    closing, staying = flight.connect(cluster.uri), flight.connect(cluster.uri)
+    mine, theirs = prepare(closing), prepare(staying)
+    assert run(closing, mine) == run(staying, theirs) > 0
+    (closed,) = closing.do_action(flight.Action("CloseSession", b""))
+    assert closed.body.to_pybytes() == sqlwire.message((1, 1))  # CloseSessionResult{status: CLOSED}
+    with pytest.raises(pa.ArrowInvalid, match="unknown prepared statement"):
+        run(closing, mine)
+    assert run(staying, theirs) > 0

@@ -27,11 +27,12 @@ from flightpart.errors import DatasetNotFound, LimitExceeded, RequestRejected, V
 from flightpart.server.auth import authorize
 from flightpart.server.base import boundary
 from flightpart.server.catalog import CatalogServer
+from flightpart.server.telemetry import peer_of
 from flightpart.tokens import role_token
-from flightpart.version import __version__
 from flightpart.wire import check_name
 
 from .gateway import Gateway
+from .metadata import sql_info, xdbc_type_info
 from .statuses import sql_error
 
 log = logging.getLogger("flightpart.sql")
@@ -46,6 +47,9 @@ RESULTS_KEPT = 64
 """Answers waiting for their DoGet (a client that never fetches one does not hold memory for long)."""
 CREATE_PREPARED = "CreatePreparedStatement"
 CLOSE_PREPARED = "ClosePreparedStatement"
+CLOSE_SESSION = "CloseSession"
+CLOSED = 1
+"""CloseSessionResult's status for a session whose prepared statements are forgotten (Flight.proto)."""
 TABLE_TYPE = "TABLE"
 
 
@@ -60,6 +64,7 @@ class SqlCatalogServer(CatalogServer):
                                write_access=dataclasses.replace(self.pool.access, token=writer))
         self._answers: collections.OrderedDict[bytes, pa.Table] = collections.OrderedDict()
         self._prepared: dict[bytes, str] = {}
+        self._preparer: dict[bytes, str] = {}  # who prepared each statement: the gRPC peer, whose CloseSession forgets it
         self._bound: dict[bytes, pa.Table] = {}  # a prepared query's parameter values, as the client's DoPut sent them
         self._sql_lock = threading.Lock()
 
@@ -119,7 +124,7 @@ class SqlCatalogServer(CatalogServer):
             return flight.RecordBatchStream(table)
 
     def do_action(self, context: Any, action: flight.Action) -> list[flight.Result]:
-        if action.type not in (CREATE_PREPARED, CLOSE_PREPARED):
+        if action.type not in (CREATE_PREPARED, CLOSE_PREPARED, CLOSE_SESSION):
             return super().do_action(context, action)
         with boundary(log, f"Flight SQL {action.type}", self.telemetry, context, sql_error):
             authorize(context, "read")
@@ -133,20 +138,30 @@ class SqlCatalogServer(CatalogServer):
                 handle = os.urandom(16)
                 with self._sql_lock:
                     self._prepared[handle] = query
+                    self._preparer[handle] = peer_of(context)
                     while len(self._prepared) > PREPARED_KEPT:  # a client that never closes them holds nothing long
-                        oldest = next(iter(self._prepared))
-                        self._prepared.pop(oldest)
-                        self._bound.pop(oldest, None)
+                        self._forget(next(iter(self._prepared)))
                 result = proto.message((1, handle), (2, schema.serialize().to_pybytes()))
                 return [flight.Result(pa.py_buffer(proto.pack(proto.PREPARED_RESULT, result)))]
+            if action.type == CLOSE_SESSION:  # the ADBC driver's close(): what this connection prepared is forgotten
+                peer = peer_of(context)
+                with self._sql_lock:
+                    for handle in [h for h, who in self._preparer.items() if who == peer]:
+                        self._forget(handle)
+                return [flight.Result(pa.py_buffer(proto.message((1, CLOSED))))]
             if command is None or command.name != proto.CLOSE_PREPARED:
                 raise RequestRejected("ClosePreparedStatement: expected an ActionClosePreparedStatementRequest",
                                       field="action")
             handle = proto.bytes_field(command.value, 1, "prepared_statement_handle") or b""
             with self._sql_lock:
-                self._prepared.pop(handle, None)
-                self._bound.pop(handle, None)
+                self._forget(handle)
             return []
+
+    def _forget(self, handle: bytes) -> None:
+        """A prepared statement closed: its query, its bound values and who prepared it (under ``_sql_lock``)."""
+        self._prepared.pop(handle, None)
+        self._bound.pop(handle, None)
+        self._preparer.pop(handle, None)
 
     def do_put(self, context: Any, descriptor: flight.FlightDescriptor, reader: flight.MetadataRecordBatchReader,
                writer: flight.FlightMetadataWriter) -> None:
@@ -183,7 +198,8 @@ class SqlCatalogServer(CatalogServer):
 
     def list_actions(self, context: Any) -> list[tuple[str, str]]:
         return [*super().list_actions(context), (CREATE_PREPARED, "Flight SQL: prepare a query"),
-                (CLOSE_PREPARED, "Flight SQL: forget a prepared query")]
+                (CLOSE_PREPARED, "Flight SQL: forget a prepared query"),
+                (CLOSE_SESSION, "forget the queries this connection prepared")]
 
     def shutdown(self) -> None:
         self.gateway.close()
@@ -258,6 +274,8 @@ class SqlCatalogServer(CatalogServer):
             return self._tables(command.value, schema_only)
         if command.name == proto.GET_SQL_INFO:
             return sql_info(proto.uint_fields(command.value, 1))
+        if command.name == proto.GET_XDBC_TYPE_INFO:
+            return xdbc_type_info(proto.int32_field(command.value, 1, "data_type"))
         raise RequestRejected(f"Flight SQL: {command.name} is not answered here", field="command")
 
     def _tables(self, body: bytes, schema_only: bool) -> pa.Table:
@@ -299,34 +317,6 @@ def _like(name: str, pattern: str) -> bool:
 
     regex = "".join(".*" if c == "%" else "." if c == "_" else re.escape(c) for c in pattern)
     return re.fullmatch(regex, name, flags=re.DOTALL) is not None
-
-
-SQL_INFO_TYPE = pa.dense_union([
-    pa.field("string_value", pa.utf8()), pa.field("bool_value", pa.bool_()), pa.field("bigint_value", pa.int64()),
-    pa.field("int32_bitmask", pa.int32()), pa.field("string_list", pa.list_(pa.utf8())),
-    pa.field("int32_to_int32_list_map", pa.map_(pa.int32(), pa.list_(pa.int32()))),
-])
-
-
-def sql_info(asked: list[int]) -> pa.Table:
-    """``GetSqlInfo``: the server's name and version, Arrow's version, read-only, and that it takes SQL."""
-    known: dict[int, str | bool] = {0: "flightpart", 1: __version__, 2: pa.__version__, 3: True, 4: True, 5: False}
-    ids = [k for k in (asked or sorted(known)) if k in known]
-    strings = [v for k in ids for v in [known[k]] if isinstance(v, str)]
-    bools = [v for k in ids for v in [known[k]] if isinstance(v, bool)]
-    type_ids, offsets, counts = [], [], [0, 0]
-    for k in ids:
-        child = 1 if isinstance(known[k], bool) else 0
-        type_ids.append(child)
-        offsets.append(counts[child])
-        counts[child] += 1
-    children = [pa.array(strings, pa.utf8()), pa.array(bools, pa.bool_()), pa.array([], pa.int64()),
-                pa.array([], pa.int32()), pa.array([], pa.list_(pa.utf8())),
-                pa.array([], pa.map_(pa.int32(), pa.list_(pa.int32())))]
-    value = pa.UnionArray.from_dense(pa.array(type_ids, pa.int8()), pa.array(offsets, pa.int32()), children,
-                                     [f.name for f in SQL_INFO_TYPE])
-    schema = pa.schema([pa.field("info_name", pa.uint32(), nullable=False), pa.field("value", value.type, nullable=False)])
-    return pa.Table.from_arrays([pa.array(ids, pa.uint32()), value], schema=schema)
 
 
 def _gave_up(context: Any) -> Callable[[], bool]:

@@ -1,0 +1,92 @@
+"""What the catalog says of itself to SQL clients: ``GetSqlInfo`` and ``GetXdbcTypeInfo``.
+
+Tables in the layouts arrow's ``format/FlightSql.proto`` gives them, built
+from what the gateway answers with: DuckDB's types as they reach Arrow.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from flightpart.version import __version__
+
+SQL_INFO_TYPE = pa.dense_union([
+    pa.field("string_value", pa.utf8()), pa.field("bool_value", pa.bool_()), pa.field("bigint_value", pa.int64()),
+    pa.field("int32_bitmask", pa.int32()), pa.field("string_list", pa.list_(pa.utf8())),
+    pa.field("int32_to_int32_list_map", pa.map_(pa.int32(), pa.list_(pa.int32()))),
+])
+
+
+def sql_info(asked: list[int]) -> pa.Table:
+    """``GetSqlInfo``: the server's name and version, Arrow's version, read-only, and that it takes SQL."""
+    known: dict[int, str | bool] = {0: "flightpart", 1: __version__, 2: pa.__version__, 3: True, 4: True, 5: False}
+    ids = [k for k in (asked or sorted(known)) if k in known]
+    strings = [v for k in ids for v in [known[k]] if isinstance(v, str)]
+    bools = [v for k in ids for v in [known[k]] if isinstance(v, bool)]
+    type_ids, offsets, counts = [], [], [0, 0]
+    for k in ids:
+        child = 1 if isinstance(known[k], bool) else 0
+        type_ids.append(child)
+        offsets.append(counts[child])
+        counts[child] += 1
+    children = [pa.array(strings, pa.utf8()), pa.array(bools, pa.bool_()), pa.array([], pa.int64()),
+                pa.array([], pa.int32()), pa.array([], pa.list_(pa.utf8())),
+                pa.array([], pa.map_(pa.int32(), pa.list_(pa.int32())))]
+    value = pa.UnionArray.from_dense(pa.array(type_ids, pa.int8()), pa.array(offsets, pa.int32()), children,
+                                     [f.name for f in SQL_INFO_TYPE])
+    schema = pa.schema([pa.field("info_name", pa.uint32(), nullable=False), pa.field("value", value.type, nullable=False)])
+    return pa.Table.from_arrays([pa.array(ids, pa.uint32()), value], schema=schema)
+
+
+XDBC_TYPE_INFO = pa.schema([
+    pa.field("type_name", pa.utf8(), nullable=False), pa.field("data_type", pa.int32(), nullable=False),
+    pa.field("column_size", pa.int32()), pa.field("literal_prefix", pa.utf8()), pa.field("literal_suffix", pa.utf8()),
+    pa.field("create_params", pa.list_(pa.field("item", pa.utf8(), nullable=False))),
+    pa.field("nullable", pa.int32(), nullable=False), pa.field("case_sensitive", pa.bool_(), nullable=False),
+    pa.field("searchable", pa.int32(), nullable=False), pa.field("unsigned_attribute", pa.bool_()),
+    pa.field("fixed_prec_scale", pa.bool_(), nullable=False), pa.field("auto_increment", pa.bool_()),
+    pa.field("local_type_name", pa.utf8()), pa.field("minimum_scale", pa.int32()), pa.field("maximum_scale", pa.int32()),
+    pa.field("sql_data_type", pa.int32(), nullable=False), pa.field("datetime_subcode", pa.int32()),
+    pa.field("num_prec_radix", pa.int32()), pa.field("interval_precision", pa.int32()),
+])
+"""``GetXdbcTypeInfo``'s columns, as FlightSql.proto lists them."""
+
+NULLABLE, SEARCHABLE_BASIC, SEARCHABLE_FULL = 1, 2, 3
+XDBC_DATETIME, SUBCODE_DATE, SUBCODE_TIME, SUBCODE_TIMESTAMP = 9, 1, 2, 3
+
+# (name, data_type, column_size, literal prefix, suffix, create params, searchable, unsigned, fixed precision and
+# scale, minimum and maximum scale, sql_data_type, datetime subcode, radix)
+_TYPES = [
+    ("BIGINT", -5, 19, None, None, None, SEARCHABLE_BASIC, False, True, 0, 0, -5, None, 10),
+    ("BLOB", -3, None, "'", "'::BLOB", None, SEARCHABLE_BASIC, None, False, None, None, -3, None, None),
+    ("BOOLEAN", -7, 1, None, None, None, SEARCHABLE_BASIC, None, False, None, None, -7, None, None),
+    ("TINYINT", -6, 3, None, None, None, SEARCHABLE_BASIC, False, True, 0, 0, -6, None, 10),
+    ("DECIMAL", 3, 38, None, None, ["precision", "scale"], SEARCHABLE_BASIC, False, True, 0, 38, 3, None, 10),
+    ("INTEGER", 4, 10, None, None, None, SEARCHABLE_BASIC, False, True, 0, 0, 4, None, 10),
+    ("SMALLINT", 5, 5, None, None, None, SEARCHABLE_BASIC, False, True, 0, 0, 5, None, 10),
+    ("FLOAT", 6, 24, None, None, None, SEARCHABLE_BASIC, False, False, None, None, 6, None, 2),
+    ("DOUBLE", 8, 53, None, None, None, SEARCHABLE_BASIC, False, False, None, None, 8, None, 2),
+    ("VARCHAR", 12, None, "'", "'", None, SEARCHABLE_FULL, None, False, None, None, 12, None, None),
+    ("DATE", 91, 10, "DATE '", "'", None, SEARCHABLE_BASIC, None, False, None, None, XDBC_DATETIME, SUBCODE_DATE, None),
+    ("TIME", 92, 15, "TIME '", "'", None, SEARCHABLE_BASIC, None, False, 0, 6, XDBC_DATETIME, SUBCODE_TIME, None),
+    ("TIMESTAMP", 93, 26, "TIMESTAMP '", "'", None, SEARCHABLE_BASIC, None, False, 0, 6, XDBC_DATETIME,
+     SUBCODE_TIMESTAMP, None),
+]
+
+
+def xdbc_type_info(data_type: int | None) -> pa.Table:
+    """``GetXdbcTypeInfo``: the SQL types answers come in (only ``data_type``'s when given), ordered by data type
+    and name as the protocol asks."""
+    rows = sorted((t for t in _TYPES if data_type is None or t[1] == data_type), key=lambda t: (t[1], t[0]))
+    column = {name: [] for name in XDBC_TYPE_INFO.names}
+    for (name, code, size, prefix, suffix, params, searchable, unsigned, fixed, low, high, sql_type, subcode,
+         radix) in rows:
+        for key, value in (("type_name", name), ("data_type", code), ("column_size", size), ("literal_prefix", prefix),
+                           ("literal_suffix", suffix), ("create_params", params), ("nullable", NULLABLE),
+                           ("case_sensitive", name == "VARCHAR"), ("searchable", searchable),
+                           ("unsigned_attribute", unsigned), ("fixed_prec_scale", fixed), ("auto_increment", None),
+                           ("local_type_name", name), ("minimum_scale", low), ("maximum_scale", high),
+                           ("sql_data_type", sql_type), ("datetime_subcode", subcode), ("num_prec_radix", radix),
+                           ("interval_precision", None)):
+            column[key].append(value)
+    return pa.Table.from_pydict(column, schema=XDBC_TYPE_INFO)
