@@ -158,16 +158,18 @@ def bytes_field(body: bytes, number: int, what: str) -> bytes | None:
 
 
 def int32_field(body: bytes, number: int, what: str) -> int | None:
-    """Field ``number`` of ``body`` as an int32 (a negative one is sent as ten bytes of two's complement)."""
+    """Field ``number`` of ``body`` as an int32, the last one sent as protobuf takes it (a negative value comes as
+    ten bytes of two's complement, or five from a writer that truncates)."""
+    found = None
     for n, value in fields(body):
         if n == number:
             if not isinstance(value, int):
                 raise RequestRejected(f"Flight SQL: {what} is not an integer", field=what)
-            value = value - (1 << 64) if value >= 1 << 63 else value
-            if not -(1 << 31) <= value < 1 << 31:
-                raise RequestRejected(f"Flight SQL: {what} is not an int32", field=what)
-            return value
-    return None
+            found = value
+    if found is None:
+        return None
+    found &= (1 << 32) - 1
+    return found - (1 << 32) if found >= 1 << 31 else found
 
 
 def uint_fields(body: bytes, number: int) -> list[int]:

@@ -31,9 +31,9 @@ from flightpart.errors import (
     NodeUnavailable,
     NotLeader,
     PartitionedError,
-    PartitionMissing,
     RequestRejected,
     SchemaMismatch,
+    StaleEpoch,
     VersionConflict,
     VersionExpired,
 )
@@ -89,7 +89,6 @@ from flightpart.wire import (
     VersionList,
     VersionRef,
     VersionReply,
-    decode_error,
     encode_flight_info,
     error_message,
     pages,
@@ -712,7 +711,8 @@ class CatalogServer(ServiceBase):
                     spare = [n for n in spare if n.node_id not in silent]
                     sources = [n for n in holders if n.node_id not in silent]
                     if not spare or not sources:
-                        why = "; ".join(f"{node_id}: {reason}" for node_id, reason in silent.items())
+                        involved = {n.node_id for n in holders} | {n.node_id for n in live if n.node_id not in held_by}
+                        why = "; ".join(f"{node_id}: {reason}" for node_id, reason in silent.items() if node_id in involved)
                         failed.append(CopyFailed(record.dataset, record.version, p.part,
                                                  f"no holder and target that answered ({why})"[:1000]))
                         break
@@ -737,30 +737,36 @@ class CatalogServer(ServiceBase):
         holder = sources[0]
         order = CopyTo(record.dataset, record.version, p.part, target.uri, self.state.cluster(), self.epoch())
         try:
-            self.pool.action(holder.uri, order, timeout=put_deadline(DEFAULT_TIMEOUT, p.nbytes) + self.node_timeout)
+            # the holder's own put to the target, after it asked the catalog who is live
+            self.pool.action(holder.uri, order, timeout=put_deadline(DEFAULT_TIMEOUT, p.nbytes) + 2 * self.node_timeout)
         except (flight.FlightError, ConnectionError, OSError) as exc:
             self.pool.discard(holder.uri)
             refusal = translate(exc)
-            answered = decode_error(getattr(exc, "extra_info", None)) is not None
-            # a holder that did not answer, or whose own copy is bad, is to blame; one that answered with an error
-            # reports the target's (it did not answer, or refused the data)
-            blamed = target if answered and not isinstance(refusal, PartitionMissing) else holder
-            silent[blamed.node_id] = f"{refusal.code} {refusal.message}"[:300]
-            log.warning("repair: copying %s v%d %s from %s to %s failed (%s %s); %s is not asked again in this repair",
-                        record.dataset, record.version, p.part, holder.uri, target.uri, refusal.code, refusal.message,
-                        blamed.uri)
-            return None
+            if isinstance(refusal, StaleEpoch):
+                raise NotLeader("repair stopped: a node has heard from a newer leader; run it there",
+                                field=self.lease.leader() if self.lease is not None else None) from None
+            # the holder marks what the target refused or left unanswered; anything else is the holder's (it did not
+            # answer in time, its copy is damaged or gone, it failed)
+            blamed = target if refusal.field == "copy-to.target" else holder
+            return self._not_asked_again(blamed, refusal, silent,
+                                         f"copying {record.dataset} v{record.version} {p.part} from {holder.uri} to "
+                                         f"{target.uri}")
         try:
             self._verify_on_nodes(record.dataset, record.version, schema, [PartRecord(p.part, p.start, p.shape, 0, [target])])
         except FlightpartError as exc:
-            silent[target.node_id] = f"{exc.code} {exc.message}"[:300]
-            log.warning("repair: the copy of %s v%d %s on %s did not check out (%s)", record.dataset, record.version,
-                        p.part, target.uri, exc.message)
-            return None
+            return self._not_asked_again(target, exc, silent,
+                                         f"checking the copy of {record.dataset} v{record.version} {p.part} on {target.uri}")
         self.state.add_replica(record.dataset, record.version, p.part, target.node_id)
         # the new holder keeps a manifest naming it, so a catalog rebuilding lost state takes its copy
         self._seal(manifest_of(self.state.version(record.dataset, record.version)), [target])
         return ReplicaCopy(record.dataset, record.version, p.part, target.uri)
+
+    @staticmethod
+    def _not_asked_again(node: NodeRecord, refusal: FlightpartError, silent: dict[str, str], what: str) -> None:
+        """``node`` failed ``what``: noted in ``silent`` with why, so this repair asks it nothing more."""
+        silent[node.node_id] = f"{refusal.code} {refusal.message}"[:300]
+        log.warning("repair: %s failed (%s %s); %s is not asked again in this repair", what, refusal.code,
+                    refusal.message, node.uri)
 
     def _report_damage(self, b: ReportDamage) -> Removed:
         """A node's replicas that failed their checksum or vanished: no longer listed, so reads skip them and repair

@@ -40,7 +40,7 @@ from flightpart.io.allocator import keep_freed_memory
 from flightpart.io.compression import write_options
 from flightpart.io.connections import ConnectionPool
 from flightpart.io.counters import Counters
-from flightpart.io.errors import translated
+from flightpart.io.errors import translate, translated
 from flightpart.io.hosts import advertised_ip
 from flightpart.io.layout import default_data_dir
 from flightpart.io.leader import CatalogAddresses, split_addresses
@@ -739,7 +739,11 @@ class NodeServer(ServiceBase):
         self._check_epoch(body.epoch)
         self._check_target(body.target)
         table = self.store.open(body.dataset, body.version, body.part)
-        send_partition(self.pool, body.target, body.dataset, body.version, body.part, table)
+        try:
+            send_partition(self.pool, body.target, body.dataset, body.version, body.part, table)
+        except (flight.FlightError, ConnectionError, OSError) as exc:  # the target's doing: the catalog tries another
+            refusal = translate(exc)
+            raise type(refusal)(f"copy-to {body.target}: {refusal.message}", field="copy-to.target") from None
         return Copied(table.nbytes)
 
     def _assemble(self, body: Assemble) -> AssembleReply:

@@ -69,7 +69,7 @@ class Telemetry:
     @contextlib.contextmanager
     def call(self, rpc: str, context: Any) -> Iterator[Call]:
         """The call being handled on this thread, visible to :func:`describe`."""
-        call = Call(rpc, peer_of(context))
+        call = Call(rpc, _peer(context))
         previous = getattr(_current, "call", None)
         _current.call = call
         try:
@@ -123,8 +123,7 @@ def describe(event: str, **fields: Any) -> None:
         call.fields.update(fields)
 
 
-def peer_of(context: Any) -> str:
-    """The caller's connection as gRPC names it (``ipv4:ADDRESS:PORT``; one client connection is one)."""
+def _peer(context: Any) -> str:
     try:
         return context.peer() if context is not None else "this process"
     except Exception:  # a context without a peer (in-process calls)

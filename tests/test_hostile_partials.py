@@ -12,6 +12,7 @@ import logging
 import duckdb
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.flight as flight
 import pytest
 
@@ -27,6 +28,7 @@ LIES = {
     "more rows than the dataset": lambda t: pa.concat_tables([t] * 500),
     "a group twice": lambda t: pa.concat_tables([t, t.slice(0, 1)]),
 }
+GLOBAL_LIES = {"a global partial twice": lambda t: pa.concat_tables([t, t])}
 
 
 class LyingNode(NodeServer):
@@ -39,7 +41,7 @@ class LyingNode(NodeServer):
         if spec.aggregate is None or self.lie is None:
             return super().do_get(context, ticket)
         truth = partial(self.store.open(spec.dataset, spec.version, spec.part), spec.aggregate)
-        return flight.RecordBatchStream(LIES[self.lie](truth))
+        return flight.RecordBatchStream({**LIES, **GLOBAL_LIES}[self.lie](truth))
 
 
 @pytest.fixture(scope="module")
@@ -84,3 +86,18 @@ def _duckdb_answer(sales: pa.Table, query: str) -> pa.Table:
     con = duckdb.connect()
     con.register("sales", sales)
     return con.sql(query).to_arrow_table()
+
+
+@pytest.mark.parametrize("lie", sorted(GLOBAL_LIES))
+def test_a_global_aggregate_takes_one_row_per_partition(liar, lie):
+    """Without keys a partition's partial is one row: two would be summed twice."""
+    client, node, sales = liar
+    node.lie = lie
+    try:
+        with pytest.raises(fp.ServerError, match="more rows than the 1 it can have"):
+            client.open("sales").aggregate([("amount", "sum"), ("amount", "count")])
+        got = client.sql("SELECT sum(amount) AS total, count(*) AS n FROM sales").to_arrow()
+    finally:
+        node.lie = None
+    assert got.column("n").to_pylist() == [sales.num_rows]
+    assert np.isclose(got.column("total")[0].as_py(), pc.sum(sales.column("amount")).as_py())

@@ -146,7 +146,7 @@ def test_a_repair_goes_on_past_a_frozen_holder_and_says_what_it_could_not_copy(t
     """A holder SIGSTOPped while repair copies from it: the copy fails within its deadline (it waited without end),
     the repair copies the other dataset's partition from a live holder and reports the one it could not copy, with
     why; once the holder is back, the next repair makes that copy. Nothing is lost."""
-    c = LocalCluster(tmp_path, nodes=4, first_ip=46, heartbeat=0.3, dead_after=3.0)
+    c = LocalCluster(tmp_path, nodes=4, first_ip=46, heartbeat=0.3, dead_after=8.0)  # alive when repair starts
     holder, lost, other, spare = c.nodes
     frozen = False
     try:

@@ -179,16 +179,17 @@ def partial_schema(agg: Aggregate, schema: pa.Schema) -> pa.Schema:
 
 def checked_partial(table: pa.Table, agg: Aggregate, expected: pa.Schema, most_rows: int) -> pa.Table:
     """A partial a node sent, before it is combined with the others: its columns and types those of
-    ``expected`` (:func:`partial_schema`), at most one row per group and at most ``most_rows`` rows (a partition
-    has no more groups than rows; a global aggregate has one row).
+    ``expected`` (:func:`partial_schema`), at most one row per group, and at most ``most_rows`` rows (a partition
+    has no more groups than rows), one for a global aggregate.
 
     A node that answers with something no node would compute (a faulty or hostile one) gets a clear error,
     not an Arrow exception from deep inside :func:`combine`, and no answer built from it. (A node that sends
     false numbers in the right shape about data it holds cannot be told from one that holds that data.)
     """
     where = f"a node's partial aggregate ({table.num_rows} rows: {', '.join(table.column_names)[:200]})"
-    if table.num_rows > max(1, most_rows):
-        raise ServerError(f"{where}: more rows than the {most_rows:,} the dataset has; not used")
+    bound = most_rows if agg.by else 1
+    if table.num_rows > max(1, bound):
+        raise ServerError(f"{where}: more rows than the {bound:,} it can have; not used")
     if not table.schema.equals(expected):
         if table.column_names != expected.names:
             raise ServerError(f"{where}: the columns asked were {', '.join(expected.names)[:200]}; not used")
@@ -196,9 +197,14 @@ def checked_partial(table: pa.Table, agg: Aggregate, expected: pa.Schema, most_r
             raise ServerError(f"{where}: its types ({', '.join(map(str, table.schema.types))[:200]}) are not those "
                               f"asked ({', '.join(map(str, expected.types))[:200]}); not used")
         table = table.cast(expected)  # nullability and metadata as asked
-    if agg.by and table.num_rows > 1 and \
-            table.group_by(list(agg.by), use_threads=False).aggregate([]).num_rows != table.num_rows:
-        raise ServerError(f"{where}: a group appears more than once; not used")
+    if agg.by and table.num_rows > 1:
+        try:  # batches may carry dictionaries of their own: one dictionary per key before grouping
+            keys = table.select(list(agg.by)).unify_dictionaries().combine_chunks()
+            groups = keys.group_by(list(agg.by), use_threads=False).aggregate([]).num_rows
+        except pa.ArrowException as exc:
+            raise ServerError(f"{where}: its keys cannot be grouped ({str(exc)[:200]}); not used") from None
+        if groups != table.num_rows:
+            raise ServerError(f"{where}: a group appears more than once; not used")
     return table
 
 

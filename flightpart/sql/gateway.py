@@ -161,7 +161,10 @@ class Gateway:
                 answers.append((relation.limit(limit) if limit is not None else relation).to_arrow_table())
             return answers[0] if len(answers) == 1 else pa.concat_tables(answers)
         except duckdb.CatalogException as exc:
-            raise DatasetNotFound(self._suggesting_datasets(_one_line(exc)), field="query") from None
+            message = _one_line(exc)
+            if MISSING_TABLE.search(message) is None:  # a function or type DuckDB does not know: the query's mistake
+                raise SqlError(message, field="query") from None
+            raise DatasetNotFound(self._suggesting_datasets(message), field="query") from None
         except duckdb.InterruptException:
             if stop.gave_up:
                 self.abandoned += 1
@@ -280,22 +283,25 @@ class Gateway:
             return []  # DuckDB, which parsed it, names the tables it cannot find
         # a WITH query named as a dataset hides it from the rest of the query, not from its own body: registered too
         wanted = {t.name for t in tree.find_all(exp.Table) if t.name and t.db in ("", "main") and not t.catalog}
-        known = {entry["name"] for entry in self.client().list()}
+        known = self._dataset_names()
         return sorted(n for n in wanted if n in known or _versioned(n, known))
 
     def _suggesting_datasets(self, message: str) -> str:
-        """DuckDB's message for a name it does not know, its guess kept only when it is a dataset (DuckDB guesses
-        from its own system tables too: ``Did you mean "pg_sequences"?``); ``flightpart ls`` named otherwise."""
-        guess = SUGGESTION.search(message)
-        if guess is None:
+        """DuckDB's message for a table it does not know, its guess kept only when it is a dataset (DuckDB guesses
+        from its own system tables too: ``Did you mean "pg_sequences"?``), else the closest dataset's name, else
+        ``flightpart ls``."""
+        guess, missing = SUGGESTION.search(message), MISSING_TABLE.search(message)
+        known = self._dataset_names()
+        if guess is not None and (guess["name"] in known or _versioned(guess["name"], known)):
             return message
-        known = sorted(entry["name"] for entry in self.client().list())
-        if guess["name"] in known or _versioned(guess["name"], known):
-            return message
-        missing = MISSING_TABLE.search(message)
-        close = difflib.get_close_matches(missing["name"], known, n=1) if missing else []
+        close = difflib.get_close_matches(missing["name"], sorted(known), n=1) if missing else []
         instead = f' Did you mean "{close[0]}"?' if close else " (`flightpart ls` lists the datasets)"
+        if guess is None:
+            return message + instead
         return f"{message[:guess.start()].rstrip()}{instead}{message[guess.end():]}"
+
+    def _dataset_names(self) -> set[str]:
+        return {entry["name"] for entry in self.client().list()}
 
     def _dataset(self, table: str) -> Any:
         """The dataset a table name means (``name@version``: that version)."""
@@ -430,7 +436,7 @@ def _versioned(table: str, known: set[str]) -> bool:
 
 SUGGESTION = re.compile(r'\s*Did you mean "(?P<name>[^"]*)"\?')
 """DuckDB's guess at a mistyped name, in a CatalogException's message."""
-MISSING_TABLE = re.compile(r"Table with name (?P<name>\S+) does not exist")
+MISSING_TABLE = re.compile(r"Table with name (?P<name>.+?) does not exist")
 
 
 def _one_line(exc: BaseException) -> str:

@@ -52,7 +52,7 @@ XDBC_TYPE_INFO = pa.schema([
 """``GetXdbcTypeInfo``'s columns, as FlightSql.proto lists them."""
 
 NULLABLE, SEARCHABLE_BASIC, SEARCHABLE_FULL = 1, 2, 3
-XDBC_DATETIME, SUBCODE_DATE, SUBCODE_TIME, SUBCODE_TIMESTAMP = 9, 1, 2, 3
+XDBC_DATETIME, SUBCODE_DATE, SUBCODE_TIME, SUBCODE_TIMESTAMP, SUBCODE_TIMESTAMP_WITH_TIMEZONE = 9, 1, 2, 3, 5
 
 # (name, data_type, column_size, literal prefix, suffix, create params, searchable, unsigned, fixed precision and
 # scale, minimum and maximum scale, sql_data_type, datetime subcode, radix)
@@ -64,13 +64,20 @@ _TYPES = [
     ("DECIMAL", 3, 38, None, None, ["precision", "scale"], SEARCHABLE_BASIC, False, True, 0, 38, 3, None, 10),
     ("INTEGER", 4, 10, None, None, None, SEARCHABLE_BASIC, False, True, 0, 0, 4, None, 10),
     ("SMALLINT", 5, 5, None, None, None, SEARCHABLE_BASIC, False, True, 0, 0, 5, None, 10),
-    ("FLOAT", 6, 24, None, None, None, SEARCHABLE_BASIC, False, False, None, None, 6, None, 2),
+    ("FLOAT", 7, 24, None, None, None, SEARCHABLE_BASIC, False, False, None, None, 7, None, 2),  # 4 bytes: REAL
     ("DOUBLE", 8, 53, None, None, None, SEARCHABLE_BASIC, False, False, None, None, 8, None, 2),
     ("VARCHAR", 12, None, "'", "'", None, SEARCHABLE_FULL, None, False, None, None, 12, None, None),
     ("DATE", 91, 10, "DATE '", "'", None, SEARCHABLE_BASIC, None, False, None, None, XDBC_DATETIME, SUBCODE_DATE, None),
     ("TIME", 92, 15, "TIME '", "'", None, SEARCHABLE_BASIC, None, False, 0, 6, XDBC_DATETIME, SUBCODE_TIME, None),
     ("TIMESTAMP", 93, 26, "TIMESTAMP '", "'", None, SEARCHABLE_BASIC, None, False, 0, 6, XDBC_DATETIME,
      SUBCODE_TIMESTAMP, None),
+    ("TIMESTAMP WITH TIME ZONE", 93, 32, "TIMESTAMPTZ '", "'", None, SEARCHABLE_BASIC, None, False, 0, 6,
+     XDBC_DATETIME, SUBCODE_TIMESTAMP_WITH_TIMEZONE, None),
+    ("INTERVAL", 10, None, "INTERVAL '", "'", None, SEARCHABLE_BASIC, None, False, None, None, 10, None, None),
+    ("UBIGINT", -5, 20, None, None, None, SEARCHABLE_BASIC, True, True, 0, 0, -5, None, 10),
+    ("UTINYINT", -6, 3, None, None, None, SEARCHABLE_BASIC, True, True, 0, 0, -6, None, 10),
+    ("UINTEGER", 4, 10, None, None, None, SEARCHABLE_BASIC, True, True, 0, 0, 4, None, 10),
+    ("USMALLINT", 5, 5, None, None, None, SEARCHABLE_BASIC, True, True, 0, 0, 5, None, 10),
 ]
 
 

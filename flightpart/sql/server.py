@@ -27,7 +27,6 @@ from flightpart.errors import DatasetNotFound, LimitExceeded, RequestRejected, V
 from flightpart.server.auth import authorize
 from flightpart.server.base import boundary
 from flightpart.server.catalog import CatalogServer
-from flightpart.server.telemetry import peer_of
 from flightpart.tokens import role_token
 from flightpart.wire import check_name
 
@@ -48,8 +47,8 @@ RESULTS_KEPT = 64
 CREATE_PREPARED = "CreatePreparedStatement"
 CLOSE_PREPARED = "ClosePreparedStatement"
 CLOSE_SESSION = "CloseSession"
-CLOSED = 1
-"""CloseSessionResult's status for a session whose prepared statements are forgotten (Flight.proto)."""
+NOT_CLOSEABLE = 3
+"""CloseSessionResult's status when there is no session to close (Flight.proto): the catalog keeps none."""
 TABLE_TYPE = "TABLE"
 
 
@@ -64,7 +63,6 @@ class SqlCatalogServer(CatalogServer):
                                write_access=dataclasses.replace(self.pool.access, token=writer))
         self._answers: collections.OrderedDict[bytes, pa.Table] = collections.OrderedDict()
         self._prepared: dict[bytes, str] = {}
-        self._preparer: dict[bytes, str] = {}  # who prepared each statement: the gRPC peer, whose CloseSession forgets it
         self._bound: dict[bytes, pa.Table] = {}  # a prepared query's parameter values, as the client's DoPut sent them
         self._sql_lock = threading.Lock()
 
@@ -138,17 +136,14 @@ class SqlCatalogServer(CatalogServer):
                 handle = os.urandom(16)
                 with self._sql_lock:
                     self._prepared[handle] = query
-                    self._preparer[handle] = peer_of(context)
                     while len(self._prepared) > PREPARED_KEPT:  # a client that never closes them holds nothing long
                         self._forget(next(iter(self._prepared)))
                 result = proto.message((1, handle), (2, schema.serialize().to_pybytes()))
                 return [flight.Result(pa.py_buffer(proto.pack(proto.PREPARED_RESULT, result)))]
-            if action.type == CLOSE_SESSION:  # the ADBC driver's close(): what this connection prepared is forgotten
-                peer = peer_of(context)
-                with self._sql_lock:
-                    for handle in [h for h, who in self._preparer.items() if who == peer]:
-                        self._forget(handle)
-                return [flight.Result(pa.py_buffer(proto.message((1, CLOSED))))]
+            if action.type == CLOSE_SESSION:
+                # an ADBC connection's close(): a catalog keeps no session (no cookie names one), so nothing of one
+                # connection can be told from another's; the driver closes its prepared statements one by one
+                return [flight.Result(pa.py_buffer(proto.message((1, NOT_CLOSEABLE))))]
             if command is None or command.name != proto.CLOSE_PREPARED:
                 raise RequestRejected("ClosePreparedStatement: expected an ActionClosePreparedStatementRequest",
                                       field="action")
@@ -158,10 +153,9 @@ class SqlCatalogServer(CatalogServer):
             return []
 
     def _forget(self, handle: bytes) -> None:
-        """A prepared statement closed: its query, its bound values and who prepared it (under ``_sql_lock``)."""
+        """A prepared statement closed: its query and its bound values (under ``_sql_lock``)."""
         self._prepared.pop(handle, None)
         self._bound.pop(handle, None)
-        self._preparer.pop(handle, None)
 
     def do_put(self, context: Any, descriptor: flight.FlightDescriptor, reader: flight.MetadataRecordBatchReader,
                writer: flight.FlightMetadataWriter) -> None:
@@ -199,7 +193,7 @@ class SqlCatalogServer(CatalogServer):
     def list_actions(self, context: Any) -> list[tuple[str, str]]:
         return [*super().list_actions(context), (CREATE_PREPARED, "Flight SQL: prepare a query"),
                 (CLOSE_PREPARED, "Flight SQL: forget a prepared query"),
-                (CLOSE_SESSION, "forget the queries this connection prepared")]
+                (CLOSE_SESSION, "answered NOT_CLOSEABLE: the catalog keeps no session")]
 
     def shutdown(self) -> None:
         self.gateway.close()

@@ -10,8 +10,13 @@ Python Flight server reaches INVALID_ARGUMENT and NOT_FOUND only by raising
 and to which pyarrow appends the Python traceback, with the server's paths.
 The traceback is left out by the classes here: pyarrow formats it with
 :mod:`traceback`, which reads the exception type's ``__module__``; a type that
-refuses to say it makes pyarrow fall back to the type's bare name. The
-status a client sees, with no traceback, is tested in tests/test_flight_sql.py.
+refuses to say it makes pyarrow fall back to the type's bare name (which is
+``flightpart``: the message ends ``Detail: Python exception: flightpart``).
+CPython's :mod:`traceback` reads ``__module__`` in 3.11 to 3.13; the status
+a client sees, with no traceback, is tested in tests/test_flight_sql.py, so
+a Python or pyarrow that formats it otherwise is caught there. These
+exceptions are made only as the call's error leaves the server, after it
+was logged, so nothing in flightpart formats one.
 """
 
 from __future__ import annotations

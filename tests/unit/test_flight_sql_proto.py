@@ -47,3 +47,16 @@ def test_malformed_messages_are_refused_naming_the_command(raw):
 def test_a_query_that_is_not_text_is_refused():
     with pytest.raises(fp.RequestRejected, match="UTF-8"):
         proto.text_field(proto.message((1, b"\xff\xfe")), 1, "query")
+
+
+def test_an_int32_field_reads_negative_values_however_they_were_written():
+    """A negative int32 comes as ten bytes (protobuf's own writers) or five (one that truncates); the last one sent
+    counts, as protobuf reads it."""
+    assert proto.int32_field(proto.message((1, -5)), 1, "data_type") == -5
+    assert len(proto.message((1, -5))) == 11
+    five_bytes = bytes([0x08, 0xFB, 0xFF, 0xFF, 0xFF, 0x0F])  # -5 written as a uint32
+    assert proto.int32_field(five_bytes, 1, "data_type") == -5
+    assert proto.int32_field(proto.message((1, 4), (1, 93)), 1, "data_type") == 93
+    assert proto.int32_field(proto.message((2, 4)), 1, "data_type") is None
+    with pytest.raises(fp.RequestRejected, match="not an integer"):
+        proto.int32_field(proto.message((1, "x")), 1, "data_type")
