@@ -177,6 +177,34 @@ def test_a_repair_goes_on_past_a_frozen_holder_and_says_what_it_could_not_copy(t
         c.stop()
 
 
+@pytest.mark.slow  # the copy to the frozen target waits out the holder's 30 s put deadline
+def test_a_repair_moves_to_another_target_when_the_first_is_frozen(tmp_path):
+    """The least loaded node, chosen as the target, is SIGSTOPped: the holder's put to it fails within its deadline,
+    the holder says the target failed (not itself), and the repair copies to the next node instead."""
+    c = LocalCluster(tmp_path, nodes=4, first_ip=56, heartbeat=0.3, dead_after=8.0)
+    holder, lost, frozen_target, other = c.nodes
+    frozen = False
+    try:
+        with fp.connect(c.uri, host="127.0.0.99") as client:
+            client.put("ballast", table_of(100, 3), tiling=(1, 1), nodes=["127.0.0.59"])  # the other node is busier
+            kept = table_of(20_000, 4)
+            client.put("kept", kept, tiling=(1, 1), replicas=2, nodes=["127.0.0.56", "127.0.0.57"])
+            lost.kill()
+            wait_until(lambda: any(n["ip"] == "127.0.0.57" and not n["alive"] for n in client.nodes()), what="a dead node")
+            os.kill(frozen_target.pid, signal.SIGSTOP)
+            frozen = True
+            report = client.repair()
+            assert [(x["dataset"], x["to"]) for x in report["copied"]] == [("kept", other.uri)], report
+            assert not report["failed"] and not report["lost"]
+            assert f"{frozen_target.uri} is not asked again" in c.catalog.log()
+            holder.kill()  # kept is now read from the new copy alone
+            assert client.open("kept").to_arrow().equals(kept)
+    finally:
+        if frozen:
+            os.kill(frozen_target.pid, signal.SIGCONT)
+        c.stop()
+
+
 def test_a_node_stops_on_sigterm_while_a_reader_stopped_mid_stream(tmp_path):
     """A reader that stopped reading in the middle of a large partition holds the node's DoGet (gRPC's flow control
     blocks its writes); SIGTERM still stops the node, within its grace period, saying what it did not wait for.
