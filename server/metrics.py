@@ -39,6 +39,9 @@ COUNTERS = {  # stats key: (metric name without _total, help)
     "pulled_bytes": ("flightpart_pulled_bytes", "Bytes pulled from other nodes to build partitions"),
     "streams_compressed": ("flightpart_compressed_streams", "Read streams sent compressed (the reader asked and a sample shrank)"),
     "stale_orders": ("flightpart_stale_orders", "Orders refused because they came from a catalog that no longer leads"),
+    "sql_queries_abandoned": ("flightpart_sql_queries_abandoned", "SQL queries stopped because their caller gave up"),
+    "sql_queries_refused_busy": ("flightpart_sql_queries_refused_busy",
+                                 "SQL queries refused BUSY: too many waiting, or waited too long for a slot"),
 }
 GAUGES = {
     "partitions_held": ("flightpart_held_partitions", "Partitions in the node's data directory"),
@@ -48,6 +51,8 @@ GAUGES = {
     "datasets": ("flightpart_datasets", "Datasets with a committed version"),
     "leader": ("flightpart_catalog_leader", "1 while this catalog holds the lease (catalogs sharing a --lease), else 0"),
     "epoch": ("flightpart_catalog_epoch", "The lease's epoch this catalog leads with (0: it does not lead)"),
+    "sql_queries_running": ("flightpart_sql_queries_running", "SQL queries the catalog runs now"),
+    "sql_queries_waiting": ("flightpart_sql_queries_waiting", "SQL queries waiting for a slot"),
 }
 
 

@@ -30,6 +30,7 @@ from flightpart.io.transfer import TRAFFIC
 
 from . import inlined, pushed, scans
 from .partials import PARTIALS
+from .slots import QuerySlots, running_from_env
 
 log = logging.getLogger("flightpart.sql")
 
@@ -63,13 +64,14 @@ class Gateway:
     """Runs SQL for callers the catalog already authorized (see the module doc)."""
 
     def __init__(self, catalog_uri: str, access: Access, *, timeout: float = QUERY_SECONDS,
-                 write_access: Access | None = None):
+                 write_access: Access | None = None, slots: int | None = None):
         self.catalog_uri = catalog_uri
         self.access = access
         self.write_access = write_access or access
         self._writer: Client | None = None
         self.timeout = timeout
         self.abandoned = 0  # queries stopped because their caller gave up
+        self.slots = QuerySlots(running_from_env() if slots is None else slots)
         self._client: Client | None = None
         self._lock = threading.Lock()
 
@@ -102,7 +104,13 @@ class Gateway:
         """``query``'s answer (``limit``: at most that many rows, for a schema). ``parameters``: values for its
         ``?`` (or ``$1``) placeholders, one row per execution, the answers concatenated. ``cancelled``: whether the
         caller gave up (its deadline passed, it hung up): the query is stopped then, not run on for no one.
-        ``route``, when given, is told how the query ran, for ``EXPLAIN``."""
+        ``route``, when given, is told how the query ran, for ``EXPLAIN``. It runs in one of the catalog's
+        :attr:`slots`, waiting for one (``BUSY`` when too many wait: :mod:`.slots`)."""
+        with self.slots.held(cancelled):
+            return self._run(query, limit=limit, parameters=parameters, cancelled=cancelled, route=route)
+
+    def _run(self, query: str, *, limit: int | None, parameters: pa.Table | None, cancelled: Callable[[], bool],
+             route: Route | None) -> pa.Table:
         duckdb = _duckdb()
 
         con = duckdb.connect(config={"enable_external_access": False, "memory_limit": MEMORY_LIMIT,
@@ -219,7 +227,7 @@ class Gateway:
             return pa.Table.from_pylist([dict(zip(EXPLAIN_SCHEMA.names, s)) for s in steps], schema=EXPLAIN_SCHEMA)
         before = _traffic()
         route = Route()
-        answer = self.run(inner, route=route)
+        answer = self._run(inner, limit=None, parameters=None, cancelled=lambda: False, route=route)  # in its slot
         moved = _traffic() - before - sum(part.moved for part in route.first)
         named = set(self._named(inner))
         planned = pushed.plan(route.query, named, self._dataset) if route.how == "aggregate" else None

@@ -187,8 +187,11 @@ class SqlCatalogServer(CatalogServer):
             writer.write(pa.py_buffer(proto.message((1, handle))))  # DoPutPreparedStatementResult
 
     def stats(self) -> dict:
-        """The catalog's figures and the queries stopped because their caller gave up (a deadline passed)."""
-        return {**super().stats(), "sql_queries_abandoned": self.gateway.abandoned}
+        """The catalog's figures, the queries stopped because their caller gave up (a deadline passed), and its SQL
+        query slots: queries running and waiting now, and those refused BUSY since it started."""
+        slots = self.gateway.slots
+        return {**super().stats(), "sql_queries_abandoned": self.gateway.abandoned, "sql_queries_running": slots.running,
+                "sql_queries_waiting": slots.waiting, "sql_queries_refused_busy": slots.refused}
 
     def list_actions(self, context: Any) -> list[tuple[str, str]]:
         return [*super().list_actions(context), (CREATE_PREPARED, "Flight SQL: prepare a query"),
