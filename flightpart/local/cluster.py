@@ -46,7 +46,9 @@ class Daemon:
             line = self.proc.stdout.readline()
             if not line:
                 self.proc.wait()
-                raise RuntimeError(f"{' '.join(args)} exited before it was ready:\n{self.log()[-2000:]}")
+                said = self.log()[-2000:]
+                self._release()  # what it wrote goes into the error; no file is left behind
+                raise RuntimeError(f"{' '.join(args)} exited before it was ready:\n{said}")
             if line.startswith("READY "):
                 _, role, uri = line.split()
                 self.uris[role] = uri
