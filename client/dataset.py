@@ -474,7 +474,7 @@ class Dataset:
         """
         self._check_readable()
         schema = self.schema
-        agg = aggregates.spec(aggregations, by, schema if computed else schema.names, computed)
+        agg = aggregates.spec(aggregations, by, schema, computed)
         read = aggregates.columns_read(agg, schema)
         reads = read + list(self.view.filter.columns if self.view.filter else ())
         blocks = self._blocks(counted=self.view.matched is not None)

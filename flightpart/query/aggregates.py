@@ -31,8 +31,8 @@ around past 2**63 without a word; 38 digits hold any sum of up to 10**19 int64 v
 
 def spec(pairs: Sequence[tuple[str, str]], by: Sequence[str], columns: Sequence[str] | pa.Schema,
          computed: Mapping[str, str] | None = None) -> Aggregate:
-    """Check what a user asked for against the dataset's columns (a schema when ``computed`` names columns computed
-    from SQL expressions, which keys and functions may then name); the spec a ticket carries."""
+    """Check what a user asked for against the dataset's columns (its schema, which ``computed`` needs: columns
+    computed from SQL expressions, which keys and functions may then name); the spec a ticket carries."""
     if isinstance(by, str):
         by = [by]
     schema = columns if isinstance(columns, pa.Schema) else None

@@ -29,7 +29,7 @@ from typing import Any
 import pyarrow as pa
 
 from flightpart.errors import FlightpartError, ServerError
-from flightpart.query.sql import parse_sql_value
+from flightpart.query.aggregates import evaluated
 
 from .computed import computed_on_nodes
 from .partials import (
@@ -211,7 +211,7 @@ def _computed_floating(schema: pa.Schema, text: str | None) -> bool:
     if text is None:
         return False
     try:
-        return pa.types.is_floating(parse_sql_value(text, schema)[1])
+        return pa.types.is_floating(evaluated(text, schema)[1])  # parsed once: the nodes' partials parse it too
     except FlightpartError:
         return True  # not computable here: run whole
 
