@@ -19,8 +19,10 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -54,32 +56,41 @@ def sales_cluster(tmp_path_factory):
 def run_block(code: str, cwd: Path, catalog: str, timeout: float = 240.0) -> subprocess.CompletedProcess:
     """Run ``code`` as bash would, each command traced with the time it started (stderr), Python's fault handler on.
 
-    A block still running after ``timeout`` fails the test with what it printed and where every Python process of it
-    was: each gets SIGABRT, which the fault handler answers with its threads' stacks, before the session is stopped.
+    Its output goes to files, not pipes: what the block leaves in the background (daemons it started and stops
+    with ``kill``) holds no pipe open, so the block is over when bash is, and :func:`stop_session` then stops
+    whatever is left. (How a daemon stops on SIGTERM, within its grace period, is tests/test_reliability.py's.)
+    A block still running after ``timeout`` fails the test with what it printed and where every Python process of
+    it was: each gets SIGABRT, which the fault handler answers with its threads' stacks, before the session is
+    stopped.
     """
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}", "HOME": str(cwd),
            "FLIGHTPART_CATALOG": catalog, "PYTHONFAULTHANDLER": "1"}
     timed = "PS4='+ $(date +%T.%3N) '\n" + code  # set in the script: bash run by root ignores PS4 from the environment
-    proc = subprocess.Popen(["bash", "-x", "-e", "-o", "pipefail", "-c", timed], cwd=cwd, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        running = subprocess.run(["ps", "-o", "pid,stat,etime,args", "-g", str(proc.pid)], capture_output=True,
-                                 text=True).stdout
-        for line in running.splitlines()[1:]:
-            pid, *_, command = line.split(None, 3)
-            if "python" in command or "flightpart" in command:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(int(pid), signal.SIGABRT)
-                time.sleep(1.0)  # one stack dump at a time
-        stop_session(proc.pid)
-        out, err = proc.communicate()
-        pytest.fail(f"still running after {timeout:.0f} s:\n{running}\n--- stdout\n{out[-3000:]}\n--- stderr (with the "
-                    f"stacks of its Python processes)\n{err[-20000:]}")
-    finally:
-        stop_session(proc.pid)
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(["bash", "-x", "-e", "-o", "pipefail", "-c", timed], cwd=cwd, env=env, stdout=out,
+                                stderr=err, text=True, start_new_session=True)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            running = subprocess.run(["ps", "-o", "pid,stat,etime,args", "-g", str(proc.pid)], capture_output=True,
+                                     text=True).stdout
+            for line in running.splitlines()[1:]:
+                pid, *_, command = line.split(None, 3)
+                if "python" in command or "flightpart" in command:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(int(pid), signal.SIGABRT)
+                    time.sleep(1.0)  # one stack dump at a time
+            stop_session(proc.pid)
+            pytest.fail(f"still running after {timeout:.0f} s:\n{running}\n--- stdout\n{_read(out)[-3000:]}\n"
+                        f"--- stderr (with the stacks of its Python processes)\n{_read(err)[-20000:]}")
+        finally:
+            stop_session(proc.pid)
+        return subprocess.CompletedProcess(proc.args, proc.returncode, _read(out), _read(err))
+
+
+def _read(file: Any) -> str:
+    file.seek(0)
+    return file.read()
 
 
 def stop_session(pgid: int) -> None:
