@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -158,7 +161,11 @@ def test_a_repair_goes_on_past_a_frozen_holder_and_says_what_it_could_not_copy(t
             wait_until(lambda: any(n["ip"] == "127.0.0.47" and not n["alive"] for n in client.nodes()), what="a dead node")
             os.kill(holder.pid, signal.SIGSTOP)
             frozen = True
-            report = client.repair()  # first's only live holder is frozen: that copy waits out its deadline
+            # first's only live holder is frozen: that copy waits out its deadline; the command says so by its exit
+            done = subprocess.run([sys.executable, "-m", "flightpart", "repair", "--json", "--catalog", c.uri],
+                                  capture_output=True, text=True, timeout=300)
+            assert done.returncode == 1, done.stderr
+            report = json.loads(done.stdout)
             assert [(f["dataset"], tuple(f["part"])) for f in report["failed"]] == [("first", (0, 0))]
             assert "did not answer" in report["failed"][0]["reason"] or "UNAVAILABLE" in report["failed"][0]["reason"]
             assert [(x["dataset"], x["to"]) for x in report["copied"]] == [("second", spare.uri)] and not report["lost"]

@@ -170,11 +170,14 @@ def _skew_text(seconds: float | None) -> str:
 @CATALOG_OPTION
 @JSON_OPTION
 def repair(catalog: str, as_json: bool) -> None:
-    """Copy under-replicated partitions to live nodes."""
+    """Copy under-replicated partitions to live nodes. Exits 1 when a partition has no live replica left or a copy
+    could not be made (a holder or target did not answer: run it again once it is back)."""
     with client_for(catalog) as client:
         result = client.repair()
     if as_json:
         click.echo(json.dumps(result))
+        if result["lost"] or result["failed"]:
+            raise SystemExit(1)
         return
     for c in result["copied"]:
         click.echo(f"copied {c['dataset']} v{c['version']} {tuple(c['part'])} to {c['to']}")
@@ -184,6 +187,8 @@ def repair(catalog: str, as_json: bool) -> None:
         click.echo(f"NOT COPIED {f['dataset']} v{f['version']} {tuple(f['part'])}: {f['reason']}", err=True)
     click.echo(f"{len(result['copied'])} copies made, {len(result['lost'])} partitions without a live replica"
                + (f", {len(result['failed'])} copies not made (run repair again)" if result["failed"] else ""))
+    if result["lost"] or result["failed"]:
+        raise SystemExit(1)
 
 
 @main.command()
