@@ -455,12 +455,15 @@ def _one_line(exc: BaseException) -> str:
 
 class _Watch:
     """Stops a DuckDB query (``interrupt``) once it has run ``timeout`` seconds or its caller gave up, looking
-    every :data:`WATCH_SECONDS`; ``gave_up`` says which."""
+    every :data:`WATCH_SECONDS`; ``gave_up`` says which. :meth:`done` is called before the connection is closed:
+    once it returns, the watch touches the connection no more (an interrupt racing the close raised in the watch's
+    thread, and a native library is not asked to interrupt what it is closing)."""
 
     def __init__(self, con: Any, timeout: float, cancelled: Callable[[], bool]):
         self.con, self.timeout, self.cancelled = con, timeout, cancelled
         self.gave_up = False
         self._done = threading.Event()
+        self._lock = threading.Lock()
         threading.Thread(target=self._watch, name="flightpart-sql-watch", daemon=True).start()
 
     def _watch(self) -> None:
@@ -468,12 +471,15 @@ class _Watch:
         while not self._done.wait(WATCH_SECONDS):
             gave_up = self.cancelled()
             if gave_up or time.monotonic() > deadline:
-                self.gave_up = gave_up
-                self.con.interrupt()
+                with self._lock:
+                    if not self._done.is_set():
+                        self.gave_up = gave_up
+                        self.con.interrupt()
                 return
 
     def done(self) -> None:
-        self._done.set()
+        with self._lock:
+            self._done.set()
 
 
 WATCH_SECONDS = 0.1
