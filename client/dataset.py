@@ -484,8 +484,8 @@ class Dataset:
             refs = [self._plan.ref(b, j, None, aggregate=agg) for b in blocks]
             step = AGGREGATE_SLICE if max_bytes is not None else max(len(refs), 1)
             expected, rows = aggregates.partial_schema(agg, self._info.schema), self._info.shape[0]
-            partials = [aggregates.checked_partial(t, agg, expected, rows)
-                        for k in range(0, len(refs), step) for t in taken.add(self._get(refs[k:k + step]))]
+            partials = [t for k in range(0, len(refs), step)
+                        for t in aggregates.checked_partials(taken.add(self._get(refs[k:k + step])), agg, expected, rows)]
         else:
             view = self._reading(read)
             partials = [t for b in blocks for t in taken.add([aggregates.partial(view._read_block(b), agg)])]

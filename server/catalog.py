@@ -678,7 +678,8 @@ class CatalogServer(ServiceBase):
         """Copy every under-replicated partition from a live holder to a live node without it.
 
         Each copy waits for its holder at most as long as the holder's own put to the target may take
-        (:func:`~flightpart.io.transfer.put_deadline` of the partition's bytes, plus the node timeout); a holder or
+        (:func:`~flightpart.io.transfer.put_deadline` of the partition's bytes, plus twice the node timeout: the holder
+        asks the catalog who is live first); a holder or
         target that failed once is not asked again in this repair (a frozen node would cost that wait per
         partition). A copy that cannot be made is reported with its reason and the repair goes on with the others.
         """

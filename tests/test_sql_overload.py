@@ -16,6 +16,9 @@ from flightpart.local.cluster import Daemon
 from helpers import wait_until
 
 SLOW = "SELECT sum(hash(a.range * b.range)) AS s FROM range(200000) a, range(200000) b"  # runs until it is stopped
+HOLD = 20.0
+"""Seconds the slow query holds the one slot (until its caller's deadline): room for a loaded machine to start the
+waiting queries and look at them before it ends."""
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +40,7 @@ def test_queries_past_the_limit_wait_and_past_the_waiting_room_are_busy(one_slot
     def slow() -> None:
         with fp.connect(one_slot) as client:
             try:
-                client.sql(SLOW, timeout=6)
+                client.sql(SLOW, timeout=HOLD)
             except fp.FlightpartError as exc:
                 outcomes["slow"].append(exc)
 
@@ -64,7 +67,7 @@ def test_queries_past_the_limit_wait_and_past_the_waiting_room_are_busy(one_slot
 
 
 def test_a_waiting_query_whose_caller_gives_up_leaves_the_queue(one_slot):
-    holder = threading.Thread(target=lambda: _quietly(lambda: fp.connect(one_slot).sql(SLOW, timeout=5)))
+    holder = threading.Thread(target=lambda: _quietly(lambda: fp.connect(one_slot).sql(SLOW, timeout=HOLD)))
     holder.start()
     wait_until(lambda: stats(one_slot)["sql_queries_running"] == 1, 30, "the slow query to hold the one slot")
     with fp.connect(one_slot) as client, pytest.raises(fp.FlightpartError):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Mapping, Sequence
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.acero as acero
 import pyarrow.compute as pc
@@ -177,35 +178,53 @@ def partial_schema(agg: Aggregate, schema: pa.Schema) -> pa.Schema:
     return partial(schema.empty_table(), agg).schema
 
 
-def checked_partial(table: pa.Table, agg: Aggregate, expected: pa.Schema, most_rows: int) -> pa.Table:
-    """A partial a node sent, before it is combined with the others: its columns and types those of
-    ``expected`` (:func:`partial_schema`), at most one row per group, and at most ``most_rows`` rows (a partition
-    has no more groups than rows), one for a global aggregate.
+def checked_partials(tables: Sequence[pa.Table], agg: Aggregate, expected: pa.Schema, most_rows: int) -> list[pa.Table]:
+    """Partials nodes sent, before they are combined: each with the columns and types of ``expected``
+    (:func:`partial_schema`), at most ``most_rows`` rows (a partition has no more groups than rows; a global
+    aggregate one), and no group twice within one partial.
 
     A node that answers with something no node would compute (a faulty or hostile one) gets a clear error,
     not an Arrow exception from deep inside :func:`combine`, and no answer built from it. (A node that sends
-    false numbers in the right shape about data it holds cannot be told from one that holds that data.)
+    false numbers in the right shape about data it holds cannot be told from one that holds that data.) The
+    groups of all partials are counted in one grouping, not one per partial: an aggregate over 100,000
+    partitions pays for the check about what it pays to combine them.
     """
-    where = f"a node's partial aggregate ({table.num_rows} rows: {', '.join(table.column_names)[:200]})"
-    bound = most_rows if agg.by else 1
-    if table.num_rows > max(1, bound):
-        raise ServerError(f"{where}: more rows than the {bound:,} it can have; not used")
-    if not table.schema.equals(expected):
-        if table.column_names != expected.names:
-            raise ServerError(f"{where}: the columns asked were {', '.join(expected.names)[:200]}; not used")
-        if table.schema.types != expected.types:
-            raise ServerError(f"{where}: its types ({', '.join(map(str, table.schema.types))[:200]}) are not those "
-                              f"asked ({', '.join(map(str, expected.types))[:200]}); not used")
-        table = table.cast(expected)  # nullability and metadata as asked
-    if agg.by and table.num_rows > 1:
-        try:  # batches may carry dictionaries of their own: one dictionary per key before grouping
-            keys = table.select(list(agg.by)).unify_dictionaries().combine_chunks()
-            groups = keys.group_by(list(agg.by), use_threads=False).aggregate([]).num_rows
-        except pa.ArrowException as exc:
-            raise ServerError(f"{where}: its keys cannot be grouped ({str(exc)[:200]}); not used") from None
-        if groups != table.num_rows:
-            raise ServerError(f"{where}: a group appears more than once; not used")
-    return table
+    bound = max(1, most_rows if agg.by else 1)
+    out = []
+    for table in tables:
+        where = f"a node's partial aggregate ({table.num_rows} rows: {', '.join(table.column_names)[:200]})"
+        if table.num_rows > bound:
+            raise ServerError(f"{where}: more rows than the {bound:,} it can have; not used")
+        if not table.schema.equals(expected):
+            if table.column_names != expected.names:
+                raise ServerError(f"{where}: the columns asked were {', '.join(expected.names)[:200]}; not used")
+            if table.schema.types != expected.types:
+                raise ServerError(f"{where}: its types ({', '.join(map(str, table.schema.types))[:200]}) are not "
+                                  f"those asked ({', '.join(map(str, expected.types))[:200]}); not used")
+            table = table.cast(expected)  # nullability and metadata as asked
+        out.append(table)
+    if agg.by and any(t.num_rows > 1 for t in out):
+        _each_group_once(out, agg.by)
+    return out
+
+
+def _each_group_once(tables: Sequence[pa.Table], by: Sequence[str]) -> None:
+    """ServerError when one of ``tables`` holds a group twice (checked over all of them in one grouping)."""
+    origin = "flightpart partial"
+    while origin in by:  # a key named so: another name for the partial's number
+        origin += "_"
+    keys = [t.select(list(by)).append_column(origin, pa.array(np.full(t.num_rows, k, np.int64)))
+            for k, t in enumerate(tables)]
+    try:  # batches may carry dictionaries of their own: one dictionary per key before grouping
+        merged = pa.concat_tables(keys).unify_dictionaries().combine_chunks()
+        counted = merged.group_by([*by, origin], use_threads=False).aggregate([([], "count_all")])
+    except pa.ArrowException as exc:
+        raise ServerError(f"a node's partial aggregate: its keys cannot be grouped ({str(exc)[:200]}); not used") from None
+    twice = pc.greater(counted.column("count_all"), 1)
+    if pc.any(twice).as_py():
+        k = counted.filter(twice).column(origin)[0].as_py()
+        raise ServerError(f"a node's partial aggregate ({tables[k].num_rows} rows: {', '.join(tables[k].column_names)[:200]}):"
+                          " a group appears more than once; not used")
 
 
 def combine(partials: Sequence[pa.Table], agg: Aggregate, schema: pa.Schema) -> pa.Table:

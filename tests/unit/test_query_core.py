@@ -187,3 +187,16 @@ def test_an_exact_sum_of_integers_does_not_wrap_and_a_mean_of_them_does_not_eith
     assert got[1] == {"g": "b", "x_exact_sum": 7, "b_exact_sum": 1, "f_exact_sum": 4.0, "x_mean": 7.0, "x_sum": 7}
     empty = aggregates.combine([], agg, table.schema)
     assert empty.schema.field("x_exact_sum").type == pa.decimal128(38, 0) and empty.num_rows == 0
+
+
+def test_partials_are_refused_for_a_group_twice_in_one_not_for_one_group_in_two():
+    """The groups of every partial are counted in one grouping: a group twice within one partial is a lie, the same
+    group in two partials (two partitions) is the usual case, also for a key named like the check's own column."""
+    for key in ("store", "flightpart partial"):
+        schema = pa.schema([(key, pa.string()), ("amount", pa.float64())])
+        agg = aggregates.spec([("amount", "sum")], [key], schema)
+        one = aggregates.partial(pa.table({key: ["a", "b"], "amount": [1.0, 2.0]}), agg)
+        expected = aggregates.partial_schema(agg, schema)
+        assert aggregates.checked_partials([one, one, one], agg, expected, 100) == [one, one, one]
+        with pytest.raises(fp.ServerError, match="a group appears more than once"):
+            aggregates.checked_partials([one, pa.concat_tables([one, one.slice(1)]), one], agg, expected, 100)
