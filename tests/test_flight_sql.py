@@ -70,8 +70,10 @@ def test_a_query_that_runs_too_long_is_stopped_with_a_clear_error(taxi, cluster)
     gateway = cluster.catalog.gateway
     saved, gateway.timeout = gateway.timeout, 0.5
     try:
-        with pytest.raises(dbapi.Error, match="ran longer than the 0.5 s"):
+        with pytest.raises(dbapi.Error, match="ran longer than the 0.5 s") as info:
             answer(conn, "SELECT count(*) FROM range(100000000000) a")
+        adbc = pytest.importorskip("adbc_driver_manager")
+        assert info.value.status_code == adbc.AdbcStatusCode.TIMEOUT  # DEADLINE_EXCEEDED, as SQL clients expect
     finally:
         gateway.timeout = saved
     assert answer(conn, "SELECT 2 AS two").column("two").to_pylist() == [2]
