@@ -238,6 +238,7 @@ class NodeServer(ServiceBase):
         self._stopping = threading.Event()
         self.registered = threading.Event()
         self.last_contact: float | None = None  # monotonic time of the catalog's last answer
+        self.refused_by_catalog: str | None = None  # why the catalog last refused this node, until it accepts it
         self.scrub_rate = scrub_rate
         self.scrub_interval = scrub_interval
         self._lost_lock = threading.Lock()
@@ -293,6 +294,7 @@ class NodeServer(ServiceBase):
                                 tombstones=tombstones)
             self._follow(self._to_catalog(body))
         self.last_contact = time.monotonic()
+        self.refused_by_catalog = None
         self.registered.set()
         self.find_missing()
 
@@ -334,6 +336,7 @@ class NodeServer(ServiceBase):
                     self.store.retry_cleanup()
             except (NodeConflict, ForeignCluster, StaleEpoch) as exc:
                 log.error("the catalog refused this node: %s", exc)
+                self.refused_by_catalog = str(exc)
                 self.pool.discard(self.catalog_uri)
                 self.registered.clear()
             except Exception as exc:  # catalog down: keep serving, keep trying
@@ -364,12 +367,16 @@ class NodeServer(ServiceBase):
         if free is None or free < self.min_free_bytes:
             found.append(f"low disk space: {free or 0:,} bytes free, below --min-free-bytes {self.min_free_bytes:,}")
         if self.catalog_uri is not None:
+            # one heartbeat lost on a busy machine is not a reason to turn probes away: the node re-registers at the
+            # next beat, so it is NOT_SERVING only when refused, never registered, or its catalog silent for a while
             silent = time.monotonic() - self.last_contact if self.last_contact is not None else None
-            if not self.registered.is_set():
-                found.append(f"not registered with the catalog {self.catalog_uri}"
-                             + (f" (last reached {silent:.0f} s ago)" if silent is not None else " yet"))
-            elif silent is not None and silent > max(3 * self.heartbeat_interval, 5.0):
-                found.append(f"the catalog {self.catalog_uri} has not answered for {silent:.0f} s")
+            if self.refused_by_catalog is not None:
+                found.append(f"the catalog {self.catalog_uri} refused this node: {self.refused_by_catalog}")
+            elif silent is None:
+                found.append(f"not registered with the catalog {self.catalog_uri} yet")
+            elif silent > max(3 * self.heartbeat_interval, 5.0):
+                state = "has not answered" if self.registered.is_set() else "has not registered this node"
+                found.append(f"the catalog {self.catalog_uri} {state} for {silent:.0f} s")
         return found
 
     def stats(self) -> dict:

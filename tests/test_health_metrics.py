@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -17,6 +19,7 @@ import pyarrow as pa
 import pytest
 
 import flightpart as fp
+from flightpart.cli.waiting import wait_for
 from flightpart.local.cluster import Daemon
 
 
@@ -68,6 +71,15 @@ def json_lines(daemon: Daemon) -> list[dict]:
     return out
 
 
+def healthz_reply(url: str) -> tuple[int, dict]:
+    """The HTTP status and JSON body of a ``/healthz``, 503 included."""
+    try:
+        with urllib.request.urlopen(url, timeout=10) as answer:
+            return answer.status, json.loads(answer.read())
+    except urllib.error.HTTPError as refused:
+        return refused.code, json.loads(refused.read())
+
+
 def test_logs_metrics_and_health_say_what_happened(tmp_path):
     secret = tmp_path / "secret"
     secret.write_text("the-cluster-secret-for-this-test\n")
@@ -110,7 +122,7 @@ def test_logs_metrics_and_health_say_what_happened(tmp_path):
         body = urllib.request.urlopen(node_metrics, timeout=10).read().decode()
         assert "process_cpu_seconds_total" in body and "process_resident_memory_bytes" in body
         healthz = node_metrics.replace("/metrics", "/healthz")
-        assert json.loads(urllib.request.urlopen(healthz, timeout=10).read())["status"] == "SERVING"
+        assert healthz_reply(healthz) == (200, {"status": "SERVING", "role": "node", "problems": []})
 
         catalog.stop()  # the node keeps serving what it holds, but reports that it cannot reach its catalog
         deadline = time.monotonic() + 15
@@ -121,11 +133,48 @@ def test_logs_metrics_and_health_say_what_happened(tmp_path):
             urllib.request.urlopen(healthz, timeout=10)
         reply = json.loads(refused.value.read())
         assert refused.value.code == 503 and reply["status"] == "NOT_SERVING"
-        assert any("catalog" in problem for problem in reply["problems"]), reply
+        # not at the first lost heartbeat: only after the catalog was silent for three of them, at least 5 s
+        silent = [re.fullmatch(r"the catalog grpc://\S+ has not (answered|registered this node) for (\d+) s", problem)
+                  for problem in reply["problems"]]
+        assert len(silent) == 1 and silent[0] and int(silent[0][2]) >= 5, reply
         assert metric(node_metrics, "flightpart_healthy") == 0
     finally:
         node.stop()
         catalog.stop()
+
+
+def test_a_node_the_catalog_refuses_is_not_serving_at_once_and_says_why(tmp_path):
+    """A copy of a live node's data directory, started while the catalog is away, claims that node's id: when the
+    catalog is back it accepts one of the two and refuses the other, whose health says so from the refusal on (not
+    after the silence that a lost heartbeat is allowed)."""
+    state = tmp_path / "s"
+    catalog = Daemon(["catalog", "--host", "127.0.0.86", "--port", "0", "--state-dir", str(state)])
+    address = catalog.uris["catalog"]
+    nodes: list[Daemon] = []
+    try:
+        nodes.append(Daemon(["serve", "--host", "127.0.0.87", "--port", "0", "--data-dir", str(tmp_path / "a"), "--catalog",
+                             address, "--heartbeat", "0.3", "--metrics-port", "0"]))
+        wait_for(address, min_nodes=1)
+        catalog.stop()
+        shutil.copytree(tmp_path / "a", tmp_path / "b")
+        nodes.append(Daemon(["serve", "--host", "127.0.0.88", "--port", "0", "--data-dir", str(tmp_path / "b"), "--catalog",
+                             address, "--heartbeat", "0.3", "--metrics-port", "0"]))
+        catalog = Daemon(["catalog", "--host", "127.0.0.86", "--port", address.rsplit(":", 1)[1], "--state-dir", str(state)])
+        healthz = [node.uris["node-metrics"].replace("/metrics", "/healthz") for node in nodes]
+        deadline = time.monotonic() + 30
+        while not any("refused" in str(healthz_reply(url)) for url in healthz) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        replies = [healthz_reply(url) for url in healthz]
+        refused = [k for k, (_, body) in enumerate(replies) if any("refused this node" in p for p in body["problems"])]
+        assert len(refused) == 1, replies
+        code, body = replies[refused[0]]
+        assert code == 503 and len(body["problems"]) == 1 and "already served by" in body["problems"][0], replies
+        accepted = nodes[1 - refused[0]]
+        with fp.connect(address) as client:
+            assert [n["uri"] for n in client.nodes()] == [accepted.uris["node"]]
+    finally:
+        for daemon in (*nodes, catalog):
+            daemon.stop()
 
 
 @pytest.mark.slow  # a fault test bound by a deadline: in the slow tier, which CI runs
@@ -136,16 +185,9 @@ def test_a_frozen_catalog_makes_its_node_not_serving_until_it_thaws(tmp_path):
                    catalog.uris["catalog"], "--heartbeat", "0.3", "--health-port", "0", "--metrics-port", "0"])
     healthz = node.uris["node-metrics"].replace("/metrics", "/healthz")
 
-    def status() -> tuple[int, dict]:
-        try:
-            with urllib.request.urlopen(healthz, timeout=10) as reply:
-                return reply.status, json.loads(reply.read())
-        except urllib.error.HTTPError as exc:
-            return exc.code, json.loads(exc.read())
-
     def until(code: int) -> tuple[int, dict]:
         deadline = time.monotonic() + 30
-        while (seen := status())[0] != code and time.monotonic() < deadline:
+        while (seen := healthz_reply(healthz))[0] != code and time.monotonic() < deadline:
             time.sleep(0.3)
         return seen
 
