@@ -212,6 +212,7 @@ def test_a_repair_moves_to_another_target_when_the_first_is_frozen(tmp_path):
         c.stop()
 
 
+@pytest.mark.slow  # a fault test waiting out a stop's grace period: in the slow tier, which CI runs
 def test_a_node_stops_on_sigterm_while_a_reader_stopped_mid_stream(tmp_path):
     """A reader that stopped reading in the middle of a large partition holds the node's DoGet (gRPC's flow control
     blocks its writes); SIGTERM still stops the node, within its grace period, saying what it did not wait for.

@@ -34,6 +34,7 @@ def stats(uri: str) -> dict:
         return client.call(fp.wire.GetStats()).values
 
 
+@pytest.mark.slow  # a load test holding a query slot 20 s: in the slow tier, which CI runs
 def test_queries_past_the_limit_wait_and_past_the_waiting_room_are_busy(one_slot):
     outcomes: dict[str, list] = {"slow": [], "waited": []}
 
@@ -66,6 +67,7 @@ def test_queries_past_the_limit_wait_and_past_the_waiting_room_are_busy(one_slot
     assert after["sql_queries_waiting"] == 0
 
 
+@pytest.mark.slow  # a load test holding a query slot 20 s: in the slow tier, which CI runs
 def test_a_waiting_query_whose_caller_gives_up_leaves_the_queue(one_slot):
     holder = threading.Thread(target=lambda: _quietly(lambda: fp.connect(one_slot).sql(SLOW, timeout=HOLD)))
     holder.start()
