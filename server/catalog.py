@@ -176,6 +176,7 @@ class CatalogServer(ServiceBase):
         self._grants: dict[str, set[tuple[str, int, tuple[int, int]]]] = {}  # per node, over a registration's pages
         self._stopping = threading.Event()
         self._status_lock = threading.Lock()
+        self._repairing = threading.Lock()  # one repair at a time: two would plan from the same state and copy twice
         self._status: tuple[float, dict] | None = None
         threading.Thread(target=self._expire_pending_loop, name="flightpart-pending-ttl", daemon=True).start()
         if self.lease is not None:
@@ -682,7 +683,13 @@ class CatalogServer(ServiceBase):
         asks the catalog who is live first); a holder or
         target that failed once is not asked again in this repair (a frozen node would cost that wait per
         partition). A copy that cannot be made is reported with its reason and the repair goes on with the others.
+        Repairs run one at a time: a second one waits for the first and then plans from what it left, so it copies
+        only what is still missing (two planned together would each copy the same partitions).
         """
+        with self._repairing:
+            return self._repair_now()
+
+    def _repair_now(self) -> RepairReport:
         live = [n for n in self.state.nodes() if n.alive]
         copies: list[ReplicaCopy] = []
         missing: list[PartPlace] = []

@@ -73,6 +73,42 @@ def test_replicas_survive_kill_9_during_reads_then_dead_node_repair(small_cluste
         assert client.open("replicated").to_arrow().equals(table)
 
 
+@pytest.mark.slow  # a fault test (a node killed, two repairs raced): in the slow tier, which CI runs
+def test_two_repairs_at_once_copy_each_lost_replica_once(tmp_path):
+    """Two operators (or a cron and an operator) run repair together: the second waits for the first and copies only
+    what is still missing, so no partition gets a third replica and no copy is made or reported twice."""
+    with LocalCluster(tmp_path, nodes=4, first_ip=16, heartbeat=0.3, dead_after=1.5, catalog_port=free_port()) as c:
+        table = table_of(2_000_000, seed=3)  # 8 partitions of ~6 MB: each copy takes long enough for the two to overlap
+        with fp.connect(c.uri, host="127.0.0.99") as client:
+            client.put("twice", table, tiling=(8, 1), replicas=2)
+            dead_ip = "127.0.0.17"
+            on_dead = [key for key, p in client.open("twice").__partitioned__["partitions"].items()
+                       if dead_ip in {ip for ip, _ in p["location"]}]
+            assert on_dead
+            c.nodes[1].kill()
+            wait_until(lambda: any(n["ip"] == dead_ip and not n["alive"] for n in client.nodes()), what="node marked dead")
+            start = threading.Barrier(2)
+            reports: list[dict] = []
+
+            def repair() -> None:
+                with fp.connect(c.uri) as own:
+                    start.wait()
+                    reports.append(own.repair())
+
+            threads = [threading.Thread(target=repair) for _ in range(2)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(300)
+            assert len(reports) == 2 and all(not r["lost"] and not r["failed"] for r in reports), reports
+            copied = sorted(tuple(copy["part"]) for r in reports for copy in r["copied"])
+            assert copied == sorted(on_dead), reports  # each lost replica copied once, by one of the two
+            live = {n["ip"] for n in client.nodes() if n["alive"]}
+            for part in client.open("twice").__partitioned__["partitions"].values():
+                assert len({ip for ip, _ in part["location"] if ip in live}) == 2, part  # not a third copy
+            assert client.open("twice").to_arrow().equals(table)
+
+
 def test_kill_9_during_a_put_publishes_nothing_and_a_retry_succeeds(small_cluster):
     c = small_cluster
     table = table_of(4_000_000, seed=1)  # ~96 MB, so the put is still running when the node dies
