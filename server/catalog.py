@@ -687,7 +687,16 @@ class CatalogServer(ServiceBase):
         only what is still missing (two planned together would each copy the same partitions).
         """
         with self._repairing:
+            self._wait_until_nodes_are_known()
             return self._repair_now()
+
+    def _wait_until_nodes_are_known(self) -> None:
+        """Right after a start or a takeover a node not heard from yet is not known to be dead: its last heartbeat
+        was flushed by a catalog before, perhaps longer ago than ``dead_after``. A repair judging it then would call
+        its partitions lost and copy what needs no copy, so it waits until every node was heard from (nodes answer
+        a new leader's announcement at once) or stayed silent ``dead_after``."""
+        while (left := self.state.unsettled_for()) > 0 and not self._stopping.is_set():
+            self._stopping.wait(min(left, 0.1))
 
     def _repair_now(self) -> RepairReport:
         live = [n for n in self.state.nodes() if n.alive]
@@ -753,12 +762,16 @@ class CatalogServer(ServiceBase):
             if isinstance(refusal, StaleEpoch):
                 raise NotLeader("repair stopped: a node has heard from a newer leader; run it there",
                                 field=self.lease.leader() if self.lease is not None else None) from None
-            # the holder marks what the target refused or left unanswered; anything else is the holder's (it did not
-            # answer in time, its copy is damaged or gone, it failed)
-            blamed = target if refusal.field == "copy-to.target" else holder
-            return self._not_asked_again(blamed, refusal, silent,
-                                         f"copying {record.dataset} v{record.version} {p.part} from {holder.uri} to "
-                                         f"{target.uri}")
+            if not (isinstance(refusal, VersionConflict) and refusal.field == "copy-to.target"):
+                # the holder marks what the target refused or left unanswered; anything else is the holder's (it did not
+                # answer in time, its copy is damaged or gone, it failed)
+                blamed = target if refusal.field == "copy-to.target" else holder
+                return self._not_asked_again(blamed, refusal, silent,
+                                             f"copying {record.dataset} v{record.version} {p.part} from {holder.uri} to "
+                                             f"{target.uri}")
+            # the target already stores it: the copy of a repair whose catalog died (or lost the lease) before it
+            # recorded the copy; checked below as any copy is, then recorded and sealed
+            log.info("repair: %s already stores %s v%d %s; checking it", target.uri, record.dataset, record.version, p.part)
         try:
             self._verify_on_nodes(record.dataset, record.version, schema, [PartRecord(p.part, p.start, p.shape, 0, [target])])
         except FlightpartError as exc:

@@ -343,6 +343,19 @@ class CatalogState:
         with self._lock:
             self._beats[node_id] = time.time()
 
+    def unsettled_for(self) -> float:
+        """Seconds until this catalog's view of which nodes are alive can be trusted: 0 once every recorded node was
+        heard from since it started or took over, else what is left of ``dead_after`` from then (a node silent that
+        long is dead; before, it may only not have reached this catalog yet, its last beat flushed by another)."""
+        with self._lock:
+            since = self._started
+            beats = dict(self._beats)
+            recorded = self._remembered(("nodes",), lambda: self._db.execute(
+                "SELECT node_id, uri, ip, pid, data_dir, last_heartbeat FROM nodes ORDER BY ip, uri").fetchall())
+        if all(beats.get(row[0], 0.0) >= since for row in recorded):
+            return 0.0
+        return max(0.0, since + self.dead_after - time.time())
+
     def must_register(self, node_id: str) -> None:
         """The node's next heartbeat is refused, so it registers again and learns what it missed (drops, seals)."""
         with self._lock:

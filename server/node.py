@@ -385,7 +385,7 @@ class NodeServer(ServiceBase):
                 "free_bytes": self.free_bytes() or 0, "open_streams": self.guard.open_streams,
                 "refused_calls": self.guard.refused, "problems": self.problems()}
 
-    def _check_cluster(self, cluster: str | None, epoch: int | None = None) -> None:
+    def _check_cluster(self, cluster: str | None, epoch: int | None) -> None:
         """An order that deletes or seals data must come from this node's own cluster, and from its leading catalog
         (an epoch no lower than the highest seen); a node that has none yet joins the one its catalog's order names."""
         if self.store.cluster is not None and cluster != self.store.cluster:
@@ -742,8 +742,9 @@ class NodeServer(ServiceBase):
 
     def _copy_to(self, body: CopyTo) -> Copied:
         if body.cluster is not None:
-            self._check_cluster(body.cluster)
-        self._check_epoch(body.epoch)
+            self._check_cluster(body.cluster, body.epoch)
+        else:
+            self._check_epoch(body.epoch)
         self._check_target(body.target)
         table = self.store.open(body.dataset, body.version, body.part)
         try:

@@ -19,6 +19,7 @@ import threading
 import time
 import urllib.request
 
+import numpy as np
 import pyarrow as pa
 import pytest
 
@@ -296,3 +297,57 @@ def test_twenty_leader_kills_during_puts_and_appends_lose_and_duplicate_nothing(
     snaps = ha.client.versions("snap")
     assert len(snaps) == len(set(snaps)) and set(versions) <= set(snaps), "a version number was reused or lost"
     assert len(acked) > 50, "the writer made too little progress to show anything"
+
+
+@pytest.mark.slow
+def test_a_repair_cut_by_the_leaders_death_is_finished_by_the_next_leader(ha):
+    """kill -9 of the leading catalog while it repairs, right after its first copy is stored: the repair's caller
+    gets an answer (its call goes on at the new leader) or a clear error; the new leader's repair takes the copies
+    the dead one made but never recorded (a target that already stores the partition) instead of failing on them,
+    and every partition ends with exactly the replicas it asked for, its data intact, no stray copy on any node."""
+    rows = 12_000_000
+    big = pa.table({"id": pa.array(np.arange(rows)), "x": pa.array(np.full(rows, 0.5))})
+    ha.client.put("r", big, tiling=(24, 1), replicas=2)  # 24 partitions of 8 MB, two copies each on three nodes
+    victim = ha.nodes[1]
+    victim_ip = victim.uri.removeprefix("grpc://").rsplit(":", 1)[0]
+
+    def locations() -> list[set[str]]:
+        live = {n["ip"] for n in ha.client.nodes() if n["alive"]}
+        return [{ip for ip, _ in p["location"] if ip in live} for p in ha.client.open("r").__partitioned__["partitions"].values()]
+
+    lost = sum(victim_ip in {ip for ip, _ in p["location"]} for p in ha.client.open("r").__partitioned__["partitions"].values())
+    assert lost > 0
+    victim.kill()
+    wait_until(lambda: any(n["ip"] == victim_ip and not n["alive"] for n in ha.client.nodes()), 60, "node marked dead")
+    outcome: list = []
+
+    def repair() -> None:
+        with fp.connect(ha.uri, timeout=10) as client:
+            try:
+                outcome.append(client.repair())
+            except fp.FlightpartError as exc:
+                outcome.append(exc)
+
+    worker = threading.Thread(target=repair)
+    worker.start()
+    live_dirs = [ha.tmp / f"n{k}" for k in (0, 2)]
+
+    def stored() -> int:
+        return sum(len(list(d.glob("datasets/r/v1/*.arrow"))) for d in live_dirs)
+
+    wait_until(lambda: stored() > 48 - lost or outcome, 120, "the first copy stored")
+    killed = ha.leader()
+    ha.catalogs[killed].kill()
+    worker.join(300)
+    assert len(outcome) == 1, outcome
+    if isinstance(outcome[0], Exception):  # cut: said in one line with its code, not a traceback
+        assert outcome[0].code in {"UNAVAILABLE", "TIMEOUT"}, repr(outcome[0])
+    else:  # went on at the new leader: nothing is lost while a live node holds each partition
+        assert outcome[0]["lost"] == [], outcome[0]
+    wait_until(lambda: ha.leader() != killed, 30, "a standby takes over")
+    report = ha.client.repair()
+    assert report["lost"] == [] and report["failed"] == [], report
+    assert all(len(p) == 2 for p in locations()), locations()  # two live copies each: none missing, none extra
+    assert stored() == 48  # and no copy stored that the catalog does not list
+    assert ha.client.open("r").to_arrow().equals(big)
+    assert ha.client.repair() == {"copied": [], "lost": [], "failed": []}  # nothing left to do
