@@ -350,9 +350,7 @@ class CatalogState:
         with self._lock:
             since = self._started
             beats = dict(self._beats)
-            recorded = self._remembered(("nodes",), lambda: self._db.execute(
-                "SELECT node_id, uri, ip, pid, data_dir, last_heartbeat FROM nodes ORDER BY ip, uri").fetchall())
-        if all(beats.get(row[0], 0.0) >= since for row in recorded):
+        if all(beats.get(n.node_id, 0.0) >= since for n in self.nodes()):
             return 0.0
         return max(0.0, since + self.dead_after - time.time())
 
