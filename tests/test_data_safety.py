@@ -479,6 +479,7 @@ def test_a_copied_data_directory_cannot_take_over_a_live_node(cluster):
 # --------------------------------------------------------------------------- a full disk
 
 
+@pytest.mark.slow  # a fault test on a tmpfs filled to the brim: in the slow tier, which CI runs
 def test_a_full_disk_is_an_operational_state(tmp_path, small_disk):
     from flightpart.server.health import probe
 

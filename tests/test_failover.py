@@ -103,6 +103,7 @@ def table(first: int, rows: int = 1000) -> pa.Table:
     return pa.table({"id": pa.array(range(first, first + rows), pa.int64()), "x": pa.array([1.5] * rows)})
 
 
+@pytest.mark.slow  # a fault test on a PostgreSQL started for it: in the slow tier, which CI runs
 def test_a_killed_leader_is_replaced_and_writes_go_on_through_every_address(ha):
     opened = ha.client.put("t", table(0), tiling=(10, 1))
     old = ha.leader()
