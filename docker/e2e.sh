@@ -129,6 +129,11 @@ page=$(python3 -c "import urllib.request,sys; sys.stdout.write(urllib.request.ur
 echo "$page" | python3 -c 'import json,sys; s=json.load(sys.stdin); assert sum(n["health"]=="SERVING" for n in s["nodes"])==3, s["nodes"]; assert [d["name"] for d in s["datasets"]]==["example"], s["datasets"]' \
   || fail "the status page does not show 3 serving nodes and the example dataset"
 say "status page published on 127.0.0.1:$STATUS_PORT: 3 nodes SERVING, dataset example"
+beats=$(python3 -c "import urllib.request,sys; sys.stdout.write(urllib.request.urlopen('http://127.0.0.1:$STATUS_PORT/metrics', timeout=5).read().decode())" 2>&1 \
+  | sed -n 's/^flightpart_udp_heartbeats_taken_total{role="catalog"} \([0-9.e+]*\)$/\1/p')
+python3 -c "import sys; sys.exit(0 if float(sys.argv[1] or 0) > 0 else 1)" "$beats" \
+  || fail "the catalog took no heartbeat in a datagram (metrics: '$beats')"
+say "heartbeats reach the catalog in datagrams ($beats taken)"
 
 # ---------------------------------------------------------------- SIGTERM
 stop_cleanly catalog node1 node2 node3

@@ -123,6 +123,27 @@ def role_token(secret: bytes, role: str, name: str, expiry: int = 0) -> str:
     return f"{body}:{_sign(secret, _TOKEN_CONTEXT, body)}"
 
 
+def split_token(token: str) -> tuple[str, bytes] | None:
+    """A role token's body (``fp2:<role>:<name>:<expiry>``, public) and its signature's bytes (a secret between the
+    token's holder and the cluster secret's); None for anything else."""
+    body, _, signature = token.rpartition(":")
+    if body.count(":") != 3 or not body.startswith(TOKEN_PREFIX + ":"):
+        return None
+    try:
+        raw = _unb64(signature)
+    except ValueError:
+        return None
+    return (body, raw) if len(raw) == 64 else None
+
+
+@functools.lru_cache(maxsize=8192)
+def token_signature(secret: bytes, body: str) -> bytes:
+    """The signature of a token's ``body`` as this cluster mints it: Ed25519 signs deterministically, so the holder
+    of the secret recomputes any token's signature from its public body, and can use it as a key shared with the
+    token's holder alone (the heartbeat datagrams are signed with it; it never crosses the wire)."""
+    return signing_key(secret).sign(_TOKEN_CONTEXT + body.encode())
+
+
 def signed_capability(secret: bytes, dataset: str, version: int, expiry: int) -> str:
     """A bearer token that reads one dataset version and nothing else, until ``expiry``.
 

@@ -1445,6 +1445,11 @@ class Heartbeat(Message):
             body = json.loads(raw)
         except (UnicodeDecodeError, ValueError):
             return None
+        return cls.from_plain(body)
+
+    @classmethod
+    def from_plain(cls, body: Any) -> "Heartbeat | None":
+        """The usual heartbeat from its decoded JSON body (Flight's, or a datagram's), None for anything else."""
         if type(body) is not dict or not body.keys() <= {"node_id", "free_bytes", "low_space", "clock_ms"}:
             return None
         node_id, free, low = body.get("node_id"), body.get("free_bytes"), body.get("low_space", False)

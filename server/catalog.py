@@ -97,6 +97,7 @@ from flightpart.wire import (
 
 from .auth import CLOCK_MARGIN, authorize, wall_clock
 from .base import Action, ServiceBase, action_table, boundary
+from .beats import BeatListener, udp_heartbeats_enabled
 from .catalog_db import PostgresDatabase
 from .catalog_state import CatalogState, NodeRecord, PartRecord, VersionRecord
 from .info_cache import FlightInfoCache
@@ -178,6 +179,7 @@ class CatalogServer(ServiceBase):
         self._status_lock = threading.Lock()
         self._repairing = threading.Lock()  # one repair at a time: two would plan from the same state and copy twice
         self._status: tuple[float, dict] | None = None
+        self.beats = self._listen_for_beats(host)
         threading.Thread(target=self._expire_pending_loop, name="flightpart-pending-ttl", daemon=True).start()
         if self.lease is not None:
             self.lease.start()  # its first round runs now: the first catalog of a cluster leads before it answers
@@ -186,6 +188,8 @@ class CatalogServer(ServiceBase):
 
     def shutdown(self) -> None:
         self._stopping.set()
+        if self.beats is not None:
+            self.beats.close()
         if self.lease is not None:
             self.lease.stop()  # a leader gives the lease up: a standby takes over without waiting for it to expire
         super().shutdown()
@@ -305,9 +309,12 @@ class CatalogServer(ServiceBase):
         """StatsReply for the ``stats`` action and the metrics endpoint."""
         nodes = self.state.nodes()
         out = {"datasets": len(self.state.datasets()), "nodes_alive": sum(n.alive for n in nodes),
-               "nodes_dead": sum(not n.alive for n in nodes), "refused_calls": self.guard.refused}
+               "nodes_dead": sum(not n.alive for n in nodes), "refused_calls": self.guard.refused,
+               "heartbeats_late": self.state.late_heartbeats}
         if self.lease is not None:
             out.update(leader=int(self.lease.leads()), epoch=self.lease.epoch or 0)
+        if self.beats is not None:
+            out.update(self.beats.counts())
         return out
 
     # ------------------------------------------------------------------ reads
@@ -473,6 +480,25 @@ class CatalogServer(ServiceBase):
             raise Forbidden(f"a node token for {credential.name} cannot speak for node {b.node_id}", field="heartbeat.node_id")
         return HeartbeatReply(self.state.heartbeat(b.node_id, b.free_bytes, b.low_space,
                                                    self._clock_skew(b.node_id, b.clock_ms)))
+
+    def _listen_for_beats(self, host: str) -> BeatListener | None:
+        """Heartbeats in datagrams on this catalog's port (UDP), unless turned off or the port is taken, or behind TLS
+        without a secret to sign them with (TLS, mutual TLS above all, promised who may speak)."""
+        if not udp_heartbeats_enabled() or (self.uri.startswith("grpc+tls") and self.secret is None):
+            return None
+        try:
+            return BeatListener(host, self.port, self.secret, self._beat_in_datagram)
+        except OSError as exc:
+            log.warning("heartbeats come over Flight only: UDP %s:%d cannot be listened on: %s", host, self.port, exc)
+            return None
+
+    def _beat_in_datagram(self, beat: Heartbeat) -> bool:
+        """A datagram's heartbeat, taken as Flight's short path takes it when this catalog leads (a standby declines
+        it: the node then sends it over Flight, hears NOT_LEADER and follows the leader)."""
+        if self.refusal("do_action", ()) is not None:
+            return False
+        skew = self._clock_skew(beat.node_id, beat.clock_ms)
+        return self.state.heartbeat(beat.node_id, beat.free_bytes, beat.low_space, skew)
 
     _BEAT_REPLIES = {known: [flight.Result(pa.py_buffer(HeartbeatReply(known).encode()))] for known in (True, False)}
 

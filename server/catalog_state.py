@@ -28,6 +28,7 @@ from flightpart.errors import DatasetNotFound, NotLeader, StateUnavailable, Vers
 from flightpart.wire import EncodedJson
 
 from .catalog_db import Database, SqliteDatabase
+from .liveness import SentTimes
 
 log = logging.getLogger("flightpart.catalog")
 
@@ -129,6 +130,7 @@ class CatalogState:
         self._skew: dict[str, float | None] = {}  # node id -> its clock minus ours, seconds, from heartbeats
         # liveness lives in memory: a heartbeat is a dict write, flushed to the database in one batch now and then
         self._beats: dict[str, float] = {}
+        self._sent = SentTimes()
         # holders of a version committed without all its seals (this catalog died in between) register again
         # at their next heartbeat, which tells them the seal they missed
         self._known = self._nodes_told_everything()
@@ -306,12 +308,18 @@ class CatalogState:
         with self._lock:
             if node_id not in self._known:
                 return False
-            self._beats[node_id] = time.time()
+            sent = self._sent.sent_at(node_id, time.time(), clock_skew)  # a beat that waited counts from then
+            self._beats[node_id] = max(sent, self._beats.get(node_id, 0.0))
             self._space[node_id] = (free_bytes, low_space)
             self._skew[node_id] = clock_skew
         if time.monotonic() - self._flushed > self.FLUSH_EVERY:
             self.flush_heartbeats()
         return True
+
+    @property
+    def late_heartbeats(self) -> int:
+        """Heartbeats that waited before they were handled, counted from when they were sent."""
+        return self._sent.late
 
     def flush_heartbeats(self) -> None:
         """Write the heartbeats heard since the last flush, in one transaction."""

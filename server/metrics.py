@@ -42,6 +42,13 @@ COUNTERS = {  # stats key: (metric name without _total, help)
     "sql_queries_abandoned": ("flightpart_sql_queries_abandoned", "SQL queries stopped because their caller gave up"),
     "sql_queries_refused_busy": ("flightpart_sql_queries_refused_busy",
                                  "SQL queries refused BUSY: too many waiting, or waited too long for a slot"),
+    "udp_heartbeats_taken": ("flightpart_udp_heartbeats_taken", "Heartbeats taken in UDP datagrams"),
+    "udp_heartbeats_declined": ("flightpart_udp_heartbeats_declined",
+                                "Heartbeat datagrams answered 'not taken' (the node sends the beat over Flight)"),
+    "heartbeats_late": ("flightpart_late_heartbeats",
+                        "Heartbeats that waited before the catalog handled them (counted from when they were sent)"),
+    "udp_datagrams_ignored": ("flightpart_udp_datagrams_ignored",
+                              "Datagrams on the heartbeat port left unanswered: not a beat, or not signed as its node's"),
 }
 GAUGES = {
     "partitions_held": ("flightpart_held_partitions", "Partitions in the node's data directory"),

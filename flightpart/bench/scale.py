@@ -163,26 +163,34 @@ def _simulated(k: int) -> tuple[str, str]:
     return f"sim-{k:05d}", f"grpc://198.18.{k // 250}.{k % 250 + 1}:9"
 
 
-def _beat(uri: str, first: int, last: int, interval: float, until: float, sent: Any) -> None:
-    """A sender process: heartbeats of simulated nodes [first, last), each every ``interval`` seconds."""
+def _beat(uri: str, first: int, last: int, interval: float, until: float, sent: Any, in_datagrams: Any) -> None:
+    """A sender process: heartbeats of simulated nodes [first, last), each every ``interval`` seconds, sent as a
+    node sends them (in a datagram, over Flight when the catalog does not take that)."""
     from flightpart.io.connections import ConnectionPool
+    from flightpart.server.beats import ANSWER_SECONDS, BeatSender
     from flightpart.wire import Heartbeat
 
     pool = ConnectionPool()
+    datagrams = BeatSender(uri, None, timeout=ANSWER_SECONDS)
     ids = [_simulated(k)[0] for k in range(first, last)]
-    count = 0
+    count = taken = 0
     while time.time() < until:
         round_start = time.time()
         for k, node_id in enumerate(ids):  # spread over the interval, not in a burst
             target = round_start + interval * k / max(1, len(ids))
             if (delay := target - time.time()) > 0:
                 time.sleep(delay)
-            pool.action(uri, Heartbeat(node_id, 1 << 40, False), timeout=10)
+            beat = Heartbeat(node_id, 1 << 40, False, int(time.time() * 1000))
+            if datagrams.beat(beat):
+                taken += 1
+            else:
+                pool.action(uri, beat, timeout=10)
             count += 1
         if (rest := round_start + interval - time.time()) > 0:
             time.sleep(rest)
     with sent.get_lock():
         sent.value += count
+        in_datagrams.value += taken
 
 
 def case_nodes(root: Path, sizes: list[int], datasets: int, window: float, log: Callable[[str], None]) -> list[dict]:
@@ -203,11 +211,11 @@ def case_nodes(root: Path, sizes: list[int], datasets: int, window: float, log: 
                 client.pool.action(cluster.uri, RegisterNode(node_id, uri, uri[7:].rsplit(":", 1)[0], 1, None, __version__))
             catalog = psutil.Process(cluster.catalog.pid)
             ctx = multiprocessing.get_context("spawn")
-            sent = ctx.Value("l", 0)
+            sent, in_datagrams = ctx.Value("l", 0), ctx.Value("l", 0)
             senders = max(1, min(4, n // 500))
             until = time.time() + window
             procs = [ctx.Process(target=_beat, args=(cluster.uri, n * s // senders, n * (s + 1) // senders,
-                                                     HEARTBEAT_SECONDS, until, sent)) for s in range(senders)]
+                                                     HEARTBEAT_SECONDS, until, sent, in_datagrams)) for s in range(senders)]
             for proc in procs:
                 proc.start()
             time.sleep(min(2.0, window / 4))  # senders started and spread
@@ -224,6 +232,7 @@ def case_nodes(root: Path, sizes: list[int], datasets: int, window: float, log: 
             if len(listed) != datasets or len(known) != n + 1:
                 raise AssertionError(f"list returned {len(listed)} of {datasets} datasets, nodes {len(known)} of {n + 1}")
             rows.append({"simulated_nodes": n, "heartbeats_per_second": sent.value / window,
+                         "share_in_datagrams": in_datagrams.value / max(1, sent.value),
                          "catalog_cpu_share": (cpu1 - cpu0) / (t1 - t0),
                          "catalog_write_bytes_per_30s": (io1 - io0) * 30 / (t1 - t0),
                          "alive_after": alive, "datasets": datasets, "list_seconds": list_s, "nodes_seconds": nodes_s})
