@@ -7,12 +7,13 @@ node, "not taken" otherwise (a node it must hear register again, a standby, a be
 to a datagram it cannot check. Whatever is not taken the node sends again over Flight at once, whose answer and
 errors are the authority, as before. A lost datagram or a network that drops UDP costs the old price, never a beat.
 
-With a cluster secret both directions are signed: HMAC-SHA256 keyed with the signature of the node's token, which
-only the node and the holder of the secret know (Ed25519 signs deterministically, so the catalog recomputes it from
-the token's public body; it never crosses the wire). The body carries the node's wall clock in milliseconds: the
-catalog takes a node's beats only in increasing order (a replayed datagram is not taken) and echoes it in the
-reply (a replayed reply matches no beat). Without a secret nothing is signed: anybody may send heartbeats over
-Flight too.
+With a cluster secret both directions are signed: HMAC-SHA256 keyed with the signature part of the node's token
+(Ed25519 signs deterministically, so the catalog recomputes it from the token's public body, which is all a datagram
+carries: a datagram gives nobody more than the node's bearer token already does). The body carries the node's wall
+clock in milliseconds: the catalog takes a node's datagrams only after a beat of it over Flight since it started or
+took over, and only later than every beat taken from it (a recorded or withheld datagram is declined: see
+``CatalogState.heartbeat``); the reply echoes it (a replayed reply matches no beat). Without a secret nothing is
+signed: anybody may send heartbeats over Flight too.
 
 Set ``FLIGHTPART_UDP_HEARTBEATS=off`` to send every heartbeat over Flight (nodes) or not listen (catalogs).
 """
@@ -140,13 +141,15 @@ class BeatListener:
     """A catalog's side: one thread answering datagrams on ``(host, port)``; ``take`` notes a plain beat (True) or
     declines it (False: the node must send it over Flight)."""
 
-    def __init__(self, host: str, port: int, secret: bytes | None, take: Callable[[Heartbeat], bool]):
+    def __init__(self, host: str, port: int, secret: bytes | None, knows: Callable[[str], bool],
+                 take: Callable[[Heartbeat], bool]):
         self.secret = secret
+        self.knows = knows
         self.take = take
         self.taken = 0
         self.declined = 0
-        self.ignored = 0  # not a beat, or not signed as its node's
-        self._last: dict[str, int] = {}  # per node, the clock of the last beat taken (later ones only)
+        self.ignored = 0  # not a beat, not from a node the catalog knows, or not signed as its node's
+        self._complained = 0.0
         family, kind, proto, _name, sockaddr = socket.getaddrinfo(host or None, port, type=socket.SOCK_DGRAM,
                                                                   flags=socket.AI_PASSIVE)[0]
         self._sock = socket.socket(family, kind, proto)
@@ -156,7 +159,8 @@ class BeatListener:
         except OSError:
             self._sock.close()
             raise
-        threading.Thread(target=self._serve, name="flightpart-udp-heartbeats", daemon=True).start()
+        self._thread = threading.Thread(target=self._serve, name="flightpart-udp-heartbeats", daemon=True)
+        self._thread.start()
 
     def _serve(self) -> None:
         while True:
@@ -164,6 +168,8 @@ class BeatListener:
                 datagram, peer = self._sock.recvfrom(MAX_DATAGRAM + 1)
             except OSError:
                 return  # closed
+            if peer is None:
+                return  # shut down (close() wakes the read so)
             try:
                 reply = self.answer(datagram)
                 if reply is not None:
@@ -171,10 +177,14 @@ class BeatListener:
             except OSError as exc:
                 log.debug("a heartbeat's answer to %s was not sent: %s", peer, exc)
             except Exception:  # a fault here must not stop liveness: the beat goes unanswered, and over Flight
-                log.exception("a heartbeat datagram from %s could not be handled", peer)
+                self.ignored += 1
+                if time.monotonic() - self._complained > 60:  # whoever sends such datagrams does not fill the log
+                    self._complained = time.monotonic()
+                    log.exception("a heartbeat datagram from %s could not be handled (logged once a minute)", peer)
 
     def answer(self, datagram: bytes) -> bytes | None:
-        """The reply to one datagram, None when it deserves none (not a beat, or not signed as its node's)."""
+        """The reply to one datagram, None when it deserves none (not a beat, not from a node the catalog knows, or
+        not signed as its node's). A replay is the catalog's to decline (``take``), as is anything unusual."""
         unpacked = unpack(datagram)
         if unpacked is None or type(unpacked[2]) is not dict:
             self.ignored += 1
@@ -182,14 +192,16 @@ class BeatListener:
         mac, raw, body = unpacked
         token = body.pop("token", None)
         beat = Heartbeat.from_plain(body)
-        key = self._key(token, beat) if beat is not None and beat.clock_ms is not None else False
+        # an unknown id is refused before any key is made: made-up ids cost a set lookup and keep nothing
+        if beat is None or beat.clock_ms is None or not self.knows(beat.node_id):
+            self.ignored += 1
+            return None
+        key = self._key(token, beat)
         if key is False or not signed_by(mac, raw, key):  # type: ignore[arg-type]
             self.ignored += 1
             return None
-        assert beat is not None and beat.clock_ms is not None
-        taken = beat.clock_ms > self._last.get(beat.node_id, -1) and self.take(beat)  # a replay is not taken
+        taken = self.take(beat)
         if taken:
-            self._last[beat.node_id] = beat.clock_ms  # only known nodes: nobody fills this with made-up ids
             self.taken += 1
         else:
             self.declined += 1
@@ -200,11 +212,11 @@ class BeatListener:
         no token, or one that is not this node's, or expired."""
         if self.secret is None:
             return None
-        if type(token) is not str:
+        if type(token) is not str or len(token) > 200 or not token.isascii():
             return False
         parts = token.split(":")
         if (len(parts) != 4 or parts[0] != TOKEN_PREFIX or parts[1] != "node" or parts[2] != beat.node_id
-                or not (parts[3].isascii() and parts[3].isdigit())):
+                or not (parts[3].isdigit() and len(parts[3]) <= 20)):
             return False
         expiry = int(parts[3])
         if expiry and expiry + CLOCK_MARGIN < wall_clock():
@@ -217,6 +229,12 @@ class BeatListener:
         return self._sock.getsockname()[1]
 
     def close(self) -> None:
+        """Stop listening and free the port (a read blocked in another thread is woken by the shutdown)."""
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self._thread.join(timeout=5)
         self._sock.close()
 
     def counts(self) -> dict[str, int]:

@@ -179,12 +179,12 @@ class CatalogServer(ServiceBase):
         self._status_lock = threading.Lock()
         self._repairing = threading.Lock()  # one repair at a time: two would plan from the same state and copy twice
         self._status: tuple[float, dict] | None = None
-        self.beats = self._listen_for_beats(host)
         threading.Thread(target=self._expire_pending_loop, name="flightpart-pending-ttl", daemon=True).start()
         if self.lease is not None:
             self.lease.start()  # its first round runs now: the first catalog of a cluster leads before it answers
         else:  # a restarted catalog has its FlightInfos ready soon after, as a new leader does
             threading.Thread(target=self._warm_later, name="flightpart-warm", daemon=True).start()
+        self.beats = self._listen_for_beats(host)  # last: nothing after it can fail and leave the port bound
 
     def shutdown(self) -> None:
         self._stopping.set()
@@ -478,8 +478,10 @@ class CatalogServer(ServiceBase):
         credential = self.caller.credential
         if credential.role == "node" and credential.name != b.node_id:
             raise Forbidden(f"a node token for {credential.name} cannot speak for node {b.node_id}", field="heartbeat.node_id")
+        if not self.state.knows(b.node_id):  # before its clock is looked at: made-up ids leave nothing behind
+            return HeartbeatReply(False)
         return HeartbeatReply(self.state.heartbeat(b.node_id, b.free_bytes, b.low_space,
-                                                   self._clock_skew(b.node_id, b.clock_ms)))
+                                                   self._clock_skew(b.node_id, b.clock_ms), b.clock_ms))
 
     def _listen_for_beats(self, host: str) -> BeatListener | None:
         """Heartbeats in datagrams on this catalog's port (UDP), unless turned off or the port is taken, or behind TLS
@@ -487,7 +489,7 @@ class CatalogServer(ServiceBase):
         if not udp_heartbeats_enabled() or (self.uri.startswith("grpc+tls") and self.secret is None):
             return None
         try:
-            return BeatListener(host, self.port, self.secret, self._beat_in_datagram)
+            return BeatListener(host, self.port, self.secret, self.state.knows, self._beat_in_datagram)
         except OSError as exc:
             log.warning("heartbeats come over Flight only: UDP %s:%d cannot be listened on: %s", host, self.port, exc)
             return None
@@ -498,7 +500,7 @@ class CatalogServer(ServiceBase):
         if self.refusal("do_action", ()) is not None:
             return False
         skew = self._clock_skew(beat.node_id, beat.clock_ms)
-        return self.state.heartbeat(beat.node_id, beat.free_bytes, beat.low_space, skew)
+        return self.state.heartbeat(beat.node_id, beat.free_bytes, beat.low_space, skew, beat.clock_ms, datagram=True)
 
     _BEAT_REPLIES = {known: [flight.Result(pa.py_buffer(HeartbeatReply(known).encode()))] for known in (True, False)}
 
@@ -511,8 +513,11 @@ class CatalogServer(ServiceBase):
                 if beat is not None:
                     credential = authorize(context, "node")
                     if credential.role != "node" or credential.name == beat.node_id:
+                        if not self.state.knows(beat.node_id):
+                            return self._BEAT_REPLIES[False]
                         skew = self._clock_skew(beat.node_id, beat.clock_ms)
-                        return self._BEAT_REPLIES[self.state.heartbeat(beat.node_id, beat.free_bytes, beat.low_space, skew)]
+                        return self._BEAT_REPLIES[self.state.heartbeat(beat.node_id, beat.free_bytes, beat.low_space,
+                                                                       skew, beat.clock_ms)]
         return super().do_action(context, action)
 
     def _clock_skew(self, node_id: str, clock_ms: int | None) -> float | None:

@@ -131,6 +131,7 @@ class CatalogState:
         # liveness lives in memory: a heartbeat is a dict write, flushed to the database in one batch now and then
         self._beats: dict[str, float] = {}
         self._sent = SentTimes()
+        self._newest: dict[str, int] = {}  # node id -> the latest clock of its beats taken (datagrams must be later)
         # holders of a version committed without all its seals (this catalog died in between) register again
         # at their next heartbeat, which tells them the seal they missed
         self._known = self._nodes_told_everything()
@@ -302,12 +303,25 @@ class CatalogState:
             tx.narrow(changed, shared=tuple(before or ()) != (uri, ip, pid, data_dir))
         return sorted(orphans), sorted(unsealed_committed), sorted(gone)
 
+    def knows(self, node_id: str) -> bool:
+        """Whether a heartbeat from this node is taken (it need not register again first)."""
+        return node_id in self._known
+
     def heartbeat(self, node_id: str, free_bytes: int | None = None, low_space: bool = False,
-                  clock_skew: float | None = None) -> bool:
-        """Note a node's heartbeat (in memory); False if the node must register (again) first."""
+                  clock_skew: float | None = None, clock_ms: int | None = None, *, datagram: bool = False) -> bool:
+        """Note a node's heartbeat (in memory); False if the node must register (again) first, or, for a beat that
+        came in a datagram (``datagram``), if it could be a replay: this catalog takes a node's datagrams only
+        after a beat of it over Flight since it started or took over, and only with a clock past every beat
+        taken from it. A withheld or recorded datagram (the node sent that beat over Flight since, or this
+        catalog restarted) is then declined, and the node asks over Flight."""
         with self._lock:
             if node_id not in self._known:
                 return False
+            newest = self._newest.get(node_id)
+            if datagram and (newest is None or clock_ms is None or clock_ms <= newest):
+                return False
+            if clock_ms is not None:
+                self._newest[node_id] = clock_ms if newest is None else max(clock_ms, newest)
             sent = self._sent.sent_at(node_id, time.time(), clock_skew)  # a beat that waited counts from then
             self._beats[node_id] = max(sent, self._beats.get(node_id, 0.0))
             self._space[node_id] = (free_bytes, low_space)
@@ -345,6 +359,7 @@ class CatalogState:
                 self._memo.clear()
             self._known = self._nodes_told_everything()
             self._started = time.time()
+            self._newest.clear()  # datagrams sent to the leader in between may be replayed here: Flight first
 
     def heard(self, node_id: str) -> None:
         """A node answered this catalog (not a heartbeat: at a takeover): alive from now."""

@@ -18,7 +18,9 @@ import time
 
 LATE_SECONDS = 1.0
 """A beat this much later than its node's beats usually are counts from when it was sent."""
-_RUN = 4
+_RUN, _RUN_SECONDS = 16, 60.0
+"""Late beats kept per node (at most, and at most this old) to tell a clock that stepped back, whatever its node's
+heartbeat interval, from a queue's backlog."""
 
 
 class SentTimes:
@@ -42,11 +44,12 @@ class SentTimes:
                 self._least[node_id] = delay
             self._runs.pop(node_id, None)
             return now
-        run = self._runs.setdefault(node_id, [])
-        run.append((time.monotonic() if arrived is None else arrived, delay))
-        del run[:-_RUN]
+        arrived = time.monotonic() if arrived is None else arrived
+        run = [(t, d) for t, d in self._runs.get(node_id, ())[-(_RUN - 1):] if arrived - t <= _RUN_SECONDS]
+        run.append((arrived, delay))
+        self._runs[node_id] = run
         delays = [d for _, d in run]
-        if run[-1][0] - run[0][0] > LATE_SECONDS and max(delays) - min(delays) < LATE_SECONDS / 4:
+        if arrived - run[0][0] > LATE_SECONDS and max(delays) - min(delays) < LATE_SECONDS / 4:
             self._least[node_id] = delay  # its clock moved back: this is its offset now
             del self._runs[node_id]
             return now

@@ -383,6 +383,8 @@ class NodeServer(ServiceBase):
     def shutdown(self) -> None:
         self._stopping.set()
         inprocess.unregister(self.uri)
+        if self._udp is not None:
+            self._udp.close()
         super().shutdown()
 
     def free_bytes(self) -> int | None:

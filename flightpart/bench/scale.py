@@ -218,7 +218,9 @@ def case_nodes(root: Path, sizes: list[int], datasets: int, window: float, log: 
                                                      HEARTBEAT_SECONDS, until, sent, in_datagrams)) for s in range(senders)]
             for proc in procs:
                 proc.start()
-            time.sleep(min(2.0, window / 4))  # senders started and spread
+            # senders started, spread, and past their first round (a catalog takes a node's datagrams after one
+            # beat of it over Flight): the window measures the steady state
+            time.sleep(min(2.0 + HEARTBEAT_SECONDS, window / 4))
             cpu0, io0, t0 = sum(catalog.cpu_times()[:2]), catalog.io_counters().write_bytes, time.perf_counter()
             time.sleep(max(0.0, until - time.time() - 0.5))
             cpu1, io1, t1 = sum(catalog.cpu_times()[:2]), catalog.io_counters().write_bytes, time.perf_counter()

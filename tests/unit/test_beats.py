@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import socket
+
 from flightpart.server.beats import BeatListener, BeatSender, catalog_address, pack, unpack
 from flightpart.tokens import role_token
 from flightpart.wire import Heartbeat
@@ -9,25 +11,27 @@ from flightpart.wire import Heartbeat
 SECRET = b"unit-test-secret"
 
 
-def listener(take, secret=SECRET) -> BeatListener:
-    return BeatListener("127.0.0.1", 0, secret, take)
+def listener(take, secret=SECRET, known=("n1",)) -> BeatListener:
+    return BeatListener("127.0.0.1", 0, secret, lambda node_id: node_id in known, take)
 
 
 def sender(beats: BeatListener, token: str | None) -> BeatSender:
     return BeatSender(f"grpc://127.0.0.1:{beats.port}", token, timeout=2.0)
 
 
-def test_a_declined_beat_is_answered_not_taken_and_does_not_block_a_later_one():
+def test_the_catalogs_decision_is_the_answer_and_an_unknown_node_gets_none():
     decisions = [False, True]
     beats = listener(lambda beat: decisions.pop(0))
     try:
         node = sender(beats, role_token(SECRET, "node", "n1"))
         assert node.beat(Heartbeat("n1", 1, False, 1000)) is False  # a standby, say: the node asks over Flight
-        assert node.beat(Heartbeat("n1", 1, False, 1000)) is True   # declined was not recorded as the last clock
-        assert node.beat(Heartbeat("n1", 1, False, 999)) is False   # older than the last taken: not asked at all
-        assert decisions == []
-        assert beats.counts() == {"udp_heartbeats_taken": 1, "udp_heartbeats_declined": 2, "udp_datagrams_ignored": 0}
+        assert node.beat(Heartbeat("n1", 1, False, 1001)) is True
         node.close()
+        stranger = BeatSender(f"grpc://127.0.0.1:{beats.port}", role_token(SECRET, "node", "n2"), timeout=0.3)
+        assert stranger.beat(Heartbeat("n2", 1, False, 1000)) is None  # not known: no key made, no answer
+        stranger.close()
+        assert decisions == []
+        assert beats.counts() == {"udp_heartbeats_taken": 1, "udp_heartbeats_declined": 1, "udp_datagrams_ignored": 1}
     finally:
         beats.close()
 
@@ -41,6 +45,27 @@ def test_a_beat_without_a_clock_or_with_fields_a_beat_has_not_is_ignored():
         assert reply is not None and unpack(reply)[2] == {"node_id": "n1", "clock_ms": 5, "taken": True}
     finally:
         beats.close()
+
+
+def test_tokens_no_node_holds_are_ignored_without_an_exception():
+    beats = listener(lambda beat: True, known=("n1", "\ud800"))
+    try:
+        for token, node_id in ((f"fp2:node:n1:{'9' * 400}", "n1"), ("fp2:node:\ud800:0", "\ud800"),
+                               ("fp2:node:n1:-1", "n1"), ("fp2:node:n1", "n1"), ("x" * 5000, "n1")):
+            body = {"node_id": node_id, "clock_ms": 5, "token": token}
+            assert beats.answer(pack(body, b"k" * 64)) is None, token
+        assert beats.counts()["udp_datagrams_ignored"] == 5
+    finally:
+        beats.close()
+
+
+def test_closing_frees_the_port():
+    beats = listener(lambda beat: True)
+    port = beats.port
+    beats.close()
+    again = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    again.bind(("127.0.0.1", port))  # EADDRINUSE while the old thread still held it
+    again.close()
 
 
 def test_beats_go_over_flight_where_nothing_could_sign_them():

@@ -36,3 +36,11 @@ def test_a_clock_that_stepped_forward_or_a_node_without_one_counts_from_now():
     assert times.sent_at("n", 102.0, skew=+20.0, arrived=2.0) == 102.0
     assert times.sent_at("n", 104.0, skew=+20.0, arrived=4.0) == 104.0
     assert times.sent_at("m", 104.0, skew=None) == 104.0 and times.late == 0
+
+
+def test_a_clock_that_stepped_back_on_a_short_or_a_long_heartbeat_is_learned_again():
+    for interval in (0.1, 0.3, 5.0, 20.0):
+        times = SentTimes()
+        times.sent_at("n", 100.0, skew=0.0, arrived=0.0)
+        seen = [times.sent_at("n", 100.0 + interval * k, skew=-10.0, arrived=interval * k) for k in range(1, 16)]
+        assert seen[-1] == 100.0 + interval * 15, (interval, seen)  # on time again: counted from now
