@@ -59,6 +59,7 @@ def cluster(tmp_path):
 # --------------------------------------------------------------------------- the catalog is rebuildable
 
 
+@pytest.mark.slow  # kills the catalog and waits for the rebuild: in the slow tier, which CI runs
 def test_a_catalog_that_lost_its_state_rebuilds_it_and_no_node_deletes_anything(cluster):
     c = cluster
     first, second, other = table_of(4000, 1), table_of(3000, 2), table_of(900, 3)

@@ -80,6 +80,7 @@ def healthz_reply(url: str) -> tuple[int, dict]:
         return refused.code, json.loads(refused.read())
 
 
+@pytest.mark.slow  # waits out a stopped catalog's silence (5 s at least): in the slow tier, which CI runs
 def test_logs_metrics_and_health_say_what_happened(tmp_path):
     secret = tmp_path / "secret"
     secret.write_text("the-cluster-secret-for-this-test\n")

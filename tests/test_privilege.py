@@ -142,6 +142,7 @@ def run_holder(handle: Path, c) -> dict:
     return json.loads(proc.stdout)
 
 
+@pytest.mark.slow  # waits for a token to expire: in the slow tier, which CI runs
 def test_a_pickled_handle_reads_its_version_and_nothing_else_until_it_expires(guarded, tmp_path):
     c = guarded
     with fp.connect(c.uri, token=token("reader"), host="127.0.0.99") as reader:

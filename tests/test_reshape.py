@@ -138,6 +138,7 @@ def test_a_target_node_killed_mid_repartition_publishes_nothing(tmp_path):
                        what=f"the aborted version gone from {ip}")
 
 
+@pytest.mark.slow  # a full-disk fault: in the slow tier, which CI runs
 def test_a_repartition_onto_a_full_disk_is_refused_and_leaves_nothing(tmp_path, small_disk):
     with LocalCluster(tmp_path / "c", nodes=1, first_ip=80) as c:
         small = c.add_node("127.0.0.81", data_dir=small_disk / "node")

@@ -83,6 +83,7 @@ def capability_expiry(ds) -> int:
     return int(blob[start:start + 200].split(b":")[3])
 
 
+@pytest.mark.slow  # waits for a token to expire: in the slow tier, which CI runs
 def test_a_handle_stops_reading_once_the_token_that_opened_it_expired(secured):
     expiry = time.time() + 4
     with fp.connect(secured.uri, token=reader_token("brief", expiry), host="127.0.0.99") as reader:

@@ -348,6 +348,7 @@ GARBAGE = [
 ]
 
 
+@pytest.mark.slow  # an attack that waits for the page's refresh: in the slow tier, which CI runs
 def test_the_status_page_survives_a_node_whose_stats_are_garbage(tmp_path):
     """A cluster of its own: the liar stays registered (alive until --dead-after) after the test."""
     liar = LyingNode()

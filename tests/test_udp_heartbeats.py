@@ -52,6 +52,7 @@ def answer(sock: socket.socket, datagram: bytes, timeout: float = 2.0) -> bytes 
         return None
 
 
+@pytest.mark.slow  # restarts the catalog and waits out --dead-after: in the slow tier, which CI runs
 def test_beats_go_in_signed_datagrams_and_forged_replayed_or_borrowed_ones_keep_no_node_alive(tmp_path):
     secret_file = tmp_path / "secret"
     secret_file.write_text(SECRET + "\n")
