@@ -136,6 +136,19 @@ def split_token(token: str) -> tuple[str, bytes] | None:
     return (body, raw) if len(raw) == 64 else None
 
 
+def is_node_token_body(body: str, node_id: str, now: float, margin: float = 0.0) -> bool:
+    """Whether ``body`` (a role token without its signature) is a node token naming ``node_id`` that has not expired
+    (``margin``: seconds still accepted after its expiry, as :func:`verify_token` allows)."""
+    if len(body) > 200 or not body.isascii():
+        return False
+    parts = body.split(":")
+    if (len(parts) != 4 or parts[0] != TOKEN_PREFIX or parts[1] != "node" or parts[2] != node_id
+            or not (parts[3].isdigit() and len(parts[3]) <= 20)):
+        return False
+    expiry = int(parts[3])
+    return not expiry or expiry + margin >= now
+
+
 @functools.lru_cache(maxsize=8192)
 def token_signature(secret: bytes, body: str) -> bytes:
     """The signature of a token's ``body`` as this cluster mints it: Ed25519 signs deterministically, so the holder

@@ -3,8 +3,8 @@
 Over Flight a heartbeat costs the catalog about 245 µs of CPU, most of it gRPC setting the call up and handing it
 between threads: 4,000 nodes took half a core. A UDP datagram costs a fraction of that. Only the plain beat of a
 registered node travels this way, and only as a shortcut: the catalog answers "taken" when it leads and knows the
-node, "not taken" otherwise (a node it must hear register again, a standby, a beat from the past), and nothing at all
-to a datagram it cannot check. Whatever is not taken the node sends again over Flight at once, whose answer and
+node, "not taken" otherwise (a standby, a beat that could be a replay), and nothing at all to a datagram it cannot
+check or from a node it does not know (one it must hear register again: made-up ids cost it a set lookup). Whatever is not taken the node sends again over Flight at once, whose answer and
 errors are the authority, as before. A lost datagram or a network that drops UDP costs the old price, never a beat.
 
 With a cluster secret both directions are signed: HMAC-SHA256 keyed with the signature part of the node's token
@@ -25,6 +25,7 @@ import hmac
 import json
 import logging
 import os
+import secrets
 import socket
 import threading
 import time
@@ -32,7 +33,7 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
-from flightpart.tokens import TOKEN_PREFIX, split_token, token_signature
+from flightpart.tokens import is_node_token_body, split_token, token_signature
 from flightpart.wire import Heartbeat
 
 from .auth import CLOCK_MARGIN, wall_clock
@@ -98,7 +99,7 @@ def catalog_address(uri: str, signed: bool) -> tuple[str, int] | None:
 class BeatSender:
     """A node's side: heartbeats to one catalog in datagrams, each waiting at most ``timeout`` for its answer."""
 
-    def __init__(self, uri: str, token: str | None, timeout: float):
+    def __init__(self, uri: str, token: str | None, timeout: float) -> None:
         self.uri = uri
         self.timeout = timeout
         split = split_token(token) if token is not None else None
@@ -117,6 +118,7 @@ class BeatSender:
                       "clock_ms": beat.clock_ms}
         if self._token_body is not None:
             body["token"] = self._token_body
+        body["nonce"] = nonce = secrets.randbits(62)  # echoed: an answer sprayed from elsewhere matches no beat
         deadline = time.monotonic() + self.timeout
         try:
             self._sock.sendto(pack(body, self._key), self._address)
@@ -126,7 +128,7 @@ class BeatSender:
                 if reply is None or not signed_by(reply[0], reply[1], self._key):
                     continue
                 answer = reply[2]
-                if (type(answer) is dict and answer.get("node_id") == beat.node_id
+                if (type(answer) is dict and answer.get("node_id") == beat.node_id and answer.get("nonce") == nonce
                         and answer.get("clock_ms") == beat.clock_ms and type(answer.get("taken")) is bool):
                     return answer["taken"]
         except OSError:  # timed out, or the network said no
@@ -134,6 +136,7 @@ class BeatSender:
         return None
 
     def close(self) -> None:
+        """Its socket is closed (a node that stops, or follows another catalog)."""
         self._sock.close()
 
 
@@ -142,7 +145,7 @@ class BeatListener:
     declines it (False: the node must send it over Flight)."""
 
     def __init__(self, host: str, port: int, secret: bytes | None, knows: Callable[[str], bool],
-                 take: Callable[[Heartbeat], bool]):
+                 take: Callable[[Heartbeat], bool]) -> None:
         self.secret = secret
         self.knows = knows
         self.take = take
@@ -150,6 +153,7 @@ class BeatListener:
         self.declined = 0
         self.ignored = 0  # not a beat, not from a node the catalog knows, or not signed as its node's
         self._complained = 0.0
+        self._keys: dict[str, tuple[str, bytes]] = {}  # per node, the token body last checked and its key
         family, kind, proto, _name, sockaddr = socket.getaddrinfo(host or None, port, type=socket.SOCK_DGRAM,
                                                                   flags=socket.AI_PASSIVE)[0]
         self._sock = socket.socket(family, kind, proto)
@@ -190,38 +194,34 @@ class BeatListener:
             self.ignored += 1
             return None
         mac, raw, body = unpacked
-        token = body.pop("token", None)
+        token, nonce = body.pop("token", None), body.pop("nonce", None)
         beat = Heartbeat.from_plain(body)
         # an unknown id is refused before any key is made: made-up ids cost a set lookup and keep nothing
-        if beat is None or beat.clock_ms is None or not self.knows(beat.node_id):
+        if beat is None or beat.clock_ms is None or type(nonce) is not int or not self.knows(beat.node_id):
             self.ignored += 1
             return None
-        key = self._key(token, beat)
-        if key is False or not signed_by(mac, raw, key):  # type: ignore[arg-type]
+        key = self._key(token, beat.node_id) if self.secret is not None else None
+        if (self.secret is not None and key is None) or not signed_by(mac, raw, key):
             self.ignored += 1
             return None
+        if key is not None:
+            self._keys[beat.node_id] = (token, key)  # checked: this node's key, not recomputed on its next beat
         taken = self.take(beat)
         if taken:
             self.taken += 1
         else:
             self.declined += 1
-        return pack({"node_id": beat.node_id, "clock_ms": beat.clock_ms, "taken": taken}, key)  # type: ignore[arg-type]
+        return pack({"node_id": beat.node_id, "clock_ms": beat.clock_ms, "nonce": nonce, "taken": taken}, key)
 
-    def _key(self, token: Any, beat: Heartbeat) -> bytes | None | bool:
-        """The key ``beat`` must be signed with (None: unsigned, without a secret); False when it cannot be taken:
-        no token, or one that is not this node's, or expired."""
-        if self.secret is None:
+    def _key(self, token: Any, node_id: str) -> bytes | None:
+        """The key a beat of ``node_id`` carrying ``token`` (its node token's public body) must be signed with; None
+        when it cannot be taken: no token, or one that is not this node's, or expired."""
+        if type(token) is not str or not is_node_token_body(token, node_id, wall_clock(), CLOCK_MARGIN):
             return None
-        if type(token) is not str or len(token) > 200 or not token.isascii():
-            return False
-        parts = token.split(":")
-        if (len(parts) != 4 or parts[0] != TOKEN_PREFIX or parts[1] != "node" or parts[2] != beat.node_id
-                or not (parts[3].isdigit() and len(parts[3]) <= 20)):
-            return False
-        expiry = int(parts[3])
-        if expiry and expiry + CLOCK_MARGIN < wall_clock():
-            return False
-        return token_signature(self.secret, token)
+        known = self._keys.get(node_id)
+        if known is not None and known[0] == token:
+            return known[1]
+        return token_signature(self.secret, token)  # type: ignore[arg-type]  # only called with a secret
 
     @property
     def port(self) -> int:
@@ -238,5 +238,6 @@ class BeatListener:
         self._sock.close()
 
     def counts(self) -> dict[str, int]:
+        """Its counters, for the catalog's stats and metrics."""
         return {"udp_heartbeats_taken": self.taken, "udp_heartbeats_declined": self.declined,
                 "udp_datagrams_ignored": self.ignored}

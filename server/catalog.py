@@ -145,7 +145,7 @@ class CatalogServer(ServiceBase):
         self._infos = FlightInfoCache()
         # several catalogs, one leader: the state lives in PostgreSQL and only the lease holder writes it
         self.lease = Lease(lease, self.uri, duration=lease_seconds, on_lead=self._took_over,
-                           on_lose=self._infos.clear) if lease else None
+                           on_lose=self._lost_lead) if lease else None
         database = PostgresDatabase(lease, fence=self.lease.fence, settings={
             "idle_in_transaction_session_timeout": f"{int(lease_seconds * 1000)}ms"}) if self.lease is not None else None
         self.state = CatalogState(state_path, dead_after=dead_after, database=database)
@@ -207,6 +207,11 @@ class CatalogServer(ServiceBase):
         leader = lease.leader()
         return NotLeader(f"{self.uri} is a standby catalog; the leader is {leader or 'being elected (retry shortly)'}",
                          field=leader)
+
+    def _lost_lead(self) -> None:
+        """Another catalog leads: what this one built or heard as leader is not to be trusted if it leads again."""
+        self._infos.clear()
+        self.state.forget_datagram_clocks()
 
     def epoch(self) -> int | None:
         """The epoch orders to nodes carry (None without a lease)."""
@@ -478,10 +483,16 @@ class CatalogServer(ServiceBase):
         credential = self.caller.credential
         if credential.role == "node" and credential.name != b.node_id:
             raise Forbidden(f"a node token for {credential.name} cannot speak for node {b.node_id}", field="heartbeat.node_id")
-        if not self.state.knows(b.node_id):  # before its clock is looked at: made-up ids leave nothing behind
-            return HeartbeatReply(False)
-        return HeartbeatReply(self.state.heartbeat(b.node_id, b.free_bytes, b.low_space,
-                                                   self._clock_skew(b.node_id, b.clock_ms), b.clock_ms))
+        return HeartbeatReply(self._take_beat(b))
+
+    def _take_beat(self, beat: Heartbeat, *, datagram: bool = False) -> bool:
+        """Note a heartbeat, over Flight or in a datagram; False when the node must register first, or (a datagram)
+        this catalog does not lead or the beat could be a replay. Its clock is looked at (and a skew warned of)
+        only for a beat that is taken: made-up ids and replays leave nothing behind."""
+        if not self.state.knows(beat.node_id) or (datagram and not self.state.datagram_fresh(beat.node_id, beat.clock_ms)):
+            return False
+        skew = self._clock_skew(beat.node_id, beat.clock_ms)
+        return self.state.heartbeat(beat.node_id, beat.free_bytes, beat.low_space, skew, beat.clock_ms, datagram=datagram)
 
     def _listen_for_beats(self, host: str) -> BeatListener | None:
         """Heartbeats in datagrams on this catalog's port (UDP), unless turned off or the port is taken, or behind TLS
@@ -497,10 +508,7 @@ class CatalogServer(ServiceBase):
     def _beat_in_datagram(self, beat: Heartbeat) -> bool:
         """A datagram's heartbeat, taken as Flight's short path takes it when this catalog leads (a standby declines
         it: the node then sends it over Flight, hears NOT_LEADER and follows the leader)."""
-        if self.refusal("do_action", ()) is not None:
-            return False
-        skew = self._clock_skew(beat.node_id, beat.clock_ms)
-        return self.state.heartbeat(beat.node_id, beat.free_bytes, beat.low_space, skew, beat.clock_ms, datagram=True)
+        return self.refusal("do_action", ()) is None and self._take_beat(beat, datagram=True)
 
     _BEAT_REPLIES = {known: [flight.Result(pa.py_buffer(HeartbeatReply(known).encode()))] for known in (True, False)}
 
@@ -513,11 +521,7 @@ class CatalogServer(ServiceBase):
                 if beat is not None:
                     credential = authorize(context, "node")
                     if credential.role != "node" or credential.name == beat.node_id:
-                        if not self.state.knows(beat.node_id):
-                            return self._BEAT_REPLIES[False]
-                        skew = self._clock_skew(beat.node_id, beat.clock_ms)
-                        return self._BEAT_REPLIES[self.state.heartbeat(beat.node_id, beat.free_bytes, beat.low_space,
-                                                                       skew, beat.clock_ms)]
+                        return self._BEAT_REPLIES[self._take_beat(beat)]
         return super().do_action(context, action)
 
     def _clock_skew(self, node_id: str, clock_ms: int | None) -> float | None:

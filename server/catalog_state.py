@@ -27,6 +27,7 @@ from typing import Any
 from flightpart.errors import DatasetNotFound, NotLeader, StateUnavailable, VersionConflict, VersionExpired
 from flightpart.wire import EncodedJson
 
+from .auth import CLOCK_MARGIN
 from .catalog_db import Database, SqliteDatabase
 from .liveness import SentTimes
 
@@ -307,6 +308,17 @@ class CatalogState:
         """Whether a heartbeat from this node is taken (it need not register again first)."""
         return node_id in self._known
 
+    def datagram_fresh(self, node_id: str, clock_ms: int | None) -> bool:
+        """Whether a datagram's beat could be taken (see :meth:`heartbeat`), read without the lock: a replay is
+        dropped before anything else is done for it. :meth:`heartbeat` checks again under the lock."""
+        newest = self._newest.get(node_id)
+        return newest is not None and clock_ms is not None and clock_ms > newest
+
+    def forget_datagram_clocks(self) -> None:
+        """No datagram is taken until each node's next beat over Flight (this catalog stopped leading)."""
+        with self._lock:
+            self._newest.clear()
+
     def heartbeat(self, node_id: str, free_bytes: int | None = None, low_space: bool = False,
                   clock_skew: float | None = None, clock_ms: int | None = None, *, datagram: bool = False) -> bool:
         """Note a node's heartbeat (in memory); False if the node must register (again) first, or, for a beat that
@@ -320,14 +332,15 @@ class CatalogState:
             newest = self._newest.get(node_id)
             if datagram and (newest is None or clock_ms is None or clock_ms <= newest):
                 return False
-            if clock_ms is not None:
+            if clock_ms is not None:  # a clock far ahead (CLOCK_MARGIN) does not bar the node's datagrams for long
+                clock_ms = min(clock_ms, int((time.time() + CLOCK_MARGIN) * 1000))
                 self._newest[node_id] = clock_ms if newest is None else max(clock_ms, newest)
             sent = self._sent.sent_at(node_id, time.time(), clock_skew)  # a beat that waited counts from then
             self._beats[node_id] = max(sent, self._beats.get(node_id, 0.0))
             self._space[node_id] = (free_bytes, low_space)
             self._skew[node_id] = clock_skew
-        if time.monotonic() - self._flushed > self.FLUSH_EVERY:
-            self.flush_heartbeats()
+        if not datagram and time.monotonic() - self._flushed > self.FLUSH_EVERY:  # the datagrams' thread writes nothing:
+            self.flush_heartbeats()  # the catalog's housekeeping flushes every 30 s as well
         return True
 
     @property
@@ -397,6 +410,8 @@ class CatalogState:
                     self._beats.pop(n, None)
                     self._space.pop(n, None)
                     self._skew.pop(n, None)
+                    self._newest.pop(n, None)
+                    self._sent.forget(n)
         return dead
 
     def nodes(self) -> list[NodeRecord]:

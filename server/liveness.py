@@ -7,9 +7,12 @@ and handled the beats it had queued (over Flight as over UDP: ``tests/test_udp_h
 
 Each beat carries the node's clock. The least of (our clock - its clock) over a node's beats is the two clocks'
 offset plus the shortest trip; a beat later than that by more than :data:`LATE_SECONDS` was sent that much before it
-was handled, and counts from then. A node whose clock steps back looks late on every beat: a run of beats that agree
-on their delay and arrive over more than :data:`LATE_SECONDS` (a queue's backlog arrives at once, each beat an
-interval later than the one before) sets the offset anew. A clock that steps forward lowers the least at once.
+was handled, and counts from then. Either clock may step, which makes every beat of a node look late (or early) by
+the step. A clock that steps so the delay shrinks lowers the least at once. One that makes every beat late is told
+from a queue's backlog by the pace of the late beats: a backlog is handled in a burst, each beat an interval later on
+the node's clock than the one before; beats of a stepped clock are handled at the pace they were sent. A run of late
+beats spanning at least :data:`LATE_SECONDS` of the node's clock, handled over about as long (a quarter of it, or
+half a second, either way: jitter does not add up), sets the offset anew, whatever the node's heartbeat interval.
 """
 
 from __future__ import annotations
@@ -18,9 +21,8 @@ import time
 
 LATE_SECONDS = 1.0
 """A beat this much later than its node's beats usually are counts from when it was sent."""
-_RUN, _RUN_SECONDS = 16, 60.0
-"""Late beats kept per node (at most, and at most this old) to tell a clock that stepped back, whatever its node's
-heartbeat interval, from a queue's backlog."""
+_RUN = 32
+"""Late beats kept per node (the newest), to tell a stepped clock from a backlog."""
 
 
 class SentTimes:
@@ -30,7 +32,7 @@ class SentTimes:
     def __init__(self) -> None:
         self.late = 0  # beats counted from when they were sent, having waited
         self._least: dict[str, float] = {}
-        self._runs: dict[str, list[tuple[float, float]]] = {}
+        self._runs: dict[str, list[tuple[float, float, float]]] = {}  # per node, late beats: (handled, its clock, delay)
 
     def sent_at(self, node_id: str, now: float, skew: float | None, arrived: float | None = None) -> float:
         """When a beat handled ``now`` was sent, in our clock; ``skew``: its clock minus ours when handled (None: the
@@ -44,14 +46,19 @@ class SentTimes:
                 self._least[node_id] = delay
             self._runs.pop(node_id, None)
             return now
-        arrived = time.monotonic() if arrived is None else arrived
-        run = [(t, d) for t, d in self._runs.get(node_id, ())[-(_RUN - 1):] if arrived - t <= _RUN_SECONDS]
-        run.append((arrived, delay))
-        self._runs[node_id] = run
-        delays = [d for _, d in run]
-        if arrived - run[0][0] > LATE_SECONDS and max(delays) - min(delays) < LATE_SECONDS / 4:
-            self._least[node_id] = delay  # its clock moved back: this is its offset now
+        handled = time.monotonic() if arrived is None else arrived
+        run = self._runs.setdefault(node_id, [])
+        run.append((handled, now - delay, delay))  # now - delay: the node's clock when it sent the beat
+        del run[:-_RUN]
+        sent_span, handled_span = run[-1][1] - run[0][1], run[-1][0] - run[0][0]
+        if sent_span >= LATE_SECONDS and abs(handled_span - sent_span) <= max(LATE_SECONDS / 2, sent_span / 4):
+            self._least[node_id] = min(d for _, _, d in run)  # a clock stepped: the offset is this run's
             del self._runs[node_id]
             return now
         self.late += 1
         return now - (delay - least)
+
+    def forget(self, node_id: str) -> None:
+        """A node retired: a node of that id later starts afresh."""
+        self._least.pop(node_id, None)
+        self._runs.pop(node_id, None)

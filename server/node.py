@@ -332,8 +332,10 @@ class NodeServer(ServiceBase):
                     free = self.free_bytes()
                     beat = Heartbeat(self.node_id, free, free is not None and free < self.min_free_bytes,
                                      int(wall_clock() * 1000))
-                    # in a datagram when the catalog takes it so; anything else over Flight, whose answer decides
-                    known = self._beat_in_datagram(beat) or self._to_catalog(beat, timeout=5).known
+                    # in a datagram when the catalog takes it so; anything else over Flight, whose answer decides (with
+                    # the clock of now: a beat counts from when it was sent, and the datagram's wait was not the catalog's)
+                    known = self._beat_in_datagram(beat) or self._to_catalog(
+                        dataclasses.replace(beat, clock_ms=int(wall_clock() * 1000)), timeout=5).known
                     self.last_contact = time.monotonic()
                     if not known:
                         self.registered.clear()
@@ -363,7 +365,7 @@ class NodeServer(ServiceBase):
                 self._udp.close()
                 self._udp = None
             try:
-                self._udp = BeatSender(uri, self.pool.access.token, timeout=min(ANSWER_SECONDS, max(0.1, self.heartbeat_interval / 2)))
+                self._udp = BeatSender(uri, self.pool.access.token, timeout=min(ANSWER_SECONDS, max(0.25, self.heartbeat_interval / 2)))
             except (ValueError, OSError) as exc:
                 log.debug("heartbeats over Flight only: %s", exc)
                 self._udp_quiet_until = time.monotonic() + UDP_QUIET_SECONDS
@@ -376,6 +378,8 @@ class NodeServer(ServiceBase):
                          "for %d s", uri, UDP_QUIET_SECONDS)
                 self._udp_quiet_until = time.monotonic() + UDP_QUIET_SECONDS
                 self._udp_misses = 0
+                self._udp.close()  # made again after the quiet: the catalog's name is resolved anew
+                self._udp = None
             return False
         self._udp_misses = 0
         return taken

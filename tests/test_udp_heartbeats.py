@@ -21,6 +21,22 @@ from flightpart.wire import Heartbeat
 SECRET = "a-secret-for-the-datagram-tests"
 
 
+def free_port(host: str) -> str:
+    """A port free on ``host`` for TCP and UDP both (with --port 0 the catalog's TCP port may be some process's UDP
+    port, and then it rightly listens for no datagrams: these tests need it to)."""
+    for _ in range(50):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as tcp:
+            tcp.bind((host, 0))
+            port = tcp.getsockname()[1]
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
+                try:
+                    udp.bind((host, port))
+                except OSError:
+                    continue
+        return str(port)
+    raise RuntimeError(f"no port free for TCP and UDP on {host}")
+
+
 def counts(client: fp.Client, uri: str) -> dict:
     return {k: v for k, v in client.stats(uri).items() if "udp" in k or "datagram" in k}
 
@@ -57,7 +73,7 @@ def test_beats_go_in_signed_datagrams_and_forged_replayed_or_borrowed_ones_keep_
     secret_file = tmp_path / "secret"
     secret_file.write_text(SECRET + "\n")
     secret_file.chmod(0o600)
-    catalog = Daemon(["catalog", "--host", "127.0.0.91", "--port", "0", "--state-dir", str(tmp_path / "s"),
+    catalog = Daemon(["catalog", "--host", "127.0.0.91", "--port", free_port("127.0.0.91"), "--state-dir", str(tmp_path / "s"),
                       "--dead-after", "3", "--secret-file", str(secret_file), "--metrics-port", "0"])
     address = catalog.uris["catalog"]
     node = Daemon(["serve", "--host", "127.0.0.92", "--port", "0", "--data-dir", str(tmp_path / "d"), "--catalog", address,
@@ -68,12 +84,12 @@ def test_beats_go_in_signed_datagrams_and_forged_replayed_or_borrowed_ones_keep_
             node_id = next(iter(alive(client)))
             seen = until(lambda: counts(client, address)["udp_heartbeats_taken"] >= 5 and counts(client, address))
             # the first datagram is declined: this catalog takes a node's datagrams after a beat of it over Flight
-            assert seen and seen["udp_heartbeats_taken"] >= 5 and seen["udp_heartbeats_declined"] == 1, seen
+            assert seen and seen["udp_heartbeats_taken"] >= 5 and seen["udp_heartbeats_declined"] >= 1, seen
 
             # a sender holding the node's own token is taken; its very datagram sent again is not
             secret = SECRET.encode()
             own = BeatSender(address, role_token(secret, "node", node_id), timeout=2.0)
-            beat = Heartbeat(node_id, 1 << 30, False, int(wall_clock() * 1000) + 60_000)  # past the node's own clock
+            beat = Heartbeat(node_id, 1 << 30, False, int(wall_clock() * 1000) + 2_000)  # past the node's own clock
             assert own.beat(beat) is True
             assert own.beat(beat) is False  # replayed: not taken, the node would send it over Flight
             own.close()
@@ -81,7 +97,8 @@ def test_beats_go_in_signed_datagrams_and_forged_replayed_or_borrowed_ones_keep_
             host, port = address.split("//")[1].rsplit(":", 1)
             wire = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
             wire.connect((host, int(port)))
-            later = {"node_id": node_id, "free_bytes": 1, "low_space": False, "clock_ms": int(wall_clock() * 1000) + 120_000}
+            later = {"node_id": node_id, "free_bytes": 1, "low_space": False, "clock_ms": int(wall_clock() * 1000) + 4_000,
+                     "nonce": 12345}
             body, signature = split_token(role_token(secret, "node", node_id))
             other_body, other_signature = split_token(role_token(secret, "node", "somebody-else"))
             expired_body, expired_signature = split_token(role_token(secret, "node", node_id, expiry=1_000_000_000))
@@ -196,7 +213,7 @@ def test_a_node_that_died_while_its_catalog_was_frozen_is_not_brought_back_by_it
     after --dead-after: the dead node's queued beats say it was alive seconds ago, not now, and must not revive it
     (they did, over Flight as over UDP, before beats counted from when they were sent)."""
     env = {"FLIGHTPART_UDP_HEARTBEATS": "off"} if transport == "flight" else {}
-    catalog = Daemon(["catalog", "--host", "127.0.0.97", "--port", "0", "--state-dir", str(tmp_path / "s"),
+    catalog = Daemon(["catalog", "--host", "127.0.0.97", "--port", free_port("127.0.0.97"), "--state-dir", str(tmp_path / "s"),
                       "--dead-after", "3"], env=env)
     address = catalog.uris["catalog"]
     nodes = [Daemon(["serve", "--host", f"127.0.0.{98 + k}", "--port", "0", "--data-dir", str(tmp_path / f"d{k}"),

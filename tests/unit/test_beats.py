@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import time
 
 from flightpart.server.beats import BeatListener, BeatSender, catalog_address, pack, unpack
 from flightpart.tokens import role_token
@@ -31,7 +32,11 @@ def test_the_catalogs_decision_is_the_answer_and_an_unknown_node_gets_none():
         assert stranger.beat(Heartbeat("n2", 1, False, 1000)) is None  # not known: no key made, no answer
         stranger.close()
         assert decisions == []
-        assert beats.counts() == {"udp_heartbeats_taken": 1, "udp_heartbeats_declined": 1, "udp_datagrams_ignored": 1}
+        expected = {"udp_heartbeats_taken": 1, "udp_heartbeats_declined": 1, "udp_datagrams_ignored": 1}
+        deadline = time.monotonic() + 10  # the listener's thread may not have read the stranger's datagram yet
+        while beats.counts() != expected and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert beats.counts() == expected
     finally:
         beats.close()
 
@@ -39,10 +44,11 @@ def test_the_catalogs_decision_is_the_answer_and_an_unknown_node_gets_none():
 def test_a_beat_without_a_clock_or_with_fields_a_beat_has_not_is_ignored():
     beats = listener(lambda beat: True, secret=None)
     try:
-        assert beats.answer(pack({"node_id": "n1", "free_bytes": 1, "low_space": False}, None)) is None
-        assert beats.answer(pack({"node_id": "n1", "clock_ms": 5, "extra": 1}, None)) is None
-        reply = beats.answer(pack({"node_id": "n1", "clock_ms": 5}, None))
-        assert reply is not None and unpack(reply)[2] == {"node_id": "n1", "clock_ms": 5, "taken": True}
+        assert beats.answer(pack({"node_id": "n1", "free_bytes": 1, "low_space": False, "nonce": 7}, None)) is None
+        assert beats.answer(pack({"node_id": "n1", "clock_ms": 5, "extra": 1, "nonce": 7}, None)) is None
+        assert beats.answer(pack({"node_id": "n1", "clock_ms": 5}, None)) is None  # no nonce to echo
+        reply = beats.answer(pack({"node_id": "n1", "clock_ms": 5, "nonce": 7}, None))
+        assert reply is not None and unpack(reply)[2] == {"node_id": "n1", "clock_ms": 5, "nonce": 7, "taken": True}
     finally:
         beats.close()
 
@@ -52,7 +58,7 @@ def test_tokens_no_node_holds_are_ignored_without_an_exception():
     try:
         for token, node_id in ((f"fp2:node:n1:{'9' * 400}", "n1"), ("fp2:node:\ud800:0", "\ud800"),
                                ("fp2:node:n1:-1", "n1"), ("fp2:node:n1", "n1"), ("x" * 5000, "n1")):
-            body = {"node_id": node_id, "clock_ms": 5, "token": token}
+            body = {"node_id": node_id, "clock_ms": 5, "token": token, "nonce": 1}
             assert beats.answer(pack(body, b"k" * 64)) is None, token
         assert beats.counts()["udp_datagrams_ignored"] == 5
     finally:
