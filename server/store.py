@@ -469,7 +469,16 @@ class PartitionStore:
                     with open(path, "rb") as f:
                         data = f.read()
             self._verify_at(dataset, version, part, path, identity, data=data)
-            return self.maps.get(path, identity, data=data)
+            try:
+                return self.maps.get(path, identity, data=data)
+            except FileNotFoundError:
+                raise
+            except (pa.ArrowException, OSError):  # Arrow reports a file it cannot parse as either
+                # a file checked earlier in this process may have rotted since, its stat unchanged (a failing disk
+                # keeps the mtime): read against its checksum now; a mismatch is quarantined and refused as damaged
+                # (other replicas serve). A file that matches (a map the kernel refused, say) is left as it is.
+                self._verify_at(dataset, version, part, path, identity, again=True)
+                raise
         except FileNotFoundError:
             self._refuse_gone(dataset, version)  # dropped (or aborted): said so, not "not on this node"
             raise PartitionMissing(f"partition {part} of dataset {dataset!r} version {version} is not on this node",
