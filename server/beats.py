@@ -140,6 +140,54 @@ class BeatSender:
         self._sock.close()
 
 
+QUIET_SECONDS = 60
+"""After three datagrams in a row go unanswered, beats go over Flight only for this long."""
+
+
+class DatagramBeats:
+    """A node's heartbeats in datagrams to whichever catalog leads: a sender per catalog, and the rule that a
+    catalog answering no datagram three times running (UDP filtered, an old catalog, its port taken) is sent beats
+    over Flight only for :data:`QUIET_SECONDS` (then its name is resolved anew)."""
+
+    def __init__(self, token: str | None, timeout: float) -> None:
+        self.token = token
+        self.timeout = timeout
+        self._sender: BeatSender | None = None
+        self._misses = 0
+        self._quiet_until = 0.0
+
+    def beat(self, uri: str | None, beat: Heartbeat) -> bool:
+        """Whether the catalog at ``uri`` took ``beat``; False: send it over Flight."""
+        if uri is None or not udp_heartbeats_enabled() or time.monotonic() < self._quiet_until:
+            return False
+        if self._sender is None or self._sender.uri != uri:
+            self.close()
+            try:
+                self._sender = BeatSender(uri, self.token, self.timeout)
+            except (ValueError, OSError) as exc:
+                log.debug("heartbeats over Flight only: %s", exc)
+                self._quiet_until = time.monotonic() + QUIET_SECONDS
+                return False
+        taken = self._sender.beat(beat)
+        if taken is not None:
+            self._misses = 0
+            return taken
+        self._misses += 1
+        if self._misses >= 3:
+            log.info("the catalog %s answered no heartbeat over UDP three times running: sending them over Flight "
+                     "for %d s", uri, QUIET_SECONDS)
+            self._quiet_until = time.monotonic() + QUIET_SECONDS
+            self._misses = 0
+            self.close()
+        return False
+
+    def close(self) -> None:
+        """Its socket is closed; the next beat makes one again."""
+        if self._sender is not None:
+            self._sender.close()
+            self._sender = None
+
+
 class BeatListener:
     """A catalog's side: one thread answering datagrams on ``(host, port)``; ``take`` notes a plain beat (True) or
     declines it (False: the node must send it over Flight)."""

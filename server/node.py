@@ -92,7 +92,7 @@ from flightpart.wire import (
 from .assembler import Assembler
 from .auth import admit_stream, authorize, credential_of, wall_clock
 from .base import Action, ServiceBase, action_table, boundary, flight_error
-from .beats import ANSWER_SECONDS, BeatSender, udp_heartbeats_enabled
+from .beats import ANSWER_SECONDS, DatagramBeats
 from .store import PartitionStore, StoredPartition
 from .telemetry import describe
 
@@ -171,8 +171,6 @@ STREAM_PIECE_BYTES = 4 << 20
 1 MiB batches each): the reader's pace is seen range by range, and Python steps in once per range, not per batch."""
 STREAM_IDLE_TIMEOUT = 60.0
 """Seconds a ``do_get`` whose reader takes nothing keeps its stream slot (``--stream-idle-timeout``)."""
-UDP_QUIET_SECONDS = 60
-"""After three heartbeat datagrams in a row go unanswered, a node sends its beats over Flight only for this long."""
 
 
 def node_name(keys: Keys | None, token: str | None) -> str | None:
@@ -233,13 +231,11 @@ class NodeServer(ServiceBase):
         # the cluster's catalogs (several when they share a lease): reports go to the leader, followed when it moves
         self.catalogs = CatalogAddresses(split_addresses(catalog)) if catalog else None
         self.heartbeat_interval = heartbeat_interval
-        self._udp: BeatSender | None = None  # heartbeats in datagrams, to the catalog it was made for
-        self._udp_misses = 0
-        self._udp_quiet_until = 0.0
         access = pool.access if pool is not None else Access()
         if token is not None or isinstance(secret, bytes):  # it speaks to the catalog and to other nodes as the node it is
             access = dataclasses.replace(access, token=token or role_token(secret, "node", self.node_id))
         self.pool = ConnectionPool(access)
+        self.datagrams = DatagramBeats(access.token, timeout=min(ANSWER_SECONDS, max(0.25, heartbeat_interval / 2)))
         self.assembler = Assembler(self.store, self.pool, self.uri, lambda: self.catalog_uri, self.counters.add)
         self._stopping = threading.Event()
         self.registered = threading.Event()
@@ -334,7 +330,7 @@ class NodeServer(ServiceBase):
                                      int(wall_clock() * 1000))
                     # in a datagram when the catalog takes it so; anything else over Flight, whose answer decides (with
                     # the clock of now: a beat counts from when it was sent, and the datagram's wait was not the catalog's)
-                    known = self._beat_in_datagram(beat) or self._to_catalog(
+                    known = self.datagrams.beat(self.catalog_uri, beat) or self._to_catalog(
                         dataclasses.replace(beat, clock_ms=int(wall_clock() * 1000)), timeout=5).known
                     self.last_contact = time.monotonic()
                     if not known:
@@ -354,41 +350,10 @@ class NodeServer(ServiceBase):
                 self.registered.clear()
             self._stopping.wait(self.heartbeat_interval)
 
-    def _beat_in_datagram(self, beat: Heartbeat) -> bool:
-        """Whether the catalog took ``beat`` sent over UDP (see :mod:`.beats`). A catalog that answers no datagram
-        three times running (UDP filtered, an old catalog, its port taken) is sent beats over Flight only for a minute."""
-        uri = self.catalog_uri
-        if uri is None or not udp_heartbeats_enabled() or time.monotonic() < self._udp_quiet_until:
-            return False
-        if self._udp is None or self._udp.uri != uri:
-            if self._udp is not None:
-                self._udp.close()
-                self._udp = None
-            try:
-                self._udp = BeatSender(uri, self.pool.access.token, timeout=min(ANSWER_SECONDS, max(0.25, self.heartbeat_interval / 2)))
-            except (ValueError, OSError) as exc:
-                log.debug("heartbeats over Flight only: %s", exc)
-                self._udp_quiet_until = time.monotonic() + UDP_QUIET_SECONDS
-                return False
-        taken = self._udp.beat(beat)
-        if taken is None:
-            self._udp_misses += 1
-            if self._udp_misses >= 3:
-                log.info("the catalog %s answered no heartbeat over UDP three times running: sending them over Flight "
-                         "for %d s", uri, UDP_QUIET_SECONDS)
-                self._udp_quiet_until = time.monotonic() + UDP_QUIET_SECONDS
-                self._udp_misses = 0
-                self._udp.close()  # made again after the quiet: the catalog's name is resolved anew
-                self._udp = None
-            return False
-        self._udp_misses = 0
-        return taken
-
     def shutdown(self) -> None:
         self._stopping.set()
         inprocess.unregister(self.uri)
-        if self._udp is not None:
-            self._udp.close()
+        self.datagrams.close()
         super().shutdown()
 
     def free_bytes(self) -> int | None:

@@ -167,11 +167,11 @@ def _beat(uri: str, first: int, last: int, interval: float, until: float, sent: 
     """A sender process: heartbeats of simulated nodes [first, last), each every ``interval`` seconds, sent as a
     node sends them (in a datagram, over Flight when the catalog does not take that)."""
     from flightpart.io.connections import ConnectionPool
-    from flightpart.server.beats import ANSWER_SECONDS, BeatSender
+    from flightpart.server.beats import ANSWER_SECONDS, DatagramBeats
     from flightpart.wire import Heartbeat
 
     pool = ConnectionPool()
-    datagrams = BeatSender(uri, None, timeout=ANSWER_SECONDS)
+    datagrams = DatagramBeats(None, timeout=ANSWER_SECONDS)  # as a node sends them
     ids = [_simulated(k)[0] for k in range(first, last)]
     count = taken = 0
     while time.time() < until:
@@ -181,7 +181,7 @@ def _beat(uri: str, first: int, last: int, interval: float, until: float, sent: 
             if (delay := target - time.time()) > 0:
                 time.sleep(delay)
             beat = Heartbeat(node_id, 1 << 40, False, int(time.time() * 1000))
-            if datagrams.beat(beat):
+            if datagrams.beat(uri, beat):
                 taken += 1
             else:
                 pool.action(uri, beat, timeout=10)
