@@ -44,7 +44,7 @@ from flightpart.io.errors import translate, translated
 from flightpart.io.hosts import advertised_ip
 from flightpart.io.layout import default_data_dir
 from flightpart.io.leader import CatalogAddresses, split_addresses
-from flightpart.io.transfer import BATCH_BYTES, chunks, row_pieces, send_partition, split_batch
+from flightpart.io.transfer import BATCH_BYTES, PiecePace, chunks, row_pieces, send_partition, split_batch
 from flightpart.query.apply import apply_ticket
 from flightpart.tokens import Keys, role_token, verify_token
 from flightpart.version import __version__
@@ -167,8 +167,14 @@ def split_all(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
 
 
 STREAM_PIECE_BYTES = 4 << 20
-"""A ``do_get`` hands its stream a partition in zero-copy row ranges of about this size (several of a stored file's
-1 MiB batches each): the reader's pace is seen range by range, and Python steps in once per range, not per batch."""
+"""A ``do_get`` hands its stream a partition in zero-copy row ranges of at least about this size (several of a
+stored file's 1 MiB batches each): the reader's pace is seen range by range, and Python steps in once per range,
+not per batch."""
+STREAM_PIECE_MOST_BYTES = 64 << 20
+"""The largest row range a fast reader is handed at once (:class:`~flightpart.io.transfer.PiecePace`)."""
+STREAM_PIECE_SECONDS = 0.1
+"""About how long a reader should take one row range, once its pace is known (never more than a tenth of the
+stream idle timeout, so a reader taking ranges at a steady pace is never seen idle)."""
 STREAM_IDLE_TIMEOUT = 60.0
 """Seconds a ``do_get`` whose reader takes nothing keeps its stream slot (``--stream-idle-timeout``)."""
 
@@ -621,9 +627,16 @@ class NodeServer(ServiceBase):
             return flight.RecordBatchStream(table, options=options)
         # row ranges handed out one at a time, so the guard sees a reader that stops taking them (its slot is freed);
         # each range's batches are written by Arrow without a step of Python per batch
+        pace = PiecePace(STREAM_PIECE_BYTES, STREAM_PIECE_MOST_BYTES, self._piece_seconds())
         pieces = (flight.RecordBatchStream(piece, options=options)
-                  for piece in row_pieces(table, nbytes, STREAM_PIECE_BYTES))
+                  for piece in pace.paced(row_pieces(table, nbytes, pace), nbytes, table.num_rows))
         return flight.GeneratorStream(table.schema, self.guard.watch(guard, pieces), options=options)
+
+    def _piece_seconds(self) -> float:
+        """How long a reader should take one row range: :data:`STREAM_PIECE_SECONDS`, or a tenth of the stream idle
+        timeout when that is shorter."""
+        idle = self.guard.stream_idle_timeout
+        return STREAM_PIECE_SECONDS if idle is None else min(STREAM_PIECE_SECONDS, idle / 10)
 
     def _several(self, spec: Ticket, guard: Any) -> flight.GeneratorStream:
         """Whole partitions of one column group in one stream, in runs: each run's rows one batch, opened by a

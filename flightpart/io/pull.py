@@ -24,7 +24,8 @@ from flightpart.wire import GetNodeInfo, PartHeader, PartRun, Replica, Ticket, e
 from .compression import RATES
 from .connections import ConnectionPool
 from .errors import translate
-from .transfer import TRAFFIC, chunks
+from .transfer import TRAFFIC, chunks, read_whole
+from .wakes import thread_wakes, visible
 from .workers import run_in_worker
 
 IDLE_TIMEOUT = 2.0
@@ -38,6 +39,10 @@ BUSY_PATIENCE = 30.0
 """Seconds to keep retrying when every replica answers busy."""
 STREAM_DEADLINE = 3600.0
 """Deadline of one read stream: what ends a call stuck on a frozen server."""
+
+
+WAKES_VISIBLE = visible()
+"""Whether a stream can be read whole and watched by its thread's wakes (see :func:`stream`)."""
 
 
 class Stalled(Exception):
@@ -187,11 +192,16 @@ def stream(pool: ConnectionPool, uri: str, ticket: flight.Ticket, idle_timeout: 
     kept while its node answers a cheap call, since failing it would fail the
     read; a busy node is slow, a frozen one does not answer. Never past ``deadline``.
     ``marks`` (when given) collects each batch's metadata with the row it starts at.
+
+    Without ``marks`` the stream is read whole in C++ (``read_all``, one take
+    of the GIL) and the watchdog sees it move by its reading thread's wakes
+    (:mod:`.wakes`); with them, or where wakes cannot be seen, chunk by chunk.
     """
     call_timeout = STREAM_DEADLINE if deadline is None else max(0.001, min(STREAM_DEADLINE, deadline - time.monotonic()))
-    progress = {"last": time.monotonic(), "reader": None, "abandoned": False}
+    progress: dict[str, Any] = {"last": time.monotonic(), "reader": None, "abandoned": False, "thread": None}
     outcome: dict[str, Any] = {}
     done = threading.Event()
+    whole = marks is None and WAKES_VISIBLE
 
     def run() -> None:
         try:
@@ -201,6 +211,10 @@ def stream(pool: ConnectionPool, uri: str, ticket: flight.Ticket, idle_timeout: 
                 reader.cancel()
                 return
             progress["last"] = time.monotonic()
+            if whole:
+                progress["thread"] = threading.get_native_id()
+                outcome["table"] = read_whole(reader)
+                return
             batches, rows = [], 0
             for chunk in chunks(reader):
                 if marks is not None and chunk.app_metadata is not None:
@@ -217,7 +231,13 @@ def stream(pool: ConnectionPool, uri: str, ticket: flight.Ticket, idle_timeout: 
 
     run_in_worker(run)
     tick = min(0.25, idle_timeout / 4)
+    wakes = None
     while not done.wait(tick):
+        if progress["thread"] is not None:
+            now_wakes = thread_wakes(progress["thread"])
+            if now_wakes != wakes:
+                wakes = now_wakes
+                progress["last"] = time.monotonic()
         if time.monotonic() - progress["last"] > idle_timeout:
             if patient and (deadline is None or time.monotonic() < deadline) and _answers(pool, uri, deadline):
                 progress["last"] = time.monotonic()

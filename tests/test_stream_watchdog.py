@@ -1,0 +1,76 @@
+"""The reader's stall watchdog against a real Flight server: a stream that trickles (each message well within the
+idle timeout, the whole far beyond it) is read to its end; one that stops sending is left once the idle timeout
+passes. Both with the stream read whole in C++ and watched by its thread's wakes, and chunk by chunk."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pyarrow as pa
+import pyarrow.flight as flight
+import pytest
+
+from flightpart.io import pull
+from flightpart.io.connections import ConnectionPool
+
+BATCHES = 6
+
+
+def _batch(k: int) -> pa.RecordBatch:
+    return pa.record_batch({"k": pa.array(range(k * 100, (k + 1) * 100))})
+
+
+class Slow(flight.FlightServerBase):
+    """``trickle``: a batch every 0.4 s; ``stall``: two batches, then nothing until the test ends."""
+
+    def __init__(self) -> None:
+        super().__init__("grpc://127.0.0.1:0")
+        self.release = threading.Event()
+
+    def do_get(self, context, ticket):
+        how = ticket.ticket.decode()
+
+        def batches():
+            for k in range(BATCHES):
+                if k and how == "trickle":
+                    self.release.wait(0.4)
+                if k == 2 and how == "stall":
+                    self.release.wait(60)
+                    return
+                yield _batch(k)
+
+        return flight.GeneratorStream(_batch(0).schema, batches())
+
+
+@pytest.fixture
+def server():
+    srv = Slow()
+    yield f"grpc://127.0.0.1:{srv.port}"
+    srv.release.set()
+    srv.shutdown()
+
+
+@pytest.fixture(params=["whole", "chunks"])
+def mode(request, monkeypatch):
+    if request.param == "chunks":
+        monkeypatch.setattr(pull, "WAKES_VISIBLE", False)
+    elif not pull.WAKES_VISIBLE:
+        pytest.skip("this system shows no thread's wakes: streams are read chunk by chunk")
+    return request.param
+
+
+def test_a_stream_that_trickles_past_the_idle_timeout_is_read_to_its_end(server, mode):
+    pool = ConnectionPool()
+    table = pull.stream(pool, server, flight.Ticket(b"trickle"), idle_timeout=1.0)
+    assert table.equals(pa.Table.from_batches([_batch(k) for k in range(BATCHES)]))
+
+
+def test_a_stream_that_stops_sending_is_left_after_the_idle_timeout(server, mode):
+    pool = ConnectionPool()
+    with pytest.raises(pull.Stalled):
+        pull.stream(pool, server, flight.Ticket(b"stall"), idle_timeout=1.0)
+    # the cancelled call ends in the worker; pyarrow's own read_all would now raise a KeyboardInterrupt in this
+    # thread (a cancelled read_all is turned into a simulated Ctrl-C): none may come
+    for _ in range(10):
+        time.sleep(0.05)
