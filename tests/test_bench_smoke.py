@@ -7,8 +7,11 @@ The goals are judged in docs/benchmarks.md from full runs.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -114,3 +117,40 @@ def test_network_bench_runs_on_loopback_and_a_shaped_link_and_leaves_no_namespac
             assert cases["remote partition read (sales)"]["share_of_link_rate"] > 0
         else:
             assert cases["remote partition read (sales)"]["streams_compressed"] == 0  # never over loopback
+
+
+def test_each_contender_runs_with_the_other_systems_frozen_and_all_run_again_after(tmp_path):
+    """The plain bench's rule (as ``--network``'s): while one system is timed, every other one's processes (and
+    what they started: a Ray worker, a Dask worker under its nanny) are stopped; afterwards all run."""
+    import psutil
+
+    from flightpart.bench.measure import Group, alternate
+
+    procs = [subprocess.Popen(["sh", "-c", "sleep 600 & wait"]) for _ in range(2)]
+    try:
+        groups = [Group("a", [procs[0].pid]), Group("b", [procs[1].pid])]
+        for g in groups:  # the shell's own child is found as a member
+            while len(g.members()) < 2:
+                time.sleep(0.05)
+
+        def states(g: Group) -> set[str]:
+            return {psutil.Process(pid).status() for pid in g.members()}
+
+        seen: dict[str, list[tuple[set[str], set[str]]]] = {"A": [], "B": []}
+        contenders = {"A": lambda: seen["A"].append((states(groups[0]), states(groups[1]))),
+                      "B": lambda: seen["B"].append((states(groups[0]), states(groups[1])))}
+        alternate(contenders, 3, systems=(groups, {"A": [groups[0]], "B": [groups[1]]}))
+        stopped = psutil.STATUS_STOPPED
+        assert all(stopped not in mine and theirs == {stopped} for mine, theirs in seen["A"]), seen["A"]
+        assert all(mine == {stopped} and stopped not in theirs for mine, theirs in seen["B"]), seen["B"]
+        assert len(seen["A"]) == 1 + 2 * 3  # a warm-up, then one before each timed run
+        assert all(stopped not in states(g) for g in groups)
+    finally:
+        for p in procs:
+            for pid in Group("", [p.pid]).members()[::-1]:
+                try:
+                    os.kill(pid, signal.SIGCONT)
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            p.wait(10)

@@ -4,13 +4,69 @@ alternating timer, and the nodes' own counters of what moved."""
 from __future__ import annotations
 
 import gc
+import os
+import signal
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import psutil
+
 MIB = 1 << 20
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU seconds of a process, all its threads."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except FileNotFoundError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+@dataclass
+class Group:
+    """The processes of one contender system: frozen together (with every process they started since) while
+    another system is measured, so their idle CPU never taxes it on a small machine."""
+
+    name: str
+    pids: list[int] = field(default_factory=list)
+
+    def members(self) -> list[int]:
+        """The group's processes and their descendants as they are now (a Ray worker started since counts)."""
+        found = list(self.pids)
+        for pid in self.pids:
+            try:
+                found += [child.pid for child in psutil.Process(pid).children(recursive=True)]
+            except psutil.Error:
+                pass
+        return found
+
+    def signal(self, sig: int) -> None:
+        for pid in self.members():
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+
+    def cpu(self) -> float:
+        return sum(cpu_seconds(pid) for pid in self.pids)
+
+
+def only(groups: Sequence[Group], active: Collection[Group]) -> None:
+    """The ``active`` groups running, every other one frozen."""
+    for g in groups:
+        g.signal(signal.SIGCONT if any(g is a for a in active) else signal.SIGSTOP)
+
+
+def thaw(groups: Sequence[Group]) -> None:
+    """Every group running again."""
+    for g in groups:
+        g.signal(signal.SIGCONT)
 
 
 @dataclass
@@ -62,23 +118,46 @@ class Case:
 
 
 def alternate(contenders: dict[str, Callable[[], Any]], runs: int, warmup: int = 1,
-              cpu: dict[str, list[float]] | None = None) -> dict[str, list[float]]:
+              cpu: dict[str, list[float]] | None = None,
+              systems: tuple[Sequence[Group], dict[str, Collection[Group]]] | None = None,
+              rewarm: bool = True) -> dict[str, list[float]]:
     """Warm each contender up, then time them in turn, A B A B ...; ``cpu`` (when given) collects this process's
-    CPU seconds per run (every thread's: a reader's gRPC threads are its cost too)."""
-    for fn in contenders.values():
-        for _ in range(warmup):
-            fn()
-    times: dict[str, list[float]] = {name: [] for name in contenders}
-    for _ in range(runs):
+    CPU seconds per run (every thread's: a reader's gRPC threads are its cost too).
+
+    ``systems`` (every group, and the groups each contender needs): each
+    contender runs with only its own groups' processes running, the others
+    frozen, and warmed up again right before each timed run (a process that
+    sat frozen pays page faults on its first run: see ``bench --network``);
+    ``rewarm=False`` skips those warm-ups (where each run writes a dataset of its own, as a put does).
+    """
+    groups, needs = systems if systems is not None else ((), {})
+
+    def switch(name: str) -> None:
+        if systems is not None:
+            only(groups, needs.get(name, ()))
+
+    try:
         for name, fn in contenders.items():
-            gc.collect()
-            c0, t0 = time.process_time(), time.perf_counter()
-            result = fn()
-            times[name].append(time.perf_counter() - t0)
-            if cpu is not None:
-                cpu.setdefault(name, []).append(time.process_time() - c0)
-            del result
-    return times
+            switch(name)
+            for _ in range(warmup):
+                fn()
+        times: dict[str, list[float]] = {name: [] for name in contenders}
+        for _ in range(runs):
+            for name, fn in contenders.items():
+                if systems is not None and len(contenders) > 1:
+                    switch(name)
+                    if rewarm:
+                        fn()
+                gc.collect()
+                c0, t0 = time.process_time(), time.perf_counter()
+                result = fn()
+                times[name].append(time.perf_counter() - t0)
+                if cpu is not None:
+                    cpu.setdefault(name, []).append(time.process_time() - c0)
+                del result
+        return times
+    finally:
+        thaw(groups)
 
 
 def moved_by_nodes(h: Any) -> dict[str, int]:

@@ -20,13 +20,12 @@ from __future__ import annotations
 import gc
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
@@ -34,20 +33,9 @@ import pyarrow as pa
 
 from flightpart.local.netcluster import Host, NetCluster, rate_bits, unavailable
 
-from .measure import MIB, Case
+from .measure import MIB, Case, Group, only, thaw
 
-TICKS = os.sysconf("SC_CLK_TCK")
 BASELINE_BATCHES = (MIB, 4 * MIB, 32 * MIB)
-
-
-def cpu_seconds(pid: int) -> float:
-    """User and system CPU seconds of a process, all its threads."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except FileNotFoundError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / TICKS
 
 
 class Driver:
@@ -83,33 +71,9 @@ class Driver:
 
 
 @dataclass
-class Group:
-    """The processes of one contender system: frozen together while another system is measured."""
-
-    name: str
-    pids: list[int] = field(default_factory=list)
-
-    def signal(self, sig: int) -> None:
-        for pid in self.pids:
-            try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
-
-    def cpu(self) -> float:
-        return sum(cpu_seconds(pid) for pid in self.pids)
-
-
-@dataclass
 class Contender:
     group: Group
     run: Callable[[], dict]
-
-
-def only(groups: Sequence[Group], active: Group) -> None:
-    """``active`` running, every other group frozen."""
-    for g in groups:
-        g.signal(signal.SIGCONT if g is active else signal.SIGSTOP)
 
 
 def measure(groups: Sequence[Group], contenders: dict[str, Contender], runs: int) -> tuple[dict, dict]:
@@ -125,15 +89,14 @@ def measure(groups: Sequence[Group], contenders: dict[str, Contender], runs: int
     cpu: dict[str, list[float]] = {name: [] for name in contenders}
     for _ in range(runs):
         for name, contender in contenders.items():
-            only(groups, contender.group)
+            only(groups, [contender.group])
             contender.run()
             gc.collect()
             before = contender.group.cpu()
             answer = contender.run()
             times[name].append(answer["seconds"])
             cpu[name].append(contender.group.cpu() - before)
-    for g in groups:
-        g.signal(signal.SIGCONT)
+    thaw(groups)
     return times, cpu
 
 
@@ -220,8 +183,7 @@ class NetworkBench:
             self.dask_near.send("scatter", name=f"whole-{kind}", kind=kind, nbytes=self.size, parts=3, ips=ips)
 
     def close(self) -> None:
-        for g in getattr(self, "groups", []):
-            g.signal(signal.SIGCONT)
+        thaw(getattr(self, "groups", []))
         for driver in self.drivers:
             driver.stop()
         for proc in self.servers:
@@ -242,11 +204,10 @@ class NetworkBench:
     def case_remote(self, kind: str, runs: int) -> Case:
         name = f"remote-{kind}"
         raw = self.raw_far[kind]
-        only(self.groups, self.raw)
+        only(self.groups, [self.raw])
         tried = {b: min(raw.send("read", batch=b)["seconds"] for _ in range(2)) for b in BASELINE_BATCHES}
         best = min(tried, key=tried.get)
-        for g in self.groups:
-            g.signal(signal.SIGCONT)
+        thaw(self.groups)
         contenders = {
             "flightpart get (streamed)": Contender(self.fp, lambda: self.fp_far.send("read", name=name)),
             "flightpart, compression off": Contender(self.fp, lambda: self.fp_far.send("read", name=name, compression="off")),

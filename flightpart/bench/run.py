@@ -9,6 +9,7 @@ machine hits all of them, and reports medians and ratios.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import pickle
@@ -17,7 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -30,7 +31,7 @@ from flightpart.frames import rechunk
 from flightpart.io.layout import partition_relpath
 from flightpart.tiling import grid_cells
 
-from .measure import MIB, Case, alternate, moved_by_nodes
+from .measure import MIB, Case, Group, alternate, moved_by_nodes, only, thaw
 
 GIB = 1 << 30
 
@@ -72,6 +73,11 @@ def bench_data(kind: str, nbytes: int) -> pa.Table:
     return DATA_KINDS[kind](nbytes)
 
 
+def _children() -> set[int]:
+    """This process's child processes now (each system the harness starts is told apart by what it added)."""
+    return {child.pid for child in psutil.Process().children()}
+
+
 class Harness:
     """Starts and stops everything the cases need."""
 
@@ -83,23 +89,47 @@ class Harness:
         self.table = table
         self.cluster = LocalCluster(root, nodes=3, heartbeat=1.0)
         self.client = connect(self.cluster.uri, host="127.0.0.2")
+        self.flightpart = Group("flightpart", [self.cluster.catalog.pid, *(node.pid for node in self.cluster.nodes)])
+        self.raw = Group("raw pyarrow Flight")
+        self.groups = [self.flightpart, self.raw]
         self.dask = None
         self.ray = None
         if with_dask:
             import distributed
 
+            before = _children()
             self._dask_cluster = distributed.LocalCluster(n_workers=3, threads_per_worker=1, dashboard_address=None,
                                                           memory_limit=0, silence_logs=50)
             self.dask = distributed.Client(self._dask_cluster)
+            self.groups.append(Group("dask", sorted(_children() - before)))
         if with_ray:
             os.environ.setdefault("RAY_AUTH_MODE", "disabled")
             import ray
 
+            before = _children()
             ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True,
                      object_store_memory=max(3 * table.nbytes + 256 * MIB, 512 * MIB))
             self.ray = ray
+            self.groups.append(Group("ray", sorted(_children() - before)))
         self.baseline = None
         self.baseline_uri: str | None = None
+
+    def group(self, name: str) -> Group:
+        return next(g for g in self.groups if g.name == name)
+
+    def systems(self, needs: dict[str, str]) -> tuple[list[Group], dict[str, list[Group]]]:
+        """What :func:`alternate` freezes and thaws: every group, and for each contender the one it runs on
+        (by name: ``flightpart``, ``raw pyarrow Flight``, ``dask`` or ``ray``)."""
+        return self.groups, {contender: [self.group(name)] for contender, name in needs.items()}
+
+    @contextlib.contextmanager
+    def only(self, name: str = "flightpart") -> Iterator[None]:
+        """One system running, the others frozen, for a case with one contender system."""
+        only(self.groups, [self.group(name)])
+        try:
+            yield
+        finally:
+            thaw(self.groups)
 
     def start_baseline(self, path: str) -> str:
         proc = subprocess.Popen([sys.executable, "-m", "flightpart.bench.baseline", "127.0.0.3", path],
@@ -109,9 +139,11 @@ class Harness:
             raise RuntimeError("the baseline Flight server did not start")
         self.baseline = proc
         self.baseline_uri = line.split()[2]
+        self.raw.pids.append(proc.pid)
         return self.baseline_uri
 
     def close(self) -> None:
+        thaw(self.groups)
         self.client.close()
         if self.baseline is not None:
             self.baseline.terminate()
@@ -133,14 +165,16 @@ def case_remote(h: Harness, runs: int) -> Case:
     path = os.path.join(info.data_dir, partition_relpath("bench-remote", ds.version, (0, 0)))
     uri = h.start_baseline(path)
     raw = flight.connect(uri)
-    sizes = {s: min(alternate({"raw": lambda s=s: raw.do_get(flight.Ticket(str(s).encode())).read_all()}, 2)["raw"])
-             for s in (256 * 1024, 512 * 1024, MIB, 4 * MIB, 32 * MIB)}
+    with h.only("raw pyarrow Flight"):
+        sizes = {s: min(alternate({"raw": lambda s=s: raw.do_get(flight.Ticket(str(s).encode())).read_all()}, 2)["raw"])
+                 for s in (256 * 1024, 512 * 1024, MIB, 4 * MIB, 32 * MIB)}
     best = min(sizes, key=sizes.get)
     cpu: dict[str, list[float]] = {}
+    raw_name = f"raw pyarrow Flight ({best // 1024} KiB batches)"
     times = alternate({
         "flightpart get (streamed)": lambda: get(ref),
-        f"raw pyarrow Flight ({best // 1024} KiB batches)": lambda: raw.do_get(flight.Ticket(str(best).encode())).read_all(),
-    }, runs, cpu=cpu)
+        raw_name: lambda: raw.do_get(flight.Ticket(str(best).encode())).read_all(),
+    }, runs, cpu=cpu, systems=h.systems({"flightpart get (streamed)": "flightpart", raw_name: "raw pyarrow Flight"}))
     case = Case("remote partition read", ">= 0.95x raw Flight at <= 1.05x its client CPU per GB", h.table.nbytes, times,
                 cpu=cpu, extra={"baseline_batch_bytes": best,
                                 "baseline_by_batch_seconds": {str(k): v for k, v in sizes.items()}})
@@ -162,13 +196,16 @@ def case_local(h: Harness, runs: int) -> Case:
     rss_growth = process.memory_info().rss - rss_before
     del probe
     contenders: dict[str, Callable[[], Any]] = {"flightpart get (local mmap)": lambda: get(ref)}
+    needs = {"flightpart get (local mmap)": "flightpart"}
     if h.ray is not None:
         ray_ref = h.ray.put(h.table)
         contenders["ray.get (same node)"] = lambda: h.ray.get(ray_ref)
+        needs["ray.get (same node)"] = "ray"
     if h.dask is not None:
         future = h.dask.scatter(h.table, workers=[sorted(h.dask.scheduler_info()["workers"])[0]])
         contenders["dask client.gather (from a worker)"] = lambda: h.dask.gather(future)
-    times = alternate(contenders, runs)
+        needs["dask client.gather (from a worker)"] = "dask"
+    times = alternate(contenders, runs, systems=h.systems(needs))
     case = Case("local partition read", "constant time (< 5 ms for 1 GiB), 0 bytes copied, no slower than ray.get",
                 h.table.nbytes, times, extra={"arrow_pool_bytes_allocated": copied, "rss_growth_bytes": rss_growth})
     ours = case.median("flightpart get (local mmap)")
@@ -183,14 +220,17 @@ def case_whole(h: Harness, runs: int) -> Case:
     ds = h.client.put("bench-whole", h.table, tiling=(3, 1))
     parts = [h.table.slice(c.start[0], c.shape[0]) for c in grid_cells(ds.shape, (3, 1))]
     contenders: dict[str, Callable[[], Any]] = {"flightpart to_arrow()": lambda: h.client.open("bench-whole").to_arrow()}
+    needs = {"flightpart to_arrow()": "flightpart"}
     if h.dask is not None:
         workers = sorted(h.dask.scheduler_info()["workers"])
         futures = [h.dask.scatter(p, workers=[w]) for p, w in zip(parts, workers)]
         contenders["dask client.gather (3 workers)"] = lambda: h.dask.gather(futures)
+        needs["dask client.gather (3 workers)"] = "dask"
     if h.ray is not None:
         refs = [h.ray.put(p) for p in parts]
         contenders["ray.get (3 refs)"] = lambda: h.ray.get(refs)
-    times = alternate(contenders, runs)
+        needs["ray.get (3 refs)"] = "ray"
+    times = alternate(contenders, runs, systems=h.systems(needs))
     case = Case("whole dataset read (3 nodes, 1 local)", ">= 2x Dask", h.table.nbytes, times)
     if h.dask is not None:
         case.ratio = ("flightpart to_arrow()", "dask client.gather (3 workers)")
@@ -215,7 +255,9 @@ def case_put(h: Harness, runs: int) -> Case:
         names.append(f"bench-put-{len(names)}")
         return h.client.put(names[-1], h.table, tiling=(3, 1))
 
-    times = alternate({"flightpart put (3 nodes, fsync)": fp_put, "raw Flight do_put (1 server, memory)": raw_put}, runs)
+    ours, theirs = "flightpart put (3 nodes, fsync)", "raw Flight do_put (1 server, memory)"
+    times = alternate({ours: fp_put, theirs: raw_put}, runs,
+                      systems=h.systems({ours: "flightpart", theirs: "raw pyarrow Flight"}), rewarm=False)
     for name in names:
         h.client.drop(name)
     case = Case("put", ">= 0.9x raw Flight do_put", h.table.nbytes, times)
@@ -358,12 +400,16 @@ def run_bench(size: int, *, quick: bool = False, runs: int | None = None, open_p
             from .queries import case_queries
             from .sql_queries import case_flight_sql
 
-            for fn in (case_remote, case_local, case_whole, case_put, case_filter, case_repartition, case_stream,
-                       case_queries, case_flight_sql):
+            for fn in (case_remote, case_local, case_whole, case_put):  # each freezes what it does not measure
                 log(f"running: {fn.__name__[5:]} ...")
                 cases.append(fn(h, runs))
+            for fn in (case_filter, case_repartition, case_stream, case_queries, case_flight_sql):
+                log(f"running: {fn.__name__[5:]} ...")
+                with h.only("flightpart"):  # flightpart against what runs in this process (DuckDB, a client)
+                    cases.append(fn(h, runs))
             log("running: open ...")
-            cases.append(case_open(h, runs, open_partitions))
+            with h.only("flightpart"):
+                cases.append(case_open(h, runs, open_partitions))
         finally:
             h.close()
     return {
