@@ -74,12 +74,14 @@ class ChecksummedSink:
         self.crc = 0
         self.size = 0
         self.closed = False
+        self.writeback = layout.Writeback(raw.fileno())
 
     def write(self, data) -> int:
         self.crc = crc32(data, self.crc)
         view = memoryview(data)
         self.raw.write(view)
         self.size += view.nbytes
+        self.writeback.written(self.size)
         return view.nbytes
 
     def tell(self) -> int:
