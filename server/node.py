@@ -629,7 +629,7 @@ class NodeServer(ServiceBase):
         # each range's batches are written by Arrow without a step of Python per batch
         pace = PiecePace(STREAM_PIECE_BYTES, STREAM_PIECE_MOST_BYTES, self._piece_seconds())
         pieces = (flight.RecordBatchStream(piece, options=options)
-                  for piece in pace.paced(row_pieces(table, nbytes, pace), nbytes, table.num_rows))
+                  for piece in pace.paced(row_pieces(table, nbytes, pace, STREAM_PIECE_BYTES), nbytes, table.num_rows))
         return flight.GeneratorStream(table.schema, self.guard.watch(guard, pieces), options=options)
 
     def _piece_seconds(self) -> float:

@@ -44,6 +44,7 @@ from flightpart.io import layout
 from flightpart.io.checksum import crc32
 from flightpart.io.maps import MappedFiles
 from flightpart.io.transfer import READ_WHOLE_BYTES
+from flightpart.io.writeback import Writeback
 from flightpart.query.statistics import StatsBuilder
 from flightpart.wire import Commit, Tombstones, p_stats, p_uint
 from flightpart.wire import HeldPartition as StoredPartition
@@ -74,7 +75,7 @@ class ChecksummedSink:
         self.crc = 0
         self.size = 0
         self.closed = False
-        self.writeback = layout.Writeback(raw.fileno())
+        self.writeback = Writeback(raw.fileno())
 
     def write(self, data) -> int:
         self.crc = crc32(data, self.crc)

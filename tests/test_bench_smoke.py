@@ -121,7 +121,7 @@ def test_network_bench_runs_on_loopback_and_a_shaped_link_and_leaves_no_namespac
 
 def test_each_contender_runs_with_the_other_systems_frozen_and_all_run_again_after(tmp_path):
     """The plain bench's rule (as ``--network``'s): while one system is timed, every other one's processes (and
-    what they started: a Ray worker, a Dask worker under its nanny) are stopped; afterwards all run."""
+    what they started: a Ray worker under its raylet) are stopped; afterwards all run."""
     import psutil
 
     from flightpart.bench.measure import Group, alternate

@@ -47,14 +47,36 @@ class Group:
         return found
 
     def signal(self, sig: int) -> None:
-        for pid in self.members():
+        """``sig`` to every member; a SIGSTOP returns once each one has stopped (it lands only when the process
+        is next scheduled), or after :data:`STOP_WAIT` seconds."""
+        members = self.members()
+        for pid in members:
             try:
                 os.kill(pid, sig)
-            except ProcessLookupError:
+            except (ProcessLookupError, PermissionError):  # gone, or its pid already another user's process
                 pass
+        if sig == signal.SIGSTOP:
+            _wait_stopped(members)
 
     def cpu(self) -> float:
+        """CPU seconds the group's own processes have used so far."""
         return sum(cpu_seconds(pid) for pid in self.pids)
+
+
+STOP_WAIT = 2.0
+"""Seconds :meth:`Group.signal` waits for stopped processes to be seen stopped."""
+
+
+def _wait_stopped(pids: list[int]) -> None:
+    deadline = time.monotonic() + STOP_WAIT
+    for pid in pids:
+        while time.monotonic() < deadline:
+            try:
+                if psutil.Process(pid).status() in (psutil.STATUS_STOPPED, psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD):
+                    break
+            except psutil.Error:
+                break
+            time.sleep(0.001)
 
 
 def only(groups: Sequence[Group], active: Collection[Group]) -> None:

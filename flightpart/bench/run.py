@@ -95,8 +95,11 @@ class Harness:
         self.dask = None
         self.ray = None
         if with_dask:
+            import dask
             import distributed
 
+            # its scheduler runs in this process and is never frozen: frozen workers must not be retired as lost
+            dask.config.set({"distributed.scheduler.worker-ttl": None})
             before = _children()
             self._dask_cluster = distributed.LocalCluster(n_workers=3, threads_per_worker=1, dashboard_address=None,
                                                           memory_limit=0, silence_logs=50)
@@ -115,6 +118,7 @@ class Harness:
         self.baseline_uri: str | None = None
 
     def group(self, name: str) -> Group:
+        """The group of processes of the system ``name``."""
         return next(g for g in self.groups if g.name == name)
 
     def systems(self, needs: dict[str, str]) -> tuple[list[Group], dict[str, list[Group]]]:

@@ -20,14 +20,11 @@ Per-user default directories come from platformdirs.
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import platformdirs
 
@@ -152,54 +149,6 @@ def write_atomically(path: Path, data: bytes, mode: int = 0o600) -> None:
 def stats_path(partition: Path) -> Path:
     """Where a partition's column statistics are kept: beside it, not a partition file itself."""
     return partition.with_name(partition.name[: -len(SUFFIX)] + STATS_SUFFIX)
-
-
-WRITEBACK_STEP = 8 << 20
-"""Bytes written to a partition file between two starts of the kernel's write-out (:class:`Writeback`)."""
-_SYNC_FILE_RANGE_WRITE = 2
-
-
-def _sync_file_range() -> Any:
-    """Linux's ``sync_file_range`` (None elsewhere, or where the C library does not have it)."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        call = libc.sync_file_range
-    except (OSError, AttributeError):
-        return None
-    call.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
-    call.restype = ctypes.c_int
-    return call
-
-
-_SYNC_FILE_RANGE = _sync_file_range() if sys.platform.startswith("linux") else None
-WRITEBACK_AVAILABLE = _SYNC_FILE_RANGE is not None
-"""Whether this system lets a write-out be started early (:class:`Writeback`)."""
-
-
-class Writeback:
-    """Starts the disk's write-out of a file's bytes while the rest of it still arrives.
-
-    A partition is fsynced before its put is acknowledged. Left to the
-    kernel, nearly all of its pages are still dirty then, and the fsync
-    writes them all while the sender waits. Asking the kernel to start on
-    every :data:`WRITEBACK_STEP` written (``sync_file_range``, which does not
-    wait) overlaps the disk's work with the network's, and the fsync finds
-    little left: a put of 945 MiB to three nodes here took 1.05 s instead of
-    1.22 s. Where the call does not exist this does nothing.
-    """
-
-    def __init__(self, fd: int):
-        self.fd = fd
-        self.started = 0
-
-    def written(self, size: int) -> None:
-        """The file now holds ``size`` bytes; start the write-out of the last step's worth once there is one."""
-        if _SYNC_FILE_RANGE is None or size - self.started < WRITEBACK_STEP:
-            return
-        if _SYNC_FILE_RANGE(self.fd, self.started, size - self.started, _SYNC_FILE_RANGE_WRITE) == 0:
-            self.started = size
-        else:  # a file system that refuses it: the fsync does it all, as without
-            self.started = 1 << 62
 
 
 def fsync_path(path: Path) -> None:

@@ -33,31 +33,43 @@ MIN_PUT_RATE = 16 << 20
 """Bytes per second a put may not fall below: its deadline is a base timeout plus its size at this rate."""
 
 
-def row_pieces(table: pa.Table, nbytes: int, target_bytes: int | Callable[[], int]) -> Iterator[pa.Table]:
+def row_pieces(table: pa.Table, nbytes: int, target_bytes: int | Callable[[], int],
+               cut_bytes: int | None = None) -> Iterator[pa.Table]:
     """``table`` (of ``nbytes``) as consecutive zero-copy row ranges of about ``target_bytes``, cut where its
     batches end (a stored partition's columns share them) and within a batch only when it alone is more than twice
-    the target. A node hands a stream several batches at a time, so the Python work per batch (a generator step,
-    a schema comparison) is paid once per range, not per batch of a file of 1 MiB batches. ``target_bytes`` may be
-    a function, asked again for each range (:class:`PiecePace`)."""
+    ``cut_bytes`` (the target unless given), in slices of about that size. A node hands a stream several batches at a
+    time, so the Python work per batch (a generator step, a schema comparison) is paid once per range, not per
+    batch of a file of 1 MiB batches. ``target_bytes`` may be a function, asked again for each range
+    (:class:`PiecePace`); a fixed ``cut_bytes`` then keeps what one message carries from growing with it."""
     rows = table.num_rows
     if rows == 0:
         return
     target = target_bytes if callable(target_bytes) else (lambda: target_bytes)
+    cut = (lambda: cut_bytes) if cut_bytes is not None else target
     per_row = max(nbytes, 1) / rows
     lengths = [len(chunk) for chunk in table.column(0).chunks] if table.num_columns else [rows]
     start = end = 0
     for length in lengths:
+        if length * per_row > 2 * cut():  # a batch too large for one message: the range so far, then its slices
+            if end > start:
+                yield table.slice(start, end - start)
+            step = max(1, int(cut() / per_row))
+            for k in range(end, end + length, step):
+                yield table.slice(k, min(step, end + length - k))
+            end += length
+            start = end
+            continue
         if end > start and (end + length - start) * per_row > target():
             yield table.slice(start, end - start)
             start = end
         end += length
-        if (end - start) * per_row > 2 * target():
-            step = max(1, int(target() / per_row))
-            for k in range(start, end, step):
-                yield table.slice(k, min(step, end - k))
-            start = end
     if end > start:
         yield table.slice(start, end - start)
+
+
+BUFFERED_BYTES = 16 << 20
+"""More than a stream's flow-control windows and both sockets' buffers hold: what a reader of any pace seems to
+take at once when a stream starts (:class:`PiecePace`)."""
 
 
 class PiecePace:
@@ -71,13 +83,23 @@ class PiecePace:
     reader brings them back to ``first_bytes``: a fast reader gets a range per
     ``seconds`` or so, a slow one is seen taking each range well within an
     idle timeout. The messages themselves stay the stored batches.
+
+    A range is "taken" once gRPC accepts it, and the first few megabytes of
+    any stream are accepted at once into flow-control windows and socket
+    buffers, however slow the reader. So the reader's pace is the lesser of
+    the last range's and that of everything taken since the stream began
+    beyond ``buffered_bytes``: until more than that was taken, no range grows.
     """
 
-    def __init__(self, first_bytes: int, most_bytes: int, seconds: float):
+    def __init__(self, first_bytes: int, most_bytes: int, seconds: float,
+                 buffered_bytes: int = BUFFERED_BYTES) -> None:
         self.first_bytes = first_bytes
         self.most_bytes = most_bytes
         self.seconds = seconds
+        self.buffered_bytes = buffered_bytes
         self.bytes = first_bytes
+        self.taken = 0.0
+        self.began: float | None = None
 
     def __call__(self) -> int:
         return self.bytes
@@ -87,9 +109,15 @@ class PiecePace:
         per_row = max(nbytes, 1) / max(rows, 1)
         for piece in pieces:
             began = time.monotonic()
+            if self.began is None:
+                self.began = began
             yield piece
-            took = max(time.monotonic() - began, 1e-6)
-            rate = piece.num_rows * per_row / took
+            now = time.monotonic()
+            size = piece.num_rows * per_row
+            self.taken += size
+            last = size / max(now - began, 1e-6)
+            overall = (self.taken - self.buffered_bytes) / max(now - self.began, 1e-6)
+            rate = min(last, overall)
             self.bytes = int(max(self.first_bytes, min(rate * self.seconds, 2 * self.bytes, self.most_bytes)))
 
 

@@ -18,14 +18,20 @@ reading chunk by chunk.
 
 from __future__ import annotations
 
-import os
+import threading
+import time
 
 _FIELDS = (b"voluntary_ctxt_switches:", b"nonvoluntary_ctxt_switches:")
 
 
 def visible() -> bool:
-    """Whether this system shows a thread's context switches (a Linux ``/proc``)."""
-    return thread_wakes(os.getpid()) is not None
+    """Whether this system shows a thread's context switches (a Linux ``/proc``) and they move: a sandbox whose
+    counts stand still would make every read longer than the idle timeout look stalled."""
+    me = threading.get_native_id()
+    before = thread_wakes(me)
+    time.sleep(0.001)  # one switch out and back in
+    after = thread_wakes(me)
+    return before is not None and after is not None and after > before
 
 
 def thread_wakes(native_id: int) -> int | None:
