@@ -22,7 +22,7 @@ from .group import main, parse_size
 @click.option("--compare", "compare_path", default=None, type=click.Path(exists=True, dir_okay=False),
               help="Show each case against a previous run's --json, flagging a slowdown beyond the noise of the runs.")
 @click.option("--from-json", "from_path", default=None, type=click.Path(exists=True, dir_okay=False),
-              help="Show (and --compare, --markdown, --plot) a saved run instead of running the bench.")
+              help="Show (and --compare, --markdown, --plot) a saved run (plain, --scale or --network) instead of running the bench.")
 @click.option("--markdown", "markdown_path", default=None, type=click.Path(dir_okay=False),
               help="Write the result (and the comparison) as Markdown tables, as docs/benchmarks.md shows them.")
 @click.option("--strict", is_flag=True, help="With --compare: exit 1 when a case is slower than before.")
@@ -39,7 +39,11 @@ def bench(size: str | None, quick: bool, runs: int | None, json_path: str | None
 
         nbytes = parse_size(size, "--size") if size else (32 << 20 if quick else 256 << 20)
         results = []
-        for rate in [r.strip() for r in network.split(",") if r.strip()]:
+        if from_path:  # a saved run shown again, not run
+            results = _load_run(from_path, "network_runs", "--network")["network_runs"]
+            for result in results:
+                render(result)
+        for rate in [r.strip() for r in network.split(",") if r.strip() and not from_path]:
             try:
                 results.append(run_network_bench(rate, nbytes, runs=runs or (3 if quick else 5),
                                                  log=lambda m: click.echo(m, err=True)))
@@ -54,7 +58,10 @@ def bench(size: str | None, quick: bool, runs: int | None, json_path: str | None
     if scale:
         from flightpart.bench.scale import plot_scale, render_scale, run_scale
 
-        result = run_scale(quick=quick, log=lambda m: click.echo(m, err=True))
+        if from_path:  # a saved run shown again, not run
+            result = _load_run(from_path, "goals", "--scale")
+        else:
+            result = run_scale(quick=quick, log=lambda m: click.echo(m, err=True))
         render_scale(result)
         if json_path:
             Path(json_path).write_text(json.dumps(result, indent=2))
@@ -76,14 +83,16 @@ def bench(size: str | None, quick: bool, runs: int | None, json_path: str | None
     _compared(result, compare_path, markdown_path, strict)
 
 
-def _load_run(path: str) -> dict:
-    """A run saved with --json (a usage error names what is wrong with any other file)."""
+def _load_run(path: str, key: str = "cases", kind: str = "") -> dict:
+    """A run saved with --json (a usage error names what is wrong with any other file); ``key`` is the list every
+    run of that ``kind`` (the plain bench, ``--scale`` or ``--network``) has."""
+    what = f"a {kind} bench run saved with --json".replace("a  ", "a ")
     try:
         result = json.loads(Path(path).read_text())
     except (OSError, ValueError) as exc:
-        raise click.BadParameter(f"{path}: not a bench run saved with --json ({exc})") from None
-    if not isinstance(result, dict) or not isinstance(result.get("cases"), list):
-        raise click.BadParameter(f"{path}: not a bench run saved with --json (it has no list of cases)")
+        raise click.BadParameter(f"{path}: not {what} ({exc})") from None
+    if not isinstance(result, dict) or not isinstance(result.get(key), list):
+        raise click.BadParameter(f"{path}: not {what} (it has no list of {key.replace('_', ' ')})")
     return result
 
 

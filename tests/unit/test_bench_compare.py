@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -105,3 +106,15 @@ def test_a_cpu_ratio_against_a_baseline_that_spent_no_measurable_cpu_is_unknown_
     assert case.cpu_ratio() is None and case.as_json()["cpu_ratio"] is None
     case.cpu["raw"] = [0.02]
     assert case.cpu_ratio() == 0.5
+
+
+def test_a_saved_scale_run_is_shown_and_drawn_again_not_run(tmp_path):
+    saved = Path(__file__).resolve().parents[2] / "docs" / "img" / "scale.json"
+    png = tmp_path / "scale.png"
+    result = CliRunner().invoke(main, ["bench", "--scale", "--from-json", str(saved), "--plot", str(png)])
+    assert result.exit_code == 0, result.output
+    assert "goal" in result.output and "running:" not in result.output and png.stat().st_size > 0
+    plain = tmp_path / "plain.json"
+    plain.write_text(json.dumps(run(case("read", STEADY, STEADY))))
+    wrong = CliRunner().invoke(main, ["bench", "--scale", "--from-json", str(plain)])
+    assert wrong.exit_code == 2 and "not a --scale bench run" in wrong.output
