@@ -43,7 +43,8 @@ def bench(size: str | None, quick: bool, runs: int | None, json_path: str | None
             results = _load_run(from_path, "network_runs", "--network")["network_runs"]
             for result in results:
                 render(result)
-        for rate in [r.strip() for r in network.split(",") if r.strip() and not from_path]:
+        rates = [] if from_path else [r.strip() for r in network.split(",") if r.strip()]
+        for rate in rates:
             try:
                 results.append(run_network_bench(rate, nbytes, runs=runs or (3 if quick else 5),
                                                  log=lambda m: click.echo(m, err=True)))
@@ -86,7 +87,7 @@ def bench(size: str | None, quick: bool, runs: int | None, json_path: str | None
 def _load_run(path: str, key: str = "cases", kind: str = "") -> dict:
     """A run saved with --json (a usage error names what is wrong with any other file); ``key`` is the list every
     run of that ``kind`` (the plain bench, ``--scale`` or ``--network``) has."""
-    what = f"a {kind} bench run saved with --json".replace("a  ", "a ")
+    what = " ".join(filter(None, ("a", kind, "bench run saved with --json")))
     try:
         result = json.loads(Path(path).read_text())
     except (OSError, ValueError) as exc:
