@@ -74,6 +74,9 @@ def wall_clock() -> float:
     """This daemon's idea of the Unix time: what expiry is checked against and what heartbeats report."""
     return time.time() + _CLOCK_OFFSET
 
+WHOLE_STREAM_RATE = 4 << 20
+"""Bytes per second a reader of a stream sent whole is assumed to take at least: nothing marks such a stream's
+progress, so its slot is kept for the time that takes before the idle timeout starts (:meth:`GuardFactory.sent_whole`)."""
 STREAM_METHODS = (flight.FlightMethod.DO_GET, flight.FlightMethod.DO_PUT, flight.FlightMethod.DO_EXCHANGE)
 OWNER = Credential("owner", "owner")
 
@@ -175,6 +178,13 @@ class GuardFactory(flight.ServerMiddlewareFactory):
                 guard.last_progress = time.monotonic()
             yield batch
 
+    def sent_whole(self, guard: CallGuard | None, nbytes: int) -> None:
+        """``guard``'s stream is handed to Arrow whole (``nbytes``): no range taken marks its reader's progress, so
+        the reader is given the time a reader taking :data:`WHOLE_STREAM_RATE` needs before the idle timeout runs."""
+        if guard is not None:
+            guard.last_progress = time.monotonic() + nbytes / WHOLE_STREAM_RATE
+            guard.whole = True
+
     def free_idle_streams(self) -> None:
         """Free the slots of streams whose readers have taken nothing for the idle timeout."""
         timeout = self.stream_idle_timeout
@@ -184,7 +194,11 @@ class GuardFactory(flight.ServerMiddlewareFactory):
             idle = [g for g in self._watched if now - g.last_progress > timeout]
             freed = [g for g in idle if self._free_slot(g, timed_out=True)]
         for guard in freed:
-            log.warning("freed the stream slot of %s: its reader took nothing for %g s", guard.caller, timeout)
+            if guard.whole:
+                log.warning("freed the stream slot of %s: its stream, sent whole, was not done %g s after a reader "
+                            "taking %d MB/s would have been", guard.caller, timeout, WHOLE_STREAM_RATE // 1_000_000)
+            else:
+                log.warning("freed the stream slot of %s: its reader took nothing for %g s", guard.caller, timeout)
 
     def _free_slot(self, guard: CallGuard, *, timed_out: bool = False) -> bool:
         """Give back ``guard``'s slot of :attr:`max_streams` (once); called with the lock held."""
@@ -243,6 +257,7 @@ class CallGuard(flight.ServerMiddleware):
         self.caller: str | None = None       # set when the handler admits the stream (see GuardFactory.admit)
         self.holds_slot = stream              # until the call ends, or the idle watchdog frees it
         self.last_progress = time.monotonic()
+        self.whole = False                    # sent whole: progress is not seen (GuardFactory.sent_whole)
         self.timed_out = False
         self._finish: tuple[Telemetry, Call] | None = None
 

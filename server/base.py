@@ -95,7 +95,7 @@ def when_ready(method: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(method)
     def guarded(self: ServiceBase, context: Any, *args: Any) -> Any:
         built = self.__dict__.get("_built")
-        if built is None or not built.wait(self.startup_grace):
+        if built is None or not (built.is_set() or built.wait(self.startup_grace)):
             # the subclass's attributes may not exist yet: nothing of it may run, not even its telemetry
             raise flight_error(ServerStarting(f"this flightpart {self.role} is still starting; retry in a moment"))
         refused = self.refusal(method.__name__, args)

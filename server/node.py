@@ -37,14 +37,15 @@ from flightpart.frames import growing_dictionaries
 from flightpart.io import inprocess, layout
 from flightpart.io.access import Access
 from flightpart.io.allocator import keep_freed_memory
-from flightpart.io.compression import write_options
+from flightpart.io.compression import PLAIN, write_options
 from flightpart.io.connections import ConnectionPool
 from flightpart.io.counters import Counters
 from flightpart.io.errors import translate, translated
 from flightpart.io.hosts import advertised_ip
 from flightpart.io.layout import default_data_dir
 from flightpart.io.leader import CatalogAddresses, split_addresses
-from flightpart.io.transfer import BATCH_BYTES, PiecePace, chunks, row_pieces, send_partition, split_batch
+from flightpart.io.maps import stored_nbytes
+from flightpart.io.transfer import BATCH_BYTES, BUFFERED_BYTES, PiecePace, chunks, row_pieces, send_partition, split_batch
 from flightpart.query.apply import apply_ticket
 from flightpart.tokens import Keys, role_token, verify_token
 from flightpart.version import __version__
@@ -170,6 +171,13 @@ STREAM_PIECE_BYTES = 4 << 20
 """A ``do_get`` hands its stream a partition in zero-copy row ranges of at least about this size (several of a
 stored file's 1 MiB batches each): the reader's pace is seen range by range, and Python steps in once per range,
 not per batch."""
+STREAM_WHOLE_BYTES = BUFFERED_BYTES
+"""A ``do_get`` of at most this many bytes is handed to Arrow whole, not in row ranges: flow-control windows and
+socket buffers take most of it at once whatever the reader's pace, so ranges would show the idle watch little, and
+their steps of Python were most of a small read's cost on the node (0.15 ms of 0.75 ms of CPU for 1 MiB). Such a
+stream keeps its slot until it ends, or until the idle watch frees it once it ran the idle timeout longer than a
+reader at :data:`~flightpart.server.auth.WHOLE_STREAM_RATE` needs (the stream goes on, still counted in its
+caller's share)."""
 STREAM_PIECE_MOST_BYTES = 64 << 20
 """The largest row range a fast reader is handed at once (:class:`~flightpart.io.transfer.PiecePace`)."""
 STREAM_PIECE_SECONDS = 0.1
@@ -612,18 +620,20 @@ class NodeServer(ServiceBase):
                 return self._several(spec, guard)
             table = apply_ticket(self.store.open(spec.dataset, spec.version, spec.part), spec.columns, spec.rows, spec.filter,
                                  spec.matched, spec.aggregate, bool(spec.row_numbers), spec.top)
-            options = write_options(table, spec.compression)
-            nbytes = table.nbytes  # walks every batch (~8 ms per 1,000): once
+            compressed = write_options(table, spec.compression)
+            options = compressed or PLAIN
+            nbytes = stored_nbytes(table)  # once per map for a whole partition
             describe("get", dataset=spec.dataset, version=spec.version, part=spec.part, bytes=nbytes, rows=table.num_rows,
-                     compressed=options is not None)
+                     compressed=compressed is not None)
         # a partition's columns share chunk boundaries (one IPC file), so the stream
         # sends one batch per chunk: counted without touching the batches
         batches = table.column(0).num_chunks if table.num_columns else 0
         self.counters.add(bytes_sent=nbytes, rows_sent=table.num_rows, batches_sent=batches, partitions_served=1,
-                          streams_compressed=int(options is not None), get_streams=1)
-        if any(pa.types.is_dictionary(field.type) for field in table.schema):
-            # dictionaries that grow from batch to batch go out as deltas, which only Arrow's own stream of the table
-            # writes (a reader that stops reading such a stream keeps its slot until its call's deadline)
+                          streams_compressed=int(compressed is not None), get_streams=1)
+        if nbytes <= STREAM_WHOLE_BYTES or any(pa.types.is_dictionary(field.type) for field in table.schema):
+            # a small partition (STREAM_WHOLE_BYTES), or dictionaries that grow from batch to batch, which go out as
+            # deltas only Arrow's own stream of the table writes: sent whole, the reader given time by its size
+            self.guard.sent_whole(guard, nbytes)
             return flight.RecordBatchStream(table, options=options)
         # row ranges handed out one at a time, so the guard sees a reader that stops taking them (its slot is freed);
         # each range's batches are written by Arrow without a step of Python per batch
@@ -676,27 +686,27 @@ class NodeServer(ServiceBase):
                 raise flight_error(exc) from None
             return table
 
-        def sent(run: list[tuple[tuple[int, int], pa.Table]]) -> Iterator[Any]:
+        def sent(run: list[tuple[tuple[int, int], pa.Table, int]]) -> Iterator[Any]:
             """One run of partitions: their rows as one batch (a lone or large one as its own batches), the first
             batch carrying the :class:`PartRun` that says where each partition starts."""
-            header = pa.py_buffer(PartRun(tuple(p for p, _t in run), tuple(t.num_rows for _p, t in run)).encode())
-            whole = run[0][1] if len(run) == 1 else pa.concat_tables([t for _p, t in run]).combine_chunks()
+            header = pa.py_buffer(PartRun(tuple(p for p, _t, _n in run), tuple(t.num_rows for _p, t, _n in run)).encode())
+            whole = run[0][1] if len(run) == 1 else pa.concat_tables([t for _p, t, _n in run]).combine_chunks()
             batches = [piece for batch in whole.to_batches() for piece in split_batch(batch, STREAM_PIECE_BYTES)]
-            self.counters.add(bytes_sent=sum(t.nbytes for _p, t in run), rows_sent=whole.num_rows,
+            self.counters.add(bytes_sent=sum(n for _p, _t, n in run), rows_sent=whole.num_rows,
                               partitions_served=len(run), batches_sent=max(1, len(batches)))
             yield (batches[0] if batches else empty), header
             yield from batches[1:]
 
         def pieces() -> Iterator[Any]:
-            run: list[tuple[tuple[int, int], pa.Table]] = []
+            run: list[tuple[tuple[int, int], pa.Table, int]] = []
             size = 0
             for k, position in enumerate(positions):
                 table = opened(k, position)
-                nbytes = table.nbytes
+                nbytes = stored_nbytes(table)
                 if run and (size + nbytes > STREAM_PIECE_BYTES or len(run) >= MAX_PARTS_PER_RUN):
                     yield from sent(run)
                     run, size = [], 0
-                run.append((position, table))
+                run.append((position, table, nbytes))
                 size += nbytes
             if run:
                 yield from sent(run)

@@ -96,11 +96,13 @@ class Telemetry:
                 log.debug("%s from %s: %s in %.4f s", call.rpc, call.peer, call.outcome, seconds,
                           extra={"rpc": call.rpc, "peer": call.peer, "outcome": call.outcome, "seconds": round(seconds, 6)})
             return
+        level = logging.INFO if call.outcome == "ok" else logging.WARNING
+        if not log.isEnabledFor(level):  # the line is not written (the default level is WARNING): nothing to format
+            return
         f = call.fields
         version = f"v{f['version']}" if f.get("version") is not None else "(every version)"
         what = f"{call.event} {f.get('dataset')} {version}" + (f" {tuple(f['part'])}" if f.get("part") else "")
         sizes = ", ".join(f"{f[k]:,} {k}" for k in ("bytes", "rows", "partitions") if f.get(k) is not None)
-        level = logging.INFO if call.outcome == "ok" else logging.WARNING
         log.log(level, "%s%s in %.3f s, peer %s%s", what, f": {sizes}" if sizes else "", seconds, call.peer,
                 "" if call.outcome == "ok" else f" ({call.outcome}: {error})",
                 extra={"event": call.event, **f, "seconds": round(seconds, 6), "peer": call.peer, "outcome": call.outcome})

@@ -18,6 +18,7 @@ about 0.4 GB/s per core, so a 1 Gbit/s link (0.125 GB/s) gains and a
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import threading
 import time
@@ -68,6 +69,11 @@ def sample_ratio(table: pa.Table, codec: str) -> float:
     return _ipc_size(sample, codec) / max(_ipc_size(sample, None), 1)
 
 
+PLAIN = ipc.IpcWriteOptions()
+"""The options of an uncompressed stream, made once: given none, pyarrow makes them afresh for every stream, reading
+two environment variables (10 microseconds of a small read)."""
+
+
 def write_options(table: pa.Table, codec: str | None) -> ipc.IpcWriteOptions | None:
     """IPC options for streaming ``table`` to a reader that accepts ``codec``: compressed only where it is worth it."""
     if codec is None or table.nbytes < MIN_STREAM_BYTES or table.num_columns == 0:
@@ -77,7 +83,9 @@ def write_options(table: pa.Table, codec: str | None) -> ipc.IpcWriteOptions | N
     return ipc.IpcWriteOptions(compression=codec)
 
 
+@functools.lru_cache(maxsize=4096)
 def is_loopback(ip: str) -> bool:
+    """Whether ``ip`` is a loopback address (remembered: asked once per read stream)."""
     try:
         return ipaddress.ip_address(ip).is_loopback
     except ValueError:
@@ -150,6 +158,19 @@ class LinkRates:
         """The last measured rate of ``uri``'s link (``"*"``: this process's) in bytes per second, None if not measured."""
         with self._lock:
             return self._rate.get(uri)
+
+    def seconds_for(self, uri: str, nbytes: int) -> float | None:
+        """How long a stream of ``nbytes`` from ``uri`` should take at the rates last measured, sharing both links
+        (the node's and this process's) with the streams now in flight on each; None while either is unmeasured."""
+        with self._lock:
+            longest = 0.0
+            for key in (uri, self.ALL):
+                rate = self._rate.get(key)
+                if rate is None:
+                    return None
+                busy = self._busy.get(key)
+                longest = max(longest, nbytes * ((busy[0] if busy else 0) + 1) / rate)
+            return longest
 
     def forget(self) -> None:
         with self._lock:
