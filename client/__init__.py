@@ -32,7 +32,9 @@ def connect(uri: str | None = None, *, host: str | None = None, token: str | Non
     this host for locality (also ``$FLIGHTPART_HOST``). ``timeout`` bounds
     every call to the catalog (a put gets it plus its size at 16 MB/s); a
     read stream that sends nothing for ``idle_timeout`` seconds moves to the
-    next replica. ``compression`` says what reads may ask for on the wire:
+    next replica (one expected to be quick, a small whole partition, that
+    is not done within it is read again from the same replica, watched).
+    ``compression`` says what reads may ask for on the wire:
     ``"auto"`` (ZSTD from nodes whose link was measured slower than about
     2 Gbit/s, never from this host or over loopback), ``"off"``, ``"zstd"``
     or ``"lz4"`` (a node still sends data that does not shrink as it is);

@@ -75,9 +75,13 @@ class PartitionRef:
                 self.row_numbers, self.top.encode() if self.top is not None else None)
 
     def spec(self) -> Ticket:
-        """What a node is asked for: this handle as a ticket."""
-        return Ticket(self.dataset, self.version, self.position, self.columns, self.rows, self.filter, self.matched,
-                      self.aggregate, row_numbers=True if self.row_numbers else None, top=self.top)
+        """What a node is asked for: this handle as a ticket (made once per handle, so its bytes are written once)."""
+        ticket = self.__dict__.get("_spec")
+        if ticket is None:
+            ticket = Ticket(self.dataset, self.version, self.position, self.columns, self.rows, self.filter, self.matched,
+                            self.aggregate, row_numbers=True if self.row_numbers else None, top=self.top)
+            object.__setattr__(self, "_spec", ticket)
+        return ticket
 
     def ticket(self) -> flight.Ticket:
         return flight.Ticket(self.spec().encode())
@@ -381,4 +385,5 @@ def read_remote(ref: PartitionRef, pool: ConnectionPool, idle_timeout: float = I
                 compression: str = "auto", here: frozenset[str] | None = None) -> pa.Table:
     """Stream the partition from the first replica that answers (:func:`flightpart.io.pull.read_replicas`)."""
     return read_replicas(pool, ref.spec(), ref.replicas, f"partition {ref.position} of {ref.dataset!r} v{ref.version}",
-                         idle_timeout, compression=compression, here=host_addresses() if here is None else here)
+                         idle_timeout, compression=compression, here=host_addresses() if here is None else here,
+                         expected_bytes=ref.shareable_bytes)

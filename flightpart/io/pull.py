@@ -41,6 +41,10 @@ STREAM_DEADLINE = 3600.0
 """Deadline of one read stream: what ends a call stuck on a frozen server."""
 
 
+SMALL_READ_BYTES = 1 << 20
+"""A stream expected to carry at most this many bytes is quick over links not measured yet (:func:`is_quick`)."""
+
+
 WAKES_VISIBLE = visible()
 """Whether a stream can be read whole and watched by its thread's wakes (see :func:`stream`)."""
 
@@ -52,7 +56,7 @@ class Stalled(Exception):
 def read_replicas(pool: ConnectionPool, ticket: Ticket, replicas: Sequence[Replica], what: str,
                   idle_timeout: float = IDLE_TIMEOUT, *, compression: str = "auto",
                   here: frozenset[str] = frozenset(), deadline: float | None = None,
-                  marks: list[tuple[int, bytes]] | None = None) -> pa.Table:
+                  marks: list[tuple[int, bytes]] | None = None, expected_bytes: int = 0) -> pa.Table:
     """``ticket`` streamed from the first of ``replicas`` that answers.
 
     Each replica is asked for the codec :data:`~flightpart.io.compression.RATES`
@@ -74,6 +78,8 @@ def read_replicas(pool: ConnectionPool, ticket: Ticket, replicas: Sequence[Repli
     waiting: every stream ends by it and no replica is asked after it, so a
     node pulling for an order never outlives the order. ``marks`` collects the
     batches' metadata as (row offset, bytes), from the replica that answered.
+    ``expected_bytes`` (0: unknown) is what the stream should carry: one
+    that should be quick is read in this thread (:func:`is_quick`).
     """
     failures: list[str] = []
     give_up = time.monotonic() + BUSY_PATIENCE if deadline is None else min(time.monotonic() + BUSY_PATIENCE, deadline)
@@ -88,8 +94,11 @@ def read_replicas(pool: ConnectionPool, ticket: Ticket, replicas: Sequence[Repli
             try:
                 if marks is not None:
                     marks.clear()  # only the answering replica's
-                return _measured(pool, uri, replace(ticket, compression=RATES.codec_for(compression, uri, ip, here)),
-                                 idle_timeout, deadline, patient=k == len(replicas) - 1, marks=marks)
+                codec = RATES.codec_for(compression, uri, ip, here)
+                asked = ticket if codec == ticket.compression else replace(ticket, compression=codec)
+                return _measured(pool, uri, asked,
+                                 idle_timeout, deadline, patient=k == len(replicas) - 1, marks=marks,
+                                 quick=marks is None and is_quick(expected_bytes, uri, idle_timeout))
             except Stalled:
                 pool.discard(uri)
                 failures.append(f"{uri}: sent nothing for {idle_timeout:g} s and did not answer")
@@ -160,12 +169,16 @@ def _refusal(what: str, first: Unauthenticated | Forbidden) -> Unauthenticated |
 
 
 def _measured(pool: ConnectionPool, uri: str, ticket: Ticket, idle_timeout: float, deadline: float | None, *,
-              patient: bool = False, marks: list[tuple[int, bytes]] | None = None) -> pa.Table:
-    """One stream, its bytes and time handed to the link measurements."""
+              patient: bool = False, marks: list[tuple[int, bytes]] | None = None, quick: bool = False) -> pa.Table:
+    """One stream, its bytes and time handed to the link measurements; ``quick``: read by :func:`quick_stream`
+    first."""
     RATES.started(uri)
     received = 0
     try:
-        table = stream(pool, uri, flight.Ticket(ticket.encode()), idle_timeout, deadline, patient=patient, marks=marks)
+        encoded = flight.Ticket(ticket.encode())
+        table = quick_stream(pool, uri, encoded, idle_timeout, deadline) if quick else None
+        if table is None:
+            table = stream(pool, uri, encoded, idle_timeout, deadline, patient=patient, marks=marks)
         received = received_bytes(table)
         TRAFFIC.add(bytes_received=received)
         return table
@@ -178,6 +191,39 @@ def received_bytes(table: pa.Table) -> int:
     slice of another), so their sum is what arrived. ``Table.nbytes`` would walk every batch (~10 ms per GB of
     1 MiB batches, twice per read); this sums the buffers in C++ (~0.1 ms)."""
     return table.get_total_buffer_size()
+
+
+def is_quick(expected_bytes: int, uri: str, idle_timeout: float) -> bool:
+    """Whether a stream of ``expected_bytes`` (0: unknown) from ``uri`` should be done well within ``idle_timeout``:
+    its links (the node's and this process's) were measured to carry it in an eighth of that, shared with the
+    streams in flight on them (:meth:`~flightpart.io.compression.LinkRates.seconds_for`), or, before they were
+    measured, it is at most :data:`SMALL_READ_BYTES`."""
+    if expected_bytes <= 0:
+        return False
+    seconds = RATES.seconds_for(uri, expected_bytes)
+    if seconds is None:
+        return expected_bytes <= SMALL_READ_BYTES
+    return seconds <= idle_timeout / 8
+
+
+def quick_stream(pool: ConnectionPool, uri: str, ticket: flight.Ticket, idle_timeout: float,
+                 deadline: float | None = None) -> pa.Table | None:
+    """A stream that should be quick (:func:`is_quick`), read whole in this thread with the idle timeout as its
+    call's deadline; None when it was not done by then, and the caller reads it again watched (:func:`stream`).
+
+    Handing a read to a worker thread and watching it (a hand-over each
+    way) cost a 1 MiB read over loopback about a sixth of its time. A read
+    that should have been quick but was not is read again from the same
+    replica, watched, so a replica that is slow but sending is not mistaken
+    for a frozen one (a frozen one is then left after a second idle timeout).
+    """
+    limit = idle_timeout if deadline is None else min(idle_timeout, deadline - time.monotonic())
+    if limit <= 0:
+        return None
+    try:
+        return read_whole(pool.client(uri).do_get(ticket, options=pool.options(limit)))
+    except flight.FlightTimedOutError:
+        return None
 
 
 def stream(pool: ConnectionPool, uri: str, ticket: flight.Ticket, idle_timeout: float, deadline: float | None = None, *,
