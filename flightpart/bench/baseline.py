@@ -2,7 +2,8 @@
 
 It holds one table in memory (read fully, not memory-mapped) and streams it
 cut in batches of the size the ticket asks for (``b"<bytes>"``), so the
-benchmark can pick the batch size that suits it best; ``do_put`` reads and
+benchmark can pick the batch size that suits it best, or only its first rows
+(``b"<bytes>:<rows>"``, a zero-copy slice: a partition of that size); ``do_put`` reads and
 keeps the stream in memory, the raw counterpart of a flightpart put. Run as
 ``python -m flightpart.bench.baseline HOST PATH``; prints ``READY baseline <uri>``.
 """
@@ -26,10 +27,12 @@ class BaselineServer(flight.FlightServerBase):
         self.received: pa.Table | None = None
 
     def do_get(self, context, ticket):
-        size = int(ticket.ticket.decode())
-        if size not in self._chunked:
-            self._chunked[size] = rechunk(self.table, size)
-        return flight.RecordBatchStream(self._chunked[size])
+        size, _, rows = ticket.ticket.decode().partition(":")
+        batch = int(size)
+        if batch not in self._chunked:
+            self._chunked[batch] = rechunk(self.table, batch)
+        table = self._chunked[batch]
+        return flight.RecordBatchStream(table.slice(0, int(rows)) if rows else table)
 
     def do_put(self, context, descriptor, reader, writer):
         self.received = reader.read_all()

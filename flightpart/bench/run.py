@@ -188,6 +188,52 @@ def case_remote(h: Harness, runs: int) -> Case:
     return case
 
 
+PARTITION_SIZES = (MIB, 16 * MIB, 128 * MIB)
+"""The smaller partitions a remote read is timed at, beside the whole table (:func:`case_remote_sizes`)."""
+
+
+def case_remote_sizes(h: Harness, runs: int) -> list[Case]:
+    """The remote read of partitions of 1, 16 and 128 MiB (the first rows of the table, each a dataset of its own)
+    against raw Flight streaming the same rows from memory at its best batch size for them. A small read is mostly
+    fixed costs, so it is timed many times (a run is about a millisecond); both servers run and Dask and Ray are
+    frozen, since switching processes around each run would cost far more than the read."""
+    if h.baseline_uri is None:
+        raise RuntimeError("the remote case starts the baseline server first")
+    raw = flight.connect(h.baseline_uri)
+    per_row = h.table.nbytes / h.table.num_rows
+
+    def raw_read(batch: int, rows: int) -> Callable[[], pa.Table]:
+        return lambda: raw.do_get(flight.Ticket(f"{batch}:{rows}".encode())).read_all()
+
+    cases = []
+    only(h.groups, [h.group("flightpart"), h.group("raw pyarrow Flight")])
+    try:
+        for size in (s for s in PARTITION_SIZES if s < h.table.nbytes):
+            rows = int(size / per_row)
+            name = f"bench-remote-{size // MIB}mib"
+            ds = h.client.put(name, h.table.slice(0, rows), tiling=(1, 1), nodes=["127.0.0.3"])
+            ref, get = ds.__partitioned__["partitions"][(0, 0)]["data"], ds.__partitioned__["get"]
+            sizes = {b: min(alternate({"raw": raw_read(b, rows)}, 5)["raw"]) for b in (MIB, 4 * MIB, 32 * MIB) if b <= size}
+            best = min(sizes, key=sizes.get)
+            raw_name = f"raw pyarrow Flight ({best // 1024} KiB batches)"
+            cpu: dict[str, list[float]] = {}
+            times = alternate({
+                "flightpart get (streamed)": lambda get=get, ref=ref: get(ref),
+                raw_name: raw_read(best, rows),
+            }, max(runs, min(101, (2 << 30) // size)), cpu=cpu)
+            case = Case(f"remote partition read, {size // MIB} MiB", ">= 0.95x raw Flight at <= 1.05x its client CPU",
+                        int(rows * per_row), times, cpu=cpu, extra={"baseline_batch_bytes": best, "rows": rows})
+            case.ratio = tuple(times)  # type: ignore[assignment]
+            cpu_ratio = case.cpu_ratio()
+            case.met = case.speed_ratio() >= 0.95 and cpu_ratio is not None and cpu_ratio <= 1.05
+            cases.append(case)
+            h.client.drop(name, ds.version)
+    finally:
+        thaw(h.groups)
+        raw.close()
+    return cases
+
+
 def case_local(h: Harness, runs: int) -> Case:
     ds = h.client.put("bench-local", h.table, tiling=(1, 1), nodes=["127.0.0.2"])
     d = ds.__partitioned__
@@ -407,6 +453,9 @@ def run_bench(size: int, *, quick: bool = False, runs: int | None = None, open_p
             for fn in (case_remote, case_local, case_whole, case_put):  # each freezes what it does not measure
                 log(f"running: {fn.__name__[5:]} ...")
                 cases.append(fn(h, runs))
+                if fn is case_remote:
+                    log("running: remote_sizes ...")
+                    cases.extend(case_remote_sizes(h, runs))
             for fn in (case_filter, case_repartition, case_stream, case_queries, case_flight_sql):
                 log(f"running: {fn.__name__[5:]} ...")
                 with h.only("flightpart"):  # flightpart against what runs in this process (DuckDB, a client)
