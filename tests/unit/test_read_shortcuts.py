@@ -1,0 +1,93 @@
+"""What a small read no longer does each time, and why the answer stays the same.
+
+A ticket's bytes are written once per ticket and decoded once per process; a
+mapped table's size is remembered with its map; a partition's path is made
+once; a read is done in the caller's thread when it should be quick.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from flightpart.errors import RequestRejected
+from flightpart.io import pull
+from flightpart.io.compression import LinkRates
+from flightpart.io.layout import partition_relpath
+from flightpart.io.maps import MappedFiles, stored_nbytes
+from flightpart.server.store import PartitionStore
+from flightpart.wire import Message, Ticket
+
+MIB = 1 << 20
+
+
+def test_a_tickets_bytes_are_what_its_fields_say_and_written_once():
+    ticket = Ticket("sales", 3, (1, 2), columns=("a", "b"), compression="zstd")
+    first = ticket.encode()
+    assert first == Message.encode(ticket)  # the fields' own walk
+    assert ticket.encode() is first
+    assert Ticket.decode(first) == ticket
+
+
+def test_a_decoded_ticket_is_kept_only_once_it_passed_every_check():
+    raw = Ticket("kept", 1, (0, 0)).encode()
+    assert Ticket.decode(raw) is Ticket.decode(raw)
+    backwards = b'{"dataset":"bad","version":1,"part":[0,0],"columns":null,"rows":[5,2]}'
+    for _ in range(2):  # refused every time, not remembered as good
+        with pytest.raises(RequestRejected, match="before start"):
+            Ticket.decode(backwards)
+
+
+def test_a_mapped_tables_remembered_bytes_are_exact_and_a_slice_is_measured_itself(tmp_path):
+    table = pa.table({"id": np.arange(100_000), "label": [f"r{k}" for k in range(100_000)]})
+    path = tmp_path / "t.arrow"
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+        for batch in table.to_batches(max_chunksize=10_000):
+            writer.write_batch(batch)
+    mapped = MappedFiles().get(path)
+    assert stored_nbytes(mapped) == mapped.nbytes == stored_nbytes(mapped)
+    part = mapped.slice(10, 100)  # not a map's table: worked out each time
+    assert stored_nbytes(part) == part.nbytes < mapped.nbytes // 100
+
+
+def test_a_partitions_path_is_made_once_and_is_the_same_path(tmp_path):
+    store = PartitionStore(tmp_path)
+    first = store.path("sales", 3, (1, 2))
+    assert store.path("sales", 3, (1, 2)) is first
+    assert first == store.root / partition_relpath("sales", 3, (1, 2))
+    assert store.path("sales", 3, (2, 1)) != first
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_read_is_quick_when_small_or_when_its_links_carry_it_in_an_eighth_of_the_idle_timeout(monkeypatch):
+    clock = Clock()
+    rates = LinkRates(clock)
+    monkeypatch.setattr(pull, "RATES", rates)
+    fast, slow = "grpc://10.0.0.1:1", "grpc://10.0.0.2:1"
+    assert not pull.is_quick(0, fast, 2.0)  # unknown size: watched
+    assert pull.is_quick(MIB, fast, 2.0) and pull.is_quick(1, slow, 2.0)
+    assert not pull.is_quick(MIB + 1, fast, 2.0)  # the link was never measured
+    rates.started(fast)
+    clock.now += 0.16
+    rates.finished(fast, 16 * MIB, None)  # 100 MiB/s, this process's link too
+    assert rates.rate(fast) == 100 * MIB
+    assert pull.is_quick(16 * MIB, fast, 2.0)        # 0.16 s of a 0.25 s eighth
+    assert not pull.is_quick(64 * MIB, fast, 2.0)    # 0.64 s
+    rates.started(fast)  # a stream in flight shares the link: the next one should take twice as long
+    assert not pull.is_quick(16 * MIB, fast, 2.0)
+    assert pull.is_quick(8 * MIB, fast, 2.0)
+    rates.finished(fast, 0, None)
+    rates.started(slow)
+    clock.now += 16.0
+    rates.finished(slow, 16 * MIB, None)  # 1 MiB/s, and this process's link measured slow with it
+    assert not pull.is_quick(2 * MIB, slow, 2.0)
+    assert not pull.is_quick(MIB, slow, 2.0)  # small, but 1 s over this link: watched
+    assert not pull.is_quick(2 * MIB, fast, 2.0)  # this process's own link is the slow one now
