@@ -67,27 +67,28 @@ class Clock:
         return self.now
 
 
-def test_a_read_is_quick_when_small_or_when_its_links_carry_it_in_an_eighth_of_the_idle_timeout(monkeypatch):
+def test_a_read_is_quick_when_small_and_its_links_carry_it_in_an_eighth_of_the_idle_timeout(monkeypatch):
     clock = Clock()
     rates = LinkRates(clock)
     monkeypatch.setattr(pull, "RATES", rates)
     fast, slow = "grpc://10.0.0.1:1", "grpc://10.0.0.2:1"
     assert not pull.is_quick(0, fast, 2.0)  # unknown size: watched
-    assert pull.is_quick(MIB, fast, 2.0) and pull.is_quick(1, slow, 2.0)
-    assert not pull.is_quick(MIB + 1, fast, 2.0)  # the link was never measured
+    assert pull.is_quick(MIB, fast, 2.0) and pull.is_quick(1, slow, 2.0)  # links not measured yet
+    assert not pull.is_quick(MIB + 1, fast, 2.0)  # larger reads keep their reused worker
     rates.started(fast)
     clock.now += 0.16
     rates.finished(fast, 16 * MIB, None)  # 100 MiB/s, this process's link too
     assert rates.rate(fast) == 100 * MIB
-    assert pull.is_quick(16 * MIB, fast, 2.0)        # 0.16 s of a 0.25 s eighth
-    assert not pull.is_quick(64 * MIB, fast, 2.0)    # 0.64 s
-    rates.started(fast)  # a stream in flight shares the link: the next one should take twice as long
-    assert not pull.is_quick(16 * MIB, fast, 2.0)
-    assert pull.is_quick(8 * MIB, fast, 2.0)
-    rates.finished(fast, 0, None)
+    assert pull.is_quick(MIB, fast, 2.0)         # 0.01 s of a 0.25 s eighth
+    assert not pull.is_quick(16 * MIB, fast, 2.0)  # fast enough, but large
+    assert not pull.is_quick(MIB, fast, 0.05)    # 0.01 s, more than an eighth of 0.05 s
+    for _ in range(30):  # thirty streams in flight share the link: 0.31 s each
+        rates.started(fast)
+    assert not pull.is_quick(MIB, fast, 2.0)
+    for _ in range(30):
+        rates.finished(fast, 0, None)
     rates.started(slow)
     clock.now += 16.0
     rates.finished(slow, 16 * MIB, None)  # 1 MiB/s, and this process's link measured slow with it
-    assert not pull.is_quick(2 * MIB, slow, 2.0)
     assert not pull.is_quick(MIB, slow, 2.0)  # small, but 1 s over this link: watched
-    assert not pull.is_quick(2 * MIB, fast, 2.0)  # this process's own link is the slow one now
+    assert not pull.is_quick(MIB, fast, 2.0)  # this process's own link is the slow one now
