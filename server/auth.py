@@ -23,6 +23,7 @@ seconds of grace (see docs/operations.md, "Clocks").
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
@@ -77,6 +78,9 @@ def wall_clock() -> float:
 WHOLE_STREAM_RATE = 4 << 20
 """Bytes per second a reader of a stream sent whole is assumed to take at least: nothing marks such a stream's
 progress, so its slot is kept for the time that takes before the idle timeout starts (:meth:`GuardFactory.sent_whole`)."""
+WHOLE_STREAM_MOST_SECONDS = 60.0
+"""The most time a stream sent whole is given that way, however large: a partition with dictionary columns is sent
+whole at any size, and 1 GiB at 4 MB/s would otherwise hold its slot some four minutes before the idle timeout."""
 STREAM_METHODS = (flight.FlightMethod.DO_GET, flight.FlightMethod.DO_PUT, flight.FlightMethod.DO_EXCHANGE)
 OWNER = Credential("owner", "owner")
 
@@ -130,7 +134,7 @@ class GuardFactory(flight.ServerMiddlewareFactory):
         raise flight.FlightUnauthenticatedError(refusal.message, extra_info=encode_error(refusal))
 
     def start_call(self, info: Any, headers: dict) -> CallGuard:
-        credential = self.authenticate(headers)
+        credential = OWNER if self.secret is None else self.authenticate(headers)
         if info.method not in STREAM_METHODS:
             return CallGuard(self, credential, stream=False)
         with self._lock:
@@ -180,9 +184,10 @@ class GuardFactory(flight.ServerMiddlewareFactory):
 
     def sent_whole(self, guard: CallGuard | None, nbytes: int) -> None:
         """``guard``'s stream is handed to Arrow whole (``nbytes``): no range taken marks its reader's progress, so
-        the reader is given the time a reader taking :data:`WHOLE_STREAM_RATE` needs before the idle timeout runs."""
+        the reader is given the time a reader taking :data:`WHOLE_STREAM_RATE` needs (at most
+        :data:`WHOLE_STREAM_MOST_SECONDS`) before the idle timeout runs."""
         if guard is not None:
-            guard.last_progress = time.monotonic() + nbytes / WHOLE_STREAM_RATE
+            guard.last_progress = time.monotonic() + min(nbytes / WHOLE_STREAM_RATE, WHOLE_STREAM_MOST_SECONDS)
             guard.whole = True
 
     def free_idle_streams(self) -> None:
@@ -196,7 +201,8 @@ class GuardFactory(flight.ServerMiddlewareFactory):
         for guard in freed:
             if guard.whole:
                 log.warning("freed the stream slot of %s: its stream, sent whole, was not done %g s after a reader "
-                            "taking %d MB/s would have been", guard.caller, timeout, WHOLE_STREAM_RATE // 1_000_000)
+                            "taking %d MB/s would have been (or %g s, for a large one)", guard.caller, timeout,
+                            WHOLE_STREAM_RATE // 1_000_000, WHOLE_STREAM_MOST_SECONDS)
             else:
                 log.warning("freed the stream slot of %s: its reader took nothing for %g s", guard.caller, timeout)
 
@@ -238,6 +244,7 @@ def _watch_idle_streams(factory: weakref.ReferenceType[GuardFactory], timeout: f
         del guard
 
 
+@functools.lru_cache(maxsize=1024)
 def peer_ip(peer: str | bytes) -> str:
     """The IP of a gRPC peer string (``ipv4:127.0.0.1:5000``, ``ipv6:[::1]:5000``)."""
     text = peer.decode() if isinstance(peer, bytes) else str(peer)
@@ -247,7 +254,10 @@ def peer_ip(peer: str | bytes) -> str:
 
 
 class CallGuard(flight.ServerMiddleware):
-    """One call's credential (and its stream slot, released when the call ends)."""
+    """One call's credential (and its stream slot, released when the call ends). Slotted: one is made per call."""
+
+    __slots__ = ("factory", "credential", "stream", "caller", "holds_slot", "last_progress", "whole", "timed_out",
+                 "_finish")
 
     def __init__(self, factory: GuardFactory, credential: Credential, *, stream: bool):
         super().__init__()
@@ -280,11 +290,12 @@ def credential_of(context: Any) -> Credential:
     return guard.credential if guard is not None else OWNER
 
 
-def admit_stream(context: Any) -> CallGuard | None:
-    """This ``do_get``'s guard, once its caller's share allows one more stream (``BUSY`` otherwise)."""
+def admit_stream(context: Any, peer: str | None = None) -> CallGuard | None:
+    """This ``do_get``'s guard, once its caller's share allows one more stream (``BUSY`` otherwise); ``peer``: the
+    caller's gRPC peer when the handler has it already."""
     guard = context.get_middleware("guard") if context is not None else None
     if guard is not None:
-        guard.factory.admit(guard, context.peer())
+        guard.factory.admit(guard, context.peer() if peer is None else peer)
     return guard
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import logging
 import os
 import socket
@@ -44,7 +45,7 @@ from flightpart.io.errors import translate, translated
 from flightpart.io.hosts import advertised_ip
 from flightpart.io.layout import default_data_dir
 from flightpart.io.leader import CatalogAddresses, split_addresses
-from flightpart.io.maps import stored_nbytes
+from flightpart.io.maps import stored_facts, stored_nbytes
 from flightpart.io.transfer import BATCH_BYTES, BUFFERED_BYTES, PiecePace, chunks, row_pieces, send_partition, split_batch
 from flightpart.query.apply import apply_ticket
 from flightpart.tokens import Keys, role_token, verify_token
@@ -528,7 +529,7 @@ class NodeServer(ServiceBase):
     """Receipts per metadata message in the answer to a put of several partitions (about 300 KB)."""
 
     def do_put(self, context: Any, descriptor: flight.FlightDescriptor, reader: Any, writer: Any) -> None:
-        with boundary(log, "do_put", self.telemetry, context), self._counting_errors("put"):
+        with boundary(log, "do_put", self.telemetry, context, counted=functools.partial(self._count_error, "put")):
             if credential_of(context).role != "node":  # nodes copy replicas to each other; anyone else must be a writer
                 authorize(context, "write")
             name, version, part = parse_put_path(descriptor)
@@ -612,25 +613,22 @@ class NodeServer(ServiceBase):
         return stored
 
     def do_get(self, context: Any, ticket: flight.Ticket) -> flight.RecordBatchStream:
-        with boundary(log, "do_get", self.telemetry, context), self._counting_errors("get"):
+        with boundary(log, "do_get", self.telemetry, context, counted=self._count_get_error) as call:
             spec = Ticket.decode(ticket.ticket)
             authorize(context, "read", (spec.dataset, spec.version))
-            guard = admit_stream(context)
+            guard = admit_stream(context, call.peer)
             if spec.more is not None:
                 return self._several(spec, guard)
             table = apply_ticket(self.store.open(spec.dataset, spec.version, spec.part), spec.columns, spec.rows, spec.filter,
                                  spec.matched, spec.aggregate, bool(spec.row_numbers), spec.top)
             compressed = write_options(table, spec.compression)
             options = compressed or PLAIN
-            nbytes = stored_nbytes(table)  # once per map for a whole partition
+            nbytes, batches, dictionaries = stored_facts(table)  # once per map for a whole partition
             describe("get", dataset=spec.dataset, version=spec.version, part=spec.part, bytes=nbytes, rows=table.num_rows,
                      compressed=compressed is not None)
-        # a partition's columns share chunk boundaries (one IPC file), so the stream
-        # sends one batch per chunk: counted without touching the batches
-        batches = table.column(0).num_chunks if table.num_columns else 0
         self.counters.add(bytes_sent=nbytes, rows_sent=table.num_rows, batches_sent=batches, partitions_served=1,
                           streams_compressed=int(compressed is not None), get_streams=1)
-        if nbytes <= STREAM_WHOLE_BYTES or any(pa.types.is_dictionary(field.type) for field in table.schema):
+        if nbytes <= STREAM_WHOLE_BYTES or dictionaries:
             # a small partition (STREAM_WHOLE_BYTES), or dictionaries that grow from batch to batch, which go out as
             # deltas only Arrow's own stream of the table writes: sent whole, the reader given time by its size
             self.guard.sent_whole(guard, nbytes)
@@ -715,20 +713,26 @@ class NodeServer(ServiceBase):
 
     @contextlib.contextmanager
     def _counting_errors(self, what: str) -> Iterator[None]:
-        """Count a refused call; a write refused for a full disk also as such, with a warning in the log."""
+        """Count a refused call (:meth:`_count_error`)."""
         try:
             yield
-        except StorageUnwritable:
+        except BaseException as exc:
+            self._count_error(what, exc)
+            raise
+
+    def _count_get_error(self, exc: BaseException) -> None:
+        self._count_error("get", exc)
+
+    def _count_error(self, what: str, exc: BaseException) -> None:
+        """Count a refused call; a write refused for a full disk also as such, with a warning in the log."""
+        if isinstance(exc, StorageUnwritable):
             self.counters.add(errors=1)
             log.error("refused a %s: the data disk refused a write", what)
-            raise
-        except StorageFull:
+        elif isinstance(exc, StorageFull):
             self.counters.add(errors=1, storage_full_refusals=1)
             log.warning("refused a %s: the disk is full (%s bytes free)", what, self.free_bytes())
-            raise
-        except BaseException:
+        else:
             self.counters.add(errors=1)
-            raise
 
     # ------------------------------------------------------------------ actions
 

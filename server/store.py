@@ -477,13 +477,13 @@ class PartitionStore:
             st = os.stat(path)
             identity = (st.st_ino, st.st_mtime_ns, st.st_size)
             data = None
-            if identity[2] <= READ_WHOLE_BYTES:
-                with self._lock:
-                    known = self._verified.get(path) == identity
-                if not known:  # a small file's one read serves both its checksum and its table
+            with self._lock:
+                known = self._verified.get(path) == identity
+            if not known:
+                if identity[2] <= READ_WHOLE_BYTES:  # a small file's one read serves both its checksum and its table
                     with open(path, "rb") as f:
                         data = f.read()
-            self._verify_at(dataset, version, part, path, identity, data=data)
+                self._verify_at(dataset, version, part, path, identity, data=data)
             try:
                 return self.maps.get(path, identity, data=data)
             except FileNotFoundError:

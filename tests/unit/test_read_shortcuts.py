@@ -2,10 +2,15 @@
 
 A ticket's bytes are written once per ticket and decoded once per process; a
 mapped table's size is remembered with its map; a partition's path is made
-once; a read is done in the caller's thread when it should be quick.
+once; a read is done in the caller's thread when it should be quick. A client
+flooding the node with distinct tickets does not grow what it keeps, and a
+stream sent whole is given time by its size, up to a bound.
 """
 
 from __future__ import annotations
+
+import time
+import types
 
 import numpy as np
 import pyarrow as pa
@@ -16,8 +21,10 @@ from flightpart.io import pull
 from flightpart.io.compression import LinkRates
 from flightpart.io.layout import partition_relpath
 from flightpart.io.maps import MappedFiles, stored_nbytes
+from flightpart.server import auth
+from flightpart.server.auth import OWNER, WHOLE_STREAM_MOST_SECONDS, WHOLE_STREAM_RATE, CallGuard, GuardFactory
 from flightpart.server.store import PartitionStore
-from flightpart.wire import Message, Ticket
+from flightpart.wire import KNOWN_TICKETS, Message, Ticket
 
 MIB = 1 << 20
 
@@ -39,6 +46,16 @@ def test_a_decoded_ticket_is_kept_only_once_it_passed_every_check():
             Ticket.decode(backwards)
 
 
+def test_a_flood_of_distinct_tickets_keeps_no_more_than_the_known_number():
+    first = Ticket("flood", 1, (0, 0)).encode()
+    kept = Ticket.decode(first)
+    for k in range(KNOWN_TICKETS):  # a client sending as many distinct valid tickets (row ranges) as are kept
+        raw = Ticket("flood", 1, (0, 0), rows=(0, k)).encode()
+        assert Ticket.decode(raw).rows == (0, k)
+    again = Ticket.decode(first)
+    assert again == kept and again is not kept  # the cache was let go, not grown: the first is decoded afresh
+
+
 def test_a_mapped_tables_remembered_bytes_are_exact_and_a_slice_is_measured_itself(tmp_path):
     table = pa.table({"id": np.arange(100_000), "label": [f"r{k}" for k in range(100_000)]})
     path = tmp_path / "t.arrow"
@@ -57,6 +74,28 @@ def test_a_partitions_path_is_made_once_and_is_the_same_path(tmp_path):
     assert store.path("sales", 3, (1, 2)) is first
     assert first == store.root / partition_relpath("sales", 3, (1, 2))
     assert store.path("sales", 3, (2, 1)) != first
+
+
+def test_a_stream_sent_whole_is_given_its_size_in_time_but_never_more_than_a_minute(monkeypatch):
+    clock = Clock()
+    monkeypatch.setattr(auth, "time", types.SimpleNamespace(monotonic=clock, time=time.time))  # the guard's clock only
+    guards = GuardFactory(max_streams=8)
+    guards.stream_idle_timeout = 10.0  # set after construction: no watchdog thread, the test frees by hand
+    small, huge = (CallGuard(guards, OWNER, stream=True) for _ in range(2))
+    for guard, nbytes in ((small, 16 * MIB), (huge, 1 << 40)):  # 4 s at 4 MB/s; a TiB of dictionaries: days
+        guards.open_streams += 1  # what start_call counts
+        guards.admit(guard, "ipv4:127.0.0.1:5000")
+        guards.sent_whole(guard, nbytes)
+    assert 16 * MIB / WHOLE_STREAM_RATE == 4.0
+    clock.now = 4.0 + 10.0 - 0.5
+    guards.free_idle_streams()
+    assert small.holds_slot and huge.holds_slot
+    clock.now = 4.0 + 10.0 + 0.5
+    guards.free_idle_streams()
+    assert not small.holds_slot and huge.holds_slot
+    clock.now = WHOLE_STREAM_MOST_SECONDS + 10.0 + 0.5
+    guards.free_idle_streams()
+    assert not huge.holds_slot and guards.open_streams == 0
 
 
 class Clock:
