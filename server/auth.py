@@ -201,7 +201,7 @@ class GuardFactory(flight.ServerMiddlewareFactory):
         for guard in freed:
             if guard.whole:
                 log.warning("freed the stream slot of %s: its stream, sent whole, was not done %g s after a reader "
-                            "taking %d MB/s would have been (or %g s, for a large one)", guard.caller, timeout,
+                            "taking %d MB/s would have been (a large one is given at most %g s)", guard.caller, timeout,
                             WHOLE_STREAM_RATE // 1_000_000, WHOLE_STREAM_MOST_SECONDS)
             else:
                 log.warning("freed the stream slot of %s: its reader took nothing for %g s", guard.caller, timeout)
@@ -292,7 +292,8 @@ def credential_of(context: Any) -> Credential:
 
 def admit_stream(context: Any, peer: str | None = None) -> CallGuard | None:
     """This ``do_get``'s guard, once its caller's share allows one more stream (``BUSY`` otherwise); ``peer``: the
-    caller's gRPC peer when the handler has it already."""
+    caller's gRPC peer when the handler has it already (the call record's, which is "unknown" for a context that
+    cannot say: only in-process calls, which have no guard)."""
     guard = context.get_middleware("guard") if context is not None else None
     if guard is not None:
         guard.factory.admit(guard, context.peer() if peer is None else peer)

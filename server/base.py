@@ -80,7 +80,10 @@ class boundary:
         try:
             if exc is not None:
                 if self.counted is not None:
-                    self.counted(exc)
+                    try:
+                        self.counted(exc)
+                    except Exception:  # counting must not change what the client receives for the error itself
+                        self.log.exception("%s: counting its error failed", self.what)
                 sent = self._sent(exc)
                 if sent is not None:
                     raise sent from None
