@@ -613,7 +613,7 @@ class NodeServer(ServiceBase):
         return stored
 
     def do_get(self, context: Any, ticket: flight.Ticket) -> flight.RecordBatchStream:
-        with boundary(log, "do_get", self.telemetry, context, counted=self._count_get_error) as call:
+        with boundary(log, "do_get", self.telemetry, context, counted=functools.partial(self._count_error, "get")) as call:
             spec = Ticket.decode(ticket.ticket)
             authorize(context, "read", (spec.dataset, spec.version))
             guard = admit_stream(context, call.peer)
@@ -719,9 +719,6 @@ class NodeServer(ServiceBase):
         except BaseException as exc:
             self._count_error(what, exc)
             raise
-
-    def _count_get_error(self, exc: BaseException) -> None:
-        self._count_error("get", exc)
 
     def _count_error(self, what: str, exc: BaseException) -> None:
         """Count a refused call; a write refused for a full disk also as such, with a warning in the log."""

@@ -42,8 +42,8 @@ def test_a_counter_that_fails_does_not_change_what_the_client_receives(caplog):
 def test_an_unexpected_error_is_internal_without_its_details_and_an_interrupt_goes_on_as_it_is():
     with pytest.raises(flight.FlightInternalError) as caught:
         with boundary(log, "do_get", Telemetry(), None):
-            raise ValueError("/secret/path/on/the/server")
-    assert "/secret/path" not in str(caught.value)
+            raise ValueError("connection string user=admin password=hunter2")
+    assert "hunter2" not in str(caught.value)
     assert decode_error(caught.value.extra_info)[0] == "INTERNAL"
     with pytest.raises(KeyboardInterrupt):
         with boundary(log, "do_get", Telemetry(), None):

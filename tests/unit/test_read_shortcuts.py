@@ -14,13 +14,14 @@ import types
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 from flightpart.errors import RequestRejected
 from flightpart.io import pull
 from flightpart.io.compression import LinkRates
 from flightpart.io.layout import partition_relpath
-from flightpart.io.maps import MappedFiles, stored_nbytes
+from flightpart.io.maps import MappedFiles, stored_facts, stored_nbytes
 from flightpart.server import auth
 from flightpart.server.auth import OWNER, WHOLE_STREAM_MOST_SECONDS, WHOLE_STREAM_RATE, CallGuard, GuardFactory
 from flightpart.server.store import PartitionStore
@@ -64,6 +65,10 @@ def test_a_mapped_tables_remembered_bytes_are_exact_and_a_slice_is_measured_itse
             writer.write_batch(batch)
     mapped = MappedFiles().get(path)
     assert stored_nbytes(mapped) == mapped.nbytes == stored_nbytes(mapped)
+    assert stored_facts(mapped) == (mapped.nbytes, 10, False)  # one batch per 10,000 rows written, no dictionaries
+    assert stored_facts(mapped) is stored_facts(mapped)
+    labelled = mapped.set_column(1, "label", pc.dictionary_encode(mapped.column("label")))
+    assert stored_facts(labelled).dictionaries  # not a map's table: worked out itself
     part = mapped.slice(10, 100)  # not a map's table: worked out each time
     assert stored_nbytes(part) == part.nbytes < mapped.nbytes // 100
 
