@@ -36,6 +36,20 @@ cleanup() {
   fi
 }
 trap 'fail "interrupted"' INT TERM
+# Under vfs every image layer and every container is a copy of its image (a container's init layer and its own
+# took 1.5 times the image between them here), so the failover cluster alone needs several GB. Say so before the engine says "no space left".
+free_mb() { df -Pm "$WORK" | awk 'NR==2 {print $4}'; }
+need_disk() {  # need_disk MB WHAT
+  local free; free=$(free_mb)
+  [ "$free" -ge "$1" ] || fail "$2 needs about $1 MB free under $WORK (vfs copies every layer and container), and $free MB are free"
+}
+image_mb() { docker image inspect "$1" --format '{{.Size}}' | awk '{printf "%d", $1/1e6 + 1}'; }
+# images that lost their tag to a rebuild keep their layers (full copies under vfs): drop them after each build,
+# on the engine this script started only (an engine it was given holds other people's images too)
+prune_images() {
+  [ -n "$STARTED_ENGINE" ] || return 0
+  docker container prune -f >/dev/null 2>&1; docker image prune -f >/dev/null 2>&1
+}
 
 # ---------------------------------------------------------------- the engine
 command -v docker >/dev/null 2>&1 || skip "no docker client (apt-get install docker.io)"
@@ -79,9 +93,12 @@ if ls /usr/local/share/ca-certificates/*.crt >/dev/null 2>&1; then
   BUILD_ARGS=(--build-arg "BASE=flightpart-base:trusted" --build-arg "PIP_CERT=/etc/ssl/certs/ca-certificates.crt")
   say "the base trusts this machine's CAs: $(ls /usr/local/share/ca-certificates/*.crt | xargs -n1 basename | tr '\n' ' ')"
 fi
+prune_images
+need_disk 3000 "building the image"
 say "building flightpart:latest on $BASE"
 bounded docker build --network host "${BUILD_ARGS[@]}" -t flightpart:latest -f docker/Dockerfile . \
   >"$WORK/build.log" 2>&1 || fail "docker build: $(tail -n 15 "$WORK/build.log")"
+prune_images
 docker run --rm --entrypoint python3 flightpart:latest -c \
   'import importlib.util as u, sys; bad=[m for m in ("pandas","polars","dask","ray") if u.find_spec(m)]; sys.exit(bool(bad) and print("image carries", bad))' \
   || fail "the daemon image carries frame libraries it never imports"
@@ -91,6 +108,7 @@ say "image: $(docker image inspect flightpart:latest --format '{{.Size}}' | awk 
 # ---------------------------------------------------------------- the cluster
 export CATALOG_PORT=${CATALOG_PORT:-18815} STATUS_PORT=${STATUS_PORT:-18818}
 $COMPOSE down -v --remove-orphans >/dev/null 2>&1
+need_disk $(( 3 * 5 * $(image_mb flightpart:latest) / 2 + 500 )) "the cluster (four daemons and a client)"
 bounded $COMPOSE up -d --no-build catalog node1 node2 node3 >"$WORK/up.log" 2>&1 || fail "compose up: $(tail -n 20 "$WORK/up.log")"
 wait_healthy() {
   local svc cid state
@@ -144,8 +162,11 @@ $COMPOSE down -v --remove-orphans >/dev/null 2>&1
 say "building flightpart-postgres:latest on $BASE"
 bounded docker build --network host "${BUILD_ARGS[@]}" -t flightpart-postgres:latest -f docker/Dockerfile.postgres . \
   >"$WORK/build-pg.log" 2>&1 || fail "docker build of PostgreSQL: $(tail -n 15 "$WORK/build-pg.log")"
+prune_images
 COMPOSE="$COMPOSE_BIN -p ${PROJECT}ha -f $ROOT/docker/compose-ha.yaml"
 $COMPOSE down -v --remove-orphans >/dev/null 2>&1
+need_disk $(( 3 * (6 * $(image_mb flightpart:latest) + $(image_mb flightpart-postgres:latest)) / 2 + 500 )) \
+  "the failover cluster (PostgreSQL, five daemons and a client)"
 bounded $COMPOSE up -d --no-build postgres catalog-a catalog-b node1 node2 node3 >"$WORK/up-ha.log" 2>&1 \
   || fail "compose up (failover): $(tail -n 20 "$WORK/up-ha.log")"
 wait_healthy postgres catalog-a catalog-b node1 node2 node3
