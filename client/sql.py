@@ -16,6 +16,7 @@ from flightpart import frames
 from flightpart import sqlwire as proto
 from flightpart.io.connections import ConnectionPool
 from flightpart.io.errors import translated
+from flightpart.io.transfer import read_whole
 
 
 class SqlResult:
@@ -58,5 +59,6 @@ def run_sql(pool: ConnectionPool, uri: str, query: str, timeout: float | None) -
         tables = []
         for endpoint in info.endpoints:
             where = endpoint.locations[0].uri.decode() if endpoint.locations else uri
-            tables.append(pool.client(where).do_get(endpoint.ticket, options=options).read_all())
+            # read_whole, not read_all: a cancelled stream is an error here, not a Ctrl-C raised later in the main thread
+            tables.append(read_whole(pool.client(where).do_get(endpoint.ticket, options=options)))
     return SqlResult(pa.concat_tables(tables) if tables else info.schema.empty_table())

@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 
 import numpy as np
 import polars as pl
 import pyarrow as pa
+import pyarrow.flight as flight
 import pyarrow.parquet as pq
 import pytest
 
@@ -54,3 +56,30 @@ def test_the_command_prints_writes_and_refuses_clearly(cluster, sales, tmp_path)
     assert written.returncode == 0 and pq.read_table(tmp_path / "counts.parquet").num_rows == 4
     bad = cli("sql", "SELEC 1", "--catalog", cluster.uri)
     assert bad.returncode != 0 and "syntax" in bad.stderr.lower() and "Traceback" not in bad.stderr
+
+
+class CancellingEndpoint(flight.FlightServerBase):
+    """A server that answers a query with one endpoint, then cancels that endpoint's stream after a batch."""
+
+    def get_flight_info(self, context, descriptor):
+        schema = pa.schema([("k", pa.int64())])
+        return flight.FlightInfo(schema, descriptor, [flight.FlightEndpoint(b"answer", [])], -1, -1)
+
+    def do_get(self, context, ticket):
+        def batches():
+            yield pa.record_batch({"k": pa.array(range(10))})
+            raise flight.FlightCancelledError("cancelled by the server")
+
+        return flight.GeneratorStream(pa.schema([("k", pa.int64())]), batches())
+
+
+def test_a_cancelled_answer_stream_is_an_error_where_it_was_read_not_a_later_ctrl_c():
+    server = CancellingEndpoint("grpc://127.0.0.1:0")
+    try:
+        with fp.connect(f"grpc://127.0.0.1:{server.port}") as client:
+            with pytest.raises(fp.NodeUnavailable, match="cancelled"):
+                client.sql("SELECT k FROM anything")
+            for _ in range(10):  # a cancelled pyarrow read_all raises KeyboardInterrupt here, in the main thread, later
+                time.sleep(0.05)
+    finally:
+        server.shutdown()
