@@ -157,3 +157,90 @@ def test_each_contender_runs_with_the_other_systems_frozen_and_all_run_again_aft
                 except ProcessLookupError:
                     pass
             p.wait(10)
+
+
+def _running(pid: int) -> bool:
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() not in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _wait_until_gone(pids: list[int], seconds: float = 60) -> list[int]:
+    """The pids still running after ``seconds`` (the watcher's SIGTERM wait, then its SIGKILL, fit well inside)."""
+    deadline = time.monotonic() + seconds
+    while (left := [pid for pid in pids if _running(pid)]) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return left
+
+
+_KILLED_BENCH = """
+import json, os, sys, time
+from flightpart.bench.run import Harness, bench_table
+from flightpart.bench.measure import only
+root = sys.argv[1]
+h = Harness(root, bench_table(1 << 20), with_dask=False, with_ray=False)
+h.client.put("left", h.table, tiling=(2, 1))
+only(h.groups, [h.group("raw pyarrow Flight")])  # the cluster frozen, as while raw Flight is timed
+print(json.dumps({"frozen": h.group("flightpart").members()}), flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.slow
+def test_a_bench_killed_in_the_middle_leaves_nothing_frozen_running_or_on_the_disk(tmp_path):
+    import psutil
+
+    root = tmp_path / "bench-root"
+    root.mkdir()
+    bench = subprocess.Popen([sys.executable, "-c", _KILLED_BENCH, str(root)], stdout=subprocess.PIPE, text=True)
+    try:
+        frozen = json.loads(bench.stdout.readline())["frozen"]
+        assert len(frozen) >= 4 and all(psutil.Process(pid).status() == psutil.STATUS_STOPPED for pid in frozen)
+        assert any(root.rglob("*.arrow"))
+        bench.kill()
+        bench.wait(30)
+        assert _wait_until_gone(frozen) == [], "the bench's daemons outlived it"
+        deadline = time.monotonic() + 30
+        while root.exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not root.exists(), "the bench's folder of partitions was left on the disk"
+    finally:
+        bench.kill()
+
+
+def test_the_watcher_stops_only_what_it_was_told_and_nothing_once_the_bench_said_done(tmp_path):
+    from flightpart.bench.guardian import Guardian, clean_up
+
+    told, kept = (subprocess.Popen(["sleep", "600"]) for _ in range(2))
+    folder = tmp_path / "work"
+    folder.mkdir()
+    try:
+        # a pid given to another process since (its start time differs) is left alone
+        clean_up({kept.pid: psutil_start(kept.pid) + 1.0}, [])
+        assert _running(kept.pid)
+        # the bench said done: the watcher leaves without touching anything
+        guardian = Guardian()
+        guardian.watch([told.pid])
+        guardian.remove(str(folder))
+        guardian.close()
+        assert _running(told.pid) and folder.exists()
+        # the bench died (its pipe ended without done): what it was told is stopped, even frozen, and removed
+        os.kill(told.pid, signal.SIGSTOP)
+        watcher = subprocess.Popen([sys.executable, "-m", "flightpart.bench.guardian"], stdin=subprocess.PIPE, text=True)
+        watcher.communicate(f"pid {told.pid} {psutil_start(told.pid)!r}\nfolder {folder}\n", timeout=60)
+        assert watcher.returncode == 0
+        told.wait(30)
+        assert not folder.exists() and _running(kept.pid)
+    finally:
+        for p in (told, kept):
+            p.kill()
+            p.wait(10)
+
+
+def psutil_start(pid: int) -> float:
+    import psutil
+
+    return psutil.Process(pid).create_time()

@@ -35,6 +35,9 @@ class Group:
 
     name: str
     pids: list[int] = field(default_factory=list)
+    watcher: Callable[[list[int]], None] | None = None
+    """Told the members each time the group is signalled (the bench's :class:`~flightpart.bench.guardian.Guardian`:
+    a process frozen here is thawed and stopped should the bench be killed)."""
 
     def members(self) -> list[int]:
         """The group's processes and their descendants as they are now (a Ray worker started since counts)."""
@@ -50,6 +53,8 @@ class Group:
         """``sig`` to every member; a SIGSTOP returns once each one has stopped (it lands only when the process
         is next scheduled), or after :data:`STOP_WAIT` seconds."""
         members = self.members()
+        if self.watcher is not None:
+            self.watcher(members)
         for pid in members:
             try:
                 os.kill(pid, sig)

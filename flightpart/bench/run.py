@@ -31,6 +31,7 @@ from flightpart.frames import rechunk
 from flightpart.io.layout import partition_relpath
 from flightpart.tiling import grid_cells
 
+from .guardian import Guardian
 from .measure import MIB, Case, Group, alternate, moved_by_nodes, only, thaw
 
 GIB = 1 << 30
@@ -87,6 +88,8 @@ class Harness:
 
         self.root = root
         self.table = table
+        self.guardian = Guardian()  # killed in the middle, the bench leaves nothing running, frozen or on the disk
+        self.guardian.remove(root)
         self.cluster = LocalCluster(root, nodes=3, heartbeat=1.0)
         self.client = connect(self.cluster.uri, host="127.0.0.2")
         self.flightpart = Group("flightpart", [self.cluster.catalog.pid, *(node.pid for node in self.cluster.nodes)])
@@ -116,6 +119,9 @@ class Harness:
             self.groups.append(Group("ray", sorted(_children() - before)))
         self.baseline = None
         self.baseline_uri: str | None = None
+        for g in self.groups:
+            g.watcher = self.guardian.watch
+            self.guardian.watch(g.members())
 
     def group(self, name: str) -> Group:
         """The group of processes of the system ``name``."""
@@ -144,6 +150,7 @@ class Harness:
         self.baseline = proc
         self.baseline_uri = line.split()[2]
         self.raw.pids.append(proc.pid)
+        self.guardian.watch([proc.pid])
         return self.baseline_uri
 
     def close(self) -> None:
@@ -158,6 +165,7 @@ class Harness:
         if self.ray is not None:
             self.ray.shutdown()
         self.cluster.stop()
+        self.guardian.close()
 
 
 def case_remote(h: Harness, runs: int) -> Case:

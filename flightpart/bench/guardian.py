@@ -1,0 +1,116 @@
+"""What a bench killed in the middle leaves behind, undone by a watcher process that outlives it.
+
+The bench freezes the systems it is not timing with SIGSTOP and keeps gigabytes of partitions in a temporary
+folder. Killed with SIGKILL (or by an out-of-memory killer) it cannot thaw or stop anything: Dask, Ray, the
+baseline server and its own daemons were left stopped or running for good, and the folder on the disk. The
+:class:`Guardian` is told each process as the bench starts or freezes it (its pid and start time, so that a pid
+the kernel has since given to another process is never signalled) and each folder; it reads a pipe from the
+bench, and the pipe's end without a last ``done`` line means the bench died: it thaws and stops every process it
+was told of and removes the folders.
+
+Run as ``python -m flightpart.bench.guardian`` by :class:`Guardian`, in a session of its own (a Ctrl-C or a
+signal to the bench's process group does not reach it).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Iterable
+
+import psutil
+
+STOP_SECONDS = 10.0
+"""How long the watcher waits for the processes it sent SIGTERM to before it kills them."""
+
+
+class Guardian:
+    """The bench's side: starts the watcher and tells it what to clean up should the bench die."""
+
+    def __init__(self) -> None:
+        self._told: set[int] = set()
+        self._proc = subprocess.Popen([sys.executable, "-m", "flightpart.bench.guardian"], stdin=subprocess.PIPE,
+                                      text=True, start_new_session=True)
+
+    def watch(self, pids: Iterable[int]) -> None:
+        """Processes to thaw and stop if the bench dies (each told once; one gone already is skipped)."""
+        lines = []
+        for pid in pids:
+            if pid in self._told:
+                continue
+            try:
+                started = psutil.Process(pid).create_time()
+            except psutil.Error:
+                continue
+            self._told.add(pid)
+            lines.append(f"pid {pid} {started!r}\n")
+        self._send("".join(lines))
+
+    def remove(self, folder: str) -> None:
+        """A folder to remove if the bench dies."""
+        self._send(f"folder {os.path.abspath(folder)}\n")
+
+    def close(self) -> None:
+        """The bench ended on its own (it stopped what it started): the watcher leaves without doing anything."""
+        self._send("done\n")
+        try:
+            self._proc.stdin.close()  # type: ignore[union-attr]
+        except OSError:
+            pass
+        self._proc.wait(30)
+
+    def _send(self, text: str) -> None:
+        if text and self._proc.stdin is not None and not self._proc.stdin.closed:
+            self._proc.stdin.write(text)
+            self._proc.stdin.flush()
+
+
+def clean_up(pids: dict[int, float], folders: list[str]) -> None:
+    """Thaw and stop every process of ``pids`` (pid: start time) still running as that process, then remove
+    ``folders``."""
+    procs = []
+    for pid, started in pids.items():
+        try:
+            proc = psutil.Process(pid)
+            if proc.create_time() == started:
+                procs.append(proc)
+        except psutil.Error:
+            pass
+    for sig in (signal.SIGCONT, signal.SIGTERM):
+        for proc in procs:
+            try:
+                proc.send_signal(sig)
+            except psutil.Error:
+                pass
+    _gone, left = psutil.wait_procs(procs, timeout=STOP_SECONDS)
+    for proc in left:
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(left, timeout=STOP_SECONDS)
+    for folder in folders:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def main() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the bench's Ctrl-C is the bench's: its own clean-up runs
+    pids: dict[int, float] = {}
+    folders: list[str] = []
+    for line in sys.stdin:
+        kind, _, rest = line.strip().partition(" ")
+        if kind == "done":
+            return
+        if kind == "pid":
+            pid, started = rest.split()
+            pids[int(pid)] = float(started)
+        elif kind == "folder":
+            folders.append(rest)
+    clean_up(pids, folders)
+
+
+if __name__ == "__main__":
+    main()
