@@ -498,7 +498,7 @@ class Dataset:
         ``by``: pyarrow's sort keys, ``"col"``, ``("col", "descending")`` or ``("col", "descending", "at_start")``
         (nulls last unless ``"at_start"``), one or a list.
         """
-        want = first_rows.spec(limit, by, self.schema.names)
+        want = first_rows.spec(limit, by, self.schema)
         return first_rows.first(self.top_candidates(limit, by), want)
 
     def top_candidates(self, limit: int, by: Any) -> pa.Table:
@@ -506,7 +506,7 @@ class Dataset:
         NaN), computed on the nodes and gathered here: they hold the view's first ``limit`` rows under pyarrow's
         ordering and DuckDB's alike. :meth:`top` and SQL's ``ORDER BY ... LIMIT`` finish from them."""
         self._check_readable()
-        want = first_rows.spec(limit, by, self.schema.names)
+        want = first_rows.spec(limit, by, self.schema)
         names = tuple(self.schema.names)
         blocks = self._blocks(counted=self.view.matched is not None)
         j = self._plan.group_with(list(names) + list(self.view.filter.columns if self.view.filter else ()))

@@ -232,3 +232,16 @@ def test_a_computed_column_a_node_cannot_compute_exactly_is_refused_with_a_code(
     good = wire.Ticket("good", 1, (0, 0), aggregate=wire.Aggregate((("k", "sum"),), (), (("k", "a * 2"),)))
     assert node.do_get(flight.Ticket(good.encode())).read_all().column(0).to_pylist() == [2 * sum(range(10_000))]
     still_serving(guarded)
+
+
+def test_an_aggregate_grouped_by_a_key_named_twice_is_refused_by_the_client_and_by_the_node(guarded):
+    """A result column named twice cannot be built: the client says so before asking, and a node asked anyway
+    answers INVALID_REQUEST (it answered INTERNAL, with a traceback in its log)."""
+    with fp.connect(guarded.uri, host="127.0.0.99") as client:
+        with pytest.raises(fp.PartitionedError, match="'a' twice"):
+            client.open("good").aggregate([("a", "sum")], by=["a", "a"])
+    ticket = wire.Ticket("good", 1, (0, 0), aggregate=wire.Aggregate((("a", "sum"),), ("a", "a")))
+    with pytest.raises(flight.FlightError) as caught:
+        flight.connect(guarded.nodes[0].uri).do_get(flight.Ticket(ticket.encode())).read_all()
+    assert code_of(caught.value) == "INVALID_REQUEST" and "'a' twice" in str(caught.value)
+    still_serving(guarded)

@@ -6,11 +6,14 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.flight as flight
 import pytest
 
 import flightpart as fp
 from flightpart.bench.queries import canonical, same_answer
 from flightpart.bench.sql_queries import through_driver
+
+from helpers import code_of
 
 dbapi = pytest.importorskip("adbc_driver_flightsql.dbapi", reason="adbc-driver-flightsql is in the test extra")
 
@@ -71,3 +74,69 @@ def test_sql_order_by_limit_answers_what_duckdb_answers_and_moves_a_limit_per_pa
         moved = rows_sent(cluster) - before
     assert got.schema.equals(want.schema) and same_answer(canonical(got), canonical(want))
     assert moved < ROWS // 20, f"{moved} rows moved for a top-N over 8 partitions"
+
+
+@pytest.fixture(scope="module")
+def labelled(make_cluster):
+    """Nodes as processes (a key pyarrow cannot order used to kill a node with SIGSEGV: it must not take the test
+    with it), and a dataset with a dictionary-encoded key and a list column, two replicas of each partition."""
+    made = make_cluster(2, process=True)
+    rng = np.random.default_rng(11)
+    rows = 6_000
+    table = pa.table({"id": np.arange(rows), "team": pa.array([f"t{k:02d}" for k in rng.integers(0, 40, rows)]).dictionary_encode(),
+                      "tags": pa.array([[int(k)] for k in rng.integers(0, 9, rows)]), "w": rng.random(rows)})
+    with fp.connect(made.uri) as writer:
+        writer.put("labelled", table, tiling=(4, 1), replicas=2)
+    return made, table
+
+
+def alive(made) -> bool:
+    return all(n.proc.poll() is None for n in made.nodes)
+
+
+def test_top_by_a_dictionary_column_orders_by_its_values_on_every_path(labelled):
+    import duckdb
+
+    made, table = labelled
+    decoded = table.set_column(1, "team", table.column("team").cast(pa.string()))
+    by = [("team", "descending"), ("id", "ascending")]
+    want = decoded.sort_by(by).slice(0, 9)
+    with fp.connect(made.uri, host="127.0.0.99") as client:  # every partition streamed
+        got = client.open("labelled").top(9, by)
+        assert got.column("id").equals(want.column("id")) and got.column("team").cast(pa.string()).equals(want.column("team"))
+    host = made.nodes[0].uri.split("//")[1].rsplit(":", 1)[0]
+    with fp.connect(made.uri, host=host) as client:  # one node's partitions read on its own host
+        assert client.open("labelled").top(9, by).column("id").equals(want.column("id"))
+    query = "SELECT id, team FROM labelled ORDER BY team DESC, id LIMIT 9"
+    con = duckdb.connect()
+    con.register("labelled", table)
+    with dbapi.connect(made.uri) as conn:
+        assert same_answer(canonical(through_driver(conn, query)), canonical(con.sql(query).to_arrow_table()))
+    assert alive(made)
+
+
+def test_a_key_rows_cannot_be_ordered_by_is_refused_with_a_code_and_every_node_keeps_serving(labelled):
+    import duckdb
+
+    from flightpart import wire
+
+    made, table = labelled
+    with fp.connect(made.uri, host="127.0.0.99") as client:
+        ds = client.open("labelled")
+        with pytest.raises(ValueError, match="cannot be ordered by 'tags'"):
+            ds.top(3, "tags")
+        # a client that sends the ticket anyway: refused by each node, which goes on serving
+        ticket = wire.Ticket("labelled", ds.version, (0, 0), top=wire.TopRows((wire.SortKey("tags"),), 3))
+        for node in made.nodes:
+            with pytest.raises(flight.FlightError) as caught:
+                flight.connect(node.uri).do_get(flight.Ticket(ticket.encode())).read_all()
+            assert code_of(caught.value) == "INVALID_REQUEST" and "cannot be ordered by 'tags'" in str(caught.value)
+        assert alive(made)
+        assert ds.top(2, "id").column("id").to_pylist() == [0, 1]
+    # SQL orders by what DuckDB can order: answered whole, as DuckDB answers it
+    query = "SELECT id, tags FROM labelled ORDER BY tags DESC, id LIMIT 4"
+    con = duckdb.connect()
+    con.register("labelled", table)
+    with dbapi.connect(made.uri) as conn:
+        assert same_answer(canonical(through_driver(conn, query)), canonical(con.sql(query).to_arrow_table()))
+    assert alive(made)

@@ -65,6 +65,9 @@ def spec(pairs: Sequence[tuple[str, str]], by: Sequence[str], columns: Sequence[
     for key in by:
         if key not in columns:
             raise PartitionedError(f"aggregate by {key!r}: no such column; the columns are {list(columns)}")
+    twice = _named_twice(by)
+    if twice is not None:
+        raise PartitionedError(f"aggregate by {twice!r} twice: name each key once")
     if not out:
         raise PartitionedError("aggregate: name at least one (column, function)")
     return Aggregate(tuple(out), tuple(by), tuple(extra) or None)
@@ -157,8 +160,21 @@ def _result_name(column: str, function: str) -> str:
     return f"{_exact_name(column)}_sum" if function == "exact_sum" else _output_name(column, function)
 
 
+def _named_twice(names: Sequence[str]) -> str | None:
+    """The first name ``names`` holds twice (a key named twice would be a result column named twice)."""
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            return name
+        seen.add(name)
+    return None
+
+
 def partial(table: pa.Table, agg: Aggregate) -> pa.Table:
     """One partition's partial result: the keys, then one column ``p{k}`` per partial function."""
+    twice = _named_twice(agg.by)
+    if twice is not None:
+        raise RequestRejected(f"ticket.aggregate: grouped by {twice!r} twice", field="ticket.aggregate")
     table = with_computed(table, agg)
     for column in dict.fromkeys([*agg.by, *(c for c, f in agg.functions if f != "count_all")]):
         if column not in table.column_names:

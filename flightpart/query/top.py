@@ -10,7 +10,6 @@ a partition sends a superset of its share of the answer under either rule
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -23,9 +22,11 @@ ORDERS = {"ascending": False, "descending": True}
 PLACEMENTS = {"at_end": False, "at_start": True}
 
 
-def spec(limit: int, by: Any, names: Sequence[str]) -> TopRows:
+def spec(limit: int, by: Any, schema: pa.Schema) -> TopRows:
     """A :class:`TopRows` from pyarrow-style sort keys: ``"col"``, ``("col", "descending")`` or
-    ``("col", "descending", "at_start")``, one or a list; ValueError naming what is wrong."""
+    ``("col", "descending", "at_start")``, one or a list, over a view of ``schema``; ValueError naming what is
+    wrong (a column unknown or of a type rows cannot be ordered by, see :func:`orderable`)."""
+    names = schema.names
     if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
         raise ValueError(f"top: limit must be a non-negative integer, got {limit!r}")
     items = [by] if isinstance(by, (str, tuple)) else list(by)
@@ -41,30 +42,62 @@ def spec(limit: int, by: Any, names: Sequence[str]) -> TopRows:
             raise ValueError(f"top: expected 'column' or ('column', order[, null placement]), got {item!r}")
         if column not in names:
             raise ValueError(f"top: unknown column {column!r}; the view has {list(names)}")
+        column_type = schema.field(names.index(column)).type
+        if not orderable(column_type):
+            raise ValueError(f"top: rows cannot be ordered by {column!r}, a column of {column_type}")
         if order not in ORDERS or placement not in PLACEMENTS:
             raise ValueError(f"top: expected ('column', 'ascending'|'descending'[, 'at_start'|'at_end']), got {item!r}")
         keys.append(SortKey(column, ORDERS[order], PLACEMENTS[placement]))
     return TopRows(tuple(keys), limit)
 
 
-def sort_keys(top: TopRows) -> list[tuple[str, str, str]]:
-    """The keys as pyarrow's ``sort_keys``."""
-    return [(k.column, "descending" if k.descending else "ascending", "at_start" if k.nulls_first else "at_end")
-            for k in top.keys]
+def orderable(data_type: pa.DataType) -> bool:
+    """Whether rows can be ordered by a key of ``data_type`` (a dictionary's by its values).
+
+    Checked before a key reaches pyarrow, never after: pyarrow 26's ``select_k_unstable`` kills the process
+    (SIGSEGV) on a key it cannot order (a dictionary, list, struct, map, view, interval, float16 or extension
+    column), where ``sort_indices`` raises. What it orders, as DuckDB and Polars do: numbers, booleans,
+    decimals, dates and times, text and bytes.
+    """
+    if pa.types.is_dictionary(data_type):
+        data_type = data_type.value_type
+    t = pa.types
+    return (t.is_null(data_type) or t.is_boolean(data_type) or t.is_integer(data_type)
+            or (t.is_floating(data_type) and not t.is_float16(data_type))
+            or isinstance(data_type, (pa.Decimal128Type, pa.Decimal256Type))
+            or (t.is_temporal(data_type) and not t.is_interval(data_type))
+            or t.is_string(data_type) or t.is_large_string(data_type) or t.is_binary(data_type)
+            or t.is_large_binary(data_type) or t.is_fixed_size_binary(data_type))
+
+
+def _keys(table: pa.Table, top: TopRows, where: str) -> tuple[pa.Table, list[tuple[str, str, str]]]:
+    """The sort keys' columns as a table of their own (``k0``, ``k1``, …: a column named twice is two keys), a
+    dictionary-encoded one decoded to its values, and pyarrow's ``sort_keys`` over it; RequestRejected for a
+    column the table lacks or cannot be ordered by (see :func:`orderable`)."""
+    columns = []
+    for key in top.keys:
+        if key.column not in table.column_names:
+            raise RequestRejected(f"{where}: unknown column {key.column!r}; the partition has {table.column_names}",
+                                  field=where)
+        column = table.column(key.column)
+        if not orderable(column.type):
+            raise RequestRejected(f"{where}: rows cannot be ordered by {key.column!r}, a column of {column.type}",
+                                  field=where)
+        columns.append(column.cast(column.type.value_type) if pa.types.is_dictionary(column.type) else column)
+    names = [f"k{i}" for i in range(len(columns))]
+    order = [(name, "descending" if k.descending else "ascending", "at_start" if k.nulls_first else "at_end")
+             for name, k in zip(names, top.keys)]
+    return pa.table(columns, names=names), order
 
 
 def candidates(table: pa.Table, top: TopRows) -> pa.Table:
     """What one partition sends: its first ``top.limit`` rows by the keys, and every row with a NaN key."""
-    unknown = [k.column for k in top.keys if k.column not in table.column_names]
-    if unknown:
-        raise RequestRejected(f"ticket.top: unknown column {unknown[0]!r}; the partition has {table.column_names}",
-                              field="ticket.top")
+    keys, order = _keys(table, top, "ticket.top")
     if table.num_rows <= top.limit:
         return table
-    chosen = pc.select_k_unstable(table, top.limit, sort_keys=sort_keys(top)) if top.limit else pa.array([], pa.uint64())
+    chosen = pc.select_k_unstable(keys, top.limit, sort_keys=order) if top.limit else pa.array([], pa.uint64())
     nan = None
-    for key in top.keys:
-        column = table.column(key.column)
+    for column in keys.columns:
         if pa.types.is_floating(column.type):
             found = pc.fill_null(pc.is_nan(column), False)
             nan = found if nan is None else pc.or_(nan, found)
@@ -76,4 +109,5 @@ def candidates(table: pa.Table, top: TopRows) -> pa.Table:
 
 def first(table: pa.Table, top: TopRows) -> pa.Table:
     """The first ``top.limit`` rows of ``table`` by the keys, in order (as ``table.sort_by(keys)[:limit]``)."""
-    return table.take(pc.sort_indices(table, sort_keys=sort_keys(top))[:top.limit])
+    keys, order = _keys(table, top, "top")
+    return table.take(pc.sort_indices(keys, sort_keys=order)[:top.limit])
