@@ -212,7 +212,7 @@ def test_a_bench_killed_in_the_middle_leaves_nothing_frozen_running_or_on_the_di
 
 
 def test_the_watcher_stops_only_what_it_was_told_and_nothing_once_the_bench_said_done(tmp_path):
-    from flightpart.bench.guardian import Guardian, clean_up
+    from flightpart.bench.guardian import WATCHER_ARGV, Guardian, clean_up
 
     told, kept = (subprocess.Popen(["sleep", "600"]) for _ in range(2))
     folder = tmp_path / "work"
@@ -229,9 +229,9 @@ def test_the_watcher_stops_only_what_it_was_told_and_nothing_once_the_bench_said
         assert _running(told.pid) and folder.exists()
         # the bench died (its pipe ended without done): what it was told is stopped, even frozen, and removed
         os.kill(told.pid, signal.SIGSTOP)
-        watcher = subprocess.Popen([sys.executable, "-m", "flightpart.bench.guardian"], stdin=subprocess.PIPE, text=True)
-        watcher.communicate(f"pid {told.pid} {psutil_start(told.pid)!r}\nfolder {folder}\n", timeout=60)
-        assert watcher.returncode == 0
+        watcher = subprocess.Popen(WATCHER_ARGV, stdin=subprocess.PIPE, text=True, stderr=subprocess.PIPE)
+        _out, err = watcher.communicate(f"pid {told.pid} {psutil_start(told.pid)!r}\nfolder {folder}\n", timeout=60)
+        assert watcher.returncode == 0 and err == "", err
         told.wait(30)
         assert not folder.exists() and _running(kept.pid)
     finally:

@@ -94,9 +94,17 @@ def alive(made) -> bool:
     return all(n.proc.poll() is None for n in made.nodes)
 
 
-def test_top_by_a_dictionary_column_orders_by_its_values_on_every_path(labelled):
+def sql_answers_as_duckdb(made, table: pa.Table, query: str) -> bool:
+    """Whether ``query`` over Flight SQL answers what DuckDB answers over ``table`` registered as ``labelled``."""
     import duckdb
 
+    con = duckdb.connect()
+    con.register("labelled", table)
+    with dbapi.connect(made.uri) as conn:
+        return same_answer(canonical(through_driver(conn, query)), canonical(con.sql(query).to_arrow_table()))
+
+
+def test_top_by_a_dictionary_column_orders_by_its_values_on_every_path(labelled):
     made, table = labelled
     decoded = table.set_column(1, "team", table.column("team").cast(pa.string()))
     by = [("team", "descending"), ("id", "ascending")]
@@ -107,17 +115,11 @@ def test_top_by_a_dictionary_column_orders_by_its_values_on_every_path(labelled)
     host = made.nodes[0].uri.split("//")[1].rsplit(":", 1)[0]
     with fp.connect(made.uri, host=host) as client:  # one node's partitions read on its own host
         assert client.open("labelled").top(9, by).column("id").equals(want.column("id"))
-    query = "SELECT id, team FROM labelled ORDER BY team DESC, id LIMIT 9"
-    con = duckdb.connect()
-    con.register("labelled", table)
-    with dbapi.connect(made.uri) as conn:
-        assert same_answer(canonical(through_driver(conn, query)), canonical(con.sql(query).to_arrow_table()))
+    assert sql_answers_as_duckdb(made, table, "SELECT id, team FROM labelled ORDER BY team DESC, id LIMIT 9")
     assert alive(made)
 
 
 def test_a_key_rows_cannot_be_ordered_by_is_refused_with_a_code_and_every_node_keeps_serving(labelled):
-    import duckdb
-
     from flightpart import wire
 
     made, table = labelled
@@ -134,9 +136,5 @@ def test_a_key_rows_cannot_be_ordered_by_is_refused_with_a_code_and_every_node_k
         assert alive(made)
         assert ds.top(2, "id").column("id").to_pylist() == [0, 1]
     # SQL orders by what DuckDB can order: answered whole, as DuckDB answers it
-    query = "SELECT id, tags FROM labelled ORDER BY tags DESC, id LIMIT 4"
-    con = duckdb.connect()
-    con.register("labelled", table)
-    with dbapi.connect(made.uri) as conn:
-        assert same_answer(canonical(through_driver(conn, query)), canonical(con.sql(query).to_arrow_table()))
+    assert sql_answers_as_duckdb(made, table, "SELECT id, tags FROM labelled ORDER BY tags DESC, id LIMIT 4")
     assert alive(made)

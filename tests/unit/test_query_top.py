@@ -28,7 +28,7 @@ def messy(rows: int, seed: int) -> pa.Table:
 ])
 def test_each_partitions_first_rows_hold_the_answer_of_pyarrow_and_of_duckdb(keys):
     whole = messy(3_000, 1)
-    want = top.spec(25, keys, whole.column_names)
+    want = top.spec(25, keys, whole.schema)
     parts = [whole.slice(start, 500) for start in range(0, 3_000, 500)]
     kept = pa.concat_tables([top.candidates(p, want) for p in parts])
     assert kept.num_rows <= 6 * 25 + pc_nan_rows(whole)
@@ -50,20 +50,48 @@ def pc_nan_rows(table: pa.Table) -> int:
 
 def test_a_partition_smaller_than_the_limit_is_sent_whole_and_a_limit_of_zero_sends_nothing():
     t = messy(10, 2).drop_columns(["x"])
-    assert top.candidates(t, top.spec(50, "k", t.column_names)).equals(t)
-    assert top.candidates(t, top.spec(0, "k", t.column_names)).num_rows == 0
+    assert top.candidates(t, top.spec(50, "k", t.schema)).equals(t)
+    assert top.candidates(t, top.spec(0, "k", t.schema)).num_rows == 0
 
 
 def test_bad_keys_are_clear_errors():
-    names = ["x", "k"]
+    schema = pa.schema([("x", pa.float64()), ("k", pa.int64()), ("l", pa.list_(pa.int64()))])
     for limit, by, word in ((-1, "k", "limit"), (3, [], "at least one"), (3, "nope", "unknown column"),
                             (3, ("k", "sideways"), "expected"), (3, ("k", "ascending", "middle"), "expected"),
-                            (3, [1], "expected")):
+                            (3, [1], "expected"), (3, "l", "cannot be ordered by 'l'")):
         with pytest.raises(ValueError, match=word):
-            top.spec(limit, by, names)
+            top.spec(limit, by, schema)
     with pytest.raises(RequestRejected) as info:
         top.candidates(pa.table({"a": [1, 2]}), TopRows((SortKey("b"),), 1))
     assert info.value.field == "ticket.top"
+
+
+@pytest.mark.parametrize("values", [
+    pa.array([[2], [1], [3]] * 4), pa.array([{"a": 2}, {"a": 1}, {"a": 3}] * 4),
+    pa.array([[("a", 2)], [("b", 1)], [("c", 3)]] * 4, pa.map_(pa.string(), pa.int64())),
+    pa.array(["b", "a", "c"] * 4, pa.string_view()), pa.array([2, 1, 3] * 4, pa.float16()),
+    pa.array([pa.MonthDayNano([2, 0, 0]), pa.MonthDayNano([1, 0, 0]), pa.MonthDayNano([3, 0, 0])] * 4),
+    pa.array([b"b" * 16, b"a" * 16, b"c" * 16] * 4, pa.uuid()),
+], ids=lambda v: str(v.type))
+def test_a_key_arrow_cannot_order_is_refused_before_arrow_sees_it(values):
+    """Arrow's select_k kills the process on such a key: the check runs first (a crash would end this test run)."""
+    t = pa.table({"key": values, "k": range(len(values))})
+    with pytest.raises(RequestRejected, match="cannot be ordered by 'key'") as info:
+        top.candidates(t, TopRows((SortKey("key"),), 2))
+    assert info.value.field == "ticket.top"
+    with pytest.raises(RequestRejected, match="cannot be ordered"):
+        top.first(t, TopRows((SortKey("key"),), 2))
+
+
+def test_a_dictionary_key_orders_by_its_values_whatever_its_dictionary():
+    words = ["pear", "apple", None, "fig", "apple", "kiwi"] * 5
+    chunks = [pa.array(words[:12]).dictionary_encode(), pa.DictionaryArray.from_arrays(
+        pa.array([1, 0, 1, None, 0, 1] * 3, pa.int32()), pa.array(["zebra", "ant"]))]
+    t = pa.table({"w": pa.chunked_array(chunks), "k": range(30)})
+    decoded = t.set_column(0, "w", t.column("w").cast(pa.string()))
+    for keys in ([("w", "ascending"), ("k", "ascending")], [("w", "descending", "at_start"), ("k", "descending")]):
+        want = top.spec(7, keys, t.schema)
+        assert top.first(top.candidates(t, want), want).column("k").equals(decoded.sort_by(keys).slice(0, 7).column("k"))
 
 
 def test_a_ticket_refuses_first_rows_of_an_aggregate_without_keys_or_of_several_partitions():
