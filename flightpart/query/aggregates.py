@@ -170,18 +170,40 @@ def _named_twice(names: Sequence[str]) -> str | None:
     return None
 
 
+def _read_columns(agg: Aggregate) -> list[str]:
+    """The columns an aggregate groups by and aggregates (computed ones by their names), keys first."""
+    return list(dict.fromkeys([*agg.by, *(c for c, f in agg.functions if f != "count_all")]))
+
+
+def values_of_dictionaries(table: pa.Table, columns: Sequence[str]) -> pa.Table:
+    """``table`` with each dictionary-encoded column of ``columns`` decoded to its values.
+
+    Partials are computed and combined over values, never over dictionaries: Arrow's counts count a
+    dictionary's indices, not its values (a value that is null was counted), some of its kernels kill the process
+    on a dictionary (``count`` over one of the null type; ``unify_dictionaries`` over a grouping's keys, whose
+    slots under a null it leaves unset), and partitions' dictionaries differ. :func:`combine` encodes the keys
+    again, so a result has the types pyarrow's own ``group_by`` gives."""
+    for name in columns:
+        i = table.schema.get_field_index(name)
+        if i >= 0 and pa.types.is_dictionary(table.schema.field(i).type):
+            column = table.column(i)
+            table = table.set_column(i, name, column.cast(column.type.value_type))
+    return table
+
+
 def partial(table: pa.Table, agg: Aggregate) -> pa.Table:
     """One partition's partial result: the keys, then one column ``p{k}`` per partial function."""
     twice = _named_twice(agg.by)
     if twice is not None:
         raise RequestRejected(f"ticket.aggregate: grouped by {twice!r} twice", field="ticket.aggregate")
     table = with_computed(table, agg)
-    for column in dict.fromkeys([*agg.by, *(c for c, f in agg.functions if f != "count_all")]):
+    read = _read_columns(agg)
+    for column in read:
         if column not in table.column_names:
             raise RequestRejected(f"ticket.aggregate: no column {column!r} in this partition", field="ticket.aggregate")
     pairs = _partial_pairs(agg)
     try:
-        table = _with_exact_columns(table, pairs)
+        table = _with_exact_columns(values_of_dictionaries(table, read), pairs)
         result = table.group_by(list(agg.by), use_threads=False).aggregate([_arrow_pair(c, f) for c, f in pairs])
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
         raise RequestRejected(f"ticket.aggregate: {str(exc)[:200]}", field="ticket.aggregate") from None
@@ -231,8 +253,8 @@ def _each_group_once(tables: Sequence[pa.Table], by: Sequence[str]) -> None:
         origin += "_"
     keys = [t.select(list(by)).append_column(origin, pa.array(np.full(t.num_rows, k, np.int64)))
             for k, t in enumerate(tables)]
-    try:  # batches may carry dictionaries of their own: one dictionary per key before grouping
-        merged = pa.concat_tables(keys).unify_dictionaries().combine_chunks()
+    try:  # keys are values (checked_partials held them to partial_schema's types), never dictionaries to unify
+        merged = pa.concat_tables(keys).combine_chunks()
         counted = merged.group_by([*by, origin], use_threads=False).aggregate([([], "count_all")])
     except pa.ArrowException as exc:
         raise ServerError(f"a node's partial aggregate: its keys cannot be grouped ({str(exc)[:200]}); not used") from None
@@ -245,16 +267,15 @@ def _each_group_once(tables: Sequence[pa.Table], by: Sequence[str]) -> None:
 
 def combine(partials: Sequence[pa.Table], agg: Aggregate, schema: pa.Schema) -> pa.Table:
     """The final result from every partition's partial (``schema``: the dataset's, for an empty result's types)."""
+    empty = _empty_result(agg, schema)
     if not partials:
-        empty = _with_exact_columns(with_computed(schema.empty_table(), agg), agg.functions)
-        result = empty.group_by(list(agg.by), use_threads=False).aggregate([_arrow_pair(c, f) for c, f in agg.functions])
-        return result.rename_columns([*agg.by, *(_output_name(c, f) for c, f in agg.functions)])
+        return empty
     pairs = _partial_pairs(agg)
     merged = pa.concat_tables(partials, promote_options="permissive")
     rolled = merged.group_by(list(agg.by), use_threads=False).aggregate(
         [(f"p{k}", _combined_by(f)) for k, (_c, f) in enumerate(pairs)])
     index = {pair: rolled.column(f"p{k}_{_combined_by(pair[1])}") for k, pair in enumerate(pairs)}
-    arrays, names = [rolled.column(k) for k in agg.by], list(agg.by)
+    arrays, names = [_as_key(rolled.column(k), empty.schema.field(i).type) for i, k in enumerate(agg.by)], list(agg.by)
     for column, function in agg.functions:
         if function == "mean":
             total, count = index[(column, "exact_sum")], index[(column, "count")]
@@ -268,6 +289,31 @@ def combine(partials: Sequence[pa.Table], agg: Aggregate, schema: pa.Schema) -> 
         names.append(_output_name(column, function))
     return pa.table(arrays, names=names)
 
+
+def _empty_result(agg: Aggregate, schema: pa.Schema) -> pa.Table:
+    """The result over no rows, with the types pyarrow's ``group_by`` gives (a dictionary key stays one; what is
+    aggregated is its values, as in :func:`partial`); RequestRejected for what Arrow cannot aggregate."""
+    empty = with_computed(schema.empty_table(), agg)
+    keys = set(agg.by)
+    empty = _with_exact_columns(values_of_dictionaries(empty, [c for c in _read_columns(agg) if c not in keys]),
+                                agg.functions)
+    try:
+        result = empty.group_by(list(agg.by), use_threads=False).aggregate([_arrow_pair(c, f) for c, f in agg.functions])
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+        raise RequestRejected(f"aggregate: {str(exc)[:200]}", field="aggregate") from None
+    return result.rename_columns([*agg.by, *(_output_name(c, f) for c, f in agg.functions)])
+
+
+def _as_key(values: pa.ChunkedArray, wanted: pa.DataType) -> pa.ChunkedArray:
+    """A combined key column as ``wanted``: a key grouped by its values is encoded again when pyarrow's
+    ``group_by`` gives a dictionary (with the index type it gives when the values fit)."""
+    if not pa.types.is_dictionary(wanted) or pa.types.is_dictionary(values.type):
+        return values
+    encoded = pc.dictionary_encode(values)
+    try:
+        return encoded.cast(wanted)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return encoded
 
 
 def _combined_by(function: str) -> str:
