@@ -96,6 +96,7 @@ from .auth import admit_stream, authorize, credential_of, wall_clock
 from .base import Action, ServiceBase, action_table, boundary, flight_error
 from .beats import ANSWER_SECONDS, DatagramBeats
 from .store import PartitionStore, StoredPartition
+from .substrait_check import SubstraitChecker
 from .telemetry import describe
 
 log = logging.getLogger("flightpart.node")
@@ -252,6 +253,7 @@ class NodeServer(ServiceBase):
         self.pool = ConnectionPool(access)
         self.datagrams = DatagramBeats(access.token, timeout=min(ANSWER_SECONDS, max(0.25, heartbeat_interval / 2)))
         self.assembler = Assembler(self.store, self.pool, self.uri, lambda: self.catalog_uri, self.counters.add)
+        self.filters = SubstraitChecker()  # a ticket's filter is read by a child process first: some abort Arrow
         self._stopping = threading.Event()
         self.registered = threading.Event()
         self.last_contact: float | None = None  # monotonic time of the catalog's last answer
@@ -370,6 +372,7 @@ class NodeServer(ServiceBase):
         inprocess.unregister(self.uri)
         self.datagrams.close()
         super().shutdown()
+        self.filters.close()
 
     def free_bytes(self) -> int | None:
         try:
@@ -619,6 +622,8 @@ class NodeServer(ServiceBase):
             guard = admit_stream(context, call.peer)
             if spec.more is not None:
                 return self._several(spec, guard)
+            if spec.filter is not None:
+                self.filters.check(spec.filter)
             table = apply_ticket(self.store.open(spec.dataset, spec.version, spec.part), spec.columns, spec.rows, spec.filter,
                                  spec.matched, spec.aggregate, bool(spec.row_numbers), spec.top)
             compressed = write_options(table, spec.compression)

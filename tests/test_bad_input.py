@@ -245,3 +245,24 @@ def test_an_aggregate_grouped_by_a_key_named_twice_is_refused_by_the_client_and_
         flight.connect(guarded.nodes[0].uri).do_get(flight.Ticket(ticket.encode())).read_all()
     assert code_of(caught.value) == "INVALID_REQUEST" and "'a' twice" in str(caught.value)
     still_serving(guarded)
+
+
+def test_a_filter_that_aborts_arrows_substrait_reader_is_refused_and_the_node_lives(guarded):
+    """Substrait bytes whose decimal type has precision 0 abort pyarrow's reader (SIGABRT, beyond any except): the
+    node reads each new filter in a checker process first, refuses this one with a code, and goes on serving."""
+    import pyarrow.compute as pc
+    import pyarrow.substrait as substrait
+
+    schema = pa.schema([("c", pa.decimal128(10, 2))])
+    raw = bytes(substrait.serialize_expressions([pc.field("c").is_valid()], ["filter"], schema))
+    aborting = raw.replace(b"\x08\x02\x10\x0a", b"\x08\x02\x10\x00")  # Type.Decimal {scale 2, precision 10 -> 0}
+    assert aborting != raw
+    node = flight.connect(guarded.nodes[0].uri)
+    for _ in range(2):  # twice: the second goes to a new checker
+        with pytest.raises(flight.FlightError) as caught:
+            node.do_get(flight.Ticket(wire.Ticket("good", 1, (0, 0), filter=aborting).encode())).read_all()
+        assert code_of(caught.value) == "INVALID_REQUEST" and "Substrait" in str(caught.value)
+    assert guarded.nodes[0].proc.poll() is None
+    with fp.connect(guarded.uri, host="127.0.0.99") as client:
+        assert client.open("good").filter("a < 3").to_arrow().column("a").to_pylist() == [0, 1, 2]
+    still_serving(guarded)

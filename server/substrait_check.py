@@ -1,0 +1,135 @@
+"""Substrait filters received from the network are read once in a child process before the node reads them.
+
+pyarrow's Substrait reader aborts the whole process on some malformed plans (a decimal type whose precision is
+outside 1-38 fails an internal check: SIGABRT), and no exception handler can catch an abort: a client's
+``ticket.filter`` would kill the node, then, retried by the reader, every replica. So each distinct filter is
+first deserialized by a checker process; a filter that kills it is refused with ``INVALID_REQUEST`` (and a new
+checker is started for the next one); one that it survives is remembered, so a filter repeated over many
+partitions is checked once. Whether the filter is a valid one is then the node's own reading's to say.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import select
+import struct
+import subprocess
+import sys
+import threading
+from collections import OrderedDict
+
+from flightpart.errors import RequestRejected, ServerBusy
+
+log = logging.getLogger("flightpart.node")
+
+CHECK_SECONDS = 10.0
+"""How long a checker may take over one filter before it is killed and the filter refused."""
+
+REMEMBERED = 4096
+"""How many filters that read safely are remembered (by their SHA-256)."""
+
+_CHECKER = "from flightpart.server.substrait_check import serve; serve()"
+
+
+class SubstraitChecker:
+    """One node's checker process, started on the first filter and again after a filter killed it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen | None = None
+        self._safe: OrderedDict[bytes, None] = OrderedDict()
+
+    def check(self, raw: bytes) -> None:
+        """Return once ``raw`` is known not to crash Substrait's reader; RequestRejected if it does."""
+        key = hashlib.sha256(raw).digest()
+        with self._lock:
+            if key in self._safe:
+                self._safe.move_to_end(key)
+                return
+            if not self._survives(raw):
+                raise RequestRejected("ticket.filter: not a Substrait filter this node can read (it crashes Arrow's "
+                                      "Substrait reader)", field="ticket.filter")
+            self._safe[key] = None
+            if len(self._safe) > REMEMBERED:
+                self._safe.popitem(last=False)
+
+    def close(self) -> None:
+        """Stop the checker (it also stops by itself when this process ends: its input closes)."""
+        with self._lock:
+            self._stop()
+
+    @property
+    def pid(self) -> int | None:
+        """The checker's process id (None before the first filter, or after one killed it)."""
+        return self._proc.pid if self._proc is not None else None
+
+    def _survives(self, raw: bytes) -> bool:
+        """Whether the checker survives reading ``raw``; a checker that was already gone (killed from outside
+        between two filters) is replaced and asked again, so only a filter that kills a fresh one is refused."""
+        fresh = self._proc is None or self._proc.poll() is not None
+        while True:
+            proc = self._started()
+            try:
+                assert proc.stdin is not None
+                proc.stdin.write(struct.pack("<I", len(raw)) + raw)
+                proc.stdin.flush()
+                answer = _read_within(proc, CHECK_SECONDS)
+            except OSError:
+                answer = b""
+            if answer == b"1":
+                return True
+            returncode = proc.poll()
+            self._stop()
+            if not fresh:
+                fresh = True
+                continue
+            log.warning("a ticket's filter %s the Substrait checker (%s); refused", "killed" if returncode else "stalled",
+                        f"exit {returncode}" if returncode is not None else f"no answer in {CHECK_SECONDS:g} s")
+            return False
+
+    def _started(self) -> subprocess.Popen:
+        if self._proc is None or self._proc.poll() is not None:
+            try:
+                self._proc = subprocess.Popen([sys.executable, "-c", _CHECKER], stdin=subprocess.PIPE,
+                                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+            except OSError as exc:
+                raise ServerBusy(f"cannot check the ticket's filter now ({exc}); retry shortly") from None
+        return self._proc
+
+    def _stop(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            proc.kill()
+            proc.wait()
+            for stream in (proc.stdin, proc.stdout):
+                if stream is not None:
+                    stream.close()
+
+
+def _read_within(proc: subprocess.Popen, seconds: float) -> bytes:
+    """One answer byte from the checker, or b"" if it died or took longer than ``seconds``."""
+    assert proc.stdout is not None
+    ready, _, _ = select.select([proc.stdout], [], [], seconds)
+    return os.read(proc.stdout.fileno(), 1) if ready else b""
+
+
+def serve() -> None:
+    """The checker: reads length-prefixed Substrait bytes from stdin and answers b"1" for each it survived."""
+    import pyarrow as pa
+    import pyarrow.substrait as substrait
+
+    source, sink = sys.stdin.buffer, sys.stdout.buffer
+    while True:
+        head = source.read(4)
+        if len(head) < 4:
+            return
+        (size,) = struct.unpack("<I", head)
+        raw = source.read(size)
+        try:
+            substrait.deserialize_expressions(pa.py_buffer(raw))
+        except Exception:  # an error is the node's own reading's to report; only surviving is asked here
+            pass
+        sink.write(b"1")
+        sink.flush()

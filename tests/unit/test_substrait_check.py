@@ -1,0 +1,61 @@
+"""A filter that aborts Arrow's Substrait reader kills the checker process, never its caller: refused, and the next
+filter is checked by a new checker; a filter read once is not sent to the checker again."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.substrait as substrait
+import pytest
+
+from flightpart.errors import RequestRejected
+from flightpart.server.substrait_check import SubstraitChecker
+
+DECIMAL = pa.schema([("c", pa.decimal128(10, 2))])
+
+
+def aborting_filter() -> bytes:
+    """A filter whose decimal type has precision 0: Arrow's reader aborts the process on it (SIGABRT)."""
+    raw = bytes(substrait.serialize_expressions([pc.field("c").is_valid()], ["filter"], DECIMAL))
+    precision_10 = b"\x08\x02\x10\x0a"  # Type.Decimal {scale: 2, precision: 10}
+    assert raw.count(precision_10) == 1
+    return raw.replace(precision_10, b"\x08\x02\x10\x00")
+
+
+def good_filter(limit: int) -> bytes:
+    return bytes(substrait.serialize_expressions([pc.field("c") > pa.scalar(limit, pa.decimal128(10, 2))], ["filter"],
+                                                  DECIMAL))
+
+
+def test_a_filter_that_aborts_the_reader_is_refused_and_the_next_is_checked_by_a_new_checker():
+    checker = SubstraitChecker()
+    try:
+        checker.check(good_filter(1))
+        first = checker.pid
+        with pytest.raises(RequestRejected, match="crashes Arrow's Substrait reader") as info:
+            checker.check(aborting_filter())
+        assert info.value.field == "ticket.filter" and checker.pid is None
+        checker.check(good_filter(2))
+        assert checker.pid not in (None, first)
+        # a checker killed from outside between two filters is replaced, and the next filter is not refused for it
+        os.kill(checker.pid, signal.SIGKILL)
+        checker.check(good_filter(3))
+        # bytes that are no filter at all are the node's own reading's to refuse: the checker survives them
+        checker.check(b"\x00not substrait")
+    finally:
+        checker.close()
+
+
+def test_a_filter_read_once_is_not_checked_again():
+    checker = SubstraitChecker()
+    try:
+        checker.check(good_filter(5))
+        asked = checker.pid
+        os.kill(asked, signal.SIGKILL)  # a checker asked again would be replaced by a new one
+        checker.check(good_filter(5))
+        assert checker.pid == asked
+    finally:
+        checker.close()
