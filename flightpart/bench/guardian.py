@@ -8,8 +8,8 @@ the kernel has since given to another process is never signalled) and each folde
 bench, and the pipe's end without a last ``done`` line means the bench died: it thaws and stops every process it
 was told of and removes the folders.
 
-Run as ``python -m flightpart.bench.guardian`` by :class:`Guardian`, in a session of its own (a Ctrl-C or a
-signal to the bench's process group does not reach it).
+Started by :class:`Guardian` (:data:`WATCHER_ARGV`), in a session of its own: a Ctrl-C or a signal to the bench's
+process group does not reach it.
 """
 
 from __future__ import annotations
@@ -23,6 +23,9 @@ from collections.abc import Iterable
 
 import psutil
 
+WATCHER_ARGV = [sys.executable, "-c", "from flightpart.bench.guardian import main; main()"]
+"""The watcher's command (not ``-m``: the bench package imports this module, and runpy warns of running it so)."""
+
 STOP_SECONDS = 10.0
 """How long the watcher waits for the processes it sent SIGTERM to before it kills them."""
 
@@ -32,8 +35,7 @@ class Guardian:
 
     def __init__(self) -> None:
         self._told: set[int] = set()
-        self._proc = subprocess.Popen([sys.executable, "-m", "flightpart.bench.guardian"], stdin=subprocess.PIPE,
-                                      text=True, start_new_session=True)
+        self._proc = subprocess.Popen(WATCHER_ARGV, stdin=subprocess.PIPE, text=True, start_new_session=True)
 
     def watch(self, pids: Iterable[int]) -> None:
         """Processes to thaw and stop if the bench dies (each told once; one gone already is skipped)."""
@@ -110,7 +112,3 @@ def main() -> None:
         elif kind == "folder":
             folders.append(rest)
     clean_up(pids, folders)
-
-
-if __name__ == "__main__":
-    main()

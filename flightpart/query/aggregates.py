@@ -213,7 +213,11 @@ def partial(table: pa.Table, agg: Aggregate) -> pa.Table:
 
 def partial_schema(agg: Aggregate, schema: pa.Schema) -> pa.Schema:
     """The schema every partition's partial of ``agg`` has over a dataset of ``schema``."""
-    return partial(schema.empty_table(), agg).schema
+    try:
+        empty = schema.empty_table()
+    except pa.ArrowNotImplementedError as exc:  # a union column: Arrow cannot make it empty, nor aggregate it
+        raise RequestRejected(f"aggregate: {str(exc)[:200]}", field="aggregate") from None
+    return partial(empty, agg).schema
 
 
 def checked_partials(tables: Sequence[pa.Table], agg: Aggregate, expected: pa.Schema, most_rows: int) -> list[pa.Table]:

@@ -95,6 +95,8 @@ def decode(raw: bytes) -> tuple[pc.Expression, pa.Schema]:
 def apply(table: pa.Table, raw: bytes) -> pa.Table:
     """The rows of ``table`` the encoded filter keeps, in order (the columns it reads must be in ``table``)."""
     expression, bound = decode(raw)
+    if len(set(bound.names)) != len(bound.names):
+        raise RequestRejected("ticket.filter: bound to a schema that names a column twice", field="ticket.filter")
     for field in bound:
         if field.name not in table.column_names:
             raise RequestRejected(f"ticket.filter: reads column {field.name!r}, which this partition does not have "

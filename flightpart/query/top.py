@@ -104,10 +104,26 @@ def candidates(table: pa.Table, top: TopRows) -> pa.Table:
     if nan is not None and pc.any(nan).as_py():
         chosen = pc.unique(pa.concat_arrays([chosen.cast(pa.uint64()),
                                              pc.indices_nonzero(nan).cast(pa.uint64())]))
-    return table.take(chosen)
+    return _taken(table, chosen)
 
 
 def first(table: pa.Table, top: TopRows) -> pa.Table:
     """The first ``top.limit`` rows of ``table`` by the keys, in order (as ``table.sort_by(keys)[:limit]``)."""
     keys, order = _keys(table, top, "top")
-    return table.take(pc.sort_indices(keys, sort_keys=order)[:top.limit])
+    return _taken(table, pc.sort_indices(keys, sort_keys=order)[:top.limit])
+
+
+def _taken(table: pa.Table, indices: pa.Array) -> pa.Table:
+    """``table.take(indices)``; a dictionary column whose chunks have dictionaries with nulls (which Arrow cannot
+    unify to take across chunks) is taken from its values and encoded again as it was."""
+    try:
+        return table.take(indices)
+    except pa.ArrowInvalid:
+        columns = []
+        for column in table.columns:
+            if pa.types.is_dictionary(column.type) and column.num_chunks > 1:
+                values = column.cast(column.type.value_type).take(indices)
+                columns.append(pc.dictionary_encode(values).cast(column.type))
+            else:
+                columns.append(column.take(indices))
+        return pa.table(columns, schema=table.schema)

@@ -56,6 +56,9 @@ def test_a_node_refuses_filters_that_do_not_fit_its_partition():
     non_boolean = filters.serialize(F("a") + 1, schema)
     with pytest.raises(fp.RequestRejected):
         filters.apply(pa.table({"a": [1]}), non_boolean)
+    twice = filters.serialize(pc.field(0) > 1, pa.schema([("a", pa.int64()), ("a", pa.int64())]))
+    with pytest.raises(fp.RequestRejected, match="names a column twice"):
+        filters.apply(pa.table({"a": [1, 2]}), twice)
 
 
 @pytest.mark.parametrize("text, expected", [

@@ -101,3 +101,15 @@ def test_a_ticket_refuses_first_rows_of_an_aggregate_without_keys_or_of_several_
                 Ticket("d", 1, (0, 0), top=TopRows((), 5)), Ticket("d", 1, (0, 0), top=keys, more=((1, 0),))):
         with pytest.raises(RequestRejected):
             Ticket.decode(bad.encode())
+
+
+def test_a_dictionary_key_whose_chunks_hold_nulls_in_their_dictionaries_is_taken_as_it_was_typed():
+    """Arrow cannot unify such dictionaries to take rows across chunks: the rows are taken from the values and
+    encoded again, so a node's answer keeps the partition's type."""
+    d = pa.DictionaryArray.from_arrays(pa.array([0, 1, 2, 3, 0, 1], pa.int8()), pa.array([1.5, float("nan"), -0.0, None]))
+    t = pa.table({"c": pa.chunked_array([d.slice(0, 2), d.slice(2)]), "k": range(6)})
+    want = TopRows((SortKey("c"),), 1)
+    kept = top.candidates(t, want)
+    assert kept.schema.equals(t.schema)
+    assert sorted(kept.column("k").to_pylist()) == [1, 2, 5]  # the first by value (-0.0), and each NaN
+    assert top.first(kept, want).column("k").to_pylist() == [2]
