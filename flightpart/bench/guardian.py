@@ -19,6 +19,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterable
 
 import psutil
@@ -87,15 +88,33 @@ def clean_up(pids: dict[int, float], folders: list[str]) -> None:
                 proc.send_signal(sig)
             except psutil.Error:
                 pass
-    _gone, left = psutil.wait_procs(procs, timeout=STOP_SECONDS)
+    left = _still_running(procs, STOP_SECONDS)
     for proc in left:
         try:
             proc.kill()
         except psutil.Error:
             pass
-    psutil.wait_procs(left, timeout=STOP_SECONDS)
+    _still_running(left, STOP_SECONDS)
     for folder in folders:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def _still_running(procs: list[psutil.Process], seconds: float) -> list[psutil.Process]:
+    """Those of ``procs`` still running after up to ``seconds`` (a zombie has ended: its parent, not this watcher,
+    is the one to reap it)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        left = [p for p in procs if _running(p)]
+        if not left or time.monotonic() >= deadline:
+            return left
+        time.sleep(0.05)
+
+
+def _running(proc: psutil.Process) -> bool:
+    try:
+        return proc.status() not in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
+    except psutil.Error:
+        return False
 
 
 def main() -> None:
