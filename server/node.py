@@ -91,12 +91,12 @@ from flightpart.wire import (
     parse_put_path,
 )
 
+from . import substrait_check
 from .assembler import Assembler
 from .auth import admit_stream, authorize, credential_of, wall_clock
 from .base import Action, ServiceBase, action_table, boundary, flight_error
 from .beats import ANSWER_SECONDS, DatagramBeats
 from .store import PartitionStore, StoredPartition
-from .substrait_check import SubstraitChecker
 from .telemetry import describe
 
 log = logging.getLogger("flightpart.node")
@@ -253,7 +253,7 @@ class NodeServer(ServiceBase):
         self.pool = ConnectionPool(access)
         self.datagrams = DatagramBeats(access.token, timeout=min(ANSWER_SECONDS, max(0.25, heartbeat_interval / 2)))
         self.assembler = Assembler(self.store, self.pool, self.uri, lambda: self.catalog_uri, self.counters.add)
-        self.filters = SubstraitChecker()  # a ticket's filter is read by a child process first: some abort Arrow
+        self.filters = substrait_check.shared()  # a ticket's filter is read by a child process first: some abort Arrow
         self._stopping = threading.Event()
         self.registered = threading.Event()
         self.last_contact: float | None = None  # monotonic time of the catalog's last answer
@@ -372,7 +372,6 @@ class NodeServer(ServiceBase):
         inprocess.unregister(self.uri)
         self.datagrams.close()
         super().shutdown()
-        self.filters.close()
 
     def free_bytes(self) -> int | None:
         try:

@@ -30,11 +30,26 @@ CHECK_SECONDS = 10.0
 REMEMBERED = 4096
 """How many filters that read safely are remembered (by their SHA-256)."""
 
-_CHECKER = "from flightpart.server.substrait_check import serve; serve()"
+_CHECKER = """
+import struct, sys
+import pyarrow as pa, pyarrow.substrait as substrait
+source, sink = sys.stdin.buffer, sys.stdout.buffer
+while len(head := source.read(4)) == 4:
+    raw = source.read(struct.unpack("<I", head)[0])
+    try:
+        substrait.deserialize_expressions(pa.py_buffer(raw))
+    except Exception:
+        pass
+    sink.write(b"1")
+    sink.flush()
+"""
+"""The checker: reads length-prefixed Substrait bytes and answers b"1" for each it survived (an error is the
+node's own reading's to report; only surviving is asked). It imports pyarrow alone, so it starts in a tenth of a
+second, and it ends when its input closes, as it does when the node's process ends."""
 
 
 class SubstraitChecker:
-    """One node's checker process, started on the first filter and again after a filter killed it."""
+    """A checker process, started on the first filter and again after a filter killed it (see :func:`shared`)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -115,21 +130,15 @@ def _read_within(proc: subprocess.Popen, seconds: float) -> bytes:
     return os.read(proc.stdout.fileno(), 1) if ready else b""
 
 
-def serve() -> None:
-    """The checker: reads length-prefixed Substrait bytes from stdin and answers b"1" for each it survived."""
-    import pyarrow as pa
-    import pyarrow.substrait as substrait
+_shared: SubstraitChecker | None = None
+_shared_lock = threading.Lock()
 
-    source, sink = sys.stdin.buffer, sys.stdout.buffer
-    while True:
-        head = source.read(4)
-        if len(head) < 4:
-            return
-        (size,) = struct.unpack("<I", head)
-        raw = source.read(size)
-        try:
-            substrait.deserialize_expressions(pa.py_buffer(raw))
-        except Exception:  # an error is the node's own reading's to report; only surviving is asked here
-            pass
-        sink.write(b"1")
-        sink.flush()
+
+def shared() -> SubstraitChecker:
+    """The process's one checker: the nodes of one process (a test's in-process cluster) share it and what it
+    remembers; it ends with the process."""
+    global _shared
+    with _shared_lock:
+        if _shared is None:
+            _shared = SubstraitChecker()
+        return _shared
