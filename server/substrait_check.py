@@ -28,7 +28,7 @@ CHECK_SECONDS = 10.0
 """How long a checker may take over one filter before it is killed and the filter refused."""
 
 REMEMBERED = 4096
-"""How many filters that read safely are remembered (by their SHA-256)."""
+"""How many filters are remembered (by their SHA-256), read safely or refused."""
 
 _CHECKER = """
 import struct, sys
@@ -54,21 +54,23 @@ class SubstraitChecker:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._proc: subprocess.Popen | None = None
-        self._safe: OrderedDict[bytes, None] = OrderedDict()
+        self._known: OrderedDict[bytes, bool] = OrderedDict()  # SHA-256 -> survived (a refusal is kept too: a
+        # client repeating a filter that kills the checker must not make the node start a checker each time)
 
     def check(self, raw: bytes) -> None:
         """Return once ``raw`` is known not to crash Substrait's reader; RequestRejected if it does."""
         key = hashlib.sha256(raw).digest()
         with self._lock:
-            if key in self._safe:
-                self._safe.move_to_end(key)
-                return
-            if not self._survives(raw):
-                raise RequestRejected("ticket.filter: not a Substrait filter this node can read (it crashes Arrow's "
-                                      "Substrait reader)", field="ticket.filter")
-            self._safe[key] = None
-            if len(self._safe) > REMEMBERED:
-                self._safe.popitem(last=False)
+            survived = self._known.get(key)
+            if survived is None:
+                survived = self._known[key] = self._survives(raw)
+                if len(self._known) > REMEMBERED:
+                    self._known.popitem(last=False)
+            else:
+                self._known.move_to_end(key)
+        if not survived:
+            raise RequestRejected("ticket.filter: not a Substrait filter this node can read (it crashes Arrow's "
+                                  "Substrait reader)", field="ticket.filter")
 
     def close(self) -> None:
         """Stop the checker (it also stops by itself when this process ends: its input closes)."""

@@ -258,7 +258,7 @@ def test_a_filter_that_aborts_arrows_substrait_reader_is_refused_and_the_node_li
     aborting = raw.replace(b"\x08\x02\x10\x0a", b"\x08\x02\x10\x00")  # Type.Decimal {scale 2, precision 10 -> 0}
     assert aborting != raw
     node = flight.connect(guarded.nodes[0].uri)
-    for _ in range(2):  # twice: the second goes to a new checker
+    for _ in range(2):  # twice: the second is refused from what the node remembers, with the same code
         with pytest.raises(flight.FlightError) as caught:
             node.do_get(flight.Ticket(wire.Ticket("good", 1, (0, 0), filter=aborting).encode())).read_all()
         assert code_of(caught.value) == "INVALID_REQUEST" and "Substrait" in str(caught.value)

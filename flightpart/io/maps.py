@@ -15,8 +15,9 @@ import threading
 import time
 import weakref
 from collections import OrderedDict
+from collections.abc import Callable
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 
@@ -65,36 +66,34 @@ def file_size(table: pa.Table) -> int | None:
         return None if known is None else known.file_bytes
 
 
-def stored_nbytes(table: pa.Table) -> int:
-    """``table.nbytes``, worked out once per map for a table a :class:`MappedFiles` holds and remembered with it:
-    it walks every batch of the map (10 microseconds per 1 MiB batch, 8 ms before a 945 MiB partition is sent)."""
+def _remembered(table: pa.Table, slot: str, work_out: Callable[[pa.Table], Any]) -> Any:
+    """``work_out(table)``, worked out once per map for a table a :class:`MappedFiles` holds and kept in its
+    :class:`_Sizes` under ``slot`` (outside the lock: two first askers may both work it out, to the same value)."""
     with _sizes_lock:
         known = _sizes_of(table)
-        if known is not None and known.nbytes is not None:
-            return known.nbytes
-    nbytes = table.nbytes
+        if known is not None and getattr(known, slot) is not None:
+            return getattr(known, slot)
+    value = work_out(table)
     with _sizes_lock:
         known = _sizes_of(table)
         if known is not None:
-            known.nbytes = nbytes
-    return nbytes
+            setattr(known, slot, value)
+    return value
+
+
+def stored_nbytes(table: pa.Table) -> int:
+    """``table.nbytes``, once per map: it walks every batch of the map (10 microseconds per 1 MiB batch, 8 ms
+    before a 945 MiB partition is sent)."""
+    return _remembered(table, "nbytes", lambda t: t.nbytes)
 
 
 def stored_facts(table: pa.Table) -> StoredFacts:
-    """``table``'s :class:`StoredFacts` for a stream of it alone, worked out once per map like
-    :func:`stored_nbytes`: even the walk of the schema is a tenth of a small read's time on a node. (A stream of
-    many partitions asks only their bytes: one map each, so nothing it would remember is asked twice.)"""
-    with _sizes_lock:
-        known = _sizes_of(table)
-        if known is not None and known.facts is not None:
-            return known.facts
-    facts = StoredFacts(stored_nbytes(table), table.column(0).num_chunks if table.num_columns else 0,
-                        any(pa.types.is_dictionary(field.type) for field in table.schema))
-    with _sizes_lock:
-        known = _sizes_of(table)
-        if known is not None:
-            known.facts = facts
-    return facts
+    """``table``'s :class:`StoredFacts` for a stream of it alone, once per map: even the walk of the schema is a
+    tenth of a small read's time on a node. (A stream of many partitions asks only their bytes: one map each, so
+    nothing it would remember is asked twice.)"""
+    return _remembered(table, "facts", lambda t: StoredFacts(
+        stored_nbytes(t), t.column(0).num_chunks if t.num_columns else 0,
+        any(pa.types.is_dictionary(field.type) for field in t.schema)))
 
 
 def mapped_bytes(whole: pa.Table, part: pa.Table) -> int:

@@ -70,10 +70,9 @@ def orderable(data_type: pa.DataType) -> bool:
             or t.is_large_binary(data_type) or t.is_fixed_size_binary(data_type))
 
 
-def _keys(table: pa.Table, top: TopRows, where: str) -> tuple[pa.Table, list[tuple[str, str, str]]]:
-    """The sort keys' columns as a table of their own (``k0``, ``k1``, …: a column named twice is two keys), a
-    dictionary-encoded one decoded to its values, and pyarrow's ``sort_keys`` over it; RequestRejected for a
-    column the table lacks or cannot be ordered by (see :func:`orderable`)."""
+def _checked(table: pa.Table, top: TopRows, where: str) -> list[pa.ChunkedArray]:
+    """The sort keys' columns of ``table``; RequestRejected for a column the table lacks or cannot be ordered by
+    (see :func:`orderable`)."""
     columns = []
     for key in top.keys:
         if key.column not in table.column_names:
@@ -83,18 +82,26 @@ def _keys(table: pa.Table, top: TopRows, where: str) -> tuple[pa.Table, list[tup
         if not orderable(column.type):
             raise RequestRejected(f"{where}: rows cannot be ordered by {key.column!r}, a column of {column.type}",
                                   field=where)
-        columns.append(column.cast(column.type.value_type) if pa.types.is_dictionary(column.type) else column)
+        columns.append(column)
+    return columns
+
+
+def _keys(columns: list[pa.ChunkedArray], top: TopRows) -> tuple[pa.Table, list[tuple[str, str, str]]]:
+    """The checked key columns as a table of their own (``k0``, ``k1``, …: a column named twice is two keys), a
+    dictionary-encoded one decoded to its values, and pyarrow's ``sort_keys`` over it."""
     names = [f"k{i}" for i in range(len(columns))]
     order = [(name, "descending" if k.descending else "ascending", "at_start" if k.nulls_first else "at_end")
              for name, k in zip(names, top.keys)]
-    return pa.table(columns, names=names), order
+    decoded = [c.cast(c.type.value_type) if pa.types.is_dictionary(c.type) else c for c in columns]
+    return pa.table(decoded, names=names), order
 
 
 def candidates(table: pa.Table, top: TopRows) -> pa.Table:
     """What one partition sends: its first ``top.limit`` rows by the keys, and every row with a NaN key."""
-    keys, order = _keys(table, top, "ticket.top")
+    columns = _checked(table, top, "ticket.top")
     if table.num_rows <= top.limit:
         return table
+    keys, order = _keys(columns, top)
     chosen = pc.select_k_unstable(keys, top.limit, sort_keys=order) if top.limit else pa.array([], pa.uint64())
     nan = None
     for column in keys.columns:
@@ -109,7 +116,7 @@ def candidates(table: pa.Table, top: TopRows) -> pa.Table:
 
 def first(table: pa.Table, top: TopRows) -> pa.Table:
     """The first ``top.limit`` rows of ``table`` by the keys, in order (as ``table.sort_by(keys)[:limit]``)."""
-    keys, order = _keys(table, top, "top")
+    keys, order = _keys(_checked(table, top, "top"), top)
     return _taken(table, pc.sort_indices(keys, sort_keys=order)[:top.limit])
 
 

@@ -38,6 +38,9 @@ def test_a_filter_that_aborts_the_reader_is_refused_and_the_next_is_checked_by_a
         with pytest.raises(RequestRejected, match="crashes Arrow's Substrait reader") as info:
             checker.check(aborting_filter())
         assert info.value.field == "ticket.filter" and checker.pid is None
+        with pytest.raises(RequestRejected, match="crashes"):  # refused again from memory: no checker started for it
+            checker.check(aborting_filter())
+        assert checker.pid is None
         checker.check(good_filter(2))
         assert checker.pid not in (None, first)
         # a checker killed from outside between two filters is replaced, and the next filter is not refused for it
@@ -57,5 +60,21 @@ def test_a_filter_read_once_is_not_checked_again():
         os.kill(asked, signal.SIGKILL)  # a checker asked again would be replaced by a new one
         checker.check(good_filter(5))
         assert checker.pid == asked
+    finally:
+        checker.close()
+
+
+def test_a_stopped_checker_is_replaced_after_its_time_and_the_filter_still_read(monkeypatch):
+    """SIGSTOP on the checker: the filter waits for CHECK_SECONDS, then a new checker reads it (not refused)."""
+    from flightpart.server import substrait_check
+
+    monkeypatch.setattr(substrait_check, "CHECK_SECONDS", 1.0)
+    checker = SubstraitChecker()
+    try:
+        checker.check(good_filter(6))
+        stopped = checker.pid
+        os.kill(stopped, signal.SIGSTOP)
+        checker.check(good_filter(7))
+        assert checker.pid not in (None, stopped)
     finally:
         checker.close()
