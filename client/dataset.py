@@ -512,8 +512,9 @@ class Dataset:
         j = self._plan.group_with(list(names) + list(self.view.filter.columns if self.view.filter else ()))
         if j is not None:
             parts = self._get([self._plan.ref(b, j, names, top=want) for b in blocks]) if blocks else []
-        else:  # the view spans column groups: each block is read whole and cut here
-            parts = [first_rows.candidates(self._read_block(b), want) for b in blocks]
+            return first_rows.checked_candidates(parts, self.schema)
+        # the view spans column groups: each block is read whole and cut here
+        parts = [first_rows.candidates(self._read_block(b), want) for b in blocks]
         return pa.concat_tables(parts) if parts else self.schema.empty_table()
 
     def read_locals(self) -> dict[tuple[int, int], pa.Table]:

@@ -1,13 +1,17 @@
-"""A node that answers aggregates with what no node would compute: the reader refuses it with a clear error, the SQL
-gateway runs the query whole instead (the right answer, from the node's rows) and says why in its log.
+"""A node that answers aggregates or top rows with what no node would compute: the reader refuses it with a clear
+error, the SQL gateway runs the query whole instead (the right answer, from the node's rows) and says why in its log.
 
-The hostile node is the real node server, serving its own partitions, with its answers to aggregate tickets
-replaced: wrong types, a missing column, more rows than the dataset has, a group twice.
+The hostile node is the real node server, serving its own partitions, with its answers to aggregate and top tickets
+replaced: wrong types, a missing column, more rows than the dataset has, a group twice, string offsets past their
+data (which Arrow's grouping and sorting read out of bounds: that reader runs in a subprocess).
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import subprocess
+import sys
 
 import duckdb
 import numpy as np
@@ -19,6 +23,7 @@ import pytest
 import flightpart as fp
 from flightpart.local.inprocess import InProcessCluster, InProcessNode
 from flightpart.query.aggregates import partial
+from flightpart.query.top import candidates
 from flightpart.server.node import NodeServer
 from flightpart.wire import Ticket
 
@@ -31,6 +36,19 @@ LIES = {
 GLOBAL_LIES = {"a global partial twice": lambda t: pa.concat_tables([t, t])}
 
 
+def _keys_past_their_data(t: pa.Table) -> pa.Table:
+    """The answer with its first column's string offsets pointing far past the keys' bytes (the last offset in range,
+    so the cheap checks of the reader's IPC decoder pass): Arrow's grouping reads out of bounds on it."""
+    keys = t.column(0).combine_chunks()
+    ends = np.frombuffer(keys.buffers()[1], dtype=np.int32, count=len(keys) + 1, offset=4 * keys.offset).copy()
+    ends[1] = 1 << 24
+    lying = pa.Array.from_buffers(pa.string(), len(keys), [None, pa.py_buffer(ends.tobytes()), keys.buffers()[2]])
+    return t.set_column(0, t.field(0), lying)
+
+
+CRASHING_LIES = {"keys whose offsets run past their data": _keys_past_their_data}
+
+
 class LyingNode(NodeServer):
     """A node whose answers to aggregate tickets are ``LIES[lie]`` of the true partial (None: the truth)."""
 
@@ -38,10 +56,11 @@ class LyingNode(NodeServer):
 
     def do_get(self, context, ticket):
         spec = Ticket.decode(ticket.ticket)
-        if spec.aggregate is None or self.lie is None:
+        if (spec.aggregate is None and spec.top is None) or self.lie is None:
             return super().do_get(context, ticket)
-        truth = partial(self.store.open(spec.dataset, spec.version, spec.part), spec.aggregate)
-        return flight.RecordBatchStream({**LIES, **GLOBAL_LIES}[self.lie](truth))
+        rows = self.store.open(spec.dataset, spec.version, spec.part)
+        truth = candidates(rows, spec.top) if spec.aggregate is None else partial(rows, spec.aggregate)
+        return flight.RecordBatchStream({**LIES, **GLOBAL_LIES, **CRASHING_LIES}[self.lie](truth))
 
 
 @pytest.fixture(scope="module")
@@ -101,3 +120,32 @@ def test_a_global_aggregate_takes_one_row_per_partition(liar, lie):
         node.lie = None
     assert got.column("n").to_pylist() == [sales.num_rows]
     assert np.isclose(got.column("total")[0].as_py(), pc.sum(sales.column("amount")).as_py())
+
+
+@pytest.mark.parametrize("lie", sorted(CRASHING_LIES))
+def test_an_answer_arrow_would_read_out_of_bounds_is_refused_in_a_reader_that_survives(liar, lie):
+    """The reader runs in a subprocess: combining such keys, or ordering such top rows, killed it with a signal. It
+    gets the refusal, and SQL
+    (whose gateway combines in the catalog's process, this one) answers from the rows."""
+    client, node, sales = liar
+    node.lie = lie
+    code = f"""
+import json
+import flightpart as fp
+with fp.connect({client.uri!r}) as client:
+    for ask in (lambda ds: ds.aggregate([("amount", "sum")], by=["store"]), lambda ds: ds.top(5, "store")):
+        try:
+            ask(client.open("sales"))
+        except fp.ServerError as exc:
+            print(exc.code, exc)
+    print(json.dumps(client.sql("SELECT count(*) AS n FROM sales GROUP BY store").to_arrow().column("n").to_pylist()))
+"""
+    try:
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180)
+    finally:
+        node.lie = None
+    assert done.returncode == 0, f"the reader ended with {done.returncode}: {done.stderr[-2000:]}"
+    aggregate, top, counts = done.stdout.splitlines()
+    assert aggregate.startswith("INTERNAL a node's partial aggregate") and "not valid Arrow" in aggregate, aggregate
+    assert top.startswith("INTERNAL a node's top rows are not valid Arrow"), top
+    assert sorted(json.loads(counts)) == sorted(pc.value_counts(sales.column("store")).field("counts").to_pylist())

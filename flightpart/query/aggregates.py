@@ -208,7 +208,22 @@ def partial(table: pa.Table, agg: Aggregate) -> pa.Table:
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
         raise RequestRejected(f"ticket.aggregate: {str(exc)[:200]}", field="ticket.aggregate") from None
     arrays = [result.column(k) for k in agg.by] + [result.column(_result_name(c, f)) for c, f in pairs]
+    for (column, function), values in zip(pairs, arrays[len(agg.by):]):
+        _check_sum_fits(values, column, function, "ticket.aggregate")
     return pa.table(arrays, names=[*agg.by, *(f"p{k}" for k in range(len(pairs)))])
+
+
+def _check_sum_fits(values: pa.ChunkedArray, column: str, function: str, where: str) -> None:
+    """RequestRejected when a decimal sum has outgrown its type's precision: Arrow's sum wraps such a value into
+    one its own validation refuses (pyarrow's ``group_by`` hands it on as a wrong number), where DuckDB stops with
+    an overflow error."""
+    if function not in ("sum", "exact_sum") or not pa.types.is_decimal(values.type):
+        return
+    try:
+        values.validate(full=True)
+    except pa.ArrowInvalid:
+        raise RequestRejected(f"{where}: the sum of {column!r} does not fit in {values.type} (an overflow)",
+                              field=where) from None
 
 
 def partial_schema(agg: Aggregate, schema: pa.Schema) -> pa.Schema:
@@ -245,9 +260,27 @@ def checked_partials(tables: Sequence[pa.Table], agg: Aggregate, expected: pa.Sc
                                   f"those asked ({', '.join(map(str, expected.types))[:200]}); not used")
             table = table.cast(expected)  # nullability and metadata as asked
         out.append(table)
+    _all_valid(out)
     if agg.by and any(t.num_rows > 1 for t in out):
         _each_group_once(out, agg.by)
     return out
+
+
+def _all_valid(tables: Sequence[pa.Table]) -> None:
+    """ServerError when one of ``tables`` holds values that are not valid Arrow (string offsets past their data, a
+    decimal past its precision), which a node's honest partial never does and which Arrow's kernels may read out of
+    bounds. Checked over all of them in one pass; partials are a few rows each."""
+    try:
+        pa.concat_tables(tables).validate(full=True)
+        return
+    except pa.ArrowInvalid:
+        pass
+    for table in tables:
+        try:
+            table.validate(full=True)
+        except pa.ArrowInvalid as exc:
+            raise ServerError(f"a node's partial aggregate ({table.num_rows} rows: {', '.join(table.column_names)[:200]}):"
+                              f" its values are not valid Arrow ({str(exc)[:200]}); not used") from None
 
 
 def _each_group_once(tables: Sequence[pa.Table], by: Sequence[str]) -> None:
@@ -279,6 +312,8 @@ def combine(partials: Sequence[pa.Table], agg: Aggregate, schema: pa.Schema) -> 
     rolled = merged.group_by(list(agg.by), use_threads=False).aggregate(
         [(f"p{k}", _combined_by(f)) for k, (_c, f) in enumerate(pairs)])
     index = {pair: rolled.column(f"p{k}_{_combined_by(pair[1])}") for k, pair in enumerate(pairs)}
+    for (column, function), values in index.items():
+        _check_sum_fits(values, column, function, "aggregate")
     arrays, names = [_as_key(rolled.column(k), empty.schema.field(i).type) for i, k in enumerate(agg.by)], list(agg.by)
     for column, function in agg.functions:
         if function == "mean":

@@ -15,7 +15,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from flightpart.errors import RequestRejected
+from flightpart.errors import RequestRejected, ServerError
 from flightpart.wire import SortKey, TopRows
 
 ORDERS = {"ascending": False, "descending": True}
@@ -112,6 +112,22 @@ def candidates(table: pa.Table, top: TopRows) -> pa.Table:
         chosen = pc.unique(pa.concat_arrays([chosen.cast(pa.uint64()),
                                              pc.indices_nonzero(nan).cast(pa.uint64())]))
     return _taken(table, chosen)
+
+
+def checked_candidates(parts: list[pa.Table], schema: pa.Schema) -> pa.Table:
+    """What the nodes sent for a top, as one table: ServerError for what no node would send (columns or types other
+    than the view's ``schema``, values that are not valid Arrow, such as string offsets past their data, which
+    Arrow's sort would read out of bounds). Checked in one pass over all of them; each part is a few rows."""
+    for part in parts:
+        if part.schema.names != schema.names or part.schema.types != schema.types:
+            raise ServerError(f"a node's top rows ({', '.join(map(str, part.schema))[:200]}) are not of the view's columns "
+                              f"and types ({', '.join(map(str, schema))[:200]}); not used")
+    table = pa.concat_tables(parts) if parts else schema.empty_table()
+    try:
+        table.validate(full=True)
+    except pa.ArrowInvalid as exc:
+        raise ServerError(f"a node's top rows are not valid Arrow ({str(exc)[:200]}); not used") from None
+    return table
 
 
 def first(table: pa.Table, top: TopRows) -> pa.Table:
