@@ -243,6 +243,48 @@ def test_the_watcher_stops_only_what_it_was_told_and_nothing_once_the_bench_said
             p.wait(10)
 
 
+def test_a_watcher_killed_from_outside_costs_the_bench_its_safety_net_not_its_run(tmp_path, caplog):
+    from flightpart.bench.guardian import Guardian
+
+    import psutil
+
+    guardian = Guardian()
+    os.kill(guardian.pid, signal.SIGKILL)
+    watcher = psutil.Process(guardian.pid)
+    deadline = time.monotonic() + 60
+    while watcher.status() != psutil.STATUS_ZOMBIE:  # its end of the pipe closed (not reaped: the bench's child)
+        assert time.monotonic() < deadline, "the watcher did not die of SIGKILL"
+        time.sleep(0.02)
+    with caplog.at_level("WARNING", logger="flightpart.bench"):
+        guardian.watch([os.getpid()])
+        guardian.remove(str(tmp_path))
+        guardian.namespaces()
+        guardian.close()
+    assert caplog.text.count("watcher") == 1 and "is gone" in caplog.text
+    assert tmp_path.exists()
+
+
+def test_the_watcher_removes_the_namespaces_of_a_dead_bench(tmp_path):
+    from flightpart.bench.guardian import WATCHER_ARGV
+    from flightpart.local import netcluster
+
+    reason = netcluster.unavailable()
+    if reason is not None:
+        pytest.skip(reason)
+    gone = subprocess.Popen(["true"])
+    gone.wait(30)
+    owned = f"{netcluster.PREFIX}{gone.pid}c0-h1"  # a namespace a bench made, whose process has since ended
+    subprocess.run(["ip", "netns", "add", owned], check=True)
+    try:
+        assert owned in netcluster.namespaces()
+        watcher = subprocess.Popen(WATCHER_ARGV, stdin=subprocess.PIPE, text=True, stderr=subprocess.PIPE)
+        _out, err = watcher.communicate("namespaces\n", timeout=60)
+        assert watcher.returncode == 0 and err == "", err
+        assert owned not in netcluster.namespaces()
+    finally:
+        subprocess.run(["ip", "netns", "del", owned], capture_output=True)
+
+
 def psutil_start(pid: int) -> float:
     import psutil
 

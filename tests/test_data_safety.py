@@ -88,6 +88,7 @@ def test_a_catalog_that_lost_its_state_rebuilds_it_and_no_node_deletes_anything(
         assert client.open("keep", 2).to_arrow().equals(second)
 
 
+@pytest.mark.slow  # a long fault test: behind the marker CI still runs
 def test_a_version_number_handed_out_again_never_overwrites_a_committed_one(cluster):
     """The catalog loses its state and hands out v1 before the nodes re-register: the put takes the next number."""
     c = cluster

@@ -255,6 +255,7 @@ def test_a_file_deleted_while_its_node_was_down_is_not_listed_after_the_restart(
         assert client.open("vanish-down").to_arrow().equals(table)
 
 
+@pytest.mark.slow  # a long fault test: behind the marker CI still runs
 def test_a_disk_read_only_during_a_put_leaves_no_file_once_writable(small_disk, tmp_path):
     data_dir = small_disk / "node"
     with LocalCluster(tmp_path / "ro", nodes=0, heartbeat=0.3) as c:

@@ -32,6 +32,7 @@ def small_cluster(tmp_path):
         yield c
 
 
+@pytest.mark.slow  # a long fault test: behind the marker CI still runs
 def test_replicas_survive_kill_9_during_reads_then_dead_node_repair(small_cluster):
     c = small_cluster
     table = table_of(300_000)

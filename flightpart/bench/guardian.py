@@ -6,7 +6,8 @@ baseline server and its own daemons were left stopped or running for good, and t
 :class:`Guardian` is told each process as the bench starts or freezes it (its pid and start time, so that a pid
 the kernel has since given to another process is never signalled) and each folder; it reads a pipe from the
 bench, and the pipe's end without a last ``done`` line means the bench died: it thaws and stops every process it
-was told of and removes the folders.
+was told of, removes the folders and, when told ``namespaces``, the network namespaces of clusters whose owner is
+gone (``bench --network``: the daemons, drivers and Dask inside them with them).
 
 Started by :class:`Guardian` (:data:`WATCHER_ARGV`), in a session of its own: a Ctrl-C or a signal to the bench's
 process group does not reach it.
@@ -14,6 +15,7 @@ process group does not reach it.
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import signal
@@ -27,6 +29,8 @@ import psutil
 WATCHER_ARGV = [sys.executable, "-c", "from flightpart.bench.guardian import main; main()"]
 """The watcher's command (not ``-m``: the bench package imports this module, and runpy warns of running it so)."""
 
+log = logging.getLogger("flightpart.bench")
+
 STOP_SECONDS = 10.0
 """How long the watcher waits for the processes it sent SIGTERM to before it kills them."""
 
@@ -36,7 +40,13 @@ class Guardian:
 
     def __init__(self) -> None:
         self._told: set[int] = set()
+        self._lost = False
         self._proc = subprocess.Popen(WATCHER_ARGV, stdin=subprocess.PIPE, text=True, start_new_session=True)
+
+    @property
+    def pid(self) -> int:
+        """The watcher's process."""
+        return self._proc.pid
 
     def watch(self, pids: Iterable[int]) -> None:
         """Processes to thaw and stop if the bench dies (each told once; one gone already is skipped)."""
@@ -56,6 +66,10 @@ class Guardian:
         """A folder to remove if the bench dies."""
         self._send(f"folder {os.path.abspath(folder)}\n")
 
+    def namespaces(self) -> None:
+        """Should the bench die, also remove the network namespaces of clusters whose owner is gone (this bench's)."""
+        self._send("namespaces\n")
+
     def close(self) -> None:
         """The bench ended on its own (it stopped what it started): the watcher leaves without doing anything."""
         self._send("done\n")
@@ -63,12 +77,23 @@ class Guardian:
             self._proc.stdin.close()  # type: ignore[union-attr]
         except OSError:
             pass
-        self._proc.wait(30)
+        try:
+            self._proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait(30)
 
     def _send(self, text: str) -> None:
-        if text and self._proc.stdin is not None and not self._proc.stdin.closed:
+        """``text`` to the watcher; a watcher killed from outside costs the bench its safety net, not the run."""
+        if not text or self._lost or self._proc.stdin is None or self._proc.stdin.closed:
+            return
+        try:
             self._proc.stdin.write(text)
             self._proc.stdin.flush()
+        except OSError:  # BrokenPipeError: the watcher is gone
+            self._lost = True
+            log.warning("the bench's watcher (pid %d) is gone: should this bench be killed, what it started is left "
+                        "running", self._proc.pid)
 
 
 def clean_up(pids: dict[int, float], folders: list[str]) -> None:
@@ -121,6 +146,7 @@ def main() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the bench's Ctrl-C is the bench's: its own clean-up runs
     pids: dict[int, float] = {}
     folders: list[str] = []
+    namespaces = False
     for line in sys.stdin:
         kind, _, rest = line.strip().partition(" ")
         if kind == "done":
@@ -130,4 +156,10 @@ def main() -> None:
             pids[int(pid)] = float(started)
         elif kind == "folder":
             folders.append(rest)
+        elif kind == "namespaces":
+            namespaces = True
     clean_up(pids, folders)
+    if namespaces:
+        from flightpart.local.netcluster import sweep
+
+        sweep()

@@ -33,6 +33,7 @@ import pyarrow as pa
 
 from flightpart.local.netcluster import Host, NetCluster, rate_bits, unavailable
 
+from .guardian import Guardian
 from .measure import MIB, Case, Group, only, thaw
 
 BASELINE_BATCHES = (MIB, 4 * MIB, 32 * MIB)
@@ -103,7 +104,8 @@ def measure(groups: Sequence[Group], contenders: dict[str, Contender], runs: int
 class NetworkBench:
     """The namespace (or loopback) cluster with flightpart, raw Flight and Dask on it, and the data in place."""
 
-    def __init__(self, root: Path, rate: str, size: int, kinds: Sequence[str], log: Callable[[str], None]):
+    def __init__(self, root: Path, rate: str, size: int, kinds: Sequence[str], log: Callable[[str], None],
+                 guardian: Guardian | None = None):
         self.loopback = rate == "loopback"
         self.rate = rate
         self.size = size
@@ -111,6 +113,7 @@ class NetworkBench:
         self.root = root
         self.drivers: list[Driver] = []
         self.servers: list[subprocess.Popen] = []
+        self.guardian = guardian
         self.net = NetCluster(root / "cluster", nodes=3, rate=None if self.loopback else rate, loopback=self.loopback,
                               dead_after=3600.0)
         try:
@@ -122,14 +125,20 @@ class NetworkBench:
     def _driver(self, host: Host, kind: str, group: Group, **start: object) -> Driver:
         driver = Driver(host, kind, self.root, **start)
         self.drivers.append(driver)
-        group.pids.append(driver.pid)
+        self._joined(group, driver.pid)
         return driver
 
     def _server(self, host: Host, argv: list[str], group: Group, **kwargs) -> subprocess.Popen:
         proc = host.popen(argv, **kwargs)
         self.servers.append(proc)
-        group.pids.append(proc.pid)
+        self._joined(group, proc.pid)
         return proc
+
+    def _joined(self, group: Group, pid: int) -> None:
+        """``pid`` one of ``group``'s processes, and told to the bench's watcher as it starts."""
+        group.pids.append(pid)
+        if self.guardian is not None:
+            self.guardian.watch([pid])
 
     def _start(self, log: Callable[[str], None]) -> None:
         net = self.net
@@ -140,6 +149,10 @@ class NetworkBench:
         self.raw = Group("raw pyarrow Flight")
         self.dask = Group("dask")
         self.groups = [self.fp, self.raw, self.dask]
+        if self.guardian is not None:
+            for group in self.groups:
+                group.watcher = self.guardian.watch  # a frozen member is thawed and stopped should the bench die
+            self.guardian.watch(self.fp.pids)
         self.fp_far = self._driver(self.far, "flightpart", self.fp, catalog=net.uri)
         self.fp_near = self._driver(self.near, "flightpart", self.fp, catalog=net.uri)
         log(f"[{self.rate}] putting {len(self.kinds)} x 2 datasets of {self.size / MIB:,.0f} MiB ...")
@@ -263,8 +276,16 @@ def run_network_bench(rate: str, size: int = 256 * MIB, *, runs: int = 5, kinds:
             raise RuntimeError(f"bench --network {rate} needs network namespaces: {reason} (try --network loopback)")
     started = time.perf_counter()
     cases: list[Case] = []
+    guardian = Guardian()  # killed in the middle, the bench leaves no process, namespace or folder behind
     with tempfile.TemporaryDirectory(prefix="flightpart-netbench-") as tmp:
-        bench = NetworkBench(Path(tmp), rate, size, kinds, log)
+        guardian.remove(tmp)
+        if rate != "loopback":
+            guardian.namespaces()
+        try:
+            bench = NetworkBench(Path(tmp), rate, size, kinds, log, guardian)
+        except BaseException:
+            guardian.close()  # the bench stopped what it had started
+            raise
         try:
             for kind in kinds:
                 log(f"[{rate}] running: remote partition read ({kind}) ...")
@@ -273,6 +294,7 @@ def run_network_bench(rate: str, size: int = 256 * MIB, *, runs: int = 5, kinds:
                 cases.append(bench.case_whole(kind, runs))
         finally:
             bench.close()
+            guardian.close()
     return {
         "network": rate, "size_bytes": size, "runs": runs, "quick": False, "seconds": time.perf_counter() - started,
         "machine": {"cpus": os.cpu_count(), "memory_bytes": psutil.virtual_memory().total, "python": sys.version.split()[0],

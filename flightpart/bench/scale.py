@@ -35,6 +35,8 @@ import numpy as np
 import psutil
 import pyarrow as pa
 
+from .guardian import Guardian
+
 GOALS = {
     "put_seconds": (50_000, 45.0),
     "commit_seconds": (50_000, 5.0),
@@ -88,7 +90,18 @@ def _seconds(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[float, 
     return time.perf_counter() - t0, out
 
 
-def case_partitions(root: Path, sizes: list[int], log: Callable[[str], None]) -> list[dict]:
+def _daemons(cluster: Any) -> list[int]:
+    """The pids of a local cluster's catalog and nodes."""
+    return [cluster.catalog.pid, *(node.pid for node in cluster.nodes)]
+
+
+def _watch(guardian: Guardian | None, pids: list[int]) -> None:
+    """``pids`` told to the bench's watcher, which stops them should the bench be killed (no watcher: nothing)."""
+    if guardian is not None:
+        guardian.watch(pids)
+
+
+def case_partitions(root: Path, sizes: list[int], log: Callable[[str], None], guardian: Guardian | None = None) -> list[dict]:
     """One dataset of P partitions on three nodes, for each P."""
     from flightpart import protocol
     from flightpart.client import connect
@@ -97,6 +110,7 @@ def case_partitions(root: Path, sizes: list[int], log: Callable[[str], None]) ->
 
     rows = []
     with LocalCluster(root / "partitions", nodes=3) as cluster, connect(cluster.uri, host="127.0.0.2") as client:
+        _watch(guardian, _daemons(cluster))
         _wait_alive(client, 3)
         import dask.dataframe  # noqa: F401  (imported once, outside the timings)
 
@@ -128,13 +142,14 @@ def case_partitions(root: Path, sizes: list[int], log: Callable[[str], None]) ->
     return rows
 
 
-def case_columns(root: Path, sizes: list[int], log: Callable[[str], None]) -> list[dict]:
+def case_columns(root: Path, sizes: list[int], log: Callable[[str], None], guardian: Guardian | None = None) -> list[dict]:
     """One dataset of C columns and :data:`COLUMN_ROWS` rows on three nodes, for each C."""
     from flightpart.client import connect
     from flightpart.local.cluster import LocalCluster
 
     rows = []
     with LocalCluster(root / "columns", nodes=3) as cluster, connect(cluster.uri, host="127.0.0.2") as client:
+        _watch(guardian, _daemons(cluster))
         _wait_alive(client, 3)
         for c in sizes:
             log(f"  {c:,} columns ...")
@@ -193,7 +208,8 @@ def _beat(uri: str, first: int, last: int, interval: float, until: float, sent: 
         in_datagrams.value += taken
 
 
-def case_nodes(root: Path, sizes: list[int], datasets: int, window: float, log: Callable[[str], None]) -> list[dict]:
+def case_nodes(root: Path, sizes: list[int], datasets: int, window: float, log: Callable[[str], None],
+               guardian: Guardian | None = None) -> list[dict]:
     """N simulated nodes heartbeating every 2 s against one catalog; then ``list`` and ``nodes`` with D datasets."""
     from flightpart.client import connect
     from flightpart.local.cluster import LocalCluster
@@ -205,6 +221,7 @@ def case_nodes(root: Path, sizes: list[int], datasets: int, window: float, log: 
         log(f"  {n:,} simulated nodes ...")
         with LocalCluster(root / f"nodes-{n}", nodes=1, first_ip=2, dead_after=10.0) as cluster, \
                 connect(cluster.uri, host="127.0.0.2") as client:
+            _watch(guardian, _daemons(cluster))
             _wait_alive(client, 1)
             for k in range(n):
                 node_id, uri = _simulated(k)
@@ -218,6 +235,7 @@ def case_nodes(root: Path, sizes: list[int], datasets: int, window: float, log: 
                                                      HEARTBEAT_SECONDS, until, sent, in_datagrams)) for s in range(senders)]
             for proc in procs:
                 proc.start()
+            _watch(guardian, [proc.pid for proc in procs])
             # senders started, spread, and past their first round (a catalog takes a node's datagrams after one
             # beat of it over Flight): the window measures the steady state
             time.sleep(min(2.0 + HEARTBEAT_SECONDS, window / 4))
@@ -241,7 +259,7 @@ def case_nodes(root: Path, sizes: list[int], datasets: int, window: float, log: 
     return rows
 
 
-def case_frozen(root: Path, log: Callable[[str], None]) -> dict:
+def case_frozen(root: Path, log: Callable[[str], None], guardian: Guardian | None = None) -> dict:
     """``abort`` and ``drop`` with three of four nodes stopped (SIGSTOP)."""
     import pyarrow.flight as flight
 
@@ -253,6 +271,7 @@ def case_frozen(root: Path, log: Callable[[str], None]) -> dict:
 
     log("  abort and drop with 3 frozen nodes ...")
     with LocalCluster(root / "frozen", nodes=4) as cluster, connect(cluster.uri, host="127.0.0.9") as client:
+        _watch(guardian, _daemons(cluster))  # three of them are frozen below: a killed bench must not leave them so
         _wait_alive(client, 4)
         table = pa.table({"a": np.arange(4_000)})
         client.put("frozen", table, tiling=(4, 1))
@@ -309,16 +328,21 @@ def run_scale(*, quick: bool = False, log: Callable[[str], None] = print) -> dic
     """Every scale case at its sizes (``quick``: small sizes, a smoke test)."""
     sizes = QUICK if quick else FULL
     started = time.perf_counter()
+    guardian = Guardian()  # killed in the middle, the bench leaves no daemon running or frozen, nothing on the disk
     with tempfile.TemporaryDirectory(prefix="flightpart-scale-") as tmp:
+        guardian.remove(tmp)
         root = Path(tmp)
-        log("running: partitions ...")
-        partitions = case_partitions(root, sizes["partitions"], log)
-        log("running: nodes ...")
-        nodes = case_nodes(root, sizes["nodes"], sizes["datasets"], sizes["window"], log)
-        log("running: frozen ...")
-        frozen = case_frozen(root, log)
-        log("running: columns ...")
-        columns = case_columns(root, sizes["columns"], log)
+        try:
+            log("running: partitions ...")
+            partitions = case_partitions(root, sizes["partitions"], log, guardian)
+            log("running: nodes ...")
+            nodes = case_nodes(root, sizes["nodes"], sizes["datasets"], sizes["window"], log, guardian)
+            log("running: frozen ...")
+            frozen = case_frozen(root, log, guardian)
+            log("running: columns ...")
+            columns = case_columns(root, sizes["columns"], log, guardian)
+        finally:
+            guardian.close()
     result = {"quick": quick, "seconds": time.perf_counter() - started, "machine": {"cpus": os.cpu_count()},
               "partitions": partitions, "nodes": nodes, "frozen": frozen, "columns": columns}
     result["goals"] = goals(result)
