@@ -280,8 +280,9 @@ class PartitionStore:
               check_complete: Callable[[int], None] | None = None, *, sync_directory: bool = True) -> StoredPartition:
         """Store one partition atomically; nothing is visible unless all of it is.
 
-        Each batch is checked with ``validate(full=True)`` before it is
-        written. ``check_complete(rows)`` runs before the rename and raises
+        Each batch has been checked with ``validate(full=True)`` by the
+        caller before it gets here (a put's as it arrives, an assembled
+        piece pulled from another node as it is received). ``check_complete(rows)`` runs before the rename and raises
         when the stream was cut short (a cancelled call, a row count that
         does not match the sender's): the temporary file is then removed,
         and so is a version directory the refused put created. With

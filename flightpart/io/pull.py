@@ -18,12 +18,13 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from flightpart.errors import Forbidden, NodeUnavailable, RequestRejected, ServerBusy, Unauthenticated
+from flightpart.errors import Forbidden, NodeUnavailable, RequestRejected, ServerBusy, ServerError, Unauthenticated
 from flightpart.wire import GetNodeInfo, PartHeader, PartRun, Replica, Ticket, error_message
 
 from .compression import RATES
 from .connections import ConnectionPool
 from .errors import translate
+from .soundness import unsound
 from .transfer import TRAFFIC, chunks, read_whole
 from .wakes import thread_wakes, visible
 from .workers import run_in_worker
@@ -55,6 +56,10 @@ class Stalled(Exception):
     """A stream that sent nothing for the idle timeout."""
 
 
+class Unsound(Exception):
+    """A stream whose arrays cannot be read safely (see :mod:`flightpart.io.soundness`): its replica lies."""
+
+
 def read_replicas(pool: ConnectionPool, ticket: Ticket, replicas: Sequence[Replica], what: str,
                   idle_timeout: float = IDLE_TIMEOUT, *, compression: str = "auto",
                   here: frozenset[str] = frozenset(), deadline: float | None = None,
@@ -74,7 +79,10 @@ def read_replicas(pool: ConnectionPool, ticket: Ticket, replicas: Sequence[Repli
     jittered backoff, for up to :data:`BUSY_PATIENCE` seconds. When every
     replica refuses the credential, that refusal is raised, saying why it may
     have happened; any other refusal is raised at once. ``what`` names the
-    partition in the error.
+    partition in the error. What a replica sends is checked before it is
+    returned (:func:`~flightpart.io.soundness.unsound`): a replica whose
+    arrays could not be read safely (a faulty or hostile node) is passed
+    over for the next, and when no replica served, that is ServerError.
 
     ``deadline`` (a ``time.monotonic()`` instant) is when the caller stops
     waiting: every stream ends by it and no replica is asked after it, so a
@@ -84,6 +92,7 @@ def read_replicas(pool: ConnectionPool, ticket: Ticket, replicas: Sequence[Repli
     that should be quick is read in this thread (:func:`is_quick`).
     """
     failures: list[str] = []
+    lied = False
     give_up = time.monotonic() + BUSY_PATIENCE if deadline is None else min(time.monotonic() + BUSY_PATIENCE, deadline)
     delay = 0.05
     while True:
@@ -104,6 +113,9 @@ def read_replicas(pool: ConnectionPool, ticket: Ticket, replicas: Sequence[Repli
             except Stalled:
                 pool.discard(uri)
                 failures.append(f"{uri}: sent nothing for {idle_timeout:g} s and did not answer")
+            except Unsound as exc:
+                lied = True
+                failures.append(f"{uri}: sent arrays that cannot be read safely, not used ({exc})")
             except (pa.ArrowException, ConnectionError, OSError) as exc:
                 error = translate(exc)
                 if isinstance(error, (Unauthenticated, Forbidden)):
@@ -121,6 +133,8 @@ def read_replicas(pool: ConnectionPool, ticket: Ticket, replicas: Sequence[Repli
             break
         time.sleep(delay * (0.5 + random.random()))
         delay = min(delay * 2, 1.0)
+    if lied:
+        raise ServerError(f"{what}: no replica could serve it ({'; '.join(failures[-len(replicas):])})")
     raise NodeUnavailable(f"{what}: no replica could serve it ({'; '.join(failures[-len(replicas):]) or 'no replicas are known'})")
 
 
@@ -183,6 +197,9 @@ def _measured(pool: ConnectionPool, uri: str, ticket: Ticket, idle_timeout: floa
             table = stream(pool, uri, encoded, idle_timeout, deadline, patient=patient, marks=marks)
         received = received_bytes(table)
         TRAFFIC.add(bytes_received=received)
+        why = unsound(table)
+        if why is not None:
+            raise Unsound(why)
         return table
     finally:
         RATES.finished(uri, received, ticket.compression)

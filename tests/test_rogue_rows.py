@@ -1,0 +1,164 @@
+"""A node that answers reads with arrays no reader can read safely: string or list offsets past their data,
+dictionary indices past their dictionary (bytes any peer can send, which pass pyarrow's cheap checks).
+
+Every process that computes on what it receives is attacked: a reader (its own conversions, Polars), the SQL
+gateway inside the catalog, an honest node assembling a repartition. None is killed by a signal: the replica is
+passed over for another, and where there is none the reader gets a coded error. The rogue node, the catalog and
+the honest node run as processes of their own, and each reader in a subprocess, so a crash is seen as a signal.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pyarrow as pa
+import pytest
+
+import flightpart as fp
+from flightpart.local.cluster import LocalCluster
+
+ROGUE = '''
+import sys, time
+import numpy as np
+import pyarrow as pa
+import pyarrow.flight as flight
+from flightpart.query.apply import apply_ticket
+from flightpart.server.node import NodeServer
+from flightpart.wire import Ticket
+
+
+def offsets(t):
+    """The string column's second offset far past its data (the last one in range)."""
+    col = t.column("s").combine_chunks()
+    ends = np.frombuffer(col.buffers()[1], dtype=np.int32, count=len(col) + 1, offset=4 * col.offset).copy()
+    ends[1] = 1 << 24
+    return t.set_column(t.schema.get_field_index("s"), "s",
+                        pa.Array.from_buffers(pa.string(), len(col), [None, pa.py_buffer(ends.tobytes()), col.buffers()[2]]))
+
+
+def list_offsets(t):
+    col = t.column("l").combine_chunks()
+    ends = np.frombuffer(col.buffers()[1], dtype=np.int32, count=len(col) + 1, offset=4 * col.offset).copy()
+    ends[1] = 1 << 24
+    lying = pa.ListArray.from_buffers(col.type, len(col), [None, pa.py_buffer(ends.tobytes())], children=[col.values])
+    return t.set_column(t.schema.get_field_index("l"), "l", lying)
+
+
+def dictionary(t):
+    col = t.column("d").combine_chunks()
+    indices = np.full(len(col), 1 << 28, dtype=np.int32)
+    indices[0] = 0
+    lying = pa.DictionaryArray.from_arrays(pa.array(indices, col.type.index_type), col.dictionary, safe=False)
+    return t.set_column(t.schema.get_field_index("d"), "d", lying)
+
+
+LIES = {"offsets": ("s", offsets), "list offsets": ("l", list_offsets), "dictionary indices": ("d", dictionary)}
+
+
+class Rogue(NodeServer):
+    def do_get(self, context, ticket):
+        with open(sys.argv[4]) as f:
+            lie = f.read().strip()
+        spec = Ticket.decode(ticket.ticket)
+        if lie not in LIES or spec.more is not None or spec.aggregate is not None or spec.top is not None:
+            return super().do_get(context, ticket)
+        rows = apply_ticket(self.store.open(spec.dataset, spec.version, spec.part), spec.columns, spec.rows,
+                            spec.filter, spec.matched, None, bool(spec.row_numbers), None)
+        column, lying = LIES[lie]
+        if column not in rows.column_names:  # a projection without the lie's column: its true rows
+            return super().do_get(context, ticket)
+        return flight.RecordBatchStream(lying(rows))
+
+
+node = Rogue(sys.argv[2], 0, data_dir=sys.argv[3], catalog=sys.argv[1], heartbeat_interval=1.0, direct_reads=False)
+node.register()
+print("READY", node.uri, flush=True)
+while True:
+    time.sleep(3600)
+'''
+
+LIES = ["offsets", "list offsets", "dictionary indices"]
+HONEST, ROGUE_IP, READER = "127.0.0.61", "127.0.0.62", "127.0.0.63"
+
+
+@pytest.fixture(scope="module")
+def rogue(tmp_path_factory):
+    root = tmp_path_factory.mktemp("rogue")
+    mode = root / "lie"
+    mode.write_text("none")
+    script = root / "rogue.py"
+    script.write_text(ROGUE)
+    cluster = LocalCluster(root / "cluster", nodes=1, first_ip=61)
+    proc = subprocess.Popen([sys.executable, str(script), cluster.uri, ROGUE_IP, str(root / "rogue-data"), str(mode)],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("READY"), "the rogue node did not start"
+        rogue_uri = line.split()[1]
+        table = pa.table({"k": list(range(400)), "s": [f"text {k}" for k in range(400)],
+                          "l": [[k, k + 1] for k in range(400)],
+                          "d": pa.array([f"cat{k % 5}" for k in range(400)]).dictionary_encode()})
+        with fp.connect(cluster.uri) as client:
+            client.put("alone", table, tiling=(2, 1), nodes=[rogue_uri])
+            client.put("twice", table, tiling=(2, 1), replicas=2, nodes=[rogue_uri, cluster.nodes[0].uri])
+        yield cluster, proc, mode, table
+    finally:
+        proc.kill()
+        proc.wait(30)
+        cluster.stop()
+
+
+def _reader(cluster, code: str) -> list:
+    """``code`` run in a reader on a host of its own (every read streams); what it printed, a JSON value a line."""
+    program = f"import json, flightpart as fp\nclient = fp.connect({cluster.uri!r})\n" + code
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=240,
+                          env={**os.environ, "FLIGHTPART_HOST": READER})
+    assert done.returncode == 0, f"the reader ended with {done.returncode}: {done.stderr[-3000:]}"
+    return [json.loads(line) for line in done.stdout.splitlines()]
+
+
+ASK = '''
+def ask(what, fn):
+    try:
+        fn()
+        print(json.dumps([what, "answered"]))
+    except Exception as exc:  # DuckDB wraps what its Arrow source raised in an error of its own
+        print(json.dumps([what, getattr(exc, "code", type(exc).__name__), str(exc)]))
+'''
+
+
+@pytest.mark.parametrize("lie", LIES)
+def test_rows_no_reader_can_read_safely_kill_no_reader_gateway_or_node(rogue, lie):
+    cluster, proc, mode, table = rogue
+    mode.write_text(lie)
+    try:
+        answers = _reader(cluster, ASK + f"HONEST_URI = {cluster.nodes[0].uri!r}\n" + '''
+ds = client.open("alone")
+ask("to_arrow", ds.to_arrow)
+ask("to_polars", ds.to_polars)
+ask("to_pandas", ds.to_pandas)
+ask("to_duckdb", lambda: ds.to_duckdb().fetchall())
+ask("sql", lambda: client.sql("SELECT k, s, l, d, row_number() OVER (ORDER BY k) AS n FROM alone").to_arrow())
+ask("repartition", lambda: client.repartition("alone", (1, 1), nodes=[HONEST_URI]))
+twice = client.open("twice").to_arrow().sort_by("k")
+print(json.dumps(["twice", twice.column("k").to_pylist(), twice.column("s").to_pylist()[:3]]))
+''')
+    finally:
+        mode.write_text("none")
+    got = {a[0]: a[1:] for a in answers}
+    for what in ("to_arrow", "to_polars", "to_pandas"):
+        code, message = got[what]
+        assert code == "INTERNAL" and "cannot be read safely" in message and ROGUE_IP in message, (what, got[what])
+    assert "cannot be read safely" in got["to_duckdb"][1] and ROGUE_IP in got["to_duckdb"][1], got["to_duckdb"]
+    assert got["sql"][0] != "answered", got["sql"]
+    assert got["repartition"][0] != "answered", got["repartition"]
+    # a replica that lies is passed over: the honest one's rows
+    assert got["twice"] == [table.column("k").to_pylist(), table.column("s").to_pylist()[:3]]
+    # nobody was killed: the catalog (with its SQL gateway), the honest node (which assembled) and the rogue
+    assert cluster.catalog.proc.poll() is None and cluster.nodes[0].proc.poll() is None and proc.poll() is None
+    with fp.connect(cluster.uri) as client:
+        assert client.sql("SELECT count(*) AS n FROM twice").to_arrow().column("n").to_pylist() == [table.num_rows]
+        assert client.open("alone").version == 1  # no repartition was published
