@@ -1,7 +1,8 @@
 """Substrait filters received from the network are read once in a child process before the node reads them.
 
 pyarrow's Substrait reader aborts the whole process on some malformed plans (a decimal type whose precision is
-outside 1-38 fails an internal check: SIGABRT), and no exception handler can catch an abort: a client's
+outside 1-38 fails an internal check: SIGABRT), and overflows its thread's stack (SIGSEGV) on an expression
+nested deeply enough (an ``is_in`` of some 10,000 values); no exception handler can catch either: a client's
 ``ticket.filter`` would kill the node, then, retried by the reader, every replica. So each distinct filter is
 first deserialized by a checker process; a filter that kills it is refused with ``INVALID_REQUEST`` (and a new
 checker is started for the next one); one that it survives is remembered, so a filter repeated over many
@@ -30,22 +31,38 @@ CHECK_SECONDS = 10.0
 REMEMBERED = 4096
 """How many filters are remembered (by their SHA-256), read safely or refused."""
 
+CHECK_STACK_BYTES = 2 << 20
+"""The stack the checker reads and applies a filter on: a quarter of the 8 MiB a node's Flight threads get (glibc's
+default under the usual ``ulimit -s``). Arrow reads and binds a Substrait expression by recursion as deep as the
+expression: an ``is_in`` of about 10,000 values overflows 8 MiB (SIGSEGV) and of about 3,500 values 2 MiB, so what
+the checker survives, a node survives with room to spare."""
+
 _CHECKER = """
-import struct, sys
+import struct, sys, threading
+STACK = int(sys.argv[1])
 import pyarrow as pa, pyarrow.substrait as substrait
 source, sink = sys.stdin.buffer, sys.stdout.buffer
-while len(head := source.read(4)) == 4:
-    raw = source.read(struct.unpack("<I", head)[0])
+
+def read_and_apply(raw):
     try:
-        substrait.deserialize_expressions(pa.py_buffer(raw))
+        bound = substrait.deserialize_expressions(pa.py_buffer(raw))
+        bound.schema.empty_table().filter(bound.expressions["filter"])
     except Exception:
         pass
+
+threading.stack_size(STACK)
+while len(head := source.read(4)) == 4:
+    raw = source.read(struct.unpack("<I", head)[0])
+    reader = threading.Thread(target=read_and_apply, args=(raw,))
+    reader.start()
+    reader.join()
     sink.write(b"1")
     sink.flush()
 """
-"""The checker: reads length-prefixed Substrait bytes and answers b"1" for each it survived (an error is the
-node's own reading's to report; only surviving is asked). It imports pyarrow alone, so it starts in a tenth of a
-second, and it ends when its input closes, as it does when the node's process ends."""
+"""The checker: reads length-prefixed Substrait bytes, reads each and applies it to no rows (binding it, which
+recurses deeper than reading it) on a thread of :data:`CHECK_STACK_BYTES`, and answers b"1" for each it survived
+(an error is the node's own reading's to report; only surviving is asked). It imports pyarrow alone, so it starts
+in a tenth of a second, and it ends when its input closes, as it does when the node's process ends."""
 
 
 class SubstraitChecker:
@@ -69,8 +86,9 @@ class SubstraitChecker:
             else:
                 self._known.move_to_end(key)
         if not survived:
-            raise RequestRejected("ticket.filter: not a Substrait filter this node can read (it crashes Arrow's "
-                                  "Substrait reader)", field="ticket.filter")
+            raise RequestRejected("ticket.filter: not a Substrait filter this node can read safely (it crashes Arrow's "
+                                  "Substrait reader, or is nested too deeply for it: an is_in of thousands of values "
+                                  "is; filter such rows in the reader)", field="ticket.filter")
 
     def close(self) -> None:
         """Stop the checker (it also stops by itself when this process ends: its input closes)."""
@@ -109,7 +127,7 @@ class SubstraitChecker:
     def _started(self) -> subprocess.Popen:
         if self._proc is None or self._proc.poll() is not None:
             try:
-                self._proc = subprocess.Popen([sys.executable, "-c", _CHECKER], stdin=subprocess.PIPE,
+                self._proc = subprocess.Popen([sys.executable, "-c", _CHECKER, str(CHECK_STACK_BYTES)], stdin=subprocess.PIPE,
                                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
             except OSError as exc:
                 raise ServerBusy(f"cannot check the ticket's filter now ({exc}); retry shortly") from None

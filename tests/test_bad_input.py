@@ -266,3 +266,24 @@ def test_a_filter_that_aborts_arrows_substrait_reader_is_refused_and_the_node_li
     with fp.connect(guarded.uri, host="127.0.0.99") as client:
         assert client.open("good").filter("a < 3").to_arrow().column("a").to_pylist() == [0, 1, 2]
     still_serving(guarded)
+
+
+@pytest.mark.parametrize("values", [12_000, 40_000])
+def test_a_filter_nested_deeper_than_a_nodes_stack_is_refused_and_the_node_lives(guarded, values):
+    """Arrow reads and binds an is_in by recursion as deep as its list: 12,000 values overflowed a node's Flight
+    thread (SIGSEGV), and a reader retrying killed every replica. The node's checker reads and binds each new filter
+    on a smaller stack first, so the node refuses it with a code and goes on serving; a list of 500 is read."""
+    import pyarrow.compute as pc
+    import pyarrow.substrait as substrait
+
+    schema = pa.schema([("a", pa.int64())])
+    node = flight.connect(guarded.nodes[0].uri)
+    deep = bytes(substrait.serialize_expressions([pc.field("a").isin(list(range(values)))], ["filter"], schema))
+    with pytest.raises(flight.FlightError) as caught:
+        node.do_get(flight.Ticket(wire.Ticket("good", 1, (0, 0), filter=deep).encode())).read_all()
+    assert code_of(caught.value) == "INVALID_REQUEST" and "nested too deeply" in str(caught.value)
+    assert guarded.nodes[0].proc.poll() is None
+    shallow = bytes(substrait.serialize_expressions([pc.field("a").isin(list(range(0, 1000, 2)))], ["filter"], schema))
+    rows = node.do_get(flight.Ticket(wire.Ticket("good", 1, (0, 0), filter=shallow).encode())).read_all()
+    assert rows.column("a").to_pylist() == list(range(0, 1000, 2))
+    still_serving(guarded)

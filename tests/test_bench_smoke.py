@@ -244,9 +244,9 @@ def test_the_watcher_stops_only_what_it_was_told_and_nothing_once_the_bench_said
 
 
 def test_a_watcher_killed_from_outside_costs_the_bench_its_safety_net_not_its_run(tmp_path, caplog):
-    from flightpart.bench.guardian import Guardian
-
     import psutil
+
+    from flightpart.bench.guardian import Guardian
 
     guardian = Guardian()
     os.kill(guardian.pid, signal.SIGKILL)

@@ -30,3 +30,21 @@ def test_the_twenty_queries_answer_what_duckdb_answers_through_real_daemons(clus
                 wrong.append(name)
     assert wrong == []
     assert all(n.proc.poll() is None for n in [cluster.catalog, *cluster.nodes])  # every daemon still serving
+
+
+def test_a_long_in_list_runs_whole_and_deep_nesting_is_refused_and_no_daemon_dies(cluster):
+    """An IN list of 20,000 values, pushed to the nodes as a filter, killed them (12,000) or the catalog (20,000):
+    Arrow's Substrait reader recurses as deep as the list. A list longer than the nodes take runs whole (DuckDB's
+    answer); a query nested past what sqlglot reads is refused with a code, not INTERNAL."""
+    import pyarrow as pa
+
+    with fp.connect(cluster.uri) as client:
+        client.put("ids", pa.table({"id": list(range(30_000)), "v": [k % 7 for k in range(30_000)]}), tiling=(3, 1))
+        wanted = ", ".join(str(k) for k in range(0, 40_000, 2))
+        got = client.sql(f"SELECT count(*) AS n, sum(v) AS s FROM ids WHERE id IN ({wanted})").to_arrow()
+        assert got.to_pylist() == [{"n": 15_000, "s": sum(k % 7 for k in range(0, 30_000, 2))}]
+        with pytest.raises(fp.RequestRejected, match="nested too deeply") as caught:
+            client.sql("SELECT " + "(" * 200 + "id" + ")" * 200 + " FROM ids").to_arrow()
+        assert caught.value.code == "INVALID_REQUEST"
+        assert client.sql("SELECT count(*) AS n FROM ids").to_arrow().column("n").to_pylist() == [30_000]
+    assert all(n.proc.poll() is None for n in [cluster.catalog, *cluster.nodes])

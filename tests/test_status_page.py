@@ -42,6 +42,7 @@ def cluster(tmp_path):
         daemon.stop()
 
 
+@pytest.mark.slow  # a long browser test: behind the marker CI still runs
 def test_the_status_page_shows_nodes_and_grids_live(cluster, tmp_path):
     catalog, nodes = cluster
     page = catalog.uris["catalog-status"]

@@ -66,6 +66,14 @@ def serialize(expression: pc.Expression, schema: pa.Schema) -> bytes:
                                "instead, or use functions Substrait knows (comparisons, and/or/not, is_in, is_null, arithmetic)") from None
 
 
+MAX_FILTER_BYTES = 16 << 10
+"""The most Substrait a filter sent to the nodes may take. Arrow reads and binds a Substrait expression by recursion as
+deep as it is nested, and an ``is_in`` of N values nests N deep (some 7 bytes a value): about 10,000 values overflow
+an 8 MiB thread stack, about 3,500 the 2 MiB a node's filter checker reads on (:mod:`flightpart.server.substrait_check`).
+16 KiB holds an is_in of some 2,300 integers, so what is sent the nodes read, and reading it here (to find its
+columns) cannot overflow this process's stack either. Typical filters take a few hundred bytes."""
+
+
 def referenced_columns(expression: pc.Expression, schema: pa.Schema) -> tuple[str, ...]:
     """The top-level columns of ``schema`` that ``expression`` reads, in schema order.
 
@@ -73,10 +81,15 @@ def referenced_columns(expression: pc.Expression, schema: pa.Schema) -> tuple[st
     field paths back; a field the schema lacks is an error naming it.
     """
     try:
-        bound = substrait.deserialize_expressions(substrait.serialize_expressions([expression], ["filter"], schema))
+        raw = substrait.serialize_expressions([expression], ["filter"], schema)
+        bound = None if len(raw) > MAX_FILTER_BYTES else substrait.deserialize_expressions(raw)
     except (pa.ArrowException, TypeError, ValueError) as exc:
         raise PartitionedError(f"filter {expression}: cannot be sent to the nodes ({exc}); the columns are {schema.names}; "
                                "Substrait knows comparisons, and/or/not, is_in, is_null and arithmetic") from None
+    if bound is None:
+        raise PartitionedError(f"filter {str(expression)[:200]}: {len(raw):,} bytes of Substrait, more than the "
+                               f"{MAX_FILTER_BYTES:,} sent to the nodes (Arrow reads an is_in of thousands of values by a "
+                               "recursion that can overflow a thread's stack); filter the rows after reading instead")
     used = {int(k) for k in _FIELD_PATH.findall(str(bound.expressions["filter"]))}
     return tuple(name for k, name in enumerate(schema.names) if k in used)
 

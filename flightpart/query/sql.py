@@ -101,6 +101,11 @@ def parse_sql_value(text: str, schema: pa.Schema) -> tuple[pc.Expression, pa.Dat
     return value.expression, value.type, tuple(n for n in schema.names if n in translator.read)
 
 
+MAX_IN_VALUES = 1000
+"""Values an ``IN`` list sent to the nodes may have. Arrow reads and binds an ``is_in`` by recursion as deep as its
+list (about 10,000 values overflow a Flight thread's stack, about 3,500 the nodes' filter checker's, see
+:mod:`flightpart.server.substrait_check`): a longer list is refused here, and SQL runs such a query whole."""
+
 MAX_COMPUTED_STEPS = 64
 """Operations (columns, literals, operators, functions) one computed column may have: a node evaluates it on every
 row of a partition, so a short ticket must not buy unbounded work."""
@@ -420,6 +425,9 @@ class _Translator:
     def is_in(self, node: Any) -> pc.Expression:
         if node.args.get("query") or node.args.get("unnest") or node.args.get("field"):
             raise self.fail("IN takes a list of literals, not a query")
+        if len(node.expressions) > MAX_IN_VALUES:
+            raise self.fail(f"an IN list of {len(node.expressions):,} values, more than the {MAX_IN_VALUES:,} sent to "
+                            "the nodes")
         subject = self.value(node.this)
         items = [self.value(item) for item in node.expressions]
         if not items or not all(item.is_literal for item in items):

@@ -29,6 +29,7 @@ from flightpart.io.access import Access
 from flightpart.io.transfer import TRAFFIC
 
 from . import inlined, pushed, scans
+from .parsed import parsed
 from .partials import PARTIALS
 from .slots import QuerySlots, running_from_env
 
@@ -282,13 +283,11 @@ class Gateway:
 
     def _named(self, query: str) -> list[str]:
         """The datasets ``query`` names (as tables), those that exist; others are left for DuckDB to refuse."""
-        import sqlglot
         from sqlglot import exp
 
-        try:
-            tree = sqlglot.parse_one(query, read="duckdb")
-        except sqlglot.errors.ParseError:
-            return []  # DuckDB, which parsed it, names the tables it cannot find
+        tree = parsed(query)
+        if tree is None:
+            return []  # DuckDB, which parses it, names the tables it cannot find
         # a WITH query named as a dataset hides it from the rest of the query, not from its own body: registered too
         wanted = {t.name for t in tree.find_all(exp.Table) if t.name and t.db in ("", "main") and not t.catalog}
         known = self._dataset_names()

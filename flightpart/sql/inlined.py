@@ -26,6 +26,7 @@ from typing import Any, NamedTuple
 
 import pyarrow as pa
 
+from .parsed import parsed
 from .partials import clause
 
 MAX_VALUES = 10_000
@@ -53,12 +54,10 @@ def inline(query: str, known: set[str], values: Callable[[str], pa.Table | None]
     run alone (it names the outer query's columns). ``table(sql, name)``: the answer of a query the nodes aggregate,
     now readable as ``name``, or None when the nodes cannot aggregate it. ``moved()``: bytes moved so far.
     """
-    import sqlglot
     from sqlglot import exp
 
-    try:
-        tree = sqlglot.parse_one(query, read="duckdb")
-    except sqlglot.errors.ParseError:
+    tree = parsed(query)
+    if tree is None:
         return query, []
     if not isinstance(tree, exp.Query):
         return query, []

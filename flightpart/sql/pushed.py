@@ -32,6 +32,7 @@ from flightpart.errors import FlightpartError, ServerError
 from flightpart.query.aggregates import evaluated
 
 from .computed import computed_on_nodes
+from .parsed import parsed
 from .partials import (
     GROUPING,
     Plan,
@@ -63,12 +64,10 @@ def plan(query: str, known: set[str], open_dataset: Callable[[str], Any] | None 
     """How the nodes and DuckDB share ``query``'s work, or None when this module does not answer it.
     ``open_dataset``: the datasets by name, for a join (:mod:`.joined` needs their schemas); without it joins
     are not planned."""
-    import sqlglot
     from sqlglot import exp
 
-    try:
-        tree = sqlglot.parse_one(query, read="duckdb")
-    except sqlglot.errors.ParseError:
+    tree = parsed(query)
+    if tree is None:
         return None
     if unplannable(tree) or tree.args.get("distinct") or tree.find(exp.Filter):
         return None  # (an aggregate's FILTER clause filters its input rows: the partials cannot take it)
@@ -237,12 +236,10 @@ def top_plan(query: str, known: set[str]) -> tuple[str, str | None, list[str] | 
     join, window or subquery): (table, where text, columns read (None: all), pyarrow sort keys, rows each partition
     keeps (n + m), the query without its WHERE), else None. Each partition sends its first n + m rows by the keys;
     DuckDB runs the query over what they sent, the same rows it would have kept from the whole table."""
-    import sqlglot
     from sqlglot import exp
 
-    try:
-        tree = sqlglot.parse_one(query, read="duckdb")
-    except sqlglot.errors.ParseError:
+    tree = parsed(query)
+    if tree is None:
         return None
     if unplannable(tree) or tree.args.get("joins") or tree.args.get("distinct") or tree.args.get("group") \
             or tree.args.get("having") or tree.find(exp.AggFunc):

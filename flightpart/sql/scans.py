@@ -20,17 +20,16 @@ import pyarrow.flight as flight
 
 from flightpart.errors import FlightpartError
 
+from .parsed import parsed
 from .partials import unplannable
 
 
 def plain_scan(query: str, known: set[str]) -> tuple[str, list[str] | None, str | None] | None:
     """(table, its columns or None for ``*``, the WHERE text) of a plain scan, or None for any other query."""
-    import sqlglot
     from sqlglot import exp
 
-    try:
-        tree = sqlglot.parse_one(query, read="duckdb")
-    except sqlglot.errors.ParseError:
+    tree = parsed(query)
+    if tree is None:
         return None
     if not isinstance(tree, exp.Select) or tree.find(exp.Window, exp.Subquery, exp.AggFunc) is not None \
             or unplannable(tree):

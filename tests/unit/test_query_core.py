@@ -203,3 +203,14 @@ def test_partials_are_refused_for_a_group_twice_in_one_not_for_one_group_in_two(
         assert aggregates.checked_partials([one, one, one], agg, expected, 100) == [one, one, one]
         with pytest.raises(fp.ServerError, match="a group appears more than once"):
             aggregates.checked_partials([one, pa.concat_tables([one, one.slice(1)]), one], agg, expected, 100)
+
+
+def test_a_filter_too_large_to_read_safely_is_refused_before_it_is_read():
+    """An is_in of 20,000 values is read by Arrow with a recursion that overflowed a thread's stack (the SQL
+    gateway's, through a filter DuckDB pushed): refused by its size before anything reads it."""
+    from flightpart.query.filters import MAX_FILTER_BYTES, Filter
+
+    schema = pa.schema([("a", pa.int64())])
+    assert Filter.compile(pc.field("a").isin(list(range(1000))), schema).columns == ("a",)
+    with pytest.raises(fp.PartitionedError, match=f"more than the {MAX_FILTER_BYTES:,} sent to the nodes"):
+        Filter.compile(pc.field("a").isin(list(range(20_000))), schema)
