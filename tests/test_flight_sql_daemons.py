@@ -48,3 +48,32 @@ def test_a_long_in_list_runs_whole_and_deep_nesting_is_refused_and_no_daemon_die
         assert caught.value.code == "INVALID_REQUEST"
         assert client.sql("SELECT count(*) AS n FROM ids").to_arrow().column("n").to_pylist() == [30_000]
     assert all(n.proc.poll() is None for n in [cluster.catalog, *cluster.nodes])
+
+
+def test_metadata_requests_cost_what_they_answer(cluster):
+    """A table pattern of 40 '%' froze the catalog for minutes (a regular expression backtracking with the
+    interpreter held); a GetSqlInfo naming one id a million times made a 15 MB request a 362 MB answer."""
+    import pyarrow as pa
+    import pyarrow.flight as flight
+
+    from flightpart import sqlwire
+
+    def command(name: str, *fields) -> flight.FlightDescriptor:
+        return flight.FlightDescriptor.for_command(sqlwire.pack(name, sqlwire.message(*fields)))
+
+    with fp.connect(cluster.uri) as writer:
+        writer.put("trips", pa.table({"a": [1, 2]}))
+        writer.put("a" * 30, pa.table({"a": [1, 2]}))  # a name the pattern below made backtrack past any patience
+    raw = flight.connect(cluster.uri)
+    within = flight.FlightCallOptions(timeout=60)  # the backtracking took hours; the answer takes milliseconds
+
+    def answer(descriptor: flight.FlightDescriptor) -> pa.Table:
+        return raw.do_get(raw.get_flight_info(descriptor, within).endpoints[0].ticket, within).read_all()
+
+    assert answer(command(sqlwire.GET_TABLES, (3, "%" * 40 + "x"))).num_rows == 0
+    assert answer(command(sqlwire.GET_TABLES, (3, "%t%r%i%p%s%"))).column("table_name").to_pylist() == ["trips"]
+    with pytest.raises(pa.ArrowException, match="more than the 256 a pattern may have.*INVALID_REQUEST"):
+        answer(command(sqlwire.GET_TABLES, (3, "%" * 257)))
+    million = sqlwire.pack(sqlwire.GET_SQL_INFO, b"".join(sqlwire.message((1, 0)) for _ in range(1_000_000)))
+    assert answer(flight.FlightDescriptor.for_command(million)).num_rows == 1
+    assert all(n.proc.poll() is None for n in [cluster.catalog, *cluster.nodes])

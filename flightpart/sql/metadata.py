@@ -20,7 +20,8 @@ SQL_INFO_TYPE = pa.dense_union([
 def sql_info(asked: list[int]) -> pa.Table:
     """``GetSqlInfo``: the server's name and version, Arrow's version, read-only, and that it takes SQL."""
     known: dict[int, str | bool] = {0: "flightpart", 1: __version__, 2: pa.__version__, 3: True, 4: True, 5: False}
-    ids = [k for k in (asked or sorted(known)) if k in known]
+    ids = [k for k in dict.fromkeys(asked or sorted(known)) if k in known]  # each once: an id asked a million times
+    # would make a small request a huge answer
     strings = [v for k in ids for v in [known[k]] if isinstance(v, str)]
     bools = [v for k in ids for v in [known[k]] if isinstance(v, bool)]
     type_ids, offsets, counts = [], [], [0, 0]
