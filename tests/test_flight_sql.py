@@ -19,6 +19,8 @@ from flightpart.bench.queries import canonical, same_answer, taxi_table
 from flightpart.bench.sql_queries import SQL_QUERIES, duckdb_over, zones_table
 from flightpart.bench.sql_queries import through_driver as answer
 
+from helpers import code_of
+
 dbapi = pytest.importorskip("adbc_driver_flightsql.dbapi", reason="adbc-driver-flightsql is in the test extra")
 
 ROWS = 60_000
@@ -592,3 +594,38 @@ def test_close_session_is_answered_and_forgets_nothing_of_anyone(taxi, cluster):
     with dbapi.connect(cluster.uri) as conn, conn.cursor() as cur:  # its close() sends CloseSession too
         cur.execute(query)
         assert cur.fetchall() == [(run(staying, theirs),)]
+
+
+def test_answers_being_sent_count_against_the_catalogs_budget_until_their_streams_end(taxi, cluster, monkeypatch):
+    """Answers whose streams were opened and left unread held the catalog's memory without bound (20 of 300 MB:
+    6.45 GB): they count against ANSWER_BYTES until their streams end, and past it a new answer is refused BUSY."""
+    import numpy as np
+
+    from flightpart.sql import server
+
+    with fp.connect(cluster.uri) as writer:
+        writer.put("wide", pa.table({"a": np.arange(1_000_000), "b": np.arange(1_000_000) * 2}), tiling=(2, 1))
+    raw = flight.connect(cluster.uri)
+    query = sql_command(sqlwire.STATEMENT_QUERY, (1, "SELECT a, b FROM wide ORDER BY a"))  # answered by the catalog
+    first = raw.get_flight_info(query)
+    monkeypatch.setattr(server, "ANSWER_BYTES", int(first.total_bytes * 2.5))
+    held = [raw.do_get(first.endpoints[0].ticket)]
+    try:
+        held.append(raw.do_get(raw.get_flight_info(query).endpoints[0].ticket))
+        for stream in held:
+            stream.read_chunk()  # one batch read, the rest left: the stream stays open
+        with pytest.raises(flight.FlightError, match="busy: answers being sent hold") as caught:
+            raw.get_flight_info(query)
+        assert code_of(caught.value) == "BUSY"
+    finally:
+        for stream in held:
+            stream.cancel()
+    deadline = time.monotonic() + 60
+    while True:  # the streams end as the server sees the cancels
+        try:
+            answered = raw.do_get(raw.get_flight_info(query).endpoints[0].ticket).read_all()
+            break
+        except flight.FlightError:
+            assert time.monotonic() < deadline, "the cancelled streams still count"
+            time.sleep(0.2)
+    assert answered.num_rows == 1_000_000 and answered.column("a").to_pylist()[:3] == [0, 1, 2]

@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from flightpart import sqlwire as proto
-from flightpart.errors import DatasetNotFound, LimitExceeded, RequestRejected, VersionConflict
+from flightpart.errors import DatasetNotFound, LimitExceeded, RequestRejected, ServerBusy, VersionConflict
 from flightpart.server.auth import authorize
 from flightpart.server.base import boundary
 from flightpart.server.catalog import CatalogServer
@@ -39,7 +39,8 @@ log = logging.getLogger("flightpart.sql")
 MAX_PARAMETER_BYTES = 16 << 20
 """Parameter values one DoPut may bind to a prepared query."""
 ANSWER_BYTES = 1 << 30
-"""Bytes of answers the catalog holds for their DoGet (one answer larger than that is refused with a code)."""
+"""Bytes of answers the catalog holds, waiting for their DoGet or being sent by it (one answer larger than that is
+refused with a code; past it, a new answer is refused BUSY until streams end)."""
 PREPARED_KEPT = 4096
 """Prepared queries the catalog remembers (the oldest forgotten first)."""
 RESULTS_KEPT = 64
@@ -62,6 +63,8 @@ class SqlCatalogServer(CatalogServer):
         self.gateway = Gateway(self.uri, dataclasses.replace(self.pool.access, token=reader),
                                write_access=dataclasses.replace(self.pool.access, token=writer))
         self._answers: collections.OrderedDict[bytes, pa.Table] = collections.OrderedDict()
+        self._sending = 0  # bytes of answers handed to DoGet streams that have not ended: a client that opens a
+        # stream and reads nothing keeps its answer alive, so those bytes count against ANSWER_BYTES until it ends
         self._prepared: dict[bytes, str] = {}
         self._bound: dict[bytes, pa.Table] = {}  # a prepared query's parameter values, as the client's DoPut sent them
         self._sql_lock = threading.Lock()
@@ -100,8 +103,12 @@ class SqlCatalogServer(CatalogServer):
                                 field="query")
         handle = os.urandom(16)
         with self._sql_lock:
+            if self._sending + table.nbytes > ANSWER_BYTES:
+                raise ServerBusy(f"busy: answers being sent hold {self._sending:,} of the {ANSWER_BYTES:,} bytes the "
+                                 f"catalog keeps for answers, and this one has {table.nbytes:,}; retry shortly")
             self._answers[handle] = table
-            while len(self._answers) > RESULTS_KEPT or sum(t.nbytes for t in self._answers.values()) > ANSWER_BYTES:
+            while len(self._answers) > RESULTS_KEPT or \
+                    sum(t.nbytes for t in self._answers.values()) + self._sending > ANSWER_BYTES:
                 self._answers.popitem(last=False)
         ticket = proto.pack(proto.TICKET_STATEMENT, proto.message((1, handle)))
         return flight.FlightInfo(table.schema, descriptor, [flight.FlightEndpoint(ticket, [])], table.num_rows,
@@ -116,10 +123,21 @@ class SqlCatalogServer(CatalogServer):
             handle = proto.bytes_field(command.value, 1, "statement_handle") or b""
             with self._sql_lock:
                 table = self._answers.pop(handle, None)
+                if table is not None:
+                    self._sending += table.nbytes
             if table is None:
                 raise RequestRejected("Flight SQL: no answer waits under this ticket (fetched already, or expired); "
                                       "run the query again", field="ticket")
-            return flight.RecordBatchStream(table)
+            return flight.GeneratorStream(table.schema, self._sent(table))
+
+    def _sent(self, table: pa.Table) -> Any:
+        """``table``'s batches for a DoGet stream, its bytes counted as being sent until the stream ends (read to its
+        end, cancelled, or its client gone: Flight then drops the generator, which closes it)."""
+        try:
+            yield from table.to_batches()
+        finally:
+            with self._sql_lock:
+                self._sending -= table.nbytes
 
     def do_action(self, context: Any, action: flight.Action) -> list[flight.Result]:
         if action.type not in (CREATE_PREPARED, CLOSE_PREPARED, CLOSE_SESSION):
