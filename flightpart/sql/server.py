@@ -149,7 +149,7 @@ class SqlCatalogServer(CatalogServer):
                 if command is None or command.name != proto.CREATE_PREPARED:
                     raise RequestRejected("CreatePreparedStatement: expected an ActionCreatePreparedStatementRequest",
                                           field="action")
-                query = proto.text_field(command.value, 1, "query") or ""
+                query = _query_text(command)
                 schema = self.gateway.schema(query)
                 handle = os.urandom(16)
                 with self._sql_lock:
@@ -254,7 +254,7 @@ class SqlCatalogServer(CatalogServer):
     def _scan(self, command: proto.Any_) -> tuple[pa.Schema, list[flight.FlightEndpoint]] | None:
         """A plain scan's schema and endpoints at the nodes (:mod:`flightpart.sql.scans`), or None."""
         if command.name == proto.STATEMENT_QUERY:
-            return self.gateway.scan(proto.text_field(command.value, 1, "query") or "")
+            return self.gateway.scan(_query_text(command))
         if command.name == proto.PREPARED_QUERY:
             handle = proto.bytes_field(command.value, 1, "prepared_statement_handle") or b""
             with self._sql_lock:
@@ -268,7 +268,7 @@ class SqlCatalogServer(CatalogServer):
         ``cancelled()`` says its caller gave up."""
         limit = 0 if schema_only else None
         if command.name == proto.STATEMENT_QUERY:
-            return self.gateway.run(proto.text_field(command.value, 1, "query") or "", limit=limit, cancelled=cancelled)
+            return self.gateway.run(_query_text(command), limit=limit, cancelled=cancelled)
         if command.name == proto.PREPARED_QUERY:
             handle = proto.bytes_field(command.value, 1, "prepared_statement_handle") or b""
             with self._sql_lock:
@@ -327,6 +327,20 @@ def _command(descriptor: flight.FlightDescriptor) -> proto.Any_ | None:
     if descriptor.descriptor_type != flight.DescriptorType.CMD:
         return None
     return proto.unpack(descriptor.command)
+
+
+MAX_QUERY_CHARACTERS = 1 << 20
+"""Characters a query's text may have. Reading it (sqlglot parses it for each plan, DuckDB binds it) costs with its
+length, before and beside the query's slot: a 4.5 MB query took a minute and 2.7 GB; ordinary queries are a few KB."""
+
+
+def _query_text(command: proto.Any_) -> str:
+    """The query a Flight SQL command carries (field 1), at most :data:`MAX_QUERY_CHARACTERS`."""
+    text = proto.text_field(command.value, 1, "query") or ""
+    if len(text) > MAX_QUERY_CHARACTERS:
+        raise LimitExceeded(f"query: {len(text):,} characters, more than the {MAX_QUERY_CHARACTERS:,} a query may have",
+                            field="query")
+    return text
 
 
 MAX_PATTERN = 256
