@@ -139,11 +139,12 @@ class Dataset:
         if self.view.matched is not None:
             raise PartitionedError("filter after a slice of a filtered view: filter first, then slice "
                                    "(ds.filter(a & b)[i:j]), or read the slice and filter it")
+        translated = isinstance(expression, str) and self.view.filter is None
         if isinstance(expression, str):
             expression = filters.parse_where(expression, self._info.schema)
         if self.view.filter is not None:
             expression = self.view.filter.expression & expression
-        return self._derive(filter=Filter.compile(expression, self._info.schema))
+        return self._derive(filter=Filter.compile(expression, self._info.schema, translated=translated))
 
     def __getitem__(self, key: slice) -> "Dataset":
         if isinstance(key, str) or (isinstance(key, (list, tuple)) and key and all(isinstance(k, str) for k in key)):

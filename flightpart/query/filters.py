@@ -37,11 +37,15 @@ class Filter:
     substrait: bytes
 
     @classmethod
-    def compile(cls, expression: pc.Expression, schema: pa.Schema) -> "Filter":
-        """Bind ``expression`` to the columns of ``schema`` it reads; a clear error when it cannot travel."""
+    def compile(cls, expression: pc.Expression, schema: pa.Schema, *, translated: bool = False) -> "Filter":
+        """Bind ``expression`` to the columns of ``schema`` it reads; a clear error when it cannot travel.
+
+        ``translated``: the expression was translated from a text filter, whose nesting the translation bounds
+        (an ``IN`` list of at most :data:`~flightpart.query.sql.MAX_IN_VALUES`, Python's recursion): its size is
+        not held to :data:`MAX_FILTER_BYTES` (casts and NaN rules make such filters verbose, not deep)."""
         if not isinstance(expression, pc.Expression):
             raise TypeError(f"a filter is a pyarrow.compute.Expression (e.g. pc.field('x') > 0), got {type(expression).__qualname__}")
-        columns = referenced_columns(expression, schema)
+        columns = referenced_columns(expression, schema, None if translated else MAX_FILTER_BYTES)
         bound = pa.schema([schema.field(c) for c in columns])
         raw = serialize(expression, bound if columns else pa.schema([]))
         return cls(expression, columns, raw)
@@ -66,29 +70,33 @@ def serialize(expression: pc.Expression, schema: pa.Schema) -> bytes:
                                "instead, or use functions Substrait knows (comparisons, and/or/not, is_in, is_null, arithmetic)") from None
 
 
-MAX_FILTER_BYTES = 16 << 10
-"""The most Substrait a filter sent to the nodes may take. Arrow reads and binds a Substrait expression by recursion as
-deep as it is nested, and an ``is_in`` of N values nests N deep (some 7 bytes a value): about 10,000 values overflow
-an 8 MiB thread stack, about 3,500 the 2 MiB a node's filter checker reads on (:mod:`flightpart.server.substrait_check`).
-16 KiB holds an is_in of some 2,300 integers, so what is sent the nodes read, and reading it here (to find its
-columns) cannot overflow this process's stack either. Typical filters take a few hundred bytes."""
+MAX_FILTER_BYTES = 64 << 10
+"""The most Substrait a filter sent to the nodes may take. Arrow reads a Substrait expression by recursion as deep as
+it is nested, and an ``is_in`` of N values nests N deep (some 7 bytes a value): about 20,000 values overflowed an
+8 MiB thread's stack reading it (here, to find its columns: a user's process, or the SQL gateway reading a filter
+DuckDB pushed). 64 KiB holds an is_in of some 9,000 integers, which this process reads safely; a node, which also
+binds it, refuses one of more than some 3,500 values with a code (:mod:`flightpart.server.substrait_check`).
+Ordinary filters take a few hundred bytes, the most verbose translated text filters a few tens of KB."""
 
 
-def referenced_columns(expression: pc.Expression, schema: pa.Schema) -> tuple[str, ...]:
+def referenced_columns(expression: pc.Expression, schema: pa.Schema,
+                       most_bytes: int | None = MAX_FILTER_BYTES) -> tuple[str, ...]:
     """The top-level columns of ``schema`` that ``expression`` reads, in schema order.
 
     Found by binding the expression to the whole schema and reading the
-    field paths back; a field the schema lacks is an error naming it.
+    field paths back; a field the schema lacks is an error naming it; an
+    expression of more than ``most_bytes`` of Substrait (None: any) is
+    refused before it is read (:data:`MAX_FILTER_BYTES`).
     """
     try:
         raw = substrait.serialize_expressions([expression], ["filter"], schema)
-        bound = None if len(raw) > MAX_FILTER_BYTES else substrait.deserialize_expressions(raw)
+        bound = None if most_bytes is not None and len(raw) > most_bytes else substrait.deserialize_expressions(raw)
     except (pa.ArrowException, TypeError, ValueError) as exc:
         raise PartitionedError(f"filter {expression}: cannot be sent to the nodes ({exc}); the columns are {schema.names}; "
                                "Substrait knows comparisons, and/or/not, is_in, is_null and arithmetic") from None
     if bound is None:
         raise PartitionedError(f"filter {str(expression)[:200]}: {len(raw):,} bytes of Substrait, more than the "
-                               f"{MAX_FILTER_BYTES:,} sent to the nodes (Arrow reads an is_in of thousands of values by a "
+                               f"{most_bytes:,} sent to the nodes (Arrow reads an is_in of thousands of values by a "
                                "recursion that can overflow a thread's stack); filter the rows after reading instead")
     used = {int(k) for k in _FIELD_PATH.findall(str(bound.expressions["filter"]))}
     return tuple(name for k, name in enumerate(schema.names) if k in used)

@@ -115,7 +115,7 @@ def duckdb_rows(table: pa.Table, text: str) -> list[int]:
 
 def our_rows(table: pa.Table, text: str) -> list[int]:
     """The rows the nodes would keep: the text parsed, sent as Substrait and applied as a node applies it."""
-    compiled = Filter.compile(parse_where(text, table.schema), table.schema)
+    compiled = Filter.compile(parse_where(text, table.schema), table.schema, translated=True)  # as ds.filter(text)
     return sorted(apply(table, compiled.substrait).column("rid").to_pylist())
 
 
@@ -173,7 +173,7 @@ def test_sql_as_users_of_duckdb_write_it(text, expected):
         "Odd Name": [1, 0, 0, 0],
         "flag": [False, True, False, None],
     })
-    compiled = Filter.compile(parse_where(text, table.schema), table.schema)
+    compiled = Filter.compile(parse_where(text, table.schema), table.schema, translated=True)  # as ds.filter(text)
     kept = apply(table.append_column("rid", pa.array(range(4))), compiled.substrait)
     assert kept.column("rid").to_pylist() == expected
     assert duckdb_rows(table.append_column("rid", pa.array(range(4))), text) == expected
