@@ -146,6 +146,6 @@ with fp.connect({client.uri!r}) as client:
         node.lie = None
     assert done.returncode == 0, f"the reader ended with {done.returncode}: {done.stderr[-2000:]}"
     aggregate, top, counts = done.stdout.splitlines()
-    for answer in (aggregate, top):  # refused as it is read, naming the node (flightpart.io.soundness)
+    for answer in (aggregate, top):  # refused as it is read, naming the node (flightpart.query.soundness)
         assert answer.startswith("INTERNAL partition") and "cannot be read safely" in answer and node.uri in answer, answer
     assert sorted(json.loads(counts)) == sorted(pc.value_counts(sales.column("store")).field("counts").to_pylist())

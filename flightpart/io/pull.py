@@ -19,12 +19,12 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from flightpart.errors import Forbidden, NodeUnavailable, RequestRejected, ServerBusy, ServerError, Unauthenticated
+from flightpart.query.soundness import unsound
 from flightpart.wire import GetNodeInfo, PartHeader, PartRun, Replica, Ticket, error_message
 
 from .compression import RATES
 from .connections import ConnectionPool
 from .errors import translate
-from .soundness import unsound
 from .transfer import TRAFFIC, chunks, read_whole
 from .wakes import thread_wakes, visible
 from .workers import run_in_worker
@@ -57,7 +57,7 @@ class Stalled(Exception):
 
 
 class Unsound(Exception):
-    """A stream whose arrays cannot be read safely (see :mod:`flightpart.io.soundness`): its replica lies."""
+    """A stream whose arrays cannot be read safely (see :mod:`flightpart.query.soundness`): its replica lies."""
 
 
 def read_replicas(pool: ConnectionPool, ticket: Ticket, replicas: Sequence[Replica], what: str,
@@ -80,7 +80,7 @@ def read_replicas(pool: ConnectionPool, ticket: Ticket, replicas: Sequence[Repli
     replica refuses the credential, that refusal is raised, saying why it may
     have happened; any other refusal is raised at once. ``what`` names the
     partition in the error. What a replica sends is checked before it is
-    returned (:func:`~flightpart.io.soundness.unsound`): a replica whose
+    returned (:func:`~flightpart.query.soundness.unsound`): a replica whose
     arrays could not be read safely (a faulty or hostile node) is passed
     over for the next, and when no replica served, that is ServerError.
 

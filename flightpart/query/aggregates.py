@@ -21,6 +21,7 @@ import pyarrow.compute as pc
 from flightpart.errors import InvalidExpression, PartitionedError, RequestRejected, ServerError
 from flightpart.wire import AGGREGATES, Aggregate
 
+from .soundness import unsound
 from .sql import parse_sql_value
 
 _PARTIALS = {"sum": ("sum",), "min": ("min",), "max": ("max",), "count": ("count",), "count_all": ("count_all",),
@@ -267,20 +268,16 @@ def checked_partials(tables: Sequence[pa.Table], agg: Aggregate, expected: pa.Sc
 
 
 def _all_valid(tables: Sequence[pa.Table]) -> None:
-    """ServerError when one of ``tables`` holds values that are not valid Arrow (string offsets past their data, a
-    decimal past its precision), which a node's honest partial never does and which Arrow's kernels may read out of
-    bounds. Checked over all of them in one pass; partials are a few rows each."""
-    try:
-        pa.concat_tables(tables).validate(full=True)
+    """ServerError when one of ``tables`` holds values no node computes and Arrow's kernels may read out of bounds
+    (string offsets past their data, a decimal past its precision): :func:`~flightpart.query.soundness.unsound`,
+    checked over all of them in one pass (partials are a few rows each), then the culprit found."""
+    if not tables or unsound(pa.concat_tables(tables)) is None:
         return
-    except pa.ArrowInvalid:
-        pass
     for table in tables:
-        try:
-            table.validate(full=True)
-        except pa.ArrowInvalid as exc:
+        why = unsound(table)
+        if why is not None:
             raise ServerError(f"a node's partial aggregate ({table.num_rows} rows: {', '.join(table.column_names)[:200]}):"
-                              f" its values are not valid Arrow ({str(exc)[:200]}); not used") from None
+                              f" its values are not valid Arrow ({why}); not used")
 
 
 def _each_group_once(tables: Sequence[pa.Table], by: Sequence[str]) -> None:

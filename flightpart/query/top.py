@@ -18,6 +18,8 @@ import pyarrow.compute as pc
 from flightpart.errors import RequestRejected, ServerError
 from flightpart.wire import SortKey, TopRows
 
+from .soundness import unsound
+
 ORDERS = {"ascending": False, "descending": True}
 PLACEMENTS = {"at_end": False, "at_start": True}
 
@@ -123,10 +125,9 @@ def checked_candidates(parts: list[pa.Table], schema: pa.Schema) -> pa.Table:
             raise ServerError(f"a node's top rows ({', '.join(map(str, part.schema))[:200]}) are not of the view's columns "
                               f"and types ({', '.join(map(str, schema))[:200]}); not used")
     table = pa.concat_tables(parts) if parts else schema.empty_table()
-    try:
-        table.validate(full=True)
-    except pa.ArrowInvalid as exc:
-        raise ServerError(f"a node's top rows are not valid Arrow ({str(exc)[:200]}); not used") from None
+    why = unsound(table)
+    if why is not None:
+        raise ServerError(f"a node's top rows are not valid Arrow ({why}); not used")
     return table
 
 
