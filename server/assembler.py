@@ -164,7 +164,7 @@ class Assembler:
                                   f"{table.num_rows} rows for {piece.rows}", field="part")
         try:  # read safely already (read_replicas); now all of it, text as UTF-8 too, as a put's batches are
             table.validate(full=True)
-        except pa.ArrowInvalid as exc:
+        except pa.ArrowException as exc:
             raise RequestRejected(f"partition {piece.source} of {source.dataset!r} v{source.version}: a holder sent "
                                   f"values that are not valid Arrow, not stored ({str(exc)[:200]})", field="part") from None
         self.count(assembled_rows=table.num_rows, pulled_bytes=table.nbytes)

@@ -1,0 +1,74 @@
+"""The check every table read from another process passes before anything reads it
+(flightpart.query.soundness): lying offsets and indices are found in every text layout and however many chunks a
+column has; text that is not UTF-8 is bytes, safe to hold, and passes."""
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from flightpart.query.soundness import VIEWED_CHUNKS, unsound
+
+
+def lying_text(kind: pa.DataType) -> pa.Array:
+    """Two values, the first running 1,000 bytes past the data (offsets out of order: the last one, all a stream
+    reader checks, is in bounds)."""
+    width = np.int64 if kind == pa.large_string() else np.int32
+    offsets = pa.py_buffer(np.array([0, 1002, 4], dtype=width).tobytes())
+    return pa.Array.from_buffers(kind, 2, [None, offsets, pa.py_buffer(b"abcd")])
+
+
+def lying_view() -> pa.Array:
+    """One string view of 40 bytes in a data buffer of 4 (a view's 16 bytes: length, prefix, buffer, offset)."""
+    view = np.array([40], dtype=np.int32).tobytes() + b"abcd" + np.array([0, 0], dtype=np.int32).tobytes()
+    return pa.Array.from_buffers(pa.string_view(), 1, [None, pa.py_buffer(view), pa.py_buffer(b"abcd")])
+
+
+def chunked(bad: pa.Array, chunks: int) -> pa.ChunkedArray:
+    good = pa.array(["x", "y"], bad.type)
+    return pa.chunked_array([good] * (chunks - 1) + [bad], bad.type)
+
+
+@pytest.mark.parametrize("chunks", [1, VIEWED_CHUNKS + 5])
+@pytest.mark.parametrize("kind", [pa.string(), pa.large_string()])
+def test_text_offsets_past_the_data_are_found(kind, chunks):
+    bad = lying_text(kind)
+    bad.validate()  # what a stream reader checks passes
+    table = pa.table({"n": pa.array(range(2 * chunks)).cast(pa.int64()), "s": chunked(bad, chunks)})
+    why = unsound(table)
+    assert why is not None and why.startswith("column 's'")
+
+
+@pytest.mark.parametrize("chunks", [1, VIEWED_CHUNKS + 5])
+def test_a_view_past_its_buffer_is_found(chunks):
+    table = pa.table({"s": chunked(lying_view(), chunks)})
+    assert unsound(table) is not None
+
+
+def test_dictionary_indices_past_the_dictionary_are_found():
+    column = pa.DictionaryArray.from_arrays(pa.array([0, 7], pa.int32()), pa.array(["a", "b"]), safe=False)
+    assert "column 'd'" in unsound(pa.table({"d": column}))
+
+
+def test_list_offsets_past_the_values_are_found():
+    offsets = pa.py_buffer(np.array([0, 50, 2], dtype=np.int32).tobytes())
+    column = pa.Array.from_buffers(pa.list_(pa.int64()), 2, [None, offsets], children=[pa.array([1, 2])])
+    assert "column 'l'" in unsound(pa.table({"l": column}))
+
+
+@pytest.mark.parametrize("chunks", [1, VIEWED_CHUNKS + 5])
+def test_text_that_is_not_utf8_is_sound(chunks):
+    offsets = pa.py_buffer(np.array([0, 2, 4], dtype=np.int32).tobytes())
+    odd = pa.Array.from_buffers(pa.string(), 2, [None, offsets, pa.py_buffer(b"\xff\xfeab")])
+    table = pa.table({"s": chunked(odd, chunks), "f": pa.array(np.arange(2.0 * chunks))})
+    assert unsound(table) is None
+
+
+def test_honest_tables_are_sound():
+    table = pa.table({
+        "s": pa.chunked_array([pa.array(["a", None, "ccc"])] * (VIEWED_CHUNKS + 1)),
+        "v": pa.array(["x", "y", "z"] * (VIEWED_CHUNKS + 1), pa.string_view()),
+        "l": pa.array([[1], [], None] * (VIEWED_CHUNKS + 1)),
+        "d": pa.array(["p", "q", "p"] * (VIEWED_CHUNKS + 1)).dictionary_encode(),
+    })
+    assert unsound(table) is None
+    assert unsound(table.slice(1, 7)) is None
