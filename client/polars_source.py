@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 
 from flightpart.errors import PartitionedError
 from flightpart.query.filters import conjunction
-from flightpart.query.sql import Value, column_value, comparison, literal_value
+from flightpart.query.sql import Value, column_value, comparison, literal_value, membership
 
 _COMPARE = {"Eq": "eq", "NotEq": "ne", "Lt": "lt", "LtEq": "le", "Gt": "gt", "GtEq": "ge"}
 
@@ -167,11 +167,7 @@ def _function(f: dict, schema: pa.Schema) -> Value:
         values = [v for v in _list_literal(inputs[1]) if v is not None]
         if not values:
             raise KeyError("empty is_in")
-        found = None
-        for v in values:
-            term = comparison(schema, "eq", x, literal_value(v))
-            found = term if found is None else found | term
-        return _boolean(found)
+        return _boolean(membership(schema, x, [literal_value(v) for v in values]))
     if strings in ("StartsWith", "EndsWith") or (isinstance(strings, dict) and strings.get("Contains", {}).get("literal")):
         x, text = _expr(inputs[0], schema), _literal(inputs[1])
         if not isinstance(text.literal, str) or x.type is None or not pa.types.is_string(x.type):

@@ -13,9 +13,10 @@ into an expression, without evaluating anything (:mod:`flightpart.query.sql`).
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -53,16 +54,32 @@ class Filter:
 
 
 def conjunction(terms: Sequence[pc.Expression]) -> pc.Expression | None:
-    """``terms[0] & terms[1] & ...``, or None for no terms."""
-    out = None
-    for term in terms:
-        out = term if out is None else out & term
-    return out
+    """``terms[0] & terms[1] & ...`` as a balanced tree (:func:`balanced`), or None for no terms."""
+    return balanced(terms, lambda a, b: a & b)
+
+
+def disjunction(terms: Sequence[pc.Expression]) -> pc.Expression | None:
+    """``terms[0] | terms[1] | ...`` as a balanced tree (:func:`balanced`), or None for no terms."""
+    return balanced(terms, lambda a, b: a | b)
+
+
+def balanced(terms: Sequence[pc.Expression],
+             join: Callable[[pc.Expression, pc.Expression], pc.Expression]) -> pc.Expression | None:
+    """``terms`` joined pairwise, level by level: as deep as log2 of their number, not as their number. pyarrow's
+    Substrait writer writes each argument of a call twice, so what an expression costs to send doubles with each
+    level of nesting (:func:`substrait_bound`): 30 terms chained left to right take 2^30 times a term."""
+    level = list(terms)
+    if not level:
+        return None
+    while len(level) > 1:
+        level = [join(level[k], level[k + 1]) if k + 1 < len(level) else level[k] for k in range(0, len(level), 2)]
+    return level[0]
 
 
 def serialize(expression: pc.Expression, schema: pa.Schema) -> bytes:
     """``expression`` bound to ``schema`` as the Substrait bytes a ticket carries (any expression: whether it is a
     filter, a boolean, is the node's to check when it applies it)."""
+    check_substrait_bound(expression)
     try:
         return bytes(substrait.serialize_expressions([expression], ["filter"], schema))
     except (pa.ArrowException, TypeError, ValueError) as exc:
@@ -70,13 +87,81 @@ def serialize(expression: pc.Expression, schema: pa.Schema) -> bytes:
                                "instead, or use functions Substrait knows (comparisons, and/or/not, is_in, is_null, arithmetic)") from None
 
 
-MAX_FILTER_BYTES = 64 << 10
-"""The most Substrait a filter sent to the nodes may take. Arrow reads a Substrait expression by recursion as deep as
-it is nested, and an ``is_in`` of N values nests N deep (some 7 bytes a value): about 20,000 values overflowed an
-8 MiB thread's stack reading it (here, to find its columns: a user's process, or the SQL gateway reading a filter
-DuckDB pushed). 64 KiB holds an is_in of some 9,000 integers, which this process reads safely; a node, which also
-binds it, refuses one of more than some 3,500 values with a code (:mod:`flightpart.server.substrait_check`).
-Ordinary filters take a few hundred bytes, the most verbose translated text filters a few tens of KB."""
+MAX_FILTER_BYTES = 16 << 10
+"""The most Substrait a filter built as an expression (or pushed by DuckDB or Polars) may take to be sent to the
+nodes. Arrow reads a Substrait expression by recursion as deep as it is nested, and an ``is_in`` of N values nests
+N deep (some 6 bytes a value): a node reads each new filter first on a 2 MiB stack and refuses, with a code, one
+that overflows it (:mod:`flightpart.server.substrait_check`), which an ``is_in`` of 3,400 values (20 KB) does. 16 KiB
+(some 2,700 values) is what a node reads with room to spare, so a filter the reader sends is not refused there;
+DuckDB and Polars keep a larger one and apply it to the rows they read. Ordinary filters take a few hundred bytes."""
+
+MAX_SUBSTRAIT_BOUND = 4 << 20
+"""The most Substrait any filter may be estimated to take before it is written (:func:`substrait_bound`): pyarrow's
+writer doubles what an expression costs with each level of nesting, so an ``OR`` of 40 terms chained would take
+terabytes (and the memory of the process writing it: a user's, or the catalog's for a SQL query). A translated
+text filter, held only to this bound, is written as balanced trees."""
+
+_CAPSULE_POINTER = ctypes.pythonapi.PyCapsule_GetPointer
+_CAPSULE_POINTER.restype = ctypes.c_void_p
+_CAPSULE_POINTER.argtypes = [ctypes.py_object, ctypes.c_char_p]
+_METADATA_OFFSET = 2 * ctypes.sizeof(ctypes.c_void_p)  # ArrowSchema: format, name, metadata, ...
+
+
+def _entries(schema: pa.Schema) -> list[tuple[bytes, bytes]]:
+    """A schema's metadata in order, repeated keys kept (``Schema.metadata`` is a dict), read from its C data
+    interface export: int32 count, then per pair int32 length and bytes, key then value."""
+    capsule = schema.__arrow_c_schema__()
+    metadata = ctypes.c_void_p.from_address(_CAPSULE_POINTER(capsule, b"arrow_schema") + _METADATA_OFFSET).value
+    if not metadata:
+        return []
+    pairs, position = [], metadata + 4
+    for _ in range(ctypes.c_int32.from_address(metadata).value):
+        pair = []
+        for _part in range(2):
+            length = ctypes.c_int32.from_address(position).value
+            pair.append(ctypes.string_at(position + 4, length))
+            position += 4 + length
+        pairs.append((pair[0], pair[1]))
+    return pairs
+
+
+def substrait_bound(expression: pc.Expression) -> int:
+    """An upper bound of the bytes of Substrait pyarrow writes for ``expression`` (within about 2.5x of them),
+    found without writing it.
+
+    pyarrow writes each argument of a call twice, so a term at nesting depth
+    d is written 2^d times. Arrow's own serialization of an expression (its
+    pickle) lists the tree in order as metadata (``call`` ... ``end``,
+    ``field_ref``, ``literal`` and ``options`` naming a column of literal
+    values); each entry is weighed at 48 bytes plus its literal's bytes, times
+    2^depth.
+    """
+    listing = pa.ipc.open_file(expression.__reduce__()[1][0])
+    literals = listing.get_batch(0) if listing.num_record_batches else None
+    depth, total = 0, 0
+    for key, value in _entries(listing.schema):
+        if key == b"end":
+            depth -= 1
+            continue
+        size = 48
+        if key in (b"literal", b"options") and literals is not None:
+            size += literals.column(int(value)).nbytes
+        total += size << min(depth, 64)
+        if key == b"call":
+            depth += 1
+    return total
+
+
+def check_substrait_bound(expression: pc.Expression) -> None:
+    """PartitionedError when ``expression`` would take more than :data:`MAX_SUBSTRAIT_BOUND` to write."""
+    try:
+        bound = substrait_bound(expression)
+    except (pa.ArrowException, ValueError, IndexError, TypeError):
+        return  # a listing this does not know: written as before
+    if bound > MAX_SUBSTRAIT_BOUND:
+        raise PartitionedError(f"filter {str(expression)[:200]}: nested too deeply to be sent to the nodes (about "
+                               f"{bound:,} bytes of Substrait; write long and/or chains as is_in, or filter the rows "
+                               "after reading)")
 
 
 def referenced_columns(expression: pc.Expression, schema: pa.Schema,
@@ -88,6 +173,7 @@ def referenced_columns(expression: pc.Expression, schema: pa.Schema,
     expression of more than ``most_bytes`` of Substrait (None: any) is
     refused before it is read (:data:`MAX_FILTER_BYTES`).
     """
+    check_substrait_bound(expression)
     try:
         raw = substrait.serialize_expressions([expression], ["filter"], schema)
         bound = None if most_bytes is not None and len(raw) > most_bytes else substrait.deserialize_expressions(raw)

@@ -34,6 +34,7 @@ import pyarrow.types as pat
 
 from flightpart.errors import InvalidExpression, InvalidFilter
 from flightpart.frames import widens_losslessly
+from flightpart.query.filters import conjunction, disjunction
 
 _CALL = pc.Expression._call
 _NULL_BOOL = pc.scalar(pa.scalar(None, pa.bool_()))
@@ -130,6 +131,25 @@ def literal_value(value: Any, type: pa.DataType | None = None) -> Value:
     return Value(pc.scalar(scalar), scalar.type, scalar.as_py(), True)
 
 
+def membership(schema: pa.Schema, subject: Value, values: list[Value]) -> pc.Expression:
+    """``subject IN (values)`` as SQL, DuckDB and Polars read it (``values``: literals, none NULL): one ``is_in`` where
+    the values meet the column's type exactly, else a comparison each (NaN, units), joined as a balanced tree."""
+    return _Translator(schema, "IN list").member(subject, values)
+
+
+def _chained(node: Any, kind: type) -> list[Any]:
+    """The operands of a chain of ``kind`` (AND or OR) nodes, left to right: sqlglot parses ``a OR b OR c`` as
+    ``(a OR b) OR c``, nested as deep as the chain is long. Walked without recursion."""
+    operands, pending = [], [node]
+    while pending:
+        current = pending.pop()
+        if isinstance(current, kind):
+            pending += [current.expression, current.this]  # popped left first
+        else:
+            operands.append(current)
+    return operands
+
+
 def comparison(schema: pa.Schema, op: str, left: Value, right: Value) -> pc.Expression:
     """``left <op> right`` (op: eq, ne, lt, le, gt, ge) as SQL, DuckDB and Polars compare: a literal read as its
     column's type, NaN greater than every number and equal to NaN, NULL on either side NULL. InvalidFilter when
@@ -183,9 +203,9 @@ class _Translator:
         e = self.exp
         if isinstance(node, e.Paren):
             return self.value(node.this)
-        if isinstance(node, (e.And, e.Or)):
-            left, right = self.boolean(node.this), self.boolean(node.expression)
-            return Value(left & right if isinstance(node, e.And) else left | right, pa.bool_())
+        if isinstance(node, (e.And, e.Or)):  # a chain of them as a balanced tree (filters.balanced)
+            operands = [self.boolean(operand) for operand in _chained(node, type(node))]
+            return Value(conjunction(operands) if isinstance(node, e.And) else disjunction(operands), pa.bool_())
         if isinstance(node, e.Not):
             return Value(~self.boolean(node.this), pa.bool_())
         if type(node) in self.comparisons:
@@ -436,14 +456,19 @@ class _Translator:
         values = [item for item in items if item.literal is not None]
         if subject.is_literal:
             raise self.fail("IN tests a column, e.g. zone IN ('JFK', 'LGA')")
+        found = self.member(subject, values)
+        if has_null:  # x IN (..., NULL) is TRUE where found, else NULL (never FALSE)
+            found = pc.if_else(found, pc.scalar(True), _NULL_BOOL)
+        return found
+
+    def member(self, subject: Value, values: list[Value]) -> pc.Expression:
+        """``subject`` equal to one of ``values`` (literals, none NULL): NULL where ``subject`` is NULL."""
         if subject.type is None:
             found = subject.expression.isin([v.literal for v in values])
             found = pc.if_else(subject.expression.is_null(), _NULL_BOOL, found)
         elif _floating(subject.type) or any(_floating(v.type) for v in values) or _temporal(subject.type):
             terms = [self.compare("eq", subject, v) for v in values]  # NaN and units as comparisons treat them
-            found = terms[0] if terms else pc.scalar(False)
-            for term in terms[1:]:
-                found = found | term
+            found = disjunction(terms) if terms else pc.scalar(False)
         else:
             typed = [self.literal_as(v, subject.type).literal for v in values]
             try:
@@ -452,8 +477,6 @@ class _Translator:
                 raise self.fail(f"the IN list does not fit column {subject.type} ({exc})") from None
             column = subject.expression if subject.type != pa.large_string() else subject.expression.cast(pa.string(), safe=False)
             found = pc.if_else(subject.expression.is_null(), _NULL_BOOL, column.isin(value_set))
-        if has_null:  # x IN (..., NULL) is TRUE where found, else NULL (never FALSE)
-            found = pc.if_else(found, pc.scalar(True), _NULL_BOOL)
         return found
 
     def is_(self, node: Any) -> pc.Expression:
@@ -664,18 +687,40 @@ def _nan_ordered(op: str, plain: pc.Expression, left: tuple[pc.Expression, pc.Ex
     """A comparison in DuckDB's order of floats: NaN is greater than every number and equal to NaN; a NULL on
     either side still gives NULL (``left``/``right``: is-NaN and is-valid of each side)."""
     (left_nan, left_valid), (right_nan, right_valid) = left, right
-    both = left_nan & right_nan
+    both = _both(left_nan, right_nan)
     if op == "eq":
-        return plain | both
+        return _either(plain, both)
     if op == "ne":
-        return plain & ~both
+        return _both(plain, _not(both))
     if op == "gt":
-        return plain | (left_nan & ~right_nan)
+        return _either(plain, _both(left_nan, _not(right_nan)))
     if op == "ge":
-        return plain | (left_nan & right_valid)
+        return _either(plain, _both(left_nan, right_valid))
     if op == "lt":
-        return plain | (~left_nan & right_nan)
-    return plain | (right_nan & left_valid)  # le
+        return _either(plain, _both(_not(left_nan), right_nan))
+    return _either(plain, _both(right_nan, left_valid))  # le
+
+
+_TRUE, _FALSE = pc.scalar(True), pc.scalar(False)
+
+
+def _both(a: pc.Expression, b: pc.Expression) -> pc.Expression:
+    """``a AND b``, folded where a side is a known TRUE or FALSE (a literal's NaN test is known): each call left in a
+    filter doubles what it costs to send (:func:`~flightpart.query.filters.substrait_bound`)."""
+    if a.equals(_FALSE) or b.equals(_FALSE):
+        return _FALSE
+    return b if a.equals(_TRUE) else a if b.equals(_TRUE) else a & b
+
+
+def _either(a: pc.Expression, b: pc.Expression) -> pc.Expression:
+    """``a OR b``, folded as :func:`_both` (``x OR FALSE`` is ``x``, NULL included)."""
+    if a.equals(_TRUE) or b.equals(_TRUE):
+        return _TRUE
+    return b if a.equals(_FALSE) else a if b.equals(_FALSE) else a | b
+
+
+def _not(a: pc.Expression) -> pc.Expression:
+    return _FALSE if a.equals(_TRUE) else _TRUE if a.equals(_FALSE) else ~a
 
 
 def _like_pieces(pattern: str, escape: str | None, tr: _Translator) -> tuple[str, str]:
