@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from flightpart.errors import PartitionedError
-from flightpart.query.filters import conjunction
+from flightpart.query.joined import conjunction
 from flightpart.query.sql import Value, column_value, comparison, literal_value, membership
 
 _COMPARE = {"Eq": "eq", "NotEq": "ne", "Lt": "lt", "LtEq": "le", "Gt": "gt", "GtEq": "ge"}

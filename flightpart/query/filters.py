@@ -16,7 +16,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -43,37 +43,14 @@ class Filter:
 
         ``translated``: the expression was translated from a text filter, whose nesting the translation bounds
         (an ``IN`` list of at most :data:`~flightpart.query.sql.MAX_IN_VALUES`, Python's recursion): its size is
-        not held to :data:`MAX_FILTER_BYTES` (casts and NaN rules make such filters verbose, not deep)."""
+        not held to :data:`MAX_FILTER_BYTES` (casts and NaN rules make such filters verbose, not deep). Every filter is
+        held to :data:`MAX_SUBSTRAIT_BOUND` before it is written."""
         if not isinstance(expression, pc.Expression):
             raise TypeError(f"a filter is a pyarrow.compute.Expression (e.g. pc.field('x') > 0), got {type(expression).__qualname__}")
         columns = referenced_columns(expression, schema, None if translated else MAX_FILTER_BYTES)
         bound = pa.schema([schema.field(c) for c in columns])
         raw = serialize(expression, bound if columns else pa.schema([]))
         return cls(expression, columns, raw)
-
-
-
-def conjunction(terms: Sequence[pc.Expression]) -> pc.Expression | None:
-    """``terms[0] & terms[1] & ...`` as a balanced tree (:func:`balanced`), or None for no terms."""
-    return balanced(terms, lambda a, b: a & b)
-
-
-def disjunction(terms: Sequence[pc.Expression]) -> pc.Expression | None:
-    """``terms[0] | terms[1] | ...`` as a balanced tree (:func:`balanced`), or None for no terms."""
-    return balanced(terms, lambda a, b: a | b)
-
-
-def balanced(terms: Sequence[pc.Expression],
-             join: Callable[[pc.Expression, pc.Expression], pc.Expression]) -> pc.Expression | None:
-    """``terms`` joined pairwise, level by level: as deep as log2 of their number, not as their number. pyarrow's
-    Substrait writer writes each argument of a call twice, so what an expression costs to send doubles with each
-    level of nesting (:func:`substrait_bound`): 30 terms chained left to right take 2^30 times a term."""
-    level = list(terms)
-    if not level:
-        return None
-    while len(level) > 1:
-        level = [join(level[k], level[k + 1]) if k + 1 < len(level) else level[k] for k in range(0, len(level), 2)]
-    return level[0]
 
 
 def serialize(expression: pc.Expression, schema: pa.Schema) -> bytes:

@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as pads
 import pyarrow.fs as pafs
 
-from flightpart.query.filters import conjunction
+from flightpart.query.joined import conjunction
 from flightpart.query.statistics import guarantee
 
 

@@ -34,7 +34,7 @@ import pyarrow.types as pat
 
 from flightpart.errors import InvalidExpression, InvalidFilter
 from flightpart.frames import widens_losslessly
-from flightpart.query.filters import conjunction, disjunction
+from flightpart.query.joined import conjunction, disjunction
 
 _CALL = pc.Expression._call
 _NULL_BOOL = pc.scalar(pa.scalar(None, pa.bool_()))

@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.types as pat
 
-from .filters import conjunction
+from .joined import conjunction
 
 MAX_TEXT = 256
 """Longer text values are not recorded: a truncated maximum would not bound the column."""

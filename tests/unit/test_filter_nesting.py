@@ -12,7 +12,8 @@ import pyarrow.compute as pc
 import pyarrow.substrait as substrait
 import pytest
 
-from flightpart.query.filters import MAX_SUBSTRAIT_BOUND, Filter, disjunction, parse_where, substrait_bound
+from flightpart.query.filters import MAX_SUBSTRAIT_BOUND, Filter, parse_where, substrait_bound
+from flightpart.query.joined import disjunction
 
 SCHEMA = pa.schema([("a", pa.int64()), ("f", pa.float64()), ("s", pa.string())])
 
