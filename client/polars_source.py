@@ -81,7 +81,10 @@ def to_arrow_expression(predicate: Any, schema: pa.Schema | None = None) -> pc.E
     except Exception:
         return None
     schema = schema if schema is not None else pa.schema([])
-    return conjunction([e for e in (_translate(c, schema) for c in _conjuncts(tree)) if e is not None])
+    try:
+        return conjunction([e for e in (_translate(c, schema) for c in _conjuncts(tree)) if e is not None])
+    except RecursionError:  # a predicate nested deeper than Python walks: Polars applies it to every row read
+        return None
 
 
 def _conjuncts(node: Any) -> list:

@@ -203,7 +203,7 @@ class _Translator:
         e = self.exp
         if isinstance(node, e.Paren):
             return self.value(node.this)
-        if isinstance(node, (e.And, e.Or)):  # a chain of them as a balanced tree (filters.balanced)
+        if isinstance(node, (e.And, e.Or)):  # a chain of them as a balanced tree (joined.balanced)
             operands = [self.boolean(operand) for operand in _chained(node, type(node))]
             return Value(conjunction(operands) if isinstance(node, e.And) else disjunction(operands), pa.bool_())
         if isinstance(node, e.Not):
