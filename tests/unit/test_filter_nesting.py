@@ -91,3 +91,14 @@ def test_a_float_in_list_too_large_to_send_is_refused_with_the_way_out():
     """)
     assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
     assert "refused:" in done.stdout and "is_in" in done.stdout
+
+
+def test_a_polars_predicate_nested_deeper_than_python_walks_is_left_to_polars():
+    import polars as pl
+
+    from flightpart.client.polars_source import to_arrow_expression
+
+    chain = pl.col("a") > 0
+    for k in range(3000):
+        chain = chain & (pl.col("a") > k)
+    assert to_arrow_expression(chain, SCHEMA) is None
