@@ -101,6 +101,8 @@ def _literal(node: Any) -> Value:
     value = node["Literal"]
     inner = value.get("Dyn") or value.get("Scalar")
     (kind, v), = inner.items()
+    if v is None:  # Polars writes NaN and the infinities as a float of null: which one is not known
+        raise KeyError(f"{kind} literal without its value")
     if kind in ("Int", "Float", "String", "Boolean") or kind.startswith(("Int", "UInt", "Float")):
         return literal_value(v)
     if kind == "Datetime":
@@ -124,7 +126,7 @@ def _list_literal(node: Any) -> list:
 def _translate(node: Any, schema: pa.Schema) -> pc.Expression | None:
     try:
         return _expr(node, schema).expression
-    except (KeyError, TypeError, ValueError, AttributeError, IndexError, pa.ArrowException):
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError, pa.ArrowException):
         return None  # InvalidFilter is a ValueError: a conjunct that does not compare exactly is not pushed
 
 
@@ -136,6 +138,9 @@ def _expr(node: Any, schema: pa.Schema) -> Value:
     if "BinaryExpr" in node:
         b = node["BinaryExpr"]
         op = b["op"]
+        if op in _COMPARE:
+            _not_a_condition(b["left"])
+            _not_a_condition(b["right"])
         left, right = _expr(b["left"], schema), _expr(b["right"], schema)
         if op in _COMPARE:
             return _boolean(comparison(schema, _COMPARE[op], left, right))
@@ -159,6 +164,8 @@ def _function(f: dict, schema: pa.Schema) -> Value:
         return _boolean(_expr(inputs[0], schema).expression.is_valid())
     if boolean == "Not":
         return _boolean(~_expr(inputs[0], schema).expression)
+    if isinstance(boolean, dict) and ("IsBetween" in boolean or "IsIn" in boolean):
+        _not_a_condition(inputs[0])
     if isinstance(boolean, dict) and "IsBetween" in boolean:
         closed = boolean["IsBetween"].get("closed", "Both")
         x, lo, hi = (_expr(i, schema) for i in inputs[:3])
@@ -178,6 +185,17 @@ def _function(f: dict, schema: pa.Schema) -> Value:
         name = {"StartsWith": "starts_with", "EndsWith": "ends_with"}[strings] if isinstance(strings, str) else "match_substring"
         return _boolean(pc.Expression._call(name, [x.expression], pc.MatchSubstringOptions(text.literal)))
     raise KeyError(str(function))
+
+
+def _not_a_condition(node: Any) -> None:
+    """KeyError (not pushed) for a condition used where a comparison, ``is_between`` or ``is_in`` reads its operand:
+    their translations use it two or three times (its value, its NaN test, its validity), so conditions compared
+    inside conditions grow as 3^depth (Polars applies such a predicate to the rows it reads)."""
+    if "BinaryExpr" in node and node["BinaryExpr"].get("op") in (*_COMPARE, "And", "LogicalAnd", "Or", "LogicalOr"):
+        raise KeyError("a condition compared")
+    function = node.get("Function", {}).get("function") if isinstance(node.get("Function"), dict) else None
+    if isinstance(function, dict) and "Boolean" in function:
+        raise KeyError("a condition compared")
 
 
 def _boolean(expression: pc.Expression) -> Value:

@@ -11,8 +11,10 @@ import textwrap
 
 import numpy as np
 import pyarrow as pa
+import pytest
 
 import flightpart as fp
+from flightpart.errors import FlightpartError
 
 PROCESS_CLUSTER = True
 
@@ -55,3 +57,80 @@ def test_sql_and_text_filters_with_long_or_chains_answer(cluster):
             assert answer.column("n").to_pylist() == [expected], where[:60]
             assert client.open("long-or").filter(where).to_arrow().num_rows == expected
         assert client.sql('SELECT count(*) AS n FROM "long-or"').to_arrow().column("n").to_pylist() == [10_000]
+
+
+def nested_in(depth: int) -> str:
+    where = "a > 1"
+    for _ in range(depth):
+        where = f"({where}) IN (true)"
+    return where
+
+
+def probe_table() -> pa.Table:
+    n = 200
+    return pa.table({
+        "a": np.arange(n),
+        "f32": pa.array(np.arange(n) / 10, pa.float32()),
+        "ns": pa.array(np.arange(n) * 1_000_000_001, pa.timestamp("ns")),
+        "tz": pa.array(np.arange(n) * 3_600_000_000, pa.timestamp("us", tz="America/New_York")),
+    })
+
+
+ANSWERED = [  # SQL and text filters give DuckDB's answer over the same table
+    "f32 = 0.1", "f32 = 0.3", "f32 > 0.3", "f32 IN (0.1, 0.3)", "f32 > 13.333333",
+    "tz IS NOT NULL", "tz > TIMESTAMPTZ '1970-01-02 00:00:00+00'",
+]
+SQL_ONLY = [  # SQL gives DuckDB's answer (run at the catalog); as a text filter, a clear refusal
+    nested_in(22), "ns = TIMESTAMP_NS '1970-01-01 00:00:02.000000002'", "ns = '1970-01-01 00:00:02.000000002'",
+]
+
+
+def test_filters_give_duckdbs_answers_and_none_takes_the_catalog_down(cluster):
+    import duckdb
+
+    table = probe_table()
+    local = duckdb.connect()
+    local.register("probe", table)
+    with fp.connect(cluster.uri) as client:
+        client.put("probe", table, tiling=(2, 1))
+        ds = client.open("probe")
+        for where in ANSWERED + SQL_ONLY:
+            expected = local.sql(f"SELECT count(*) FROM probe WHERE {where}").fetchall()[0][0]
+            got = client.sql(f'SELECT count(*) AS n FROM "probe" WHERE {where}').to_arrow().column("n").to_pylist()
+            assert got == [expected], where[:80]
+            if where in ANSWERED:
+                assert ds.filter(where).to_arrow().num_rows == expected, where
+            else:
+                with pytest.raises(FlightpartError):  # InvalidFilter, or PartitionedError
+                    ds.filter(where)
+        assert client.sql('SELECT count(*) AS n FROM "probe"').to_arrow().column("n").to_pylist() == [200]
+
+
+def test_polars_predicates_give_polars_answers(cluster):
+    with fp.connect(cluster.uri) as writer:
+        table = pa.table({"f": np.r_[np.arange(170) / 3, [np.nan] * 20, [np.inf] * 5, [-np.inf] * 5],
+                          "u": pa.array(np.arange(200, dtype=np.uint64) * (1 << 56), pa.uint64()),
+                          "f32": pa.array(np.arange(200) / 3, pa.float32()), "a": np.arange(200)})
+        writer.put("pl-probe", table, tiling=(2, 1))
+    script = textwrap.dedent(f"""
+        import resource
+        resource.setrlimit(resource.RLIMIT_AS, (6 << 30, 6 << 30))
+        import polars as pl, flightpart as fp
+        nested = pl.col("a") > 1
+        for _ in range(22):
+            nested = nested.is_between(False, True)
+        cases = [pl.col("f") == float("nan"), pl.col("f") != float("nan"), pl.col("f") < float("inf"),
+                 pl.col("f") > -float("inf"), pl.col("f").is_between(-float("inf"), float("inf")),
+                 pl.col("f") >= float("nan"), pl.col("u") < 2**64 - 1, pl.col("u") > 2**63 + 100,
+                 pl.col("u").is_in([5, 2**63 + 1]), pl.col("f32") == 1 / 3, nested]
+        with fp.connect({cluster.uri!r}, host="127.0.0.9") as client:
+            ds = client.open("pl-probe")
+            frame = ds.to_polars()
+            for k, case in enumerate(cases):
+                got = ds.to_polars(lazy=True).filter(case).select(pl.len()).collect().item()
+                print(k, got, frame.filter(case).height)
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, (done.returncode, done.stderr[-3000:])
+    lines = [line.split() for line in done.stdout.strip().split("\n")]
+    assert len(lines) == 11 and all(got == expected for _k, got, expected in lines), done.stdout

@@ -181,21 +181,41 @@ def apply(table: pa.Table, raw: bytes) -> pa.Table:
     expression, bound = decode(raw)
     if len(set(bound.names)) != len(bound.names):
         raise RequestRejected("ticket.filter: bound to a schema that names a column twice", field="ticket.filter")
+    zoned = []  # columns whose time zone Substrait did not carry
     for field in bound:
         if field.name not in table.column_names:
             raise RequestRejected(f"ticket.filter: reads column {field.name!r}, which this partition does not have "
                                   f"(it has {table.column_names})", field="ticket.filter")
-        if not table.schema.field(field.name).type.equals(field.type):
-            raise RequestRejected(f"ticket.filter: column {field.name!r} is {table.schema.field(field.name).type} here, "
+        here = table.schema.field(field.name).type
+        if here.equals(field.type):
+            continue
+        if not _same_instants(here, field.type):
+            raise RequestRejected(f"ticket.filter: column {field.name!r} is {here} here, "
                                   f"the filter was bound to {field.type}", field="ticket.filter")
+        zoned.append(field.name)
     order = list(bound.names) + [n for n in table.column_names if n not in bound.names]
-    source = acero.Declaration("table_source", acero.TableSourceNodeOptions(table.select(order)))
+    source_table = table.select(order)
+    for name in zoned:  # the same instants under the zone the filter was bound to: a relabelling, no value changes
+        k = order.index(name)
+        source_table = source_table.set_column(k, name, source_table.column(k).cast(bound.field(name).type))
+    source = acero.Declaration("table_source", acero.TableSourceNodeOptions(source_table))
     plan = acero.Declaration.from_sequence([source, acero.Declaration("filter", acero.FilterNodeOptions(expression))])
     try:
         kept = plan.to_table(use_threads=False)  # one thread keeps the rows in order
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
         raise RequestRejected(f"ticket.filter: cannot be evaluated here ({str(exc)[:200]})", field="ticket.filter") from None
+    for name in zoned:
+        k = kept.schema.get_field_index(name)
+        kept = kept.set_column(k, table.schema.field(name), kept.column(k).cast(table.schema.field(name).type))
     return kept.select(table.column_names)
+
+
+def _same_instants(here: pa.DataType, bound: pa.DataType) -> bool:
+    """Whether a column of type ``here`` holds what a filter bound to ``bound`` reads: both timestamps of one unit
+    with a time zone. Substrait carries no zone name (a filter over a New York column arrives bound to UTC), and a
+    zone only says how instants print: the values are the same UTC counts."""
+    return (pa.types.is_timestamp(here) and pa.types.is_timestamp(bound) and here.unit == bound.unit
+            and here.tz is not None and bound.tz is not None)
 
 
 # ---------------------------------------------------------------------- --where text

@@ -60,11 +60,51 @@ def parse_sql_predicate(text: str, schema: pa.Schema) -> pc.Expression:
         raise InvalidFilter("a filter text must be a non-empty SQL expression such as \"fare > 10 AND zone = 'JFK'\"",
                             field="filter")
     try:
-        return _Translator(schema, text).boolean(sqlglot.parse_one(text, read="duckdb"))
+        tree = sqlglot.parse_one(text, read="duckdb")
+        weight = _expanded_weight(tree)
+        if weight > MAX_EXPANDED_WEIGHT:
+            raise InvalidFilter(f"filter {text[:200]!r}: its translation would repeat its operands some {weight:,} "
+                                f"times, more than the {MAX_EXPANDED_WEIGHT:,} sent to the nodes (a comparison of a "
+                                "condition inside another, nested)", field="filter")
+        return _Translator(schema, text).boolean(tree)
     except (ParseError, TokenError) as exc:
         raise InvalidFilter(f"filter {text!r}: not a SQL expression ({str(exc).splitlines()[0][:200]})", field="filter") from None
     except RecursionError:
         raise InvalidFilter(f"filter {text[:200]!r}...: nested too deeply", field="filter") from None
+
+
+MAX_EXPANDED_WEIGHT = 200_000
+"""The most operand uses a filter's translation may have (:func:`_expanded_weight`)."""
+
+
+def _expanded_weight(root: Any) -> int:
+    """An upper bound of the nodes a predicate's translation has once every shared operand is counted where it is
+    used: a comparison uses each side up to three times (the value, its NaN test, its validity), BETWEEN its subject
+    in two comparisons, IN its subject once per value. Arrow writes (and pickles, and prints) an expression as that
+    tree, so a comparison of a condition nested 22 deep in 270 bytes of SQL took the catalog's memory. Walked
+    without recursion, from the leaves up."""
+    from sqlglot import exp
+
+    def uses(node: Any, child: Any) -> int:
+        if isinstance(node, exp.Between):
+            return 6 if child is node.this else 3
+        if isinstance(node, exp.In):
+            return 3 * max(1, len(node.expressions)) if child is node.this else 3
+        if isinstance(node, (exp.EQ, exp.NEQ, exp.LT, exp.LTE, exp.GT, exp.GTE, exp.NullSafeEQ, exp.NullSafeNEQ)):
+            return 3
+        if isinstance(node, (exp.And, exp.Or, exp.Not, exp.Paren)):
+            return 1
+        return 2  # arithmetic, casts, IS, LIKE, functions: at most twice
+    weight: dict[int, int] = {}
+    order, pending = [], [root]
+    while pending:
+        node = pending.pop()
+        order.append(node)
+        pending += [c for c in node.iter_expressions()]
+    for node in reversed(order):  # children before their parents
+        total = 1 + sum(uses(node, c) * weight[id(c)] for c in node.iter_expressions())
+        weight[id(node)] = min(total, 1 << 62)
+    return weight[id(root)]
 
 
 def parse_sql_value(text: str, schema: pa.Schema) -> tuple[pc.Expression, pa.DataType, tuple[str, ...]]:
@@ -433,6 +473,11 @@ class _Translator:
             if pat.is_unsigned_integer(a) and pat.is_unsigned_integer(b):
                 wide = a if a.bit_width >= b.bit_width else b
             return self.widen(left, wide), self.widen(right, wide)
+        for lit, other in ((left, right), (right, left)):
+            if (lit.is_literal and not lit.typed and other.type == pa.float32() and not other.is_literal
+                    and isinstance(lit.literal, float)):  # DuckDB and Polars read a bare decimal as the FLOAT's type
+                typed = self.literal(lit.literal, pa.float32())
+                return (typed, right) if lit is left else (left, typed)
         return self.widen(left, pa.float64()), self.widen(right, pa.float64())
 
     def widen(self, value: Value, target: pa.DataType) -> Value:
@@ -608,9 +653,12 @@ _UNITS = {"s": 0, "ms": 1, "us": 2, "ns": 3}
 
 
 def _finer_temporal(a: pa.DataType, b: pa.DataType, tr: _Translator) -> pa.DataType:
-    """The type two temporal values are compared in: dates meet timestamps as timestamps, units at the finer one.
-    A zoned and a naive timestamp do not meet (DuckDB would use the session's zone): refused."""
+    """The type two temporal values are compared in: dates meet timestamps as timestamps, units at the finer one,
+    timestamps in two zones in UTC. A zoned and a naive timestamp do not meet (DuckDB would use the session's
+    zone): refused."""
     zones = {getattr(t, "tz", None) for t in (a, b) if pat.is_timestamp(t)}
+    if len(zones) > 1 and None not in zones:  # two zones: the same instants, compared in UTC
+        zones = {"UTC"}
     if len(zones) > 1:
         raise tr.fail("a timestamp with a time zone compared with one without: write the literal with its offset, "
                       "e.g. TIMESTAMPTZ '2024-01-01 00:00:00+00'")
@@ -623,6 +671,9 @@ def _finer_temporal(a: pa.DataType, b: pa.DataType, tr: _Translator) -> pa.DataT
     return pa.timestamp(unit, tz=next(iter(zones)))
 
 
+_BEYOND_MICROSECONDS = re.compile(r"[.,]\d{6}(\d+)")
+
+
 def _timestamp(value: Any, target: pa.DataType, tr: _Translator) -> dt.datetime:
     if isinstance(value, dt.datetime):
         parsed = value
@@ -630,6 +681,9 @@ def _timestamp(value: Any, target: pa.DataType, tr: _Translator) -> dt.datetime:
         parsed = dt.datetime(value.year, value.month, value.day)
     else:
         text = str(value).strip()
+        finer = _BEYOND_MICROSECONDS.search(text)
+        if finer and finer.group(1).strip("0"):  # Python's parser drops them: compared, that is another instant
+            raise tr.fail(f"{value!r} is finer than a microsecond: not translated")
         try:
             parsed = dt.datetime.fromisoformat(text)
         except ValueError:
