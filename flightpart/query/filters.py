@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 import pyarrow.substrait as substrait
 
 from flightpart.errors import PartitionedError, RequestRejected
+from flightpart.wire import Ticket
 
 _FIELD_PATH = re.compile(r"FieldPath\((\d+)")
 
@@ -50,6 +51,10 @@ class Filter:
         columns = referenced_columns(expression, schema, None if translated else MAX_FILTER_BYTES)
         bound = pa.schema([schema.field(c) for c in columns])
         raw = serialize(expression, bound if columns else pa.schema([]))
+        if len(raw) > MAX_TICKET_FILTER_BYTES:
+            raise PartitionedError(f"filter {str(expression)[:200]}: {len(raw):,} bytes of Substrait, more than a "
+                                   f"ticket carries ({MAX_TICKET_FILTER_BYTES:,}); write a chain of x = 1 OR x = 2 ... as x IN (1, 2, ...), "
+                                   "use fewer or shorter values, or filter the rows after reading")
         return cls(expression, columns, raw)
 
 
@@ -71,6 +76,11 @@ N deep (some 6 bytes a value): a node reads each new filter first on a 2 MiB sta
 that overflows it (:mod:`flightpart.server.substrait_check`), which an ``is_in`` of 3,400 values (20 KB) does. 16 KiB
 (some 2,700 values) is what a node reads with room to spare, so a filter the reader sends is not refused there;
 DuckDB and Polars keep a larger one and apply it to the rows they read. Ordinary filters take a few hundred bytes."""
+
+MAX_TICKET_FILTER_BYTES = Ticket.MAX_BYTES * 3 // 4 - (64 << 10)
+"""The most Substrait a filter may take to fit in a ticket: it travels as base64 (4 bytes for 3) in a ticket of at
+most ``Ticket.MAX_BYTES``, beside the ticket's other fields (64 KiB kept for them). Refused when the filter is made,
+not when the first read is (a text ``IN`` of 1,000 strings of 1 KB had passed, then every read failed)."""
 
 MAX_SUBSTRAIT_BOUND = 4 << 20
 """The most Substrait any filter may be estimated to take before it is written (:func:`substrait_bound`): pyarrow's

@@ -12,6 +12,7 @@ import pyarrow.compute as pc
 import pyarrow.substrait as substrait
 import pytest
 
+from flightpart.errors import PartitionedError
 from flightpart.query.filters import MAX_SUBSTRAIT_BOUND, Filter, parse_where, substrait_bound
 from flightpart.query.joined import disjunction
 
@@ -68,7 +69,7 @@ def test_a_long_chain_built_by_a_user_is_refused_before_it_is_written():
 
 
 def test_text_filters_with_long_chains_are_written_as_balanced_trees():
-    for text in (" OR ".join(f"a = {k}" for k in range(100)), " AND ".join(f"a > {k}" for k in range(100)),
+    for text in (" OR ".join(f"a = {k}" for k in range(40)), " AND ".join(f"a > {k}" for k in range(40)),
                  "f IN (" + ", ".join(f"{k / 2}" for k in range(40)) + ")"):
         expression = parse_where(text, SCHEMA)
         assert substrait_bound(expression) <= MAX_SUBSTRAIT_BOUND
@@ -102,3 +103,14 @@ def test_a_polars_predicate_nested_deeper_than_python_walks_is_left_to_polars():
     for k in range(3000):
         chain = chain & (pl.col("a") > k)
     assert to_arrow_expression(chain, SCHEMA) is None
+
+
+def test_a_filter_larger_than_a_ticket_carries_is_refused_when_it_is_made():
+    text = "s IN (" + ", ".join(f"'{k:04d}{'x' * 1000}'" for k in range(1000)) + ")"
+    with pytest.raises(PartitionedError, match="more than a ticket carries"):
+        Filter.compile(parse_where(text, SCHEMA), SCHEMA, translated=True)
+    chain = " OR ".join(f"a = {k}" for k in range(100))  # balanced, still some 1.5 MB: the message says what to write
+    with pytest.raises(PartitionedError, match=r"as x IN \(1, 2, ...\)"):
+        Filter.compile(parse_where(chain, SCHEMA), SCHEMA, translated=True)
+    shorter = "s IN (" + ", ".join(f"'{k:04d}{'x' * 100}'" for k in range(1000)) + ")"
+    assert len(Filter.compile(parse_where(shorter, SCHEMA), SCHEMA, translated=True).substrait) > 100_000
