@@ -50,7 +50,7 @@ class Filter:
             raise TypeError(f"a filter is a pyarrow.compute.Expression (e.g. pc.field('x') > 0), got {type(expression).__qualname__}")
         columns = referenced_columns(expression, schema, None if translated else MAX_FILTER_BYTES)
         bound = pa.schema([schema.field(c) for c in columns])
-        raw = serialize(expression, bound if columns else pa.schema([]))
+        raw = serialize(expression, bound if columns else pa.schema([]), weighed=True)
         if len(raw) > MAX_TICKET_FILTER_BYTES:
             raise PartitionedError(f"filter {str(expression)[:200]}: {len(raw):,} bytes of Substrait, more than a "
                                    f"ticket carries ({MAX_TICKET_FILTER_BYTES:,}); write a chain of x = 1 OR x = 2 ... as x IN (1, 2, ...), "
@@ -58,10 +58,12 @@ class Filter:
         return cls(expression, columns, raw)
 
 
-def serialize(expression: pc.Expression, schema: pa.Schema) -> bytes:
+def serialize(expression: pc.Expression, schema: pa.Schema, *, weighed: bool = False) -> bytes:
     """``expression`` bound to ``schema`` as the Substrait bytes a ticket carries (any expression: whether it is a
-    filter, a boolean, is the node's to check when it applies it)."""
-    check_substrait_bound(expression)
+    filter, a boolean, is the node's to check when it applies it). ``weighed``: the caller has held it to
+    :data:`MAX_SUBSTRAIT_BOUND` already (:func:`referenced_columns` does)."""
+    if not weighed:
+        check_substrait_bound(expression)
     try:
         return bytes(substrait.serialize_expressions([expression], ["filter"], schema))
     except (pa.ArrowException, TypeError, ValueError) as exc:
