@@ -38,6 +38,10 @@ log = logging.getLogger("flightpart.sql")
 
 MAX_PARAMETER_BYTES = 16 << 20
 """Parameter values one DoPut may bind to a prepared query."""
+SENT_BATCH_BYTES = 1 << 20
+"""About how large a batch of an answer a DoGet stream sends is: a client reading part of it holds the rest on the
+catalog (counted as being sent) rather than a single message with all of it."""
+
 ANSWER_BYTES = 1 << 30
 """Bytes of answers the catalog holds, waiting for their DoGet or being sent by it (one answer larger than that is
 refused with a code; past it, a new answer is refused BUSY until streams end)."""
@@ -133,8 +137,9 @@ class SqlCatalogServer(CatalogServer):
     def _sent(self, table: pa.Table) -> Any:
         """``table``'s batches for a DoGet stream, its bytes counted as being sent until the stream ends (read to its
         end, cancelled, or its client gone: Flight then drops the generator, which closes it)."""
-        try:
-            yield from table.to_batches()
+        rows = max(1, SENT_BATCH_BYTES * table.num_rows // max(1, table.nbytes))
+        try:  # in batches of about SENT_BATCH_BYTES: one batch of a whole answer is one message the client takes whole
+            yield from table.to_batches(max_chunksize=rows)
         finally:
             with self._sql_lock:
                 self._sending -= table.nbytes
