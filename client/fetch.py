@@ -62,17 +62,18 @@ class PartitionRef:
     row_numbers: bool = False  # each row comes with its position in the partition (wire.ROW_NUMBER)
     shareable_bytes: int = 0  # a whole partition of no dictionary column: its stored size (it may share a read stream)
     top: TopRows | None = None  # only the partition's first rows by sort keys (flightpart.query.top)
+    expected_rows: int | None = None  # the rows the catalog says a node sends for it (None: a filter, aggregate or top)
 
     def __reduce__(self):  # a plain tuple: compact, and nothing but data when unpickled
         return (PartitionRef, (self.dataset, self.version, self.position, self.replicas, self.columns, self.rows,
                                self.filter, self.matched, self.aggregate, self.row_numbers, self.shareable_bytes,
-                               self.top))
+                               self.top, self.expected_rows))
 
     def __dask_tokenize__(self) -> tuple:
         """Plain values for Dask's token: walking the dataclass field by field costs seconds at 50,000 handles."""
         return ("flightpart.PartitionRef", self.dataset, self.version, self.position, self.replicas, self.columns, self.rows,
                 self.filter, self.matched, self.aggregate.encode() if self.aggregate is not None else None,
-                self.row_numbers, self.top.encode() if self.top is not None else None)
+                self.row_numbers, self.top.encode() if self.top is not None else None, self.expected_rows)
 
     def spec(self) -> Ticket:
         """What a node is asked for: this handle as a ticket (made once per handle, so its bytes are written once)."""
@@ -105,7 +106,8 @@ def split_rows(ref: PartitionRef, rows: tuple[int, int], pieces: int) -> list[Pa
         return [ref]
     cuts = [rows[0] + count * k // pieces for k in range(pieces + 1)]
     n = len(ref.replicas)
-    return [replace(ref, rows=(cuts[k], cuts[k + 1]), replicas=ref.replicas[k % n:] + ref.replicas[:k % n])
+    return [replace(ref, rows=(cuts[k], cuts[k + 1]), replicas=ref.replicas[k % n:] + ref.replicas[:k % n],
+                    expected_rows=None if ref.expected_rows is None else cuts[k + 1] - cuts[k])
             for k in range(pieces)]
 
 
@@ -186,9 +188,13 @@ def read_partitions(refs: Sequence[PartitionRef], *, host: str | None, pool: Con
         ticket = replace(first.spec(), more=tuple(refs[k].position for k in group[1:]))
         what = f"{len(group)} partitions of {first.dataset!r} v{first.version} from {first.position} on"
         try:
-            return read_several(pool, ticket, first.replicas, what, idle_timeout, compression=compression, here=local)
+            got = read_several(pool, ticket, first.replicas, what, idle_timeout, compression=compression, here=local)
+            if all(refs[k].expected_rows in (None, table.num_rows) for k, table in zip(group, got)):
+                return got
         except RequestRejected:  # a node that cannot share a stream for them: one stream each, as before
-            return [read_remote(refs[k], pool, idle_timeout, compression=compression, here=local) for k in group]
+            pass
+        # or a node that sent other rows than the catalog's: each read alone, checked, from the next replica on
+        return [read_remote(refs[k], pool, idle_timeout, compression=compression, here=local) for k in group]
 
     def place(group: list[int], got: list[pa.Table]) -> None:
         for k, table in zip(group, got):
@@ -386,4 +392,4 @@ def read_remote(ref: PartitionRef, pool: ConnectionPool, idle_timeout: float = I
     """Stream the partition from the first replica that answers (:func:`flightpart.io.pull.read_replicas`)."""
     return read_replicas(pool, ref.spec(), ref.replicas, f"partition {ref.position} of {ref.dataset!r} v{ref.version}",
                          idle_timeout, compression=compression, here=host_addresses() if here is None else here,
-                         expected_bytes=ref.shareable_bytes)
+                         expected_bytes=ref.shareable_bytes, expected_rows=ref.expected_rows)

@@ -56,7 +56,17 @@ def dictionary(t):
     return t.set_column(t.schema.get_field_index("d"), "d", lying)
 
 
-LIES = {"offsets": ("s", offsets), "list offsets": ("l", list_offsets), "dictionary indices": ("d", dictionary)}
+def extra_rows(t):
+    """Sound arrays, one row more than the partition holds."""
+    return pa.concat_tables([t, t.slice(0, 1)])
+
+
+def fewer_rows(t):
+    return t.slice(0, t.num_rows - 1)
+
+
+LIES = {"offsets": ("s", offsets), "list offsets": ("l", list_offsets), "dictionary indices": ("d", dictionary),
+        "extra rows": ("k", extra_rows), "fewer rows": ("k", fewer_rows)}
 
 
 class Rogue(NodeServer):
@@ -164,3 +174,27 @@ print(json.dumps(["twice", twice.column("k").to_pylist(), twice.column("s").to_p
     with fp.connect(cluster.uri) as client:
         assert client.sql("SELECT count(*) AS n FROM twice").to_arrow().column("n").to_pylist() == [table.num_rows]
         assert client.open("alone").version == 1  # no repartition was published
+
+
+@pytest.mark.parametrize("lie", ["extra rows", "fewer rows"])
+def test_a_node_that_sends_other_rows_than_the_catalog_says_is_passed_over(rogue, lie):
+    """Sound arrays but a row added or dropped: a reader's frame would silently have another shape than its
+    ``__partitioned__`` says. The reader checks the count against the catalog's and asks the next replica."""
+    cluster, proc, mode, table = rogue
+    mode.write_text(lie)
+    try:
+        answers = _reader(cluster, ASK + '''
+ds = client.open("alone")
+ask("to_arrow", ds.to_arrow)
+ask("to_pandas", ds.to_pandas)
+twice = client.open("twice").to_arrow().sort_by("k")
+print(json.dumps(["twice", twice.num_rows, twice.column("k").to_pylist()]))
+''')
+    finally:
+        mode.write_text("none")
+    got = {a[0]: a[1:] for a in answers}
+    for what in ("to_arrow", "to_pandas"):
+        code, message = got[what]
+        assert code == "INTERNAL" and "rows where the catalog says 200" in message and ROGUE_IP in message, got[what]
+    assert got["twice"] == [table.num_rows, table.column("k").to_pylist()]
+    assert proc.poll() is None

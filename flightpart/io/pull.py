@@ -57,13 +57,15 @@ class Stalled(Exception):
 
 
 class Unsound(Exception):
-    """A stream whose arrays cannot be read safely (see :mod:`flightpart.query.soundness`): its replica lies."""
+    """A stream whose arrays cannot be read safely (see :mod:`flightpart.query.soundness`), or that carried other
+    rows than the catalog says: its replica lies (or is faulty)."""
 
 
 def read_replicas(pool: ConnectionPool, ticket: Ticket, replicas: Sequence[Replica], what: str,
                   idle_timeout: float = IDLE_TIMEOUT, *, compression: str = "auto",
                   here: frozenset[str] = frozenset(), deadline: float | None = None,
-                  marks: list[tuple[int, bytes]] | None = None, expected_bytes: int = 0) -> pa.Table:
+                  marks: list[tuple[int, bytes]] | None = None, expected_bytes: int = 0,
+                  expected_rows: int | None = None) -> pa.Table:
     """``ticket`` streamed from the first of ``replicas`` that answers.
 
     Each replica is asked for the codec :data:`~flightpart.io.compression.RATES`
@@ -90,6 +92,10 @@ def read_replicas(pool: ConnectionPool, ticket: Ticket, replicas: Sequence[Repli
     batches' metadata as (row offset, bytes), from the replica that answered.
     ``expected_bytes`` (0: unknown) is what the stream should carry: one
     that should be quick is read in this thread (:func:`is_quick`).
+    ``expected_rows`` (None: unknown) is how many rows the catalog says the
+    replicas hold for the ticket: one that sends other rows (a faulty or
+    hostile node adding, dropping or repeating rows) is passed over as one
+    whose arrays are unsafe is.
     """
     failures: list[str] = []
     lied = False
@@ -109,13 +115,14 @@ def read_replicas(pool: ConnectionPool, ticket: Ticket, replicas: Sequence[Repli
                 asked = ticket if codec == ticket.compression else replace(ticket, compression=codec)
                 return _measured(pool, uri, asked,
                                  idle_timeout, deadline, patient=k == len(replicas) - 1, marks=marks,
-                                 quick=marks is None and is_quick(expected_bytes, uri, idle_timeout))
+                                 quick=marks is None and is_quick(expected_bytes, uri, idle_timeout),
+                                 expected_rows=expected_rows)
             except Stalled:
                 pool.discard(uri)
                 failures.append(f"{uri}: sent nothing for {idle_timeout:g} s and did not answer")
             except Unsound as exc:
                 lied = True
-                failures.append(f"{uri}: sent arrays that cannot be read safely, not used ({exc})")
+                failures.append(f"{uri}: sent rows that cannot be used ({exc})")
             except (pa.ArrowException, ConnectionError, OSError) as exc:
                 error = translate(exc)
                 if isinstance(error, (Unauthenticated, Forbidden)):
@@ -185,9 +192,10 @@ def _refusal(what: str, first: Unauthenticated | Forbidden) -> Unauthenticated |
 
 
 def _measured(pool: ConnectionPool, uri: str, ticket: Ticket, idle_timeout: float, deadline: float | None, *,
-              patient: bool = False, marks: list[tuple[int, bytes]] | None = None, quick: bool = False) -> pa.Table:
+              patient: bool = False, marks: list[tuple[int, bytes]] | None = None, quick: bool = False,
+              expected_rows: int | None = None) -> pa.Table:
     """One stream, its bytes and time handed to the link measurements; ``quick``: read by :func:`quick_stream`
-    first."""
+    first. What it carried is checked (:class:`Unsound`) before it is returned."""
     RATES.started(uri)
     received = 0
     try:
@@ -199,7 +207,9 @@ def _measured(pool: ConnectionPool, uri: str, ticket: Ticket, idle_timeout: floa
         TRAFFIC.add(bytes_received=received)
         why = unsound(table)
         if why is not None:
-            raise Unsound(why)
+            raise Unsound(f"arrays that cannot be read safely: {why}")
+        if expected_rows is not None and table.num_rows != expected_rows:
+            raise Unsound(f"{table.num_rows:,} rows where the catalog says {expected_rows:,}")
         return table
     finally:
         RATES.finished(uri, received, ticket.compression)

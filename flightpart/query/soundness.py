@@ -1,9 +1,9 @@
 """Whether a table another process streamed is safe to compute on.
 
-pyarrow's stream reader checks only what costs nothing: buffer sizes against
-lengths. A node that lies (a faulty or hostile one) can send string or list
-offsets past their data, dictionary indices past their dictionary or views
-past their buffers, and every Arrow kernel, DuckDB scan or Polars conversion
+pyarrow's stream reader checks next to nothing: not even buffer sizes
+against the rows a batch claims. A node that lies (a faulty or hostile one)
+can send a batch longer than its buffers, string or list offsets past their
+data, dictionary indices past their dictionary or views past their buffers, and every Arrow kernel, DuckDB scan or Polars conversion
 that then reads them reads out of bounds and may kill the process that does:
 a reader, the SQL gateway inside the catalog, a node assembling a
 repartition. :func:`unsound` is the check each of them makes on what it
@@ -14,7 +14,7 @@ order), not for UTF-8: that is memory safety at about 8 GB/s of offsets,
 where Arrow's full validation of text runs at about 3 GB/s of characters
 (a 945 MiB read with one text column: 12 ms against 40 ms). Every other
 column gets Arrow's full validation, which for fixed-width values without
-a dictionary costs nothing per value.
+a dictionary costs nothing per value (buffer sizes against the rows).
 """
 
 from __future__ import annotations

@@ -72,3 +72,21 @@ def test_honest_tables_are_sound():
     })
     assert unsound(table) is None
     assert unsound(table.slice(1, 7)) is None
+
+
+@pytest.mark.parametrize("kind", [pa.int64(), pa.float64(), pa.bool_(), pa.decimal128(9, 2), pa.binary(4)])
+def test_fixed_width_columns_shorter_than_their_rows_are_found(kind):
+    """pyarrow's stream reader does not even check buffer sizes against the rows a batch claims: a batch of 10
+    values that says it has 4,096 rows reads as 4,096 rows over 10 values' memory."""
+    import struct
+
+    values = {pa.bool_(): True, pa.binary(4): b"abcd"}.get(kind, 7)
+    honest = pa.record_batch({"x": pa.array([values] * 10, kind)})
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, honest.schema) as writer:
+        writer.write_batch(honest)
+    stream = sink.getvalue().to_pybytes()
+    lying = stream.replace(struct.pack("<q", 10), struct.pack("<q", 4096))  # the batch's and the column's lengths
+    table = pa.ipc.open_stream(lying).read_all()
+    assert table.num_rows == 4096  # read without complaint
+    assert "too small" in unsound(table)
