@@ -513,6 +513,129 @@ def test_bad_sql_and_unknown_tables_are_clear_errors_and_the_catalog_keeps_answe
     assert answer(conn, "SELECT 1 AS one").column("one").to_pylist() == [1]
 
 
+def assert_clean(text: str) -> None:
+    """An error's text as a client sees it: one message, no Python traceback, no path of the server's files."""
+    assert "Traceback" not in text and "/work/" not in text and ".py" not in text, text
+
+
+def test_get_schema_errors_come_as_get_flight_info_sends_them_without_a_traceback(taxi, cluster, monkeypatch):
+    """pyarrow sends a Flight error raised in GetSchema as UNKNOWN with the Python traceback and without its code:
+    GetSchema's errors come with the status of the same query's GetFlightInfo where pyarrow can send it there
+    (INVALID_ARGUMENT, NOT_FOUND), else UNKNOWN; always one clean line ending with the flightpart code, for a
+    query and for a prepared statement."""
+    from flightpart.sql.server import MAX_QUERY_CHARACTERS
+
+    raw = flight.connect(cluster.uri)
+    for sql, status in (("SELEC 1", pa.ArrowInvalid), ("SELECT * FROM nosuch", pa.ArrowKeyError)):
+        command = sql_command(sqlwire.STATEMENT_QUERY, (1, sql))
+        with pytest.raises(status) as by_info:
+            raw.get_flight_info(command)
+        with pytest.raises(status) as by_schema:
+            raw.get_schema(command)
+        assert fp.wire.error_message(by_schema.value) == fp.wire.error_message(by_info.value), sql
+        assert_clean(str(by_schema.value))
+    long = sql_command(sqlwire.STATEMENT_QUERY, (1, "SELECT " + "1" * MAX_QUERY_CHARACTERS))
+    with pytest.raises(flight.FlightError) as by_info:
+        raw.get_flight_info(long)
+    assert code_of(by_info.value) == "LIMIT_EXCEEDED"
+    with pytest.raises(pa.ArrowException) as by_schema:
+        raw.get_schema(long)
+    assert fp.wire.error_message(by_info.value) in str(by_schema.value)
+    assert "[flightpart LIMIT_EXCEEDED at query]" in str(by_schema.value)
+    assert_clean(str(by_schema.value))
+    with fp.connect(cluster.uri) as writer:
+        writer.put("fleeting", pa.table({"k": [1, 2, 3]}))
+    action = flight.Action("CreatePreparedStatement", sqlwire.pack(sqlwire.CREATE_PREPARED, sqlwire.message(
+        (1, "SELECT k, rank() OVER (ORDER BY k) AS r FROM fleeting"))))
+    handle = sqlwire.bytes_field(sqlwire.unpack(next(iter(raw.do_action(action))).body.to_pybytes()).value, 1, "handle")
+    prepared = sql_command(sqlwire.PREPARED_QUERY, (1, handle))
+    assert raw.get_schema(prepared).schema.names == ["k", "r"]
+    with monkeypatch.context() as busy:
+        busy.setattr(cluster.catalog.gateway.slots, "limit", 0)  # no query runs, none waits: BUSY at once
+        with pytest.raises(flight.FlightUnavailableError) as by_info:
+            raw.get_flight_info(prepared)
+        assert code_of(by_info.value) == "BUSY"
+        with pytest.raises(pa.ArrowException) as by_schema:
+            raw.get_schema(prepared)
+        assert fp.wire.error_message(by_info.value) in str(by_schema.value)
+        assert "[flightpart BUSY at query]" in str(by_schema.value)
+        assert_clean(str(by_schema.value))
+    with fp.connect(cluster.uri) as writer:
+        writer.drop("fleeting")
+    with pytest.raises(pa.ArrowKeyError) as by_info:
+        raw.get_flight_info(prepared)
+    with pytest.raises(pa.ArrowKeyError) as by_schema:
+        raw.get_schema(prepared)
+    assert fp.wire.error_message(by_schema.value) == fp.wire.error_message(by_info.value)
+    assert "fleeting" in str(by_schema.value) and "DATASET_NOT_FOUND" in str(by_schema.value)
+    assert_clean(str(by_schema.value))
+
+
+def test_a_table_type_that_is_not_utf8_is_the_requests_mistake(taxi, cluster):
+    """CommandGetTables' table_types are strings: one that is not UTF-8 is refused INVALID_ARGUMENT naming the field,
+    through GetFlightInfo and GetSchema alike, not failed as the server's INTERNAL."""
+    raw = flight.connect(cluster.uri)
+    command = sql_command(sqlwire.GET_TABLES, (4, "TABLE"), (4, b"\xff\xfeTABLE"))
+    for call in (raw.get_flight_info, raw.get_schema):
+        with pytest.raises(pa.ArrowInvalid, match="table_types entry .* is not UTF-8") as caught:
+            call(command)
+        assert "[flightpart INVALID_REQUEST at table_types]" in str(caught.value)
+        assert_clean(str(caught.value))
+    listed = raw.get_flight_info(sql_command(sqlwire.GET_TABLES, (4, "TABLE")))
+    names = raw.do_get(listed.endpoints[0].ticket).read_all().column("table_name").to_pylist()
+    assert "trips" in names
+
+
+def test_a_query_past_duckdbs_memory_limit_is_the_catalogs_limit_not_the_clients_mistake(taxi, cluster, monkeypatch):
+    """DuckDB's out-of-memory error is LIMIT_EXCEEDED, the catalog's limit, sent as every LIMIT_EXCEEDED is (UNKNOWN
+    with its code in ``extra_info``: a Python Flight server cannot send RESOURCE_EXHAUSTED), an ``OperationalError``
+    and not the ``ProgrammingError`` of a mistake in the query; its message says what the client can do, not
+    DuckDB's ``SET`` (which the gateway refuses)."""
+    from flightpart.sql import gateway
+
+    adbc = pytest.importorskip("adbc_driver_manager")
+    _table, _zones, conn = taxi
+    monkeypatch.setattr(gateway, "MEMORY_LIMIT", "32MB")
+    sql = "SELECT list(range) AS l FROM range(20000000)"  # 160 MB in one list: DuckDB cannot spill it
+    with pytest.raises(dbapi.OperationalError) as info:
+        answer(conn, sql)
+    text = str(info.value)
+    assert info.value.status_code == adbc.AdbcStatusCode.UNKNOWN, text  # not INVALID_ARGUMENT, nor a retry's UNAVAILABLE
+    assert "more memory than the 32MB" in text and "fewer rows or columns" in text, text
+    assert "SET" not in text and "memory_limit" not in text, text
+    assert_clean(text)
+    with fp.connect(cluster.uri) as client, pytest.raises(fp.LimitExceeded, match="more memory") as ours:
+        client.sql(sql).to_arrow()
+    assert ours.value.code == "LIMIT_EXCEEDED" and ours.value.field == "query"
+    assert answer(conn, "SELECT 1 AS one").column("one").to_pylist() == [1]
+
+
+def test_a_node_that_fails_a_scan_inside_duckdb_is_the_error_the_client_gets(make_cluster):
+    """A query DuckDB runs at the catalog reads datasets through scans whose streams are flightpart reads; a node's
+    failure there reached the client as DuckDB's Invalid Input Error around a Python traceback, INVALID_ARGUMENT.
+    It comes as the read's own error: UNAVAILABLE, naming the partition and the replica, with no traceback."""
+    adbc = pytest.importorskip("adbc_driver_manager")
+    lone = make_cluster(1, process=True, first_ip=215)
+    with fp.connect(lone.uri) as writer:
+        writer.put("lonely", pa.table({"k": list(range(1_000)), "v": [f"v{k % 7}" for k in range(1_000)]}),
+                   tiling=(2, 1))
+    sql = "SELECT k, rank() OVER (ORDER BY v) AS r FROM lonely"  # a window function: DuckDB scans at the catalog
+    node = lone.nodes[0]
+    node.proc.kill()
+    node.proc.wait()
+    with dbapi.connect(lone.uri) as conn, pytest.raises(dbapi.OperationalError) as info:
+        answer(conn, sql)
+    text = str(info.value)
+    assert info.value.status_code == adbc.AdbcStatusCode.IO, text  # UNAVAILABLE
+    assert "'lonely'" in text and "no replica could serve it" in text, text
+    assert "Invalid Input Error" not in text, text
+    assert_clean(text)
+    with fp.connect(lone.uri) as client, pytest.raises(fp.NodeUnavailable, match="no replica could serve it") as ours:
+        client.sql(sql).to_arrow()
+    assert ours.value.code == "UNAVAILABLE"
+    assert_clean(ours.value.message)
+
+
 def test_a_query_past_the_clients_deadline_is_stopped_at_the_catalog(cluster):
     """The driver's query timeout is a gRPC deadline; the catalog sees the call given up and stops DuckDB, instead of
     running a query nobody waits for until its own 300 s limit."""

@@ -24,13 +24,14 @@ from typing import Any
 import pyarrow as pa
 
 from flightpart.client import Client, connect
-from flightpart.errors import DatasetNotFound, QueryTimeout, RequestRejected
+from flightpart.errors import DatasetNotFound, LimitExceeded, QueryTimeout, RequestRejected
 from flightpart.io.access import Access
 from flightpart.io.transfer import TRAFFIC
 
 from . import inlined, pushed, scans
 from .parsed import parsed
 from .partials import PARTIALS
+from .remembered import ScanFailures
 from .slots import QuerySlots, running_from_env
 
 log = logging.getLogger("flightpart.sql")
@@ -39,7 +40,7 @@ QUERY_SECONDS = 300.0
 """How long one query may run at the catalog before it is stopped (``Gateway.timeout``)."""
 MEMORY_LIMIT = "1GB"
 """What DuckDB may hold at the gateway for one query (its partials, sorts and results): beyond it the query fails
-with a clear error instead of taking the catalog's memory."""
+with ``LIMIT_EXCEEDED`` (:func:`_out_of_memory`) instead of taking the catalog's memory."""
 EXPLAIN = re.compile(r"explain(\s+analyze)?\s+", re.IGNORECASE)
 EXPLAIN_SCHEMA = pa.schema([("step", pa.utf8()), ("where", pa.utf8()), ("what", pa.utf8()), ("bytes_moved", pa.int64()),
                             ("rows", pa.int64())])
@@ -118,6 +119,7 @@ class Gateway:
                                      "lock_configuration": True})
         stop = _Watch(con, self.timeout, cancelled)  # a query that runs too long, or for no one, is stopped
         route = route if route is not None else Route()
+        failures = ScanFailures()  # what a node's refusal inside DuckDB's scans was, to be raised as itself
         try:
             statements = con.extract_statements(query)
             if len(statements) == 1 and statements[0].type == duckdb.StatementType.EXPLAIN:
@@ -135,24 +137,27 @@ class Gateway:
                 return opened[name]
 
             written = query
-            expected = _as_duckdb_types_it(con, query, named, dataset) if not wanted and limit is None else None
+            expected = _as_duckdb_types_it(con, query, named, dataset, failures.scan) \
+                if not wanted and limit is None else None
             if expected is not None:  # work the nodes can do: aggregates, first rows, filters
 
                 def aggregated(sql: str) -> pa.Table | None:
                     return _unless_duckdb_refuses(lambda: pushed.answer(sql, set(named), dataset, lambda final, partials,
-                                                  joined: _final(con, final, partials, {n: dataset(n) for n in joined})))
+                                                  joined: _final(con, final, partials, {n: failures.scan(dataset(n))
+                                                                                        for n in joined})), failures)
 
-                query = self._answer_parts_first(con, query, named, dataset, route, aggregated)
+                query = self._answer_parts_first(con, query, named, dataset, route, aggregated, failures)
                 done, how = aggregated(query), "aggregate"
                 if done is None:  # ORDER BY ... LIMIT: each partition's first rows
                     done, how = _unless_duckdb_refuses(lambda: pushed.answer_top(
-                        query, set(named), dataset, lambda final, table, rows: _over(con, final, table, rows))), "top"
+                        query, set(named), dataset, lambda final, table, rows: _over(con, final, table, rows)),
+                        failures), "top"
                 if done is not None:
                     route.how, route.query = how, query
                     return _conformed(done, expected)
             route.how, route.query = "scan", query
             for name in named:
-                con.register(name, dataset(name).duckdb_scan())
+                con.register(name, failures.scan(dataset(name)))
             if query != written:  # parts answered first: what is left, named and typed as the query written
                 return _conformed(con.sql(query).to_arrow_table(), expected)
             if parameters is None or parameters.num_rows == 0:
@@ -181,17 +186,22 @@ class Gateway:
                 raise SqlError("the query was stopped: its caller gave up (its deadline passed)", field="query") from None
             raise QueryTimeout(f"the query ran longer than the {self.timeout:g} s a query may run at the catalog, and "
                                "was stopped", field="query") from None
+        except duckdb.OutOfMemoryException:
+            failures.raise_first()
+            raise _out_of_memory() from None
         except duckdb.Error as exc:
+            failures.raise_first()  # a node refused or failed a read inside DuckDB's scan: that error, as it was
             raise SqlError(_one_line(exc), field="query") from None
         finally:
             stop.done()
             con.close()
 
     def _answer_parts_first(self, con: Any, query: str, named: list[str], dataset: Callable[[str], Any],
-                            route: Route, aggregated: Callable[[str], pa.Table | None]) -> str:
+                            route: Route, aggregated: Callable[[str], pa.Table | None], failures: ScanFailures) -> str:
         """``query`` with its small uncorrelated IN subqueries and its aggregated WITH queries and derived tables
         answered first (:mod:`.inlined`; ``aggregated(sql)``: a query's answer from the nodes' partials, or None),
-        so that what is left can run on the nodes; each part is noted in ``route``."""
+        so that what is left can run on the nodes; each part is noted in ``route``. A node's failure inside a
+        scan (``failures``) ends the query there, not after it is run again whole."""
         duckdb = _duckdb()
 
         def values(sql: str) -> pa.Table | None:
@@ -200,10 +210,11 @@ class Gateway:
             except duckdb.InterruptException:
                 raise
             except duckdb.Error:
+                failures.raise_first()
                 return None  # it names the outer query's columns (or is wrong, which the whole query will say)
 
         def table(sql: str, name: str) -> pa.Table | None:
-            expected = _as_duckdb_types_it(con, sql, named, dataset)
+            expected = _as_duckdb_types_it(con, sql, named, dataset, failures.scan)
             answered = aggregated(sql) if expected is not None else None
             if answered is not None:
                 answered = _conformed(answered, expected)
@@ -333,10 +344,12 @@ def _traffic() -> int:
     return counts["bytes_received"] + counts["bytes_mapped"]
 
 
-def _as_duckdb_types_it(con: Any, query: str, named: list[str], open_dataset: Callable[[str], Any]) -> pa.Schema | None:
+def _as_duckdb_types_it(con: Any, query: str, named: list[str], open_dataset: Callable[[str], Any],
+                        scan: Callable[[Any], Any]) -> pa.Schema | None:
     """The schema DuckDB gives ``query``'s answer over the datasets themselves (``count_star()``, a HUGEINT sum),
     found over empty tables of their schemas without reading a row; None when DuckDB refuses the query there (a
-    type or binder error), which is then run as written, to fail as DuckDB says."""
+    type or binder error), which is then run as written, to fail as DuckDB says. ``scan(dataset)``: the DuckDB
+    scan each dataset is registered as again afterwards."""
     duckdb = _duckdb()
 
     for name in named:
@@ -350,7 +363,7 @@ def _as_duckdb_types_it(con: Any, query: str, named: list[str], open_dataset: Ca
         return None
     finally:
         for name in named:  # whatever runs next on this connection reads the datasets themselves
-            con.register(name, open_dataset(name).duckdb_scan())
+            con.register(name, scan(open_dataset(name)))
     schema = pa.schema([pa.field(name, kind) for name, kind in zip(relation.columns, types)])  # names as DuckDB's own
     return schema.with_metadata({b"duckdb_types": "\x1f".join(str(t) for t in relation.types).encode()})
 
@@ -395,9 +408,10 @@ def explained_query(query: str) -> str | None:
     return query[match.end():] if match else None
 
 
-def _unless_duckdb_refuses(answer: Callable[[], pa.Table | None]) -> pa.Table | None:
+def _unless_duckdb_refuses(answer: Callable[[], pa.Table | None], failures: ScanFailures) -> pa.Table | None:
     """``answer()``, or None when DuckDB refuses the final step over the partials or first rows (a name they do not
-    have): the query is then run whole, and any error it has is the one DuckDB gives the query as written."""
+    have): the query is then run whole, and any error it has is the one DuckDB gives the query as written. A node's
+    failure inside one of its scans (``failures``) is raised instead: the query would only meet it again."""
     duckdb = _duckdb()
 
     try:
@@ -405,6 +419,7 @@ def _unless_duckdb_refuses(answer: Callable[[], pa.Table | None]) -> pa.Table | 
     except duckdb.InterruptException:
         raise
     except duckdb.Error:
+        failures.raise_first()
         return None
 
 
@@ -423,10 +438,10 @@ def _conformed(answer: pa.Table, expected: pa.Schema) -> pa.Table:
 
 def _final(con: Any, query: str, partials: pa.Table, joined: dict[str, Any]) -> pa.Table:
     """What is left of a query once its aggregates are combined: DuckDB over the small table of them (and the
-    datasets of ``joined``, a join's other side, as scans)."""
+    scans of ``joined``, a join's other side)."""
     con.register(PARTIALS, partials)
-    for name, dataset in joined.items():
-        con.register(name, dataset.duckdb_scan())
+    for name, scan in joined.items():
+        con.register(name, scan)
     return con.sql(query).to_arrow_table()
 
 
@@ -444,6 +459,15 @@ def _versioned(table: str, known: set[str]) -> bool:
 SUGGESTION = re.compile(r'\s*Did you mean "(?P<name>[^"]*)"\?')
 """DuckDB's guess at a mistyped name, in a CatalogException's message."""
 MISSING_TABLE = re.compile(r"Table with name (?P<name>.+?) does not exist")
+
+
+def _out_of_memory() -> LimitExceeded:
+    """The error of a query that needed more memory than DuckDB may hold for one at the catalog: a limit of the
+    catalog's, not a mistake in the query; DuckDB's own advice (a ``SET`` the gateway refuses, fewer threads) is
+    left out for what the client can change."""
+    return LimitExceeded(f"the query needed more memory than the {MEMORY_LIMIT} the catalog gives one query, and was "
+                         "stopped: aggregate (GROUP BY) or filter (WHERE) the rows, or select fewer rows or columns "
+                         "(LIMIT, only the columns needed)", field="query")
 
 
 def _one_line(exc: BaseException) -> str:

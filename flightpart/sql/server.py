@@ -23,7 +23,14 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from flightpart import sqlwire as proto
-from flightpart.errors import DatasetNotFound, LimitExceeded, RequestRejected, ServerBusy, VersionConflict
+from flightpart.errors import (
+    DatasetNotFound,
+    FlightpartError,
+    LimitExceeded,
+    RequestRejected,
+    ServerBusy,
+    VersionConflict,
+)
 from flightpart.server.auth import authorize
 from flightpart.server.base import boundary
 from flightpart.server.catalog import CatalogServer
@@ -32,7 +39,7 @@ from flightpart.wire import check_name
 
 from .gateway import Gateway
 from .metadata import sql_info, xdbc_type_info
-from .statuses import sql_error
+from .statuses import sql_error, sql_schema_error
 
 log = logging.getLogger("flightpart.sql")
 
@@ -86,11 +93,14 @@ class SqlCatalogServer(CatalogServer):
         if command is None:
             return super().get_schema(context, descriptor)
         return self._read(context, f"Flight SQL schema of {command.name:.60}",
-                          lambda: flight.SchemaResult(self._answer(command, schema_only=True).schema))
+                          lambda: flight.SchemaResult(self._answer(command, schema_only=True).schema),
+                          sent_as=sql_schema_error)
 
-    def _read(self, context: Any, what: str, work: Any) -> Any:
-        """``work()`` for a caller allowed to read, inside the error boundary every call has."""
-        with boundary(log, what, self.telemetry, context, sql_error):
+    def _read(self, context: Any, what: str, work: Any,
+              sent_as: Callable[[FlightpartError], Exception] = sql_error) -> Any:
+        """``work()`` for a caller allowed to read, inside the error boundary every call has; its errors sent as
+        ``sent_as`` makes them (``GetSchema`` sends fewer statuses: :mod:`.statuses`)."""
+        with boundary(log, what, self.telemetry, context, sent_as):
             authorize(context, "read")
             return work()
 
@@ -304,7 +314,7 @@ class SqlCatalogServer(CatalogServer):
         if pattern is not None and len(pattern) > MAX_PATTERN:
             raise RequestRejected(f"table_name_filter_pattern: {len(pattern):,} characters, more than the {MAX_PATTERN} "
                                   "a pattern may have", field="table_name_filter_pattern")
-        types = [v.decode() for n, v in proto.fields(body) if n == 4 and isinstance(v, bytes)]
+        types = _table_types(body)
         rows = [] if schema_only or (types and TABLE_TYPE not in types) else self.gateway.tables()
         rows = [(name, schema) for name, schema in rows if pattern is None or _like(name, pattern)]
         columns: dict[str, pa.Array] = {
@@ -317,6 +327,23 @@ class SqlCatalogServer(CatalogServer):
             columns["table_schema"] = pa.array([schema.serialize().to_pybytes() for _, schema in rows], pa.binary())
         fields = [pa.field(k, v.type, nullable=k in ("catalog_name", "db_schema_name")) for k, v in columns.items()]
         return pa.Table.from_arrays(list(columns.values()), schema=pa.schema(fields))
+
+
+def _table_types(body: bytes) -> list[str]:
+    """``CommandGetTables``' ``table_types`` (field 4, repeated): each must be UTF-8 text, as the protocol's strings
+    are; one that is not is the request's mistake, refused with a code rather than failing the call."""
+    types = []
+    for n, value in proto.fields(body):
+        if n != 4:
+            continue
+        if not isinstance(value, bytes):
+            raise RequestRejected("Flight SQL: table_types holds a value that is not text", field="table_types")
+        try:
+            types.append(value.decode())
+        except UnicodeDecodeError:
+            raise RequestRejected(f"Flight SQL: table_types entry {value[:40]!r} is not UTF-8 text (e.g. 'TABLE')",
+                                  field="table_types") from None
+    return types
 
 
 def _chunks(reader: flight.MetadataRecordBatchReader) -> Any:

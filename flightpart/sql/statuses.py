@@ -17,6 +17,22 @@ a client sees, with no traceback, is tested in tests/test_flight_sql.py, so
 a Python or pyarrow that formats it otherwise is caught there. These
 exceptions are made only as the call's error leaves the server, after it
 was logged, so nothing in flightpart formats one.
+
+A limit of the catalog's (``LIMIT_EXCEEDED``: an answer, a query's text or
+its memory past what the catalog takes for one) would be gRPC's
+RESOURCE_EXHAUSTED, which a Python Flight server cannot send (pyarrow sends
+a Flight error's status only from the set Flight names, and no Python
+exception becomes that status). It goes as every flightpart call sends it:
+UNKNOWN with ``LIMIT_EXCEEDED`` in ``extra_info`` and a message saying what
+to change; not INVALID_ARGUMENT (the query is well formed) nor UNAVAILABLE
+(which a client would retry, to meet the same limit).
+
+``GetSchema`` is answered by pyarrow without its handling of Flight errors:
+a Flight error raised there reaches the client as UNKNOWN, with the Python
+traceback and without ``extra_info``. :func:`sql_schema_error` sends what
+:func:`sql_error` gives as it is when it is INVALID_ARGUMENT or NOT_FOUND (the
+same status as the query's ``GetFlightInfo``), and any other error as UNKNOWN
+with no traceback and its code at the end of its message, as those two carry it.
 """
 
 from __future__ import annotations
@@ -41,6 +57,7 @@ class _Untraced(type):
 
 InvalidArgument: Any = _Untraced("flightpart", (pa.ArrowInvalid,), {"__doc__": "INVALID_ARGUMENT, no traceback."})
 NotFound: Any = _Untraced("flightpart", (pa.ArrowKeyError,), {"__doc__": "NOT_FOUND, no traceback."})
+Unknown: Any = _Untraced("flightpart", (Exception,), {"__doc__": "UNKNOWN, no traceback (GetSchema's other errors)."})
 
 
 def sql_error(exc: FlightpartError) -> Exception:
@@ -54,3 +71,12 @@ def sql_error(exc: FlightpartError) -> Exception:
     if isinstance(exc, QueryTimeout):
         return flight.FlightTimedOutError(exc.message, extra_info=encode_error(exc))
     return flight_error(exc)
+
+
+def sql_schema_error(exc: FlightpartError) -> Exception:
+    """What ``GetSchema`` of a Flight SQL command raises for ``exc``: :func:`sql_error`'s status where pyarrow can
+    send it from ``GetSchema``, else UNKNOWN with the code in the message (see the module doc)."""
+    sent = sql_error(exc)
+    if isinstance(sent, flight.FlightError):
+        return Unknown(error_with_code(exc))
+    return sent
