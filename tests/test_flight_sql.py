@@ -727,7 +727,8 @@ def test_answers_being_sent_count_against_the_catalogs_budget_until_their_stream
     from flightpart.sql import server
 
     with fp.connect(cluster.uri) as writer:
-        writer.put("wide", pa.table({"a": np.arange(1_000_000), "b": np.arange(1_000_000) * 2}), tiling=(2, 1))
+        # 64 MB answers: more than a stream's flow-control windows and socket buffers take (about 15 MB on loopback)
+        writer.put("wide", pa.table({"a": np.arange(4_000_000), "b": np.arange(4_000_000) * 2}), tiling=(2, 1))
     raw = flight.connect(cluster.uri)
     query = sql_command(sqlwire.STATEMENT_QUERY, (1, "SELECT a, b FROM wide ORDER BY a"))  # answered by the catalog
     first = raw.get_flight_info(query)
@@ -751,4 +752,40 @@ def test_answers_being_sent_count_against_the_catalogs_budget_until_their_stream
         except flight.FlightError:
             assert time.monotonic() < deadline, "the cancelled streams still count"
             time.sleep(0.2)
-    assert answered.num_rows == 1_000_000 and answered.column("a").to_pylist()[:3] == [0, 1, 2]
+    assert answered.num_rows == 4_000_000 and answered.column("a").to_pylist()[:3] == [0, 1, 2]
+
+
+def test_answers_whose_readers_take_nothing_are_let_go_after_the_idle_time(taxi, cluster, monkeypatch):
+    """A client that opened answers' streams and took nothing held the catalog's budget for answers as long as its
+    connection lived, and every other client got BUSY. Once its readers idled past the idle time the answers are let
+    go (their bytes no longer counted, their memory freed): a new answer is admitted, and an idle reader that comes
+    back gets UNAVAILABLE saying why, after what it had buffered."""
+    import numpy as np
+
+    from flightpart.sql import server
+
+    with fp.connect(cluster.uri) as writer:
+        writer.put("idled", pa.table({"a": np.arange(4_000_000), "b": np.arange(4_000_000) * 2}), tiling=(2, 1))
+    raw = flight.connect(cluster.uri)
+    query = sql_command(sqlwire.STATEMENT_QUERY, (1, "SELECT a, b FROM idled ORDER BY a"))  # answered by the catalog
+    first = raw.get_flight_info(query)
+    monkeypatch.setattr(server, "ANSWER_BYTES", int(first.total_bytes * 2.5))
+    held = [raw.do_get(first.endpoints[0].ticket), raw.do_get(raw.get_flight_info(query).endpoints[0].ticket)]
+    try:
+        for stream in held:
+            stream.read_chunk()
+        with pytest.raises(flight.FlightError, match="busy: answers being sent hold"):
+            raw.get_flight_info(query)
+        monkeypatch.setattr(cluster.catalog.answers_sent, "idle_seconds", 0.5)
+        time.sleep(1.0)
+        answered = raw.do_get(raw.get_flight_info(query).endpoints[0].ticket).read_all()
+        assert answered.num_rows == 4_000_000 and answered.column("b")[-1].as_py() == 7_999_998
+        for stream in held:
+            with pytest.raises(flight.FlightUnavailableError, match="its reader took nothing for 0.5 s") as ended:
+                while True:
+                    stream.read_chunk()
+            assert code_of(ended.value) == "UNAVAILABLE"
+        assert cluster.catalog.answers_sent.held_bytes() == 0
+    finally:
+        for stream in held:
+            stream.cancel()

@@ -39,6 +39,7 @@ from flightpart.wire import check_name
 
 from .gateway import Gateway
 from .metadata import sql_info, xdbc_type_info
+from .sending import AnswersSent
 from .statuses import sql_error, sql_schema_error
 
 log = logging.getLogger("flightpart.sql")
@@ -74,8 +75,8 @@ class SqlCatalogServer(CatalogServer):
         self.gateway = Gateway(self.uri, dataclasses.replace(self.pool.access, token=reader),
                                write_access=dataclasses.replace(self.pool.access, token=writer))
         self._answers: collections.OrderedDict[bytes, pa.Table] = collections.OrderedDict()
-        self._sending = 0  # bytes of answers handed to DoGet streams that have not ended: a client that opens a
-        # stream and reads nothing keeps its answer alive, so those bytes count against ANSWER_BYTES until it ends
+        # answers handed to DoGet streams that have not ended count against ANSWER_BYTES (a reader that idles lets go)
+        self.answers_sent = AnswersSent(SENT_BATCH_BYTES)
         self._prepared: dict[bytes, str] = {}
         self._bound: dict[bytes, pa.Table] = {}  # a prepared query's parameter values, as the client's DoPut sent them
         self._sql_lock = threading.Lock()
@@ -117,12 +118,13 @@ class SqlCatalogServer(CatalogServer):
                                 field="query")
         handle = os.urandom(16)
         with self._sql_lock:
-            if self._sending + table.nbytes > ANSWER_BYTES:
-                raise ServerBusy(f"busy: answers being sent hold {self._sending:,} of the {ANSWER_BYTES:,} bytes the "
+            sending = self.answers_sent.held_bytes()
+            if sending + table.nbytes > ANSWER_BYTES:
+                raise ServerBusy(f"busy: answers being sent hold {sending:,} of the {ANSWER_BYTES:,} bytes the "
                                  f"catalog keeps for answers, and this one has {table.nbytes:,}; retry shortly")
             self._answers[handle] = table
             while len(self._answers) > RESULTS_KEPT or \
-                    sum(t.nbytes for t in self._answers.values()) + self._sending > ANSWER_BYTES:
+                    sum(t.nbytes for t in self._answers.values()) + sending > ANSWER_BYTES:
                 self._answers.popitem(last=False)
         ticket = proto.pack(proto.TICKET_STATEMENT, proto.message((1, handle)))
         return flight.FlightInfo(table.schema, descriptor, [flight.FlightEndpoint(ticket, [])], table.num_rows,
@@ -137,22 +139,11 @@ class SqlCatalogServer(CatalogServer):
             handle = proto.bytes_field(command.value, 1, "statement_handle") or b""
             with self._sql_lock:
                 table = self._answers.pop(handle, None)
-                if table is not None:
-                    self._sending += table.nbytes
+                batches = self.answers_sent.stream(table) if table is not None else None
             if table is None:
                 raise RequestRejected("Flight SQL: no answer waits under this ticket (fetched already, or expired); "
                                       "run the query again", field="ticket")
-            return flight.GeneratorStream(table.schema, self._sent(table))
-
-    def _sent(self, table: pa.Table) -> Any:
-        """``table``'s batches for a DoGet stream, its bytes counted as being sent until the stream ends (read to its
-        end, cancelled, or its client gone: Flight then drops the generator, which closes it)."""
-        rows = max(1, SENT_BATCH_BYTES * table.num_rows // max(1, table.nbytes))
-        try:  # in batches of about SENT_BATCH_BYTES: one batch of a whole answer is one message the client takes whole
-            yield from table.to_batches(max_chunksize=rows)
-        finally:
-            with self._sql_lock:
-                self._sending -= table.nbytes
+            return flight.GeneratorStream(table.schema, batches)
 
     def do_action(self, context: Any, action: flight.Action) -> list[flight.Result]:
         if action.type not in (CREATE_PREPARED, CLOSE_PREPARED, CLOSE_SESSION):
