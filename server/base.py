@@ -31,10 +31,25 @@ from flightpart.errors import (
     Unauthenticated,
 )
 from flightpart.io.errors import translate
-from flightpart.wire import Message, encode_error, error_message
+from flightpart.wire import Message, encode_error, error_message, error_with_code
 
 from .auth import GuardFactory, authorize, credential_of
 from .telemetry import Call, Telemetry, begin, end
+
+
+class Untraced(type):
+    """The type of an exception whose traceback pyarrow leaves out of the status it sends: pyarrow formats a Python
+    error's traceback with :mod:`traceback`, which reads the type's ``__module__``; a type that refuses to say it makes
+    pyarrow fall back to the type's bare name (see :mod:`flightpart.sql.statuses`)."""
+
+    @property
+    def __module__(cls) -> str:  # type: ignore[override]
+        raise AttributeError("flightpart sends this error without a traceback")
+
+
+UntracedUnknown: Any = Untraced("flightpart", (Exception,), {"__doc__": "UNKNOWN, no traceback (GetSchema's errors)."})
+"""What ``GetSchema`` raises for an error of ours: pyarrow answers that call without its handling of Flight errors, so
+a Flight error raised there reaches the client as UNKNOWN with the Python traceback, and without ``extra_info``."""
 
 
 def flight_error(exc: FlightpartError) -> flight.FlightError:
@@ -132,12 +147,17 @@ def when_ready(method: Callable[..., Any]) -> Callable[..., Any]:
         built = self.__dict__.get("_built")
         if built is None or not (built.is_set() or built.wait(self.startup_grace)):
             # the subclass's attributes may not exist yet: nothing of it may run, not even its telemetry
-            raise flight_error(ServerStarting(f"this flightpart {self.role} is still starting; retry in a moment"))
+            raise sent(ServerStarting(f"this flightpart {self.role} is still starting; retry in a moment"))
         refused = self.refusal(method.__name__, args)
         if refused is not None:
             self.telemetry.refused(refused.code.lower())
-            raise flight_error(refused)
+            raise sent(refused)
         return method(self, context, *args)
+
+    def sent(refused: FlightpartError) -> Exception:
+        if method.__name__ == "get_schema":
+            return UntracedUnknown(error_with_code(refused))
+        return flight_error(refused)
 
     guarded.__wrapped_rpc__ = True  # type: ignore[attr-defined]
     return guarded

@@ -755,6 +755,47 @@ def test_answers_being_sent_count_against_the_catalogs_budget_until_their_stream
     assert answered.num_rows == 4_000_000 and answered.column("a").to_pylist()[:3] == [0, 1, 2]
 
 
+KILLED_CLIENT = """
+import sys, time
+import pyarrow.flight as flight
+from flightpart import sqlwire
+raw = flight.connect(sys.argv[1])
+query = sqlwire.pack(sqlwire.STATEMENT_QUERY, sqlwire.message((1, "SELECT a, b FROM orphaned ORDER BY a")))
+info = raw.get_flight_info(flight.FlightDescriptor.for_command(query))
+streams = [raw.do_get(info.endpoints[0].ticket)]
+streams[0].read_chunk()
+print("READING", flush=True)
+time.sleep(600)
+"""
+
+
+def test_answers_of_a_client_killed_while_reading_are_let_go_at_once(taxi, cluster):
+    """A client killed with kill -9 in the middle of an answer: its connection closes, the stream ends, and the
+    answer no longer counts against the catalog's budget (long before the idle time lets it go)."""
+    import signal
+    import subprocess
+    import sys
+
+    import numpy as np
+
+    with fp.connect(cluster.uri) as writer:
+        writer.put("orphaned", pa.table({"a": np.arange(4_000_000), "b": np.arange(4_000_000) * 2}), tiling=(2, 1))
+    assert cluster.catalog.answers_sent.idle_seconds >= 60
+    client = subprocess.Popen([sys.executable, "-c", KILLED_CLIENT, cluster.uri], stdout=subprocess.PIPE, text=True)
+    try:
+        assert client.stdout.readline().strip() == "READING"
+        assert cluster.catalog.answers_sent.held_bytes() >= 64_000_000  # the rest of its answer, unread
+        client.send_signal(signal.SIGKILL)
+        client.wait(30)
+        deadline = time.monotonic() + 30  # half the idle time: only the closed connection can end it by then
+        while cluster.catalog.answers_sent.held_bytes() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert cluster.catalog.answers_sent.held_bytes() == 0
+    finally:
+        client.kill()
+        client.wait(30)
+
+
 def test_answers_whose_readers_take_nothing_are_let_go_after_the_idle_time(taxi, cluster, monkeypatch):
     """A client that opened answers' streams and took nothing held the catalog's budget for answers as long as its
     connection lived, and every other client got BUSY. Once its readers idled past the idle time the answers are let

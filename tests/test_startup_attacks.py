@@ -198,6 +198,11 @@ def test_a_call_during_start_up_is_told_starting_and_retried_until_the_daemon_is
             assert isinstance(fp.errors.error_for("STARTING", "x"), ServerStarting)
         else:
             raise AssertionError("a half-built catalog answered a call")
+        # GetSchema, which pyarrow answers without its handling of Flight errors: no traceback, the code in the line
+        with pytest.raises(pa.ArrowException) as schema_refused:
+            raw.get_schema(flight.FlightDescriptor.for_path("anything"))
+        assert "still starting" in str(schema_refused.value) and "[flightpart STARTING]" in str(schema_refused.value)
+        assert "Traceback" not in str(schema_refused.value) and ".py" not in str(schema_refused.value)
         waited: dict = {}
         waiter = threading.Thread(target=lambda: waited.setdefault("result", wait_for(uri, timeout=60)))
         with ConnectionPool() as pool:

@@ -43,21 +43,11 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from flightpart.errors import DatasetNotFound, FlightpartError, Forbidden, LimitExceeded, QueryTimeout, RequestRejected
-from flightpart.server.base import flight_error
+from flightpart.server.base import Untraced, UntracedUnknown, flight_error
 from flightpart.wire import encode_error, error_with_code
 
-
-class _Untraced(type):
-    """The type of an exception whose traceback pyarrow leaves out of the status it sends (see the module doc)."""
-
-    @property
-    def __module__(cls) -> str:  # type: ignore[override]
-        raise AttributeError("flightpart sends this error without a traceback")
-
-
-InvalidArgument: Any = _Untraced("flightpart", (pa.ArrowInvalid,), {"__doc__": "INVALID_ARGUMENT, no traceback."})
-NotFound: Any = _Untraced("flightpart", (pa.ArrowKeyError,), {"__doc__": "NOT_FOUND, no traceback."})
-Unknown: Any = _Untraced("flightpart", (Exception,), {"__doc__": "UNKNOWN, no traceback (GetSchema's other errors)."})
+InvalidArgument: Any = Untraced("flightpart", (pa.ArrowInvalid,), {"__doc__": "INVALID_ARGUMENT, no traceback."})
+NotFound: Any = Untraced("flightpart", (pa.ArrowKeyError,), {"__doc__": "NOT_FOUND, no traceback."})
 
 
 def sql_error(exc: FlightpartError) -> Exception:
@@ -78,5 +68,5 @@ def sql_schema_error(exc: FlightpartError) -> Exception:
     send it from ``GetSchema``, else UNKNOWN with the code in the message (see the module doc)."""
     sent = sql_error(exc)
     if isinstance(sent, flight.FlightError):
-        return Unknown(error_with_code(exc))
+        return UntracedUnknown(error_with_code(exc))
     return sent
