@@ -74,3 +74,15 @@ def test_a_stream_that_stops_sending_is_left_after_the_idle_timeout(server, mode
     # thread (a cancelled read_all is turned into a simulated Ctrl-C): none may come
     for _ in range(10):
         time.sleep(0.05)
+
+
+def test_the_last_replica_that_answers_but_never_moves_is_left_after_the_stall_patience(server, mode, monkeypatch):
+    """The last replica is waited for while its server answers (a busy node is slow, a frozen one silent), but a
+    stream that never moves again is left after STALL_PATIENCE: a wedged node, or one that lies about being busy,
+    held the reader until the stream's deadline (an hour)."""
+    monkeypatch.setattr(pull, "STALL_PATIENCE", 3.0)
+    pool = ConnectionPool()
+    started = time.monotonic()
+    with pytest.raises(pull.Stalled, match="sent nothing for [3-9] s, though it answered"):
+        pull.stream(pool, server, flight.Ticket(b"stall"), idle_timeout=0.5, patient=True)
+    assert time.monotonic() - started >= 3.0  # waited the patience out: more than the idle timeout

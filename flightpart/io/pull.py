@@ -40,6 +40,11 @@ BUSY_PATIENCE = 30.0
 """Seconds to keep retrying when every replica answers busy."""
 STREAM_DEADLINE = 3600.0
 """Deadline of one read stream: what ends a call stuck on a frozen server."""
+STALL_PATIENCE = 300.0
+"""Seconds the last replica's stream may send nothing while its node answers ``node-info`` (a busy node, computing a
+filter or an aggregate over a large partition before its first batch) before the reader gives up on it: a node that
+answers but whose stream never moves (wedged, or lying about being busy) holds a reader five minutes, not until the
+stream's deadline."""
 
 
 SMALL_READ_BYTES = 1 << 20
@@ -53,7 +58,8 @@ WAKES_VISIBLE = visible()
 
 
 class Stalled(Exception):
-    """A stream that sent nothing for the idle timeout."""
+    """A stream that sent nothing for the idle timeout (and whose node did not answer), or for
+    :data:`STALL_PATIENCE` (though it answered); its message says which."""
 
 
 class Unsound(Exception):
@@ -117,9 +123,9 @@ def read_replicas(pool: ConnectionPool, ticket: Ticket, replicas: Sequence[Repli
                                  idle_timeout, deadline, patient=k == len(replicas) - 1, marks=marks,
                                  quick=marks is None and is_quick(expected_bytes, uri, idle_timeout),
                                  expected_rows=expected_rows)
-            except Stalled:
+            except Stalled as exc:
                 pool.discard(uri)
-                failures.append(f"{uri}: sent nothing for {idle_timeout:g} s and did not answer")
+                failures.append(f"{uri}: {exc}")
             except Unsound as exc:
                 lied = True
                 failures.append(f"{uri}: sent rows that cannot be used ({exc})")
@@ -263,7 +269,8 @@ def stream(pool: ConnectionPool, uri: str, ticket: flight.Ticket, idle_timeout: 
     :data:`STREAM_DEADLINE`, or what is left until ``deadline``.)
     ``patient`` (no other replica to move to): a stream that sends nothing is
     kept while its node answers a cheap call, since failing it would fail the
-    read; a busy node is slow, a frozen one does not answer. Never past ``deadline``.
+    read; a busy node is slow, a frozen one does not answer. Never past
+    ``deadline``, nor past :data:`STALL_PATIENCE` without the stream moving.
     ``marks`` (when given) collects each batch's metadata with the row it starts at.
 
     Without ``marks`` the stream is read whole in C++ (``read_all``, one take
@@ -271,7 +278,9 @@ def stream(pool: ConnectionPool, uri: str, ticket: flight.Ticket, idle_timeout: 
     (:mod:`.wakes`); with them, or where wakes cannot be seen, chunk by chunk.
     """
     call_timeout = STREAM_DEADLINE if deadline is None else max(0.001, min(STREAM_DEADLINE, deadline - time.monotonic()))
-    progress: dict[str, Any] = {"last": time.monotonic(), "reader": None, "abandoned": False, "thread": None}
+    # "last": when the stream last moved or its node last showed it is alive; "moved": when the stream last moved
+    progress: dict[str, Any] = {"last": time.monotonic(), "moved": time.monotonic(), "reader": None, "abandoned": False,
+                                "thread": None}
     outcome: dict[str, Any] = {}
     done = threading.Event()
     whole = marks is None and WAKES_VISIBLE
@@ -283,7 +292,7 @@ def stream(pool: ConnectionPool, uri: str, ticket: flight.Ticket, idle_timeout: 
             if progress["abandoned"]:
                 reader.cancel()
                 return
-            progress["last"] = time.monotonic()
+            progress["last"] = progress["moved"] = time.monotonic()
             if whole:
                 progress["thread"] = threading.get_native_id()
                 outcome["table"] = read_whole(reader)
@@ -295,7 +304,7 @@ def stream(pool: ConnectionPool, uri: str, ticket: flight.Ticket, idle_timeout: 
                 if chunk.data is not None:
                     batches.append(chunk.data)
                     rows += chunk.data.num_rows
-                progress["last"] = time.monotonic()
+                progress["last"] = progress["moved"] = time.monotonic()
             outcome["table"] = pa.Table.from_batches(batches, reader.schema)
         except BaseException as exc:
             outcome["error"] = exc
@@ -310,15 +319,18 @@ def stream(pool: ConnectionPool, uri: str, ticket: flight.Ticket, idle_timeout: 
             now_wakes = thread_wakes(progress["thread"])
             if now_wakes != wakes:
                 wakes = now_wakes
-                progress["last"] = time.monotonic()
+                progress["last"] = progress["moved"] = time.monotonic()
         if time.monotonic() - progress["last"] > idle_timeout:
-            if patient and (deadline is None or time.monotonic() < deadline) and _answers(pool, uri, deadline):
+            if patient and (deadline is None or time.monotonic() < deadline) \
+                    and time.monotonic() - progress["moved"] < STALL_PATIENCE and _answers(pool, uri, deadline):
                 progress["last"] = time.monotonic()
                 continue
             progress["abandoned"] = True
             if progress["reader"] is not None:
                 progress["reader"].cancel()
-            raise Stalled(uri)
+            still = time.monotonic() - progress["moved"]
+            raise Stalled(f"sent nothing for {idle_timeout:g} s and did not answer" if still < STALL_PATIENCE else
+                          f"sent nothing for {still:.0f} s, though it answered")
     if "error" in outcome:
         raise outcome["error"]
     return outcome["table"]
