@@ -75,6 +75,14 @@ class PartitionRef:
                 self.filter, self.matched, self.aggregate.encode() if self.aggregate is not None else None,
                 self.row_numbers, self.top.encode() if self.top is not None else None, self.expected_rows)
 
+    @property
+    def known_rows(self) -> int | None:
+        """The rows a node sends for this handle, when the catalog knows them: :attr:`expected_rows` unless a filter,
+        an aggregate or a top was set on it since (a runtime pushing a filter into handles it was given)."""
+        if self.filter is not None or self.aggregate is not None or self.top is not None:
+            return None
+        return self.expected_rows
+
     def spec(self) -> Ticket:
         """What a node is asked for: this handle as a ticket (made once per handle, so its bytes are written once)."""
         ticket = self.__dict__.get("_spec")
@@ -189,7 +197,7 @@ def read_partitions(refs: Sequence[PartitionRef], *, host: str | None, pool: Con
         what = f"{len(group)} partitions of {first.dataset!r} v{first.version} from {first.position} on"
         try:
             got = read_several(pool, ticket, first.replicas, what, idle_timeout, compression=compression, here=local)
-            if all(refs[k].expected_rows in (None, table.num_rows) for k, table in zip(group, got)):
+            if all(refs[k].known_rows in (None, table.num_rows) for k, table in zip(group, got)):
                 return got
         except RequestRejected:  # a node that cannot share a stream for them: one stream each, as before
             pass
@@ -392,4 +400,4 @@ def read_remote(ref: PartitionRef, pool: ConnectionPool, idle_timeout: float = I
     """Stream the partition from the first replica that answers (:func:`flightpart.io.pull.read_replicas`)."""
     return read_replicas(pool, ref.spec(), ref.replicas, f"partition {ref.position} of {ref.dataset!r} v{ref.version}",
                          idle_timeout, compression=compression, here=host_addresses() if here is None else here,
-                         expected_bytes=ref.shareable_bytes, expected_rows=ref.expected_rows)
+                         expected_bytes=ref.shareable_bytes, expected_rows=ref.known_rows)
