@@ -6,12 +6,16 @@ client has taken it all, so those bytes count against the catalog's budget
 for answers until the stream ends. A client that opens streams and takes
 nothing would hold that budget for as long as its connection lives, and every
 other client would get ``BUSY``. pyarrow's server cannot end a stream from
-outside, but what is left of an answer need not wait with it: a stream whose
-reader took nothing for :data:`IDLE_SECONDS` lets its answer go (its memory
-freed but for the batch in flight, its bytes no longer counted), and ends
-with ``UNAVAILABLE`` when its reader comes back. Each batch sent is a copy of
-its rows, so the batch in flight does not keep the whole answer alive (a
-slice would hold every buffer of the part of the answer it comes from).
+outside, but what is left of an answer need not wait with it: when a new
+answer needs room, streams whose readers took nothing for :data:`IDLE_SECONDS`
+let their answers go, the longest idle first (their memory freed but for the
+batch in flight, their bytes no longer counted), and end with
+``UNAVAILABLE`` when their readers come back. Only under that pressure: a
+reader that reads slowly takes from the ~15 MB its stream's flow-control
+windows and socket buffers hold, so the catalog may see nothing taken for a
+minute from a reader that is still reading. Each batch sent is a copy of its
+rows, so the batch in flight does not keep the whole answer alive (a slice
+would hold every buffer of the part of the answer it comes from).
 """
 
 from __future__ import annotations
@@ -24,7 +28,8 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from flightpart.errors import NodeUnavailable
-from flightpart.wire import encode_error
+from flightpart.server.base import UntracedUnknown
+from flightpart.wire import encode_error, error_with_code
 
 IDLE_SECONDS = 60.0
 """How long a reader may take nothing of an answer before the catalog lets the answer go: as long as a node waits
@@ -56,49 +61,67 @@ class AnswersSent:
         self._held = 0
 
     def held_bytes(self) -> int:
-        """Bytes of answers being sent now, once the answers of readers idle for :attr:`idle_seconds` are let go."""
+        """Bytes of answers being sent now."""
+        with self._lock:
+            return self._held
+
+    def make_room(self, nbytes: int, budget: int) -> int:
+        """The bytes of answers being sent once room is made for ``nbytes`` more within ``budget``: streams whose
+        readers took nothing for :attr:`idle_seconds` let their answers go, the longest idle first, until it fits
+        (or none is left idle)."""
         now = time.monotonic()
         with self._lock:
-            for sending in [s for s in self._streams if now - s.last_taken > self.idle_seconds]:
+            idle = sorted((s for s in self._streams if now - s.last_taken > self.idle_seconds), key=lambda s: s.last_taken)
+            for sending in idle:
+                if self._held + nbytes <= budget:
+                    break
                 self._let_go(sending)
                 sending.idled = True
             return self._held
 
-    def stream(self, table: pa.Table) -> Iterator[pa.RecordBatch]:
-        """``table``'s batches for a DoGet stream, its bytes counted from now until the stream ends (read to its end,
-        cancelled, its client gone: Flight then drops the generator, which closes it) or its reader idles."""
+    def stream(self, table: pa.Table) -> flight.FlightDataStream:
+        """A DoGet stream of ``table``, its bytes counted from now until the stream ends (read to its end, cancelled,
+        its client gone: Flight then drops its generator, which closes it) or is let go (:meth:`make_room`)."""
         sending = Sending(table, self.batch_bytes)
         with self._lock:
             self._streams.add(sending)
             self._held += sending.nbytes
-        return self._sent(sending)
+        if not any(_has_dictionary(field.type) for field in table.schema):
+            return flight.GeneratorStream(table.schema, self._sent(sending))
+        # a generator stream does not send the dictionaries a dictionary column needs (an ENUM answer): Arrow's
+        # writer of a reader does, but sends a Flight error raised in it as UNKNOWN with its traceback
+        return flight.RecordBatchStream(pa.RecordBatchReader.from_batches(table.schema, self._sent(sending, untraced=True)))
 
-    def _sent(self, sending: Sending) -> Iterator[pa.RecordBatch]:
+    def _sent(self, sending: Sending, *, untraced: bool = False) -> Iterator[pa.RecordBatch]:
         try:
             while True:
                 with self._lock:
-                    batches = self._next_batches(sending)
-                if not batches:
+                    piece = self._next_piece(sending, untraced)
+                if piece is None:
                     return
-                yield from batches
-                batches = []  # the reader took them: nothing of them held here while the next are waited for
+                for batch in piece.to_batches():
+                    yield _copied(batch)
+                piece = batch = None  # the reader took them: nothing of them held here while the next are waited for
         finally:
             with self._lock:
                 self._let_go(sending)
 
-    def _next_batches(self, sending: Sending) -> list[pa.RecordBatch]:
-        """The next rows of ``sending`` (none past its end), copies of them; called with the lock held."""
+    def _next_piece(self, sending: Sending, untraced: bool) -> pa.Table | None:
+        """The next rows of ``sending`` (None past its end), a slice copied outside the lock; called with it held."""
         if sending.idled:
             cancelled = NodeUnavailable(f"Flight SQL: the answer's stream was ended, its reader took nothing for "
-                                        f"{self.idle_seconds:g} s; run the query again", field="stream")
+                                        f"{self.idle_seconds:g} s while the catalog needed the room for another; run "
+                                        "the query again", field="stream")
+            if untraced:
+                raise UntracedUnknown(error_with_code(cancelled))
             raise flight.FlightUnavailableError(cancelled.message, extra_info=encode_error(cancelled))
         table = sending.table
         if table is None or sending.offset >= table.num_rows:
-            return []
+            return None
         sending.last_taken = time.monotonic()
         piece = table.slice(sending.offset, sending.rows)
         sending.offset += sending.rows
-        return [_copied(batch) for batch in piece.to_batches()]
+        return piece
 
     def _let_go(self, sending: Sending) -> None:
         """Stop counting ``sending`` and drop what is left of it (once); called with the lock held."""
@@ -106,6 +129,13 @@ class AnswersSent:
             self._streams.discard(sending)
             self._held -= sending.nbytes
             sending.table = None
+
+
+def _has_dictionary(kind: pa.DataType) -> bool:
+    """Whether ``kind`` is or holds a dictionary type."""
+    if pa.types.is_dictionary(kind):
+        return True
+    return any(_has_dictionary(kind.field(k).type) for k in range(kind.num_fields))
 
 
 def _copied(batch: pa.RecordBatch) -> pa.RecordBatch:

@@ -118,7 +118,7 @@ class SqlCatalogServer(CatalogServer):
                                 field="query")
         handle = os.urandom(16)
         with self._sql_lock:
-            sending = self.answers_sent.held_bytes()
+            sending = self.answers_sent.make_room(table.nbytes, ANSWER_BYTES)
             if sending + table.nbytes > ANSWER_BYTES:
                 raise ServerBusy(f"busy: answers being sent hold {sending:,} of the {ANSWER_BYTES:,} bytes the "
                                  f"catalog keeps for answers, and this one has {table.nbytes:,}; retry shortly")
@@ -139,11 +139,11 @@ class SqlCatalogServer(CatalogServer):
             handle = proto.bytes_field(command.value, 1, "statement_handle") or b""
             with self._sql_lock:
                 table = self._answers.pop(handle, None)
-                batches = self.answers_sent.stream(table) if table is not None else None
+                stream = self.answers_sent.stream(table) if table is not None else None
             if table is None:
                 raise RequestRejected("Flight SQL: no answer waits under this ticket (fetched already, or expired); "
                                       "run the query again", field="ticket")
-            return flight.GeneratorStream(table.schema, batches)
+            return stream
 
     def do_action(self, context: Any, action: flight.Action) -> list[flight.Result]:
         if action.type not in (CREATE_PREPARED, CLOSE_PREPARED, CLOSE_SESSION):
