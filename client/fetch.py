@@ -278,6 +278,8 @@ def read_local(ref: PartitionRef, local: frozenset[str], pool: ConnectionPool) -
             try:
                 whole = opener(ref.dataset, ref.version, ref.position)
                 table = ref.apply(whole)
+                if not _as_registered(ref, table):
+                    continue
                 TRAFFIC.add(bytes_mapped=mapped_bytes(whole, table))
                 return table
             except FlightpartError:
@@ -291,11 +293,19 @@ def read_local(ref: PartitionRef, local: frozenset[str], pool: ConnectionPool) -
             _vouch(uri, path, PartPlace(ref.dataset, ref.version, ref.position), pool)
             whole = _mapped(path)
             table = ref.apply(whole)
+            if not _as_registered(ref, table):
+                continue  # a file with other rows than its node registered: stream it, checked, from a replica
             TRAFFIC.add(bytes_mapped=mapped_bytes(whole, table))
             return table
         except (OSError, ValueError, KeyError, pa.ArrowException, FlightpartError):
             continue  # not readable here after all: stream it instead
     return None
+
+
+def _as_registered(ref: PartitionRef, table: pa.Table) -> bool:
+    """Whether a partition read here has the rows the catalog registered for it (a node on this host that vouches
+    for a file changed under it, or a faulty one, is not taken at its word)."""
+    return ref.known_rows is None or table.num_rows == ref.known_rows
 
 
 def _local_path(uri: str, ref: PartitionRef, pool: ConnectionPool) -> Path | None:

@@ -22,7 +22,9 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from flightpart.errors import (
+    DatasetNotFound,
     FlightpartError,
+    LimitExceeded,
     NodeUnavailable,
     RequestRejected,
     ServerBusy,
@@ -47,9 +49,22 @@ class Untraced(type):
         raise AttributeError("flightpart sends this error without a traceback")
 
 
+InvalidArgument: Any = Untraced("flightpart", (pa.ArrowInvalid,), {"__doc__": "INVALID_ARGUMENT, no traceback."})
+NotFound: Any = Untraced("flightpart", (pa.ArrowKeyError,), {"__doc__": "NOT_FOUND, no traceback."})
 UntracedUnknown: Any = Untraced("flightpart", (Exception,), {"__doc__": "UNKNOWN, no traceback (GetSchema's errors)."})
-"""What ``GetSchema`` raises for an error of ours: pyarrow answers that call without its handling of Flight errors, so
-a Flight error raised there reaches the client as UNKNOWN with the Python traceback, and without ``extra_info``."""
+
+
+def schema_error(exc: FlightpartError) -> Exception:
+    """What ``GetSchema`` raises for an error of ours. pyarrow answers that call without its handling of Flight
+    errors: a Flight error raised there reaches the client as UNKNOWN with the Python traceback and without
+    ``extra_info``. So the statuses it can send are used (NOT_FOUND for an unknown dataset, INVALID_ARGUMENT for a
+    request's mistake), anything else is UNKNOWN, each without a traceback and with the code at the end of its
+    message (:func:`~flightpart.wire.error_with_code`)."""
+    if isinstance(exc, DatasetNotFound):
+        return NotFound(error_with_code(exc))
+    if isinstance(exc, RequestRejected) and not isinstance(exc, LimitExceeded):
+        return InvalidArgument(error_with_code(exc))
+    return UntracedUnknown(error_with_code(exc))
 
 
 def flight_error(exc: FlightpartError) -> flight.FlightError:
@@ -155,9 +170,7 @@ def when_ready(method: Callable[..., Any]) -> Callable[..., Any]:
         return method(self, context, *args)
 
     def sent(refused: FlightpartError) -> Exception:
-        if method.__name__ == "get_schema":
-            return UntracedUnknown(error_with_code(refused))
-        return flight_error(refused)
+        return schema_error(refused) if method.__name__ == "get_schema" else flight_error(refused)
 
     guarded.__wrapped_rpc__ = True  # type: ignore[attr-defined]
     return guarded

@@ -96,7 +96,7 @@ from flightpart.wire import (
 )
 
 from .auth import CLOCK_MARGIN, authorize, wall_clock
-from .base import Action, ServiceBase, action_table, boundary
+from .base import Action, ServiceBase, action_table, boundary, schema_error
 from .beats import BeatListener, udp_heartbeats_enabled
 from .catalog_db import PostgresDatabase
 from .catalog_state import CatalogState, NodeRecord, PartRecord, VersionRecord
@@ -333,7 +333,7 @@ class CatalogServer(ServiceBase):
 
     def get_schema(self, context: Any, descriptor: flight.FlightDescriptor) -> flight.SchemaResult:
         """A dataset's schema (``[name]`` or ``[name, version]``), as plain Flight clients ask for it."""
-        with boundary(log, "get_schema", self.telemetry, context):
+        with boundary(log, "get_schema", self.telemetry, context, schema_error):
             credential = authorize(context, "read")
             name, version = parse_dataset_path(descriptor)
             version = self.state.latest(name) if version is None else version

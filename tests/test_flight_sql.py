@@ -848,3 +848,24 @@ def test_an_answer_with_a_dictionary_column_reaches_the_client(taxi, cluster):
     assert got.column("e").to_pylist()[:4] == ["a", "b", "c", "a"]
     with fp.connect(cluster.uri) as client:
         assert client.sql(sql).to_arrow().column("e").to_pylist()[-1] == ["a", "b", "c"][399_999 % 3]
+
+
+def test_the_catalogs_own_get_schema_and_do_get_refuse_without_a_traceback(taxi, cluster):
+    """GetSchema of a dataset path (or of bytes that are no Flight SQL command) and DoGet of a ticket that is no
+    Flight SQL answer's came back with pyarrow's traceback and the server's paths (UNKNOWN, UNIMPLEMENTED)."""
+    raw = flight.connect(cluster.uri)
+    assert raw.get_schema(flight.FlightDescriptor.for_path("trips")).schema.names[:2] == taxi[0].schema.names[:2]
+    with pytest.raises(pa.ArrowKeyError) as unknown:
+        raw.get_schema(flight.FlightDescriptor.for_path("nosuch"))
+    assert "DATASET_NOT_FOUND" in str(unknown.value)
+    assert_clean(str(unknown.value))
+    for descriptor in (flight.FlightDescriptor.for_command(b"\xff\xff\xff"), flight.FlightDescriptor.for_path("a", "b", "c")):
+        with pytest.raises(pa.ArrowException) as refused:
+            raw.get_schema(descriptor)
+        assert "[flightpart " in str(refused.value)
+        assert_clean(str(refused.value))
+    for ticket in (b"", b"\xff", sqlwire.pack(sqlwire.STATEMENT_QUERY, sqlwire.message((1, "SELECT 1")))):
+        with pytest.raises(pa.ArrowInvalid, match="TicketStatementQuery") as refused:
+            raw.do_get(flight.Ticket(ticket)).read_all()
+        assert "[flightpart INVALID_REQUEST at ticket]" in str(refused.value)
+        assert_clean(str(refused.value))

@@ -198,3 +198,21 @@ print(json.dumps(["twice", twice.num_rows, twice.column("k").to_pylist()]))
         assert code == "INTERNAL" and "rows where the catalog says 200" in message and ROGUE_IP in message, got[what]
     assert got["twice"] == [table.num_rows, table.column("k").to_pylist()]
     assert proc.poll() is None
+
+
+def test_a_local_read_with_other_rows_than_the_catalog_says_is_streamed_instead(rogue):
+    """A reader on a node's host maps the file the node vouches for: a file with other rows than the node
+    registered (changed under a node that vouches for it anyway) is not taken; the read streams, checked."""
+    from dataclasses import replace
+
+    from flightpart.client.fetch import read_local
+    from flightpart.io.connections import ConnectionPool
+
+    cluster, _proc, _mode, table = rogue
+    with fp.connect(cluster.uri) as client:
+        ref = client.open("twice").__partitioned__["partitions"][(0, 0)]["data"]
+    assert ref.known_rows == 200
+    with ConnectionPool() as pool:
+        mapped = read_local(ref, frozenset({HONEST}), pool)
+        assert mapped is not None and mapped.num_rows == 200  # the honest node's file, mapped here
+        assert read_local(replace(ref, expected_rows=199), frozenset({HONEST}), pool) is None

@@ -32,7 +32,7 @@ from flightpart.errors import (
     VersionConflict,
 )
 from flightpart.server.auth import authorize
-from flightpart.server.base import boundary
+from flightpart.server.base import boundary, schema_error
 from flightpart.server.catalog import CatalogServer
 from flightpart.tokens import role_token
 from flightpart.wire import check_name
@@ -40,7 +40,7 @@ from flightpart.wire import check_name
 from .gateway import Gateway
 from .metadata import sql_info, xdbc_type_info
 from .sending import AnswersSent
-from .statuses import sql_error, sql_schema_error
+from .statuses import sql_error
 
 log = logging.getLogger("flightpart.sql")
 
@@ -95,7 +95,7 @@ class SqlCatalogServer(CatalogServer):
             return super().get_schema(context, descriptor)
         return self._read(context, f"Flight SQL schema of {command.name:.60}",
                           lambda: flight.SchemaResult(self._answer(command, schema_only=True).schema),
-                          sent_as=sql_schema_error)
+                          sent_as=schema_error)
 
     def _read(self, context: Any, what: str, work: Any,
               sent_as: Callable[[FlightpartError], Exception] = sql_error) -> Any:
@@ -132,9 +132,11 @@ class SqlCatalogServer(CatalogServer):
 
     def do_get(self, context: Any, ticket: flight.Ticket) -> flight.RecordBatchStream:
         command = proto.unpack(ticket.ticket)
-        if command is None or command.name != proto.TICKET_STATEMENT:
-            return super().do_get(context, ticket)
         with boundary(log, "Flight SQL DoGet", self.telemetry, context, sql_error):
+            if command is None or command.name != proto.TICKET_STATEMENT:
+                raise RequestRejected("DoGet: the catalog sends no rows of its own but a Flight SQL answer, whose ticket "
+                                      "is a TicketStatementQuery; a dataset's rows come from its nodes, at the "
+                                      "endpoints of its FlightInfo", field="ticket")
             authorize(context, "read")
             handle = proto.bytes_field(command.value, 1, "statement_handle") or b""
             with self._sql_lock:

@@ -8,7 +8,7 @@ Python Flight server reaches INVALID_ARGUMENT and NOT_FOUND only by raising
 ``pyarrow.ArrowInvalid`` and ``ArrowKeyError``, which carry no ``extra_info``
 (the code goes at the end of the message, :func:`flightpart.wire.error_with_code`)
 and to which pyarrow appends the Python traceback, with the server's paths.
-The traceback is left out by the classes here: pyarrow formats it with
+The traceback is left out by the classes used here (:class:`flightpart.server.base.Untraced`): pyarrow formats it with
 :mod:`traceback`, which reads the exception type's ``__module__``; a type that
 refuses to say it makes pyarrow fall back to the type's bare name (which is
 ``flightpart``: the message ends ``Detail: Python exception: flightpart``).
@@ -29,25 +29,20 @@ to change; not INVALID_ARGUMENT (the query is well formed) nor UNAVAILABLE
 
 ``GetSchema`` is answered by pyarrow without its handling of Flight errors:
 a Flight error raised there reaches the client as UNKNOWN, with the Python
-traceback and without ``extra_info``. :func:`sql_schema_error` sends what
-:func:`sql_error` gives as it is when it is INVALID_ARGUMENT or NOT_FOUND (the
-same status as the query's ``GetFlightInfo``), and any other error as UNKNOWN
-with no traceback and its code at the end of its message, as those two carry it.
+traceback and without ``extra_info``. It is answered with
+:func:`flightpart.server.base.schema_error`, for a Flight SQL command as for a
+dataset's path: INVALID_ARGUMENT and NOT_FOUND as :func:`sql_error` gives them
+(the same status as the query's ``GetFlightInfo``), and any other error as
+UNKNOWN with no traceback and its code at the end of its message.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
-import pyarrow as pa
 import pyarrow.flight as flight
 
 from flightpart.errors import DatasetNotFound, FlightpartError, Forbidden, LimitExceeded, QueryTimeout, RequestRejected
-from flightpart.server.base import Untraced, UntracedUnknown, flight_error
+from flightpart.server.base import InvalidArgument, NotFound, flight_error
 from flightpart.wire import encode_error, error_with_code
-
-InvalidArgument: Any = Untraced("flightpart", (pa.ArrowInvalid,), {"__doc__": "INVALID_ARGUMENT, no traceback."})
-NotFound: Any = Untraced("flightpart", (pa.ArrowKeyError,), {"__doc__": "NOT_FOUND, no traceback."})
 
 
 def sql_error(exc: FlightpartError) -> Exception:
@@ -61,12 +56,3 @@ def sql_error(exc: FlightpartError) -> Exception:
     if isinstance(exc, QueryTimeout):
         return flight.FlightTimedOutError(exc.message, extra_info=encode_error(exc))
     return flight_error(exc)
-
-
-def sql_schema_error(exc: FlightpartError) -> Exception:
-    """What ``GetSchema`` of a Flight SQL command raises for ``exc``: :func:`sql_error`'s status where pyarrow can
-    send it from ``GetSchema``, else UNKNOWN with the code in the message (see the module doc)."""
-    sent = sql_error(exc)
-    if isinstance(sent, flight.FlightError):
-        return UntracedUnknown(error_with_code(exc))
-    return sent
