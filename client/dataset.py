@@ -126,6 +126,16 @@ class Dataset:
         chosen = {j: cols for j, cols in chosen.items() if len(cols) > len(index_cols)}
         return self._derive(columns=chosen, order=list(columns))
 
+    def reading(self, columns: Sequence[str]) -> "Dataset":
+        """A view that reads at least ``columns``, which may name pandas index columns (every view carries them, so
+        :meth:`select` does not take them): what an engine's scan asks for, the columns a query names. Index columns
+        alone come with one data column."""
+        data = self._plan.data_names()
+        chosen = [c for c in columns if c in data]
+        if not chosen and len(columns) > 0:
+            chosen = [c for c in self.schema.names if c in data][:1]
+        return self.select(chosen)
+
     def filter(self, expression: pc.Expression | str) -> "Dataset":
         """A view of the rows where ``expression`` is true (``pc.field("x") > 0``, or text like ``"x > 0 and y == 'a'"``).
 

@@ -56,12 +56,14 @@ class DuckDBScan(pds.Dataset):
             needed = list(columns)
             if kept_here is not None:
                 needed += [c for c in _columns_of(kept_here, view.schema) if c not in needed]
-            view = view.select(needed)
+            view = view.reading(needed)
             PUSHED["columns"] += 1
         reader = view.to_reader()
-        if kept_here is None:
+        wanted = list(columns) if columns is not None else None
+        if kept_here is None and (wanted is None or reader.schema.names == wanted):
             return pds.Scanner.from_batches(reader)
-        return pds.Scanner.from_batches(reader, filter=kept_here, columns=list(columns) if columns is not None else None)
+        # the columns DuckDB asked for, in its order, without the index columns a view adds (DuckDB refuses more)
+        return pds.Scanner.from_batches(reader, filter=kept_here, columns=wanted)
 
     def __repr__(self) -> str:
         return f"<flightpart DuckDB scan of {self._view!r}>"

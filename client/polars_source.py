@@ -46,7 +46,7 @@ def lazy_frame(ds: Any) -> Any:
             if needed is not None:
                 needed += [c for c in predicate.meta.root_names() if c not in needed]
         if needed is not None:
-            view = view.select(needed)
+            view = view.reading(needed)
         if n_rows is not None and predicate is None:
             view = view[:n_rows]  # only the row blocks those rows are in
         remaining = n_rows
