@@ -297,6 +297,25 @@ class ServiceBase(flight.FlightServerBase):
             raise RequestRejected(f"{self.uri} is a flightpart {self.role}: it describes no datasets" + self.wrong_daemon_hint,
                                   field="service")
 
+    def get_schema(self, context: Any, descriptor: flight.FlightDescriptor) -> flight.SchemaResult:
+        with boundary(self.log, "get_schema", self.telemetry, context, schema_error):
+            raise RequestRejected(f"{self.uri} is a flightpart {self.role}: it describes no datasets" + self.wrong_daemon_hint,
+                                  field="service")
+
+    def do_get(self, context: Any, ticket: flight.Ticket) -> flight.RecordBatchStream:
+        with boundary(self.log, "do_get", self.telemetry, context):
+            raise RequestRejected(f"{self.uri} is a flightpart {self.role}: it sends no rows; a dataset's rows come from "
+                                  "its nodes, at the endpoints of its FlightInfo", field="service")
+
+    def do_put(self, context: Any, descriptor: flight.FlightDescriptor, reader: Any, writer: Any) -> None:
+        with boundary(self.log, "do_put", self.telemetry, context):
+            raise RequestRejected(f"{self.uri} is a flightpart {self.role}: it stores no rows; put a dataset through "
+                                  "a client (fp.connect(catalog).put)", field="service")
+
+    def do_exchange(self, context: Any, descriptor: flight.FlightDescriptor, reader: Any, writer: Any) -> None:
+        with boundary(self.log, "do_exchange", self.telemetry, context):
+            raise RequestRejected(f"{self.uri} is a flightpart {self.role}: it answers no DoExchange", field="service")
+
     def refusal(self, rpc: str, args: tuple) -> FlightpartError | None:
         """Why this daemon refuses every call now, before its handler runs (None: it serves): a standby catalog
         names its leader. ``rpc`` is the method's name, ``args`` its arguments after the context."""

@@ -287,3 +287,24 @@ def test_a_filter_nested_deeper_than_a_nodes_stack_is_refused_and_the_node_lives
     rows = node.do_get(flight.Ticket(wire.Ticket("good", 1, (0, 0), filter=shallow).encode())).read_all()
     assert rows.column("a").to_pylist() == list(range(0, 1000, 2))
     still_serving(guarded)
+
+
+def test_calls_a_daemon_does_not_serve_are_refused_by_name_without_a_traceback(guarded):
+    """GetSchema, DoExchange (and DoGet, DoPut where a daemon takes none) at the wrong daemon were pyarrow's
+    UNIMPLEMENTED with its traceback and its paths; each is now refused naming the daemon and where to go."""
+    node = flight.connect(guarded.nodes[0].uri)
+    catalog = flight.connect(guarded.uri)
+    descriptor = flight.FlightDescriptor.for_path("good")
+    with pytest.raises(pa.ArrowInvalid, match="is a flightpart node: it describes no datasets") as schema:
+        node.get_schema(descriptor)
+    assert "[flightpart INVALID_REQUEST at service]" in str(schema.value)
+    for client, role in ((node, "node"), (catalog, "catalog")):
+        with pytest.raises(flight.FlightError, match=f"is a flightpart {role}: it answers no DoExchange") as exchange:
+            writer, reader = client.do_exchange(descriptor)
+            writer.begin(pa.schema([("a", pa.int64())]))
+            writer.done_writing()
+            reader.read_all()
+        assert code_of(exchange.value) == "INVALID_REQUEST"
+    for refused in (schema.value, exchange.value):
+        assert "Traceback" not in str(refused) and ".py" not in str(refused)
+    assert node.list_actions() and catalog.list_actions()  # both still serve
