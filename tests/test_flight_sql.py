@@ -518,6 +518,19 @@ def assert_clean(text: str) -> None:
     assert "Traceback" not in text and "/work/" not in text and ".py" not in text, text
 
 
+def refused_alike(raw: flight.FlightClient, command: flight.FlightDescriptor, code: str) -> None:
+    """GetFlightInfo of ``command`` refused with ``code``, and GetSchema with the same message, the code at the end of
+    its one line, no traceback (pyarrow sends no Flight error's status from GetSchema)."""
+    with pytest.raises(flight.FlightError) as by_info:
+        raw.get_flight_info(command)
+    assert code_of(by_info.value) == code
+    with pytest.raises(pa.ArrowException) as by_schema:
+        raw.get_schema(command)
+    assert fp.wire.error_message(by_info.value) in str(by_schema.value)
+    assert f"[flightpart {code} at query]" in str(by_schema.value)
+    assert_clean(str(by_schema.value))
+
+
 def test_get_schema_errors_come_as_get_flight_info_sends_them_without_a_traceback(taxi, cluster, monkeypatch):
     """pyarrow sends a Flight error raised in GetSchema as UNKNOWN with the Python traceback and without its code:
     GetSchema's errors come with the status of the same query's GetFlightInfo where pyarrow can send it there
@@ -534,15 +547,7 @@ def test_get_schema_errors_come_as_get_flight_info_sends_them_without_a_tracebac
             raw.get_schema(command)
         assert fp.wire.error_message(by_schema.value) == fp.wire.error_message(by_info.value), sql
         assert_clean(str(by_schema.value))
-    long = sql_command(sqlwire.STATEMENT_QUERY, (1, "SELECT " + "1" * MAX_QUERY_CHARACTERS))
-    with pytest.raises(flight.FlightError) as by_info:
-        raw.get_flight_info(long)
-    assert code_of(by_info.value) == "LIMIT_EXCEEDED"
-    with pytest.raises(pa.ArrowException) as by_schema:
-        raw.get_schema(long)
-    assert fp.wire.error_message(by_info.value) in str(by_schema.value)
-    assert "[flightpart LIMIT_EXCEEDED at query]" in str(by_schema.value)
-    assert_clean(str(by_schema.value))
+    refused_alike(raw, sql_command(sqlwire.STATEMENT_QUERY, (1, "SELECT " + "1" * MAX_QUERY_CHARACTERS)), "LIMIT_EXCEEDED")
     with fp.connect(cluster.uri) as writer:
         writer.put("fleeting", pa.table({"k": [1, 2, 3]}))
     action = flight.Action("CreatePreparedStatement", sqlwire.pack(sqlwire.CREATE_PREPARED, sqlwire.message(
@@ -552,14 +557,7 @@ def test_get_schema_errors_come_as_get_flight_info_sends_them_without_a_tracebac
     assert raw.get_schema(prepared).schema.names == ["k", "r"]
     with monkeypatch.context() as busy:
         busy.setattr(cluster.catalog.gateway.slots, "limit", 0)  # no query runs, none waits: BUSY at once
-        with pytest.raises(flight.FlightUnavailableError) as by_info:
-            raw.get_flight_info(prepared)
-        assert code_of(by_info.value) == "BUSY"
-        with pytest.raises(pa.ArrowException) as by_schema:
-            raw.get_schema(prepared)
-        assert fp.wire.error_message(by_info.value) in str(by_schema.value)
-        assert "[flightpart BUSY at query]" in str(by_schema.value)
-        assert_clean(str(by_schema.value))
+        refused_alike(raw, prepared, "BUSY")
     with fp.connect(cluster.uri) as writer:
         writer.drop("fleeting")
     with pytest.raises(pa.ArrowKeyError) as by_info:
@@ -719,20 +717,27 @@ def test_close_session_is_answered_and_forgets_nothing_of_anyone(taxi, cluster):
         assert cur.fetchall() == [(run(staying, theirs),)]
 
 
-def test_answers_being_sent_count_against_the_catalogs_budget_until_their_streams_end(taxi, cluster, monkeypatch):
-    """Answers whose streams were opened and left unread held the catalog's memory without bound (20 of 300 MB:
-    6.45 GB): they count against ANSWER_BYTES until their streams end, and past it a new answer is refused BUSY."""
+def answers_of_64_mb(cluster, name: str, monkeypatch) -> tuple[flight.FlightClient, flight.FlightDescriptor, flight.FlightInfo]:
+    """A dataset ``name`` whose sorted rows are a 64 MB answer the catalog sends itself (more than a stream's
+    flow-control windows and socket buffers take, about 15 MB on loopback), the catalog's budget for answers set to
+    two and a half of them; a client, the query and its first FlightInfo."""
     import numpy as np
 
     from flightpart.sql import server
 
     with fp.connect(cluster.uri) as writer:
-        # 64 MB answers: more than a stream's flow-control windows and socket buffers take (about 15 MB on loopback)
-        writer.put("wide", pa.table({"a": np.arange(4_000_000), "b": np.arange(4_000_000) * 2}), tiling=(2, 1))
+        writer.put(name, pa.table({"a": np.arange(4_000_000), "b": np.arange(4_000_000) * 2}), tiling=(2, 1))
     raw = flight.connect(cluster.uri)
-    query = sql_command(sqlwire.STATEMENT_QUERY, (1, "SELECT a, b FROM wide ORDER BY a"))  # answered by the catalog
+    query = sql_command(sqlwire.STATEMENT_QUERY, (1, f"SELECT a, b FROM {name} ORDER BY a"))
     first = raw.get_flight_info(query)
     monkeypatch.setattr(server, "ANSWER_BYTES", int(first.total_bytes * 2.5))
+    return raw, query, first
+
+
+def test_answers_being_sent_count_against_the_catalogs_budget_until_their_streams_end(taxi, cluster, monkeypatch):
+    """Answers whose streams were opened and left unread held the catalog's memory without bound (20 of 300 MB:
+    6.45 GB): they count against ANSWER_BYTES until their streams end, and past it a new answer is refused BUSY."""
+    raw, query, first = answers_of_64_mb(cluster, "wide", monkeypatch)
     held = [raw.do_get(first.endpoints[0].ticket)]
     try:
         held.append(raw.do_get(raw.get_flight_info(query).endpoints[0].ticket))
@@ -802,16 +807,7 @@ def test_answers_whose_readers_take_nothing_are_let_go_when_another_needs_the_ro
     their answers go when a new answer needs the room, the longest idle first and no more than it needs (a slow
     reader drains ~15 MB of buffers unseen, so idling alone cuts no one): the new answer is admitted, the stream let
     go ends UNAVAILABLE saying why, after what it had buffered, and the other reads to its end."""
-    import numpy as np
-
-    from flightpart.sql import server
-
-    with fp.connect(cluster.uri) as writer:
-        writer.put("idled", pa.table({"a": np.arange(4_000_000), "b": np.arange(4_000_000) * 2}), tiling=(2, 1))
-    raw = flight.connect(cluster.uri)
-    query = sql_command(sqlwire.STATEMENT_QUERY, (1, "SELECT a, b FROM idled ORDER BY a"))  # answered by the catalog
-    first = raw.get_flight_info(query)
-    monkeypatch.setattr(server, "ANSWER_BYTES", int(first.total_bytes * 2.5))
+    raw, query, first = answers_of_64_mb(cluster, "idled", monkeypatch)
     held = [raw.do_get(first.endpoints[0].ticket)]
     held[0].read_chunk()
     time.sleep(0.1)  # the first stream idles longest
