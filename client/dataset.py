@@ -316,12 +316,20 @@ class Dataset:
             return table
         return table.select(list(order) + [c for c in table.column_names if c not in order])
 
+    def _assembled(self, parts: dict[tuple[int, int], pa.Table], grid: tuple[int, int]) -> pa.Table:
+        """The view's rows from its partitions' tables, its columns in its order (by name: a pandas index, stored in
+        every column group, is assembled after the first group's columns)."""
+        table = frames.assemble(parts, grid)
+        if table.column_names != self.schema.names:
+            table = table.select(self.schema.names)
+        return self._in_order(table)
+
     def _read_block(self, b: Block) -> pa.Table:
         """One row block of the view as a table (the filter applied on the nodes, or here when it spans groups)."""
         groups = self._plan.groups()
         if self._plan.pushable():
             tables = self._get_split([(b, j) for j in groups])
-            return self._in_order(frames.assemble({(0, k): t for k, t in enumerate(tables)}, (1, len(tables))))
+            return self._assembled({(0, k): t for k, t in enumerate(tables)}, (1, len(tables)))
         wanted = set(self.view.filter.columns)
         reads = [j for j in range(self._info.grid[1]) if j in groups or wanted & self._plan.stored(j)]
         refs = []
@@ -383,7 +391,7 @@ class Dataset:
         tables = self._get_split([(b, j) for b in blocks for j in groups])
         q = len(groups)
         parts = {(k // q, k % q): t for k, t in enumerate(tables)}
-        return self._in_order(frames.assemble(parts, (len(blocks), q)))
+        return self._assembled(parts, (len(blocks), q))
 
     def _row_blocks(self, prefetch: int, window: int | None, progress: Progress | Any | None = None) -> Iterator[pa.Table]:
         """The view's rows in order, as row ranges of about a quarter of ``window`` bytes; reads run ahead of the
@@ -456,6 +464,8 @@ class Dataset:
 
         def batches() -> Iterator[pa.RecordBatch]:
             for batch in self.to_batches(prefetch=prefetch, window=window, progress=progress):
+                if batch.schema.names != schema.names:  # by name, never by position
+                    batch = batch.select(schema.names)
                 yield batch if batch.schema.equals(schema) else pa.RecordBatch.from_arrays(batch.columns, schema=schema)
 
         return pa.RecordBatchReader.from_batches(schema, batches())
