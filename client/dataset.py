@@ -464,9 +464,11 @@ class Dataset:
 
         def batches() -> Iterator[pa.RecordBatch]:
             for batch in self.to_batches(prefetch=prefetch, window=window, progress=progress):
-                if batch.schema.names != schema.names:  # by name, never by position
-                    batch = batch.select(schema.names)
-                yield batch if batch.schema.equals(schema) else pa.RecordBatch.from_arrays(batch.columns, schema=schema)
+                if not batch.schema.equals(schema):
+                    if batch.schema.names != schema.names:  # by name, never by position
+                        batch = batch.select(schema.names)
+                    batch = pa.RecordBatch.from_arrays(batch.columns, schema=schema)
+                yield batch
 
         return pa.RecordBatchReader.from_batches(schema, batches())
 

@@ -801,6 +801,19 @@ def test_answers_of_a_client_killed_while_reading_are_let_go_at_once(taxi, clust
         client.wait(30)
 
 
+def settled(answers, still: float = 0.3) -> None:
+    """Until no answer stream has been pulled for ``still`` seconds (gRPC fills a stream's buffers a while after it
+    opens: a fixed sleep would order two streams' idle times only on a quiet machine)."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        with answers._lock:
+            latest = max((s.last_taken for s in answers._streams), default=0.0)
+        if time.monotonic() - latest >= still:
+            return
+        time.sleep(0.05)
+    raise AssertionError("an answer stream was still being pulled after 60 s")
+
+
 def test_answers_whose_readers_take_nothing_are_let_go_when_another_needs_the_room(taxi, cluster, monkeypatch):
     """A client that opened answers' streams and took nothing held the catalog's budget for answers as long as its
     connection lived, and every other client got BUSY. Streams whose readers took nothing for the idle time now let
@@ -810,7 +823,7 @@ def test_answers_whose_readers_take_nothing_are_let_go_when_another_needs_the_ro
     raw, query, first = answers_of_64_mb(cluster, "idled", monkeypatch)
     held = [raw.do_get(first.endpoints[0].ticket)]
     held[0].read_chunk()
-    time.sleep(0.1)  # the first stream idles longest
+    settled(cluster.catalog.answers_sent)  # the first stream's buffers are full: it idles longest, on a loaded machine too
     held.append(raw.do_get(raw.get_flight_info(query).endpoints[0].ticket))
     try:
         held[1].read_chunk()

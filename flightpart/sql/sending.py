@@ -13,9 +13,10 @@ batch in flight, their bytes no longer counted), and end with
 ``UNAVAILABLE`` when their readers come back. Only under that pressure: a
 reader that reads slowly takes from the ~15 MB its stream's flow-control
 windows and socket buffers hold, so the catalog may see nothing taken for a
-minute from a reader that is still reading. Each batch sent is a copy of its
-rows, so the batch in flight does not keep the whole answer alive (a slice
-would hold every buffer of the part of the answer it comes from).
+minute from a reader that is still reading. A batch sent from an answer
+whose chunks are much larger than a batch is a copy of its rows, so the batch
+in flight does not keep the whole answer alive (a slice holds every buffer
+of the chunk it comes from); from smaller chunks it is a slice.
 """
 
 from __future__ import annotations
@@ -39,12 +40,15 @@ for a reader of its partitions (its stream idle timeout)."""
 class Sending:
     """One answer being sent: what is left of it, its bytes as counted, and when its reader last took a batch."""
 
-    __slots__ = ("table", "nbytes", "rows", "offset", "last_taken", "idled")
+    __slots__ = ("table", "nbytes", "rows", "offset", "last_taken", "idled", "copied")
 
     def __init__(self, table: pa.Table, batch_bytes: int):
         self.table: pa.Table | None = table
         self.nbytes = table.nbytes
         self.rows = max(1, batch_bytes * table.num_rows // max(1, table.nbytes))  # rows of about batch_bytes
+        # a batch sent is a slice of one of the answer's chunks, which it keeps alive while in flight: copied only
+        # where a chunk is much larger than a batch (DuckDB's can be the whole answer), not where slicing costs little
+        self.copied = any(chunk.nbytes > 4 * batch_bytes for chunk in table.to_batches())
         self.offset = 0
         self.last_taken = time.monotonic()
         self.idled = False
@@ -100,7 +104,7 @@ class AnswersSent:
                 if piece is None:
                     return
                 for batch in piece.to_batches():
-                    yield _copied(batch)
+                    yield _copied(batch) if sending.copied else batch
                 piece = batch = None  # the reader took them: nothing of them held here while the next are waited for
         finally:
             with self._lock:
