@@ -806,9 +806,7 @@ def settled(answers, still: float = 0.3) -> None:
     opens: a fixed sleep would order two streams' idle times only on a quiet machine)."""
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        with answers._lock:
-            latest = max((s.last_taken for s in answers._streams), default=0.0)
-        if time.monotonic() - latest >= still:
+        if answers.quiet_seconds() >= still:
             return
         time.sleep(0.05)
     raise AssertionError("an answer stream was still being pulled after 60 s")

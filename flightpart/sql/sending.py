@@ -69,6 +69,13 @@ class AnswersSent:
         with self._lock:
             return self._held
 
+    def quiet_seconds(self) -> float:
+        """Seconds since any answer stream last had a batch taken (for operators and tests: gRPC fills a new stream's
+        buffers for a while after it opens)."""
+        with self._lock:
+            latest = max((s.last_taken for s in self._streams), default=0.0)
+        return time.monotonic() - latest
+
     def make_room(self, nbytes: int, budget: int) -> int:
         """The bytes of answers being sent once room is made for ``nbytes`` more within ``budget``: streams whose
         readers took nothing for :attr:`idle_seconds` let their answers go, the longest idle first, until it fits
