@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.flight as flight
 from flightpart.query.apply import apply_ticket
 from flightpart.server.node import NodeServer
-from flightpart.wire import Ticket
+from flightpart.wire import PartRun, Ticket
 
 
 def offsets(t):
@@ -69,11 +69,31 @@ LIES = {"offsets": ("s", offsets), "list offsets": ("l", list_offsets), "diction
         "extra rows": ("k", extra_rows), "fewer rows": ("k", fewer_rows)}
 
 
+RUN_LIES = {"run rows shifted": (1, -1), "run rows past the batch": (1000, 0)}
+
+
+def lying_run(store, spec, lie):
+    """The partitions a shared stream asks for, honest rows in one batch, its PartRun's counts changed: the first
+    partition told longer (and the second shorter, or nothing past the batch's end to take it from)."""
+    positions = (spec.part, *spec.more)
+    tables = [apply_ticket(store.open(spec.dataset, spec.version, p), spec.columns, None) for p in positions]
+    told = [t.num_rows for t in tables]
+    told[0] += RUN_LIES[lie][0]
+    told[1] += RUN_LIES[lie][1]
+    whole = pa.concat_tables(tables).combine_chunks()
+    header = pa.py_buffer(PartRun(tuple(positions), tuple(told)).encode())
+    with open(sys.argv[4] + ".told", "a") as f:
+        f.write(f"{lie} {len(positions)}\\n")
+    return flight.GeneratorStream(whole.schema, iter([(whole.to_batches()[0], header)]))
+
+
 class Rogue(NodeServer):
     def do_get(self, context, ticket):
         with open(sys.argv[4]) as f:
             lie = f.read().strip()
         spec = Ticket.decode(ticket.ticket)
+        if lie in RUN_LIES and spec.more is not None:
+            return lying_run(self.store, spec, lie)
         if lie not in LIES or spec.more is not None or spec.aggregate is not None or spec.top is not None:
             return super().do_get(context, ticket)
         rows = apply_ticket(self.store.open(spec.dataset, spec.version, spec.part), spec.columns, spec.rows,
@@ -116,6 +136,7 @@ def rogue(tmp_path_factory):
         with fp.connect(cluster.uri) as client:
             client.put("alone", table, tiling=(2, 1), nodes=[rogue_uri])
             client.put("twice", table, tiling=(2, 1), replicas=2, nodes=[rogue_uri, cluster.nodes[0].uri])
+            client.put("small", table.select(["k", "s"]), tiling=(4, 1), nodes=[rogue_uri])  # shares a read stream
         yield cluster, proc, mode, table
     finally:
         proc.kill()
@@ -216,3 +237,30 @@ def test_a_local_read_with_other_rows_than_the_catalog_says_is_streamed_instead(
         mapped = read_local(ref, frozenset({HONEST}), pool)
         assert mapped is not None and mapped.num_rows == 200  # the honest node's file, mapped here
         assert read_local(replace(ref, expected_rows=199), frozenset({HONEST}), pool) is None
+
+
+@pytest.mark.parametrize("lie", ["run rows shifted", "run rows past the batch"])
+def test_a_node_that_misplaces_partitions_in_a_shared_stream_is_read_one_partition_at_a_time(rogue, lie):
+    """Small partitions share one read stream, cut back into partitions by the counts in its ``PartRun``. A node that
+    lies in them (a row moved from one partition to its neighbour, which leaves the whole the same, or counts past
+    the batch) would give partitions of other shapes than the catalog's: each is read alone instead, and checked."""
+    cluster, proc, mode, table = rogue
+    told = mode.parent / "lie.told"
+    told.unlink(missing_ok=True)
+    mode.write_text(lie)
+    try:
+        answers = _reader(cluster, ASK + '''
+ds = client.open("small")
+parts = ds.__partitioned__
+tables = parts["get"]([parts["partitions"][(i, 0)]["data"] for i in range(4)])
+print(json.dumps(["get", [t.num_rows for t in tables], [t.column("k").to_pylist()[:2] for t in tables]]))
+print(json.dumps(["to_arrow", ds.to_arrow().column("k").to_pylist()]))
+''')
+    finally:
+        mode.write_text("none")
+    got = {a[0]: a[1:] for a in answers}
+    assert got["get"] == [[100, 100, 100, 100], [[0, 1], [100, 101], [200, 201], [300, 301]]]
+    assert got["to_arrow"] == [table.column("k").to_pylist()]
+    # the lie was told (a stream of the four partitions), so the reads above came from the partitions alone
+    assert told.read_text().splitlines()[:1] == [f"{lie} 4"]
+    assert proc.poll() is None
