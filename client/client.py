@@ -691,7 +691,7 @@ class Client:
         # what the dataset's get carries: a capability for this version alone when the cluster issues one
         reader = dataclasses.replace(self.access, token=version_info.capability) if version_info.capability else self.access
         ds = Dataset.from_version(version_info, FlightGet(self.host, reader, self.idle_timeout, self.compression,
-                                                                  self.streams_per_partition))
+                                                          self.streams_per_partition, schema=version_info.schema))
         if rank is not None or nranks is not None:
             ds = ds.spmd(rank, nranks, halo=halo, periodic=periodic)
         return ds

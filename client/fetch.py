@@ -30,6 +30,7 @@ from flightpart.io.maps import MappedFiles, mapped_bytes
 from flightpart.io.pull import IDLE_TIMEOUT, read_replicas, read_several
 from flightpart.io.transfer import TRAFFIC
 from flightpart.query.apply import apply_ticket
+from flightpart.query.catalog_columns import CatalogColumns
 from flightpart.wire import (
     MAX_PARTS_PER_CHECK,
     MAX_PARTS_PER_STREAM,
@@ -134,12 +135,15 @@ class FlightGet:
     """
 
     def __init__(self, host: str | None = None, access: Access | None = None, idle_timeout: float = IDLE_TIMEOUT,
-                 compression: str = "auto", streams_per_partition: int = 1):
+                 compression: str = "auto", streams_per_partition: int = 1, schema: pa.Schema | None = None):
         self.host = host
         self.access = access or Access()
         self.idle_timeout = idle_timeout
         self.compression = check_mode(compression)
         self.streams_per_partition = check_streams(streams_per_partition)
+        # what nodes send is checked against the catalog's columns in this process; a get pickled into a task
+        # (Dask, Ray) goes without: the schema would travel with every task, which the dataframe's meta describes
+        self.expected_columns = CatalogColumns(schema) if schema is not None else None
 
     def __reduce__(self):
         return (FlightGet, (self.host, self.access, self.idle_timeout, self.compression, self.streams_per_partition))
@@ -166,12 +170,13 @@ class FlightGet:
             if not isinstance(ref, PartitionRef):
                 raise PartitionedError(f"get: handle {k} is a {type(ref).__qualname__}, expected a flightpart PartitionRef")
         tables = read_partitions(refs, host=self.host, pool=self.pool(), idle_timeout=self.idle_timeout,
-                                 compression=self.compression)
+                                 compression=self.compression, expected_columns=self.expected_columns)
         return tables[0] if single else tables
 
 
 def read_partitions(refs: Sequence[PartitionRef], *, host: str | None, pool: ConnectionPool,
-                    idle_timeout: float = IDLE_TIMEOUT, compression: str = "auto") -> list[pa.Table]:
+                    idle_timeout: float = IDLE_TIMEOUT, compression: str = "auto",
+                    expected_columns: CatalogColumns | None = None) -> list[pa.Table]:
     """Tables of ``refs`` in order: local ones mapped, remote ones streamed in parallel (small partitions held by
     the same replicas several to a stream, see :func:`shared_streams`).
 
@@ -179,7 +184,8 @@ def read_partitions(refs: Sequence[PartitionRef], *, host: str | None, pool: Con
     process checks and maps the local ones; a local partition that cannot be read here is streamed after.
     A process reading partitions' rows keeps freed receive buffers for its next read
     (:func:`~flightpart.io.allocator.keep_freed_memory`, decided on its first such read; aggregates and first rows
-    are small and decide nothing).
+    are small and decide nothing). ``expected_columns``: the catalog's columns, which what a replica sends (or a
+    local file holds) must have (:mod:`flightpart.query.catalog_columns`).
     """
     if any(ref.aggregate is None and ref.top is None for ref in refs):
         keep_freed_memory()
@@ -191,18 +197,21 @@ def read_partitions(refs: Sequence[PartitionRef], *, host: str | None, pool: Con
 
     def fetch(group: list[int]) -> list[pa.Table]:
         if len(group) == 1:
-            return [read_remote(refs[group[0]], pool, idle_timeout, compression=compression, here=local)]
+            return [read_remote(refs[group[0]], pool, idle_timeout, compression=compression, here=local,
+                                expected_columns=expected_columns)]
         first = refs[group[0]]
         ticket = replace(first.spec(), more=tuple(refs[k].position for k in group[1:]))
         what = f"{len(group)} partitions of {first.dataset!r} v{first.version} from {first.position} on"
         try:
-            got = read_several(pool, ticket, first.replicas, what, idle_timeout, compression=compression, here=local)
+            got = read_several(pool, ticket, first.replicas, what, idle_timeout, compression=compression, here=local,
+                               expected_columns=expected_columns)
             if all(refs[k].known_rows in (None, table.num_rows) for k, table in zip(group, got)):
                 return got
         except RequestRejected:  # a node that cannot share a stream for them: one stream each, as before
             pass
         # or a node that sent other rows than the catalog's: each read alone, checked, from the next replica on
-        return [read_remote(refs[k], pool, idle_timeout, compression=compression, here=local) for k in group]
+        return [read_remote(refs[k], pool, idle_timeout, compression=compression, here=local,
+                            expected_columns=expected_columns) for k in group]
 
     def place(group: list[int], got: list[pa.Table]) -> None:
         for k, table in zip(group, got):
@@ -216,7 +225,7 @@ def read_partitions(refs: Sequence[PartitionRef], *, host: str | None, pool: Con
         if len(nearby) > 1:
             vouch_local([refs[k] for k in nearby], local, pool)
         for k in nearby:
-            tables[k] = read_local(refs[k], local, pool)
+            tables[k] = read_local(refs[k], local, pool, expected_columns)
         missed = shared_streams([(k, refs[k]) for k in nearby if tables[k] is None])
         started += [(group, ex.submit(fetch, group)) for group in missed]
         for group, future in started:
@@ -270,15 +279,17 @@ def node_info(uri: str, pool: ConnectionPool) -> NodeInfo:
     return info
 
 
-def read_local(ref: PartitionRef, local: frozenset[str], pool: ConnectionPool) -> pa.Table | None:
-    """The partition without any network transfer, or None if no replica is on this host."""
+def read_local(ref: PartitionRef, local: frozenset[str], pool: ConnectionPool,
+               expected_columns: CatalogColumns | None = None) -> pa.Table | None:
+    """The partition without any network transfer, or None if no replica is on this host (or none here holds what
+    the catalog registered: its rows and ``expected_columns``)."""
     for uri, ip, _pid in ref.replicas:
         opener = inprocess.opener(uri)
         if opener is not None:
             try:
                 whole = opener(ref.dataset, ref.version, ref.position)
                 table = ref.apply(whole)
-                if not _as_registered(ref, table):
+                if not _as_registered(ref, table, expected_columns):
                     continue
                 TRAFFIC.add(bytes_mapped=mapped_bytes(whole, table))
                 return table
@@ -293,8 +304,8 @@ def read_local(ref: PartitionRef, local: frozenset[str], pool: ConnectionPool) -
             _vouch(uri, path, PartPlace(ref.dataset, ref.version, ref.position), pool)
             whole = _mapped(path)
             table = ref.apply(whole)
-            if not _as_registered(ref, table):
-                continue  # a file with other rows than its node registered: stream it, checked, from a replica
+            if not _as_registered(ref, table, expected_columns):
+                continue  # a file with other rows or columns than its node registered: stream it, checked, from a replica
             TRAFFIC.add(bytes_mapped=mapped_bytes(whole, table))
             return table
         except (OSError, ValueError, KeyError, pa.ArrowException, FlightpartError):
@@ -302,10 +313,11 @@ def read_local(ref: PartitionRef, local: frozenset[str], pool: ConnectionPool) -
     return None
 
 
-def _as_registered(ref: PartitionRef, table: pa.Table) -> bool:
-    """Whether a partition read here has the rows the catalog registered for it (a node on this host that vouches
-    for a file changed under it, or a faulty one, is not taken at its word)."""
-    return ref.known_rows is None or table.num_rows == ref.known_rows
+def _as_registered(ref: PartitionRef, table: pa.Table, expected_columns: CatalogColumns | None = None) -> bool:
+    """Whether a partition read here has the rows (and columns) the catalog registered for it (a node on this host
+    that vouches for a file changed under it, or a faulty one, is not taken at its word)."""
+    return (ref.known_rows is None or table.num_rows == ref.known_rows) and \
+        (expected_columns is None or expected_columns.mislabelled(table.schema, ref.spec()) is None)
 
 
 def _local_path(uri: str, ref: PartitionRef, pool: ConnectionPool) -> Path | None:
@@ -406,8 +418,9 @@ def _is_that_nodes_dir(root: Path, node_id: str) -> bool:
 
 
 def read_remote(ref: PartitionRef, pool: ConnectionPool, idle_timeout: float = IDLE_TIMEOUT, *,
-                compression: str = "auto", here: frozenset[str] | None = None) -> pa.Table:
+                compression: str = "auto", here: frozenset[str] | None = None,
+                expected_columns: CatalogColumns | None = None) -> pa.Table:
     """Stream the partition from the first replica that answers (:func:`flightpart.io.pull.read_replicas`)."""
     return read_replicas(pool, ref.spec(), ref.replicas, f"partition {ref.position} of {ref.dataset!r} v{ref.version}",
                          idle_timeout, compression=compression, here=host_addresses() if here is None else here,
-                         expected_bytes=ref.shareable_bytes, expected_rows=ref.known_rows)
+                         expected_bytes=ref.shareable_bytes, expected_rows=ref.known_rows, expected_columns=expected_columns)

@@ -56,6 +56,15 @@ def dictionary(t):
     return t.set_column(t.schema.get_field_index("d"), "d", lying)
 
 
+def other_type(t):
+    """Sound arrays, right rows, one column of another type than the partition was stored with."""
+    return t.set_column(t.schema.get_field_index("k"), "k", t.column("k").cast(pa.int32()))
+
+
+def renamed(t):
+    return t.rename_columns(["kk" if n == "k" else n for n in t.column_names])
+
+
 def extra_rows(t):
     """Sound arrays, one row more than the partition holds."""
     return pa.concat_tables([t, t.slice(0, 1)])
@@ -66,7 +75,8 @@ def fewer_rows(t):
 
 
 LIES = {"offsets": ("s", offsets), "list offsets": ("l", list_offsets), "dictionary indices": ("d", dictionary),
-        "extra rows": ("k", extra_rows), "fewer rows": ("k", fewer_rows)}
+        "extra rows": ("k", extra_rows), "fewer rows": ("k", fewer_rows), "other type": ("k", other_type),
+        "renamed": ("k", renamed)}
 
 
 RUN_LIES = {"run rows shifted": (1, -1), "run rows past the batch": (1000, 0)}
@@ -263,4 +273,38 @@ print(json.dumps(["to_arrow", ds.to_arrow().column("k").to_pylist()]))
     assert got["to_arrow"] == [table.column("k").to_pylist()]
     # the lie was told (a stream of the four partitions), so the reads above came from the partitions alone
     assert told.read_text().splitlines()[:1] == [f"{lie} 4"]
+    assert proc.poll() is None
+
+
+@pytest.mark.parametrize("lie", ["other type", "renamed"])
+def test_a_node_that_sends_other_columns_than_the_catalog_says_is_passed_over(rogue, lie):
+    """Sound arrays and the right rows, but a column of another type (int32 for int64) or renamed: a reader handed its
+    user a frame of another schema than the dataset's without a word, or failed in Arrow's own error with the honest
+    replica never asked. What a node sends is checked against the catalog's columns."""
+    cluster, proc, mode, table = rogue
+    mode.write_text(lie)
+    try:
+        answers = _reader(cluster, ASK + '''
+ds = client.open("alone")
+ask("to_arrow", ds.to_arrow)
+ask("to_pandas", ds.to_pandas)
+ask("to_polars", ds.to_polars)
+ask("to_duckdb", lambda: ds.to_duckdb().fetchall())
+ask("selected", lambda: ds.select(["k", "s"]).to_arrow())
+ask("sql", lambda: client.sql("SELECT k + 1 AS k1, s FROM alone").to_arrow())
+twice = client.open("twice").to_arrow().sort_by("k")
+print(json.dumps(["twice", str(twice.schema.field("k").type), twice.column("k").to_pylist()]))
+''')
+    finally:
+        mode.write_text("none")
+    got = {a[0]: a[1:] for a in answers}
+    said = "where the catalog says int64" if lie == "other type" else "'kk' the dataset does not have"
+    for what in ("to_arrow", "to_pandas", "to_polars", "selected"):
+        code, message = got[what]
+        expected = "['kk', 's'] where ['k', 's'] were asked" if (what, lie) == ("selected", "renamed") else said
+        assert code == "INTERNAL" and expected in message and ROGUE_IP in message, (what, got[what])
+    assert said in got["to_duckdb"][1] and ROGUE_IP in got["to_duckdb"][1], got["to_duckdb"]
+    assert got["sql"][0] != "answered" and ROGUE_IP in got["sql"][1], got["sql"]  # the gateway's scans are checked
+    # the honest replica's columns, as stored
+    assert got["twice"] == ["int64", table.column("k").to_pylist()]
     assert proc.poll() is None

@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from flightpart.errors import Forbidden, NodeUnavailable, RequestRejected, ServerBusy, ServerError, Unauthenticated
+from flightpart.query.catalog_columns import CatalogColumns
 from flightpart.query.soundness import unsound
 from flightpart.wire import GetNodeInfo, PartHeader, PartRun, Replica, Ticket, error_message
 
@@ -64,14 +65,14 @@ class Stalled(Exception):
 
 class Unsound(Exception):
     """A stream whose arrays cannot be read safely (see :mod:`flightpart.query.soundness`), or that carried other
-    rows than the catalog says: its replica lies (or is faulty)."""
+    rows or columns than the catalog says: its replica lies (or is faulty)."""
 
 
 def read_replicas(pool: ConnectionPool, ticket: Ticket, replicas: Sequence[Replica], what: str,
                   idle_timeout: float = IDLE_TIMEOUT, *, compression: str = "auto",
                   here: frozenset[str] = frozenset(), deadline: float | None = None,
                   marks: list[tuple[int, bytes]] | None = None, expected_bytes: int = 0,
-                  expected_rows: int | None = None) -> pa.Table:
+                  expected_rows: int | None = None, expected_columns: CatalogColumns | None = None) -> pa.Table:
     """``ticket`` streamed from the first of ``replicas`` that answers.
 
     Each replica is asked for the codec :data:`~flightpart.io.compression.RATES`
@@ -101,7 +102,8 @@ def read_replicas(pool: ConnectionPool, ticket: Ticket, replicas: Sequence[Repli
     ``expected_rows`` (None: unknown) is how many rows the catalog says the
     replicas hold for the ticket: one that sends other rows (a faulty or
     hostile node adding, dropping or repeating rows) is passed over as one
-    whose arrays are unsafe is.
+    whose arrays are unsafe is; so is one whose columns are not those
+    ``expected_columns`` (the catalog's, when given) says (other names or types).
     """
     failures: list[str] = []
     lied = False
@@ -122,7 +124,7 @@ def read_replicas(pool: ConnectionPool, ticket: Ticket, replicas: Sequence[Repli
                 return _measured(pool, uri, asked,
                                  idle_timeout, deadline, patient=k == len(replicas) - 1, marks=marks,
                                  quick=marks is None and is_quick(expected_bytes, uri, idle_timeout),
-                                 expected_rows=expected_rows)
+                                 expected_rows=expected_rows, expected_columns=expected_columns)
             except Stalled as exc:
                 pool.discard(uri)
                 failures.append(f"{uri}: {exc}")
@@ -153,11 +155,12 @@ def read_replicas(pool: ConnectionPool, ticket: Ticket, replicas: Sequence[Repli
 
 def read_several(pool: ConnectionPool, ticket: Ticket, replicas: Sequence[Replica], what: str,
                  idle_timeout: float = IDLE_TIMEOUT, *, compression: str = "auto",
-                 here: frozenset[str] = frozenset()) -> list[pa.Table]:
+                 here: frozenset[str] = frozenset(), expected_columns: CatalogColumns | None = None) -> list[pa.Table]:
     """The partitions a ticket with ``more`` names, read in one stream from the first replica that answers (as
     :func:`read_replicas`) and cut back into one table each (zero-copy slices), in the ticket's order."""
     marks: list[tuple[int, bytes]] = []
-    table = read_replicas(pool, ticket, replicas, what, idle_timeout, compression=compression, here=here, marks=marks)
+    table = read_replicas(pool, ticket, replicas, what, idle_timeout, compression=compression, here=here, marks=marks,
+                          expected_columns=expected_columns)
     expected = [ticket.part, *(ticket.more or ())]
     sent, starts = where_parts_start(marks)
     if sent != expected or any(b < a for a, b in zip(starts, starts[1:])) or (starts and starts[-1] > table.num_rows):
@@ -199,7 +202,7 @@ def _refusal(what: str, first: Unauthenticated | Forbidden) -> Unauthenticated |
 
 def _measured(pool: ConnectionPool, uri: str, ticket: Ticket, idle_timeout: float, deadline: float | None, *,
               patient: bool = False, marks: list[tuple[int, bytes]] | None = None, quick: bool = False,
-              expected_rows: int | None = None) -> pa.Table:
+              expected_rows: int | None = None, expected_columns: CatalogColumns | None = None) -> pa.Table:
     """One stream, its bytes and time handed to the link measurements; ``quick``: read by :func:`quick_stream`
     first. What it carried is checked (:class:`Unsound`) before it is returned."""
     RATES.started(uri)
@@ -216,6 +219,9 @@ def _measured(pool: ConnectionPool, uri: str, ticket: Ticket, idle_timeout: floa
             raise Unsound(f"arrays that cannot be read safely: {why}")
         if expected_rows is not None and table.num_rows != expected_rows:
             raise Unsound(f"{table.num_rows:,} rows where the catalog says {expected_rows:,}")
+        why = expected_columns.mislabelled(table.schema, ticket) if expected_columns is not None else None
+        if why is not None:
+            raise Unsound(why)
         return table
     finally:
         RATES.finished(uri, received, ticket.compression)
