@@ -173,12 +173,21 @@ def ask(what, fn):
 '''
 
 
+
+def _told_to_lie(mode, cluster, lie: str, code: str) -> dict:
+    """What a reader running ``code`` (after :data:`ASK`) printed while the rogue told ``lie``: each line's first
+    value -> the rest."""
+    mode.write_text(lie)
+    try:
+        answers = _reader(cluster, ASK + code)
+    finally:
+        mode.write_text("none")
+    return {a[0]: a[1:] for a in answers}
+
 @pytest.mark.parametrize("lie", LIES)
 def test_rows_no_reader_can_read_safely_kill_no_reader_gateway_or_node(rogue, lie):
     cluster, proc, mode, table = rogue
-    mode.write_text(lie)
-    try:
-        answers = _reader(cluster, ASK + f"HONEST_URI = {cluster.nodes[0].uri!r}\n" + '''
+    got = _told_to_lie(mode, cluster, lie, f"HONEST_URI = {cluster.nodes[0].uri!r}\n" + '''
 ds = client.open("alone")
 ask("to_arrow", ds.to_arrow)
 ask("to_polars", ds.to_polars)
@@ -189,9 +198,6 @@ ask("repartition", lambda: client.repartition("alone", (1, 1), nodes=[HONEST_URI
 twice = client.open("twice").to_arrow().sort_by("k")
 print(json.dumps(["twice", twice.column("k").to_pylist(), twice.column("s").to_pylist()[:3]]))
 ''')
-    finally:
-        mode.write_text("none")
-    got = {a[0]: a[1:] for a in answers}
     for what in ("to_arrow", "to_polars", "to_pandas"):
         code, message = got[what]
         assert code == "INTERNAL" and "cannot be read safely" in message and ROGUE_IP in message, (what, got[what])
@@ -212,18 +218,13 @@ def test_a_node_that_sends_other_rows_than_the_catalog_says_is_passed_over(rogue
     """Sound arrays but a row added or dropped: a reader's frame would silently have another shape than its
     ``__partitioned__`` says. The reader checks the count against the catalog's and asks the next replica."""
     cluster, proc, mode, table = rogue
-    mode.write_text(lie)
-    try:
-        answers = _reader(cluster, ASK + '''
+    got = _told_to_lie(mode, cluster, lie, '''
 ds = client.open("alone")
 ask("to_arrow", ds.to_arrow)
 ask("to_pandas", ds.to_pandas)
 twice = client.open("twice").to_arrow().sort_by("k")
 print(json.dumps(["twice", twice.num_rows, twice.column("k").to_pylist()]))
 ''')
-    finally:
-        mode.write_text("none")
-    got = {a[0]: a[1:] for a in answers}
     for what in ("to_arrow", "to_pandas"):
         code, message = got[what]
         assert code == "INTERNAL" and "rows where the catalog says 200" in message and ROGUE_IP in message, got[what]
@@ -257,18 +258,13 @@ def test_a_node_that_misplaces_partitions_in_a_shared_stream_is_read_one_partiti
     cluster, proc, mode, table = rogue
     told = mode.parent / "lie.told"
     told.unlink(missing_ok=True)
-    mode.write_text(lie)
-    try:
-        answers = _reader(cluster, ASK + '''
+    got = _told_to_lie(mode, cluster, lie, '''
 ds = client.open("small")
 parts = ds.__partitioned__
 tables = parts["get"]([parts["partitions"][(i, 0)]["data"] for i in range(4)])
 print(json.dumps(["get", [t.num_rows for t in tables], [t.column("k").to_pylist()[:2] for t in tables]]))
 print(json.dumps(["to_arrow", ds.to_arrow().column("k").to_pylist()]))
 ''')
-    finally:
-        mode.write_text("none")
-    got = {a[0]: a[1:] for a in answers}
     assert got["get"] == [[100, 100, 100, 100], [[0, 1], [100, 101], [200, 201], [300, 301]]]
     assert got["to_arrow"] == [table.column("k").to_pylist()]
     # the lie was told (a stream of the four partitions), so the reads above came from the partitions alone
@@ -282,9 +278,7 @@ def test_a_node_that_sends_other_columns_than_the_catalog_says_is_passed_over(ro
     user a frame of another schema than the dataset's without a word, or failed in Arrow's own error with the honest
     replica never asked. What a node sends is checked against the catalog's columns."""
     cluster, proc, mode, table = rogue
-    mode.write_text(lie)
-    try:
-        answers = _reader(cluster, ASK + '''
+    got = _told_to_lie(mode, cluster, lie, '''
 ds = client.open("alone")
 ask("to_arrow", ds.to_arrow)
 ask("to_pandas", ds.to_pandas)
@@ -295,9 +289,6 @@ ask("sql", lambda: client.sql("SELECT k + 1 AS k1, s FROM alone").to_arrow())
 twice = client.open("twice").to_arrow().sort_by("k")
 print(json.dumps(["twice", str(twice.schema.field("k").type), twice.column("k").to_pylist()]))
 ''')
-    finally:
-        mode.write_text("none")
-    got = {a[0]: a[1:] for a in answers}
     said = "where the catalog says int64" if lie == "other type" else "'kk' the dataset does not have"
     for what in ("to_arrow", "to_pandas", "to_polars", "selected"):
         code, message = got[what]
