@@ -29,6 +29,7 @@ from flightpart.io.connections import ConnectionPool
 from flightpart.io.errors import translated
 from flightpart.io.leader import CatalogAddresses, split_addresses
 from flightpart.io.transfer import send_partition, send_partitions, streams_of
+from flightpart.query.catalog_columns import CatalogColumns
 from flightpart.regrid import balanced, near_placement
 from flightpart.tiling import grid_cells
 from flightpart.wire import (
@@ -691,7 +692,7 @@ class Client:
         # what the dataset's get carries: a capability for this version alone when the cluster issues one
         reader = dataclasses.replace(self.access, token=version_info.capability) if version_info.capability else self.access
         ds = Dataset.from_version(version_info, FlightGet(self.host, reader, self.idle_timeout, self.compression,
-                                                          self.streams_per_partition, schema=version_info.schema))
+                                                          self.streams_per_partition, CatalogColumns.of(version_info)))
         if rank is not None or nranks is not None:
             ds = ds.spmd(rank, nranks, halo=halo, periodic=periodic)
         return ds

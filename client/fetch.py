@@ -135,7 +135,7 @@ class FlightGet:
     """
 
     def __init__(self, host: str | None = None, access: Access | None = None, idle_timeout: float = IDLE_TIMEOUT,
-                 compression: str = "auto", streams_per_partition: int = 1, schema: pa.Schema | None = None):
+                 compression: str = "auto", streams_per_partition: int = 1, columns: CatalogColumns | None = None):
         self.host = host
         self.access = access or Access()
         self.idle_timeout = idle_timeout
@@ -143,7 +143,7 @@ class FlightGet:
         self.streams_per_partition = check_streams(streams_per_partition)
         # what nodes send is checked against the catalog's columns in this process; a get pickled into a task
         # (Dask, Ray) goes without: the schema would travel with every task, which the dataframe's meta describes
-        self.expected_columns = CatalogColumns(schema) if schema is not None else None
+        self.expected_columns = columns
 
     def __reduce__(self):
         return (FlightGet, (self.host, self.access, self.idle_timeout, self.compression, self.streams_per_partition))

@@ -9,15 +9,16 @@ other replica asked. A reader now checks what it received against the
 catalog's schema (:meth:`CatalogColumns.mislabelled`) and passes a replica
 that mislabels its columns over, as it does one whose arrays are unsound.
 
-Names and types are checked; nullability and metadata are not (they change
-no value a reader computes on).
+Names and types are checked, and a whole column group's columns must all
+come (a node dropping one); nullability and metadata are not compared (they
+change no value a reader computes on).
 """
 
 from __future__ import annotations
 
 import pyarrow as pa
 
-from flightpart.wire import ROW_NUMBER, Ticket
+from flightpart.wire import ROW_NUMBER, Ticket, VersionInfo
 
 KNOWN_SELECTIONS = 64
 """Distinct column selections whose expected schema is remembered (a dataset is read with a few at most)."""
@@ -28,18 +29,35 @@ _ROW_NUMBER_FIELD = pa.field(ROW_NUMBER, pa.int64())
 class CatalogColumns:
     """The columns of one dataset version as its catalog describes them, and the check of what a node sent."""
 
-    __slots__ = ("schema", "_expected")
+    __slots__ = ("schema", "groups", "_expected")
 
-    def __init__(self, schema: pa.Schema):
+    def __init__(self, schema: pa.Schema, groups: dict[int, frozenset[str]] | None = None):
         self.schema = schema
-        self._expected: dict[tuple, pa.Schema] = {}  # (names sent, row numbers asked) -> the catalog's fields of them
+        self.groups = groups  # column group -> the columns a whole partition of it holds (None: not known)
+        self._expected: dict[tuple, pa.Schema] = {}  # (names sent, row numbers asked, group) -> the catalog's fields
+
+    @classmethod
+    def of(cls, version: VersionInfo) -> CatalogColumns:
+        """The columns of ``version``: its schema, and each column group's columns (its share of the schema's, and
+        the pandas index columns past the dataset's width, which every group stores), read from the first
+        partition of each group."""
+        names = version.schema.names
+        index = names[version.shape[1]:]
+        groups: dict[int, frozenset[str]] = {}
+        for part in version.parts:
+            j = part.position[1]
+            if j not in groups:
+                groups[j] = frozenset((*names[part.start[1]:part.start[1] + part.shape[1]], *index))
+                if len(groups) == version.grid[1]:
+                    break
+        return cls(version.schema, groups)
 
     def mislabelled(self, received: pa.Schema, ticket: Ticket) -> str | None:
         """Why the columns of ``received`` (a node's answer to ``ticket``) are not the catalog's, or None.
 
         An aggregate or first-rows answer is not checked (its columns are computed, not stored). A selection
-        (``ticket.columns``) must come back as asked, in order; every column must be one of the dataset's, of
-        its type (or the row numbers the ticket asked for)."""
+        (``ticket.columns``) must come back as asked, in order; a whole partition with every column of its group;
+        every column must be one of the dataset's, of its type (or the row numbers the ticket asked for)."""
         if ticket.aggregate is not None or ticket.top is not None:
             return None
         names = tuple(received.names)
@@ -48,7 +66,8 @@ class CatalogColumns:
             if names != asked:
                 return f"columns {list(names[:8])} where {list(asked[:8])} were asked"
         numbered = bool(ticket.row_numbers)
-        expected = self._expected.get((names, numbered))
+        group = ticket.part[1] if ticket.columns is None and self.groups is not None else None
+        expected = self._expected.get((names, numbered, group))
         if expected is None:
             fields = []
             for name in names:
@@ -56,10 +75,13 @@ class CatalogColumns:
                 if k == -1:
                     return f"a column {name[:60]!r} the dataset does not have"
                 fields.append(_ROW_NUMBER_FIELD if k == -2 else self.schema.field(k))
+            missing = sorted(self.groups.get(group, frozenset()) - set(names)) if group is not None else []
+            if missing:
+                return f"without column {missing[0][:60]!r} of its column group ({len(missing)} missing)"
             expected = pa.schema(fields)
             if len(self._expected) >= KNOWN_SELECTIONS:
                 self._expected.clear()
-            self._expected[(names, numbered)] = expected
+            self._expected[(names, numbered, group)] = expected
         if received.equals(expected):
             return None
         for got, want in zip(received, expected):

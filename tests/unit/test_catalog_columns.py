@@ -6,7 +6,7 @@ import pyarrow as pa
 
 from flightpart.query.aggregates import Aggregate
 from flightpart.query.catalog_columns import KNOWN_SELECTIONS, CatalogColumns
-from flightpart.wire import ROW_NUMBER, Ticket
+from flightpart.wire import ROW_NUMBER, PartInfo, Ticket, VersionInfo
 
 CATALOG = pa.schema([pa.field("k", pa.int64(), nullable=False), ("s", pa.string()),
                      ("d", pa.dictionary(pa.int32(), pa.string()))], metadata={b"pandas": b"{}"})
@@ -53,3 +53,16 @@ def test_computed_answers_are_not_checked_and_many_selections_are_checked_alike(
         assert wide.mislabelled(pa.schema([(name, pa.int64())]), ticket(columns=(name,))) is None
     assert wide.mislabelled(pa.schema([("c0", pa.int8())]), ticket(columns=("c0",))) == \
         "column 'c0' as int8 where the catalog says int64"
+
+
+def test_a_whole_partition_brings_every_column_of_its_group_with_the_pandas_index():
+    schema = pa.schema([("a", pa.int64()), ("b", pa.float64()), ("c", pa.string()), ("idx", pa.string())])
+    parts = tuple(PartInfo((i, j), (3 * i, (0, 1)[j]), (3, (1, 2)[j]), ()) for i in range(2) for j in range(2))
+    check = CatalogColumns.of(VersionInfo("ds", 1, schema, (6, 3), (2, 2), parts))
+    assert check.groups == {0: frozenset({"a", "idx"}), 1: frozenset({"b", "c", "idx"})}
+    group_1 = Ticket("ds", 1, (1, 1))
+    assert check.mislabelled(pa.schema([("b", pa.float64()), ("c", pa.string()), ("idx", pa.string())]), group_1) is None
+    assert check.mislabelled(pa.schema([("b", pa.float64()), ("idx", pa.string())]), group_1) == \
+        "without column 'c' of its column group (1 missing)"
+    # a selection is checked as asked, not against its group
+    assert check.mislabelled(pa.schema([("b", pa.float64())]), Ticket("ds", 1, (1, 1), columns=("b",))) is None
