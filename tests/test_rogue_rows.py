@@ -84,17 +84,22 @@ LIES = {"offsets": ("s", offsets), "list offsets": ("l", list_offsets), "diction
 
 
 RUN_LIES = {"run rows shifted": (1, -1), "run rows past the batch": (1000, 0)}
+COLUMN_LIES = ("other type", "renamed", "dropped")
 
 
 def lying_run(store, spec, lie):
-    """The partitions a shared stream asks for, honest rows in one batch, its PartRun's counts changed: the first
-    partition told longer (and the second shorter, or nothing past the batch's end to take it from)."""
+    """The partitions a shared stream asks for in one batch: honest rows with their PartRun's counts changed (the
+    first partition told longer, and the second shorter or nothing past the batch's end to take it from), or
+    honest counts with the batch's columns changed as ``LIES`` says."""
     positions = (spec.part, *spec.more)
     tables = [apply_ticket(store.open(spec.dataset, spec.version, p), spec.columns, None) for p in positions]
     told = [t.num_rows for t in tables]
-    told[0] += RUN_LIES[lie][0]
-    told[1] += RUN_LIES[lie][1]
     whole = pa.concat_tables(tables).combine_chunks()
+    if lie in RUN_LIES:
+        told[0] += RUN_LIES[lie][0]
+        told[1] += RUN_LIES[lie][1]
+    else:
+        whole = LIES[lie][1](whole)
     header = pa.py_buffer(PartRun(tuple(positions), tuple(told)).encode())
     with open(sys.argv[4] + ".told", "a") as f:
         f.write(f"{lie} {len(positions)}\\n")
@@ -106,7 +111,7 @@ class Rogue(NodeServer):
         with open(sys.argv[4]) as f:
             lie = f.read().strip()
         spec = Ticket.decode(ticket.ticket)
-        if lie in RUN_LIES and spec.more is not None:
+        if (lie in RUN_LIES or lie in COLUMN_LIES) and spec.more is not None:
             return lying_run(self.store, spec, lie)
         if lie not in LIES or spec.more is not None or spec.aggregate is not None or spec.top is not None:
             return super().do_get(context, ticket)
@@ -243,6 +248,7 @@ def test_a_local_read_with_other_rows_than_the_catalog_says_is_streamed_instead(
 
     from flightpart.client.fetch import read_local
     from flightpart.io.connections import ConnectionPool
+    from flightpart.query.catalog_columns import CatalogColumns
 
     cluster, _proc, _mode, table = rogue
     with fp.connect(cluster.uri) as client:
@@ -252,6 +258,10 @@ def test_a_local_read_with_other_rows_than_the_catalog_says_is_streamed_instead(
         mapped = read_local(ref, frozenset({HONEST}), pool)
         assert mapped is not None and mapped.num_rows == 200  # the honest node's file, mapped here
         assert read_local(replace(ref, expected_rows=199), frozenset({HONEST}), pool) is None
+        # a file whose columns are not the catalog's (here: a catalog that says k is int32) is not taken either
+        assert read_local(ref, frozenset({HONEST}), pool, CatalogColumns(table.schema)) is not None
+        claimed = CatalogColumns(table.schema.set(0, pa.field("k", pa.int32())))
+        assert read_local(ref, frozenset({HONEST}), pool, claimed) is None
 
 
 @pytest.mark.parametrize("lie", ["run rows shifted", "run rows past the batch"])
@@ -309,4 +319,22 @@ print(json.dumps(["twice", str(twice.schema.field("k").type), twice.column("k").
     assert got["sql"][0] != "answered" and ROGUE_IP in got["sql"][1], got["sql"]  # the gateway's scans are checked
     # the honest replica's columns, as stored
     assert got["twice"] == ["int64", table.column("k").to_pylist(), table.num_columns]
+    assert proc.poll() is None
+
+
+@pytest.mark.parametrize("lie", ["other type", "dropped"])
+def test_a_shared_stream_with_other_columns_than_the_catalog_says_is_refused(rogue, lie):
+    """Small partitions read several to a stream are checked against the catalog's columns too, before they are cut
+    back into partitions: the only replica lies, so the reader gets INTERNAL naming it, not its columns."""
+    cluster, proc, mode, table = rogue
+    told = mode.parent / "lie.told"
+    told.unlink(missing_ok=True)
+    got = _told_to_lie(mode, cluster, lie, '''
+ds = client.open("small")
+parts = ds.__partitioned__
+ask("get", lambda: parts["get"]([parts["partitions"][(i, 0)]["data"] for i in range(4)]))
+''')
+    code, message = got["get"]
+    assert code == "INTERNAL" and SAID[lie] in message and ROGUE_IP in message, got["get"]
+    assert told.read_text().splitlines()[:1] == [f"{lie} 4"]  # the lie was a shared stream's
     assert proc.poll() is None
