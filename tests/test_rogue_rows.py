@@ -186,12 +186,19 @@ def ask(what, fn):
 def _told_to_lie(mode, cluster, lie: str, code: str) -> dict:
     """What a reader running ``code`` (after :data:`ASK`) printed while the rogue told ``lie``: each line's first
     value -> the rest."""
+    (mode.parent / "lie.told").unlink(missing_ok=True)
     mode.write_text(lie)
     try:
         answers = _reader(cluster, ASK + code)
     finally:
         mode.write_text("none")
     return {a[0]: a[1:] for a in answers}
+
+
+def _lies_told(mode) -> list[str]:
+    """The shared streams the rogue lied in since :func:`_told_to_lie` last set it lying (lie, partitions)."""
+    told = mode.parent / "lie.told"
+    return told.read_text().splitlines() if told.exists() else []
 
 @pytest.mark.parametrize("lie", LIES)
 def test_rows_no_reader_can_read_safely_kill_no_reader_gateway_or_node(rogue, lie):
@@ -270,8 +277,6 @@ def test_a_node_that_misplaces_partitions_in_a_shared_stream_is_read_one_partiti
     lies in them (a row moved from one partition to its neighbour, which leaves the whole the same, or counts past
     the batch) would give partitions of other shapes than the catalog's: each is read alone instead, and checked."""
     cluster, proc, mode, table = rogue
-    told = mode.parent / "lie.told"
-    told.unlink(missing_ok=True)
     got = _told_to_lie(mode, cluster, lie, '''
 ds = client.open("small")
 parts = ds.__partitioned__
@@ -282,7 +287,7 @@ print(json.dumps(["to_arrow", ds.to_arrow().column("k").to_pylist()]))
     assert got["get"] == [[100, 100, 100, 100], [[0, 1], [100, 101], [200, 201], [300, 301]]]
     assert got["to_arrow"] == [table.column("k").to_pylist()]
     # the lie was told (a stream of the four partitions), so the reads above came from the partitions alone
-    assert told.read_text().splitlines()[:1] == [f"{lie} 4"]
+    assert _lies_told(mode)[:1] == [f"{lie} 4"]
     assert proc.poll() is None
 
 
@@ -327,8 +332,6 @@ def test_a_shared_stream_with_other_columns_than_the_catalog_says_is_refused(rog
     """Small partitions read several to a stream are checked against the catalog's columns too, before they are cut
     back into partitions: the only replica lies, so the reader gets INTERNAL naming it, not its columns."""
     cluster, proc, mode, table = rogue
-    told = mode.parent / "lie.told"
-    told.unlink(missing_ok=True)
     got = _told_to_lie(mode, cluster, lie, '''
 ds = client.open("small")
 parts = ds.__partitioned__
@@ -336,5 +339,5 @@ ask("get", lambda: parts["get"]([parts["partitions"][(i, 0)]["data"] for i in ra
 ''')
     code, message = got["get"]
     assert code == "INTERNAL" and SAID[lie] in message and ROGUE_IP in message, got["get"]
-    assert told.read_text().splitlines()[:1] == [f"{lie} 4"]  # the lie was a shared stream's
+    assert _lies_told(mode)[:1] == [f"{lie} 4"]  # the lie was a shared stream's
     assert proc.poll() is None
