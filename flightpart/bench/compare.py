@@ -6,9 +6,11 @@ and run ``i`` of its baseline shared the machine's state: their ratio per run
 cancels most of a busy moment. The comparison is therefore made on the speed
 ratio against the baseline (not on raw time), and the noise is measured, not
 assumed: the spread (interquartile range over the median) of the per-run
-ratios of both runs. A case is flagged slower when its ratio fell by more than
-that noise (and by at least :data:`FLOOR`); a case without a baseline is
-compared on its own median with the spread of its own runs.
+ratios of both runs, or, when wider, how far the case moved between whole runs
+of one code among the runs kept (see :mod:`flightpart.bench.history`). A case
+is flagged slower when its ratio fell by more than that noise (and by at least
+:data:`FLOOR`); a case without a baseline is compared on its own median with
+the spread of its own runs (and between runs of one code).
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+
+from .history import carried, entry, noise_between_runs
 
 FLOOR = 0.05
 """The smallest change flagged, even when both runs were very steady."""
@@ -30,8 +34,9 @@ class Change:
     old: float
     new: float
     change: float  # > 0: better (a higher ratio, a lower time)
-    noise: float  # the relative spread measured within the two runs
+    noise: float  # the relative spread measured within the two runs, or between runs of one code when wider
     verdict: str  # "slower", "faster", "same", "new", "gone"
+    repeats: int = 0  # runs of one code the noise between runs was seen in (0: none kept, the noise is within runs)
 
     def as_json(self) -> dict:
         return asdict(self)
@@ -40,28 +45,31 @@ class Change:
 def compare(old: dict, new: dict) -> list[Change]:
     """Every case of ``new`` against ``old`` (by case name), and the cases only ``old`` had."""
     before = {c["case"]: c for c in old.get("cases", [])}
+    kept = carried(old) + [entry(new)]
     out = []
     for case in new.get("cases", []):
         earlier = before.pop(case["case"], None)
-        out.append(_new_case(case) if earlier is None else _compare_case(earlier, case))
+        out.append(_new_case(case) if earlier is None else _compare_case(earlier, case, kept))
     out.extend(Change(name, "", 0.0, 0.0, 0.0, 0.0, "gone") for name in before)
     return out
 
 
-def _compare_case(old: dict, new: dict) -> Change:
+def _compare_case(old: dict, new: dict, kept: list[dict]) -> Change:
+    between, repeats = noise_between_runs(new["case"], kept)
     if new.get("ratio_of") and old.get("ratio_of") and new.get("speed_ratio") and old.get("speed_ratio"):
         ours, base = new["ratio_of"]
-        noise = max(_spread(_run_ratios(old)), _spread(_run_ratios(new)))
+        noise = max(_spread(_run_ratios(old)), _spread(_run_ratios(new)), between)
         change = new["speed_ratio"] / old["speed_ratio"] - 1
         return Change(new["case"], f"ratio vs {base}", old["speed_ratio"], new["speed_ratio"], change, noise,
-                      _verdict(change, noise))
+                      _verdict(change, noise), repeats)
     subject = next(iter(new["median_seconds"]))
     if subject not in old.get("median_seconds", {}):
         return _new_case(new)
     old_s, new_s = old["median_seconds"][subject], new["median_seconds"][subject]
-    noise = max(_spread(old["runs_seconds"].get(subject, [])), _spread(new["runs_seconds"].get(subject, [])))
+    noise = max(_spread(old["runs_seconds"].get(subject, [])), _spread(new["runs_seconds"].get(subject, [])), between)
     change = old_s / new_s - 1
-    return Change(new["case"], f"median of {subject}", old_s, new_s, change, noise, _verdict(change, noise))
+    return Change(new["case"], f"median of {subject}", old_s, new_s, change, noise, _verdict(change, noise),
+                  repeats)
 
 
 def _new_case(case: dict) -> Change:
@@ -103,7 +111,8 @@ def render_comparison(changes: Sequence[Change], old_label: str) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    t = Table(title=f"against {old_label} (change beyond the noise of the runs, at least {FLOOR:.0%}, is flagged)")
+    t = Table(title=f"against {old_label} (change beyond the noise, within the two runs or between kept runs of one "
+                    f"code, at least {FLOOR:.0%}, is flagged)")
     for col in ("case", "measure", "before", "now", "change", "noise", "verdict"):
         t.add_column(col)
     colour = {"slower": "red", "faster": "green"}
@@ -113,8 +122,13 @@ def render_comparison(changes: Sequence[Change], old_label: str) -> None:
             continue
         verdict = f"[{colour[c.verdict]}]{c.verdict}[/]" if c.verdict in colour else c.verdict
         t.add_row(c.case, c.measure, _figure(c.measure, c.old), _figure(c.measure, c.new), f"{c.change:+.0%}",
-                  f"±{c.noise:.0%}", verdict)
+                  _noise(c), verdict)
     Console(width=max(Console().width, 160)).print(t)
+
+
+def _noise(change: Change) -> str:
+    """The noise a change was judged against, and where it was measured when between runs."""
+    return f"±{change.noise:.0%}" + (f" ({change.repeats} runs of one code)" if change.repeats else "")
 
 
 def _figure(measure: str, value: float) -> str:
@@ -129,5 +143,5 @@ def markdown(changes: Sequence[Change]) -> str:
             lines.append(f"| {c.case} | {c.measure} | | {_figure(c.measure, c.new) if c.verdict == 'new' else ''} | | | {c.verdict} |")
         else:
             lines.append(f"| {c.case} | {c.measure} | {_figure(c.measure, c.old)} | {_figure(c.measure, c.new)} | "
-                         f"{c.change:+.0%} | ±{c.noise:.0%} | {c.verdict} |")
+                         f"{c.change:+.0%} | {_noise(c)} | {c.verdict} |")
     return "\n".join(lines) + "\n"

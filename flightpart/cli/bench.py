@@ -20,7 +20,8 @@ from .group import main, parse_size
 @click.option("--scale", is_flag=True, help="How costs grow: up to 100,000 partitions, 4,000 simulated nodes and 10,000 columns "
                                             "(about 10 minutes; with --quick, small sizes).")
 @click.option("--compare", "compare_path", default=None, type=click.Path(exists=True, dir_okay=False),
-              help="Show each case against a previous run's --json, flagging a slowdown beyond the noise of the runs.")
+              help="Show each case against a previous run's --json, flagging a slowdown beyond the noise (within the runs, "
+                   "or between kept runs of one code); a run saved with --json then carries the runs kept before it.")
 @click.option("--from-json", "from_path", default=None, type=click.Path(exists=True, dir_okay=False),
               help="Show (and --compare, --markdown, --plot) a saved run (plain, --scale or --network) instead of running the bench.")
 @click.option("--markdown", "markdown_path", default=None, type=click.Path(dir_okay=False),
@@ -69,19 +70,23 @@ def bench(size: str | None, quick: bool, runs: int | None, json_path: str | None
         if plot_path:
             plot_scale(result, plot_path)
         return
+    from flightpart.bench.history import carried, stamp
     from flightpart.bench.run import plot, render, run_bench
 
+    earlier = _load_run(compare_path) if compare_path else None  # before the run: a bad file fails at once
     if from_path:
         result = _load_run(from_path)
     else:
         nbytes = 64 << 20 if quick else parse_size(size or "1G", "--size")
-        result = run_bench(nbytes, quick=quick, runs=runs, log=lambda m: click.echo(m, err=True))
+        result = stamp(run_bench(nbytes, quick=quick, runs=runs, log=lambda m: click.echo(m, err=True)))
     render(result)
+    if earlier is not None:  # the run carries the runs kept before it: the noise between runs of one code
+        result["history"] = carried(earlier)
     if json_path:
         Path(json_path).write_text(json.dumps(result, indent=2))
     if plot_path:
         plot(result, plot_path)
-    _compared(result, compare_path, markdown_path, strict)
+    _compared(result, compare_path, earlier, markdown_path, strict)
 
 
 def _load_run(path: str, key: str = "cases", kind: str = "") -> dict:
@@ -97,12 +102,13 @@ def _load_run(path: str, key: str = "cases", kind: str = "") -> dict:
     return result
 
 
-def _compared(result: dict, compare_path: str | None, markdown_path: str | None, strict: bool) -> None:
+def _compared(result: dict, compare_path: str | None, earlier: dict | None, markdown_path: str | None,
+              strict: bool) -> None:
     """The comparison with an earlier run, shown and written as Markdown; exit 1 under --strict when slower."""
     from flightpart.bench.compare import any_slower, compare, markdown, render_comparison
     from flightpart.bench.run import as_markdown
 
-    changes = compare(_load_run(compare_path), result) if compare_path else []
+    changes = compare(earlier, result) if earlier is not None else []
     if compare_path:
         render_comparison(changes, compare_path)
     if markdown_path:

@@ -10,6 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from flightpart.bench.compare import FLOOR, any_slower, compare, markdown
+from flightpart.bench.history import KEPT, carried, code_digest, entry, stamp
 from flightpart.cli import main
 
 
@@ -118,3 +119,56 @@ def test_a_saved_scale_run_is_shown_and_drawn_again_not_run(tmp_path):
     plain.write_text(json.dumps(run(case("read", STEADY, STEADY))))
     wrong = CliRunner().invoke(main, ["bench", "--scale", "--from-json", str(plain)])
     assert wrong.exit_code == 2 and "not a --scale bench run" in wrong.output
+
+
+def test_runs_of_one_code_that_lay_far_apart_widen_the_noise_a_change_is_judged_against():
+    """Within each run the ratios are steady, but two whole runs of one code gave 1.0x and 0.8x: a third run of
+    other code at 0.85x is inside that noise, not a slowdown; without the kept runs it would be flagged."""
+    first = {**run(case("read", STEADY, STEADY)), "code": "a"}
+    again = {**run(case("read", [t / 0.8 for t in STEADY], STEADY)), "code": "a"}
+    kept = {**again, "history": carried(first)}
+    changed = {**run(case("read", [t / 0.85 for t in STEADY], STEADY)), "code": "b"}
+    (judged,) = compare(kept, changed)
+    assert judged.verdict == "same" and judged.noise == pytest.approx(0.25) and judged.repeats == 2
+    assert "(2 runs of one code)" in markdown([judged])
+    (alone,) = compare(again, {**changed, "code": "a2"})
+    assert alone.verdict == "faster" and alone.repeats == 0
+
+
+def test_runs_of_different_code_are_never_taken_for_noise():
+    """A real slowdown between two codes must not pass for noise just because both runs were kept."""
+    kept = {**run(case("read", [t / 0.5 for t in STEADY], STEADY)), "code": "b",
+            "history": carried({**run(case("read", STEADY, STEADY)), "code": "a"})}
+    (judged,) = compare(kept, {**run(case("read", [t / 0.25 for t in STEADY], STEADY)), "code": "c"})
+    assert judged.verdict == "slower" and judged.repeats == 0
+
+
+def test_a_saved_run_carries_the_runs_kept_before_it_and_names_its_code(tmp_path):
+    old, new, saved = tmp_path / "old.json", tmp_path / "new.json", tmp_path / "saved.json"
+    old.write_text(json.dumps({**run(case("read", STEADY, STEADY)), "code": "a",
+                               "history": [entry({**run(case("read", STEADY, STEADY)), "code": f"c{i}"})
+                                           for i in range(KEPT)]}))
+    new.write_text(json.dumps(run(case("read", STEADY, STEADY))))
+    result = CliRunner().invoke(main, ["bench", "--from-json", str(new), "--compare", str(old), "--json", str(saved)])
+    assert result.exit_code == 0, result.output
+    history = json.loads(saved.read_text())["history"]
+    assert len(history) == KEPT and history[-1]["code"] == "a" and history[0]["code"] == "c1"
+    assert history[-1]["figures"] == {"read": pytest.approx(1.0)}
+    assert stamp({})["code"] == code_digest() != ""
+
+
+def test_the_digest_follows_the_measured_code_not_how_runs_are_compared(tmp_path, monkeypatch):
+    """Editing the comparison leaves a run's code as it was; editing what is measured names new code."""
+    import flightpart.bench.history as history
+
+    root = tmp_path / "pkg"
+    (root / "bench").mkdir(parents=True)
+    (root / "reader.py").write_text("x = 1\n")
+    (root / "bench" / "compare.py").write_text("y = 1\n")
+    monkeypatch.setattr(history, "_PACKAGES", ("pkg",))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    before = code_digest()
+    (root / "bench" / "compare.py").write_text("y = 2\n")
+    assert code_digest() == before
+    (root / "reader.py").write_text("x = 2\n")
+    assert code_digest() != before
