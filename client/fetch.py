@@ -141,12 +141,13 @@ class FlightGet:
         self.idle_timeout = idle_timeout
         self.compression = check_mode(compression)
         self.streams_per_partition = check_streams(streams_per_partition)
-        # what nodes send is checked against the catalog's columns in this process; a get pickled into a task
-        # (Dask, Ray) goes without: the schema would travel with every task, which the dataframe's meta describes
+        # what nodes send is checked against the catalog's columns, here and in the Dask and Ray tasks it is
+        # pickled into (the columns travel as the schema's IPC bytes, restored once per process)
         self.expected_columns = columns
 
     def __reduce__(self):
-        return (FlightGet, (self.host, self.access, self.idle_timeout, self.compression, self.streams_per_partition))
+        return (FlightGet, (self.host, self.access, self.idle_timeout, self.compression, self.streams_per_partition,
+                            self.expected_columns))
 
     def _key(self) -> tuple:
         return (self.host, self.access, self.compression, self.streams_per_partition)

@@ -341,3 +341,36 @@ ask("get", lambda: parts["get"]([parts["partitions"][(i, 0)]["data"] for i in ra
     assert code == "INTERNAL" and SAID[lie] in message and ROGUE_IP in message, got["get"]
     assert _lies_told(mode)[:1] == [f"{lie} 4"]  # the lie was a shared stream's
     assert proc.poll() is None
+
+
+@pytest.mark.slow
+def test_dask_and_ray_tasks_check_the_columns_a_node_sends_too(rogue):
+    """A dataset's ``get`` pickled into Dask workers and Ray tasks (other processes than the one that opened it)
+    carries the catalog's columns: the rogue's int32 for int64 is refused INTERNAL naming it where it holds the only
+    replica, and passed over for the honest replica where there are two. Before, a task took the int32 column into
+    its block without a word (the frame's meta says int64)."""
+    cluster, proc, mode, table = rogue
+    got = _told_to_lie(mode, cluster, "other type", '''
+import ray
+from distributed import Client, LocalCluster
+
+def twice(frame):
+    frame = frame.sort_values("k")
+    return [str(frame["k"].dtype), frame["k"].tolist()]
+
+with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None) as dc, Client(dc):
+    ask("dask", lambda: client.open("alone").to_dask().compute())
+    print(json.dumps(["dask twice", *twice(client.open("twice").to_dask().compute())]))
+ray.init(num_cpus=2, include_dashboard=False)
+ask("ray", lambda: client.open("alone").to_ray().to_pandas())
+print(json.dumps(["ray twice", *twice(client.open("twice").to_ray().to_pandas())]))
+ray.shutdown()
+''')
+    for runtime in ("dask", "ray"):
+        assert got[runtime][0] != "answered", got[runtime]
+        message = got[runtime][-1]
+        assert "INTERNAL" in message or got[runtime][0] == "INTERNAL", got[runtime]
+        assert "as int32 where the catalog says int64" in message and ROGUE_IP in message, got[runtime]
+        dtype, values = got[f"{runtime} twice"]  # the honest replica's column, as stored
+        assert dtype.startswith("int64") and values == table.column("k").to_pylist(), got[f"{runtime} twice"]
+    assert proc.poll() is None

@@ -12,9 +12,16 @@ that mislabels its columns over, as it does one whose arrays are unsound.
 Names and types are checked, and a whole column group's columns must all
 come (a node dropping one); nullability and metadata are not compared (they
 change no value a reader computes on).
+
+The check travels with a dataset's ``get`` into Dask and Ray tasks: it
+pickles as the schema's IPC bytes and the groups, and a process restores
+each distinct one once (a task of a 10,000-column dataset would otherwise
+spend some 9 ms unpickling its schema).
 """
 
 from __future__ import annotations
+
+import functools
 
 import pyarrow as pa
 
@@ -29,12 +36,21 @@ _ROW_NUMBER_FIELD = pa.field(ROW_NUMBER, pa.int64())
 class CatalogColumns:
     """The columns of one dataset version as its catalog describes them, and the check of what a node sent."""
 
-    __slots__ = ("schema", "groups", "_expected")
+    __slots__ = ("schema", "groups", "_expected", "_pickled")
 
     def __init__(self, schema: pa.Schema, groups: dict[int, frozenset[str]] | None = None):
         self.schema = schema
         self.groups = groups  # column group -> the columns a whole partition of it holds (None: not known)
         self._expected: dict[tuple, pa.Schema] = {}  # (names sent, row numbers asked, group) -> the catalog's fields
+        self._pickled: tuple | None = None
+
+    def __reduce__(self):
+        """What a task is sent, made once: the fields (not the schema's metadata, which the check does not compare
+        and a pandas frame fills with a description of every column) and the groups."""
+        if self._pickled is None:
+            groups = None if self.groups is None else tuple(sorted((j, tuple(sorted(c))) for j, c in self.groups.items()))
+            self._pickled = (self.schema.remove_metadata().serialize().to_pybytes(), groups)
+        return (restored_columns, self._pickled)
 
     @classmethod
     def of(cls, version: VersionInfo) -> CatalogColumns:
@@ -88,3 +104,10 @@ class CatalogColumns:
             if not got.type.equals(want.type):
                 return f"column {got.name[:60]!r} as {str(got.type)[:80]} where the catalog says {str(want.type)[:80]}"
         return None  # only nullability or metadata differ
+
+
+@functools.lru_cache(maxsize=16)
+def restored_columns(schema_ipc: bytes, groups: tuple[tuple[int, tuple[str, ...]], ...] | None) -> CatalogColumns:
+    """A pickled :class:`CatalogColumns`, restored once per process (every task of a dataset shares it)."""
+    schema = pa.ipc.read_schema(pa.py_buffer(schema_ipc))
+    return CatalogColumns(schema, None if groups is None else {j: frozenset(c) for j, c in groups})

@@ -101,7 +101,7 @@ class BlockReader:
             host = self.host_of_task() if self.host_of_task else None
             host = self.get.host if host is None else (None if host == AUTO_DETECT else host)
             tables = read_partitions(handles, host=host, pool=self.get.pool(), idle_timeout=self.get.idle_timeout,
-                                     compression=self.get.compression)
+                                     compression=self.get.compression, expected_columns=self.get.expected_columns)
         else:
             raw = self.get(handles)
             tables = [frames.to_arrow(r, column_offset=block.column_starts[j]) for j, r in zip(keep, raw)]

@@ -66,3 +66,19 @@ def test_a_whole_partition_brings_every_column_of_its_group_with_the_pandas_inde
         "without column 'c' of its column group (1 missing)"
     # a selection is checked as asked, not against its group
     assert check.mislabelled(pa.schema([("b", pa.float64())]), Ticket("ds", 1, (1, 1), columns=("b",))) is None
+
+
+def test_the_check_travels_into_tasks_without_the_schemas_metadata_and_is_restored_once_per_process():
+    """A ``get`` pickled into a Dask or Ray task carries the check: it finds the same lies there; a process restores
+    each distinct one once (every task of a dataset shares it), and the pandas metadata is not sent."""
+    import pickle
+
+    check = CatalogColumns(CATALOG, {0: frozenset({"k", "s"}), 1: frozenset({"d"})})
+    sent = pickle.dumps(check)
+    there, again = pickle.loads(sent), pickle.loads(pickle.dumps(check))
+    assert there is again and there.groups == check.groups and b"pandas" not in sent
+    assert there.mislabelled(pa.schema([("k", pa.int32()), ("s", pa.string())]), ticket()) == \
+        "column 'k' as int32 where the catalog says int64"
+    assert there.mislabelled(pa.schema([("k", pa.int64())]), ticket()) == \
+        "without column 's' of its column group (1 missing)"
+    assert pickle.loads(pickle.dumps(CatalogColumns(CATALOG))).groups is None
