@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 
 import pyarrow as pa
 import pyarrow.flight as flight
@@ -93,17 +93,28 @@ class AnswersSent:
     def stream(self, table: pa.Table) -> flight.FlightDataStream:
         """A DoGet stream of ``table``, its bytes counted from now until the stream ends (read to its end, cancelled,
         its client gone: Flight then drops its generator, which closes it) or is let go (:meth:`make_room`)."""
+        fields = table.schema
+        if any(_nested_dictionary(field.type) for field in fields):
+            # a dictionary inside a list or struct, which Arrow cannot unify: Arrow's writer of a reader sends each
+            # batch's own dictionaries, but a Flight error raised in it as UNKNOWN (a let-go answer)
+            sending = self._counted(table)
+            return flight.RecordBatchStream(pa.RecordBatchReader.from_batches(fields, self._sent(sending, untraced=True)))
+        if any(pa.types.is_dictionary(field.type) for field in fields):
+            # a generator stream sends no dictionaries (an ENUM answer): its first batch goes as a stream of its
+            # own, which sends them; every later batch shares them (unified) and goes as a batch
+            sending = self._counted(table.unify_dictionaries())
+            return flight.GeneratorStream(fields, _dictionaries_first(self._sent(sending)))
+        return flight.GeneratorStream(fields, self._sent(self._counted(table)))
+
+    def _counted(self, table: pa.Table) -> Sending:
+        """``table`` as an answer being sent, its bytes counted from now."""
         sending = Sending(table, self.batch_bytes)
         with self._lock:
             self._streams.add(sending)
             self._held += sending.nbytes
-        if not any(_has_dictionary(field.type) for field in table.schema):
-            return flight.GeneratorStream(table.schema, self._sent(sending))
-        # a generator stream does not send the dictionaries a dictionary column needs (an ENUM answer): Arrow's
-        # writer of a reader does, but sends a Flight error raised in it as UNKNOWN with its traceback
-        return flight.RecordBatchStream(pa.RecordBatchReader.from_batches(table.schema, self._sent(sending, untraced=True)))
+        return sending
 
-    def _sent(self, sending: Sending, *, untraced: bool = False) -> Iterator[pa.RecordBatch]:
+    def _sent(self, sending: Sending, *, untraced: bool = False) -> Generator[pa.RecordBatch]:
         try:
             while True:
                 with self._lock:
@@ -142,11 +153,24 @@ class AnswersSent:
             sending.table = None
 
 
-def _has_dictionary(kind: pa.DataType) -> bool:
-    """Whether ``kind`` is or holds a dictionary type."""
-    if pa.types.is_dictionary(kind):
-        return True
-    return any(_has_dictionary(kind.field(k).type) for k in range(kind.num_fields))
+def _nested_dictionary(kind: pa.DataType) -> bool:
+    """Whether ``kind`` holds a dictionary type below its top level (in a list, a struct, a map)."""
+    children = [kind.field(k).type for k in range(kind.num_fields)]
+    return any(pa.types.is_dictionary(child) or _nested_dictionary(child) for child in children)
+
+
+def _dictionaries_first(batches: Generator[pa.RecordBatch]) -> Iterator[pa.RecordBatch | pa.RecordBatchReader]:
+    """``batches``, the first as a reader of its own (a generator stream sends a reader's dictionaries before its
+    batches, and nothing of a batch's), the rest as they are: they share the first one's dictionaries. ``batches``
+    is closed with this stream (its answer let go) however the stream ends."""
+    try:
+        first = next(batches, None)
+        if first is not None:
+            yield pa.RecordBatchReader.from_batches(first.schema, [first])
+            first = None
+        yield from batches
+    finally:
+        batches.close()
 
 
 def _copied(batch: pa.RecordBatch) -> pa.RecordBatch:
