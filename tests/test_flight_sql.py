@@ -18,6 +18,7 @@ from flightpart import sqlwire
 from flightpart.bench.queries import canonical, same_answer, taxi_table
 from flightpart.bench.sql_queries import SQL_QUERIES, duckdb_over, zones_table
 from flightpart.bench.sql_queries import through_driver as answer
+from flightpart.errors import FlightpartError
 
 from helpers import code_of
 
@@ -764,6 +765,7 @@ KILLED_CLIENT = """
 import sys, time
 import pyarrow.flight as flight
 from flightpart import sqlwire
+from flightpart.errors import FlightpartError
 raw = flight.connect(sys.argv[1])
 query = sqlwire.pack(sqlwire.STATEMENT_QUERY, sqlwire.message((1, "SELECT a, b FROM orphaned ORDER BY a")))
 info = raw.get_flight_info(flight.FlightDescriptor.for_command(query))
@@ -907,3 +909,29 @@ def test_a_dataset_put_from_pandas_with_an_index_answers_queries_that_name_it_or
         assert ds.to_arrow().column_names == ds.schema.names == flat.column_names
         assert pa.table(ds).to_pydict() == flat.to_pydict()
         assert pl.DataFrame(ds).to_dict(as_series=False) == pl.from_arrow(flat).to_dict(as_series=False)
+
+
+def test_duckdb_describing_the_catalog_itself_is_not_answered(taxi, cluster):
+    """The catalog's DuckDB described itself to any SQL client: ``duckdb_settings()`` listed the catalog's working
+    directory, ``duckdb_extensions()`` and ``duckdb_secrets()`` failed naming its home directory, and ``pragma_*``
+    and ``current_setting`` told the rest. A query naming one, in whatever syntax, is refused INVALID_REQUEST before
+    it runs, in flightpart's client and through ADBC; a dataset whose name starts alike is still answered."""
+    import os
+
+    _table, _zones, conn = taxi
+    hidden = (os.getcwd(), os.path.expanduser("~"))
+    with fp.connect(cluster.uri) as client:
+        client.put("duckdb_notes", pa.table({"x": [1, 2, 3]}))
+        for sql in ("SELECT * FROM duckdb_settings()", "SELECT extension_name, install_path FROM duckdb_extensions()",
+                    "SELECT * FROM duckdb_secrets()", "FROM pragma_database_list", "SELECT current_setting('allowed_paths')",
+                    "SELECT x FROM duckdb_notes WHERE x IN (SELECT 1 FROM system.main.DUCKDB_MEMORY())",
+                    "WITH s AS (SELECT * FROM which_secret('s3://b/k', 's3')) SELECT * FROM s"):
+            with pytest.raises(FlightpartError) as refused:
+                client.sql(sql).to_arrow()
+            assert refused.value.code == "INVALID_REQUEST" and "describes the catalog's own DuckDB" in str(refused.value)
+            assert not any(path in str(refused.value) for path in hidden), str(refused.value)
+            with pytest.raises(Exception, match="describes the catalog's own DuckDB") as by_adbc:
+                answer(conn, sql)
+            assert not any(path in str(by_adbc.value) for path in hidden), str(by_adbc.value)
+        assert client.sql("SELECT sum(x) AS n FROM duckdb_notes").to_arrow().column("n").to_pylist() == [6]
+        assert client.sql("SELECT count(*) AS n FROM range(5)").to_arrow().column("n").to_pylist() == [5]

@@ -33,6 +33,7 @@ from .parsed import parsed
 from .partials import PARTIALS
 from .remembered import ScanFailures
 from .slots import QuerySlots, running_from_env
+from .system_functions import self_described
 
 log = logging.getLogger("flightpart.sql")
 
@@ -127,6 +128,11 @@ class Gateway:
             if len(statements) != 1 or statements[0].type != duckdb.StatementType.SELECT:
                 raise SqlError("one query is answered here (SELECT, WITH, VALUES, ...), nothing that writes or changes "
                                "settings: nothing was run", field="query")
+            inward = self_described(con, query, self._dataset_names)
+            if inward is not None:
+                raise SqlError(f"{inward} describes the catalog's own DuckDB (its settings, files, memory), not a "
+                               "dataset, and is not answered here: nothing was run; Flight SQL's GetTables (or "
+                               "`flightpart ls`) lists the datasets", field="query")
             named = self._named(query)
             wanted = len(statements[0].named_parameters)
             opened: dict[str, Any] = {}  # each dataset opened once for the plans, the scans and the answer's names
