@@ -63,7 +63,7 @@ class PartitionRef:
     row_numbers: bool = False  # each row comes with its position in the partition (wire.ROW_NUMBER)
     shareable_bytes: int = 0  # a whole partition of no dictionary column: its stored size (it may share a read stream)
     top: TopRows | None = None  # only the partition's first rows by sort keys (flightpart.query.top)
-    expected_rows: int | None = None  # the rows the catalog says a node sends for it (None: a filter, aggregate or top)
+    expected_rows: int | None = None  # the rows the catalog says its partition holds in its range (None: an aggregate)
 
     def __reduce__(self):  # a plain tuple: compact, and nothing but data when unpickled
         return (PartitionRef, (self.dataset, self.version, self.position, self.replicas, self.columns, self.rows,
@@ -83,6 +83,12 @@ class PartitionRef:
         if self.filter is not None or self.aggregate is not None or self.top is not None:
             return None
         return self.expected_rows
+
+    @property
+    def most_rows(self) -> int | None:
+        """The most rows a node may send for this handle, when the catalog knows them: a filter or a top keeps some
+        of the partition's rows in its range, never more; an aggregate's rows are groups (not bounded here)."""
+        return None if self.aggregate is not None else self.expected_rows
 
     def spec(self) -> Ticket:
         """What a node is asked for: this handle as a ticket (made once per handle, so its bytes are written once)."""
@@ -318,6 +324,7 @@ def _as_registered(ref: PartitionRef, table: pa.Table, expected_columns: Catalog
     """Whether a partition read here has the rows (and columns) the catalog registered for it (a node on this host
     that vouches for a file changed under it, or a faulty one, is not taken at its word)."""
     return (ref.known_rows is None or table.num_rows == ref.known_rows) and \
+        (ref.most_rows is None or table.num_rows <= ref.most_rows) and \
         (expected_columns is None or expected_columns.mislabelled(table.schema, ref.spec()) is None)
 
 
@@ -424,4 +431,5 @@ def read_remote(ref: PartitionRef, pool: ConnectionPool, idle_timeout: float = I
     """Stream the partition from the first replica that answers (:func:`flightpart.io.pull.read_replicas`)."""
     return read_replicas(pool, ref.spec(), ref.replicas, f"partition {ref.position} of {ref.dataset!r} v{ref.version}",
                          idle_timeout, compression=compression, here=host_addresses() if here is None else here,
-                         expected_bytes=ref.shareable_bytes, expected_rows=ref.known_rows, expected_columns=expected_columns)
+                         expected_bytes=ref.shareable_bytes, expected_rows=ref.known_rows, most_rows=ref.most_rows,
+                         expected_columns=expected_columns)

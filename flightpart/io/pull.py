@@ -72,7 +72,8 @@ def read_replicas(pool: ConnectionPool, ticket: Ticket, replicas: Sequence[Repli
                   idle_timeout: float = IDLE_TIMEOUT, *, compression: str = "auto",
                   here: frozenset[str] = frozenset(), deadline: float | None = None,
                   marks: list[tuple[int, bytes]] | None = None, expected_bytes: int = 0,
-                  expected_rows: int | None = None, expected_columns: CatalogColumns | None = None) -> pa.Table:
+                  expected_rows: int | None = None, most_rows: int | None = None,
+                  expected_columns: CatalogColumns | None = None) -> pa.Table:
     """``ticket`` streamed from the first of ``replicas`` that answers.
 
     Each replica is asked for the codec :data:`~flightpart.io.compression.RATES`
@@ -102,7 +103,8 @@ def read_replicas(pool: ConnectionPool, ticket: Ticket, replicas: Sequence[Repli
     ``expected_rows`` (None: unknown) is how many rows the catalog says the
     replicas hold for the ticket: one that sends other rows (a faulty or
     hostile node adding, dropping or repeating rows) is passed over as one
-    whose arrays are unsafe is; so is one whose columns are not those
+    whose arrays are unsafe is; so is one that sends more than ``most_rows``
+    (the rows a filter or a top could keep at most); so is one whose columns are not those
     ``expected_columns`` (the catalog's, when given) says (other names or types).
     """
     failures: list[str] = []
@@ -124,7 +126,7 @@ def read_replicas(pool: ConnectionPool, ticket: Ticket, replicas: Sequence[Repli
                 return _measured(pool, uri, asked,
                                  idle_timeout, deadline, patient=k == len(replicas) - 1, marks=marks,
                                  quick=marks is None and is_quick(expected_bytes, uri, idle_timeout),
-                                 expected_rows=expected_rows, expected_columns=expected_columns)
+                                 expected_rows=expected_rows, most_rows=most_rows, expected_columns=expected_columns)
             except Stalled as exc:
                 pool.discard(uri)
                 failures.append(f"{uri}: {exc}")
@@ -202,7 +204,8 @@ def _refusal(what: str, first: Unauthenticated | Forbidden) -> Unauthenticated |
 
 def _measured(pool: ConnectionPool, uri: str, ticket: Ticket, idle_timeout: float, deadline: float | None, *,
               patient: bool = False, marks: list[tuple[int, bytes]] | None = None, quick: bool = False,
-              expected_rows: int | None = None, expected_columns: CatalogColumns | None = None) -> pa.Table:
+              expected_rows: int | None = None, most_rows: int | None = None,
+              expected_columns: CatalogColumns | None = None) -> pa.Table:
     """One stream, its bytes and time handed to the link measurements; ``quick``: read by :func:`quick_stream`
     first. What it carried is checked (:class:`Unsound`) before it is returned."""
     RATES.started(uri)
@@ -219,6 +222,8 @@ def _measured(pool: ConnectionPool, uri: str, ticket: Ticket, idle_timeout: floa
             raise Unsound(f"arrays that cannot be read safely: {why}")
         if expected_rows is not None and table.num_rows != expected_rows:
             raise Unsound(f"{table.num_rows:,} rows where the catalog says {expected_rows:,}")
+        if most_rows is not None and table.num_rows > most_rows:
+            raise Unsound(f"{table.num_rows:,} rows where the catalog says the partition holds {most_rows:,}")
         why = expected_columns.mislabelled(table.schema, ticket) if expected_columns is not None else None
         if why is not None:
             raise Unsound(why)
