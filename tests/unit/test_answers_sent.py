@@ -4,6 +4,7 @@ not, served by a real pyarrow Flight server."""
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.flight as flight
 import pytest
@@ -12,22 +13,23 @@ from flightpart.sql.sending import AnswersSent
 from tests.helpers import code_of
 
 ROWS = 60_000
+LARGE = 8_000_000
+"""Rows of an answer larger (some 70 MB) than what a stream's flow-control windows and socket buffers take at once
+(~15 MB): the catalog still holds most of it when it is let go."""
 
 
-def answer(kind: str) -> pa.Table:
-    """An answer of several chunks; ``kind`` says what its second column is."""
+def answer(kind: str, rows: int = ROWS) -> pa.Table:
+    """An answer of three chunks; ``kind`` says what its second column is."""
     chunks = []
     for c in range(3):
-        k = pa.array(range(c * ROWS // 3, (c + 1) * ROWS // 3))
+        k = np.arange(c * rows // 3, (c + 1) * rows // 3)
+        values = [f"v{(v + c) % 7}" for v in range(7)]  # each chunk its own dictionary, in another order
+        indices = pa.array(((k % 7) - c) % 7, pa.int8())
+        e: pa.Array = pa.DictionaryArray.from_arrays(indices, pa.array(values))
         if kind == "plain":
-            e = pa.array([f"v{v % 7}" for v in k.to_pylist()])
-        elif kind == "dictionary":  # each chunk its own dictionary, in another order
-            values = [f"v{(v + c) % 7}" for v in range(7)]
-            e = pa.DictionaryArray.from_arrays(pa.array([values.index(f"v{v % 7}") for v in k.to_pylist()], pa.int8()),
-                                               pa.array(values))
-        else:  # a list of dictionary values: a dictionary below the top level
-            inner = pa.array([f"v{v % 7}" for v in k.to_pylist()]).dictionary_encode()
-            e = pa.ListArray.from_arrays(pa.array(range(len(k) + 1), pa.int32()), inner)
+            e = e.dictionary_decode()
+        elif kind == "nested dictionary":  # a list of dictionary values: a dictionary below the top level
+            e = pa.ListArray.from_arrays(pa.array(np.arange(len(k) + 1), pa.int32()), e)
         chunks.append(pa.table({"k": k, "e": e}))
     return pa.concat_tables(chunks)
 
@@ -42,7 +44,8 @@ def served():
 
     class Answers(flight.FlightServerBase):
         def do_get(self, context, ticket):
-            return answers.stream(answer(ticket.ticket.decode()))
+            kind, rows = ticket.ticket.decode().split(":")
+            return answers.stream(answer(kind, int(rows)))
 
     server = Answers("grpc://127.0.0.1:0")
     client = flight.connect(f"grpc://127.0.0.1:{server.port}")
@@ -56,7 +59,7 @@ def served():
 @pytest.mark.parametrize("kind", ["plain", "dictionary", "nested dictionary"])
 def test_an_answer_reaches_the_client_whole_over_many_batches(served, kind):
     answers, client = served
-    reader = client.do_get(flight.Ticket(kind.encode()))
+    reader = client.do_get(flight.Ticket(f"{kind}:{ROWS}".encode()))
     got = reader.read_all()
     table = answer(kind)
     assert got.num_rows == ROWS and got.column("k").to_pylist() == list(range(ROWS))
@@ -69,9 +72,9 @@ def test_an_answer_let_go_for_another_ends_unavailable_with_its_code(served, kin
     """A dictionary answer went through Arrow's writer of a reader, which sent the let-go as UNKNOWN with a
     traceback and no code; it now ends as any answer does."""
     answers, client = served
-    reader = client.do_get(flight.Ticket(kind.encode()))
+    reader = client.do_get(flight.Ticket(f"{kind}:{LARGE}".encode()))
     first = reader.read_chunk().data
-    assert first.num_rows < ROWS
+    assert first.num_rows < LARGE and answers.held_bytes() > 64_000_000
     answers.idle_seconds = 0.0
     try:
         assert answers.make_room(1, budget=0) == 0  # let go: nothing of it counted any longer
