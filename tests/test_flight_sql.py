@@ -912,10 +912,12 @@ def test_a_dataset_put_from_pandas_with_an_index_answers_queries_that_name_it_or
 
 
 def test_duckdb_describing_the_catalog_itself_is_not_answered(taxi, cluster):
-    """The catalog's DuckDB described itself to any SQL client: ``duckdb_settings()`` listed the catalog's working
-    directory, ``duckdb_extensions()`` and ``duckdb_secrets()`` failed naming its home directory, and ``pragma_*``
-    and ``current_setting`` told the rest. A query naming one, in whatever syntax, is refused INVALID_REQUEST before
-    it runs, in flightpart's client and through ADBC; a dataset whose name starts alike is still answered."""
+    """The catalog's DuckDB described itself to any SQL client: ``duckdb_settings()`` (or its view ``pg_settings``)
+    listed the catalog's working directory, ``duckdb_extensions()`` and ``duckdb_secrets()`` failed naming its home
+    directory, ``pragma_*`` and ``current_setting`` told the rest, and ``query()`` runs any of them from a string.
+    A query naming one, in whatever syntax, is refused INVALID_REQUEST before it runs, in flightpart's client and
+    through ADBC; a dataset (or a version of one, or a WITH query) whose name starts alike is still answered, and
+    so are the table functions that make rows from their arguments."""
     import os
 
     _table, _zones, conn = taxi
@@ -925,13 +927,18 @@ def test_duckdb_describing_the_catalog_itself_is_not_answered(taxi, cluster):
         for sql in ("SELECT * FROM duckdb_settings()", "SELECT extension_name, install_path FROM duckdb_extensions()",
                     "SELECT * FROM duckdb_secrets()", "FROM pragma_database_list", "SELECT current_setting('allowed_paths')",
                     "SELECT x FROM duckdb_notes WHERE x IN (SELECT 1 FROM system.main.DUCKDB_MEMORY())",
-                    "WITH s AS (SELECT * FROM which_secret('s3://b/k', 's3')) SELECT * FROM s"):
+                    "WITH s AS (SELECT * FROM which_secret('s3://b/k', 's3')) SELECT * FROM s",
+                    "SELECT * FROM pg_catalog.pg_settings", "SELECT * FROM query('SELECT * FROM duckdb_settings()')",
+                    "FROM query_table('duckdb_settings')", 'SELECT * FROM "DuckDB_Settings"()'):
             with pytest.raises(FlightpartError) as refused:
                 client.sql(sql).to_arrow()
-            assert refused.value.code == "INVALID_REQUEST" and "describes the catalog's own DuckDB" in str(refused.value)
+            assert refused.value.code == "INVALID_REQUEST" and "DuckDB describing or running itself" in str(refused.value)
             assert not any(path in str(refused.value) for path in hidden), str(refused.value)
-            with pytest.raises(Exception, match="describes the catalog's own DuckDB") as by_adbc:
+            with pytest.raises(Exception, match="DuckDB describing or running itself") as by_adbc:
                 answer(conn, sql)
             assert not any(path in str(by_adbc.value) for path in hidden), str(by_adbc.value)
-        assert client.sql("SELECT sum(x) AS n FROM duckdb_notes").to_arrow().column("n").to_pylist() == [6]
+        for sql in ("SELECT sum(x) AS n FROM duckdb_notes", 'SELECT sum(x) AS n FROM "duckdb_notes@1"',
+                    "WITH duckdb_x AS (SELECT x FROM duckdb_notes) SELECT sum(x) AS n FROM duckdb_x",
+                    "SELECT sum(x) AS n FROM duckdb_notes WHERE x IN (SELECT * FROM generate_series(1, 3))"):
+            assert client.sql(sql).to_arrow().column("n").to_pylist() == [6], sql
         assert client.sql("SELECT count(*) AS n FROM range(5)").to_arrow().column("n").to_pylist() == [5]

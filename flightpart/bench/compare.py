@@ -19,7 +19,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
-from .history import carried, entry, noise_between_runs
+from .history import carried, noise_between_runs
 
 FLOOR = 0.05
 """The smallest change flagged, even when both runs were very steady."""
@@ -45,7 +45,7 @@ class Change:
 def compare(old: dict, new: dict) -> list[Change]:
     """Every case of ``new`` against ``old`` (by case name), and the cases only ``old`` had."""
     before = {c["case"]: c for c in old.get("cases", [])}
-    kept = carried(old) + [entry(new)]
+    kept = carried(old)  # the runs before ``new``: its own move is what is judged, never its noise
     out = []
     for case in new.get("cases", []):
         earlier = before.pop(case["case"], None)

@@ -70,7 +70,7 @@ def bench(size: str | None, quick: bool, runs: int | None, json_path: str | None
         if plot_path:
             plot_scale(result, plot_path)
         return
-    from flightpart.bench.history import carried, stamp
+    from flightpart.bench.history import carried, code_digest, stamp
     from flightpart.bench.run import plot, render, run_bench
 
     earlier = _load_run(compare_path) if compare_path else None  # before the run: a bad file fails at once
@@ -78,7 +78,8 @@ def bench(size: str | None, quick: bool, runs: int | None, json_path: str | None
         result = _load_run(from_path)
     else:
         nbytes = 64 << 20 if quick else parse_size(size or "1G", "--size")
-        result = stamp(run_bench(nbytes, quick=quick, runs=runs, log=lambda m: click.echo(m, err=True)))
+        code = code_digest()  # the code as the run starts
+        result = stamp(run_bench(nbytes, quick=quick, runs=runs, log=lambda m: click.echo(m, err=True)), code)
     render(result)
     if earlier is not None:  # the run carries the runs kept before it: the noise between runs of one code
         result["history"] = carried(earlier)

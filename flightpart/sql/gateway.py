@@ -128,11 +128,13 @@ class Gateway:
             if len(statements) != 1 or statements[0].type != duckdb.StatementType.SELECT:
                 raise SqlError("one query is answered here (SELECT, WITH, VALUES, ...), nothing that writes or changes "
                                "settings: nothing was run", field="query")
-            inward = self_described(con, query, self._dataset_names)
+            inward = self_described(con, query, self._is_dataset)
             if inward is not None:
-                raise SqlError(f"{inward} describes the catalog's own DuckDB (its settings, files, memory), not a "
-                               "dataset, and is not answered here: nothing was run; Flight SQL's GetTables (or "
-                               "`flightpart ls`) lists the datasets", field="query")
+                raise SqlError(f"{inward} is DuckDB describing or running itself at the catalog (its settings, "
+                               "files, memory), not a dataset, and is not answered here: nothing was run; Flight SQL's "
+                               "GetTables (or `flightpart ls`) lists the datasets; range, generate_series, unnest, "
+                               "repeat, repeat_row, json_each and json_tree are the table functions a query may call",
+                               field="query")
             named = self._named(query)
             wanted = len(statements[0].named_parameters)
             opened: dict[str, Any] = {}  # each dataset opened once for the plans, the scans and the answer's names
@@ -326,6 +328,11 @@ class Gateway:
 
     def _dataset_names(self) -> set[str]:
         return {entry["name"] for entry in self.client().list()}
+
+    def _is_dataset(self, table: str) -> bool:
+        """Whether a table name means a dataset (``name@version``: a version of one)."""
+        known = self._dataset_names()
+        return table in known or _versioned(table, known)
 
     def _dataset(self, table: str) -> Any:
         """The dataset a table name means (``name@version``: that version)."""

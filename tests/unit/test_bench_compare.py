@@ -172,3 +172,27 @@ def test_the_digest_follows_the_measured_code_not_how_runs_are_compared(tmp_path
     assert code_digest() == before
     (root / "reader.py").write_text("x = 2\n")
     assert code_digest() != before
+
+
+def test_a_run_is_never_its_own_noise_and_runs_of_another_size_are_not_mixed():
+    """Two runs of one code compared: the move between them is what is judged, so it cannot also be the noise
+    (it would excuse itself); a quick run and a full run of one code differ by their size, not by noise."""
+    old = {**run(case("read", STEADY, STEADY)), "code": "a"}
+    new = {**run(case("read", [t / 0.5 for t in STEADY], STEADY)), "code": "a"}
+    (judged,) = compare(old, new)
+    assert judged.verdict == "slower" and judged.repeats == 0
+    full = {**run(case("open", STEADY)), "code": "a", "size_bytes": 1 << 30, "quick": False}
+    quick = {**run(case("open", [t / 16 for t in STEADY])), "code": "a"}
+    kept = {**full, "history": carried(quick)}
+    (opened,) = compare(kept, {**run(case("open", [t * 2 for t in STEADY])), "code": "b", "size_bytes": 1 << 30,
+                               "quick": False})
+    assert opened.verdict == "slower" and opened.repeats == 0
+
+
+def test_a_saved_run_whose_history_is_not_a_list_of_runs_is_compared_without_it(tmp_path):
+    old, new = tmp_path / "old.json", tmp_path / "new.json"
+    old.write_text(json.dumps({**run(case("read", STEADY, STEADY)), "history": 5}))
+    new.write_text(json.dumps(run(case("read", STEADY, STEADY))))
+    result = CliRunner().invoke(main, ["bench", "--from-json", str(new), "--compare", str(old)])
+    assert result.exit_code == 0 and "Traceback" not in result.output, result.output
+    assert carried({"history": [1, {"figures": "x"}, {"code": "c", "figures": {}}]})[0]["code"] == "c"
