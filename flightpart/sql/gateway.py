@@ -33,7 +33,7 @@ from .parsed import parsed
 from .partials import PARTIALS
 from .remembered import ScanFailures
 from .slots import QuerySlots, running_from_env
-from .system_functions import self_described
+from .system_functions import ROW_MAKERS, self_described
 
 log = logging.getLogger("flightpart.sql")
 
@@ -132,8 +132,8 @@ class Gateway:
             if inward is not None:
                 raise SqlError(f"{inward} is DuckDB describing or running itself at the catalog (its settings, "
                                "files, memory), not a dataset, and is not answered here: nothing was run; Flight SQL's "
-                               "GetTables (or `flightpart ls`) lists the datasets; range, generate_series, unnest, "
-                               "repeat, repeat_row, json_each and json_tree are the table functions a query may call",
+                               "GetTables (or `flightpart ls`) lists the datasets; the table functions a query may call "
+                               f"are {', '.join(sorted(ROW_MAKERS))}",
                                field="query")
             named = self._named(query)
             wanted = len(statements[0].named_parameters)
@@ -310,7 +310,7 @@ class Gateway:
         # a WITH query named as a dataset hides it from the rest of the query, not from its own body: registered too
         wanted = {t.name for t in tree.find_all(exp.Table) if t.name and t.db in ("", "main") and not t.catalog}
         known = self._dataset_names()
-        return sorted(n for n in wanted if n in known or _versioned(n, known))
+        return sorted(n for n in wanted if _names_dataset(n, known))
 
     def _suggesting_datasets(self, message: str) -> str:
         """DuckDB's message for a table it does not know, its guess kept only when it is a dataset (DuckDB guesses
@@ -318,7 +318,7 @@ class Gateway:
         ``flightpart ls``."""
         guess, missing = SUGGESTION.search(message), MISSING_TABLE.search(message)
         known = self._dataset_names()
-        if guess is not None and (guess["name"] in known or _versioned(guess["name"], known)):
+        if guess is not None and (_names_dataset(guess["name"], known)):
             return message
         close = difflib.get_close_matches(missing["name"], sorted(known), n=1) if missing else []
         instead = f' Did you mean "{close[0]}"?' if close else " (`flightpart ls` lists the datasets)"
@@ -331,8 +331,7 @@ class Gateway:
 
     def _is_dataset(self, table: str) -> bool:
         """Whether a table name means a dataset (``name@version``: a version of one)."""
-        known = self._dataset_names()
-        return table in known or _versioned(table, known)
+        return _names_dataset(table, self._dataset_names())
 
     def _dataset(self, table: str) -> Any:
         """The dataset a table name means (``name@version``: that version)."""
@@ -464,7 +463,10 @@ def _over(con: Any, query: str, table: str, rows: pa.Table) -> pa.Table:
     return con.sql(query).to_arrow_table()
 
 
-def _versioned(table: str, known: set[str]) -> bool:
+def _names_dataset(table: str, known: set[str]) -> bool:
+    """Whether a table name means one of the ``known`` datasets (``name@version``: a version of one)."""
+    if table in known:
+        return True
     match = VERSIONED.match(table)
     return match is not None and match["name"] in known
 
