@@ -89,4 +89,29 @@ def test_fixed_width_columns_shorter_than_their_rows_are_found(kind):
     lying = stream.replace(struct.pack("<q", 10), struct.pack("<q", 4096))  # the batch's and the column's lengths
     table = pa.ipc.open_stream(lying).read_all()
     assert table.num_rows == 4096  # read without complaint
-    assert "too small" in unsound(table)
+    why = unsound(table)
+    assert why.startswith("column 'x'") and "too small" in why
+
+
+def test_a_short_column_among_many_is_named():
+    """Layouts are checked for the whole table in one call; the column at fault is still the one named (columns of
+    nulls, which hold no buffers, are sound at any length)."""
+    import struct
+
+    honest = pa.record_batch({"a": pa.nulls(10), "b": pa.nulls(10), "x": pa.array(np.arange(10.0))})
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, honest.schema) as writer:
+        writer.write_batch(honest)
+    lying = sink.getvalue().to_pybytes().replace(struct.pack("<q", 10), struct.pack("<q", 4096))
+    table = pa.ipc.open_stream(lying).read_all()
+    assert table.num_rows == 4096
+    why = unsound(table)
+    assert why is not None and why.startswith("column 'x'") and "too small" in why
+
+
+def test_fixed_width_values_out_of_their_range_are_safe_to_hold():
+    """A time of day past midnight is a wrong value, not a read out of bounds: it passes, as UTF-8 does not matter."""
+    times = pa.Array.from_buffers(pa.time32("s"), 2, [None, pa.py_buffer(np.array([5, 100_000], np.int32).tobytes())])
+    with pytest.raises(pa.ArrowInvalid):
+        times.validate(full=True)
+    assert unsound(pa.table({"t": times, "s": pa.array(["a", "b"])})) is None
