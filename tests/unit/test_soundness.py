@@ -123,3 +123,24 @@ def test_fixed_width_values_arrow_checks_are_still_checked(kind):
     bad.validate()
     why = unsound(pa.table({"n": pa.array(np.arange(float(len(bad)))), "t": bad}))
     assert why is not None and why.startswith("column 't'")
+
+
+@pytest.mark.parametrize("kind", [pa.int64(), pa.bool_(), pa.binary(4)])
+def test_a_null_count_that_lies_is_found(kind):
+    """A fixed-width column's layout can be right while its declared null count is not: pyarrow's quantile and
+    sort, its Parquet writer and Polars' sort and rank size buffers from that count and were killed by such a
+    column. Only Arrow's full validation compares it with the validity bitmap, so fixed-width columns get it too."""
+    import struct
+
+    value = {pa.bool_(): True, pa.binary(4): b"abcd"}.get(kind, 7)
+    honest = pa.record_batch({"x": pa.array([None if k in (3, 9) else value for k in range(20)], kind)})
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, honest.schema) as writer:
+        writer.write_batch(honest)
+    stream = sink.getvalue().to_pybytes()
+    assert stream.count(struct.pack("<qq", 20, 2)) == 1  # the column's node: 20 rows, 2 nulls
+    lying = pa.ipc.open_stream(stream.replace(struct.pack("<qq", 20, 2), struct.pack("<qq", 20, 1))).read_all()
+    lying.validate()  # what a stream reader checks passes
+    assert lying.column("x").null_count == 1
+    why = unsound(lying)
+    assert why is not None and why.startswith("column 'x'") and "null_count" in why
