@@ -48,6 +48,7 @@ from flightpart.io.leader import CatalogAddresses, split_addresses
 from flightpart.io.maps import stored_facts, stored_nbytes
 from flightpart.io.transfer import BATCH_BYTES, BUFFERED_BYTES, PiecePace, chunks, row_pieces, send_partition, split_batch
 from flightpart.query.apply import apply_ticket
+from flightpart.query.soundness import DECIMAL_BYTES, decimal_past_precision
 from flightpart.tokens import Keys, role_token, verify_token
 from flightpart.version import __version__
 from flightpart.wire import (
@@ -109,14 +110,24 @@ NODE_COUNTERS = ("bytes_sent", "rows_sent", "batches_sent", "partitions_served",
 """What a node's ``stats`` action and metrics count."""
 
 
-def checked(batch: pa.RecordBatch, name: str, version: int, part: tuple[int, int]) -> pa.RecordBatch:
-    """A received batch after a full validation: offsets, lengths, row counts and dictionary indices in bounds.
+def decimal_columns(schema: pa.Schema) -> tuple[int, ...]:
+    """The positions of ``schema``'s decimal columns, whose values :func:`checked` looks at beyond Arrow."""
+    return tuple(k for k, field in enumerate(schema) if field.type.id in DECIMAL_BYTES)
+
+
+def checked(batch: pa.RecordBatch, name: str, version: int, part: tuple[int, int],
+            decimals: tuple[int, ...] = ()) -> pa.RecordBatch:
+    """A received batch after a full validation: offsets, lengths, row counts and dictionary indices in bounds,
+    and its ``decimals`` (the positions of its decimal columns) without the one value past their precision that
+    Arrow's validation misses (:func:`~flightpart.query.soundness.decimal_past_precision`).
 
     Nothing else touches a batch before this check, so a lying batch can
     neither crash the node nor be stored to crash its readers later.
     """
     try:
         batch.validate(full=True)
+        for k in decimals:
+            decimal_past_precision(batch.column(k))
     except (pa.ArrowInvalid, pa.ArrowException) as exc:
         raise RequestRejected(f"the put of {name} v{version} {part} sent an invalid record batch: {str(exc)[:200]}",
                               field="batch") from None
@@ -573,6 +584,7 @@ class NodeServer(ServiceBase):
         received = [0]
         declared: list[int] = []
         limit = self.store.max_partition_bytes
+        decimals = decimal_columns(schema)
 
         def batches() -> Iterator[pa.RecordBatch]:
             for chunk in stream:
@@ -584,7 +596,7 @@ class NodeServer(ServiceBase):
                     received[0] += size
                     if limit is not None and received[0] > limit:
                         raise self.store.too_large(name, version, part)
-                    yield checked(chunk.data, name, version, part)
+                    yield checked(chunk.data, name, version, part, decimals)
                 if chunk.app_metadata is not None:
                     declared.append(PutTrailer.decode(chunk.app_metadata.to_pybytes(), "put trailer").rows)
                     if not alone:

@@ -517,3 +517,21 @@ def test_a_full_disk_is_an_operational_state(tmp_path, small_disk):
                     client.drop(f"filler-{k}")
             wait_until(lambda: probe(health) == "SERVING", 10, "health to return once space is back")
             assert client.put("again", table_of(100, 22), tiling=(1, 1), nodes=["127.0.0.91"]).to_arrow().num_rows == 100
+
+
+def test_a_decimal_past_its_precision_that_arrow_lets_through_is_refused_and_nothing_is_stored(lone_node):
+    """decimal128's most negative number fits no precision, yet passes Arrow's full validation; stored, it came
+    back from SQL as DuckDB failing inside itself (with its native stack trace) and invalidating its database."""
+    floor = (-(1 << 127)).to_bytes(16, "little", signed=True)
+    values = pa.Array.from_buffers(pa.decimal128(38, 0), 2, [None, pa.py_buffer((1).to_bytes(16, "little") + floor)])
+    values.validate(full=True)  # what Arrow alone says
+    node = flight.connect(lone_node.nodes[0].uri)
+    table = pa.table({"k": [1, 2], "v": values})
+    writer, _ = node.do_put(flight.FlightDescriptor.for_path("floor", "1", "0", "0"), table.schema)
+    with pytest.raises(flight.FlightError, match="most negative number") as info:
+        writer.write_table(table)
+        writer.done_writing()
+        writer.close()
+    assert code_of(info.value) == "INVALID_REQUEST"
+    assert not (lone_node.root / "node-127.0.0.79" / "datasets" / "floor").exists()  # no file, no empty folder
+    assert lone_node.nodes[0].proc.poll() is None

@@ -24,10 +24,18 @@ one and were killed by it; only full validation compares the two.
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 AS_BYTES = {pa.string().id: pa.binary(), pa.large_string().id: pa.large_binary(), pa.string_view().id: pa.binary_view()}
 """Text types (by type id) and the byte types of the same layout, whose full validation does not decode UTF-8."""
+
+DECIMAL_BYTES = {pa.decimal128(38, 0).id: 16, pa.decimal256(76, 0).id: 32}
+"""Decimal types (by type id) and their widths where the most negative number of the width, which fits no
+precision of it, passes Arrow's full validation (its precision check takes the value's absolute value, which
+overflows there; 32- and 64-bit decimals are caught). DuckDB, asked to cast one to text, failed with an internal
+error that invalidated its database."""
 
 VIEWED_CHUNKS = 8
 """A text column of at most this many chunks is checked chunk by chunk, each viewed as bytes; a longer one is cast
@@ -40,10 +48,14 @@ def unsound(table: pa.Table) -> str | None:
     """Why ``table`` cannot be read safely (the first column that is not, and what Arrow found), or None."""
     for k in range(table.num_columns):
         column = table.column(k)
-        as_bytes = AS_BYTES.get(column.type.id)  # by id: a type's hash formats its name
+        kind = column.type.id  # by id: a type's hash formats its name
+        as_bytes = AS_BYTES.get(kind)
         try:
             if as_bytes is None:
                 column.validate(full=True)
+                if kind in DECIMAL_BYTES:
+                    for chunk in column.chunks:
+                        decimal_past_precision(chunk)
             elif column.num_chunks <= VIEWED_CHUNKS:
                 for chunk in column.chunks:
                     chunk.view(as_bytes).validate(full=True)
@@ -52,3 +64,24 @@ def unsound(table: pa.Table) -> str | None:
         except pa.ArrowException as exc:  # invalid, an index out of bounds, a layout it cannot check
             return f"column {table.schema.names[k]!r}: {str(exc)[:200]}"
     return None
+
+
+def decimal_past_precision(array: pa.Array) -> None:
+    """Raise ArrowInvalid when a decimal array holds its width's most negative number (see :data:`DECIMAL_BYTES`),
+    which Arrow's full validation misses; any other value past the precision it finds itself. Null slots are not
+    values and are not looked at. One pass of numpy over the values: only decimal columns pay for it."""
+    width = DECIMAL_BYTES.get(array.type.id)
+    if width is None or len(array) == 0:
+        return
+    word = np.dtype(np.int64)
+    per_value = width // word.itemsize
+    # only the words of its values (validated: the buffer holds them), whatever the buffer's length past them
+    words = np.frombuffer(array.buffers()[1], dtype=word, count=(array.offset + len(array)) * per_value)
+    words = words[array.offset * per_value:].reshape(-1, per_value)
+    floor = (words[:, -1] == np.iinfo(word).min) & ~words[:, :-1].any(axis=1)
+    if array.null_count:
+        floor &= pc.is_valid(array).to_numpy(zero_copy_only=False)
+    hits = np.flatnonzero(floor)
+    if hits.size:
+        raise pa.ArrowInvalid(f"the {array.type} value at index {int(hits[0])} is its width's most negative number, "
+                              f"which fits no precision of {array.type}")

@@ -24,7 +24,7 @@ from typing import Any
 import pyarrow as pa
 
 from flightpart.client import Client, connect
-from flightpart.errors import DatasetNotFound, LimitExceeded, QueryTimeout, RequestRejected
+from flightpart.errors import DatasetNotFound, LimitExceeded, QueryTimeout, RequestRejected, ServerError
 from flightpart.io.access import Access
 from flightpart.io.transfer import TRAFFIC
 
@@ -197,6 +197,12 @@ class Gateway:
         except duckdb.OutOfMemoryException:
             failures.raise_first()
             raise _out_of_memory() from None
+        except (duckdb.InternalException, duckdb.FatalException) as exc:
+            failures.raise_first()
+            # DuckDB failing inside itself is not the query's mistake; its native stack trace stays in the log
+            log.warning("DuckDB failed inside a query: %s", exc)
+            raise ServerError(f"DuckDB failed inside the query at the catalog ({_one_line(exc)}); the catalog's log has "
+                              "the details", field="query") from None
         except duckdb.Error as exc:
             failures.raise_first()  # a node refused or failed a read inside DuckDB's scan: that error, as it was
             raise SqlError(_one_line(exc), field="query") from None
@@ -486,8 +492,9 @@ def _out_of_memory() -> LimitExceeded:
 
 
 def _one_line(exc: BaseException) -> str:
-    """DuckDB's message on one line (its caret lines and terminal codes left out)."""
-    text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc))
+    """DuckDB's message on one line (its caret lines, terminal codes and, for an internal error, its native stack
+    trace left out)."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).split("Stack Trace:", 1)[0]
     return " ".join(text.split())[:400]
 
 

@@ -31,6 +31,7 @@ from flightpart.errors import (
     ServerBusy,
     VersionConflict,
 )
+from flightpart.query.soundness import unsound
 from flightpart.server.auth import authorize
 from flightpart.server.base import boundary, schema_error
 from flightpart.server.catalog import CatalogServer
@@ -202,9 +203,11 @@ class SqlCatalogServer(CatalogServer):
             authorize(context, "read")
             handle = proto.bytes_field(command.value, 1, "prepared_statement_handle") or b""
             values = reader.read_all()
-            if values.nbytes > MAX_PARAMETER_BYTES:
-                raise RequestRejected(f"Flight SQL: {values.nbytes} bytes of parameters is more than the "
+            size = values.get_total_buffer_size()  # from buffer sizes alone: safe on lying arrays
+            if size > MAX_PARAMETER_BYTES:
+                raise RequestRejected(f"Flight SQL: {size} bytes of parameters is more than the "
                                       f"{MAX_PARAMETER_BYTES} allowed", field="parameters")
+            _check_sound(values, "bound parameters", "parameters")
             with self._sql_lock:
                 if handle not in self._prepared:
                     raise RequestRejected("Flight SQL: unknown prepared statement (closed, or from a restarted catalog)",
@@ -250,7 +253,8 @@ class SqlCatalogServer(CatalogServer):
                                   field="table")
         if not exists and if_missing == "fail":
             raise DatasetNotFound(f"adbc_ingest: no dataset {name!r} to append to (mode='append')", field="table")
-        batches = (chunk.data for chunk in _chunks(reader) if chunk.data is not None)
+        batches = (_check_sound(chunk.data, "adbc_ingest: a batch", "batch")
+                   for chunk in _chunks(reader) if chunk.data is not None)
         stream = pa.RecordBatchReader.from_batches(reader.schema, batches)
         if exists and if_exists == "append":
             before = client.open(name).shape[0]
@@ -337,6 +341,16 @@ def _table_types(body: bytes) -> list[str]:
             raise RequestRejected(f"Flight SQL: table_types entry {value[:40]!r} is not UTF-8 text (e.g. 'TABLE')",
                                   field="table_types") from None
     return types
+
+
+def _check_sound(data: Any, what: str, field: str) -> Any:
+    """``data`` (a table or a batch a client sent), once it is safe to read: the catalog turns parameters into
+    Python values and re-cuts an ingest's batches, which a lying array (string offsets past their data) had them
+    read out of bounds by, killing the catalog. Refused with a code otherwise."""
+    why = unsound(data if isinstance(data, pa.Table) else pa.Table.from_batches([data]))
+    if why is not None:
+        raise RequestRejected(f"Flight SQL: {what} that cannot be read safely: {why}", field=field)
+    return data
 
 
 def _chunks(reader: flight.MetadataRecordBatchReader) -> Any:
