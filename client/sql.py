@@ -14,9 +14,11 @@ import pyarrow.flight as flight
 
 from flightpart import frames
 from flightpart import sqlwire as proto
+from flightpart.errors import ServerError
 from flightpart.io.connections import ConnectionPool
 from flightpart.io.errors import translated
 from flightpart.io.transfer import read_whole
+from flightpart.query.soundness import unsound
 
 
 class SqlResult:
@@ -60,5 +62,15 @@ def run_sql(pool: ConnectionPool, uri: str, query: str, timeout: float | None) -
         for endpoint in info.endpoints:
             where = endpoint.locations[0].uri.decode() if endpoint.locations else uri
             # read_whole, not read_all: a cancelled stream is an error here, not a Ctrl-C raised later in the main thread
-            tables.append(read_whole(pool.client(where).do_get(endpoint.ticket, options=options)))
+            tables.append(_checked(read_whole(pool.client(where).do_get(endpoint.ticket, options=options)), where))
     return SqlResult(pa.concat_tables(tables) if tables else info.schema.empty_table())
+
+
+def _checked(table: pa.Table, where: str) -> pa.Table:
+    """One endpoint's part of an answer, once it is safe to read: a plain scan's
+    endpoints are the nodes themselves, and a faulty or hostile one's string offsets past their data had killed the
+    process that read the answer. ServerError (INTERNAL) naming the endpoint otherwise."""
+    why = unsound(table)
+    if why is not None:
+        raise ServerError(f"the SQL answer's part from {where} cannot be read safely: {why}")
+    return table

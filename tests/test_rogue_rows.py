@@ -215,6 +215,7 @@ ask("to_polars", ds.to_polars)
 ask("to_pandas", ds.to_pandas)
 ask("to_duckdb", lambda: ds.to_duckdb().fetchall())
 ask("sql", lambda: client.sql("SELECT k, s, l, d, row_number() OVER (ORDER BY k) AS n FROM alone").to_arrow())
+ask("sql scan", lambda: client.sql("SELECT s, l, d FROM alone").to_arrow().to_pylist())  # endpoints at the nodes
 ask("repartition", lambda: client.repartition("alone", (1, 1), nodes=[HONEST_URI]))
 twice = client.open("twice").to_arrow().sort_by("k")
 print(json.dumps(["twice", twice.column("k").to_pylist(), twice.column("s").to_pylist()[:3]]))
@@ -224,6 +225,8 @@ print(json.dumps(["twice", twice.column("k").to_pylist(), twice.column("s").to_p
         assert code == "INTERNAL" and "cannot be read safely" in message and ROGUE_IP in message, (what, got[what])
     assert "cannot be read safely" in got["to_duckdb"][1] and ROGUE_IP in got["to_duckdb"][1], got["to_duckdb"]
     assert got["sql"][0] != "answered", got["sql"]
+    code, message = got["sql scan"]  # a plain scan's answer is read from the nodes themselves
+    assert code == "INTERNAL" and "cannot be read safely" in message and ROGUE_IP in message, got["sql scan"]
     assert got["repartition"][0] != "answered", got["repartition"]
     # a replica that lies is passed over: the honest one's rows
     assert got["twice"] == [table.column("k").to_pylist(), table.column("s").to_pylist()[:3]]
