@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 from flightpart.errors import InvalidExpression, PartitionedError, RequestRejected, ServerError
 from flightpart.wire import AGGREGATES, Aggregate
 
-from .soundness import unsound
+from .soundness import decimal_past_precision, unsound
 from .sql import parse_sql_value
 
 _PARTIALS = {"sum": ("sum",), "min": ("min",), "max": ("max",), "count": ("count",), "count_all": ("count_all",),
@@ -222,6 +222,7 @@ def _check_sum_fits(values: pa.ChunkedArray, column: str, function: str, where: 
         return
     try:
         values.validate(full=True)
+        decimal_past_precision(values)  # a sum that wrapped to exactly the width's floor passes Arrow's check
     except pa.ArrowInvalid:
         raise RequestRejected(f"{where}: the sum of {column!r} does not fit in {values.type} (an overflow)",
                               field=where) from None

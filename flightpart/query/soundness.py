@@ -53,9 +53,7 @@ def unsound(table: pa.Table) -> str | None:
         try:
             if as_bytes is None:
                 column.validate(full=True)
-                if kind in DECIMAL_BYTES:
-                    for chunk in column.chunks:
-                        decimal_past_precision(chunk)
+                decimal_past_precision(column)
             elif column.num_chunks <= VIEWED_CHUNKS:
                 for chunk in column.chunks:
                     chunk.view(as_bytes).validate(full=True)
@@ -66,12 +64,17 @@ def unsound(table: pa.Table) -> str | None:
     return None
 
 
-def decimal_past_precision(array: pa.Array) -> None:
-    """Raise ArrowInvalid when a decimal array holds its width's most negative number (see :data:`DECIMAL_BYTES`),
-    which Arrow's full validation misses; any other value past the precision it finds itself. Null slots are not
-    values and are not looked at. One pass of numpy over the values: only decimal columns pay for it."""
+def decimal_past_precision(array: pa.Array | pa.ChunkedArray) -> None:
+    """Raise ArrowInvalid when a decimal array (or any chunk of a column) holds its width's most negative number
+    (see :data:`DECIMAL_BYTES`), which Arrow's full validation misses; any other value past the precision it finds
+    itself, so the two together are a decimal's whole check. Null slots are not values and are not looked at. One
+    pass of numpy over the values: only decimal columns pay for it, any other is returned from at once."""
     width = DECIMAL_BYTES.get(array.type.id)
     if width is None or len(array) == 0:
+        return
+    if isinstance(array, pa.ChunkedArray):
+        for chunk in array.chunks:
+            decimal_past_precision(chunk)
         return
     word = np.dtype(np.int64)
     per_value = width // word.itemsize
