@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from .history import carried, noise_between_runs
 
@@ -51,6 +51,21 @@ def compare(old: dict, new: dict) -> list[Change]:
         earlier = before.pop(case["case"], None)
         out.append(_new_case(case) if earlier is None else _compare_case(earlier, case, kept))
     out.extend(Change(name, "", 0.0, 0.0, 0.0, 0.0, "gone") for name in before)
+    return out
+
+
+def compare_links(old: dict, new: dict) -> list[Change]:
+    """Each link of a ``--network`` run against the same link of an earlier one (by its rate), its cases named
+    ``[rate] case``; a link only one run measured is "new" or "gone"."""
+    before = {run["network"]: run for run in old.get("network_runs", [])}
+    out: list[Change] = []
+    for run in new.get("network_runs", []):
+        rate = run["network"]
+        earlier = before.pop(rate, None)
+        changes = compare(earlier, run) if earlier is not None else [_new_case(case) for case in run.get("cases", [])]
+        out.extend(replace(c, case=f"[{rate}] {c.case}") for c in changes)
+    out.extend(Change(f"[{rate}] {case['case']}", "", 0.0, 0.0, 0.0, 0.0, "gone")
+               for rate, run in before.items() for case in run.get("cases", []))
     return out
 
 
@@ -109,6 +124,7 @@ def any_slower(changes: Sequence[Change]) -> bool:
 def render_comparison(changes: Sequence[Change], old_label: str) -> None:
     """A table: each case's figure then and now, the change and the noise it is judged against."""
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     t = Table(title=f"against {old_label} (change beyond the noise, within the two runs or between kept runs of one "
@@ -118,10 +134,10 @@ def render_comparison(changes: Sequence[Change], old_label: str) -> None:
     colour = {"slower": "red", "faster": "green"}
     for c in changes:
         if c.verdict in ("new", "gone"):
-            t.add_row(c.case, c.measure, "", _figure(c.measure, c.new) if c.verdict == "new" else "", "", "", c.verdict)
+            t.add_row(escape(c.case), c.measure, "", _figure(c.measure, c.new) if c.verdict == "new" else "", "", "", c.verdict)
             continue
         verdict = f"[{colour[c.verdict]}]{c.verdict}[/]" if c.verdict in colour else c.verdict
-        t.add_row(c.case, c.measure, _figure(c.measure, c.old), _figure(c.measure, c.new), f"{c.change:+.0%}",
+        t.add_row(escape(c.case), c.measure, _figure(c.measure, c.old), _figure(c.measure, c.new), f"{c.change:+.0%}",
                   _noise(c), verdict)
     Console(width=max(Console().width, 160)).print(t)
 

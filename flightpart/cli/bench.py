@@ -23,7 +23,8 @@ from .group import main, parse_size
               help="Show each case against a previous run's --json, flagging a slowdown beyond the noise (within the runs, "
                    "or between kept runs of one code); a run saved with --json then carries the runs kept before it.")
 @click.option("--from-json", "from_path", default=None, type=click.Path(exists=True, dir_okay=False),
-              help="Show (and --compare, --markdown, --plot) a saved run (plain, --scale or --network) instead of running the bench.")
+              help="Show (and --plot) a saved run (plain, --scale or --network) instead of running the bench; "
+                   "--compare and --markdown take a plain or --network one.")
 @click.option("--markdown", "markdown_path", default=None, type=click.Path(dir_okay=False),
               help="Write the result (and the comparison) as Markdown tables, as docs/benchmarks.md shows them.")
 @click.option("--strict", is_flag=True, help="With --compare: exit 1 when a case is slower than before.")
@@ -34,11 +35,14 @@ def bench(size: str | None, quick: bool, runs: int | None, json_path: str | None
           compare_path: str | None, from_path: str | None, markdown_path: str | None, strict: bool, network: str | None) -> None:
     """flightpart against raw Flight, Dask and Ray on this machine, side by side (--scale: how its costs grow;
     --network: on hosts with real, shaped links; --compare: against an earlier run)."""
+    if strict and not compare_path:
+        raise click.UsageError("--strict judges a comparison: give --compare OLD.json too")
     if network:
         from flightpart.bench.network import plot_network, run_network_bench
         from flightpart.bench.run import render
 
         nbytes = parse_size(size, "--size") if size else (32 << 20 if quick else 256 << 20)
+        earlier = _load_run(compare_path, "network_runs", "--network") if compare_path else None  # fails at once
         results = []
         if from_path:  # a saved run shown again, not run
             results = _load_run(from_path, "network_runs", "--network")["network_runs"]
@@ -56,9 +60,14 @@ def bench(size: str | None, quick: bool, runs: int | None, json_path: str | None
             Path(json_path).write_text(json.dumps({"network_runs": results}, indent=2))
         if plot_path:
             plot_network(results, plot_path)
+        _compared({"network_runs": results}, compare_path, earlier, markdown_path, strict)
         return
     if scale:
         from flightpart.bench.scale import plot_scale, render_scale, run_scale
+
+        if compare_path or markdown_path:
+            raise click.UsageError("--compare and --markdown show the plain bench's and --network's cases; a --scale "
+                                   "run's goals are shown by --scale alone (docs/limits.md keeps them)")
 
         if from_path:  # a saved run shown again, not run
             result = _load_run(from_path, "goals", "--scale")
@@ -105,15 +114,21 @@ def _load_run(path: str, key: str = "cases", kind: str = "") -> dict:
 
 def _compared(result: dict, compare_path: str | None, earlier: dict | None, markdown_path: str | None,
               strict: bool) -> None:
-    """The comparison with an earlier run, shown and written as Markdown; exit 1 under --strict when slower."""
-    from flightpart.bench.compare import any_slower, compare, markdown, render_comparison
+    """The comparison with an earlier run (of a ``--network`` run: link by link), shown and written as Markdown; exit
+    1 under --strict when slower."""
+    from flightpart.bench.compare import any_slower, compare, compare_links, markdown, render_comparison
     from flightpart.bench.run import as_markdown
 
-    changes = compare(earlier, result) if earlier is not None else []
+    links = result.get("network_runs")
+    if earlier is None:
+        changes = []
+    else:
+        changes = compare(earlier, result) if links is None else compare_links(earlier, result)
     if compare_path:
         render_comparison(changes, compare_path)
     if markdown_path:
-        text = as_markdown(result)
+        text = as_markdown(result) if links is None else \
+            "\n".join(f"#### {run['network']}\n\n" + as_markdown(run) for run in links)
         if compare_path:
             text += f"\nAgainst `{Path(compare_path).name}`:\n\n" + markdown(changes)
         Path(markdown_path).write_text(text)

@@ -196,3 +196,38 @@ def test_a_saved_run_whose_history_is_not_a_list_of_runs_is_compared_without_it(
     result = CliRunner().invoke(main, ["bench", "--from-json", str(new), "--compare", str(old)])
     assert result.exit_code == 0 and "Traceback" not in result.output, result.output
     assert carried({"history": [1, {"figures": "x"}, {"code": "c", "figures": {}}]})[0]["code"] == "c"
+
+
+def links(**runs: dict) -> dict:
+    """A saved ``--network`` run: one run of cases per link rate."""
+    return {"network_runs": [{**r, "network": rate} for rate, r in runs.items()]}
+
+
+def test_a_network_run_is_compared_link_by_link_and_written_as_markdown(tmp_path):
+    old, new, md = tmp_path / "old.json", tmp_path / "new.json", tmp_path / "net.md"
+    old.write_text(json.dumps(links(loopback=run(case("read", STEADY, STEADY)), **{"10gbit": run(case("read", STEADY, STEADY)),
+                                                                                   "1gbit": run(case("read", STEADY, STEADY))})))
+    new.write_text(json.dumps(links(loopback=run(case("read", STEADY, STEADY)),
+                                    **{"10gbit": run(case("read", [2 * t for t in STEADY], STEADY))})))
+    result = CliRunner().invoke(main, ["bench", "--network", "loopback", "--from-json", str(new), "--compare", str(old),
+                                       "--markdown", str(md)], terminal_width=200)
+    assert result.exit_code == 0, result.output
+    rows = {line.split("│")[1].strip(): line for line in result.output.splitlines() if line.count("│") > 6}
+    assert "same" in rows["[loopback] read"] and "slower" in rows["[10gbit] read"] and "gone" in rows["[1gbit] read"]
+    text = md.read_text()
+    assert "#### loopback" in text and "#### 10gbit" in text and "| [10gbit] read |" in text
+    strict = CliRunner().invoke(main, ["bench", "--network", "x", "--from-json", str(new), "--compare", str(old), "--strict"])
+    assert strict.exit_code == 1
+    plain = tmp_path / "plain.json"
+    plain.write_text(json.dumps(run(case("read", STEADY, STEADY))))
+    wrong = CliRunner().invoke(main, ["bench", "--network", "x", "--from-json", str(new), "--compare", str(plain)])
+    assert wrong.exit_code == 2 and "not a --network bench run" in wrong.output
+
+
+def test_options_that_would_be_ignored_are_usage_errors(tmp_path):
+    saved = Path(__file__).resolve().parents[2] / "docs" / "img" / "scale.json"
+    for extra in (["--compare", str(saved)], ["--markdown", str(tmp_path / "s.md")]):
+        result = CliRunner().invoke(main, ["bench", "--scale", "--from-json", str(saved), *extra])
+        assert result.exit_code == 2 and "--scale" in result.output and not (tmp_path / "s.md").exists()
+    alone = CliRunner().invoke(main, ["bench", "--from-json", str(saved), "--strict"])
+    assert alone.exit_code == 2 and "--compare" in alone.output
