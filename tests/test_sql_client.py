@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -10,6 +12,7 @@ import time
 import numpy as np
 import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.flight as flight
 import pyarrow.parquet as pq
 import pytest
@@ -83,3 +86,20 @@ def test_a_cancelled_answer_stream_is_an_error_where_it_was_read_not_a_later_ctr
                 time.sleep(0.05)
     finally:
         server.shutdown()
+
+
+def test_a_plain_scan_reads_past_a_frozen_replica_as_get_does(make_cluster):
+    """A plain scan's endpoints name every replica of their partition: a frozen first one is left after the idle
+    timeout for the next (as ``get`` does), not waited on until the call's deadline and then failed."""
+    c = make_cluster(3, process=True, first_ip=242)
+    table = pa.table({"k": np.arange(30_000), "v": np.arange(30_000) * 0.5})
+    with fp.connect(c.uri, timeout=60.0) as client:
+        ds = client.put("sql-frozen", table, tiling=(6, 1), replicas=2)
+        firsts = {p["data"].replicas[0][0] for p in ds.__partitioned__["partitions"].values()}
+        victim = next(n for n in c.nodes if n.uri in firsts)
+        os.kill(victim.pid, signal.SIGSTOP)
+        try:
+            answer = pa.table(client.sql('SELECT k, v FROM "sql-frozen" WHERE k >= 100'))
+        finally:
+            os.kill(victim.pid, signal.SIGCONT)
+    assert answer.sort_by("k").equals(table.filter(pc.field("k") >= 100))
