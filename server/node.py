@@ -48,7 +48,7 @@ from flightpart.io.leader import CatalogAddresses, split_addresses
 from flightpart.io.maps import stored_facts, stored_nbytes
 from flightpart.io.transfer import BATCH_BYTES, BUFFERED_BYTES, PiecePace, chunks, row_pieces, send_partition, split_batch
 from flightpart.query.apply import apply_ticket
-from flightpart.query.soundness import DECIMAL_BYTES, decimal_past_precision
+from flightpart.query.soundness import decimal_past_precision, holds_decimal
 from flightpart.tokens import Keys, role_token, verify_token
 from flightpart.version import __version__
 from flightpart.wire import (
@@ -111,8 +111,9 @@ NODE_COUNTERS = ("bytes_sent", "rows_sent", "batches_sent", "partitions_served",
 
 
 def decimal_columns(schema: pa.Schema) -> tuple[int, ...]:
-    """The positions of ``schema``'s decimal columns, whose values :func:`checked` looks at beyond Arrow."""
-    return tuple(k for k, field in enumerate(schema) if field.type.id in DECIMAL_BYTES)
+    """The positions of ``schema``'s columns that are or hold decimals (a list or struct of them, at any depth), whose
+    values :func:`checked` looks at beyond Arrow."""
+    return tuple(k for k, field in enumerate(schema) if holds_decimal(field.type))
 
 
 def checked(batch: pa.RecordBatch, name: str, version: int, part: tuple[int, int],

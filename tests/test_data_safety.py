@@ -519,11 +519,17 @@ def test_a_full_disk_is_an_operational_state(tmp_path, small_disk):
             assert client.put("again", table_of(100, 22), tiling=(1, 1), nodes=["127.0.0.91"]).to_arrow().num_rows == 100
 
 
-def test_a_decimal_past_its_precision_that_arrow_lets_through_is_refused_and_nothing_is_stored(lone_node):
-    """decimal128's most negative number fits no precision, yet passes Arrow's full validation; stored, it came
-    back from SQL as DuckDB failing inside itself (with its native stack trace) and invalidating its database."""
+@pytest.mark.parametrize("nesting", ["plain", "list", "struct"])
+def test_a_decimal_past_its_precision_that_arrow_lets_through_is_refused_and_nothing_is_stored(lone_node, nesting):
+    """decimal128's most negative number fits no precision, yet passes Arrow's full validation, at any depth; stored,
+    it came back from SQL as DuckDB failing inside itself (with its native stack trace) and invalidating its
+    database, and so did a list or a struct holding it."""
     floor = (-(1 << 127)).to_bytes(16, "little", signed=True)
     values = pa.Array.from_buffers(pa.decimal128(38, 0), 2, [None, pa.py_buffer((1).to_bytes(16, "little") + floor)])
+    if nesting == "list":
+        values = pa.ListArray.from_arrays(pa.array([0, 1, 2], pa.int32()), values)
+    elif nesting == "struct":
+        values = pa.StructArray.from_arrays([values], ["amount"])
     values.validate(full=True)  # what Arrow alone says
     node = flight.connect(lone_node.nodes[0].uri)
     table = pa.table({"k": [1, 2], "v": values})

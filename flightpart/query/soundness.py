@@ -37,6 +37,14 @@ precision of it, passes Arrow's full validation (its precision check takes the v
 overflows there; 32- and 64-bit decimals are caught). DuckDB, asked to cast one to text, failed with an internal
 error that invalidated its database."""
 
+NESTED = frozenset(kind.id for kind in (
+    pa.list_(pa.int8()), pa.large_list(pa.int8()), pa.list_(pa.int8(), 1), pa.list_view(pa.int8()),
+    pa.large_list_view(pa.int8()), pa.struct([]), pa.map_(pa.int8(), pa.int8()), pa.dictionary(pa.int8(), pa.int8()),
+    pa.run_end_encoded(pa.int32(), pa.int8()), pa.dense_union([]), pa.sparse_union([]), pa.uuid()))
+"""Types (by type id) that hold values of other types (an extension type its storage), where a decimal at its width's floor can hide as deep as it
+likes: DuckDB, asked to cast a list or a struct of one to text, failed inside itself and invalidated the caller's
+database as it did for a plain column."""
+
 VIEWED_CHUNKS = 8
 """A text column of at most this many chunks is checked chunk by chunk, each viewed as bytes; a longer one is cast
 whole. A read of a small partition pays for each step of Python in it, with its caches cold more often than not
@@ -53,8 +61,8 @@ def unsound(table: pa.Table) -> str | None:
         try:
             if as_bytes is None:
                 column.validate(full=True)
-                if kind in DECIMAL_BYTES:  # no call per column for the others: a small read pays for each
-                    decimal_past_precision(column)
+                if kind in DECIMAL_BYTES or kind in NESTED:  # no call per column for the others: a small read
+                    decimal_past_precision(column)          # pays for each
             elif column.num_chunks <= VIEWED_CHUNKS:
                 for chunk in column.chunks:
                     chunk.view(as_bytes).validate(full=True)
@@ -66,12 +74,20 @@ def unsound(table: pa.Table) -> str | None:
 
 
 def decimal_past_precision(array: pa.Array | pa.ChunkedArray) -> None:
-    """Raise ArrowInvalid when a decimal array (or any chunk of a column) holds its width's most negative number
-    (see :data:`DECIMAL_BYTES`), which Arrow's full validation misses; any other value past the precision it finds
-    itself, so the two together are a decimal's whole check. Null slots are not values and are not looked at. One
-    pass of numpy over the values: only decimal columns pay for it, any other is returned from at once."""
+    """Raise ArrowInvalid when a decimal array (or any chunk of a column, or any decimal a nested array holds at any
+    depth) holds its width's most negative number (see :data:`DECIMAL_BYTES`), which Arrow's full validation misses;
+    any other value past the precision it finds itself, so the two together are a decimal's whole check. Null slots
+    are not values and are not looked at. One pass of numpy over the values: only decimal columns (and nested ones
+    holding decimals) pay for it, any other is returned from at once. A nested array's children are checked whole
+    (a list's values, a dictionary), rows its parent does not reach included: no honest writer puts that value
+    anywhere."""
     width = DECIMAL_BYTES.get(array.type.id)
-    if width is None or len(array) == 0:
+    if width is None:
+        if holds_decimal(array.type):
+            for child in _children(array):
+                decimal_past_precision(child)
+        return
+    if len(array) == 0:
         return
     if isinstance(array, pa.ChunkedArray):
         for chunk in array.chunks:
@@ -89,3 +105,33 @@ def decimal_past_precision(array: pa.Array | pa.ChunkedArray) -> None:
     if hits.size:
         raise pa.ArrowInvalid(f"the {array.type} value at index {int(hits[0])} is its width's most negative number, "
                               f"which fits no precision of {array.type}")
+
+
+def holds_decimal(kind: pa.DataType) -> bool:
+    """Whether ``kind`` is, or holds at any depth, a decimal whose width's floor Arrow misses (:data:`DECIMAL_BYTES`)."""
+    if kind.id in DECIMAL_BYTES:
+        return True
+    if isinstance(kind, pa.BaseExtensionType):
+        return holds_decimal(kind.storage_type)
+    if kind.id not in NESTED:
+        return False
+    if isinstance(kind, pa.DictionaryType):
+        return holds_decimal(kind.value_type)
+    return any(holds_decimal(kind.field(k).type) for k in range(kind.num_fields))
+
+
+def _children(array: pa.Array | pa.ChunkedArray) -> list[pa.Array]:
+    """The arrays a nested array's values live in, whole (see :func:`decimal_past_precision`)."""
+    if isinstance(array, pa.ChunkedArray):
+        return list(array.chunks)
+    if isinstance(array, pa.ExtensionArray):
+        return [array.storage]
+    if isinstance(array, pa.DictionaryArray):
+        return [array.dictionary]
+    if isinstance(array, pa.StructArray):
+        return [array.field(k) for k in range(array.type.num_fields)]
+    if isinstance(array, pa.UnionArray):
+        return [array.field(k) for k in range(array.type.num_fields)]
+    if isinstance(array, pa.RunEndEncodedArray):
+        return [array.values]
+    return [array.values]  # lists of every layout, and maps (whose values are their entries)

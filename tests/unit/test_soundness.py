@@ -172,3 +172,38 @@ def test_a_decimal_at_its_widths_floor_is_found(kind):
 @pytest.mark.parametrize("kind", DECIMALS, ids=str)
 def test_a_null_slot_holding_the_floor_is_not_a_value(kind):
     assert unsound(pa.table({"v": floor_decimals(kind, null_at_floor=True)})) is None
+
+
+def _offsets(n: int) -> pa.Array:
+    return pa.array(range(n + 1), pa.int32())
+
+
+NESTINGS = {
+    "list": lambda v: pa.ListArray.from_arrays(_offsets(len(v)), v),
+    "large_list": lambda v: pa.LargeListArray.from_arrays(pa.array(range(len(v) + 1), pa.int64()), v),
+    "fixed_size_list": lambda v: pa.FixedSizeListArray.from_arrays(v, 1),
+    "list_view": lambda v: pa.ListViewArray.from_arrays(pa.array(range(len(v)), pa.int32()),
+                                                        pa.array([1] * len(v), pa.int32()), v),
+    "struct": lambda v: pa.StructArray.from_arrays([pa.array(range(len(v))), v], ["k", "d"]),
+    "map": lambda v: pa.MapArray.from_arrays(_offsets(len(v)), pa.array(range(len(v)), pa.int8()), v),
+    "dictionary": lambda v: pa.DictionaryArray.from_arrays(pa.array(range(len(v)), pa.int8()), v),
+    "run_end_encoded": lambda v: pa.RunEndEncodedArray.from_arrays(pa.array(range(1, len(v) + 1), pa.int32()), v),
+    "sparse_union": lambda v: pa.UnionArray.from_sparse(pa.array([0] * len(v), pa.int8()), [v]),
+    "dense_union": lambda v: pa.UnionArray.from_dense(pa.array([0] * len(v), pa.int8()),
+                                                      pa.array(range(len(v)), pa.int32()), [v]),
+    "list of structs of lists": lambda v: NESTINGS["list"](NESTINGS["struct"](NESTINGS["list"](v))),
+}
+
+
+@pytest.mark.parametrize("nesting", NESTINGS)
+@pytest.mark.parametrize("kind", DECIMALS[2:], ids=str)
+def test_a_decimal_at_its_floor_inside_a_nested_column_is_found(kind, nesting):
+    """Arrow's validation misses the floor at any depth, and DuckDB, asked to cast a list or struct holding one to
+    text, failed inside itself and invalidated the caller's database as for a plain column."""
+    bad = NESTINGS[nesting](floor_decimals(kind))
+    bad.validate(full=True)  # what Arrow alone says
+    why = unsound(pa.table({"n": pa.array([1.0, 2.0, 3.0]), "v": bad}))
+    assert why is not None and why.startswith("column 'v'") and "most negative" in why
+    honest = NESTINGS[nesting](pa.array([1, -2, 3], kind))
+    assert unsound(pa.table({"v": honest})) is None
+    assert unsound(pa.table({"v": NESTINGS[nesting](floor_decimals(kind, null_at_floor=True))})) is None
