@@ -27,6 +27,7 @@ from flightpart.io.errors import translated
 from flightpart.io.hosts import host_addresses
 from flightpart.io.pull import read_replicas
 from flightpart.io.transfer import read_whole
+from flightpart.query.catalog_columns import CatalogColumns
 from flightpart.query.soundness import unsound
 from flightpart.wire import Ticket
 
@@ -72,9 +73,10 @@ def run_sql(pool: ConnectionPool, uri: str, query: str, timeout: float | None) -
     with translated():
         info = pool.client(uri).get_flight_info(descriptor, options=options)
         endpoints = list(info.endpoints)
+        columns = CatalogColumns(info.schema)  # what each node's part must have: the answer's names and types
 
         def read(k: int) -> pa.Table:
-            return _read_endpoint(pool, uri, endpoints[k], k, options, timeout)
+            return _read_endpoint(pool, uri, endpoints[k], k, options, timeout, columns)
 
         if len(endpoints) > 1:
             with ThreadPoolExecutor(max_workers=PARALLEL_PARTS, thread_name_prefix="flightpart-sql") as ex:
@@ -85,9 +87,10 @@ def run_sql(pool: ConnectionPool, uri: str, query: str, timeout: float | None) -
 
 
 def _read_endpoint(pool: ConnectionPool, uri: str, endpoint: flight.FlightEndpoint, k: int,
-                   options: flight.FlightCallOptions, timeout: float | None) -> pa.Table:
+                   options: flight.FlightCallOptions, timeout: float | None, columns: CatalogColumns) -> pa.Table:
     """One endpoint's part of the answer: a partition at its replicas read as ``get`` reads one (each replica in turn,
-    a frozen one left after the idle timeout, what it sends checked), or the catalog's own part read from it."""
+    a frozen one left after the idle timeout, what it sends checked, its columns the answer's ``columns``), or the
+    catalog's own part read from it."""
     replicas = [(location.uri.decode(), urlsplit(location.uri.decode()).hostname or "", 0)
                 for location in endpoint.locations]
     ticket = _partition_ticket(endpoint.ticket.ticket) if replicas else None
@@ -96,7 +99,7 @@ def _read_endpoint(pool: ConnectionPool, uri: str, endpoint: flight.FlightEndpoi
         # read_whole, not read_all: a cancelled stream is an error here, not a Ctrl-C raised later in the main thread
         return _checked(read_whole(pool.client(where).do_get(endpoint.ticket, options=options)), where)
     return read_replicas(pool, ticket, replicas, f"part {k} of the SQL answer ({ticket.dataset!r} v{ticket.version} "
-                         f"partition {ticket.part})", here=host_addresses(),
+                         f"partition {ticket.part})", here=host_addresses(), expected_columns=columns,
                          deadline=None if timeout is None else time.monotonic() + timeout)
 
 

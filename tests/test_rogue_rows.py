@@ -219,6 +219,8 @@ ask("sql scan", lambda: client.sql("SELECT s, l, d FROM alone").to_arrow().to_py
 ask("repartition", lambda: client.repartition("alone", (1, 1), nodes=[HONEST_URI]))
 twice = client.open("twice").to_arrow().sort_by("k")
 print(json.dumps(["twice", twice.column("k").to_pylist(), twice.column("s").to_pylist()[:3]]))
+scanned = client.sql("SELECT k, s FROM twice").to_arrow().sort_by("k")
+print(json.dumps(["sql scan twice", scanned.column("k").to_pylist(), scanned.column("s").to_pylist()[:3]]))
 ''')
     for what in ("to_arrow", "to_polars", "to_pandas"):
         code, message = got[what]
@@ -230,6 +232,7 @@ print(json.dumps(["twice", twice.column("k").to_pylist(), twice.column("s").to_p
     assert got["repartition"][0] != "answered", got["repartition"]
     # a replica that lies is passed over: the honest one's rows
     assert got["twice"] == [table.column("k").to_pylist(), table.column("s").to_pylist()[:3]]
+    assert got["sql scan twice"] == got["twice"]  # a plain scan's part passes the lying replica over too
     # nobody was killed: the catalog (with its SQL gateway), the honest node (which assembled) and the rogue
     assert cluster.catalog.proc.poll() is None and cluster.nodes[0].proc.poll() is None and proc.poll() is None
     with fp.connect(cluster.uri) as client:
@@ -341,8 +344,11 @@ ask("to_polars", ds.to_polars)
 ask("to_duckdb", lambda: ds.to_duckdb().fetchall())
 ask("selected", lambda: ds.select(["k", "s"]).to_arrow())
 ask("sql", lambda: client.sql("SELECT k + 1 AS k1, s FROM alone").to_arrow())
+ask("sql scan", lambda: client.sql("SELECT k, s FROM alone").to_arrow())  # endpoints at the nodes
 twice = client.open("twice").to_arrow().sort_by("k")
 print(json.dumps(["twice", str(twice.schema.field("k").type), twice.column("k").to_pylist(), twice.num_columns]))
+scanned = client.sql("SELECT k, s FROM twice").to_arrow().sort_by("k")
+print(json.dumps(["sql scan twice", str(scanned.schema.field("k").type), scanned.column("k").to_pylist()]))
 ''')
     for what in ("to_arrow", "to_pandas", "to_polars", "selected"):
         code, message = got[what]
@@ -352,8 +358,12 @@ print(json.dumps(["twice", str(twice.schema.field("k").type), twice.column("k").
     assert any(said in got["to_duckdb"][1] for said in (SAID[lie], ASKED[lie])), got["to_duckdb"]
     assert ROGUE_IP in got["to_duckdb"][1], got["to_duckdb"]
     assert got["sql"][0] != "answered" and ROGUE_IP in got["sql"][1], got["sql"]  # the gateway's scans are checked
+    code, message = got["sql scan"]  # a plain scan's parts, read from the nodes by the client, are checked too
+    assert code == "INTERNAL" and any(said in message for said in (SAID[lie], ASKED[lie])) and ROGUE_IP in message, \
+        got["sql scan"]
     # the honest replica's columns, as stored
     assert got["twice"] == ["int64", table.column("k").to_pylist(), table.num_columns]
+    assert got["sql scan twice"] == ["int64", table.column("k").to_pylist()]
     assert proc.poll() is None
 
 
