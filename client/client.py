@@ -128,7 +128,9 @@ class Client:
         (unknown tables :class:`~flightpart.DatasetNotFound`) with DuckDB's one-line message."""
         if not isinstance(query, str) or not query.strip():
             raise ValueError("sql: expected the text of a query")
-        return self.catalogs.call(lambda uri: run_sql(self.pool, uri, query, timeout or self.timeout))
+        return self.catalogs.call(lambda uri: run_sql(self.pool, uri, query, timeout or self.timeout,
+                                                      idle_timeout=self.idle_timeout, compression=self.compression,
+                                                      host=self.host))
 
     def nodes(self) -> list[dict]:
         """Every node the catalog knows: id, uri, ip, pid, last heartbeat, alive."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -25,14 +26,16 @@ from flightpart.errors import FlightpartError, ServerError
 from flightpart.io.connections import ConnectionPool
 from flightpart.io.errors import translated
 from flightpart.io.hosts import host_addresses
-from flightpart.io.pull import read_replicas
+from flightpart.io.pull import IDLE_TIMEOUT, read_replicas
 from flightpart.io.transfer import read_whole
 from flightpart.query.catalog_columns import CatalogColumns
 from flightpart.query.soundness import unsound
-from flightpart.wire import Ticket
+from flightpart.wire import Replica, Ticket
 
 PARALLEL_PARTS = 8
 """At most this many of a plain scan's partitions are read at once."""
+REUSE_CONNECTION = "arrow-flight-reuse-connection:"
+"""A location that means "the server that answered GetFlightInfo" (Flight's well-known URI)."""
 
 
 class SqlResult:
@@ -66,41 +69,67 @@ class SqlResult:
         return f"SqlResult({self._table.num_rows} rows: {', '.join(self._table.column_names)})"
 
 
-def run_sql(pool: ConnectionPool, uri: str, query: str, timeout: float | None) -> SqlResult:
-    """``query`` answered by the catalog at ``uri``, its endpoints read (a plain scan's in parallel) and kept in order."""
+def run_sql(pool: ConnectionPool, uri: str, query: str, timeout: float | None, *, idle_timeout: float = IDLE_TIMEOUT,
+            compression: str = "auto", host: str | None = None) -> SqlResult:
+    """``query`` answered by the catalog at ``uri`` within ``timeout`` seconds, its endpoints read (a plain scan's in
+    parallel, with the client's ``idle_timeout``, ``compression`` and ``host`` as ``get`` reads) and kept in order."""
     descriptor = flight.FlightDescriptor.for_command(proto.pack(proto.STATEMENT_QUERY, proto.message((1, query))))
-    options = pool.options(timeout)
+    deadline = None if timeout is None else time.monotonic() + timeout  # the whole call's, every part's too
+    reading = _Reading(pool, uri, pool.options(timeout), deadline, idle_timeout, compression, host_addresses(host))
     with translated():
-        info = pool.client(uri).get_flight_info(descriptor, options=options)
+        info = pool.client(uri).get_flight_info(descriptor, options=reading.options)
         endpoints = list(info.endpoints)
         columns = CatalogColumns(info.schema)  # what each node's part must have: the answer's names and types
 
         def read(k: int) -> pa.Table:
-            return _read_endpoint(pool, uri, endpoints[k], k, options, timeout, columns)
+            return reading.part(endpoints[k], k, columns)
 
         if len(endpoints) > 1:
             with ThreadPoolExecutor(max_workers=PARALLEL_PARTS, thread_name_prefix="flightpart-sql") as ex:
                 tables = list(ex.map(read, range(len(endpoints))))
         else:
             tables = [read(k) for k in range(len(endpoints))]
-    return SqlResult(pa.concat_tables(tables) if tables else info.schema.empty_table())
+        # each part as the answer's schema: a node's part was checked for its names and types, not for its fields'
+        # nullability or metadata, which would keep the parts from being joined
+        parts = [t if t.schema.equals(info.schema) else t.cast(info.schema) for t in tables]
+        return SqlResult(pa.concat_tables(parts) if parts else info.schema.empty_table())
 
 
-def _read_endpoint(pool: ConnectionPool, uri: str, endpoint: flight.FlightEndpoint, k: int,
-                   options: flight.FlightCallOptions, timeout: float | None, columns: CatalogColumns) -> pa.Table:
-    """One endpoint's part of the answer: a partition at its replicas read as ``get`` reads one (each replica in turn,
-    a frozen one left after the idle timeout, what it sends checked, its columns the answer's ``columns``), or the
-    catalog's own part read from it."""
-    replicas = [(location.uri.decode(), urlsplit(location.uri.decode()).hostname or "", 0)
-                for location in endpoint.locations]
-    ticket = _partition_ticket(endpoint.ticket.ticket) if replicas else None
-    if ticket is None:
-        where = replicas[0][0] if replicas else uri
-        # read_whole, not read_all: a cancelled stream is an error here, not a Ctrl-C raised later in the main thread
-        return _checked(read_whole(pool.client(where).do_get(endpoint.ticket, options=options)), where)
-    return read_replicas(pool, ticket, replicas, f"part {k} of the SQL answer ({ticket.dataset!r} v{ticket.version} "
-                         f"partition {ticket.part})", here=host_addresses(), expected_columns=columns,
-                         deadline=None if timeout is None else time.monotonic() + timeout)
+@dataclass(frozen=True)
+class _Reading:
+    """How one query's answer is read: its catalog, call options and deadline, and the client's reading settings."""
+
+    pool: ConnectionPool
+    catalog: str
+    options: flight.FlightCallOptions
+    deadline: float | None
+    idle_timeout: float
+    compression: str
+    here: frozenset[str]
+
+    def part(self, endpoint: flight.FlightEndpoint, k: int, columns: CatalogColumns) -> pa.Table:
+        """One endpoint's part: a partition at its replicas read as ``get`` reads one (each replica in turn, a frozen
+        one left after the idle timeout, what it sends checked, its columns the answer's ``columns``), or the
+        catalog's own part read from it."""
+        replicas = [self._replica(location.uri.decode()) for location in endpoint.locations]
+        ticket = _partition_ticket(endpoint.ticket.ticket) if replicas else None
+        if ticket is None:
+            where = replicas[0][0] if replicas else self.catalog
+            # read_whole, not read_all: a cancelled stream is an error here, not a Ctrl-C raised later in the main
+            # thread
+            return _checked(read_whole(self.pool.client(where).do_get(endpoint.ticket, options=self.options)), where)
+        if ticket.columns is None:  # every column: asked by name, so a part's columns come back as the answer's, in order
+            ticket = replace(ticket, columns=tuple(columns.schema.names))
+        return read_replicas(self.pool, ticket, replicas, f"part {k} of the SQL answer ({ticket.dataset!r} "
+                             f"v{ticket.version} partition {ticket.part})", self.idle_timeout,
+                             compression=self.compression, here=self.here, deadline=self.deadline,
+                             expected_columns=columns)
+
+    def _replica(self, location: str) -> Replica:
+        """A location as a replica to read from: its URI and host (the catalog's, for Flight's "this connection")."""
+        if location.startswith(REUSE_CONNECTION):
+            location = self.catalog
+        return location, urlsplit(location).hostname or "", 0
 
 
 def _partition_ticket(raw: bytes) -> Ticket | None:

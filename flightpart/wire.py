@@ -77,6 +77,8 @@ def loads(raw: bytes, what: str) -> Any:
         return json.loads(bytes(raw).decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
         raise RequestRejected(f"{what}: not UTF-8 JSON ({exc})", field=what) from None
+    except RecursionError:  # arrays or objects nested thousands deep: no message of ours is
+        raise RequestRejected(f"{what}: JSON nested too deeply", field=what) from None
 
 
 def dumps(obj: Any) -> bytes:

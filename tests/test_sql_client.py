@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import flightpart as fp
+from flightpart.wire import Ticket
 
 
 @pytest.fixture(scope="module")
@@ -103,3 +104,74 @@ def test_a_plain_scan_reads_past_a_frozen_replica_as_get_does(make_cluster):
         finally:
             os.kill(victim.pid, signal.SIGCONT)
     assert answer.sort_by("k").equals(table.filter(pc.field("k") >= 100))
+
+
+ANSWER = pa.schema([("k", pa.int64()), ("v", pa.float64())])
+
+
+class PlainScanParts(flight.FlightServerBase):
+    """A catalog whose answer is two partitions at itself, as a plain scan's is at the nodes; the second part's
+    columns as ``self.second`` says (a node that is faulty, or lies)."""
+
+    second = "honest"
+
+    def get_flight_info(self, context, descriptor):
+        here = f"grpc://127.0.0.1:{self.port}"
+        parts = [Ticket("t", 1, (i, 0)).encode() for i in range(2)]
+        return flight.FlightInfo(ANSWER, descriptor, [flight.FlightEndpoint(t, [here]) for t in parts], -1, -1)
+
+    def do_get(self, context, ticket):
+        rows = pa.table({"k": pa.array(range(5), pa.int64()), "v": pa.array([0.5] * 5)})
+        if Ticket.decode(ticket.ticket).part == (1, 0):
+            rows = {"honest": rows, "swapped": rows.select(["v", "k"]), "short": rows.select(["k"]),
+                    "not null": rows.cast(pa.schema([pa.field("k", pa.int64(), nullable=False), ("v", pa.float64())]))
+                    }[self.second]
+        return flight.RecordBatchStream(rows)
+
+
+@pytest.mark.parametrize("second", ["swapped", "short", "not null"])
+def test_a_plain_scan_part_with_other_columns_is_refused_naming_its_node_and_nullability_does_not_matter(second):
+    server = PlainScanParts("grpc://127.0.0.1:0")
+    server.second = second
+    try:
+        with fp.connect(f"grpc://127.0.0.1:{server.port}", idle_timeout=5.0) as client:
+            if second == "not null":  # the same columns: the parts join, as the answer's schema
+                answer = pa.table(client.sql("SELECT * FROM t"))
+                assert answer.schema.equals(ANSWER) and answer.num_rows == 10
+            else:  # Arrow's own "Schema at index 1 was different" had reached the caller, or a column went missing
+                with pytest.raises(fp.ServerError, match=f"part 1 of the SQL answer.*127.0.0.1:{server.port}"):
+                    client.sql("SELECT * FROM t")
+    finally:
+        server.shutdown()
+
+
+class Replica(flight.FlightServerBase):
+    """One replica of a one-partition answer, sending ``value`` after ``delay`` seconds; as the catalog, it names
+    itself first and ``others`` after."""
+
+    def __init__(self, value: float, delay: float = 0.0, others: tuple[str, ...] = ()):
+        super().__init__("grpc://127.0.0.1:0")
+        self.value, self.delay, self.others = value, delay, others
+
+    def get_flight_info(self, context, descriptor):
+        here = f"grpc://127.0.0.1:{self.port}"
+        return flight.FlightInfo(ANSWER, descriptor, [flight.FlightEndpoint(Ticket("t", 1, (0, 0)).encode(),
+                                                                            [here, *self.others])], -1, -1)
+
+    def do_get(self, context, ticket):
+        time.sleep(self.delay)
+        return flight.RecordBatchStream(pa.table({"k": pa.array([1], pa.int64()), "v": [self.value]}))
+
+
+def test_a_plain_scan_part_is_read_with_the_clients_idle_timeout():
+    """A first replica that sends nothing for 3 s is left for the next under the default idle timeout (2 s), and
+    waited for by a client that allows 60 s, as its ``get`` would."""
+    fast = Replica(0.5)
+    slow = Replica(1.0, delay=3.0, others=(f"grpc://127.0.0.1:{fast.port}",))
+    try:
+        for idle, value in ((60.0, 1.0), (2.0, 0.5)):
+            with fp.connect(f"grpc://127.0.0.1:{slow.port}", idle_timeout=idle, timeout=120) as client:
+                assert pa.table(client.sql("SELECT * FROM t")).column("v").to_pylist() == [value], idle
+    finally:
+        slow.shutdown()
+        fast.shutdown()

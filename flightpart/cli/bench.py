@@ -109,6 +109,12 @@ def _load_run(path: str, key: str = "cases", kind: str = "") -> dict:
         raise click.BadParameter(f"{path}: not {what} ({exc})") from None
     if not isinstance(result, dict) or not isinstance(result.get(key), list):
         raise click.BadParameter(f"{path}: not {what} (it has no list of {key.replace('_', ' ')})")
+    if key == "network_runs":
+        rates = [run.get("network") if isinstance(run, dict) and isinstance(run.get("cases"), list) else None
+                 for run in result[key]]
+        if not all(isinstance(rate, str) for rate in rates) or len(set(rates)) != len(rates):
+            raise click.BadParameter(f"{path}: not {what} (each run must name its link once, as \"network\", and "
+                                     "list its cases)")
     return result
 
 

@@ -231,3 +231,15 @@ def test_options_that_would_be_ignored_are_usage_errors(tmp_path):
         assert result.exit_code == 2 and "--scale" in result.output and not (tmp_path / "s.md").exists()
     alone = CliRunner().invoke(main, ["bench", "--from-json", str(saved), "--strict"])
     assert alone.exit_code == 2 and "--compare" in alone.output
+
+
+@pytest.mark.parametrize("runs", [[1], [{"cases": []}], [{"network": ["x"], "cases": []}],
+                                  [{"network": "a", "cases": []}, {"network": "a", "cases": []}]],
+                         ids=["not a run", "no link", "a link that is no name", "a link twice"])
+def test_a_network_file_with_malformed_runs_is_a_usage_error_before_anything_runs(tmp_path, runs):
+    bad, good = tmp_path / "bad.json", tmp_path / "good.json"
+    bad.write_text(json.dumps({"network_runs": runs}))
+    good.write_text(json.dumps(links(loopback=run(case("read", STEADY, STEADY)))))
+    for args in (["--from-json", str(good), "--compare", str(bad)], ["--from-json", str(bad)]):
+        result = CliRunner().invoke(main, ["bench", "--network", "x", *args])
+        assert result.exit_code == 2 and "not a --network bench run" in result.output, result.output

@@ -477,3 +477,16 @@ def test_a_code_at_the_end_of_a_message_comes_back_as_sent():
     assert wire.code_in_message(wire.error_with_code(spaced)) == ("INVALID_REQUEST", None, "bad")
     assert wire.code_in_message("a message a user wrote [flightpart nope]") is None
     assert wire.code_in_message("Parser Error: syntax error") is None
+
+
+@pytest.mark.parametrize("nested", [b"[" * 100_000 + b"]" * 100_000, b'{"a":' * 50_000 + b"1" + b"}" * 50_000])
+def test_json_nested_thousands_deep_is_refused_not_a_recursion_error(nested):
+    """Python's JSON parser raises RecursionError past its depth limit: a ticket or action body from the network
+    nested that deep must be the sender's mistake, like any other JSON that is not a message."""
+    from flightpart.errors import RequestRejected
+    from flightpart.wire import Ticket, loads
+
+    with pytest.raises(RequestRejected, match="nested too deeply"):
+        loads(nested, "ticket")
+    with pytest.raises(RequestRejected):
+        Ticket.decode(nested, "ticket")
