@@ -89,6 +89,7 @@ def test_a_cancelled_answer_stream_is_an_error_where_it_was_read_not_a_later_ctr
         server.shutdown()
 
 
+@pytest.mark.slow  # a fault test: a node frozen for the idle timeout
 def test_a_plain_scan_reads_past_a_frozen_replica_as_get_does(make_cluster):
     """A plain scan's endpoints name every replica of their partition: a frozen first one is left after the idle
     timeout for the next (as ``get`` does), not waited on until the call's deadline and then failed."""
@@ -163,6 +164,7 @@ class Replica(flight.FlightServerBase):
         return flight.RecordBatchStream(pa.table({"k": pa.array([1], pa.int64()), "v": [self.value]}))
 
 
+@pytest.mark.slow  # a fault test: replicas that send nothing for seconds
 def test_a_plain_scan_part_is_read_with_the_clients_idle_timeout():
     """A first replica that sends nothing for 3 s is left for the next under the default idle timeout (2 s), and
     waited for by a client that allows 60 s, as its ``get`` would."""
