@@ -117,13 +117,19 @@ class _Reading:
             where = replicas[0][0] if replicas else self.catalog
             # read_whole, not read_all: a cancelled stream is an error here, not a Ctrl-C raised later in the main
             # thread
-            return _checked(read_whole(self.pool.client(where).do_get(endpoint.ticket, options=self.options)), where)
+            return _checked(read_whole(self.pool.client(where).do_get(endpoint.ticket, options=self._left())), where)
         if ticket.columns is None:  # every column: asked by name, so a part's columns come back as the answer's, in order
             ticket = replace(ticket, columns=tuple(columns.schema.names))
         return read_replicas(self.pool, ticket, replicas, f"part {k} of the SQL answer ({ticket.dataset!r} "
                              f"v{ticket.version} partition {ticket.part})", self.idle_timeout,
                              compression=self.compression, here=self.here, deadline=self.deadline,
                              expected_columns=columns)
+
+    def _left(self) -> flight.FlightCallOptions:
+        """Call options whose timeout is what is left of the query's deadline."""
+        if self.deadline is None:
+            return self.options
+        return self.pool.options(max(0.001, self.deadline - time.monotonic()))
 
     def _replica(self, location: str) -> Replica:
         """A location as a replica to read from: its URI and host (the catalog's, for Flight's "this connection")."""

@@ -150,14 +150,14 @@ class Replica(flight.FlightServerBase):
     """One replica of a one-partition answer, sending ``value`` after ``delay`` seconds; as the catalog, it names
     itself first and ``others`` after."""
 
-    def __init__(self, value: float, delay: float = 0.0, others: tuple[str, ...] = ()):
+    def __init__(self, value: float, delay: float = 0.0, others: tuple[str, ...] = (), names_itself: bool = True):
         super().__init__("grpc://127.0.0.1:0")
-        self.value, self.delay, self.others = value, delay, others
+        self.value, self.delay, self.others, self.names_itself = value, delay, others, names_itself
 
     def get_flight_info(self, context, descriptor):
-        here = f"grpc://127.0.0.1:{self.port}"
+        here = [f"grpc://127.0.0.1:{self.port}"] if self.names_itself else []
         return flight.FlightInfo(ANSWER, descriptor, [flight.FlightEndpoint(Ticket("t", 1, (0, 0)).encode(),
-                                                                            [here, *self.others])], -1, -1)
+                                                                            [*here, *self.others])], -1, -1)
 
     def do_get(self, context, ticket):
         time.sleep(self.delay)
@@ -166,10 +166,10 @@ class Replica(flight.FlightServerBase):
 
 @pytest.mark.slow  # a fault test: replicas that send nothing for seconds
 def test_a_plain_scan_part_is_read_with_the_clients_idle_timeout():
-    """A first replica that sends nothing for 3 s is left for the next under the default idle timeout (2 s), and
-    waited for by a client that allows 60 s, as its ``get`` would."""
+    """A first replica that sends nothing for 6 s is left for the next under the default idle timeout (2 s), and
+    waited for by a client that allows 60 s, as its ``get`` would (4 s of margin for a loaded machine's watchdog)."""
     fast = Replica(0.5)
-    slow = Replica(1.0, delay=3.0, others=(f"grpc://127.0.0.1:{fast.port}",))
+    slow = Replica(1.0, delay=6.0, others=(f"grpc://127.0.0.1:{fast.port}",))
     try:
         for idle, value in ((60.0, 1.0), (2.0, 0.5)):
             with fp.connect(f"grpc://127.0.0.1:{slow.port}", idle_timeout=idle, timeout=120) as client:
@@ -177,3 +177,18 @@ def test_a_plain_scan_part_is_read_with_the_clients_idle_timeout():
     finally:
         slow.shutdown()
         fast.shutdown()
+
+
+def test_a_plain_scan_part_at_a_down_first_location_is_read_from_the_next():
+    """A first location that refuses connections (its node killed) is passed over at once for the next."""
+    gone = Replica(9.0)
+    down = f"grpc://127.0.0.1:{gone.port}"
+    gone.shutdown()
+    alive = Replica(0.5)
+    catalog = Replica(0.25, others=(down, f"grpc://127.0.0.1:{alive.port}"), names_itself=False)
+    try:
+        with fp.connect(f"grpc://127.0.0.1:{catalog.port}", timeout=60) as client:
+            assert pa.table(client.sql("SELECT * FROM t")).column("v").to_pylist() == [0.5]
+    finally:
+        catalog.shutdown()
+        alive.shutdown()

@@ -37,20 +37,18 @@ precision of it, passes Arrow's full validation (its precision check takes the v
 overflows there; 32- and 64-bit decimals are caught). DuckDB, asked to cast one to text, failed with an internal
 error that invalidated its database."""
 
-NESTED = frozenset(kind.id for kind in (
-    pa.list_(pa.int8()), pa.large_list(pa.int8()), pa.list_(pa.int8(), 1), pa.list_view(pa.int8()),
-    pa.large_list_view(pa.int8()), pa.struct([]), pa.map_(pa.int8(), pa.int8()), pa.dictionary(pa.int8(), pa.int8()),
-    pa.run_end_encoded(pa.int32(), pa.int8()), pa.dense_union([]), pa.sparse_union([]), pa.uuid()))
-"""Types (by type id) that hold values of other types (an extension type its storage), where a decimal at its width's floor can hide as deep as it
-likes: DuckDB, asked to cast a list or a struct of one to text, failed inside itself and invalidated the caller's
-database as it did for a plain column. Each read walks its nested columns' types (:func:`holds_decimal`, some
-2 µs a column); flat columns pay one set lookup."""
-
 _ONE_CHILD = frozenset(kind.id for kind in (
     pa.list_(pa.int8()), pa.large_list(pa.int8()), pa.list_(pa.int8(), 1), pa.list_view(pa.int8()),
     pa.large_list_view(pa.int8()), pa.dictionary(pa.int8(), pa.int8()), pa.run_end_encoded(pa.int32(), pa.int8())))
 """Nested types (by type id) whose values are of one type, their ``value_type``."""
 _EXTENSION = pa.uuid().id
+NESTED = _ONE_CHILD | {kind.id for kind in (pa.struct([]), pa.map_(pa.int8(), pa.int8()), pa.dense_union([]),
+                                            pa.sparse_union([]))} | {_EXTENSION}
+"""Types (by type id) that hold values of other types (an extension type its storage), where a decimal at its width's floor can hide as deep as it
+likes: DuckDB, asked to cast a list or a struct of one to text, failed inside itself and invalidated the caller's
+database as it did for a plain column. Each read walks its nested columns' types (:func:`holds_decimal`, some
+2 µs a column); flat columns pay one set lookup."""
+
 
 VIEWED_CHUNKS = 8
 """A text column of at most this many chunks is checked chunk by chunk, each viewed as bytes; a longer one is cast
@@ -89,17 +87,24 @@ def decimal_past_precision(array: pa.Array | pa.ChunkedArray) -> None:
     encoded array's values and a dense union's children are checked whole, rows their parent does not reach
     included (no honest writer puts that value anywhere); a struct's and a sparse union's children as the rows of
     their parent."""
-    width = DECIMAL_BYTES.get(array.type.id)
-    if width is None:
-        if holds_decimal(array.type):
-            for child in _children(array):
-                decimal_past_precision(child)
-        return
-    if len(array) == 0:
-        return
+    if holds_decimal(array.type):  # the type walked once, not again at each level or chunk below
+        _floor_in(array)
+
+
+def _floor_in(array: pa.Array | pa.ChunkedArray) -> None:
+    """:func:`decimal_past_precision` below the walk of the type: each chunk, each decimal array, each nested array's
+    children (a child holding no decimal returns at its first look)."""
     if isinstance(array, pa.ChunkedArray):
         for chunk in array.chunks:
-            decimal_past_precision(chunk)
+            _floor_in(chunk)
+        return
+    width = DECIMAL_BYTES.get(array.type.id)
+    if width is None:
+        if array.type.id in NESTED:
+            for child in _children(array):
+                _floor_in(child)
+        return
+    if len(array) == 0:
         return
     word = np.dtype(np.int64)
     per_value = width // word.itemsize
@@ -137,18 +142,12 @@ def holds_decimal(kind: pa.DataType) -> bool:
     return False
 
 
-def _children(array: pa.Array | pa.ChunkedArray) -> list[pa.Array]:
-    """The arrays a nested array's values live in, whole (see :func:`decimal_past_precision`)."""
-    if isinstance(array, pa.ChunkedArray):
-        return list(array.chunks)
+def _children(array: pa.Array) -> list[pa.Array]:
+    """The arrays a nested array's values live in (see :func:`decimal_past_precision` for which are whole)."""
+    if isinstance(array, (pa.StructArray, pa.UnionArray)):
+        return [array.field(k) for k in range(array.type.num_fields)]
     if isinstance(array, pa.ExtensionArray):
         return [array.storage]
     if isinstance(array, pa.DictionaryArray):
         return [array.dictionary]
-    if isinstance(array, pa.StructArray):
-        return [array.field(k) for k in range(array.type.num_fields)]
-    if isinstance(array, pa.UnionArray):
-        return [array.field(k) for k in range(array.type.num_fields)]
-    if isinstance(array, pa.RunEndEncodedArray):
-        return [array.values]
-    return [array.values]  # lists of every layout, and maps (whose values are their entries)
+    return [array.values]  # lists of every layout, maps (whose values are their entries) and run-end encoded arrays
