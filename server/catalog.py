@@ -544,6 +544,9 @@ class CatalogServer(ServiceBase):
         return skew
 
     def _nodes(self, _: ListNodes) -> NodeList:
+        """Every known node, once this catalog can tell the live from the dead (see
+        :meth:`_wait_until_nodes_are_known`): writers place partitions and appends find holders by this list."""
+        self._wait_until_nodes_are_known()
         return NodeList(tuple(NodeRow(**n.as_json()) for n in self.state.nodes()))
 
     def _stats(self, _: GetStats) -> StatsReply:
@@ -728,8 +731,9 @@ class CatalogServer(ServiceBase):
     def _wait_until_nodes_are_known(self) -> None:
         """Right after a start or a takeover a node not heard from yet is not known to be dead: its last heartbeat
         was flushed by a catalog before, perhaps longer ago than ``dead_after``. A repair judging it then would call
-        its partitions lost and copy what needs no copy, so it waits until every node was heard from (nodes answer
-        a new leader's announcement at once) or stayed silent ``dead_after``."""
+        its partitions lost and copy what needs no copy; a writer would put to fewer nodes, and an append would be
+        told its partitions' holders are gone. So both wait until every node was heard from (nodes answer a new
+        leader's announcement at once, and beat again within their heartbeat) or stayed silent ``dead_after``."""
         while (left := self.state.unsettled_for()) > 0 and not self._stopping.is_set():
             self._stopping.wait(min(left, 0.1))
 

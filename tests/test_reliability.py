@@ -162,6 +162,29 @@ def test_catalog_restart_keeps_datasets_versions_and_nodes(small_cluster):
         assert v2.version == 2
 
 
+@pytest.mark.slow  # waits out a dead_after on purpose
+def test_writes_right_after_a_catalog_restart_find_their_live_nodes(tmp_path):
+    """A restarted catalog's recorded heartbeats are older than ``dead_after``: until each node beats again it had
+    called live nodes dead, so an append at once was told its partitions' holders were gone (``run repair``) and a
+    put placed on fewer nodes. Now the node list waits until every node was heard from or stayed silent too long."""
+    with LocalCluster(tmp_path, nodes=2, first_ip=244, heartbeat=2.0, dead_after=4.0, catalog_port=free_port()) as c:
+        with fp.connect(c.uri) as client:
+            client.put("grown", table_of(200, seed=4), tiling=(2, 1))
+        time.sleep(5.0)  # the registrations the database holds are now older than dead_after
+        for write in ("append", "put"):
+            c.catalog.kill()
+            c.catalog = c.start_catalog()
+            with fp.connect(c.uri) as client:
+                if write == "append":
+                    assert client.append("grown", table_of(100, seed=5)).version == 2
+                    assert client.open("grown").to_arrow().num_rows == 300
+                else:
+                    placed = client.put("spread", table_of(400, seed=6), tiling=(4, 1))
+                    holders = {r[0] for p in placed.__partitioned__["partitions"].values() for r in p["data"].replicas}
+                    assert holders == {n.uri for n in c.nodes}, "a put right after the restart left a live node out"
+                    assert all(n["alive"] for n in client.nodes())
+
+
 def test_a_reader_keeps_its_version_and_drop_frees_every_file(small_cluster):
     c = small_cluster
     first, second = table_of(3000, seed=4), table_of(2000, seed=5)
