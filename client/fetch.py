@@ -210,8 +210,9 @@ def read_partitions(refs: Sequence[PartitionRef], *, host: str | None, pool: Con
         ticket = replace(first.spec(), more=tuple(refs[k].position for k in group[1:]))
         what = f"{len(group)} partitions of {first.dataset!r} v{first.version} from {first.position} on"
         try:
+            known = [refs[k].known_rows for k in group]
             got = read_several(pool, ticket, first.replicas, what, idle_timeout, compression=compression, here=local,
-                               expected_columns=expected_columns)
+                               expected_columns=expected_columns, most_rows=None if None in known else sum(known))
             if all(refs[k].known_rows in (None, table.num_rows) for k, table in zip(group, got)):
                 return got
         except RequestRejected:  # a node that cannot share a stream for them: one stream each, as before

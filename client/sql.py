@@ -30,7 +30,7 @@ from flightpart.io.pull import IDLE_TIMEOUT, read_replicas
 from flightpart.io.transfer import read_whole
 from flightpart.query.catalog_columns import CatalogColumns
 from flightpart.query.soundness import unsound
-from flightpart.wire import Replica, Ticket
+from flightpart.wire import EndpointRows, Replica, Ticket
 
 PARALLEL_PARTS = 8
 """At most this many of a plain scan's partitions are read at once."""
@@ -123,7 +123,7 @@ class _Reading:
         return read_replicas(self.pool, ticket, replicas, f"part {k} of the SQL answer ({ticket.dataset!r} "
                              f"v{ticket.version} partition {ticket.part})", self.idle_timeout,
                              compression=self.compression, here=self.here, deadline=self.deadline,
-                             expected_columns=columns)
+                             expected_columns=columns, most_rows=_most_rows(endpoint))
 
     def _left(self) -> flight.FlightCallOptions:
         """Call options whose timeout is what is left of the query's deadline."""
@@ -142,6 +142,15 @@ def _partition_ticket(raw: bytes) -> Ticket | None:
     """The partition ticket a plain scan's endpoint carries, or None for any other (the catalog's own answer)."""
     try:
         return Ticket.decode(raw, "ticket")
+    except FlightpartError:
+        return None
+
+
+def _most_rows(endpoint: flight.FlightEndpoint) -> int | None:
+    """The most rows the endpoint's node may send (:class:`~flightpart.wire.EndpointRows`), None when its catalog
+    did not say (an earlier release) or said it unreadably."""
+    try:
+        return EndpointRows.decode(endpoint.app_metadata, "endpoint rows").most_rows if endpoint.app_metadata else None
     except FlightpartError:
         return None
 

@@ -754,6 +754,14 @@ class PartHeader(Message):
         return b'{"part":[%d,%d]}' % self.part
 
 
+@dataclass(frozen=True)
+class EndpointRows(Message):
+    """A plain scan's endpoint's ``app_metadata`` (SQL over Flight): the most rows its partition may send, the rows
+    the catalog says it holds in the ticket's range. A reader leaves a node's stream past them, as ``get`` does."""
+
+    most_rows: int = _field(p_uint)
+
+
 MAX_PARTS_PER_RUN = 1024
 """Partitions one :class:`PartRun` names at most."""
 

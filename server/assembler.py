@@ -158,10 +158,7 @@ class Assembler:
         replicas = [r for r in info.replicas if r[0] != self.uri]
         ticket = Ticket(source.dataset, source.version, piece.source, piece.columns, piece.rows)
         table = read_replicas(self.pool, ticket, replicas, f"partition {piece.source} of {source.dataset!r} v{source.version}",
-                              here=host_addresses(), deadline=deadline.at)
-        if table.num_rows != piece.rows[1] - piece.rows[0]:
-            raise RequestRejected(f"partition {piece.source} of {source.dataset!r} v{source.version}: a holder sent "
-                                  f"{table.num_rows} rows for {piece.rows}", field="part")
+                              here=host_addresses(), deadline=deadline.at, expected_rows=piece.rows[1] - piece.rows[0])
         try:  # read safely already (read_replicas); now all of it, text as UTF-8 too, as a put's batches are
             table.validate(full=True)
         except pa.ArrowException as exc:

@@ -111,6 +111,19 @@ def lying_run(store, spec, lie):
     return flight.GeneratorStream(whole.schema, iter([(whole.to_batches()[0], header)]))
 
 
+def endless(store, spec):
+    """The partition's rows (as asked: columns, rows, filter, top), then the same again, without end."""
+    rows = apply_ticket(store.open(spec.dataset, spec.version, spec.part), spec.columns, spec.rows, spec.filter,
+                        spec.matched, None, bool(spec.row_numbers), spec.top).combine_chunks()
+    batch = rows.to_batches()[0] if rows.num_rows else None
+
+    def forever():
+        while batch is not None:
+            yield batch
+
+    return flight.RecordBatchStream(pa.RecordBatchReader.from_batches(rows.schema, forever()))
+
+
 class Rogue(NodeServer):
     def do_get(self, context, ticket):
         with open(sys.argv[4]) as f:
@@ -118,6 +131,8 @@ class Rogue(NodeServer):
         spec = Ticket.decode(ticket.ticket)
         if (lie in RUN_LIES or lie in COLUMN_LIES) and spec.more is not None:
             return lying_run(self.store, spec, lie)
+        if lie == "endless" and spec.aggregate is None:  # a shared stream's too: its first partition's rows
+            return endless(self.store, spec)
         if lie not in LIES or spec.more is not None or spec.aggregate is not None or (spec.top and lie != "doubled"):
             return super().do_get(context, ticket)
         rows = apply_ticket(self.store.open(spec.dataset, spec.version, spec.part), spec.columns, spec.rows,
@@ -254,7 +269,8 @@ print(json.dumps(["twice", twice.num_rows, twice.column("k").to_pylist()]))
 ''')
     for what in ("to_arrow", "to_pandas"):
         code, message = got[what]
-        assert code == "INTERNAL" and "rows where the catalog says 200" in message and ROGUE_IP in message, got[what]
+        said = "more than the 200 rows the catalog says" if lie == "extra rows" else "199 rows where the catalog says 200"
+        assert code == "INTERNAL" and said in message and ROGUE_IP in message, got[what]
     assert got["twice"] == [table.num_rows, table.column("k").to_pylist()]
     assert proc.poll() is None
 
@@ -275,7 +291,7 @@ print(json.dumps(["twice", kept.num_rows, kept.column("k").to_pylist(), twice.to
 ''')
     for what in ("filtered", "top"):
         code, message = got[what]
-        assert code == "INTERNAL" and "rows where the catalog says the partition holds 200" in message, got[what]
+        assert code == "INTERNAL" and "more than the 200 rows the catalog says the partition holds" in message, got[what]
         assert ROGUE_IP in message, got[what]
     assert got["twice"] == [table.num_rows, table.column("k").to_pylist(), list(range(150))]
     assert proc.poll() is None
@@ -302,6 +318,40 @@ def test_a_local_read_with_other_rows_than_the_catalog_says_is_streamed_instead(
         assert read_local(ref, frozenset({HONEST}), pool, CatalogColumns(table.schema)) is not None
         claimed = CatalogColumns(table.schema.set(0, pa.field("k", pa.int32())))
         assert read_local(ref, frozenset({HONEST}), pool, claimed) is None
+
+
+def test_a_node_that_sends_rows_without_end_is_left_before_the_reader_runs_out_of_memory(rogue):
+    """A stream that never ends (the partition's rows, again and again) was read to its end: the reader's memory grew
+    until the stream's deadline, an hour, or until the machine killed it. A reader stops at the first batch past the
+    rows the catalog says the partition holds (for a filter or a top: at most holds), and passes the node over."""
+    cluster, proc, mode, table = rogue
+    got = _told_to_lie(mode, cluster, "endless", f"HONEST_URI = {cluster.nodes[0].uri!r}\n" + '''
+import resource
+import pyarrow.compute as pc
+ds = client.open("alone")
+ask("to_arrow", ds.to_arrow)
+ask("filtered", lambda: ds.filter(pc.field("k") >= 0).to_arrow())
+ask("top", lambda: ds.top(150, "k"))
+ask("sql scan", lambda: client.sql("SELECT k, s FROM alone").to_arrow())
+ask("repartition", lambda: client.repartition("alone", (1, 1), nodes=[HONEST_URI]))  # an honest node pulls
+small = client.open("small").__partitioned__  # four partitions that share one stream
+ask("shared stream", lambda: small["get"]([small["partitions"][(i, 0)]["data"] for i in range(4)]))
+twice = client.open("twice").to_arrow().sort_by("k")
+print(json.dumps(["twice", twice.column("k").to_pylist()]))
+print(json.dumps(["max rss", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024]))
+''')
+    for what in ("to_arrow", "filtered", "top", "sql scan"):
+        code, message = got[what]
+        assert code == "INTERNAL" and "more than the 200 rows" in message and ROGUE_IP in message, (what, got[what])
+    code, message = got["shared stream"]
+    assert code == "INTERNAL" and "more than the 400 rows" in message and ROGUE_IP in message, got["shared stream"]
+    code, message = got["repartition"]  # the honest node left the stream too, and published nothing
+    assert code == "INTERNAL" and "more than the 200 rows" in message and ROGUE_IP in message, got["repartition"]
+    assert got["twice"] == [table.column("k").to_pylist()]  # the honest replica's rows
+    assert got["max rss"][0] < 1 << 30, f"the reader grew to {got['max rss'][0] >> 20} MiB"
+    assert cluster.nodes[0].proc.poll() is None and proc.poll() is None
+    with fp.connect(cluster.uri) as client:
+        assert client.open("alone").version == 1
 
 
 @pytest.mark.parametrize("lie", ["run rows shifted", "run rows past the batch"])

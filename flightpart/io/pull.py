@@ -12,7 +12,7 @@ import random
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pyarrow as pa
@@ -66,6 +66,26 @@ class Stalled(Exception):
 class Unsound(Exception):
     """A stream whose arrays cannot be read safely (see :mod:`flightpart.query.soundness`), or that carried other
     rows or columns than the catalog says: its replica lies (or is faulty)."""
+
+
+@dataclass(frozen=True)
+class RowBound:
+    """The most rows a stream may carry: what the catalog says the replicas hold for its ticket (``exact``), or the
+    most a filter or a top could keep of them. A stream is left at its first batch past it, so a node that sends
+    rows without end costs a reader one batch more than the partition, not its memory."""
+
+    rows: int
+    exact: bool = True
+
+    @classmethod
+    def of(cls, expected_rows: int | None, most_rows: int | None) -> RowBound | None:
+        if expected_rows is not None:
+            return cls(expected_rows)
+        return None if most_rows is None else cls(most_rows, exact=False)
+
+    def passed(self) -> Unsound:
+        said = "the catalog says" if self.exact else "the catalog says the partition holds"
+        return Unsound(f"more than the {self.rows:,} rows {said}; the stream was left there")
 
 
 def read_replicas(pool: ConnectionPool, ticket: Ticket, replicas: Sequence[Replica], what: str,
@@ -157,12 +177,14 @@ def read_replicas(pool: ConnectionPool, ticket: Ticket, replicas: Sequence[Repli
 
 def read_several(pool: ConnectionPool, ticket: Ticket, replicas: Sequence[Replica], what: str,
                  idle_timeout: float = IDLE_TIMEOUT, *, compression: str = "auto",
-                 here: frozenset[str] = frozenset(), expected_columns: CatalogColumns | None = None) -> list[pa.Table]:
+                 here: frozenset[str] = frozenset(), expected_columns: CatalogColumns | None = None,
+                 most_rows: int | None = None) -> list[pa.Table]:
     """The partitions a ticket with ``more`` names, read in one stream from the first replica that answers (as
-    :func:`read_replicas`) and cut back into one table each (zero-copy slices), in the ticket's order."""
+    :func:`read_replicas`) and cut back into one table each (zero-copy slices), in the ticket's order.
+    ``most_rows``: the rows the catalog says they hold together, when it knows them all."""
     marks: list[tuple[int, bytes]] = []
     table = read_replicas(pool, ticket, replicas, what, idle_timeout, compression=compression, here=here, marks=marks,
-                          expected_columns=expected_columns)
+                          expected_columns=expected_columns, most_rows=most_rows)
     expected = [ticket.part, *(ticket.more or ())]
     sent, starts = where_parts_start(marks)
     if sent != expected or any(b < a for a, b in zip(starts, starts[1:])) or (starts and starts[-1] > table.num_rows):
@@ -212,18 +234,17 @@ def _measured(pool: ConnectionPool, uri: str, ticket: Ticket, idle_timeout: floa
     received = 0
     try:
         encoded = flight.Ticket(ticket.encode())
-        table = quick_stream(pool, uri, encoded, idle_timeout, deadline) if quick else None
+        bound = RowBound.of(expected_rows, most_rows)
+        table = quick_stream(pool, uri, encoded, idle_timeout, deadline, bound) if quick else None
         if table is None:
-            table = stream(pool, uri, encoded, idle_timeout, deadline, patient=patient, marks=marks)
+            table = stream(pool, uri, encoded, idle_timeout, deadline, patient=patient, marks=marks, bound=bound)
         received = received_bytes(table)
         TRAFFIC.add(bytes_received=received)
         why = unsound(table)
         if why is not None:
             raise Unsound(f"arrays that cannot be read safely: {why}")
-        if expected_rows is not None and table.num_rows != expected_rows:
+        if expected_rows is not None and table.num_rows != expected_rows:  # more were refused as they came
             raise Unsound(f"{table.num_rows:,} rows where the catalog says {expected_rows:,}")
-        if most_rows is not None and table.num_rows > most_rows:
-            raise Unsound(f"{table.num_rows:,} rows where the catalog says the partition holds {most_rows:,}")
         why = expected_columns.mislabelled(table.schema, ticket) if expected_columns is not None else None
         if why is not None:
             raise Unsound(why)
@@ -251,7 +272,7 @@ def is_quick(expected_bytes: int, uri: str, idle_timeout: float) -> bool:
 
 
 def quick_stream(pool: ConnectionPool, uri: str, ticket: flight.Ticket, idle_timeout: float,
-                 deadline: float | None = None) -> pa.Table | None:
+                 deadline: float | None = None, bound: RowBound | None = None) -> pa.Table | None:
     """A stream that should be quick (:func:`is_quick`), read whole in this thread with the idle timeout as its
     call's deadline; None when it was not done by then, and the caller reads it again watched (:func:`stream`).
 
@@ -260,18 +281,41 @@ def quick_stream(pool: ConnectionPool, uri: str, ticket: flight.Ticket, idle_tim
     that should have been quick but was not is read again from the same
     replica, watched, so a replica that is slow but sending is not mistaken
     for a frozen one (a frozen one is then left after a second idle timeout).
+    With a ``bound``, the stream is read batch by batch and left past it
+    (:func:`read_bounded`: about 0.03 ms more than one read in C++).
     """
     limit = idle_timeout if deadline is None else min(idle_timeout, deadline - time.monotonic())
     if limit <= 0:
         return None
     try:
-        return read_whole(pool.client(uri).do_get(ticket, options=pool.options(limit)))
+        reader = pool.client(uri).do_get(ticket, options=pool.options(limit))
+        return read_whole(reader) if bound is None else read_bounded(reader, bound)
     except flight.FlightTimedOutError:
         return None
 
 
+def read_bounded(reader: flight.FlightStreamReader, bound: RowBound | None,
+                 marks: list[tuple[int, bytes]] | None = None, moved: Any = None) -> pa.Table:
+    """A Flight stream read batch by batch to its end, or cancelled at its first batch past ``bound`` (raising
+    :class:`Unsound`); ``marks`` collects each batch's metadata with the row it starts at, and ``moved()`` is called
+    after each message (for a watchdog)."""
+    batches, rows = [], 0
+    for chunk in chunks(reader):
+        if marks is not None and chunk.app_metadata is not None:
+            marks.append((rows, chunk.app_metadata.to_pybytes()))
+        if chunk.data is not None:
+            batches.append(chunk.data)
+            rows += chunk.data.num_rows
+            if bound is not None and rows > bound.rows:
+                reader.cancel()
+                raise bound.passed()
+        if moved is not None:
+            moved()
+    return pa.Table.from_batches(batches, reader.schema)
+
+
 def stream(pool: ConnectionPool, uri: str, ticket: flight.Ticket, idle_timeout: float, deadline: float | None = None, *,
-           patient: bool = False, marks: list[tuple[int, bytes]] | None = None) -> pa.Table:
+           patient: bool = False, marks: list[tuple[int, bytes]] | None = None, bound: RowBound | None = None) -> pa.Table:
     """One ``do_get``, read in a (reused) worker thread and cancelled when it sends nothing for ``idle_timeout`` seconds.
 
     A frozen server blocks a gRPC read without end; the worker holds the
@@ -284,9 +328,12 @@ def stream(pool: ConnectionPool, uri: str, ticket: flight.Ticket, idle_timeout: 
     ``deadline``, nor past :data:`STALL_PATIENCE` without the stream moving.
     ``marks`` (when given) collects each batch's metadata with the row it starts at.
 
-    Without ``marks`` the stream is read whole in C++ (``read_all``, one take
-    of the GIL) and the watchdog sees it move by its reading thread's wakes
-    (:mod:`.wakes`); with them, or where wakes cannot be seen, chunk by chunk.
+    Without ``marks`` or a ``bound`` the stream is read whole in C++
+    (``read_all``, one take of the GIL) and the watchdog sees it move by its
+    reading thread's wakes (:mod:`.wakes`); with them, or where wakes cannot
+    be seen, batch by batch (:func:`read_bounded`), which leaves a stream at
+    its first batch past ``bound``. A gigabyte read so measured as fast as
+    whole (about a thousand 1 MiB batches).
     """
     call_timeout = STREAM_DEADLINE if deadline is None else max(0.001, min(STREAM_DEADLINE, deadline - time.monotonic()))
     # "last": when the stream last moved or its node last showed it is alive; "moved": when the stream last moved
@@ -294,7 +341,7 @@ def stream(pool: ConnectionPool, uri: str, ticket: flight.Ticket, idle_timeout: 
                                 "thread": None}
     outcome: dict[str, Any] = {}
     done = threading.Event()
-    whole = marks is None and WAKES_VISIBLE
+    whole = marks is None and bound is None and WAKES_VISIBLE
 
     def run() -> None:
         try:
@@ -308,15 +355,10 @@ def stream(pool: ConnectionPool, uri: str, ticket: flight.Ticket, idle_timeout: 
                 progress["thread"] = threading.get_native_id()
                 outcome["table"] = read_whole(reader)
                 return
-            batches, rows = [], 0
-            for chunk in chunks(reader):
-                if marks is not None and chunk.app_metadata is not None:
-                    marks.append((rows, chunk.app_metadata.to_pybytes()))
-                if chunk.data is not None:
-                    batches.append(chunk.data)
-                    rows += chunk.data.num_rows
+            def moved() -> None:
                 progress["last"] = progress["moved"] = time.monotonic()
-            outcome["table"] = pa.Table.from_batches(batches, reader.schema)
+
+            outcome["table"] = read_bounded(reader, bound, marks, moved)
         except BaseException as exc:
             outcome["error"] = exc
         finally:

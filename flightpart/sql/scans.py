@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from flightpart.errors import FlightpartError
+from flightpart.wire import EndpointRows
 
 from .parsed import parsed
 from .partials import unplannable
@@ -67,7 +68,13 @@ def endpoints(ds: Any, columns: list[str] | None, where: str | None) -> tuple[pa
         return None
     blocks = view.plan.blocks(_uncounted, counted=False)
     refs = [view.plan.ref(b, 0, view.plan.columns_of(0)) for b in blocks]
-    return view.schema, [flight.FlightEndpoint(ref.ticket(), [uri for uri, _ip, _pid in ref.replicas]) for ref in refs]
+    return view.schema, [flight.FlightEndpoint(ref.ticket(), [uri for uri, _ip, _pid in ref.replicas],
+                                               app_metadata=_rows_of(ref)) for ref in refs]
+
+
+def _rows_of(ref: Any) -> bytes:
+    """The endpoint's :class:`~flightpart.wire.EndpointRows` (empty when the catalog does not know them)."""
+    return b"" if ref.most_rows is None else EndpointRows(ref.most_rows).encode()
 
 
 def _uncounted(blocks: list) -> dict[int, int]:  # pragma: no cover - blocks(counted=False) never counts

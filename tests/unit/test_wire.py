@@ -26,6 +26,7 @@ MESSAGES = [
     wire.PutTrailer(12),
     wire.PartHeader((3, 1)),
     wire.PartRun(((3, 1), (4, 1)), (10, 0)),
+    wire.EndpointRows(200),
     wire.TopRows((wire.SortKey("fare", True), wire.SortKey("id", nulls_first=True)), 7),
     wire.CheckParts("sales", 3, ((1, 0), (2, 0))),
     wire.CheckedParts(((2, 0),)),
