@@ -63,7 +63,7 @@ class PartitionRef:
     row_numbers: bool = False  # each row comes with its position in the partition (wire.ROW_NUMBER)
     shareable_bytes: int = 0  # a whole partition of no dictionary column: its stored size (it may share a read stream)
     top: TopRows | None = None  # only the partition's first rows by sort keys (flightpart.query.top)
-    expected_rows: int | None = None  # the rows the catalog says its partition holds in its range (None: an aggregate)
+    expected_rows: int | None = None  # the rows the catalog says its partition holds in its range (None: unknown)
 
     def __reduce__(self):  # a plain tuple: compact, and nothing but data when unpickled
         return (PartitionRef, (self.dataset, self.version, self.position, self.replicas, self.columns, self.rows,
@@ -87,8 +87,11 @@ class PartitionRef:
     @property
     def most_rows(self) -> int | None:
         """The most rows a node may send for this handle, when the catalog knows them: a filter or a top keeps some
-        of the partition's rows in its range, never more; an aggregate's rows are groups (not bounded here)."""
-        return None if self.aggregate is not None else self.expected_rows
+        of the partition's rows in its range, never more; an aggregate's rows are groups, one per distinct key at
+        most, and one over no rows without keys."""
+        if self.aggregate is not None and self.expected_rows is not None:
+            return max(self.expected_rows, 1)
+        return self.expected_rows
 
     def spec(self) -> Ticket:
         """What a node is asked for: this handle as a ticket (made once per handle, so its bytes are written once)."""

@@ -229,7 +229,7 @@ class Plan:
         return PartitionRef(self.version.dataset, self.version.version, info.position, info.replicas, columns, b.rows, f,
                             b.matched if f is not None else None, aggregate,
                             shareable_bytes=max(info.nbytes, 1) if whole else 0, top=top,
-                            expected_rows=self.rows_of(b) if aggregate is None else None)
+                            expected_rows=self.rows_of(b))
 
     def has_dictionaries(self) -> bool:
         """Whether the version has a dictionary column (its partitions are read one per stream)."""

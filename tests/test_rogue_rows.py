@@ -112,9 +112,9 @@ def lying_run(store, spec, lie):
 
 
 def endless(store, spec):
-    """The partition's rows (as asked: columns, rows, filter, top), then the same again, without end."""
+    """The partition's rows (as asked: columns, rows, filter, top, aggregate), then the same again, without end."""
     rows = apply_ticket(store.open(spec.dataset, spec.version, spec.part), spec.columns, spec.rows, spec.filter,
-                        spec.matched, None, bool(spec.row_numbers), spec.top).combine_chunks()
+                        spec.matched, spec.aggregate, bool(spec.row_numbers), spec.top).combine_chunks()
     batch = rows.to_batches()[0] if rows.num_rows else None
 
     def forever():
@@ -131,7 +131,7 @@ class Rogue(NodeServer):
         spec = Ticket.decode(ticket.ticket)
         if (lie in RUN_LIES or lie in COLUMN_LIES) and spec.more is not None:
             return lying_run(self.store, spec, lie)
-        if lie == "endless" and spec.aggregate is None:  # a shared stream's too: its first partition's rows
+        if lie == "endless":  # a shared stream's too (its first partition's rows), and an aggregate's partial
             return endless(self.store, spec)
         if lie not in LIES or spec.more is not None or spec.aggregate is not None or (spec.top and lie != "doubled"):
             return super().do_get(context, ticket)
@@ -323,7 +323,8 @@ def test_a_local_read_with_other_rows_than_the_catalog_says_is_streamed_instead(
 def test_a_node_that_sends_rows_without_end_is_left_before_the_reader_runs_out_of_memory(rogue):
     """A stream that never ends (the partition's rows, again and again) was read to its end: the reader's memory grew
     until the stream's deadline, an hour, or until the machine killed it. A reader stops at the first batch past the
-    rows the catalog says the partition holds (for a filter or a top: at most holds), and passes the node over."""
+    rows the catalog says the partition holds (for a filter, a top or an aggregate's groups: at most holds), and
+    passes the node over; the SQL gateway inside the catalog, reading partials, too."""
     cluster, proc, mode, table = rogue
     got = _told_to_lie(mode, cluster, "endless", f"HONEST_URI = {cluster.nodes[0].uri!r}\n" + '''
 import resource
@@ -333,6 +334,9 @@ ask("to_arrow", ds.to_arrow)
 ask("filtered", lambda: ds.filter(pc.field("k") >= 0).to_arrow())
 ask("top", lambda: ds.top(150, "k"))
 ask("sql scan", lambda: client.sql("SELECT k, s FROM alone").to_arrow())
+ask("aggregate", lambda: ds.aggregate([("k", "sum")], by="d"))  # a partial: one row per group, five groups
+ask("count", lambda: ds.count_rows(pc.field("k") < 150))  # a partial of one row (statistics cannot answer)
+ask("sql aggregate", lambda: client.sql("SELECT sum(k) AS s FROM alone").to_arrow())  # the catalog reads it
 ask("repartition", lambda: client.repartition("alone", (1, 1), nodes=[HONEST_URI]))  # an honest node pulls
 small = client.open("small").__partitioned__  # four partitions that share one stream
 ask("shared stream", lambda: small["get"]([small["partitions"][(i, 0)]["data"] for i in range(4)]))
@@ -343,6 +347,11 @@ print(json.dumps(["max rss", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss 
     for what in ("to_arrow", "filtered", "top", "sql scan"):
         code, message = got[what]
         assert code == "INTERNAL" and "more than the 200 rows" in message and ROGUE_IP in message, (what, got[what])
+    for what in ("aggregate", "count"):  # a partial has one row per group at most, one over no rows
+        code, message = got[what]
+        assert code == "INTERNAL" and "more than the 200 rows" in message and ROGUE_IP in message, (what, got[what])
+    assert got["sql aggregate"][0] != "answered" and ROGUE_IP in got["sql aggregate"][-1], got["sql aggregate"]
+    assert cluster.catalog.proc.poll() is None
     code, message = got["shared stream"]
     assert code == "INTERNAL" and "more than the 400 rows" in message and ROGUE_IP in message, got["shared stream"]
     code, message = got["repartition"]  # the honest node left the stream too, and published nothing
