@@ -88,9 +88,9 @@ class PartitionRef:
     def most_rows(self) -> int | None:
         """The most rows a node may send for this handle, when the catalog knows them: a filter or a top keeps some
         of the partition's rows in its range, never more; an aggregate's rows are groups, one per distinct key at
-        most, and one over no rows without keys."""
+        most, and one without keys."""
         if self.aggregate is not None and self.expected_rows is not None:
-            return max(self.expected_rows, 1)
+            return max(self.expected_rows, 1) if self.aggregate.by else 1
         return self.expected_rows
 
     def spec(self) -> Ticket:

@@ -682,6 +682,9 @@ class CatalogServer(ServiceBase):
         """Tell the nodes to delete a version's files, in parallel; a node that misses it is told when it registers again."""
         through = self.state.dropped_through(name) if version is None and not pending_only else None
         order = DropFiles(name, version, self.state.cluster(), pending_only, through, self.epoch())
+        for node in nodes:
+            if not node.alive:  # seen dead (or not heard from yet, just after a start): told when it registers again
+                self.state.must_register(node.node_id)
         return self._fan_out([n for n in nodes if n.alive],
                              lambda node: self.pool.action(node.uri, order, timeout=self.fan_out_timeout),
                              f"drop {name} v{version}")

@@ -166,7 +166,8 @@ def test_catalog_restart_keeps_datasets_versions_and_nodes(small_cluster):
 def test_writes_right_after_a_catalog_restart_find_their_live_nodes(tmp_path):
     """A restarted catalog's recorded heartbeats are older than ``dead_after``: until each node beats again it had
     called live nodes dead, so an append at once was told its partitions' holders were gone (``run repair``) and a
-    put placed on fewer nodes. Now the node list waits until every node was heard from or stayed silent too long."""
+    put placed on fewer nodes. Now the node list waits until every node was heard from or stayed silent too long;
+    a drop then skips the nodes not heard from yet but has them register again, so they learn it."""
     with LocalCluster(tmp_path, nodes=2, first_ip=244, heartbeat=2.0, dead_after=4.0, catalog_port=free_port()) as c:
         with fp.connect(c.uri) as client:
             client.put("grown", table_of(200, seed=4), tiling=(2, 1))
@@ -183,6 +184,14 @@ def test_writes_right_after_a_catalog_restart_find_their_live_nodes(tmp_path):
                     holders = {r[0] for p in placed.__partitioned__["partitions"].values() for r in p["data"].replicas}
                     assert holders == {n.uri for n in c.nodes}, "a put right after the restart left a live node out"
                     assert all(n["alive"] for n in client.nodes())
+        # a drop right after a restart, before the nodes beat again: they are told when they register again (they
+        # had been skipped as dead and, known to the catalog, never asked to register: the files stayed)
+        c.catalog.kill()
+        c.catalog = c.start_catalog()
+        with fp.connect(c.uri) as client:
+            client.drop("grown")
+        wait_until(lambda: not list(c.root.glob("node-*/datasets/grown/v*/*.arrow")), 30,
+                   "the nodes to delete the dropped dataset's files")
 
 
 def test_a_reader_keeps_its_version_and_drop_frees_every_file(small_cluster):

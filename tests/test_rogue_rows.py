@@ -114,11 +114,14 @@ def lying_run(store, spec, lie):
 SENT = 0
 
 
-def endless(store, spec):
-    """The partition's rows (as asked: columns, rows, filter, top, aggregate), then the same again, without end."""
+def endless(store, spec, empty=False):
+    """The partition's rows (as asked: columns, rows, filter, top, aggregate), then the same again, without end; or
+    (``empty``) batches of no rows without end."""
     rows = apply_ticket(store.open(spec.dataset, spec.version, spec.part), spec.columns, spec.rows, spec.filter,
                         spec.matched, spec.aggregate, bool(spec.row_numbers), spec.top).combine_chunks()
     batch = rows.to_batches()[0] if rows.num_rows else None
+    if empty and batch is not None:
+        batch = batch.slice(0, 0)
 
     def forever():
         global SENT
@@ -141,6 +144,8 @@ class Rogue(NodeServer):
             return lying_run(self.store, spec, lie)
         if lie == "endless":  # a shared stream's too (its first partition's rows), and an aggregate's partial
             return endless(self.store, spec)
+        if lie == "endless empty":
+            return endless(self.store, spec, empty=True)
         if lie not in LIES or spec.more is not None or spec.aggregate is not None or (spec.top and lie != "doubled"):
             return super().do_get(context, ticket)
         rows = apply_ticket(self.store.open(spec.dataset, spec.version, spec.part), spec.columns, spec.rows,
@@ -361,9 +366,9 @@ print(json.dumps(["twice", twice.column("k").to_pylist()]))
     for what in ("to_arrow", "filtered", "top", "sql scan"):
         code, message = got[what]
         assert code == "INTERNAL" and "more than the 200 rows" in message and ROGUE_IP in message, (what, got[what])
-    for what in ("aggregate", "count"):  # a partial has one row per group at most, one over no rows
-        code, message = got[what]
-        assert code == "INTERNAL" and "more than the 200 rows" in message and ROGUE_IP in message, (what, got[what])
+    for what, said in (("aggregate", "more than the 200 rows"), ("count", "more than one row")):
+        code, message = got[what]  # a partial has one row per group at most (the partition's rows), one without keys
+        assert code == "INTERNAL" and said in message and ROGUE_IP in message, (what, got[what])
     assert got["sql aggregate"][0] != "answered" and ROGUE_IP in got["sql aggregate"][-1], got["sql aggregate"]
     assert cluster.catalog.proc.poll() is None
     code, message = got["shared stream"]
@@ -378,6 +383,21 @@ print(json.dumps(["twice", twice.column("k").to_pylist()]))
     assert cluster.nodes[0].proc.poll() is None and proc.poll() is None
     with fp.connect(cluster.uri) as client:
         assert client.open("alone").version == 1
+
+
+def test_a_node_that_sends_empty_batches_without_end_is_left(rogue):
+    """Batches of no rows never reach the row bound: a node sending them without end is left after
+    ``EMPTY_MESSAGES`` of them, none of which the reader kept."""
+    cluster, proc, mode, table = rogue
+    got = _told_to_lie(mode, cluster, "endless empty", '''
+ask("to_arrow", client.open("alone").to_arrow)
+twice = client.open("twice").to_arrow().sort_by("k")
+print(json.dumps(["twice", twice.column("k").to_pylist()]))
+''')
+    code, message = got["to_arrow"]
+    assert code == "INTERNAL" and "messages without rows" in message and ROGUE_IP in message, got["to_arrow"]
+    assert got["twice"] == [table.column("k").to_pylist()]
+    assert proc.poll() is None
 
 
 @pytest.mark.parametrize("lie", ["run rows shifted", "run rows past the batch"])
