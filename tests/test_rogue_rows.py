@@ -385,6 +385,7 @@ print(json.dumps(["twice", twice.column("k").to_pylist()]))
         assert client.open("alone").version == 1
 
 
+@pytest.mark.slow  # 100,000 messages from a rogue: in the slow tier, which CI runs
 def test_a_node_that_sends_empty_batches_without_end_is_left(rogue):
     """Batches of no rows never reach the row bound: a node sending them without end is left after
     ``EMPTY_MESSAGES`` of them, none of which the reader kept."""

@@ -142,6 +142,7 @@ def test_a_catalog_back_after_a_long_outage_does_not_retire_nodes_that_could_not
 # --------------------------------------------------------------------------- several partitions per put stream
 
 
+@pytest.mark.slow  # a load test (thousands of partitions): in the slow tier, which CI runs
 def test_small_partitions_travel_several_to_a_stream():
     table = pa.table({"a": np.arange(30_000), "s": pa.array([f"v{k % 11}" for k in range(30_000)])})
     with fp.connect() as client:
@@ -213,6 +214,7 @@ def test_a_lying_stream_of_several_partitions_stores_only_complete_ones(tmp_path
 # --------------------------------------------------------------------------- registration in pages
 
 
+@pytest.mark.slow  # a fault test over several registrations: in the slow tier, which CI runs
 def test_a_node_registers_in_pages_and_gets_missed_seals_over_several_registrations(tmp_path, monkeypatch):
     monkeypatch.setattr(NodeServer, "REGISTER_PAGE_BYTES", 4_000)  # a few dozen partitions per page
     monkeypatch.setattr(CatalogServer, "REPLY_BYTES", 1)  # one manifest per answer

@@ -76,6 +76,7 @@ def test_a_stream_that_stops_sending_is_left_after_the_idle_timeout(server, mode
         time.sleep(0.05)
 
 
+@pytest.mark.slow  # waits a stall patience out: in the slow tier, which CI runs
 def test_the_last_replica_that_answers_but_never_moves_is_left_after_the_stall_patience(server, mode, monkeypatch):
     """The last replica is waited for while its server answers (a busy node is slow, a frozen one silent), but a
     stream that never moves again is left after STALL_PATIENCE: a wedged node, or one that lies about being busy,
