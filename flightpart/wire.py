@@ -1125,6 +1125,11 @@ class ClusterScrubReport(Message):
     missing: int = _field(p_uint, 0)
 
 
+SCRUB_DEADLINE = 24 * 3600.0
+"""Deadline of a scrub call, to a node or a catalog: a node that beats is waited for however many files it reads (the
+catalog leaves one that stops beating); this only ends a call left behind (a node frozen mid-scrub, never thawed)."""
+
+
 @dataclass(frozen=True)
 class ScrubCluster(Message):
     """To a catalog: have every live node scrub its files now, in parallel (no argument)."""

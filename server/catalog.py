@@ -43,6 +43,7 @@ from flightpart.io.errors import translate
 from flightpart.io.transfer import put_deadline
 from flightpart.tokens import CATALOG_NODE, capability, manifest_signature, manifest_signed, role_token
 from flightpart.wire import (
+    SCRUB_DEADLINE,
     Abort,
     Aborted,
     Begin,
@@ -104,6 +105,7 @@ from .info_cache import FlightInfoCache
 from .lease import LEASE_SECONDS, Lease
 from .status_page import cluster_status
 from .telemetry import describe
+from .while_alive import call_while_alive
 
 log = logging.getLogger("flightpart.catalog")
 
@@ -847,22 +849,29 @@ class CatalogServer(ServiceBase):
         return Removed(removed)
 
     def _scrub(self, _: ScrubCluster) -> ClusterScrubReport:
-        """Every live node checks its files now (in parallel); their findings, summed, and the nodes that did not answer."""
-        live = [n for n in self.state.nodes() if n.alive]
+        """Every live node checks its files now (in parallel); their findings, summed, and the nodes not scrubbed.
 
-        def one(node: NodeRecord) -> NodeScrubReport | None:
-            try:
-                report = self.pool.action(node.uri, Scrub(), timeout=3600)
-            except Exception as exc:
-                log.info("scrub: node %s did not answer (%s)", node.uri, exc)
-                self.pool.discard(node.uri)
-                return None
+        Once the catalog can tell the live nodes from the dead (:meth:`_wait_until_nodes_are_known`: right after a
+        start it had skipped live nodes and reported a clean scrub of none). A node's scrub is waited for while the
+        node beats (:func:`~.while_alive.call_while_alive`), however long its files take; one that stops beating
+        (frozen) is left. The nodes not scrubbed (dead, failed or left) are listed as unreachable."""
+        self._wait_until_nodes_are_known()
+        nodes = self.state.nodes()
+        live = [n for n in nodes if n.alive]
+
+        def one(node: NodeRecord) -> NodeScrubReport:
+            report = self.pool.action(node.uri, Scrub(), timeout=SCRUB_DEADLINE)
             return NodeScrubReport(**vars(report), uri=node.uri, node_id=node.node_id)
 
-        with ThreadPoolExecutor(max_workers=max(1, min(32, len(live))), thread_name_prefix="flightpart-scrub") as ex:
-            answers = list(ex.map(one, live))
-        found = [a for a in answers if a is not None]
-        return ClusterScrubReport(tuple(found), tuple(n.uri for n, a in zip(live, answers) if a is None),
+        answers = call_while_alive(live, one, lambda n: n.node_id, lambda: {n.node_id for n in self.state.nodes() if n.alive},
+                                   self._stopping, "scrub")
+        for node, answer in zip(live, answers):
+            if answer.why is not None:
+                log.warning("scrub: node %s not scrubbed: %s", node.uri, answer.why)
+                self.pool.discard(node.uri)
+        found = [a.value for a in answers if a.why is None and a.value is not None]
+        unreachable = [n.uri for n in nodes if not n.alive] + [n.uri for n, a in zip(live, answers) if a.why is not None]
+        return ClusterScrubReport(tuple(found), tuple(unreachable),
                                   sum(len(a.damaged) for a in found), sum(len(a.missing) for a in found))
 
     # ------------------------------------------------------------------ SPMD publish

@@ -6,6 +6,7 @@ import contextlib
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator, Sequence
 
@@ -171,3 +172,21 @@ class MemoryCap:
             with contextlib.suppress(OSError):
                 self.path.rmdir()
             self.path = None
+
+
+def finished_within(call, bound: float) -> dict:
+    """``call()`` in a thread: what it returned (``value``) or raised (``error``), or ``{}`` if it had not finished after
+    ``bound`` seconds. A bound is many times what the call needs, and far below what it would take without the
+    mechanism under test (a 600 s call timeout, or forever): it tells the two apart on a loaded machine."""
+    outcome: dict = {}
+
+    def run() -> None:
+        try:
+            outcome["value"] = call()
+        except Exception as exc:  # the test looks at it
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(bound)
+    return outcome

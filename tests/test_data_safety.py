@@ -25,7 +25,7 @@ import flightpart as fp
 from flightpart.io.layout import MANIFEST
 from flightpart.local.cluster import LocalCluster
 
-from helpers import code_of, free_port, put_raw, wait_until
+from helpers import code_of, finished_within, free_port, put_raw, wait_until
 
 TESTS = Path(__file__).resolve().parent
 
@@ -356,24 +356,6 @@ def test_once_drop_returns_no_node_serves_the_version_and_maps_are_released(clus
 
 
 # --------------------------------------------------------------------------- deadlines and failover
-
-
-def finished_within(call, bound: float) -> dict:
-    """``call()`` in a thread: what it returned (``value``) or raised (``error``), or ``{}`` if it had not finished after
-    ``bound`` seconds. A bound is many times what the call needs, and far below what it would take without the
-    mechanism under test (a 600 s call timeout, or forever): it tells the two apart on a loaded machine."""
-    outcome: dict = {}
-
-    def run() -> None:
-        try:
-            outcome["value"] = call()
-        except Exception as exc:  # the test looks at it
-            outcome["error"] = exc
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    thread.join(bound)
-    return outcome
 
 
 @pytest.mark.slow  # a fault test bound by a deadline: in the slow tier, which CI runs

@@ -11,8 +11,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -24,9 +26,9 @@ import flightpart as fp
 from flightpart.client.fetch import FlightGet
 from flightpart.io import layout
 from flightpart.local.cluster import LocalCluster
-from flightpart.wire import Abort, Begin, ListNodes, PartHeader, PutTrailer, Ticket
+from flightpart.wire import SCRUB_DEADLINE, Abort, Begin, ListNodes, PartHeader, PutTrailer, ScrubCluster, Ticket
 
-from helpers import code_of, wait_until
+from helpers import code_of, finished_within, free_port, wait_until
 
 IPS = ("127.0.0.121", "127.0.0.122", "127.0.0.123")
 
@@ -253,6 +255,57 @@ def test_a_file_deleted_while_its_node_was_down_is_not_listed_after_the_restart(
                    "the restarted node to report the partition it lost")
         assert listed(client, "vanish-down", (1, 0)) == {kept_uri}
         assert client.open("vanish-down").to_arrow().equals(table)
+
+
+@pytest.mark.slow  # waits out a dead_after on purpose
+def test_a_scrub_right_after_a_catalog_restart_checks_every_node(tmp_path):
+    """A restarted catalog's recorded heartbeats are older than ``dead_after``, so until each node beats again it
+    took live nodes for dead: a scrub at once checked none of them and reported a clean cluster (exit 0). Now it
+    waits, as the node list does, and finds the damage on every node."""
+    ips = ("127.0.0.151", "127.0.0.152", "127.0.0.153")
+    with LocalCluster(tmp_path, nodes=3, first_ip=151, heartbeat=2.0, dead_after=4.0, catalog_port=free_port(),
+                      node_args=["--scrub-interval", "0"]) as c:
+        with fp.connect(c.uri, host="127.0.0.99") as client:
+            client.put("rot-restart", table_of(30_000, 7), tiling=(3, 1))
+        files = sorted(c.root.glob(f"node-*/{layout.version_relpath('rot-restart', 1)}/*{layout.SUFFIX}"))
+        assert sorted(f.relative_to(c.root).parts[0] for f in files) == [f"node-{ip}" for ip in ips]  # one on each
+        for f in files:
+            flip_bit(f, data_offset(f))
+        time.sleep(5.0)  # the registrations the database holds are now older than dead_after
+        c.catalog.kill()
+        c.catalog = c.start_catalog()
+        scrub = cli("scrub", "--catalog", c.uri, "--json")
+        assert scrub.returncode == 1, scrub.stderr
+        report = json.loads(scrub.stdout)
+        assert sorted(n["uri"] for n in report["nodes"]) == sorted(n.uri for n in c.nodes), report
+        assert report["damaged"] == 3 and not report["unreachable"], report
+
+
+@pytest.mark.slow  # waits out a dead_after on purpose
+def test_a_scrub_leaves_a_frozen_node_and_says_it_was_not_scrubbed(tmp_path):
+    """A node SIGSTOPped as a scrub starts never answers its part: the scrub waited an hour for it. Now a node's
+    scrub is waited for while the node beats; the frozen one is left once the catalog calls it dead, the others'
+    findings come back, the frozen node is listed as not scrubbed, and the command exits 1."""
+    with LocalCluster(tmp_path, nodes=3, first_ip=156, heartbeat=0.3, dead_after=3.0,
+                      node_args=["--scrub-interval", "0"]) as c:
+        with fp.connect(c.uri, host="127.0.0.99", timeout=30) as client:
+            client.put("rot-frozen", table_of(30_000, 8), tiling=(3, 1))
+            frozen = c.nodes[0]
+            os.kill(frozen.pid, signal.SIGSTOP)
+            try:
+                # asked at once, while the frozen node still counts as alive: its call is made and never answered
+                outcome = finished_within(lambda: client.call(ScrubCluster(), timeout=SCRUB_DEADLINE).to_json(), 60)
+                assert "value" in outcome, outcome or "the scrub still waited for the frozen node after 60 s"
+                report = outcome["value"]
+                assert report["unreachable"] == [frozen.uri], report
+                assert sorted(n["uri"] for n in report["nodes"]) == sorted(n.uri for n in c.nodes[1:]), report
+                assert report["damaged"] == 0 and report["missing"] == 0
+                assert "stopped beating during the call" in c.catalog.log()
+                again = cli("scrub", "--catalog", c.uri)  # the node is dead by now: not scrubbed, and the exit says so
+                assert again.returncode == 1, again.stderr
+                assert f"UNREACHABLE {frozen.uri}: not scrubbed" in again.stderr
+            finally:
+                os.kill(frozen.pid, signal.SIGCONT)
 
 
 @pytest.mark.slow  # a long fault test: behind the marker CI still runs

@@ -199,12 +199,13 @@ def scrub(catalog: str, as_json: bool) -> None:
 
     Damaged files are moved to each node's quarantine folder and no
     longer served; the catalog stops listing those replicas, so a
-    ``flightpart repair`` recreates them. Exits 1 when anything was found.
+    ``flightpart repair`` recreates them. Exits 1 when anything was found
+    or a node was not scrubbed (dead, or it stopped beating during the scrub).
     """
-    from flightpart.wire import ScrubCluster
+    from flightpart.wire import SCRUB_DEADLINE, ScrubCluster
 
     with client_for(catalog) as client:
-        result = client.call(ScrubCluster(), timeout=3600).to_json()
+        result = client.call(ScrubCluster(), timeout=SCRUB_DEADLINE).to_json()
     if as_json:
         click.echo(json.dumps(result))
     else:
@@ -217,7 +218,7 @@ def scrub(catalog: str, as_json: bool) -> None:
         checked = sum(n.get("checked", 0) for n in result["nodes"])
         click.echo(f"{checked} files checked on {len(result['nodes'])} nodes: {result['damaged']} damaged, "
                    f"{result['missing']} missing")
-    if result["damaged"] or result["missing"]:
+    if result["damaged"] or result["missing"] or result["unreachable"]:
         raise SystemExit(1)
 
 

@@ -1,0 +1,68 @@
+"""Calls to nodes that may rightly take long (a scrub reads every file a node holds), each waited for while its node
+beats and left once it stops.
+
+No deadline fits such a call: one short enough to leave a frozen node soon would cut a large node's honest scrub
+short, and one long enough for the largest (an hour) held the caller that long for a node that never answers. A
+node's heartbeats come from their own thread, so a node busy with the call still beats; a frozen or vanished one
+stops, and the catalog calls it dead after ``--dead-after``. Each call runs in a daemon thread of its own: a call
+left behind ends when its node answers, thaws or its deadline passes, and never holds the process at exit.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Collection, Sequence
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+N = TypeVar("N")
+
+POLL_SECONDS = 0.2
+"""How often the nodes still answering are looked up among the live."""
+
+
+class Answer(Generic[T]):
+    """One node's outcome: its call's value, or why there is none (the call failed, or the node stopped beating)."""
+
+    __slots__ = ("value", "why", "done")
+
+    def __init__(self) -> None:
+        self.value: T | None = None
+        self.why: str | None = None
+        self.done = threading.Event()
+
+
+def call_while_alive(nodes: Sequence[N], call: Callable[[N], T], node_id: Callable[[N], str],
+                     alive: Callable[[], Collection[str]], stopping: threading.Event,
+                     what: str = "call") -> list[Answer[T]]:
+    """``call(node)`` for every node at once, each waited for while ``alive()`` (the ids of the nodes beating now)
+    names its node. An answer without a value says why: the call's error, the node stopped beating (frozen or gone),
+    or the caller is stopping (``stopping`` set)."""
+    answers: list[Answer[T]] = [Answer() for _ in nodes]
+
+    def run(node: N, answer: Answer[T]) -> None:
+        try:
+            answer.value = call(node)
+        except Exception as exc:  # any failure is this node's answer; the others go on
+            answer.why = f"did not answer ({exc})"
+        finally:
+            answer.done.set()
+
+    for node, answer in zip(nodes, answers):
+        threading.Thread(target=run, args=(node, answer), name=f"flightpart-{what}", daemon=True).start()
+    waiting = list(zip(nodes, answers))
+    while waiting:
+        waiting[0][1].done.wait(POLL_SECONDS)
+        waiting = [(n, a) for n, a in waiting if not a.done.is_set()]
+        if not waiting:
+            break
+        if stopping.is_set():
+            for _node, answer in waiting:
+                answer.why = "not waited for: the catalog is stopping"
+            break
+        beating = set(alive())
+        for node, answer in waiting:
+            if node_id(node) not in beating:
+                answer.why = "stopped beating during the call (frozen or gone); left"
+        waiting = [(n, a) for n, a in waiting if a.why is None]
+    return answers
