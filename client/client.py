@@ -27,12 +27,13 @@ from flightpart.io.access import Access
 from flightpart.io.compression import check_mode
 from flightpart.io.connections import ConnectionPool
 from flightpart.io.errors import translated
-from flightpart.io.leader import CatalogAddresses, split_addresses
+from flightpart.io.leader import CatalogAddresses, split_addresses, unanswered
 from flightpart.io.transfer import send_partition, send_partitions, streams_of
 from flightpart.query.catalog_columns import CatalogColumns
 from flightpart.regrid import balanced, near_placement
 from flightpart.tiling import grid_cells
 from flightpart.wire import (
+    ALREADY_DROPPED,
     Abort,
     Begin,
     Commit,
@@ -160,8 +161,27 @@ class Client:
         return list(self.call(ListVersions(check_name(name))).versions)
 
     def drop(self, name: str, version: int | None = None) -> None:
-        """Drop one version (or every version) of a dataset; nodes free its files, and this process its maps of them."""
-        self.call(Drop(check_name(name), version))
+        """Drop one version (or every version) of a dataset; nodes free its files, and this process its maps of them.
+
+        A drop whose catalog died before answering is sent to the next catalog (see
+        :class:`~flightpart.io.leader.CatalogAddresses`); the first may have done it. Found dropped there, it is
+        done, not DATASET_NOT_FOUND: only a drop of what never existed (or was dropped before this call) says so."""
+        request = Drop(check_name(name), version)
+        lost: list[str] = []
+
+        def once(uri: str) -> Any:
+            try:
+                return self.pool.action(uri, request, timeout=self.timeout)
+            except BaseException as exc:
+                if unanswered(exc):
+                    lost.append(uri)
+                raise
+
+        try:
+            self.catalogs.call(once)
+        except DatasetNotFound as exc:
+            if not (lost and exc.field == ALREADY_DROPPED):
+                raise
         MAPS.prune(every=0)
 
     # ------------------------------------------------------------------ put

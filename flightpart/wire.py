@@ -1260,6 +1260,10 @@ class ListNodes(Message):
     REPLY = NodeList
 
 
+ALREADY_DROPPED = "drop.dropped"
+"""The ``field`` of the DATASET_NOT_FOUND that answers a drop of what is dropped already (not of a name never used)."""
+
+
 @dataclass(frozen=True)
 class Drop(Message):
     """Drop one version (or, with ``version`` null, every version) of a dataset and its files on every node."""

@@ -416,6 +416,8 @@ class CatalogServer(ServiceBase):
         if not b.more and b.node_id in self._owes_registration:
             self._owes_registration.discard(b.node_id)
             self.state.must_register(b.node_id)
+        elif not b.more:
+            self.state.registered(b.node_id)
         return RegisterReply(b.node_id, cluster, tuple(VersionRef(d, v) for d, v in orphans), tuple(seal), self.epoch())
 
     def _signed_by_us(self, node_id: str, sealed: tuple[Commit, ...]) -> list[Commit]:
@@ -687,9 +689,15 @@ class CatalogServer(ServiceBase):
         for node in nodes:
             if not node.alive:  # seen dead (or not heard from yet, just after a start): told when it registers again
                 self.state.must_register(node.node_id)
-        return self._fan_out([n for n in nodes if n.alive],
-                             lambda node: self.pool.action(node.uri, order, timeout=self.fan_out_timeout),
-                             f"drop {name} v{version}")
+        told: list[str] = []
+
+        def tell(node: NodeRecord) -> None:
+            self.pool.action(node.uri, order, timeout=self.fan_out_timeout)
+            told.append(node.node_id)
+
+        count = self._fan_out([n for n in nodes if n.alive], tell, f"drop {name} v{version}")
+        self.state.told(told)  # the others stay ``missed`` (in the database): they register again, however long it takes
+        return count
 
     def _fan_out(self, nodes: Any, call: Any, what: str) -> int:
         """Run ``call(node)`` for every node at once, each with its own deadline; returns how many succeeded."""

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from flightpart.errors import DatasetNotFound, NotLeader, StateUnavailable, VersionConflict, VersionExpired
-from flightpart.wire import EncodedJson
+from flightpart.wire import ALREADY_DROPPED, EncodedJson
 
 from .auth import CLOCK_MARGIN
 from .catalog_db import Database, SqliteDatabase
@@ -55,7 +55,12 @@ CREATE TABLE IF NOT EXISTS floors(dataset TEXT PRIMARY KEY, dropped_through INTE
 CREATE TABLE IF NOT EXISTS replicas(
     dataset TEXT NOT NULL, version INTEGER NOT NULL, i INTEGER NOT NULL, j INTEGER NOT NULL, node_id TEXT NOT NULL,
     PRIMARY KEY(dataset, version, i, j, node_id));
+CREATE TABLE IF NOT EXISTS missed(node_id TEXT PRIMARY KEY);
 """
+"""``missed``: nodes that must register again before their heartbeats are taken, because they may not have had an
+order (a drop's or abort's, from the moment it is written until the node acknowledged it; any a node did not answer).
+Kept in the database, not only in memory, so a catalog that dies before the order went out, or before a node that
+missed it registered, still has it register at the next start or takeover, which tells it what it missed."""
 
 
 @dataclass
@@ -359,10 +364,12 @@ class CatalogState:
                                [(t, n) for n, t in beats.items()])
 
     def _nodes_told_everything(self) -> set[str]:
-        """Recorded nodes that hold no version committed without its seal: their heartbeats are taken as they come;
-        the others must register again (their next heartbeat is refused) and are told the seal they missed."""
+        """Recorded nodes that hold no version committed without its seal and missed no order (``missed``): their
+        heartbeats are taken as they come; the others must register again (their next heartbeat is refused) and are
+        told the seal or the drop they missed."""
         return {r[0] for r in self._db.execute("SELECT node_id FROM nodes")} - {r[0] for r in self._db.execute(
-            "SELECT DISTINCT r.node_id FROM replicas r JOIN versions v USING(dataset, version) WHERE v.unsealed=1")}
+            "SELECT DISTINCT r.node_id FROM replicas r JOIN versions v USING(dataset, version) WHERE v.unsealed=1")} - {
+            r[0] for r in self._db.execute("SELECT node_id FROM missed")}
 
     def take_over(self) -> None:
         """This catalog leads now (another led before, writing the shared database): forget what was remembered,
@@ -391,9 +398,29 @@ class CatalogState:
         return max(0.0, since + self.dead_after - time.time())
 
     def must_register(self, node_id: str) -> None:
-        """The node's next heartbeat is refused, so it registers again and learns what it missed (drops, seals)."""
+        """The node's next heartbeat is refused, so it registers again and learns what it missed (drops, seals); kept
+        in the database too (``missed``), so a catalog that dies first still has it register."""
         with self._lock:
             self._known.discard(node_id)
+        try:
+            with self._tx(None) as db:
+                db.execute("INSERT INTO missed VALUES(?) ON CONFLICT(node_id) DO NOTHING", (node_id,))
+        except (NotLeader, StateUnavailable) as exc:  # the next leader tells it at registration, or this one, in memory
+            log.info("node %s must register again; not kept in the database (%s)", node_id, exc)
+
+    def told(self, node_ids: Collection[str]) -> None:
+        """These nodes acknowledged an order: not ``missed`` any more, unless one still owes a registration (it missed
+        another order, or a seal)."""
+        with self._lock:
+            done = [(n,) for n in node_ids if n in self._known]
+        if done:
+            with self._tx(None) as db:
+                db.executemany("DELETE FROM missed WHERE node_id=?", done)
+
+    def registered(self, node_id: str) -> None:
+        """The node's registration is complete: it was told every tombstone and seal, so it missed nothing."""
+        with self._tx(None) as db:
+            db.execute("DELETE FROM missed WHERE node_id=?", (node_id,))
 
     def retire_dead(self, after: float) -> list[str]:
         """Forget nodes not heard from for ``after`` seconds; their replicas count as lost (``repair`` copies them)."""
@@ -402,7 +429,7 @@ class CatalogState:
         dead = [n.node_id for n in self.nodes() if max(n.last_heartbeat, self._started) < cutoff]
         if dead:
             with self._tx() as db:
-                for table in ("nodes", "replicas"):
+                for table in ("nodes", "replicas", "missed"):
                     db.executemany(f"DELETE FROM {table} WHERE node_id=?", [(n,) for n in dead])
             with self._lock:
                 for n in dead:
@@ -564,6 +591,13 @@ class CatalogState:
             ).fetchone()
         if not exists:
             what = f"version {version} of dataset {dataset!r}" if version is not None else f"dataset {dataset!r}"
+            with self._lock:
+                dropped = self._db.execute(
+                    "SELECT 1 FROM versions WHERE state='dropped' AND dataset=?" + (" AND version=?" if version is not None else ""),
+                    (dataset,) + ((version,) if version is not None else ()),
+                ).fetchone()
+            if dropped:  # a writer whose drop's answer was lost to a catalog's death learns it was done (see Client.drop)
+                raise DatasetNotFound(f"{what} was dropped already", field=ALREADY_DROPPED)
             raise DatasetNotFound(f"{what} does not exist")
         return self._delete(dataset, version, only_pending=False)
 
@@ -587,8 +621,12 @@ class CatalogState:
                 _raise_floor(db, dataset, (row[0] - 1) if row else 0)
             for table in ("partitions", "replicas", "stats"):
                 db.execute(f"DELETE FROM {table} WHERE {where}", args)
-        nodes = self.nodes()
-        return nodes if "pending" in states else [n for n in nodes if n.node_id in holders]
+            if "pending" in states:  # any node may hold a pending version's files (placements are learned at commit)
+                holders = {r[0] for r in db.execute("SELECT node_id FROM nodes")}
+            # until each acknowledges the order (:meth:`told`): a catalog dying before it went out has them register
+            if holders:
+                db.executemany("INSERT INTO missed VALUES(?) ON CONFLICT(node_id) DO NOTHING", [(n,) for n in sorted(holders)])
+        return [n for n in self.nodes() if n.node_id in holders]
 
     def expired_pending(self, ttl: float) -> list[tuple[str, int]]:
         """Pending versions older than ``ttl`` seconds: puts that never finished. Not those first learned from a

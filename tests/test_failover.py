@@ -229,6 +229,35 @@ def _try_put(ha: HaCluster, name: str):
         return None
 
 
+@pytest.mark.slow
+def test_a_drop_whose_answer_died_with_the_leader_is_done_not_dataset_not_found(ha):
+    """The leader commits a drop and freezes while it tells the nodes (a holder is frozen, so the order waits): its
+    answer never comes. The client asks the next catalog, which took over and finds the dataset dropped. The drop
+    returns, as done; it had raised DATASET_NOT_FOUND for a drop that was made. A drop of what was never put, or a
+    second drop, still raises it."""
+    ha.client.put("gone", table(0), tiling=(3, 1))
+    leader = ha.catalogs[ha.leader()]
+    holder = ha.nodes[0]
+    os.kill(holder.pid, signal.SIGSTOP)
+    freeze = threading.Timer(0.7, lambda: os.kill(leader.pid, signal.SIGSTOP))  # the drop is written by then
+    try:
+        with fp.connect(ha.uri, timeout=4) as client:
+            freeze.start()
+            client.drop("gone")
+            assert freeze.finished.is_set()
+            with pytest.raises(fp.DatasetNotFound, match="dropped already"):
+                client.drop("gone")
+            with pytest.raises(fp.DatasetNotFound, match="does not exist"):
+                client.drop("never-put")
+            with pytest.raises(fp.DatasetNotFound):
+                client.open("gone")
+    finally:
+        freeze.cancel()
+        os.kill(leader.pid, signal.SIGCONT)
+        os.kill(holder.pid, signal.SIGCONT)
+    wait_until(lambda: not list(ha.tmp.glob("n*/datasets/gone/v*/*.arrow")), 30, "every node to delete the files")
+
+
 def test_a_catalog_given_no_reachable_database_says_so_at_start(tmp_path):
     port = free_port()
     with pytest.raises(RuntimeError) as failed:

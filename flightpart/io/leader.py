@@ -4,9 +4,13 @@ Clients, nodes and the CLI take a list of catalog addresses
 (``grpc://a:8815,grpc://b:8815``). Calls go to the catalog believed to lead;
 a standby answers NOT_LEADER naming the leader, and the call goes there; a
 catalog that does not answer at all (a connection refused or dropped, no
-error code) is left for the next address. Only those two are retried: they
-say the call did nothing. Any other answer, errors included, is the
-leader's, and is returned as it is.
+error code) is left for the next address. Only those two are retried. A
+refusal says the call did nothing; no answer may not (the catalog may have
+died after doing it, before answering), so the writes that can be cut so
+learn what happened: a commit asks whether its version was published, and a
+drop found dropped already at the next catalog is done (see
+:func:`unanswered`). Any other answer, errors included, is the leader's,
+and is returned as it is.
 """
 
 from __future__ import annotations
@@ -84,7 +88,7 @@ class CatalogAddresses:
                         self.follow(error.field)
                         continue  # the leader is named: go at once
                     self._next(uri)
-                elif len(self.uris) > 1 and isinstance(exc, _NO_ANSWER) and _uncoded(exc):
+                elif len(self.uris) > 1 and unanswered(exc):
                     self._next(uri)
                 else:
                     _raise(error, exc)
@@ -100,6 +104,7 @@ def _raise(error: BaseException, original: BaseException) -> None:
     raise error from original
 
 
-def _uncoded(exc: BaseException) -> bool:
-    """Whether an error carries no flightpart code (the catalog did not answer; a coded error is its answer)."""
-    return decode_error(getattr(exc, "extra_info", None)) is None
+def unanswered(exc: BaseException) -> bool:
+    """Whether a call's error says its catalog did not answer (unreachable, dropped, timed out: no flightpart code).
+    Such a call is tried at the next address; it may still have been done by the catalog that died answering it."""
+    return isinstance(exc, _NO_ANSWER) and decode_error(getattr(exc, "extra_info", None)) is None
