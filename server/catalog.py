@@ -315,8 +315,10 @@ class CatalogServer(ServiceBase):
     def stats(self) -> dict:
         """StatsReply for the ``stats`` action and the metrics endpoint."""
         nodes = self.state.nodes()
+        unheard = self.state.unheard()  # just after a start or takeover: a node not heard from yet is not known dead
         out = {"datasets": len(self.state.datasets()), "nodes_alive": sum(n.alive for n in nodes),
-               "nodes_dead": sum(not n.alive for n in nodes), "refused_calls": self.guard.refused,
+               "nodes_dead": sum(not n.alive and n.node_id not in unheard for n in nodes),
+               "nodes_unknown": sum(not n.alive and n.node_id in unheard for n in nodes), "refused_calls": self.guard.refused,
                "heartbeats_late": self.state.late_heartbeats}
         if self.lease is not None:
             out.update(leader=int(self.lease.leads()), epoch=self.lease.epoch or 0)

@@ -390,12 +390,17 @@ class CatalogState:
         """Seconds until this catalog's view of which nodes are alive can be trusted: 0 once every recorded node was
         heard from since it started or took over, else what is left of ``dead_after`` from then (a node silent that
         long is dead; before, it may only not have reached this catalog yet, its last beat flushed by another)."""
+        return 0.0 if not self.unheard() else max(0.0, self._started + self.dead_after - time.time())
+
+    def unheard(self) -> set[str]:
+        """The recorded nodes not heard from since this catalog started or took over, while that is under
+        ``dead_after`` ago: neither known alive nor known dead yet (see :meth:`unsettled_for`)."""
         with self._lock:
             since = self._started
             beats = dict(self._beats)
-        if all(beats.get(n.node_id, 0.0) >= since for n in self.nodes()):
-            return 0.0
-        return max(0.0, since + self.dead_after - time.time())
+        if time.time() >= since + self.dead_after:
+            return set()
+        return {n.node_id for n in self.nodes() if beats.get(n.node_id, 0.0) < since}
 
     def must_register(self, node_id: str) -> None:
         """The node's next heartbeat is refused, so it registers again and learns what it missed (drops, seals); kept

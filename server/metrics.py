@@ -85,6 +85,7 @@ class DaemonCollector:
             nodes = GaugeMetricFamily("flightpart_nodes", "Nodes the catalog knows, by state", labels=["role", "state"])
             nodes.add_metric([self.role, "alive"], values["nodes_alive"])
             nodes.add_metric([self.role, "dead"], values.get("nodes_dead", 0))
+            nodes.add_metric([self.role, "unknown"], values.get("nodes_unknown", 0))
             yield nodes
         refusals = CounterMetricFamily("flightpart_refusals", "Calls refused, by reason (the error code, lower case)",
                                        labels=["role", "reason"])

@@ -167,7 +167,8 @@ def test_writes_right_after_a_catalog_restart_find_their_live_nodes(tmp_path):
     """A restarted catalog's recorded heartbeats are older than ``dead_after``: until each node beats again it had
     called live nodes dead, so an append at once was told its partitions' holders were gone (``run repair``) and a
     put placed on fewer nodes. Now the node list waits until every node was heard from or stayed silent too long;
-    a drop then skips the nodes not heard from yet but has them register again, so they learn it."""
+    a drop then skips the nodes not heard from yet but has them register again, so they learn it. The stats, which
+    do not wait, count such a node as unknown, not dead."""
     with LocalCluster(tmp_path, nodes=2, first_ip=244, heartbeat=2.0, dead_after=4.0, catalog_port=free_port()) as c:
         with fp.connect(c.uri) as client:
             client.put("grown", table_of(200, seed=4), tiling=(2, 1))
@@ -176,6 +177,9 @@ def test_writes_right_after_a_catalog_restart_find_their_live_nodes(tmp_path):
             c.catalog.kill()
             c.catalog = c.start_catalog()
             with fp.connect(c.uri) as client:
+                # the stats do not wait: a node not heard from yet is "unknown", not dead
+                stats = client.call(fp.wire.GetStats()).values
+                assert stats["nodes_dead"] == 0 and stats["nodes_alive"] + stats["nodes_unknown"] == 2, stats
                 if write == "append":
                     assert client.append("grown", table_of(100, seed=5)).version == 2
                     assert client.open("grown").to_arrow().num_rows == 300
