@@ -143,6 +143,7 @@ class CatalogState:
         self._known = self._nodes_told_everything()
         self._flushed = time.monotonic()
         self._started = time.time()
+        self._dead_since_flush = self._dead_before()  # see :meth:`unheard`
 
     # ------------------------------------------------------------------ identity
 
@@ -362,6 +363,15 @@ class CatalogState:
             with self._tx(touches=None) as db:
                 db.executemany("UPDATE nodes SET last_heartbeat=GREATEST(last_heartbeat, ?) WHERE node_id=?",
                                [(t, n) for n, t in beats.items()])
+                # when: the next catalog to start (or take over) knows a node silent since long before was dead
+                db.execute("INSERT INTO meta VALUES('beats_flushed', ?) ON CONFLICT(key) DO UPDATE SET value=excluded.value",
+                           (repr(time.time()),))
+
+    def _dead_before(self) -> float:
+        """A node whose recorded heartbeat is older than this was dead when the heartbeats were last written (by
+        this catalog before a restart, or by the leader before a takeover): 0 when they never were."""
+        row = self._db.execute("SELECT value FROM meta WHERE key='beats_flushed'").fetchone()
+        return float(row[0]) - self.dead_after if row else 0.0
 
     def _nodes_told_everything(self) -> set[str]:
         """Recorded nodes that hold no version committed without its seal and missed no order (``missed``): their
@@ -379,6 +389,7 @@ class CatalogState:
                 self._memo.clear()
             self._known = self._nodes_told_everything()
             self._started = time.time()
+            self._dead_since_flush = self._dead_before()
             self._newest.clear()  # datagrams sent to the leader in between may be replayed here: Flight first
 
     def heard(self, node_id: str) -> None:
@@ -394,13 +405,15 @@ class CatalogState:
 
     def unheard(self) -> set[str]:
         """The recorded nodes not heard from since this catalog started or took over, while that is under
-        ``dead_after`` ago: neither known alive nor known dead yet (see :meth:`unsettled_for`)."""
+        ``dead_after`` ago: neither known alive nor known dead yet (see :meth:`unsettled_for`). Not those already
+        dead when the heartbeats were last written (silent ``dead_after`` by then): a node decommissioned but not
+        yet retired held every node list after a start for the whole ``dead_after``."""
         with self._lock:
-            since = self._started
+            since, dead_before = self._started, self._dead_since_flush
             beats = dict(self._beats)
         if time.time() >= since + self.dead_after:
             return set()
-        return {n.node_id for n in self.nodes() if beats.get(n.node_id, 0.0) < since}
+        return {n.node_id for n in self.nodes() if beats.get(n.node_id, 0.0) < since and n.last_heartbeat >= dead_before}
 
     def must_register(self, node_id: str) -> None:
         """The node's next heartbeat is refused, so it registers again and learns what it missed (drops, seals); kept
