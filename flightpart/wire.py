@@ -1117,7 +1117,8 @@ class NodeScrubReport(ScrubReport):
 
 @dataclass(frozen=True)
 class ClusterScrubReport(Message):
-    """What a cluster scrub found: each live node's report, the nodes that did not answer, and the totals."""
+    """What a cluster scrub found: each live node's report, the nodes not scrubbed (dead, failed, or left when they
+    stopped beating), and the totals."""
 
     nodes: tuple[NodeScrubReport, ...] = _field(p_list(p_message(NodeScrubReport), 100_000))
     unreachable: tuple[str, ...] = _field(p_list(p_str, 100_000), ())

@@ -100,7 +100,7 @@ from .auth import CLOCK_MARGIN, authorize, wall_clock
 from .base import Action, ServiceBase, action_table, boundary, schema_error
 from .beats import BeatListener, udp_heartbeats_enabled
 from .catalog_db import PostgresDatabase
-from .catalog_state import CatalogState, NodeRecord, PartRecord, VersionRecord
+from .catalog_state import CatalogState, NodeRecord, PartRecord, VersionRecord, order_key
 from .info_cache import FlightInfoCache
 from .lease import LEASE_SECONDS, Lease
 from .status_page import cluster_status
@@ -165,6 +165,7 @@ class CatalogServer(ServiceBase):
         if known is not None:
             self._identity_known.set()
         self._without_identity: set[str] = set()  # nodes registered before the identity was known: told it later
+        self._registering: dict[str, float] = {}  # node id -> when its registration in pages began
         access = pool.access if pool is not None else Access()
         if secret is not None:  # the catalog calls nodes (held, seal, drop, copy-to) with the node role
             access = dataclasses.replace(access, token=role_token(secret, "node", CATALOG_NODE))
@@ -239,6 +240,7 @@ class CatalogServer(ServiceBase):
             self.state.heard(node.node_id)
 
         told = self._fan_out(self.state.nodes(), tell, f"lead (epoch {epoch})")
+        self.state.announced()
         log.info("epoch %d: %d nodes follow this catalog", epoch, told)
         self._warm_later()
 
@@ -386,6 +388,9 @@ class CatalogServer(ServiceBase):
     # ------------------------------------------------------------------ nodes
 
     def _register_node(self, b: RegisterNode) -> RegisterReply:
+        began = time.time()
+        if b.more:  # a registration in pages: what it clears (``missed``) is what was written before its first page
+            self._registering.setdefault(b.node_id, began)
         cluster = self.state.adopt_cluster(b.cluster)
         if b.cluster is not None and b.cluster != cluster:
             raise ForeignCluster(f"node {b.node_id} at {b.uri} belongs to cluster {b.cluster}, this catalog is cluster {cluster}",
@@ -419,7 +424,7 @@ class CatalogServer(ServiceBase):
             self._owes_registration.discard(b.node_id)
             self.state.must_register(b.node_id)
         elif not b.more:
-            self.state.registered(b.node_id)
+            self.state.registered(b.node_id, self._registering.pop(b.node_id, began))
         return RegisterReply(b.node_id, cluster, tuple(VersionRef(d, v) for d, v in orphans), tuple(seal), self.epoch())
 
     def _signed_by_us(self, node_id: str, sealed: tuple[Commit, ...]) -> list[Commit]:
@@ -454,8 +459,7 @@ class CatalogServer(ServiceBase):
             return
         self._identity_known.set()
         waiting, self._without_identity = self._without_identity, set()
-        for other in waiting - {node_id}:
-            self.state.must_register(other)
+        self.state.must_register_all(waiting - {node_id})
 
     def _cluster(self) -> str:
         """The cluster's identity, for a write: a catalog on new or lost state first waits ``rebuild_grace`` seconds
@@ -688,17 +692,19 @@ class CatalogServer(ServiceBase):
         """Tell the nodes to delete a version's files, in parallel; a node that misses it is told when it registers again."""
         through = self.state.dropped_through(name) if version is None and not pending_only else None
         order = DropFiles(name, version, self.state.cluster(), pending_only, through, self.epoch())
-        for node in nodes:
-            if not node.alive:  # seen dead (or not heard from yet, just after a start): told when it registers again
-                self.state.must_register(node.node_id)
+        what = order_key(name, version)
+        # seen dead (or not heard from yet, just after a start): told when they register again
+        self.state.must_register_all([n.node_id for n in nodes if not n.alive])
+        live = [n for n in nodes if n.alive]
+        self.state.expect_acknowledgements([n.node_id for n in live], what)
         told: list[str] = []
 
         def tell(node: NodeRecord) -> None:
             self.pool.action(node.uri, order, timeout=self.fan_out_timeout)
             told.append(node.node_id)
 
-        count = self._fan_out([n for n in nodes if n.alive], tell, f"drop {name} v{version}")
-        self.state.told(told)  # the others stay ``missed`` (in the database): they register again, however long it takes
+        count = self._fan_out(live, tell, f"drop {name} v{version}")
+        self.state.told(told, what)  # the others stay ``missed`` (in the database): they register again, however late
         return count
 
     def _fan_out(self, nodes: Any, call: Any, what: str) -> int:
@@ -712,6 +718,8 @@ class CatalogServer(ServiceBase):
             log.warning("%s: not sent, this catalog no longer holds the lease", what)
             return 0
 
+        failed: list[str] = []
+
         def one(node: NodeRecord) -> bool:
             try:
                 call(node)
@@ -719,11 +727,13 @@ class CatalogServer(ServiceBase):
             except Exception as exc:
                 log.info("%s: node %s did not answer (%s); it is told again when it registers", what, node.uri, exc)
                 self.pool.discard(node.uri)
-                self.state.must_register(node.node_id)  # its next heartbeat is refused: it registers and learns what it missed
+                failed.append(node.node_id)
                 return False
 
         with ThreadPoolExecutor(max_workers=min(32, len(nodes)), thread_name_prefix="flightpart-fan-out") as ex:
-            return sum(ex.map(one, nodes))
+            count = sum(ex.map(one, nodes))
+        self.state.must_register_all(failed)  # their next heartbeats are refused: they register and learn what they missed
+        return count
 
     def _versions(self, b: ListVersions) -> VersionList:
         return VersionList(tuple(self.state.versions_of(b.dataset)))
@@ -875,6 +885,8 @@ class CatalogServer(ServiceBase):
 
         answers = call_while_alive(live, one, lambda n: n.node_id, lambda: {n.node_id for n in self.state.nodes() if n.alive},
                                    self._stopping, "scrub")
+        if self.lease is not None and not self.lease.leads():  # it stopped hearing the nodes' beats: its view is void
+            raise NotLeader("this catalog lost the lease during the scrub; the new leader scrubs when asked again")
         for node, answer in zip(live, answers):
             if answer.why is not None:
                 log.warning("scrub: node %s not scrubbed: %s", node.uri, answer.why)

@@ -55,12 +55,22 @@ CREATE TABLE IF NOT EXISTS floors(dataset TEXT PRIMARY KEY, dropped_through INTE
 CREATE TABLE IF NOT EXISTS replicas(
     dataset TEXT NOT NULL, version INTEGER NOT NULL, i INTEGER NOT NULL, j INTEGER NOT NULL, node_id TEXT NOT NULL,
     PRIMARY KEY(dataset, version, i, j, node_id));
-CREATE TABLE IF NOT EXISTS missed(node_id TEXT PRIMARY KEY);
+CREATE TABLE IF NOT EXISTS missed(node_id TEXT NOT NULL, what TEXT NOT NULL, at REAL NOT NULL, PRIMARY KEY(node_id, what));
 """
 """``missed``: nodes that must register again before their heartbeats are taken, because they may not have had an
-order (a drop's or abort's, from the moment it is written until the node acknowledged it; any a node did not answer).
-Kept in the database, not only in memory, so a catalog that dies before the order went out, or before a node that
-missed it registered, still has it register at the next start or takeover, which tells it what it missed."""
+order: a drop's or abort's (``what``: :func:`order_key`), from the moment it is written until the node acknowledges
+that order, or any order a node did not answer (``what``: ``register``); ``at``: when, so a registration clears only
+what was written before it began. Kept in the database, not only in memory, so a catalog that dies before the order
+went out, or before a node that missed it registered, still has it register at the next start or takeover, which
+tells it what it missed."""
+
+MUST_REGISTER = "register"
+"""The ``missed`` row of a node that did not answer an order (see :meth:`CatalogState.must_register`)."""
+
+
+def order_key(dataset: str, version: int | None) -> str:
+    """The ``missed`` rows of one drop or abort: a node acknowledging it clears only these."""
+    return f"drop {dataset} {'*' if version is None else version}"
 
 
 @dataclass
@@ -379,7 +389,7 @@ class CatalogState:
         told the seal or the drop they missed."""
         return {r[0] for r in self._db.execute("SELECT node_id FROM nodes")} - {r[0] for r in self._db.execute(
             "SELECT DISTINCT r.node_id FROM replicas r JOIN versions v USING(dataset, version) WHERE v.unsealed=1")} - {
-            r[0] for r in self._db.execute("SELECT node_id FROM missed")}
+            r[0] for r in self._db.execute("SELECT DISTINCT node_id FROM missed")}
 
     def take_over(self) -> None:
         """This catalog leads now (another led before, writing the shared database): forget what was remembered,
@@ -389,8 +399,17 @@ class CatalogState:
                 self._memo.clear()
             self._known = self._nodes_told_everything()
             self._started = time.time()
-            self._dead_since_flush = self._dead_before()
+            # until the new leader's announcement reached every node it could (:meth:`announced`), no node is taken
+            # for dead by the old leader's last flush: one cut off from it, or back since, may be alive
+            self._dead_since_flush = 0.0
             self._newest.clear()  # datagrams sent to the leader in between may be replayed here: Flight first
+
+    def announced(self) -> None:
+        """A new leader's announcement went to every recorded node: those that answered were :meth:`heard`; from now
+        on one already dead at the last flush of the heartbeats is not waited for (see :meth:`unheard`)."""
+        dead_before = self._dead_before()
+        with self._lock:
+            self._dead_since_flush = dead_before
 
     def heard(self, node_id: str) -> None:
         """A node answered this catalog (not a heartbeat: at a takeover): alive from now."""
@@ -416,29 +435,60 @@ class CatalogState:
         return {n.node_id for n in self.nodes() if beats.get(n.node_id, 0.0) < since and n.last_heartbeat >= dead_before}
 
     def must_register(self, node_id: str) -> None:
-        """The node's next heartbeat is refused, so it registers again and learns what it missed (drops, seals); kept
-        in the database too (``missed``), so a catalog that dies first still has it register."""
+        """The node's next heartbeat is refused, so it registers again and learns what it missed (drops, seals)."""
+        self.must_register_all([node_id])
+
+    def must_register_all(self, node_ids: Collection[str], what: str = MUST_REGISTER) -> None:
+        """These nodes' next heartbeats are refused (see :meth:`must_register`); kept in the database too, in one
+        transaction (``missed``), so a catalog that dies first still has them register."""
+        node_ids = sorted(set(node_ids))
+        if not node_ids:
+            return
         with self._lock:
-            self._known.discard(node_id)
+            self._known.difference_update(node_ids)
+        self._note_missed(node_ids, what)
+
+    def expect_acknowledgements(self, node_ids: Collection[str], what: str) -> None:
+        """An order (``what``: :func:`order_key`) is about to go to these nodes: each is ``missed`` until it
+        acknowledges it (:meth:`told`), so a catalog that dies first has them register; their heartbeats are taken
+        meanwhile."""
+        self._note_missed(sorted(set(node_ids)), what)
+
+    def _note_missed(self, node_ids: Sequence[str], what: str, db: Database | None = None) -> None:
+        if not node_ids:
+            return
+        rows = [(n, what, time.time()) for n in node_ids]
+        statement = "INSERT INTO missed VALUES(?, ?, ?) ON CONFLICT(node_id, what) DO UPDATE SET at=excluded.at"
+        if db is not None:
+            db.executemany(statement, rows)
+            return
+        try:
+            with self._tx(None) as tx:
+                tx.executemany(statement, rows)
+        except Exception as exc:  # the next leader tells them at registration, or this one, in memory (may register)
+            log.warning("nodes %s must register again; not kept in the database (%s)", ", ".join(node_ids), exc)
+
+    def told(self, node_ids: Collection[str], what: str) -> None:
+        """These nodes acknowledged the order ``what``: not ``missed`` for it any more (rows of other orders stay)."""
+        if not node_ids:
+            return
         try:
             with self._tx(None) as db:
-                db.execute("INSERT INTO missed VALUES(?) ON CONFLICT(node_id) DO NOTHING", (node_id,))
-        except (NotLeader, StateUnavailable) as exc:  # the next leader tells it at registration, or this one, in memory
-            log.info("node %s must register again; not kept in the database (%s)", node_id, exc)
+                db.executemany("DELETE FROM missed WHERE node_id=? AND what=?", [(n, what) for n in sorted(node_ids)])
+        except Exception as exc:  # a row left costs one registration more, no more
+            log.info("%s: acknowledgements not written (%s); those nodes register again", what, exc)
 
-    def told(self, node_ids: Collection[str]) -> None:
-        """These nodes acknowledged an order: not ``missed`` any more, unless one still owes a registration (it missed
-        another order, or a seal)."""
-        with self._lock:
-            done = [(n,) for n in node_ids if n in self._known]
-        if done:
+    def registered(self, node_id: str, since: float) -> None:
+        """The node's registration, begun at ``since`` (``time.time()``), is complete: it was told every tombstone and
+        seal written before that, so what it missed before then is cleared."""
+        try:
+            with self._lock:
+                if self._db.execute("SELECT 1 FROM missed WHERE node_id=? AND at<?", (node_id, since)).fetchone() is None:
+                    return  # nothing to clear: no write for the usual registration
             with self._tx(None) as db:
-                db.executemany("DELETE FROM missed WHERE node_id=?", done)
-
-    def registered(self, node_id: str) -> None:
-        """The node's registration is complete: it was told every tombstone and seal, so it missed nothing."""
-        with self._tx(None) as db:
-            db.execute("DELETE FROM missed WHERE node_id=?", (node_id,))
+                db.execute("DELETE FROM missed WHERE node_id=? AND at<?", (node_id, since))
+        except Exception as exc:
+            log.info("node %s registered; what it missed is not cleared in the database (%s)", node_id, exc)
 
     def retire_dead(self, after: float) -> list[str]:
         """Forget nodes not heard from for ``after`` seconds; their replicas count as lost (``repair`` copies them)."""
@@ -642,8 +692,7 @@ class CatalogState:
             if "pending" in states:  # any node may hold a pending version's files (placements are learned at commit)
                 holders = {r[0] for r in db.execute("SELECT node_id FROM nodes")}
             # until each acknowledges the order (:meth:`told`): a catalog dying before it went out has them register
-            if holders:
-                db.executemany("INSERT INTO missed VALUES(?) ON CONFLICT(node_id) DO NOTHING", [(n,) for n in sorted(holders)])
+            self._note_missed(sorted(holders), order_key(dataset, version), db)
         return [n for n in self.nodes() if n.node_id in holders]
 
     def expired_pending(self, ttl: float) -> list[tuple[str, int]]:

@@ -19,6 +19,8 @@ N = TypeVar("N")
 
 POLL_SECONDS = 0.2
 """How often the nodes still answering are looked up among the live."""
+AT_ONCE = 32
+"""Calls waited for at once; the next node's starts as one answers or is left (4,000 nodes are not 4,000 threads)."""
 
 
 class Answer(Generic[T]):
@@ -35,8 +37,8 @@ class Answer(Generic[T]):
 def call_while_alive(nodes: Sequence[N], call: Callable[[N], T], node_id: Callable[[N], str],
                      alive: Callable[[], Collection[str]], stopping: threading.Event,
                      what: str = "call") -> list[Answer[T]]:
-    """``call(node)`` for every node at once, each waited for while ``alive()`` (the ids of the nodes beating now)
-    names its node. An answer without a value says why: the call's error, the node stopped beating (frozen or gone),
+    """``call(node)`` for every node, :data:`AT_ONCE` at a time, each waited for while ``alive()`` (the ids of the
+    nodes beating now) names its node. An answer without a value says why: the call's error, the node stopped beating (frozen or gone),
     or the caller is stopping (``stopping`` set)."""
     answers: list[Answer[T]] = [Answer() for _ in nodes]
 
@@ -48,18 +50,21 @@ def call_while_alive(nodes: Sequence[N], call: Callable[[N], T], node_id: Callab
         finally:
             answer.done.set()
 
-    for node, answer in zip(nodes, answers):
-        threading.Thread(target=run, args=(node, answer), name=f"flightpart-{what}", daemon=True).start()
-    waiting = list(zip(nodes, answers))
-    while waiting:
+    queued = list(zip(nodes, answers))
+    waiting: list[tuple[N, Answer[T]]] = []
+    while queued or waiting:
+        while queued and len(waiting) < AT_ONCE:
+            node, answer = queued.pop(0)
+            threading.Thread(target=run, args=(node, answer), name=f"flightpart-{what}", daemon=True).start()
+            waiting.append((node, answer))
         waiting[0][1].done.wait(POLL_SECONDS)
         waiting = [(n, a) for n, a in waiting if not a.done.is_set()]
-        if not waiting:
-            break
         if stopping.is_set():
-            for _node, answer in waiting:
+            for _node, answer in waiting + queued:
                 answer.why = "not waited for: the catalog is stopping"
             break
+        if not waiting:
+            continue
         beating = set(alive())
         for node, answer in waiting:
             if node_id(node) not in beating:

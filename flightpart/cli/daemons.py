@@ -191,6 +191,10 @@ def repair(catalog: str, as_json: bool) -> None:
         raise SystemExit(1)
 
 
+SCRUB_INCOMPLETE = 3
+"""``flightpart scrub``'s exit status when nothing was found but a node was not scrubbed (1: something was found)."""
+
+
 @main.command()
 @CATALOG_OPTION
 @JSON_OPTION
@@ -199,8 +203,9 @@ def scrub(catalog: str, as_json: bool) -> None:
 
     Damaged files are moved to each node's quarantine folder and no
     longer served; the catalog stops listing those replicas, so a
-    ``flightpart repair`` recreates them. Exits 1 when anything was found
-    or a node was not scrubbed (dead, or it stopped beating during the scrub).
+    ``flightpart repair`` recreates them. Exits 1 when anything was found,
+    else 3 when a node was not scrubbed (dead, or it stopped beating during
+    the scrub), else 0.
     """
     from flightpart.wire import SCRUB_DEADLINE, ScrubCluster
 
@@ -218,8 +223,10 @@ def scrub(catalog: str, as_json: bool) -> None:
         checked = sum(n.get("checked", 0) for n in result["nodes"])
         click.echo(f"{checked} files checked on {len(result['nodes'])} nodes: {result['damaged']} damaged, "
                    f"{result['missing']} missing")
-    if result["damaged"] or result["missing"] or result["unreachable"]:
+    if result["damaged"] or result["missing"]:
         raise SystemExit(1)
+    if result["unreachable"]:
+        raise SystemExit(SCRUB_INCOMPLETE)
 
 
 @main.command()

@@ -1,14 +1,16 @@
 """Nodes that may have missed an order (a drop's, an abort's, any a node did not answer) are kept in the catalog's
-database until they acknowledge it or register again, so a catalog that dies first (a kill -9 between writing a
-drop and telling the nodes; a takeover) still has them register at its next start, which tells them the drop.
-Before, only the catalog's memory kept them: the nodes went on beating to the next catalog, and the dropped files
-stayed for good."""
+database until they acknowledge that order or register again, so a catalog that dies first (a kill -9 between
+writing a drop and telling the nodes; a takeover) still has them register at its next start, which tells them the
+drop. Before, only the catalog's memory kept them: the nodes went on beating to the next catalog, and the dropped
+files stayed for good."""
 
 from __future__ import annotations
 
+import time
+
 import pyarrow as pa
 
-from flightpart.server.catalog_state import CatalogState, PartRecord
+from flightpart.server.catalog_state import CatalogState, PartRecord, order_key
 
 SCHEMA = pa.schema([("a", pa.int64())]).serialize().to_pybytes()
 
@@ -17,7 +19,6 @@ def started(path) -> CatalogState:
     state = CatalogState(path)
     for k in range(3):
         state.register_node(f"n{k}", f"grpc://10.0.0.{k}:1", f"10.0.0.{k}", k, None, [])
-        state.registered(f"n{k}")
     return state
 
 
@@ -28,6 +29,10 @@ def put(state: CatalogState, name: str, holders: list[str]) -> int:
     return version
 
 
+def held(name: str, version: int) -> list[dict]:
+    return [{"dataset": name, "version": version, "part": (0, 0), "nbytes": 80, "stats": None}]
+
+
 def test_a_drop_written_but_never_told_has_its_holders_register_at_the_next_start(tmp_path):
     state = started(tmp_path / "c.sqlite")
     version = put(state, "d", ["n0", "n1"])
@@ -36,10 +41,10 @@ def test_a_drop_written_but_never_told_has_its_holders_register_at_the_next_star
     again = CatalogState(tmp_path / "c.sqlite")
     assert not again.heartbeat("n0") and not again.heartbeat("n1")  # refused: they register again
     assert again.heartbeat("n2")  # it held nothing of it
-    orphans, _seal, _gone = again.register_node("n0", "grpc://10.0.0.0:1", "10.0.0.0", 0, None,
-                                                [{"dataset": "d", "version": version, "part": (0, 0), "nbytes": 80, "stats": None}])
+    began = time.time()
+    orphans, _seal, _gone = again.register_node("n0", "grpc://10.0.0.0:1", "10.0.0.0", 0, None, held("d", version))
     assert orphans == [("d", version)]  # the registration tells it to delete the files
-    again.registered("n0")
+    again.registered("n0", began)
     again.close()
     third = CatalogState(tmp_path / "c.sqlite")
     assert third.heartbeat("n0") and not third.heartbeat("n1")  # n1 has not registered yet
@@ -50,10 +55,37 @@ def test_nodes_that_acknowledged_the_drop_are_not_made_to_register(tmp_path):
     state = started(tmp_path / "c.sqlite")
     put(state, "d", ["n0", "n1"])
     state.drop("d")
-    state.told(["n0", "n1", "n2"])
+    state.told(["n0", "n1", "n2"], order_key("d", None))
     state.close()
     again = CatalogState(tmp_path / "c.sqlite")
     assert all(again.heartbeat(f"n{k}") for k in range(3))
+    again.close()
+
+
+def test_acknowledging_one_drop_does_not_clear_another_still_on_its_way(tmp_path):
+    state = started(tmp_path / "c.sqlite")
+    put(state, "a", ["n0"])
+    put(state, "b", ["n0"])
+    state.drop("a")
+    state.drop("b")
+    state.told(["n0"], order_key("b", None))  # b's order reached n0 first; a's had not when the catalog died
+    state.close()
+    again = CatalogState(tmp_path / "c.sqlite")
+    assert not again.heartbeat("n0")
+    again.close()
+
+
+def test_a_registration_clears_only_what_was_written_before_it_began(tmp_path):
+    state = started(tmp_path / "c.sqlite")
+    put(state, "d", ["n1"])
+    began = time.time()
+    state.register_node("n1", "grpc://10.0.0.1:1", "10.0.0.1", 1, None, [])  # it told n1 nothing of d's drop
+    time.sleep(0.01)
+    state.drop("d")  # written while the registration was under way
+    state.registered("n1", began)
+    state.close()
+    again = CatalogState(tmp_path / "c.sqlite")
+    assert not again.heartbeat("n1")
     again.close()
 
 
@@ -62,7 +94,7 @@ def test_a_node_that_owes_a_registration_keeps_owing_it_across_a_restart_and_an_
     state.must_register("n2")  # it missed an order (it did not answer)
     put(state, "d", ["n1", "n2"])
     state.drop("d")
-    state.told(["n1", "n2"])  # n2 acknowledged this one, but still owes the registration for the one it missed
+    state.told(["n1", "n2"], order_key("d", None))  # n2 acknowledged this one, but still owes the registration
     state.close()
     again = CatalogState(tmp_path / "c.sqlite")
     assert again.heartbeat("n1") and not again.heartbeat("n2")
