@@ -115,6 +115,24 @@ every live node (each re-registers within one heartbeat, 2 s by default) can tel
 tombstones it holds before a version number is handed out (``--rebuild-grace``)."""
 
 
+NODE_VERSION_LIMIT = 1 << 40
+"""The highest version number a node's registration may name (its files, manifests, tombstones): each moves its
+dataset's counter past it, and a number near the wire's limit (2**62) left the name unwritable for good. A million
+versions a second for twelve days stay under it."""
+
+
+def _check_version_numbers(b: RegisterNode) -> None:
+    """Refuse a registration naming a version past :data:`NODE_VERSION_LIMIT` (a node token holder pushing another
+    writer's counter to the end of the number line)."""
+    numbers = [p.version for p in b.partitions] + [v.version for v in (*b.versions, *b.sealed_versions)]
+    numbers += [m.version for m in b.sealed]
+    for t in b.tombstones:
+        numbers += [t.dropped_through, *t.dropped, *t.aborted]
+    if numbers and max(numbers) > NODE_VERSION_LIMIT:
+        raise RequestRejected(f"register-node: version {max(numbers):,} is past the {NODE_VERSION_LIMIT:,} a node may "
+                              "name", field="register-node.versions")
+
+
 def version_info(record: VersionRecord, cap: str | None = None) -> VersionInfo:
     """What the wire says of a stored version (replicas as (uri, ip, pid), live ones first)."""
     shared: dict[tuple[int, ...], tuple] = {}  # a few replica sets serve many partitions: one tuple each
@@ -399,6 +417,7 @@ class CatalogServer(ServiceBase):
         if credential.role == "node" and credential.name != b.node_id:
             raise Forbidden(f"a node token for {credential.name} cannot register node {b.node_id}", field="register-node.node_id")
         self._check_identity(b)
+        _check_version_numbers(b)
         held = [{"dataset": p.dataset, "version": p.version, "part": p.part, "nbytes": p.nbytes, "stats": p.stats}
                 for p in b.partitions]
         trusted = self._signed_by_us(b.node_id, b.sealed)

@@ -283,6 +283,10 @@ class CatalogState:
                            "next_version=GREATEST(counters.next_version, excluded.next_version)", (dataset, version + 1))
             states = {key: _state(db, *key) for key in seen}
             for key in [k for k, state in states.items() if state in (None, "pending", "committed") and _below_floor(db, *k)]:
+                if states[key] is not None and not _learned_from_nodes(db, *key):
+                    log.warning("%s v%d: below a drop of every version a node reported, but this catalog wrote it "
+                                "and never dropped it: kept", *key)
+                    continue
                 if states[key] is not None:
                     gone.add(key)  # resurrected by an earlier node's manifest, dropped by a drop of every version
                 _set_state(db, *key, "dropped", now)
@@ -810,10 +814,17 @@ def _state(db: Database, dataset: str, version: int) -> str | None:
     return row[0] if row else None
 
 
+def _learned_from_nodes(db: Database, dataset: str, version: int) -> bool:
+    """Whether this catalog learned ``version`` from a node's files (a manifest, or unsealed files) rather than from a
+    writer: only such a version may a node's tombstone drop."""
+    row = db.execute("SELECT found FROM versions WHERE dataset=? AND version=?", (dataset, version)).fetchone()
+    return bool(row and row[0])
+
+
 def _write_committed(db: Database, m: VersionRecord, now: float) -> None:
-    """A committed version from a node's manifest (a catalog rebuilding what it lost)."""
-    db.execute("INSERT INTO versions(dataset, version, state, created) VALUES(?,?,?,?) ON CONFLICT(dataset, version) DO NOTHING",
-               (m.dataset, m.version, "pending", now))
+    """A committed version from a node's manifest (a catalog rebuilding what it lost), marked as learned from a node."""
+    db.execute("INSERT INTO versions(dataset, version, state, created, found) VALUES(?,?,?,?,1) "
+               "ON CONFLICT(dataset, version) DO NOTHING", (m.dataset, m.version, "pending", now))
     db.execute("DELETE FROM partitions WHERE dataset=? AND version=?", (m.dataset, m.version))
     db.executemany("INSERT INTO partitions VALUES(?,?,?,?,?,?,?,?,?)",
                    [(m.dataset, m.version, p.part[0], p.part[1], p.start[0], p.start[1], p.shape[0], p.shape[1], p.nbytes)
@@ -908,6 +919,12 @@ def _bury(db: Database, tombstones: Sequence[Any], now: float) -> set[tuple[str,
                 state = _state(db, t.dataset, version)
                 if state == kind or state == "dropped" or (kind == "aborted" and state == "committed"):
                     continue  # known; an abort never undoes a commit
+                if state in ("pending", "committed") and not _learned_from_nodes(db, t.dataset, version):
+                    # a node's word drops only what a node's files brought back (a catalog rebuilding lost state); a
+                    # version this catalog wrote is dropped by a drop it was asked for, never by a node's tombstone
+                    log.warning("%s v%d: a node says it was %s, but this catalog wrote it and never did: kept",
+                                t.dataset, version, kind)
+                    continue
                 if state in ("pending", "committed"):
                     gone.add((t.dataset, version))
                 _set_state(db, t.dataset, version, kind, now)

@@ -299,3 +299,32 @@ def test_flight_sql_needs_a_token_and_a_reader_token_queries(trusted):
         with pytest.raises(dbapi.Error) as info:
             cur.execute("SELECT count(*) FROM victim")
         assert "unauthenticated" in str(info.value).lower() and "Traceback" not in str(info.value)
+
+
+def test_a_node_token_cannot_drop_datasets_or_use_up_version_numbers_by_registering(tmp_path):
+    """A node registers under its own id but says, in its tombstones, that datasets it never held were dropped (one
+    version, and every version of another it names), and names a version number near the wire's limit. The catalog
+    had dropped both datasets everywhere, files and all, and the number left the name unwritable for good. Now a
+    node's tombstone drops only versions the catalog learned from nodes' files (a catalog rebuilding lost state), and
+    a registration naming a version past 2**40 is refused."""
+    with trusted_cluster(tmp_path / "c", ["n1"], first_ip=166) as c:
+        truth, other = table_of(ROWS, 6), table_of(1000, 7)
+        with fp.connect(c.uri, token=tokens.role_token(SECRET, "writer", "w"), host="127.0.0.99") as writer:
+            wait_until(lambda: alive(writer) == {"n1"}, 30, "the node to register")
+            writer.put("victim", truth, tiling=(2, 1))
+            writer.put("buried", other, tiling=(2, 1))
+            with fp.connect(c.uri, token=node_token("mole"), host="127.0.0.99") as mole:
+                mole.call(wire.RegisterNode("mole", "grpc://127.0.0.168:1", "127.0.0.168", 4242,
+                                            versions=(wire.VersionRef("buried", 1),),
+                                            tombstones=(wire.Tombstones("victim", 0, (1,), ()), wire.Tombstones("buried", 5))))
+                with pytest.raises(fp.RequestRejected, match="past the"):
+                    mole.call(wire.RegisterNode("mole", "grpc://127.0.0.168:1", "127.0.0.168", 4242,
+                                                versions=(wire.VersionRef("other", (1 << 62) - 1),)))
+            with reader(c) as client:
+                assert client.open("victim").to_arrow().equals(truth)
+                assert client.open("buried").to_arrow().equals(other)
+            log = c.catalog.log()
+            assert "this catalog wrote it and never did: kept" in log and "never dropped it: kept" in log
+            assert len(list(c.root.glob("node-*/datasets/victim/v1/*.arrow"))) == 2  # no file went
+            # the name is still writable from 1 (on the real node: the mole's address serves nothing)
+            assert writer.put("other", other, nodes=["127.0.0.166"]).version == 1
