@@ -33,6 +33,9 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 ROLES = ("reader", "writer", "admin", "node")
 TOKEN_PREFIX = "fp2"
 CAPABILITY = "cap"
+PUT_GRANT = "put"
+"""The kind of a token that writes one partition to one node (:func:`put_grant`): what the catalog gives a node it
+orders to copy a replica, since a node token writes to no node."""
 CATALOG_NODE = "catalog"
 """The name in the node token a catalog calls nodes with; only it may order a node to drop, seal or copy."""
 VERIFY_KEY_PREFIX = "fpk1"
@@ -157,6 +160,18 @@ def token_signature(secret: bytes, body: str) -> bytes:
     return signing_key(secret).sign(_TOKEN_CONTEXT + body.encode())
 
 
+def put_grant(secret: bytes, dataset: str, version: int, part: tuple[int, int], node_id: str, expiry: int) -> str:
+    """A bearer token that puts partition ``part`` of ``dataset`` v``version`` to node ``node_id``, and nothing else,
+    until ``expiry``: the catalog gives it with a copy-to order to the node that sends the copy."""
+    from .wire import check_name  # the one rule for names; the wire does not import tokens
+
+    if not _LABEL.fullmatch(node_id):
+        raise ValueError(f"node id {node_id!r}: use 1 to 64 letters, digits, '_', '.' and '-'")
+    body = (f"{TOKEN_PREFIX}:{PUT_GRANT}:{check_name(dataset)}@{int(version)}#{int(part[0])}_{int(part[1])}>{node_id}:"
+            f"{int(expiry)}")
+    return f"{body}:{_sign(secret, _TOKEN_CONTEXT, body)}"
+
+
 def signed_capability(secret: bytes, dataset: str, version: int, expiry: int) -> str:
     """A bearer token that reads one dataset version and nothing else, until ``expiry``.
 
@@ -181,6 +196,17 @@ class Credential:
         dataset, _, version = self.name.rpartition("@")
         return dataset, int(version)
 
+    @property
+    def put_scope(self) -> tuple[str, int, tuple[int, int], str] | None:
+        """(dataset, version, part, node id) a put grant is limited to (:func:`put_grant`); None for anything else."""
+        if self.role != PUT_GRANT:
+            return None
+        rest, _, node_id = self.name.rpartition(">")
+        rest, _, part = rest.rpartition("#")
+        dataset, _, version = rest.rpartition("@")
+        i, _, j = part.partition("_")
+        return dataset, int(version), (int(i), int(j)), node_id
+
 
 def verify_token(secret: Keys, token: str, now: float, margin: float = 0.0) -> Credential | None:
     """The credential a bearer token carries, or None if it is not one this cluster signed or it has expired.
@@ -203,7 +229,7 @@ def _signed_credential(key: VerifyKey, token: str) -> Credential | None:
     if len(parts) != 5 or parts[0] != TOKEN_PREFIX:
         return None
     _prefix, role, name, expiry, signature = parts
-    if (role not in ROLES and role != CAPABILITY) or not (expiry.isascii() and expiry.isdigit()):
+    if (role not in ROLES and role not in (CAPABILITY, PUT_GRANT)) or not (expiry.isascii() and expiry.isdigit()):
         return None
     if not _valid(key, _TOKEN_CONTEXT, ":".join(parts[:4]), signature):
         return None

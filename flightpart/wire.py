@@ -1060,6 +1060,9 @@ class CopyTo(Message):
     epoch: int | None = _field(p_optional(p_uint), None)
     """The leading catalog's epoch (catalogs sharing a lease, see docs/operations.md "Failover"); a node refuses an
     order whose epoch is lower than the highest it has seen. None from a catalog without a lease."""
+    grant: str | None = _field(p_optional(p_str), None)
+    """The catalog's put grant for this one partition to this target (``flightpart.tokens.put_grant``): the holder
+    puts with it, since its node token writes to no node. None in a cluster without a secret."""
 
 
 @dataclass(frozen=True)

@@ -41,7 +41,7 @@ from flightpart.io.access import Access
 from flightpart.io.connections import DEFAULT_TIMEOUT, ConnectionPool
 from flightpart.io.errors import translate
 from flightpart.io.transfer import put_deadline
-from flightpart.tokens import CATALOG_NODE, capability, manifest_signature, manifest_signed, role_token
+from flightpart.tokens import CATALOG_NODE, capability, manifest_signature, manifest_signed, put_grant, role_token
 from flightpart.wire import (
     SCRUB_DEADLINE,
     Abort,
@@ -835,10 +835,13 @@ class CatalogServer(ServiceBase):
         failed, the node to blame added to ``silent`` (the target when the holder says the target refused or did
         not answer, else the holder)."""
         holder = sources[0]
-        order = CopyTo(record.dataset, record.version, p.part, target.uri, self.state.cluster(), self.epoch())
+        deadline = put_deadline(DEFAULT_TIMEOUT, p.nbytes) + 2 * self.node_timeout
+        grant = None if self.secret is None else put_grant(  # the one put the holder may make to the target
+            self.secret, record.dataset, record.version, p.part, target.node_id, int(wall_clock() + deadline + CLOCK_MARGIN))
+        order = CopyTo(record.dataset, record.version, p.part, target.uri, self.state.cluster(), self.epoch(), grant)
         try:
             # the holder's own put to the target, after it asked the catalog who is live
-            self.pool.action(holder.uri, order, timeout=put_deadline(DEFAULT_TIMEOUT, p.nbytes) + 2 * self.node_timeout)
+            self.pool.action(holder.uri, order, timeout=deadline)
         except (flight.FlightError, ConnectionError, OSError) as exc:
             self.pool.discard(holder.uri)
             refusal = translate(exc)

@@ -25,6 +25,7 @@ import pyarrow.flight as flight
 from flightpart.errors import (
     CannotStart,
     FlightpartError,
+    Forbidden,
     ForeignCluster,
     NodeConflict,
     PartitionMissing,
@@ -49,7 +50,7 @@ from flightpart.io.maps import stored_facts, stored_nbytes
 from flightpart.io.transfer import BATCH_BYTES, BUFFERED_BYTES, PiecePace, chunks, row_pieces, send_partition, split_batch
 from flightpart.query.apply import apply_ticket
 from flightpart.query.soundness import decimal_past_precision, holds_decimal
-from flightpart.tokens import Keys, role_token, verify_token
+from flightpart.tokens import PUT_GRANT, Keys, role_token, verify_token
 from flightpart.version import __version__
 from flightpart.wire import (
     MAX_PARTS_PER_RUN,
@@ -544,9 +545,14 @@ class NodeServer(ServiceBase):
 
     def do_put(self, context: Any, descriptor: flight.FlightDescriptor, reader: Any, writer: Any) -> None:
         with boundary(log, "do_put", self.telemetry, context, counted=functools.partial(self._count_error, "put")):
-            if credential_of(context).role != "node":  # nodes copy replicas to each other; anyone else must be a writer
-                authorize(context, "write")
             name, version, part = parse_put_path(descriptor)
+            credential = credential_of(context)
+            if credential.role == PUT_GRANT:  # a copy the catalog ordered: this partition, to this node, nothing else
+                if part is None or credential.put_scope != (name, version, part, self.node_id):
+                    raise Forbidden(f"a put grant for {credential.name} does not put {name} v{version} {part} to node "
+                                    f"{self.node_id}", field="authorization")
+            else:  # a writer's put; a node token writes to no node (a copy carries the catalog's grant)
+                authorize(context, "write")
             self.counters.add(put_streams=1)
             stream = chunks(reader)
             if part is not None:
@@ -794,11 +800,16 @@ class NodeServer(ServiceBase):
             self._check_epoch(body.epoch)
         self._check_target(body.target)
         table = self.store.open(body.dataset, body.version, body.part)
+        # the copy goes with the catalog's grant for it (a node token writes to no node), or as this node (no secret)
+        pool = self.pool if body.grant is None else ConnectionPool(dataclasses.replace(self.pool.access, token=body.grant))
         try:
-            send_partition(self.pool, body.target, body.dataset, body.version, body.part, table)
+            send_partition(pool, body.target, body.dataset, body.version, body.part, table)
         except (flight.FlightError, ConnectionError, OSError) as exc:  # the target's doing: the catalog tries another
             refusal = translate(exc)
             raise type(refusal)(f"copy-to {body.target}: {refusal.message}", field="copy-to.target") from None
+        finally:
+            if pool is not self.pool:
+                pool.close()
         return Copied(table.nbytes)
 
     def _assemble(self, body: Assemble) -> AssembleReply:

@@ -22,6 +22,9 @@ import pytest
 
 import flightpart as fp
 from flightpart import tokens, wire
+from flightpart.io.access import Access
+from flightpart.io.connections import ConnectionPool
+from flightpart.io.transfer import send_partition
 from flightpart.local.cluster import LocalCluster
 from flightpart.server.store import PartitionStore
 from flightpart.tokens import manifest_signature, verify_key
@@ -190,6 +193,21 @@ def test_a_node_token_cannot_write_drop_repair_commit_or_speak_for_another_node(
     with pytest.raises(flight.FlightError) as info:  # only the catalog orders a node to drop, seal or copy
         list(node.do_action(flight.Action(order.ACTION, order.encode()), options=as_evil))
     assert code_of(info.value) == "FORBIDDEN"
+    # nor write to a node: a node token puts nothing (it stored forged rows, which a repair then took as a replica);
+    # a copy carries the catalog's grant for that one partition to that one node, and nothing else passes with it
+    n1 = c.nodes[0].uri
+    wrong_grants = {"a node token": evil,
+                    "a grant for another partition": tokens.put_grant(SECRET, "victim", 1, (1, 0), "n1", 2**40),
+                    "a grant for another node": tokens.put_grant(SECRET, "victim", 1, (0, 0), "n2", 2**40),
+                    "an expired grant": tokens.put_grant(SECRET, "victim", 1, (0, 0), "n1", 1)}
+    for what, token in wrong_grants.items():
+        pool = ConnectionPool(Access(token=token))
+        try:
+            with pytest.raises(flight.FlightError) as info:
+                send_partition(pool, n1, "victim", 1, (0, 0), forged_of(ROWS // 2))
+            assert code_of(info.value) in ("FORBIDDEN", "UNAUTHENTICATED"), what
+        finally:
+            pool.close()
     # nor can it claim to lead with a huge epoch, which would make the node refuse its real catalog's orders
     lead = wire.Lead(None, 10**9, "grpc://127.0.0.99:1")
     with pytest.raises(flight.FlightError) as info:
