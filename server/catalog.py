@@ -494,7 +494,20 @@ class CatalogServer(ServiceBase):
         return cluster
 
     def _check_identity(self, b: RegisterNode) -> None:
-        """One node id, one live process: a copy of a live node's data directory is refused."""
+        """One node id, one live process: a copy of a live node's data directory is refused; and one address, one
+        node: a registration naming the address of another live node that still answers there as itself is refused
+        (a node token holder had made its id a second replica at another node's address, so puts placed both copies
+        there and failed)."""
+        other = next((n for n in self.state.nodes() if n.uri == b.uri and n.node_id != b.node_id and n.alive), None)
+        if other is not None:
+            try:
+                there = self.pool.action(b.uri, GetNodeInfo(), timeout=min(self.node_timeout, 2.0)).node_id
+            except Exception:
+                self.pool.discard(b.uri)
+                there = None  # the old process is gone: the address moves to the new node
+            if there == other.node_id:
+                raise NodeConflict(f"{b.uri} is served by node {other.node_id}, not {b.node_id}",
+                                   field="register-node.uri")
         known = self.state.node(b.node_id)
         if known is None or not known.alive or known.uri == b.uri:
             return  # new, dead, or the same address restarting

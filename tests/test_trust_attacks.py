@@ -324,7 +324,7 @@ def test_a_node_token_cannot_drop_datasets_or_use_up_version_numbers_by_register
     version, and every version of another it names), and names a version number near the wire's limit. The catalog
     had dropped both datasets everywhere, files and all, and the number left the name unwritable for good. Now a
     node's tombstone drops only versions the catalog learned from nodes' files (a catalog rebuilding lost state), and
-    a registration naming a version past 2**40 is refused."""
+    a registration naming a version past 2**40 is refused; so is one naming the address of another live node."""
     with trusted_cluster(tmp_path / "c", ["n1"], first_ip=166) as c:
         truth, other = table_of(ROWS, 6), table_of(1000, 7)
         with fp.connect(c.uri, token=tokens.role_token(SECRET, "writer", "w"), host="127.0.0.99") as writer:
@@ -338,6 +338,9 @@ def test_a_node_token_cannot_drop_datasets_or_use_up_version_numbers_by_register
                 with pytest.raises(fp.RequestRejected, match="past the"):
                     mole.call(wire.RegisterNode("mole", "grpc://127.0.0.168:1", "127.0.0.168", 4242,
                                                 versions=(wire.VersionRef("other", (1 << 62) - 1),)))
+                with pytest.raises(fp.NodeConflict, match="is served by node n1"):  # nor take a live node's address
+                    n1 = c.nodes[0]
+                    mole.call(wire.RegisterNode("mole", n1.uri, "127.0.0.166", n1.pid))
             with reader(c) as client:
                 assert client.open("victim").to_arrow().equals(truth)
                 assert client.open("buried").to_arrow().equals(other)
