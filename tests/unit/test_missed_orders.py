@@ -29,6 +29,17 @@ def put(state: CatalogState, name: str, holders: list[str]) -> int:
     return version
 
 
+def taken_after_a_restart(state: CatalogState, path) -> dict[str, bool]:
+    """Close ``state`` (the catalog dies) and start again on its database: whose first heartbeat is taken (the
+    others must register again)."""
+    state.close()
+    again = CatalogState(path)
+    try:
+        return {f"n{k}": again.heartbeat(f"n{k}") for k in range(3)}
+    finally:
+        again.close()
+
+
 def held(name: str, version: int) -> list[dict]:
     return [{"dataset": name, "version": version, "part": (0, 0), "nbytes": 80, "stats": None}]
 
@@ -56,10 +67,7 @@ def test_nodes_that_acknowledged_the_drop_are_not_made_to_register(tmp_path):
     put(state, "d", ["n0", "n1"])
     state.drop("d")
     state.told(["n0", "n1", "n2"], order_key("d", None))
-    state.close()
-    again = CatalogState(tmp_path / "c.sqlite")
-    assert all(again.heartbeat(f"n{k}") for k in range(3))
-    again.close()
+    assert all(taken_after_a_restart(state, tmp_path / "c.sqlite").values())
 
 
 def test_acknowledging_one_drop_does_not_clear_another_still_on_its_way(tmp_path):
@@ -69,10 +77,7 @@ def test_acknowledging_one_drop_does_not_clear_another_still_on_its_way(tmp_path
     state.drop("a")
     state.drop("b")
     state.told(["n0"], order_key("b", None))  # b's order reached n0 first; a's had not when the catalog died
-    state.close()
-    again = CatalogState(tmp_path / "c.sqlite")
-    assert not again.heartbeat("n0")
-    again.close()
+    assert not taken_after_a_restart(state, tmp_path / "c.sqlite")["n0"]
 
 
 def test_a_registration_clears_only_what_was_written_before_it_began(tmp_path):
@@ -83,10 +88,7 @@ def test_a_registration_clears_only_what_was_written_before_it_began(tmp_path):
     time.sleep(0.01)
     state.drop("d")  # written while the registration was under way
     state.registered("n1", began)
-    state.close()
-    again = CatalogState(tmp_path / "c.sqlite")
-    assert not again.heartbeat("n1")
-    again.close()
+    assert not taken_after_a_restart(state, tmp_path / "c.sqlite")["n1"]
 
 
 def test_a_node_that_owes_a_registration_keeps_owing_it_across_a_restart_and_an_acknowledged_order(tmp_path):
@@ -95,17 +97,12 @@ def test_a_node_that_owes_a_registration_keeps_owing_it_across_a_restart_and_an_
     put(state, "d", ["n1", "n2"])
     state.drop("d")
     state.told(["n1", "n2"], order_key("d", None))  # n2 acknowledged this one, but still owes the registration
-    state.close()
-    again = CatalogState(tmp_path / "c.sqlite")
-    assert again.heartbeat("n1") and not again.heartbeat("n2")
-    again.close()
+    taken = taken_after_a_restart(state, tmp_path / "c.sqlite")
+    assert taken["n1"] and not taken["n2"]
 
 
 def test_an_aborted_pending_version_has_every_node_register_until_told(tmp_path):
     state = started(tmp_path / "c.sqlite")
     version = state.begin("p")
     assert sorted(n.node_id for n in state.abort("p", version)) == ["n0", "n1", "n2"]  # any may hold its files
-    state.close()
-    again = CatalogState(tmp_path / "c.sqlite")
-    assert not any(again.heartbeat(f"n{k}") for k in range(3))
-    again.close()
+    assert not any(taken_after_a_restart(state, tmp_path / "c.sqlite").values())
