@@ -207,11 +207,12 @@ def test_a_node_registering_again_with_nothing_new_leaves_what_answers_while_the
     """Nodes register again routinely (a missed seal, the cluster's identity learned after the first write): when
     nothing they bring is new, what answers opens from memory stays; a new node makes the node list be read again."""
     state = CatalogState(database=leased(postgres.database("again")))
-    state.register_node("n0", "grpc://10.0.0.1:1", "10.0.0.1", 1, None, [])
-    nodes = {n.node_id: n for n in state.nodes()}
-    state.begin("d")
-    state.commit("d", 1, SCHEMA, (10, 1), (1, 1), [PartRecord((0, 0), (0, 0), (10, 1), 80, [nodes["n0"]])])
     held = [{"dataset": "d", "version": 1, "part": (0, 0), "nbytes": 80, "stats": None}]
+    # d v1 learned from n0's manifest, as a catalog rebuilding lost state learns it: the only kind of version a
+    # node's tombstone drops (one a writer committed is kept, see tests/test_trust_attacks.py)
+    manifest = VersionRecord("d", 1, SCHEMA, (10, 1), (1, 1), [PartRecord((0, 0), (0, 0), (10, 1), 80, [])])
+    state.register_node("n0", "grpc://10.0.0.1:1", "10.0.0.1", 1, None, held, manifests=[manifest], versions=[("d", 1)],
+                        sealed_versions=[("d", 1)], granted={("d", 1, (0, 0))})
     state.adopt_cluster("c1")
     assert state.latest("d") == 1 and len(state.version("d", 1).parts) == 1 and len(state.nodes()) == 1  # read once
     assert state.register_node("n0", "grpc://10.0.0.1:1", "10.0.0.1", 1, None, held, versions=[("d", 1)],
