@@ -499,27 +499,23 @@ class CatalogServer(ServiceBase):
         (a node token holder had made its id a second replica at another node's address, so puts placed both copies
         there and failed)."""
         other = next((n for n in self.state.nodes() if n.uri == b.uri and n.node_id != b.node_id and n.alive), None)
-        if other is not None:
-            try:
-                there = self.pool.action(b.uri, GetNodeInfo(), timeout=min(self.node_timeout, 2.0)).node_id
-            except Exception:
-                self.pool.discard(b.uri)
-                there = None  # the old process is gone: the address moves to the new node
-            if there == other.node_id:
-                raise NodeConflict(f"{b.uri} is served by node {other.node_id}, not {b.node_id}",
-                                   field="register-node.uri")
+        if other is not None and self._node_at(b.uri) == other.node_id:  # else the old process is gone: it moves
+            raise NodeConflict(f"{b.uri} is served by node {other.node_id}, not {b.node_id}", field="register-node.uri")
         known = self.state.node(b.node_id)
         if known is None or not known.alive or known.uri == b.uri:
             return  # new, dead, or the same address restarting
-        try:
-            info = self.pool.action(known.uri, GetNodeInfo(), timeout=min(self.node_timeout, 2.0))
-        except Exception:
-            self.pool.discard(known.uri)
-            return  # the old process does not answer: the id moves to the new one
-        if info.node_id == b.node_id:
+        if self._node_at(known.uri) == b.node_id:  # else the old process does not answer: the id moves to the new one
             raise NodeConflict(
                 f"node id {b.node_id} is already served by {known.uri} (pid {known.pid}); a copied data directory needs an "
                 "identity of its own: remove its flightpart-node.json to give it a fresh one", field="register-node.node_id")
+
+    def _node_at(self, uri: str) -> str | None:
+        """The id of the node answering at ``uri`` now, or None when nothing answers there (within 2 s at most)."""
+        try:
+            return self.pool.action(uri, GetNodeInfo(), timeout=min(self.node_timeout, 2.0)).node_id
+        except Exception:
+            self.pool.discard(uri)
+            return None
 
     def _heartbeat(self, b: Heartbeat) -> HeartbeatReply:
         credential = self.caller.credential

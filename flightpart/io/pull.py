@@ -311,9 +311,11 @@ def read_bounded(reader: flight.FlightStreamReader, bound: RowBound | None,
     for chunk in chunks(reader):
         if marks is not None and chunk.app_metadata is not None:
             marks.append((rows, chunk.app_metadata.to_pybytes()))
-        if chunk.data is not None and chunk.data.num_rows:
-            batches.append(chunk.data)
-            rows += chunk.data.num_rows
+        data = chunk.data  # each access wraps the batch anew: once per message
+        count = data.num_rows if data is not None else 0
+        if count:
+            batches.append(data)
+            rows += count
             if bound is not None and rows > bound.rows:
                 reader.cancel()
                 raise bound.passed()
