@@ -384,7 +384,8 @@ class CatalogState:
     def _dead_before(self) -> float:
         """A node whose recorded heartbeat is older than this was dead when the heartbeats were last written (by
         this catalog before a restart, or by the leader before a takeover): 0 when they never were."""
-        row = self._db.execute("SELECT value FROM meta WHERE key='beats_flushed'").fetchone()
+        with self._lock:  # called from the announcing thread too: the connection is used under the lock only
+            row = self._db.execute("SELECT value FROM meta WHERE key='beats_flushed'").fetchone()
         return float(row[0]) - self.dead_after if row else 0.0
 
     def _nodes_told_everything(self) -> set[str]:
@@ -657,18 +658,12 @@ class CatalogState:
         """Forget a version (or all: every number handed out so far stays taken); returns every node that may hold
         its files."""
         with self._lock:
-            exists = self._db.execute(
-                "SELECT 1 FROM versions WHERE state IN ('pending', 'committed') AND dataset=?" + (" AND version=?" if version is not None else ""),
-                (dataset,) + ((version,) if version is not None else ()),
-            ).fetchone()
-        if not exists:
+            states = {r[0] for r in self._db.execute(
+                "SELECT DISTINCT state FROM versions WHERE dataset=?" + (" AND version=?" if version is not None else ""),
+                (dataset,) + ((version,) if version is not None else ()))}
+        if not states & {"pending", "committed"}:
             what = f"version {version} of dataset {dataset!r}" if version is not None else f"dataset {dataset!r}"
-            with self._lock:
-                dropped = self._db.execute(
-                    "SELECT 1 FROM versions WHERE state='dropped' AND dataset=?" + (" AND version=?" if version is not None else ""),
-                    (dataset,) + ((version,) if version is not None else ()),
-                ).fetchone()
-            if dropped:  # a writer whose drop's answer was lost to a catalog's death learns it was done (see Client.drop)
+            if "dropped" in states:  # a writer whose drop's answer was lost to a catalog's death learns it was done
                 raise DatasetNotFound(f"{what} was dropped already", field=ALREADY_DROPPED)
             raise DatasetNotFound(f"{what} does not exist")
         return self._delete(dataset, version, only_pending=False)
