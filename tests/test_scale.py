@@ -26,7 +26,7 @@ from flightpart.server.catalog import CatalogServer
 from flightpart.server.catalog_state import CatalogState, PartRecord
 from flightpart.server.node import NodeServer
 
-from helpers import code_of, free_port, put_raw, raw_action, wait_until
+from helpers import code_of, finished_within, free_port, put_raw, raw_action, wait_until
 
 
 def test_heartbeats_are_kept_in_memory_and_written_in_batches(tmp_path):
@@ -108,16 +108,14 @@ def test_drop_and_abort_with_three_frozen_nodes_finish_within_their_deadline(tmp
         for node in frozen:
             os.kill(node.pid, signal.SIGSTOP)
         try:
-            t0 = time.monotonic()
-            client.call(fp.wire.Abort("half", pending))
-            abort_s = time.monotonic() - t0
-            t0 = time.monotonic()
-            client.drop("frozen")
-            drop_s = time.monotonic() - t0
+            # each waits for a frozen node at most the catalog's 2 s fan-out timeout; without it, for the call's
+            # deadline (minutes): 60 s tells the two apart on a loaded machine
+            aborted = finished_within(lambda: client.call(fp.wire.Abort("half", pending)), 60)
+            dropped = finished_within(lambda: client.drop("frozen"), 60)
         finally:
             for node in frozen:
                 os.kill(node.pid, signal.SIGCONT)
-        assert abort_s < 5 and drop_s < 5, (abort_s, drop_s)
+        assert "value" in aborted and "value" in dropped, (aborted, dropped)
         # the frozen nodes missed the orders: their next heartbeat is refused, they register again and delete the files
 
         def leftovers() -> list:
