@@ -85,6 +85,12 @@ def dumps(obj: Any) -> bytes:
     return json.dumps(obj, separators=(",", ":")).encode()
 
 
+VERSION_LIMIT = 1 << 40
+"""The largest version number a dataset can reach. A catalog hands out none past it, a node stores none past it, and
+a node's registration naming one past it has those entries left out. Well short of what the wire can carry (18
+digits): a planted number near the wire's end would otherwise leave a name's counter nowhere to go."""
+
+
 def digits(text: str, what: str, max_len: int = 18) -> int:
     """A non-negative integer written in ASCII digits only (no sign, no Unicode digits)."""
     if not (text.isascii() and text.isdigit()) or len(text) > max_len:

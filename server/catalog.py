@@ -44,6 +44,7 @@ from flightpart.io.transfer import put_deadline
 from flightpart.tokens import CATALOG_NODE, capability, manifest_signature, manifest_signed, put_grant, role_token
 from flightpart.wire import (
     SCRUB_DEADLINE,
+    VERSION_LIMIT,
     Abort,
     Aborted,
     Begin,
@@ -115,22 +116,28 @@ every live node (each re-registers within one heartbeat, 2 s by default) can tel
 tombstones it holds before a version number is handed out (``--rebuild-grace``)."""
 
 
-NODE_VERSION_LIMIT = 1 << 40
-"""The highest version number a node's registration may name (its files, manifests, tombstones): each moves its
-dataset's counter past it, and a number near the wire's limit (2**62) left the name unwritable for good. A million
-versions a second for twelve days stay under it."""
+def within_version_limit(b: RegisterNode) -> RegisterNode:
+    """``b`` without the entries naming a version past :data:`~flightpart.wire.VERSION_LIMIT`, each left out with a
+    warning. Such a number comes from no catalog: a node token's holder pushing a name's counter to the end of the
+    number line, or a file a writer planted on the node. Leaving the entries out, not the registration, keeps one
+    planted file from shutting its node out of the cluster."""
+    def within(version: int) -> bool:
+        return version <= VERSION_LIMIT
 
-
-def _check_version_numbers(b: RegisterNode) -> None:
-    """Refuse a registration naming a version past :data:`NODE_VERSION_LIMIT` (a node token holder pushing another
-    writer's counter to the end of the number line)."""
-    numbers = [p.version for p in b.partitions] + [v.version for v in (*b.versions, *b.sealed_versions)]
-    numbers += [m.version for m in b.sealed]
-    for t in b.tombstones:
-        numbers += [t.dropped_through, *t.dropped, *t.aborted]
-    if numbers and max(numbers) > NODE_VERSION_LIMIT:
-        raise RequestRejected(f"register-node: version {max(numbers):,} is past the {NODE_VERSION_LIMIT:,} a node may "
-                              "name", field="register-node.versions")
+    kept = dataclasses.replace(
+        b, partitions=tuple(p for p in b.partitions if within(p.version)),
+        versions=tuple(v for v in b.versions if within(v.version)),
+        sealed_versions=tuple(v for v in b.sealed_versions if within(v.version)),
+        sealed=tuple(m for m in b.sealed if within(m.version)),
+        tombstones=tuple(dataclasses.replace(t, dropped_through=min(t.dropped_through, VERSION_LIMIT),
+                                 dropped=tuple(v for v in t.dropped if within(v)),
+                                 aborted=tuple(v for v in t.aborted if within(v))) for t in b.tombstones))
+    if kept != b:
+        named = [p.version for p in b.partitions] + [v.version for v in (*b.versions, *b.sealed_versions)]
+        named += [m.version for m in b.sealed] + [v for t in b.tombstones for v in (t.dropped_through, *t.dropped, *t.aborted)]
+        log.warning("register-node %s: left out what it said of versions past %d, which no catalog hands out (the largest "
+                    "it named: %d)", b.node_id, VERSION_LIMIT, max(named))
+    return kept
 
 
 def version_info(record: VersionRecord, cap: str | None = None) -> VersionInfo:
@@ -417,7 +424,7 @@ class CatalogServer(ServiceBase):
         if credential.role == "node" and credential.name != b.node_id:
             raise Forbidden(f"a node token for {credential.name} cannot register node {b.node_id}", field="register-node.node_id")
         self._check_identity(b)
-        _check_version_numbers(b)
+        b = within_version_limit(b)
         held = [{"dataset": p.dataset, "version": p.version, "part": p.part, "nbytes": p.nbytes, "stats": p.stats}
                 for p in b.partitions]
         trusted = self._signed_by_us(b.node_id, b.sealed)

@@ -24,8 +24,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from flightpart.errors import DatasetNotFound, NotLeader, StateUnavailable, VersionConflict, VersionExpired
-from flightpart.wire import ALREADY_DROPPED, EncodedJson
+from flightpart.errors import (
+    DatasetNotFound,
+    NotLeader,
+    RequestRejected,
+    StateUnavailable,
+    VersionConflict,
+    VersionExpired,
+)
+from flightpart.wire import ALREADY_DROPPED, VERSION_LIMIT, EncodedJson
 
 from .auth import CLOCK_MARGIN
 from .catalog_db import Database, SqliteDatabase
@@ -540,6 +547,9 @@ class CatalogState:
         with self._tx(dataset) as db:
             row = db.execute("SELECT next_version FROM counters WHERE dataset=?", (dataset,)).fetchone()
             version = row[0] if row else 1
+            if version > VERSION_LIMIT:  # no node would store it
+                raise RequestRejected(f"dataset {dataset!r} has used every version number a dataset may have "
+                                      f"({VERSION_LIMIT:,}); publish under another name", field="dataset")
             db.execute("INSERT INTO counters VALUES(?,?) ON CONFLICT(dataset) DO UPDATE SET next_version=excluded.next_version",
                        (dataset, version + 1))
             db.execute(

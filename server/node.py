@@ -54,6 +54,7 @@ from flightpart.tokens import PUT_GRANT, Keys, role_token, verify_token
 from flightpart.version import __version__
 from flightpart.wire import (
     MAX_PARTS_PER_RUN,
+    VERSION_LIMIT,
     Assemble,
     AssembleReply,
     Checked,
@@ -546,6 +547,9 @@ class NodeServer(ServiceBase):
     def do_put(self, context: Any, descriptor: flight.FlightDescriptor, reader: Any, writer: Any) -> None:
         with boundary(log, "do_put", self.telemetry, context, counted=functools.partial(self._count_error, "put")):
             name, version, part = parse_put_path(descriptor)
+            if version > VERSION_LIMIT:  # no catalog hands it out: a planted number that would shut this node out
+                raise RequestRejected(f"version {version:,} of {name} is past the {VERSION_LIMIT:,} a dataset may "
+                                      "reach; a catalog hands out no such number", field="descriptor.version")
             credential = credential_of(context)
             if credential.role == PUT_GRANT:  # a copy the catalog ordered: this partition, to this node, nothing else
                 if part is None or credential.put_scope != (name, version, part, self.node_id):

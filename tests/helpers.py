@@ -21,15 +21,16 @@ def code_of(exc: BaseException) -> str:
     return decoded[0]
 
 
-def put_raw(node, path: list[str], table, trailer: int | None = None) -> None:
-    """A put as a plain Flight client sends it (``node``: a URI or a FlightClient), closed by its row-count trailer."""
+def put_raw(node, path: list[str], table, trailer: int | None = None, options=None) -> None:
+    """A put as a plain Flight client sends it (``node``: a URI or a FlightClient), closed by its row-count trailer;
+    ``options``: its call options (a credential's headers)."""
     import json
 
     import pyarrow as pa
     import pyarrow.flight as flight
 
     node = flight.connect(node) if isinstance(node, str) else node
-    writer, _ = node.do_put(flight.FlightDescriptor.for_path(*path), table.schema)
+    writer, _ = node.do_put(flight.FlightDescriptor.for_path(*path), table.schema, options=options)
     writer.write_table(table)
     writer.write_metadata(pa.py_buffer(json.dumps({"rows": table.num_rows if trailer is None else trailer}).encode()))
     writer.close()

@@ -29,7 +29,7 @@ from flightpart.local.cluster import LocalCluster
 from flightpart.server.store import PartitionStore
 from flightpart.tokens import manifest_signature, verify_key
 
-from helpers import code_of, free_port, raw_action, wait_until
+from helpers import code_of, free_port, put_raw, raw_action, wait_until
 
 SECRET = b"cluster-secret-for-the-trust-tests"
 ROWS = 4000
@@ -324,7 +324,8 @@ def test_a_node_token_cannot_drop_datasets_or_use_up_version_numbers_by_register
     version, and every version of another it names), and names a version number near the wire's limit. The catalog
     had dropped both datasets everywhere, files and all, and the number left the name unwritable for good. Now a
     node's tombstone drops only versions the catalog learned from nodes' files (a catalog rebuilding lost state), and
-    a registration naming a version past 2**40 is refused; so is one naming the address of another live node."""
+    a registration naming a version past 2**40 has those entries left out (a writer cannot plant one on a node); one
+    naming the address of another live node is refused."""
     with trusted_cluster(tmp_path / "c", ["n1"], first_ip=166) as c:
         truth, other = table_of(ROWS, 6), table_of(1000, 7)
         with fp.connect(c.uri, token=tokens.role_token(SECRET, "writer", "w"), host="127.0.0.99") as writer:
@@ -335,17 +336,23 @@ def test_a_node_token_cannot_drop_datasets_or_use_up_version_numbers_by_register
                 mole.call(wire.RegisterNode("mole", "grpc://127.0.0.168:1", "127.0.0.168", 4242,
                                             versions=(wire.VersionRef("buried", 1),),
                                             tombstones=(wire.Tombstones("victim", 0, (1,), ()), wire.Tombstones("buried", 5))))
-                with pytest.raises(fp.RequestRejected, match="past the"):
-                    mole.call(wire.RegisterNode("mole", "grpc://127.0.0.168:1", "127.0.0.168", 4242,
-                                                versions=(wire.VersionRef("other", (1 << 62) - 1),)))
+                # accepted, but without the number: refusing the registration had shut a node out for one file
+                mole.call(wire.RegisterNode("mole", "grpc://127.0.0.168:1", "127.0.0.168", 4242,
+                                            versions=(wire.VersionRef("other", (1 << 62) - 1),)))
                 with pytest.raises(fp.NodeConflict, match="is served by node n1"):  # nor take a live node's address
                     n1 = c.nodes[0]
                     mole.call(wire.RegisterNode("mole", n1.uri, "127.0.0.166", n1.pid))
             with reader(c) as client:
                 assert client.open("victim").to_arrow().equals(truth)
                 assert client.open("buried").to_arrow().equals(other)
+            # a writer cannot plant such a number on a node either (it would reach the catalog when the node registers)
+            with pytest.raises(flight.FlightError) as planted:
+                put_raw(flight.connect(c.nodes[0].uri, **writer.pool.access.client_kwargs()),
+                        ["other", str(10 ** 15), "0", "0"], other, options=writer.pool.options(30))
+            assert code_of(planted.value) == "INVALID_REQUEST" and "past the" in str(planted.value)
             log = c.catalog.log()
             assert "this catalog wrote it and never did: kept" in log and "never dropped it: kept" in log
+            assert "left out what it said of versions past" in log
             assert len(list(c.root.glob("node-*/datasets/victim/v1/*.arrow"))) == 2  # no file went
             # the name is still writable from 1 (on the real node: the mole's address serves nothing)
             assert writer.put("other", other, nodes=["127.0.0.166"]).version == 1
