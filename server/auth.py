@@ -15,7 +15,8 @@ Sharing a node's streams fairly: one caller (a credential's name and the
 peer's IP) holds at most half of the streams (:meth:`GuardFactory.admit`), and
 a ``do_get`` whose reader has taken nothing for the idle timeout loses its
 slot (:meth:`GuardFactory.watch`), so a reader that opens streams and never
-reads them cannot lock others out.
+reads them cannot lock others out; so does a ``do_put`` whose writer has sent
+nothing for it (:meth:`GuardFactory.received`).
 
 Expiry is checked against this daemon's clock with :data:`CLOCK_MARGIN`
 seconds of grace (see docs/operations.md, "Clocks").
@@ -143,7 +144,7 @@ class GuardFactory(flight.ServerMiddlewareFactory):
                 busy = ServerBusy(f"busy: {self.open_streams} streams open, the limit; retry shortly")
                 raise flight.FlightUnavailableError(busy.message, extra_info=encode_error(busy))
             self.open_streams += 1
-        return CallGuard(self, credential, stream=True)
+        return CallGuard(self, credential, stream=True, writes=info.method == flight.FlightMethod.DO_PUT)
 
     @property
     def refused(self) -> int:
@@ -182,6 +183,15 @@ class GuardFactory(flight.ServerMiddlewareFactory):
                 guard.last_progress = time.monotonic()
             yield batch
 
+    def received(self, guard: CallGuard | None, messages: Iterator[Any]) -> Iterator[Any]:
+        """A put's ``messages``, noting each as its writer's progress. A writer that sends nothing for the idle
+        timeout loses its slot, as an idle reader does, but its call goes on (a slow source is no failure, and
+        the call still counts against its caller's share until it ends)."""
+        for message in messages:
+            if guard is not None:
+                guard.last_progress = time.monotonic()
+            yield message
+
     def sent_whole(self, guard: CallGuard | None, nbytes: int) -> None:
         """``guard``'s stream is handed to Arrow whole (``nbytes``): no range taken marks its reader's progress, so
         the reader is given the time a reader taking :data:`WHOLE_STREAM_RATE` needs (at most
@@ -203,6 +213,8 @@ class GuardFactory(flight.ServerMiddlewareFactory):
                 log.warning("freed the stream slot of %s: its stream, sent whole, was not done %g s after a reader "
                             "taking %d MB/s would have been (a large one is given at most %g s)", guard.caller, timeout,
                             WHOLE_STREAM_RATE // 1_000_000, WHOLE_STREAM_MOST_SECONDS)
+            elif guard.writes:
+                log.warning("freed the stream slot of %s: its put sent nothing for %g s", guard.caller, timeout)
             else:
                 log.warning("freed the stream slot of %s: its reader took nothing for %g s", guard.caller, timeout)
 
@@ -256,14 +268,15 @@ def peer_ip(peer: str | bytes) -> str:
 class CallGuard(flight.ServerMiddleware):
     """One call's credential (and its stream slot, released when the call ends). Slotted: one is made per call."""
 
-    __slots__ = ("factory", "credential", "stream", "caller", "holds_slot", "last_progress", "whole", "timed_out",
-                 "_finish")
+    __slots__ = ("factory", "credential", "stream", "writes", "caller", "holds_slot", "last_progress", "whole",
+                 "timed_out", "_finish")
 
-    def __init__(self, factory: GuardFactory, credential: Credential, *, stream: bool):
+    def __init__(self, factory: GuardFactory, credential: Credential, *, stream: bool, writes: bool = False):
         super().__init__()
         self.factory = factory
         self.credential = credential
         self.stream = stream
+        self.writes = writes                  # a put: its progress is what its writer sends (GuardFactory.received)
         self.caller: str | None = None       # set when the handler admits the stream (see GuardFactory.admit)
         self.holds_slot = stream              # until the call ends, or the idle watchdog frees it
         self.last_progress = time.monotonic()

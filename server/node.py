@@ -545,7 +545,7 @@ class NodeServer(ServiceBase):
     """Receipts per metadata message in the answer to a put of several partitions (about 300 KB)."""
 
     def do_put(self, context: Any, descriptor: flight.FlightDescriptor, reader: Any, writer: Any) -> None:
-        with boundary(log, "do_put", self.telemetry, context, counted=functools.partial(self._count_error, "put")):
+        with boundary(log, "do_put", self.telemetry, context, counted=functools.partial(self._count_error, "put")) as call:
             name, version, part = parse_put_path(descriptor)
             if version > VERSION_LIMIT:  # no catalog hands it out: a planted number that would shut this node out
                 raise RequestRejected(f"version {version:,} of {name} is past the {VERSION_LIMIT:,} a dataset may "
@@ -557,8 +557,10 @@ class NodeServer(ServiceBase):
                                     f"{self.node_id}", field="authorization")
             else:  # a writer's put; a node token writes to no node (a copy carries the catalog's grant)
                 authorize(context, "write")
+            # a share of the streams per caller, and the slot of a put that sends nothing freed (as a do_get's is)
+            guard = admit_stream(context, call.peer)
             self.counters.add(put_streams=1)
-            stream = chunks(reader)
+            stream = self.guard.received(guard, chunks(reader))
             if part is not None:
                 stored = self._receive(context, stream, name, version, part, reader.schema, alone=True)
                 describe("put", dataset=name, version=version, part=part, partitions=1, bytes=stored.nbytes, rows=stored.rows)

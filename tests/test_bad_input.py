@@ -21,7 +21,7 @@ import flightpart as fp
 from flightpart import wire
 from flightpart.local.cluster import LocalCluster
 
-from helpers import code_of, raw_action, wait_until
+from helpers import code_of, put_raw, raw_action, wait_until
 
 
 def assert_clear(exc: BaseException) -> None:
@@ -176,20 +176,24 @@ def test_a_truncated_put_stream_leaves_no_partition(guarded):
 
 
 def test_stream_limit_refuses_with_a_retryable_error(guarded):
+    """A caller (here every client: no secret, one host) holds at most half of --max-streams 4, puts and reads alike;
+    the node's whole limit, reached by several callers, is tested in tests/test_sharing_attacks.py."""
     node = flight.connect(guarded.nodes[0].uri)
     open_writers = []
     try:
-        for k in range(4):
+        for k in range(2):
             writer, _ = node.do_put(flight.FlightDescriptor.for_path("held", "1", str(k), "0"), pa.schema([("a", pa.int64())]))
             writer.write_table(pa.table({"a": [k]}))
             open_writers.append(writer)
         def open_streams() -> int:
             return json.loads(list(node.do_action(flight.Action("stats", b"")))[0].body.to_pybytes())["open_streams"]
 
-        wait_until(lambda: open_streams() == 4, 10, "the four put streams to reach the node")
-        assert open_streams() == 4
-        with pytest.raises(flight.FlightUnavailableError, match="busy: 4 streams open") as info:
+        wait_until(lambda: open_streams() == 2, 10, "the two put streams to reach the node")
+        with pytest.raises(flight.FlightUnavailableError, match="already holds 2 streams, its share of 4") as info:
             node.do_get(flight.Ticket(json.dumps({"dataset": "good", "version": 1, "part": [0, 0]}).encode())).read_all()
+        assert code_of(info.value) == "BUSY"
+        with pytest.raises(flight.FlightUnavailableError, match="already holds 2 streams") as info:
+            put_raw(node, ["held", "1", "2", "0"], pa.table({"a": [2]}))
         assert code_of(info.value) == "BUSY"
     finally:
         for w in open_writers:

@@ -179,6 +179,56 @@ def test_a_reader_holding_idle_streams_does_not_lock_others_out_and_loses_them(s
         reader.cancel()
 
 
+def test_a_writer_holding_idle_puts_does_not_lock_others_out_and_loses_their_slots(secured):
+    """Puts that send nothing held every stream of a node: readers and other writers were refused BUSY for as long
+    as the writer liked. A put now counts against its caller's share and loses its slot when it idles."""
+    node = secured.nodes[0].uri
+    mallory = flight.connect(node)
+    options = flight.FlightCallOptions(headers=[
+        (b"authorization", f"Bearer {tokens.role_token(SECRET.encode(), 'writer', 'mallory')}".encode())])
+    schema = pa.schema([("id", pa.int64())])
+    held, refused = [], []
+    for k in range(64):
+        writer, _ = mallory.do_put(flight.FlightDescriptor.for_path("idle-puts", "1", str(k), "0"), schema,
+                                   options=options)
+        held.append(writer)
+    wait_until(lambda: node_streams(node) == 32, 20, "mallory's puts to be admitted or refused")
+    for writer in held[:]:  # a refused put's error comes back when its writer writes
+        try:
+            writer.write_table(pa.table({"id": [1]}, schema=schema))
+        except flight.FlightError as exc:
+            refused.append(code_of(exc))
+            held.remove(writer)
+    assert len(refused) == 32 and set(refused) == {"BUSY"}, refused
+    with fp.connect(secured.uri, token=tokens.role_token(SECRET.encode(), "writer", "alice"), host="127.0.0.99") as alice:
+        truth = table_of(1000, 9)
+        assert alice.put("alices", truth, nodes=["127.0.0.121"]).to_arrow().equals(truth)  # while mallory holds her share
+    bob = flight.connect(node)  # a second caller takes the other half: the node's whole limit is reached
+    bobs = flight.FlightCallOptions(headers=[
+        (b"authorization", f"Bearer {tokens.role_token(SECRET.encode(), 'writer', 'bob')}".encode())])
+    held += [bob.do_put(flight.FlightDescriptor.for_path("idle-puts", "1", str(k), "1"), schema, options=bobs)[0]
+             for k in range(32)]
+    wait_until(lambda: node_streams(node) == 64, 20, "bob's puts to be admitted")
+    with pytest.raises(flight.FlightError, match="busy: 64 streams open") as info:
+        flight.connect(node).do_get(flight.Ticket(wire.Ticket("alices", 1, (0, 0)).encode()),
+                                    options=flight.FlightCallOptions(headers=[
+                                        (b"authorization", f"Bearer {reader_token('carol')}".encode())])).read_all()
+    assert code_of(info.value) == "BUSY"
+    wait_until(lambda: node_streams(node) == 0, timeout=IDLE * 10, what="the idle puts' slots to be freed")
+    assert "its put sent nothing for 3 s" in secured.nodes[0].log()
+    with pytest.raises(flight.FlightError) as info:  # her open calls still count against her share
+        writer, _ = mallory.do_put(flight.FlightDescriptor.for_path("idle-puts", "1", "99", "0"), schema, options=options)
+        writer.write_table(pa.table({"id": [1]}, schema=schema))
+        writer.close()
+    assert code_of(info.value) == "BUSY"
+    for writer in held:  # no trailer: nothing is stored
+        try:
+            writer.close()
+        except flight.FlightError:
+            pass
+    assert not list(secured.root.glob("node-*/datasets/idle-puts/v1/*.arrow"))
+
+
 def test_the_only_replica_paused_longer_than_the_idle_timeout_is_waited_for_not_failed(secured):
     node = secured.nodes[2]  # 127.0.0.123: a node that stops answering for a moment (a pause, a starved CPU)
     with fp.connect(secured.uri, token=reader_token("patient"), host="127.0.0.99", idle_timeout=0.3) as reader:
