@@ -101,7 +101,7 @@ from .auth import CLOCK_MARGIN, authorize, wall_clock
 from .base import Action, ServiceBase, action_table, boundary, schema_error
 from .beats import BeatListener, udp_heartbeats_enabled
 from .catalog_db import PostgresDatabase
-from .catalog_state import CatalogState, NodeRecord, PartRecord, VersionRecord, order_key
+from .catalog_state import LEARNED, CatalogState, NodeRecord, PartRecord, VersionRecord, order_key
 from .info_cache import FlightInfoCache
 from .lease import LEASE_SECONDS, Lease
 from .status_page import cluster_status
@@ -601,9 +601,30 @@ class CatalogServer(ServiceBase):
 
     def _begin(self, b: Begin) -> VersionReply:
         self._cluster()
-        return VersionReply(self.state.begin(b.dataset))
+        return VersionReply(self.state.begin(b.dataset, writer=self._writer()))
+
+    def _writer(self) -> str:
+        """The caller as the writer of what it begins: its role and name."""
+        credential = self.caller.credential
+        return f"{credential.role}:{credential.name}"
+
+    def _check_writer(self, dataset: str, version: int, what: str) -> None:
+        """FORBIDDEN unless the caller began ``version`` (or is an admin or the owner): any writer could commit
+        forged rows as another's reserved version, or abort it under its feet."""
+        credential = self.caller.credential
+        if credential.role in ("admin", "owner"):
+            return
+        began = self.state.writer_of(dataset, version)
+        if began == LEARNED:
+            raise Forbidden(f"{what}: {dataset} v{version} was learned from nodes' files when this catalog lost its "
+                            "state, and may have been committed: only an admin may " + what.split(" ")[0] + " it",
+                            field="version")
+        if began is not None and began != self._writer():
+            raise Forbidden(f"{what}: {dataset} v{version} was begun by another writer ({began.partition(':')[2]}); only "
+                            "it or an admin may " + what.split(" ")[0], field="version")
 
     def _commit(self, b: Commit) -> Committed:
+        self._check_writer(b.dataset, b.version, "commit")
         if self._committed_already(b):
             return Committed(b.dataset, b.version)
         nodes = {n.node_id: n for n in self.state.nodes()}
@@ -706,6 +727,7 @@ class CatalogServer(ServiceBase):
                 p.stats = p.stats or h.stats  # computed by the node from what it stored, never taken from the writer
 
     def _abort(self, b: Abort) -> Aborted:
+        self._check_writer(b.dataset, b.version, "abort")
         nodes = self.state.abort(b.dataset, b.version)
         state = self.state.version_state(b.dataset, b.version)
         if not nodes and state is not None and state[0] == "dropped":
@@ -940,10 +962,13 @@ class CatalogServer(ServiceBase):
         if not b.rank < b.nranks:
             raise RequestRejected(f"publish-begin: rank {b.rank} is not in [0, {b.nranks})", field="publish-begin.rank")
         self._cluster()
-        return VersionReply(self.state.join_publish(b.dataset, b.nranks, b.rank))
+        version = self.state.join_publish(b.dataset, b.nranks, b.rank, writer=self._writer())
+        self._check_writer(b.dataset, version, "publish")  # every rank of a publish under its first rank's writer
+        return VersionReply(version)
 
     def _publish_part(self, b: PublishPart) -> PublishReply:
         name, version = b.dataset, b.version
+        self._check_writer(name, version, "publish")
         state = self.state.version_state(name, version)
         if state is None or state[0] != "pending" or state[1] is None:
             raise RequestRejected(f"publish-part: {name} v{version} is not an open SPMD publish", field="publish-part.version")

@@ -59,6 +59,8 @@ CREATE TABLE IF NOT EXISTS stats(
     dataset TEXT NOT NULL, version INTEGER NOT NULL, i INTEGER NOT NULL, j INTEGER NOT NULL, body TEXT NOT NULL,
     PRIMARY KEY(dataset, version, i, j));
 CREATE TABLE IF NOT EXISTS floors(dataset TEXT PRIMARY KEY, dropped_through INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS writers(
+    dataset TEXT NOT NULL, version INTEGER NOT NULL, writer TEXT NOT NULL, PRIMARY KEY(dataset, version));
 CREATE TABLE IF NOT EXISTS replicas(
     dataset TEXT NOT NULL, version INTEGER NOT NULL, i INTEGER NOT NULL, j INTEGER NOT NULL, node_id TEXT NOT NULL,
     PRIMARY KEY(dataset, version, i, j, node_id));
@@ -121,6 +123,11 @@ class VersionRecord:
     @property
     def nbytes(self) -> int:
         return sum(p.nbytes for p in self.parts)
+
+
+LEARNED = "learned:from nodes' files"
+"""The writer of a version learned from nodes' files (:meth:`CatalogState.writer_of`): none, so only an admin may
+finish it."""
 
 
 class CatalogState:
@@ -542,8 +549,9 @@ class CatalogState:
 
     # ------------------------------------------------------------------ versions
 
-    def begin(self, dataset: str, nranks: int | None = None) -> int:
-        """Reserve the next version number (never reused, even after a drop)."""
+    def begin(self, dataset: str, nranks: int | None = None, writer: str | None = None) -> int:
+        """Reserve the next version number (never reused, even after a drop); ``writer``: who reserved it (a role and
+        a name), the one writer that may commit or abort it (:meth:`writer_of`)."""
         with self._tx(dataset) as db:
             row = db.execute("SELECT next_version FROM counters WHERE dataset=?", (dataset,)).fetchone()
             version = row[0] if row else 1
@@ -556,7 +564,18 @@ class CatalogState:
                 "INSERT INTO versions(dataset, version, state, nranks, created) VALUES(?,?,?,?,?)",
                 (dataset, version, "pending", nranks, time.time()),
             )
+            if writer is not None:
+                db.execute("INSERT INTO writers VALUES(?,?,?)", (dataset, version, writer))
             return version
+
+    def writer_of(self, dataset: str, version: int) -> str | None:
+        """Who reserved ``version``: :data:`LEARNED` for a version learned from nodes' files (a catalog that lost its
+        state: it may have been committed, so no writer may abort it), None where no writer was recorded."""
+        with self._lock:
+            row = self._db.execute("SELECT writer FROM writers WHERE dataset=? AND version=?", (dataset, version)).fetchone()
+            if row is None and _learned_from_nodes(self._db, dataset, version):
+                return LEARNED
+        return row[0] if row else None
 
     def ping(self) -> bool:
         """True while the database answers."""
@@ -566,10 +585,10 @@ class CatalogState:
         except StateUnavailable:
             return False
 
-    def join_publish(self, dataset: str, nranks: int, rank: int) -> int:
-        """The open SPMD publish ``rank`` should join, opened if there is none (atomically)."""
+    def join_publish(self, dataset: str, nranks: int, rank: int, writer: str | None = None) -> int:
+        """The open SPMD publish ``rank`` should join, opened (for ``writer``) if there is none (atomically)."""
         with self._lock:
-            return self._pending_publish(dataset, nranks, rank) or self.begin(dataset, nranks=nranks)
+            return self._pending_publish(dataset, nranks, rank) or self.begin(dataset, nranks=nranks, writer=writer)
 
     def _pending_publish(self, dataset: str, nranks: int, rank: int) -> int | None:
         """An open SPMD publish of ``dataset`` for ``nranks`` that ``rank`` has not joined yet."""
@@ -589,8 +608,17 @@ class CatalogState:
             return self._db.execute("SELECT state, nranks FROM versions WHERE dataset=? AND version=?", (dataset, version)).fetchone()
 
     def add_rank_part(self, dataset: str, version: int, rank: int, rows: int, cols: int, nbytes: int, node_id: str, schema: bytes) -> int:
-        """Record one SPMD rank's part; returns how many ranks have joined."""
+        """Record one SPMD rank's part; returns how many ranks have joined. A rank publishes once: the same part sent
+        again (a retry) changes nothing, another one for that rank is a VERSION_CONFLICT (it had replaced the
+        first, so any writer could swap a rank's rows for its own)."""
         with self._tx(dataset) as db:
+            joined = db.execute("SELECT p.rows, p.cols, r.node_id FROM partitions p JOIN replicas r USING(dataset, version, i, j) "
+                                "WHERE dataset=? AND version=? AND i=?", (dataset, version, rank)).fetchone()
+            if joined is not None:
+                if tuple(joined) != (rows, cols, node_id):
+                    raise VersionConflict(f"rank {rank} of {dataset} v{version} published its part already ({joined[0]:,} "
+                                          f"rows on node {joined[2]}); a rank publishes once", field="publish-part.rank")
+                return db.execute("SELECT COUNT(*) FROM partitions WHERE dataset=? AND version=?", (dataset, version)).fetchone()[0]
             db.execute("INSERT INTO partitions VALUES(?,?,?,?,?,?,?,?,?) ON CONFLICT(dataset, version, i, j) DO UPDATE SET "
                        "row_start=excluded.row_start, col_start=excluded.col_start, rows=excluded.rows, cols=excluded.cols, "
                        "nbytes=excluded.nbytes", (dataset, version, rank, 0, None, 0, rows, cols, nbytes))

@@ -356,3 +356,43 @@ def test_a_node_token_cannot_drop_datasets_or_use_up_version_numbers_by_register
             assert len(list(c.root.glob("node-*/datasets/victim/v1/*.arrow"))) == 2  # no file went
             # the name is still writable from 1 (on the real node: the mole's address serves nothing)
             assert writer.put("other", other, nodes=["127.0.0.166"]).version == 1
+
+
+def test_a_writer_cannot_commit_abort_or_publish_another_writers_version(tmp_path):
+    """Writers share a cluster, and a version belongs to the writer that began it. Another writer's token had committed
+    forged rows as someone's reserved version, aborted it under its writer's feet, and swapped an SPMD rank's part
+    for its own; an admin may still abort anything."""
+    with trusted_cluster(tmp_path / "c", ["n1"], first_ip=173) as c:
+        def writer(name: str) -> fp.Client:
+            return fp.connect(c.uri, token=tokens.role_token(SECRET, "writer", name), host="127.0.0.99")
+
+        with writer("alice") as alice, writer("mallory") as mallory:
+            wait_until(lambda: alive(alice) == {"n1"}, 30, "the node to register")
+            node = flight.connect(c.nodes[0].uri)
+            truth, forged = table_of(1000, 11), table_of(1000, 12)
+            version = alice.call(wire.Begin("owned")).version
+            put_raw(node, ["owned", str(version), "0", "0"], truth, options=alice.pool.options(30))
+            commit = wire.Commit("owned", version, truth.schema, (truth.num_rows, truth.num_columns), (1, 1),
+                                 (wire.CommitPart((0, 0), (0, 0), (truth.num_rows, truth.num_columns), ("n1",)),))
+            with pytest.raises(fp.Forbidden, match="begun by another writer"):
+                mallory.call(commit)
+            with pytest.raises(fp.Forbidden, match="begun by another writer"):
+                mallory.call(wire.Abort("owned", version))
+            alice.call(commit)
+            assert alice.open("owned").to_arrow().equals(truth)
+
+            # an SPMD publish: its ranks are its first rank's writer's
+            spmd = alice.call(wire.PublishBegin("ranks", 2, 0)).version
+            put_raw(node, ["ranks", str(spmd), "0", "0"], truth, options=alice.pool.options(30))
+            part = wire.PublishPart("ranks", spmd, 0, truth.num_rows, truth.num_columns, "n1", truth.schema)
+            assert not alice.publish_part(part).complete
+            alice.publish_part(part)  # the same part again (a retry): nothing changes
+            with pytest.raises(fp.Forbidden, match="begun by another writer"):
+                mallory.call(wire.PublishPart("ranks", spmd, 0, 777, truth.num_columns, "n1", forged.schema))
+            with pytest.raises(fp.Forbidden, match="begun by another writer"):
+                mallory.call(wire.PublishBegin("ranks", 2, 1))  # would join alice's publish as its rank 1
+            with pytest.raises(fp.VersionConflict, match="a rank publishes once"):
+                alice.publish_part(dataclasses.replace(part, rows=5))
+            with fp.connect(c.uri, token=tokens.role_token(SECRET, "admin", "ops"), host="127.0.0.99") as admin:
+                admin.call(wire.Abort("ranks", spmd))
+            assert "ranks" not in [d["name"] for d in alice.list()]
