@@ -28,28 +28,39 @@ from flightpart.errors import (
     Forbidden,
     ForeignCluster,
     NodeConflict,
+    PartitionDamaged,
     PartitionMissing,
     RequestRejected,
     SchemaMismatch,
     StaleEpoch,
     StorageFull,
     StorageUnwritable,
+    VersionConflict,
 )
 from flightpart.frames import growing_dictionaries
 from flightpart.io import inprocess, layout
 from flightpart.io.access import Access
 from flightpart.io.allocator import keep_freed_memory
 from flightpart.io.compression import PLAIN, write_options
-from flightpart.io.connections import ConnectionPool
+from flightpart.io.connections import DEFAULT_TIMEOUT, ConnectionPool
 from flightpart.io.counters import Counters
 from flightpart.io.errors import translate, translated
 from flightpart.io.hosts import advertised_ip
 from flightpart.io.layout import default_data_dir
 from flightpart.io.leader import CatalogAddresses, split_addresses
 from flightpart.io.maps import stored_facts, stored_nbytes
-from flightpart.io.transfer import BATCH_BYTES, BUFFERED_BYTES, PiecePace, chunks, row_pieces, send_partition, split_batch
+from flightpart.io.transfer import (
+    BATCH_BYTES,
+    BUFFERED_BYTES,
+    PiecePace,
+    chunks,
+    put_deadline,
+    row_pieces,
+    send_partition,
+    split_batch,
+)
 from flightpart.query.apply import apply_ticket
-from flightpart.query.soundness import decimal_past_precision, holds_decimal
+from flightpart.query.soundness import decimal_past_precision, holds_decimal, unsound
 from flightpart.tokens import PUT_GRANT, Keys, role_token, verify_token
 from flightpart.version import __version__
 from flightpart.wire import (
@@ -812,11 +823,42 @@ class NodeServer(ServiceBase):
             send_partition(pool, body.target, body.dataset, body.version, body.part, table)
         except (flight.FlightError, ConnectionError, OSError) as exc:  # the target's doing: the catalog tries another
             refusal = translate(exc)
+            if isinstance(refusal, VersionConflict) and self._holds_the_same(body, table):
+                log.info("copy-to %s: it stores %s v%d %s already, the same rows as here", body.target, body.dataset,
+                         body.version, body.part)
+                return Copied(0)  # the copy of a repair whose catalog died before recording it
+            if isinstance(refusal, VersionConflict):
+                raise PartitionDamaged(f"copy-to {body.target}: it stores other rows for {body.dataset} v{body.version} "
+                                       f"{body.part} than this replica (a file no catalog placed there); not taken",
+                                       field="copy-to.target") from None
             raise type(refusal)(f"copy-to {body.target}: {refusal.message}", field="copy-to.target") from None
         finally:
             if pool is not self.pool:
                 pool.close()
         return Copied(table.nbytes)
+
+    def _holds_the_same(self, body: CopyTo, table: pa.Table) -> bool:
+        """Whether the target of ``body``, which says it stores the partition already, serves the rows this replica
+        holds. A repair takes such a copy as its own (its catalog may have died before recording it), so a file
+        planted there (a writer's put to a node that holds nothing of the version) must not pass for one. Read
+        batch by batch, each checked before it is compared, and left at the first that differs."""
+        ticket = flight.Ticket(Ticket(body.dataset, body.version, body.part).encode())
+        offset = 0
+        try:
+            reader = self.pool.client(body.target).do_get(ticket, options=self.pool.options(
+                put_deadline(DEFAULT_TIMEOUT, table.nbytes)))
+            for chunk in chunks(reader):
+                if chunk.data is None:
+                    continue
+                piece = pa.Table.from_batches([chunk.data])
+                if unsound(piece) is not None or offset + piece.num_rows > table.num_rows \
+                        or not piece.equals(table.slice(offset, piece.num_rows)):
+                    reader.cancel()
+                    return False
+                offset += piece.num_rows
+        except (flight.FlightError, ConnectionError, OSError):
+            return False
+        return offset == table.num_rows
 
     def _assemble(self, body: Assemble) -> AssembleReply:
         with self._counting_errors("assemble"):

@@ -396,3 +396,32 @@ def test_a_writer_cannot_commit_abort_or_publish_another_writers_version(tmp_pat
             with fp.connect(c.uri, token=tokens.role_token(SECRET, "admin", "ops"), host="127.0.0.99") as admin:
                 admin.call(wire.Abort("ranks", spmd))
             assert "ranks" not in [d["name"] for d in alice.list()]
+
+
+@pytest.mark.slow
+def test_a_repair_does_not_take_rows_a_writer_planted_on_its_target_as_a_replica(tmp_path):
+    """A writer puts rows of its own (the partition's row count and schema) for a committed partition to the one node
+    that holds none of it; a holder dies and a repair copies to that node, which says it stores the partition
+    already. The repair had taken the planted rows as a replica (a reader then got them once the honest holder was
+    gone). The holder now compares what the target serves with its own rows, and the repair does not take it."""
+    with trusted_cluster(tmp_path / "c", ["b1", "b2", "b3"], first_ip=196, dead_after=1.5) as c:
+        admin = tokens.role_token(SECRET, "admin", "ops")
+        truth = table_of(3000, 21)
+        with fp.connect(c.uri, token=admin, host="127.0.0.99") as client:
+            wait_until(lambda: alive(client) == {"b1", "b2", "b3"}, 30, "three nodes")
+            client.put("sales", truth, tiling=(3, 1), replicas=2)
+            first = client.open("sales").__partitioned__["partitions"][(0, 0)]
+            held = {loc[0] for loc in first["location"]}
+            spare = next(n for n in c.nodes if not any(f"//{ip}:" in n.uri for ip in held))
+            planted = truth.slice(0, first["shape"][0]).set_column(0, "id", pa.array([-1] * first["shape"][0]))
+            with fp.connect(c.uri, token=tokens.role_token(SECRET, "writer", "mallory"), host="127.0.0.99") as mallory:
+                put_raw(flight.connect(spare.uri), ["sales", "1", "0", "0"], planted, options=mallory.pool.options(30))
+            down = next(n for n in c.nodes if f"//{sorted(held)[0]}:" in n.uri)
+            down.kill()
+            wait_until(lambda: len(alive(client)) == 2, 30, "the killed node to be seen dead")
+            repaired = client.repair()
+            spare_ip = spare.uri.removeprefix("grpc://").rsplit(":", 1)[0]
+            now = {loc[0] for loc in client.open("sales").__partitioned__["partitions"][(0, 0)]["location"]}
+            assert spare_ip not in now, repaired
+            assert client.open("sales").to_arrow().equals(truth)
+        assert "stores other rows" in c.catalog.log()
