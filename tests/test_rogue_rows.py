@@ -135,11 +135,27 @@ def endless(store, spec, empty=False):
     return flight.RecordBatchStream(pa.RecordBatchReader.from_batches(rows.schema, forever()))
 
 
+def bloated(store, spec):
+    """The rows asked for (several partitions of a shared stream too, with their run header), with a text column whose
+    every value is 256 KiB: sound arrays, the right rows and columns, a thousand times the bytes the catalog says."""
+    positions = (spec.part, *(spec.more or ()))
+    tables = [apply_ticket(store.open(spec.dataset, spec.version, p), spec.columns, None) for p in positions]
+    whole = pa.concat_tables(tables).combine_chunks()
+    whole = whole.set_column(whole.schema.get_field_index("s"), "s", pa.array(["x" * (1 << 18)] * whole.num_rows))
+    batches = whole.to_batches(max_chunksize=10)
+    if spec.more is None:
+        return flight.RecordBatchStream(pa.RecordBatchReader.from_batches(whole.schema, iter(batches)))
+    header = pa.py_buffer(PartRun(tuple(positions), tuple(t.num_rows for t in tables)).encode())
+    return flight.GeneratorStream(whole.schema, iter([(batches[0], header), *batches[1:]]))
+
+
 class Rogue(NodeServer):
     def do_get(self, context, ticket):
         with open(sys.argv[4]) as f:
             lie = f.read().strip()
         spec = Ticket.decode(ticket.ticket)
+        if lie == "bloated" and "s" in (spec.columns or ("s",)) and spec.aggregate is None:
+            return bloated(self.store, spec)
         if (lie in RUN_LIES or lie in COLUMN_LIES) and spec.more is not None:
             return lying_run(self.store, spec, lie)
         if lie == "endless":  # a shared stream's too (its first partition's rows), and an aggregate's partial
@@ -189,6 +205,7 @@ def rogue(tmp_path_factory):
             client.put("alone", table, tiling=(2, 1), nodes=[rogue_uri])
             client.put("twice", table, tiling=(2, 1), replicas=2, nodes=[rogue_uri, cluster.nodes[0].uri])
             client.put("small", table.select(["k", "s"]), tiling=(4, 1), nodes=[rogue_uri])  # shares a read stream
+            client.put("plain", table.select(["k", "s"]), tiling=(2, 1), replicas=2, nodes=[rogue_uri, cluster.nodes[0].uri])
         yield cluster, proc, mode, table
     finally:
         proc.kill()
@@ -383,6 +400,30 @@ print(json.dumps(["twice", twice.column("k").to_pylist()]))
     assert cluster.nodes[0].proc.poll() is None and proc.poll() is None
     with fp.connect(cluster.uri) as client:
         assert client.open("alone").version == 1
+
+
+def test_a_node_that_sends_far_more_bytes_than_the_partition_holds_is_left_at_the_first_batch_past_them(rogue):
+    """The right rows and columns, sound arrays, but every text value 256 KiB: a reader took the stream whole (50 MiB
+    for a partition of a few kilobytes here; gigabytes, and the reader killed, in a probe) and used it. A reader of
+    a whole partition without dictionary columns now stops at the first batch past the bytes the catalog says it
+    holds (with a quarter and 16 MiB to spare), and passes the node over for another replica."""
+    cluster, proc, mode, table = rogue
+    got = _told_to_lie(mode, cluster, "bloated", '''
+import resource
+small = client.open("small").__partitioned__  # four partitions that share one stream
+ask("shared stream", lambda: small["get"]([small["partitions"][(i, 0)]["data"] for i in range(4)]))
+one = client.open("small").__partitioned__
+ask("one partition", lambda: one["get"](one["partitions"][(0, 0)]["data"]))
+plain = client.open("plain").to_arrow().sort_by("k")
+print(json.dumps(["plain", plain.column("k").to_pylist(), plain.column("s").to_pylist()[:2]]))
+print(json.dumps(["peak", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss >> 10]))
+''')
+    for what in ("shared stream", "one partition"):
+        code, message = got[what]
+        assert code == "INTERNAL" and "bytes" in message and "more than the" in message and ROGUE_IP in message, \
+            (what, got[what])
+    assert got["plain"] == [table.column("k").to_pylist(), table.column("s").to_pylist()[:2]]  # the honest replica's
+    assert proc.poll() is None
 
 
 @pytest.mark.slow  # 100,000 messages from a rogue: in the slow tier, which CI runs

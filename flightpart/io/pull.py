@@ -74,20 +74,44 @@ class Unsound(Exception):
     rows or columns than the catalog says: its replica lies (or is faulty)."""
 
 
+BYTES_SLACK = 16 << 20
+"""What a stream of whole partitions may carry past a quarter more than their stored bytes (:class:`RowBound`):
+buffers padded per batch, framing, a last batch in flight."""
+ROW_NUMBER_BYTES = 8
+"""Bytes a row may carry past its partition's: a row-number column a ticket asks for (int64)."""
+
+
 @dataclass(frozen=True)
 class RowBound:
     """The most rows a stream may carry: what the catalog says the replicas hold for its ticket (``exact``), or the
     most a filter or a top could keep of them. A stream is left at its first batch past it, so a node that sends
-    rows without end costs a reader one batch more than the partition, not its memory."""
+    rows without end costs a reader one batch more than the partition, not its memory.
+
+    ``bytes``: for whole partitions without dictionary columns, the most bytes of buffers and metadata the stream
+    may carry: a quarter more than the catalog says they hold, 8 bytes a row (a row number), and
+    :data:`BYTES_SLACK`. The right rows can carry gigabytes (a text value of any length), and a lying node's did:
+    the reader took them whole."""
 
     rows: int
     exact: bool = True
+    bytes: int | None = None
 
     @classmethod
-    def of(cls, expected_rows: int | None, most_rows: int | None) -> RowBound | None:
+    def of(cls, expected_rows: int | None, most_rows: int | None, expected_bytes: int = 0) -> RowBound | None:
+        """The bound of a stream the catalog says holds ``expected_rows`` (or at most ``most_rows``) and, when it is
+        whole partitions without dictionaries, ``expected_bytes`` stored (0: not known, or not whole)."""
+        rows = expected_rows if expected_rows is not None else most_rows
+        most_bytes = None if expected_bytes <= 0 or rows is None else (
+            expected_bytes + expected_bytes // 4 + ROW_NUMBER_BYTES * rows + BYTES_SLACK)
         if expected_rows is not None:
-            return cls(expected_rows)
-        return None if most_rows is None else cls(most_rows, exact=False)
+            return cls(expected_rows, bytes=most_bytes)
+        if most_rows is not None:
+            return cls(most_rows, exact=False, bytes=most_bytes)
+        return None
+
+    def too_large(self) -> Unsound:
+        return Unsound(f"more than the {self.bytes:,} bytes its partitions may carry (a quarter more than the catalog "
+                       "says they hold, 8 a row and 16 MiB); the stream was left there")
 
     def passed(self) -> Unsound:
         if self.rows == 1 and not self.exact:  # an aggregate without keys: one row, whatever the partition holds
@@ -154,7 +178,8 @@ def read_replicas(pool: ConnectionPool, ticket: Ticket, replicas: Sequence[Repli
                 return _measured(pool, uri, asked,
                                  idle_timeout, deadline, patient=k == len(replicas) - 1, marks=marks,
                                  quick=marks is None and is_quick(expected_bytes, uri, idle_timeout),
-                                 expected_rows=expected_rows, most_rows=most_rows, expected_columns=expected_columns)
+                                 expected_rows=expected_rows, most_rows=most_rows, expected_columns=expected_columns,
+                                 expected_bytes=expected_bytes)
             except Stalled as exc:
                 pool.discard(uri)
                 failures.append(f"{uri}: {exc}")
@@ -186,13 +211,14 @@ def read_replicas(pool: ConnectionPool, ticket: Ticket, replicas: Sequence[Repli
 def read_several(pool: ConnectionPool, ticket: Ticket, replicas: Sequence[Replica], what: str,
                  idle_timeout: float = IDLE_TIMEOUT, *, compression: str = "auto",
                  here: frozenset[str] = frozenset(), expected_columns: CatalogColumns | None = None,
-                 most_rows: int | None = None) -> list[pa.Table]:
+                 most_rows: int | None = None, expected_bytes: int = 0) -> list[pa.Table]:
     """The partitions a ticket with ``more`` names, read in one stream from the first replica that answers (as
     :func:`read_replicas`) and cut back into one table each (zero-copy slices), in the ticket's order.
-    ``most_rows``: the rows the catalog says they hold together, when it knows them all."""
+    ``most_rows``: the rows the catalog says they hold together, when it knows them all; ``expected_bytes``: the
+    bytes it says they hold (0: not known)."""
     marks: list[tuple[int, bytes]] = []
     table = read_replicas(pool, ticket, replicas, what, idle_timeout, compression=compression, here=here, marks=marks,
-                          expected_columns=expected_columns, most_rows=most_rows)
+                          expected_columns=expected_columns, most_rows=most_rows, expected_bytes=expected_bytes)
     expected = [ticket.part, *(ticket.more or ())]
     sent, starts = where_parts_start(marks)
     if sent != expected or any(b < a for a, b in zip(starts, starts[1:])) or (starts and starts[-1] > table.num_rows):
@@ -235,14 +261,15 @@ def _refusal(what: str, first: Unauthenticated | Forbidden) -> Unauthenticated |
 def _measured(pool: ConnectionPool, uri: str, ticket: Ticket, idle_timeout: float, deadline: float | None, *,
               patient: bool = False, marks: list[tuple[int, bytes]] | None = None, quick: bool = False,
               expected_rows: int | None = None, most_rows: int | None = None,
-              expected_columns: CatalogColumns | None = None) -> pa.Table:
+              expected_columns: CatalogColumns | None = None, expected_bytes: int = 0) -> pa.Table:
     """One stream, its bytes and time handed to the link measurements; ``quick``: read by :func:`quick_stream`
-    first. What it carried is checked (:class:`Unsound`) before it is returned."""
+    first. What it carried is checked (:class:`Unsound`) before it is returned; ``expected_bytes`` (0: not known):
+    what whole partitions without dictionaries hold, which bounds the bytes it may carry (:class:`RowBound`)."""
     RATES.started(uri)
     received = 0
     try:
         encoded = flight.Ticket(ticket.encode())
-        bound = RowBound.of(expected_rows, most_rows)
+        bound = RowBound.of(expected_rows, most_rows, expected_bytes)
         table = quick_stream(pool, uri, encoded, idle_timeout, deadline, bound) if quick else None
         if table is None:
             table = stream(pool, uri, encoded, idle_timeout, deadline, patient=patient, marks=marks, bound=bound)
@@ -307,11 +334,18 @@ def read_bounded(reader: flight.FlightStreamReader, bound: RowBound | None,
     """A Flight stream read batch by batch to its end, or cancelled at its first batch past ``bound`` (raising
     :class:`Unsound`); ``marks`` collects each batch's metadata with the row it starts at, and ``moved()`` is called
     after each message (for a watchdog)."""
-    batches, rows, empty = [], 0, 0
+    batches, rows, empty, taken = [], 0, 0, 0
+    most_bytes = bound.bytes if bound is not None else None
     for chunk in chunks(reader):
         if marks is not None and chunk.app_metadata is not None:
             marks.append((rows, chunk.app_metadata.to_pybytes()))
         data = chunk.data  # each access wraps the batch anew: once per message
+        if most_bytes is not None:  # from buffer sizes alone (safe on a lying batch), its metadata's too
+            meta = chunk.app_metadata
+            taken += (data.get_total_buffer_size() if data is not None else 0) + (meta.size if meta is not None else 0)
+            if taken > most_bytes:
+                reader.cancel()
+                raise bound.too_large()  # type: ignore[union-attr]
         count = data.num_rows if data is not None else 0
         if count:
             batches.append(data)
