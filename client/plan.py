@@ -225,17 +225,18 @@ class Plan:
         """The handle of partition (b.i, j) for this block; ``pushed``: the node applies the view's filter."""
         info = self.parts[(b.i, j)]
         f = self.view.filter.substrait if (pushed and self.view.filter is not None) else None
-        whole = b.rows is None and f is None and aggregate is None and top is None and not self.has_dictionaries()
+        whole = b.rows is None and f is None and aggregate is None and top is None and not self.sent_unlike_stored()
         return PartitionRef(self.version.dataset, self.version.version, info.position, info.replicas, columns, b.rows, f,
                             b.matched if f is not None else None, aggregate,
                             shareable_bytes=max(info.nbytes, 1) if whole else 0, top=top,
                             expected_rows=self.rows_of(b))
 
-    def has_dictionaries(self) -> bool:
-        """Whether the version has a dictionary column (its partitions are read one per stream)."""
-        found = self.shared.get("dictionaries")
+    def sent_unlike_stored(self) -> bool:
+        """Whether the version's rows may take more bytes in a stream than in their files (a dictionary or a view
+        type at any depth): its partitions are read one per stream, and not bounded by their stored bytes."""
+        found = self.shared.get("unlike stored")
         if found is None:
-            found = self.shared["dictionaries"] = any(pa.types.is_dictionary(f.type) for f in self.version.schema)
+            found = self.shared["unlike stored"] = any(frames.sent_unlike_stored(f.type) for f in self.version.schema)
         return found
 
     def cells(self, count: Count) -> tuple[tuple[int, int], list[Cell]]:

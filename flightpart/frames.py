@@ -246,6 +246,21 @@ def rechunk(table: pa.Table, target_bytes: int = 1 << 20) -> pa.Table:
 
 
 
+_VIEWS = frozenset(t.id for t in (pa.string_view(), pa.binary_view(), pa.list_view(pa.int8()),
+                                  pa.large_list_view(pa.int8())))
+
+
+def sent_unlike_stored(kind: pa.DataType) -> bool:
+    """Whether values of ``kind`` may take more bytes in a stream than in a file: a dictionary (sent again with
+    batches, and counted with each) or a view type (a slice's batch carries every data buffer it points into), at any
+    depth of a nested type."""
+    if pa.types.is_dictionary(kind) or kind.id in _VIEWS:
+        return True
+    if isinstance(kind, pa.ExtensionType):
+        return sent_unlike_stored(kind.storage_type)
+    return any(sent_unlike_stored(kind.field(k).type) for k in range(kind.num_fields))
+
+
 def growing_dictionaries(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """``batches`` with each dictionary column's dictionary only ever extended, never replaced.
 

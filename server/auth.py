@@ -201,7 +201,8 @@ class GuardFactory(flight.ServerMiddlewareFactory):
             guard.whole = True
 
     def free_idle_streams(self) -> None:
-        """Free the slots of streams whose readers have taken nothing for the idle timeout."""
+        """Free the slots of streams whose readers have taken nothing (or whose puts have sent nothing) for the idle
+        timeout."""
         timeout = self.stream_idle_timeout
         assert timeout is not None
         now = time.monotonic()
@@ -304,9 +305,9 @@ def credential_of(context: Any) -> Credential:
 
 
 def admit_stream(context: Any, peer: str | None = None) -> CallGuard | None:
-    """This ``do_get``'s guard, once its caller's share allows one more stream (``BUSY`` otherwise); ``peer``: the
-    caller's gRPC peer when the handler has it already (the call record's, which is "unknown" for a context that
-    cannot say: only in-process calls, which have no guard)."""
+    """This ``do_get``'s or ``do_put``'s guard, once its caller's share allows one more stream (``BUSY`` otherwise);
+    ``peer``: the caller's gRPC peer when the handler has it already (the call record's, which is "unknown" for a
+    context that cannot say: only in-process calls, which have no guard)."""
     guard = context.get_middleware("guard") if context is not None else None
     if guard is not None:
         guard.factory.admit(guard, context.peer() if peer is None else peer)

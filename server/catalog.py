@@ -129,7 +129,7 @@ def within_version_limit(b: RegisterNode) -> RegisterNode:
         versions=tuple(v for v in b.versions if within(v.version)),
         sealed_versions=tuple(v for v in b.sealed_versions if within(v.version)),
         sealed=tuple(m for m in b.sealed if within(m.version)),
-        tombstones=tuple(dataclasses.replace(t, dropped_through=min(t.dropped_through, VERSION_LIMIT),
+        tombstones=tuple(dataclasses.replace(t, dropped_through=t.dropped_through if within(t.dropped_through) else 0,
                                  dropped=tuple(v for v in t.dropped if within(v)),
                                  aborted=tuple(v for v in t.aborted if within(v))) for t in b.tombstones))
     if kept != b:
@@ -620,13 +620,13 @@ class CatalogServer(ServiceBase):
                             "state, and may have been committed: only an admin may " + what.split(" ")[0] + " it",
                             field="version")
         if began is not None and began != self._writer():
-            raise Forbidden(f"{what}: {dataset} v{version} was begun by another writer ({began.partition(':')[2]}); only "
-                            "it or an admin may " + what.split(" ")[0], field="version")
+            raise Forbidden(f"{what}: {dataset} v{version} was begun by another writer; only it or an admin may "
+                            + what.split(" ")[0] + " it", field="version")
 
     def _commit(self, b: Commit) -> Committed:
+        if self._committed_already(b):  # only the very manifest stored: a retry whose answer was lost (any writer
+            return Committed(b.dataset, b.version)  # sending it learns nothing it could not read)
         self._check_writer(b.dataset, b.version, "commit")
-        if self._committed_already(b):
-            return Committed(b.dataset, b.version)
         nodes = {n.node_id: n for n in self.state.nodes()}
         parts = []
         for k, p in enumerate(b.partitions):
@@ -962,9 +962,8 @@ class CatalogServer(ServiceBase):
         if not b.rank < b.nranks:
             raise RequestRejected(f"publish-begin: rank {b.rank} is not in [0, {b.nranks})", field="publish-begin.rank")
         self._cluster()
-        version = self.state.join_publish(b.dataset, b.nranks, b.rank, writer=self._writer())
-        self._check_writer(b.dataset, version, "publish")  # every rank of a publish under its first rank's writer
-        return VersionReply(version)
+        # a rank joins its own writer's open publish (another writer's cannot hold it up), opened if there is none
+        return VersionReply(self.state.join_publish(b.dataset, b.nranks, b.rank, writer=self._writer()))
 
     def _publish_part(self, b: PublishPart) -> PublishReply:
         name, version = b.dataset, b.version

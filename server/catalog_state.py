@@ -586,16 +586,21 @@ class CatalogState:
             return False
 
     def join_publish(self, dataset: str, nranks: int, rank: int, writer: str | None = None) -> int:
-        """The open SPMD publish ``rank`` should join, opened (for ``writer``) if there is none (atomically)."""
+        """The open SPMD publish of ``writer`` that ``rank`` should join, opened for it if there is none
+        (atomically). Only ``writer``'s own: another writer's open publish of the name had taken every rank of a
+        job, which then could not publish."""
         with self._lock:
-            return self._pending_publish(dataset, nranks, rank) or self.begin(dataset, nranks=nranks, writer=writer)
+            return self._pending_publish(dataset, nranks, rank, writer) or self.begin(dataset, nranks=nranks,
+                                                                                      writer=writer)
 
-    def _pending_publish(self, dataset: str, nranks: int, rank: int) -> int | None:
-        """An open SPMD publish of ``dataset`` for ``nranks`` that ``rank`` has not joined yet."""
+    def _pending_publish(self, dataset: str, nranks: int, rank: int, writer: str | None) -> int | None:
+        """An open SPMD publish of ``dataset`` for ``nranks``, begun by ``writer``, that ``rank`` has not joined."""
         with self._lock:
+            whose = "w.writer IS NULL" if writer is None else "w.writer=?"
             rows = self._db.execute(
-                "SELECT version FROM versions WHERE dataset=? AND state='pending' AND nranks=? ORDER BY version",
-                (dataset, nranks),
+                "SELECT v.version FROM versions v LEFT JOIN writers w ON w.dataset=v.dataset AND w.version=v.version "
+                f"WHERE v.dataset=? AND v.state='pending' AND v.nranks=? AND {whose} ORDER BY v.version",
+                (dataset, nranks) + (() if writer is None else (writer,)),
             ).fetchall()
             for (version,) in rows:
                 joined = self._db.execute("SELECT 1 FROM partitions WHERE dataset=? AND version=? AND i=?", (dataset, version, rank)).fetchone()

@@ -225,6 +225,14 @@ def node_name(keys: Keys | None, token: str | None) -> str | None:
     return credential.name
 
 
+def within_limit(dataset: str, version: int, field: str) -> None:
+    """INVALID_REQUEST for a version past :data:`~flightpart.wire.VERSION_LIMIT`: no catalog hands one out, and a
+    file at such a number would reach the catalog with the node's next registration."""
+    if version > VERSION_LIMIT:
+        raise RequestRejected(f"version {version:,} of {dataset} is past the {VERSION_LIMIT:,} a dataset may reach; a "
+                              "catalog hands out no such number", field=field)
+
+
 class NodeServer(ServiceBase):
     """One node of a flightpart cluster."""
 
@@ -558,9 +566,6 @@ class NodeServer(ServiceBase):
     def do_put(self, context: Any, descriptor: flight.FlightDescriptor, reader: Any, writer: Any) -> None:
         with boundary(log, "do_put", self.telemetry, context, counted=functools.partial(self._count_error, "put")) as call:
             name, version, part = parse_put_path(descriptor)
-            if version > VERSION_LIMIT:  # no catalog hands it out: a planted number that would shut this node out
-                raise RequestRejected(f"version {version:,} of {name} is past the {VERSION_LIMIT:,} a dataset may "
-                                      "reach; a catalog hands out no such number", field="descriptor.version")
             credential = credential_of(context)
             if credential.role == PUT_GRANT:  # a copy the catalog ordered: this partition, to this node, nothing else
                 if part is None or credential.put_scope != (name, version, part, self.node_id):
@@ -568,6 +573,7 @@ class NodeServer(ServiceBase):
                                     f"{self.node_id}", field="authorization")
             else:  # a writer's put; a node token writes to no node (a copy carries the catalog's grant)
                 authorize(context, "write")
+            within_limit(name, version, "descriptor.version")
             # a share of the streams per caller, and the slot of a put that sends nothing freed (as a do_get's is)
             guard = admit_stream(context, call.peer)
             self.counters.add(put_streams=1)
@@ -856,15 +862,19 @@ class NodeServer(ServiceBase):
                     reader.cancel()
                     return False
                 offset += piece.num_rows
-        except (flight.FlightError, ConnectionError, OSError):
-            return False
+        except (flight.FlightError, ConnectionError, OSError) as exc:  # not an answer: the target's real refusal
+            refusal = translate(exc)
+            raise type(refusal)(f"copy-to {body.target}: it says it stores {body.dataset} v{body.version} {body.part} "
+                                f"already, but reading it failed: {refusal.message}", field="copy-to.target") from None
         return offset == table.num_rows
 
     def _assemble(self, body: Assemble) -> AssembleReply:
+        within_limit(body.dataset, body.version, "assemble.version")
         with self._counting_errors("assemble"):
             return self.assembler.run(body)
 
     def _relink(self, body: Relink) -> AssembleReply:
+        within_limit(body.dataset, body.version, "relink.version")
         with self._counting_errors("relink"):
             return self.assembler.relink(body)
 

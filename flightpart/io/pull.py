@@ -26,7 +26,7 @@ from flightpart.wire import GetNodeInfo, PartHeader, PartRun, Replica, Ticket, e
 from .compression import RATES
 from .connections import ConnectionPool
 from .errors import translate
-from .transfer import TRAFFIC, chunks, read_whole
+from .transfer import BUSY_PATIENCE, TRAFFIC, chunks, read_whole
 from .wakes import thread_wakes, visible
 from .workers import run_in_worker
 
@@ -37,8 +37,6 @@ PROBE_TIMEOUT = 5.0
 """Seconds the last replica of a stalled stream has to answer ``node-info`` to show it is alive, only busy."""
 CLOCK_HINT = ("the token or its capability expired, or the nodes' clocks disagree with the catalog's by more "
               "than the margin (see docs/operations.md, 'Clocks'); open the dataset again with a valid token")
-BUSY_PATIENCE = 30.0
-"""Seconds to keep retrying when every replica answers busy."""
 STREAM_DEADLINE = 3600.0
 """Deadline of one read stream: what ends a call stuck on a frozen server."""
 STALL_PATIENCE = 300.0
@@ -87,7 +85,7 @@ class RowBound:
     most a filter or a top could keep of them. A stream is left at its first batch past it, so a node that sends
     rows without end costs a reader one batch more than the partition, not its memory.
 
-    ``bytes``: for whole partitions without dictionary columns, the most bytes of buffers and metadata the stream
+    ``bytes``: for whole partitions without dictionary or view columns, the most bytes of buffers and metadata the stream
     may carry: a quarter more than the catalog says they hold, 8 bytes a row (a row number), and
     :data:`BYTES_SLACK`. The right rows can carry gigabytes (a text value of any length), and a lying node's did:
     the reader took them whole."""

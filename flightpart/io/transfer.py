@@ -6,6 +6,7 @@ Shared by the client (puts), the node (``copy-to``, serving) and ``get``
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -16,11 +17,12 @@ import pyarrow as pa
 import pyarrow.flight as flight
 import pyarrow.ipc as ipc
 
-from flightpart.errors import RequestRejected
+from flightpart.errors import RequestRejected, ServerBusy
 from flightpart.wire import HeldPartition, PartHeader, PutReceipts, PutTrailer, partition_path, partitions_path
 
 from .connections import DEFAULT_TIMEOUT, ConnectionPool
 from .counters import Counters
+from .errors import translate
 
 BATCH_BYTES = 1 << 20
 
@@ -150,6 +152,25 @@ def put_deadline(timeout: float, nbytes: int) -> float:
     return timeout + nbytes / MIN_PUT_RATE
 
 
+BUSY_PATIENCE = 30.0
+"""Seconds a read or a put keeps retrying, after a jittered backoff, when its nodes answer ``BUSY``."""
+
+
+def patient_when_busy(send: Callable[[], Any]) -> Any:
+    """``send()``, again after a jittered backoff while its node answers ``BUSY`` (every stream taken, or the
+    caller's share of them), for up to :data:`BUSY_PATIENCE` seconds. A put refused so stored nothing: the node
+    refuses it before reading a batch."""
+    give_up, delay = time.monotonic() + BUSY_PATIENCE, 0.05
+    while True:
+        try:
+            return send()
+        except flight.FlightUnavailableError as exc:
+            if not isinstance(translate(exc), ServerBusy) or time.monotonic() + delay > give_up:
+                raise
+        time.sleep(delay * (0.5 + random.random()))
+        delay = min(delay * 2, 1.0)
+
+
 def send_partition(pool: ConnectionPool, uri: str, dataset: str, version: int, part: tuple[int, int],
                    table: pa.Table, *, timeout: float = DEFAULT_TIMEOUT,
                    sent: Callable[[int], None] | None = None) -> HeldPartition | None:
@@ -163,11 +184,15 @@ def send_partition(pool: ConnectionPool, uri: str, dataset: str, version: int, p
     """
     descriptor = flight.FlightDescriptor.for_path(*partition_path(dataset, version, part))
     options = pool.options(put_deadline(timeout, table.nbytes))
-    writer, reader = pool.client(uri).do_put(descriptor, table.schema, options=options)
-    with writer:
-        _write_table(writer, table, sent)
-        writer.done_writing()
-        ack = reader.read()
+
+    def send() -> Any:
+        writer, reader = pool.client(uri).do_put(descriptor, table.schema, options=options)
+        with writer:
+            _write_table(writer, table, sent)
+            writer.done_writing()
+            return reader.read()
+
+    ack = patient_when_busy(send)
     TRAFFIC.add(bytes_sent=table.nbytes)
     return HeldPartition.decode(ack.to_pybytes(), "put receipt") if ack is not None else None
 
@@ -185,18 +210,24 @@ def send_partitions(pool: ConnectionPool, uri: str, dataset: str, version: int,
     """
     schema = parts[0][1].schema
     options = pool.options(put_deadline(timeout, sum(t.nbytes for _, t in parts)))
-    writer, reader = pool.client(uri).do_put(flight.FlightDescriptor.for_path(*partitions_path(dataset, version)),
-                                             schema, options=options)
-    receipts: list[HeldPartition] = []
-    with writer:
-        for part, table in parts:
-            if not table.schema.equals(schema, check_metadata=True):
-                raise ValueError(f"partition {part}: one put stream carries one schema; send it on a stream of its own")
-            writer.write_metadata(pa.py_buffer(PartHeader(part).encode()))
-            _write_table(writer, table, sent)
-        writer.done_writing()
-        while (page := reader.read()) is not None:
-            receipts.extend(PutReceipts.decode(page.to_pybytes(), "put receipts").partitions)
+    for part, table in parts:
+        if not table.schema.equals(schema, check_metadata=True):
+            raise ValueError(f"partition {part}: one put stream carries one schema; send it on a stream of its own")
+
+    def send() -> list[HeldPartition]:
+        receipts: list[HeldPartition] = []
+        writer, reader = pool.client(uri).do_put(flight.FlightDescriptor.for_path(*partitions_path(dataset, version)),
+                                                 schema, options=options)
+        with writer:
+            for part, table in parts:
+                writer.write_metadata(pa.py_buffer(PartHeader(part).encode()))
+                _write_table(writer, table, sent)
+            writer.done_writing()
+            while (page := reader.read()) is not None:
+                receipts.extend(PutReceipts.decode(page.to_pybytes(), "put receipts").partitions)
+        return receipts
+
+    receipts = patient_when_busy(send)
     TRAFFIC.add(bytes_sent=sum(t.nbytes for _, t in parts))
     missing = {part for part, _ in parts} - {r.part for r in receipts}
     if missing:
