@@ -116,28 +116,35 @@ every live node (each re-registers within one heartbeat, 2 s by default) can tel
 tombstones it holds before a version number is handed out (``--rebuild-grace``)."""
 
 
+def versions_named(b: RegisterNode) -> list[int]:
+    """Every version number a registration names: its partitions, versions, manifests and tombstones."""
+    named = [p.version for p in b.partitions] + [v.version for v in (*b.versions, *b.sealed_versions)]
+    return named + [m.version for m in b.sealed] + [v for t in b.tombstones for v in (t.dropped_through, *t.dropped,
+                                                                                      *t.aborted)]
+
+
 def within_version_limit(b: RegisterNode) -> RegisterNode:
-    """``b`` without the entries naming a version past :data:`~flightpart.wire.VERSION_LIMIT`, each left out with a
-    warning. Such a number comes from no catalog: a node token's holder pushing a name's counter to the end of the
-    number line, or a file a writer planted on the node. Leaving the entries out, not the registration, keeps one
-    planted file from shutting its node out of the cluster."""
+    """``b`` without the entries naming a version past :data:`~flightpart.wire.VERSION_LIMIT`, left out with a
+    warning (``b`` itself when it names none, as every honest one). Such a number comes from no catalog: a node
+    token's holder pushing a name's counter to the end of the number line, or a file a writer planted on the node.
+    Leaving the entries out, not the registration, keeps one planted file from shutting its node out."""
+    largest = max(versions_named(b), default=0)
+    if largest <= VERSION_LIMIT:
+        return b
+    log.warning("register-node %s: left out what it said of versions past %d, which no catalog hands out (the largest "
+                "it named: %d)", b.node_id, VERSION_LIMIT, largest)
+
     def within(version: int) -> bool:
         return version <= VERSION_LIMIT
 
-    kept = dataclasses.replace(
+    return dataclasses.replace(
         b, partitions=tuple(p for p in b.partitions if within(p.version)),
         versions=tuple(v for v in b.versions if within(v.version)),
         sealed_versions=tuple(v for v in b.sealed_versions if within(v.version)),
         sealed=tuple(m for m in b.sealed if within(m.version)),
         tombstones=tuple(dataclasses.replace(t, dropped_through=t.dropped_through if within(t.dropped_through) else 0,
-                                 dropped=tuple(v for v in t.dropped if within(v)),
-                                 aborted=tuple(v for v in t.aborted if within(v))) for t in b.tombstones))
-    if kept != b:
-        named = [p.version for p in b.partitions] + [v.version for v in (*b.versions, *b.sealed_versions)]
-        named += [m.version for m in b.sealed] + [v for t in b.tombstones for v in (t.dropped_through, *t.dropped, *t.aborted)]
-        log.warning("register-node %s: left out what it said of versions past %d, which no catalog hands out (the largest "
-                    "it named: %d)", b.node_id, VERSION_LIMIT, max(named))
-    return kept
+                                             dropped=tuple(v for v in t.dropped if within(v)),
+                                             aborted=tuple(v for v in t.aborted if within(v))) for t in b.tombstones))
 
 
 def version_info(record: VersionRecord, cap: str | None = None) -> VersionInfo:
@@ -617,11 +624,10 @@ class CatalogServer(ServiceBase):
         began = self.state.writer_of(dataset, version)
         if began == LEARNED:
             raise Forbidden(f"{what}: {dataset} v{version} was learned from nodes' files when this catalog lost its "
-                            "state, and may have been committed: only an admin may " + what.split(" ")[0] + " it",
-                            field="version")
+                            f"state, and may have been committed: only an admin may {what} it", field="version")
         if began is not None and began != self._writer():
-            raise Forbidden(f"{what}: {dataset} v{version} was begun by another writer; only it or an admin may "
-                            + what.split(" ")[0] + " it", field="version")
+            raise Forbidden(f"{what}: {dataset} v{version} was begun by another writer; only it or an admin may {what} it",
+                            field="version")
 
     def _commit(self, b: Commit) -> Committed:
         if self._committed_already(b):  # only the very manifest stored: a retry whose answer was lost (any writer
