@@ -181,7 +181,8 @@ def test_a_reader_holding_idle_streams_does_not_lock_others_out_and_loses_them(s
 
 def test_a_writer_holding_idle_puts_does_not_lock_others_out_and_loses_their_slots(secured):
     """Puts that send nothing held every stream of a node: readers and other writers were refused BUSY for as long
-    as the writer liked. A put now counts against its caller's share and loses its slot when it idles."""
+    as the writer liked. A put now counts against its caller's share and loses its slot when it idles (the node's
+    whole limit, reached by two callers, is the next test's)."""
     node = secured.nodes[0].uri
     mallory = flight.connect(node)
     options = flight.FlightCallOptions(headers=[
@@ -203,17 +204,6 @@ def test_a_writer_holding_idle_puts_does_not_lock_others_out_and_loses_their_slo
     with fp.connect(secured.uri, token=tokens.role_token(SECRET.encode(), "writer", "alice"), host="127.0.0.99") as alice:
         truth = table_of(1000, 9)
         assert alice.put("alices", truth, nodes=["127.0.0.121"]).to_arrow().equals(truth)  # while mallory holds her share
-    bob = flight.connect(node)  # a second caller takes the other half: the node's whole limit is reached
-    bobs = flight.FlightCallOptions(headers=[
-        (b"authorization", f"Bearer {tokens.role_token(SECRET.encode(), 'writer', 'bob')}".encode())])
-    held += [bob.do_put(flight.FlightDescriptor.for_path("idle-puts", "1", str(k), "1"), schema, options=bobs)[0]
-             for k in range(32)]
-    wait_until(lambda: node_streams(node) == 64, 20, "bob's puts to be admitted")
-    with pytest.raises(flight.FlightError, match="busy: 64 streams open") as info:
-        flight.connect(node).do_get(flight.Ticket(wire.Ticket("alices", 1, (0, 0)).encode()),
-                                    options=flight.FlightCallOptions(headers=[
-                                        (b"authorization", f"Bearer {reader_token('carol')}".encode())])).read_all()
-    assert code_of(info.value) == "BUSY"
     wait_until(lambda: node_streams(node) == 0, timeout=IDLE * 10, what="the idle puts' slots to be freed")
     assert "its put sent nothing for 3 s" in secured.nodes[0].log()
     with pytest.raises(flight.FlightError) as info:  # her open calls still count against her share
@@ -227,6 +217,36 @@ def test_a_writer_holding_idle_puts_does_not_lock_others_out_and_loses_their_slo
         except flight.FlightError:
             pass
     assert not list(secured.root.glob("node-*/datasets/idle-puts/v1/*.arrow"))
+
+
+def test_two_writers_holding_their_shares_of_puts_reach_the_nodes_limit_where_a_reader_is_busy(tmp_path):
+    """The node's whole limit, reached by two callers' idle puts (half each), refuses a third caller BUSY. A node of
+    its own with a long idle timeout: the module's 3 s would free the first caller's slots on a loaded machine before
+    the second's arrive."""
+    secret = tmp_path / "secret"
+    secret.write_text(SECRET + "\n")
+    secret.chmod(0o600)
+    with LocalCluster(tmp_path / "c", nodes=1, first_ip=125, extra_args=["--secret-file", str(secret)],
+                      node_args=["--max-streams", "4", "--stream-idle-timeout", "600"]) as c:
+        node = c.nodes[0].uri
+        schema = pa.schema([("id", pa.int64())])
+        held = []
+        for k, name in enumerate(["bob", "dave", "bob", "dave"]):
+            options = flight.FlightCallOptions(headers=[
+                (b"authorization", f"Bearer {tokens.role_token(SECRET.encode(), 'writer', name)}".encode())])
+            held.append(flight.connect(node).do_put(flight.FlightDescriptor.for_path("idle-puts", "1", str(k), "0"),
+                                                    schema, options=options)[0])
+        wait_until(lambda: node_streams(node) == 4, 20, "both writers' puts to be admitted")
+        with pytest.raises(flight.FlightError, match="busy: 4 streams open") as info:
+            flight.connect(node).do_get(flight.Ticket(wire.Ticket("idle-puts", 1, (0, 0)).encode()),
+                                        options=flight.FlightCallOptions(headers=[
+                                            (b"authorization", f"Bearer {reader_token('carol')}".encode())])).read_all()
+        assert code_of(info.value) == "BUSY"
+        for writer in held:  # no trailer: nothing is stored
+            try:
+                writer.close()
+            except flight.FlightError:
+                pass
 
 
 def test_the_only_replica_paused_longer_than_the_idle_timeout_is_waited_for_not_failed(secured):
