@@ -135,6 +135,20 @@ def test_a_node_whose_clock_is_past_the_margin_is_logged_and_shown(secured):
     assert "clock skew" in html and '<span class="bad">+3600.' in html
 
 
+def bearer(token: str) -> flight.FlightCallOptions:
+    """Call options carrying ``token``, as a plain Flight client sends it."""
+    return flight.FlightCallOptions(headers=[(b"authorization", f"Bearer {token}".encode())])
+
+
+def abandon(writers: list) -> None:
+    """Close put streams without their trailer: the node stores nothing of them (one refused already may raise)."""
+    for writer in writers:
+        try:
+            writer.close()
+        except flight.FlightError:
+            pass
+
+
 def node_streams(uri: str) -> int:
     return owner_pool().action(uri, wire.GetStats(), timeout=10)["open_streams"]
 
@@ -185,8 +199,7 @@ def test_a_writer_holding_idle_puts_does_not_lock_others_out_and_loses_their_slo
     whole limit, reached by two callers, is the next test's)."""
     node = secured.nodes[0].uri
     mallory = flight.connect(node)
-    options = flight.FlightCallOptions(headers=[
-        (b"authorization", f"Bearer {tokens.role_token(SECRET.encode(), 'writer', 'mallory')}".encode())])
+    options = bearer(tokens.role_token(SECRET.encode(), "writer", "mallory"))
     schema = pa.schema([("id", pa.int64())])
     held, refused = [], []
     for k in range(64):
@@ -211,11 +224,7 @@ def test_a_writer_holding_idle_puts_does_not_lock_others_out_and_loses_their_slo
         writer.write_table(pa.table({"id": [1]}, schema=schema))
         writer.close()
     assert code_of(info.value) == "BUSY"
-    for writer in held:  # no trailer: nothing is stored
-        try:
-            writer.close()
-        except flight.FlightError:
-            pass
+    abandon(held)
     assert not list(secured.root.glob("node-*/datasets/idle-puts/v1/*.arrow"))
 
 
@@ -232,21 +241,15 @@ def test_two_writers_holding_their_shares_of_puts_reach_the_nodes_limit_where_a_
         schema = pa.schema([("id", pa.int64())])
         held = []
         for k, name in enumerate(["bob", "dave", "bob", "dave"]):
-            options = flight.FlightCallOptions(headers=[
-                (b"authorization", f"Bearer {tokens.role_token(SECRET.encode(), 'writer', name)}".encode())])
+            options = bearer(tokens.role_token(SECRET.encode(), "writer", name))
             held.append(flight.connect(node).do_put(flight.FlightDescriptor.for_path("idle-puts", "1", str(k), "0"),
                                                     schema, options=options)[0])
         wait_until(lambda: node_streams(node) == 4, 20, "both writers' puts to be admitted")
         with pytest.raises(flight.FlightError, match="busy: 4 streams open") as info:
             flight.connect(node).do_get(flight.Ticket(wire.Ticket("idle-puts", 1, (0, 0)).encode()),
-                                        options=flight.FlightCallOptions(headers=[
-                                            (b"authorization", f"Bearer {reader_token('carol')}".encode())])).read_all()
+                                        options=bearer(reader_token("carol"))).read_all()
         assert code_of(info.value) == "BUSY"
-        for writer in held:  # no trailer: nothing is stored
-            try:
-                writer.close()
-            except flight.FlightError:
-                pass
+        abandon(held)
 
 
 def test_the_only_replica_paused_longer_than_the_idle_timeout_is_waited_for_not_failed(secured):
