@@ -7,6 +7,7 @@ with tables only.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -259,6 +260,59 @@ def sent_unlike_stored(kind: pa.DataType) -> bool:
     if isinstance(kind, pa.ExtensionType):
         return sent_unlike_stored(kind.storage_type)
     return any(sent_unlike_stored(kind.field(k).type) for k in range(kind.num_fields))
+
+
+_PLAIN_OF_VIEW = {pa.string_view(): pa.large_string(), pa.binary_view(): pa.large_binary()}
+
+
+def without_views(kind: pa.DataType) -> pa.DataType | None:
+    """``kind`` with each string or binary view (at any depth of lists, structs and maps) replaced by its large
+    offset-based twin; None when ``kind`` holds no such view, or holds one where a cast could not bring it back
+    (in a list view, a dictionary, an extension or a union).
+
+    A slice of a view array still points into every data buffer of the whole array, and Arrow's IPC writer writes
+    them all with each batch; cast to the twin and back, a slice holds only its own values (:func:`compact_views`).
+    """
+    if kind in _PLAIN_OF_VIEW:
+        return _PLAIN_OF_VIEW[kind]
+    if pa.types.is_struct(kind):
+        fields = [kind.field(k) for k in range(kind.num_fields)]
+        plain = [without_views(f.type) for f in fields]
+        if all(p is None for p in plain):
+            return None
+        return pa.struct([f if p is None else f.with_type(p) for f, p in zip(fields, plain)])
+    if pa.types.is_map(kind):
+        key, item = without_views(kind.key_field.type), without_views(kind.item_field.type)
+        if key is None and item is None:
+            return None
+        return pa.map_(kind.key_field if key is None else kind.key_field.with_type(key),
+                       kind.item_field if item is None else kind.item_field.with_type(item), kind.keys_sorted)
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
+        value = without_views(kind.value_type)
+        if value is None:
+            return None
+        field = kind.value_field.with_type(value)
+        if pa.types.is_fixed_size_list(kind):
+            return pa.list_(field, kind.list_size)
+        return pa.large_list(field) if pa.types.is_large_list(kind) else pa.list_(field)
+    return None
+
+
+@functools.lru_cache(maxsize=256)
+def schema_without_views(schema: pa.Schema) -> pa.Schema | None:
+    """``schema`` with its string and binary views replaced (:func:`without_views`), or None when it has none."""
+    plain = [without_views(f.type) for f in schema]
+    if all(p is None for p in plain):
+        return None
+    return pa.schema([f if p is None else f.with_type(p) for f, p in zip(schema, plain)], metadata=schema.metadata)
+
+
+def compact_views(batch: pa.RecordBatch, plain: pa.Schema) -> pa.RecordBatch:
+    """``batch`` (a slice, perhaps) whose view columns hold only the bytes of its own rows: each column rebuilt from
+    its own rows (a cast of a list slice would cast every value of the whole list's child), cast to ``plain``
+    (:func:`schema_without_views` of its schema), which copies just those values, and back, which points into them."""
+    own = pa.RecordBatch.from_arrays([pa.concat_arrays([column]) for column in batch.columns], schema=batch.schema)
+    return own.cast(plain).cast(batch.schema)
 
 
 def growing_dictionaries(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

@@ -539,3 +539,25 @@ def test_a_decimal_past_its_precision_that_arrow_lets_through_is_refused_and_not
     assert code_of(info.value) == "INVALID_REQUEST"
     assert not (lone_node.root / "node-127.0.0.79" / "datasets" / "floor").exists()  # no file, no empty folder
     assert lone_node.nodes[0].proc.poll() is None
+
+
+def test_string_views_are_sent_and_stored_at_their_own_size_by_a_client_or_a_plain_writer(cluster):
+    """A table of string views (Polars' newest Arrow, DuckDB's with ``produce_arrow_string_view``) was put as
+    slices that each carried every string of the table: 16 MB became a 1.9 GB file. A plain writer's single 16 MB
+    batch, cut by the node into 1 MiB batches, did the same to the node's disk."""
+    pl = pytest.importorskip("polars")
+    frame = pl.DataFrame({"name": [f"customer-{i:08d}-" + "x" * 40 for i in range(200_000)], "n": range(200_000)})
+    table = frame.to_arrow(compat_level=pl.CompatLevel.newest())
+    assert table.schema.field("name").type == pa.string_view()
+    with fp.connect(cluster.uri, host="127.0.0.99") as client:
+        ds = client.put("viewed", table, tiling=(2, 1))
+        back = client.open("viewed").to_arrow()
+        assert back.schema == table.schema and back.equals(table) and pl.from_arrow(back).equals(frame)
+        holder = ds.__partitioned__["partitions"][(0, 0)]["data"].replicas[0][0]
+        put_raw(holder, ["viewed-plainly", "1", "0", "0"], table.combine_chunks())  # one batch of every row
+    stored = sum(f.stat().st_size for f in cluster.root.glob("node-*/datasets/viewed/v1/*.arrow"))
+    assert stored < 1.2 * table.nbytes, (stored, table.nbytes)
+    (plainly,) = cluster.root.glob("node-*/datasets/viewed-plainly/v1/0_0.arrow")
+    assert plainly.stat().st_size < 1.2 * table.nbytes, (plainly.stat().st_size, table.nbytes)
+    with pa.memory_map(str(plainly)) as source:
+        assert pa.ipc.open_file(source).read_all().equals(table)
