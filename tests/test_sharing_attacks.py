@@ -16,6 +16,7 @@ import signal
 import threading
 import time
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pyarrow as pa
@@ -249,7 +250,21 @@ def test_two_writers_holding_their_shares_of_puts_reach_the_nodes_limit_where_a_
             flight.connect(node).do_get(flight.Ticket(wire.Ticket("idle-puts", 1, (0, 0)).encode()),
                                         options=bearer(reader_token("carol"))).read_all()
         assert code_of(info.value) == "BUSY"
-        abandon(held)
+
+        # a writer's put refused BUSY waits, retries once the streams are free, and tells its progress once
+        told: list[tuple[int, int]] = []
+        truth = table_of(200_000, 5)
+        refused_before = owner_pool().action(node, wire.GetStats(), timeout=10)["refused_calls"]
+        with fp.connect(c.uri, token=tokens.role_token(SECRET.encode(), "writer", "erin"), host="127.0.0.99") as erin:
+            with ThreadPoolExecutor(1) as pool:
+                putting = pool.submit(erin.put, "erins", truth, nodes=["127.0.0.125"],
+                                      progress=lambda done, total: told.append((done, total)))
+                wait_until(lambda: owner_pool().action(node, wire.GetStats(), timeout=10)["refused_calls"]
+                           > refused_before + 1, 30, "erin's put to be refused BUSY")
+                abandon(held)
+                assert putting.result(timeout=120).to_arrow().equals(truth)
+        assert told and told[-1][0] == told[-1][1] == truth.nbytes, told[-3:]
+        assert all(done <= total for done, total in told), [t for t in told if t[0] > t[1]][:3]
 
 
 def test_the_only_replica_paused_longer_than_the_idle_timeout_is_waited_for_not_failed(secured):

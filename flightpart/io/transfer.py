@@ -183,6 +183,31 @@ def patient_when_busy(send: Callable[[], Any]) -> Any:
         delay = min(delay * 2, 1.0)
 
 
+class ToldOnce:
+    """A put's progress callback across its attempts: an attempt refused ``BUSY`` may have told some bytes before
+    the refusal reached it, and its retry sends them again; only bytes past the most any attempt told are told."""
+
+    def __init__(self, sent: Callable[[int], None] | None):
+        self.sent = sent
+        self.most = 0
+
+    def attempt(self) -> Callable[[int], None] | None:
+        """The callback for one attempt (None when nobody asked for progress)."""
+        if self.sent is None:
+            return None
+        told = 0
+
+        def tell(nbytes: int) -> None:
+            nonlocal told
+            told += nbytes
+            if told > self.most:
+                assert self.sent is not None
+                self.sent(told - self.most)
+                self.most = told
+
+        return tell
+
+
 def send_partition(pool: ConnectionPool, uri: str, dataset: str, version: int, part: tuple[int, int],
                    table: pa.Table, *, timeout: float = DEFAULT_TIMEOUT,
                    sent: Callable[[int], None] | None = None) -> HeldPartition | None:
@@ -196,11 +221,12 @@ def send_partition(pool: ConnectionPool, uri: str, dataset: str, version: int, p
     """
     descriptor = flight.FlightDescriptor.for_path(*partition_path(dataset, version, part))
     options = pool.options(put_deadline(timeout, table.nbytes))
+    progress = ToldOnce(sent)
 
     def send() -> Any:
         writer, reader = pool.client(uri).do_put(descriptor, table.schema, options=options)
         with writer:
-            _write_table(writer, table, sent)
+            _write_table(writer, table, progress.attempt())
             writer.done_writing()
             return reader.read()
 
@@ -226,14 +252,17 @@ def send_partitions(pool: ConnectionPool, uri: str, dataset: str, version: int,
         if not table.schema.equals(schema, check_metadata=True):
             raise ValueError(f"partition {part}: one put stream carries one schema; send it on a stream of its own")
 
+    progress = ToldOnce(sent)
+
     def send() -> list[HeldPartition]:
         receipts: list[HeldPartition] = []
         writer, reader = pool.client(uri).do_put(flight.FlightDescriptor.for_path(*partitions_path(dataset, version)),
                                                  schema, options=options)
+        told = progress.attempt()
         with writer:
             for part, table in parts:
                 writer.write_metadata(pa.py_buffer(PartHeader(part).encode()))
-                _write_table(writer, table, sent)
+                _write_table(writer, table, told)
             writer.done_writing()
             while (page := reader.read()) is not None:
                 receipts.extend(PutReceipts.decode(page.to_pybytes(), "put receipts").partitions)
