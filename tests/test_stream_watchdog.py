@@ -76,6 +76,21 @@ def test_a_stream_that_stops_sending_is_left_after_the_idle_timeout(server, mode
         time.sleep(0.05)
 
 
+def test_a_replica_slower_than_the_least_pace_is_left_for_the_next_and_the_last_is_read_at_its_pace(server,
+                                                                                                     monkeypatch):
+    """A node that trickles (a message within each idle timeout) had held a reader for the stream's deadline, an
+    hour, before the next replica was asked. Scaled down: 8,000 bytes at 8,000 B/s after a 0.5 s grace is 1.5 s,
+    and the trickle takes at least 2 s."""
+    monkeypatch.setattr(pull, "READ_GRACE", 0.5)
+    monkeypatch.setattr(pull, "MIN_READ_RATE", 8000)
+    bound = pull.RowBound(BATCHES * 100, bytes=8000)
+    pool = ConnectionPool()
+    with pytest.raises(pull.Stalled, match=r"sent less than its 8,000 bytes in \d+ s, slower than"):
+        pull.stream(pool, server, flight.Ticket(b"trickle"), idle_timeout=1.0, bound=bound)
+    table = pull.stream(pool, server, flight.Ticket(b"trickle"), idle_timeout=1.0, bound=bound, patient=True)
+    assert table.equals(pa.Table.from_batches([_batch(k) for k in range(BATCHES)]))
+
+
 @pytest.mark.slow  # waits a stall patience out: in the slow tier, which CI runs
 def test_the_last_replica_that_answers_but_never_moves_is_left_after_the_stall_patience(server, mode, monkeypatch):
     """The last replica is waited for while its server answers (a busy node is slow, a frozen one silent), but a

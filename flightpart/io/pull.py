@@ -45,6 +45,14 @@ filter or an aggregate over a large partition before its first batch) before the
 answers but whose stream never moves (wedged, or lying about being busy) holds a reader five minutes, not until the
 stream's deadline."""
 
+MIN_READ_RATE = 1 << 20
+"""Bytes a second below which a stream of whole partitions from a replica that is not the last is left for the next
+one (past :data:`READ_GRACE`): a node that trickles, a message within each idle timeout, had held a reader until the
+stream's deadline, an hour, per replica. 8 Mbit/s is far below any link a cluster runs on, so only a failing or
+hostile node is left; the last replica is read at whatever pace it keeps."""
+READ_GRACE = 30.0
+"""Seconds a stream is given before its pace is held to :data:`MIN_READ_RATE` (a node opening its files, a queue)."""
+
 
 SMALL_READ_BYTES = 1 << 20
 """The most a stream read in the caller's thread is expected to carry (:func:`is_quick`). Larger reads keep their
@@ -373,6 +381,8 @@ def stream(pool: ConnectionPool, uri: str, ticket: flight.Ticket, idle_timeout: 
     kept while its node answers a cheap call, since failing it would fail the
     read; a busy node is slow, a frozen one does not answer. Never past
     ``deadline``, nor past :data:`STALL_PATIENCE` without the stream moving.
+    A stream that is not ``patient`` and whose ``bound`` knows its bytes is
+    left once it is slower than :data:`MIN_READ_RATE` (after :data:`READ_GRACE`).
     ``marks`` (when given) collects each batch's metadata with the row it starts at.
 
     Without ``marks`` or a ``bound`` the stream is read whole in C++
@@ -389,6 +399,8 @@ def stream(pool: ConnectionPool, uri: str, ticket: flight.Ticket, idle_timeout: 
     outcome: dict[str, Any] = {}
     done = threading.Event()
     whole = marks is None and bound is None and WAKES_VISIBLE
+    paced_until = None if patient or bound is None or bound.bytes is None else (
+        progress["moved"] + READ_GRACE + bound.bytes / MIN_READ_RATE)
 
     def run() -> None:
         try:
@@ -420,20 +432,29 @@ def stream(pool: ConnectionPool, uri: str, ticket: flight.Ticket, idle_timeout: 
             if now_wakes != wakes:
                 wakes = now_wakes
                 progress["last"] = progress["moved"] = time.monotonic()
+        if paced_until is not None and time.monotonic() > paced_until:
+            _abandon(progress)
+            raise Stalled(f"sent less than its {bound.bytes:,} bytes in {READ_GRACE + bound.bytes / MIN_READ_RATE:.0f} s, "
+                          f"slower than {MIN_READ_RATE >> 20} MiB/s")
         if time.monotonic() - progress["last"] > idle_timeout:
             if patient and (deadline is None or time.monotonic() < deadline) \
                     and time.monotonic() - progress["moved"] < STALL_PATIENCE and _answers(pool, uri, deadline):
                 progress["last"] = time.monotonic()
                 continue
-            progress["abandoned"] = True
-            if progress["reader"] is not None:
-                progress["reader"].cancel()
+            _abandon(progress)
             still = time.monotonic() - progress["moved"]
             raise Stalled(f"sent nothing for {idle_timeout:g} s and did not answer" if still < STALL_PATIENCE else
                           f"sent nothing for {still:.0f} s, though it answered")
     if "error" in outcome:
         raise outcome["error"]
     return outcome["table"]
+
+
+def _abandon(progress: dict[str, Any]) -> None:
+    """Leave a watched stream: its worker cancels the call it is making, or the one it is about to make."""
+    progress["abandoned"] = True
+    if progress["reader"] is not None:
+        progress["reader"].cancel()
 
 
 def _answers(pool: ConnectionPool, uri: str, deadline: float | None = None) -> bool:
