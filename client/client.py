@@ -50,6 +50,7 @@ from flightpart.wire import (
     PublishReply,
     Repair,
     VersionInfo,
+    VersionReply,
     check_name,
     dataset_path,
     decode_flight_info,
@@ -86,6 +87,7 @@ class Client:
         self.streams_per_partition = check_streams(streams_per_partition)
         self.pool = ConnectionPool(self.access)
         self._owned = list(owned)
+        self._grants: dict[tuple[str, int], str] = {}  # the catalog's leave to write each version this client began
 
     # ------------------------------------------------------------------ lifetime
 
@@ -263,7 +265,7 @@ class Client:
         number, so no version is ever written twice.
         """
         for attempt in range(attempts):
-            version = self.call(Begin(name)).version
+            version = self._begin(name)
             try:
                 commit = store(version)
                 try:
@@ -279,6 +281,8 @@ class Client:
                     pass  # the catalog is gone too; the pending version was never published
                 if not isinstance(exc, VersionConflict) or exc.field == "commit.base" or attempt == attempts - 1:
                     raise  # a lost race (commit.base) is computed again by the caller, see _rebasing
+            finally:
+                self._grants.pop((name, version), None)
         raise AssertionError("unreachable")
 
     COMMIT_OUTCOME_WAIT = 60.0
@@ -435,7 +439,21 @@ class Client:
                   progress: Reporter | None = None) -> None:
         with translated():  # a node that stops taking data fails the put within its deadline
             send_partition(self.pool, uri, name, version, part, table, timeout=self.timeout,
-                           sent=progress.add if progress is not None else None)
+                           sent=progress.add if progress is not None else None, grant=self.grant_for(name, version))
+
+    def _begin(self, name: str) -> int:
+        """Reserve the next version of ``name``, keeping the catalog's grant to write it (see :meth:`grant_for`)."""
+        return self._granted(name, self.call(Begin(name)))
+
+    def _granted(self, name: str, reply: VersionReply) -> int:
+        if reply.grant is not None:
+            self._grants[(name, reply.version)] = reply.grant
+        return reply.version
+
+    def grant_for(self, name: str, version: int) -> str | None:
+        """The catalog's grant for this client to write ``version`` of ``name``, which it began (None: it needs none,
+        or did not begin it): what its puts and orders to nodes carry, and Dask and Ray tasks are given."""
+        return self._grants.get((name, version))
 
     def _target_nodes(self, nodes: Sequence[str] | None) -> list[dict]:
         """Live nodes to put to (those named by ``nodes``), leaving out nodes low on disk while others have room."""
@@ -468,7 +486,8 @@ class Client:
                 else:
                     with translated():
                         send_partitions(self.pool, uri, name, version, [(pos, parts[pos]) for pos in group],
-                                        timeout=self.timeout, sent=progress.add if progress is not None else None)
+                                        timeout=self.timeout, sent=progress.add if progress is not None else None,
+                                        grant=self.grant_for(name, version))
 
         with ThreadPoolExecutor(max_workers=len(by_node), thread_name_prefix="flightpart-put") as ex:
             for future in [ex.submit(send_all, uri) for uri in by_node]:
@@ -510,7 +529,8 @@ class Client:
 
         def store(version: int) -> Commit:
             with self._reading(source):
-                parts = reshape.assemble_on_nodes(self.pool, source, version, grid[1], rows, placement, timeout=self.timeout)
+                parts = reshape.assemble_on_nodes(self.pool, source, version, grid[1], rows, placement, timeout=self.timeout,
+                                                  grant=self.grant_for(source.dataset, version))
             return Commit(name, version, source.schema, source.shape, grid, tuple(parts), replicas, base=source.version)
 
         return self._versioned(name, store)
@@ -543,7 +563,7 @@ class Client:
         def store(version: int) -> Commit:
             with self._reading(source):
                 parts = reshape.assemble_on_nodes(self.pool, source, version, source.grid[1], rows, placement,
-                                                  timeout=self.timeout)
+                                                  timeout=self.timeout, grant=self.grant_for(name, version))
             return Commit(name, version, source.schema, source.shape, source.grid, tuple(parts), reshape.replicas_of(source),
                           base=source.version)
 
@@ -589,13 +609,14 @@ class Client:
         targets = self._targets_for(nodes, replicas)
         groups = source.grid[1]
         uri_of = {n["node_id"]: n["uri"] for n in targets}
-        staging = self.call(Begin(name)).version
+        staging = self._begin(name)
         try:
             staged = self._send_stream(name, staging, reshape.conformed_stream(stream, source.schema), rows_per_partition,
                                        targets, replicas, random.randrange(len(targets)), None, groups=groups)
             staged = [p for p in staged if p.shape[0]]  # an empty stream adds no row block
             return self._rebasing(lambda: self._append_staged(name, source.schema, groups, staging, staged, uri_of))
         finally:
+            self._grants.pop((name, staging), None)
             try:
                 self.call(Abort(name, staging), timeout=10)  # the versions that link its files keep them
             except Exception:
@@ -615,8 +636,10 @@ class Client:
         def store(version: int) -> Commit:
             rows = {p.position: (p.start[0], p.start[0] + p.shape[0]) for p in source.parts}
             with self._reading(source):
-                old = reshape.assemble_on_nodes(self.pool, source, version, groups, rows, kept, timeout=self.timeout)
-            new = reshape.relink_on_nodes(self.pool, name, staging, version, staged, base, uri_of, timeout=self.timeout)
+                old = reshape.assemble_on_nodes(self.pool, source, version, groups, rows, kept, timeout=self.timeout,
+                                                grant=self.grant_for(name, version))
+            new = reshape.relink_on_nodes(self.pool, name, staging, version, staged, base, uri_of, timeout=self.timeout,
+                                          grant=self.grant_for(name, version))
             shape = (base[1] + sum(p.shape[0] for p in new if p.part[1] == 0), source.shape[1])
             grid = (base[0] + len({p.part[0] for p in new}), groups)
             return Commit(name, version, source.schema, shape, grid, tuple(old + new), reshape.replicas_of(source),
@@ -637,7 +660,8 @@ class Client:
         def store(version: int) -> Commit:
             rows = {p.position: (p.start[0], p.start[0] + p.shape[0]) for p in source.parts}
             with self._reading(source):
-                old = reshape.assemble_on_nodes(self.pool, source, version, source.grid[1], rows, kept, timeout=self.timeout)
+                old = reshape.assemble_on_nodes(self.pool, source, version, source.grid[1], rows, kept, timeout=self.timeout,
+                                                grant=self.grant_for(name, version))
             blocks = min(len(targets), table.num_rows)  # no empty row blocks: appends add up
             new = self._send_frame(name, version, table, (blocks, source.grid[1]), targets, replicas, first, None,
                                    base=base) if blocks else []
@@ -682,7 +706,7 @@ class Client:
 
     def publish_begin(self, name: str, rank: int, nranks: int) -> int:
         """SPMD: the version rank ``rank`` of ``nranks`` publishes into (joined or opened)."""
-        return self.call(PublishBegin(check_name(name), nranks, rank)).version
+        return self._granted(name, self.call(PublishBegin(check_name(name), nranks, rank)))
 
     def publish_part(self, part: PublishPart) -> PublishReply:
         """SPMD: one rank's part is stored; the last rank in commits the version."""

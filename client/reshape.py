@@ -32,8 +32,9 @@ ORDER_PARTS = 256
 def assemble_on_nodes(pool: ConnectionPool, source: VersionInfo, version: int, groups: int,
                       rows: Mapping[tuple[int, int], tuple[int, int]],
                       placement: Mapping[tuple[int, int], Sequence[dict]], *,
-                      timeout: float = DEFAULT_TIMEOUT) -> list[CommitPart]:
-    """Have every node build its partitions of ``version``; the commit's partitions, in grid order.
+                      timeout: float = DEFAULT_TIMEOUT, grant: str | None = None) -> list[CommitPart]:
+    """Have every node build its partitions of ``version``; the commit's partitions, in grid order. ``grant``: the
+    catalog's leave to write ``version`` (a writer's orders carry it).
 
     ``rows`` gives each new partition's global row range, ``placement`` the
     nodes that will hold it (each builds its own copy). Orders to different
@@ -60,7 +61,7 @@ def assemble_on_nodes(pool: ConnectionPool, source: VersionInfo, version: int, g
             order = Assemble(source.dataset, source.version, version, groups, chunk, deadline_ms=int(deadline * 1000))
             try:
                 with translated():
-                    reply = pool.action(uri, order, timeout=deadline)
+                    reply = pool.action(uri, order, timeout=deadline, grant=grant)
             except NodeUnavailable as exc:
                 late = isinstance(exc.__cause__, flight.FlightTimedOutError)
                 why = f"did not answer within {deadline:.0f} s" if late else "could not build them"
@@ -87,7 +88,8 @@ def assemble_on_nodes(pool: ConnectionPool, source: VersionInfo, version: int, g
 
 
 def relink_on_nodes(pool: ConnectionPool, dataset: str, staging: int, version: int, staged: Sequence[CommitPart],
-                    base: tuple[int, int], uri_of: Mapping[str, str], *, timeout: float = DEFAULT_TIMEOUT) -> list[CommitPart]:
+                    base: tuple[int, int], uri_of: Mapping[str, str], *, timeout: float = DEFAULT_TIMEOUT,
+                    grant: str | None = None) -> list[CommitPart]:
     """Have the holders of ``staged`` (partitions of the uncommitted ``staging``) link them into ``version``.
 
     They become row blocks after ``base`` (row blocks, rows) of the version
@@ -106,7 +108,7 @@ def relink_on_nodes(pool: ConnectionPool, dataset: str, staging: int, version: i
         for k in range(0, len(links), ORDER_PARTS):
             order = Relink(dataset, staging, version, tuple(links[k:k + ORDER_PARTS]))
             with translated():
-                reply = pool.action(uri, order, timeout=timeout)
+                reply = pool.action(uri, order, timeout=timeout, grant=grant)
             if len(reply.partitions) != len(order.parts):
                 raise RequestRejected(f"the node at {uri} linked {len(reply.partitions)} of {len(order.parts)} partitions",
                                       field="relink reply")

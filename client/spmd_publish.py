@@ -38,7 +38,7 @@ def publish(name: str, frame: Any, *, rank: int, nranks: int, catalog: str, host
         node = nodes[0]
         version = client.publish_begin(name, rank, nranks)
         with translated():
-            send_partition(client.pool, node["uri"], name, version, (rank, 0), table)
+            send_partition(client.pool, node["uri"], name, version, (rank, 0), table, grant=client.grant_for(name, version))
         rows, cols = frames.frame_shape(table)
         reply = client.publish_part(PublishPart(name, version, rank, rows, cols, node["node_id"], table.schema))
         return {"version": reply.version, "complete": reply.complete, "joined": reply.joined}

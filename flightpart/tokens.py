@@ -6,6 +6,8 @@ everything a daemon must trust is signed with that key:
 
     fp2:<role>:<name>:<expiry>:<sig>            a role token (reader, writer, admin, node)
     fp2:cap:<dataset>@<version>:<expiry>:<sig>  a read capability for one version
+    fp2:put:<dataset>@<version>#<i>_<j>><node>:<expiry>:<sig>  one copy of one partition to one node
+    fp2:begun:<dataset>@<version>><writer>:<expiry>:<sig>  a writer's leave to write a version it began
     a sealed manifest's ``signature``            "this catalog committed this version with these holders"
 
 <expiry> is a Unix time (0: never); <sig> is the Ed25519 signature (URL-safe
@@ -36,6 +38,11 @@ CAPABILITY = "cap"
 PUT_GRANT = "put"
 """The kind of a token that writes one partition to one node (:func:`put_grant`): what the catalog gives a node it
 orders to copy a replica, since a node token writes to no node."""
+VERSION_GRANT = "begun"
+"""The kind of a token that lets one writer put to one version it began (:func:`version_grant`): the catalog gives it
+with the version number; a node takes a writer's put, assemble or relink order only with it."""
+GRANT_HEADER = "x-flightpart-grant"
+"""The call header a writer's put and orders carry a :func:`version_grant` in (the bearer token stays its own)."""
 CATALOG_NODE = "catalog"
 """The name in the node token a catalog calls nodes with; only it may order a node to drop, seal or copy."""
 VERIFY_KEY_PREFIX = "fpk1"
@@ -172,6 +179,20 @@ def put_grant(secret: bytes, dataset: str, version: int, part: tuple[int, int], 
     return f"{body}:{_sign(secret, _TOKEN_CONTEXT, body)}"
 
 
+def version_grant(secret: bytes, dataset: str, version: int, writer: str, expiry: int) -> str:
+    """A token that lets the writer named ``writer`` put to ``dataset`` v``version``, which it began, until ``expiry``.
+
+    A writer's token alone had put files to any node for versions nobody began: they broke another writer's put of
+    that number, and one at the last version number used up its name. It is no bearer token: a node reads it from
+    :data:`GRANT_HEADER`, next to the writer's own."""
+    from .wire import check_name  # the one rule for names; the wire does not import tokens
+
+    if not _LABEL.fullmatch(writer):
+        raise ValueError(f"writer {writer!r}: use 1 to 64 letters, digits, '_', '.' and '-'")
+    body = f"{TOKEN_PREFIX}:{VERSION_GRANT}:{check_name(dataset)}@{int(version)}>{writer}:{int(expiry)}"
+    return f"{body}:{_sign(secret, _TOKEN_CONTEXT, body)}"
+
+
 def signed_capability(secret: bytes, dataset: str, version: int, expiry: int) -> str:
     """A bearer token that reads one dataset version and nothing else, until ``expiry``.
 
@@ -208,6 +229,16 @@ class Credential:
         return dataset, int(version), (int(i), int(j)), node_id
 
 
+    @property
+    def begun_scope(self) -> tuple[str, int, str] | None:
+        """(dataset, version, writer) a version grant is limited to (:func:`version_grant`); None for anything else."""
+        if self.role != VERSION_GRANT:
+            return None
+        rest, _, writer = self.name.rpartition(">")
+        dataset, _, version = rest.rpartition("@")
+        return dataset, int(version), writer
+
+
 def verify_token(secret: Keys, token: str, now: float, margin: float = 0.0) -> Credential | None:
     """The credential a bearer token carries, or None if it is not one this cluster signed or it has expired.
 
@@ -229,7 +260,7 @@ def _signed_credential(key: VerifyKey, token: str) -> Credential | None:
     if len(parts) != 5 or parts[0] != TOKEN_PREFIX:
         return None
     _prefix, role, name, expiry, signature = parts
-    if (role not in ROLES and role not in (CAPABILITY, PUT_GRANT)) or not (expiry.isascii() and expiry.isdigit()):
+    if (role not in ROLES and role not in (CAPABILITY, PUT_GRANT, VERSION_GRANT)) or not (expiry.isascii() and expiry.isdigit()):
         return None
     if not _valid(key, _TOKEN_CONTEXT, ":".join(parts[:4]), signature):
         return None

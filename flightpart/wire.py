@@ -856,9 +856,11 @@ class Dropped(Message):
 
 @dataclass(frozen=True)
 class VersionReply(Message):
-    """The version a ``begin`` reserved or a ``publish-begin`` joined."""
+    """The version a ``begin`` reserved or a ``publish-begin`` joined; ``grant``: for a writer of a cluster with a
+    secret, the :func:`~flightpart.tokens.version_grant` its puts and orders for that version must carry."""
 
     version: int = _field(p_uint)
+    grant: str | None = _field(p_optional(p_str), None)
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,7 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from flightpart.errors import Forbidden, NodeUnavailable, ServerBusy, Unauthenticated
-from flightpart.tokens import CAPABILITY, CATALOG_NODE, Credential, Keys, verify_token
+from flightpart.tokens import CAPABILITY, CATALOG_NODE, GRANT_HEADER, Credential, Keys, verify_token
 from flightpart.wire import encode_error
 
 from .telemetry import Call, Telemetry
@@ -137,14 +137,23 @@ class GuardFactory(flight.ServerMiddlewareFactory):
     def start_call(self, info: Any, headers: dict) -> CallGuard:
         credential = OWNER if self.secret is None else self.authenticate(headers)
         if info.method not in STREAM_METHODS:
-            return CallGuard(self, credential, stream=False)
+            return CallGuard(self, credential, stream=False, grant=self._grant(credential, headers))
         with self._lock:
             if self.max_streams is not None and self.open_streams >= self.max_streams:
                 self.telemetry.refused("busy")
                 busy = ServerBusy(f"busy: {self.open_streams} streams open, the limit; retry shortly")
                 raise flight.FlightUnavailableError(busy.message, extra_info=encode_error(busy))
             self.open_streams += 1
-        return CallGuard(self, credential, stream=True, writes=info.method == flight.FlightMethod.DO_PUT)
+        writes = info.method == flight.FlightMethod.DO_PUT
+        return CallGuard(self, credential, stream=True, writes=writes, grant=self._grant(credential, headers) if writes else None)
+
+    @staticmethod
+    def _grant(credential: Credential, headers: dict) -> str | None:
+        """A writer's version grant (:data:`~flightpart.tokens.GRANT_HEADER`), checked when a handler needs it."""
+        if credential.role != "writer":
+            return None
+        values = _header(headers, GRANT_HEADER)
+        return values[0] if values else None
 
     @property
     def refused(self) -> int:
@@ -269,13 +278,15 @@ def peer_ip(peer: str | bytes) -> str:
 class CallGuard(flight.ServerMiddleware):
     """One call's credential (and its stream slot, released when the call ends). Slotted: one is made per call."""
 
-    __slots__ = ("factory", "credential", "stream", "writes", "caller", "holds_slot", "last_progress", "whole",
+    __slots__ = ("factory", "credential", "grant", "stream", "writes", "caller", "holds_slot", "last_progress", "whole",
                  "timed_out", "_finish")
 
-    def __init__(self, factory: GuardFactory, credential: Credential, *, stream: bool, writes: bool = False):
+    def __init__(self, factory: GuardFactory, credential: Credential, *, stream: bool, writes: bool = False,
+                 grant: str | None = None):
         super().__init__()
         self.factory = factory
         self.credential = credential
+        self.grant = grant                    # a writer's version grant, as sent (see require_version_grant)
         self.stream = stream
         self.writes = writes                  # a put: its progress is what its writer sends (GuardFactory.received)
         self.caller: str | None = None       # set when the handler admits the stream (see GuardFactory.admit)
@@ -298,17 +309,36 @@ class CallGuard(flight.ServerMiddleware):
             telemetry.finish(call, exception)
 
 
+def guard_of(context: Any) -> CallGuard | None:
+    """The current call's guard (None for an in-process call, which has no context)."""
+    return context.get_middleware("guard") if context is not None else None
+
+
 def credential_of(context: Any) -> Credential:
     """The credential the current call was made with (the owner when the server has no secret)."""
-    guard = context.get_middleware("guard") if context is not None else None
+    guard = guard_of(context)
     return guard.credential if guard is not None else OWNER
+
+
+def require_version_grant(guard: CallGuard | None, dataset: str, version: int, what: str) -> None:
+    """``FORBIDDEN`` unless a writer's call carries the catalog's grant for ``dataset`` v``version``, made out to it
+    (:func:`~flightpart.tokens.version_grant`); other callers (the owner, an admin, a node with a put grant) need
+    none. A writer's token alone had put files for versions nobody began, breaking other writers' puts."""
+    if guard is None or guard.credential.role != "writer" or guard.factory.secret is None:
+        return
+    granted = None if guard.grant is None else verify_token(guard.factory.secret, guard.grant, wall_clock(), CLOCK_MARGIN)
+    if granted is None or granted.begun_scope != (dataset, version, guard.credential.name):
+        said = "carries no grant" if guard.grant is None else "carries a grant that is not for it (or expired)"
+        raise Forbidden(f"writer {guard.credential.name}'s {what} of {dataset} v{version} {said}: a writer writes "
+                        "only versions it began, with the grant the catalog gave it (fp.connect(...).put begins one)",
+                        field="authorization")
 
 
 def admit_stream(context: Any, peer: str | None = None) -> CallGuard | None:
     """This ``do_get``'s or ``do_put``'s guard, once its caller's share allows one more stream (``BUSY`` otherwise);
     ``peer``: the caller's gRPC peer when the handler has it already (the call record's, which is "unknown" for a
     context that cannot say: only in-process calls, which have no guard)."""
-    guard = context.get_middleware("guard") if context is not None else None
+    guard = guard_of(context)
     if guard is not None:
         guard.factory.admit(guard, context.peer() if peer is None else peer)
     return guard

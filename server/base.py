@@ -35,7 +35,7 @@ from flightpart.errors import (
 from flightpart.io.errors import translate
 from flightpart.wire import Message, encode_error, error_message, error_with_code
 
-from .auth import GuardFactory, authorize, credential_of
+from .auth import GuardFactory, authorize, credential_of, guard_of
 from .telemetry import Call, Telemetry, begin, end
 
 
@@ -277,6 +277,7 @@ class ServiceBase(flight.FlightServerBase):
                                       f"{sorted(self.actions)}" + self.wrong_daemon_hint, field="action")
             authorize(context, entry.permission)
             self.caller.credential = credential_of(context)
+            self.caller.guard = guard_of(context)
             body = entry.request.decode(action.body.to_pybytes() if action.body is not None else b"")
             reply = entry.handler(self, body)
             if not isinstance(reply, entry.request.REPLY):  # type: ignore[arg-type]

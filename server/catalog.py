@@ -41,7 +41,15 @@ from flightpart.io.access import Access
 from flightpart.io.connections import DEFAULT_TIMEOUT, ConnectionPool
 from flightpart.io.errors import translate
 from flightpart.io.transfer import put_deadline
-from flightpart.tokens import CATALOG_NODE, capability, manifest_signature, manifest_signed, put_grant, role_token
+from flightpart.tokens import (
+    CATALOG_NODE,
+    capability,
+    manifest_signature,
+    manifest_signed,
+    put_grant,
+    role_token,
+    version_grant,
+)
 from flightpart.wire import (
     SCRUB_DEADLINE,
     VERSION_LIMIT,
@@ -608,7 +616,17 @@ class CatalogServer(ServiceBase):
 
     def _begin(self, b: Begin) -> VersionReply:
         self._cluster()
-        return VersionReply(self.state.begin(b.dataset, writer=self._writer()))
+        version = self.state.begin(b.dataset, writer=self._writer())
+        return VersionReply(version, self._grant(b.dataset, version))
+
+    def _grant(self, dataset: str, version: int) -> str | None:
+        """The caller's leave to write ``version`` of ``dataset`` on nodes, when it is a writer of a cluster with a
+        secret (an admin or the owner needs none); it lasts as long as a pending version does."""
+        credential = self.caller.credential
+        if self.secret is None or credential.role != "writer":
+            return None
+        return version_grant(self.secret, dataset, version, credential.name,
+                             int(wall_clock() + self.pending_ttl + CLOCK_MARGIN))
 
     def _writer(self) -> str:
         """The caller as the writer of what it begins: its role and name."""
@@ -969,7 +987,8 @@ class CatalogServer(ServiceBase):
             raise RequestRejected(f"publish-begin: rank {b.rank} is not in [0, {b.nranks})", field="publish-begin.rank")
         self._cluster()
         # a rank joins its own writer's open publish (another writer's cannot hold it up), opened if there is none
-        return VersionReply(self.state.join_publish(b.dataset, b.nranks, b.rank, writer=self._writer()))
+        version = self.state.join_publish(b.dataset, b.nranks, b.rank, writer=self._writer())
+        return VersionReply(version, self._grant(b.dataset, version))
 
     def _publish_part(self, b: PublishPart) -> PublishReply:
         name, version = b.dataset, b.version

@@ -107,7 +107,7 @@ from flightpart.wire import (
 
 from . import substrait_check
 from .assembler import Assembler
-from .auth import admit_stream, authorize, credential_of, wall_clock
+from .auth import admit_stream, authorize, credential_of, guard_of, require_version_grant, wall_clock
 from .base import Action, ServiceBase, action_table, boundary, flight_error
 from .beats import ANSWER_SECONDS, DatagramBeats
 from .store import PartitionStore, StoredPartition
@@ -573,6 +573,7 @@ class NodeServer(ServiceBase):
                                     f"{self.node_id}", field="authorization")
             else:  # a writer's put; a node token writes to no node (a copy carries the catalog's grant)
                 authorize(context, "write")
+                require_version_grant(guard_of(context), name, version, "put")
             within_limit(name, version, "descriptor.version")
             # a share of the streams per caller, and the slot of a put that sends nothing freed (as a do_get's is)
             guard = admit_stream(context, call.peer)
@@ -870,11 +871,13 @@ class NodeServer(ServiceBase):
 
     def _assemble(self, body: Assemble) -> AssembleReply:
         within_limit(body.dataset, body.version, "assemble.version")
+        require_version_grant(getattr(self.caller, "guard", None), body.dataset, body.version, "assemble order")
         with self._counting_errors("assemble"):
             return self.assembler.run(body)
 
     def _relink(self, body: Relink) -> AssembleReply:
         within_limit(body.dataset, body.version, "relink.version")
+        require_version_grant(getattr(self.caller, "guard", None), body.dataset, body.version, "relink order")
         with self._counting_errors("relink"):
             return self.assembler.relink(body)
 

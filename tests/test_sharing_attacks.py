@@ -136,9 +136,16 @@ def test_a_node_whose_clock_is_past_the_margin_is_logged_and_shown(secured):
     assert "clock skew" in html and '<span class="bad">+3600.' in html
 
 
-def bearer(token: str) -> flight.FlightCallOptions:
-    """Call options carrying ``token``, as a plain Flight client sends it."""
-    return flight.FlightCallOptions(headers=[(b"authorization", f"Bearer {token}".encode())])
+def bearer(token: str, grant: str | None = None) -> flight.FlightCallOptions:
+    """Call options carrying ``token``, as a plain Flight client sends it, and a writer's ``grant`` for its version."""
+    headers = [(b"authorization", f"Bearer {token}".encode())]
+    return flight.FlightCallOptions(headers=headers + ([(tokens.GRANT_HEADER.encode(), grant.encode())] if grant else []))
+
+
+def writer_of(name: str, dataset: str, version: int) -> flight.FlightCallOptions:
+    """A writer's call options for ``dataset`` v``version``, with the grant the catalog gives the writer that began it."""
+    grant = tokens.version_grant(SECRET.encode(), dataset, version, name, int(time.time()) + 3600)
+    return bearer(tokens.role_token(SECRET.encode(), "writer", name), grant)
 
 
 def abandon(writers: list) -> None:
@@ -200,7 +207,7 @@ def test_a_writer_holding_idle_puts_does_not_lock_others_out_and_loses_their_slo
     whole limit, reached by two callers, is the next test's)."""
     node = secured.nodes[0].uri
     mallory = flight.connect(node)
-    options = bearer(tokens.role_token(SECRET.encode(), "writer", "mallory"))
+    options = writer_of("mallory", "idle-puts", 1)
     schema = pa.schema([("id", pa.int64())])
     held, refused = [], []
     for k in range(64):
@@ -242,7 +249,7 @@ def test_two_writers_holding_their_shares_of_puts_reach_the_nodes_limit_where_a_
         schema = pa.schema([("id", pa.int64())])
         held = []
         for k, name in enumerate(["bob", "dave", "bob", "dave"]):
-            options = bearer(tokens.role_token(SECRET.encode(), "writer", name))
+            options = writer_of(name, "idle-puts", 1)
             held.append(flight.connect(node).do_put(flight.FlightDescriptor.for_path("idle-puts", "1", str(k), "0"),
                                                     schema, options=options)[0])
         wait_until(lambda: node_streams(node) == 4, 20, "both writers' puts to be admitted")

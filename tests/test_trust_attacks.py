@@ -24,6 +24,7 @@ import flightpart as fp
 from flightpart import tokens, wire
 from flightpart.io.access import Access
 from flightpart.io.connections import ConnectionPool
+from flightpart.io.errors import translated
 from flightpart.io.transfer import send_partition
 from flightpart.local.cluster import LocalCluster
 from flightpart.server.store import PartitionStore
@@ -345,10 +346,16 @@ def test_a_node_token_cannot_drop_datasets_or_use_up_version_numbers_by_register
             with reader(c) as client:
                 assert client.open("victim").to_arrow().equals(truth)
                 assert client.open("buried").to_arrow().equals(other)
-            # a writer cannot plant such a number on a node either (it would reach the catalog when the node registers)
+            # a writer cannot plant such a number on a node either (it would reach the catalog when the node registers):
+            # it began no such version, so it has no grant; nor can an admin, who needs none, past the last number
             with pytest.raises(flight.FlightError) as planted:
                 put_raw(flight.connect(c.nodes[0].uri, **writer.pool.access.client_kwargs()),
                         ["other", str(10 ** 15), "0", "0"], other, options=writer.pool.options(30))
+            assert code_of(planted.value) == "FORBIDDEN" and "carries no grant" in str(planted.value)
+            with fp.connect(c.uri, token=tokens.role_token(SECRET, "admin", "ops"), host="127.0.0.99") as admin:
+                with pytest.raises(flight.FlightError) as planted:
+                    put_raw(flight.connect(c.nodes[0].uri, **admin.pool.access.client_kwargs()),
+                            ["other", str(10 ** 15), "0", "0"], other, options=admin.pool.options(30))
             assert code_of(planted.value) == "INVALID_REQUEST" and "past the" in str(planted.value)
             log = c.catalog.log()
             assert "this catalog wrote it and never did: kept" in log and "never dropped it: kept" in log
@@ -370,8 +377,14 @@ def test_a_writer_cannot_commit_abort_or_publish_another_writers_version(tmp_pat
             wait_until(lambda: alive(alice) == {"n1"}, 30, "the node to register")
             node = flight.connect(c.nodes[0].uri)
             truth, forged = table_of(1000, 11), table_of(1000, 12)
-            version = alice.call(wire.Begin("owned")).version
-            put_raw(node, ["owned", str(version), "0", "0"], truth, options=alice.pool.options(30))
+            begun = alice.call(wire.Begin("owned"))
+            version = begun.version
+            # a writer puts only to a version it began, with the catalog's grant made out to it
+            for options in (mallory.pool.options(30), mallory.pool.options(30, begun.grant), alice.pool.options(30)):
+                with pytest.raises(flight.FlightError) as refused:
+                    put_raw(node, ["owned", str(version), "0", "0"], forged, options=options)
+                assert code_of(refused.value) == "FORBIDDEN" and "grant" in str(refused.value)
+            put_raw(node, ["owned", str(version), "0", "0"], truth, options=alice.pool.options(30, begun.grant))
             commit = wire.Commit("owned", version, truth.schema, (truth.num_rows, truth.num_columns), (1, 1),
                                  (wire.CommitPart((0, 0), (0, 0), (truth.num_rows, truth.num_columns), ("n1",)),))
             with pytest.raises(fp.Forbidden, match="begun by another writer"):
@@ -380,10 +393,17 @@ def test_a_writer_cannot_commit_abort_or_publish_another_writers_version(tmp_pat
                 mallory.call(wire.Abort("owned", version))
             alice.call(commit)
             assert alice.open("owned").to_arrow().equals(truth)
+            # nor can a writer order a node to build or link partitions of a version it did not begin
+            for order in (wire.Assemble("owned", version, version + 1, 1, (wire.AssemblePart((0, 0), (0, 1000)),),
+                                        deadline_ms=10_000),
+                          wire.Relink("owned", version, version + 1, (wire.LinkPart((0, 0), (0, 0)),))):
+                with pytest.raises(fp.Forbidden, match="carries no grant"), translated():
+                    mallory.pool.action(c.nodes[0].uri, order)
 
             # an SPMD publish: its ranks are its first rank's writer's
-            spmd = alice.call(wire.PublishBegin("ranks", 2, 0)).version
-            put_raw(node, ["ranks", str(spmd), "0", "0"], truth, options=alice.pool.options(30))
+            joined = alice.call(wire.PublishBegin("ranks", 2, 0))
+            spmd = joined.version
+            put_raw(node, ["ranks", str(spmd), "0", "0"], truth, options=alice.pool.options(30, joined.grant))
             part = wire.PublishPart("ranks", spmd, 0, truth.num_rows, truth.num_columns, "n1", truth.schema)
             assert not alice.publish_part(part).complete
             alice.publish_part(part)  # the same part again (a retry): nothing changes
@@ -408,15 +428,18 @@ def test_a_repair_does_not_take_rows_a_writer_planted_on_its_target_as_a_replica
     with trusted_cluster(tmp_path / "c", ["b1", "b2", "b3"], first_ip=196, dead_after=1.5) as c:
         admin = tokens.role_token(SECRET, "admin", "ops")
         truth = table_of(3000, 21)
-        with fp.connect(c.uri, token=admin, host="127.0.0.99") as client:
+        mallory = tokens.role_token(SECRET, "writer", "mallory")
+        with fp.connect(c.uri, token=admin, host="127.0.0.99") as client, \
+                fp.connect(c.uri, token=mallory, host="127.0.0.99") as writer:
             wait_until(lambda: alive(client) == {"b1", "b2", "b3"}, 30, "three nodes")
-            client.put("sales", truth, tiling=(3, 1), replicas=2)
+            grants: list = []  # a writer can put only to a version it began: here the version's own writer
+            writer.put("sales", truth, tiling=(3, 1), replicas=2,
+                       progress=lambda done, total: grants.append(writer.grant_for("sales", 1)))
             first = client.open("sales").__partitioned__["partitions"][(0, 0)]
             held = {loc[0] for loc in first["location"]}
             spare = next(n for n in c.nodes if not any(f"//{ip}:" in n.uri for ip in held))
             planted = truth.slice(0, first["shape"][0]).set_column(0, "id", pa.array([-1] * first["shape"][0]))
-            with fp.connect(c.uri, token=tokens.role_token(SECRET, "writer", "mallory"), host="127.0.0.99") as mallory:
-                put_raw(flight.connect(spare.uri), ["sales", "1", "0", "0"], planted, options=mallory.pool.options(30))
+            put_raw(flight.connect(spare.uri), ["sales", "1", "0", "0"], planted, options=writer.pool.options(30, grants[-1]))
             down = next(n for n in c.nodes if f"//{sorted(held)[0]}:" in n.uri)
             down.kill()
             wait_until(lambda: len(alive(client)) == 2, 30, "the killed node to be seen dead")
@@ -426,3 +449,27 @@ def test_a_repair_does_not_take_rows_a_writer_planted_on_its_target_as_a_replica
             assert spare_ip not in now, repaired
             assert client.open("sales").to_arrow().equals(truth)
         assert "stores other rows" in c.catalog.log()
+
+
+def test_a_writers_dask_puts_appends_repartitions_and_spmd_ranks_carry_the_grant_of_the_version_they_write(
+        tmp_path, dask_client):
+    """Nodes take a writer's put or order only with the catalog's grant for the version it began: every way a writer
+    writes must carry it (Dask tasks from their workers, a stream append's staging and relink, a repartition's
+    orders, SPMD ranks)."""
+    dd = pytest.importorskip("dask.dataframe")
+    token = tokens.role_token(SECRET, "writer", "w")
+    truth = table_of(4000, 31)
+    with trusted_cluster(tmp_path / "c", ["g1", "g2"], first_ip=250) as c:
+        with fp.connect(c.uri, token=token, host="127.0.0.99") as writer:
+            wait_until(lambda: alive(writer) == {"g1", "g2"}, 30, "both nodes to register")
+            frame = dd.from_pandas(truth.to_pandas(), npartitions=2)
+            assert writer.put("tasks", frame).to_arrow().column("id").to_pylist() == truth.column("id").to_pylist()
+            writer.append("tasks", truth.to_reader(max_chunksize=1000))  # staged, then linked into the next version
+            assert writer.open("tasks").to_arrow().num_rows == 2 * truth.num_rows
+            assert writer.repartition("tasks", (4, 1)).to_arrow().num_rows == 2 * truth.num_rows  # assemble orders
+            assert writer.grant_for("tasks", 3) is None  # kept only while the version is being written
+        for rank in range(2):  # two ranks, one after the other, each with the writer's token
+            fp.publish("ranks", truth.slice(rank * 2000, 2000), rank=rank, nranks=2, catalog=c.uri, token=token,
+                       host="127.0.0.250")
+        with reader(c) as client:
+            assert client.open("ranks").to_arrow().equals(truth)

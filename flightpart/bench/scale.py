@@ -275,9 +275,10 @@ def case_frozen(root: Path, log: Callable[[str], None], guardian: Guardian | Non
         _wait_alive(client, 4)
         table = pa.table({"a": np.arange(4_000)})
         client.put("frozen", table, tiling=(4, 1))
-        pending = client.call(Begin("half")).version
+        begun = client.call(Begin("half"))
+        pending = begun.version
         for k, node in enumerate(cluster.nodes):
-            send_partition(client.pool, node.uri, "half", pending, (k, 0), table.slice(k * 1000, 1000))
+            send_partition(client.pool, node.uri, "half", pending, (k, 0), table.slice(k * 1000, 1000), grant=begun.grant)
         frozen = cluster.nodes[1:]
         for node in frozen:
             os.kill(node.pid, signal.SIGSTOP)

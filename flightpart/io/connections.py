@@ -15,6 +15,7 @@ from typing import Any
 import pyarrow.flight as flight
 
 from flightpart.errors import ClientClosed, ServerError, ServerStarting
+from flightpart.tokens import GRANT_HEADER
 from flightpart.wire import Message, decode_error
 
 from .access import Access
@@ -53,11 +54,17 @@ class ConnectionPool:
                 self._clients[uri] = existing
             return existing
 
-    def options(self, timeout: float | None = DEFAULT_TIMEOUT) -> flight.FlightCallOptions:
-        return flight.FlightCallOptions(timeout=timeout, headers=self.access.headers())
+    def options(self, timeout: float | None = DEFAULT_TIMEOUT, grant: str | None = None) -> flight.FlightCallOptions:
+        """Call options: ``timeout``, this pool's credential and, for a writer's put or order, the catalog's ``grant``
+        for the version it writes (:func:`~flightpart.tokens.version_grant`)."""
+        headers = self.access.headers()
+        if grant is not None:
+            headers = [*headers, (GRANT_HEADER.encode(), grant.encode())]
+        return flight.FlightCallOptions(timeout=timeout, headers=headers)
 
-    def action(self, uri: str, body: Message, *, timeout: float | None = DEFAULT_TIMEOUT) -> Any:
-        """Send ``body`` as the action its class names and return the reply its class names, decoded and checked."""
+    def action(self, uri: str, body: Message, *, timeout: float | None = DEFAULT_TIMEOUT, grant: str | None = None) -> Any:
+        """Send ``body`` as the action its class names and return the reply its class names, decoded and checked;
+        ``grant``: see :meth:`options`."""
         name, reply = body.ACTION, body.REPLY
         if not name or reply is None:
             raise TypeError(f"{type(body).__name__} is not an action's request (it names no action or no reply)")
@@ -65,7 +72,7 @@ class ConnectionPool:
         give_up, delay = time.monotonic() + STARTING_PATIENCE, 0.02
         while True:
             try:
-                results = list(self.client(uri).do_action(flight.Action(name, payload), options=self.options(timeout)))
+                results = list(self.client(uri).do_action(flight.Action(name, payload), options=self.options(timeout, grant)))
                 break
             except flight.FlightUnavailableError as exc:  # a daemon still starting ran nothing: asking again is safe
                 if not starting(exc) or time.monotonic() + delay > give_up:

@@ -210,17 +210,18 @@ class ToldOnce:
 
 def send_partition(pool: ConnectionPool, uri: str, dataset: str, version: int, part: tuple[int, int],
                    table: pa.Table, *, timeout: float = DEFAULT_TIMEOUT,
-                   sent: Callable[[int], None] | None = None) -> HeldPartition | None:
+                   sent: Callable[[int], None] | None = None, grant: str | None = None) -> HeldPartition | None:
     """``do_put`` one partition to a node in batches of about 1 MiB; returns the node's receipt.
 
     The stream ends with a :class:`~flightpart.wire.PutTrailer`: a node
     stores the partition only if the rows it received match it. The call's
     deadline is :func:`put_deadline`, so every sender (client, node copy,
     Dask worker, Ray task, SPMD rank) fails in bounded time on a frozen node
-    instead of hanging.
+    instead of hanging. ``grant``: a writer's leave to write the version, as
+    the catalog gave it at ``begin`` (:meth:`ConnectionPool.options`).
     """
     descriptor = flight.FlightDescriptor.for_path(*partition_path(dataset, version, part))
-    options = pool.options(put_deadline(timeout, table.nbytes))
+    options = pool.options(put_deadline(timeout, table.nbytes), grant)
     progress = ToldOnce(sent)
 
     def send() -> Any:
@@ -237,7 +238,8 @@ def send_partition(pool: ConnectionPool, uri: str, dataset: str, version: int, p
 
 def send_partitions(pool: ConnectionPool, uri: str, dataset: str, version: int,
                     parts: Sequence[tuple[tuple[int, int], pa.Table]], *,
-                    timeout: float = DEFAULT_TIMEOUT, sent: Callable[[int], None] | None = None) -> list[HeldPartition]:
+                    timeout: float = DEFAULT_TIMEOUT, sent: Callable[[int], None] | None = None,
+                    grant: str | None = None) -> list[HeldPartition]:
     """``do_put`` several partitions of one column group in one stream; returns the node's receipts.
 
     Small partitions cost a round trip and a stream each when sent alone;
@@ -247,7 +249,7 @@ def send_partitions(pool: ConnectionPool, uri: str, dataset: str, version: int,
     :class:`RequestRejected` when the receipts do not name every partition.
     """
     schema = parts[0][1].schema
-    options = pool.options(put_deadline(timeout, sum(t.nbytes for _, t in parts)))
+    options = pool.options(put_deadline(timeout, sum(t.nbytes for _, t in parts)), grant)
     for part, table in parts:
         if not table.schema.equals(schema, check_metadata=True):
             raise ValueError(f"partition {part}: one put stream carries one schema; send it on a stream of its own")

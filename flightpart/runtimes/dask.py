@@ -342,5 +342,6 @@ def put(client: Any, name: str, ddf: Any, nodes: list[dict], version: int) -> tu
         worker = next((w for w in holders if host_of(w) == node["ip"]), holders[0])
         placement.append((worker, node))
         tasks.append(dclient.submit(send_from_worker, fut, node["uri"], client.access, name, version, (k, 0),
-                                    workers=[worker], allow_other_workers=False, pure=False))
+                                    client.grant_for(name, version), workers=[worker], allow_other_workers=False,
+                                    pure=False))
     return (dclient.gather(tasks) if tasks else []), placement

@@ -208,5 +208,7 @@ def put(client: Any, name: str, dataset: Any, nodes: list[dict], version: int) -
         node = node_for(hosts, nodes, k)
         placement.append((locs[0][0], node))
         strategy = _affinity(hosts, node_by_ip)
-        refs.append(task.options(scheduling_strategy=strategy).remote(ref, node["uri"], client.access, name, version, (k, 0)))
+        grant = client.grant_for(name, version)
+        refs.append(task.options(scheduling_strategy=strategy).remote(ref, node["uri"], client.access, name, version, (k, 0),
+                                                                      grant))
     return ray.get(refs), placement

@@ -137,14 +137,16 @@ def divisions_for(blocks: Sequence[RowBlock]) -> tuple | None:
 # --------------------------------------------------------------------------- puts
 
 
-def send_from_worker(frame: Any, uri: str, access: Access, name: str, version: int, part: tuple[int, int]) -> SentPart:
+def send_from_worker(frame: Any, uri: str, access: Access, name: str, version: int, part: tuple[int, int],
+                     grant: str | None = None) -> SentPart:
     """Runs where ``frame`` is (a Dask worker, a Ray task): one partition to the node ``uri``.
 
     ``access`` arrives pickled, without the client's private key; a worker
     presents its own client certificate, if any, from its environment.
+    ``grant``: the catalog's leave to write ``version``, which the client began.
     """
     table = frames.to_arrow(frame)
-    send_partition(shared_pool(access), uri, name, version, part, table)
+    send_partition(shared_pool(access), uri, name, version, part, table, grant=grant)
     rows, cols = frames.frame_shape(table)
     return SentPart(rows, cols, table.schema)
 
