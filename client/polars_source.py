@@ -13,6 +13,7 @@ stream once enough rows came.
 from __future__ import annotations
 
 import json
+import struct
 from collections.abc import Iterator
 from typing import Any
 
@@ -103,6 +104,8 @@ def _literal(node: Any) -> Value:
     (kind, v), = inner.items()
     if v is None:  # Polars writes NaN and the infinities as a float of null: which one is not known
         raise KeyError(f"{kind} literal without its value")
+    if kind == "Float16":  # its bits, not its value: 15360 is 1.0 (read as 15360.0, no row had matched)
+        return literal_value(struct.unpack("<e", int(v).to_bytes(2, "little"))[0])
     if kind in ("Int", "Float", "String", "Boolean") or kind.startswith(("Int", "UInt", "Float")):
         return literal_value(v)
     if kind == "Datetime":
@@ -174,10 +177,16 @@ def _function(f: dict, schema: pa.Schema) -> Value:
         return _boolean(low & high)
     if isinstance(boolean, dict) and "IsIn" in boolean:
         x = _expr(inputs[0], schema)
-        values = [v for v in _list_literal(inputs[1]) if v is not None]
+        listed = _list_literal(inputs[1])
+        values = [v for v in listed if v is not None]
         if not values:
             raise KeyError("empty is_in")
-        return _boolean(membership(schema, x, [literal_value(v) for v in values]))
+        member = membership(schema, x, [literal_value(v) for v in values])
+        if not (boolean["IsIn"] or {}).get("nulls_equal"):
+            return _boolean(member)  # a null row is null, as SQL's IN has it
+        # nulls_equal: a null row is in the list when the list holds a null, else definitely not (so `~` keeps it)
+        nulls = x.expression.is_null()
+        return _boolean(member | nulls if None in listed else pc.if_else(nulls, False, member))
     if strings in ("StartsWith", "EndsWith") or (isinstance(strings, dict) and strings.get("Contains", {}).get("literal")):
         x, text = _expr(inputs[0], schema), _literal(inputs[1])
         if not isinstance(text.literal, str) or x.type is None or not pa.types.is_string(x.type):

@@ -307,6 +307,23 @@ def schema_without_views(schema: pa.Schema) -> pa.Schema | None:
     return pa.schema([f if p is None else f.with_type(p) for f, p in zip(schema, plain)], metadata=schema.metadata)
 
 
+def filter_rows(table: pa.Table, mask: Any) -> pa.Table:
+    """``table.filter(mask)``, also with string or binary view columns, which Arrow's filter has no kernel for: those
+    filtered as their large twins and cast back (a copy of what is kept)."""
+    plain = schema_without_views(table.schema)
+    if plain is None:
+        return table.filter(mask)
+    return table.cast(plain).filter(mask).cast(table.schema)
+
+
+def take_rows(table: pa.Table, indices: Any) -> pa.Table:
+    """``table.take(indices)``, also with string or binary view columns (see :func:`filter_rows`)."""
+    plain = schema_without_views(table.schema)
+    if plain is None:
+        return table.take(indices)
+    return table.cast(plain).take(indices).cast(table.schema)
+
+
 def compact_views(batch: pa.RecordBatch, plain: pa.Schema) -> pa.RecordBatch:
     """``batch`` (a slice, perhaps) whose view columns hold only the bytes of its own rows: each column rebuilt from
     its own rows (a cast of a list slice would cast every value of the whole list's child), cast to ``plain``

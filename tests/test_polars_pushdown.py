@@ -70,3 +70,27 @@ def test_what_is_pushed_is_what_polars_means():
     assert "starts_with" in str(to_arrow_expression(pl.col("s").str.starts_with("a"), schema))
     assert to_arrow_expression(pl.col("s").str.contains("a.", literal=False), schema) is None  # a regex: not pushed
     assert "int64" in str(to_arrow_expression(pl.col("t") >= dt.datetime(2024, 1, 1), schema))  # ns compared exactly
+
+
+NULLS = pa.table({"k": pa.array([1, 2, None, 3, None, 1], pa.int64()),
+                  "s": pa.array(["a", None, "b", None, "c", "a"], pa.large_string())})
+NULL_CASES = {
+    "is_in with a null, nulls equal": pl.col("k").is_in([1, None], nulls_equal=True),
+    "not is_in, nulls equal": ~pl.col("k").is_in([1, 2], nulls_equal=True),
+    "strings is_in with a null, nulls equal": pl.col("s").is_in(["a", None], nulls_equal=True),
+    "not strings is_in with a null, nulls equal": ~pl.col("s").is_in(["a", None], nulls_equal=True),
+    "is_in, nulls not equal": pl.col("k").is_in([1, None]),
+    "not is_in": ~pl.col("k").is_in([1, 2]),
+    "is_null": pl.col("s").is_null(),
+}
+
+
+@pytest.mark.parametrize("name", sorted(NULL_CASES))
+def test_null_rows_are_kept_or_left_as_polars_keeps_or_leaves_them(cluster, name):
+    """``is_in(..., nulls_equal=True)`` had been pushed as a plain ``is_in``: the nodes left out the null rows that
+    Polars keeps (26 rows of 1,512 on a probe's orders)."""
+    with fp.connect(cluster.uri, host="127.0.0.9") as client:
+        ds = client.put("pl-nulls", NULLS, tiling=(2, 1))
+        predicate = NULL_CASES[name]
+        got = ds.to_polars(lazy=True).filter(predicate).collect()
+        assert got.equals(pl.from_arrow(NULLS).filter(predicate)), (name, got)

@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 import pyarrow.substrait as substrait
 
 from flightpart.errors import PartitionedError, RequestRejected
+from flightpart.frames import filter_rows, schema_without_views
 from flightpart.wire import Ticket
 
 _FIELD_PATH = re.compile(r"FieldPath\((\d+)")
@@ -65,7 +66,7 @@ def serialize(expression: pc.Expression, schema: pa.Schema, *, weighed: bool = F
     if not weighed:
         check_substrait_bound(expression)
     try:
-        return bytes(substrait.serialize_expressions([expression], ["filter"], schema))
+        return bytes(substrait.serialize_expressions([expression], ["filter"], bindable(schema)))
     except (pa.ArrowException, TypeError, ValueError) as exc:
         raise PartitionedError(f"filter {expression}: cannot be sent to the nodes ({exc}); filter the rows after reading "
                                "instead, or use functions Substrait knows (comparisons, and/or/not, is_in, is_null, arithmetic)") from None
@@ -164,7 +165,7 @@ def referenced_columns(expression: pc.Expression, schema: pa.Schema,
     """
     check_substrait_bound(expression)
     try:
-        raw = substrait.serialize_expressions([expression], ["filter"], schema)
+        raw = substrait.serialize_expressions([expression], ["filter"], bindable(schema))
         bound = None if most_bytes is not None and len(raw) > most_bytes else substrait.deserialize_expressions(raw)
     except (pa.ArrowException, TypeError, ValueError) as exc:
         raise PartitionedError(f"filter {expression}: cannot be sent to the nodes ({exc}); the columns are {schema.names}; "
@@ -193,7 +194,7 @@ def apply(table: pa.Table, raw: bytes) -> pa.Table:
     expression, bound = decode(raw)
     if len(set(bound.names)) != len(bound.names):
         raise RequestRejected("ticket.filter: bound to a schema that names a column twice", field="ticket.filter")
-    zoned = []  # columns whose time zone Substrait did not carry
+    recast = []  # columns read as the type the filter was bound to: a zone Substrait did not carry, or a stand-in
     for field in bound:
         if field.name not in table.column_names:
             raise RequestRejected(f"ticket.filter: reads column {field.name!r}, which this partition does not have "
@@ -201,25 +202,73 @@ def apply(table: pa.Table, raw: bytes) -> pa.Table:
         here = table.schema.field(field.name).type
         if here.equals(field.type):
             continue
-        if not _same_instants(here, field.type):
+        if not (_same_instants(here, field.type) or _stands_in(here, field.type)):
             raise RequestRejected(f"ticket.filter: column {field.name!r} is {here} here, "
                                   f"the filter was bound to {field.type}", field="ticket.filter")
-        zoned.append(field.name)
-    order = list(bound.names) + [n for n in table.column_names if n not in bound.names]
+        recast.append(field.name)
+    # a column recast, or a view column Acero cannot filter: the filter's answer, from the columns it reads, selects
+    # the partition's own rows in their own types; otherwise Acero filters the partition whole
+    by_mask = bool(recast) or schema_without_views(table.schema) is not None
+    order = list(bound.names) + ([] if by_mask else [n for n in table.column_names if n not in bound.names])
     source_table = table.select(order)
-    for name in zoned:  # the same instants under the zone the filter was bound to: a relabelling, no value changes
+    for name in recast:  # the same values in the type the filter reads them as
         k = order.index(name)
         source_table = source_table.set_column(k, name, source_table.column(k).cast(bound.field(name).type))
     source = acero.Declaration("table_source", acero.TableSourceNodeOptions(source_table))
-    plan = acero.Declaration.from_sequence([source, acero.Declaration("filter", acero.FilterNodeOptions(expression))])
+    step = (acero.Declaration("project", acero.ProjectNodeOptions([expression], ["keep"])) if by_mask
+            else acero.Declaration("filter", acero.FilterNodeOptions(expression)))
     try:
-        kept = plan.to_table(use_threads=False)  # one thread keeps the rows in order
+        answer = acero.Declaration.from_sequence([source, step]).to_table(use_threads=False)  # one thread: rows in order
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
         raise RequestRejected(f"ticket.filter: cannot be evaluated here ({str(exc)[:200]})", field="ticket.filter") from None
-    for name in zoned:
-        k = kept.schema.get_field_index(name)
-        kept = kept.set_column(k, table.schema.field(name), kept.column(k).cast(table.schema.field(name).type))
-    return kept.select(table.column_names)
+    if by_mask:
+        return filter_rows(table, answer.column("keep"))  # a null answer drops the row, as a filter does
+    return answer.select(table.column_names)
+
+
+@functools.lru_cache(maxsize=256)
+def bindable(schema: pa.Schema) -> pa.Schema:
+    """``schema`` as a filter is bound to it, each column as the type whose values it holds exactly and which
+    Substrait and Arrow's comparisons know: a decimal32 or decimal64 as a decimal128 (pyarrow would bind it as its
+    raw bytes, which no comparison reads), a string or binary view as a string or binary (no comparison kernel takes
+    a view), a dictionary (a pandas category, a Polars Enum) as its values. A node casts its columns to these types
+    before it filters (:func:`_stands_in`)."""
+    for k, field in enumerate(schema):
+        kind = field.type
+        if pa.types.is_decimal32(kind) or pa.types.is_decimal64(kind):
+            schema = schema.set(k, field.with_type(pa.decimal128(kind.precision, kind.scale)))
+        elif pa.types.is_string_view(kind) or pa.types.is_binary_view(kind):
+            schema = schema.set(k, field.with_type(pa.string() if pa.types.is_string_view(kind) else pa.binary()))
+        elif pa.types.is_dictionary(kind) and _stand_in(kind) is not None:
+            schema = schema.set(k, field.with_type(_stand_in(kind)))
+    return schema
+
+
+@functools.lru_cache(maxsize=256)
+def _stand_in(kind: pa.DataType) -> pa.DataType | None:
+    """The type a filter serialized over a column of ``kind`` is bound to (Substrait has no dictionary, view or list
+    view type: pyarrow binds their columns as the plain type of their values), or None when none can be written."""
+    try:
+        raw = substrait.serialize_expressions([pc.field("c").is_null()], ["filter"], pa.schema([("c", kind)]))
+        return substrait.deserialize_expressions(raw).schema.field("c").type
+    except (pa.ArrowException, TypeError, ValueError):
+        return None
+
+
+@functools.lru_cache(maxsize=256)
+def _stands_in(here: pa.DataType, bound: pa.DataType) -> bool:
+    """Whether a filter bound to ``bound`` was written over a column of type ``here`` (a pandas category, a Polars
+    Enum, a string view) and reads it exactly once its values are cast to ``bound``: a category is its values, a
+    view its strings, a decimal32 the decimal128 :func:`bindable` binds it as."""
+    if pa.types.is_decimal32(here) or pa.types.is_decimal64(here):
+        return bound.equals(bindable(pa.schema([("c", here)])).field("c").type)
+    if _stand_in(here) is None or not _stand_in(here).equals(bound):
+        return False
+    try:
+        pa.array([None], here).cast(bound)
+    except (pa.ArrowException, TypeError, ValueError):
+        return False
+    return True
 
 
 def _same_instants(here: pa.DataType, bound: pa.DataType) -> bool:
@@ -245,4 +294,4 @@ def parse_where(text: str, schema: pa.Schema | Sequence[str]) -> pc.Expression:
 
     if not isinstance(schema, pa.Schema):
         schema = pa.schema([pa.field(name, pa.null()) for name in schema])
-    return parse_sql_predicate(text, schema)
+    return parse_sql_predicate(text, bindable(schema))  # a category compared as its values, as DuckDB compares them

@@ -17,6 +17,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as pads
 import pyarrow.fs as pafs
 
+from flightpart.query.filters import bindable
 from flightpart.query.joined import conjunction
 from flightpart.query.statistics import guarantee
 
@@ -26,6 +27,7 @@ class Pruner:
 
     def __init__(self, schema: pa.Schema, blocks: Mapping[int, tuple[int, Sequence[dict | None]]]):
         """``blocks``: row block -> (its rows, the statistics of each of its partitions)."""
+        schema = bindable(schema)  # as filters are bound: a view or a category as its values
         self.empty = {i for i, (rows, _stats) in blocks.items() if rows == 0}
         self.known: list[int] = []
         expressions = []

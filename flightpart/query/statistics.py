@@ -37,8 +37,11 @@ def _storage(t: pa.DataType) -> pa.DataType | None:
 
 
 def _ordered(t: pa.DataType) -> bool:
-    return (pat.is_integer(t) or pat.is_floating(t) or pat.is_boolean(t) or pat.is_string(t) or pat.is_large_string(t)
-            or _storage(t) is not None)
+    """Whether a column's min and max bound what a filter compares it with. Not float16: Arrow compares it with
+    nothing (no kernel takes it with another number), and a pruning that simplified filters over it said wrongly
+    that no row could match."""
+    return (pat.is_integer(t) or (pat.is_floating(t) and not pat.is_float16(t)) or pat.is_boolean(t)
+            or pat.is_string(t) or pat.is_large_string(t) or _storage(t) is not None)
 
 
 class StatsBuilder:

@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from flightpart.errors import RequestRejected, ServerError
+from flightpart.frames import schema_without_views, take_rows
 from flightpart.wire import SortKey, TopRows
 
 from .soundness import unsound
@@ -59,7 +60,7 @@ def orderable(data_type: pa.DataType) -> bool:
     Checked before a key reaches pyarrow, never after: pyarrow 26's ``select_k_unstable`` kills the process
     (SIGSEGV) on a key it cannot order (a dictionary, list, struct, map, view, interval, float16 or extension
     column), where ``sort_indices`` raises. What it orders, as DuckDB and Polars do: numbers, booleans,
-    decimals, dates and times, text and bytes.
+    decimals, dates and times, text and bytes (a view's as its large twin's).
     """
     if pa.types.is_dictionary(data_type):
         data_type = data_type.value_type
@@ -69,7 +70,8 @@ def orderable(data_type: pa.DataType) -> bool:
             or isinstance(data_type, (pa.Decimal128Type, pa.Decimal256Type))
             or (t.is_temporal(data_type) and not t.is_interval(data_type))
             or t.is_string(data_type) or t.is_large_string(data_type) or t.is_binary(data_type)
-            or t.is_large_binary(data_type) or t.is_fixed_size_binary(data_type))
+            or t.is_large_binary(data_type) or t.is_fixed_size_binary(data_type)
+            or t.is_string_view(data_type) or t.is_binary_view(data_type))  # ordered as their strings (:func:`_keys`)
 
 
 def _checked(table: pa.Table, top: TopRows, where: str) -> list[pa.ChunkedArray]:
@@ -95,7 +97,9 @@ def _keys(columns: list[pa.ChunkedArray], top: TopRows) -> tuple[pa.Table, list[
     order = [(name, "descending" if k.descending else "ascending", "at_start" if k.nulls_first else "at_end")
              for name, k in zip(names, top.keys)]
     decoded = [c.cast(c.type.value_type) if pa.types.is_dictionary(c.type) else c for c in columns]
-    return pa.table(decoded, names=names), order
+    keys = pa.table(decoded, names=names)
+    plain = schema_without_views(keys.schema)  # no sort kernel takes a string view: ordered as its strings
+    return (keys if plain is None else keys.cast(plain)), order
 
 
 def candidates(table: pa.Table, top: TopRows) -> pa.Table:
@@ -138,16 +142,17 @@ def first(table: pa.Table, top: TopRows) -> pa.Table:
 
 
 def _taken(table: pa.Table, indices: pa.Array) -> pa.Table:
-    """``table.take(indices)``; a dictionary column whose chunks have dictionaries with nulls (which Arrow cannot
-    unify to take across chunks) is taken from its values and encoded again as it was."""
+    """``table.take(indices)`` (:func:`~flightpart.frames.take_rows`: view columns too); a dictionary column whose
+    chunks have dictionaries with nulls (which Arrow cannot unify to take across chunks) is taken from its values and
+    encoded again as it was."""
     try:
-        return table.take(indices)
+        return take_rows(table, indices)
     except pa.ArrowInvalid:
         columns = []
-        for column in table.columns:
+        for field, column in zip(table.schema, table.columns):
             if pa.types.is_dictionary(column.type) and column.num_chunks > 1:
                 values = column.cast(column.type.value_type).take(indices)
                 columns.append(pc.dictionary_encode(values).cast(column.type))
             else:
-                columns.append(column.take(indices))
+                columns.append(take_rows(pa.table([column], schema=pa.schema([field])), indices).column(0))
         return pa.table(columns, schema=table.schema)
