@@ -221,8 +221,10 @@ class Client:
         if stream is not None:
             if tiling is not None:
                 raise ValueError("tiling: a stream is cut into row blocks as it is read; pass rows_per_partition= instead")
+            frames.check_columns(stream.schema)
             return self._put_stream(name, stream, rows_per_partition, replicas, nodes, report)
         table = lenient.from_partitioned(data) if hasattr(data, "__partitioned__") else frames.to_arrow(data)
+        frames.check_columns(table.schema)
         if rows_per_partition is not None:  # a frame cut as a stream is: row blocks of that many rows, the last shorter
             if tiling is not None:
                 raise ValueError("tiling and rows_per_partition both cut the rows: pass one of them")

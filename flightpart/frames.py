@@ -78,7 +78,7 @@ def to_arrow(obj: Any, *, column_offset: int = 0) -> pa.Table:
     if kind == "pandas":
         return _from_pandas(obj)
     if kind == "polars":
-        return obj.to_arrow()
+        return _from_polars(obj)
     if kind == "numpy":
         arr = obj if obj.ndim == 2 else obj.reshape(-1, 1)
         names = [str(column_offset + j) for j in range(arr.shape[1])]
@@ -93,6 +93,36 @@ def to_arrow(obj: Any, *, column_offset: int = 0) -> pa.Table:
         f"cannot read a {type(obj).__module__}.{type(obj).__qualname__}: expected a pandas, polars or "
         "pyarrow frame, a 2-D NumPy array, or an object with __arrow_c_stream__ or __dataframe__"
     )
+
+
+def _from_polars(frame: Any) -> pa.Table:
+    """A Polars frame as a table; a column Arrow cannot hold is named with what to do: an ``Object`` column had been
+    stored as its Python objects' addresses, an ``Int128`` failed with Arrow's "unsupported format string"."""
+    for name, dtype in frame.schema.items():
+        kind = str(dtype)
+        if kind == "Object":
+            raise SchemaMismatch(f"column {name!r} holds Python objects (Polars Object), which Arrow can only store as "
+                                 f"their addresses: convert them first, e.g. pl.col({name!r}).map_elements(str, "
+                                 "return_dtype=pl.String)", field=f"columns.{name}")
+        if kind in ("Int128", "UInt128"):
+            raise SchemaMismatch(f"column {name!r} is Polars {kind}, which Arrow has no type for: cast it first, e.g. "
+                                 f"pl.col({name!r}).cast(pl.Decimal(38, 0)) or .cast(pl.Int64)", field=f"columns.{name}")
+    return frame.to_arrow()
+
+
+def check_columns(schema: pa.Schema) -> None:
+    """SchemaMismatch for columns a dataset cannot hold: none at all (a stream of no column carries no rows: a frame
+    of 3 rows and no column read back as 0 rows), or a name given twice (a put was taken and could never be read:
+    every read selects columns by name)."""
+    if not schema.names:
+        raise SchemaMismatch("the frame has no column: a dataset holds at least one (its rows would read back as none)",
+                             field="schema")
+    seen: set[str] = set()
+    for name in schema.names:
+        if name in seen:
+            raise SchemaMismatch(f"column {name!r} is named twice: rename one (a dataset's columns are read by name)",
+                                 field=f"columns.{name}")
+        seen.add(name)
 
 
 def _from_pandas(frame: Any) -> pa.Table:

@@ -37,7 +37,7 @@ from flightpart.errors import (
     StorageUnwritable,
     VersionConflict,
 )
-from flightpart.frames import growing_dictionaries
+from flightpart.frames import check_columns, growing_dictionaries
 from flightpart.io import inprocess, layout
 from flightpart.io.access import Access
 from flightpart.io.allocator import keep_freed_memory
@@ -575,6 +575,7 @@ class NodeServer(ServiceBase):
                 authorize(context, "write")
                 require_version_grant(guard_of(context), name, version, "put")
             within_limit(name, version, "descriptor.version")
+            check_columns(reader.schema)  # a writer's own client refuses them first; a plain Flight writer meets this
             # a share of the streams per caller, and the slot of a put that sends nothing freed (as a do_get's is)
             guard = admit_stream(context, call.peer)
             self.counters.add(put_streams=1)

@@ -561,3 +561,14 @@ def test_string_views_are_sent_and_stored_at_their_own_size_by_a_client_or_a_pla
     assert plainly.stat().st_size < 1.2 * table.nbytes, (plainly.stat().st_size, table.nbytes)
     with pa.memory_map(str(plainly)) as source:
         assert pa.ipc.open_file(source).read_all().equals(table)
+
+
+def test_a_plain_writers_put_with_a_column_named_twice_is_refused_and_nothing_is_stored(lone_node):
+    """Stored, such a partition could never be read: every read selects columns by name (the node logged a KeyError
+    and readers were told no replica could serve it)."""
+    twice = pa.Table.from_arrays([pa.array([1, 2]), pa.array([3, 4])], names=["d", "d"])
+    with pytest.raises(flight.FlightError, match="'d' is named twice") as info:
+        put_raw(lone_node.nodes[0].uri, ["twice", "1", "0", "0"], twice)
+    assert code_of(info.value) == "SCHEMA_MISMATCH"
+    assert not (lone_node.root / "node-127.0.0.79" / "datasets" / "twice").exists()
+    assert lone_node.nodes[0].proc.poll() is None
