@@ -148,11 +148,46 @@ def to_pandas(table: pa.Table) -> Any:
     return table.to_pandas()
 
 
-def to_polars(table: pa.Table) -> Any:
+def to_polars(table: pa.Table | pa.RecordBatch) -> Any:
     """A polars DataFrame (zero-copy where polars can take Arrow buffers)."""
     import polars as pl
 
-    return pl.from_arrow(drop_pandas_index(table))
+    if isinstance(table, pa.RecordBatch):
+        table = pa.Table.from_batches([table])
+    return pl.from_arrow(_whole_fixed_lists(drop_pandas_index(table)))
+
+
+def _whole_fixed_lists(table: pa.Table) -> pa.Table:
+    """``table`` with each chunk of a fixed-size list column (Polars' ``Array``, a tensor) holding exactly its own
+    values: Polars reads a chunk whose values run on past its rows (a slice, a row range read from a node) as if they
+    did not, and refused a dataset's rows ("validity mask length must be equal to the number of values divided by
+    size"). Zero-copy for a top-level column; a nested one is rebuilt (a copy)."""
+    for k, field in enumerate(table.schema):
+        if _holds_fixed_list(field.type):
+            whole = [_whole_fixed_list(chunk) for chunk in table.column(k).chunks]
+            table = table.set_column(k, field, pa.chunked_array(whole, field.type))
+    return table
+
+
+def _whole_fixed_list(chunk: pa.Array) -> pa.Array:
+    """``chunk`` whose fixed-size lists' values are exactly its own: a slice's, or a read batch's, may hold more."""
+    if isinstance(chunk.type, pa.ExtensionType):  # a tensor: its storage made whole
+        return pa.ExtensionArray.from_storage(chunk.type, _whole_fixed_list(chunk.storage))
+    if not pa.types.is_fixed_size_list(chunk.type):
+        return pa.concat_arrays([chunk])  # nested deeper: rebuilt from its own rows
+    size = chunk.type.list_size
+    if chunk.offset == 0 and len(chunk.values) == len(chunk) * size:
+        return chunk
+    values = chunk.values.slice(chunk.offset * size, len(chunk) * size)
+    return pa.FixedSizeListArray.from_arrays(values, type=chunk.type, mask=chunk.is_null() if chunk.null_count else None)
+
+
+def _holds_fixed_list(kind: pa.DataType) -> bool:
+    if pa.types.is_fixed_size_list(kind):
+        return True
+    if isinstance(kind, pa.ExtensionType):
+        return _holds_fixed_list(kind.storage_type)
+    return any(_holds_fixed_list(kind.field(k).type) for k in range(kind.num_fields))
 
 
 def drop_pandas_index(table: pa.Table) -> pa.Table:

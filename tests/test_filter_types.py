@@ -147,3 +147,15 @@ def test_counting_with_a_nan_literal_agrees_with_filtering(cluster):
         for expression in (pc.field("v") < float("nan"), pc.field("v") >= float("nan"), pc.field("v") != float("nan")):
             kept = table.filter(expression).num_rows
             assert ds.count_rows(expression) == ds.filter(expression).to_arrow().num_rows == kept, expression
+
+
+def test_polars_reads_fixed_size_lists_with_nulls_from_a_datasets_row_ranges(cluster):
+    """A chunk read from a node may hold more list values than its rows; Polars read them as its own and refused
+    the dataset ("validity mask length must be equal to the number of values divided by size")."""
+    frame = pl.DataFrame({"v": pl.Series([[1, 2, 3], None, [4, 5, 6], [7, 8, 9], None, [1, 1, 1]],
+                                         dtype=pl.Array(pl.Int32, 3))})
+    with fp.connect(cluster.uri, host="127.0.0.9") as client:
+        client.put("arrays", frame, tiling=(3, 1))
+        appended = client.append("arrays", frame)
+        assert appended.to_polars().equals(pl.concat([frame, frame]))
+        assert appended.to_polars(lazy=True).filter(pl.col("v").is_not_null()).collect().height == 8
