@@ -22,7 +22,7 @@ import pyarrow.flight as flight
 
 from flightpart import frames
 from flightpart import sqlwire as proto
-from flightpart.errors import FlightpartError, ServerError
+from flightpart.errors import FlightpartError, NodeUnavailable, QueryTimeout, ServerError
 from flightpart.io.connections import ConnectionPool
 from flightpart.io.errors import translated
 from flightpart.io.hosts import host_addresses
@@ -76,6 +76,17 @@ def run_sql(pool: ConnectionPool, uri: str, query: str, timeout: float | None, *
     descriptor = flight.FlightDescriptor.for_command(proto.pack(proto.STATEMENT_QUERY, proto.message((1, query))))
     deadline = None if timeout is None else time.monotonic() + timeout  # the whole call's, every part's too
     reading = _Reading(pool, uri, pool.options(timeout), deadline, idle_timeout, compression, host_addresses(host))
+    try:
+        return _answered(pool, uri, descriptor, reading)
+    except NodeUnavailable as exc:
+        if not isinstance(exc.__cause__, flight.FlightTimedOutError):
+            raise
+        # the caller's own deadline: no retry would be sooner (UNAVAILABLE had invited one)
+        raise QueryTimeout(f"the answer did not come within the {timeout:g} s this call allows: pass a larger "
+                           f"timeout= (the catalog stops a query at its own limit); {exc.message}") from exc
+
+
+def _answered(pool: ConnectionPool, uri: str, descriptor: flight.FlightDescriptor, reading: _Reading) -> SqlResult:
     with translated():
         info = pool.client(uri).get_flight_info(descriptor, options=reading.options)
         endpoints = list(info.endpoints)
