@@ -942,3 +942,16 @@ def test_duckdb_describing_the_catalog_itself_is_not_answered(taxi, cluster):
                     "SELECT sum(x) AS n FROM duckdb_notes WHERE x IN (SELECT * FROM generate_series(1, 3))"):
             assert client.sql(sql).to_arrow().column("n").to_pylist() == [6], sql
         assert client.sql("SELECT count(*) AS n FROM range(5)").to_arrow().column("n").to_pylist() == [5]
+
+
+def test_a_datasets_name_matches_in_any_case_as_duckdb_matches_table_names(taxi, cluster):
+    """A dataset put as ``CaseTrips`` had been NOT_FOUND as ``casetrips`` (a scan, an aggregate, a version), where
+    DuckDB over the same table answers: its names match whatever their case."""
+    table, _zones, conn = taxi
+    with fp.connect(cluster.uri) as writer:
+        writer.put("CaseTrips", table.slice(0, 1000), tiling=(2, 1))
+    for sql in ("SELECT count(*) AS n FROM casetrips", 'SELECT count(*) AS n FROM "CASETRIPS"',
+                "SELECT count(*) AS n FROM (SELECT * FROM casetrips WHERE fare > 0)", 'SELECT count(*) AS n FROM "casetrips@1"'):
+        assert answer(conn, sql).column("n").to_pylist() == [1000], sql
+    with fp.connect(cluster.uri) as reader:
+        assert reader.sql("SELECT * FROM casetrips").to_arrow().num_rows == 1000  # a plain scan, read from the nodes

@@ -340,7 +340,8 @@ class Gateway:
         return _names_dataset(table, self._dataset_names())
 
     def _dataset(self, table: str) -> Any:
-        """The dataset a table name means (``name@version``: that version)."""
+        """The dataset a table name means (``name@version``: that version), its case as DuckDB's names have it."""
+        table = _dataset_named(table, self._dataset_names()) or table
         match = VERSIONED.match(table)
         name, version = (match["name"], int(match["version"])) if match else (table, None)
         return self.client().open(name, version)
@@ -471,10 +472,19 @@ def _over(con: Any, query: str, table: str, rows: pa.Table) -> pa.Table:
 
 def _names_dataset(table: str, known: set[str]) -> bool:
     """Whether a table name means one of the ``known`` datasets (``name@version``: a version of one)."""
-    if table in known:
-        return True
+    return _dataset_named(table, known) is not None
+
+
+def _dataset_named(table: str, known: set[str]) -> str | None:
+    """The dataset (and ``@version``) a table name means: the one of that very name, else the one whose name differs
+    only in case, as DuckDB matches names (``caseprobe`` had been unknown where ``CaseProbe`` was put); None when
+    none, or several, do."""
     match = VERSIONED.match(table)
-    return match is not None and match["name"] in known
+    name, suffix = (match["name"], table[len(match["name"]):]) if match else (table, "")
+    if name in known:
+        return name + suffix
+    folded = [k for k in known if k.casefold() == name.casefold()]
+    return folded[0] + suffix if len(folded) == 1 else None
 
 
 SUGGESTION = re.compile(r'\s*Did you mean "(?P<name>[^"]*)"\?')
