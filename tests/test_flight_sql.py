@@ -955,3 +955,21 @@ def test_a_datasets_name_matches_in_any_case_as_duckdb_matches_table_names(taxi,
         assert answer(conn, sql).column("n").to_pylist() == [1000], sql
     with fp.connect(cluster.uri) as reader:
         assert reader.sql("SELECT * FROM casetrips").to_arrow().num_rows == 1000  # a plain scan, read from the nodes
+
+
+def test_what_a_statement_announces_is_what_its_stream_carries(cluster):
+    """A plain scan is sent by the nodes in the dataset's own types; GetSchema and a prepared statement had
+    announced DuckDB's (a New York timestamp as UTC, a string view as a string), so a client that trusts the
+    announced schema met another in the stream."""
+    table = pa.table({"k": pa.array(range(100), pa.int64()),
+                      "ts": pa.array(range(100), pa.timestamp("ms", tz="America/New_York")),
+                      "s": pa.array([f"v{k}" for k in range(100)], pa.string_view())})
+    with fp.connect(cluster.uri) as writer:
+        writer.put("announced", table, tiling=(2, 1))
+    with dbapi.connect(cluster.uri) as conn, conn.cursor() as cur:
+        for sql in ("SELECT k, ts, s FROM announced WHERE k < 50", "SELECT k, ts FROM announced ORDER BY k LIMIT 5"):
+            announced = cur.adbc_execute_schema(sql)
+            cur.execute(sql)
+            assert cur.fetch_arrow_table().schema.types == announced.types, sql
+            cur.adbc_prepare(sql)
+            assert cur.adbc_execute_schema(sql).types == announced.types, sql

@@ -303,7 +303,12 @@ class Gateway:
         return scans.endpoints(self._dataset(name), columns, where)
 
     def schema(self, query: str) -> pa.Schema:
-        """The schema of ``query``'s answer, computed without reading its rows."""
+        """The schema of ``query``'s answer, computed without reading its rows: a plain scan's is the dataset's own
+        types, which its nodes send (DuckDB's, announced for it before, named a New York timestamp UTC and a
+        string view a string, and the stream then disagreed with what a prepared statement had said)."""
+        planned = self.scan(query)
+        if planned is not None:
+            return planned[0]
         return self.run(query, limit=0).schema
 
     def _named(self, query: str) -> list[str]:

@@ -95,8 +95,12 @@ class SqlCatalogServer(CatalogServer):
         if command is None:
             return super().get_schema(context, descriptor)
         return self._read(context, f"Flight SQL schema of {command.name:.60}",
-                          lambda: flight.SchemaResult(self._answer(command, schema_only=True).schema),
-                          sent_as=schema_error)
+                          lambda: flight.SchemaResult(self._schema_of(command)), sent_as=schema_error)
+
+    def _schema_of(self, command: proto.Any_) -> pa.Schema:
+        """What the answer to ``command`` will be typed as: a plain scan's, the types its nodes send."""
+        scanned = self._scan(command)
+        return scanned[0] if scanned is not None else self._answer(command, schema_only=True).schema
 
     def _read(self, context: Any, what: str, work: Any,
               sent_as: Callable[[FlightpartError], Exception] = sql_error) -> Any:
