@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from flightpart.errors import PartitionedError
-from flightpart.frames import to_polars
+from flightpart.frames import polars_frame
 from flightpart.query.joined import conjunction
 from flightpart.query.sql import Value, column_value, comparison, literal_value, membership
 
@@ -53,7 +53,7 @@ def lazy_frame(ds: Any) -> Any:
             view = view[:n_rows]  # only the row blocks those rows are in
         remaining = n_rows
         for batch in view.to_batches():
-            frame = to_polars(batch)
+            frame = polars_frame(batch)
             if predicate is not None:
                 frame = frame.filter(predicate)
             if with_columns is not None:

@@ -148,13 +148,17 @@ def to_pandas(table: pa.Table) -> Any:
     return table.to_pandas()
 
 
-def to_polars(table: pa.Table | pa.RecordBatch) -> Any:
-    """A polars DataFrame (zero-copy where polars can take Arrow buffers)."""
+def to_polars(table: pa.Table) -> Any:
+    """A polars DataFrame (zero-copy where polars can take Arrow buffers), without the pandas index."""
+    return polars_frame(drop_pandas_index(table))
+
+
+def polars_frame(data: pa.Table | pa.RecordBatch) -> Any:
+    """``data`` as a polars DataFrame, every column kept (a lazy scan's batches: Polars asked for their columns)."""
     import polars as pl
 
-    if isinstance(table, pa.RecordBatch):
-        table = pa.Table.from_batches([table])
-    return pl.from_arrow(_whole_fixed_lists(drop_pandas_index(table)))
+    table = pa.Table.from_batches([data]) if isinstance(data, pa.RecordBatch) else data
+    return pl.from_arrow(_whole_fixed_lists(table))
 
 
 def _whole_fixed_lists(table: pa.Table) -> pa.Table:
