@@ -641,7 +641,8 @@ class Client:
                 old = reshape.assemble_on_nodes(self.pool, source, version, groups, rows, kept, timeout=self.timeout,
                                                 grant=self.grant_for(name, version))
             new = reshape.relink_on_nodes(self.pool, name, staging, version, staged, base, uri_of, timeout=self.timeout,
-                                          grant=self.grant_for(name, version))
+                                          grant=self.grant_for(name, version),
+                                          source_grant=self.grant_for(name, staging))
             shape = (base[1] + sum(p.shape[0] for p in new if p.part[1] == 0), source.shape[1])
             grid = (base[0] + len({p.part[0] for p in new}), groups)
             return Commit(name, version, source.schema, shape, grid, tuple(old + new), reshape.replicas_of(source),
@@ -712,7 +713,9 @@ class Client:
 
     def publish_part(self, part: PublishPart) -> PublishReply:
         """SPMD: one rank's part is stored; the last rank in commits the version."""
-        return self.call(part)
+        reply = self.call(part)
+        self._grants.pop((part.dataset, part.version), None)  # this rank writes nothing more to it
+        return reply
 
     # ------------------------------------------------------------------ open
 

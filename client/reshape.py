@@ -89,8 +89,9 @@ def assemble_on_nodes(pool: ConnectionPool, source: VersionInfo, version: int, g
 
 def relink_on_nodes(pool: ConnectionPool, dataset: str, staging: int, version: int, staged: Sequence[CommitPart],
                     base: tuple[int, int], uri_of: Mapping[str, str], *, timeout: float = DEFAULT_TIMEOUT,
-                    grant: str | None = None) -> list[CommitPart]:
-    """Have the holders of ``staged`` (partitions of the uncommitted ``staging``) link them into ``version``.
+                    grant: str | None = None, source_grant: str | None = None) -> list[CommitPart]:
+    """Have the holders of ``staged`` (partitions of the uncommitted ``staging``) link them into ``version``; a
+    writer's orders carry the grants of both (``grant``, ``source_grant``).
 
     They become row blocks after ``base`` (row blocks, rows) of the version
     appended to; the commit's partitions for them. No byte moves.
@@ -106,7 +107,7 @@ def relink_on_nodes(pool: ConnectionPool, dataset: str, staging: int, version: i
     def run(uri: str) -> None:
         links = by_node[uri]
         for k in range(0, len(links), ORDER_PARTS):
-            order = Relink(dataset, staging, version, tuple(links[k:k + ORDER_PARTS]))
+            order = Relink(dataset, staging, version, tuple(links[k:k + ORDER_PARTS]), source_grant)
             with translated():
                 reply = pool.action(uri, order, timeout=timeout, grant=grant)
             if len(reply.partitions) != len(order.parts):

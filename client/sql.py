@@ -82,7 +82,8 @@ def run_sql(pool: ConnectionPool, uri: str, query: str, timeout: float | None, *
         if not isinstance(exc.__cause__, flight.FlightTimedOutError):
             raise
         # the caller's own deadline: no retry would be sooner (UNAVAILABLE had invited one)
-        raise QueryTimeout(f"the answer did not come within the {timeout:g} s this call allows: pass a larger "
+        allowed = "the time" if timeout is None else f"the {timeout:g} s"
+        raise QueryTimeout(f"the answer did not come within {allowed} this call allows: pass a larger "
                            f"timeout= (the catalog stops a query at its own limit); {exc.message}") from exc
 
 

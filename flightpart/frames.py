@@ -385,12 +385,27 @@ def filter_rows(table: pa.Table, mask: Any) -> pa.Table:
     return table.cast(plain).filter(mask).cast(table.schema)
 
 
+FEW_ROWS_TAKEN = 4096
+"""At most this many rows of a view column are taken one by one (a top's rows); more, through the column's copy."""
+
+
 def take_rows(table: pa.Table, indices: Any) -> pa.Table:
-    """``table.take(indices)``, also with string or binary view columns (see :func:`filter_rows`)."""
+    """``table.take(indices)``, also with string or binary view columns (see :func:`filter_rows`). A few rows (a
+    top's) are copied one by one from a view column, not through a copy of the whole column."""
     plain = schema_without_views(table.schema)
     if plain is None:
         return table.take(indices)
-    return table.cast(plain).take(indices).cast(table.schema)
+    rows = [int(i) for i in indices.to_pylist()] if len(indices) <= FEW_ROWS_TAKEN else None
+    if rows is None:
+        return table.cast(plain).take(indices).cast(table.schema)
+    columns = []
+    for field, wide, column in zip(table.schema, plain, table.columns):
+        if field.type.equals(wide.type):
+            columns.append(column.take(indices))
+        else:
+            one_by_one = [column.slice(i, 1).cast(wide.type).combine_chunks() for i in rows]
+            columns.append(pa.chunked_array(one_by_one, wide.type).cast(field.type))
+    return pa.table(columns, schema=table.schema)
 
 
 def compact_views(batch: pa.RecordBatch, plain: pa.Schema) -> pa.RecordBatch:

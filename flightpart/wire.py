@@ -1214,7 +1214,9 @@ class Relink(Message):
     How a stream append survives losing a race: its rows, read once, are
     stored under a staging version that is never published, and each try
     links them into the version it commits, at the row blocks after the
-    latest version's. No byte is copied or sent.
+    latest version's. No byte is copied or sent. ``source_grant``: a writer's
+    grant for ``source`` (its call carries the one for ``version``): the
+    staging version must be its own too.
     """
 
     ACTION = "relink"
@@ -1223,6 +1225,7 @@ class Relink(Message):
     source: int = _field(p_uint)
     version: int = _field(p_uint)
     parts: tuple[LinkPart, ...] = _field(p_list(p_message(LinkPart), 4096))
+    source_grant: str | None = _field(p_optional(p_str), None)
 
 
 # --------------------------------------------------------------------------- catalog actions

@@ -320,15 +320,18 @@ def credential_of(context: Any) -> Credential:
     return guard.credential if guard is not None else OWNER
 
 
-def require_version_grant(guard: CallGuard | None, dataset: str, version: int, what: str) -> None:
+def require_version_grant(guard: CallGuard | None, dataset: str, version: int, what: str,
+                          grant: str | None = None) -> None:
     """``FORBIDDEN`` unless a writer's call carries the catalog's grant for ``dataset`` v``version``, made out to it
-    (:func:`~flightpart.tokens.version_grant`); other callers (the owner, an admin, a node with a put grant) need
+    (:func:`~flightpart.tokens.version_grant`): the call's own (its header), or ``grant`` when the order names a
+    second version it reads (a relink's source). Other callers (the owner, an admin, a node with a put grant) need
     none. A writer's token alone had put files for versions nobody began, breaking other writers' puts."""
     if guard is None or guard.credential.role != "writer" or guard.factory.secret is None:
         return
-    granted = None if guard.grant is None else verify_token(guard.factory.secret, guard.grant, wall_clock(), CLOCK_MARGIN)
+    shown = grant if grant is not None else guard.grant
+    granted = None if shown is None else verify_token(guard.factory.secret, shown, wall_clock(), CLOCK_MARGIN)
     if granted is None or granted.begun_scope != (dataset, version, guard.credential.name):
-        said = "carries no grant" if guard.grant is None else "carries a grant that is not for it (or expired)"
+        said = "carries no grant" if shown is None else "carries a grant that is not for it (or expired)"
         raise Forbidden(f"writer {guard.credential.name}'s {what} of {dataset} v{version} {said}: a writer writes "
                         "only versions it began, with the grant the catalog gave it (fp.connect(...).put begins one)",
                         field="authorization")

@@ -878,7 +878,10 @@ class NodeServer(ServiceBase):
 
     def _relink(self, body: Relink) -> AssembleReply:
         within_limit(body.dataset, body.version, "relink.version")
-        require_version_grant(getattr(self.caller, "guard", None), body.dataset, body.version, "relink order")
+        guard = getattr(self.caller, "guard", None)
+        require_version_grant(guard, body.dataset, body.version, "relink order")
+        # its source too: another writer's staged rows would otherwise be published as this writer's version
+        require_version_grant(guard, body.dataset, body.source, "relink order's source", body.source_grant)
         with self._counting_errors("relink"):
             return self.assembler.relink(body)
 

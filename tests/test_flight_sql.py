@@ -973,3 +973,14 @@ def test_what_a_statement_announces_is_what_its_stream_carries(cluster):
             assert cur.fetch_arrow_table().schema.types == announced.types, sql
             cur.adbc_prepare(sql)
             assert cur.adbc_execute_schema(sql).types == announced.types, sql
+
+
+def test_two_datasets_whose_names_differ_only_in_case_are_each_read_alone_and_refused_together(cluster):
+    """DuckDB reads two tables named ``Pair`` and ``pair`` as one: a query naming both had counted one twice."""
+    with fp.connect(cluster.uri) as client:
+        client.put("Pair", pa.table({"a": [1]}))
+        client.put("pair", pa.table({"a": [1, 2]}))
+        assert client.sql("SELECT count(*) AS n FROM Pair").to_arrow().column("n").to_pylist() == [1]
+        assert client.sql("SELECT count(*) AS n FROM pair").to_arrow().column("n").to_pylist() == [2]
+        with pytest.raises(fp.RequestRejected, match="'Pair' and 'pair' are two datasets whose names differ only in case"):
+            client.sql("SELECT (SELECT count(*) FROM Pair) AS big, (SELECT count(*) FROM pair) AS small")

@@ -85,8 +85,9 @@ def test_a_replica_slower_than_the_least_pace_is_left_for_the_next_and_the_last_
     monkeypatch.setattr(pull, "MIN_READ_RATE", 8000)
     bound = pull.RowBound(BATCHES * 100, bytes=8000)
     pool = ConnectionPool()
-    with pytest.raises(pull.Stalled, match=r"sent less than its 8,000 bytes in \d+ s, slower than"):
+    with pytest.raises(pull.Stalled, match=r"sent less than its 8,000 bytes in \d+ s, slower than") as info:
         pull.stream(pool, server, flight.Ticket(b"trickle"), idle_timeout=1.0, bound=bound)
+    assert info.value.slow  # its node answers: the connection other streams share with it is kept
     table = pull.stream(pool, server, flight.Ticket(b"trickle"), idle_timeout=1.0, bound=bound, patient=True)
     assert table.equals(pa.Table.from_batches([_batch(k) for k in range(BATCHES)]))
 

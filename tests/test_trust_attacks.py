@@ -385,6 +385,12 @@ def test_a_writer_cannot_commit_abort_or_publish_another_writers_version(tmp_pat
                     put_raw(node, ["owned", str(version), "0", "0"], forged, options=options)
                 assert code_of(refused.value) == "FORBIDDEN" and "grant" in str(refused.value)
             put_raw(node, ["owned", str(version), "0", "0"], truth, options=alice.pool.options(30, begun.grant))
+            # nor link another writer's unpublished rows into a version of its own (and publish them as its own)
+            own = mallory.call(wire.Begin("owned"))
+            steal = wire.Relink("owned", version, own.version, (wire.LinkPart((0, 0), (0, 0)),))
+            with pytest.raises(fp.Forbidden, match="relink order's source"), translated():
+                mallory.pool.action(c.nodes[0].uri, steal, grant=own.grant)
+            mallory.call(wire.Abort("owned", own.version))
             commit = wire.Commit("owned", version, truth.schema, (truth.num_rows, truth.num_columns), (1, 1),
                                  (wire.CommitPart((0, 0), (0, 0), (truth.num_rows, truth.num_columns), ("n1",)),))
             with pytest.raises(fp.Forbidden, match="begun by another writer"):

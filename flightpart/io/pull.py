@@ -72,7 +72,11 @@ WAKES_VISIBLE = visible()
 
 class Stalled(Exception):
     """A stream that sent nothing for the idle timeout (and whose node did not answer), or for
-    :data:`STALL_PATIENCE` (though it answered); its message says which."""
+    :data:`STALL_PATIENCE` (though it answered), or ``slow``ly (:data:`MIN_READ_RATE`); its message says which."""
+
+    def __init__(self, message: str, *, slow: bool = False):
+        super().__init__(message)
+        self.slow = slow  # the node answers, only slowly: its connection, which other streams share, is kept
 
 
 class Unsound(Exception):
@@ -187,7 +191,8 @@ def read_replicas(pool: ConnectionPool, ticket: Ticket, replicas: Sequence[Repli
                                  expected_rows=expected_rows, most_rows=most_rows, expected_columns=expected_columns,
                                  expected_bytes=expected_bytes)
             except Stalled as exc:
-                pool.discard(uri)
+                if not exc.slow:
+                    pool.discard(uri)
                 failures.append(f"{uri}: {exc}")
             except Unsound as exc:
                 lied = True
@@ -435,7 +440,7 @@ def stream(pool: ConnectionPool, uri: str, ticket: flight.Ticket, idle_timeout: 
         if paced_until is not None and time.monotonic() > paced_until:
             _abandon(progress)
             raise Stalled(f"sent less than its {bound.bytes:,} bytes in {READ_GRACE + bound.bytes / MIN_READ_RATE:.0f} s, "
-                          f"slower than {MIN_READ_RATE >> 20} MiB/s")
+                          f"slower than {MIN_READ_RATE >> 20} MiB/s", slow=True)
         if time.monotonic() - progress["last"] > idle_timeout:
             if patient and (deadline is None or time.monotonic() < deadline) \
                     and time.monotonic() - progress["moved"] < STALL_PATIENCE and _answers(pool, uri, deadline):

@@ -208,22 +208,55 @@ def apply(table: pa.Table, raw: bytes) -> pa.Table:
         recast.append(field.name)
     # a column recast, or a view column Acero cannot filter: the filter's answer, from the columns it reads, selects
     # the partition's own rows in their own types; otherwise Acero filters the partition whole
+    if len(recast) == 1 and len(bound) == 1 and pa.types.is_dictionary(table.schema.field(recast[0]).type):
+        return filter_rows(table, _dictionary_answer(expression, table.column(recast[0]), bound))
     by_mask = bool(recast) or schema_without_views(table.schema) is not None
     order = list(bound.names) + ([] if by_mask else [n for n in table.column_names if n not in bound.names])
     source_table = table.select(order)
     for name in recast:  # the same values in the type the filter reads them as
         k = order.index(name)
-        source_table = source_table.set_column(k, name, source_table.column(k).cast(bound.field(name).type))
-    source = acero.Declaration("table_source", acero.TableSourceNodeOptions(source_table))
-    step = (acero.Declaration("project", acero.ProjectNodeOptions([expression], ["keep"])) if by_mask
-            else acero.Declaration("filter", acero.FilterNodeOptions(expression)))
-    try:
-        answer = acero.Declaration.from_sequence([source, step]).to_table(use_threads=False)  # one thread: rows in order
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
-        raise RequestRejected(f"ticket.filter: cannot be evaluated here ({str(exc)[:200]})", field="ticket.filter") from None
+        source_table = source_table.set_column(k, name, _as_bound(source_table.column(k), bound.field(name).type))
+    answer = _evaluated(expression, source_table, keep_rows=not by_mask)
     if by_mask:
         return filter_rows(table, answer.column("keep"))  # a null answer drops the row, as a filter does
     return answer.select(table.column_names)
+
+
+def _evaluated(expression: pc.Expression, table: pa.Table, *, keep_rows: bool) -> pa.Table:
+    """``table``'s rows where ``expression`` holds (``keep_rows``), or its answer for every row (column ``keep``)."""
+    source = acero.Declaration("table_source", acero.TableSourceNodeOptions(table))
+    step = (acero.Declaration("filter", acero.FilterNodeOptions(expression)) if keep_rows
+            else acero.Declaration("project", acero.ProjectNodeOptions([expression], ["keep"])))
+    try:
+        return acero.Declaration.from_sequence([source, step]).to_table(use_threads=False)  # one thread: rows in order
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+        raise RequestRejected(f"ticket.filter: cannot be evaluated here ({str(exc)[:200]})", field="ticket.filter") from None
+
+
+def _as_bound(column: pa.ChunkedArray, kind: pa.DataType) -> pa.ChunkedArray:
+    """``column`` cast to the type a filter was bound to; a cast that fails (text past a string's 2 GiB) is the
+    request's error, not the node's."""
+    try:
+        return column.cast(kind)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+        raise RequestRejected(f"ticket.filter: cannot be evaluated here ({str(exc)[:200]})", field="ticket.filter") from None
+
+
+def _dictionary_answer(expression: pc.Expression, column: pa.ChunkedArray, bound: pa.Schema) -> pa.ChunkedArray:
+    """``expression``, which reads only this dictionary column, for each of its rows: answered once per dictionary
+    value (and once for a null row) and taken by the indices. Decoding the column instead had cost a node 390 MB to
+    filter a 3 MB partition of long categories."""
+    field = bound.field(0)
+    answers = []
+    for chunk in column.chunks:
+        values = pa.concat_arrays([_as_bound(pa.chunked_array([chunk.dictionary]), field.type).combine_chunks(),
+                                   pa.nulls(1, field.type)])
+        per_value = _evaluated(expression, pa.table([values], schema=pa.schema([field])), keep_rows=False).column(0)
+        per_value = per_value.combine_chunks()
+        taken = per_value.slice(0, len(chunk.dictionary)).take(chunk.indices)
+        answers.append(pc.if_else(chunk.indices.is_null(), per_value[len(chunk.dictionary)], taken)
+                       if chunk.indices.null_count else taken)
+    return pa.chunked_array(answers, pa.bool_())
 
 
 @functools.lru_cache(maxsize=256)

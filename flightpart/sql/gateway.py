@@ -321,7 +321,15 @@ class Gateway:
         # a WITH query named as a dataset hides it from the rest of the query, not from its own body: registered too
         wanted = {t.name for t in tree.find_all(exp.Table) if t.name and t.db in ("", "main") and not t.catalog}
         known = self._dataset_names()
-        return sorted(n for n in wanted if _names_dataset(n, known))
+        named = sorted(n for n in wanted if _names_dataset(n, known))
+        folded: dict[str, str] = {}
+        for name in named:  # DuckDB's names are one table whatever their case: two datasets would be read as one
+            other = folded.setdefault(name.casefold(), name)
+            if other != name and _dataset_named(other, known) != _dataset_named(name, known):
+                raise SqlError(f"{other!r} and {name!r} are two datasets whose names differ only in case, which SQL "
+                               "does not tell apart (DuckDB reads both as one table): query them separately",
+                               field="query")
+        return named
 
     def _suggesting_datasets(self, message: str) -> str:
         """DuckDB's message for a table it does not know, its guess kept only when it is a dataset (DuckDB guesses
