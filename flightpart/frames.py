@@ -425,17 +425,25 @@ def growing_dictionaries(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.Recor
     have different categories. Each batch is re-indexed into the dictionary
     seen so far plus its new values (the values read back are the same), so
     the batches can be written to one file with ``emit_dictionary_deltas``.
-    Columns whose dictionary sits inside a nested type pass unchanged.
+    A list of dictionary values (a list of categories) is grown the same way
+    (a table whose chunks had other categories had been refused); a
+    dictionary deeper in a nested type passes unchanged.
     """
     seen: dict[int, pa.Array] = {}
     for batch in batches:
         columns = list(batch.columns)
         changed = False
         for k, column in enumerate(columns):
-            if not isinstance(column, pa.DictionaryArray):
+            if isinstance(column, pa.DictionaryArray):
+                grown = _into_dictionary(column, seen.get(k))
+                seen[k] = grown.dictionary
+            elif isinstance(column, (pa.ListArray, pa.LargeListArray)) and isinstance(column.values, pa.DictionaryArray):
+                values = _into_dictionary(column.values, seen.get(k))
+                seen[k] = values.dictionary
+                grown = column if values is column.values else type(column).from_arrays(
+                    column.offsets, values, type=column.type, mask=column.is_null() if column.null_count else None)
+            else:
                 continue
-            grown = _into_dictionary(column, seen.get(k))
-            seen[k] = grown.dictionary
             if grown is not column:
                 columns[k], changed = grown, True
         yield pa.RecordBatch.from_arrays(columns, schema=batch.schema) if changed else batch

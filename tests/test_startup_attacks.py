@@ -329,6 +329,20 @@ def test_a_put_of_dictionary_columns_with_different_dictionaries_per_chunk_reads
         pd.testing.assert_frame_equal(read, frame)
 
 
+def test_lists_of_categories_with_other_categories_per_chunk_are_put_appended_and_read_back(shared):
+    """A list column of dictionary values whose chunks have other dictionaries had been refused ("replaced a nested
+    column's dictionary between batches"): by a put of one partition, by a put cut by rows and by an append."""
+    def chunk(words: list[str]) -> pa.Table:
+        return pa.table({"tags": pa.ListArray.from_arrays(pa.array([0, 1, 2, len(words)], pa.int32()),
+                                                          pa.array(words).dictionary_encode())})
+
+    table = pa.concat_tables([chunk(["a", "b", "c"]), chunk(["x", "y", "z", "x"]), chunk(["b", "q", "a"])])
+    with fp.connect(shared.uri) as client:
+        assert client.put("tag-lists", table, tiling=(1, 1)).to_arrow().to_pylist() == table.to_pylist()
+        assert client.append("tag-lists", table).to_arrow().to_pylist() == table.to_pylist() * 2
+        assert client.put("tag-rows", table, rows_per_partition=4).to_arrow().to_pylist() == table.to_pylist()
+
+
 class LyingNode(flight.FlightServerBase):
     """A peer that registered as a node and answers ``stats`` with whatever the test sets."""
 
