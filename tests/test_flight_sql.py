@@ -984,3 +984,17 @@ def test_two_datasets_whose_names_differ_only_in_case_are_each_read_alone_and_re
         assert client.sql("SELECT count(*) AS n FROM pair").to_arrow().column("n").to_pylist() == [2]
         with pytest.raises(fp.RequestRejected, match="'Pair' and 'pair' are two datasets whose names differ only in case"):
             client.sql("SELECT (SELECT count(*) FROM Pair) AS big, (SELECT count(*) FROM pair) AS small")
+
+
+def test_a_version_has_its_schema_by_name_and_the_session_has_no_catalog_rather_than_an_unknown_action(cluster):
+    """``adbc_get_table_schema("events@1")`` was NOT_FOUND though a query could name that version; an ADBC client's
+    current catalog was refused with the list of the catalog's internal actions."""
+    with fp.connect(cluster.uri) as client:
+        client.put("evolving", pa.table({"a": [1]}))
+        client.put("evolving", pa.table({"a": [1], "b": ["x"]}))
+    with dbapi.connect(cluster.uri) as conn:
+        assert conn.adbc_get_table_schema("evolving@1").names == ["a"]
+        assert conn.adbc_get_table_schema("evolving").names == ["a", "b"]
+        with pytest.raises(dbapi.ProgrammingError, match="current catalog not supported") as info:
+            conn.adbc_current_catalog  # noqa: B018 - a property that asks the catalog
+        assert "unknown action" not in str(info.value)

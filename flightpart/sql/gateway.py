@@ -24,7 +24,7 @@ from typing import Any
 import pyarrow as pa
 
 from flightpart.client import Client, connect
-from flightpart.errors import DatasetNotFound, LimitExceeded, QueryTimeout, RequestRejected, ServerError
+from flightpart.errors import DatasetNotFound, FlightpartError, LimitExceeded, QueryTimeout, RequestRejected, ServerError
 from flightpart.io.access import Access
 from flightpart.io.transfer import TRAFFIC
 
@@ -101,6 +101,16 @@ class Gateway:
         """Every dataset's latest version: its name and schema."""
         client = self.client()
         return [(entry["name"], client.info(entry["name"]).schema) for entry in client.list()]
+
+    def version_table(self, table: str) -> tuple[str, pa.Schema] | None:
+        """A version named as a table (``sales@3``, which a query may name though GetTables lists only the latest
+        versions): its name and schema, or None when the name is no version of a dataset (or it is gone)."""
+        if VERSIONED.match(table) is None or not self._is_dataset(table):
+            return None
+        try:
+            return table, self._dataset(table).schema
+        except FlightpartError:
+            return None
 
     def run(self, query: str, *, limit: int | None = None, parameters: pa.Table | None = None,
             cancelled: Callable[[], bool] = lambda: False, route: Route | None = None) -> pa.Table:

@@ -61,6 +61,9 @@ RESULTS_KEPT = 64
 CREATE_PREPARED = "CreatePreparedStatement"
 CLOSE_PREPARED = "ClosePreparedStatement"
 CLOSE_SESSION = "CloseSession"
+GET_SESSION_OPTIONS = "GetSessionOptions"
+"""Flight's session options, which an ADBC client asks for its current catalog and schema: a catalog keeps no session,
+so it has none (an empty GetSessionOptionsResult); the client's current catalog and schema are then not set."""
 NOT_CLOSEABLE = 3
 """CloseSessionResult's status when there is no session to close (Flight.proto): the catalog keeps none."""
 TABLE_TYPE = "TABLE"
@@ -153,6 +156,10 @@ class SqlCatalogServer(CatalogServer):
             return stream
 
     def do_action(self, context: Any, action: flight.Action) -> list[flight.Result]:
+        if action.type == GET_SESSION_OPTIONS:
+            with boundary(log, f"Flight SQL {action.type}", self.telemetry, context, sql_error):
+                authorize(context, "read")
+                return [flight.Result(pa.py_buffer(b""))]  # no option: an empty message
         if action.type not in (CREATE_PREPARED, CLOSE_PREPARED, CLOSE_SESSION):
             return super().do_action(context, action)
         with boundary(log, f"Flight SQL {action.type}", self.telemetry, context, sql_error):
@@ -318,6 +325,9 @@ class SqlCatalogServer(CatalogServer):
         types = _table_types(body)
         rows = [] if schema_only or (types and TABLE_TYPE not in types) else self.gateway.tables()
         rows = [(name, schema) for name, schema in rows if pattern is None or _like(name, pattern)]
+        if not rows and pattern is not None and not schema_only and "%" not in pattern:
+            version = self.gateway.version_table(pattern)  # adbc_get_table_schema("sales@3"): a version asked by name
+            rows = [version] if version is not None and (not types or TABLE_TYPE in types) else []
         columns: dict[str, pa.Array] = {
             "catalog_name": pa.array([None] * len(rows), pa.utf8()),
             "db_schema_name": pa.array([None] * len(rows), pa.utf8()),
