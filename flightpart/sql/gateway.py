@@ -363,8 +363,17 @@ class Gateway:
         return _names_dataset(table, self._dataset_names())
 
     def _dataset(self, table: str) -> Any:
-        """The dataset a table name means (``name@version``: that version), its case as DuckDB's names have it."""
-        table = _dataset_named(table, self._dataset_names()) or table
+        """The dataset a table name means (``name@version``: that version), its case as DuckDB's names have it (the
+        datasets are listed only when no dataset has that very name)."""
+        try:
+            return self._opened(table)
+        except DatasetNotFound:
+            resolved = _dataset_named(table, self._dataset_names())
+            if resolved is None or resolved == table:
+                raise
+            return self._opened(resolved)
+
+    def _opened(self, table: str) -> Any:
         match = VERSIONED.match(table)
         name, version = (match["name"], int(match["version"])) if match else (table, None)
         return self.client().open(name, version)
