@@ -378,11 +378,18 @@ def schema_without_views(schema: pa.Schema) -> pa.Schema | None:
 
 def filter_rows(table: pa.Table, mask: Any) -> pa.Table:
     """``table.filter(mask)``, also with string or binary view columns, which Arrow's filter has no kernel for: those
-    filtered as their large twins and cast back (a copy of what is kept)."""
+    filtered as their large twins and cast back, a batch at a time (a copy of one batch's values at most, then of
+    what is kept)."""
     plain = schema_without_views(table.schema)
     if plain is None:
         return table.filter(mask)
-    return table.cast(plain).filter(mask).cast(table.schema)
+    mask = mask if isinstance(mask, pa.ChunkedArray) else pa.chunked_array([mask])
+    kept, start = [], 0
+    for batch in table.to_batches():
+        rows = mask.slice(start, batch.num_rows)
+        start += batch.num_rows
+        kept.append(pa.Table.from_batches([batch]).cast(plain).filter(rows).cast(table.schema))
+    return pa.concat_tables(kept) if kept else table.schema.empty_table()
 
 
 FEW_ROWS_TAKEN = 4096
