@@ -32,6 +32,7 @@ from flightpart.errors import (
     PartitionMissing,
     RequestRejected,
     SchemaMismatch,
+    ServerBusy,
     StaleEpoch,
     StorageFull,
     StorageUnwritable,
@@ -194,6 +195,11 @@ def split_all(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         yield from split_batch(batch, BATCH_BYTES)
 
 
+READS_UNPUBLISHED = frozenset({"admin", "node", "owner"})
+"""Who may read a version this node holds but was not told is committed (a put in progress, a staged append, an
+aborted write): an admin, the owner, nodes (a repair's comparison, a repartition's pulls). A reader's or writer's
+token had read such rows straight from a node; now they get ``BUSY`` (retried: a seal that is late arrives)."""
+
 STREAM_PIECE_BYTES = 4 << 20
 """A ``do_get`` hands its stream a partition in zero-copy row ranges of at least about this size (several of a
 stored file's 1 MiB batches each): the reader's pace is seen range by range, and Python steps in once per range,
@@ -291,6 +297,7 @@ class NodeServer(ServiceBase):
         self.registered = threading.Event()
         self.last_contact: float | None = None  # monotonic time of the catalog's last answer
         self.refused_by_catalog: str | None = None  # why the catalog last refused this node, until it accepts it
+        self._seen_sealed: set[tuple[str, int]] = set()  # versions a read found sealed here (see _published)
         self.scrub_rate = scrub_rate
         self.scrub_interval = scrub_interval
         self._lost_lock = threading.Lock()
@@ -661,7 +668,10 @@ class NodeServer(ServiceBase):
     def do_get(self, context: Any, ticket: flight.Ticket) -> flight.RecordBatchStream:
         with boundary(log, "do_get", self.telemetry, context, counted=functools.partial(self._count_error, "get")) as call:
             spec = Ticket.decode(ticket.ticket)
-            authorize(context, "read", (spec.dataset, spec.version))
+            credential = authorize(context, "read", (spec.dataset, spec.version))
+            if credential.role not in READS_UNPUBLISHED and not self._published(spec.dataset, spec.version):
+                raise ServerBusy(f"{spec.dataset} v{spec.version} is not published on this node: not committed, or "
+                                 "its seal has not reached this node yet; retry shortly")
             guard = admit_stream(context, call.peer)
             if spec.more is not None:
                 return self._several(spec, guard)
@@ -687,6 +697,16 @@ class NodeServer(ServiceBase):
         pieces = (flight.RecordBatchStream(piece, options=options)
                   for piece in pace.paced(row_pieces(table, nbytes, pace, STREAM_PIECE_BYTES), nbytes, table.num_rows))
         return flight.GeneratorStream(table.schema, self.guard.watch(guard, pieces), options=options)
+
+    def _published(self, dataset: str, version: int) -> bool:
+        """Whether ``version`` is sealed here (committed, and this node told so). Remembered once true: a seal is
+        never taken back, and a version number never reused, so a read asks the disk once per version."""
+        if (dataset, version) in self._seen_sealed:
+            return True
+        if not self.store.sealed(dataset, version):
+            return False
+        self._seen_sealed.add((dataset, version))
+        return True
 
     def _piece_seconds(self) -> float:
         """How long a reader should take one row range: :data:`STREAM_PIECE_SECONDS`, or a tenth of the stream idle

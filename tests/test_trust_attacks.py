@@ -391,6 +391,13 @@ def test_a_writer_cannot_commit_abort_or_publish_another_writers_version(tmp_pat
             with pytest.raises(fp.Forbidden, match="relink order's source"), translated():
                 mallory.pool.action(c.nodes[0].uri, steal, grant=own.grant)
             mallory.call(wire.Abort("owned", own.version))
+            # unpublished rows are no reader's: a reader's (or another writer's) token had read them from the node
+            ticket = flight.Ticket(wire.Ticket("owned", version, (0, 0)).encode())
+            with reader(c) as client:
+                for options in (client.pool.options(30), mallory.pool.options(30)):
+                    with pytest.raises(flight.FlightError, match="not published on this node") as unpublished:
+                        node.do_get(ticket, options=options).read_all()
+                    assert code_of(unpublished.value) == "BUSY"
             commit = wire.Commit("owned", version, truth.schema, (truth.num_rows, truth.num_columns), (1, 1),
                                  (wire.CommitPart((0, 0), (0, 0), (truth.num_rows, truth.num_columns), ("n1",)),))
             with pytest.raises(fp.Forbidden, match="begun by another writer"):
@@ -399,6 +406,8 @@ def test_a_writer_cannot_commit_abort_or_publish_another_writers_version(tmp_pat
                 mallory.call(wire.Abort("owned", version))
             alice.call(commit)
             assert alice.open("owned").to_arrow().equals(truth)
+            with reader(c) as client:
+                assert node.do_get(ticket, options=client.pool.options(30)).read_all().equals(truth)  # published now
             # nor can a writer order a node to build or link partitions of a version it did not begin
             for order in (wire.Assemble("owned", version, version + 1, 1, (wire.AssemblePart((0, 0), (0, 1000)),),
                                         deadline_ms=10_000),
