@@ -1017,7 +1017,12 @@ class CatalogServer(ServiceBase):
         try:
             self.state.commit(name, version, schema_bytes, (start, parts[0].shape[1]), (nranks, 1), parts)
         except VersionConflict:
-            pass  # another last rank committed it first
+            return PublishReply(version, True, joined)  # another last rank committed it first, and sealed it
+        # its holders are told, as a writer's commit tells them (an SPMD version had been sealed only when its nodes
+        # registered again: not rebuildable from them until then, and its rows no reader's)
+        holders = {n.node_id: n for p in parts for n in p.nodes}
+        if self._seal(manifest_of(self.state.version(name, version)), holders.values()) == len(holders):
+            self.state.sealed_everywhere(name, version)
         return PublishReply(version, True, joined)
 
     actions = action_table(
