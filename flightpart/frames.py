@@ -186,6 +186,7 @@ def _whole_fixed_list(chunk: pa.Array) -> pa.Array:
     return pa.FixedSizeListArray.from_arrays(values, type=chunk.type, mask=chunk.is_null() if chunk.null_count else None)
 
 
+@functools.lru_cache(maxsize=256)
 def _holds_fixed_list(kind: pa.DataType) -> bool:
     if pa.types.is_fixed_size_list(kind):
         return True

@@ -245,17 +245,22 @@ def _as_bound(column: pa.ChunkedArray, kind: pa.DataType) -> pa.ChunkedArray:
 def _dictionary_answer(expression: pc.Expression, column: pa.ChunkedArray, bound: pa.Schema) -> pa.ChunkedArray:
     """``expression``, which reads only this dictionary column, for each of its rows: answered once per dictionary
     value (and once for a null row) and taken by the indices. Decoding the column instead had cost a node 390 MB to
-    filter a 3 MB partition of long categories."""
+    filter a 3 MB partition of long categories. The chunks' dictionaries are unified first, so the filter is
+    answered once per partition, not once per stored batch (a plan of Python's per 1 MiB batch)."""
     field = bound.field(0)
+    column = column.unify_dictionaries()
+    if column.num_chunks == 0:
+        return pa.chunked_array([], pa.bool_())
+    dictionary = column.chunk(0).dictionary
+    values = pa.concat_arrays([_as_bound(pa.chunked_array([dictionary]), field.type).combine_chunks(),
+                               pa.nulls(1, field.type)])
+    per_value = _evaluated(expression, pa.table([values], schema=pa.schema([field])), keep_rows=False).column(0)
+    per_value = per_value.combine_chunks()
+    on_values, on_null = per_value.slice(0, len(dictionary)), per_value[len(dictionary)]
     answers = []
     for chunk in column.chunks:
-        values = pa.concat_arrays([_as_bound(pa.chunked_array([chunk.dictionary]), field.type).combine_chunks(),
-                                   pa.nulls(1, field.type)])
-        per_value = _evaluated(expression, pa.table([values], schema=pa.schema([field])), keep_rows=False).column(0)
-        per_value = per_value.combine_chunks()
-        taken = per_value.slice(0, len(chunk.dictionary)).take(chunk.indices)
-        answers.append(pc.if_else(chunk.indices.is_null(), per_value[len(chunk.dictionary)], taken)
-                       if chunk.indices.null_count else taken)
+        taken = on_values.take(chunk.indices)
+        answers.append(pc.if_else(chunk.indices.is_null(), on_null, taken) if chunk.indices.null_count else taken)
     return pa.chunked_array(answers, pa.bool_())
 
 

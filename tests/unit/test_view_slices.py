@@ -86,3 +86,21 @@ def test_rows_of_view_columns_are_filtered_and_taken_though_arrow_has_no_kernel_
     picks = pa.array([5, ROWS - 1, 0, 5])
     assert take_rows(table, picks).to_pylist() == plain.take(picks).to_pylist()
     assert take_rows(table, picks).schema == table.schema
+
+
+def test_a_category_filter_answers_over_chunks_with_different_dictionaries_and_nulls():
+    """A node answers a filter on a category once per partition, after unifying the chunks' dictionaries: chunks
+    with other categories, and null rows, keep exactly the rows pyarrow keeps over the decoded values."""
+    from pyarrow import compute as pc
+
+    from flightpart.query import filters
+
+    chunks = [pa.DictionaryArray.from_arrays(pa.array([0, 1, None, 1]), pa.array(["red", "blue"])),
+              pa.DictionaryArray.from_arrays(pa.array([1, 0, 2]), pa.array(["green", "red", None]))]
+    table = pa.table({"colour": pa.chunked_array(chunks), "k": range(7)})
+    decoded = table.set_column(0, "colour", table.column("colour").cast(pa.string()))
+    for expression in (pc.field("colour") == "red", pc.field("colour").is_null(), ~(pc.field("colour") == "blue")):
+        raw = filters.serialize(expression, table.schema)
+        got = filters.apply(table, raw)
+        assert got.column("k").to_pylist() == decoded.filter(expression).column("k").to_pylist(), expression
+        assert got.schema == table.schema
