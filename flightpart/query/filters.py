@@ -164,18 +164,52 @@ def referenced_columns(expression: pc.Expression, schema: pa.Schema,
     refused before it is read (:data:`MAX_FILTER_BYTES`).
     """
     check_substrait_bound(expression)
+    indexed = _indexable(schema)
+    unwritable = [(k, field.name, field.type) for k, field in enumerate(schema)
+                  if not field.type.equals(pa.null()) and indexed.field(k).type.equals(pa.null())]
     try:
-        raw = substrait.serialize_expressions([expression], ["filter"], bindable(schema))
+        raw = substrait.serialize_expressions([expression], ["filter"], indexed)
         bound = None if most_bytes is not None and len(raw) > most_bytes else substrait.deserialize_expressions(raw)
     except (pa.ArrowException, TypeError, ValueError) as exc:
+        named = [f"{name!r} ({kind})" for _k, name, kind in unwritable
+                 if re.search(rf"(?<![\w.]){re.escape(name)}(?!\w)", str(expression))]
+        hint = f"; it seems to read {', '.join(named)}, of a type Substrait has not, which the nodes cannot filter" \
+            if named else ""
         raise PartitionedError(f"filter {expression}: cannot be sent to the nodes ({exc}); the columns are {schema.names}; "
-                               "Substrait knows comparisons, and/or/not, is_in, is_null and arithmetic") from None
+                               f"Substrait knows comparisons, and/or/not, is_in, is_null and arithmetic{hint}") from None
     if bound is None:
         raise PartitionedError(f"filter {str(expression)[:200]}: {len(raw):,} bytes of Substrait, more than the "
                                f"{most_bytes:,} sent to the nodes (Arrow reads an is_in of thousands of values by a "
                                "recursion that can overflow a thread's stack); filter the rows after reading instead")
     used = {int(k) for k in _FIELD_PATH.findall(str(bound.expressions["filter"]))}
+    for k, name, kind in unwritable:
+        if k in used:
+            raise PartitionedError(f"filter {str(expression)[:200]}: reads column {name!r} of type {kind}, which Substrait "
+                                   "has no type for, so the nodes cannot filter it; filter the rows after reading instead")
     return tuple(name for k, name in enumerate(schema.names) if k in used)
+
+
+@functools.lru_cache(maxsize=256)
+def _indexable(schema: pa.Schema) -> pa.Schema:
+    """``schema`` as :func:`bindable` binds it, with each column of a type Substrait has not (a decimal256, a
+    duration, a large or fixed-size list, a union, an extension type) as a column of nulls: a filter that does not
+    read such a column is bound at the same field indexes (a dataset with one had had every filter refused, on any
+    column), and one that does is refused naming it."""
+    shown = bindable(schema)
+    for k, field in enumerate(shown):
+        if not _writable(field.type):
+            shown = shown.set(k, field.with_type(pa.null()))
+    return shown
+
+
+@functools.lru_cache(maxsize=256)
+def _writable(kind: pa.DataType) -> bool:
+    """Whether a filter can be bound to a column of ``kind`` (Substrait has a type for it)."""
+    try:
+        substrait.serialize_expressions([pc.field("c").is_null()], ["filter"], pa.schema([("c", kind)]))
+        return True
+    except (pa.ArrowException, TypeError, ValueError):
+        return False
 
 
 @functools.lru_cache(maxsize=256)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import decimal
 import math
 import re
 from collections.abc import Callable
@@ -49,6 +50,7 @@ class Value:
     literal: Any = None
     is_literal: bool = False
     typed: bool = False  # a literal given its type by a CAST: DuckDB's untyped integer literals adapt, typed ones not
+    text: str | None = None  # a number literal as written (exact where a float is not: compared with a decimal)
 
 
 def parse_sql_predicate(text: str, schema: pa.Schema) -> pc.Expression:
@@ -268,7 +270,8 @@ class _Translator:
         if isinstance(node, e.Neg):
             inner = self.value(node.this)
             if inner.is_literal and isinstance(inner.literal, (int, float)) and not isinstance(inner.literal, bool):
-                return self.literal(-inner.literal)
+                return dataclasses.replace(self.literal(-inner.literal),
+                                           text=None if inner.text is None else f"-{inner.text}")
             self.need_numeric(inner, node)
             return Value(_CALL("negate_checked", [inner.expression]), inner.type)
         if isinstance(node, e.Column):
@@ -346,7 +349,7 @@ class _Translator:
                 number = float(text)
             except ValueError:
                 raise self.fail(f"{text!r} is not a number") from None
-        return self.literal(number)
+        return dataclasses.replace(self.literal(number), text=text)
 
     def string_literal(self, node: Any, what: str) -> str:
         if not (isinstance(node, self.exp.Literal) and node.is_string):
@@ -413,7 +416,12 @@ class _Translator:
 
     def coerce(self, left: Value, right: Value) -> tuple[Value, Value]:
         """The two sides of a comparison as DuckDB compares them: a literal takes the other side's type; temporal
-        columns of different units meet at the finer one."""
+        columns of different units meet at the finer one; a decimal column and a number meet as decimals."""
+        if _decimal(left.type) and not left.is_literal and right.is_literal and _plain_number(right.literal):
+            return self.decimal_and_number(left, right)
+        if _decimal(right.type) and not right.is_literal and left.is_literal and _plain_number(left.literal):
+            column, number = self.decimal_and_number(right, left)
+            return number, column
         if _numeric(left.type) and _numeric(right.type):
             return self.same_number_type(left, right)
         if left.is_literal and not right.is_literal and right.type is not None:
@@ -433,6 +441,28 @@ class _Translator:
                     raise self.fail(f"a {left.type} compared with a {right.type}: cast one side (CAST(x AS VARCHAR) is not "
                                     "translated; compare with a literal of the column's type)")
         return left, right
+
+    def decimal_and_number(self, column: Value, literal: Value) -> tuple[Value, Value]:
+        """A decimal column and a number literal in one decimal type that holds both exactly, as DuckDB compares
+        them (``price > 10.555`` on a DECIMAL(10, 2) compares at three places, not as floats): the column widened
+        when the literal needs more places or digits (an exact cast), the literal as written."""
+        number = literal.literal
+        try:
+            value = decimal.Decimal(literal.text if literal.text is not None else str(number))  # a float: its shortest form
+        except decimal.InvalidOperation:
+            value = decimal.Decimal(str(number))
+        if not value.is_finite():
+            raise self.fail(f"{number!r} compared with a {column.type} column: a decimal is never NaN or infinite")
+        kind = column.type
+        _sign, digits, exponent = value.as_tuple()
+        places = max(kind.scale, -exponent)
+        whole = max(kind.precision - kind.scale, len(digits) + exponent)
+        if whole + places > MAX_DECIMAL_DIGITS:
+            raise self.fail(f"{number!r} compared with a {kind} column needs a decimal of {whole + places} digits, "
+                            f"more than the {MAX_DECIMAL_DIGITS} a filter carries to the nodes")
+        common = pa.decimal128(whole + places, places)
+        widened = column if common == kind else Value(column.expression.cast(common, safe=False), common)
+        return widened, self.literal(value, common)
 
     def literal_as(self, literal: Value, target: pa.DataType) -> Value:
         if literal.literal is None:
@@ -621,6 +651,18 @@ class _Translator:
 
 def _is_string(t: pa.DataType | None) -> bool:
     return t is not None and (pat.is_string(t) or pat.is_large_string(t) or pat.is_string_view(t))
+
+
+MAX_DECIMAL_DIGITS = 38
+"""The most digits of a decimal a filter carries to the nodes (Substrait's decimals are 128-bit)."""
+
+
+def _decimal(t: pa.DataType | None) -> bool:
+    return t is not None and pat.is_decimal(t)
+
+
+def _plain_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _numeric(t: pa.DataType | None) -> bool:

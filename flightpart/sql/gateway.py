@@ -24,6 +24,7 @@ from typing import Any
 import pyarrow as pa
 
 from flightpart.client import Client, connect
+from flightpart.client.duckdb_source import shown_to_duckdb
 from flightpart.errors import DatasetNotFound, FlightpartError, LimitExceeded, QueryTimeout, RequestRejected, ServerError
 from flightpart.io.access import Access
 from flightpart.io.transfer import TRAFFIC
@@ -404,7 +405,7 @@ def _as_duckdb_types_it(con: Any, query: str, named: list[str], open_dataset: Ca
     duckdb = _duckdb()
 
     for name in named:
-        con.register(name, open_dataset(name).schema.empty_table())
+        con.register(name, shown_to_duckdb(open_dataset(name).schema).empty_table())
     try:
         relation = con.sql(query)
         types = relation.limit(0).to_arrow_table().schema.types

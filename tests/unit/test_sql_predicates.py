@@ -209,3 +209,22 @@ def test_a_zoned_column_compares_with_a_literal_that_has_its_offset():
 def test_text_is_never_evaluated():
     with pytest.raises(fp.InvalidFilter):
         parse_where("__import__('os').system('false') = 0", pa.schema([("a", pa.int64())]))
+
+
+def test_a_decimal_column_compares_with_a_number_as_duckdb_compares_them():
+    """``price > 10.5`` on a decimal column was refused ("Substrait is only capable of representing unsafe casts"),
+    for every decimal width: the column and the literal now meet in a decimal type holding both exactly, the column
+    widened when the literal has more places (``price > 10.555`` at three places, as DuckDB compares)."""
+    D = __import__("decimal").Decimal
+    prices = [D("1.50"), D("2.25"), D("10.00"), D("10.55"), D("10.56"), None, D("-3.10"), D("-10.56")]
+    table = pa.table({"rid": pa.array(range(len(prices)), pa.int64()),
+                      "price": pa.array(prices, pa.decimal128(10, 2)),
+                      "narrow": pa.array(prices, pa.decimal64(6, 2)),
+                      "whole": pa.array([None if p is None else int(p) for p in prices], pa.decimal32(4, 0))})
+    for text in ("price > 10.5", "price > 10", "price = 2.25", "price > 10.555", "price >= 10.555", "price = 10.555",
+                 "10.55 < price", "price <> 1.5", "price < -10.555", "price > 1e3", "price BETWEEN -10.555 AND 2",
+                 "price IN (1.5, -3.1)", "narrow > 2.2", "whole = 10", "whole > 2.5 AND narrow < 10.56",
+                 "price > 123456789012345678901234567890123.5"):
+        assert our_rows(table, text) == duckdb_rows(table, text), text
+    with pytest.raises(fp.InvalidFilter, match="38"):
+        parse_where("price > 1234567890123456789012345678901234567.5", table.schema)
