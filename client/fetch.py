@@ -27,7 +27,7 @@ from flightpart.io.compression import check_mode
 from flightpart.io.connections import ConnectionPool, shared_pool
 from flightpart.io.hosts import host_addresses
 from flightpart.io.maps import MappedFiles, mapped_bytes
-from flightpart.io.pull import IDLE_TIMEOUT, read_replicas, read_several
+from flightpart.io.pull import IDLE_TIMEOUT, LONE_READ_BYTES, SMALL_READ_BYTES, read_replicas, read_several
 from flightpart.io.transfer import TRAFFIC
 from flightpart.query.apply import apply_ticket
 from flightpart.query.catalog_columns import CatalogColumns
@@ -205,10 +205,10 @@ def read_partitions(refs: Sequence[PartitionRef], *, host: str | None, pool: Con
     skip = set(nearby)
     far = shared_streams([(k, ref) for k, ref in enumerate(refs) if k not in skip])
 
-    def fetch(group: list[int]) -> list[pa.Table]:
+    def fetch(group: list[int], quick_bytes: int = SMALL_READ_BYTES) -> list[pa.Table]:
         if len(group) == 1:
             return [read_remote(refs[group[0]], pool, idle_timeout, compression=compression, here=local,
-                                expected_columns=expected_columns)]
+                                expected_columns=expected_columns, quick_bytes=quick_bytes)]
         first = refs[group[0]]
         ticket = replace(first.spec(), more=tuple(refs[k].position for k in group[1:]))
         what = f"{len(group)} partitions of {first.dataset!r} v{first.version} from {first.position} on"
@@ -229,8 +229,8 @@ def read_partitions(refs: Sequence[PartitionRef], *, host: str | None, pool: Con
         for k, table in zip(group, got):
             tables[k] = table
 
-    if not nearby and len(far) == 1:  # one stream: read in this thread
-        place(far[0], fetch(far[0]))
+    if not nearby and len(far) == 1:  # one stream: read in this thread, which outlives it (quick up to LONE_READ_BYTES)
+        place(far[0], fetch(far[0], LONE_READ_BYTES))
         return tables  # type: ignore[return-value]
     with ThreadPoolExecutor(max_workers=MAX_STREAMS, thread_name_prefix="flightpart-get") as ex:
         started = [(group, ex.submit(fetch, group)) for group in far]
@@ -432,9 +432,10 @@ def _is_that_nodes_dir(root: Path, node_id: str) -> bool:
 
 def read_remote(ref: PartitionRef, pool: ConnectionPool, idle_timeout: float = IDLE_TIMEOUT, *,
                 compression: str = "auto", here: frozenset[str] | None = None,
-                expected_columns: CatalogColumns | None = None) -> pa.Table:
-    """Stream the partition from the first replica that answers (:func:`flightpart.io.pull.read_replicas`)."""
+                expected_columns: CatalogColumns | None = None, quick_bytes: int = SMALL_READ_BYTES) -> pa.Table:
+    """Stream the partition from the first replica that answers (:func:`flightpart.io.pull.read_replicas`;
+    ``quick_bytes``: see there)."""
     return read_replicas(pool, ref.spec(), ref.replicas, f"partition {ref.position} of {ref.dataset!r} v{ref.version}",
                          idle_timeout, compression=compression, here=host_addresses() if here is None else here,
                          expected_bytes=ref.shareable_bytes, expected_rows=ref.known_rows, most_rows=ref.most_rows,
-                         expected_columns=expected_columns)
+                         expected_columns=expected_columns, quick_bytes=quick_bytes)

@@ -58,6 +58,11 @@ SMALL_READ_BYTES = 1 << 20
 """The most a stream read in the caller's thread is expected to carry (:func:`is_quick`). Larger reads keep their
 reused worker: the caller may be a fresh thread (a pool of a multi-partition read), whose own malloc arena would
 fault a large read's buffers in anew (the whole-dataset read of 3 x 315 MB measured 20 % slower so)."""
+LONE_READ_BYTES = 32 << 20
+"""The most a lone stream (one partition read in the thread that asked for it, which outlives the read: not a pool's
+fresh thread) is expected to carry to be read in that thread, where its links are measured to carry it in an eighth
+of the idle timeout. Handing a 16 MiB read to the worker and watching it had cost 0.5 ms of its 7 ms (cold caches:
+a thread woken, a watchdog's loop), a tenth of the gap to raw Flight's read."""
 
 
 EMPTY_MESSAGES = 100_000
@@ -135,7 +140,7 @@ def read_replicas(pool: ConnectionPool, ticket: Ticket, replicas: Sequence[Repli
                   here: frozenset[str] = frozenset(), deadline: float | None = None,
                   marks: list[tuple[int, bytes]] | None = None, expected_bytes: int = 0,
                   expected_rows: int | None = None, most_rows: int | None = None,
-                  expected_columns: CatalogColumns | None = None) -> pa.Table:
+                  expected_columns: CatalogColumns | None = None, quick_bytes: int = SMALL_READ_BYTES) -> pa.Table:
     """``ticket`` streamed from the first of ``replicas`` that answers.
 
     Each replica is asked for the codec :data:`~flightpart.io.compression.RATES`
@@ -161,7 +166,9 @@ def read_replicas(pool: ConnectionPool, ticket: Ticket, replicas: Sequence[Repli
     node pulling for an order never outlives the order. ``marks`` collects the
     batches' metadata as (row offset, bytes), from the replica that answered.
     ``expected_bytes`` (0: unknown) is what the stream should carry: one
-    that should be quick is read in this thread (:func:`is_quick`).
+    that should be quick is read in this thread (:func:`is_quick`; up to
+    ``quick_bytes``, :data:`LONE_READ_BYTES` for a lone read in a thread that
+    outlives it).
     ``expected_rows`` (None: unknown) is how many rows the catalog says the
     replicas hold for the ticket: one that sends other rows (a faulty or
     hostile node adding, dropping or repeating rows) is passed over as one
@@ -187,7 +194,7 @@ def read_replicas(pool: ConnectionPool, ticket: Ticket, replicas: Sequence[Repli
                 asked = ticket if codec == ticket.compression else replace(ticket, compression=codec)
                 return _measured(pool, uri, asked,
                                  idle_timeout, deadline, patient=k == len(replicas) - 1, marks=marks,
-                                 quick=marks is None and is_quick(expected_bytes, uri, idle_timeout),
+                                 quick=marks is None and is_quick(expected_bytes, uri, idle_timeout, quick_bytes),
                                  expected_rows=expected_rows, most_rows=most_rows, expected_columns=expected_columns,
                                  expected_bytes=expected_bytes)
             except Stalled as exc:
@@ -306,15 +313,18 @@ def received_bytes(table: pa.Table) -> int:
     return table.get_total_buffer_size()
 
 
-def is_quick(expected_bytes: int, uri: str, idle_timeout: float) -> bool:
+def is_quick(expected_bytes: int, uri: str, idle_timeout: float, most_bytes: int = SMALL_READ_BYTES) -> bool:
     """Whether a stream of ``expected_bytes`` (0: unknown) from ``uri`` should be done well within ``idle_timeout``:
-    at most :data:`SMALL_READ_BYTES`, and its links (the node's and this process's), where measured, carry it in an
-    eighth of that, shared with the streams in flight on them
-    (:meth:`~flightpart.io.compression.LinkRates.seconds_for`)."""
-    if not 0 < expected_bytes <= SMALL_READ_BYTES:
+    at most :data:`SMALL_READ_BYTES` (or ``most_bytes``: :data:`LONE_READ_BYTES` for a lone read), and its links
+    (the node's and this process's) carry it in an eighth of that, shared with the streams in flight on them
+    (:meth:`~flightpart.io.compression.LinkRates.seconds_for`): where measured for a small read, measured for a
+    larger one (a first read over a link of unknown speed is watched)."""
+    if not 0 < expected_bytes <= max(most_bytes, SMALL_READ_BYTES):
         return False
     seconds = RATES.seconds_for(uri, expected_bytes)
-    return seconds is None or seconds <= idle_timeout / 8
+    if seconds is None:
+        return expected_bytes <= SMALL_READ_BYTES
+    return seconds <= idle_timeout / 8
 
 
 def quick_stream(pool: ConnectionPool, uri: str, ticket: flight.Ticket, idle_timeout: float,

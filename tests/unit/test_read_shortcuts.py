@@ -125,6 +125,11 @@ def test_a_read_is_quick_when_small_and_its_links_carry_it_in_an_eighth_of_the_i
     assert rates.rate(fast) == 100 * MIB
     assert pull.is_quick(MIB, fast, 2.0)         # 0.01 s of a 0.25 s eighth
     assert not pull.is_quick(16 * MIB, fast, 2.0)  # fast enough, but large
+    lone = pull.LONE_READ_BYTES
+    assert pull.is_quick(16 * MIB, fast, 2.0, lone)  # a lone read, in a thread that outlives it: 0.16 s of 0.25 s
+    assert not pull.is_quick(32 * MIB, fast, 2.0, lone)  # 0.32 s: more than an eighth
+    assert not pull.is_quick(16 * MIB, "grpc://10.0.0.3:1", 2.0, lone)  # larger than small over a link not measured
+    assert pull.is_quick(MIB, "grpc://10.0.0.3:1", 2.0, lone)  # a small one is read there while unmeasured
     assert not pull.is_quick(MIB, fast, 0.05)    # 0.01 s, more than an eighth of 0.05 s
     for _ in range(30):  # thirty streams in flight share the link: 0.31 s each
         rates.started(fast)
