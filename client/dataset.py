@@ -556,6 +556,7 @@ class Dataset:
             from .polars_source import lazy_frame
 
             return lazy_frame(self)
+        frames.check_polars_reads(self.schema)  # before anything is read
         return frames.to_polars(self.to_arrow())
 
     def to_duckdb(self, connection: Any = None) -> Any:

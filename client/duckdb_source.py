@@ -26,6 +26,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as pds
 
 from flightpart.errors import FlightpartError
+from flightpart.frames import retyped_schema
 
 PUSHED = {"columns": 0, "filters": 0, "kept_here": 0}
 """How many scans had columns or a filter pushed to the nodes, and how many filters stayed here (for tests)."""
@@ -81,45 +82,15 @@ def shown_to_duckdb(schema: pa.Schema) -> pa.Schema:
     DuckDB cannot import from Arrow, which had failed every query over the dataset, ``count(*)`` too ("Unsupported
     Internal Arrow Type"). A float16 is shown as a float32 and a decimal256 of at most 38 digits as a decimal128 (the
     same values); a decimal256 of more digits as a float64, as DuckDB reads a Parquet decimal wider than its own."""
-    shown = [_duckdb_type(field.type) for field in schema]
-    if all(kind is None for kind in shown):
-        return schema
-    return pa.schema([field if kind is None else field.with_type(kind) for field, kind in zip(schema, shown)],
-                     metadata=schema.metadata)
+    return retyped_schema(schema, _as_duckdb_reads)
 
 
-def _duckdb_type(kind: pa.DataType) -> pa.DataType | None:
-    """``kind`` as DuckDB is shown it (:func:`shown_to_duckdb`), or None when DuckDB reads it as it is."""
+def _as_duckdb_reads(kind: pa.DataType) -> pa.DataType | None:
     if pa.types.is_float16(kind):
         return pa.float32()
     if pa.types.is_decimal256(kind):
         return pa.decimal128(kind.precision, kind.scale) if kind.precision <= DUCKDB_DECIMAL_DIGITS else pa.float64()
-    if pa.types.is_struct(kind):
-        fields = [kind.field(k) for k in range(kind.num_fields)]
-        shown = [_duckdb_type(field.type) for field in fields]
-        if all(child is None for child in shown):
-            return None
-        return pa.struct([field if child is None else field.with_type(child) for field, child in zip(fields, shown)])
-    if pa.types.is_map(kind):
-        key, item = _duckdb_type(kind.key_type), _duckdb_type(kind.item_type)
-        if key is None and item is None:
-            return None
-        return pa.map_(kind.key_field.with_type(key or kind.key_type), kind.item_field.with_type(item or kind.item_type),
-                       kind.keys_sorted)
-    for is_kind, make in _LISTS:
-        if is_kind(kind):
-            value = _duckdb_type(kind.value_type)
-            return None if value is None else make(kind, kind.value_field.with_type(value))
     return None
-
-
-_LISTS = (
-    (pa.types.is_list, lambda kind, field: pa.list_(field)),
-    (pa.types.is_large_list, lambda kind, field: pa.large_list(field)),
-    (pa.types.is_fixed_size_list, lambda kind, field: pa.list_(field, kind.list_size)),
-    (pa.types.is_list_view, lambda kind, field: pa.list_view(field)),
-    (pa.types.is_large_list_view, lambda kind, field: pa.large_list_view(field)),
-)
 
 
 def _columns_of(expression: pc.Expression, schema: pa.Schema) -> list[str]:

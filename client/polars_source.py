@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from flightpart.errors import PartitionedError
-from flightpart.frames import polars_frame
+from flightpart.frames import polars_frame, shown_to_polars
 from flightpart.query.joined import conjunction
 from flightpart.query.sql import Value, column_value, comparison, literal_value, membership
 
@@ -33,7 +33,8 @@ def lazy_frame(ds: Any) -> Any:
     import polars as pl
     from polars.io.plugins import register_io_source
 
-    schema = pl.from_arrow(ds.to_reader().schema.empty_table()).schema
+    schema = pl.from_arrow(shown_to_polars(ds.to_reader().schema).empty_table()).schema  # one Polars cannot read:
+    # a clear error now, not a Rust panic in the middle of a scan
 
     def source(with_columns: list[str] | None, predicate: Any, n_rows: int | None, batch_size: int | None) -> Iterator[Any]:
         view = ds

@@ -8,7 +8,7 @@ with tables only.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -158,7 +158,111 @@ def polars_frame(data: pa.Table | pa.RecordBatch) -> Any:
     import polars as pl
 
     table = pa.Table.from_batches([data]) if isinstance(data, pa.RecordBatch) else data
+    shown = shown_to_polars(table.schema)
+    if shown is not table.schema:
+        table = table.cast(shown)
     return pl.from_arrow(_whole_fixed_lists(table))
+
+
+POLARS_DECIMAL_DIGITS = 38
+"""The most digits of a Polars ``Decimal``."""
+
+
+def shown_to_polars(schema: pa.Schema) -> pa.Schema:
+    """``schema`` as Polars is given it (the same object when Polars reads it as it is): a decimal256 of at most 38
+    digits as a decimal128, the same values (Polars panicked on any decimal256: "operator does not support primitive
+    Int256"); a column Polars cannot read at all is SchemaMismatch naming it (:func:`check_polars_reads`)."""
+    check_polars_reads(schema)
+    return retyped_schema(schema, _as_polars_reads)
+
+
+def _as_polars_reads(kind: pa.DataType) -> pa.DataType | None:
+    if pa.types.is_decimal256(kind):
+        return pa.decimal128(kind.precision, kind.scale)
+    return None
+
+
+def check_polars_reads(schema: pa.Schema) -> None:
+    """SchemaMismatch naming the first column (at any depth) of a type Polars cannot read from Arrow, with what to
+    do. Polars had failed on each in its own way: a ``PanicException`` (a ``BaseException``, which ``except
+    Exception`` does not catch) with a Rust backtrace for a fixed-offset zone, a ``month_day_nano`` interval or a
+    decimal256, or "datatype +r is still not supported" without the column's name."""
+    for field in schema:
+        why = _polars_cannot(field.type)
+        if why is not None:
+            raise SchemaMismatch(f"column {field.name!r} is {field.type}, which Polars cannot read ({why}): read it with "
+                                 "to_arrow() or to_pandas(), or leave it out (ds.select([...]).to_polars())",
+                                 field=f"columns.{field.name}")
+
+
+def _polars_cannot(kind: pa.DataType) -> str | None:
+    """Why Polars cannot read a column of ``kind`` (or a type within it), or None."""
+    if pa.types.is_timestamp(kind) and kind.tz is not None and kind.tz[:1] in ("+", "-"):
+        return f"Polars takes a zone by name, not the offset {kind.tz}; e.g. 'Asia/Kolkata' or 'Etc/GMT-5'"
+    if pa.types.is_interval(kind):
+        return "Polars has no month-day-nanosecond interval"
+    if pa.types.is_decimal(kind) and kind.precision > POLARS_DECIMAL_DIGITS:
+        return f"Polars decimals hold at most {POLARS_DECIMAL_DIGITS} digits"
+    if pa.types.is_union(kind) or pa.types.is_run_end_encoded(kind) or pa.types.is_list_view(kind) \
+            or pa.types.is_large_list_view(kind):
+        return "Polars has no such type"
+    return next((why for why in map(_polars_cannot, _children(kind)) if why is not None), None)
+
+
+def _children(kind: pa.DataType) -> list[pa.DataType]:
+    """The types a struct, map, list or dictionary type holds (none for others)."""
+    if pa.types.is_struct(kind):
+        return [kind.field(k).type for k in range(kind.num_fields)]
+    if pa.types.is_map(kind):
+        return [kind.key_type, kind.item_type]
+    if any(is_kind(kind) for is_kind, _make in _LISTS) or pa.types.is_dictionary(kind):
+        return [kind.value_type]
+    return []
+
+
+def retyped_schema(schema: pa.Schema, change: Callable[[pa.DataType], pa.DataType | None]) -> pa.Schema:
+    """``schema`` with each type ``change`` gives a new type for (at any depth of a nested column) replaced: the same
+    object when none is (so a caller casts only when something changed)."""
+    shown = [retyped(field.type, change) for field in schema]
+    if all(kind is None for kind in shown):
+        return schema
+    return pa.schema([field if kind is None else field.with_type(kind) for field, kind in zip(schema, shown)],
+                     metadata=schema.metadata)
+
+
+def retyped(kind: pa.DataType, change: Callable[[pa.DataType], pa.DataType | None]) -> pa.DataType | None:
+    """``kind`` with the types ``change`` replaces (it returns None to keep one) replaced within it, at any depth of
+    a struct, map or list; None when nothing changed."""
+    changed = change(kind)
+    if changed is not None:
+        return changed
+    if pa.types.is_struct(kind):
+        fields = [kind.field(k) for k in range(kind.num_fields)]
+        shown = [retyped(field.type, change) for field in fields]
+        if all(child is None for child in shown):
+            return None
+        return pa.struct([field if child is None else field.with_type(child) for field, child in zip(fields, shown)])
+    if pa.types.is_map(kind):
+        key, item = retyped(kind.key_type, change), retyped(kind.item_type, change)
+        if key is None and item is None:
+            return None
+        return pa.map_(kind.key_field.with_type(key or kind.key_type), kind.item_field.with_type(item or kind.item_type),
+                       kind.keys_sorted)
+    for is_kind, make in _LISTS:
+        if is_kind(kind):
+            value = retyped(kind.value_type, change)
+            return None if value is None else make(kind, kind.value_field.with_type(value))
+    return None
+
+
+_LISTS: tuple[tuple[Callable[[pa.DataType], bool], Callable[[Any, pa.Field], pa.DataType]], ...] = (
+    (pa.types.is_list, lambda kind, field: pa.list_(field)),
+    (pa.types.is_large_list, lambda kind, field: pa.large_list(field)),
+    (pa.types.is_fixed_size_list, lambda kind, field: pa.list_(field, kind.list_size)),
+    (pa.types.is_list_view, lambda kind, field: pa.list_view(field)),
+    (pa.types.is_large_list_view, lambda kind, field: pa.large_list_view(field)),
+)
+"""The list types, and how to make one of the same kind around another value field."""
 
 
 def _whole_fixed_lists(table: pa.Table) -> pa.Table:

@@ -210,3 +210,26 @@ def test_a_dataset_with_types_duckdb_and_substrait_lack_is_filtered_and_queried(
             want = local.sql(query).fetchall()
             assert want and scanned.sql(query).fetchall() == want, query
             assert client.sql(query).to_arrow().to_pylist() == local.sql(query).to_arrow_table().to_pylist(), query
+
+
+def test_polars_reads_decimal256_and_names_the_columns_it_cannot_read(cluster):
+    """Polars panicked on every decimal256 ("operator does not support primitive Int256": a ``PanicException``, which
+    ``except Exception`` does not catch, and a Rust backtrace) and on a fixed-offset zone or a month-day-nano interval
+    in a lazy scan. A decimal256 of at most 38 digits reaches Polars as the decimal128 of the same values, at any
+    depth; a column Polars cannot read is refused naming it, before anything is read, eager or lazy."""
+    table = pa.table({"x": [1.0, 2.0, 3.0], "d": pa.array([D("1.5"), None, D("3.25")], pa.decimal256(20, 2)),
+                      "l": pa.array([[D(1)], None, [D(2)]], pa.list_(pa.decimal256(10, 0)))})
+    want = pl.from_arrow(table.cast(pa.schema([("x", pa.float64()), ("d", pa.decimal128(20, 2)),
+                                               ("l", pa.list_(pa.decimal128(10, 0)))])))
+    with fp.connect(cluster.uri, host="127.0.0.9") as client:
+        ds = client.put("polars_decimals", table, tiling=(2, 1))
+        assert ds.to_polars().sort("x").equals(want)
+        assert ds.to_polars(lazy=True).filter(pl.col("x") > 1.5).collect().sort("x").equals(want.filter(pl.col("x") > 1.5))
+        for name, values in {"zoned": pa.array([1, 2], pa.timestamp("us", "+05:30")),
+                             "gap": pa.array([None, None], pa.month_day_nano_interval()),
+                             "wide": pa.array([D(1), D(2)], pa.decimal256(40, 2))}.items():
+            bad = client.put(f"polars_{name}", pa.table({"x": [1, 2], name: values}))
+            for read in (bad.to_polars, lambda bad=bad: bad.to_polars(lazy=True).collect()):
+                with pytest.raises(fp.SchemaMismatch, match=f"column '{name}' is .*which Polars cannot read"):
+                    read()
+            assert bad.select(["x"]).to_polars()["x"].to_list() == [1, 2]
