@@ -998,3 +998,25 @@ def test_a_version_has_its_schema_by_name_and_the_session_has_no_catalog_rather_
         with pytest.raises(dbapi.ProgrammingError, match="current catalog not supported") as info:
             conn.adbc_current_catalog  # noqa: B018 - a property that asks the catalog
         assert "unknown action" not in str(info.value)
+
+
+def test_show_tables_and_information_schema_list_every_dataset(cluster, taxi):
+    """Only the datasets a query names are registered with DuckDB, so ``SHOW TABLES`` and ``information_schema``
+    had answered, through every client, that there was no table. Each lists every dataset, with its columns in
+    DuckDB's types, and a query that also reads a dataset's rows still reads them."""
+    trips, zones, conn = taxi
+    with fp.connect(cluster.uri) as client:
+        names = {entry["name"].casefold() for entry in client.list()}  # DuckDB's table names: one whatever the case
+        assert {"trips", "zones"} <= names
+        with conn.cursor() as cur:
+            cur.execute("SHOW TABLES")
+            assert {row[0].casefold() for row in cur.fetchall()} == names
+            cur.execute("SELECT column_name, data_type FROM information_schema.columns WHERE table_name = 'zones' "
+                        "ORDER BY ordinal_position")
+            want = local(trips, zones).sql("SELECT column_name, data_type FROM information_schema.columns "
+                                           "WHERE table_name = 'zones' ORDER BY ordinal_position").fetchall()
+            assert cur.fetchall() == want
+        listed = client.sql("SELECT t.table_name, (SELECT count(*) FROM zones) AS zone_rows "
+                            "FROM information_schema.tables t ORDER BY 1").to_arrow()
+        assert {name.casefold() for name in listed.column("table_name").to_pylist()} == names
+        assert set(listed.column("zone_rows").to_pylist()) == {zones.num_rows}

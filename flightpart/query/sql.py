@@ -445,14 +445,15 @@ class _Translator:
     def decimal_and_number(self, column: Value, literal: Value) -> tuple[Value, Value]:
         """A decimal column and a number literal in one decimal type that holds both exactly, as DuckDB compares
         them (``price > 10.555`` on a DECIMAL(10, 2) compares at three places, not as floats): the column widened
-        when the literal needs more places or digits (an exact cast), the literal as written."""
+        when the literal needs more places or digits (an exact cast), the literal as written. A literal DuckDB reads
+        as a DOUBLE (an exponent, a cast to DOUBLE) is refused: DuckDB compares the column as a double then."""
         number = literal.literal
-        try:
-            value = decimal.Decimal(literal.text if literal.text is not None else str(number))  # a float: its shortest form
-        except decimal.InvalidOperation:
-            value = decimal.Decimal(str(number))
-        if not value.is_finite():
-            raise self.fail(f"{number!r} compared with a {column.type} column: a decimal is never NaN or infinite")
+        if isinstance(number, float) and (literal.typed or literal.text is None or not DECIMAL_TEXT.match(literal.text)):
+            # a DOUBLE to DuckDB (1e-1, CAST(0.1 AS DOUBLE)), which compares the column as a double: Arrow's cast of a
+            # decimal to a double rounds otherwise than DuckDB's (0.1 as DECIMAL(38, 20) is not 0.1 after it)
+            raise self.fail(f"a {column.type} column compared with the DOUBLE {number!r} is not translated exactly: "
+                            "write the number with digits and a point (0.1, not 1e-1 or CAST(0.1 AS DOUBLE))")
+        value = decimal.Decimal(literal.text if literal.text is not None else str(number))
         kind = column.type
         _sign, digits, exponent = value.as_tuple()
         places = max(kind.scale, -exponent)
@@ -653,6 +654,8 @@ def _is_string(t: pa.DataType | None) -> bool:
     return t is not None and (pat.is_string(t) or pat.is_large_string(t) or pat.is_string_view(t))
 
 
+DECIMAL_TEXT = re.compile(r"^-?(\d+\.?\d*|\.\d+)$")
+"""A number literal DuckDB reads as a DECIMAL (an integer, or digits with a point): one with an exponent is a DOUBLE."""
 MAX_DECIMAL_DIGITS = 38
 """The most digits of a decimal a filter carries to the nodes (Substrait's decimals are 128-bit)."""
 

@@ -101,7 +101,13 @@ class Gateway:
     def tables(self) -> list[tuple[str, pa.Schema]]:
         """Every dataset's latest version: its name and schema."""
         client = self.client()
-        return [(entry["name"], client.info(entry["name"]).schema) for entry in client.list()]
+        found = []
+        for entry in client.list():
+            try:
+                found.append((entry["name"], client.info(entry["name"]).schema))
+            except DatasetNotFound:
+                continue  # dropped since it was listed
+        return found
 
     def version_table(self, table: str) -> tuple[str, pa.Schema] | None:
         """A version named as a table (``sales@3``, which a query may name though GetTables lists only the latest
@@ -147,6 +153,13 @@ class Gateway:
                                f"are {', '.join(sorted(ROW_MAKERS))}",
                                field="query")
             named = self._named(query)
+            if _lists_tables(query):  # SHOW TABLES, information_schema: every dataset, each as its columns only
+                for name, schema in self.tables():
+                    if name not in named:
+                        try:
+                            con.register(name, shown_to_duckdb(schema).empty_table())
+                        except pa.ArrowNotImplementedError:
+                            continue  # a type Arrow makes no empty column of (a union): not listed
             wanted = len(statements[0].named_parameters)
             opened: dict[str, Any] = {}  # each dataset opened once for the plans, the scans and the answer's names
 
@@ -404,8 +417,12 @@ def _as_duckdb_types_it(con: Any, query: str, named: list[str], open_dataset: Ca
     scan each dataset is registered as again afterwards."""
     duckdb = _duckdb()
 
+    try:
+        empty = {name: shown_to_duckdb(open_dataset(name).schema).empty_table() for name in named}
+    except pa.ArrowNotImplementedError:  # a type Arrow makes no empty column of (a union): run as written
+        return None
     for name in named:
-        con.register(name, shown_to_duckdb(open_dataset(name).schema).empty_table())
+        con.register(name, empty[name])
     try:
         relation = con.sql(query)
         types = relation.limit(0).to_arrow_table().schema.types
@@ -522,6 +539,21 @@ def _dataset_named(table: str, known: set[str]) -> str | None:
 
 SUGGESTION = re.compile(r'\s*Did you mean "(?P<name>[^"]*)"\?')
 """DuckDB's guess at a mistyped name, in a CatalogException's message."""
+CATALOG_SCHEMAS = frozenset({"information_schema", "pg_catalog"})
+"""The schemas through which SQL lists tables and their columns."""
+
+
+def _lists_tables(query: str) -> bool:
+    """Whether ``query`` lists tables or their columns (``SHOW TABLES``, ``information_schema``, ``pg_catalog``): only
+    the datasets a query names are registered with DuckDB, so such a query had answered that there was no table."""
+    from sqlglot import exp
+
+    tree = parsed(query)
+    if tree is None:
+        return False
+    return isinstance(tree, exp.Show) or any(t.db.lower() in CATALOG_SCHEMAS for t in tree.find_all(exp.Table))
+
+
 MISSING_TABLE = re.compile(r"Table with name (?P<name>.+?) does not exist")
 
 
