@@ -232,7 +232,7 @@ def retyped_schema(schema: pa.Schema, change: Callable[[pa.DataType], pa.DataTyp
 
 def retyped(kind: pa.DataType, change: Callable[[pa.DataType], pa.DataType | None]) -> pa.DataType | None:
     """``kind`` with the types ``change`` replaces (it returns None to keep one) replaced within it, at any depth of
-    a struct, map or list; None when nothing changed."""
+    a struct, map, list or dictionary (its values); None when nothing changed."""
     changed = change(kind)
     if changed is not None:
         return changed
@@ -248,6 +248,9 @@ def retyped(kind: pa.DataType, change: Callable[[pa.DataType], pa.DataType | Non
             return None
         return pa.map_(kind.key_field.with_type(key or kind.key_type), kind.item_field.with_type(item or kind.item_type),
                        kind.keys_sorted)
+    if pa.types.is_dictionary(kind):
+        value = retyped(kind.value_type, change)
+        return None if value is None else pa.dictionary(kind.index_type, value, kind.ordered)
     for is_kind, make in _LISTS:
         if is_kind(kind):
             value = retyped(kind.value_type, change)

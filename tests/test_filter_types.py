@@ -224,10 +224,12 @@ def test_polars_reads_decimal256_and_names_the_columns_it_cannot_read(cluster):
     ``except Exception`` does not catch, and a Rust backtrace) and on a fixed-offset zone or a month-day-nano interval
     in a lazy scan. A decimal256 of at most 38 digits reaches Polars as the decimal128 of the same values, at any
     depth; a column Polars cannot read is refused naming it, before anything is read, eager or lazy."""
+    coded = pa.DictionaryArray.from_arrays(pa.array([0, 1, 0], pa.int32()), pa.array([D("1.5"), D("2")], pa.decimal256(9, 1)))
     table = pa.table({"x": [1.0, 2.0, 3.0], "d": pa.array([D("1.5"), None, D("3.25")], pa.decimal256(20, 2)),
-                      "l": pa.array([[D(1)], None, [D(2)]], pa.list_(pa.decimal256(10, 0)))})
+                      "l": pa.array([[D(1)], None, [D(2)]], pa.list_(pa.decimal256(10, 0))), "c": coded})
     want = pl.from_arrow(table.cast(pa.schema([("x", pa.float64()), ("d", pa.decimal128(20, 2)),
-                                               ("l", pa.list_(pa.decimal128(10, 0)))])))
+                                               ("l", pa.list_(pa.decimal128(10, 0))),
+                                               ("c", pa.dictionary(pa.int32(), pa.decimal128(9, 1)))])))
     with fp.connect(cluster.uri, host="127.0.0.9") as client:
         ds = client.put("polars_decimals", table, tiling=(2, 1))
         assert ds.to_polars().sort("x").equals(want)

@@ -1020,3 +1020,12 @@ def test_show_tables_and_information_schema_list_every_dataset(cluster, taxi):
                             "FROM information_schema.tables t ORDER BY 1").to_arrow()
         assert {name.casefold() for name in listed.column("table_name").to_pylist()} == names
         assert set(listed.column("zone_rows").to_pylist()) == {zones.num_rows}
+        with pytest.raises(fp.DatasetNotFound):  # a table that is no dataset is not read as an empty stand-in
+            client.sql("SELECT count(*) FROM no_such_table, information_schema.schemata")
+        # a dataset DuckDB cannot read whole (a dense union) is left out; one of a dictionary of float16 is listed
+        client.put("listed_halves", pa.table({"h": pa.array([1.5, 2.5], pa.float16()).dictionary_encode()}))
+        dense = pa.UnionArray.from_dense(pa.array([0], pa.int8()), pa.array([0], pa.int32()), [pa.array([1])])
+        client.put("listed_dense", pa.table({"u": dense}))
+        shown = {row["name"] for row in client.sql("SHOW TABLES").to_arrow().to_pylist()}
+        assert "listed_halves" in shown and "listed_dense" not in shown and "zones" in shown
+        assert client.sql("SELECT sum(h) AS s FROM listed_halves").to_arrow()["s"].to_pylist() == [4.0]

@@ -59,10 +59,12 @@ SMALL_READ_BYTES = 1 << 20
 reused worker: the caller may be a fresh thread (a pool of a multi-partition read), whose own malloc arena would
 fault a large read's buffers in anew (the whole-dataset read of 3 x 315 MB measured 20 % slower so)."""
 LONE_READ_BYTES = 32 << 20
-"""The most a lone stream (one partition read in the thread that asked for it, which outlives the read: not a pool's
-fresh thread) is expected to carry to be read in that thread, where its links are measured to carry it in an eighth
-of the idle timeout. Handing a 16 MiB read to the worker and watching it had cost 0.5 ms of its 7 ms (cold caches:
-a thread woken, a watchdog's loop), a tenth of the gap to raw Flight's read."""
+"""The most a lone stream (the one partition a call reads: ``get`` of one handle, a Dask or Ray task's read, a
+streamed read's piece) is expected to carry to be read in the thread that made the call, where its links are measured
+to carry it in an eighth of the idle timeout. That thread is the caller's own, or a stream's prefetch thread, which
+lives for the stream; not a multi-partition read's fresh pool thread (see :data:`SMALL_READ_BYTES`). Handing a 16 MiB
+read to the worker and watching it had cost 0.5 ms of its 7 ms (cold caches: a thread woken, a watchdog's loop), a
+tenth of the gap to raw Flight's read."""
 
 
 EMPTY_MESSAGES = 100_000

@@ -270,8 +270,7 @@ class _Translator:
         if isinstance(node, e.Neg):
             inner = self.value(node.this)
             if inner.is_literal and isinstance(inner.literal, (int, float)) and not isinstance(inner.literal, bool):
-                return dataclasses.replace(self.literal(-inner.literal),
-                                           text=None if inner.text is None else f"-{inner.text}")
+                return dataclasses.replace(self.literal(-inner.literal), text=_negated_text(inner.text))
             self.need_numeric(inner, node)
             return Value(_CALL("negate_checked", [inner.expression]), inner.type)
         if isinstance(node, e.Column):
@@ -658,6 +657,13 @@ DECIMAL_TEXT = re.compile(r"^-?(\d+\.?\d*|\.\d+)$")
 """A number literal DuckDB reads as a DECIMAL (an integer, or digits with a point): one with an exponent is a DOUBLE."""
 MAX_DECIMAL_DIGITS = 38
 """The most digits of a decimal a filter carries to the nodes (Substrait's decimals are 128-bit)."""
+
+
+def _negated_text(text: str | None) -> str | None:
+    """A number literal's text negated (``- -10`` is ``10``)."""
+    if text is None:
+        return None
+    return text[1:] if text.startswith("-") else f"-{text}"
 
 
 def _decimal(t: pa.DataType | None) -> bool:

@@ -153,13 +153,8 @@ class Gateway:
                                f"are {', '.join(sorted(ROW_MAKERS))}",
                                field="query")
             named = self._named(query)
-            if _lists_tables(query):  # SHOW TABLES, information_schema: every dataset, each as its columns only
-                for name, schema in self.tables():
-                    if name not in named:
-                        try:
-                            con.register(name, shown_to_duckdb(schema).empty_table())
-                        except pa.ArrowNotImplementedError:
-                            continue  # a type Arrow makes no empty column of (a union): not listed
+            if _lists_tables(query, named):  # SHOW TABLES, information_schema: every dataset, as its columns only
+                self._register_listed(con, named)
             wanted = len(statements[0].named_parameters)
             opened: dict[str, Any] = {}  # each dataset opened once for the plans, the scans and the answer's names
 
@@ -334,6 +329,20 @@ class Gateway:
         if planned is not None:
             return planned[0]
         return self.run(query, limit=0).schema
+
+    def _register_listed(self, con: Any, named: list[str]) -> None:
+        """Every dataset ``named`` leaves out, registered with ``con`` as its columns only (an empty table of the types
+        DuckDB is shown), for a query that lists tables; one DuckDB cannot describe (a column of a type it cannot
+        read: a dense union, which Arrow makes no empty column of either) is left out, not the query's failure."""
+        duckdb = _duckdb()
+        for name, schema in self.tables():
+            if name in named:
+                continue
+            try:
+                con.register(name, shown_to_duckdb(schema).empty_table())
+                con.execute(f'DESCRIBE "{name.replace(chr(34), chr(34) * 2)}"').fetchall()
+            except (pa.ArrowException, duckdb.Error):
+                con.unregister(name)
 
     def _named(self, query: str) -> list[str]:
         """The datasets ``query`` names (as tables), those that exist; others are left for DuckDB to refuse."""
@@ -539,19 +548,24 @@ def _dataset_named(table: str, known: set[str]) -> str | None:
 
 SUGGESTION = re.compile(r'\s*Did you mean "(?P<name>[^"]*)"\?')
 """DuckDB's guess at a mistyped name, in a CatalogException's message."""
-CATALOG_SCHEMAS = frozenset({"information_schema", "pg_catalog"})
-"""The schemas through which SQL lists tables and their columns."""
-
-
-def _lists_tables(query: str) -> bool:
-    """Whether ``query`` lists tables or their columns (``SHOW TABLES``, ``information_schema``, ``pg_catalog``): only
-    the datasets a query names are registered with DuckDB, so such a query had answered that there was no table."""
+def _lists_tables(query: str, named: list[str]) -> bool:
+    """Whether ``query`` lists tables or their columns (``SHOW TABLES``, ``information_schema``) and reads no other
+    table than those and the datasets ``named`` (found as it names them): only the datasets a query names are
+    registered with DuckDB, so such a query had answered that there was no table. A query that also names a table
+    that is no dataset (or two that differ only in case) is run without the listing, so that name is not read as an
+    empty stand-in but refused as not found."""
     from sqlglot import exp
 
     tree = parsed(query)
     if tree is None:
         return False
-    return isinstance(tree, exp.Show) or any(t.db.lower() in CATALOG_SCHEMAS for t in tree.find_all(exp.Table))
+    if isinstance(tree, exp.Show):
+        return True
+    tables = list(tree.find_all(exp.Table))
+    listing = [t for t in tables if t.db.lower() == "information_schema" and not t.catalog]
+    withs = {cte.alias_or_name for cte in tree.find_all(exp.CTE)}
+    others = [t for t in tables if not any(t is seen for seen in listing) and t.name and t.name not in withs]
+    return bool(listing) and all(t.name in named and t.db in ("", "main") and not t.catalog for t in others)
 
 
 MISSING_TABLE = re.compile(r"Table with name (?P<name>.+?) does not exist")

@@ -224,7 +224,7 @@ def test_a_decimal_column_compares_with_a_number_as_duckdb_compares_them():
     for text in ("price > 10.5", "price > 10", "price = 2.25", "price > 10.555", "price >= 10.555", "price = 10.555",
                  "10.55 < price", "price <> 1.5", "price < -10.555", "price > 1000", "price BETWEEN -10.555 AND 2",
                  "price IN (1.5, -3.1)", "narrow > 2.2", "whole = 10", "whole > 2.5 AND narrow < 10.56",
-                 "price > 123456789012345678901234567890123.5"):
+                 "price > 123456789012345678901234567890123.5", "price > - -10", "price > -(-1.5)", "- -2.25 = price"):
         assert our_rows(table, text) == duckdb_rows(table, text), text
     with pytest.raises(fp.InvalidFilter, match="38"):
         parse_where("price > 1234567890123456789012345678901234567.5", table.schema)
