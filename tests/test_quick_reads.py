@@ -72,6 +72,35 @@ def test_a_lone_small_read_leaves_a_frozen_first_replica_while_it_is_still_froze
     assert outcome["table"].equals(table)
 
 
+@pytest.mark.slow  # freezes a node for several idle timeouts: in the slow tier, which CI runs
+def test_a_lone_16_mib_read_over_a_measured_link_leaves_a_frozen_first_replica(tmp_path):
+    """A lone read of up to 32 MiB over links measured fast is read in the caller's thread too (pull.LONE_READ_BYTES):
+    a first replica frozen after the links were measured is left while it is still frozen, as a small read's is."""
+    from flightpart.io import pull
+
+    table = table_of(1_000_000, 3)  # 16 MB
+    with LocalCluster(tmp_path, nodes=2, first_ip=200) as c, fp.connect(c.uri, host="127.0.0.99", idle_timeout=0.5) as client:
+        ds = client.put("lone16", table, tiling=(1, 1), replicas=2)
+        meta = ds.__partitioned__
+        ref = meta["partitions"][(0, 0)]["data"]
+        assert pull.SMALL_READ_BYTES < ref.shareable_bytes <= pull.LONE_READ_BYTES and len(ref.replicas) == 2
+        assert meta["get"](ref).equals(table)  # measures the links
+        first = ref.replicas[0][0]
+        assert pull.is_quick(ref.shareable_bytes, first, 0.5, pull.LONE_READ_BYTES), "not read in the caller's thread"
+        frozen = next(n for n in c.nodes if n.uri == first)
+        os.kill(frozen.pid, signal.SIGSTOP)
+        try:
+            worker, outcome = read_in_thread(meta["get"], ref)
+            worker.join(60)
+            done_while_frozen = not worker.is_alive()
+        finally:
+            os.kill(frozen.pid, signal.SIGCONT)
+        worker.join(60)
+    assert done_while_frozen, "the read waited for its frozen first replica"
+    assert "error" not in outcome, outcome.get("error")
+    assert outcome["table"].equals(table)
+
+
 @pytest.mark.slow  # pauses a node for several idle timeouts: in the slow tier, which CI runs
 def test_a_lone_small_read_of_a_paused_only_replica_is_waited_for_not_failed(tmp_path):
     table = table_of(20_000, 2)
