@@ -109,7 +109,15 @@ from .auth import CLOCK_MARGIN, authorize, wall_clock
 from .base import Action, ServiceBase, action_table, boundary, schema_error
 from .beats import BeatListener, udp_heartbeats_enabled
 from .catalog_db import PostgresDatabase
-from .catalog_state import LEARNED, CatalogState, NodeRecord, PartRecord, VersionRecord, order_key
+from .catalog_state import (
+    LEARNED,
+    CatalogState,
+    NodeRecord,
+    PartRecord,
+    VersionRecord,
+    order_key,
+    pending_per_writer_from_env,
+)
 from .info_cache import FlightInfoCache
 from .lease import LEASE_SECONDS, Lease
 from .status_page import cluster_status
@@ -212,6 +220,7 @@ class CatalogServer(ServiceBase):
         self.pool = ConnectionPool(access)
         self.capability_ttl = capability_ttl
         self.pending_ttl = pending_ttl
+        self.pending_per_writer = pending_per_writer_from_env()
         self.node_timeout = node_timeout
         self.fan_out_timeout = fan_out_timeout  # drop, abort, seal: a node that misses it is told when it registers again
         self.retire_after = retire_after
@@ -616,7 +625,9 @@ class CatalogServer(ServiceBase):
 
     def _begin(self, b: Begin) -> VersionReply:
         self._cluster()
-        version = self.state.begin(b.dataset, writer=self._writer())
+        unlimited = self.caller.credential.role in ("admin", "owner")
+        version = self.state.begin(b.dataset, writer=self._writer(),
+                                   most_pending=None if unlimited else self.pending_per_writer)
         return VersionReply(version, self._grant(b.dataset, version))
 
     def _grant(self, dataset: str, version: int) -> str | None:

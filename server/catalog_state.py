@@ -25,7 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from flightpart.errors import (
+    CannotStart,
     DatasetNotFound,
+    LimitExceeded,
     NotLeader,
     RequestRejected,
     StateUnavailable,
@@ -39,6 +41,24 @@ from .catalog_db import Database, SqliteDatabase
 from .liveness import SentTimes
 
 log = logging.getLogger("flightpart.catalog")
+
+PENDING_PER_WRITER = 10_000
+"""Versions a writer (a writer token's name; not an admin or the owner) may hold begun and neither committed nor
+aborted: each is a row of state kept until its commit, its abort or the pending TTL, and a writer that began versions
+in a loop (some 130 a second) outran the TTL's cleanup without end. Far above what puts in flight need: a put, an
+append or a whole SPMD job holds one. ``$FLIGHTPART_PENDING_PER_WRITER`` sets it."""
+PENDING_PER_WRITER_ENV = "FLIGHTPART_PENDING_PER_WRITER"
+
+
+def pending_per_writer_from_env() -> int:
+    """The limit ``$FLIGHTPART_PENDING_PER_WRITER`` sets (a whole number, at least 1), or :data:`PENDING_PER_WRITER`."""
+    text = os.environ.get(PENDING_PER_WRITER_ENV, "").strip()
+    if not text:
+        return PENDING_PER_WRITER
+    if not text.isascii() or not text.isdigit() or int(text) < 1:
+        raise CannotStart(f"{PENDING_PER_WRITER_ENV}={text!r}: the versions a writer may hold begun, a whole number "
+                          "from 1")
+    return int(text)
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS nodes(
@@ -65,6 +85,7 @@ CREATE TABLE IF NOT EXISTS replicas(
     dataset TEXT NOT NULL, version INTEGER NOT NULL, i INTEGER NOT NULL, j INTEGER NOT NULL, node_id TEXT NOT NULL,
     PRIMARY KEY(dataset, version, i, j, node_id));
 CREATE TABLE IF NOT EXISTS missed(node_id TEXT NOT NULL, what TEXT NOT NULL, at REAL NOT NULL, PRIMARY KEY(node_id, what));
+CREATE INDEX IF NOT EXISTS versions_by_state ON versions(state);
 """
 """``missed``: nodes that must register again before their heartbeats are taken, because they may not have had an
 order: a drop's or abort's (``what``: :func:`order_key`), from the moment it is written until the node acknowledges
@@ -549,10 +570,20 @@ class CatalogState:
 
     # ------------------------------------------------------------------ versions
 
-    def begin(self, dataset: str, nranks: int | None = None, writer: str | None = None) -> int:
+    def begin(self, dataset: str, nranks: int | None = None, writer: str | None = None,
+              most_pending: int | None = None) -> int:
         """Reserve the next version number (never reused, even after a drop); ``writer``: who reserved it (a role and
-        a name), the one writer that may commit or abort it (:meth:`writer_of`)."""
+        a name), the one writer that may commit or abort it (:meth:`writer_of`). ``most_pending``: how many versions
+        ``writer`` may hold begun and neither committed nor aborted (LIMIT_EXCEEDED past it; None: any)."""
         with self._tx(dataset) as db:
+            if writer is not None and most_pending is not None:
+                held = db.execute("SELECT count(*) FROM versions v JOIN writers w ON w.dataset=v.dataset AND "
+                                  "w.version=v.version WHERE v.state='pending' AND w.writer=?", (writer,)).fetchone()[0]
+                if held >= most_pending:
+                    raise LimitExceeded(f"{writer.partition(':')[2] or writer} holds {held:,} versions begun and neither "
+                                        f"committed nor aborted, the most a writer may ({most_pending:,}, "
+                                        f"${PENDING_PER_WRITER_ENV}): commit or abort them, or wait for the pending TTL "
+                                        "to abort them", field="dataset")
             row = db.execute("SELECT next_version FROM counters WHERE dataset=?", (dataset,)).fetchone()
             version = row[0] if row else 1
             if version > VERSION_LIMIT:  # no node would store it

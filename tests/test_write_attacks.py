@@ -331,3 +331,31 @@ def test_a_write_with_a_frozen_target_node_returns_by_its_deadline_and_publishes
             ds = outcome["ok"]
             assert client.versions(name)[-1] == ds.version
             assert set(before) <= set(ids_of(ds))
+
+
+def test_a_writer_beginning_versions_in_a_loop_is_refused_past_its_share_and_others_go_on(tmp_path):
+    """A writer that began versions in a loop (some 130 a second) kept a row of state each until the pending TTL,
+    whose cleanup it outran without end. Past ``$FLIGHTPART_PENDING_PER_WRITER`` versions begun and neither committed
+    nor aborted it is refused LIMIT_EXCEEDED, and nothing more is recorded; another writer, and the owner, begin as
+    before, and the writer begins again once it aborted one."""
+    from flightpart import tokens
+
+    secret = "pending-share-secret"
+    (tmp_path / "secret").write_text(secret + "\n")
+    (tmp_path / "secret").chmod(0o600)
+    with LocalCluster(tmp_path / "c", nodes=1, first_ip=205, env={"FLIGHTPART_PENDING_PER_WRITER": "5"},
+                      extra_args=["--secret-file", str(tmp_path / "secret")]) as c, \
+            fp.connect(c.uri, token=tokens.role_token(secret.encode(), "writer", "mallory")) as mallory, \
+            fp.connect(c.uri, token=tokens.role_token(secret.encode(), "writer", "alice")) as alice, \
+            fp.connect(c.uri, token=secret) as owner:
+        held = [mallory.call(Begin(f"flood-{k % 2}")).version for k in range(5)]
+        with pytest.raises(fp.LimitExceeded, match="mallory holds 5 versions begun"):
+            mallory.call(Begin("flood-0"))
+        assert alice.call(Begin("flood-0")).version > max(held)  # another writer is not held to mallory's share
+        assert [owner.call(Begin("flood-1")).version for _ in range(6)]  # nor is the owner
+        mallory.call(Abort("flood-0", held[0]))
+        mallory.call(Begin("flood-0"))  # one aborted: one more may be begun
+        with pytest.raises(fp.LimitExceeded):
+            mallory.call(Begin("flood-1"))
+        ds = alice.put("after-flood", pa.table({"x": [1, 2, 3]}))
+        assert ds.to_arrow()["x"].to_pylist() == [1, 2, 3]
