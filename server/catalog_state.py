@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 from flightpart.errors import (
-    CannotStart,
     DatasetNotFound,
     LimitExceeded,
     NotLeader,
@@ -34,6 +33,7 @@ from flightpart.errors import (
     VersionConflict,
     VersionExpired,
 )
+from flightpart.settings import count_from_env
 from flightpart.wire import ALREADY_DROPPED, VERSION_LIMIT, EncodedJson
 
 from .auth import CLOCK_MARGIN
@@ -52,13 +52,7 @@ PENDING_PER_WRITER_ENV = "FLIGHTPART_PENDING_PER_WRITER"
 
 def pending_per_writer_from_env() -> int:
     """The limit ``$FLIGHTPART_PENDING_PER_WRITER`` sets (a whole number, at least 1), or :data:`PENDING_PER_WRITER`."""
-    text = os.environ.get(PENDING_PER_WRITER_ENV, "").strip()
-    if not text:
-        return PENDING_PER_WRITER
-    if not text.isascii() or not text.isdigit() or int(text) < 1:
-        raise CannotStart(f"{PENDING_PER_WRITER_ENV}={text!r}: the versions a writer may hold begun, a whole number "
-                          "from 1")
-    return int(text)
+    return count_from_env(PENDING_PER_WRITER_ENV, PENDING_PER_WRITER, "the versions a writer may hold begun")
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS nodes(

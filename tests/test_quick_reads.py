@@ -50,6 +50,23 @@ def read_in_thread(get, ref) -> tuple[threading.Thread, dict]:
     return worker, outcome
 
 
+def read_with_first_replica_frozen(cluster, get, ref, table: pa.Table) -> None:
+    """``get(ref)`` in a thread while the node of ``ref``'s first replica is frozen: the read ends while it still is,
+    with ``table``."""
+    frozen = next(n for n in cluster.nodes if n.uri == ref.replicas[0][0])
+    os.kill(frozen.pid, signal.SIGSTOP)
+    try:
+        worker, outcome = read_in_thread(get, ref)
+        worker.join(60)
+        done_while_frozen = not worker.is_alive()
+    finally:
+        os.kill(frozen.pid, signal.SIGCONT)
+    worker.join(60)
+    assert done_while_frozen, "the read waited for its frozen first replica"
+    assert "error" not in outcome, outcome.get("error")
+    assert outcome["table"].equals(table)
+
+
 @pytest.mark.slow  # freezes nodes for several idle timeouts: in the slow tier, which CI runs
 def test_a_lone_small_read_leaves_a_frozen_first_replica_while_it_is_still_frozen(tmp_path):
     table = table_of(20_000, 1)  # 312 KiB: read in the caller's thread
@@ -58,18 +75,7 @@ def test_a_lone_small_read_leaves_a_frozen_first_replica_while_it_is_still_froze
         meta = ds.__partitioned__
         ref = meta["partitions"][(0, 0)]["data"]
         assert 0 < ref.shareable_bytes <= 1 << 20 and len(ref.replicas) == 2
-        first = next(n for n in c.nodes if n.uri == ref.replicas[0][0])
-        os.kill(first.pid, signal.SIGSTOP)
-        try:
-            worker, outcome = read_in_thread(meta["get"], ref)
-            worker.join(60)
-            done_while_frozen = not worker.is_alive()
-        finally:
-            os.kill(first.pid, signal.SIGCONT)
-        worker.join(60)
-    assert done_while_frozen, "the read waited for its frozen first replica"
-    assert "error" not in outcome, outcome.get("error")
-    assert outcome["table"].equals(table)
+        read_with_first_replica_frozen(c, meta["get"], ref, table)
 
 
 @pytest.mark.slow  # freezes a node for several idle timeouts: in the slow tier, which CI runs
@@ -85,20 +91,8 @@ def test_a_lone_16_mib_read_over_a_measured_link_leaves_a_frozen_first_replica(t
         ref = meta["partitions"][(0, 0)]["data"]
         assert pull.SMALL_READ_BYTES < ref.shareable_bytes <= pull.LONE_READ_BYTES and len(ref.replicas) == 2
         assert meta["get"](ref).equals(table)  # measures the links
-        first = ref.replicas[0][0]
-        assert pull.is_quick(ref.shareable_bytes, first, 0.5, pull.LONE_READ_BYTES), "not read in the caller's thread"
-        frozen = next(n for n in c.nodes if n.uri == first)
-        os.kill(frozen.pid, signal.SIGSTOP)
-        try:
-            worker, outcome = read_in_thread(meta["get"], ref)
-            worker.join(60)
-            done_while_frozen = not worker.is_alive()
-        finally:
-            os.kill(frozen.pid, signal.SIGCONT)
-        worker.join(60)
-    assert done_while_frozen, "the read waited for its frozen first replica"
-    assert "error" not in outcome, outcome.get("error")
-    assert outcome["table"].equals(table)
+        assert pull.is_quick(ref.shareable_bytes, ref.replicas[0][0], 0.5, pull.LONE_READ_BYTES), "not read here"
+        read_with_first_replica_frozen(c, meta["get"], ref, table)
 
 
 @pytest.mark.slow  # pauses a node for several idle timeouts: in the slow tier, which CI runs

@@ -11,12 +11,12 @@ and nothing of them ran.
 from __future__ import annotations
 
 import contextlib
-import os
 import threading
 import time
 from collections.abc import Callable, Iterator
 
-from flightpart.errors import CannotStart, ServerBusy
+from flightpart.errors import ServerBusy
+from flightpart.settings import count_from_env
 
 RUNNING = 4
 """Queries the catalog runs at once by default ($FLIGHTPART_SQL_QUERIES sets it)."""
@@ -31,12 +31,7 @@ ENV = "FLIGHTPART_SQL_QUERIES"
 
 def running_from_env() -> int:
     """The running limit ``$FLIGHTPART_SQL_QUERIES`` sets (a whole number, at least 1), or :data:`RUNNING`."""
-    text = os.environ.get(ENV, "").strip()
-    if not text:
-        return RUNNING
-    if not text.isascii() or not text.isdigit() or int(text) < 1:
-        raise CannotStart(f"{ENV}={text!r}: the number of SQL queries the catalog runs at once, a whole number from 1")
-    return int(text)
+    return count_from_env(ENV, RUNNING, "the number of SQL queries the catalog runs at once")
 
 
 class QuerySlots:
