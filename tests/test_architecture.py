@@ -1,6 +1,6 @@
 """The folders show the architecture: arrows run one way and there is no circle.
 
-core (protocol, tiling, frames, distarray, wire, tokens, errors, lenient, regrid, palette) <- query <- io <- server | client
+core (protocol, tiling, frames, distarray, wire, tokens, errors, settings, lenient, regrid, palette) <- query <- io <- server | client
 <- runtimes | local <- bench <- entry points (the package itself, the CLI).
 Every import counts, also those inside functions.
 """
@@ -12,8 +12,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 FOLDERS = {"flightpart": ROOT / "flightpart", "flightpart.server": ROOT / "server", "flightpart.client": ROOT / "client"}
-CORE = {"protocol", "tiling", "frames", "distarray", "wire", "sqlwire", "tokens", "errors", "version", "lenient", "palette",
-        "regrid"}
+CORE = {"protocol", "tiling", "frames", "distarray", "wire", "sqlwire", "tokens", "errors", "settings", "version", "lenient",
+        "palette", "regrid"}
 ENTRY = {"flightpart", "flightpart.__main__"}
 LAYER = {"core": 0, "query": 1, "io": 2, "server": 3, "client": 3, "sql": 4, "runtimes": 5, "local": 5, "bench": 6, "cli": 7,
          "entry": 8}
