@@ -124,8 +124,13 @@ def test_kill_9_during_a_put_publishes_nothing_and_a_retry_succeeds(small_cluste
                 failure.append(exc)
 
         t = threading.Thread(target=put)
+        # frozen first, so its share cannot be done before it dies (a put of this size on an idle machine had finished
+        # between the first bytes it saw and the kill): it dies with the put still running, as a crash mid-put does
+        os.kill(victim.pid, signal.SIGSTOP)
         t.start()
-        wait_until(lambda: client.stats(victim.uri)["bytes_received"] > 0 or not t.is_alive(), what="the put to start")
+        others = [n for n in c.nodes if n is not victim]
+        wait_until(lambda: any(client.stats(n.uri)["bytes_received"] > 0 for n in others) or not t.is_alive(),
+                   what="the put to start")
         victim.kill()
         t.join(120)
         assert failure, "the put succeeded although a node died during it"
