@@ -625,10 +625,13 @@ class CatalogServer(ServiceBase):
 
     def _begin(self, b: Begin) -> VersionReply:
         self._cluster()
-        unlimited = self.caller.credential.role in ("admin", "owner")
-        version = self.state.begin(b.dataset, writer=self._writer(),
-                                   most_pending=None if unlimited else self.pending_per_writer)
+        version = self.state.begin(b.dataset, writer=self._writer(), most_pending=self._pending_share())
         return VersionReply(version, self._grant(b.dataset, version))
+
+    def _pending_share(self) -> int | None:
+        """The versions the caller may hold begun and neither committed nor aborted (None: any, for an admin or the
+        owner, which every caller of a cluster without a secret is)."""
+        return None if self.caller.credential.role in ("admin", "owner") else self.pending_per_writer
 
     def _grant(self, dataset: str, version: int) -> str | None:
         """The caller's leave to write ``version`` of ``dataset`` on nodes, when it is a writer of a cluster with a
@@ -998,7 +1001,8 @@ class CatalogServer(ServiceBase):
             raise RequestRejected(f"publish-begin: rank {b.rank} is not in [0, {b.nranks})", field="publish-begin.rank")
         self._cluster()
         # a rank joins its own writer's open publish (another writer's cannot hold it up), opened if there is none
-        version = self.state.join_publish(b.dataset, b.nranks, b.rank, writer=self._writer())
+        version = self.state.join_publish(b.dataset, b.nranks, b.rank, writer=self._writer(),
+                                          most_pending=self._pending_share())
         return VersionReply(version, self._grant(b.dataset, version))
 
     def _publish_part(self, b: PublishPart) -> PublishReply:

@@ -79,7 +79,7 @@ CREATE TABLE IF NOT EXISTS replicas(
     dataset TEXT NOT NULL, version INTEGER NOT NULL, i INTEGER NOT NULL, j INTEGER NOT NULL, node_id TEXT NOT NULL,
     PRIMARY KEY(dataset, version, i, j, node_id));
 CREATE TABLE IF NOT EXISTS missed(node_id TEXT NOT NULL, what TEXT NOT NULL, at REAL NOT NULL, PRIMARY KEY(node_id, what));
-CREATE INDEX IF NOT EXISTS versions_by_state ON versions(state);
+CREATE INDEX IF NOT EXISTS versions_pending ON versions(dataset, version) WHERE state='pending';
 """
 """``missed``: nodes that must register again before their heartbeats are taken, because they may not have had an
 order: a drop's or abort's (``what``: :func:`order_key`), from the moment it is written until the node acknowledges
@@ -574,10 +574,9 @@ class CatalogState:
                 held = db.execute("SELECT count(*) FROM versions v JOIN writers w ON w.dataset=v.dataset AND "
                                   "w.version=v.version WHERE v.state='pending' AND w.writer=?", (writer,)).fetchone()[0]
                 if held >= most_pending:
-                    raise LimitExceeded(f"{writer.partition(':')[2] or writer} holds {held:,} versions begun and neither "
-                                        f"committed nor aborted, the most a writer may ({most_pending:,}, "
-                                        f"${PENDING_PER_WRITER_ENV}): commit or abort them, or wait for the pending TTL "
-                                        "to abort them", field="dataset")
+                    raise LimitExceeded(f"{writer.partition(':')[2] or writer} holds as many versions begun and neither "
+                                        f"committed nor aborted as a writer may ({held:,}; ${PENDING_PER_WRITER_ENV}): "
+                                        "commit or abort one, or wait for the pending TTL to abort it")
             row = db.execute("SELECT next_version FROM counters WHERE dataset=?", (dataset,)).fetchone()
             version = row[0] if row else 1
             if version > VERSION_LIMIT:  # no node would store it
@@ -610,13 +609,15 @@ class CatalogState:
         except StateUnavailable:
             return False
 
-    def join_publish(self, dataset: str, nranks: int, rank: int, writer: str | None = None) -> int:
+    def join_publish(self, dataset: str, nranks: int, rank: int, writer: str | None = None,
+                     most_pending: int | None = None) -> int:
         """The open SPMD publish of ``writer`` that ``rank`` should join, opened for it if there is none
         (atomically). Only ``writer``'s own: another writer's open publish of the name had taken every rank of a
-        job, which then could not publish."""
+        job, which then could not publish. ``most_pending`` holds the opening of one to the writer's share, as
+        :meth:`begin` does; joining an open one is never refused (a job's later ranks)."""
         with self._lock:
-            return self._pending_publish(dataset, nranks, rank, writer) or self.begin(dataset, nranks=nranks,
-                                                                                      writer=writer)
+            return self._pending_publish(dataset, nranks, rank, writer) or self.begin(
+                dataset, nranks=nranks, writer=writer, most_pending=most_pending)
 
     def _pending_publish(self, dataset: str, nranks: int, rank: int, writer: str | None) -> int | None:
         """An open SPMD publish of ``dataset`` for ``nranks``, begun by ``writer``, that ``rank`` has not joined."""

@@ -260,3 +260,21 @@ def _until_it_answers(call, seconds: float = 30):
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.2)
+
+
+@needs_postgres
+def test_a_writers_pending_share_holds_on_postgresql(postgres):
+    from flightpart.errors import LimitExceeded
+
+    state = CatalogState(database=leased(postgres.database("pending_share")))
+    try:
+        held = [state.begin("d", writer="writer:w", most_pending=2) for _ in range(2)]
+        with pytest.raises(LimitExceeded):
+            state.begin("e", writer="writer:w", most_pending=2)
+        with pytest.raises(LimitExceeded):
+            state.join_publish("job", 2, 0, writer="writer:w", most_pending=2)
+        state.begin("d", writer="writer:other", most_pending=2)
+        state.abort("d", held[0])
+        state.begin("e", writer="writer:w", most_pending=2)
+    finally:
+        state.close()

@@ -349,7 +349,7 @@ def test_a_writer_beginning_versions_in_a_loop_is_refused_past_its_share_and_oth
             fp.connect(c.uri, token=tokens.role_token(secret.encode(), "writer", "alice")) as alice, \
             fp.connect(c.uri, token=secret) as owner:
         held = [mallory.call(Begin(f"flood-{k % 2}")).version for k in range(5)]
-        with pytest.raises(fp.LimitExceeded, match="mallory holds 5 versions begun"):
+        with pytest.raises(fp.LimitExceeded, match=r"mallory holds as many versions begun .*\(5; "):
             mallory.call(Begin("flood-0"))
         assert alice.call(Begin("flood-0")).version > max(held)  # another writer is not held to mallory's share
         assert [owner.call(Begin("flood-1")).version for _ in range(6)]  # nor is the owner

@@ -30,3 +30,17 @@ def test_a_writers_share_counts_only_its_own_pending_versions():
     state.begin("d", writer="writer:other", most_pending=2)
     state.abort("d", held[0])
     state.begin("d", writer="writer:w", most_pending=2)
+
+
+def test_an_spmd_publish_opens_no_version_past_the_share_and_its_ranks_always_join():
+    """Publish-begin opened a version for each new name or rank count whatever the writer held (a way around the
+    share, found in review); a job's later ranks join its open publish, never refused."""
+    state = CatalogState(":memory:")
+    opened = state.join_publish("job", 3, 0, writer="writer:w", most_pending=2)
+    assert state.join_publish("job", 3, 1, writer="writer:w", most_pending=2) == opened
+    state.begin("d", writer="writer:w", most_pending=2)
+    with pytest.raises(LimitExceeded):
+        state.join_publish("other-job", 2, 0, writer="writer:w", most_pending=2)
+    with pytest.raises(LimitExceeded):
+        state.begin("e", writer="writer:w", most_pending=2)
+    assert state.join_publish("job", 3, 2, writer="writer:w", most_pending=2) == opened  # the open job goes on
