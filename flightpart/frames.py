@@ -168,10 +168,12 @@ POLARS_DECIMAL_DIGITS = 38
 """The most digits of a Polars ``Decimal``."""
 
 
+@functools.lru_cache(maxsize=256)
 def shown_to_polars(schema: pa.Schema) -> pa.Schema:
     """``schema`` as Polars is given it (the same object when Polars reads it as it is): a decimal256 of at most 38
     digits as a decimal128, the same values (Polars panicked on any decimal256: "operator does not support primitive
-    Int256"); a column Polars cannot read at all is SchemaMismatch naming it (:func:`check_polars_reads`)."""
+    Int256"); a column Polars cannot read at all is SchemaMismatch naming it (:func:`check_polars_reads`). Remembered
+    per schema: a lazy scan asks for each batch."""
     check_polars_reads(schema)
     return retyped_schema(schema, _as_polars_reads)
 

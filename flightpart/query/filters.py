@@ -197,19 +197,9 @@ def _indexable(schema: pa.Schema) -> pa.Schema:
     column), and one that does is refused naming it."""
     shown = bindable(schema)
     for k, field in enumerate(shown):
-        if not _writable(field.type):
+        if _stand_in(field.type) is None:  # no Substrait type to bind it to
             shown = shown.set(k, field.with_type(pa.null()))
     return shown
-
-
-@functools.lru_cache(maxsize=256)
-def _writable(kind: pa.DataType) -> bool:
-    """Whether a filter can be bound to a column of ``kind`` (Substrait has a type for it)."""
-    try:
-        substrait.serialize_expressions([pc.field("c").is_null()], ["filter"], pa.schema([("c", kind)]))
-        return True
-    except (pa.ArrowException, TypeError, ValueError):
-        return False
 
 
 @functools.lru_cache(maxsize=256)
