@@ -140,7 +140,10 @@ class SubstraitChecker:
             proc.wait()
             for stream in (proc.stdin, proc.stdout):
                 if stream is not None:
-                    stream.close()
+                    try:
+                        stream.close()
+                    except OSError:  # bytes a dead checker never read: closing still frees the pipe
+                        pass
 
 
 def _read_within(proc: subprocess.Popen, seconds: float) -> bytes:
