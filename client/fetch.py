@@ -64,11 +64,12 @@ class PartitionRef:
     shareable_bytes: int = 0  # a whole partition of no dictionary column: its stored size (it may share a read stream)
     top: TopRows | None = None  # only the partition's first rows by sort keys (flightpart.query.top)
     expected_rows: int | None = None  # the rows the catalog says its partition holds in its range (None: unknown)
+    stored_bytes: int = 0  # its partition's stored size, when no column may take more bytes sent (0: not known)
 
     def __reduce__(self):  # a plain tuple: compact, and nothing but data when unpickled
         return (PartitionRef, (self.dataset, self.version, self.position, self.replicas, self.columns, self.rows,
                                self.filter, self.matched, self.aggregate, self.row_numbers, self.shareable_bytes,
-                               self.top, self.expected_rows))
+                               self.top, self.expected_rows, self.stored_bytes))
 
     def __dask_tokenize__(self) -> tuple:
         """Plain values for Dask's token: walking the dataclass field by field costs seconds at 50,000 handles."""
@@ -92,6 +93,23 @@ class PartitionRef:
         if self.aggregate is not None and self.expected_rows is not None:
             return max(self.expected_rows, 1) if self.aggregate.by else 1
         return self.expected_rows
+
+    @property
+    def most_bytes(self) -> int:
+        """The most bytes of values a node may send for this handle (0: not bounded), which bounds a lying node's
+        stream as :attr:`most_rows` bounds its rows: what a filter, a row range or a top keeps of the partition is
+        some of its stored values; an aggregate's groups are some of its keys' values, each with its partials (at
+        most 16 bytes each: a decimal128 sum is the widest), unless a key or a function reads a computed column,
+        whose values may be longer than any stored one. The stream's framing is allowed for by
+        :class:`~flightpart.io.pull.RowBound`."""
+        if self.stored_bytes <= 0:
+            return 0
+        if self.aggregate is None:
+            return self.stored_bytes
+        if self.aggregate.computed:
+            return 0
+        partials = 2 * len(self.aggregate.functions)  # a mean's two partials are the most a function sends
+        return self.stored_bytes + 16 * partials * (self.most_rows or 0)
 
     def spec(self) -> Ticket:
         """What a node is asked for: this handle as a ticket (made once per handle, so its bytes are written once)."""
@@ -437,5 +455,6 @@ def read_remote(ref: PartitionRef, pool: ConnectionPool, idle_timeout: float = I
     ``quick_bytes``: see there)."""
     return read_replicas(pool, ref.spec(), ref.replicas, f"partition {ref.position} of {ref.dataset!r} v{ref.version}",
                          idle_timeout, compression=compression, here=host_addresses() if here is None else here,
-                         expected_bytes=ref.shareable_bytes, expected_rows=ref.known_rows, most_rows=ref.most_rows,
+                         expected_bytes=ref.shareable_bytes, most_bytes=ref.most_bytes, expected_rows=ref.known_rows,
+                         most_rows=ref.most_rows,
                          expected_columns=expected_columns, quick_bytes=quick_bytes)

@@ -225,11 +225,12 @@ class Plan:
         """The handle of partition (b.i, j) for this block; ``pushed``: the node applies the view's filter."""
         info = self.parts[(b.i, j)]
         f = self.view.filter.substrait if (pushed and self.view.filter is not None) else None
-        whole = b.rows is None and f is None and aggregate is None and top is None and not self.sent_unlike_stored()
+        stored = 0 if self.sent_unlike_stored() else max(info.nbytes, 1)
+        whole = b.rows is None and f is None and aggregate is None and top is None
         return PartitionRef(self.version.dataset, self.version.version, info.position, info.replicas, columns, b.rows, f,
                             b.matched if f is not None else None, aggregate,
-                            shareable_bytes=max(info.nbytes, 1) if whole else 0, top=top,
-                            expected_rows=self.rows_of(b))
+                            shareable_bytes=stored if whole else 0, top=top,
+                            expected_rows=self.rows_of(b), stored_bytes=stored)
 
     def sent_unlike_stored(self) -> bool:
         """Whether the version's rows may take more bytes in a stream than in their files (a dictionary or a view

@@ -135,7 +135,7 @@ class _Reading:
         return read_replicas(self.pool, ticket, replicas, f"part {k} of the SQL answer ({ticket.dataset!r} "
                              f"v{ticket.version} partition {ticket.part})", self.idle_timeout,
                              compression=self.compression, here=self.here, deadline=self.deadline,
-                             expected_columns=columns, most_rows=_most_rows(endpoint))
+                             expected_columns=columns, **_most_sent(endpoint))
 
     def _left(self) -> flight.FlightCallOptions:
         """Call options whose timeout is what is left of the query's deadline."""
@@ -158,13 +158,17 @@ def _partition_ticket(raw: bytes) -> Ticket | None:
         return None
 
 
-def _most_rows(endpoint: flight.FlightEndpoint) -> int | None:
-    """The most rows the endpoint's node may send (:class:`~flightpart.wire.EndpointRows`), None when its catalog
-    did not say (an earlier release) or said it unreadably."""
+def _most_sent(endpoint: flight.FlightEndpoint) -> dict[str, int | None]:
+    """The most rows (and bytes of values, 0 when not said) the endpoint's node may send
+    (:class:`~flightpart.wire.EndpointRows`), as :func:`~flightpart.io.pull.read_replicas` takes them; rows None
+    when its catalog did not say (an earlier release) or said it unreadably."""
     try:
-        return EndpointRows.decode(endpoint.app_metadata, "endpoint rows").most_rows if endpoint.app_metadata else None
+        said = EndpointRows.decode(endpoint.app_metadata, "endpoint rows") if endpoint.app_metadata else None
     except FlightpartError:
-        return None
+        said = None
+    if said is None:
+        return {"most_rows": None}
+    return {"most_rows": said.most_rows, "most_bytes": said.most_bytes or 0}
 
 
 def _checked(table: pa.Table, where: str) -> pa.Table:

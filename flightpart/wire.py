@@ -763,9 +763,11 @@ class PartHeader(Message):
 @dataclass(frozen=True)
 class EndpointRows(Message):
     """A plain scan's endpoint's ``app_metadata`` (SQL over Flight): the most rows its partition may send, the rows
-    the catalog says it holds in the ticket's range. A reader leaves a node's stream past them, as ``get`` does."""
+    the catalog says it holds in the ticket's range, and (when no column may take more bytes sent than stored) the
+    most bytes of values: what the partition holds. A reader leaves a node's stream past either, as ``get`` does."""
 
     most_rows: int = _field(p_uint)
+    most_bytes: int | None = _field(p_optional(p_uint), None, omitted_when_none=True)
 
 
 MAX_PARTS_PER_RUN = 1024

@@ -158,7 +158,8 @@ class Assembler:
         replicas = [r for r in info.replicas if r[0] != self.uri]
         ticket = Ticket(source.dataset, source.version, piece.source, piece.columns, piece.rows)
         table = read_replicas(self.pool, ticket, replicas, f"partition {piece.source} of {source.dataset!r} v{source.version}",
-                              here=host_addresses(), deadline=deadline.at, expected_rows=piece.rows[1] - piece.rows[0])
+                              here=host_addresses(), deadline=deadline.at, expected_rows=piece.rows[1] - piece.rows[0],
+                              most_bytes=max(info.nbytes, 1) if plan.bytes_bounded else 0)
         try:  # read safely already (read_replicas); now all of it, text as UTF-8 too, as a put's batches are
             table.validate(full=True)
         except pa.ArrowException as exc:
@@ -204,6 +205,8 @@ class _Plan:
         self.row_starts = starts_from_sizes(self.row_sizes)
         self.source_groups = frames.stored_columns(source.schema, source.grid[1])
         self.target_groups = frames.stored_columns(source.schema, groups)
+        # a peer's piece is bounded by its partition's stored bytes, unless a column may take more bytes sent
+        self.bytes_bounded = source.schema is not None and not any(frames.sent_unlike_stored(f.type) for f in source.schema)
 
     def pieces(self, target: AssemblePart) -> list[list[Piece]]:
         (i, j), (lo, hi) = target.part, target.rows

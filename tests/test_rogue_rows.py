@@ -16,6 +16,7 @@ import subprocess
 import sys
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 import flightpart as fp
@@ -136,12 +137,19 @@ def endless(store, spec, empty=False):
 
 
 def bloated(store, spec):
-    """The rows asked for (several partitions of a shared stream too, with their run header), with a text column whose
-    every value is 256 KiB: sound arrays, the right rows and columns, a thousand times the bytes the catalog says."""
+    """The rows asked for (several partitions of a shared stream too, with their run header; what a filter, a row
+    range, a top or an aggregate keeps), with the text column "s" (where it is sent) at 256 KiB a value or more (32
+    MiB in all): sound arrays, the right rows and columns, a thousand times the bytes the catalog says. None when
+    the stream has no "s"."""
     positions = (spec.part, *(spec.more or ()))
-    tables = [apply_ticket(store.open(spec.dataset, spec.version, p), spec.columns, None) for p in positions]
+    tables = [apply_ticket(store.open(spec.dataset, spec.version, p), spec.columns, spec.rows, spec.filter, spec.matched,
+                           spec.aggregate, bool(spec.row_numbers), spec.top) for p in positions]
     whole = pa.concat_tables(tables).combine_chunks()
-    whole = whole.set_column(whole.schema.get_field_index("s"), "s", pa.array(["x" * (1 << 18)] * whole.num_rows))
+    if "s" not in whole.column_names or not whole.num_rows:
+        return None
+    size = max(1 << 18, (32 << 20) // whole.num_rows)
+    values = pa.array([f"{k:06d}" + "x" * size for k in range(whole.num_rows)])  # distinct: groups stay groups
+    whole = whole.set_column(whole.schema.get_field_index("s"), "s", values)
     batches = whole.to_batches(max_chunksize=10)
     if spec.more is None:
         return flight.RecordBatchStream(pa.RecordBatchReader.from_batches(whole.schema, iter(batches)))
@@ -154,8 +162,8 @@ class Rogue(NodeServer):
         with open(sys.argv[4]) as f:
             lie = f.read().strip()
         spec = Ticket.decode(ticket.ticket)
-        if lie == "bloated" and "s" in (spec.columns or ("s",)) and spec.aggregate is None:
-            return bloated(self.store, spec)
+        if lie == "bloated":
+            return bloated(self.store, spec) or super().do_get(context, ticket)
         if (lie in RUN_LIES or lie in COLUMN_LIES) and spec.more is not None:
             return lying_run(self.store, spec, lie)
         if lie == "endless":  # a shared stream's too (its first partition's rows), and an aggregate's partial
@@ -424,6 +432,37 @@ print(json.dumps(["peak", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss >> 
             (what, got[what])
     assert got["plain"] == [table.column("k").to_pylist(), table.column("s").to_pylist()[:2]]  # the honest replica's
     assert proc.poll() is None
+
+
+def test_a_node_that_sends_more_bytes_than_a_filter_a_top_or_an_aggregate_could_keep_is_left(rogue):
+    """What a filter, a row range, a top or an aggregate keeps of a partition is some of its stored values (an
+    aggregate's groups with their partials): a reader had bounded such a stream in rows only, and took a lying
+    node's 32 MiB (gigabytes as well) of text for a partition of a few kilobytes. It now stops at the first batch
+    past what the partition's values could give, through ``get``, the SQL gateway's reads, a plain scan's parts and
+    an honest node pulling pieces for a repartition (which had published the rogue's text as the new version's), and
+    reads the honest replica where there is one."""
+    cluster, proc, mode, table = rogue
+    got = _told_to_lie(mode, cluster, "bloated", f"HONEST_URI = {cluster.nodes[0].uri!r}\n" + '''
+small = client.open("small")  # on the rogue alone
+ask("filter", lambda: small.filter("k >= 0").to_arrow())
+ask("row range", lambda: small[50:150].to_arrow())
+ask("top", lambda: small.top(5, "s"))
+ask("aggregate", lambda: small.aggregate([("k", "sum")], by="s"))
+ask("sql gateway", lambda: client.sql("SELECT s, count(*) AS n FROM small WHERE k >= 0 GROUP BY s").to_arrow())
+ask("sql scan", lambda: client.sql("SELECT s FROM small WHERE k >= 0").to_arrow())
+ask("repartition", lambda: client.repartition("small", (1, 1), nodes=[HONEST_URI]))
+plain = client.open("plain").filter("k >= 10").to_arrow().sort_by("k")
+print(json.dumps(["plain", plain.column("k").to_pylist(), plain.column("s").to_pylist()[:2]]))
+''')
+    for what in ("filter", "row range", "top", "aggregate", "sql gateway", "sql scan", "repartition"):
+        assert what in got and got[what][0] != "answered", (what, got.get(what))
+        code, message = got[what]
+        assert "bytes" in message and "more than the" in message and ROGUE_IP in message, (what, got[what])
+    rows = table.filter(pc.field("k") >= 10)
+    assert got["plain"] == [rows.column("k").to_pylist(), rows.column("s").to_pylist()[:2]]  # the honest replica's
+    assert proc.poll() is None and cluster.catalog.proc.poll() is None
+    with fp.connect(cluster.uri) as client:
+        assert client.open("small").version == 1  # the honest node assembled nothing from the rogue's pieces
 
 
 @pytest.mark.slow  # 100,000 messages from a rogue: in the slow tier, which CI runs

@@ -83,7 +83,7 @@ def test_a_replica_slower_than_the_least_pace_is_left_for_the_next_and_the_last_
     and the trickle takes at least 2 s."""
     monkeypatch.setattr(pull, "READ_GRACE", 0.5)
     monkeypatch.setattr(pull, "MIN_READ_RATE", 8000)
-    bound = pull.RowBound(BATCHES * 100, bytes=8000)
+    bound = pull.RowBound(BATCHES * 100, bytes=8000, sized=True)
     pool = ConnectionPool()
     with pytest.raises(pull.Stalled, match=r"sent less than its 8,000 bytes in \d+ s, slower than") as info:
         pull.stream(pool, server, flight.Ticket(b"trickle"), idle_timeout=1.0, bound=bound)

@@ -104,31 +104,38 @@ class RowBound:
     most a filter or a top could keep of them. A stream is left at its first batch past it, so a node that sends
     rows without end costs a reader one batch more than the partition, not its memory.
 
-    ``bytes``: for whole partitions without dictionary or view columns, the most bytes of buffers and metadata the stream
-    may carry: a quarter more than the catalog says they hold, 8 bytes a row (a row number), and
-    :data:`BYTES_SLACK`. The right rows can carry gigabytes (a text value of any length), and a lying node's did:
-    the reader took them whole."""
+    ``bytes``: for partitions without dictionary or view columns, the most bytes of buffers and metadata the stream
+    may carry: a quarter more than the values it can hold (what the catalog says whole partitions hold; what a
+    filter, a row range, a top or an aggregate can keep of them, :attr:`~flightpart.client.fetch.PartitionRef.most_bytes`),
+    8 bytes a row (a row number), and :data:`BYTES_SLACK`. The right rows can carry gigabytes (a text value of any
+    length), and a lying node's did: the reader took them whole. ``sized``: the stream should carry about that
+    (whole partitions), so one far slower than :data:`MIN_READ_RATE` for it is left (:func:`stream`); a filter's
+    may carry a few rows after a long scan."""
 
     rows: int
     exact: bool = True
     bytes: int | None = None
+    sized: bool = False
 
     @classmethod
-    def of(cls, expected_rows: int | None, most_rows: int | None, expected_bytes: int = 0) -> RowBound | None:
+    def of(cls, expected_rows: int | None, most_rows: int | None, expected_bytes: int = 0,
+           most_bytes: int = 0) -> RowBound | None:
         """The bound of a stream the catalog says holds ``expected_rows`` (or at most ``most_rows``) and, when it is
-        whole partitions without dictionaries, ``expected_bytes`` stored (0: not known, or not whole)."""
+        whole partitions without dictionaries, ``expected_bytes`` stored (0: not known, or not whole); or at most
+        ``most_bytes`` of values (0: not known)."""
         rows = expected_rows if expected_rows is not None else most_rows
-        most_bytes = None if expected_bytes <= 0 or rows is None else (
-            expected_bytes + expected_bytes // 4 + ROW_NUMBER_BYTES * rows + BYTES_SLACK)
+        values = expected_bytes if expected_bytes > 0 else most_bytes
+        bound = None if values <= 0 or rows is None else values + values // 4 + ROW_NUMBER_BYTES * rows + BYTES_SLACK
         if expected_rows is not None:
-            return cls(expected_rows, bytes=most_bytes)
+            return cls(expected_rows, bytes=bound, sized=bound is not None and expected_bytes > 0)
         if most_rows is not None:
-            return cls(most_rows, exact=False, bytes=most_bytes)
+            return cls(most_rows, exact=False, bytes=bound, sized=bound is not None and expected_bytes > 0)
         return None
 
     def too_large(self) -> Unsound:
-        return Unsound(f"more than the {self.bytes:,} bytes its partitions may carry (a quarter more than the catalog "
-                       "says they hold, 8 a row and 16 MiB); the stream was left there")
+        held = "the catalog says they hold" if self.sized else "the values it could keep of them hold"
+        return Unsound(f"more than the {self.bytes:,} bytes its partitions may carry (a quarter more than {held}, "
+                       "8 a row and 16 MiB); the stream was left there")
 
     def passed(self) -> Unsound:
         if self.rows == 1 and not self.exact:  # an aggregate without keys: one row, whatever the partition holds
@@ -141,7 +148,7 @@ def read_replicas(pool: ConnectionPool, ticket: Ticket, replicas: Sequence[Repli
                   idle_timeout: float = IDLE_TIMEOUT, *, compression: str = "auto",
                   here: frozenset[str] = frozenset(), deadline: float | None = None,
                   marks: list[tuple[int, bytes]] | None = None, expected_bytes: int = 0,
-                  expected_rows: int | None = None, most_rows: int | None = None,
+                  expected_rows: int | None = None, most_rows: int | None = None, most_bytes: int = 0,
                   expected_columns: CatalogColumns | None = None, quick_bytes: int = SMALL_READ_BYTES) -> pa.Table:
     """``ticket`` streamed from the first of ``replicas`` that answers.
 
@@ -175,8 +182,10 @@ def read_replicas(pool: ConnectionPool, ticket: Ticket, replicas: Sequence[Repli
     replicas hold for the ticket: one that sends other rows (a faulty or
     hostile node adding, dropping or repeating rows) is passed over as one
     whose arrays are unsafe is; so is one that sends more than ``most_rows``
-    (the rows a filter or a top could keep at most); so is one whose columns are not those
-    ``expected_columns`` (the catalog's, when given) says (other names or types).
+    (the rows a filter or a top could keep at most), or more bytes than ``most_bytes`` (0: not known; the values
+    a filter, a row range, a top or an aggregate could keep, when ``expected_bytes`` is not known) allow
+    (:class:`RowBound`); so is one whose columns are not those ``expected_columns`` (the catalog's, when given)
+    says (other names or types).
     """
     failures: list[str] = []
     lied = False
@@ -198,7 +207,7 @@ def read_replicas(pool: ConnectionPool, ticket: Ticket, replicas: Sequence[Repli
                                  idle_timeout, deadline, patient=k == len(replicas) - 1, marks=marks,
                                  quick=marks is None and is_quick(expected_bytes, uri, idle_timeout, quick_bytes),
                                  expected_rows=expected_rows, most_rows=most_rows, expected_columns=expected_columns,
-                                 expected_bytes=expected_bytes)
+                                 expected_bytes=expected_bytes, most_bytes=most_bytes)
             except Stalled as exc:
                 if not exc.slow:
                     pool.discard(uri)
@@ -281,15 +290,16 @@ def _refusal(what: str, first: Unauthenticated | Forbidden) -> Unauthenticated |
 def _measured(pool: ConnectionPool, uri: str, ticket: Ticket, idle_timeout: float, deadline: float | None, *,
               patient: bool = False, marks: list[tuple[int, bytes]] | None = None, quick: bool = False,
               expected_rows: int | None = None, most_rows: int | None = None,
-              expected_columns: CatalogColumns | None = None, expected_bytes: int = 0) -> pa.Table:
+              expected_columns: CatalogColumns | None = None, expected_bytes: int = 0, most_bytes: int = 0) -> pa.Table:
     """One stream, its bytes and time handed to the link measurements; ``quick``: read by :func:`quick_stream`
     first. What it carried is checked (:class:`Unsound`) before it is returned; ``expected_bytes`` (0: not known):
-    what whole partitions without dictionaries hold, which bounds the bytes it may carry (:class:`RowBound`)."""
+    what whole partitions without dictionaries hold, or else ``most_bytes``: the most their values kept may hold,
+    which bounds the bytes it may carry (:class:`RowBound`)."""
     RATES.started(uri)
     received = 0
     try:
         encoded = flight.Ticket(ticket.encode())
-        bound = RowBound.of(expected_rows, most_rows, expected_bytes)
+        bound = RowBound.of(expected_rows, most_rows, expected_bytes, most_bytes)
         table = quick_stream(pool, uri, encoded, idle_timeout, deadline, bound) if quick else None
         if table is None:
             table = stream(pool, uri, encoded, idle_timeout, deadline, patient=patient, marks=marks, bound=bound)
@@ -416,7 +426,7 @@ def stream(pool: ConnectionPool, uri: str, ticket: flight.Ticket, idle_timeout: 
     outcome: dict[str, Any] = {}
     done = threading.Event()
     whole = marks is None and bound is None and WAKES_VISIBLE
-    paced_until = None if patient or bound is None or bound.bytes is None else (
+    paced_until = None if patient or bound is None or bound.bytes is None or not bound.sized else (
         progress["moved"] + READ_GRACE + bound.bytes / MIN_READ_RATE)
 
     def run() -> None:

@@ -74,7 +74,7 @@ def endpoints(ds: Any, columns: list[str] | None, where: str | None) -> tuple[pa
 
 def _rows_of(ref: Any) -> bytes:
     """The endpoint's :class:`~flightpart.wire.EndpointRows` (empty when the catalog does not know them)."""
-    return b"" if ref.most_rows is None else EndpointRows(ref.most_rows).encode()
+    return b"" if ref.most_rows is None else EndpointRows(ref.most_rows, ref.most_bytes or None).encode()
 
 
 def _uncounted(blocks: list) -> dict[int, int]:  # pragma: no cover - blocks(counted=False) never counts
