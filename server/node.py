@@ -822,6 +822,9 @@ class NodeServer(ServiceBase):
         self._check_cluster(body.cluster, body.epoch)
         removed = self.store.drop(body.dataset, body.version, pending_only=body.pending_only, through=body.through,
                                   remember=True)
+        if not body.pending_only:  # its versions' seals, remembered by reads, go with them: no set grows without end
+            self._seen_sealed.difference_update([key for key in list(self._seen_sealed) if key[0] == body.dataset
+                                                 and (body.version is None or key[1] == body.version)])
         describe("drop", dataset=body.dataset, version=body.version, files=removed)
         return Removed(removed)
 

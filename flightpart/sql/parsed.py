@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from flightpart.errors import RequestRejected
@@ -15,9 +16,31 @@ def parsed(query: str) -> Any | None:
     from sqlglot.errors import ParseError, TokenError
 
     try:
-        return sqlglot.parse_one(query, read="duckdb")
+        tree = sqlglot.parse_one(query, read="duckdb")
+        return _shown_table(query, tree) or tree
     except (ParseError, TokenError):
         return None
     except RecursionError:
         raise RequestRejected("query: nested too deeply to be read (parentheses or subqueries some 50 deep); "
                               "write it flatter, e.g. with a WITH clause", field="query") from None
+
+
+
+SHOWN = re.compile(r"^\s*SHOW\b", re.IGNORECASE)
+
+
+def _shown_table(query: str, tree: Any) -> Any | None:
+    """``SHOW sales`` (DuckDB's ``DESCRIBE sales``, which sqlglot keeps as a command it does not read) as the
+    DESCRIBE it is, so the table it names is found and registered (it had been refused as no such table); None for
+    anything else."""
+    import sqlglot
+    from sqlglot import exp
+    from sqlglot.errors import ParseError, TokenError
+
+    if not isinstance(tree, exp.Command) or str(tree.this).upper() != "SHOW":
+        return None
+    try:
+        described = sqlglot.parse_one(SHOWN.sub("DESCRIBE", query, count=1), read="duckdb")
+    except (ParseError, TokenError):
+        return None
+    return described if isinstance(described, exp.Describe) and isinstance(described.this, exp.Table) else None
