@@ -593,6 +593,8 @@ class _Translator:
         left, right = self.value(node.this), self.value(node.expression)
         for side in (left, right):
             self.need_numeric(side, node)
+        if not self.computing and _as_written(left) is not None and _as_written(right) is not None:
+            return self.folded(node, _as_written(left), _as_written(right))
         function = self.arithmetic[type(node)]
         if self.computing:
             self.need_duckdb_arithmetic(left, right, node)
@@ -609,6 +611,26 @@ class _Translator:
             return Value(_CALL("divide", [lhs, rhs]), pa.float64())
         result_type = pa.float64() if (_floating(left.type) or _floating(right.type)) else (left.type or right.type)
         return Value(_CALL(function, [lhs, rhs]), result_type)
+
+    def folded(self, node: Any, a: decimal.Decimal, b: decimal.Decimal) -> Value:
+        """Arithmetic of two number literals in a filter (``price > 1 + 0.5``) as the literal DuckDB folds it to:
+        integers stay integers (INTEGER, or BIGINT past it, refused where DuckDB's overflows), a decimal in either
+        is an exact DECIMAL (``0.1 + 0.2 = 0.3``), ``/`` a DOUBLE. It had been sent as arithmetic of two scalars,
+        which Substrait cannot carry."""
+        kind = type(node)
+        if kind is self.exp.Div:
+            if b == 0:
+                raise self.fail(f"{node.sql(dialect='duckdb')!r}: a division of literals by zero is not translated")
+            return self.literal(float(a) / float(b))  # a DOUBLE, as DuckDB's / gives (7 / 2 = 3.5): no text
+        with decimal.localcontext(decimal.Context(prec=2 * MAX_DECIMAL_DIGITS + 2)):  # exact for any two of 38 digits
+            result = a + b if kind is self.exp.Add else a - b if kind is self.exp.Sub else a * b
+        if a.as_tuple().exponent == 0 and b.as_tuple().exponent == 0:  # two integer literals
+            kind_of = pa.int32() if all(_fits(int(v), pa.int32()) for v in (a, b)) else pa.int64()
+            if not _fits(int(result), kind_of):
+                raise self.fail(f"{node.sql(dialect='duckdb')!r} overflows {kind_of}, as DuckDB computes it")
+            return dataclasses.replace(self.literal(int(result)), text=str(int(result)))
+        text = format(result, "f")
+        return dataclasses.replace(self.literal(float(result)), text=text)
 
     def need_duckdb_arithmetic(self, left: Value, right: Value, node: Any) -> None:
         """A computed value's arithmetic only where Arrow's gives DuckDB's value: no FLOAT (DuckDB computes in
@@ -664,6 +686,18 @@ def _negated_text(text: str | None) -> str | None:
     if text is None:
         return None
     return text[1:] if text.startswith("-") else f"-{text}"
+
+
+def _as_written(value: Value) -> decimal.Decimal | None:
+    """A number literal as DuckDB reads it, exactly (an integer, or digits with a point); None for anything else
+    (a column, a cast literal, a DOUBLE such as ``1e-1``)."""
+    if not value.is_literal or value.typed or not _plain_number(value.literal):
+        return None
+    if isinstance(value.literal, int):
+        return decimal.Decimal(value.literal)
+    if value.text is None or not DECIMAL_TEXT.match(value.text):
+        return None
+    return decimal.Decimal(value.text)
 
 
 def _decimal(t: pa.DataType | None) -> bool:

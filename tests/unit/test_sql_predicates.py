@@ -231,3 +231,24 @@ def test_a_decimal_column_compares_with_a_number_as_duckdb_compares_them():
     for text in ("price = 1e-1", "price > CAST(0.1 AS DOUBLE)", "price IN (1e1, 2.5)"):  # DuckDB compares as doubles
         with pytest.raises(fp.InvalidFilter, match="DOUBLE"):
             parse_where(text, table.schema)
+
+
+def test_arithmetic_of_number_literals_is_folded_as_duckdb_folds_it():
+    """``price > 1 + 0.5`` was refused with Substrait's words ("only capable of representing unsafe casts") on
+    every column type: two literals' arithmetic went to the nodes as arithmetic of scalars. It is now the literal
+    DuckDB folds it to: exact decimals (``0.1 + 0.2 = 0.3``), integers as INTEGER or BIGINT (refused where DuckDB's
+    overflow is an error), ``/`` a DOUBLE (so refused beside a decimal column, as a DOUBLE literal is)."""
+    D = __import__("decimal").Decimal
+    prices = [D("1.50"), D("0.30"), D("2.25"), D("3.38"), None, D("-1.50")]
+    table = pa.table({"rid": pa.array(range(len(prices)), pa.int64()),
+                      "price": pa.array(prices, pa.decimal128(10, 2)),
+                      "x": pa.array([1.5, 0.3, 2.25, 3.375, None, -1.5]),
+                      "n": pa.array([1, 2, 3, 4, None, -2], pa.int32())})
+    for text in ("price > 1 + 0.5", "price >= 1.5 * 1", "price = 0.1 + 0.2", "price < 4 - 0.625", "price = -(1 + 0.5)",
+                 "price = 1.5 * 2.25 - 0.005", "x > 1 + 0.5", "x = 1.5 * 2.25", "x < 7 / 2", "x > 0.1 + 0.2",
+                 "n = 1 + 1", "n > 10 - 8", "n * 1 = 2 * 2", "n < 7 / 2", "n = 2147483648 + 1 - 2147483647",
+                 "n BETWEEN 0 + 1 AND 1 + 2", "x IN (1 + 0.5, 0.1 + 0.2)"):
+        assert our_rows(table, text) == duckdb_rows(table, text), text
+    for text, says in (("price > 7 / 2", "DOUBLE"), ("n > 2147483647 + 1", "overflows"), ("x > 1 / 0", "zero")):
+        with pytest.raises(fp.InvalidFilter, match=says):
+            parse_where(text, table.schema)
