@@ -24,6 +24,12 @@ from typing import Any
 
 from flightpart.errors import NotLeader, StateUnavailable
 
+NEW_INDEX = re.compile(r"\s*CREATE INDEX IF NOT EXISTS (?P<name>\w+)", re.IGNORECASE)
+"""An index the schema makes, which PostgreSQL's CREATE INDEX locks its table for (a SHARE lock, taken before it
+looks whether the index exists): a catalog starting beside a leader that is writing waited for every write in
+flight, and the writes after queued behind it (for up to the lock timeout, when the start then failed as busy). It
+is made only where it does not exist yet."""
+
 
 class Database:
     """A connection both SQLite and PostgreSQL satisfy: execute, executemany, transactions under one lock."""
@@ -154,6 +160,9 @@ class PostgresDatabase(Database):
             with conn.transaction():
                 conn.execute("SELECT pg_advisory_xact_lock(7213)")  # catalogs starting together create tables one at a time
                 for statement in filter(str.strip, sql.split(";")):
+                    index = NEW_INDEX.match(statement)
+                    if index and conn.execute("SELECT to_regclass(%s)", (index["name"],)).fetchone()[0] is not None:
+                        continue  # see NEW_INDEX: a catalog starting must not stop the others' writes
                     conn.execute(_pg(statement))
 
     @contextmanager

@@ -278,3 +278,28 @@ def test_a_writers_pending_share_holds_on_postgresql(postgres):
         state.begin("e", writer="writer:w", most_pending=2)
     finally:
         state.close()
+
+
+@needs_postgres
+def test_a_catalog_starts_beside_a_write_in_flight_without_waiting_for_it(postgres):
+    """The schema's CREATE INDEX IF NOT EXISTS locked the versions table before it looked whether the index existed:
+    a catalog starting beside a leader with a write in flight waited for it (and queued the writes after it), and
+    past the 10 s lock timeout failed to start as busy. An index that exists is now left alone."""
+    import psycopg
+
+    url = postgres.database("starting_beside")
+    first = CatalogState(database=leased(url))
+    writer = psycopg.connect(url)
+    try:
+        first.begin("d")  # the tables and the index exist
+        writer.execute("BEGIN")
+        writer.execute("UPDATE versions SET created = created WHERE dataset = 'd'")  # a write in flight: its lock held
+        second = CatalogState(database=leased(url))  # refused as busy after the lock timeout, before
+        try:
+            assert second.begin("e") > 0
+        finally:
+            second.close()
+    finally:
+        writer.rollback()
+        writer.close()
+        first.close()
