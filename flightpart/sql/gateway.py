@@ -98,11 +98,14 @@ class Gateway:
                 if client is not None:
                     client.close()
 
-    def tables(self) -> list[tuple[str, pa.Schema]]:
-        """Every dataset's latest version: its name and schema."""
+    def tables(self, stopped: Callable[[], bool] = lambda: False) -> list[tuple[str, pa.Schema]]:
+        """Every dataset's latest version: its name and schema; :class:`Stopped` once ``stopped()`` (a listing query
+        ran past its time, or its caller gave up: one schema is asked of the catalog per dataset)."""
         client = self.client()
         found = []
         for entry in client.list():
+            if stopped():
+                raise Stopped()
             try:
                 found.append((entry["name"], client.info(entry["name"]).schema))
             except DatasetNotFound:
@@ -154,7 +157,7 @@ class Gateway:
                                field="query")
             named = self._named(query)
             if _lists_tables(query, named):  # SHOW TABLES, information_schema: every dataset, as its columns only
-                self._register_listed(con, named)
+                self._register_listed(con, named, stop)
             wanted = len(statements[0].named_parameters)
             opened: dict[str, Any] = {}  # each dataset opened once for the plans, the scans and the answer's names
 
@@ -206,7 +209,7 @@ class Gateway:
             if MISSING_TABLE.search(message) is None:  # a function or type DuckDB does not know: the query's mistake
                 raise SqlError(message, field="query") from None
             raise DatasetNotFound(self._suggesting_datasets(message), field="query") from None
-        except duckdb.InterruptException:
+        except (duckdb.InterruptException, Stopped):
             if stop.gave_up:
                 self.abandoned += 1
                 log.info("a query was stopped: its caller gave up (deadline passed or call cancelled)")
@@ -330,12 +333,12 @@ class Gateway:
             return planned[0]
         return self.run(query, limit=0).schema
 
-    def _register_listed(self, con: Any, named: list[str]) -> None:
+    def _register_listed(self, con: Any, named: list[str], stop: _Watch) -> None:
         """Every dataset ``named`` leaves out, registered with ``con`` as its columns only (an empty table of the types
         DuckDB is shown), for a query that lists tables; one DuckDB cannot describe (a column of a type it cannot
         read: a dense union, which Arrow makes no empty column of either) is left out, not the query's failure."""
         duckdb = _duckdb()
-        for name, schema in self.tables():
+        for name, schema in self.tables(lambda: stop.fired):
             if name in named:
                 continue
             try:
@@ -587,6 +590,10 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(text.split())[:400]
 
 
+class Stopped(Exception):
+    """Work in Python for a query (listing every dataset) stopped by its :class:`_Watch`, as DuckDB's own is."""
+
+
 class _Watch:
     """Stops a DuckDB query (``interrupt``) once it has run ``timeout`` seconds or its caller gave up, looking
     every :data:`WATCH_SECONDS`; ``gave_up`` says which. :meth:`done` is called before the connection is closed:
@@ -596,6 +603,7 @@ class _Watch:
     def __init__(self, con: Any, timeout: float, cancelled: Callable[[], bool]):
         self.con, self.timeout, self.cancelled = con, timeout, cancelled
         self.gave_up = False
+        self.fired = False  # the query was stopped: what runs in Python between DuckDB's calls stops too
         self._done = threading.Event()
         self._lock = threading.Lock()
         threading.Thread(target=self._watch, name="flightpart-sql-watch", daemon=True).start()
@@ -608,6 +616,7 @@ class _Watch:
                 with self._lock:
                     if not self._done.is_set():
                         self.gave_up = gave_up
+                        self.fired = True
                         self.con.interrupt()
                 return
 
