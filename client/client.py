@@ -379,7 +379,7 @@ class Client:
             once.use()
             parts = self._send_stream(name, version, reader, rows_per_partition, targets, replicas, first, progress)
             total = parts[-1].start[0] + parts[-1].shape[0]
-            return Commit(name, version, schema, (total, frames.frame_shape(schema.empty_table())[1]), (len(parts), 1),
+            return Commit(name, version, schema, (total, frames.frame_shape(frames.empty_table(schema))[1]), (len(parts), 1),
                           tuple(parts), replicas)
 
         return self._versioned(name, store)
@@ -397,7 +397,7 @@ class Client:
         """
         _check_rows_per_partition(rows_per_partition)
         schema = reader.schema
-        widths = [len(g) for g in frames.column_groups(frames.data_columns(schema.empty_table()), groups)]
+        widths = [len(g) for g in frames.column_groups(frames.data_columns(frames.empty_table(schema)), groups)]
         parts: list[CommitPart] = []
         sending: deque = deque()
         sent_rows = [0]
@@ -423,7 +423,7 @@ class Client:
             for batch in reader:
                 while batch.num_rows:
                     if limit is None and batch.num_rows:  # about 64 MiB per partition, from the first batch's width
-                        limit = max(1, STREAM_PARTITION_BYTES * batch.num_rows // max(batch.nbytes, 1))
+                        limit = max(1, STREAM_PARTITION_BYTES * batch.num_rows // max(frames.size_of(batch), 1))
                     take = min(batch.num_rows, limit - rows)
                     piece, batch = batch.slice(0, take), batch.slice(take)
                     pending.append(piece)
@@ -479,7 +479,7 @@ class Client:
             for node in holders:
                 by_node.setdefault(node["uri"], []).append(pos)
         if progress is not None:
-            progress.expect(sum(parts[pos].nbytes * len(h) for pos, h in placement.items()))
+            progress.expect(sum(frames.size_of(parts[pos]) * len(h) for pos, h in placement.items()))
 
         def send_all(uri: str) -> None:
             for group in streams_of(by_node[uri], parts):

@@ -55,7 +55,7 @@ class _Taken:
         self.most, self.bytes = most, 0
 
     def add(self, tables: list[pa.Table]) -> list[pa.Table]:
-        self.bytes += sum(t.nbytes for t in tables)
+        self.bytes += sum(frames.size_of(t) for t in tables)
         if self.most is not None and self.bytes > self.most:
             raise LimitExceeded(f"aggregate: the partial results reached {self.bytes:,} bytes, more than max_bytes="
                                 f"{self.most:,}; group by a key with fewer values, or read the rows", field="max_bytes")
@@ -380,13 +380,13 @@ class Dataset:
         self._check_readable()
         if progress is not None:
             tables = list(self._row_blocks(READS_IN_FLIGHT, None, progress))
-            return pa.concat_tables(tables) if tables else self._in_order(self.schema.empty_table())
+            return pa.concat_tables(tables) if tables else self._in_order(frames.empty_table(self.schema))
         if not self._plan.pushable():
             tables = [self._read_block(b) for b in self._blocks(counted=False)]
-            return pa.concat_tables(tables) if tables else self._in_order(self.schema.empty_table())
+            return pa.concat_tables(tables) if tables else self._in_order(frames.empty_table(self.schema))
         blocks = self._blocks(counted=self.view.matched is not None)
         if not blocks:
-            return self._in_order(self.schema.empty_table())
+            return self._in_order(frames.empty_table(self.schema))
         groups = self._plan.groups()
         tables = self._get_split([(b, j) for b in blocks for j in groups])
         q = len(groups)
@@ -460,7 +460,7 @@ class Dataset:
         only looks at the schema (DuckDB binding a query) costs no transfer.
         """
         self._check_readable()
-        schema = self._in_order(self.schema.empty_table()).schema
+        schema = self._in_order(frames.empty_table(self.schema)).schema
 
         def batches() -> Iterator[pa.RecordBatch]:
             for batch in self.to_batches(prefetch=prefetch, window=window, progress=progress):
@@ -538,7 +538,7 @@ class Dataset:
             return first_rows.checked_candidates(parts, self.schema)
         # the view spans column groups: each block is read whole and cut here
         parts = [first_rows.candidates(self._read_block(b), want) for b in blocks]
-        return pa.concat_tables(parts) if parts else self.schema.empty_table()
+        return pa.concat_tables(parts) if parts else frames.empty_table(self.schema)
 
     def read_locals(self) -> dict[tuple[int, int], pa.Table]:
         """SPMD: this rank's partitions, by grid position."""

@@ -127,7 +127,7 @@ def order_bytes(source: VersionInfo, parts: Sequence[AssemblePart]) -> int:
 
 
 def _data_groups(source: VersionInfo, groups: int) -> list[list[str]]:
-    return frames.column_groups(frames.data_columns(source.schema.empty_table()), groups)
+    return frames.column_groups(frames.data_columns(frames.empty_table(source.schema)), groups)
 
 
 def _col_start(widths: Mapping[int, int], j: int) -> int:

@@ -115,7 +115,7 @@ def parts_of(ds: Dataset) -> dict[tuple[int, int], HaloParts]:
 
 
 def _joined(tables: list[pa.Table], schema: pa.Schema) -> pa.Table:
-    return pa.concat_tables(tables) if tables else schema.empty_table()
+    return pa.concat_tables(tables) if tables else frames.empty_table(schema)
 
 
 def distarray(ds: Dataset, version: str) -> dict:
@@ -155,7 +155,7 @@ def distarray(ds: Dataset, version: str) -> dict:
         table = pa.concat_tables(rows) if len(rows) > 1 else rows[0]
         start = d["partitions"][(blocks[0], 0)]["start"][0]
     else:
-        table = ds.schema.empty_table()
+        table = frames.empty_table(ds.schema)
         start = ds.shape[0]
     return export_local(table, rank=rank, nranks=nranks, start=start, global_rows=ds.shape[0],
                         padding=padding, periodic=periodic, version=version)

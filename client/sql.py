@@ -104,7 +104,7 @@ def _answered(pool: ConnectionPool, uri: str, descriptor: flight.FlightDescripto
         # each part as the answer's schema: a node's part was checked for its names and types, not for its fields'
         # nullability or metadata, which would keep the parts from being joined
         parts = [t if t.schema.equals(info.schema) else t.cast(info.schema) for t in tables]
-        return SqlResult(pa.concat_tables(parts) if parts else info.schema.empty_table())
+        return SqlResult(pa.concat_tables(parts) if parts else frames.empty_table(info.schema))
 
 
 @dataclass(frozen=True)

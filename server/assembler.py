@@ -70,7 +70,7 @@ class Assembler:
         deadline = _Deadline(order.deadline_ms)
         source = self._source(order.dataset, order.source, deadline)
         self._check_pending(order.dataset, order.version, deadline)
-        data_cols = len(frames.data_columns(source.schema.empty_table()))
+        data_cols = len(frames.data_columns(frames.empty_table(source.schema)))
         if not 1 <= order.groups <= max(data_cols, 1):
             raise RequestRejected(f"assemble.groups: expected 1 to {max(data_cols, 1)} column groups, got {order.groups}",
                                   field="assemble.groups")
@@ -165,7 +165,7 @@ class Assembler:
         except pa.ArrowException as exc:
             raise RequestRejected(f"partition {piece.source} of {source.dataset!r} v{source.version}: a holder sent "
                                   f"values that are not valid Arrow, not stored ({str(exc)[:200]})", field="part") from None
-        self.count(assembled_rows=table.num_rows, pulled_bytes=table.nbytes)
+        self.count(assembled_rows=table.num_rows, pulled_bytes=frames.size_of(table))
         return table
 
 

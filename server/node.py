@@ -38,7 +38,7 @@ from flightpart.errors import (
     StorageUnwritable,
     VersionConflict,
 )
-from flightpart.frames import check_columns, growing_dictionaries
+from flightpart.frames import check_columns, growing_dictionaries, size_of
 from flightpart.io import inprocess, layout
 from flightpart.io.access import Access
 from flightpart.io.allocator import keep_freed_memory
@@ -866,7 +866,7 @@ class NodeServer(ServiceBase):
         finally:
             if pool is not self.pool:
                 pool.close()
-        return Copied(table.nbytes)
+        return Copied(size_of(table))
 
     def _holds_the_same(self, body: CopyTo, table: pa.Table) -> bool:
         """Whether the target of ``body``, which says it stores the partition already, serves the rows this replica
@@ -877,7 +877,7 @@ class NodeServer(ServiceBase):
         offset = 0
         try:
             reader = self.pool.client(body.target).do_get(ticket, options=self.pool.options(
-                put_deadline(DEFAULT_TIMEOUT, table.nbytes)))
+                put_deadline(DEFAULT_TIMEOUT, size_of(table))))
             for chunk in chunks(reader):
                 if chunk.data is None:
                     continue

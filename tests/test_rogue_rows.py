@@ -465,6 +465,25 @@ print(json.dumps(["plain", plain.column("k").to_pylist(), plain.column("s").to_p
         assert client.open("small").version == 1  # the honest node assembled nothing from the rogue's pieces
 
 
+def test_an_honest_aggregate_of_long_text_is_not_taken_for_a_lie(rogue):
+    """The bytes an aggregate's stream may carry allow for its ``min`` and ``max`` of a text column, which send some of
+    that column's values each: by a key of distinct values, the min and max of 700-byte texts are twice the stored
+    bytes, which the first bound (16 bytes a partial) refused from an honest node, ``client.sql`` running the query
+    whole instead."""
+    cluster, _proc, _mode, _table = rogue
+    rows = 40_000
+    texts = [f"{k:07d}" * 100 for k in range(rows)]
+    with fp.connect(cluster.uri, host=READER) as client:
+        ds = client.put("long_text", pa.table({"k": list(range(rows)), "s": texts}), nodes=[cluster.nodes[0].uri])
+        try:
+            got = ds.aggregate([("s", "min"), ("s", "max")], by="k").sort_by("k")
+            assert got.column("s_min").to_pylist() == texts and got.column("s_max").to_pylist() == texts
+            by_text = ds.aggregate([("s", "min"), ("s", "max"), ("k", "count")], by="s")
+            assert by_text.num_rows == rows and set(by_text.column("k_count").to_pylist()) == {1}
+        finally:
+            client.drop("long_text")
+
+
 @pytest.mark.slow  # 100,000 messages from a rogue: in the slow tier, which CI runs
 def test_a_node_that_sends_empty_batches_without_end_is_left(rogue):
     """Batches of no rows never reach the row bound: a node sending them without end is left after

@@ -27,6 +27,7 @@ from collections.abc import Callable, Collection
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
+from flightpart.frames import size_of
 from flightpart.wire import WIRE_CODECS
 
 MODES = ("auto", "off", *WIRE_CODECS)
@@ -64,7 +65,7 @@ def _ipc_size(table: pa.Table, codec: str | None) -> int:
 
 def sample_ratio(table: pa.Table, codec: str) -> float:
     """Compressed over uncompressed IPC size of about :data:`SAMPLE_BYTES` of ``table``'s first rows."""
-    rows = max(1, min(table.num_rows, SAMPLE_BYTES * table.num_rows // max(table.nbytes, 1)))
+    rows = max(1, min(table.num_rows, SAMPLE_BYTES * table.num_rows // max(size_of(table), 1)))
     sample = table.slice(0, rows)
     return _ipc_size(sample, codec) / max(_ipc_size(sample, None), 1)
 
@@ -76,7 +77,7 @@ two environment variables (10 microseconds of a small read)."""
 
 def write_options(table: pa.Table, codec: str | None) -> ipc.IpcWriteOptions | None:
     """IPC options for streaming ``table`` to a reader that accepts ``codec``: compressed only where it is worth it."""
-    if codec is None or table.nbytes < MIN_STREAM_BYTES or table.num_columns == 0:
+    if codec is None or size_of(table) < MIN_STREAM_BYTES or table.num_columns == 0:
         return None
     if sample_ratio(table, codec) > WORTH:
         return None

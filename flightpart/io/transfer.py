@@ -18,7 +18,7 @@ import pyarrow.flight as flight
 import pyarrow.ipc as ipc
 
 from flightpart.errors import RequestRejected, ServerBusy
-from flightpart.frames import compact_views, schema_without_views
+from flightpart.frames import compact_views, schema_without_views, size_of
 from flightpart.wire import HeldPartition, PartHeader, PutReceipts, PutTrailer, partition_path, partitions_path
 
 from .connections import DEFAULT_TIMEOUT, ConnectionPool
@@ -128,9 +128,10 @@ def split_batch(batch: pa.RecordBatch, target_bytes: int = BATCH_BYTES) -> list[
     """A record batch as zero-copy slices of about ``target_bytes`` each; a batch with string or binary views as
     slices that hold only their own values (copied: a view slice writes every data buffer of its whole array, so
     the slices of a 15 MB batch made a 1.9 GB file)."""
-    if batch.num_rows == 0 or batch.nbytes <= 2 * target_bytes:
+    size = size_of(batch) if batch.num_rows else 0
+    if size <= 2 * target_bytes:
         return [batch]
-    rows = max(1, target_bytes * batch.num_rows // batch.nbytes)
+    rows = max(1, target_bytes * batch.num_rows // size)
     plain = schema_without_views(batch.schema)
     if plain is None:
         return [batch.slice(k, rows) for k in range(0, batch.num_rows, rows)]
@@ -139,23 +140,24 @@ def split_batch(batch: pa.RecordBatch, target_bytes: int = BATCH_BYTES) -> list[
         piece = compact_views(batch.slice(start, rows), plain)
         pieces.append(piece)
         start += piece.num_rows
-        rows = max(1, target_bytes * piece.num_rows // max(piece.nbytes, 1))
+        rows = max(1, target_bytes * piece.num_rows // max(size_of(piece), 1))
     return pieces
 
 
 def _write_table(writer: Any, table: pa.Table, sent: Callable[[int], None] | None = None) -> None:
     """A table's batches in pieces of about :data:`BATCH_BYTES`, then the trailer that says it is complete;
-    ``sent`` is told the bytes of each piece as it goes (and the rest of ``table.nbytes`` at the end)."""
+    ``sent`` is told the bytes of each piece as it goes (and the rest of the table's size at the end)."""
     told = 0
     for batch in table.to_batches():
         for piece in split_batch(batch):
             writer.write_batch(piece)
             if sent is not None:
-                step = piece.nbytes
+                step = size_of(piece)
                 told += step
                 sent(step)
-    if sent is not None and table.nbytes > told:
-        sent(table.nbytes - told)
+    whole = size_of(table) if sent is not None else 0
+    if whole > told:
+        sent(whole - told)  # type: ignore[misc]
     writer.write_metadata(pa.py_buffer(PutTrailer(table.num_rows).encode()))
 
 
@@ -221,7 +223,7 @@ def send_partition(pool: ConnectionPool, uri: str, dataset: str, version: int, p
     the catalog gave it at ``begin`` (:meth:`ConnectionPool.options`).
     """
     descriptor = flight.FlightDescriptor.for_path(*partition_path(dataset, version, part))
-    options = pool.options(put_deadline(timeout, table.nbytes), grant)
+    options = pool.options(put_deadline(timeout, size_of(table)), grant)
     progress = ToldOnce(sent)
 
     def send() -> Any:
@@ -232,7 +234,7 @@ def send_partition(pool: ConnectionPool, uri: str, dataset: str, version: int, p
             return reader.read()
 
     ack = patient_when_busy(send)
-    TRAFFIC.add(bytes_sent=table.nbytes)
+    TRAFFIC.add(bytes_sent=size_of(table))
     return HeldPartition.decode(ack.to_pybytes(), "put receipt") if ack is not None else None
 
 
@@ -249,7 +251,7 @@ def send_partitions(pool: ConnectionPool, uri: str, dataset: str, version: int,
     :class:`RequestRejected` when the receipts do not name every partition.
     """
     schema = parts[0][1].schema
-    options = pool.options(put_deadline(timeout, sum(t.nbytes for _, t in parts)), grant)
+    options = pool.options(put_deadline(timeout, sum(size_of(t) for _, t in parts)), grant)
     for part, table in parts:
         if not table.schema.equals(schema, check_metadata=True):
             raise ValueError(f"partition {part}: one put stream carries one schema; send it on a stream of its own")
@@ -271,7 +273,7 @@ def send_partitions(pool: ConnectionPool, uri: str, dataset: str, version: int,
         return receipts
 
     receipts = patient_when_busy(send)
-    TRAFFIC.add(bytes_sent=sum(t.nbytes for _, t in parts))
+    TRAFFIC.add(bytes_sent=sum(size_of(t) for _, t in parts))
     missing = {part for part, _ in parts} - {r.part for r in receipts}
     if missing:
         raise RequestRejected(f"the node at {uri} acknowledged {len(receipts)} of {len(parts)} partitions; "
@@ -296,14 +298,15 @@ def streams_of(positions: Sequence[tuple[int, int]], tables: Mapping[tuple[int, 
     weight = 0
     for pos in positions:
         table = tables[pos]
+        size = size_of(table)
         last = groups[-1] if groups else None
-        if (last is None or last[0][1] != pos[1] or len(last) >= max_parts or weight + table.nbytes > max_bytes
+        if (last is None or last[0][1] != pos[1] or len(last) >= max_parts or weight + size > max_bytes
                 or not tables[last[0]].schema.equals(table.schema, check_metadata=True)):
             groups.append([pos])
-            weight = table.nbytes
+            weight = size
         else:
             last.append(pos)
-            weight += table.nbytes
+            weight += size
     return groups
 
 

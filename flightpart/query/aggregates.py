@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.acero as acero
 import pyarrow.compute as pc
 
+from flightpart import frames
 from flightpart.errors import InvalidExpression, PartitionedError, RequestRejected, ServerError
 from flightpart.wire import AGGREGATES, Aggregate
 
@@ -231,7 +232,7 @@ def _check_sum_fits(values: pa.ChunkedArray, column: str, function: str, where: 
 def partial_schema(agg: Aggregate, schema: pa.Schema) -> pa.Schema:
     """The schema every partition's partial of ``agg`` has over a dataset of ``schema``."""
     try:
-        empty = schema.empty_table()
+        empty = frames.empty_table(schema)
     except pa.ArrowNotImplementedError as exc:  # a union column: Arrow cannot make it empty, nor aggregate it
         raise RequestRejected(f"aggregate: {str(exc)[:200]}", field="aggregate") from None
     return partial(empty, agg).schema
@@ -330,7 +331,7 @@ def combine(partials: Sequence[pa.Table], agg: Aggregate, schema: pa.Schema) -> 
 def _empty_result(agg: Aggregate, schema: pa.Schema) -> pa.Table:
     """The result over no rows, with the types pyarrow's ``group_by`` gives (a dictionary key stays one; what is
     aggregated is its values, as in :func:`partial`); RequestRejected for what Arrow cannot aggregate."""
-    empty = with_computed(schema.empty_table(), agg)
+    empty = with_computed(frames.empty_table(schema), agg)
     keys = set(agg.by)
     empty = _with_exact_columns(values_of_dictionaries(empty, [c for c in _read_columns(agg) if c not in keys]),
                                 agg.functions)

@@ -15,6 +15,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from flightpart import frames
 from flightpart.errors import RequestRejected, ServerError
 from flightpart.frames import schema_without_views, take_rows
 from flightpart.wire import SortKey, TopRows
@@ -128,7 +129,7 @@ def checked_candidates(parts: list[pa.Table], schema: pa.Schema) -> pa.Table:
         if part.schema.names != schema.names or part.schema.types != schema.types:
             raise ServerError(f"a node's top rows ({', '.join(map(str, part.schema))[:200]}) are not of the view's columns "
                               f"and types ({', '.join(map(str, schema))[:200]}); not used")
-    table = pa.concat_tables(parts) if parts else schema.empty_table()
+    table = pa.concat_tables(parts) if parts else frames.empty_table(schema)
     why = unsound(table)
     if why is not None:
         raise ServerError(f"a node's top rows are not valid Arrow ({why}); not used")

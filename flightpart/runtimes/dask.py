@@ -179,7 +179,7 @@ def _meta(d: dict, reader: BlockReader, schema: pa.Schema | None, range_index: b
     import pandas as pd
 
     if schema is not None:
-        meta = frames.to_pandas(schema.empty_table())
+        meta = frames.to_pandas(frames.empty_table(schema))
     else:
         meta = ReadBlock(reader, False)(row_blocks(d)[0]).iloc[:0]
     if range_index:

@@ -115,7 +115,7 @@ class BlockReader:
 
 def group_columns_of(schema: pa.Schema, q: int) -> list[list[str]]:
     """The column groups a flightpart dataset of ``schema`` was cut into."""
-    data = frames.data_columns(schema.empty_table())
+    data = frames.data_columns(frames.empty_table(schema))
     index_cols = [c for c in schema.names if c not in data]
     return [g + index_cols for g in frames.column_groups(data, q)]
 

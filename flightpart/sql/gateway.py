@@ -23,6 +23,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from flightpart import frames
 from flightpart.client import Client, connect
 from flightpart.client.duckdb_source import shown_to_duckdb
 from flightpart.errors import DatasetNotFound, FlightpartError, LimitExceeded, QueryTimeout, RequestRejected, ServerError
@@ -267,7 +268,7 @@ class Gateway:
         if inner is None:
             raise SqlError("EXPLAIN is answered as 'EXPLAIN SELECT ...' (comments before it allowed)", field="query")
         if schema_only:
-            return EXPLAIN_SCHEMA.empty_table()
+            return frames.empty_table(EXPLAIN_SCHEMA)
         scanned = self.scan(inner)
         if scanned is not None:
             steps = [("read", "nodes", f"{len(scanned[1])} partition(s) sent to the client from the nodes, projected "
@@ -342,7 +343,7 @@ class Gateway:
             if name in named:
                 continue
             try:
-                con.register(name, shown_to_duckdb(schema).empty_table())
+                con.register(name, frames.empty_table(shown_to_duckdb(schema)))
                 con.execute(f'DESCRIBE "{name.replace(chr(34), chr(34) * 2)}"').fetchall()
             except (pa.ArrowException, duckdb.Error):
                 con.unregister(name)

@@ -29,6 +29,7 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from flightpart.errors import NodeUnavailable
+from flightpart.frames import size_of
 from flightpart.server.base import UntracedUnknown
 from flightpart.wire import encode_error, error_with_code
 
@@ -44,11 +45,11 @@ class Sending:
 
     def __init__(self, table: pa.Table, batch_bytes: int):
         self.table: pa.Table | None = table
-        self.nbytes = table.nbytes
-        self.rows = max(1, batch_bytes * table.num_rows // max(1, table.nbytes))  # rows of about batch_bytes
+        self.nbytes = size_of(table)
+        self.rows = max(1, batch_bytes * table.num_rows // max(1, self.nbytes))  # rows of about batch_bytes
         # a batch sent is a slice of one of the answer's chunks, which it keeps alive while in flight: copied only
         # where a chunk is much larger than a batch (DuckDB's can be the whole answer), not where slicing costs little
-        self.copied = any(chunk.nbytes > 4 * batch_bytes for chunk in table.to_batches())
+        self.copied = any(size_of(chunk) > 4 * batch_bytes for chunk in table.to_batches())
         self.offset = 0
         self.last_taken = time.monotonic()
         self.idled = False

@@ -31,6 +31,7 @@ from flightpart.errors import (
     ServerBusy,
     VersionConflict,
 )
+from flightpart.frames import size_of
 from flightpart.query.soundness import unsound
 from flightpart.server.auth import authorize
 from flightpart.server.base import boundary, schema_error
@@ -120,23 +121,23 @@ class SqlCatalogServer(CatalogServer):
         if scanned is not None:  # the nodes send it: one endpoint per partition
             return flight.FlightInfo(scanned[0], descriptor, scanned[1], -1, -1)
         table = self._answer(command, cancelled=_gave_up(context))
-        if table.nbytes > ANSWER_BYTES:
-            raise LimitExceeded(f"Flight SQL: the answer is {table.nbytes:,} bytes, more than the {ANSWER_BYTES:,} a query "
+        size = size_of(table)
+        if size > ANSWER_BYTES:
+            raise LimitExceeded(f"Flight SQL: the answer is {size:,} bytes, more than the {ANSWER_BYTES:,} a query "
                                 "may hand back through the catalog; aggregate it, or select fewer rows or columns",
                                 field="query")
         handle = os.urandom(16)
         with self._sql_lock:
-            sending = self.answers_sent.make_room(table.nbytes, ANSWER_BYTES)
-            if sending + table.nbytes > ANSWER_BYTES:
+            sending = self.answers_sent.make_room(size, ANSWER_BYTES)
+            if sending + size > ANSWER_BYTES:
                 raise ServerBusy(f"busy: answers being sent hold {sending:,} of the {ANSWER_BYTES:,} bytes the "
-                                 f"catalog keeps for answers, and this one has {table.nbytes:,}; retry shortly")
+                                 f"catalog keeps for answers, and this one has {size:,}; retry shortly")
             self._answers[handle] = table
             while len(self._answers) > RESULTS_KEPT or \
-                    sum(t.nbytes for t in self._answers.values()) + sending > ANSWER_BYTES:
+                    sum(size_of(t) for t in self._answers.values()) + sending > ANSWER_BYTES:
                 self._answers.popitem(last=False)
         ticket = proto.pack(proto.TICKET_STATEMENT, proto.message((1, handle)))
-        return flight.FlightInfo(table.schema, descriptor, [flight.FlightEndpoint(ticket, [])], table.num_rows,
-                                 table.nbytes)
+        return flight.FlightInfo(table.schema, descriptor, [flight.FlightEndpoint(ticket, [])], table.num_rows, size)
 
     def do_get(self, context: Any, ticket: flight.Ticket) -> flight.RecordBatchStream:
         command = proto.unpack(ticket.ticket)
