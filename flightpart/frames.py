@@ -339,7 +339,7 @@ def stored_columns(schema: pa.Schema, q: int) -> list[list[str]]:
     """
     if q == 1:
         return [list(schema.names)]
-    data = data_columns(schema.empty_table())
+    data = data_columns(empty_table(schema))
     in_data = set(data)
     index = [c for c in schema.names if c not in in_data]
     return [group + index for group in column_groups(data, q)]
@@ -409,7 +409,7 @@ def from_pieces(blocks: Sequence[Sequence[pa.Table]], schema: pa.Schema) -> pa.T
     for pieces in blocks:
         by_name = {name: column for table in pieces for name, column in zip(table.column_names, table.columns)}
         out.append(pa.Table.from_arrays([by_name[name] for name in schema.names], schema=schema))
-    return pa.concat_tables(out) if out else schema.empty_table()
+    return pa.concat_tables(out) if out else empty_table(schema)
 
 
 def rechunk(table: pa.Table, target_bytes: int = 1 << 20) -> pa.Table:
@@ -461,10 +461,12 @@ def size_of(data: pa.Table | pa.RecordBatch) -> int:
     """``data.nbytes`` (the bytes its rows reach, a slice's only), except where a column holds a dense union: the
     sizes of its buffers. Arrow's ``nbytes`` of a dense union counts a child's value once for each row pointing at
     it (2 GB for 300,000 rows sharing 300 strings of 1 KB), and killed a node with SIGSEGV on a valid batch a put
-    sent; every size of a user's or a peer's rows is taken here."""
-    if any(holds_dense_union(field.type) for field in data.schema):
-        return data.get_total_buffer_size()
-    return data.nbytes
+    sent; every size of a user's or a peer's rows is taken here. Such a column counts its buffers, a slice's
+    whole parent's (its children are sent whole anyway); every other column its rows' bytes."""
+    kinds = [holds_dense_union(field.type) for field in data.schema]
+    if not any(kinds):
+        return data.nbytes
+    return sum(column.get_total_buffer_size() if union else column.nbytes for column, union in zip(data.columns, kinds))
 
 
 def empty_table(schema: pa.Schema) -> pa.Table:

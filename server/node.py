@@ -370,6 +370,7 @@ class NodeServer(ServiceBase):
         if reply.cluster is not None and reply.cluster == self.store.cluster:
             for orphan in reply.orphans:
                 removed = self.store.drop(orphan.dataset, orphan.version, remember=True)
+                self._forget_seals(orphan.dataset, orphan.version)
                 if removed:
                     log.info("dropped %s v%d (%d files): dropped or aborted while this node was away", orphan.dataset,
                              orphan.version, removed)
@@ -708,6 +709,12 @@ class NodeServer(ServiceBase):
         self._seen_sealed.add((dataset, version))
         return True
 
+    def _forget_seals(self, dataset: str, version: int | None) -> None:
+        """Let go of the seals reads remembered (:meth:`_published`) for a dropped version, or every version of
+        ``dataset``: the set would otherwise grow with every version ever read here."""
+        self._seen_sealed.difference_update([key for key in list(self._seen_sealed)
+                                             if key[0] == dataset and (version is None or key[1] == version)])
+
     def _piece_seconds(self) -> float:
         """How long a reader should take one row range: :data:`STREAM_PIECE_SECONDS`, or a tenth of the stream idle
         timeout when that is shorter."""
@@ -822,9 +829,8 @@ class NodeServer(ServiceBase):
         self._check_cluster(body.cluster, body.epoch)
         removed = self.store.drop(body.dataset, body.version, pending_only=body.pending_only, through=body.through,
                                   remember=True)
-        if not body.pending_only:  # its versions' seals, remembered by reads, go with them: no set grows without end
-            self._seen_sealed.difference_update([key for key in list(self._seen_sealed) if key[0] == body.dataset
-                                                 and (body.version is None or key[1] == body.version)])
+        if not body.pending_only:
+            self._forget_seals(body.dataset, body.version)
         describe("drop", dataset=body.dataset, version=body.version, files=removed)
         return Removed(removed)
 

@@ -1053,5 +1053,5 @@ def test_show_tables_and_information_schema_list_every_dataset(cluster, taxi):
         assert client.sql("SELECT sum(h) AS s FROM listed_halves").to_arrow()["s"].to_pylist() == [4.0]
         # DuckDB's SHOW of one table (its DESCRIBE) had been refused as "Table with name zones does not exist!"
         want = local(trips, zones).sql("DESCRIBE zones").fetchall()
-        for query in ("SHOW zones", 'show "zones"', "DESCRIBE zones"):
+        for query in ("SHOW zones", 'show "zones"', "DESCRIBE zones", "/* which columns */ SHOW zones"):
             assert [tuple(row.values()) for row in client.sql(query).to_arrow().to_pylist()] == want, query

@@ -13,6 +13,8 @@ from typing import Any
 import click
 import pyarrow as pa
 
+from flightpart import frames
+
 from .group import (
     CATALOG_OPTION,
     HOST_OPTION,
@@ -85,7 +87,7 @@ class _ReadAhead:
         held = 0
         for batch in self.rest:
             self.batches.append(batch)
-            held += batch.nbytes
+            held += frames.size_of(batch)
             if held > size:
                 self.ended = False
                 return
@@ -105,7 +107,7 @@ def _cut_by_bytes(reader: pa.RecordBatchReader, size: int) -> tuple[pa.RecordBat
     first = next(iter(reader), None)
     if first is None:
         return reader, None
-    rows = max(1, size * first.num_rows // max(first.nbytes, 1))
+    rows = max(1, size * first.num_rows // max(frames.size_of(first), 1))
     return pa.RecordBatchReader.from_batches(reader.schema, itertools.chain([first], reader)), rows
 
 

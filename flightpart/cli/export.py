@@ -20,6 +20,8 @@ import pyarrow.csv as pacsv
 import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
+from flightpart import frames
+
 ROW_GROUP_ROWS = 1 << 20
 """Rows per Parquet row group written by ``get``: about DuckDB's and Polars' own (one group per streamed batch made
 files a quarter larger and slower to scan)."""
@@ -91,7 +93,7 @@ class BatchWriter:
             return
         self._group.append(batch)  # Parquet: batches gathered into row groups of about ROW_GROUP_ROWS
         self._group_rows += batch.num_rows
-        self._group_bytes += batch.nbytes
+        self._group_bytes += frames.size_of(batch)
         if self._group_rows >= ROW_GROUP_ROWS or self._group_bytes >= ROW_GROUP_BYTES:
             self._write_group()
 
@@ -107,7 +109,7 @@ class BatchWriter:
         rest = gathered.slice(size)
         self._group = rest.to_batches()
         self._group_rows = rest.num_rows
-        self._group_bytes = rest.nbytes if rest.num_rows else 0
+        self._group_bytes = frames.size_of(rest) if rest.num_rows else 0
 
     def commit(self) -> None:
         if self.fmt == "parquet":

@@ -51,6 +51,7 @@ class Value:
     is_literal: bool = False
     typed: bool = False  # a literal given its type by a CAST: DuckDB's untyped integer literals adapt, typed ones not
     text: str | None = None  # a number literal as written (exact where a float is not: compared with a decimal)
+    integer_type: pa.DataType | None = None  # a folded integer literal's type as DuckDB's (INTEGER or BIGINT)
 
 
 def parse_sql_predicate(text: str, schema: pa.Schema) -> pc.Expression:
@@ -270,7 +271,8 @@ class _Translator:
         if isinstance(node, e.Neg):
             inner = self.value(node.this)
             if inner.is_literal and isinstance(inner.literal, (int, float)) and not isinstance(inner.literal, bool):
-                return dataclasses.replace(self.literal(-inner.literal), text=_negated_text(inner.text))
+                return dataclasses.replace(self.literal(-inner.literal), text=_negated_text(inner.text),
+                                           integer_type=inner.integer_type)
             self.need_numeric(inner, node)
             return Value(_CALL("negate_checked", [inner.expression]), inner.type)
         if isinstance(node, e.Column):
@@ -593,8 +595,8 @@ class _Translator:
         left, right = self.value(node.this), self.value(node.expression)
         for side in (left, right):
             self.need_numeric(side, node)
-        if not self.computing and _as_written(left) is not None and _as_written(right) is not None:
-            return self.folded(node, _as_written(left), _as_written(right))
+        if not self.computing and _number_literal(left) is not None and _number_literal(right) is not None:
+            return self.folded(node, left, right)
         function = self.arithmetic[type(node)]
         if self.computing:
             self.need_duckdb_arithmetic(left, right, node)
@@ -612,25 +614,41 @@ class _Translator:
         result_type = pa.float64() if (_floating(left.type) or _floating(right.type)) else (left.type or right.type)
         return Value(_CALL(function, [lhs, rhs]), result_type)
 
-    def folded(self, node: Any, a: decimal.Decimal, b: decimal.Decimal) -> Value:
-        """Arithmetic of two number literals in a filter (``price > 1 + 0.5``) as the literal DuckDB folds it to:
-        integers stay integers (INTEGER, or BIGINT past it, refused where DuckDB's overflows), a decimal in either
-        is an exact DECIMAL (``0.1 + 0.2 = 0.3``), ``/`` a DOUBLE. It had been sent as arithmetic of two scalars,
-        which Substrait cannot carry."""
-        kind = type(node)
-        if kind is self.exp.Div:
-            if b == 0:
-                raise self.fail(f"{node.sql(dialect='duckdb')!r}: a division of literals by zero is not translated")
-            return self.literal(float(a) / float(b))  # a DOUBLE, as DuckDB's / gives (7 / 2 = 3.5): no text
-        with decimal.localcontext(decimal.Context(prec=2 * MAX_DECIMAL_DIGITS + 2)):  # exact for any two of 38 digits
-            result = a + b if kind is self.exp.Add else a - b if kind is self.exp.Sub else a * b
-        if a.as_tuple().exponent == 0 and b.as_tuple().exponent == 0:  # two integer literals
-            kind_of = pa.int32() if all(_fits(int(v), pa.int32()) for v in (a, b)) else pa.int64()
-            if not _fits(int(result), kind_of):
-                raise self.fail(f"{node.sql(dialect='duckdb')!r} overflows {kind_of}, as DuckDB computes it")
-            return dataclasses.replace(self.literal(int(result)), text=str(int(result)))
-        text = format(result, "f")
-        return dataclasses.replace(self.literal(float(result)), text=text)
+    def folded(self, node: Any, left: Value, right: Value) -> Value:
+        """Arithmetic of two number literals in a filter (``price > 1 + 0.5``) as the literal DuckDB folds it to, or
+        refused where DuckDB refuses it: integers as INTEGER, or BIGINT where either is one (overflowing where
+        DuckDB's does); a decimal in either, an exact DECIMAL of at most 38 digits (``0.1 + 0.2 = 0.3``); a DOUBLE
+        in either (``1e1``, a quotient), a DOUBLE; ``/`` a DOUBLE (``1 / 0`` infinite, ``0 / 0`` NaN). It had been
+        sent as arithmetic of two scalars, which Substrait cannot carry."""
+        (kind_a, a), (kind_b, b) = _number_literal(left), _number_literal(right)  # type: ignore[misc]
+        op = type(node)
+        written = node.sql(dialect="duckdb")
+        if op is self.exp.Div or "double" in (kind_a, kind_b):
+            x, y = float(a), float(b)
+            if op is self.exp.Div and y == 0:
+                result = math.nan if x == 0 or math.isnan(x) else math.copysign(math.inf, x) * math.copysign(1.0, y)
+            elif op is self.exp.Div:
+                result = x / y
+            else:
+                result = x + y if op is self.exp.Add else x - y if op is self.exp.Sub else x * y
+            return self.literal(result)  # a DOUBLE: no text
+        exact_context = decimal.Context(prec=2 * MAX_DECIMAL_DIGITS + 2)  # exact for any two of 38 digits
+        with decimal.localcontext(exact_context):
+            exact = a + b if op is self.exp.Add else a - b if op is self.exp.Sub else a * b
+        if kind_a == kind_b == "integer":
+            wide = pa.int64() if pa.int64() in (_integer_type(left), _integer_type(right)) else pa.int32()
+            if not _fits(int(exact), wide):
+                raise self.fail(f"{written!r} overflows {'BIGINT' if wide == pa.int64() else 'INTEGER'}, as DuckDB "
+                                "computes it")
+            return dataclasses.replace(self.literal(int(exact)), text=str(int(exact)), integer_type=wide)
+        scale = _scale(a) + _scale(b) if op is self.exp.Mul else max(_scale(a), _scale(b))
+        _sign, digits, exponent = exact.as_tuple()
+        if scale > MAX_DECIMAL_DIGITS or max(len(digits) - max(-exponent, 0), 0) + scale > MAX_DECIMAL_DIGITS:
+            raise self.fail(f"{written!r} needs a decimal of more than {MAX_DECIMAL_DIGITS} digits, which DuckDB "
+                            "refuses too")
+        with decimal.localcontext(exact_context):  # as many places as DuckDB's type of it has
+            text = format(exact.quantize(decimal.Decimal(1).scaleb(-scale)), "f")
+        return dataclasses.replace(self.literal(float(exact)), text=text)
 
     def need_duckdb_arithmetic(self, left: Value, right: Value, node: Any) -> None:
         """A computed value's arithmetic only where Arrow's gives DuckDB's value: no FLOAT (DuckDB computes in
@@ -688,16 +706,30 @@ def _negated_text(text: str | None) -> str | None:
     return text[1:] if text.startswith("-") else f"-{text}"
 
 
-def _as_written(value: Value) -> decimal.Decimal | None:
-    """A number literal as DuckDB reads it, exactly (an integer, or digits with a point); None for anything else
-    (a column, a cast literal, a DOUBLE such as ``1e-1``)."""
+def _number_literal(value: Value) -> tuple[str, Any] | None:
+    """A number literal as DuckDB types it, with its value: ``("integer", Decimal)``, ``("decimal", Decimal)``
+    (digits with a point, exactly as written) or ``("double", float)`` (an exponent, a quotient); None for anything
+    else (a column, a cast literal)."""
     if not value.is_literal or value.typed or not _plain_number(value.literal):
         return None
     if isinstance(value.literal, int):
-        return decimal.Decimal(value.literal)
-    if value.text is None or not DECIMAL_TEXT.match(value.text):
-        return None
-    return decimal.Decimal(value.text)
+        return "integer", decimal.Decimal(value.literal)
+    if value.text is not None and DECIMAL_TEXT.match(value.text):
+        return "decimal", decimal.Decimal(value.text)
+    return "double", value.literal
+
+
+def _integer_type(value: Value) -> pa.DataType:
+    """DuckDB's type of an integer literal: INTEGER where its digits fit one (``-2147483648`` is a BIGINT
+    negated), else BIGINT; a folded one keeps the type it was folded in."""
+    if value.integer_type is not None:
+        return value.integer_type
+    return pa.int32() if abs(value.literal) <= (1 << 31) - 1 else pa.int64()
+
+
+def _scale(value: decimal.Decimal) -> int:
+    """The places after the point of a decimal literal as written (``1.50``: 2; an integer: 0)."""
+    return max(-value.as_tuple().exponent, 0)
 
 
 def _decimal(t: pa.DataType | None) -> bool:

@@ -345,8 +345,14 @@ class Gateway:
             try:
                 con.register(name, frames.empty_table(shown_to_duckdb(schema)))
                 con.execute(f'DESCRIBE "{name.replace(chr(34), chr(34) * 2)}"').fetchall()
+            except duckdb.InterruptException:  # the query's time is up (an Error too): not a dataset to leave out
+                raise
             except (pa.ArrowException, duckdb.Error):
                 con.unregister(name)
+            if stop.fired:
+                raise Stopped()
+        if stop.fired:
+            raise Stopped()
 
     def _named(self, query: str) -> list[str]:
         """The datasets ``query`` names (as tables), those that exist; others are left for DuckDB to refuse."""
@@ -597,7 +603,9 @@ class Stopped(Exception):
 
 class _Watch:
     """Stops a DuckDB query (``interrupt``) once it has run ``timeout`` seconds or its caller gave up, looking
-    every :data:`WATCH_SECONDS`; ``gave_up`` says which. :meth:`done` is called before the connection is closed:
+    every :data:`WATCH_SECONDS`, and again at each look after (an interrupt that lands between two of DuckDB's
+    statements is lost, and the next would run on); ``gave_up`` says which. :meth:`done` is called before the
+    connection is closed:
     once it returns, the watch touches the connection no more (an interrupt racing the close raised in the watch's
     thread, and a native library is not asked to interrupt what it is closing)."""
 
@@ -615,11 +623,12 @@ class _Watch:
             gave_up = self.cancelled()
             if gave_up or time.monotonic() > deadline:
                 with self._lock:
-                    if not self._done.is_set():
+                    if self._done.is_set():
+                        return
+                    if not self.fired:
                         self.gave_up = gave_up
-                        self.fired = True
-                        self.con.interrupt()
-                return
+                    self.fired = True
+                    self.con.interrupt()
 
     def done(self) -> None:
         with self._lock:

@@ -26,7 +26,8 @@ def parsed(query: str) -> Any | None:
 
 
 
-SHOWN = re.compile(r"^\s*SHOW\b", re.IGNORECASE)
+SHOWN = re.compile(r"^(?:\s*(?:/\*.*?\*/|--[^\n]*(?:\n|$)))*\s*SHOW\b", re.IGNORECASE | re.DOTALL)
+"""``SHOW`` opening a query, after any comments."""
 
 
 def _shown_table(query: str, tree: Any) -> Any | None:
