@@ -1000,6 +1000,7 @@ def test_a_version_has_its_schema_by_name_and_the_session_has_no_catalog_rather_
         assert "unknown action" not in str(info.value)
 
 
+@pytest.mark.slow  # 300 datasets put and dropped: in the slow tier, which CI runs
 def test_a_listing_that_runs_too_long_is_stopped_as_a_query_is(cluster, taxi, monkeypatch):
     """A query listing tables asks the catalog for each dataset's schema, in Python, which DuckDB's interrupt does not
     reach: over many datasets such a listing ran on past the query's time. It is stopped as any query is."""
