@@ -133,6 +133,26 @@ def test_metadata_lists_every_dataset_with_its_schema(taxi):
     assert conn.adbc_get_table_types() == ["TABLE"]
 
 
+def test_table_names_are_listed_without_asking_each_datasets_schema(taxi, cluster, monkeypatch):
+    """GetTables asked the catalog for every dataset's schema, whether the client wanted schemas or not and before its
+    name pattern was applied: a client listing names over many datasets paid a call for each. Names are listed from
+    the catalog's list alone, and only the datasets a pattern keeps are asked for their schemas."""
+    from flightpart.client.client import Client
+
+    _table, zones, conn = taxi
+    asked: list[str] = []
+    real = Client.info
+    monkeypatch.setattr(Client, "info", lambda self, name, version=None: asked.append(name) or real(self, name, version))
+    objects = conn.adbc_get_objects(depth="tables").read_all().to_pylist()
+    names = {t["table_name"] for catalog in objects for schema in catalog["catalog_db_schemas"]
+             for t in schema["db_schema_tables"]}
+    assert {"trips", "zones"} <= names and asked == []
+    objects = conn.adbc_get_objects(depth="columns", table_name_filter="zon%").read_all().to_pylist()
+    tables = {t["table_name"]: [c["column_name"] for c in t["table_columns"]]
+              for catalog in objects for schema in catalog["catalog_db_schemas"] for t in schema["db_schema_tables"]}
+    assert tables == {"zones": zones.column_names} and asked == ["zones"]
+
+
 def test_a_selective_filter_reaches_the_nodes(taxi, cluster):
     table, _zones, conn = taxi
     sent = lambda: sum(fp.connect(cluster.uri).stats(n.uri)["bytes_sent"] for n in cluster.nodes)  # noqa: E731

@@ -99,16 +99,24 @@ class Gateway:
                 if client is not None:
                     client.close()
 
-    def tables(self, stopped: Callable[[], bool] = lambda: False) -> list[tuple[str, pa.Schema]]:
-        """Every dataset's latest version: its name and schema; :class:`Stopped` once ``stopped()`` (a listing query
-        ran past its time, or its caller gave up: one schema is asked of the catalog per dataset)."""
+    def tables(self, stopped: Callable[[], bool] = lambda: False, *, wanted: Callable[[str], bool] | None = None,
+               schemas: bool = True) -> list[tuple[str, pa.Schema | None]]:
+        """Every dataset's latest version (those whose name is ``wanted``): its name and schema (None without
+        ``schemas``: one schema is asked of the catalog per dataset, which a list of names needs not); :class:`Stopped`
+        once ``stopped()`` (a listing query ran past its time, or its caller gave up)."""
         client = self.client()
-        found = []
+        found: list[tuple[str, pa.Schema | None]] = []
         for entry in client.list():
+            name = entry["name"]
+            if wanted is not None and not wanted(name):
+                continue
+            if not schemas:
+                found.append((name, None))
+                continue
             if stopped():
                 raise Stopped()
             try:
-                found.append((entry["name"], client.info(entry["name"]).schema))
+                found.append((name, client.info(name).schema))
             except DatasetNotFound:
                 continue  # dropped since it was listed
         return found

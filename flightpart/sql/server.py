@@ -324,8 +324,9 @@ class SqlCatalogServer(CatalogServer):
             raise RequestRejected(f"table_name_filter_pattern: {len(pattern):,} characters, more than the {MAX_PATTERN} "
                                   "a pattern may have", field="table_name_filter_pattern")
         types = _table_types(body)
-        rows = [] if schema_only or (types and TABLE_TYPE not in types) else self.gateway.tables()
-        rows = [(name, schema) for name, schema in rows if pattern is None or _like(name, pattern)]
+        wanted = None if pattern is None else (lambda name: _like(name, pattern))  # schemas asked of those only
+        rows = [] if schema_only or (types and TABLE_TYPE not in types) else \
+            self.gateway.tables(wanted=wanted, schemas=include_schema)
         if not rows and pattern is not None and not schema_only and "%" not in pattern:
             version = self.gateway.version_table(pattern)  # adbc_get_table_schema("sales@3"): a version asked by name
             rows = [version] if version is not None and (not types or TABLE_TYPE in types) else []
