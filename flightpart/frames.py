@@ -128,6 +128,10 @@ def check_columns(schema: pa.Schema) -> None:
 def _from_pandas(frame: Any) -> pa.Table:
     """A pandas frame as a table; a column Arrow cannot type (values of mixed Python types in one object column)
     is named with the types it holds and how to make it one type, instead of Arrow's conversion error."""
+    twice = sorted({str(name) for name in frame.columns[frame.columns.duplicated()]})
+    if twice:  # pyarrow's own ValueError, with no code, said so
+        raise SchemaMismatch(f"the frame names columns {twice} more than once; a dataset's columns have one name each: "
+                             "rename them first (df.columns = [...])", field="columns")
     try:
         return pa.Table.from_pandas(frame, preserve_index=None)
     except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:

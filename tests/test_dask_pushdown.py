@@ -89,3 +89,25 @@ def test_a_view_filtered_before_to_dask_reads_only_its_rows(trips, cluster):
     want = whole[whole.fare > 90].reset_index(drop=True)
     pd.testing.assert_frame_equal(got.reset_index(drop=True), want)
     assert moved < 0.25 * table.nbytes
+
+
+def test_a_pandas_frame_read_by_dask_is_the_frame_that_was_put(cluster, dask_client):
+    """A column with a null somewhere was cast, in every block, to the dtype pandas gives a column of nulls alone
+    without the frame's pandas metadata: a categorical with a null came back as all NaN (no categories), ``Int64``,
+    ``UInt8`` and ``Float64`` as float64, ``boolean`` as text. Only NumPy integers (float64 with a null) and bools
+    (object) change with nulls, as pandas changes them. A RangeIndex with a start, a step and a name came back as
+    the row positions, unnamed."""
+    frame = pd.DataFrame({
+        "k": [1, 2, 3, 4, 5, 6],
+        "c": pd.Categorical(["a", None, "b", "a", "b", "a"], categories=["b", "a", "unused"], ordered=True),
+        "i": pd.array([1, None, 3, 4, 5, 6], "Int64"), "u": pd.array([1, 2, None, 4, 5, 6], "UInt8"),
+        "f": pd.array([1.5, None, 3.5, 4.5, 5.5, 6.5], "Float64"), "b": pd.array([True, None, False, True, True, False], "boolean"),
+        "n": [1, 2, 3, 4, None, 6],  # a NumPy integer with a null: float64, in the blocks without one too
+    }, index=pd.RangeIndex(100, 112, 2, name="r"))
+    with fp.connect(cluster.uri, host="127.0.0.9") as client:
+        ddf = client.put("dask-frame", frame, tiling=(3, 1)).to_dask()
+        got = ddf.compute()
+        pd.testing.assert_frame_equal(got, frame)
+        assert ddf.divisions == (100, 104, 108, 110)
+        kept = ddf[ddf.k > 3].compute()
+        pd.testing.assert_frame_equal(kept, frame[frame.k > 3])

@@ -17,6 +17,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -37,6 +38,7 @@ from flightpart.runtimes.tasks import (
     node_for,
     row_blocks,
     send_from_worker,
+    stored_range,
 )
 from flightpart.wire import ROW_NUMBER
 
@@ -131,9 +133,11 @@ class ReadBlock:
     """
 
     def __init__(self, reader: BlockReader, range_index: bool, schema: pa.Schema | None = None,
-                 filter: Filter | None = None, widened: dict[str, Any] | None = None):
+                 filter: Filter | None = None, widened: dict[str, Any] | None = None,
+                 index_range: tuple[int, int, Any] = (0, 1, None)):
         self.reader = reader
         self.range_index = range_index
+        self.index_range = index_range  # the frame's RangeIndex (start, step, name) row positions map to
         self.schema = schema
         self.filter = filter
         self.widened = widened  # columns with a null somewhere, and the dtype the whole frame gives them
@@ -146,7 +150,8 @@ class ReadBlock:
         if self.filter is not None:
             expression = self.filter.expression & expression
         bound = compiled(expression, self.schema)
-        return None if bound is None else ReadBlock(self.reader, self.range_index, self.schema, bound, self.widened)
+        return None if bound is None else ReadBlock(self.reader, self.range_index, self.schema, bound, self.widened,
+                                                    self.index_range)
 
     def __call__(self, block: RowBlock, columns: Sequence[str] | None = None) -> Any:
         import pandas as pd
@@ -161,10 +166,11 @@ class ReadBlock:
             positions = table.column(ROW_NUMBER).to_numpy() - first + block.start
             table = table.drop_columns([ROW_NUMBER])
         df = self._widen(frames.to_pandas(table))
+        start, step, name = self.index_range
         if positions is not None:
-            df.index = pd.Index(positions)
+            df.index = pd.Index(start + positions * step, name=name)
         elif self.range_index:
-            df.index = pd.RangeIndex(block.start, block.start + len(df))
+            df.index = pd.RangeIndex(start + block.start * step, start + (block.start + len(df)) * step, step, name=name)
         return df
 
 
@@ -183,7 +189,7 @@ def _meta(d: dict, reader: BlockReader, schema: pa.Schema | None, range_index: b
     else:
         meta = ReadBlock(reader, False)(row_blocks(d)[0]).iloc[:0]
     if range_index:
-        meta.index = pd.RangeIndex(0, 0)
+        meta.index = pd.RangeIndex(0, 0, name=stored_range(schema)[2])
     return meta
 
 
@@ -199,13 +205,14 @@ def from_partitioned(obj: Any, *, columns: Sequence[str] | None = None, schema: 
     groups = group_columns_of(schema, d["partition_tiling"][1]) if schema is not None else None
     reader = BlockReader(d["get"], None, groups, _worker_host)
     range_index = global_range_index(schema)
-    widened = _widened(obj, schema)
     meta = _meta(d, reader, schema, range_index)
+    widened = _widened(obj, schema, meta)
     if widened:
         meta = meta.astype({c: t for c, t in widened.items() if c in meta.columns})
     _ensure_locality_plugin()
-    divisions = divisions_for(blocks) if range_index else None
-    read = ReadBlock(reader, range_index, schema, widened=widened)
+    index_range = stored_range(schema)
+    divisions = divisions_for(blocks, *index_range[:2]) if range_index else None
+    read = ReadBlock(reader, range_index, schema, widened=widened, index_range=index_range)
     view = getattr(obj, "view", None)
     if (PUSHDOWN_AVAILABLE and widened is not None and view is not None and view.rows is None and view.filter is None
             and filters_reach_the_nodes(d)):
@@ -215,10 +222,13 @@ def from_partitioned(obj: Any, *, columns: Sequence[str] | None = None, schema: 
     return ddf[list(columns)] if columns is not None else ddf
 
 
-def _widened(obj: Any, schema: pa.Schema | None) -> dict[str, Any] | None:
-    """For a flightpart dataset: the columns its statistics say hold a null somewhere, with the dtype pandas gives
-    such a column (float64 for integers, object for booleans), so every block has the dtype reading the whole
-    dataset would give, whichever rows it holds or a filter kept. None when that is not known."""
+def _widened(obj: Any, schema: pa.Schema | None, meta: Any) -> dict[str, Any] | None:
+    """For a flightpart dataset: the columns its statistics say hold a null somewhere and whose dtype in ``meta``
+    (the frame's, from the schema and its pandas metadata) pandas changes where a null is: a NumPy integer becomes
+    float64, a NumPy bool object. So every block has the dtype reading the whole dataset would give, whichever rows
+    it holds or a filter kept. A dtype that holds nulls as they are (a categorical, ``Int64``, ``boolean``, a
+    date's objects) is left alone: each had been cast to what a column of nulls alone gives, without the frame's
+    pandas metadata (a categorical of no categories, every value lost). None when the nulls are not known."""
     plan = getattr(obj, "plan", None)
     if plan is None or schema is None:
         return None
@@ -227,7 +237,15 @@ def _widened(obj: Any, schema: pa.Schema | None) -> dict[str, Any] | None:
         if info.stats is None:
             return None
         nullable |= {c for c, s in info.stats.items() if s.get("nulls") and c in schema.names}
-    return {c: frames.to_pandas(pa.table({c: pa.nulls(1, schema.field(c).type)}))[c].dtype for c in sorted(nullable)}
+    widened: dict[str, Any] = {}
+    for c in sorted(nullable):
+        if c not in meta.columns or not isinstance(meta[c].dtype, np.dtype):
+            continue
+        if meta[c].dtype.kind in "iu":
+            widened[c] = np.dtype(np.float64)
+        elif meta[c].dtype.kind == "b":
+            widened[c] = np.dtype(object)
+    return widened
 
 
 def filters_reach_the_nodes(d: dict) -> bool:

@@ -127,11 +127,24 @@ def global_range_index(schema: pa.Schema | None) -> bool:
     return not stored
 
 
-def divisions_for(blocks: Sequence[RowBlock]) -> tuple | None:
-    """Known divisions from row starts, when every block has rows."""
-    if not blocks or any(b.rows == 0 for b in blocks):
+def stored_range(schema: pa.Schema | None) -> tuple[int, int, Any]:
+    """The pandas RangeIndex a frame was put with (its start, step and name, from the pandas metadata), which
+    row positions map to; ``(0, 1, None)`` for a table without one. A Dask read had given every frame the
+    positions themselves (``RangeIndex(100, 110, 2, name="r")`` came back as 0-4, unnamed)."""
+    meta = (schema.pandas_metadata if schema is not None else None) or {}
+    ranges = [c for c in meta.get("index_columns", []) if isinstance(c, dict) and c.get("kind") == "range"]
+    if len(ranges) != 1:
+        return 0, 1, None
+    first = ranges[0]
+    return int(first.get("start", 0)), int(first.get("step", 1)) or 1, first.get("name")
+
+
+def divisions_for(blocks: Sequence[RowBlock], start: int = 0, step: int = 1) -> tuple | None:
+    """Known divisions from row starts (each the index of its first row: ``start + position * step``), when every
+    block has rows and the index grows."""
+    if not blocks or any(b.rows == 0 for b in blocks) or step <= 0:
         return None
-    return tuple(b.start for b in blocks) + (blocks[-1].start + blocks[-1].rows - 1,)
+    return tuple(start + b.start * step for b in blocks) + (start + (blocks[-1].start + blocks[-1].rows - 1) * step,)
 
 
 # --------------------------------------------------------------------------- puts

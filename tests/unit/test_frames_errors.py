@@ -20,6 +20,13 @@ def test_a_mixed_type_object_column_names_the_column_its_types_and_the_fix():
     assert "'ok'" not in message
 
 
+def test_a_pandas_frame_naming_a_column_twice_is_refused_with_a_code():
+    """pyarrow's own ``ValueError: Duplicate column names found`` had reached the user, with no code."""
+    with pytest.raises(fp.SchemaMismatch, match=r"\['a'\] more than once") as caught:
+        to_arrow(pd.DataFrame([[1, 2, 3]], columns=["a", "a", "b"]))
+    assert caught.value.code == "SCHEMA_MISMATCH" and caught.value.field == "columns"
+
+
 def test_a_column_with_nulls_and_one_type_is_not_refused():
     table = to_arrow(pd.DataFrame({"s": ["a", None, "b"], "f": [1.0, None, float("nan")]}))
     assert table.column("s").null_count == 1 and table.num_rows == 3
