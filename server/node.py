@@ -54,6 +54,7 @@ from flightpart.io.transfer import (
     BATCH_BYTES,
     BUFFERED_BYTES,
     PiecePace,
+    batches_of,
     chunks,
     put_deadline,
     row_pieces,
@@ -691,6 +692,9 @@ class NodeServer(ServiceBase):
             # a small partition (STREAM_WHOLE_BYTES), or dictionaries that grow from batch to batch, which go out as
             # deltas only Arrow's own stream of the table writes: sent whole, the reader given time by its size
             self.guard.sent_whole(guard, nbytes)
+            if dictionaries and not table.num_rows:  # a stream of the table sends no batch, and so no dictionary
+                return flight.RecordBatchStream(pa.RecordBatchReader.from_batches(table.schema, batches_of(table)),
+                                                options=options)
             return flight.RecordBatchStream(table, options=options)
         # row ranges handed out one at a time, so the guard sees a reader that stops taking them (its slot is freed);
         # each range's batches are written by Arrow without a step of Python per batch

@@ -368,6 +368,7 @@ def read_bounded(reader: flight.FlightStreamReader, bound: RowBound | None,
     :class:`Unsound`); ``marks`` collects each batch's metadata with the row it starts at, and ``moved()`` is called
     after each message (for a watchdog)."""
     batches, rows, empty, taken = [], 0, 0, 0
+    first_empty = None  # kept when no batch has rows: it carries a dictionary's values (an empty categorical's)
     most_bytes = bound.bytes if bound is not None else None
     for chunk in chunks(reader):
         if marks is not None and chunk.app_metadata is not None:
@@ -386,13 +387,17 @@ def read_bounded(reader: flight.FlightStreamReader, bound: RowBound | None,
             if bound is not None and rows > bound.rows:
                 reader.cancel()
                 raise bound.passed()
-        elif bound is not None:  # a message without rows (metadata only, or an empty batch): none is kept
+        else:  # a message without rows (metadata only, or an empty batch): none is kept
+            if first_empty is None and data is not None:
+                first_empty = data
             empty += 1
-            if empty > EMPTY_MESSAGES:
+            if bound is not None and empty > EMPTY_MESSAGES:
                 reader.cancel()
                 raise Unsound(f"more than {EMPTY_MESSAGES:,} messages without rows; the stream was left there")
         if moved is not None:
             moved()
+    if not batches and first_empty is not None:
+        batches.append(first_empty)
     return pa.Table.from_batches(batches, reader.schema)
 
 

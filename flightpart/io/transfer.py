@@ -148,7 +148,7 @@ def _write_table(writer: Any, table: pa.Table, sent: Callable[[int], None] | Non
     """A table's batches in pieces of about :data:`BATCH_BYTES`, then the trailer that says it is complete;
     ``sent`` is told the bytes of each piece as it goes (and the rest of the table's size at the end)."""
     told = 0
-    for batch in table.to_batches():
+    for batch in batches_of(table):
         for piece in split_batch(batch):
             writer.write_batch(piece)
             if sent is not None:
@@ -159,6 +159,17 @@ def _write_table(writer: Any, table: pa.Table, sent: Callable[[int], None] | Non
     if whole > told:
         sent(whole - told)  # type: ignore[misc]
     writer.write_metadata(pa.py_buffer(PutTrailer(table.num_rows).encode()))
+
+
+def batches_of(table: pa.Table) -> list[pa.RecordBatch]:
+    """``table.to_batches()``; for a table of no rows with a dictionary column, one batch of none: ``to_batches()``
+    (and a stream of the table) gives no batch then, and the dictionary was lost on the way (an empty categorical
+    came back with no categories)."""
+    batches = table.to_batches()
+    if batches or table.num_rows or not any(pa.types.is_dictionary(field.type) for field in table.schema):
+        return batches
+    return [pa.RecordBatch.from_arrays([column.chunk(0) if column.num_chunks else pa.nulls(0, column.type)
+                                        for column in table.columns], schema=table.schema)]
 
 
 def put_deadline(timeout: float, nbytes: int) -> float:
