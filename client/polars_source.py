@@ -20,7 +20,6 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from flightpart import frames
 from flightpart.errors import PartitionedError
 from flightpart.frames import polars_frame, shown_to_polars
 from flightpart.query.joined import conjunction
@@ -34,12 +33,8 @@ def lazy_frame(ds: Any) -> Any:
     import polars as pl
     from polars.io.plugins import register_io_source
 
-    # without the pandas index, as to_polars() gives the frame (the lazy frame had kept the index columns the eager
-    # one leaves out; every view carries them, so they are left out of each batch)
-    data = frames.data_columns(frames.empty_table(ds.schema))
-    shown = shown_to_polars(ds.to_reader().schema)
-    schema = pl.from_arrow(frames.empty_table(shown).select(data)).schema  # one Polars cannot read: a clear error now, not
-    # a Rust panic in the middle of a scan
+    schema = pl.from_arrow(shown_to_polars(ds.to_reader().schema).empty_table()).schema  # one Polars cannot read:
+    # a clear error now, not a Rust panic in the middle of a scan
 
     def source(with_columns: list[str] | None, predicate: Any, n_rows: int | None, batch_size: int | None) -> Iterator[Any]:
         view = ds
@@ -62,7 +57,8 @@ def lazy_frame(ds: Any) -> Any:
             frame = polars_frame(batch)
             if predicate is not None:
                 frame = frame.filter(predicate)
-            frame = frame.select(with_columns if with_columns is not None else data)
+            if with_columns is not None:
+                frame = frame.select(with_columns)
             if remaining is not None:
                 frame = frame.head(remaining)
                 remaining -= frame.height

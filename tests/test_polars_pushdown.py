@@ -94,20 +94,3 @@ def test_null_rows_are_kept_or_left_as_polars_keeps_or_leaves_them(cluster, name
         predicate = NULL_CASES[name]
         got = ds.to_polars(lazy=True).filter(predicate).collect()
         assert got.equals(pl.from_arrow(NULLS).filter(predicate)), (name, got)
-
-
-def test_a_lazy_frame_of_a_pandas_frame_has_the_eager_frames_columns(cluster):
-    """``to_polars()`` leaves a pandas frame's index out (Polars has none); ``to_polars(lazy=True)`` had kept the
-    index columns (``id``, ``__index_level_0__``), so the two frames of one dataset had other columns."""
-    import pandas as pd
-
-    named = pd.DataFrame({"k": [1, 2, 3, 4]}, index=pd.Index([10, 20, 30, 40], name="id"))
-    unnamed = pd.DataFrame({"k": [1.5, 2.5]}, index=[7, 8])
-    with fp.connect(cluster.uri, host="127.0.0.9") as client:
-        for name, frame in (("pl-named-index", named), ("pl-unnamed-index", unnamed)):
-            ds = client.put(name, frame, tiling=(2, 1) if len(frame) > 2 else (1, 1))
-            eager = ds.to_polars()
-            lazy = ds.to_polars(lazy=True)
-            assert eager.columns == ["k"] and lazy.collect_schema().names() == ["k"], name
-            assert lazy.collect().equals(eager)
-            assert lazy.filter(pl.col("k") > 2).collect().equals(eager.filter(pl.col("k") > 2))
