@@ -22,6 +22,7 @@ from flightpart import frames
 from flightpart.errors import LimitExceeded, PartitionedError
 from flightpart.io.allocator import keep_freed_memory
 from flightpart.io.hosts import host_addresses
+from flightpart.io.transfer import batches_of
 from flightpart.query import aggregates, filters
 from flightpart.query import top as first_rows
 from flightpart.query.filters import Filter
@@ -449,8 +450,14 @@ class Dataset:
         """
         if not isinstance(window, int) or isinstance(window, bool) or window < 1:
             raise ValueError(f"window: expected a positive number of bytes, got {window!r}")
+        last, any_rows = None, False
         for table in self._row_blocks(prefetch, window, progress):
-            yield from table.to_batches()
+            batches = table.to_batches()
+            any_rows = any_rows or bool(batches)
+            yield from batches
+            last = table
+        if not any_rows and last is not None:  # no rows: one batch of none, carrying dictionaries (their categories)
+            yield from batches_of(last)
 
     def to_reader(self, *, prefetch: int = READS_IN_FLIGHT, window: int = READ_WINDOW,
                   progress: Progress | Any | None = None) -> pa.RecordBatchReader:

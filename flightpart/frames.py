@@ -461,6 +461,15 @@ def holds_dense_union(kind: pa.DataType) -> bool:
     return any(holds_dense_union(kind.field(k).type) for k in range(kind.num_fields))
 
 
+def holds_dictionary(kind: pa.DataType) -> bool:
+    """Whether ``kind`` is or holds a dictionary, at any depth (an extension's storage included)."""
+    if pa.types.is_dictionary(kind):
+        return True
+    if isinstance(kind, pa.ExtensionType):
+        return holds_dictionary(kind.storage_type)
+    return any(holds_dictionary(kind.field(k).type) for k in range(kind.num_fields))
+
+
 def size_of(data: pa.Table | pa.RecordBatch) -> int:
     """``data.nbytes`` (the bytes its rows reach, a slice's only), except where a column holds a dense union: the
     sizes of its buffers. Arrow's ``nbytes`` of a dense union counts a child's value once for each row pointing at

@@ -24,7 +24,7 @@ from flightpart.io.connections import ConnectionPool
 from flightpart.io.errors import translated
 from flightpart.io.hosts import host_addresses
 from flightpart.io.pull import read_replicas
-from flightpart.io.transfer import BATCH_BYTES, split_batch
+from flightpart.io.transfer import BATCH_BYTES, batches_of, split_batch
 from flightpart.query.apply import apply_ticket
 from flightpart.regrid import Piece, is_whole, pieces_of
 from flightpart.tiling import starts_from_sizes
@@ -92,7 +92,7 @@ class Assembler:
                     self.count(partitions_linked=1, assembled_rows=receipts[-1].rows)
                     continue
             table = frames.from_pieces(self._gather(plan, pieces, deadline), plan.schema(target.part[1]))
-            batches = (piece for batch in table.to_batches() for piece in split_batch(batch, BATCH_BYTES))
+            batches = (piece for batch in batches_of(table) for piece in split_batch(batch, BATCH_BYTES))
             receipts.append(self.store.write(order.dataset, order.version, target.part, table.schema, batches,
                                              sync_directory=False))
             written = True

@@ -688,13 +688,14 @@ class NodeServer(ServiceBase):
                      compressed=compressed is not None)
         self.counters.add(bytes_sent=nbytes, rows_sent=table.num_rows, batches_sent=batches, partitions_served=1,
                           streams_compressed=int(compressed is not None), get_streams=1)
+        if not table.num_rows:  # a stream of the table sends no batch, and so no dictionary (at any depth): one of none
+            self.guard.sent_whole(guard, nbytes)
+            return flight.RecordBatchStream(pa.RecordBatchReader.from_batches(table.schema, batches_of(table)),
+                                            options=options)
         if nbytes <= STREAM_WHOLE_BYTES or dictionaries:
             # a small partition (STREAM_WHOLE_BYTES), or dictionaries that grow from batch to batch, which go out as
             # deltas only Arrow's own stream of the table writes: sent whole, the reader given time by its size
             self.guard.sent_whole(guard, nbytes)
-            if dictionaries and not table.num_rows:  # a stream of the table sends no batch, and so no dictionary
-                return flight.RecordBatchStream(pa.RecordBatchReader.from_batches(table.schema, batches_of(table)),
-                                                options=options)
             return flight.RecordBatchStream(table, options=options)
         # row ranges handed out one at a time, so the guard sees a reader that stops taking them (its slot is freed);
         # each range's batches are written by Arrow without a step of Python per batch

@@ -111,3 +111,9 @@ def test_a_pandas_frame_read_by_dask_is_the_frame_that_was_put(cluster, dask_cli
         assert ddf.divisions == (100, 104, 108, 110)
         kept = ddf[ddf.k > 3].compute()
         pd.testing.assert_frame_equal(kept, frame[frame.k > 3])
+        # where the stored range no longer spans the rows read, the index is what to_pandas() gives: positions
+        ds = client.open("dask-frame")
+        for view in (ds[1:4], ds.filter("k > 2")):
+            pd.testing.assert_frame_equal(view.to_dask().compute(), view.to_pandas(), check_dtype=False)
+        grown = client.append("dask-frame", frame.iloc[:2])
+        assert list(grown.to_dask().compute().index) == list(grown.to_pandas().index) == list(range(8))

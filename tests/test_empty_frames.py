@@ -31,3 +31,17 @@ def test_an_empty_categorical_keeps_its_categories_remote_and_local(cluster):
             shown = client.open("empty-enum").to_pandas()["e"]
             assert list(shown.cat.categories) == ["x", "y"], host
             assert client.open("empty-enum").to_polars().schema == enum.schema
+            streamed = client.open("empty-categorical").to_reader().read_all().to_pandas()  # DuckDB's and Polars' way in
+            assert list(streamed["c"].cat.categories) == ["a", "b"], host
+
+
+def test_nested_categories_of_no_rows_survive_a_put(cluster):
+    """A list of categories (a dictionary inside a list) is a dictionary too: it had lost its categories."""
+    listed = pa.table({"tags": pa.array([], pa.list_(pa.dictionary(pa.int32(), pa.string())))})
+    words = pa.array(["red", "blue"]).dictionary_encode()
+    listed = pa.Table.from_arrays([pa.ListArray.from_arrays(pa.array([0], pa.int32()), words).slice(0, 0)],
+                                  schema=listed.schema)
+    with fp.connect(cluster.uri, host="127.0.0.9") as client:
+        client.put("empty-tags", listed)
+        got = client.open("empty-tags").to_arrow().column("tags")
+        assert got.num_chunks and got.chunk(0).values.dictionary.to_pylist() == ["red", "blue"]

@@ -18,7 +18,7 @@ import pyarrow.flight as flight
 import pyarrow.ipc as ipc
 
 from flightpart.errors import RequestRejected, ServerBusy
-from flightpart.frames import compact_views, schema_without_views, size_of
+from flightpart.frames import compact_views, holds_dictionary, schema_without_views, size_of
 from flightpart.wire import HeldPartition, PartHeader, PutReceipts, PutTrailer, partition_path, partitions_path
 
 from .connections import DEFAULT_TIMEOUT, ConnectionPool
@@ -166,7 +166,7 @@ def batches_of(table: pa.Table) -> list[pa.RecordBatch]:
     (and a stream of the table) gives no batch then, and the dictionary was lost on the way (an empty categorical
     came back with no categories)."""
     batches = table.to_batches()
-    if batches or table.num_rows or not any(pa.types.is_dictionary(field.type) for field in table.schema):
+    if batches or table.num_rows or not any(holds_dictionary(field.type) for field in table.schema):
         return batches
     return [pa.RecordBatch.from_arrays([column.chunk(0) if column.num_chunks else pa.nulls(0, column.type)
                                         for column in table.columns], schema=table.schema)]

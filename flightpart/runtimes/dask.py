@@ -189,7 +189,7 @@ def _meta(d: dict, reader: BlockReader, schema: pa.Schema | None, range_index: b
     else:
         meta = ReadBlock(reader, False)(row_blocks(d)[0]).iloc[:0]
     if range_index:
-        meta.index = pd.RangeIndex(0, 0, name=stored_range(schema)[2])
+        meta.index = pd.RangeIndex(0, 0, name=stored_range(schema, d["shape"][0])[2])
     return meta
 
 
@@ -210,7 +210,9 @@ def from_partitioned(obj: Any, *, columns: Sequence[str] | None = None, schema: 
     if widened:
         meta = meta.astype({c: t for c, t in widened.items() if c in meta.columns})
     _ensure_locality_plugin()
-    index_range = stored_range(schema)
+    view = getattr(obj, "view", None)  # a row range or a filter of the rows: positions, as to_pandas() gives
+    whole = view is None or (getattr(view, "rows", None) is None and getattr(view, "filter", None) is None)
+    index_range = stored_range(schema, d["shape"][0]) if whole else (0, 1, None)
     divisions = divisions_for(blocks, *index_range[:2]) if range_index else None
     read = ReadBlock(reader, range_index, schema, widened=widened, index_range=index_range)
     view = getattr(obj, "view", None)

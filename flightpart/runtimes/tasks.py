@@ -127,16 +127,22 @@ def global_range_index(schema: pa.Schema | None) -> bool:
     return not stored
 
 
-def stored_range(schema: pa.Schema | None) -> tuple[int, int, Any]:
+def stored_range(schema: pa.Schema | None, rows: int) -> tuple[int, int, Any]:
     """The pandas RangeIndex a frame was put with (its start, step and name, from the pandas metadata), which
-    row positions map to; ``(0, 1, None)`` for a table without one. A Dask read had given every frame the
+    row positions map to, when it still spans the dataset's ``rows`` (as ``to_pandas()`` restores it: an append, or
+    a version of other rows, reads as positions); ``(0, 1, None)`` otherwise. A Dask read had given every frame the
     positions themselves (``RangeIndex(100, 110, 2, name="r")`` came back as 0-4, unnamed)."""
     meta = (schema.pandas_metadata if schema is not None else None) or {}
     ranges = [c for c in meta.get("index_columns", []) if isinstance(c, dict) and c.get("kind") == "range"]
     if len(ranges) != 1:
         return 0, 1, None
-    first = ranges[0]
-    return int(first.get("start", 0)), int(first.get("step", 1)) or 1, first.get("name")
+    try:
+        start, stop, step = (int(ranges[0].get(key, default)) for key, default in
+                             (("start", 0), ("stop", rows), ("step", 1)))
+        spans = step != 0 and len(range(start, stop, step)) == rows
+    except (TypeError, ValueError, OverflowError):  # metadata a writer made up: positions, as pandas would fall back
+        return 0, 1, None
+    return (start, step, ranges[0].get("name")) if spans else (0, 1, None)
 
 
 def divisions_for(blocks: Sequence[RowBlock], start: int = 0, step: int = 1) -> tuple | None:
