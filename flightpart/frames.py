@@ -301,11 +301,7 @@ def _whole_fixed_list(chunk: pa.Array) -> pa.Array:
 
 @functools.lru_cache(maxsize=256)
 def _holds_fixed_list(kind: pa.DataType) -> bool:
-    if pa.types.is_fixed_size_list(kind):
-        return True
-    if isinstance(kind, pa.ExtensionType):
-        return _holds_fixed_list(kind.storage_type)
-    return any(_holds_fixed_list(kind.field(k).type) for k in range(kind.num_fields))
+    return holds(kind, pa.types.is_fixed_size_list)
 
 
 def drop_pandas_index(table: pa.Table) -> pa.Table:
@@ -449,25 +445,26 @@ def sent_unlike_stored(kind: pa.DataType) -> bool:
 _DENSE_UNION = pa.dense_union([]).id
 
 
-def holds_dense_union(kind: pa.DataType) -> bool:
-    """Whether ``kind`` is or holds a dense union, at any depth (a dictionary's values and an extension's storage
-    included)."""
-    if kind.id == _DENSE_UNION:
+def holds(kind: pa.DataType, found: Callable[[pa.DataType], bool]) -> bool:
+    """Whether ``kind`` or a type it holds is ``found``, at any depth: a nested type's fields, a dictionary's values,
+    an extension's storage."""
+    if found(kind):
         return True
     if pa.types.is_dictionary(kind):
-        return holds_dense_union(kind.value_type)
+        return holds(kind.value_type, found)
     if isinstance(kind, pa.ExtensionType):
-        return holds_dense_union(kind.storage_type)
-    return any(holds_dense_union(kind.field(k).type) for k in range(kind.num_fields))
+        return holds(kind.storage_type, found)
+    return any(holds(kind.field(k).type, found) for k in range(kind.num_fields))
+
+
+def holds_dense_union(kind: pa.DataType) -> bool:
+    """Whether ``kind`` is or holds a dense union, at any depth."""
+    return holds(kind, lambda t: t.id == _DENSE_UNION)
 
 
 def holds_dictionary(kind: pa.DataType) -> bool:
-    """Whether ``kind`` is or holds a dictionary, at any depth (an extension's storage included)."""
-    if pa.types.is_dictionary(kind):
-        return True
-    if isinstance(kind, pa.ExtensionType):
-        return holds_dictionary(kind.storage_type)
-    return any(holds_dictionary(kind.field(k).type) for k in range(kind.num_fields))
+    """Whether ``kind`` is or holds a dictionary, at any depth."""
+    return holds(kind, pa.types.is_dictionary)
 
 
 def size_of(data: pa.Table | pa.RecordBatch) -> int:
