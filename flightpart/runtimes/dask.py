@@ -181,7 +181,7 @@ class ReadBlock:
         return df.astype(wanted) if wanted else df
 
 
-def _meta(d: dict, reader: BlockReader, schema: pa.Schema | None, range_index: bool) -> Any:
+def _meta(d: dict, reader: BlockReader, schema: pa.Schema | None, range_index: bool, index_name: Any = None) -> Any:
     import pandas as pd
 
     if schema is not None:
@@ -189,7 +189,7 @@ def _meta(d: dict, reader: BlockReader, schema: pa.Schema | None, range_index: b
     else:
         meta = ReadBlock(reader, False)(row_blocks(d)[0]).iloc[:0]
     if range_index:
-        meta.index = pd.RangeIndex(0, 0, name=stored_range(schema, d["shape"][0])[2])
+        meta.index = pd.RangeIndex(0, 0, name=index_name)
     return meta
 
 
@@ -205,19 +205,18 @@ def from_partitioned(obj: Any, *, columns: Sequence[str] | None = None, schema: 
     groups = group_columns_of(schema, d["partition_tiling"][1]) if schema is not None else None
     reader = BlockReader(d["get"], None, groups, _worker_host)
     range_index = global_range_index(schema)
-    meta = _meta(d, reader, schema, range_index)
+    view = getattr(obj, "view", None)
+    whole = view is None or (getattr(view, "rows", None) is None and getattr(view, "filter", None) is None)
+    # a row range or a filter of the rows reads as positions, as to_pandas() gives
+    index_range = stored_range(schema, d["shape"][0]) if whole else (0, 1, None)
+    meta = _meta(d, reader, schema, range_index, index_range[2])
     widened = _widened(obj, schema, meta)
     if widened:
         meta = meta.astype({c: t for c, t in widened.items() if c in meta.columns})
     _ensure_locality_plugin()
-    view = getattr(obj, "view", None)  # a row range or a filter of the rows: positions, as to_pandas() gives
-    whole = view is None or (getattr(view, "rows", None) is None and getattr(view, "filter", None) is None)
-    index_range = stored_range(schema, d["shape"][0]) if whole else (0, 1, None)
     divisions = divisions_for(blocks, *index_range[:2]) if range_index else None
     read = ReadBlock(reader, range_index, schema, widened=widened, index_range=index_range)
-    view = getattr(obj, "view", None)
-    if (PUSHDOWN_AVAILABLE and widened is not None and view is not None and view.rows is None and view.filter is None
-            and filters_reach_the_nodes(d)):
+    if (PUSHDOWN_AVAILABLE and widened is not None and view is not None and whole and filters_reach_the_nodes(d)):
         ddf = _read_with_pushdown(read, blocks, meta, divisions)
     else:
         ddf = dd.from_map(read, blocks, meta=meta, divisions=divisions, label="flightpart-read", enforce_metadata=False)

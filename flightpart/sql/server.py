@@ -80,6 +80,7 @@ class SqlCatalogServer(CatalogServer):
         self.gateway = Gateway(self.uri, dataclasses.replace(self.pool.access, token=reader),
                                write_access=dataclasses.replace(self.pool.access, token=writer))
         self._answers: collections.OrderedDict[bytes, pa.Table] = collections.OrderedDict()
+        self._answers_bytes = 0  # the sizes of the answers kept, counted as they come and go (each one walked once)
         # answers handed to DoGet streams that have not ended count against ANSWER_BYTES (a reader that idles lets go)
         self.answers_sent = AnswersSent(SENT_BATCH_BYTES)
         self._prepared: dict[bytes, str] = {}
@@ -133,9 +134,9 @@ class SqlCatalogServer(CatalogServer):
                 raise ServerBusy(f"busy: answers being sent hold {sending:,} of the {ANSWER_BYTES:,} bytes the "
                                  f"catalog keeps for answers, and this one has {size:,}; retry shortly")
             self._answers[handle] = table
-            while len(self._answers) > RESULTS_KEPT or \
-                    sum(size_of(t) for t in self._answers.values()) + sending > ANSWER_BYTES:
-                self._answers.popitem(last=False)
+            self._answers_bytes += size
+            while len(self._answers) > RESULTS_KEPT or self._answers_bytes + sending > ANSWER_BYTES:
+                self._answers_bytes -= size_of(self._answers.popitem(last=False)[1])
         ticket = proto.pack(proto.TICKET_STATEMENT, proto.message((1, handle)))
         return flight.FlightInfo(table.schema, descriptor, [flight.FlightEndpoint(ticket, [])], table.num_rows, size)
 
@@ -150,6 +151,8 @@ class SqlCatalogServer(CatalogServer):
             handle = proto.bytes_field(command.value, 1, "statement_handle") or b""
             with self._sql_lock:
                 table = self._answers.pop(handle, None)
+                if table is not None:
+                    self._answers_bytes -= size_of(table)
                 stream = self.answers_sent.stream(table) if table is not None else None
             if table is None:
                 raise RequestRejected("Flight SQL: no answer waits under this ticket (fetched already, or expired); "
