@@ -14,8 +14,9 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import Any
 
 import pyarrow as pa
@@ -34,6 +35,7 @@ from flightpart.errors import (
     RequestRejected,
     SchemaMismatch,
     StaleEpoch,
+    StateUnavailable,
     VersionConflict,
     VersionExpired,
 )
@@ -119,7 +121,7 @@ from .catalog_state import (
     pending_per_writer_from_env,
 )
 from .info_cache import FlightInfoCache
-from .lease import LEASE_SECONDS, Lease
+from .lease import LEASE_SECONDS, Lease, LeaseRow
 from .status_page import cluster_status
 from .telemetry import describe
 from .while_alive import call_while_alive
@@ -195,8 +197,8 @@ class CatalogServer(ServiceBase):
         self._infos = FlightInfoCache()
         # several catalogs, one leader: the state lives in PostgreSQL and only the lease holder writes it
         self.lease = Lease(lease, self.uri, duration=lease_seconds, on_lead=self._took_over,
-                           on_lose=self._lost_lead) if lease else None
-        database = PostgresDatabase(lease, fence=self.lease.fence, settings={
+                           on_lose=self._lost_lead, find_leader=self._leader_among) if lease else None
+        database = PostgresDatabase(lease, fence=self.lease.fence, link_timeout=lease_seconds, settings={
             "idle_in_transaction_session_timeout": f"{int(lease_seconds * 1000)}ms"}) if self.lease is not None else None
         self.state = CatalogState(state_path, dead_after=dead_after, database=database)
         self._started = time.monotonic()
@@ -226,6 +228,8 @@ class CatalogServer(ServiceBase):
         self.retire_after = retire_after
         self._skewed: set[str] = set()  # nodes whose clock was last seen further from ours than CLOCK_MARGIN
         self._owes_registration: set[str] = set()  # nodes whose registration could not carry every seal
+        self._unsure: set[tuple[str, int]] = set()  # commits whose database answer was lost: taken or not, unknown
+        self._unsure_lock = threading.Lock()
         self._grants: dict[str, set[tuple[str, int, tuple[int, int]]]] = {}  # per node, over a registration's pages
         self._stopping = threading.Event()
         self._status_lock = threading.Lock()
@@ -252,13 +256,24 @@ class CatalogServer(ServiceBase):
     def refusal(self, rpc: str, args: tuple) -> NotLeader | None:
         """A standby answers every call (but ``leadership``) with NOT_LEADER, naming the leader when it knows it."""
         lease = self.__dict__.get("lease")
-        if lease is None or lease.epoch is not None:
-            return None
+        if lease is None or lease.leads() or lease.serves_from_memory():
+            return None  # cut off from its database with no other leader known: reads from memory, writes refused
         if rpc == "do_action" and args and getattr(args[0], "type", None) == GetLeadership.ACTION:
             return None
         leader = lease.leader()
         return NotLeader(f"{self.uri} is a standby catalog; the leader is {leader or 'being elected (retry shortly)'}",
                          field=leader)
+
+    def _leader_among(self, uris: Sequence[str]) -> LeaseRow | None:
+        """The catalog among ``uris`` that says it leads (asked by a catalog that cannot reach the database)."""
+        for uri in uris:
+            try:
+                answer = self.pool.action(uri, GetLeadership(), timeout=1.0)
+            except Exception:  # down, cut off too, or not a catalog any more: ask the next
+                continue
+            if answer.role == "leader" and answer.leader == uri:
+                return LeaseRow(uri, answer.epoch or 0, answer.since or 0.0, True)
+        return None
 
     def _lost_lead(self) -> None:
         """Another catalog leads: what this one built or heard as leader is not to be trusted if it leads again."""
@@ -347,7 +362,7 @@ class CatalogServer(ServiceBase):
     def problems(self) -> list[str]:
         """Why the catalog cannot answer, if it cannot: its state database does not. Empty: SERVING."""
         found = [] if self.state.ping() else ["the state database does not answer"]
-        if self.lease is not None and self.lease.epoch is not None and not self.lease.leads():
+        if self.lease is not None and self.lease.serves_from_memory():
             found.append("this catalog's lease could not be renewed (the state database does not answer): read-only")
         return found
 
@@ -383,6 +398,8 @@ class CatalogServer(ServiceBase):
         with boundary(log, "get_flight_info", self.telemetry, context):
             credential = authorize(context, "read")
             name, version = parse_dataset_path(descriptor)
+            if self._unsure:  # a commit's answer was lost: what the database took is sealed before anyone opens it
+                self._settle_unsure()
             version = self.state.latest(name) if version is None else version
             return self._cached_info(name, version, credential.expiry)
 
@@ -681,8 +698,9 @@ class CatalogServer(ServiceBase):
             self._raise_if_not_pending(b.dataset, b.version)
             raise
         test_pause("FLIGHTPART_TEST_PAUSE_BEFORE_COMMIT", f"commit {b.dataset} v{b.version}")
-        self.state.commit(b.dataset, b.version, schema, b.shape, b.tiling, parts, replicas=max(1, b.replicas),
-                          ordered=True, base=b.base)
+        with self._outcome_watched(b.dataset, b.version):
+            self.state.commit(b.dataset, b.version, schema, b.shape, b.tiling, parts, replicas=max(1, b.replicas),
+                              ordered=True, base=b.base)
         test_pause("FLIGHTPART_TEST_PAUSE_AFTER_COMMIT", f"commit {b.dataset} v{b.version}")
         holders = {n.node_id: n for p in parts for n in p.nodes}
         if self._seal(b, holders.values()) == len(holders):
@@ -707,6 +725,49 @@ class CatalogServer(ServiceBase):
             return False
         log.info("%s v%d: committed already (the writer's retry of the same commit)", b.dataset, b.version)
         return True
+
+    @contextmanager
+    def _outcome_watched(self, dataset: str, version: int) -> Iterator[None]:
+        """Around a version's commit transaction: when the database's answer is lost (StateUnavailable), the version
+        may be committed all the same, so it is settled (:meth:`_settle_unsure`) as soon as the database answers,
+        and before any open of it is answered."""
+        try:
+            yield
+        except StateUnavailable:
+            with self._unsure_lock:
+                first = not self._unsure
+                self._unsure.add((dataset, version))
+            if first:
+                threading.Thread(target=self._settle_unsure_loop, name="flightpart-settle", daemon=True).start()
+            raise
+
+    def _settle_unsure_loop(self) -> None:
+        while not self._stopping.wait(self.SETTLE_EVERY) and self._settle_unsure():
+            pass
+
+    SETTLE_EVERY = 0.25
+    """Seconds between two looks at commits whose outcome is unknown, while the database does not answer."""
+
+    def _settle_unsure(self) -> bool:
+        """Seal every commit whose answer was lost and which the database did take (its holders were never told);
+        forget those it did not take. True while some are left to settle (the database still does not answer)."""
+        with self._unsure_lock:
+            unsure = sorted(self._unsure)
+        for dataset, version in unsure:
+            try:
+                state = self.state.version_state(dataset, version)
+                if state is not None and state[0] == "committed":
+                    record = self.state.version(dataset, version)
+                    holders = {n.node_id: n for p in record.parts for n in p.nodes}
+                    if self._seal(manifest_of(record), holders.values()) == len(holders):
+                        self.state.sealed_everywhere(dataset, version)
+                    log.warning("%s v%d: committed although the database's answer was lost; sealed on its holders",
+                                dataset, version)
+            except (StateUnavailable, NotLeader):
+                return True  # the database (or the lease) is still out of reach: the next look tries again
+            with self._unsure_lock:
+                self._unsure.discard((dataset, version))
+        return False
 
     def _raise_if_not_pending(self, dataset: str, version: int) -> None:
         """DatasetNotFound when ``version`` was dropped or aborted: why its files are gone, rather than a missing file."""
@@ -1030,7 +1091,8 @@ class CatalogServer(ServiceBase):
             start += rows
         self._verify_on_nodes(name, version, b.schema, parts)
         try:
-            self.state.commit(name, version, schema_bytes, (start, parts[0].shape[1]), (nranks, 1), parts)
+            with self._outcome_watched(name, version):
+                self.state.commit(name, version, schema_bytes, (start, parts[0].shape[1]), (nranks, 1), parts)
         except VersionConflict:
             return PublishReply(version, True, joined)  # another last rank committed it first, and sealed it
         # its holders are told, as a writer's commit tells them (an SPMD version had been sealed only when its nodes

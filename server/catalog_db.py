@@ -15,9 +15,12 @@ says.
 
 from __future__ import annotations
 
+import os
 import re
+import socket
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -120,19 +123,28 @@ class PostgresDatabase(Database):
     ``fence()`` gives the epoch this catalog leads with (None: it does not
     lead), checked inside every write transaction against the lease row.
     Connection trouble is :class:`~flightpart.errors.StateUnavailable` (the
-    connection is made again at the next call).
+    connection is made again at the next call). A link that goes silent (a
+    cut cable, a host gone, a frozen server) never holds a call for long: the
+    kernel gives the connection up after ``link_timeout`` seconds of
+    unacknowledged bytes or keepalives, and a watchdog cuts a call (a
+    statement, or a transaction with its statements) still running after
+    ``call_deadline`` seconds, or after ``link_timeout`` once ``fence()``
+    says this catalog leads no more, so its writers are told at once.
     """
 
     kind = "postgresql"
 
     def __init__(self, url: str, *, fence: Callable[[], int | None] = lambda: None, connect_timeout: float = 3.0,
-                 settings: dict[str, str] | None = None):
+                 link_timeout: float = 10.0, call_deadline: float = 30.0, settings: dict[str, str] | None = None):
         import psycopg  # the ha extra: only a catalog given --lease needs it
 
         self._psycopg = psycopg
         self.url = url
         self.fence = fence
         self.connect_timeout = connect_timeout
+        seconds = max(1, round(link_timeout / 3))
+        self._link = {"keepalives": 1, "keepalives_idle": seconds, "keepalives_interval": seconds, "keepalives_count": 2,
+                      "tcp_user_timeout": max(1000, int(link_timeout * 1000))}
         # a catalog frozen inside a transaction (SIGSTOP, a pause) must not hold the lease row's lock for ever:
         # the database ends such a session, so a takeover waits seconds, not until the frozen process wakes
         # text comes back as str even from a database made without a locale (SQL_ASCII, where psycopg gives bytes)
@@ -141,14 +153,32 @@ class PostgresDatabase(Database):
         self.lock = threading.RLock()
         self._conn: Any = None
         self._written = 0
+        self.link_timeout, self.call_deadline = link_timeout, max(call_deadline, link_timeout)
+        self._since: float | None = None  # monotonic start of the call in progress (under the lock), None: none
+        self._closed = threading.Event()
         self._connect()
+        threading.Thread(target=self._watch_calls, name="flightpart-db-watch", daemon=True).start()
+
+    def _watch_calls(self) -> None:
+        """Cut the connection under a call that runs too long (see the class): the call fails as StateUnavailable."""
+        while not self._closed.wait(min(0.25, self.link_timeout / 4)):
+            since, conn = self._since, self._conn
+            if since is None or conn is None:
+                continue
+            running = time.monotonic() - since
+            if running > self.call_deadline or (running > self.link_timeout and self.fence() is None):
+                try:
+                    with socket.socket(fileno=os.dup(conn.pgconn.socket)) as cut:
+                        cut.shutdown(socket.SHUT_RDWR)
+                except (OSError, ValueError, AttributeError):
+                    continue  # closed meanwhile
 
     def _connect(self) -> Any:
         if self._conn is None or self._conn.closed:
             options = " ".join(f"-c {name}={value}" for name, value in self.settings.items())
             try:
                 self._conn = self._psycopg.connect(self.url, autocommit=True, connect_timeout=max(1, int(self.connect_timeout)),
-                                                   options=options)
+                                                   options=options, **self._link)
             except self._psycopg.Error as exc:
                 self._conn = None
                 raise StateUnavailable(f"the state database does not answer: {_one_line(exc)}") from None
@@ -167,14 +197,25 @@ class PostgresDatabase(Database):
 
     @contextmanager
     def _guard(self) -> Iterator[None]:
+        outermost = self._since is None
+        if outermost:
+            self._since = time.monotonic()
         try:
             yield
         except self._psycopg.errors.LockNotAvailable as exc:  # waited longer than lock_timeout: busy, not down
             raise StateUnavailable(f"the state database is busy: {_one_line(exc)}", field="lock") from None
-        except self._psycopg.OperationalError as exc:
-            if self._conn is not None and (self._conn.closed or self._conn.broken):
+        except self._psycopg.Error as exc:
+            broken = self._conn is not None and (self._conn.closed or self._conn.broken)
+            if broken:
                 self._conn = None
+            # a connection cut (by a restart, a cut link) fails as OperationalError or, when psycopg found it closed
+            # first, InterfaceError; any other error of a broken connection is the connection's, not the statement's
+            if not (broken or isinstance(exc, (self._psycopg.OperationalError, self._psycopg.InterfaceError))):
+                raise
             raise StateUnavailable(f"the state database does not answer: {_one_line(exc)}") from None
+        finally:
+            if outermost:
+                self._since = None
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
         with self.lock, self._guard():
@@ -216,11 +257,16 @@ class PostgresDatabase(Database):
     def rows_written(self) -> int:
         return self._written
 
-    def close(self) -> None:
+    def reset(self) -> None:
+        """Close the connection; the next call makes a new one."""
         with self.lock:
             if self._conn is not None:
                 self._conn.close()
                 self._conn = None
+
+    def close(self) -> None:
+        self._closed.set()
+        self.reset()
 
 
 def _pg(sql: str) -> str:

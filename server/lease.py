@@ -18,6 +18,14 @@ stand behind this one, for a leader frozen between its check and its act: its
 database writes check the epoch in the same transaction
 (:class:`~server.catalog_db.PostgresDatabase`), and nodes refuse orders whose
 epoch is lower than the highest they have seen.
+
+The loop never ends while the catalog runs: a round that fails in any way is
+logged and the next one starts on a fresh connection, and a takeover whose
+first steps fail gives the lease up again, so some catalog always takes it
+once the database answers. A leader whose lease ran out unrenewed (the
+database does not answer it) leads no more: it serves reads from what it read
+last only while no other catalog says it leads, which it asks the catalogs it
+heard of (``find_leader``); once one does, it names that one to its callers.
 """
 
 from __future__ import annotations
@@ -26,7 +34,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,7 +64,8 @@ class Lease:
 
     def __init__(self, url: str, uri: str, *, duration: float = LEASE_SECONDS, renew_every: float | None = None,
                  margin: float | None = None, on_lead: Callable[[int], None] = lambda epoch: None,
-                 on_lose: Callable[[], None] = lambda: None):
+                 on_lose: Callable[[], None] = lambda: None,
+                 find_leader: Callable[[Sequence[str]], LeaseRow | None] = lambda uris: None):
         renew_every = min(RENEW_SECONDS, duration / 6) if renew_every is None else renew_every
         margin = min(MARGIN_SECONDS, duration / 6) if margin is None else margin
         if not 0 < margin < duration or not 0 < renew_every < duration - margin:
@@ -65,16 +74,18 @@ class Lease:
         self.uri = uri
         self.holder = uuid.uuid4().hex  # this process: a catalog restarted at the same address is a new holder
         self.duration, self.renew_every, self.margin = duration, renew_every, margin
-        self.on_lead, self.on_lose = on_lead, on_lose
+        self.on_lead, self.on_lose, self.find_leader = on_lead, on_lose, find_leader
         # its own connection, whose statements give up in a second: a long state transaction (or a frozen leader's)
         # never delays a renewal or a takeover past the lease
-        self.db = PostgresDatabase(url, settings={"lock_timeout": "1s", "statement_timeout": "2s"})
+        self.db = PostgresDatabase(url, link_timeout=duration, settings={"lock_timeout": "1s", "statement_timeout": "2s"})
         self.db.script(LEASE_TABLE)
         self.epoch: int | None = None  # the epoch this catalog holds the lease with (None: it does not)
         self._valid_until = 0.0  # monotonic: this catalog leads until then, unless renewed
         self.row: LeaseRow | None = None  # the row as last read
         self._others: tuple[str, ...] = ()  # other catalogs heard from lately (their last rounds reached the database)
         self.reachable = True  # whether the last round reached the database
+        self._lapsed = False  # it led, and its lease ran out unrenewed: it keeps what it read, leading no more
+        self._elsewhere: LeaseRow | None = None  # the leader another catalog named while the database was out of reach
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -90,13 +101,17 @@ class Lease:
         if self._thread is not None:
             self._thread.join(timeout=5)
         if release and self.epoch is not None:
-            try:
-                self.db.execute("UPDATE flightpart_lease SET expires = clock_timestamp() - interval '1 second' "
-                                "WHERE id = 1 AND holder = ? AND epoch = ?", (self.holder, self.epoch))
-            except StateUnavailable:
-                pass
+            self._release(self.epoch)
         self.epoch = None
         self.db.close()
+
+    def _release(self, epoch: int) -> None:
+        """Let the row expire now, if it still names this holder and ``epoch`` (a standby may take it at once)."""
+        try:
+            self.db.execute("UPDATE flightpart_lease SET expires = clock_timestamp() - interval '1 second' "
+                            "WHERE id = 1 AND holder = ? AND epoch = ?", (self.holder, epoch))
+        except StateUnavailable:
+            pass
 
     def leads(self) -> bool:
         """Whether this catalog holds the lease now (with the margin taken off its end)."""
@@ -108,7 +123,11 @@ class Lease:
 
     def _loop(self) -> None:
         while not self._stopping.wait(self.renew_every if self.epoch is not None else self.renew_every / 2):
-            self.tick()
+            try:
+                self.tick()
+            except Exception:  # whatever failed, the next round starts afresh: the election must outlive it
+                log.exception("lease: a round failed; the next one starts on a fresh connection")
+                self.db.reset()
 
     def tick(self) -> None:
         """One round: renew (leader) or try to take the lease (standby); read the row and the standbys."""
@@ -120,14 +139,11 @@ class Lease:
             if exc.field == "lock":  # the leader is inside a long write (its lock on the row): try next round
                 log.debug("lease: the row is locked by a write in progress; next round")
                 return
-            if self.reachable:
-                log.warning("lease: the database does not answer (%s); %s", exc,
-                            "serving reads from memory, writes refused" if self.epoch is not None else "standing by")
-            self.reachable = False
+            self._unreachable(exc)
             return
         if not self.reachable:
             log.info("lease: the database answers again")
-        self.reachable = True
+        self.reachable, self._elsewhere = True, None
         if epoch is None and self.epoch is not None:
             lost = self.epoch
             self.epoch = None
@@ -136,9 +152,43 @@ class Lease:
         elif epoch is not None:
             self._valid_until = sent + self.duration - self.margin
             if self.epoch is None:
-                self.epoch = epoch
-                log.warning("lease: this catalog (%s) leads the cluster from epoch %d", self.uri, epoch)
-                self.on_lead(epoch)
+                self._lead(epoch)
+        elif self._lapsed:  # another catalog holds the row (or nobody yet): what this one kept from leading is void
+            self._lapsed = False
+            self.on_lose()
+
+    def _lead(self, epoch: int) -> None:
+        """Take up ``epoch``: ``on_lead`` reads the state afresh; if that fails, the lease is given up again (held but
+        not acted on, it would keep every catalog from leading) and taken in a later round."""
+        self.epoch, self._lapsed = epoch, False
+        try:
+            self.on_lead(epoch)
+        except Exception as exc:
+            log.warning("lease: taking over at epoch %d failed (%s); the lease is given up and taken again later", epoch,
+                        " ".join(str(exc).split())[:300])
+            self.epoch = None
+            self._release(epoch)
+            self.on_lose()
+            return
+        log.warning("lease: this catalog (%s) leads the cluster from epoch %d", self.uri, epoch)
+
+    def _unreachable(self, exc: StateUnavailable) -> None:
+        """The database did not answer this round: a leader past its lease steps down, and a catalog that does not
+        lead asks the others which of them does."""
+        if self.reachable:
+            log.warning("lease: the database does not answer (%s); %s", exc,
+                        "serving reads from memory, writes refused" if self.epoch is not None else "standing by")
+        self.reachable = False
+        if self.epoch is not None and not self.leads():
+            log.warning("lease: epoch %d ran out unrenewed; this catalog leads no more (reads from memory while no "
+                        "other catalog leads)", self.epoch)
+            self.epoch, self._lapsed = None, True
+        if self.epoch is None:
+            self._elsewhere = self.find_leader(self._others)
+            if self._elsewhere is not None and self._lapsed:
+                log.warning("lease: %s leads (epoch %d); callers are sent there", self._elsewhere.uri, self._elsewhere.epoch)
+                self._lapsed = False
+                self.on_lose()
 
     def _renew(self) -> int | None:
         row = self.db.execute(
@@ -167,10 +217,18 @@ class Lease:
         self._others = tuple(uri for (uri,) in seen)
         self.db.execute("DELETE FROM flightpart_catalogs WHERE seen < clock_timestamp() - interval '1 day'")
 
+    def serves_from_memory(self) -> bool:
+        """Whether this catalog, no longer sure it leads (its lease ran out unrenewed), still answers reads from what it
+        read last: only while it knows no other catalog that leads."""
+        return (self._lapsed or (self.epoch is not None and not self.leads())) and self._elsewhere is None
+
     def leader(self) -> str | None:
-        """The leader's address as last read (None while the lease is vacant or unknown)."""
-        if self.epoch is not None:
+        """The leader's address as last known (None while the lease is vacant or unknown). A catalog that cannot read
+        the row trusts only what another catalog said of itself, never the row it read before."""
+        if self.leads():
             return self.uri
+        if not self.reachable or self.epoch is not None:
+            return self._elsewhere.uri if self._elsewhere is not None else None
         return self.row.uri if self.row is not None and self.row.current else None
 
     @property
@@ -180,7 +238,7 @@ class Lease:
         return tuple(sorted({uri for uri in self._others if uri != leader} | ({self.uri} if self.epoch is None else set())))
 
     def describe(self) -> dict[str, Any]:
-        row = self.row
-        role = "leader" if self.leads() else "read-only" if self.epoch is not None else "standby"
+        row = self._elsewhere if self._elsewhere is not None and not self.reachable else self.row
+        role = "leader" if self.leads() else "read-only" if self.serves_from_memory() else "standby"
         return {"role": role, "uri": self.uri, "leader": self.leader(), "epoch": row.epoch if row else None,
                 "since": row.since if row else None, "standbys": self.standbys}

@@ -9,7 +9,6 @@ address.
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import signal
@@ -25,10 +24,10 @@ import pytest
 
 import flightpart as fp
 from flightpart.io.connections import ConnectionPool
-from flightpart.io.errors import translated
 from flightpart.local.cluster import Daemon
 from flightpart.local.postgres import LocalPostgres, missing_reason
 from flightpart.wire import DropFiles, GetLeadership, Seal
+from tests.ha import HaCluster, ha_cluster, table
 from tests.helpers import code_of, free_port, wait_until
 
 pytestmark = pytest.mark.skipif(missing_reason() is not None, reason=str(missing_reason()))
@@ -40,67 +39,11 @@ def postgres():
         yield pg
 
 
-class HaCluster:
-    """Catalogs on fixed addresses (so one can be started again where it was) and three nodes following them."""
-
-    def __init__(self, url: str, tmp, ips: list[str], catalogs: int = 2, lease_seconds: float = 3.0):
-        self.url, self.tmp, self.lease_seconds = url, tmp, lease_seconds
-        self.addresses = [f"grpc://{ip}:{free_port()}" for ip in ips[:catalogs]]
-        self.catalogs: dict[str, Daemon | None] = {}
-        for address in self.addresses:
-            self.start_catalog(address)
-        self.nodes = [Daemon(["serve", "--host", ip, "--port", "0", "--data-dir", str(tmp / f"n{k}"),
-                              "--catalog", self.uri, "--heartbeat", "0.5"]) for k, ip in enumerate(ips[catalogs:])]
-        self.client = fp.connect(self.uri, timeout=10)
-        wait_until(lambda: sum(n["alive"] for n in self.client.nodes()) == len(self.nodes), 30, "every node registered")
-
-    @property
-    def uri(self) -> str:
-        return ",".join(self.addresses)
-
-    def start_catalog(self, address: str) -> Daemon:
-        host, port = address.removeprefix("grpc://").rsplit(":", 1)
-        daemon = Daemon(["catalog", "--host", host, "--port", port, "--lease", self.url, "--lease-seconds",
-                         str(self.lease_seconds), "--state-dir", str(self.tmp / f"state-{host}"), "--metrics-port", "0"])
-        self.catalogs[address] = daemon
-        return daemon
-
-    def at(self, address: str, request: fp.wire.Message):
-        """``request`` answered by the catalog at ``address`` alone (no following), errors as flightpart's."""
-        pool = ConnectionPool()
-        try:
-            with translated():
-                return pool.action(address, request, timeout=5)
-        finally:
-            pool.close()
-
-    def leadership(self, address: str) -> fp.wire.Leadership:
-        return self.at(address, GetLeadership())
-
-    def leader(self) -> str:
-        return self.client.call(GetLeadership()).leader
-
-    def stop(self) -> None:
-        self.client.close()
-        for daemon in [*self.nodes, *self.catalogs.values()]:
-            if daemon is not None:
-                daemon.stop()
-
-
-_BASES = itertools.count(40, 10)
-
-
 @pytest.fixture
 def ha(postgres, tmp_path):
-    base = next(_BASES)
-    cluster = HaCluster(postgres.database(f"ha_{os.getpid()}_{base}"), tmp_path,
-                        [f"127.0.0.{base + k}" for k in range(5)])
+    cluster = ha_cluster(postgres, tmp_path)
     yield cluster
     cluster.stop()
-
-
-def table(first: int, rows: int = 1000) -> pa.Table:
-    return pa.table({"id": pa.array(range(first, first + rows), pa.int64()), "x": pa.array([1.5] * rows)})
 
 
 @pytest.mark.slow  # a fault test on a PostgreSQL started for it: in the slow tier, which CI runs
