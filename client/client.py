@@ -9,6 +9,7 @@ it makes, the reads of the datasets it opens included.
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import dataclasses
 import random
@@ -159,7 +160,7 @@ class Client:
         answer in time is skipped for the rest of the repair: run it again once it is back)."""
         return self.call(Repair(), timeout=3600).to_json()
 
-    def versions(self, name: str) -> list[int]:
+    def versions(self, name: str) -> builtins.list[int]:
         return list(self.call(ListVersions(check_name(name))).versions)
 
     def drop(self, name: str, version: int | None = None) -> None:
@@ -239,8 +240,8 @@ class Client:
 
         return self._rebasing(lambda: self._versioned(name, store))
 
-    def _send_frame(self, name: str, version: int, table: pa.Table, grid: tuple[int, int], targets: list[dict], replicas: int,
-                    first: int, progress: Reporter | None, *, base: tuple[int, int] = (0, 0)) -> list[CommitPart]:
+    def _send_frame(self, name: str, version: int, table: pa.Table, grid: tuple[int, int], targets: builtins.list[dict], replicas: int,
+                    first: int, progress: Reporter | None, *, base: tuple[int, int] = (0, 0)) -> builtins.list[CommitPart]:
         """``table`` cut by ``grid`` and sent round-robin from ``targets[first]``; the commit's partitions.
 
         ``base`` (row blocks, rows) places the partitions after those of a
@@ -249,13 +250,13 @@ class Client:
         cells = grid_cells(frames.frame_shape(table), grid)
         parts = frames.split_grid(table, grid)
 
-        def at(pos: tuple[int, int]) -> tuple[int, int]:
+        def at(pos: tuple[int, ...]) -> tuple[int, int]:
             return (pos[0] + base[0], pos[1])
 
         placement = {at(c.position): [targets[(first + k + r) % len(targets)] for r in range(replicas)]
                      for k, c in enumerate(cells)}
         self._send(name, version, {at(pos): t for pos, t in parts.items()}, placement, progress)
-        return [CommitPart(at(c.position), (c.start[0] + base[1], c.start[1]), c.shape,
+        return [CommitPart(at(c.position), (c.start[0] + base[1], c.start[1]), (c.shape[0], c.shape[1]),
                            tuple(n["node_id"] for n in placement[at(c.position)])) for c in cells]
 
     def _versioned(self, name: str, store: Callable[[int], Commit], attempts: int = 3) -> Dataset:
@@ -361,7 +362,7 @@ class Client:
 
         return self._rebasing(lambda: self._versioned(name, store))
 
-    def _targets_for(self, nodes: Sequence[str] | None, replicas: int) -> list[dict]:
+    def _targets_for(self, nodes: Sequence[str] | None, replicas: int) -> builtins.list[dict]:
         targets = self._target_nodes(nodes)
         if not isinstance(replicas, int) or not 1 <= replicas <= len(targets):
             raise ValueError(f"replicas must be between 1 and the {len(targets)} usable nodes, got {replicas!r}")
@@ -385,8 +386,8 @@ class Client:
         return self._versioned(name, store)
 
     def _send_stream(self, name: str, version: int, reader: pa.RecordBatchReader, rows_per_partition: int | None,
-                     targets: list[dict], replicas: int, first: int, progress: Reporter | None, *, groups: int = 1,
-                     base: tuple[int, int] = (0, 0)) -> list[CommitPart]:
+                     targets: builtins.list[dict], replicas: int, first: int, progress: Reporter | None, *, groups: int = 1,
+                     base: tuple[int, int] = (0, 0)) -> builtins.list[CommitPart]:
         """Row blocks of ``reader`` (``rows_per_partition`` rows, default about 64 MiB) sent as they fill.
 
         At most :data:`STREAM_PUTS_IN_FLIGHT` partitions are being sent while
@@ -422,7 +423,7 @@ class Client:
             limit = rows_per_partition
             for batch in reader:
                 while batch.num_rows:
-                    if limit is None and batch.num_rows:  # about 64 MiB per partition, from the first batch's width
+                    if limit is None:  # about 64 MiB per partition, from the first batch's width
                         limit = max(1, STREAM_PARTITION_BYTES * batch.num_rows // max(frames.size_of(batch), 1))
                     take = min(batch.num_rows, limit - rows)
                     piece, batch = batch.slice(0, take), batch.slice(take)
@@ -457,7 +458,7 @@ class Client:
         or did not begin it): what its puts and orders to nodes carry, and Dask and Ray tasks are given."""
         return self._grants.get((name, version))
 
-    def _target_nodes(self, nodes: Sequence[str] | None) -> list[dict]:
+    def _target_nodes(self, nodes: Sequence[str] | None) -> builtins.list[dict]:
         """Live nodes to put to (those named by ``nodes``), leaving out nodes low on disk while others have room."""
         alive = [n for n in self.nodes() if n["alive"]]
         if nodes is not None:
@@ -523,11 +524,11 @@ class Client:
         replicas = reshape.replicas_of(source) if replicas is None else replicas
         targets = self._targets_for(nodes, replicas)
         cells = grid_cells(source.shape, grid)
-        rows = {c.position: (c.start[0], c.start[0] + c.shape[0]) for c in cells}
-        weights = reshape.source_bytes(source, [rows[c.position] for c in cells])
+        rows = {(c.position[0], c.position[1]): (c.start[0], c.start[0] + c.shape[0]) for c in cells}
+        weights = reshape.source_bytes(source, list(rows.values()))
         chosen = near_placement(weights, [n["uri"] for n in targets], replicas)
         by_uri = {n["uri"]: n for n in targets}
-        placement = {c.position: [by_uri[u] for u in uris] for c, uris in zip(cells, chosen)}
+        placement = {position: [by_uri[u] for u in uris] for position, uris in zip(rows, chosen)}
 
         def store(version: int) -> Commit:
             with self._reading(source):
@@ -624,7 +625,7 @@ class Client:
             except Exception:
                 pass  # the catalog is gone too: the pending staging version expires by its TTL
 
-    def _append_staged(self, name: str, schema: pa.Schema, groups: int, staging: int, staged: list[CommitPart],
+    def _append_staged(self, name: str, schema: pa.Schema, groups: int, staging: int, staged: builtins.list[CommitPart],
                        uri_of: dict[str, str]) -> Dataset:
         """One try of a stream append: the latest version's partitions and the staged ones, committed on top of it."""
         source = self.info(name)

@@ -179,7 +179,7 @@ class Dataset:
             raise ValueError(f"head: n must be >= 0, got {n}")
         return self[:n].to_arrow()
 
-    def spmd(self, rank: int, nranks: int, *, halo: tuple[int, int] | None = None, periodic: bool = False) -> "Dataset":
+    def spmd(self, rank: int | None, nranks: int | None, *, halo: tuple[int, int] | None = None, periodic: bool = False) -> "Dataset":
         """The SPMD view of rank ``rank``: ``locals`` set, others' data ``None``.
 
         With ``halo=(left, right)`` each local partition comes with ``left``
@@ -187,7 +187,7 @@ class Dataset:
         the Dist RFC defines halos (:meth:`parts_of`); ``periodic`` wraps
         them around the first and last rows.
         """
-        spmd_views.check_rank(rank, nranks)
+        rank, nranks = spmd_views.check_rank(rank, nranks)
         return self._derive(spmd=(rank, nranks), halo=spmd_views.halo_of(self, halo, periodic))
 
     def parts_of(self) -> dict[tuple[int, int], HaloParts]:

@@ -235,7 +235,7 @@ def read_partitions(refs: Sequence[PartitionRef], *, host: str | None, pool: Con
         try:
             known = [refs[k].known_rows for k in group]
             got = read_several(pool, ticket, first.replicas, what, idle_timeout, compression=compression, here=local,
-                               expected_columns=expected_columns, most_rows=None if None in known else sum(known),
+                               expected_columns=expected_columns, most_rows=None if None in known else sum(k or 0 for k in known),
                                expected_bytes=sum(refs[k].shareable_bytes for k in group))
             if all(refs[k].known_rows in (None, table.num_rows) for k, table in zip(group, got)):
                 return got

@@ -135,7 +135,8 @@ class Plan:
         pruner = self.shared.get("pruner")
         if pruner is None:
             p, q = self.grid
-            blocks = {i: (self.parts[(i, 0)].shape[0], [self.parts[(i, j)].stats for j in range(q)]) for i in range(p)}
+            blocks = {i: (self.parts[(i, 0)].shape[0], [_decoded(self.parts[(i, j)].stats) for j in range(q)])
+                      for i in range(p)}
             pruner = self.shared["pruner"] = Pruner(self.version.schema, blocks)
         return pruner
 
@@ -268,3 +269,8 @@ def narrowed(blocks: list[Block], matched: tuple[int, int]) -> list[Block]:
         if a < z:
             out.append(replace(b, size=z - a, matched=(a, z)))
     return out
+
+
+def _decoded(stats: object) -> dict | None:
+    """A partition's statistics as a reader has them: decoded JSON (anything else is nothing known)."""
+    return stats if isinstance(stats, dict) else None

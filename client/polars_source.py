@@ -33,7 +33,7 @@ def lazy_frame(ds: Any) -> Any:
     import polars as pl
     from polars.io.plugins import register_io_source
 
-    schema = pl.from_arrow(shown_to_polars(ds.to_reader().schema).empty_table()).schema  # one Polars cannot read:
+    schema = pl.DataFrame(shown_to_polars(ds.to_reader().schema).empty_table()).schema  # one Polars cannot read:
     # a clear error now, not a Rust panic in the middle of a scan
 
     def source(with_columns: list[str] | None, predicate: Any, n_rows: int | None, batch_size: int | None) -> Iterator[Any]:

@@ -32,7 +32,7 @@ class Reporter:
     def expect(self, total: int) -> None:
         """The total is known now (a tqdm bar without one is given it)."""
         self.total = total
-        bar = self.progress
+        bar: Any = self.progress
         if total and hasattr(bar, "update") and getattr(bar, "total", None) in (None, 0):
             bar.total = total
             if hasattr(bar, "refresh"):

@@ -11,7 +11,7 @@ Protocol export (:func:`distarray`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import pyarrow as pa
 
@@ -61,9 +61,11 @@ class HaloParts(NamedTuple):
     right: pa.Table
 
 
-def check_rank(rank: object, nranks: object) -> None:
+def check_rank(rank: object, nranks: object) -> tuple[int, int]:
+    """``(rank, nranks)`` when both are whole numbers with ``0 <= rank < nranks``; ValueError otherwise."""
     if not (isinstance(rank, int) and isinstance(nranks, int) and 0 <= rank < nranks):
         raise ValueError(f"rank must be in [0, nranks), got rank={rank!r}, nranks={nranks!r}")
+    return rank, nranks
 
 
 def halo_of(ds: Dataset, halo: tuple[int, int] | None, periodic: bool) -> Halo | None:
@@ -94,7 +96,8 @@ def parts_of(ds: Dataset) -> dict[tuple[int, int], HaloParts]:
     sizes = [plan.parts[(i, 0)].shape[0] for i in range(plan.grid[0])]
     sources = halo_sources(sizes, halo.left, halo.right, periodic=halo.periodic)
     groups = plan.groups()
-    refs, layout = [], []
+    refs: list[Any] = []
+    layout = []
     for pos in d["locals"]:
         i, vj = pos
         j = groups[vj]
@@ -138,7 +141,7 @@ def distarray(ds: Dataset, version: str) -> dict:
         q = d["partition_tiling"][1]
 
         def row(i: int, side: str = "local") -> pa.Table:
-            tables = {(0, j): getattr(halos[(i, j)], side) if side != "local" else local[(i, j)] for j in range(q)}
+            tables = {(0, j): getattr((halos or {})[(i, j)], side) if side != "local" else local[(i, j)] for j in range(q)}
             return frames.assemble(tables, (1, q))
 
         rows = [row(i) for i in blocks]

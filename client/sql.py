@@ -132,10 +132,11 @@ class _Reading:
             return _checked(read_whole(self.pool.client(where).do_get(endpoint.ticket, options=self._left())), where)
         if ticket.columns is None:  # every column: asked by name, so a part's columns come back as the answer's, in order
             ticket = replace(ticket, columns=tuple(columns.schema.names))
+        most_rows, most_bytes = _most_sent(endpoint)
         return read_replicas(self.pool, ticket, replicas, f"part {k} of the SQL answer ({ticket.dataset!r} "
                              f"v{ticket.version} partition {ticket.part})", self.idle_timeout,
                              compression=self.compression, here=self.here, deadline=self.deadline,
-                             expected_columns=columns, **_most_sent(endpoint))
+                             expected_columns=columns, most_rows=most_rows, most_bytes=most_bytes)
 
     def _left(self) -> flight.FlightCallOptions:
         """Call options whose timeout is what is left of the query's deadline."""
@@ -158,7 +159,7 @@ def _partition_ticket(raw: bytes) -> Ticket | None:
         return None
 
 
-def _most_sent(endpoint: flight.FlightEndpoint) -> dict[str, int | None]:
+def _most_sent(endpoint: flight.FlightEndpoint) -> tuple[int | None, int]:
     """The most rows (and bytes of values, 0 when not said) the endpoint's node may send
     (:class:`~flightpart.wire.EndpointRows`), as :func:`~flightpart.io.pull.read_replicas` takes them; rows None
     when its catalog did not say (an earlier release) or said it unreadably."""
@@ -167,8 +168,8 @@ def _most_sent(endpoint: flight.FlightEndpoint) -> dict[str, int | None]:
     except FlightpartError:
         said = None
     if said is None:
-        return {"most_rows": None}
-    return {"most_rows": said.most_rows, "most_bytes": said.most_bytes or 0}
+        return None, 0
+    return said.most_rows, said.most_bytes or 0
 
 
 def _checked(table: pa.Table, where: str) -> pa.Table:

@@ -366,7 +366,7 @@ def split_grid(table: pa.Table, grid: Sequence[int]) -> dict[tuple[int, int], pa
     return parts
 
 
-def assemble(parts: Mapping[tuple[int, ...], pa.Table], grid: Sequence[int]) -> pa.Table:
+def assemble(parts: Mapping[tuple[int, int], pa.Table], grid: Sequence[int]) -> pa.Table:
     """Inverse of :func:`split_grid`: one table from a 2-D grid of parts.
 
     Column groups of a row block are joined side by side, then the row blocks

@@ -91,7 +91,7 @@ class CatalogColumns:
                 if k == -1:
                     return f"a column {name[:60]!r} the dataset does not have"
                 fields.append(_ROW_NUMBER_FIELD if k == -2 else self.schema.field(k))
-            missing = sorted(self.groups.get(group, frozenset()) - set(names)) if group is not None else []
+            missing = sorted((self.groups or {}).get(group, frozenset()) - set(names)) if group is not None else []
             if missing:
                 return f"without column {missing[0][:60]!r} of its column group ({len(missing)} missing)"
             expected = pa.schema(fields)

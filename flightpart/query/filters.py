@@ -324,7 +324,8 @@ def _stands_in(here: pa.DataType, bound: pa.DataType) -> bool:
     view its strings, a decimal32 the decimal128 :func:`bindable` binds it as."""
     if pa.types.is_decimal32(here) or pa.types.is_decimal64(here):
         return bound.equals(bindable(pa.schema([("c", here)])).field("c").type)
-    if _stand_in(here) is None or not _stand_in(here).equals(bound):
+    stand_in = _stand_in(here)
+    if stand_in is None or not stand_in.equals(bound):
         return False
     try:
         pa.array([None], here).cast(bound)

@@ -180,10 +180,11 @@ def membership(schema: pa.Schema, subject: Value, values: list[Value]) -> pc.Exp
     return _Translator(schema, "IN list").member(subject, values)
 
 
-def _chained(node: Any, kind: type) -> list[Any]:
+def _chained(node: Any, kind: type[Any]) -> list[Any]:
     """The operands of a chain of ``kind`` (AND or OR) nodes, left to right: sqlglot parses ``a OR b OR c`` as
     ``(a OR b) OR c``, nested as deep as the chain is long. Walked without recursion."""
-    operands, pending = [], [node]
+    operands: list[Any] = []
+    pending: list[Any] = [node]
     while pending:
         current = pending.pop()
         if isinstance(current, kind):
@@ -224,7 +225,7 @@ class _Translator:
         self.arithmetic: dict[type, str] = {e.Add: "add_checked", e.Sub: "subtract_checked", e.Mul: "multiply_checked",
                                              e.Div: "divide"}
 
-    def fail(self, what: str) -> InvalidFilter:
+    def fail(self, what: str) -> InvalidFilter | InvalidExpression:
         if self.computing:
             return InvalidExpression(f"expression {self.text!r}: {what}", field="computed")
         return InvalidFilter(f"filter {self.text!r}: {what}", field="filter")
@@ -455,8 +456,10 @@ class _Translator:
             raise self.fail(f"a {column.type} column compared with the DOUBLE {number!r} is not translated exactly: "
                             "write the number with digits and a point (0.1, not 1e-1 or CAST(0.1 AS DOUBLE))")
         value = decimal.Decimal(literal.text if literal.text is not None else str(number))
-        kind = column.type
+        kind: Any = column.type
         _sign, digits, exponent = value.as_tuple()
+        if not isinstance(exponent, int):
+            raise self.fail(f"{literal.text or number!r} is not a finite number")
         places = max(kind.scale, -exponent)
         whole = max(kind.precision - kind.scale, len(digits) + exponent)
         if whole + places > MAX_DECIMAL_DIGITS:
@@ -490,7 +493,8 @@ class _Translator:
         """Two numbers in one type, cast explicitly (a cast Arrow would insert is a checked one, which cannot
         travel as Substrait): a literal takes the column's integer type when it fits, integers meet floats as
         float64 (as DuckDB compares INTEGER with DOUBLE), narrower integers widen."""
-        a, b = left.type, right.type
+        a: Any = left.type
+        b: Any = right.type
         if a == b:
             return left, right
         if pat.is_integer(a) and pat.is_integer(b):
@@ -729,7 +733,8 @@ def _integer_type(value: Value) -> pa.DataType:
 
 def _scale(value: decimal.Decimal) -> int:
     """The places after the point of a decimal literal as written (``1.50``: 2; an integer: 0)."""
-    return max(-value.as_tuple().exponent, 0)
+    exponent = value.as_tuple().exponent
+    return max(-exponent, 0) if isinstance(exponent, int) else 0
 
 
 def _decimal(t: pa.DataType | None) -> bool:
