@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import distarray, errors, protocol, wire
+from . import distarray, errors, protocol
 from . import lenient as _lenient
+from . import wire as wire  # fp.wire: the messages, reachable but not among the names `import *` gives
 from .errors import (
     CannotStart,
     ClientClosed,
@@ -119,11 +120,16 @@ def traffic() -> dict[str, int]:
     return TRAFFIC.snapshot()
 
 
-def __getattr__(name: str):
-    """``fp.dask``, ``fp.ray`` and ``fp.spmd``, imported on first use (they pull in their runtimes)."""
-    if name in ("dask", "ray", "spmd"):
-        import importlib
+def __getattr__(name: str) -> Any:
+    """``fp.Client`` and ``fp.Dataset`` (what :func:`connect` and ``Client.open`` return), and ``fp.dask``,
+    ``fp.ray`` and ``fp.spmd``: imported on first use (they pull in Flight and the runtimes)."""
+    import importlib
 
+    if name in ("Client", "Dataset"):
+        value = getattr(importlib.import_module(".client", __name__), name)
+        globals()[name] = value
+        return value
+    if name in ("dask", "ray", "spmd"):
         module = importlib.import_module(f".runtimes.{name}", __name__)
         globals()[name] = module
         return module
@@ -131,6 +137,8 @@ def __getattr__(name: str):
 
 
 __all__ = [
+    "Client",
+    "Dataset",
     "CannotStart",
     "ClientClosed",
     "DatasetNotFound",
@@ -174,5 +182,4 @@ __all__ = [
     "publish",
     "traffic",
     "validate",
-    "wire",
 ]

@@ -26,7 +26,11 @@ from flightpart.errors import RequestRejected, ServerBusy
 log = logging.getLogger("flightpart.node")
 
 CHECK_SECONDS = 10.0
-"""How long a checker may take over one filter before it is killed and the filter refused."""
+"""How long a checker may take over one filter before it is killed and the filter refused (its start-up is not
+counted: a fresh checker says when it is ready)."""
+
+START_SECONDS = 120.0
+"""How long a new checker may take to start (import pyarrow) before the filter is answered BUSY instead."""
 
 REMEMBERED = 4096
 """How many filters are remembered (by their SHA-256), read safely or refused."""
@@ -51,6 +55,11 @@ def read_and_apply(raw):
         pass
 
 threading.stack_size(STACK)
+import pyarrow.compute as pc
+warm = substrait.serialize_expressions([pc.field("x") == 1], ["filter"], pa.schema([("x", pa.int64())]))
+read_and_apply(bytes(warm))  # the reader's first use loads what it needs: done before the first filter's time
+sink.write(b"R")
+sink.flush()
 while len(head := source.read(4)) == 4:
     raw = source.read(struct.unpack("<I", head)[0])
     reader = threading.Thread(target=read_and_apply, args=(raw,))
@@ -125,12 +134,16 @@ class SubstraitChecker:
             return False
 
     def _started(self) -> subprocess.Popen:
+        """The checker, started and ready (its imports done), so the time a filter is given counts the check alone."""
         if self._proc is None or self._proc.poll() is not None:
             try:
                 self._proc = subprocess.Popen([sys.executable, "-c", _CHECKER, str(CHECK_STACK_BYTES)], stdin=subprocess.PIPE,
                                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
             except OSError as exc:
                 raise ServerBusy(f"cannot check the ticket's filter now ({exc}); retry shortly") from None
+            if _read_within(self._proc, START_SECONDS) != b"R":
+                self._stop()
+                raise ServerBusy("cannot check the ticket's filter now (the checker did not start); retry shortly")
         return self._proc
 
     def _stop(self) -> None:

@@ -201,3 +201,14 @@ def test_huge_declared_grid_is_refused_without_enumerating_it():
     d["shape"] = (10**12, 10**12)
     with pytest.raises(fp.PartitionedError, match="missing; a"):
         fp.validate(d)
+
+
+def test_the_top_level_exports_client_and_dataset_but_not_the_wire_module():
+    import subprocess
+    import sys
+
+    code = ("import sys, flightpart as fp; assert 'flightpart.client' not in sys.modules; "
+            "from flightpart.client import Client, Dataset; assert fp.Client is Client and fp.Dataset is Dataset; "
+            "assert {'Client', 'Dataset'} <= set(fp.__all__) and 'wire' not in fp.__all__")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
