@@ -33,7 +33,7 @@ from flightpart.tokens import TOKEN_PREFIX
 
 from helpers import code_of, run_threads, wait_until
 
-SECRET = "cluster-secret-for-the-sharing-tests"
+SECRET = tokens.new_secret()
 MARGIN = 1.0  # FLIGHTPART_CLOCK_MARGIN for this module's cluster: expiry is seen within a second or two
 IDLE = 3.0    # --stream-idle-timeout of this module's nodes
 AHEAD = 3600  # seconds the skewed node's clock runs ahead

@@ -6,10 +6,10 @@ import socket
 import time
 
 from flightpart.server.beats import BeatListener, BeatSender, catalog_address, pack, unpack
-from flightpart.tokens import role_token
+from flightpart.tokens import new_secret, role_token
 from flightpart.wire import Heartbeat
 
-SECRET = b"unit-test-secret"
+SECRET = new_secret().encode()
 
 
 def listener(take, secret=SECRET, known=("n1",)) -> BeatListener:
@@ -56,8 +56,8 @@ def test_a_beat_without_a_clock_or_with_fields_a_beat_has_not_is_ignored():
 def test_tokens_no_node_holds_are_ignored_without_an_exception():
     beats = listener(lambda beat: True, known=("n1", "\ud800"))
     try:
-        for token, node_id in ((f"fp2:node:n1:{'9' * 400}", "n1"), ("fp2:node:\ud800:0", "\ud800"),
-                               ("fp2:node:n1:-1", "n1"), ("fp2:node:n1", "n1"), ("x" * 5000, "n1")):
+        for token, node_id in ((f"fp3:node:n1:{'9' * 400}", "n1"), ("fp3:node:\ud800:0", "\ud800"),
+                               ("fp3:node:n1:-1", "n1"), ("fp3:node:n1", "n1"), ("x" * 5000, "n1")):
             body = {"node_id": node_id, "clock_ms": 5, "token": token, "nonce": 1}
             assert beats.answer(pack(body, b"k" * 64)) is None, token
         assert beats.counts()["udp_datagrams_ignored"] == 5
