@@ -389,8 +389,16 @@ class NodeServer(ServiceBase):
                                      int(wall_clock() * 1000))
                     # in a datagram when the catalog takes it so; anything else over Flight, whose answer decides (with
                     # the clock of now: a beat counts from when it was sent, and the datagram's wait was not the catalog's)
-                    known = self.datagrams.beat(self.catalog_uri, beat) or self._to_catalog(
-                        dataclasses.replace(beat, clock_ms=int(wall_clock() * 1000)), timeout=5).known
+                    known = self.datagrams.beat(self.catalog_uri, beat)
+                    heard = self.datagrams.heard if known else None
+                    if not known:
+                        sent = wall_clock()
+                        reply = self._to_catalog(dataclasses.replace(beat, clock_ms=int(sent * 1000), asks_clock=True),
+                                                 timeout=5)
+                        known = reply.known
+                        heard = (sent, wall_clock(), reply.clock_ms / 1000) if reply.clock_ms is not None else None
+                    if heard is not None:  # expiry is judged by the catalog's clock (docs/operations.md, "Clocks")
+                        self.guard.heard_catalog_clock(*heard)
                     self.last_contact = time.monotonic()
                     if not known:
                         self.registered.clear()
