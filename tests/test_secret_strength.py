@@ -10,6 +10,7 @@ releases (an HMAC of the secret) reproduces nothing in it.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import os
@@ -31,6 +32,11 @@ from flightpart.local.cluster import LocalCluster
 
 WEAK = ["x", "   ", "flightpart", "FlightPart", "s3cr3t-2024", "ab" * 32, "cluster-secret-for-the-sharing-tests"]
 """Secrets the outside probe tried, and their kin: blank, known, short, repeated, a few words."""
+
+
+def b64(data: bytes) -> str:
+    """URL-safe base64 without padding: how a token writes its signature."""
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
 
 
 def run_cli(*args: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -99,7 +105,7 @@ def test_flightpart_secret_writes_one_mode_600_that_a_cluster_starts_with_and_ke
         body = "fp2:admin:mallory:0"  # a token of the earlier format, signed with the key derived the old way
         old_signature = cheap_keys(written.encode())[0].sign(b"flightpart token\0" + body.encode())
         with pytest.raises(fp.Unauthenticated, match="earlier release"):
-            with fp.connect(c.uri, token=f"{body}:{tokens._b64(old_signature)}") as mallory:
+            with fp.connect(c.uri, token=f"{body}:{b64(old_signature)}") as mallory:
                 mallory.drop("kept")
         with fp.connect(c.uri, token=written) as owner:
             assert owner.open("kept").to_arrow().equals(rows)
@@ -150,14 +156,14 @@ def test_testing_a_guess_against_a_pickled_handle_or_the_verify_key_costs_a_full
 
     # the key that made it is scrypt's of the secret (16 MiB, 2^14 rounds a guess); no hash of the secret made it
     assert tokens.KDF_N >= 1 << 14 and 128 * tokens.KDF_N * tokens.KDF_R >= 16 << 20
-    assert tokens._b64(scrypt_key(secret).sign(message)) == signature
-    assert all(tokens._b64(key.sign(message)) != signature for key in cheap_keys(secret))
-    assert tokens._b64(scrypt_key(secret + b"!").sign(message)) != signature  # a wrong guess, tested at full price
+    assert b64(scrypt_key(secret).sign(message)) == signature
+    assert all(b64(key.sign(message)) != signature for key in cheap_keys(secret))
+    assert b64(scrypt_key(secret + b"!").sign(message)) != signature  # a wrong guess, tested at full price
 
     # the verify key (a public file on every node) and a role token: the same key, the same price per guess
     verify = tokens.VerifyKey.parse(shown.stdout.strip())
     assert verify.raw == raw_public(scrypt_key(secret))
     assert all(verify.raw != raw_public(key) for key in cheap_keys(secret))
     token_body, _, token_signature = reader.rpartition(":")
-    assert all(tokens._b64(key.sign(b"flightpart token\0" + token_body.encode())) != token_signature
+    assert all(b64(key.sign(b"flightpart token\0" + token_body.encode())) != token_signature
                for key in cheap_keys(secret))

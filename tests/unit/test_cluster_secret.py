@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import json
@@ -11,11 +12,18 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from flightpart import tokens
+from flightpart.errors import CannotStart
 from flightpart.server.auth import CLOCK_MARGIN, GuardFactory, wall_clock
+from flightpart.server.node import node_name
 
 WEAK = ["", "x", "   ", "flightpart", "FLIGHTPART", "Flightpart\n", "password", "changeme", "s3cr3t!", "abc123",
         "a" * 64, "ab" * 40, "flightpart" * 6, "abcdefghijklmnopqrstuvwxyz", "0123456789" * 4, "deadbeef" * 4,
         "cluster-secret-for-the-sharing-tests", "correct horse battery staple", "Correct-Horse-Battery-Staple-Again"]
+
+
+def b64(data: bytes) -> str:
+    """URL-safe base64 without padding: how a token writes its signature."""
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
 
 
 @pytest.mark.parametrize("value", WEAK)
@@ -65,13 +73,17 @@ def test_tokens_and_verify_keys_of_the_earlier_format_are_refused_with_a_hint():
     guard = GuardFactory(secret)
     with pytest.raises(flight.FlightUnauthenticatedError, match="fp2 token, signed with an earlier release's key"):
         guard.authenticate({"authorization": [f"Bearer {old}"]})
+    old_node = "fp2" + tokens.role_token(secret, "node", "n1")[3:]  # a node's own token file from before
+    with pytest.raises(CannotStart, match="fp2 token, signed with an earlier release's key.*flightpart token --role node"):
+        node_name(tokens.verify_key(secret), old_node)
+    assert node_name(tokens.verify_key(secret), tokens.role_token(secret, "node", "n1")) == "n1"
 
 
 def test_a_manifest_sealed_by_an_earlier_release_is_still_trusted_with_the_secret_and_no_new_one_is_signed_so():
     secret = tokens.new_secret().encode()
     manifest = {"dataset": "sales", "version": 3, "partitions": [[0, 0]]}
     text = json.dumps(manifest, sort_keys=True, separators=(",", ":"))
-    earlier = tokens._b64(Ed25519PrivateKey.from_private_bytes(
+    earlier = b64(Ed25519PrivateKey.from_private_bytes(
         hmac.new(secret, b"flightpart ed25519 signing key", hashlib.sha256).digest()).sign(b"flightpart manifest\0" + text.encode()))
     assert tokens.manifest_signed(secret, manifest, earlier)
     assert tokens.manifest_signature(secret, manifest) != earlier
