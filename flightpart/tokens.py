@@ -200,7 +200,8 @@ def check_secret(secret: bytes) -> None:
     elif bits == 0:
         why = "it is a value everyone tries first"
     else:
-        why = f"{len(secret)} bytes carrying about {bits:.0f} bits by their length, character classes and repeats"
+        size = f"{len(secret)} byte" + ("s" if len(secret) != 1 else "")
+        why = f"{size} carrying about {bits:.0f} bits by length, character classes and repeats"
     raise WeakSecret(f"the cluster secret is too weak to sign with: {why}; at least {SECRET_MIN_BITS} bits are needed, "
                      "or one token would let anyone guess it offline and mint the rest. Next: make a strong one with "
                      f"`{SECRET_COMMAND}` (32 random bytes, mode 600) and give it with --secret-file FILE "
