@@ -32,6 +32,7 @@ import os
 import threading
 import time
 import weakref
+from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -73,6 +74,9 @@ Clocks further apart than this are logged by the catalog (it compares every hear
 shown on the status page."""
 
 _CLOCK_OFFSET = _seconds_from_env(CLOCK_OFFSET_ENV, 0.0)
+
+CLOCK_SAMPLES = 8
+"""Heartbeat answers a node keeps the catalog's clock from; the one with the shortest round trip sets its skew."""
 
 
 def wall_clock() -> float:
@@ -124,6 +128,7 @@ class GuardFactory(flight.ServerMiddlewareFactory):
         self._by_caller: dict[str, int] = {}
         self._watched: set[CallGuard] = set()
         self.clock_skew = 0.0
+        self._clock_samples: deque[tuple[float, float]] = deque(maxlen=CLOCK_SAMPLES)  # (round trip, skew)
         """Seconds this daemon's clock runs ahead of its catalog's, as last heard (:meth:`heard_catalog_clock`); 0
         until then, and on a catalog, whose clock is the cluster's."""
         if stream_idle_timeout is not None:
@@ -137,10 +142,14 @@ class GuardFactory(flight.ServerMiddlewareFactory):
 
     def heard_catalog_clock(self, sent: float, received: float, catalog: float) -> None:
         """Note the catalog's clock (``catalog``, Unix seconds) from the answer to a heartbeat sent at ``sent`` and
-        answered at ``received`` by this daemon's :func:`wall_clock`: the catalog read it in between, so the skew
-        taken (the middle of the two less it) is off by at most half the round trip."""
-        if received >= sent:
-            self.clock_skew = round((sent + received) / 2 - catalog, 3)
+        answered at ``received`` by this daemon's :func:`wall_clock`. The catalog read it in between, so the middle
+        of the two less it is off by at most half the round trip; the skew kept is that of the shortest round trip
+        among the last :data:`CLOCK_SAMPLES` answers (a beat that waited in a queue does not move it), and a clock
+        that steps is followed within as many heartbeats. Called by one thread (the node's reports)."""
+        if received < sent:
+            return
+        self._clock_samples.append((received - sent, (sent + received) / 2 - catalog))
+        self.clock_skew = round(min(self._clock_samples)[1], 3)
 
     def authenticate(self, headers: dict) -> Credential:
         if self.secret is None:

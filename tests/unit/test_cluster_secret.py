@@ -13,7 +13,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from flightpart import tokens
 from flightpart.errors import CannotStart
-from flightpart.server.auth import CLOCK_MARGIN, GuardFactory, wall_clock
+from flightpart.server.auth import CLOCK_MARGIN, CLOCK_SAMPLES, GuardFactory, wall_clock
 from flightpart.server.node import node_name
 
 WEAK = ["", "x", "   ", "flightpart", "FLIGHTPART", "Flightpart\n", "password", "changeme", "s3cr3t!", "abc123",
@@ -104,7 +104,11 @@ def test_expiry_is_judged_by_the_catalogs_clock_once_a_heartbeat_told_it():
     with pytest.raises(flight.FlightUnauthenticatedError, match="expired"):
         behind.authenticate(in_date)
     behind.heard_catalog_clock(now + 5, now, now + 9999)  # an answer before its question is no reading
+    behind.heard_catalog_clock(now, now + 4, now + 3604)  # a beat that waited 4 s: the quicker answer's skew stays
     assert behind.clock_skew == pytest.approx(-3600, abs=0.01)
+    for k in range(CLOCK_SAMPLES):  # the clock stepped: followed within as many answers as are kept
+        behind.heard_catalog_clock(now + 1 + k, now + 1.001 + k, now + 1 + k + 60)
+    assert behind.clock_skew == pytest.approx(-60, abs=0.01)
 
     ahead = GuardFactory(secret)  # its clock ten minutes ahead of the catalog's
     with pytest.raises(flight.FlightUnauthenticatedError):
