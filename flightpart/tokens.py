@@ -1,13 +1,14 @@
 """Roles, capabilities and signatures: who may mint a credential, and who may only check one.
 
 A cluster has one secret, held by its catalog and its operator (the
-``flightpart token`` command). An Ed25519 signing key is derived from it;
-everything a daemon must trust is signed with that key:
+``flightpart token`` command). An Ed25519 signing key is derived from it by
+scrypt (:func:`signing_key`, once per process); everything a daemon must trust
+is signed with that key:
 
-    fp2:<role>:<name>:<expiry>:<sig>            a role token (reader, writer, admin, node)
-    fp2:cap:<dataset>@<version>:<expiry>:<sig>  a read capability for one version
-    fp2:put:<dataset>@<version>#<i>_<j>><node>:<expiry>:<sig>  one copy of one partition to one node
-    fp2:begun:<dataset>@<version>><writer>:<expiry>:<sig>  a writer's leave to write a version it began
+    fp3:<role>:<name>:<expiry>:<sig>            a role token (reader, writer, admin, node)
+    fp3:cap:<dataset>@<version>:<expiry>:<sig>  a read capability for one version
+    fp3:put:<dataset>@<version>#<i>_<j>><node>:<expiry>:<sig>  one copy of one partition to one node
+    fp3:begun:<dataset>@<version>><writer>:<expiry>:<sig>  a writer's leave to write a version it began
     a sealed manifest's ``signature``            "this catalog committed this version with these holders"
 
 <expiry> is a Unix time (0: never); <sig> is the Ed25519 signature (URL-safe
@@ -16,6 +17,12 @@ base64, 86 characters) of the rest. Nodes get the public half only (a
 so a node's own credential (a ``node`` token naming it) cannot be turned
 into a writer's, an admin's or another node's. The cluster secret itself is
 also accepted as the owner's token, by the daemons that hold it.
+
+What leaves the catalog (a token, a capability in a pickled handle, the verify
+key, a heartbeat datagram's MAC) is made with the derived key only, so testing
+one guess of the secret against any of them costs one scrypt derivation; and a
+secret must carry at least :data:`SECRET_MIN_BITS` bits (:func:`check_secret`),
+so there is no short list of guesses to test.
 """
 
 from __future__ import annotations
@@ -25,7 +32,10 @@ import functools
 import hashlib
 import hmac
 import json
+import math
 import re
+import secrets
+import string
 from dataclasses import dataclass
 
 from cryptography.exceptions import InvalidSignature
@@ -33,7 +43,10 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 ROLES = ("reader", "writer", "admin", "node")
-TOKEN_PREFIX = "fp2"
+TOKEN_PREFIX = "fp3"
+"""The version of the token format: it changes whenever the signing key is derived differently."""
+OUTDATED_TOKEN_PREFIXES = ("fp1", "fp2")
+"""Token formats of earlier releases (other keys), refused as ``UNAUTHENTICATED`` with a hint to mint again."""
 CAPABILITY = "cap"
 PUT_GRANT = "put"
 """The kind of a token that writes one partition to one node (:func:`put_grant`): what the catalog gives a node it
@@ -45,7 +58,8 @@ GRANT_HEADER = "x-flightpart-grant"
 """The call header a writer's put and orders carry a :func:`version_grant` in (the bearer token stays its own)."""
 CATALOG_NODE = "catalog"
 """The name in the node token a catalog calls nodes with; only it may order a node to drop, seal or copy."""
-VERIFY_KEY_PREFIX = "fpk1"
+VERIFY_KEY_PREFIX = "fpk2"
+OUTDATED_VERIFY_KEY_PREFIXES = ("fpk1",)
 _LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 _TOKEN_CONTEXT = b"flightpart token\0"
 _MANIFEST_CONTEXT = b"flightpart manifest\0"
@@ -58,7 +72,7 @@ class VerifyKey:
     raw: bytes
 
     def text(self) -> str:
-        """The form kept in a verify-key file (``fpk1:`` and the 32 bytes in URL-safe base64)."""
+        """The form kept in a verify-key file (``fpk2:`` and the 32 bytes in URL-safe base64)."""
         return f"{VERIFY_KEY_PREFIX}:{_b64(self.raw)}"
 
     @classmethod
@@ -68,8 +82,11 @@ class VerifyKey:
             raw = _unb64(body)
         except ValueError:
             raw = b""
+        if prefix in OUTDATED_VERIFY_KEY_PREFIXES:
+            raise ValueError(f"a {prefix} verify key, of an earlier release's signing key: print the cluster's "
+                             "current one with `flightpart verify-key`")
         if prefix != VERIFY_KEY_PREFIX or len(raw) != 32:
-            raise ValueError("not a flightpart verify key (expected fpk1:<32 bytes in base64>; "
+            raise ValueError(f"not a flightpart verify key (expected {VERIFY_KEY_PREFIX}:<32 bytes in base64>; "
                              "print one with `flightpart verify-key`)")
         return cls(raw)
 
@@ -88,9 +105,134 @@ def _unb64(text: str) -> bytes:
     return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
 
 
+SECRET_MIN_BITS = 128
+"""The least a cluster secret must carry, as :func:`secret_bits` estimates it: beyond any search of guesses."""
+SECRET_COMMAND = "flightpart secret --out FILE"
+"""How an operator makes a good secret (named by every refusal of a weak one)."""
+_WEAK_SECRETS = frozenset({
+    "flightpart", "flight-part", "flight_part", "secret", "cluster-secret", "cluster_secret", "clustersecret",
+    "flightpart-secret", "password", "passw0rd", "changeme", "change-me", "change_me", "default", "admin", "root",
+    "test", "testing", "token", "letmein", "qwerty", "123456", "12345678", "123456789", "0123456789", "abc123",
+    "correct horse battery staple", "correct-horse-battery-staple"})
+"""Secrets everyone tries first, refused whatever their estimate (compared lower-cased, once repetition is removed)."""
+_WORD_BITS = math.log2(7776)
+"""What one word of a passphrase carries (a diceware list's words): a passphrase's letters are far from random."""
+_WORD_SPLIT = re.compile(r"[\s\-_.,;:+/]+")
+
+
+class WeakSecret(ValueError):
+    """A cluster secret that can be guessed: too short, too regular, or one everyone tries."""
+
+
+def new_secret() -> str:
+    """A fresh cluster secret: 32 random bytes in URL-safe base64 (43 characters, 256 bits), one that
+    :func:`check_secret` takes (drawn again in the rare case its estimate would call a random draw regular)."""
+    while True:
+        value = secrets.token_urlsafe(32)
+        if secret_bits(value.encode()) >= SECRET_MIN_BITS:
+            return value
+
+
+def _period(text: str) -> str:
+    """The shortest unit ``text`` repeats (itself when it repeats none): ``abcabcab`` is ``abc``."""
+    for size in range(1, len(text) // 2 + 1):
+        unit = text[:size]
+        if (unit * (len(text) // size + 1))[:len(text)] == text:
+            return unit
+    return text
+
+
+def _pool(text: str) -> int:
+    """How many characters each of ``text``'s could have been, from the classes it uses (hex digits count 16)."""
+    if text and all(c in string.hexdigits for c in text) and (text.lower() == text or text.upper() == text):
+        return 16 if any(c not in string.digits for c in text) else 10
+    pool = 0
+    for members, size in ((string.ascii_lowercase, 26), (string.ascii_uppercase, 26), (string.digits, 10),
+                          (string.punctuation + " ", 33)):
+        if any(c in members for c in text):
+            pool += size
+    if any(not c.isascii() or not c.isprintable() for c in text):
+        pool += 128
+    return max(pool, 1)
+
+
+def _surprising(text: str) -> int:
+    """How many characters of ``text`` are not foretold by the ones before: a repeat of the previous one, or the
+    next step of a run like ``abcd`` or ``4321``, counts for nothing."""
+    count = 0
+    for i, c in enumerate(text):
+        if i and c == text[i - 1]:
+            continue
+        if i >= 2 and ord(c) - ord(text[i - 1]) == ord(text[i - 1]) - ord(text[i - 2]) and abs(ord(c) - ord(text[i - 1])) == 1:
+            continue
+        count += 1
+    return count
+
+
+def secret_bits(secret: bytes) -> float:
+    """An estimate of the bits a secret carries, erring low: its shortest repeated unit, with repeats and runs
+    (``aaaa``, ``abcd``) counted once, times log2 of the size of the character classes it draws from; a
+    passphrase (letters in words between separators) counts by words; a secret everyone tries counts 0.
+
+    It cannot see every regularity (a sentence of long words, a name and a date), but it refuses what an
+    operator types without thinking, and what :func:`new_secret` makes always passes."""
+    text = secret.decode("utf-8", "replace").strip()
+    unit = _period(text)
+    if not text or text.lower() in _WEAK_SECRETS or unit.lower() in _WEAK_SECRETS:
+        return 0.0
+    bits = _surprising(unit) * math.log2(_pool(unit))
+    words = [w for w in _WORD_SPLIT.split(unit) if w]
+    if words and all(w.isalpha() and len(w) <= 12 and (w.islower() or w.istitle() or w.isupper()) for w in words):
+        bits = min(bits, len(words) * _WORD_BITS)
+    return bits
+
+
+def check_secret(secret: bytes) -> None:
+    """:class:`WeakSecret` (saying why and how to make a good one) unless ``secret`` carries at least
+    :data:`SECRET_MIN_BITS` bits by :func:`secret_bits`. Every daemon that takes the secret checks it at start:
+    a signature made from a secret that can be guessed lets anyone who sees one token mint the rest."""
+    bits = secret_bits(secret)
+    if bits >= SECRET_MIN_BITS:
+        return
+    text = secret.decode("utf-8", "replace").strip()
+    if not text:
+        why = "it is empty or blank"
+    elif bits == 0:
+        why = "it is a value everyone tries first"
+    else:
+        size = f"{len(secret)} byte" + ("s" if len(secret) != 1 else "")
+        why = f"{size} carrying about {bits:.0f} bits by length, character classes and repeats"
+    raise WeakSecret(f"the cluster secret is too weak to sign with: {why}; at least {SECRET_MIN_BITS} bits are needed, "
+                     "or one token would let anyone guess it offline and mint the rest. Next: make a strong one with "
+                     f"`{SECRET_COMMAND}` (32 random bytes, mode 600) and give it with --secret-file FILE "
+                     "(then mint tokens again with `flightpart token`)")
+
+
+KDF_SALT = b"flightpart ed25519 signing key v3"
+"""scrypt's salt: fixed per format version (the secret is the cluster's own, so no table is shared between clusters
+with different secrets; one with a weak secret is refused at start)."""
+KDF_N, KDF_R, KDF_P = 1 << 14, 8, 1
+"""scrypt's cost: 16 MiB of memory (128 * N * r bytes) and 2^14 rounds per derivation, paid once per process by a
+daemon, and by an attacker for every guess of the secret tested against anything the key made."""
+
+
+def derived_seed(secret: bytes) -> bytes:
+    """The 32-byte Ed25519 seed of the cluster's signing key: scrypt of the secret with :data:`KDF_SALT` and
+    :data:`KDF_N`, :data:`KDF_R`, :data:`KDF_P`. Slow on purpose: callers go through :func:`signing_key`, which
+    keeps it for the process."""
+    return hashlib.scrypt(secret, salt=KDF_SALT, n=KDF_N, r=KDF_R, p=KDF_P, maxmem=4 * 128 * KDF_N * KDF_R, dklen=32)
+
+
 @functools.lru_cache(maxsize=8)
 def signing_key(secret: bytes) -> Ed25519PrivateKey:
-    """The cluster's signing key, derived from its secret (so the secret stays the one thing an operator keeps)."""
+    """The cluster's signing key, derived from its secret by scrypt (:func:`derived_seed`) once per process and kept:
+    the secret stays the one thing an operator keeps, and no token costs a derivation."""
+    return Ed25519PrivateKey.from_private_bytes(derived_seed(secret))
+
+
+@functools.lru_cache(maxsize=8)
+def _outdated_key(secret: bytes) -> Ed25519PrivateKey:
+    """The signing key of earlier releases (an HMAC of the secret): only to check manifests they sealed."""
     return Ed25519PrivateKey.from_private_bytes(hmac.new(secret, b"flightpart ed25519 signing key", hashlib.sha256).digest())
 
 
@@ -134,7 +276,7 @@ def role_token(secret: bytes, role: str, name: str, expiry: int = 0) -> str:
 
 
 def split_token(token: str) -> tuple[str, bytes] | None:
-    """A role token's body (``fp2:<role>:<name>:<expiry>``, public) and its signature's bytes (a secret between the
+    """A role token's body (``fp3:<role>:<name>:<expiry>``, public) and its signature's bytes (a secret between the
     token's holder and the cluster secret's); None for anything else."""
     body, _, signature = token.rpartition(":")
     if body.count(":") != 3 or not body.startswith(TOKEN_PREFIX + ":"):
@@ -254,6 +396,13 @@ def verify_token(secret: Keys, token: str, now: float, margin: float = 0.0) -> C
     return credential
 
 
+def outdated_format(token: str) -> str | None:
+    """The prefix of a token in an earlier release's format (``fp2``: signed with another key), None for any other:
+    such a token is refused like any unknown one, with a hint to mint it again."""
+    prefix = token.partition(":")[0]
+    return prefix if prefix in OUTDATED_TOKEN_PREFIXES and prefix != token else None
+
+
 @functools.lru_cache(maxsize=4096)
 def _signed_credential(key: VerifyKey, token: str) -> Credential | None:
     parts = token.split(":")
@@ -273,8 +422,18 @@ def manifest_signature(secret: bytes, manifest_json: dict) -> str:
 
 
 def manifest_signed(keys: Keys, manifest_json: dict, signature: str | None) -> bool:
-    """Whether the catalog of this cluster signed this manifest (its JSON form without the signature)."""
-    return signature is not None and _valid(_public(keys), _MANIFEST_CONTEXT, _canonical(manifest_json), signature)
+    """Whether the catalog of this cluster signed this manifest (its JSON form without the signature). With the
+    secret, a manifest sealed by an earlier release (its key an HMAC of the same secret) counts too: nodes keep
+    those, and a catalog rebuilding its state must still trust them. Nothing is signed with that key any more."""
+    if signature is None:
+        return False
+    text = _canonical(manifest_json)
+    if _valid(_public(keys), _MANIFEST_CONTEXT, text, signature):
+        return True
+    if not isinstance(keys, bytes):
+        return False
+    outdated = VerifyKey(_outdated_key(keys).public_key().public_bytes(Encoding.Raw, PublicFormat.Raw))
+    return _valid(outdated, _MANIFEST_CONTEXT, text, signature)
 
 
 def _canonical(body: dict) -> str:

@@ -1483,13 +1483,18 @@ class RegisterNode(Message):
 
 @dataclass(frozen=True)
 class HeartbeatReply(Message):
+    """``clock_ms``: the catalog's wall clock when it took the beat (Unix milliseconds), for a beat that ``asks_clock``
+    (a node of an earlier release would refuse the key): the node judges expiry by the catalog's time."""
+
     known: bool = _field(p_bool)
+    clock_ms: int | None = _field(p_optional(p_uint), None, omitted_when_none=True)
 
 
 @dataclass(frozen=True)
 class Heartbeat(Message):
     """A node is alive; it reports its free disk space, whether that is below its floor, and its wall clock
-    (Unix time in milliseconds when it sent the beat) so the catalog can see clocks that disagree."""
+    (Unix time in milliseconds when it sent the beat) so the catalog can see clocks that disagree. ``asks_clock``:
+    the reply is to carry the catalog's clock (nodes of this release ask; a catalog upgraded first answers)."""
 
     ACTION = "heartbeat"
     REPLY = HeartbeatReply
@@ -1497,6 +1502,7 @@ class Heartbeat(Message):
     free_bytes: int | None = _field(p_optional(p_uint), None)
     low_space: bool = _field(p_bool, False)
     clock_ms: int | None = _field(p_optional(p_uint), None)
+    asks_clock: bool | None = _field(p_optional(p_bool), None, omitted_when_none=True)
 
     @classmethod
     def decode_plain(cls, raw: bytes) -> "Heartbeat | None":
@@ -1511,15 +1517,16 @@ class Heartbeat(Message):
     @classmethod
     def from_plain(cls, body: Any) -> "Heartbeat | None":
         """The usual heartbeat from its decoded JSON body (Flight's, or a datagram's), None for anything else."""
-        if type(body) is not dict or not body.keys() <= {"node_id", "free_bytes", "low_space", "clock_ms"}:
+        if type(body) is not dict or not body.keys() <= {"node_id", "free_bytes", "low_space", "clock_ms", "asks_clock"}:
             return None
         node_id, free, low = body.get("node_id"), body.get("free_bytes"), body.get("low_space", False)
-        clock = body.get("clock_ms")
+        clock, asks = body.get("clock_ms"), body.get("asks_clock")
         if (type(node_id) is not str or len(node_id) > 4096 or type(low) is not bool
                 or not (free is None or (type(free) is int and 0 <= free < MAX_UINT))
-                or not (clock is None or (type(clock) is int and 0 <= clock < MAX_UINT))):
+                or not (clock is None or (type(clock) is int and 0 <= clock < MAX_UINT))
+                or not (asks is None or type(asks) is bool)):
             return None
-        return cls(node_id, free, low, clock)
+        return cls(node_id, free, low, clock, asks)
 
 
 # --------------------------------------------------------------------------- credentials

@@ -18,8 +18,10 @@ slot (:meth:`GuardFactory.watch`), so a reader that opens streams and never
 reads them cannot lock others out; so does a ``do_put`` whose writer has sent
 nothing for it (:meth:`GuardFactory.received`).
 
-Expiry is checked against this daemon's clock with :data:`CLOCK_MARGIN`
-seconds of grace (see docs/operations.md, "Clocks").
+Expiry is judged by the catalog's clock: a node takes its own clock less the
+skew it measures from the catalog's clock in each heartbeat's answer
+(:meth:`GuardFactory.now`), with :data:`CLOCK_MARGIN` seconds of grace (see
+docs/operations.md, "Clocks").
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import os
 import threading
 import time
 import weakref
+from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -38,7 +41,7 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from flightpart.errors import Forbidden, NodeUnavailable, ServerBusy, Unauthenticated
-from flightpart.tokens import CAPABILITY, CATALOG_NODE, GRANT_HEADER, Credential, Keys, verify_token
+from flightpart.tokens import CAPABILITY, CATALOG_NODE, GRANT_HEADER, Credential, Keys, outdated_format, verify_key, verify_token
 from flightpart.wire import encode_error
 
 from .telemetry import Call, Telemetry
@@ -64,12 +67,16 @@ def _seconds_from_env(name: str, default: float, minimum: float | None = None) -
 
 
 CLOCK_MARGIN = _seconds_from_env(CLOCK_MARGIN_ENV, 30.0, minimum=0.0)
-"""Seconds a token or capability is still honoured after its expiry by this daemon's clock (default 30). It leans
-towards serving: a node whose clock runs up to this far ahead of the catalog's still serves a capability until it
-expires, and the price is that an expired one may be served at most this late. Clocks further apart than this are
-logged by the catalog (it compares every heartbeat's clock with its own) and shown on the status page."""
+"""Seconds a token or capability is still honoured after its expiry by the catalog's time as this daemon knows it
+(default 30). It leans towards serving: it covers what that knowledge lacks (a node before its first heartbeat's
+answer, a clock that stepped since the last), and the price is that an expired one may be served at most this late.
+Clocks further apart than this are logged by the catalog (it compares every heartbeat's clock with its own) and
+shown on the status page."""
 
 _CLOCK_OFFSET = _seconds_from_env(CLOCK_OFFSET_ENV, 0.0)
+
+CLOCK_SAMPLES = 8
+"""Heartbeat answers a node keeps the catalog's clock from; the one with the shortest round trip sets its skew."""
 
 
 def wall_clock() -> float:
@@ -112,26 +119,53 @@ class GuardFactory(flight.ServerMiddlewareFactory):
         super().__init__()
         self.telemetry = telemetry or Telemetry()
         self.secret = secret
+        if isinstance(secret, bytes):
+            verify_key(secret)  # the key's one slow derivation, at start and not in a caller's first call
         self.max_streams = max_streams
         self.stream_idle_timeout = stream_idle_timeout
         self.open_streams = 0
         self._lock = threading.Lock()
         self._by_caller: dict[str, int] = {}
         self._watched: set[CallGuard] = set()
+        self.clock_skew = 0.0
+        self._clock_samples: deque[tuple[float, float]] = deque(maxlen=CLOCK_SAMPLES)  # (round trip, skew)
+        """Seconds this daemon's clock runs ahead of its catalog's, as last heard (:meth:`heard_catalog_clock`); 0
+        until then, and on a catalog, whose clock is the cluster's."""
         if stream_idle_timeout is not None:
             threading.Thread(target=_watch_idle_streams, args=(weakref.ref(self), stream_idle_timeout),
                              name="flightpart-idle-streams", daemon=True).start()
 
+    def now(self) -> float:
+        """The catalog's time as this daemon knows it: its own clock less the skew last heard. Expiry is judged on it,
+        so a node whose clock is behind does not serve a capability past the expiry the catalog gave it."""
+        return wall_clock() - self.clock_skew
+
+    def heard_catalog_clock(self, sent: float, received: float, catalog: float) -> None:
+        """Note the catalog's clock (``catalog``, Unix seconds) from the answer to a heartbeat sent at ``sent`` and
+        answered at ``received`` by this daemon's :func:`wall_clock`. The catalog read it in between, so the middle
+        of the two less it is off by at most half the round trip; the skew kept is that of the shortest round trip
+        among the last :data:`CLOCK_SAMPLES` answers (a beat that waited in a queue does not move it), and a clock
+        that steps is followed within as many heartbeats. Called by one thread (the node's reports)."""
+        if received < sent:
+            return
+        self._clock_samples.append((received - sent, (sent + received) / 2 - catalog))
+        self.clock_skew = round(min(self._clock_samples)[1], 3)
+
     def authenticate(self, headers: dict) -> Credential:
         if self.secret is None:
             return OWNER
+        outdated = None
         for value in _header(headers, "authorization"):
             if value.startswith("Bearer "):
-                credential = verify_token(self.secret, value[len("Bearer "):], wall_clock(), CLOCK_MARGIN)
+                token = value[len("Bearer "):]
+                credential = verify_token(self.secret, token, self.now(), CLOCK_MARGIN)
                 if credential is not None:
                     return credential
+                outdated = outdated or outdated_format(token)
         self.telemetry.refused("unauthenticated")
-        refusal = Unauthenticated("a valid flightpart token is required (it may have expired)")
+        refusal = Unauthenticated("a valid flightpart token is required (it may have expired)" + (
+            f"; this one is an {outdated} token, signed with an earlier release's key: mint it again with "
+            "`flightpart token`" if outdated else ""))
         raise flight.FlightUnauthenticatedError(refusal.message, extra_info=encode_error(refusal))
 
     def start_call(self, info: Any, headers: dict) -> CallGuard:
@@ -329,7 +363,7 @@ def require_version_grant(guard: CallGuard | None, dataset: str, version: int, w
     if guard is None or guard.credential.role != "writer" or guard.factory.secret is None:
         return
     shown = grant if grant is not None else guard.grant
-    granted = None if shown is None else verify_token(guard.factory.secret, shown, wall_clock(), CLOCK_MARGIN)
+    granted = None if shown is None else verify_token(guard.factory.secret, shown, guard.factory.now(), CLOCK_MARGIN)
     if granted is None or granted.begun_scope != (dataset, version, guard.credential.name):
         said = "carries no grant" if shown is None else "carries a grant that is not for it (or expired)"
         raise Forbidden(f"writer {guard.credential.name}'s {what} of {dataset} v{version} {said}: a writer writes "

@@ -102,6 +102,9 @@ class BeatSender:
     def __init__(self, uri: str, token: str | None, timeout: float) -> None:
         self.uri = uri
         self.timeout = timeout
+        self.heard: tuple[float, float, float] | None = None
+        """From the last answer that took a beat: when the beat was sent and answered by this node's clock, and the
+        catalog's clock in between (seconds); see :meth:`~flightpart.server.auth.GuardFactory.heard_catalog_clock`."""
         split = split_token(token) if token is not None else None
         self._token_body, self._key = split if split is not None else (None, None)
         address = catalog_address(uri, self._key is not None)
@@ -130,6 +133,9 @@ class BeatSender:
                 answer = reply[2]
                 if (type(answer) is dict and answer.get("node_id") == beat.node_id and answer.get("nonce") == nonce
                         and answer.get("clock_ms") == beat.clock_ms and type(answer.get("taken")) is bool):
+                    catalog = answer.get("catalog_ms")
+                    if answer["taken"] and type(catalog) is int and beat.clock_ms is not None:
+                        self.heard = (beat.clock_ms / 1000, wall_clock(), catalog / 1000)
                     return answer["taken"]
         except OSError:  # timed out, or the network said no
             return None
@@ -168,6 +174,7 @@ class DatagramBeats:
                 log.debug("heartbeats over Flight only: %s", exc)
                 self._quiet_until = time.monotonic() + QUIET_SECONDS
                 return False
+        self._sender.heard = None
         taken = self._sender.beat(beat)
         if taken is not None:
             self._misses = 0
@@ -180,6 +187,11 @@ class DatagramBeats:
             self._misses = 0
             self.close()
         return False
+
+    @property
+    def heard(self) -> tuple[float, float, float] | None:
+        """The catalog's clock as the answer to the last beat told it (see :attr:`BeatSender.heard`), or None."""
+        return self._sender.heard if self._sender is not None else None
 
     def close(self) -> None:
         """Its socket is closed; the next beat makes one again."""
@@ -259,7 +271,10 @@ class BeatListener:
             self.taken += 1
         else:
             self.declined += 1
-        return pack({"node_id": beat.node_id, "clock_ms": beat.clock_ms, "nonce": nonce, "taken": taken}, key)
+        answer = {"node_id": beat.node_id, "clock_ms": beat.clock_ms, "nonce": nonce, "taken": taken}
+        if taken:  # the catalog's clock, by which the node judges expiry (an earlier release's node reads past it)
+            answer["catalog_ms"] = int(wall_clock() * 1000)
+        return pack(answer, key)
 
     def _key(self, token: Any, node_id: str) -> bytes | None:
         """The key a beat of ``node_id`` carrying ``token`` (its node token's public body) must be signed with; None

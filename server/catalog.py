@@ -569,7 +569,7 @@ class CatalogServer(ServiceBase):
         credential = self.caller.credential
         if credential.role == "node" and credential.name != b.node_id:
             raise Forbidden(f"a node token for {credential.name} cannot speak for node {b.node_id}", field="heartbeat.node_id")
-        return HeartbeatReply(self._take_beat(b))
+        return self._beat_reply(self._take_beat(b), b.asks_clock)
 
     def _take_beat(self, beat: Heartbeat, *, datagram: bool = False) -> bool:
         """Note a heartbeat, over Flight or in a datagram; False when the node must register first, or (a datagram)
@@ -598,6 +598,11 @@ class CatalogServer(ServiceBase):
 
     _BEAT_REPLIES = {known: [flight.Result(pa.py_buffer(HeartbeatReply(known).encode()))] for known in (True, False)}
 
+    @staticmethod
+    def _beat_reply(known: bool, asks_clock: bool | None) -> HeartbeatReply:
+        """The answer to a beat; with this catalog's clock when the node asks for it (it judges expiry by it)."""
+        return HeartbeatReply(known, int(wall_clock() * 1000) if asks_clock and known else None)
+
     def do_action(self, context: Any, action: flight.Action) -> list[flight.Result]:
         """Heartbeats take a short path (4,000 nodes send 2,000 a second); anything unusual, and every other action,
         the action table's."""
@@ -607,7 +612,10 @@ class CatalogServer(ServiceBase):
                 if beat is not None:
                     credential = authorize(context, "node")
                     if credential.role != "node" or credential.name == beat.node_id:
-                        return self._BEAT_REPLIES[self._take_beat(beat)]
+                        known = self._take_beat(beat)
+                        if not beat.asks_clock:
+                            return self._BEAT_REPLIES[known]
+                        return [flight.Result(pa.py_buffer(self._beat_reply(known, True).encode()))]
         return super().do_action(context, action)
 
     def _clock_skew(self, node_id: str, clock_ms: int | None) -> float | None:

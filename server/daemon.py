@@ -27,11 +27,11 @@ from typing import Any, TypeVar
 import pyarrow as pa
 
 from flightpart.errors import CannotStart, ForeignCluster, NodeConflict, StateUnavailable
-from flightpart.io.access import SECRET_ENV, TOKEN_ENV, Access, read_secret_file
+from flightpart.io.access import SECRET_ENV, TOKEN_ENV, Access, EmptyCredentialFile, read_secret_file
 from flightpart.io.allocator import keep_freed_memory
 from flightpart.io.connections import ConnectionPool
 from flightpart.io.layout import default_state_dir
-from flightpart.tokens import Keys, VerifyKey
+from flightpart.tokens import Keys, VerifyKey, WeakSecret, check_secret
 
 from .auth import tls_server_options
 from .catalog import CatalogServer
@@ -128,10 +128,24 @@ class Security:
         return self.secret()
 
     def secret(self) -> bytes | None:
+        """The cluster secret (``--secret-file``, else ``$FLIGHTPART_SECRET``), or None; ``CANNOT_START`` for one that
+        could be guessed (:func:`~flightpart.tokens.check_secret`), naming where it came from and how to make a good one."""
         if self.secret_file:
-            return read_secret_file(self.secret_file)
-        value = os.environ.get(SECRET_ENV)  # never $FLIGHTPART_TOKEN: that is a client's credential, not the cluster's secret
-        return value.encode() if value else None
+            source = f"--secret-file {self.secret_file}"
+            try:
+                value = read_secret_file(self.secret_file)
+            except EmptyCredentialFile:
+                value = b""  # refused below as blank, with how to make a good one
+        else:
+            text = os.environ.get(SECRET_ENV)  # never $FLIGHTPART_TOKEN: a client's credential, not the cluster's secret
+            if not text:
+                return None
+            value, source = text.encode(), f"${SECRET_ENV}"
+        try:
+            check_secret(value)
+        except WeakSecret as exc:
+            raise CannotStart(f"{source}: {exc}", field="secret") from None
+        return value
 
     def pool(self) -> ConnectionPool:
         """Connections to the other daemons, presenting this daemon's own certificate under mutual TLS."""

@@ -63,7 +63,7 @@ from flightpart.io.transfer import (
 )
 from flightpart.query.apply import apply_ticket
 from flightpart.query.soundness import decimal_past_precision, holds_decimal, unsound
-from flightpart.tokens import PUT_GRANT, Keys, role_token, verify_token
+from flightpart.tokens import PUT_GRANT, Keys, outdated_format, role_token, verify_token
 from flightpart.version import __version__
 from flightpart.wire import (
     MAX_PARTS_PER_RUN,
@@ -227,8 +227,11 @@ def node_name(keys: Keys | None, token: str | None) -> str | None:
         return None
     credential = verify_token(keys, token, time.time()) if keys is not None else None
     if credential is None or credential.role != "node":
-        raise CannotStart("the node token is not a node token of this cluster (or it has expired, or there is no "
-                          "--verify-key-file to check it): mint one with `flightpart token --role node --name NODE`")
+        outdated = outdated_format(token)
+        why = (f"it is an {outdated} token, signed with an earlier release's key" if outdated else
+               "it is not a node token of this cluster (or it has expired, or there is no --verify-key-file to check it)")
+        raise CannotStart(f"the node token cannot be used: {why}; mint one with "
+                          "`flightpart token --role node --name NODE`")
     return credential.name
 
 
@@ -389,8 +392,16 @@ class NodeServer(ServiceBase):
                                      int(wall_clock() * 1000))
                     # in a datagram when the catalog takes it so; anything else over Flight, whose answer decides (with
                     # the clock of now: a beat counts from when it was sent, and the datagram's wait was not the catalog's)
-                    known = self.datagrams.beat(self.catalog_uri, beat) or self._to_catalog(
-                        dataclasses.replace(beat, clock_ms=int(wall_clock() * 1000)), timeout=5).known
+                    known = self.datagrams.beat(self.catalog_uri, beat)
+                    heard = self.datagrams.heard if known else None
+                    if not known:
+                        sent = wall_clock()
+                        reply = self._to_catalog(dataclasses.replace(beat, clock_ms=int(sent * 1000), asks_clock=True),
+                                                 timeout=5)
+                        known = reply.known
+                        heard = (sent, wall_clock(), reply.clock_ms / 1000) if reply.clock_ms is not None else None
+                    if heard is not None:  # expiry is judged by the catalog's clock (docs/operations.md, "Clocks")
+                        self.guard.heard_catalog_clock(*heard)
                     self.last_contact = time.monotonic()
                     if not known:
                         self.registered.clear()

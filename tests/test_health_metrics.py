@@ -19,6 +19,7 @@ import pyarrow as pa
 import pytest
 
 import flightpart as fp
+from flightpart import tokens
 from flightpart.cli.waiting import wait_for
 from flightpart.local.cluster import Daemon
 
@@ -83,7 +84,7 @@ def healthz_reply(url: str) -> tuple[int, dict]:
 @pytest.mark.slow  # waits out a stopped catalog's silence (5 s at least): in the slow tier, which CI runs
 def test_logs_metrics_and_health_say_what_happened(tmp_path):
     secret = tmp_path / "secret"
-    secret.write_text("the-cluster-secret-for-this-test\n")
+    secret.write_text(tokens.new_secret() + "\n")
     secret.chmod(0o600)
     common = ["--secret-file", str(secret), "--log-level", "info", "--log-format", "json"]
     catalog = Daemon([*common[2:], "catalog", "--host", "127.0.0.82", "--port", "0", "--state-dir", str(tmp_path / "s"),

@@ -86,8 +86,7 @@ def test_the_documented_path_and_the_usual_mistakes(tmp_path):
 
 def test_tokens_and_tls_mistakes_are_one_line(tmp_path):
     secret = tmp_path / "secret"
-    secret.write_text("a-cluster-secret-of-enough-length\n")
-    secret.chmod(0o600)
+    ok(run("secret", "--out", str(secret)))  # the way a newcomer is told to make one: mode 600 already
     pki = make_pki(tmp_path / "pki", ["127.0.0.43"])
     daemon = Daemon(["serve", "--host", "127.0.0.43", "--port", "0", "--data-dir", str(tmp_path / "d"), "--state-dir",
                      str(tmp_path / "s"), "--secret-file", str(secret), "--tls-cert", str(pki["server"]), "--tls-key",

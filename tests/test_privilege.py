@@ -27,7 +27,7 @@ from flightpart.local.cluster import Daemon, LocalCluster
 
 from helpers import code_of, raw_action
 
-SECRET = "cluster-secret-for-the-privilege-tests"
+SECRET = tokens.new_secret()
 
 
 def table_of(rows: int, seed: int = 0) -> pa.Table:
@@ -106,7 +106,7 @@ try:
 except fp.FlightpartError as exc:
     out["read"] = type(exc).__name__
 cap = d["get"].access.token
-out["token_is_capability"] = cap.startswith("fp2:cap:")
+out["token_is_capability"] = cap.startswith("fp3:cap:")
 catalog, node = sys.argv[2], sys.argv[3]
 with fp.connect(catalog, token=cap) as client:
     for name, call in (("drop", lambda: client.drop("shared")), ("list", client.list), ("open-other", lambda: client.open("private"))):
@@ -149,9 +149,9 @@ def test_a_pickled_handle_reads_its_version_and_nothing_else_until_it_expires(gu
         ds = reader.open("shared")
         handle = tmp_path / "handle.pickle"
         handle.write_bytes(pickle.dumps(ds.__partitioned__))
-    assert SECRET.encode() not in handle.read_bytes() and b"fp2:reader" not in handle.read_bytes()
+    assert SECRET.encode() not in handle.read_bytes() and b"fp3:reader" not in handle.read_bytes()
     graph = pickle.dumps(ds.dask_graph())  # a Dask graph carries the same capability, not the reader's token
-    assert b"fp2:cap:shared@1:" in graph and b"fp2:reader" not in graph and SECRET.encode() not in graph
+    assert b"fp3:cap:shared@1:" in graph and b"fp3:reader" not in graph and SECRET.encode() not in graph
     now = run_holder(handle, c)
     assert now["env"] == [] and now["token_is_capability"]
     assert now.get("rows") == 3000, now

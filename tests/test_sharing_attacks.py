@@ -1,7 +1,8 @@
 """Capabilities no stronger than their token, clocks that disagree, and a node's streams shared fairly.
 
 Real daemons on loopback, with a cluster secret: a token that expires, a node
-whose clock runs an hour ahead (the FLIGHTPART_TEST_CLOCK_OFFSET hook), a
+whose clock runs an hour ahead and one whose clock runs an hour behind (the
+FLIGHTPART_TEST_CLOCK_OFFSET hook: both judge expiry by the catalog's clock), a
 reader that opens a node's streams and never reads them, and 64 readers at
 once on one replica per partition.
 """
@@ -33,10 +34,11 @@ from flightpart.tokens import TOKEN_PREFIX
 
 from helpers import code_of, run_threads, wait_until
 
-SECRET = "cluster-secret-for-the-sharing-tests"
+SECRET = tokens.new_secret()
 MARGIN = 1.0  # FLIGHTPART_CLOCK_MARGIN for this module's cluster: expiry is seen within a second or two
 IDLE = 3.0    # --stream-idle-timeout of this module's nodes
 AHEAD = 3600  # seconds the skewed node's clock runs ahead
+BEHIND = 3600  # seconds another node's clock runs behind
 
 
 def reader_token(name: str, expiry: float = 0) -> str:
@@ -50,7 +52,8 @@ def table_of(rows: int, seed: int = 0) -> pa.Table:
 
 @pytest.fixture(scope="module")
 def secured(tmp_path_factory):
-    """Three nodes plus one whose clock runs an hour ahead; datasets placed on known nodes."""
+    """Three nodes, one whose clock runs an hour ahead and one whose clock runs an hour behind; datasets placed on
+    known nodes."""
     root = tmp_path_factory.mktemp("sharing")
     secret = root / "secret"
     secret.write_text(SECRET + "\n")
@@ -64,11 +67,17 @@ def secured(tmp_path_factory):
                         "--stream-idle-timeout", str(IDLE)],
                        env={**env, "FLIGHTPART_TEST_CLOCK_OFFSET": str(AHEAD)})
         c.nodes.append(ahead)  # stopped with the cluster
+        behind = Daemon(["serve", "--host", "127.0.0.230", "--port", "0", "--data-dir", str(root / "behind"),
+                         "--catalog", c.uri, "--heartbeat", "0.3", "--secret-file", str(secret),
+                         "--stream-idle-timeout", str(IDLE)],
+                        env={**env, "FLIGHTPART_TEST_CLOCK_OFFSET": str(-BEHIND)})
+        c.nodes.append(behind)
         with fp.connect(c.uri, token=SECRET) as owner:
-            wait_until(lambda: sum(n["alive"] for n in owner.nodes()) == 4, what="four live nodes")
+            wait_until(lambda: sum(n["alive"] for n in owner.nodes()) == 5, what="five live nodes")
             owner.put("shared", table_of(4000, 1), tiling=(4, 1), nodes=["127.0.0.121", "127.0.0.122", "127.0.0.123"])
             owner.put("mirrored", table_of(3000, 2), tiling=(3, 1), replicas=2, nodes=["127.0.0.121", "127.0.0.124"])
             owner.put("only-ahead", table_of(500, 3), tiling=(1, 1), nodes=["127.0.0.124"])
+            owner.put("only-behind", table_of(700, 6), tiling=(1, 1), nodes=["127.0.0.230"])
             owner.put("big", table_of(4_000_000, 4), tiling=(1, 1), nodes=["127.0.0.122"])
         yield c
 
@@ -100,7 +109,9 @@ def test_a_handle_stops_reading_once_the_token_that_opened_it_expired(secured):
         assert ds.to_arrow().equals(table_of(4000, 1))
 
 
-def test_a_replica_whose_clock_runs_ahead_is_passed_over_for_the_others(secured):
+def test_a_node_whose_clock_runs_ahead_serves_a_capability_by_the_catalogs_clock(secured):
+    """A node an hour ahead judges expiry by the catalog's clock (told with each heartbeat's answer): it serves a
+    capability in date, where it holds one replica of several and where it holds the only one, and refuses nothing."""
     ahead = secured.nodes[3].uri
     pool = owner_pool()
     refused_before = pool.action(ahead, wire.GetStats(), timeout=10)["refused_calls"]
@@ -108,16 +119,27 @@ def test_a_replica_whose_clock_runs_ahead_is_passed_over_for_the_others(secured)
         meta = reader.open("mirrored").__partitioned__
         refs = [p["data"] for p in meta["partitions"].values()]
         assert all(ahead in {r[0] for r in ref.replicas} for ref in refs)
-        ahead_first = [dataclasses.replace(ref, replicas=tuple(sorted(ref.replicas, key=lambda r: r[0] != ahead)))
-                       for ref in refs]  # every read asks the node an hour ahead first
-        tables = meta["get"](ahead_first)
+        only_ahead = [dataclasses.replace(ref, replicas=tuple(r for r in ref.replicas if r[0] == ahead)) for ref in refs]
+        tables = meta["get"](only_ahead)  # every read asks the node an hour ahead, and only it
         assert pa.concat_tables(tables).equals(table_of(3000, 2))
-        refused_after = pool.action(ahead, wire.GetStats(), timeout=10)["refused_calls"]
-        assert refused_after > refused_before  # it was asked (small partitions share one stream), and refused
+        assert reader.open("only-ahead").to_arrow().equals(table_of(500, 3))
+    assert pool.action(ahead, wire.GetStats(), timeout=10)["refused_calls"] == refused_before
 
-        with pytest.raises(fp.Unauthenticated, match="clocks disagree") as info:  # no other replica: the refusal
-            reader.open("only-ahead").to_arrow()
+
+def test_a_node_whose_clock_runs_behind_refuses_a_capability_once_expired_by_the_catalogs_clock(secured):
+    """A node an hour behind serves a capability until the catalog's clock is past its expiry and the margin, and
+    then refuses it (by its own clock it would have an hour to go)."""
+    expiry = time.time() + 4
+    with fp.connect(secured.uri, token=reader_token("late", expiry), host="127.0.0.99") as reader:
+        ds = reader.open("only-behind")  # its one partition is on the node an hour behind
+        assert capability_expiry(ds) <= int(expiry)
+        assert ds.to_arrow().equals(table_of(700, 6))
+        wait_until(lambda: time.time() > expiry + MARGIN + 0.5, timeout=20, what="the capability and its margin to pass")
+        with pytest.raises(fp.Unauthenticated, match="expired") as info:
+            ds.to_arrow()
         assert "every replica refused" in str(info.value)
+    with fp.connect(secured.uri, token=reader_token("fresh"), host="127.0.0.99") as reader:
+        assert reader.open("only-behind").to_arrow().equals(table_of(700, 6))  # a capability in date is served
 
 
 def test_a_node_whose_clock_is_past_the_margin_is_logged_and_shown(secured):
@@ -125,6 +147,7 @@ def test_a_node_whose_clock_is_past_the_margin_is_logged_and_shown(secured):
         wait_until(lambda: all(n.get("clock_skew") is not None for n in owner.nodes()), what="every node's clock")
         skews = {n["ip"]: n["clock_skew"] for n in owner.nodes()}
     assert AHEAD - 5 < skews.pop("127.0.0.124") < AHEAD + 5
+    assert -BEHIND - 5 < skews.pop("127.0.0.230") < -BEHIND + 5
     assert all(abs(s) < MARGIN for s in skews.values()), skews
     wait_until(lambda: "its clock is +3600" in secured.catalog.log(), what="the catalog's warning")
     assert secured.catalog.log().count("its clock is +") == 1  # once, not on every beat

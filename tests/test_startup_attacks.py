@@ -30,7 +30,7 @@ import pyarrow.ipc as ipc
 import pytest
 
 import flightpart as fp
-from flightpart import wire
+from flightpart import tokens, wire
 from flightpart.cli.waiting import wait_for
 from flightpart.errors import ServerStarting
 from flightpart.io.connections import ConnectionPool
@@ -248,7 +248,7 @@ def test_an_open_daemon_refuses_to_listen_beyond_loopback_unless_told_insecure(t
 
 
 def test_a_daemon_with_a_secret_may_listen_anywhere_and_says_how_it_is_guarded(tmp_path):
-    secret = {"FLIGHTPART_SECRET": "a-cluster-secret-for-this-test"}
+    secret = {"FLIGHTPART_SECRET": tokens.new_secret()}
     catalog = Daemon(["--log-level", "INFO", "catalog", "--host", "0.0.0.0", "--port", "0", "--state-dir",
                       str(tmp_path / "s"), "--cluster-id", "5" * 32], env=secret)
     node = None

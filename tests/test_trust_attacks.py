@@ -32,7 +32,7 @@ from flightpart.tokens import manifest_signature, verify_key
 
 from helpers import code_of, free_port, put_raw, raw_action, wait_until
 
-SECRET = b"cluster-secret-for-the-trust-tests"
+SECRET = tokens.new_secret().encode()
 ROWS = 4000
 
 

@@ -11,6 +11,7 @@ import urllib.request
 import pytest
 
 import flightpart as fp
+from flightpart import tokens
 from flightpart.cli.waiting import wait_for
 from flightpart.local.cluster import Daemon
 from flightpart.server.auth import wall_clock
@@ -18,7 +19,7 @@ from flightpart.server.beats import MAGIC, BeatSender, pack, unpack
 from flightpart.tokens import role_token, split_token
 from flightpart.wire import Heartbeat
 
-SECRET = "a-secret-for-the-datagram-tests"
+SECRET = tokens.new_secret()
 
 
 def free_port(host: str) -> str:

@@ -340,7 +340,7 @@ def test_a_writer_beginning_versions_in_a_loop_is_refused_past_its_share_and_oth
     before, and the writer begins again once it aborted one."""
     from flightpart import tokens
 
-    secret = "pending-share-secret"
+    secret = tokens.new_secret()
     (tmp_path / "secret").write_text(secret + "\n")
     (tmp_path / "secret").chmod(0o600)
     with LocalCluster(tmp_path / "c", nodes=1, first_ip=205, env={"FLIGHTPART_PENDING_PER_WRITER": "5"},

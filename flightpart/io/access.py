@@ -98,6 +98,10 @@ class CredentialFileError(ValueError):
     """A credential file that is missing, empty, or readable by other users."""
 
 
+class EmptyCredentialFile(CredentialFileError):
+    """A credential file with nothing but blanks in it."""
+
+
 def read_secret_file(path: str | os.PathLike) -> bytes:
     """The first line of a credential file, refused (as ssh does) when other users may read it."""
     path = Path(path)
@@ -112,5 +116,5 @@ def read_secret_file(path: str | os.PathLike) -> bytes:
     lines = text.strip().splitlines()
     value = lines[0].strip() if lines else ""
     if not value:
-        raise CredentialFileError(f"{path}: the credential file is empty")
+        raise EmptyCredentialFile(f"{path}: the credential file is empty")
     return value.encode()

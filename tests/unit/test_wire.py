@@ -375,6 +375,18 @@ def test_the_heartbeat_short_path_reads_the_clock_and_refuses_a_bad_one():
         assert wire.Heartbeat.decode_plain(json.dumps({"node_id": "n1", "clock_ms": clock}).encode()) is None
 
 
+def test_a_heartbeat_asks_for_the_catalogs_clock_and_its_reply_carries_it_only_then():
+    beat = wire.Heartbeat("n1", 5, False, 1_790_000_000_123, asks_clock=True)
+    assert wire.Heartbeat.decode_plain(json.dumps(beat.to_json()).encode()) == beat
+    assert "asks_clock" not in wire.Heartbeat("n1", 5, False, 1).to_json()  # what catalogs of earlier releases read
+    for asks in (1, "yes", [True]):
+        assert wire.Heartbeat.decode_plain(json.dumps({"node_id": "n1", "asks_clock": asks}).encode()) is None
+    told = wire.HeartbeatReply(True, 1_790_000_000_456)
+    assert wire.HeartbeatReply.decode(told.encode()) == told
+    assert wire.HeartbeatReply(True).encode() == b'{"known":true}'  # what nodes of earlier releases read
+    assert dataclasses.replace(told, clock_ms=None) == wire.HeartbeatReply(True)
+
+
 def test_a_token_is_accepted_within_the_margin_after_its_expiry_and_not_beyond():
     secret = b"s" * 32
     token = tokens.capability(secret, "sales", 3, 1000)
