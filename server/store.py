@@ -493,7 +493,7 @@ class PartitionStore:
         vdir = self.version_dir(dataset, version)
         if not vdir.is_dir():
             return False
-        sums = encode_seal(dataset, version, self._seal_sums(dataset, version))
+        sums = encode_seal(dataset, version, self._seal_sums(manifest))
         layout.write_atomically(vdir / layout.SUMS, sums, self.modes.file, sync_directory=False)
         layout.write_atomically(vdir / layout.MANIFEST, manifest.encode(), self.modes.file)
         with self._lock:
@@ -501,20 +501,29 @@ class PartitionStore:
             self._sums.pop((dataset, version), None)
         return True
 
-    def _seal_sums(self, dataset: str, version: int) -> dict[tuple[int, int], tuple[int, int]]:
-        """The bound sum and size of each file of a version here, for its seal: what this process stored, else what
-        its statistics file records, else what an earlier seal recorded (a file with none is left out)."""
+    def _seal_sums(self, manifest: Commit) -> dict[tuple[int, int], tuple[int, int]]:
+        """The bound sum and size of each file the manifest says this node holds, for the seal: what this process
+        stored (no file read), else what its statistics file records, else what an earlier seal recorded (a file
+        with none is left out: its first check calls it damaged)."""
+        dataset, version = manifest.dataset, manifest.version
         with self._lock:
             kept = dict(self._sums.get((dataset, version), {}))
-        earlier = self._sealed_sums(dataset, version) or {}
+        earlier: dict[tuple[int, int], tuple[int, int]] | None = None
         out = {}
-        for part, path in layout.partitions_in(self.version_dir(dataset, version)):
-            recorded = None if part in kept else self._stats_record(path, (dataset, version, part))
+        vdir = self.version_dir(dataset, version)
+        for entry in manifest.partitions:
+            part = entry.part
+            if self.node_id not in entry.nodes:
+                continue
             if part in kept:
                 out[part] = kept[part]
-            elif recorded is not None:
+                continue
+            recorded = self._stats_record(vdir / layout.partition_filename(part), (dataset, version, part))
+            if recorded is not None:
                 out[part] = (recorded.sum, recorded.size)
-            elif part in earlier:
+                continue
+            earlier = self._sealed_sums(dataset, version) or {} if earlier is None else earlier
+            if part in earlier:
                 out[part] = earlier[part]
         return out
 

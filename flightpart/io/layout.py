@@ -70,7 +70,12 @@ def tombstones_relpath(name: str) -> str:
 
 def partition_relpath(name: str, version: int, part: tuple[int, int]) -> str:
     """Where a node keeps a partition, relative to its data directory."""
-    return f"{version_relpath(name, version)}/{int(part[0])}_{int(part[1])}{SUFFIX}"
+    return f"{version_relpath(name, version)}/{partition_filename(part)}"
+
+
+def partition_filename(part: tuple[int, int]) -> str:
+    """A partition's file name in its version directory."""
+    return f"{int(part[0])}_{int(part[1])}{SUFFIX}"
 
 
 def temporary_path(final: Path) -> Path:
