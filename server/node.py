@@ -519,10 +519,13 @@ class NodeServer(ServiceBase):
         """Check every stored file against its checksum and find missing ones; tell the catalog what is lost.
 
         ``rate`` bounds the bytes read per second (None: as fast as the
-        disk goes, for ``flightpart scrub``).
+        disk goes, for ``flightpart scrub``). Files that drops remove while
+        it runs are no finding (the drops are watched from before the
+        manifests are read).
         """
         pace = _Pacer(rate, self._stopping).pace if rate else None
-        found = self.store.scrub(self._claimed(), pace, self._stopping.is_set)
+        since = self.store.drops.mark()
+        found = self.store.scrub(self._claimed(), pace, self._stopping.is_set, since)
         missing = found["missing"]
         self._lost(missing)
         self.counters.add(scrubbed_bytes=found["bytes"])
@@ -549,7 +552,8 @@ class NodeServer(ServiceBase):
 
     def find_missing(self) -> None:
         """At registration: partitions the manifests say this node holds whose files are gone (names only, no read)."""
-        self._lost(self.store.missing(self._claimed()))
+        since = self.store.drops.mark()
+        self._lost(self.store.missing(self._claimed(), since))
         self.report_lost()
 
     def _scrub_loop(self) -> None:

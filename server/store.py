@@ -41,13 +41,16 @@ from flightpart.errors import (
     VersionExpired,
 )
 from flightpart.io import layout
-from flightpart.io.checksum import crc32
+from flightpart.io.checksum import FORMAT, bound, crc32, decode_seal, encode_seal
 from flightpart.io.maps import MappedFiles
 from flightpart.io.transfer import READ_WHOLE_BYTES
 from flightpart.io.writeback import Writeback
 from flightpart.query.statistics import StatsBuilder
 from flightpart.wire import Commit, Tombstones, p_stats, p_uint
 from flightpart.wire import HeldPartition as StoredPartition
+
+from .drop_watch import Dropped, DropWatch
+from .recorded import UNREADABLE, Place, Recorded, from_stats, plain_crc, stats_body
 
 log = logging.getLogger("flightpart.node")
 T = TypeVar("T")
@@ -60,6 +63,10 @@ READ_CHUNK = 8 << 20
 """Bytes read at a time when a file's checksum is verified."""
 WRITTEN_KEPT = 200_000
 """Checksums of files this process wrote that it keeps in memory until each file's first check."""
+NO_RECORD = Recorded(0, source="nothing")
+"""What :meth:`PartitionStore._recorded` answers for a file that must have a checksum and has none: damage."""
+SEALS_KEPT = 64
+"""Sealed versions whose ``checksums.json`` a store keeps parsed (read only for files whose statistics are lost)."""
 MAX_KNOWN_PATHS = 4096
 """Partition paths a store keeps made (:meth:`PartitionStore.path`; about 700 bytes each); past this many it starts
 over. Sixteen times the maps a node keeps by default: the partitions it is serving now."""
@@ -165,6 +172,11 @@ class PartitionStore:
         # the checksum of each file this process wrote, with the file's identity, until its first check: that check
         # reads the file but not its statistics file (what a read right after a put of 100,000 partitions pays)
         self._written: dict[Path, tuple[tuple[int, int, int], tuple[int, int]]] = {}
+        # the bound sums (sum, size) of files stored in versions not yet sealed: what their seal records
+        self._sums: dict[tuple[str, int], dict[tuple[int, int], tuple[int, int]]] = {}
+        # sealed versions' checksums.json, parsed, by the file's (inode, mtime, size)
+        self._seals: dict[Path, tuple[tuple[int, int, int], dict[tuple[int, int], tuple[int, int]]]] = {}
+        self.drops = DropWatch()
         # what a put could not remove (its disk was read-only): removed again by retry_cleanup()
         self.leftovers: set[Path] = set()
         self.on_damage: Callable[[str, int, tuple[int, int]], None] = lambda dataset, version, part: None
@@ -326,7 +338,9 @@ class PartitionStore:
             layout.fsync_path(tmp)
             with os.fdopen(os.open(stats_tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, self.modes.file), "wb") as out:
                 columns = stats.result()
-                out.write(json.dumps({"rows": rows, "columns": columns, "crc32": checksummed.crc, "size": size}).encode())
+                total = bound(checksummed.crc, dataset, version, part)
+                out.write(json.dumps({"rows": rows, "columns": columns, "crc32": checksummed.crc, "size": size,
+                                      "format": FORMAT, "sum": total}).encode())
             self.modes.apply(stats_tmp, directory=False)
             with self._lock:
                 if final.exists():  # a racing put of the same partition won
@@ -352,6 +366,7 @@ class PartitionStore:
             self._group_schemas.setdefault((dataset, version, part[1]), schema)
             if expected_rows is None:  # a version being written; a replica added to a sealed one is not kept here
                 self._fresh.setdefault((dataset, version), {})[part] = dataclasses.replace(stored, stats=columns)
+                self._sums.setdefault((dataset, version), {})[part] = (total, size)
         return stored
 
     def link(self, dataset: str, source: int, source_part: tuple[int, int], version: int,
@@ -360,9 +375,10 @@ class PartitionStore:
 
         Stored files are never written again, so two versions can share
         one: dropping either removes a name, and the data stays while the
-        other still names it. The statistics are linked first, as
-        :meth:`write` renames them first. Refused like a write when the
-        target already exists or its version is sealed.
+        other still names it. The statistics are written first (as
+        :meth:`write` renames them first), with the sum bound to the new
+        place, so each place's checksum names its own place. Refused like a
+        write when the target already exists or its version is sealed.
         """
         src = self.path(dataset, source, source_part)
         final = self.path(dataset, version, part)
@@ -376,17 +392,19 @@ class PartitionStore:
             raise VersionConflict(f"partition {part} of {dataset} v{version} is already stored or its version is committed; "
                                   "a stored partition is never replaced", field="descriptor")
         created = self._make_dirs(final.parent)
-        side, linked_side = layout.stats_path(src), None
+        side, placed_side = None, None
         try:
+            side = self._stats_for_link(src, (dataset, source, source_part), (dataset, version, part))
             with self._lock:
-                if side.exists():
-                    os.link(side, layout.stats_path(final))
-                    linked_side = layout.stats_path(final)
+                os.replace(side, layout.stats_path(final))
+                placed_side = layout.stats_path(final)
                 os.link(src, final)
             layout.fsync_path(final.parent)
         except BaseException as exc:
-            if linked_side is not None and not final.exists():
-                linked_side.unlink(missing_ok=True)
+            if side is not None:
+                side.unlink(missing_ok=True)
+            if placed_side is not None and not final.exists():
+                placed_side.unlink(missing_ok=True)
             self._remove_empty(created)
             if isinstance(exc, FileExistsError):
                 raise VersionConflict(f"partition {part} of {dataset} v{version} is already stored", field="descriptor") from None
@@ -395,11 +413,32 @@ class PartitionStore:
             raise
         stored = self.describe(dataset, version, part, with_schema=False)
         schema = self.group_schema(dataset, source, source_part[1])
+        recorded = self._stats_record(final, (dataset, version, part))
         with self._lock:
             if schema is not None:
                 self._group_schemas.setdefault((dataset, version, part[1]), schema)
             self._fresh.setdefault((dataset, version), {})[part] = stored
+            if recorded is not None and recorded.sum is not None:
+                self._sums.setdefault((dataset, version), {})[part] = (recorded.sum, recorded.size)
         return stored
+
+    def _stats_for_link(self, src: Path, source: Place, target: Place) -> Path:
+        """A temporary statistics file for ``target``, a new name of the (verified) file at ``src``: the source's
+        statistics with the sum bound to ``target``. The plain CRC-32 comes from the source's statistics when they
+        vouch for it, else from reading the file."""
+        body = stats_body(src)
+        size = src.stat().st_size
+        crc = plain_crc(body, source, size)
+        if crc is None:
+            crc, size = file_checksum(src)
+        kept = {k: body[k] for k in ("rows", "columns") if k in body} if isinstance(body, dict) else {}
+        tmp = layout.temporary_path(self.path(*target))
+        tmp = tmp.with_name(tmp.name + layout.STATS_SUFFIX)
+        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, self.modes.file), "wb") as out:
+            out.write(json.dumps({**kept, "crc32": crc, "size": size, "format": FORMAT,
+                                  "sum": bound(crc, *target)}).encode())
+        self.modes.apply(tmp, directory=False)
+        return tmp
 
     def sync(self, dataset: str, version: int) -> None:
         """Make every rename into a version's directory durable (one directory fsync)."""
@@ -445,14 +484,83 @@ class PartitionStore:
                 break  # not empty: another put uses it
 
     def seal(self, manifest: Commit) -> bool:
-        """Keep a committed version's manifest beside its partitions; False if this node holds none of them."""
-        vdir = self.version_dir(manifest.dataset, manifest.version)
+        """Keep a committed version's manifest beside its partitions; False if this node holds none of them.
+
+        The checksums of the version's files here go first, into ``checksums.json`` (the manifest's write makes
+        both durable): from the seal on, a file whose statistics are lost is checked against it, and a file with a
+        checksum in neither is damage (:meth:`_recorded`)."""
+        dataset, version = manifest.dataset, manifest.version
+        vdir = self.version_dir(dataset, version)
         if not vdir.is_dir():
             return False
+        sums = encode_seal(dataset, version, self._seal_sums(manifest))
+        layout.write_atomically(vdir / layout.SUMS, sums, self.modes.file, sync_directory=False)
         layout.write_atomically(vdir / layout.MANIFEST, manifest.encode(), self.modes.file)
         with self._lock:
-            self._fresh.pop((manifest.dataset, manifest.version), None)  # the catalog has what it needs
+            self._fresh.pop((dataset, version), None)  # the catalog has what it needs
+            self._sums.pop((dataset, version), None)
         return True
+
+    def _seal_sums(self, manifest: Commit) -> dict[tuple[int, int], tuple[int, int]]:
+        """The bound sum and size of each file the manifest says this node holds, for the seal: what this process
+        stored (no file read), else what its statistics file records, else what an earlier seal recorded (a file
+        with none is left out: its first check calls it damaged)."""
+        dataset, version = manifest.dataset, manifest.version
+        with self._lock:
+            kept = dict(self._sums.get((dataset, version), {}))
+        earlier: dict[tuple[int, int], tuple[int, int]] | None = None
+        out = {}
+        vdir = self.version_dir(dataset, version)
+        for entry in manifest.partitions:
+            part = entry.part
+            if self.node_id not in entry.nodes:
+                continue
+            if part in kept:
+                out[part] = kept[part]
+                continue
+            recorded = self._stats_record(vdir / layout.partition_filename(part), (dataset, version, part))
+            if recorded is not None:
+                out[part] = (recorded.sum, recorded.size)
+                continue
+            earlier = self._sealed_sums(dataset, version) or {} if earlier is None else earlier
+            if part in earlier:
+                out[part] = earlier[part]
+        return out
+
+    def _stats_record(self, path: Path, place: Place) -> Recorded | None:
+        """The bound checksum a partition's statistics file records (format 1's plain CRC-32 bound here), or None."""
+        body = stats_body(path)
+        if not isinstance(body, dict):
+            return None
+        total, plain = from_stats(body, place)
+        if total is not None:
+            return total
+        return Recorded(plain.size, sum=bound(plain.crc, *place)) if plain is not None else None
+
+    def _sealed_sums(self, dataset: str, version: int) -> dict[tuple[int, int], tuple[int, int]] | None:
+        """A version's ``checksums.json`` (parsed once per file identity): None when there is none (not sealed, or
+        sealed before checksum format 2), empty when it cannot be read."""
+        path = self.version_dir(dataset, version) / layout.SUMS
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            return None
+        except OSError:
+            return {}
+        identity = (st.st_ino, st.st_mtime_ns, st.st_size)
+        with self._lock:
+            known = self._seals.get(path)
+        if known is not None and known[0] == identity:
+            return known[1]
+        try:
+            sums = decode_seal(path.read_bytes(), dataset, version) or {}
+        except OSError:
+            return {}
+        with self._lock:
+            if len(self._seals) >= SEALS_KEPT:
+                self._seals.clear()
+            self._seals[path] = (identity, sums)
+        return sums
 
     def manifest(self, dataset: str, version: int) -> Commit | None:
         try:
@@ -504,14 +612,16 @@ class PartitionStore:
 
     def verify(self, dataset: str, version: int, part: tuple[int, int], *, again: bool = False,
                pace: Callable[[int], None] | None = None) -> int:
-        """Check a partition's file against the checksum written beside it; returns the bytes read (0: known good).
+        """Check a partition's file against the checksum recorded for its place; returns the bytes read (0: known good).
 
         A file is read in full once per process and identity (inode,
         mtime, size); later rot is the scrub's to find (``again`` reads it
-        anyway). A mismatch moves the file aside (:meth:`quarantine`) and
-        raises PartitionDamaged; FileNotFoundError when it is not here. A
-        file without a recorded checksum (stored before checksums existed)
-        is trusted.
+        anyway). A mismatch, or a file whose version was sealed in checksum
+        format 2 with no checksum recorded for it (:meth:`_recorded`),
+        moves the file aside (:meth:`quarantine`) and raises
+        PartitionDamaged; FileNotFoundError when it is not here. Only a file
+        stored before checksums existed, in a version not sealed in format
+        2, has no checksum and is trusted.
         """
         path = self.path(dataset, version, part)
         st = os.stat(path)
@@ -525,19 +635,60 @@ class PartitionStore:
             if not again and self._verified.get(path) == identity:
                 return 0
             written = self._written.pop(path, None)
-        expected = written[1] if written is not None and written[0] == identity else self.recorded_checksum(path)
+        place = (dataset, version, part)
+        if written is not None and written[0] == identity:  # this process wrote this very file at this place
+            expected: Recorded | None = Recorded(written[1][1], crc=written[1][0], source="writer's memory")
+        else:
+            expected = self._recorded(path, place)
         if expected is None:
             return 0
-        found = (crc32(data), len(data)) if data is not None and len(data) == identity[2] else file_checksum(path, pace)
-        if found != expected:
-            self.quarantine(path)
-            self.on_damage(dataset, version, part)
-            raise PartitionDamaged(f"partition {part} of dataset {dataset!r} version {version} on this node failed its "
-                                   f"checksum (crc32 {found[0]:08x} of {found[1]} bytes, written as {expected[0]:08x} of "
-                                   f"{expected[1]}); it was moved to quarantine and is not served", field="ticket.part")
+        if expected is NO_RECORD:
+            if not path.exists() or self._dropping(dataset, version):  # its statistics went with a drop
+                raise FileNotFoundError(path)
+            why = ("no checksum is recorded for it: its statistics file is missing or unreadable, and its sealed "
+                   "version's checksums.json names none")
+        else:
+            found = (crc32(data), len(data)) if data is not None and len(data) == identity[2] else file_checksum(path, pace)
+            if expected.holds(*found, place):
+                with self._lock:
+                    self._verified[path] = identity
+                return found[1]
+            why = expected.why_not(*found, place)
+        self.quarantine(path)
+        self.on_damage(dataset, version, part)
+        raise PartitionDamaged(f"partition {part} of dataset {dataset!r} version {version} on this node failed its "
+                               f"checksum ({why}); it was moved to quarantine and is not served", field="ticket.part")
+
+    def _recorded(self, path: Path, place: Place) -> Recorded | None:
+        """What the file at ``path`` must match to be served as ``place``: the first record that can be read, of
+
+        1. its statistics file's sum bound to its place (format 2);
+        2. its sealed version's ``checksums.json``;
+        3. what this process stored there, for a version not sealed yet;
+        4. its statistics file's plain CRC-32 (format 1).
+
+        None (trusted) only when there is none and the version was not sealed in format 2 and its statistics file,
+        if any, is readable: a file stored before checksums existed. Otherwise, with none, :data:`NO_RECORD`."""
+        dataset, version, part = place
+        body = stats_body(path)
+        total, plain = from_stats(body, place) if isinstance(body, dict) else (None, None)
+        if total is not None:
+            return total
+        sealed = self._sealed_sums(dataset, version)
+        if sealed is not None and part in sealed:
+            return Recorded(sealed[part][1], sum=sealed[part][0], source="version's checksums.json")
         with self._lock:
-            self._verified[path] = identity
-        return found[1]
+            kept = self._sums.get((dataset, version), {}).get(part)
+        if kept is not None:
+            return Recorded(kept[1], sum=kept[0], source="writer's memory")
+        if plain is not None:
+            return plain
+        return None if sealed is None and body is not UNREADABLE else NO_RECORD
+
+    def _dropping(self, dataset: str, version: int) -> bool:
+        """Whether a drop of ``version`` is under way here, or it is gone for good."""
+        sealed = self.sealed(dataset, version)
+        return any(d.covers(dataset, version, sealed) for d in self.drops.under_way()) or self.gone(dataset, version) is not None
 
     def _remember_written(self, path: Path, checksum: tuple[int, int]) -> None:
         """Keep the checksum of a file this process just stored (under the lock), for its first check."""
@@ -548,10 +699,6 @@ class PartitionStore:
         if len(self._written) >= WRITTEN_KEPT:
             self._written.clear()  # bounded: past this many, checks read the statistics files
         self._written[path] = ((st.st_ino, st.st_mtime_ns, st.st_size), checksum)
-
-    def recorded_checksum(self, path: Path) -> tuple[int, int] | None:
-        """(CRC-32, size) the partition's statistics file recorded when it was written, or None."""
-        return _from_stats_file(path, lambda body: (p_uint(body["crc32"], "crc32"), p_uint(body["size"], "size")))
 
     def quarantine(self, path: Path) -> Path:
         """Move a damaged partition (and its statistics) out of the served tree, never deleting it; returns where.
@@ -575,14 +722,18 @@ class PartitionStore:
         return target
 
     def scrub(self, claimed: set[tuple[str, int, tuple[int, int]]] = frozenset(),
-              pace: Callable[[int], None] | None = None, stop: Callable[[], bool] = lambda: False) -> dict:
+              pace: Callable[[int], None] | None = None, stop: Callable[[], bool] = lambda: False,
+              since: int | None = None) -> dict:
         """Read every partition file against its checksum and find the missing ones.
 
         Missing: a partition whose statistics file is here without it, or
         one of ``claimed`` (the sealed manifests name this node as holder)
-        whose file is gone. Returns ``{"checked", "bytes", "damaged",
-        "missing"}`` (places as (dataset, version, part)).
+        whose file is gone, unless a drop took it (:meth:`missing`; ``since``:
+        the :meth:`DropWatch.mark` taken before ``claimed`` was read, else
+        now). Returns ``{"checked", "bytes", "damaged", "missing"}`` (places
+        as (dataset, version, part)).
         """
+        since = self.drops.mark() if since is None else since
         checked, nbytes, damaged = 0, 0, []
         for dataset, version in self.versions():
             for part, _path in layout.partitions_in(self.version_dir(dataset, version)):
@@ -595,14 +746,20 @@ class PartitionStore:
                 except FileNotFoundError:
                     continue  # dropped meanwhile
                 checked += 1
-        missing = [place for place in self.missing(claimed) if place not in damaged]
+        missing = [place for place in self.missing(claimed, since) if place not in damaged]
         return {"checked": checked, "bytes": nbytes, "damaged": damaged, "missing": missing}
 
-    def missing(self, claimed: set[tuple[str, int, tuple[int, int]]] = frozenset()) -> list[tuple[str, int, tuple[int, int]]]:
+    def missing(self, claimed: set[tuple[str, int, tuple[int, int]]] = frozenset(),
+                since: int | None = None) -> list[tuple[str, int, tuple[int, int]]]:
         """Partitions that should be here and are not, from names alone (no file is read).
 
         A statistics file without its partition (the partition deleted
-        under the node), or one of ``claimed`` whose file is gone.
+        under the node), or one of ``claimed`` whose file is gone; never one
+        of a version that is gone for good (its tombstone) or that a drop
+        under way or ended since ``since`` (a :meth:`DropWatch.mark` taken
+        before ``claimed`` was read) may have removed: a drop removes a
+        version's files one by one, and the manifest that claimed them with
+        them.
         """
         found: set[tuple[str, int, tuple[int, int]]] = set()
         for dataset, version in self.versions():
@@ -612,7 +769,14 @@ class PartitionStore:
                 if part is not None and not self.path(dataset, version, part).exists():
                     found.add((dataset, version, part))
         found |= {place for place in claimed if not self.path(*place).exists()}
-        return sorted(found)
+        drops = self.drops.since(self.drops.mark() if since is None else since)
+        return sorted(place for place in found if not self._dropped(place, drops))
+
+    def _dropped(self, place: Place, drops: list[Dropped]) -> bool:
+        """Whether ``place`` is gone by a drop: one of ``drops`` covers it, or its version is buried."""
+        dataset, version, _part = place
+        sealed = self.sealed(dataset, version)
+        return any(d.covers(dataset, version, sealed) for d in drops) or self.gone(dataset, version) is not None
 
     def claimed(self, node_id: str) -> set[tuple[str, int, tuple[int, int]]]:
         """Partitions the sealed manifests here say this node holds (a file deleted under the node is among them)."""
@@ -772,6 +936,12 @@ class PartitionStore:
         stored again and a catalog that lost its state learns the number is
         taken; ``through`` is the highest version a drop of every version covers.
         """
+        with self.drops.dropping(Dropped(dataset, version, pending_only)):
+            return self._drop(dataset, version, pending_only=pending_only, through=through, remember=remember)
+
+    def _drop(self, dataset: str, version: int | None, *, pending_only: bool, through: int | None,
+              remember: bool) -> int:
+        """:meth:`drop`, watched."""
         ddir = self.root / layout.dataset_relpath(dataset)
         if remember and not (pending_only and version is not None and self.sealed(dataset, version)):
             kind = "aborted" if pending_only else "dropped"
@@ -789,8 +959,10 @@ class PartitionStore:
             with self._lock:
                 for key in [k for k in self._group_schemas if k[0] == dataset and (version is None or k[1] == version)]:
                     del self._group_schemas[key]
-                for key in [k for k in self._fresh if k[0] == dataset and (version is None or k[1] == version)]:
-                    del self._fresh[key]
+                for kept_by_version in (self._fresh, self._sums):
+                    for key in [k for k in kept_by_version if k[0] == dataset and (version is None or k[1] == version)]:
+                        del kept_by_version[key]
+                self._seals.pop(target / layout.SUMS, None)
                 for kept in (self._verified, self._written):
                     for path in [p for p in kept if target in p.parents]:
                         del kept[path]

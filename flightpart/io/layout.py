@@ -6,9 +6,10 @@ memory-map a partition instead of streaming it), so both halves are here:
     <data dir>/flightpart-node.json                  {"node_id": "...", "cluster": "..."|null}
     <data dir>/datasets/<name>/v<version>/<i>_<j>.arrow
     <data dir>/datasets/<name>/v<version>/manifest.json  the sealed version's geometry
+    <data dir>/datasets/<name>/v<version>/checksums.json the sealed version's checksums (bound sum, size) of its files here
     <data dir>/datasets/<name>/v<version>/.tmp-*      a put in progress
     <data dir>/datasets/<name>/tombstones.json        version numbers of the dataset that are gone for good
-    <data dir>/datasets/<name>/v<version>/<i>_<j>.stats.json  rows, column statistics, CRC-32 and size of the file
+    <data dir>/datasets/<name>/v<version>/<i>_<j>.stats.json  rows, column statistics, CRC-32, bound sum and size
     <data dir>/quarantine/<name>/v<version>/<i>_<j>.arrow.<time>  a file that failed its checksum, moved aside
 
 A version directory with a
@@ -32,6 +33,9 @@ from flightpart.wire import check_name
 
 NODE_MARKER = "flightpart-node.json"
 MANIFEST = "manifest.json"
+SUMS = "checksums.json"
+"""Kept beside a sealed version's manifest by a node: the checksum of each of its files there, so that a lost or
+garbled statistics file neither turns a check off nor lets a file of another place pass."""
 TMP_PREFIX = ".tmp-"
 DATASETS = "datasets"
 SUFFIX = ".arrow"
@@ -66,7 +70,12 @@ def tombstones_relpath(name: str) -> str:
 
 def partition_relpath(name: str, version: int, part: tuple[int, int]) -> str:
     """Where a node keeps a partition, relative to its data directory."""
-    return f"{version_relpath(name, version)}/{int(part[0])}_{int(part[1])}{SUFFIX}"
+    return f"{version_relpath(name, version)}/{partition_filename(part)}"
+
+
+def partition_filename(part: tuple[int, int]) -> str:
+    """A partition's file name in its version directory."""
+    return f"{int(part[0])}_{int(part[1])}{SUFFIX}"
 
 
 def temporary_path(final: Path) -> Path:
@@ -134,8 +143,9 @@ def write_node_marker(data_dir: Path, node_id: str | None = None, cluster: str |
     return node_id
 
 
-def write_atomically(path: Path, data: bytes, mode: int = 0o600) -> None:
-    """Write a small file so that readers see the old content or the new, never a part."""
+def write_atomically(path: Path, data: bytes, mode: int = 0o600, *, sync_directory: bool = True) -> None:
+    """Write a small file so that readers see the old content or the new, never a part (``sync_directory=False``:
+    the caller makes the rename durable, with the next write in the same directory)."""
     tmp = path.parent / f"{TMP_PREFIX}{path.name}.{uuid.uuid4().hex}"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
     with os.fdopen(fd, "wb") as out:
@@ -143,7 +153,8 @@ def write_atomically(path: Path, data: bytes, mode: int = 0o600) -> None:
     os.chmod(tmp, mode)  # whatever the umask
     fsync_path(tmp)
     os.replace(tmp, path)
-    fsync_path(path.parent)
+    if sync_directory:
+        fsync_path(path.parent)
 
 
 def stats_path(partition: Path) -> Path:
