@@ -158,8 +158,9 @@ def others_are_answered(uri: str, stop: threading.Event, failures: list, name: s
                     with conn.cursor() as cur:
                         cur.execute("SELECT 1 AS one")
                         assert cur.fetch_arrow_table().column("one").to_pylist() == [1]
-                        cur.execute("SELECT count(*) AS n, sum(k) AS s FROM trips WHERE k < 1000")
-                        assert cur.fetch_arrow_table().to_pylist() == [{"n": 1000, "s": 499_500}]
+                        # no filter: a node's filter checker, starved of CPU by the attacks on this machine, may stall
+                        cur.execute("SELECT count(*) AS n, sum(k) AS s FROM trips")
+                        assert cur.fetch_arrow_table().to_pylist() == [{"n": ROWS, "s": ROWS * (ROWS - 1) // 2}]
                 except Exception as exc:
                     failures.append(exc)
                 done += 1
@@ -219,7 +220,10 @@ def test_huge_answers_at_once_are_stopped_as_they_are_produced_and_the_catalog_l
 
     refused = attacked(cluster, group, lambda: concurrently(3, huge))
     assert all(isinstance(r, dbapi.Error) for r in refused), refused
-    assert all("LIMIT_EXCEEDED" in str(r) or "BUSY" in str(r) for r in refused), refused
+    # the per-answer limit (LIMIT_EXCEEDED), or the caller's share held by the others being produced (BUSY)
+    assert all("the answer passed 536,870,912 bytes" in str(r) or "busy: this caller's answers hold" in str(r)
+               for r in refused), refused
+    assert any("the answer passed" in str(r) for r in refused), refused
 
     def held_unread(_k: int):
         info = raw.info("SELECT * FROM range(60000000)")  # 480 MB, under the 512 MiB an answer may have
@@ -285,6 +289,7 @@ def test_one_readers_flood_leaves_slots_for_another_readers_select_1(bounded):
     cluster, group = bounded
     stop = threading.Event()
     flooded: dict[str, int] = {"answered": 0, "busy": 0}
+    unexpected: list = []
 
     def flood(_k: int) -> None:
         with adbc(cluster.uri, "mallory") as conn:
@@ -295,7 +300,9 @@ def test_one_readers_flood_leaves_slots_for_another_readers_select_1(bounded):
                         cur.fetch_arrow_table()
                     flooded["answered"] += 1
                 except dbapi.Error as exc:
-                    assert "BUSY" in str(exc), exc
+                    if "retry shortly" not in str(exc):  # BUSY, sent as UNAVAILABLE
+                        unexpected.append(exc)
+                        return
                     flooded["busy"] += 1
 
     def select_1() -> list:
@@ -318,7 +325,8 @@ def test_one_readers_flood_leaves_slots_for_another_readers_select_1(bounded):
         for t in flooders:
             t.join(300)
     assert answers == [[1]] * 20
-    assert flooded["busy"] > 0  # the flood met its share
+    assert not unexpected, unexpected
+    assert flooded["busy"] > 0 and flooded["answered"] > 0, flooded  # the flood met its share, and ran within it
     wait_until(lambda: stats(cluster.uri)["sql_queries_running"] == 0, 120, "the flood to end")
 
 

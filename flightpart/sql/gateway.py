@@ -670,7 +670,8 @@ class _Watch:
     statements is lost, and the next would run on); ``gave_up`` says which. :meth:`done` is called before the
     connection is closed:
     once it returns, the watch touches the connection no more (an interrupt racing the close raised in the watch's
-    thread, and a native library is not asked to interrupt what it is closing)."""
+    thread, and a native library is not asked to interrupt what it is closing), nor asks whether the caller gave up
+    (its call's context is freed once the call ends, and asking it then would read freed memory)."""
 
     def __init__(self, con: Any, timeout: float, cancelled: Callable[[], bool]):
         self.con, self.timeout, self.cancelled = con, timeout, cancelled
@@ -683,11 +684,11 @@ class _Watch:
     def _watch(self) -> None:
         deadline = time.monotonic() + self.timeout
         while not self._done.wait(WATCH_SECONDS):
-            gave_up = self.cancelled()
-            if gave_up or time.monotonic() > deadline:
-                with self._lock:
-                    if self._done.is_set():
-                        return
+            with self._lock:  # the call's context is asked only while its query runs: gRPC frees it after
+                if self._done.is_set():
+                    return
+                gave_up = self.cancelled()
+                if gave_up or time.monotonic() > deadline:
                     if not self.fired:
                         self.gave_up = gave_up
                     self.fired = True
