@@ -21,3 +21,21 @@ def count_from_env(name: str, default: int, what: str) -> int:
     if not text.isascii() or not text.isdigit() or int(text) < 1:
         raise CannotStart(f"{name}={text!r}: {what}, a whole number from 1")
     return int(text)
+
+
+UNITS = {"": 1, "k": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mib": 1 << 20, "g": 1 << 30, "gib": 1 << 30,
+         "t": 1 << 40, "tib": 1 << 40}
+"""What a size's unit may be (any case): binary multiples, ``512MiB`` or ``512M``, or bytes when there is none."""
+
+
+def bytes_from_env(name: str, default: int, what: str) -> int:
+    """The size (at least 1 byte) ``$name`` sets, a whole number with an optional unit of :data:`UNITS`
+    (``512MiB``, ``2G``), or ``default`` when it is unset or blank; ``what`` says what it bounds, for the error."""
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return default
+    digits = text.rstrip("KMGTkmgtiIbB ")
+    unit = text[len(digits):].strip().lower()
+    if not digits.isascii() or not digits.isdigit() or unit not in UNITS or int(digits) < 1:
+        raise CannotStart(f"{name}={text!r}: {what}, a whole number of bytes from 1, or with a unit (512MiB, 2GiB)")
+    return int(digits) * UNITS[unit]

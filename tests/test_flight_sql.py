@@ -82,12 +82,10 @@ def test_a_query_that_runs_too_long_is_stopped_with_a_clear_error(taxi, cluster)
     assert answer(conn, "SELECT 2 AS two").column("two").to_pylist() == [2]
 
 
-def test_an_answer_larger_than_the_catalog_holds_is_refused_with_a_code(taxi, monkeypatch):
-    from flightpart.sql import server
-
+def test_an_answer_larger_than_the_catalog_holds_is_refused_with_a_code(taxi, cluster, monkeypatch):
     _table, _zones, conn = taxi
-    monkeypatch.setattr(server, "ANSWER_BYTES", 1_000)
-    with pytest.raises(dbapi.Error, match="more than the 1,000"):
+    monkeypatch.setattr(cluster.catalog.answers, "per_answer", 1_000)
+    with pytest.raises(dbapi.Error, match="passed 1,000 bytes"):
         answer(conn, "SELECT fare, tip FROM trips ORDER BY fare")  # sorted: answered by the catalog, not the nodes
     assert answer(conn, "SELECT count(*) AS n FROM trips").column("n").to_pylist() == [ROWS]
 
@@ -610,23 +608,25 @@ def test_a_query_past_duckdbs_memory_limit_is_the_catalogs_limit_not_the_clients
     with its code in ``extra_info``: a Python Flight server cannot send RESOURCE_EXHAUSTED), an ``OperationalError``
     and not the ``ProgrammingError`` of a mistake in the query; its message says what the client can do, not
     DuckDB's ``SET`` (which the gateway refuses)."""
-    from flightpart.sql import gateway
+    from flightpart.sql.engine import Engine
 
     adbc = pytest.importorskip("adbc_driver_manager")
     _table, _zones, conn = taxi
-    monkeypatch.setattr(gateway, "MEMORY_LIMIT", "32MB")
+    small = Engine(32 << 20, 1 << 30)
+    monkeypatch.setattr(cluster.catalog.gateway, "engine", small)
     sql = "SELECT list(range) AS l FROM range(20000000)"  # 160 MB in one list: DuckDB cannot spill it
     with pytest.raises(dbapi.OperationalError) as info:
         answer(conn, sql)
     text = str(info.value)
     assert info.value.status_code == adbc.AdbcStatusCode.UNKNOWN, text  # not INVALID_ARGUMENT, nor a retry's UNAVAILABLE
-    assert "more memory than the 32MB" in text and "fewer rows or columns" in text, text
+    assert f"more memory than the {32 << 20:,} bytes" in text and "fewer rows or columns" in text, text
     assert "SET" not in text and "memory_limit" not in text, text
     assert_clean(text)
     with fp.connect(cluster.uri) as client, pytest.raises(fp.LimitExceeded, match="more memory") as ours:
         client.sql(sql).to_arrow()
     assert ours.value.code == "LIMIT_EXCEEDED" and ours.value.field == "query"
     assert answer(conn, "SELECT 1 AS one").column("one").to_pylist() == [1]
+    small.close()
 
 
 def test_a_node_that_fails_a_scan_inside_duckdb_is_the_error_the_client_gets(make_cluster):
@@ -744,20 +744,19 @@ def answers_of_64_mb(cluster, name: str, monkeypatch) -> tuple[flight.FlightClie
     two and a half of them; a client, the query and its first FlightInfo."""
     import numpy as np
 
-    from flightpart.sql import server
-
     with fp.connect(cluster.uri) as writer:
         writer.put(name, pa.table({"a": np.arange(4_000_000), "b": np.arange(4_000_000) * 2}), tiling=(2, 1))
     raw = flight.connect(cluster.uri)
     query = sql_command(sqlwire.STATEMENT_QUERY, (1, f"SELECT a, b FROM {name} ORDER BY a"))
     first = raw.get_flight_info(query)
-    monkeypatch.setattr(server, "ANSWER_BYTES", int(first.total_bytes * 2.5))
+    for limit in ("total", "per_caller"):  # the test's client is every caller: the whole budget is its share
+        monkeypatch.setattr(cluster.catalog.answers, limit, int(first.total_bytes * 2.5))
     return raw, query, first
 
 
 def test_answers_being_sent_count_against_the_catalogs_budget_until_their_streams_end(taxi, cluster, monkeypatch):
     """Answers whose streams were opened and left unread held the catalog's memory without bound (20 of 300 MB:
-    6.45 GB): they count against ANSWER_BYTES until their streams end, and past it a new answer is refused BUSY."""
+    6.45 GB): they count against the catalog's budget for answers until their streams end, and past it a new answer is refused BUSY."""
     raw, query, first = answers_of_64_mb(cluster, "wide", monkeypatch)
     held = [raw.do_get(first.endpoints[0].ticket)]
     try:

@@ -6,8 +6,11 @@ Every dataset a query names is a table: ``sales`` is its latest version,
 query uses and, for the filters DuckDB pushes, only the rows they keep
 (docs/querying.md, "DuckDB"); joins, aggregates, ORDER BY, LIMIT and
 window functions run in DuckDB here. DuckDB runs with external access off
-(no file, URL or extension a query could reach on the catalog's host) and
-a memory limit.
+(no file, URL or extension a query could reach on the catalog's host), in
+one database whose memory and spill space bound every query together
+(:mod:`.engine`). An answer is read from DuckDB in batches, each counted
+(``count``, :mod:`.answers`) before the next is read, so an answer past its
+limit is stopped there rather than held whole first.
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ from flightpart.io.access import Access
 from flightpart.io.transfer import TRAFFIC
 
 from . import inlined, pushed, scans
+from .engine import Engine
+from .limits import SqlLimits
 from .parsed import parsed
 from .partials import PARTIALS
 from .remembered import ScanFailures
@@ -41,9 +46,8 @@ log = logging.getLogger("flightpart.sql")
 
 QUERY_SECONDS = 300.0
 """How long one query may run at the catalog before it is stopped (``Gateway.timeout``)."""
-MEMORY_LIMIT = "1GB"
-"""What DuckDB may hold at the gateway for one query (its partials, sorts and results): beyond it the query fails
-with ``LIMIT_EXCEEDED`` (:func:`_out_of_memory`) instead of taking the catalog's memory."""
+ANSWER_BATCH_ROWS = 16_384
+"""Rows of an answer read from DuckDB at a time, counted before the next are read."""
 EXPLAIN = re.compile(r"explain(\s+analyze)?\s+", re.IGNORECASE)
 EXPLAIN_SCHEMA = pa.schema([("step", pa.utf8()), ("where", pa.utf8()), ("what", pa.utf8()), ("bytes_moved", pa.int64()),
                             ("rows", pa.int64())])
@@ -69,14 +73,16 @@ class Gateway:
     """Runs SQL for callers the catalog already authorized (see the module doc)."""
 
     def __init__(self, catalog_uri: str, access: Access, *, timeout: float = QUERY_SECONDS,
-                 write_access: Access | None = None, slots: int | None = None):
+                 write_access: Access | None = None, slots: int | None = None, limits: SqlLimits | None = None):
         self.catalog_uri = catalog_uri
         self.access = access
         self.write_access = write_access or access
         self._writer: Client | None = None
         self.timeout = timeout
         self.abandoned = 0  # queries stopped because their caller gave up
-        self.slots = QuerySlots(running_from_env() if slots is None else slots)
+        limits = limits if limits is not None else SqlLimits()
+        self.slots = QuerySlots(running_from_env() if slots is None else slots, per_caller=limits.queries_per_caller)
+        self.engine = Engine(limits.memory, limits.spill, limits.spill_dir)
         self._client: Client | None = None
         self._lock = threading.Lock()
 
@@ -98,6 +104,7 @@ class Gateway:
             for client in (self._client, self._writer):
                 if client is not None:
                     client.close()
+        self.engine.close()
 
     def tables(self, stopped: Callable[[], bool] = lambda: False, *, wanted: Callable[[str], bool] | None = None,
                schemas: bool = True) -> list[tuple[str, pa.Schema | None]]:
@@ -132,28 +139,29 @@ class Gateway:
             return None
 
     def run(self, query: str, *, limit: int | None = None, parameters: pa.Table | None = None,
-            cancelled: Callable[[], bool] = lambda: False, route: Route | None = None) -> pa.Table:
+            cancelled: Callable[[], bool] = lambda: False, route: Route | None = None, caller: str = "",
+            count: Count | None = None) -> pa.Table:
         """``query``'s answer (``limit``: at most that many rows, for a schema). ``parameters``: values for its
         ``?`` (or ``$1``) placeholders, one row per execution, the answers concatenated. ``cancelled``: whether the
         caller gave up (its deadline passed, it hung up): the query is stopped then, not run on for no one.
         ``route``, when given, is told how the query ran, for ``EXPLAIN``. It runs in one of the catalog's
-        :attr:`slots`, waiting for one (``BUSY`` when too many wait: :mod:`.slots`)."""
-        with self.slots.held(cancelled):
-            return self._run(query, limit=limit, parameters=parameters, cancelled=cancelled, route=route)
+        :attr:`slots`, waiting for one (``BUSY`` when too many wait, or ``caller`` holds its share: :mod:`.slots`).
+        ``count(nbytes)`` is told of each batch of the answer as DuckDB produces it, and raises to stop it."""
+        with self.slots.held(cancelled, caller):
+            return self._run(query, limit=limit, parameters=parameters, cancelled=cancelled, route=route, count=count)
 
     def _run(self, query: str, *, limit: int | None, parameters: pa.Table | None, cancelled: Callable[[], bool],
-             route: Route | None) -> pa.Table:
+             route: Route | None, count: Count | None = None) -> pa.Table:
         duckdb = _duckdb()
 
-        con = duckdb.connect(config={"enable_external_access": False, "memory_limit": MEMORY_LIMIT,
-                                     "lock_configuration": True})
+        con = self.engine.connect()
         stop = _Watch(con, self.timeout, cancelled)  # a query that runs too long, or for no one, is stopped
         route = route if route is not None else Route()
         failures = ScanFailures()  # what a node's refusal inside DuckDB's scans was, to be raised as itself
         try:
             statements = con.extract_statements(query)
             if len(statements) == 1 and statements[0].type == duckdb.StatementType.EXPLAIN:
-                return self._explain(query, schema_only=limit == 0)
+                return self._explain(query, schema_only=limit == 0, count=count)
             if len(statements) != 1 or statements[0].type != duckdb.StatementType.SELECT:
                 raise SqlError("one query is answered here (SELECT, WITH, VALUES, ...), nothing that writes or changes "
                                "settings: nothing was run", field="query")
@@ -183,13 +191,13 @@ class Gateway:
                 def aggregated(sql: str) -> pa.Table | None:
                     return _unless_duckdb_refuses(lambda: pushed.answer(sql, set(named), dataset, lambda final, partials,
                                                   joined: _final(con, final, partials, {n: failures.scan(dataset(n))
-                                                                                        for n in joined})), failures)
+                                                                                        for n in joined}, count)), failures)
 
                 query = self._answer_parts_first(con, query, named, dataset, route, aggregated, failures)
                 done, how = aggregated(query), "aggregate"
                 if done is None:  # ORDER BY ... LIMIT: each partition's first rows
                     done, how = _unless_duckdb_refuses(lambda: pushed.answer_top(
-                        query, set(named), dataset, lambda final, table, rows: _over(con, final, table, rows)),
+                        query, set(named), dataset, lambda final, table, rows: _over(con, final, table, rows, count)),
                         failures), "top"
                 if done is not None:
                     route.how, route.query = how, query
@@ -198,7 +206,7 @@ class Gateway:
             for name in named:
                 con.register(name, failures.scan(dataset(name)))
             if query != written:  # parts answered first: what is left, named and typed as the query written
-                return _conformed(con.sql(query).to_arrow_table(), expected)
+                return _conformed(_collected(con.sql(query), count), expected)
             if parameters is None or parameters.num_rows == 0:
                 if wanted and limit != 0:
                     raise SqlError(f"the query has {wanted} parameter(s): bind values for them", field="parameters")
@@ -211,7 +219,7 @@ class Gateway:
             answers = []
             for values in rows:
                 relation = con.sql(query, params=values) if wanted else con.sql(query)
-                answers.append((relation.limit(limit) if limit is not None else relation).to_arrow_table())
+                answers.append(_collected(relation.limit(limit) if limit is not None else relation, count))
             return answers[0] if len(answers) == 1 else pa.concat_tables(answers)
         except duckdb.CatalogException as exc:
             message = _one_line(exc)
@@ -225,9 +233,15 @@ class Gateway:
                 raise SqlError("the query was stopped: its caller gave up (its deadline passed)", field="query") from None
             raise QueryTimeout(f"the query ran longer than the {self.timeout:g} s a query may run at the catalog, and "
                                "was stopped", field="query") from None
-        except duckdb.OutOfMemoryException:
+        except duckdb.OutOfMemoryException as exc:
             failures.raise_first()
-            raise _out_of_memory() from None
+            raise self._out_of_memory(exc) from None
+        except duckdb.IOException as exc:
+            failures.raise_first()
+            # external access is off: an I/O error is DuckDB's own files (its spill files), the catalog's failure
+            log.warning("DuckDB failed to read or write its own files in a query: %s", exc)
+            raise ServerError(f"DuckDB failed with its files at the catalog ({_one_line(exc)}); the catalog's log has "
+                              "the details", field="query") from None
         except (duckdb.InternalException, duckdb.FatalException) as exc:
             failures.raise_first()
             # DuckDB failing inside itself is not the query's mistake; its native stack trace stays in the log
@@ -269,7 +283,7 @@ class Gateway:
         rewritten, route.first = inlined.inline(query, set(named), values, table, _traffic)
         return rewritten
 
-    def _explain(self, query: str, *, schema_only: bool) -> pa.Table:
+    def _explain(self, query: str, *, schema_only: bool, count: Count | None = None) -> pa.Table:
         """``EXPLAIN query``: what ran where, and the bytes each part moved (the query is run to measure them, except
         a plain scan, whose partitions go from the nodes to the client)."""
         inner = explained_query(query)
@@ -284,7 +298,8 @@ class Gateway:
             return pa.Table.from_pylist([dict(zip(EXPLAIN_SCHEMA.names, s)) for s in steps], schema=EXPLAIN_SCHEMA)
         before = _traffic()
         route = Route()
-        answer = self._run(inner, limit=None, parameters=None, cancelled=lambda: False, route=route)  # in its slot
+        answer = self._run(inner, limit=None, parameters=None, cancelled=lambda: False, route=route,
+                           count=count)  # in its slot
         moved = _traffic() - before - sum(part.moved for part in route.first)
         named = set(self._named(inner))
         planned = pushed.plan(route.query, named, self._dataset) if route.how == "aggregate" else None
@@ -333,14 +348,14 @@ class Gateway:
         name, columns, where = planned
         return scans.endpoints(self._dataset(name), columns, where)
 
-    def schema(self, query: str) -> pa.Schema:
+    def schema(self, query: str, caller: str = "") -> pa.Schema:
         """The schema of ``query``'s answer, computed without reading its rows: a plain scan's is the dataset's own
         types, which its nodes send (DuckDB's, announced for it before, named a New York timestamp UTC and a
         string view a string, and the stream then disagreed with what a prepared statement had said)."""
         planned = self.scan(query)
         if planned is not None:
             return planned[0]
-        return self.run(query, limit=0).schema
+        return self.run(query, limit=0, caller=caller).schema
 
     def _register_listed(self, con: Any, named: list[str], stop: _Watch) -> None:
         """Every dataset ``named`` leaves out, registered with ``con`` as its columns only (an empty table of the types
@@ -395,6 +410,18 @@ class Gateway:
         if guess is None:
             return message + instead
         return f"{message[:guess.start()].rstrip()}{instead}{message[guess.end():]}"
+
+    def _out_of_memory(self, exc: Exception) -> LimitExceeded:
+        """The error of a query that needed more memory, or more spill space on disk, than DuckDB may use for the
+        catalog's queries: a limit of the catalog's, not a mistake in the query; DuckDB's own advice (a ``SET`` the
+        gateway refuses, fewer threads) is left out for what the client can change."""
+        engine = self.engine
+        what = (f"more spill space on disk than the {engine.spill:,} bytes the catalog's queries may write together"
+                if SPILL_LIMIT in str(exc) else
+                f"more memory than the {engine.memory:,} bytes the catalog's queries may use together")
+        return LimitExceeded(f"the query needed {what} (the server's limit), and was stopped: aggregate (GROUP BY) or "
+                             "filter (WHERE) the rows, or select fewer rows or columns (LIMIT, only the columns "
+                             "needed), or retry when fewer queries run", field="query")
 
     def _dataset_names(self) -> set[str]:
         return {entry["name"] for entry in self.client().list()}
@@ -532,19 +559,52 @@ def _conformed(answer: pa.Table, expected: pa.Schema) -> pa.Table:
         return answer
 
 
-def _final(con: Any, query: str, partials: pa.Table, joined: dict[str, Any]) -> pa.Table:
+def _final(con: Any, query: str, partials: pa.Table, joined: dict[str, Any], count: Count | None) -> pa.Table:
     """What is left of a query once its aggregates are combined: DuckDB over the small table of them (and the
     scans of ``joined``, a join's other side)."""
     con.register(PARTIALS, partials)
     for name, scan in joined.items():
         con.register(name, scan)
-    return con.sql(query).to_arrow_table()
+    return _collected(con.sql(query), count)
 
 
-def _over(con: Any, query: str, table: str, rows: pa.Table) -> pa.Table:
+def _over(con: Any, query: str, table: str, rows: pa.Table, count: Count | None) -> pa.Table:
     """``query`` run by DuckDB with ``table`` standing for ``rows`` (the partitions' first rows of a top-N)."""
     con.register(table, rows)
-    return con.sql(query).to_arrow_table()
+    return _collected(con.sql(query), count)
+
+
+Count = Callable[[int], None]
+"""Told of the bytes of each batch of an answer as DuckDB produces it; raises to stop the answer there."""
+
+DUCKDB_ERRORS = (("INTERRUPT Error", "InterruptException"), ("Out of Memory Error", "OutOfMemoryException"),
+                 ("INTERNAL Error", "InternalException"), ("FATAL Error", "FatalException"), ("IO Error", "IOException"))
+"""How DuckDB's message starts for the errors the gateway tells apart, and their classes: an error met while an
+answer streams reaches Python as Arrow's ``OSError`` holding DuckDB's message only."""
+
+
+def _collected(relation: Any, count: Count | None) -> pa.Table:
+    """``relation``'s rows, read from DuckDB :data:`ANSWER_BATCH_ROWS` at a time, each batch counted (``count``,
+    which may raise to stop it) before the next is read; DuckDB's errors as DuckDB raises them."""
+    duckdb = _duckdb()
+    reader = relation.to_arrow_reader(ANSWER_BATCH_ROWS)
+    batches = []
+    try:
+        while True:
+            try:
+                batch = reader.read_next_batch()
+            except StopIteration:
+                break
+            except (OSError, pa.ArrowException) as exc:
+                text = str(exc)
+                kind = next((name for prefix, name in DUCKDB_ERRORS if text.startswith(prefix)), "Error")
+                raise getattr(duckdb, kind)(text) from None
+            if count is not None:
+                count(frames.size_of(batch))
+            batches.append(batch)
+    finally:
+        reader.close()
+    return pa.Table.from_batches(batches, schema=reader.schema)
 
 
 def _names_dataset(table: str, known: set[str]) -> bool:
@@ -589,13 +649,8 @@ def _lists_tables(query: str, named: list[str]) -> bool:
 MISSING_TABLE = re.compile(r"Table with name (?P<name>.+?) does not exist")
 
 
-def _out_of_memory() -> LimitExceeded:
-    """The error of a query that needed more memory than DuckDB may hold for one at the catalog: a limit of the
-    catalog's, not a mistake in the query; DuckDB's own advice (a ``SET`` the gateway refuses, fewer threads) is
-    left out for what the client can change."""
-    return LimitExceeded(f"the query needed more memory than the {MEMORY_LIMIT} the catalog gives one query, and was "
-                         "stopped: aggregate (GROUP BY) or filter (WHERE) the rows, or select fewer rows or columns "
-                         "(LIMIT, only the columns needed)", field="query")
+SPILL_LIMIT = "max_temp_directory_size"
+"""What DuckDB's out-of-memory error names when its spill files, not its memory, reached their limit."""
 
 
 def _one_line(exc: BaseException) -> str:
@@ -615,7 +670,8 @@ class _Watch:
     statements is lost, and the next would run on); ``gave_up`` says which. :meth:`done` is called before the
     connection is closed:
     once it returns, the watch touches the connection no more (an interrupt racing the close raised in the watch's
-    thread, and a native library is not asked to interrupt what it is closing)."""
+    thread, and a native library is not asked to interrupt what it is closing), nor asks whether the caller gave up
+    (its call's context is freed once the call ends, and asking it then would read freed memory)."""
 
     def __init__(self, con: Any, timeout: float, cancelled: Callable[[], bool]):
         self.con, self.timeout, self.cancelled = con, timeout, cancelled
@@ -628,11 +684,11 @@ class _Watch:
     def _watch(self) -> None:
         deadline = time.monotonic() + self.timeout
         while not self._done.wait(WATCH_SECONDS):
-            gave_up = self.cancelled()
-            if gave_up or time.monotonic() > deadline:
-                with self._lock:
-                    if self._done.is_set():
-                        return
+            with self._lock:  # the call's context is asked only while its query runs: gRPC frees it after
+                if self._done.is_set():
+                    return
+                gave_up = self.cancelled()
+                if gave_up or time.monotonic() > deadline:
                     if not self.fired:
                         self.gave_up = gave_up
                     self.fired = True

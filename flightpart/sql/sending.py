@@ -41,10 +41,11 @@ for a reader of its partitions (its stream idle timeout)."""
 class Sending:
     """One answer being sent: what is left of it, its bytes as counted, and when its reader last took a batch."""
 
-    __slots__ = ("table", "nbytes", "rows", "offset", "last_taken", "idled", "copied")
+    __slots__ = ("table", "nbytes", "rows", "offset", "last_taken", "idled", "copied", "caller")
 
-    def __init__(self, table: pa.Table, batch_bytes: int):
+    def __init__(self, table: pa.Table, batch_bytes: int, caller: str = ""):
         self.table: pa.Table | None = table
+        self.caller = caller
         self.nbytes = size_of(table)
         self.rows = max(1, batch_bytes * table.num_rows // max(1, self.nbytes))  # rows of about batch_bytes
         # a batch sent is a slice of one of the answer's chunks, which it keeps alive while in flight: copied only
@@ -64,11 +65,12 @@ class AnswersSent:
         self._lock = threading.Lock()
         self._streams: set[Sending] = set()
         self._held = 0
+        self._held_by: dict[str, int] = {}
 
-    def held_bytes(self) -> int:
-        """Bytes of answers being sent now."""
+    def held_bytes(self, caller: str | None = None) -> int:
+        """Bytes of answers being sent now (``caller``'s only, when given)."""
         with self._lock:
-            return self._held
+            return self._held if caller is None else self._held_by.get(caller, 0)
 
     def quiet_seconds(self) -> float:
         """Seconds since any answer stream last had a batch taken (for operators and tests: gRPC fills a new stream's
@@ -77,42 +79,47 @@ class AnswersSent:
             latest = max((s.last_taken for s in self._streams), default=0.0)
         return time.monotonic() - latest
 
-    def make_room(self, nbytes: int, budget: int) -> int:
+    def make_room(self, nbytes: int, budget: int, caller: str | None = None) -> int:
         """The bytes of answers being sent once room is made for ``nbytes`` more within ``budget``: streams whose
         readers took nothing for :attr:`idle_seconds` let their answers go, the longest idle first, until it fits
-        (or none is left idle)."""
+        (or none is left idle). With ``caller``, that caller's streams and bytes only."""
         now = time.monotonic()
         with self._lock:
-            idle = sorted((s for s in self._streams if now - s.last_taken > self.idle_seconds), key=lambda s: s.last_taken)
+            idle = sorted((s for s in self._streams if now - s.last_taken > self.idle_seconds
+                           and (caller is None or s.caller == caller)), key=lambda s: s.last_taken)
             for sending in idle:
-                if self._held + nbytes <= budget:
+                if self._held_now(caller) + nbytes <= budget:
                     break
                 self._let_go(sending)
                 sending.idled = True
-            return self._held
+            return self._held_now(caller)
 
-    def stream(self, table: pa.Table) -> flight.FlightDataStream:
+    def _held_now(self, caller: str | None) -> int:
+        return self._held if caller is None else self._held_by.get(caller, 0)
+
+    def stream(self, table: pa.Table, caller: str = "") -> flight.FlightDataStream:
         """A DoGet stream of ``table``, its bytes counted from now until the stream ends (read to its end, cancelled,
         its client gone: Flight then drops its generator, which closes it) or is let go (:meth:`make_room`)."""
         fields = table.schema
         if any(_nested_dictionary(field.type) for field in fields):
             # a dictionary inside a list or struct, which Arrow cannot unify: Arrow's writer of a reader sends each
             # batch's own dictionaries, but a Flight error raised in it as UNKNOWN (a let-go answer)
-            sending = self._counted(table)
+            sending = self._counted(table, caller)
             return flight.RecordBatchStream(pa.RecordBatchReader.from_batches(fields, self._sent(sending, untraced=True)))
         if any(pa.types.is_dictionary(field.type) for field in fields):
             # a generator stream sends no dictionaries (an ENUM answer): its first batch goes as a stream of its
             # own, which sends them; every later batch shares them (unified) and goes as a batch
-            sending = self._counted(table.unify_dictionaries())
+            sending = self._counted(table.unify_dictionaries(), caller)
             return flight.GeneratorStream(fields, _dictionaries_first(self._sent(sending)))
-        return flight.GeneratorStream(fields, self._sent(self._counted(table)))
+        return flight.GeneratorStream(fields, self._sent(self._counted(table, caller)))
 
-    def _counted(self, table: pa.Table) -> Sending:
-        """``table`` as an answer being sent, its bytes counted from now."""
-        sending = Sending(table, self.batch_bytes)
+    def _counted(self, table: pa.Table, caller: str) -> Sending:
+        """``table`` as an answer being sent to ``caller``, its bytes counted from now."""
+        sending = Sending(table, self.batch_bytes, caller)
         with self._lock:
             self._streams.add(sending)
             self._held += sending.nbytes
+            self._held_by[caller] = self._held_by.get(caller, 0) + sending.nbytes
         return sending
 
     def _sent(self, sending: Sending, *, untraced: bool = False) -> Generator[pa.RecordBatch]:
@@ -151,6 +158,11 @@ class AnswersSent:
         if sending in self._streams:
             self._streams.discard(sending)
             self._held -= sending.nbytes
+            left = self._held_by.get(sending.caller, 0) - sending.nbytes
+            if left > 0:
+                self._held_by[sending.caller] = left
+            else:
+                self._held_by.pop(sending.caller, None)
             sending.table = None
 
 

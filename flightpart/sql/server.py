@@ -7,15 +7,16 @@ catalog, whose ticket ``DoGet`` turns into the rows; the
 ``CreatePreparedStatement`` and ``ClosePreparedStatement`` actions hold a
 query under a handle. Every other call is the catalog's. A query is
 authorized as a read; it runs in :class:`~flightpart.sql.gateway.Gateway`.
+What the service holds is bounded per caller (a token's role and name; the
+caller's IP without one) and in total (:mod:`.limits`): query slots, answers
+(:mod:`.answers`), prepared statements (:mod:`.prepared`), parameters being
+read, DuckDB's memory and spill space (:mod:`.engine`).
 """
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import logging
-import os
-import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -28,37 +29,32 @@ from flightpart.errors import (
     FlightpartError,
     LimitExceeded,
     RequestRejected,
-    ServerBusy,
     VersionConflict,
 )
 from flightpart.frames import size_of
 from flightpart.query.soundness import unsound
-from flightpart.server.auth import authorize
+from flightpart.server.auth import authorize, peer_ip
 from flightpart.server.base import boundary, schema_error
 from flightpart.server.catalog import CatalogServer
 from flightpart.tokens import role_token
 from flightpart.wire import check_name
 
+from .answers import Answers, Meter
 from .gateway import Gateway
+from .limits import SqlLimits
 from .metadata import sql_info, xdbc_type_info
+from .prepared import PreparedStatements, unknown
 from .sending import AnswersSent
+from .slots import QuerySlots
 from .statuses import sql_error
 
 log = logging.getLogger("flightpart.sql")
 
-MAX_PARAMETER_BYTES = 16 << 20
-"""Parameter values one DoPut may bind to a prepared query."""
 SENT_BATCH_BYTES = 1 << 20
 """About how large a batch of an answer a DoGet stream sends is: a client reading part of it holds the rest on the
 catalog (counted as being sent) rather than a single message with all of it."""
-
-ANSWER_BYTES = 1 << 30
-"""Bytes of answers the catalog holds, waiting for their DoGet or being sent by it (one answer larger than that is
-refused with a code; past it, a new answer is refused BUSY until streams end)."""
-PREPARED_KEPT = 4096
-"""Prepared queries the catalog remembers (the oldest forgotten first)."""
-RESULTS_KEPT = 64
-"""Answers waiting for their DoGet (a client that never fetches one does not hold memory for long)."""
+BIND_WAIT_SECONDS = 30.0
+"""The longest a bind waits for its turn to be read (:attr:`SqlLimits.binds` are read at once)."""
 CREATE_PREPARED = "CreatePreparedStatement"
 CLOSE_PREPARED = "ClosePreparedStatement"
 CLOSE_SESSION = "CloseSession"
@@ -73,19 +69,18 @@ TABLE_TYPE = "TABLE"
 class SqlCatalogServer(CatalogServer):
     """The catalog, answering Flight SQL beside flightpart's own calls (see the module doc)."""
 
-    def __init__(self, *args: Any, **kwargs: Any):
+    def __init__(self, *args: Any, sql_limits: SqlLimits | None = None, **kwargs: Any):
         super().__init__(*args, **kwargs)
+        limits = self.sql_limits = sql_limits if sql_limits is not None else SqlLimits.from_env()
         reader = role_token(self.secret, "reader", "sql-gateway") if self.secret is not None else None
         writer = role_token(self.secret, "writer", "sql-gateway") if self.secret is not None else None
         self.gateway = Gateway(self.uri, dataclasses.replace(self.pool.access, token=reader),
-                               write_access=dataclasses.replace(self.pool.access, token=writer))
-        self._answers: collections.OrderedDict[bytes, pa.Table] = collections.OrderedDict()
-        self._answers_bytes = 0  # the sizes of the answers kept, counted as they come and go (each one walked once)
-        # answers handed to DoGet streams that have not ended count against ANSWER_BYTES (a reader that idles lets go)
+                               write_access=dataclasses.replace(self.pool.access, token=writer), limits=limits)
+        # answers handed to DoGet streams that have not ended count too (a reader that idles lets go)
         self.answers_sent = AnswersSent(SENT_BATCH_BYTES)
-        self._prepared: dict[bytes, str] = {}
-        self._bound: dict[bytes, pa.Table] = {}  # a prepared query's parameter values, as the client's DoPut sent them
-        self._sql_lock = threading.Lock()
+        self.answers = Answers(limits.answers, limits.answer, self.answers_sent)
+        self.prepared = PreparedStatements(limits.prepared, limits.prepared_bytes, limits.prepared_idle)
+        self.binds = QuerySlots(limits.binds, queue_seconds=BIND_WAIT_SECONDS, per_caller=1, what="parameter binds")
 
     # ------------------------------------------------------------------ Flight calls
 
@@ -100,12 +95,13 @@ class SqlCatalogServer(CatalogServer):
         if command is None:
             return super().get_schema(context, descriptor)
         return self._read(context, f"Flight SQL schema of {command.name:.60}",
-                          lambda: flight.SchemaResult(self._schema_of(command)), sent_as=schema_error)
+                          lambda: flight.SchemaResult(self._schema_of(command, self._caller(context))),
+                          sent_as=schema_error)
 
-    def _schema_of(self, command: proto.Any_) -> pa.Schema:
+    def _schema_of(self, command: proto.Any_, caller: str) -> pa.Schema:
         """What the answer to ``command`` will be typed as: a plain scan's, the types its nodes send."""
         scanned = self._scan(command)
-        return scanned[0] if scanned is not None else self._answer(command, schema_only=True).schema
+        return scanned[0] if scanned is not None else self._answer(command, Meter(caller), schema_only=True).schema
 
     def _read(self, context: Any, what: str, work: Any,
               sent_as: Callable[[FlightpartError], Exception] = sql_error) -> Any:
@@ -115,28 +111,26 @@ class SqlCatalogServer(CatalogServer):
             authorize(context, "read")
             return work()
 
+    @staticmethod
+    def _caller(context: Any) -> str:
+        """Who is calling, for the shares of :mod:`.limits`: a token's role and name; the owner (every caller of a
+        cluster without a secret) by its IP as well."""
+        credential = authorize(context, "read")
+        if credential.role != "owner":
+            return f"{credential.role}:{credential.name}"
+        peer = context.peer() if context is not None and hasattr(context, "peer") else ""
+        return f"owner@{peer_ip(peer)}"
+
     def _info(self, command: proto.Any_, descriptor: flight.FlightDescriptor, context: Any = None) -> flight.FlightInfo:
-        """A query's FlightInfo: a plain scan's endpoints at the nodes, or one endpoint here for an answer kept until
-        its DoGet (at most :data:`RESULTS_KEPT` answers and :data:`ANSWER_BYTES` bytes of them, oldest dropped)."""
+        """A query's FlightInfo: a plain scan's endpoints at the nodes, or one endpoint here for an answer counted
+        as it is produced and kept until its DoGet (:class:`~.answers.Answers`)."""
         scanned = self._scan(command)
         if scanned is not None:  # the nodes send it: one endpoint per partition
             return flight.FlightInfo(scanned[0], descriptor, scanned[1], -1, -1)
-        table = self._answer(command, cancelled=_gave_up(context))
+        with self.answers.producing(self._caller(context)) as meter:
+            table = self._answer(command, meter, cancelled=_gave_up(context))
+            handle = self.answers.keep(meter, table)
         size = size_of(table)
-        if size > ANSWER_BYTES:
-            raise LimitExceeded(f"Flight SQL: the answer is {size:,} bytes, more than the {ANSWER_BYTES:,} a query "
-                                "may hand back through the catalog; aggregate it, or select fewer rows or columns",
-                                field="query")
-        handle = os.urandom(16)
-        with self._sql_lock:
-            sending = self.answers_sent.make_room(size, ANSWER_BYTES)
-            if sending + size > ANSWER_BYTES:
-                raise ServerBusy(f"busy: answers being sent hold {sending:,} of the {ANSWER_BYTES:,} bytes the "
-                                 f"catalog keeps for answers, and this one has {size:,}; retry shortly")
-            self._answers[handle] = table
-            self._answers_bytes += size
-            while len(self._answers) > RESULTS_KEPT or self._answers_bytes + sending > ANSWER_BYTES:
-                self._answers_bytes -= size_of(self._answers.popitem(last=False)[1])
         ticket = proto.pack(proto.TICKET_STATEMENT, proto.message((1, handle)))
         return flight.FlightInfo(table.schema, descriptor, [flight.FlightEndpoint(ticket, [])], table.num_rows, size)
 
@@ -149,12 +143,8 @@ class SqlCatalogServer(CatalogServer):
                                       "endpoints of its FlightInfo", field="ticket")
             authorize(context, "read")
             handle = proto.bytes_field(command.value, 1, "statement_handle") or b""
-            with self._sql_lock:
-                table = self._answers.pop(handle, None)
-                if table is not None:
-                    self._answers_bytes -= size_of(table)
-                stream = self.answers_sent.stream(table) if table is not None else None
-            if table is None:
+            stream = self.answers.take(handle)
+            if stream is None:
                 raise RequestRejected("Flight SQL: no answer waits under this ticket (fetched already, or expired); "
                                       "run the query again", field="ticket")
             return stream
@@ -174,12 +164,9 @@ class SqlCatalogServer(CatalogServer):
                     raise RequestRejected("CreatePreparedStatement: expected an ActionCreatePreparedStatementRequest",
                                           field="action")
                 query = _query_text(command)
-                schema = self.gateway.schema(query)
-                handle = os.urandom(16)
-                with self._sql_lock:
-                    self._prepared[handle] = query
-                    while len(self._prepared) > PREPARED_KEPT:  # a client that never closes them holds nothing long
-                        self._forget(next(iter(self._prepared)))
+                caller = self._caller(context)
+                schema = self.gateway.schema(query, caller)
+                handle = self.prepared.add(caller, query)
                 result = proto.message((1, handle), (2, schema.serialize().to_pybytes()))
                 return [flight.Result(pa.py_buffer(proto.pack(proto.PREPARED_RESULT, result)))]
             if action.type == CLOSE_SESSION:
@@ -190,14 +177,8 @@ class SqlCatalogServer(CatalogServer):
                 raise RequestRejected("ClosePreparedStatement: expected an ActionClosePreparedStatementRequest",
                                       field="action")
             handle = proto.bytes_field(command.value, 1, "prepared_statement_handle") or b""
-            with self._sql_lock:
-                self._forget(handle)
+            self.prepared.close(handle)
             return []
-
-    def _forget(self, handle: bytes) -> None:
-        """A prepared statement closed: its query and its bound values (under ``_sql_lock``)."""
-        self._prepared.pop(handle, None)
-        self._bound.pop(handle, None)
 
     def do_put(self, context: Any, descriptor: flight.FlightDescriptor, reader: flight.MetadataRecordBatchReader,
                writer: flight.FlightMetadataWriter) -> None:
@@ -215,27 +196,42 @@ class SqlCatalogServer(CatalogServer):
             if command is None:
                 raise RequestRejected(f"{self.uri} is a flightpart catalog: it stores no data (put partitions to a "
                                       "node; a Flight SQL client binds parameters here)", field="descriptor")
-            authorize(context, "read")
+            caller = self._caller(context)
             handle = proto.bytes_field(command.value, 1, "prepared_statement_handle") or b""
-            values = reader.read_all()
-            size = values.get_total_buffer_size()  # from buffer sizes alone: safe on lying arrays
-            if size > MAX_PARAMETER_BYTES:
-                raise RequestRejected(f"Flight SQL: {size} bytes of parameters is more than the "
-                                      f"{MAX_PARAMETER_BYTES} allowed", field="parameters")
+            if self.prepared.get(handle) is None:
+                raise unknown()
+            with self.binds.held(_gave_up(context), caller):
+                values, size = self._parameters(reader)
             _check_sound(values, "bound parameters", "parameters")
-            with self._sql_lock:
-                if handle not in self._prepared:
-                    raise RequestRejected("Flight SQL: unknown prepared statement (closed, or from a restarted catalog)",
-                                          field="prepared_statement_handle")
-                self._bound[handle] = values
+            self.prepared.bind(handle, values, size)
             writer.write(pa.py_buffer(proto.message((1, handle))))  # DoPutPreparedStatementResult
 
+    def _parameters(self, reader: flight.MetadataRecordBatchReader) -> tuple[pa.Table, int]:
+        """A bind's values and their bytes, counted as its batches arrive (from buffer sizes alone: safe on lying
+        arrays) and refused ``LIMIT_EXCEEDED`` at the first batch past :attr:`SqlLimits.parameters`, the rest
+        left unread."""
+        most = self.sql_limits.parameters
+        batches, size = [], 0
+        for chunk in _chunks(reader):
+            if chunk.data is None:
+                continue
+            size += chunk.data.get_total_buffer_size()
+            if size > most:
+                raise LimitExceeded(f"Flight SQL: parameters past {most:,} bytes, the most one bind may carry: refused "
+                                    f"at {size:,} bytes, the rest not read", field="parameters")
+            batches.append(chunk.data)
+        return pa.Table.from_batches(batches, schema=reader.schema), size
+
     def stats(self) -> dict:
-        """The catalog's figures, the queries stopped because their caller gave up (a deadline passed), and its SQL
-        query slots: queries running and waiting now, and those refused BUSY since it started."""
+        """The catalog's figures, the queries stopped because their caller gave up (a deadline passed), its SQL
+        query slots (queries running and waiting now, and those refused BUSY since it started) and what its SQL
+        service holds: answers' bytes, prepared statements and their bound bytes, spill files' bytes."""
         slots = self.gateway.slots
+        statements, bound = self.prepared.held()
         return {**super().stats(), "sql_queries_abandoned": self.gateway.abandoned, "sql_queries_running": slots.running,
-                "sql_queries_waiting": slots.waiting, "sql_queries_refused_busy": slots.refused}
+                "sql_queries_waiting": slots.waiting, "sql_queries_refused_busy": slots.refused,
+                "sql_answer_bytes": self.answers.held_bytes(), "sql_prepared": statements, "sql_prepared_bytes": bound,
+                "sql_spill_bytes": self.gateway.engine.spilled_bytes()}
 
     def list_actions(self, context: Any) -> list[tuple[str, str]]:
         return [*super().list_actions(context), (CREATE_PREPARED, "Flight SQL: prepare a query"),
@@ -284,26 +280,26 @@ class SqlCatalogServer(CatalogServer):
             return self.gateway.scan(_query_text(command))
         if command.name == proto.PREPARED_QUERY:
             handle = proto.bytes_field(command.value, 1, "prepared_statement_handle") or b""
-            with self._sql_lock:
-                query, values = self._prepared.get(handle), self._bound.get(handle)
+            query, values = self.prepared.get(handle) or (None, None)
             return self.gateway.scan(query) if query is not None and values is None else None
         return None
 
-    def _answer(self, command: proto.Any_, *, schema_only: bool = False,
+    def _answer(self, command: proto.Any_, meter: Meter, *, schema_only: bool = False,
                 cancelled: Callable[[], bool] = lambda: False) -> pa.Table:
-        """The rows a Flight SQL command asks for (only their schema when ``schema_only``); the query stops when
-        ``cancelled()`` says its caller gave up."""
+        """The rows a Flight SQL command asks for (only their schema when ``schema_only``), counted on ``meter`` as
+        they are produced; the query stops when ``cancelled()`` says its caller gave up."""
         limit = 0 if schema_only else None
+        count = None if schema_only else (lambda nbytes: self.answers.count(meter, nbytes))
         if command.name == proto.STATEMENT_QUERY:
-            return self.gateway.run(_query_text(command), limit=limit, cancelled=cancelled)
+            return self.gateway.run(_query_text(command), limit=limit, cancelled=cancelled, caller=meter.caller,
+                                    count=count)
         if command.name == proto.PREPARED_QUERY:
             handle = proto.bytes_field(command.value, 1, "prepared_statement_handle") or b""
-            with self._sql_lock:
-                query, values = self._prepared.get(handle), self._bound.get(handle)
+            query, values = self.prepared.get(handle) or (None, None)
             if query is None:
-                raise RequestRejected("Flight SQL: unknown prepared statement (closed, or from a restarted catalog)",
-                                      field="prepared_statement_handle")
-            return self.gateway.run(query, limit=limit, parameters=values, cancelled=cancelled)
+                raise unknown()
+            return self.gateway.run(query, limit=limit, parameters=values, cancelled=cancelled, caller=meter.caller,
+                                    count=count)
         if command.name == proto.GET_CATALOGS:  # datasets are tables of no catalog and no schema
             return pa.schema([pa.field("catalog_name", pa.utf8(), nullable=False)]).empty_table()
         if command.name == proto.GET_DB_SCHEMAS:  # one schema of no name, holding every dataset
