@@ -84,12 +84,18 @@ class SubstraitChecker:
         # client repeating a filter that kills the checker must not make the node start a checker each time)
 
     def check(self, raw: bytes) -> None:
-        """Return once ``raw`` is known not to crash Substrait's reader; RequestRejected if it does."""
+        """Return once ``raw`` is known not to crash Substrait's reader; RequestRejected if it does, ServerBusy
+        (retryable, not remembered) if a fresh checker found no answer within :data:`CHECK_SECONDS`: a stall on a
+        starved machine proves nothing about the filter."""
         key = hashlib.sha256(raw).digest()
         with self._lock:
             survived = self._known.get(key)
             if survived is None:
-                survived = self._known[key] = self._survives(raw)
+                survived = self._survives(raw)
+                if survived is None:
+                    raise ServerBusy(f"the node's filter check got no answer in {CHECK_SECONDS:g} s (the node is busy); "
+                                     "retry shortly", field="ticket.filter")
+                self._known[key] = survived
                 if len(self._known) > REMEMBERED:
                     self._known.popitem(last=False)
             else:
@@ -109,9 +115,10 @@ class SubstraitChecker:
         """The checker's process id (None before the first filter, or after one killed it)."""
         return self._proc.pid if self._proc is not None else None
 
-    def _survives(self, raw: bytes) -> bool:
-        """Whether the checker survives reading ``raw``; a checker that was already gone (killed from outside
-        between two filters) is replaced and asked again, so only a filter that kills a fresh one is refused."""
+    def _survives(self, raw: bytes) -> bool | None:
+        """Whether the checker survives reading ``raw`` (None: it stalled, alive, past :data:`CHECK_SECONDS`); a
+        checker that was already gone or stopped (killed or frozen from outside between two filters) is replaced and
+        asked again, so only what a fresh one does counts."""
         fresh = self._proc is None or self._proc.poll() is not None
         while True:
             proc = self._started()
@@ -121,16 +128,19 @@ class SubstraitChecker:
                 proc.stdin.flush()
                 answer = _read_within(proc, CHECK_SECONDS)
             except OSError:
-                answer = b""
+                answer = b""  # its input closed: it died
             if answer == b"1":
                 return True
-            returncode = proc.poll()
+            stalled = answer is None and proc.poll() is None
             self._stop()
             if not fresh:
                 fresh = True
                 continue
-            log.warning("a ticket's filter %s the Substrait checker (%s); refused", "killed" if returncode else "stalled",
-                        f"exit {returncode}" if returncode is not None else f"no answer in {CHECK_SECONDS:g} s")
+            if stalled:
+                log.warning("a ticket's filter stalled the Substrait checker (no answer in %g s); answered busy",
+                            CHECK_SECONDS)
+                return None
+            log.warning("a ticket's filter killed the Substrait checker; refused")
             return False
 
     def _started(self) -> subprocess.Popen:
@@ -159,11 +169,11 @@ class SubstraitChecker:
                         pass
 
 
-def _read_within(proc: subprocess.Popen, seconds: float) -> bytes:
-    """One answer byte from the checker, or b"" if it died or took longer than ``seconds``."""
+def _read_within(proc: subprocess.Popen, seconds: float) -> bytes | None:
+    """One answer byte from the checker, b"" if it died (its output closed), None if it took longer than ``seconds``."""
     assert proc.stdout is not None
     ready, _, _ = select.select([proc.stdout], [], [], seconds)
-    return os.read(proc.stdout.fileno(), 1) if ready else b""
+    return os.read(proc.stdout.fileno(), 1) if ready else None
 
 
 _shared: SubstraitChecker | None = None

@@ -78,3 +78,20 @@ def test_a_stopped_checker_is_replaced_after_its_time_and_the_filter_still_read(
         assert checker.pid not in (None, stopped)
     finally:
         checker.close()
+
+
+def test_a_checker_that_gives_no_answer_in_time_makes_the_filter_busy_not_refused(monkeypatch):
+    """A stall (a starved machine) proves nothing about the filter: BUSY, retryable, and not remembered."""
+    from flightpart.errors import ServerBusy
+    from flightpart.server import substrait_check
+
+    checker = SubstraitChecker()
+    try:
+        checker.check(good_filter(8))  # started and warm
+        monkeypatch.setattr(substrait_check, "CHECK_SECONDS", 0.0)  # no checker answers in no time
+        with pytest.raises(ServerBusy):
+            checker.check(good_filter(9))
+        monkeypatch.setattr(substrait_check, "CHECK_SECONDS", 60.0)
+        checker.check(good_filter(9))  # asked again, and read
+    finally:
+        checker.close()
