@@ -114,6 +114,8 @@ def _refused_by_sqlglot(query: str) -> str | None:
     but the row makers, or as a function that reads DuckDB's settings, is refused as DuckDB's parse would refuse it."""
     from sqlglot import exp
 
+    if _refused_names().search(query.lower()) is None:
+        return None  # sqlglot names a function as the query spells it: none of them is named (a long IN list)
     tree = parsed(query)
     if tree is None:
         return None
@@ -181,6 +183,13 @@ def _walk_understood() -> bool:
     with duckdb.connect(config={"enable_external_access": False}) as con:
         tree = json.loads(con.execute("SELECT json_serialize_sql(?)", [CANARY]).fetchall()[0][0])
     return CANARY_NAMES <= {(kind, name) for kind, name, _schema, _catalog in _named(tree)}
+
+
+@functools.cache
+def _refused_names() -> re.Pattern[str]:
+    """Any name :func:`_refused_by_sqlglot` refuses, as it would appear in a query's text, lowered."""
+    names = (_duckdb_table_functions() - ROW_MAKERS) | SETTING_READERS | set(SELF_PREFIXES)
+    return re.compile("|".join(re.escape(name) for name in sorted(names, key=len, reverse=True)))
 
 
 @functools.cache
