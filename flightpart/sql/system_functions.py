@@ -23,7 +23,7 @@ DuckDB's own views (but ``information_schema``'s) or settings that is not
 a dataset, or names as a table a file path that is not a dataset. The walk
 is generic (every value of every node), so arguments kept under any key are
 seen; a DuckDB whose parse no longer names what the walk looks for is found
-at the first query (:func:`_walk_understood`) and no query is run. sqlglot's
+at the first query (:func:`walk_understood`) and no query is run. sqlglot's
 parse of the query (where it has one) is checked too, for the names of
 DuckDB's other table functions and of the setting readers, so that one
 parser's blind spot is not enough to run one.
@@ -65,7 +65,7 @@ def refusal(con: Any, query: str, is_dataset: Callable[[str], bool]) -> str | No
     (see the module doc). ``is_dataset`` is asked only of names that would otherwise be refused. A query DuckDB's
     parser gives no description of is refused: what is not seen is not run. ServerError when this DuckDB's parse
     is not what the walk reads."""
-    if not _walk_understood():
+    if not walk_understood():
         raise ServerError("the catalog cannot check SQL with this DuckDB (its parse of a query is not what flightpart "
                           "reads), so no query is run; the catalog's DuckDB needs the version flightpart supports",
                           field="query")
@@ -79,7 +79,7 @@ def refusal(con: Any, query: str, is_dataset: Callable[[str], bool]) -> str | No
         why = _refused(kind, name, schema, catalog, ctes, is_dataset)
         if why is not None:
             return why
-    return _refused_by_sqlglot(query)
+    return sqlglot_refusal(query)
 
 
 def _refused(kind: str, name: str, schema: str, catalog: str, ctes: set[str],
@@ -109,7 +109,7 @@ def _shown(name: str) -> str:
     return name if len(name) <= 64 else name[:64] + "…"
 
 
-def _refused_by_sqlglot(query: str) -> str | None:
+def sqlglot_refusal(query: str) -> str | None:
     """sqlglot's reading of ``query`` (None when it has none): a call it names as one of DuckDB's table functions
     but the row makers, or as a function that reads DuckDB's settings, is refused as DuckDB's parse would refuse it."""
     from sqlglot import exp
@@ -175,7 +175,7 @@ CANARY_NAMES = {("table function", "unnest"), ("function", "current_setting"), (
 
 
 @functools.cache
-def _walk_understood() -> bool:
+def walk_understood() -> bool:
     """Whether this DuckDB's parse names what :func:`_named` looks for: the :data:`CANARY` query's names are found
     (a DuckDB that renamed a key of its parse had hidden every function's arguments from the walk)."""
     import duckdb
@@ -187,7 +187,7 @@ def _walk_understood() -> bool:
 
 @functools.cache
 def _refused_names() -> re.Pattern[str]:
-    """Any name :func:`_refused_by_sqlglot` refuses, as it would appear in a query's text, lowered."""
+    """Any name :func:`sqlglot_refusal` refuses, as it would appear in a query's text, lowered."""
     names = (_duckdb_table_functions() - ROW_MAKERS) | SETTING_READERS | set(SELF_PREFIXES)
     return re.compile("|".join(re.escape(name) for name in sorted(names, key=len, reverse=True)))
 

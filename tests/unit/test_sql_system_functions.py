@@ -8,7 +8,7 @@ import duckdb
 import pyarrow as pa
 import pytest
 
-from flightpart.sql.system_functions import _refused_by_sqlglot, _walk_understood, refusal
+from flightpart.sql.system_functions import refusal, sqlglot_refusal, walk_understood
 
 DATASETS = {"sales", "sales.csv"}
 
@@ -75,10 +75,10 @@ def test_ordinary_queries_pass_and_duckdb_answers_them(con, sql):
 def test_the_walk_understands_this_duckdbs_parse_and_sqlglot_is_a_second_opinion():
     """The walk finds each name of a query naming one of each kind (a DuckDB whose parse moved a function's arguments
     under another key had hidden them); sqlglot's parse alone refuses DuckDB's table functions and setting readers."""
-    assert _walk_understood()
+    assert walk_understood()
     for sql in ("SELECT * FROM duckdb_settings()", "SELECT * FROM read_csv('x')", "SELECT * FROM glob('*')",
                 "SELECT * FROM unnest([current_setting('x')])", "SELECT list_transform([1], lambda v: getvariable('x'))"):
-        assert _refused_by_sqlglot(sql) is not None, sql
+        assert sqlglot_refusal(sql) is not None, sql
     for sql in ("SELECT * FROM range(3)", "SELECT * FROM generate_series(1, 2)", "SELECT * FROM unnest([1])",
                 "SELECT * FROM repeat(1, 2)", "SELECT * FROM json_tree('[1]')", "SELECT repeat('a', 2)"):
-        assert _refused_by_sqlglot(sql) is None, sql
+        assert sqlglot_refusal(sql) is None, sql
