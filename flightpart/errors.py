@@ -13,20 +13,43 @@ class through :data:`BY_CODE`, one table, never by reading the message.
 
 from __future__ import annotations
 
+import re
+
+QUOTED_CHARS = 200
+"""Characters of one unbroken run (a name, a literal, a type URL a client sent) an error's message keeps."""
+MESSAGE_CHARS = 1024
+"""Characters an error's message keeps in all: its start and its end (which says what to do)."""
+_LONG_RUN = re.compile(r"\S{" + str(QUOTED_CHARS + 1) + ",}")
+
+
+def bounded(message: str) -> str:
+    """``message`` as an error carries it: each run of more than :data:`QUOTED_CHARS` non-blank characters cut to
+    that many and an ellipsis, then, past :data:`MESSAGE_CHARS`, its middle left out. What a client sent (a 64 KiB
+    type URL, a 1 MB query) is quoted by errors in such runs or in a long message: cut here, no error echoes more
+    than a small part of it back, and none outgrows what a client takes as a status message. Applying it twice
+    gives the same message."""
+    message = _LONG_RUN.sub(lambda run: run.group()[:QUOTED_CHARS] + "…", message)
+    if len(message) <= MESSAGE_CHARS:
+        return message
+    gap = f" … ({len(message):,} characters; the middle left out) … "
+    tail = MESSAGE_CHARS // 4
+    return message[:MESSAGE_CHARS - tail - len(gap)] + gap + message[len(message) - tail:]
+
 
 class FlightpartError(Exception):
     """Base class of every error flightpart raises on purpose.
 
     ``field`` names the part of a request the error is about (e.g.
-    ``ticket.version``), or is None.
+    ``ticket.version``), or is None. The message and the field are kept
+    :func:`bounded`, whoever made them: every error a daemon sends is one.
     """
 
     code = "ERROR"
     retryable = False
 
     def __init__(self, message: str = "", *, field: str | None = None):
-        super().__init__(message)
-        self.field = field
+        super().__init__(bounded(message) if isinstance(message, str) else message)
+        self.field = field[:QUOTED_CHARS] + "…" if isinstance(field, str) and len(field) > QUOTED_CHARS else field
 
     @property
     def message(self) -> str:

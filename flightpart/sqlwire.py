@@ -18,6 +18,9 @@ from .errors import RequestRejected
 
 PACKAGE = "type.googleapis.com/arrow.flight.protocol.sql."
 MAX_MESSAGE = 16 << 20
+MAX_NAME = 64
+"""Characters of a message's name (the type URL past :data:`PACKAGE`) kept: Flight SQL's longest has 40; a
+longer one, cut with an ellipsis, is none of them, and an error naming it quotes that much."""
 
 # message names (the part of the type URL after the package) and their field numbers
 STATEMENT_QUERY = "CommandStatementQuery"  # 1: query (string), 2: transaction_id (bytes)
@@ -132,7 +135,8 @@ def unpack(raw: bytes) -> Any_ | None:
         return None
     if not text.startswith(PACKAGE):
         return None
-    return Any_(text[len(PACKAGE):], value)
+    name = text[len(PACKAGE):]
+    return Any_(name if len(name) <= MAX_NAME else name[:MAX_NAME] + "…", value)
 
 
 def text_field(body: bytes, number: int, what: str) -> str | None:

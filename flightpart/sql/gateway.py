@@ -40,7 +40,7 @@ from .parsed import parsed
 from .partials import PARTIALS
 from .remembered import ScanFailures
 from .slots import QuerySlots, running_from_env
-from .system_functions import ROW_MAKERS, self_described
+from .system_functions import refusal
 
 log = logging.getLogger("flightpart.sql")
 
@@ -165,13 +165,9 @@ class Gateway:
             if len(statements) != 1 or statements[0].type != duckdb.StatementType.SELECT:
                 raise SqlError("one query is answered here (SELECT, WITH, VALUES, ...), nothing that writes or changes "
                                "settings: nothing was run", field="query")
-            inward = self_described(con, query, self._is_dataset)
-            if inward is not None:
-                raise SqlError(f"{inward} is DuckDB describing or running itself at the catalog (its settings, "
-                               "files, memory), not a dataset, and is not answered here: nothing was run; Flight SQL's "
-                               "GetTables (or `flightpart ls`) lists the datasets; the table functions a query may call "
-                               f"are {', '.join(sorted(ROW_MAKERS))}",
-                               field="query")
+            refused = refusal(con, query, self._is_dataset)  # DuckDB describing itself, a file: nothing runs
+            if refused is not None:
+                raise SqlError(refused, field="query")
             named = self._named(query)
             if _lists_tables(query, named):  # SHOW TABLES, information_schema: every dataset, as its columns only
                 self._register_listed(con, named, stop)

@@ -1,58 +1,195 @@
-"""What a query at the catalog may name besides datasets: DuckDB's descriptions of itself are not answered.
+"""What a query at the catalog may name besides datasets: nothing of DuckDB describing itself, and no file.
 
-A query runs in a DuckDB of the catalog's, without access to files, but
+A query runs in a DuckDB of the catalog's with external access off, but
 DuckDB still describes itself: ``duckdb_settings()`` (and its view
-``pg_settings``) lists the catalog's working directory (DuckDB allows an
-in-memory database's WAL paths beside it), ``duckdb_extensions()`` and
+``pg_settings``, and ``SHOW <setting>``) lists the catalog's working
+directory and temporary folder, ``duckdb_extensions()`` and
 ``duckdb_secrets()`` fail naming the catalog's home directory,
 ``current_setting`` reads any setting, and the ``duckdb_*`` / ``pragma_*``
 views and table functions describe the process (its memory, temporary files,
 databases); ``query()`` and ``json_execute_serialized_sql`` would run any of
-them from a string. None of it is a dataset, and it tells a remote client
-about the machine the catalog runs on. So a query is read with DuckDB's own
-parser (``json_serialize_sql``, so no syntax hides a name) and refused before
-it runs when it calls a table function but those that make rows from their
-arguments (:data:`ROW_MAKERS`), calls ``current_setting``, or names one of
-DuckDB's own views (but ``information_schema``'s) that is not a dataset.
+them from a string. DuckDB also reads the files of the folders it allows
+itself (its temporary folder) when a table is named by a path
+(``FROM '/…/x.csv'``). None of it is a dataset.
+
+So a query is read with DuckDB's own parser (``json_serialize_sql``: no
+syntax hides a name from it) and every node of the parse is looked at,
+at any depth (the arguments of every function, lambdas, subqueries, CTEs,
+lateral joins, window clauses). It is refused before it runs when it calls
+a table function but those that make rows from their arguments
+(:data:`ROW_MAKERS`), calls a function that reads DuckDB's settings or
+state (:data:`SETTING_READERS`, ``duckdb_*``, ``pragma_*``), names one of
+DuckDB's own views (but ``information_schema``'s) or settings that is not
+a dataset, or names as a table a file path that is not a dataset. The walk
+is generic (every value of every node), so arguments kept under any key are
+seen; a DuckDB whose parse no longer names what the walk looks for is found
+at the first query (:func:`walk_understood`) and no query is run. sqlglot's
+parse of the query (where it has one) is checked too, for the names of
+DuckDB's other table functions and of the setting readers, so that one
+parser's blind spot is not enough to run one.
 """
 
 from __future__ import annotations
 
 import functools
 import json
+import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from flightpart.errors import ServerError
+
+from .parsed import parsed
+
 ROW_MAKERS = frozenset({"range", "generate_series", "unnest", "repeat", "repeat_row", "json_each", "json_tree"})
 """The table functions a query may call: each makes rows from its arguments alone."""
-SETTING_READERS = frozenset({"current_setting"})
-"""Scalar functions that read DuckDB's settings."""
+SETTING_READERS = frozenset({"current_setting", "getvariable", "getenv"})
+"""Scalar functions that read DuckDB's settings, variables or the environment."""
+SELF_PREFIXES = ("duckdb_", "pragma_")
+"""Prefixes of DuckDB's functions that describe the process."""
 STANDARD_SCHEMAS = frozenset({"information_schema"})
 """Schemas of DuckDB's views a query may name: the SQL standard's description of the query's own tables."""
+PATH_LIKE = re.compile(r"[./\\:*?\[\]{}~]")
+"""A character that makes DuckDB read a table name as a file (a path, an extension, a glob): none of them is in a
+dataset's name but the dot, and a dataset of that name is looked up first."""
+SELF = ("is DuckDB describing or running itself at the catalog (its settings, files, memory), not a dataset, and is "
+        "not answered here: nothing was run; Flight SQL's GetTables (or `flightpart ls`) lists the datasets; the table "
+        "functions a query may call are " + ", ".join(sorted(ROW_MAKERS)))
+
+Named = tuple[str, str, str, str]
+"""(kind, name, schema, catalog): kind "table function", "function", "table", "shown" (``SHOW name``) or "cte"."""
 
 
-def self_described(con: Any, query: str, is_dataset: Callable[[str], bool]) -> str | None:
-    """The first thing ``query`` names that is DuckDB describing itself (see the module doc), or None. ``is_dataset``
-    is asked only of a table named as one of DuckDB's views. A query DuckDB cannot parse is left to DuckDB to refuse."""
+def refusal(con: Any, query: str, is_dataset: Callable[[str], bool]) -> str | None:
+    """Why ``query`` (one statement DuckDB reads as a SELECT) is not run here, as the client is told it, or None
+    (see the module doc). ``is_dataset`` is asked only of names that would otherwise be refused. A query DuckDB's
+    parser gives no description of is refused: what is not seen is not run. ServerError when this DuckDB's parse
+    is not what the walk reads."""
+    if not walk_understood():
+        raise ServerError("the catalog cannot check SQL with this DuckDB (its parse of a query is not what flightpart "
+                          "reads), so no query is run; the catalog's DuckDB needs the version flightpart supports",
+                          field="query")
     tree = json.loads(con.execute("SELECT json_serialize_sql(?)", [query]).fetchall()[0][0])  # all: none left unread
     if tree.get("error"):
-        return None
-    named: list[tuple[str, str, str, str]] = list(_names(tree))
+        return ("the query could not be checked for what it may read (DuckDB's parser gives no description of it), "
+                "so it was not run: write it as one SELECT")
+    named = list(_named(tree))
     ctes = {name.lower() for kind, name, _schema, _catalog in named if kind == "cte"}
     for kind, name, schema, catalog in named:
-        lowered = name.lower()
-        if kind == "table function" and lowered not in ROW_MAKERS:
-            return f"the table function {name}"
-        if kind == "function" and lowered in SETTING_READERS:
-            return name
-        if kind != "table" or (not schema and not catalog and lowered in ctes):
+        why = _refused(kind, name, schema, catalog, ctes, is_dataset)
+        if why is not None:
+            return why
+    return sqlglot_refusal(query)
+
+
+def _refused(kind: str, name: str, schema: str, catalog: str, ctes: set[str],
+             is_dataset: Callable[[str], bool]) -> str | None:
+    """Why one thing a query names is not answered here, or None."""
+    lowered = name.lower()
+    if kind == "table function" and lowered not in ROW_MAKERS:
+        return f"the table function {_shown(name)} {SELF}"
+    if kind == "function" and (lowered in SETTING_READERS or lowered.startswith(SELF_PREFIXES)):
+        return f"{_shown(name)} {SELF}"
+    if kind not in ("table", "shown") or (not schema and not catalog and lowered in ctes):
+        return None
+    if PATH_LIKE.search(name) and not is_dataset(name):
+        return ("a table named by a file path is no dataset, and the catalog opens no file for a query: nothing was "
+                "run; Flight SQL's GetTables (or `flightpart ls`) lists the datasets")
+    if kind == "shown" and lowered in _duckdb_settings() and not is_dataset(name):
+        return f"SHOW {_shown(name)} reads one of DuckDB's settings, which {SELF}"
+    if schema.lower() in STANDARD_SCHEMAS or (lowered, schema.lower()) not in _duckdb_views():
+        return None  # a dataset, or a name DuckDB will say it does not know
+    if schema in ("", "main") and not catalog and is_dataset(name):
+        return None  # a dataset of the name of one of DuckDB's views: the dataset is meant
+    return f"{_shown(name)} {SELF}"
+
+
+def _shown(name: str) -> str:
+    """A name the client wrote, as an error quotes it: short, whatever was sent."""
+    return name if len(name) <= 64 else name[:64] + "…"
+
+
+def sqlglot_refusal(query: str) -> str | None:
+    """sqlglot's reading of ``query`` (None when it has none): a call it names as one of DuckDB's table functions
+    but the row makers, or as a function that reads DuckDB's settings, is refused as DuckDB's parse would refuse it."""
+    from sqlglot import exp
+
+    if _refused_names().search(query.lower()) is None:
+        return None  # sqlglot names a function as the query spells it: none of them is named (a long IN list)
+    tree = parsed(query)
+    if tree is None:
+        return None
+    for node in tree.walk():
+        if not isinstance(node, exp.Func):
             continue
-        if schema.lower() in STANDARD_SCHEMAS or (lowered, schema.lower()) not in _duckdb_views():
-            continue  # a dataset, or a name DuckDB will say it does not know
-        if schema in ("", "main") and not catalog and is_dataset(name):
-            continue  # a dataset of the name of one of DuckDB's views: the dataset is meant
-        return name
+        anonymous = isinstance(node, exp.Anonymous)
+        name = node.name if anonymous else node.sql_name()  # a function sqlglot knows, by its own name (READ_CSV)
+        lowered = name.lower()
+        if not anonymous and not isinstance(node.parent, exp.Table):
+            continue  # a scalar function sqlglot knows is none of DuckDB's descriptions of itself
+        if lowered in SETTING_READERS or lowered.startswith(SELF_PREFIXES) \
+                or (lowered in _duckdb_table_functions() and lowered not in ROW_MAKERS):
+            return f"{_shown(name)} {SELF}"
     return None
+
+
+def _named(node: Any) -> Iterator[Named]:
+    """Everything a parsed query names (see :data:`Named`), from every value of every node, at any depth: a
+    function's arguments are read under whatever key the parse keeps them."""
+    stack: list[tuple[Any, bool]] = [(node, False)]
+    while stack:
+        item, called_as_table = stack.pop()
+        if isinstance(item, list):
+            stack.extend((value, False) for value in item)
+            continue
+        if not isinstance(item, dict):
+            continue
+        kind = item.get("type")
+        if isinstance(item.get("function_name"), str):
+            yield ("table function" if called_as_table else "function", item["function_name"],
+                   str(item.get("schema") or ""), str(item.get("catalog") or ""))
+        if kind == "TABLE_FUNCTION":
+            function = item.get("function")
+            if isinstance(function, dict) and isinstance(function.get("function_name"), str):
+                stack.append((function, True))
+            else:  # a table function the parse does not name: not one of the row makers
+                yield "table function", "(unnamed)", "", ""
+            stack.extend((value, False) for key, value in item.items() if key != "function")
+            continue
+        if kind == "BASE_TABLE" and isinstance(item.get("table_name"), str):
+            yield "table", item["table_name"], str(item.get("schema_name") or ""), str(item.get("catalog_name") or "")
+        if kind == "SHOW_REF" and item.get("show_type") == "SHOW" and item.get("table_name"):
+            yield "shown", str(item["table_name"]), str(item.get("schema_name") or ""), str(item.get("catalog_name") or "")
+        if isinstance(item.get("cte_map"), dict):
+            for entry in item["cte_map"].get("map") or []:
+                if isinstance(entry, dict) and isinstance(entry.get("key"), str):
+                    yield "cte", entry["key"], "", ""
+        stack.extend((value, False) for value in item.values())
+
+
+CANARY = ("WITH w AS (SELECT 1) SELECT * FROM unnest([coalesce(current_setting('a'))]) AS u, t, (SHOW s), w "
+          "WHERE 1 IN (SELECT 1 FROM range(1))")
+"""A query naming one of each thing the walk looks for, at depth."""
+CANARY_NAMES = {("table function", "unnest"), ("function", "current_setting"), ("table", "t"), ("shown", "s"),
+                ("cte", "w"), ("table function", "range")}
+
+
+@functools.cache
+def walk_understood() -> bool:
+    """Whether this DuckDB's parse names what :func:`_named` looks for: the :data:`CANARY` query's names are found
+    (a DuckDB that renamed a key of its parse had hidden every function's arguments from the walk)."""
+    import duckdb
+
+    with duckdb.connect(config={"enable_external_access": False}) as con:
+        tree = json.loads(con.execute("SELECT json_serialize_sql(?)", [CANARY]).fetchall()[0][0])
+    return CANARY_NAMES <= {(kind, name) for kind, name, _schema, _catalog in _named(tree)}
+
+
+@functools.cache
+def _refused_names() -> re.Pattern[str]:
+    """Any name :func:`sqlglot_refusal` refuses, as it would appear in a query's text, lowered."""
+    names = (_duckdb_table_functions() - ROW_MAKERS) | SETTING_READERS | set(SELF_PREFIXES)
+    return re.compile("|".join(re.escape(name) for name in sorted(names, key=len, reverse=True)))
 
 
 @functools.cache
@@ -66,28 +203,22 @@ def _duckdb_views() -> frozenset[tuple[str, str]]:
     return frozenset((view, schema) for view, schema in rows) | frozenset((view, "") for view, _schema in rows)
 
 
-def _names(node: Any) -> Iterator[tuple[str, str, str, str]]:
-    """Everything a parsed query names: (kind, name, schema, catalog), kind "table function", "function", "table"
-    or "cte" (a WITH query's name)."""
-    stack = [node]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, dict):
-            kind = item.get("type")
-            if kind == "TABLE_FUNCTION" and isinstance(item.get("function"), dict):
-                function = item["function"]
-                yield "table function", str(function.get("function_name", "")), "", ""
-                stack.extend(function.get("children") or [])
-                stack.extend(v for k, v in item.items() if k != "function")
-                continue
-            if isinstance(item.get("function_name"), str):
-                yield "function", item["function_name"], "", ""
-            if kind == "BASE_TABLE" and isinstance(item.get("table_name"), str):
-                yield "table", item["table_name"], str(item.get("schema_name") or ""), str(item.get("catalog_name") or "")
-            if isinstance(item.get("cte_map"), dict):
-                for entry in item["cte_map"].get("map") or []:
-                    if isinstance(entry, dict) and isinstance(entry.get("key"), str):
-                        yield "cte", entry["key"], "", ""
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
+@functools.cache
+def _duckdb_settings() -> frozenset[str]:
+    """The names (and aliases) of DuckDB's settings, lowered, which ``SHOW name`` reads."""
+    import duckdb
+
+    with duckdb.connect(config={"enable_external_access": False}) as con:
+        rows = con.sql("SELECT * FROM duckdb_settings()").to_arrow_table().to_pylist()
+    return frozenset(n.lower() for row in rows for n in [row["name"], *(row.get("aliases") or [])] if isinstance(n, str))
+
+
+@functools.cache
+def _duckdb_table_functions() -> frozenset[str]:
+    """The names of DuckDB's table functions, table macros and pragmas, lowered."""
+    import duckdb
+
+    with duckdb.connect(config={"enable_external_access": False}) as con:
+        rows = con.execute("SELECT DISTINCT lower(function_name) FROM duckdb_functions() "
+                           "WHERE function_type IN ('table', 'table_macro', 'pragma')").fetchall()
+    return frozenset(name for (name,) in rows)
