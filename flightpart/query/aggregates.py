@@ -23,7 +23,7 @@ from flightpart import frames
 from flightpart.errors import InvalidExpression, PartitionedError, RequestRejected, ServerError
 from flightpart.wire import Aggregate
 
-from .functions import AGGREGATE, AGGREGATES, EXACT
+from .functions import AGGREGATE, AGGREGATES, EXACT, ROW_COUNT
 from .soundness import decimal_past_precision, unsound
 from .sql import parse_sql_value
 
@@ -290,10 +290,10 @@ def _each_group_once(tables: Sequence[pa.Table], by: Sequence[str]) -> None:
             for k, t in enumerate(tables)]
     try:  # keys are values (checked_partials held them to partial_schema's types), never dictionaries to unify
         merged = pa.concat_tables(keys).combine_chunks()
-        counted = merged.group_by([*by, origin], use_threads=False).aggregate([([], "count_all")])
+        counted = merged.group_by([*by, origin], use_threads=False).aggregate([([], AGGREGATE[ROW_COUNT].arrow)])
     except pa.ArrowException as exc:
         raise ServerError(f"a node's partial aggregate: its keys cannot be grouped ({str(exc)[:200]}); not used") from None
-    twice = pc.greater(counted.column("count_all"), 1)
+    twice = pc.greater(counted.column(AGGREGATE[ROW_COUNT].output_name("")), 1)
     if pc.any(twice).as_py():
         k = counted.filter(twice).column(origin)[0].as_py()
         raise ServerError(f"a node's partial aggregate ({tables[k].num_rows} rows: {', '.join(tables[k].column_names)[:200]}):"

@@ -67,7 +67,8 @@ class AggregateFunction:
     answers (sqlglot's class name, ``(*)`` when it counts rows), None when only a planner picks it (``integers``:
     the entry the planner uses instead over integer and boolean columns); ``duckdb_type``: the type DuckDB gives it
     where Arrow's result type differs; ``copies_values``: its partials are values of its column (a node's answer may
-    hold the partition's bytes again for it); ``group_bytes``: the most bytes its partials take per group besides
+    hold the partition's bytes again for it); ``skips_nan``: Arrow's result skips NaN, where DuckDB ranks NaN above
+    every number (over a float column that may hold one, SQL runs the query whole); ``group_bytes``: the most bytes its partials take per group besides
     (32: two partials of 16 bytes, a mean's, or one decimal256 sum).
     """
 
@@ -84,6 +85,7 @@ class AggregateFunction:
     finish_arrow: Callable[[Sequence[pa.ChunkedArray]], pa.ChunkedArray] = _same
     finish_sql: Callable[[Sequence[Any]], Any] = _same
     copies_values: bool = False
+    skips_nan: bool = False
     group_bytes: int = 32
 
     def output_name(self, column: str) -> str:
@@ -99,8 +101,10 @@ class AggregateFunction:
 AGGREGATE_FUNCTIONS: tuple[AggregateFunction, ...] = (
     AggregateFunction("sum", ("sum",), "sum", "sum", "the sum (Arrow's: an int64 sum wraps past 2**63)", sql="Sum",
                       integers="exact_sum"),
-    AggregateFunction("min", ("min",), "min", "min", "the smallest value", sql="Min", copies_values=True),
-    AggregateFunction("max", ("max",), "max", "max", "the largest value", sql="Max", copies_values=True),
+    AggregateFunction("min", ("min",), "min", "min", "the smallest value", sql="Min", copies_values=True,
+                      skips_nan=True),
+    AggregateFunction("max", ("max",), "max", "max", "the largest value", sql="Max", copies_values=True,
+                      skips_nan=True),
     AggregateFunction("count", ("count",), "count", "sum", "the values that are not null", sql="Count",
                       finish_arrow=_arrow_count, finish_sql=_sql_count),
     AggregateFunction("count_all", ("count_all",), "count_all", "sum", "the rows (the column is ignored)",
@@ -211,11 +215,11 @@ def markdown() -> str:
         sql = {"Count(*)": "`count(*)`", "Avg": "`avg(x)`"}.get(f.sql or "", f"`{(f.sql or '').lower()}(x)`")
         if f.sql is None:
             sql = "`sum(x)` of integers" if any(g.integers == f.name for g in AGGREGATE_FUNCTIONS) else ""
-        size = "its column's values" if f.copies_values else f"at most {f.group_bytes} bytes"
+        size = ("values of its column, and " if f.copies_values else "") + f"at most {f.group_bytes} bytes"
         rows.append(f"| `{f.name}` | {f.summary} | {sql} | {', '.join(f'`{p}`' for p in f.partials)} | "
                     f"{f'`{f.rollup}`' if f.rollup else 'its partials'} | {size} |")
     rows += ["", "| written | Arrow function | gives | decided by statistics |", "| --- | --- | --- | --- |"]
     for s in SCALAR_FUNCTIONS:
-        rows.append(f"| {s.written or '(part of a translation)'} | `{s.arrow}` | {s.returns} | "
+        rows.append(f"| {s.written or '(within a translation, or a filter built otherwise)'} | `{s.arrow}` | {s.returns} | "
                     f"{'yes' if s.statistics else 'no'} |")
     return "\n".join(rows) + "\n"

@@ -318,7 +318,7 @@ def answer(query: str, known: set[str], open_dataset: Callable[[str], Any],
     if any(k in floating or _computed_floating(ds.schema, planned.computed.get(k))
            for keys, _ in planned.groupings for k in keys):
         return None  # pyarrow groups -0.0 apart from 0.0, DuckDB does not: floating-point keys run whole
-    if any(c in floating and f in ("min", "max") and not _without_nan(ds, c)
+    if any(c in floating and AGGREGATE[f].skips_nan and not _without_nan(ds, c)
            for _, aggregates in planned.groupings for c, f in aggregates):
         return None  # Arrow's min and max skip NaN; DuckDB ranks NaN above every number (a computed value is
         # computed only when finite: see flightpart.query.aggregates.with_computed)
