@@ -26,6 +26,7 @@ from flightpart.io.transfer import batches_of
 from flightpart.query import aggregates, filters
 from flightpart.query import top as first_rows
 from flightpart.query.filters import Filter
+from flightpart.query.functions import ROW_COUNT
 from flightpart.wire import Aggregate, VersionInfo
 
 from . import spmd as spmd_views
@@ -36,7 +37,7 @@ from .progress import Progress, reporter
 from .spmd import HaloParts
 from .view import View
 
-COUNT = Aggregate((("", "count_all"),), ())
+COUNT = Aggregate((("", ROW_COUNT),), ())
 READ_WINDOW = 128 << 20
 """Bytes a streamed read (``to_batches``, ``to_reader``, DuckDB, Polars, ``flightpart get``) holds ahead of its
 consumer, at most (``window=`` changes it per read)."""
@@ -618,7 +619,7 @@ class Dataset:
 
     def distinct(self, column: str) -> list:
         """The distinct values of ``column``, sorted, computed on the nodes (a grouped count per partition)."""
-        counted = self.aggregate([("", "count_all")], by=[column])
+        counted = self.aggregate([("", ROW_COUNT)], by=[column])
         return sorted(v for v in counted.column(column).to_pylist() if v is not None)
 
     def __distarray__(self, version: str = "0.10.0") -> dict:

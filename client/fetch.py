@@ -31,6 +31,7 @@ from flightpart.io.pull import IDLE_TIMEOUT, LONE_READ_BYTES, SMALL_READ_BYTES, 
 from flightpart.io.transfer import TRAFFIC
 from flightpart.query.apply import apply_ticket
 from flightpart.query.catalog_columns import CatalogColumns
+from flightpart.query.functions import AGGREGATE
 from flightpart.wire import (
     MAX_PARTS_PER_CHECK,
     MAX_PARTS_PER_STREAM,
@@ -98,20 +99,20 @@ class PartitionRef:
     def most_bytes(self) -> int:
         """The most bytes of values a node may send for this handle (0: not bounded), which bounds a lying node's
         stream as :attr:`most_rows` bounds its rows: what a filter, a row range or a top keeps of the partition is
-        some of its stored values; an aggregate's groups are some of its keys' values, each with its partials: a
-        ``min`` or ``max`` some of its column's values (at most the partition again, each), any other at most 16
-        bytes (a decimal128 sum is the widest; a mean sends two), unless a key or a function reads a computed
-        column, whose values may be longer than any stored one. The stream's framing is allowed for by
-        :class:`~flightpart.io.pull.RowBound`."""
+        some of its stored values; an aggregate's groups are some of its keys' values, each with its partials: those
+        of a function that copies values (``min``, ``max``) some of its column's values (at most the partition
+        again, each), and each function's ``group_bytes`` a group besides (its entry in
+        :mod:`flightpart.query.functions`), unless a key or a function reads a computed column, whose values may be
+        longer than any stored one. The stream's framing is allowed for by :class:`~flightpart.io.pull.RowBound`."""
         if self.stored_bytes <= 0:
             return 0
         if self.aggregate is None:
             return self.stored_bytes
         if self.aggregate.computed:
             return 0
-        values = sum(1 for _column, function in self.aggregate.functions if function in ("min", "max"))
-        partials = 2 * len(self.aggregate.functions)
-        return self.stored_bytes * (1 + values) + 16 * partials * (self.most_rows or 0)
+        entries = [AGGREGATE[function] for _column, function in self.aggregate.functions]
+        values = sum(1 for entry in entries if entry.copies_values)
+        return self.stored_bytes * (1 + values) + sum(entry.group_bytes for entry in entries) * (self.most_rows or 0)
 
     def spec(self) -> Ticket:
         """What a node is asked for: this handle as a ticket (made once per handle, so its bytes are written once)."""

@@ -22,6 +22,7 @@ import pyarrow.compute as pc
 
 from flightpart.errors import PartitionedError
 from flightpart.frames import polars_frame, shown_to_polars
+from flightpart.query.functions import arrow_call
 from flightpart.query.joined import conjunction
 from flightpart.query.sql import Value, column_value, comparison, literal_value, membership
 
@@ -193,8 +194,8 @@ def _function(f: dict, schema: pa.Schema) -> Value:
         x, text = _expr(inputs[0], schema), _literal(inputs[1])
         if not isinstance(text.literal, str) or x.type is None or not pa.types.is_string(x.type):
             raise KeyError("string function on a non-string")
-        name = {"StartsWith": "starts_with", "EndsWith": "ends_with"}[strings] if isinstance(strings, str) else "match_substring"
-        return _boolean(pc.Expression._call(name, [x.expression], pc.MatchSubstringOptions(text.literal)))
+        name = {"StartsWith": "starts_with", "EndsWith": "ends_with"}[strings] if isinstance(strings, str) else "contains"
+        return _boolean(arrow_call(name, [x.expression], pc.MatchSubstringOptions(text.literal)))
     raise KeyError(str(function))
 
 

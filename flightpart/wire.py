@@ -26,6 +26,7 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from .errors import FlightpartError, InvalidName, LimitExceeded, RequestRejected
+from .query.functions import AGGREGATES
 
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 MAX_JSON_BYTES = 16 << 20
@@ -339,12 +340,9 @@ def error_message(exc: BaseException) -> str:
 # --------------------------------------------------------------------------- ticket
 
 
-AGGREGATES = ("sum", "min", "max", "count", "count_all", "mean", "exact_sum")
-"""Aggregate functions a node computes per partition; the reader combines the partial results. ``exact_sum``: a sum
-of integers or booleans that cannot wrap (as a decimal128(38, 0), SQL's HUGEINT); of other types, ``sum``."""
-
-
 def _p_function(value: Any, where: str) -> tuple[str, str]:
+    """A ``[column, function]`` pair, the function one of the aggregates the nodes compute
+    (:data:`flightpart.query.functions.AGGREGATES`)."""
     if not isinstance(value, list) or len(value) != 2:
         raise RequestRejected(f"{where}: expected [column, function], got {value!r:.60}", field=where)
     column, function = p_str(value[0], f"{where}[0]"), p_str(value[1], f"{where}[1]")

@@ -5,7 +5,8 @@ and sends a few rows instead of the data; the reader concatenates the
 partial tables and runs :func:`combine`. The result has the shape and the
 column names of ``pyarrow.Table.group_by(by).aggregate(pairs)`` on the
 whole data: group keys first, then ``{column}_{function}`` (``count_all``
-for a row count).
+for a row count). What each function's partials are, and how they combine and
+finish, is its entry in :mod:`.functions`.
 """
 
 from __future__ import annotations
@@ -20,16 +21,11 @@ import pyarrow.compute as pc
 
 from flightpart import frames
 from flightpart.errors import InvalidExpression, PartitionedError, RequestRejected, ServerError
-from flightpart.wire import AGGREGATES, Aggregate
+from flightpart.wire import Aggregate
 
+from .functions import AGGREGATE, AGGREGATES, EXACT, ROW_COUNT
 from .soundness import decimal_past_precision, unsound
 from .sql import parse_sql_value
-
-_PARTIALS = {"sum": ("sum",), "min": ("min",), "max": ("max",), "count": ("count",), "count_all": ("count_all",),
-             "mean": ("exact_sum", "count"), "exact_sum": ("exact_sum",)}
-EXACT = pa.decimal128(38, 0)
-"""What integers and booleans are summed as by ``exact_sum`` (and for ``mean``): Arrow's own sum of int64 wraps
-around past 2**63 without a word; 38 digits hold any sum of up to 10**19 int64 values."""
 
 
 def spec(pairs: Sequence[tuple[str, str]], by: Sequence[str], columns: Sequence[str] | pa.Schema,
@@ -59,7 +55,7 @@ def spec(pairs: Sequence[tuple[str, str]], by: Sequence[str], columns: Sequence[
         column, function = pair
         if function not in AGGREGATES:
             raise PartitionedError(f"aggregate[{k}]: unknown function {function!r}; known: {', '.join(AGGREGATES)}")
-        if function == "count_all":
+        if not AGGREGATE[function].reads_column:
             column = ""
         elif column not in columns:
             raise PartitionedError(f"aggregate[{k}]: no column {column!r}; the columns are {list(columns)}")
@@ -77,7 +73,7 @@ def spec(pairs: Sequence[tuple[str, str]], by: Sequence[str], columns: Sequence[
 
 def columns_read(agg: Aggregate, schema: pa.Schema | None = None) -> list[str]:
     """The columns of ``schema`` an aggregate reads, keys first (a computed column's by those its expression reads)."""
-    named = [*agg.by, *(c for c, f in agg.functions if f != "count_all")]
+    named = [*agg.by, *(c for c, f in agg.functions if AGGREGATE[f].reads_column)]
     if agg.computed:
         if schema is None:
             raise TypeError("the columns computed columns read are found in a schema: pass the dataset's schema")
@@ -126,13 +122,15 @@ def with_computed(table: pa.Table, agg: Aggregate, where: str = "ticket.aggregat
 
 
 def _partial_pairs(agg: Aggregate) -> list[tuple[str, str]]:
-    return list(dict.fromkeys((c, p) for c, f in agg.functions for p in _PARTIALS[f]))
+    return list(dict.fromkeys((c, p) for c, f in agg.functions for p in AGGREGATE[f].partials))
 
 
 def _arrow_pair(column: str, function: str) -> tuple:
-    if function == "exact_sum":
-        return (_exact_name(column), "sum")
-    return ([], "count_all") if function == "count_all" else (column, function)
+    """What pyarrow's ``aggregate`` is asked for one function: its Arrow function over its input column."""
+    entry = AGGREGATE[function]
+    if not entry.reads_column:
+        return ([], entry.arrow)
+    return (_exact_name(column) if entry.exact else column, entry.arrow)
 
 
 def _exact_name(column: str) -> str:
@@ -143,7 +141,7 @@ def _exact_name(column: str) -> str:
 def _with_exact_columns(table: pa.Table, pairs: Sequence[tuple[str, str]]) -> pa.Table:
     """``table`` with, for each exact sum, its column as :data:`EXACT` when it holds integers or booleans (as it is
     otherwise), under :func:`_exact_name`."""
-    for column in dict.fromkeys(c for c, f in pairs if f == "exact_sum"):
+    for column in dict.fromkeys(c for c, f in pairs if AGGREGATE[f].exact):
         values = table.column(column)
         if pa.types.is_boolean(values.type):
             values = pc.cast(values, pa.int8())
@@ -154,12 +152,13 @@ def _with_exact_columns(table: pa.Table, pairs: Sequence[tuple[str, str]]) -> pa
 
 
 def _output_name(column: str, function: str) -> str:
-    return "count_all" if function == "count_all" else f"{column}_{function}"
+    return AGGREGATE[function].output_name(column)
 
 
 def _result_name(column: str, function: str) -> str:
     """The column pyarrow's group-by names the result of a partial pair."""
-    return f"{_exact_name(column)}_sum" if function == "exact_sum" else _output_name(column, function)
+    entry = AGGREGATE[function]
+    return f"{_exact_name(column)}_{entry.arrow}" if entry.exact else _output_name(column, function)
 
 
 def _named_twice(names: Sequence[str]) -> str | None:
@@ -174,7 +173,7 @@ def _named_twice(names: Sequence[str]) -> str | None:
 
 def _read_columns(agg: Aggregate) -> list[str]:
     """The columns an aggregate groups by and aggregates (computed ones by their names), keys first."""
-    return list(dict.fromkeys([*agg.by, *(c for c, f in agg.functions if f != "count_all")]))
+    return list(dict.fromkeys([*agg.by, *(c for c, f in agg.functions if AGGREGATE[f].reads_column)]))
 
 
 def values_of_dictionaries(table: pa.Table, columns: Sequence[str]) -> pa.Table:
@@ -219,7 +218,7 @@ def _check_sum_fits(values: pa.ChunkedArray, column: str, function: str, where: 
     """RequestRejected when a decimal sum has outgrown its type's precision: Arrow's sum wraps such a value into
     one its own validation refuses (pyarrow's ``group_by`` hands it on as a wrong number), where DuckDB stops with
     an overflow error."""
-    if function not in ("sum", "exact_sum") or not pa.types.is_decimal(values.type):
+    if AGGREGATE[function].arrow != "sum" or not pa.types.is_decimal(values.type):
         return
     try:
         values.validate(full=True)
@@ -291,10 +290,10 @@ def _each_group_once(tables: Sequence[pa.Table], by: Sequence[str]) -> None:
             for k, t in enumerate(tables)]
     try:  # keys are values (checked_partials held them to partial_schema's types), never dictionaries to unify
         merged = pa.concat_tables(keys).combine_chunks()
-        counted = merged.group_by([*by, origin], use_threads=False).aggregate([([], "count_all")])
+        counted = merged.group_by([*by, origin], use_threads=False).aggregate([([], AGGREGATE[ROW_COUNT].arrow)])
     except pa.ArrowException as exc:
         raise ServerError(f"a node's partial aggregate: its keys cannot be grouped ({str(exc)[:200]}); not used") from None
-    twice = pc.greater(counted.column("count_all"), 1)
+    twice = pc.greater(counted.column(AGGREGATE[ROW_COUNT].output_name("")), 1)
     if pc.any(twice).as_py():
         k = counted.filter(twice).column(origin)[0].as_py()
         raise ServerError(f"a node's partial aggregate ({tables[k].num_rows} rows: {', '.join(tables[k].column_names)[:200]}):"
@@ -315,15 +314,8 @@ def combine(partials: Sequence[pa.Table], agg: Aggregate, schema: pa.Schema) -> 
         _check_sum_fits(values, column, function, "aggregate")
     arrays, names = [_as_key(rolled.column(k), empty.schema.field(i).type) for i, k in enumerate(agg.by)], list(agg.by)
     for column, function in agg.functions:
-        if function == "mean":
-            total, count = index[(column, "exact_sum")], index[(column, "count")]
-            values = pc.divide(pc.cast(total, pa.float64(), safe=False), pc.cast(count, pa.float64()))
-            values = pc.if_else(pc.equal(count, 0), pa.scalar(None, pa.float64()), values)
-        else:
-            values = index[(column, function)]
-            if function in ("count", "count_all"):
-                values = pc.cast(values, pa.int64())
-        arrays.append(values)
+        entry = AGGREGATE[function]
+        arrays.append(entry.finish_arrow([index[(column, p)] for p in entry.partials]))
         names.append(_output_name(column, function))
     return pa.table(arrays, names=names)
 
@@ -355,5 +347,8 @@ def _as_key(values: pa.ChunkedArray, wanted: pa.DataType) -> pa.ChunkedArray:
 
 
 def _combined_by(function: str) -> str:
-    """How the partials of one function are combined across partitions: counts and sums are summed."""
-    return "sum" if function in ("count", "count_all", "exact_sum") else function
+    """How the partials of one function are combined across partitions (its entry's ``rollup``): counts and sums
+    are summed."""
+    rollup = AGGREGATE[function].rollup
+    assert rollup is not None, f"{function} is not a partial"
+    return rollup

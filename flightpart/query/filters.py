@@ -142,6 +142,13 @@ def substrait_bound(expression: pc.Expression) -> int:
     return total
 
 
+def called_functions(expression: pc.Expression) -> set[str]:
+    """The Arrow functions ``expression`` calls, read from Arrow's own listing of it (its text writes some as
+    operators: ``(x == 1)``)."""
+    listing = pa.ipc.open_file(expression.__reduce__()[1][0])
+    return {value.decode() for key, value in _entries(listing.schema) if key == b"call"}
+
+
 def check_substrait_bound(expression: pc.Expression) -> None:
     """PartitionedError when ``expression`` would take more than :data:`MAX_SUBSTRAIT_BOUND` to write."""
     try:

@@ -19,6 +19,7 @@ import pyarrow.dataset as pads
 import pyarrow.fs as pafs
 
 from flightpart.query.filters import bindable
+from flightpart.query.functions import DECIDED_BY_STATISTICS, arrow_call
 from flightpart.query.joined import conjunction
 from flightpart.query.statistics import guarantee
 
@@ -61,22 +62,20 @@ class Pruner:
         """Blocks where every row satisfies ``expression`` (it is neither false nor null on any row)."""
         if _compares_with_nan(expression):
             return set()
-        fails = ~expression | pc.Expression._call("is_null", [expression])
+        fails = ~expression | arrow_call("is_null", [expression])
         return set(self.known) - self._kept(fails)
 
 
 _NAN = re.compile(r"(?<![\w.])-?nan(?![\w.])")
 _CALLED = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\(")
-_DECIDABLE = frozenset({"invert", "and", "or", "and_kleene", "or_kleene", "is_in", "is_null", "is_valid", "is_nan",
-                        "if_else", "cast", "true_unless_null", "equal", "not_equal", "less", "less_equal", "greater",
-                        "greater_equal", "starts_with", "ends_with", "match_substring"})
-"""The functions a filter whose blocks statistics decide may call: tests and comparisons of columns with literals."""
 
 
 def _compares_with_nan(expression: pc.Expression) -> bool:
     """Whether ``expression`` may compare with a NaN, which Arrow's simplification orders against a block's bounds as
     no comparison kernel does (``v < NaN`` counted 3 rows of a block from 1 to 5, where a filter keeps none): a NaN
     literal, or a value computed by any function but tests and comparisons (``subtract(inf, inf)`` is a NaN that
-    prints as none). Statistics then decide nothing. (A column or string named so only costs the pruning.)"""
+    prints as none). Statistics then decide nothing. The functions that may be called are the scalar functions
+    whose entry says ``statistics`` (:mod:`flightpart.query.functions`). (A column or string named so only costs
+    the pruning.)"""
     text = str(expression)
-    return _NAN.search(text) is not None or not set(_CALLED.findall(text)) <= _DECIDABLE
+    return _NAN.search(text) is not None or not set(_CALLED.findall(text)) <= DECIDED_BY_STATISTICS

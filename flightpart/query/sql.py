@@ -15,7 +15,8 @@ as DuckDB casts them. Anything it cannot translate exactly (a function, a
 LIKE pattern the nodes cannot evaluate as written, a naive timestamp against
 a zoned column) is refused with INVALID_FILTER, never evaluated to a
 different answer. ``tests/unit/test_sql_predicates.py`` checks the
-translation against DuckDB over random tables and predicates.
+translation against DuckDB over random tables and predicates. Each function
+the translation calls by name is an entry of :mod:`flightpart.query.functions`.
 """
 
 from __future__ import annotations
@@ -35,9 +36,9 @@ import pyarrow.types as pat
 
 from flightpart.errors import InvalidExpression, InvalidFilter
 from flightpart.frames import widens_losslessly
+from flightpart.query.functions import arrow_call
 from flightpart.query.joined import conjunction, disjunction
 
-_CALL = pc.Expression._call
 _NULL_BOOL = pc.scalar(pa.scalar(None, pa.bool_()))
 
 
@@ -222,8 +223,7 @@ class _Translator:
         self.exp = exp
         e = exp
         self.comparisons: dict[type, str] = {e.EQ: "eq", e.NEQ: "ne", e.LT: "lt", e.LTE: "le", e.GT: "gt", e.GTE: "ge"}
-        self.arithmetic: dict[type, str] = {e.Add: "add_checked", e.Sub: "subtract_checked", e.Mul: "multiply_checked",
-                                             e.Div: "divide"}
+        self.arithmetic: dict[type, str] = {e.Add: "add", e.Sub: "subtract", e.Mul: "multiply", e.Div: "divide"}
 
     def fail(self, what: str) -> InvalidFilter | InvalidExpression:
         if self.computing:
@@ -275,7 +275,7 @@ class _Translator:
                 return dataclasses.replace(self.literal(-inner.literal), text=_negated_text(inner.text),
                                            integer_type=inner.integer_type)
             self.need_numeric(inner, node)
-            return Value(_CALL("negate_checked", [inner.expression]), inner.type)
+            return Value(arrow_call("negate", [inner.expression]), inner.type)
         if isinstance(node, e.Column):
             return self.column(node)
         if isinstance(node, e.Literal):
@@ -329,7 +329,7 @@ class _Translator:
             raise self.fail(f"{node.sql(dialect='duckdb')!r}: date_trunc of a date or of a timestamp column in s, ms or us "
                             "without time zone is translated (DuckDB truncates a zoned one in its session's time zone, "
                             "and rounds nanoseconds to microseconds first)")
-        floored = _CALL("floor_temporal", [inner.expression], pc.RoundTemporalOptions(1, name))
+        floored = arrow_call("date_trunc", [inner.expression], pc.RoundTemporalOptions(1, name))
         # checked: a date or a timestamp past TIMESTAMP's range is an error, as in DuckDB, never a wrapped value
         return Value(floored.cast(pa.timestamp("us"), safe=True), pa.timestamp("us"))
 
@@ -409,8 +409,7 @@ class _Translator:
         left, right = self.coerce(left, right)
         if any(t is not None and pat.is_timestamp(t) and t.unit == "ns" for t in (left.type, right.type)):
             left, right = _as_nanoseconds(left), _as_nanoseconds(right)  # Substrait has no nanosecond literal
-        functions = {"eq": "equal", "ne": "not_equal", "lt": "less", "le": "less_equal", "gt": "greater", "ge": "greater_equal"}
-        plain = _CALL(functions[op], [left.expression, right.expression])
+        plain = arrow_call(op, [left.expression, right.expression])
         if not (_floating(left.type) or _floating(right.type)):
             return plain
         return _nan_ordered(op, plain, (_nan_test(left), left.expression.is_valid()),
@@ -584,14 +583,14 @@ class _Translator:
         column = subject.expression if subject.type == pa.string() else subject.expression.cast(pa.string(), safe=False)
 
         def call(function: str, text: str) -> pc.Expression:
-            return _CALL(function, [column], pc.MatchSubstringOptions(text, ignore_case=ignore_case))
+            return arrow_call(function, [column], pc.MatchSubstringOptions(text, ignore_case=ignore_case))
 
         kind, text = pieces
         if kind == "exact":
             if ignore_case:
                 raise self.fail(f"ILIKE {pattern!r} without '%' is not translated (prefix%, %suffix and %part% are)")
             return column == pc.scalar(text)
-        return call({"prefix": "starts_with", "suffix": "ends_with", "contains": "match_substring"}[kind], text)
+        return call({"prefix": "starts_with", "suffix": "ends_with", "contains": "contains"}[kind], text)
 
     # ------------------------------------------------------------------ arithmetic
 
@@ -607,16 +606,16 @@ class _Translator:
         if self.computing and function != "divide" and all(v.type is not None and pat.is_integer(v.type) for v in (left, right)):
             left, right = self.duckdb_integers(left, right)  # overflows where DuckDB's does (not in filters: DuckDB
             # folds a filter's constants across its comparison, and never computes the product that would overflow)
-            return Value(_CALL(function, [left.expression, right.expression]), left.type)
+            return Value(arrow_call(function, [left.expression, right.expression]), left.type)
         if left.type is not None and right.type is not None:
             left, right = self.same_number_type(left, right)
         lhs, rhs = left.expression, right.expression
         if function == "divide":  # SQL's / divides integers as decimals do (7 / 2 = 3.5)
             lhs = lhs if _floating(left.type) else lhs.cast(pa.float64(), safe=False)
             rhs = rhs if _floating(right.type) else rhs.cast(pa.float64(), safe=False)
-            return Value(_CALL("divide", [lhs, rhs]), pa.float64())
+            return Value(arrow_call("divide", [lhs, rhs]), pa.float64())
         result_type = pa.float64() if (_floating(left.type) or _floating(right.type)) else (left.type or right.type)
-        return Value(_CALL(function, [lhs, rhs]), result_type)
+        return Value(arrow_call(function, [lhs, rhs]), result_type)
 
     def folded(self, node: Any, left: Value, right: Value) -> Value:
         """Arithmetic of two number literals in a filter (``price > 1 + 0.5``) as the literal DuckDB folds it to, or

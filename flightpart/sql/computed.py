@@ -16,9 +16,8 @@ from typing import Any
 import pyarrow as pa
 
 from flightpart.errors import InvalidExpression
+from flightpart.query.functions import SQL_CLASSES
 from flightpart.query.sql import date_trunc_unit_not_quoted, parse_sql_value
-
-from .partials import AGGREGATES
 
 COMPUTED = "flightpart computed"
 """The names of computed columns, numbered: no column of a dataset or alias of a query takes one by chance."""
@@ -45,7 +44,7 @@ def computed_on_nodes(tree: Any, schema: pa.Schema, query: str) -> tuple[dict[st
             wanted.append(key)
     for aggregate in tree.find_all(exp.AggFunc):
         value = aggregate.this
-        if type(aggregate).__name__ in AGGREGATES and isinstance(value, exp.Expression) \
+        if type(aggregate).__name__ in SQL_CLASSES and isinstance(value, exp.Expression) \
                 and not isinstance(value, (exp.Column, exp.Star, exp.Distinct)) and value.find_ancestor(exp.Where) is None:
             wanted.append(value)
     if not wanted:

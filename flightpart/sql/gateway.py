@@ -32,6 +32,7 @@ from flightpart.client.duckdb_source import shown_to_duckdb
 from flightpart.errors import DatasetNotFound, FlightpartError, LimitExceeded, QueryTimeout, RequestRejected, ServerError
 from flightpart.io.access import Access
 from flightpart.io.transfer import TRAFFIC
+from flightpart.query.functions import AGGREGATE
 
 from . import inlined, pushed, scans
 from .engine import Engine
@@ -305,7 +306,7 @@ class Gateway:
                   f"{part.sql}: aggregated on the nodes, {part.rows} row(s) read as a table", part.moved, part.rows)
                  for part in route.first]
         if planned is not None:
-            parts = [f"{', '.join('count(*)' if f == 'count_all' else f'{f}({c})' for c, f in aggregates)} "
+            parts = [f"{', '.join(AGGREGATE[f].shown(c) for c, f in aggregates)} "
                      f"by {', '.join(keys) or 'nothing'}" for keys, aggregates in planned.groupings]
             computed = "".join(f", {name} = {text}" for name, text in planned.computed.items())
             what = (f"{planned.table}: partial aggregates " + "; ".join(parts)

@@ -3,8 +3,9 @@ dataset) and :mod:`.joined` (a join of two).
 
 The nodes compute each aggregate's partials per partition (``Dataset.aggregate``: sums, counts, minima, maxima,
 exact sums of integers); the catalog puts them in one table (:data:`PARTIALS`, one column per partial, named by
-:func:`partial_name`) and DuckDB runs the query's finish over it (:func:`finish`). What no plan may answer from
-partials is told apart here too (:func:`unplannable`, :func:`extra_arguments`).
+:func:`partial_name`) and DuckDB runs the query's finish over it (:func:`finish`). Which SQL aggregates partials
+answer, what they are and how DuckDB finishes them are the entries of :mod:`flightpart.query.functions`. What no
+plan may answer from partials is told apart here too (:func:`unplannable`, :func:`extra_arguments`).
 """
 
 from __future__ import annotations
@@ -14,12 +15,12 @@ from typing import Any, NamedTuple
 
 import pyarrow as pa
 
+from flightpart.query.functions import AGGREGATE, ROW_COUNT, rolled_up_sql, sql_aggregate
+
 PARTIALS = "partials"
 """The name DuckDB sees the combined partials under."""
 GROUPING = "flightpart_grouping"
 """The column of :data:`PARTIALS` saying which grouping a row belongs to (its index in :attr:`Plan.groupings`)."""
-AGGREGATES = {"Sum": "sum", "Min": "min", "Max": "max", "Count": "count", "Avg": "mean"}
-"""The aggregates partials answer (sqlglot's class name -> ``Dataset.aggregate``'s function)."""
 
 
 class Plan(NamedTuple):
@@ -69,43 +70,42 @@ def partial_name(column: str, function: str) -> str:
 
 def partials_of(found: dict[str, tuple[str, str]]) -> list[tuple[str, str]]:
     """The partial aggregates the nodes compute for ``found`` when DuckDB finishes them over several partial rows a
-    group (:func:`finish`): ``avg`` as an exact sum and a count."""
+    group (:func:`finish`): each function's partials (``avg`` as an exact sum and a count)."""
     partial: list[tuple[str, str]] = []
     for name, function in found.values():
-        partial += [(name, "exact_sum"), (name, "count")] if function == "mean" else [(name, function)]
-    return list(dict.fromkeys(partial)) or [("", "count_all")]
+        partial += [(name, p) for p in AGGREGATE[function].partials]
+    return list(dict.fromkeys(partial)) or [("", ROW_COUNT)]
 
 
 def finish(function: str, of: Callable[[str], Any], *, within: Callable[[Any], Any] = lambda aggregate: aggregate,
            unmatched_count_once: bool = False) -> Any:
-    """The SQL finishing one aggregate over the partial rows of a group, as DuckDB types it: sums of the partial sums
-    and counts (0 over no rows), minima of minima, maxima of maxima, ``avg`` as the sum of sums over the sum of
-    counts, an exact sum as a HUGEINT. ``of(partial function)``: the partial's column; ``within``: wraps each
-    aggregate (a FILTER); ``unmatched_count_once``: a row without a partial (a left join's) counts once in count(*)."""
+    """The SQL finishing one aggregate over the partial rows of a group, as DuckDB types it: each of its partials
+    rolled up by its entry's ``rollup`` (sums of the partial sums and counts, minima of minima, maxima of maxima),
+    then its entry's ``finish_sql`` (a count 0 over no rows, ``avg`` as the sum of sums over the sum of counts) and
+    its ``duckdb_type`` (an exact sum as a HUGEINT). ``of(partial function)``: the partial's column; ``within``:
+    wraps each aggregate (a FILTER); ``unmatched_count_once``: a row without a partial (a left join's) counts once
+    in count(*)."""
     from sqlglot import exp
 
-    if function in ("min", "max"):
-        return within((exp.Min if function == "min" else exp.Max)(this=of(function)))
-    if function == "sum":
-        return within(exp.Sum(this=of("sum")))
-    if function == "exact_sum":
-        return hugeint(within(exp.Sum(this=of("exact_sum"))))
-    if function == "mean":
-        return exp.Div(this=within(exp.Sum(this=of("exact_sum"))), expression=within(exp.Sum(this=of("count"))))
-    counted = of(function)
-    if function == "count_all" and unmatched_count_once:
-        counted = exp.Coalesce(this=counted, expressions=[exp.Literal.number(1)])
-    total = exp.Coalesce(this=within(exp.Sum(this=counted)), expressions=[exp.Literal.number(0)])
-    return exp.Cast(this=total, to=exp.DataType.build("BIGINT"))  # count, count(*)
+    entry = AGGREGATE[function]
+    rolled = []
+    for name in entry.partials:
+        value = of(name)
+        if unmatched_count_once and not AGGREGATE[name].reads_column:
+            value = exp.Coalesce(this=value, expressions=[exp.Literal.number(1)])
+        rolled.append(within(rolled_up_sql(AGGREGATE[name].rollup, value)))
+    finished = entry.finish_sql(rolled)
+    return finished if entry.duckdb_type is None else exp.Cast(this=finished, to=exp.DataType.build(entry.duckdb_type))
 
 
 def exact_sums(found: dict[str, tuple[str, str]], schema: pa.Schema | None) -> dict[str, tuple[str, str]]:
-    """``found`` with each ``sum`` of an integer or boolean column of ``schema`` an ``exact_sum`` (DuckDB sums them
-    into a HUGEINT; Arrow's int64 sum would wrap around past 2**63)."""
+    """``found`` with each aggregate of an integer or boolean column of ``schema`` whose entry names another for
+    integers (``sum``: ``exact_sum``) that other (DuckDB sums them into a HUGEINT; Arrow's int64 sum would wrap
+    around past 2**63)."""
     if schema is None:
         return found
     exact = {f.name for f in schema if pa.types.is_integer(f.type) or pa.types.is_boolean(f.type)}
-    return {sql: (c, "exact_sum" if f == "sum" and c in exact else f) for sql, (c, f) in found.items()}
+    return {sql: (c, (AGGREGATE[f].integers or f) if c in exact else f) for sql, (c, f) in found.items()}
 
 
 def extra_arguments(aggregate: Any) -> bool:
@@ -145,18 +145,18 @@ def aggregates_in(tree: Any, *, qualified: bool = False) -> tuple[dict[str, tupl
     found: dict[str, tuple[str, str]] = {}
     distinct: dict[tuple[str, ...], None] = {}
     for agg in tree.find_all(exp.AggFunc):
-        function = AGGREGATES.get(type(agg).__name__)
-        if function == "count" and isinstance(agg.this, exp.Distinct):
+        entry = sql_aggregate(type(agg).__name__, isinstance(agg.this, exp.Star))
+        if isinstance(agg, exp.Count) and isinstance(agg.this, exp.Distinct):
             columns = distinct_columns(agg.this, qualified=qualified)
             if columns is None:
                 return None
             distinct[columns] = None
-        elif function is None or agg.args.get("distinct") or isinstance(agg.this, exp.Distinct) or extra_arguments(agg):
+        elif entry is None or agg.args.get("distinct") or isinstance(agg.this, exp.Distinct) or extra_arguments(agg):
             return None
-        elif isinstance(agg.this, exp.Star) and function == "count":
-            found[agg.sql()] = ("", "count_all")
+        elif not entry.reads_column:
+            found[agg.sql()] = ("", entry.name)
         elif isinstance(agg.this, exp.Column) and (qualified or not agg.this.table):
-            found[agg.sql()] = (agg.this.name, function)
+            found[agg.sql()] = (agg.this.name, entry.name)
         else:
             return None
     return found, list(distinct)
@@ -169,10 +169,3 @@ def partials_named(table: Any) -> Any:
 
     alias = table.args.get("alias")
     return exp.Table(this=exp.to_identifier(PARTIALS), alias=alias.copy() if alias is not None else None)
-
-
-def hugeint(value: Any) -> Any:
-    """``value`` as DuckDB's HUGEINT, the type DuckDB sums integers into."""
-    from sqlglot import exp
-
-    return exp.Cast(this=value, to=exp.DataType.build("HUGEINT"))

@@ -30,6 +30,7 @@ import pyarrow as pa
 
 from flightpart.errors import FlightpartError, ServerError
 from flightpart.query.aggregates import evaluated
+from flightpart.query.functions import AGGREGATE, ROW_COUNT
 
 from .computed import computed_on_nodes
 from .parsed import parsed
@@ -41,7 +42,6 @@ from .partials import (
     distinct_columns,
     exact_sums,
     finish,
-    hugeint,
     partial_name,
     partials_named,
     partials_of,
@@ -156,7 +156,7 @@ def _distinct_plan(tree: Any, table: Any, where: str | None, keys: list[str], di
     grouping_of = {}
     for columns in distinct:
         grouping_of[columns] = len(groupings)
-        groupings.append((list(dict.fromkeys([*keys, *columns])), [("", "count_all")]))
+        groupings.append((list(dict.fromkeys([*keys, *columns])), [("", ROW_COUNT)]))
 
     def only(aggregate: Any, grouping: int) -> Any:
         condition = exp.EQ(this=exp.column(GROUPING, quoted=True), expression=exp.Literal.number(grouping))
@@ -195,13 +195,15 @@ def _only_keys_outside_aggregates(tree: Any, keys: list[str], *, distinct: set[s
 
 
 def _partial_column(node: Any, found: dict[str, tuple[str, str]]) -> Any:
-    """An aggregate replaced by its column of the combined partials (an exact sum as the HUGEINT DuckDB gives)."""
+    """An aggregate replaced by its column of the combined partials, as the type DuckDB gives it where Arrow's
+    differs (an exact sum as a HUGEINT)."""
     from sqlglot import exp
 
     if isinstance(node, exp.AggFunc) and node.sql() in found:
         column, function = found[node.sql()]
         named = exp.column(partial_name(column, function), quoted=True)
-        return hugeint(named) if function == "exact_sum" else named
+        kind = AGGREGATE[function].duckdb_type
+        return named if kind is None else exp.Cast(this=named, to=exp.DataType.build(kind))
     return node
 
 
@@ -316,7 +318,7 @@ def answer(query: str, known: set[str], open_dataset: Callable[[str], Any],
     if any(k in floating or _computed_floating(ds.schema, planned.computed.get(k))
            for keys, _ in planned.groupings for k in keys):
         return None  # pyarrow groups -0.0 apart from 0.0, DuckDB does not: floating-point keys run whole
-    if any(c in floating and f in ("min", "max") and not _without_nan(ds, c)
+    if any(c in floating and AGGREGATE[f].skips_nan and not _without_nan(ds, c)
            for _, aggregates in planned.groupings for c, f in aggregates):
         return None  # Arrow's min and max skip NaN; DuckDB ranks NaN above every number (a computed value is
         # computed only when finite: see flightpart.query.aggregates.with_computed)
