@@ -23,7 +23,7 @@ from helpers import code_of, wait_until
 
 dbapi = pytest.importorskip("adbc_driver_flightsql.dbapi", reason="adbc-driver-flightsql is in the test extra")
 
-SECRET = "sql-bounds-secret"
+SECRET = tokens.new_secret()
 MEMORY_LIMIT = int(2.5 * (1 << 30))
 """The catalog's memory cgroup: what a catalog with the default SQL limits must live within, attacked."""
 ROWS = 20_000
