@@ -48,13 +48,18 @@ def root():
     shutil.rmtree(path, ignore_errors=True)
 
 
+CAPABILITY_TTL = 15
+"""Seconds a handle reads (up to a quarter of it less, by rounding): long enough for a holder process to start and
+read on a loaded machine, short enough to wait out."""
+
+
 @pytest.fixture(scope="module")
 def guarded(root):
     secret = root / "secret"
     secret.write_text(SECRET + "\n")
     secret.chmod(0o600)
     with LocalCluster(root / "c", nodes=2, first_ip=95, heartbeat=0.3,
-                      extra_args=["--secret-file", str(secret), "--capability-ttl", "4"],
+                      extra_args=["--secret-file", str(secret), "--capability-ttl", str(CAPABILITY_TTL)],
                       env={"FLIGHTPART_CLOCK_MARGIN": "0"}) as c:  # expiry checked to the second (one clock here)
         (root / "c").chmod(0o755)
         with fp.connect(c.uri, token=SECRET) as owner:
@@ -147,6 +152,7 @@ def test_a_pickled_handle_reads_its_version_and_nothing_else_until_it_expires(gu
     c = guarded
     with fp.connect(c.uri, token=token("reader"), host="127.0.0.99") as reader:
         ds = reader.open("shared")
+        opened = time.time()
         handle = tmp_path / "handle.pickle"
         handle.write_bytes(pickle.dumps(ds.__partitioned__))
     assert SECRET.encode() not in handle.read_bytes() and b"fp3:reader" not in handle.read_bytes()
@@ -157,7 +163,7 @@ def test_a_pickled_handle_reads_its_version_and_nothing_else_until_it_expires(gu
     assert now.get("rows") == 3000, now
     assert now["drop"] == "Forbidden" and now["list"] == "Forbidden" and now["open-other"] == "Forbidden"
     assert now["read-other"] == "FORBIDDEN" and now["put"] == "FORBIDDEN"
-    time.sleep(4.5)  # --capability-ttl 4: the capability has expired
+    time.sleep(max(0.0, opened + CAPABILITY_TTL + 0.5 - time.time()))  # the capability has expired
     later = run_holder(handle, c)
     assert later["read"] in ("Unauthenticated", "NodeUnavailable") and "rows" not in later
     with fp.connect(c.uri, token=token("reader"), host="127.0.0.99") as reader:

@@ -95,7 +95,8 @@ def test_a_plain_scan_reads_past_a_frozen_replica_as_get_does(make_cluster):
     timeout for the next (as ``get`` does), not waited on until the call's deadline and then failed."""
     c = make_cluster(3, process=True, first_ip=242)
     table = pa.table({"k": np.arange(30_000), "v": np.arange(30_000) * 0.5})
-    with fp.connect(c.uri, timeout=60.0) as client:
+    # an idle timeout that a healthy replica meets on a loaded machine, well short of the call's deadline
+    with fp.connect(c.uri, timeout=60.0, idle_timeout=8.0) as client:
         ds = client.put("sql-frozen", table, tiling=(6, 1), replicas=2)
         firsts = {p["data"].replicas[0][0] for p in ds.__partitioned__["partitions"].values()}
         victim = next(n for n in c.nodes if n.uri in firsts)
