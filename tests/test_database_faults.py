@@ -3,6 +3,7 @@ link to it cut, and the answer to a version's COMMIT lost. Real catalog and node
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import threading
 import time
@@ -84,14 +85,27 @@ def test_postgres_killed_and_restarted_again_and_again_during_writes_loses_nothi
         ha.stop()
 
 
-@pytest.mark.slow
-def test_a_leader_cut_off_from_its_database_steps_down_and_sends_callers_to_the_new_leader(postgres, tmp_path):
+@contextlib.contextmanager
+def relayed_cluster(postgres: LocalPostgres, tmp_path, **options):
+    """A cluster whose two catalogs reach the database each through a relay of its own; stopped, relays closed."""
     proxies = [PgProxy(postgres.port), PgProxy(postgres.port)]
     ha = None
     try:
-        name = f"cut_{time.monotonic_ns()}"
+        name = f"relayed_{time.monotonic_ns()}"
         postgres.database(name)
-        ha = ha_cluster(postgres, tmp_path, urls={k: p.url(name) for k, p in enumerate(proxies)}, database=name)
+        ha = ha_cluster(postgres, tmp_path, urls={k: p.url(name) for k, p in enumerate(proxies)}, database=name,
+                        **options)
+        yield ha, proxies
+    finally:
+        if ha is not None:
+            ha.stop()
+        for proxy in proxies:
+            proxy.close()
+
+
+@pytest.mark.slow
+def test_a_leader_cut_off_from_its_database_steps_down_and_sends_callers_to_the_new_leader(postgres, tmp_path):
+    with relayed_cluster(postgres, tmp_path) as (ha, proxies):
         before = ha.client.put("t", table(0))
         old = ha.leader()
         new = next(a for a in ha.addresses if a != old)
@@ -115,23 +129,12 @@ def test_a_leader_cut_off_from_its_database_steps_down_and_sends_callers_to_the_
         with fp.connect(ha.uri) as reader:
             assert reader.open("t", before.version).to_arrow().equals(table(0))
             assert reader.open("t").to_arrow().equals(table(1000))
-    finally:
-        if ha is not None:
-            ha.stop()
-        for proxy in proxies:
-            proxy.close()
 
 
 @pytest.mark.slow
 def test_a_commit_whose_answer_the_database_lost_is_sealed_and_reads_at_once(postgres, tmp_path):
-    proxies = [PgProxy(postgres.port), PgProxy(postgres.port)]
-    ha = None
-    try:
-        name = f"lost_{time.monotonic_ns()}"
-        postgres.database(name)
-        # with a secret: a writer (unlike the owner of an open cluster) reads only what is sealed
-        ha = ha_cluster(postgres, tmp_path, urls={k: p.url(name) for k, p in enumerate(proxies)}, database=name,
-                        secret=secrets.token_hex(32))
+    # with a secret: a writer (unlike the owner of an open cluster) reads only what is sealed
+    with relayed_cluster(postgres, tmp_path, secret=secrets.token_hex(32)) as (ha, proxies):
         ha.client.put("warm", table(0))
         proxy = proxies[ha.addresses.index(ha.leader())]
         proxy.lose_commit_answer(b"state='committed'")
@@ -141,8 +144,3 @@ def test_a_commit_whose_answer_the_database_lost_is_sealed_and_reads_at_once(pos
         assert written.to_arrow().equals(table(5000))
         with ha.connect() as reader:
             assert reader.open("t").to_arrow().equals(table(5000))
-    finally:
-        if ha is not None:
-            ha.stop()
-        for proxy in proxies:
-            proxy.close()
