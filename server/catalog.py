@@ -398,7 +398,9 @@ class CatalogServer(ServiceBase):
         with boundary(log, "get_flight_info", self.telemetry, context):
             credential = authorize(context, "read")
             name, version = parse_dataset_path(descriptor)
-            if self._unsure:  # a commit's answer was lost: what the database took is sealed before anyone opens it
+            # a commit's answer was lost: what the database took is sealed before anyone opens it (while the database
+            # does not answer, opens go on from memory and the settling thread keeps trying)
+            if self._unsure and (self.lease is None or self.lease.reachable):
                 self._settle_unsure()
             version = self.state.latest(name) if version is None else version
             return self._cached_info(name, version, credential.expiry)
@@ -750,8 +752,11 @@ class CatalogServer(ServiceBase):
             raise
 
     def _settle_unsure_loop(self) -> None:
-        while not self._stopping.wait(self.SETTLE_EVERY) and self._settle_unsure():
-            pass
+        while not self._stopping.wait(self.SETTLE_EVERY):
+            self._settle_unsure()
+            with self._unsure_lock:
+                if not self._unsure:  # a commit that lands here after the check starts a thread of its own
+                    return
 
     SETTLE_EVERY = 0.25
     """Seconds between two looks at commits whose outcome is unknown, while the database does not answer."""
