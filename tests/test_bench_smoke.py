@@ -19,6 +19,7 @@ from flightpart.bench.scale import GOALS
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # the bench is given 600 s below; a loaded machine must not time the test out first
 def test_quick_bench_writes_every_figure(tmp_path):
     out, png = tmp_path / "out.json", tmp_path / "bench.png"
     done = subprocess.run([sys.executable, "-m", "flightpart", "bench", "--quick", "--runs", "3", "--json", str(out), "--plot", str(png)],
@@ -63,6 +64,7 @@ def test_quick_bench_writes_every_figure(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)
 def test_quick_scale_bench_writes_every_size_and_goal(tmp_path):
     out, png = tmp_path / "scale.json", tmp_path / "scale.png"
     done = subprocess.run([sys.executable, "-m", "flightpart", "bench", "--scale", "--quick", "--json", str(out), "--plot", str(png)],
@@ -89,6 +91,7 @@ def test_quick_scale_bench_writes_every_size_and_goal(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)
 def test_network_bench_runs_on_loopback_and_a_shaped_link_and_leaves_no_namespace(tmp_path):
     from flightpart.local import netcluster
 

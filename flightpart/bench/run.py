@@ -110,6 +110,10 @@ class Harness:
             self.groups.append(Group("dask", sorted(_children() - before)))
         if with_ray:
             os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+            # Ray is frozen while other systems are timed; its driver (this process) must not give up on a GCS that
+            # does not answer for the length of a case (Ray's default: 60 s, then it ends the driver)
+            for setting in ("RAY_gcs_rpc_server_reconnect_timeout_s", "RAY_gcs_server_request_timeout_seconds"):
+                os.environ.setdefault(setting, "3600")
             import ray
 
             before = _children()
