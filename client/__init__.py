@@ -23,7 +23,7 @@ def connect(uri: str | None = None, *, host: str | None = None, token: str | Non
 
     ``uri`` may list every catalog of a cluster whose catalogs share a lease
     (``"grpc://a:8815,grpc://b:8815"``): calls go to the leader and follow it
-    when it changes (docs/operations.md, "Failover").
+    when it changes (docs/operations/failures.md, "Failover").
 
     Credentials not given come from ``$FLIGHTPART_TOKEN``,
     ``$FLIGHTPART_TLS_CA`` (a PEM file) and, for mutual TLS,

@@ -1035,7 +1035,7 @@ class DropFiles(Message):
     """To a node, with ``version`` null: the highest version number the dataset had when every version was
     dropped, so the node remembers that no number up to it may be used again (see :class:`Tombstones`)."""
     epoch: int | None = _field(p_optional(p_uint), None)
-    """The leading catalog's epoch (catalogs sharing a lease, see docs/operations.md "Failover"); a node refuses an
+    """The leading catalog's epoch (catalogs sharing a lease, see docs/operations/failures.md); a node refuses an
     order whose epoch is lower than the highest it has seen. None from a catalog without a lease."""
 
 
@@ -1066,7 +1066,7 @@ class CopyTo(Message):
     target: str = _field(p_str)
     cluster: str | None = _field(p_optional(p_str), None)
     epoch: int | None = _field(p_optional(p_uint), None)
-    """The leading catalog's epoch (catalogs sharing a lease, see docs/operations.md "Failover"); a node refuses an
+    """The leading catalog's epoch (catalogs sharing a lease, see docs/operations/failures.md); a node refuses an
     order whose epoch is lower than the highest it has seen. None from a catalog without a lease."""
     grant: str | None = _field(p_optional(p_str), None)
     """The catalog's put grant for this one partition to this target (``flightpart.tokens.put_grant``): the holder
@@ -1438,7 +1438,7 @@ class Seal(Message):
     cluster: str = _field(p_str)
     manifest: Commit = _field(p_message(Commit))
     epoch: int | None = _field(p_optional(p_uint), None)
-    """The leading catalog's epoch (catalogs sharing a lease, see docs/operations.md "Failover"); a node refuses an
+    """The leading catalog's epoch (catalogs sharing a lease, see docs/operations/failures.md); a node refuses an
     order whose epoch is lower than the highest it has seen. None from a catalog without a lease."""
 
 
@@ -1451,7 +1451,7 @@ class RegisterReply(Message):
     orphans: tuple[VersionRef, ...] = _field(p_list(p_message(VersionRef)), ())
     seal: tuple[Commit, ...] = _field(p_list(p_message(Commit)), ())
     epoch: int | None = _field(p_optional(p_uint), None)
-    """The leading catalog's epoch (catalogs sharing a lease, see docs/operations.md "Failover"); a node refuses an
+    """The leading catalog's epoch (catalogs sharing a lease, see docs/operations/failures.md); a node refuses an
     order whose epoch is lower than the highest it has seen. None from a catalog without a lease."""
 
 

@@ -21,7 +21,7 @@ nothing for it (:meth:`GuardFactory.received`).
 Expiry is judged by the catalog's clock: a node takes its own clock less the
 skew it measures from the catalog's clock in each heartbeat's answer
 (:meth:`GuardFactory.now`), with :data:`CLOCK_MARGIN` seconds of grace (see
-docs/operations.md, "Clocks").
+docs/operations/security.md, "Clocks").
 """
 
 from __future__ import annotations

@@ -377,7 +377,7 @@ def run_node(host: str, port: int, *, data_dir: str | None, catalog: str | None,
         announce("catalog", embedded.uri)
     elif security.secret() is not None:
         log.warning("this node holds the cluster secret, with which it could act as any writer, admin or node: give it "
-                    "only its own --node-token-file and the --verify-key-file (see docs/operations.md, Security)")
+                    "only its own --node-token-file and the --verify-key-file (see docs/operations/security.md)")
     node = listening(lambda: NodeServer(host, port, data_dir=data_dir, catalog=catalog, heartbeat_interval=heartbeat,
                                         advertise=advertise, max_partition_bytes=max_partition_bytes, max_streams=max_streams,
                                         stream_idle_timeout=stream_idle_timeout, min_free_bytes=min_free_bytes, group=group,

@@ -1,4 +1,4 @@
-"""Nothing lost, nothing corrupt: each promise of docs/operations.md attacked with real daemons.
+"""Nothing lost, nothing corrupt: each promise of docs/operations/promises.md attacked with real daemons.
 
 Readers that might crash run in subprocesses, and the tests check they were
 not killed by a signal.

@@ -32,7 +32,7 @@ import flightpart as fp
 from flightpart.local.cluster import Daemon
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 BLOCK = re.compile(r"```bash\n(.*?)```", re.S)
 NOT_RUN = "# not run by the suite: "
 SETUP = "python3 -m venv .venv && "

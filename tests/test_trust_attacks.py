@@ -2,7 +2,7 @@
 
 The catalog holds the cluster secret; every node runs on its own node token
 (``serve --node-token-file``) and the cluster's verify key
-(``--verify-key-file``), as docs/operations.md (Security) deploys them. The
+(``--verify-key-file``), as docs/operations/security.md deploys them. The
 hostile node is a real daemon with a node token of its own, its data
 directory prepared with forged partitions and forged manifests.
 """

@@ -36,7 +36,7 @@ asked whether it is alive: a busy node that answers is waited for, a frozen one 
 PROBE_TIMEOUT = 5.0
 """Seconds the last replica of a stalled stream has to answer ``node-info`` to show it is alive, only busy."""
 CLOCK_HINT = ("the token or its capability expired, or the nodes' clocks disagree with the catalog's by more "
-              "than the margin (see docs/operations.md, 'Clocks'); open the dataset again with a valid token")
+              "than the margin (see docs/operations/security.md, 'Clocks'); open the dataset again with a valid token")
 STREAM_DEADLINE = 3600.0
 """Deadline of one read stream: what ends a call stuck on a frozen server."""
 STALL_PATIENCE = 300.0
