@@ -292,3 +292,34 @@ def psutil_start(pid: int) -> float:
     import psutil
 
     return psutil.Process(pid).create_time()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_sql_bench_times_every_query_against_duckdb_and_roapi_and_compares(tmp_path):
+    from flightpart.bench.sql_mix import SQL_MIX, roapi_binary
+
+    out, again, md, png = tmp_path / "sql.json", tmp_path / "again.json", tmp_path / "sql.md", tmp_path / "sql.png"
+    done = subprocess.run([sys.executable, "-m", "flightpart", "bench", "--sql", "--quick", "--runs", "2", "--json", str(out),
+                           "--plot", str(png)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(out.read_text())
+    contenders = ["flightpart (ADBC)", *(["roapi (ADBC)"] if roapi_binary() else []), "DuckDB on the Parquet files"]
+    assert [c["case"] for c in result["cases"]] == [f"SQL: {q}" for q in SQL_MIX] + ["SQL: geometric mean of 13 queries"]
+    for case in result["cases"]:
+        assert list(case["median_seconds"]) == contenders and all(v > 0 for v in case["median_seconds"].values())
+        assert all(len(runs) == 2 for runs in case["runs_seconds"].values())
+    goals = {g["goal"]: g for g in result["goals"]}
+    assert goals["every answer equal to DuckDB's"]["met"], goals["every answer equal to DuckDB's"]
+    assert all(isinstance(g["met"], bool) or (g["met"] is None and not roapi_binary()) for g in goals.values())
+    assert png.read_bytes()[:4] == b"\x89PNG"
+    # a saved run is shown and compared again, and a plain run is refused as the comparison
+    shown = subprocess.run([sys.executable, "-m", "flightpart", "bench", "--sql", "--from-json", str(out), "--compare", str(out),
+                            "--markdown", str(md), "--json", str(again)], capture_output=True, text=True, timeout=120)
+    assert shown.returncode == 0, shown.stderr[-3000:]
+    assert "| goal | value | met |" in md.read_text() and json.loads(again.read_text())["history"]
+    plain = tmp_path / "plain.json"
+    plain.write_text(json.dumps({"cases": []}))
+    refused = subprocess.run([sys.executable, "-m", "flightpart", "bench", "--sql", "--from-json", str(out), "--compare", str(plain)],
+                             capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 2 and "not a bench --sql run" in refused.stderr

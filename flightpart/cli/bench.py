@@ -28,15 +28,23 @@ from .group import main, parse_size
 @click.option("--markdown", "markdown_path", default=None, type=click.Path(dir_okay=False),
               help="Write the result (and the comparison) as Markdown tables, as docs/benchmarks.md shows them.")
 @click.option("--strict", is_flag=True, help="With --compare: exit 1 when a case is slower than before.")
+@click.option("--sql", "sql_mix", is_flag=True,
+              help="A query mix through one ADBC client: flightpart's catalog (3 nodes, 6 M rows; 300,000 with --quick) "
+                   "against roapi's Flight SQL server (when installed) and DuckDB on the same Parquet files.")
 @click.option("--network", default=None, metavar="RATES",
               help="Hosts as network namespaces with links shaped to each rate in turn, comma-separated: "
                    "loopback, 10gbit, 1gbit, ... (needs root for anything but loopback).")
 def bench(size: str | None, quick: bool, runs: int | None, json_path: str | None, plot_path: str | None, scale: bool,
-          compare_path: str | None, from_path: str | None, markdown_path: str | None, strict: bool, network: str | None) -> None:
+          compare_path: str | None, from_path: str | None, markdown_path: str | None, strict: bool, sql_mix: bool,
+          network: str | None) -> None:
     """flightpart against raw Flight, Dask and Ray on this machine, side by side (--scale: how its costs grow;
-    --network: on hosts with real, shaped links; --compare: against an earlier run)."""
+    --network: on hosts with real, shaped links; --sql: SQL clients' queries against roapi and DuckDB; --compare:
+    against an earlier run)."""
     if strict and not compare_path:
         raise click.UsageError("--strict judges a comparison: give --compare OLD.json too")
+    if sql_mix:
+        _sql_bench(quick, runs, json_path, plot_path, compare_path, from_path, markdown_path, strict)
+        return
     if network:
         from flightpart.bench.network import plot_network, run_network_bench
         from flightpart.bench.run import render
@@ -97,6 +105,38 @@ def bench(size: str | None, quick: bool, runs: int | None, json_path: str | None
     if plot_path:
         plot(result, plot_path)
     _compared(result, compare_path, earlier, markdown_path, strict)
+
+
+def _sql_bench(quick: bool, runs: int | None, json_path: str | None, plot_path: str | None, compare_path: str | None,
+               from_path: str | None, markdown_path: str | None, strict: bool) -> None:
+    """``bench --sql``: run (or show a saved run of) the query mix, its goals, and its comparison with an earlier one."""
+    from flightpart.bench.history import carried, code_digest, stamp
+    from flightpart.bench.run import render
+    from flightpart.bench.sql_mix import goals_markdown, plot_sql, render_goals, run_sql_bench
+
+    earlier = _load_run(compare_path, kind="--sql") if compare_path else None
+    if earlier is not None and earlier.get("kind") != "sql":
+        raise click.BadParameter(f"{compare_path}: not a bench --sql run saved with --json")
+    if from_path:
+        result = _load_run(from_path, kind="--sql")
+        if result.get("kind") != "sql":
+            raise click.BadParameter(f"{from_path}: not a bench --sql run saved with --json")
+    else:
+        code = code_digest()
+        result = stamp(run_sql_bench(300_000 if quick else 6_000_000, runs=runs or (3 if quick else 7), quick=quick,
+                                     log=lambda m: click.echo(m, err=True)), code)
+    render(result)
+    render_goals(result)
+    if earlier is not None:
+        result["history"] = carried(earlier)
+    if json_path:
+        Path(json_path).write_text(json.dumps(result, indent=2))
+    if plot_path:
+        plot_sql(result, plot_path)
+    _compared(result, compare_path, earlier, markdown_path, strict)
+    if markdown_path:
+        with open(markdown_path, "a") as out:
+            out.write("\n" + goals_markdown(result))
 
 
 def _load_run(path: str, key: str = "cases", kind: str = "") -> dict:
