@@ -19,31 +19,17 @@ def connect(uri: str | None = None, *, host: str | None = None, token: str | Non
             tls_root_certs: bytes | None = None, cert_chain: bytes | None = None, private_key: bytes | None = None,
             access: Access | None = None, timeout: float = 30.0, idle_timeout: float = 2.0,
             compression: str = "auto", streams_per_partition: int = 1) -> Client:
-    """A client of the catalog at ``uri`` (or ``$FLIGHTPART_CATALOG``).
+    """A client of the catalog at ``uri`` (or ``$FLIGHTPART_CATALOG``); ValueError without either (for an embedded
+    cluster, call ``flightpart.connect()`` with no address).
 
-    ``uri`` may list every catalog of a cluster whose catalogs share a lease
-    (``"grpc://a:8815,grpc://b:8815"``): calls go to the leader and follow it
-    when it changes (docs/operations/failures.md, "Failover").
-
-    Credentials not given come from ``$FLIGHTPART_TOKEN``,
-    ``$FLIGHTPART_TLS_CA`` (a PEM file) and, for mutual TLS,
-    ``$FLIGHTPART_TLS_CERT`` / ``$FLIGHTPART_TLS_KEY``; an ``access`` object
-    gives all of them at once. ``host`` overrides which address counts as
-    this host for locality (also ``$FLIGHTPART_HOST``). ``timeout`` bounds
-    every call to the catalog (a put gets it plus its size at 16 MB/s); a
-    read stream that sends nothing for ``idle_timeout`` seconds moves to the
-    next replica (one expected to be quick, a small whole partition, that
-    is not done within it is read again from the same replica, watched).
-    ``compression`` says what reads may ask for on the wire:
-    ``"auto"`` (ZSTD from nodes whose link was measured slower than about
-    2 Gbit/s, never from this host or over loopback), ``"off"``, ``"zstd"``
-    or ``"lz4"`` (a node still sends data that does not shrink as it is);
-    stored files are never compressed. ``streams_per_partition`` above 1
-    reads a large partition held on other hosts (32 MiB or more) as that
-    many row ranges at once, each from the next replica (see
-    docs/benchmarks.md for where it measured faster). For an embedded
-    node and catalog in this process, call ``flightpart.connect()`` with no
-    address.
+    ``uri`` may list every catalog of a cluster sharing a lease (``"grpc://a:8815,grpc://b:8815"``): calls follow
+    the leader. Credentials not given come from ``$FLIGHTPART_TOKEN``, ``$FLIGHTPART_TLS_CA`` and
+    ``$FLIGHTPART_TLS_CERT``/``$FLIGHTPART_TLS_KEY``, or all at once from ``access``. ``host`` (or
+    ``$FLIGHTPART_HOST``) says which address is this host. ``timeout`` bounds every catalog call (a put: plus its
+    size at 16 MB/s); a read stream silent for ``idle_timeout`` seconds moves to the next replica.
+    ``compression``: ``"auto"`` (ZSTD only from nodes over links measured slower than about 2 Gbit/s), ``"off"``,
+    ``"zstd"`` or ``"lz4"``; stored files are never compressed. ``streams_per_partition`` above 1 reads a large
+    remote partition (32 MiB or more) as that many row ranges at once.
     """
     uri = uri or os.environ.get(CATALOG_ENV)
     if uri is None:

@@ -1,10 +1,8 @@
 """``Client``: what a user holds to talk to a flightpart cluster.
 
-One object, an explicit lifetime (``with fp.connect(...) as client:``),
-thread-safe, reusing its Flight connections, raising flightpart's own
-exceptions with messages that say what to do. Its
-:class:`~flightpart.io.access.Access` (token, TLS) reaches every connection
-it makes, the reads of the datasets it opens included.
+One object with an explicit lifetime (``with fp.connect(...) as client:``), thread-safe, reusing its Flight
+connections, raising flightpart's own exceptions. Its :class:`~flightpart.io.access.Access` (token, TLS) reaches
+every connection it makes, its datasets' reads included.
 """
 
 from __future__ import annotations
@@ -114,22 +112,20 @@ class Client:
 
     @property
     def uri(self) -> str:
-        """The catalog calls go to: the leader, as last heard of, when the client was given several."""
+        """The catalog calls go to: the leader as last heard of."""
         return self.catalogs.current
 
     def call(self, body: Message, timeout: float | None = None) -> Any:
-        """Send a catalog action's request (a wire Message, which names its action) within ``timeout`` (default: the
-        client's); its reply, the message the request's class names. Goes to the leading catalog (see
-        :class:`~flightpart.io.leader.CatalogAddresses`)."""
+        """Send a catalog action's request (a wire Message) to the leading catalog within ``timeout`` (default: the
+        client's); returns the reply its class names."""
         return self.catalogs.call(lambda uri: self.pool.action(uri, body, timeout=timeout or self.timeout))
 
     # ------------------------------------------------------------------ cluster
 
     def sql(self, query: str, timeout: float | None = None) -> SqlResult:
-        """``query`` (one SELECT over datasets as tables: ``sales``, ``"sales@3"``) answered by the catalog's Flight
-        SQL, the path every ADBC client takes: DuckDB runs it at the catalog over scans whose columns and filters
-        reach the nodes (docs/querying.md, "SQL over Flight"). A bad query is :class:`~flightpart.RequestRejected`
-        (unknown tables :class:`~flightpart.DatasetNotFound`) with DuckDB's one-line message."""
+        """``query`` (one SELECT over datasets as tables: ``sales``, ``"sales@3"``) answered by the catalog's Flight SQL,
+        as any ADBC client would (docs/querying.md). A bad query is :class:`~flightpart.RequestRejected` (unknown tables
+        :class:`~flightpart.DatasetNotFound`) with DuckDB's message."""
         if not isinstance(query, str) or not query.strip():
             raise ValueError("sql: expected the text of a query")
         return self.catalogs.call(lambda uri: run_sql(self.pool, uri, query, timeout or self.timeout,
@@ -155,9 +151,8 @@ class Client:
         return [list_entry(info) for info in infos]
 
     def repair(self) -> dict:
-        """Copy under-replicated partitions to live nodes; returns what was ``copied``, what is ``lost`` (no live
-        replica) and the copies that ``failed`` this time, each with its reason (a holder or target that did not
-        answer in time is skipped for the rest of the repair: run it again once it is back)."""
+        """Copy under-replicated partitions to live nodes; returns what was ``copied``, what is ``lost`` (no live replica)
+        and what ``failed``, with reasons (a node that did not answer is skipped: run it again once it is back)."""
         return self.call(Repair(), timeout=3600).to_json()
 
     def versions(self, name: str) -> builtins.list[int]:
@@ -165,10 +160,8 @@ class Client:
 
     def drop(self, name: str, version: int | None = None) -> None:
         """Drop one version (or every version) of a dataset; nodes free its files, and this process its maps of them.
-
-        A drop whose catalog died before answering is sent to the next catalog (see
-        :class:`~flightpart.io.leader.CatalogAddresses`); the first may have done it. Found dropped there, it is
-        done, not DATASET_NOT_FOUND: only a drop of what never existed (or was dropped before this call) says so."""
+        A drop retried at the next catalog and found dropped there is done; DATASET_NOT_FOUND means it never existed
+        or was dropped before this call."""
         request = Drop(check_name(name), version)
         lost: list[str] = []
 
@@ -194,20 +187,13 @@ class Client:
             rows_per_partition: int | None = None) -> Dataset:
         """Store a frame or a stream as the next version of ``name``; returns it opened.
 
-        A frame (pandas, polars, pyarrow, or any object with
-        ``__partitioned__``, read as :func:`flightpart.from_partitioned` reads it) is cut by ``tiling``, by default one
-        row block per node (the Dist RFC's default partition). A stream (a
-        ``RecordBatchReader``, a ``pyarrow.dataset`` over Parquet files, a
-        DuckDB relation, any object with ``__arrow_c_stream__``) is cut into
-        row blocks as it is read, of ``rows_per_partition`` rows (default:
-        about 64 MiB each), so a dataset larger than this process's memory
-        can be put. A frame is cut the same way when ``rows_per_partition``
-        is given instead of ``tiling``. Partitions go round-robin to nodes, replicas to distinct
-        nodes, puts to different nodes run in parallel, and nothing is
-        published unless every partition is stored. ``progress``: a function
-        of (bytes sent, bytes total) or a tqdm-like bar (anything with
-        ``update(n)``), told as batches leave (total 0 for a stream: not known
-        in advance; see :mod:`flightpart.client.progress`).
+        A frame (pandas, polars, pyarrow, or anything with ``__partitioned__``) is cut by ``tiling``, by default one
+        row block per node. A stream (a ``RecordBatchReader``, a ``pyarrow.dataset``, a DuckDB relation, anything with
+        ``__arrow_c_stream__``) is cut as it is read into blocks of ``rows_per_partition`` rows (default about 64 MiB),
+        so it may be larger than memory; so is a frame given ``rows_per_partition``. Partitions go round-robin to
+        nodes, replicas to distinct nodes, and nothing is published unless every partition is stored. ``progress``: a
+        function of (bytes sent, bytes total; 0 for a stream) or a bar with ``update(n)``
+        (:mod:`flightpart.client.progress`).
         """
         check_name(name)
         report = reporter(progress)
@@ -242,11 +228,8 @@ class Client:
 
     def _send_frame(self, name: str, version: int, table: pa.Table, grid: tuple[int, int], targets: builtins.list[dict], replicas: int,
                     first: int, progress: Reporter | None, *, base: tuple[int, int] = (0, 0)) -> builtins.list[CommitPart]:
-        """``table`` cut by ``grid`` and sent round-robin from ``targets[first]``; the commit's partitions.
-
-        ``base`` (row blocks, rows) places the partitions after those of a
-        version being appended to.
-        """
+        """``table`` cut by ``grid`` and sent round-robin from ``targets[first]``, placed after ``base`` (row blocks, rows)
+        of an appended-to version; the commit's partitions."""
         cells = grid_cells(frames.frame_shape(table), grid)
         parts = frames.split_grid(table, grid)
 
@@ -260,13 +243,8 @@ class Client:
                            tuple(n["node_id"] for n in placement[at(c.position)])) for c in cells]
 
     def _versioned(self, name: str, store: Callable[[int], Commit], attempts: int = 3) -> Dataset:
-        """Reserve a version, store it, commit it; abort on any failure.
-
-        A node that already has the reserved version number (a catalog that
-        lost its state hands out a number before its nodes re-registered)
-        refuses the put with VersionConflict; the put then takes the next
-        number, so no version is ever written twice.
-        """
+        """Reserve a version, store it, commit it; abort on any failure. A node that already holds the reserved number
+        refuses the put with VersionConflict and the next number is taken, so no version is written twice."""
         for attempt in range(attempts):
             version = self._begin(name)
             try:
@@ -292,13 +270,10 @@ class Client:
     """Seconds a writer whose commit got no answer waits for the catalog to say whether it was published."""
 
     def _settle_commit(self, name: str, version: int) -> bool:
-        """Whether a commit that got no answer (the catalog died, restarted or timed out) was published.
+        """Whether a commit that got no answer was published.
 
-        The version number was reserved for this write alone, so "v is
-        committed" means this commit was. A version still pending is
-        aborted first and asked about again, so the answer cannot change
-        afterwards: False means it never will be published. Raises
-        OutcomeUnknown when the catalog does not answer for
+        The version was reserved for this write alone, so "v is committed" means this commit was. A version still
+        pending is aborted first, so False is final. Raises OutcomeUnknown when the catalog does not answer for
         :attr:`COMMIT_OUTCOME_WAIT` seconds.
         """
         deadline = time.monotonic() + max(self.COMMIT_OUTCOME_WAIT, self.timeout)
@@ -323,14 +298,9 @@ class Client:
             return False
 
     def _rebasing(self, attempt: Callable[[], Dataset]) -> Dataset:
-        """``attempt()`` (a whole write: read the latest, store, commit) again while it loses a race to another writer.
-
-        The catalog commits a version only on top of the latest one
-        (``Commit.base``); a writer that lost the race aborted its version and
-        builds it again from the new latest, after a jittered backoff so two
-        racers do not collide forever. Only writes whose input is still in
-        hand come here (a consumed stream cannot be read twice).
-        """
+        """``attempt()`` (read the latest, store, commit) again, after a jittered backoff, while it loses a race to another
+        writer: the catalog commits only on top of the latest version (``Commit.base``). Only writes whose input is
+        still in hand come here."""
         for k in range(REBASE_ATTEMPTS):
             try:
                 return attempt()
@@ -370,7 +340,7 @@ class Client:
 
     def _put_stream(self, name: str, reader: pa.RecordBatchReader, rows_per_partition: int | None, replicas: int,
                     nodes: Sequence[str] | None, progress: Reporter | None) -> Dataset:
-        """Cut a stream into row blocks as it is read and send each as soon as it is complete."""
+        """Cut a stream into row blocks as it is read and send each once complete."""
         targets = self._targets_for(nodes, replicas)
         first = random.randrange(len(targets))
         schema = reader.schema
@@ -388,14 +358,9 @@ class Client:
     def _send_stream(self, name: str, version: int, reader: pa.RecordBatchReader, rows_per_partition: int | None,
                      targets: builtins.list[dict], replicas: int, first: int, progress: Reporter | None, *, groups: int = 1,
                      base: tuple[int, int] = (0, 0)) -> builtins.list[CommitPart]:
-        """Row blocks of ``reader`` (``rows_per_partition`` rows, default about 64 MiB) sent as they fill.
-
-        At most :data:`STREAM_PUTS_IN_FLIGHT` partitions are being sent while
-        the next one fills, so memory is bounded by a few partitions whatever
-        the stream's length. Each block is cut into ``groups`` column groups;
-        ``base`` (row blocks, rows) places them after an appended-to version.
-        An empty stream is one empty block, unless it is appended.
-        """
+        """Row blocks of ``reader`` (``rows_per_partition`` rows) in ``groups`` column groups, sent as they fill, after
+        ``base`` of an appended-to version. At most :data:`STREAM_PUTS_IN_FLIGHT` are in flight, so memory holds a few
+        partitions whatever the stream's length. An empty stream is one empty block, unless appended."""
         _check_rows_per_partition(rows_per_partition)
         schema = reader.schema
         widths = [len(g) for g in frames.column_groups(frames.data_columns(frames.empty_table(schema)), groups)]
@@ -445,7 +410,7 @@ class Client:
                            sent=progress.add if progress is not None else None, grant=self.grant_for(name, version))
 
     def _begin(self, name: str) -> int:
-        """Reserve the next version of ``name``, keeping the catalog's grant to write it (see :meth:`grant_for`)."""
+        """Reserve the next version of ``name``, keeping the catalog's grant to write it."""
         return self._granted(name, self.call(Begin(name)))
 
     def _granted(self, name: str, reply: VersionReply) -> int:
@@ -454,12 +419,12 @@ class Client:
         return reply.version
 
     def grant_for(self, name: str, version: int) -> str | None:
-        """The catalog's grant for this client to write ``version`` of ``name``, which it began (None: it needs none,
-        or did not begin it): what its puts and orders to nodes carry, and Dask and Ray tasks are given."""
+        """The catalog's grant for this client to write ``version`` of ``name`` (None: not needed, or not begun here),
+        which its puts, orders and Dask and Ray tasks carry."""
         return self._grants.get((name, version))
 
     def _target_nodes(self, nodes: Sequence[str] | None) -> builtins.list[dict]:
-        """Live nodes to put to (those named by ``nodes``), leaving out nodes low on disk while others have room."""
+        """Live nodes to put to (those named by ``nodes``), without nodes low on disk while others have room."""
         alive = [n for n in self.nodes() if n["alive"]]
         if nodes is not None:
             wanted = set(nodes)
@@ -502,15 +467,10 @@ class Client:
                     replicas: int | None = None) -> Dataset:
         """The next version of ``name`` cut by ``tiling`` (row blocks, column groups), built by the nodes.
 
-        Each new partition is assembled on a node that will hold it, which
-        pulls the rows and columns it needs from the current version's
-        holders (its own from disk) with sliced tickets: no data passes
-        through this process. Partitions go to ``nodes`` (default: every live
-        node), each to the node holding most of its rows while that node has
-        no more than its share; ``replicas`` copies each (default: as many as
-        the current version keeps). Published only when every partition is
-        stored, like a put. A write that commits first is not lost: the
-        repartition is planned again from the new latest version.
+        Each new partition is assembled on a node that will hold it, pulling what it needs from the current holders:
+        no data passes through this process. Partitions go to ``nodes`` (default: every live node), preferring the
+        node holding most of its rows up to its share; ``replicas`` copies each (default: as now). Published only when
+        every partition is stored; a write that commits first makes it plan again from the new latest version.
         """
         grid = _grid(tiling, 1)
         return self._rebasing(lambda: self._repartition_latest(name, grid, nodes, replicas))
@@ -539,16 +499,9 @@ class Client:
         return self._versioned(name, store)
 
     def rebalance(self, name: str, nodes: Sequence[str] | None = None) -> Dataset:
-        """The next version of ``name`` with partitions moved so that bytes per node differ by at most one partition.
-
-        For nodes that joined (or, with ``nodes``, to move data off the
-        nodes left out). Partitions that stay are linked on their node (no
-        byte copied); the ones that move are pulled by their new node from
-        the old. Returns the current version unchanged when nothing needs
-        to move. Drop the previous version to free the moved partitions'
-        old copies. A write that commits first is not lost: the moves are
-        planned again from the new latest version.
-        """
+        """The next version of ``name`` with partitions moved so that bytes per node differ by at most one partition
+        (over ``nodes``, when given). Staying partitions are linked, moving ones pulled by their new node; returns the
+        current version when nothing moves. A write that commits first makes it plan again."""
         return self._rebasing(lambda: self._rebalance_latest(name, nodes))
 
     def _rebalance_latest(self, name: str, nodes: Sequence[str] | None) -> Dataset:
@@ -576,24 +529,11 @@ class Client:
                rows_per_partition: int | None = None) -> Dataset:
         """The next version of ``name``: every row of the current one, then the rows of ``data``.
 
-        The current partitions are not moved or rewritten: each node that
-        holds one links it into the new version (readers of the old version
-        see no change, and dropping either version leaves the other whole).
-        Only the new rows travel, as new row blocks cut like a put's (a
-        frame: one row block per node; a stream, or a frame given
-        ``rows_per_partition``: blocks of that many rows) into the same column groups, with as
-        many replicas as the current version keeps. ``data`` must have the
-        dataset's columns and types.
-
-        Appends racing other writes of the same dataset are ordered: the
-        version is committed only on top of the one it was computed from.
-        When another write committed first, a frame append is computed again
-        from the new latest version (its rows are still in hand) and
-        committed on top of it. A stream, read once, is stored under a
-        staging version that is never published, and each try links its
-        partitions (no byte copied) after the latest version's; the staging
-        version is aborted at the end. An append racing a drop of the whole
-        dataset fails with DatasetNotFound. So an acknowledged append's rows
+        Current partitions are linked into the new version, not copied, so either version may be dropped alone. The
+        new rows are cut like a put's into the same column groups and replicas; ``data`` must have the dataset's columns
+        and types. The version commits only on top of the one it was computed from: if another write commits first, a
+        frame is appended again to the new latest, and a stream (read once into a staging version never published) is
+        linked again. An append racing a whole-dataset drop fails with DatasetNotFound. So an acknowledged append's rows
         are in the latest version until a later write replaces or drops them.
         """
         stream = frames.stream_of(data)
@@ -678,13 +618,8 @@ class Client:
 
     @contextlib.contextmanager
     def _reading(self, source: VersionInfo) -> Iterator[None]:
-        """Nodes reading ``source``: when that fails because the version was dropped meanwhile, say so.
-
-        A drop racing the write removes the files the nodes read; the user
-        then learns the dataset is gone (DatasetNotFound), or, when a newer
-        version is left, that the write must be computed again from it
-        (VersionConflict on ``commit.base``), rather than a node's failed pull.
-        """
+        """Nodes reading ``source``: a failure because the version was dropped meanwhile becomes DatasetNotFound, or
+        VersionConflict when a newer version is left."""
         try:
             yield
         except FlightpartError as exc:
@@ -721,8 +656,8 @@ class Client:
     # ------------------------------------------------------------------ open
 
     def info(self, name: str, version: int | None = None) -> VersionInfo:
-        """What the catalog says of the latest committed version of ``name`` (or ``version``): its schema, shape,
-        tiling and each partition's replicas, without opening it (what a tool or a test checks placement with)."""
+        """What the catalog says of the latest committed version of ``name`` (or ``version``), without opening it:
+        schema, shape, tiling and each partition's replicas."""
         path = dataset_path(check_name(name), version)
         info = self.catalogs.call(lambda uri: self.pool.client(uri).get_flight_info(
             flight.FlightDescriptor.for_path(*path), options=self.pool.options(self.timeout)))
@@ -732,11 +667,8 @@ class Client:
              halo: tuple[int, int] | None = None, periodic: bool = False) -> Dataset:
         """The latest committed version of ``name`` (or ``version``).
 
-        With ``rank``/``nranks`` the SPMD view: ``locals`` lists this rank's
-        partitions and the others' ``data`` is ``None``. With ``halo=(left,
-        right)`` (SPMD views only) each local partition also comes with its
-        neighbours' rows, read with :meth:`Dataset.parts_of` and carried as
-        padding by ``__distarray__``; ``periodic`` wraps them around.
+        With ``rank``/``nranks``, the SPMD view (``locals``: this rank's partitions; others' ``data`` is None). With
+        ``halo=(left, right)`` each local partition carries its neighbours' rows as padding (``periodic`` wraps).
         """
         if (halo is not None or periodic) and rank is None and nranks is None:
             raise ValueError("halo= and periodic= need the SPMD view: pass rank= and nranks= too")
@@ -751,7 +683,7 @@ class Client:
 
 
 class _OneShot:
-    """Guards a store that reads a stream: a second try would find it consumed and publish only its rest."""
+    """Guards a store that reads a stream: a second try would find it consumed."""
 
     def __init__(self, name: str):
         self.name = name

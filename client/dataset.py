@@ -1,10 +1,8 @@
 """``Dataset``: one version of a dataset as a user holds it.
 
-It is a view (all of it, a column projection, a row range, a filter) over
-the catalog's partition grid. Views fetch only the partitions and rows they
-need: slices and filters are applied on the node that holds the data (or on
-the local memory map), and a filter skips the row blocks whose statistics
-say it cannot match before any stream opens.
+A view (columns, a row range, a filter) over the catalog's partition grid. Views fetch only what they need:
+slices and filters run where the data is (a node, or the local memory map), and row blocks whose statistics
+rule a filter out are skipped before any stream opens.
 """
 
 from __future__ import annotations
@@ -86,7 +84,7 @@ class Dataset:
 
     @property
     def plan(self) -> Plan:
-        """What this view reads, worked out from the version's metadata (column groups, row blocks, handles)."""
+        """What this view reads, worked out from the version's metadata."""
         return self._plan
 
     def with_view(self, view: View) -> "Dataset":
@@ -109,7 +107,7 @@ class Dataset:
         return self.view.nranks
 
     def global_view(self) -> "Dataset":
-        """This view (its columns, rows and filter) as every rank sees it: without the SPMD rank and halos."""
+        """This view as every rank sees it: without the SPMD rank and halos."""
         return self.with_view(self.view.replace(spmd=None, halo=None))
 
     def select(self, columns: Sequence[str]) -> "Dataset":
@@ -129,9 +127,8 @@ class Dataset:
         return self._derive(columns=chosen, order=list(columns))
 
     def reading(self, columns: Sequence[str]) -> "Dataset":
-        """A view that reads at least ``columns``, which may name pandas index columns (every view carries them, so
-        :meth:`select` does not take them): what an engine's scan asks for, the columns a query names. Index columns
-        alone come with one data column."""
+        """A view that reads at least ``columns``, which may name pandas index columns (unlike :meth:`select`); index
+        columns alone come with one data column."""
         data = self._plan.data_names()
         chosen = [c for c in columns if c in data]
         if not chosen and len(columns) > 0:
@@ -141,12 +138,9 @@ class Dataset:
     def filter(self, expression: pc.Expression | str) -> "Dataset":
         """A view of the rows where ``expression`` is true (``pc.field("x") > 0``, or text like ``"x > 0 and y == 'a'"``).
 
-        Nodes evaluate the filter next to the data and send only matching
-        rows; partitions on this host are filtered on their memory map; row
-        blocks whose statistics rule the filter out are never asked for.
-        The filter may read columns the view does not select. Filters
-        compose (``and``); a row slice before a filter takes rows of the
-        dataset, a slice after it takes rows of the result.
+        Nodes filter next to the data; local partitions are filtered on their map; row blocks ruled out by statistics
+        are never asked for. The filter may read columns the view does not select. Filters compose (``and``); a row
+        slice before a filter takes rows of the dataset, one after it rows of the result.
         """
         if self.view.matched is not None:
             raise PartitionedError("filter after a slice of a filtered view: filter first, then slice "
@@ -174,38 +168,28 @@ class Dataset:
         return self._derive(rows=(base + lo, base + max(lo, hi)))
 
     def head(self, n: int = 5) -> pa.Table:
-        """The first ``n`` rows of the view: ``self[:n]``, so the nodes send those rows and no others (reading
-        whole row blocks and cutting them here moved hundreds of megabytes for five rows)."""
+        """The first ``n`` rows of the view (``self[:n]``): the nodes send only those rows."""
         if n < 0:
             raise ValueError(f"head: n must be >= 0, got {n}")
         return self[:n].to_arrow()
 
     def spmd(self, rank: int | None, nranks: int | None, *, halo: tuple[int, int] | None = None, periodic: bool = False) -> "Dataset":
-        """The SPMD view of rank ``rank``: ``locals`` set, others' data ``None``.
-
-        With ``halo=(left, right)`` each local partition comes with ``left``
-        rows before it and ``right`` rows after it from its neighbours, as
-        the Dist RFC defines halos (:meth:`parts_of`); ``periodic`` wraps
-        them around the first and last rows.
-        """
+        """The SPMD view of rank ``rank``: ``locals`` set, others' data ``None``. ``halo=(left, right)`` adds that many
+        neighbouring rows around each local partition (:meth:`parts_of`); ``periodic`` wraps them."""
         rank, nranks = spmd_views.check_rank(rank, nranks)
         return self._derive(spmd=(rank, nranks), halo=spmd_views.halo_of(self, halo, periodic))
 
     def parts_of(self) -> dict[tuple[int, int], HaloParts]:
         """SPMD: each local partition as the Dist RFC's three parts (left halo, local data, right halo).
 
-        The halo rows are row slices of the neighbouring row blocks in the
-        same column group (fetched with sliced tickets: a neighbour on this
-        host is mapped, not streamed). At the first and last rows a halo is
-        shorter unless the view is periodic; a halo wider than its
-        neighbour reaches further ones. Without ``halo=`` the halos are
-        empty.
+        Halos are row slices of the neighbouring row blocks in the same column group, shorter at the ends unless the
+        view is periodic, reaching further blocks when wider than a neighbour; empty without ``halo=``.
         """
         return spmd_views.parts_of(self)
 
     @property
     def shape(self) -> tuple[int, int]:
-        """(rows, columns); the rows of a filtered view are counted on the nodes (from statistics where they tell)."""
+        """(rows, columns); a filtered view's rows are counted on the nodes (or from statistics)."""
         view = self.view
         if view.filter is not None:
             rows = sum(b.size or 0 for b in self._blocks(counted=True))
@@ -223,8 +207,8 @@ class Dataset:
 
     @property
     def nbytes(self) -> int:
-        """Bytes of the stored partitions this view covers: exact for whole partitions (their file sizes),
-        in proportion to the rows and columns taken for a part of one."""
+        """Bytes of the stored partitions this view covers: exact for whole partitions, in proportion to the rows and
+        columns taken of a part."""
         view = self.view
         if view.columns is None and view.rows is None and view.filter is None:
             return self._info.nbytes
@@ -253,7 +237,7 @@ class Dataset:
         return self._plan.cells(self._count)
 
     def _count(self, blocks: list[Block]) -> dict[int, int]:
-        """Rows the filter keeps in each block, counted where the data is (one small reply per block)."""
+        """Rows the filter keeps in each block, counted where the data is."""
         f = self.view.filter
         assert f is not None
         j = self._plan.group_with(f.columns)
@@ -264,7 +248,7 @@ class Dataset:
         return {b.i: int(t.column("p0")[0].as_py()) if t.num_rows else 0 for b, t in zip(blocks, self._get(refs))}
 
     def _reading(self, columns: Sequence[str]) -> "Dataset":
-        """This view narrowed to ``columns`` (index columns come along; with none named, one column to count rows on)."""
+        """This view narrowed to ``columns`` (index columns along; with none named, one column to count on)."""
         names = self._plan.data_names()
         return self.select([c for c in columns if c in names] or [next(c for c in self.schema.names if c in names)])
 
@@ -319,15 +303,14 @@ class Dataset:
         return table.select(list(order) + [c for c in table.column_names if c not in order])
 
     def _assembled(self, parts: dict[tuple[int, int], pa.Table], grid: tuple[int, int]) -> pa.Table:
-        """The view's rows from its partitions' tables, its columns in its order (by name: a pandas index, stored in
-        every column group, is assembled after the first group's columns)."""
+        """The view's rows from its partitions' tables, its columns in its order."""
         table = frames.assemble(parts, grid)
         if table.column_names != self.schema.names:
             table = table.select(self.schema.names)
         return self._in_order(table)
 
     def _read_block(self, b: Block) -> pa.Table:
-        """One row block of the view as a table (the filter applied on the nodes, or here when it spans groups)."""
+        """One row block of the view as a table (filtered on the nodes, or here when it spans groups)."""
         groups = self._plan.groups()
         if self._plan.pushable():
             tables = self._get_split([(b, j) for j in groups])
@@ -346,13 +329,8 @@ class Dataset:
         return self._in_order(table.select(self.schema.names))
 
     def _get_split(self, cells: list[tuple[Block, int]]) -> list[pa.Table]:
-        """Tables of row blocks ``(b, j)``, a large remote one read as row ranges over several streams at once.
-
-        With ``streams_per_partition`` above 1 (see :func:`flightpart.connect`),
-        a partition of at least :data:`~flightpart.client.fetch.SPLIT_BYTES`
-        that no replica holds on this host is read as up to that many row
-        ranges in parallel, each from the next replica in turn.
-        """
+        """Tables of row blocks ``(b, j)``; with ``streams_per_partition`` above 1, a remote partition of at least
+        :data:`~flightpart.client.fetch.SPLIT_BYTES` is read as that many row ranges in parallel, over its replicas."""
         streams = getattr(self._get, "streams_per_partition", 1)
         refs = [self._plan.ref(b, j, self._plan.columns_of(j)) for b, j in cells]
         if streams <= 1 or self.view.filter is not None:
@@ -374,11 +352,8 @@ class Dataset:
         return out
 
     def to_arrow(self, *, progress: Progress | Any | None = None) -> pa.Table:
-        """The whole view as one table: local parts mapped, others streamed (in parallel).
-
-        ``progress``: a function of (bytes done, bytes total) or a tqdm-like bar
-        (see :mod:`flightpart.client.progress`), told as row blocks arrive.
-        """
+        """The whole view as one table: local parts mapped, others streamed in parallel. ``progress``: see
+        :mod:`flightpart.client.progress`."""
         self._check_readable()
         if progress is not None:
             tables = list(self._row_blocks(READS_IN_FLIGHT, None, progress))
@@ -396,10 +371,8 @@ class Dataset:
         return self._assembled(parts, (len(blocks), q))
 
     def _row_blocks(self, prefetch: int, window: int | None, progress: Progress | Any | None = None) -> Iterator[pa.Table]:
-        """The view's rows in order, as row ranges of about a quarter of ``window`` bytes; reads run ahead of the
-        consumer while what they hold stays within ``window`` bytes (always one at least), on ``prefetch``
-        threads. ``window`` None: no bound (the whole view is being read anyway). A bounded stream that is the
-        process's first read keeps its allocator giving memory back (see :mod:`flightpart.io.allocator`)."""
+        """The view's rows in order, as ranges of about a quarter of ``window`` bytes, read ahead on ``prefetch`` threads
+        while what they hold stays within ``window`` (None: no bound; at least one range)."""
         self._check_readable()
         if window is not None:
             keep_freed_memory(declined="the first read streams under a window")
@@ -440,15 +413,9 @@ class Dataset:
 
     def to_batches(self, *, prefetch: int = READS_IN_FLIGHT, window: int = READ_WINDOW,
                    progress: Progress | Any | None = None) -> Iterator[pa.RecordBatch]:
-        """The view's record batches in partition order, in bounded memory.
-
-        Partitions on this host are mapped zero-copy; remote ones are streamed
-        as row ranges of about ``window / 4`` bytes, read ahead of the one being
-        consumed (on ``prefetch`` threads) while what is held stays within
-        ``window`` bytes (default :data:`READ_WINDOW`, 128 MiB): the reader
-        grows by at most the window plus the range being consumed, however
-        large the dataset or its partitions. ``progress`` as in :meth:`to_arrow`.
-        """
+        """The view's record batches in partition order, in bounded memory: local partitions mapped, remote ones read
+        ahead as ranges while held bytes stay within ``window`` (default :data:`READ_WINDOW`), so the reader grows by at
+        most the window plus the range being consumed. ``progress`` as in :meth:`to_arrow`."""
         if not isinstance(window, int) or isinstance(window, bool) or window < 1:
             raise ValueError(f"window: expected a positive number of bytes, got {window!r}")
         last, any_rows = None, False
@@ -462,11 +429,7 @@ class Dataset:
 
     def to_reader(self, *, prefetch: int = READS_IN_FLIGHT, window: int = READ_WINDOW,
                   progress: Progress | Any | None = None) -> pa.RecordBatchReader:
-        """A ``pyarrow.RecordBatchReader`` over :meth:`to_batches` (what DuckDB, Polars and ``pa.table`` consume).
-
-        Nothing is read until the first batch is asked for: a consumer that
-        only looks at the schema (DuckDB binding a query) costs no transfer.
-        """
+        """A ``pyarrow.RecordBatchReader`` over :meth:`to_batches`; nothing is read until the first batch is asked for."""
         self._check_readable()
         schema = self._in_order(frames.empty_table(self.schema)).schema
 
@@ -488,20 +451,12 @@ class Dataset:
                   computed: Mapping[str, str] | None = None, *, max_bytes: int | None = None) -> pa.Table:
         """``pyarrow``'s ``group_by(by).aggregate(aggregations)`` over the view, computed next to the data.
 
-        Functions: sum, min, max, count, count_all (column ignored), mean, and exact_sum (integers and booleans
-        summed as a decimal128(38, 0), which does not wrap around past 2**63 as Arrow's int64 sum does).
-        Each node aggregates its partitions (after the view's filter) and
-        sends a few rows; the results are combined here. Columns named as
-        pyarrow names them: ``{column}_{function}``, ``count_all``.
-
-        ``computed``: columns the nodes compute first from SQL expressions, by name, for keys and aggregated values
-        that are expressions (``{"month": "date_trunc('month', pickup)", "cents": "fare * 100"}``): arithmetic on
-        integers and DOUBLE and ``date_trunc`` of dates and timestamps, computed as DuckDB computes them, or
-        InvalidExpression (see :func:`flightpart.query.sql.parse_sql_value`).
-
-        ``max_bytes``: the most partial results this process takes in (grouped by a key with about as many values
-        as rows, the partials are about as large as the rows): past it, LimitExceeded, once at most one more slice of
-        :data:`AGGREGATE_SLICE` partitions has arrived. None: no bound.
+        Functions: sum, min, max, count, count_all, mean, exact_sum (integers summed as decimal128(38, 0), never
+        wrapping). Nodes aggregate their partitions after the view's filter and the results combine here; columns are
+        named as pyarrow names them. ``computed``: columns the nodes compute first from SQL expressions, by name
+        (``{"cents": "fare * 100"}``), as DuckDB computes them, or InvalidExpression
+        (:func:`flightpart.query.sql.parse_sql_value`). ``max_bytes``: the most partial results taken in before
+        LimitExceeded (None: no bound).
         """
         self._check_readable()
         schema = self.schema
@@ -523,19 +478,14 @@ class Dataset:
         return aggregates.combine(partials, agg, self._info.schema)
 
     def top(self, limit: int, by: Any) -> pa.Table:
-        """The view's first ``limit`` rows by ``by``, as ``to_arrow().sort_by(by)[:limit]`` gives them (rows of equal
-        keys in any order); each partition sends at most ``limit`` rows (see :meth:`top_candidates`).
-
-        ``by``: pyarrow's sort keys, ``"col"``, ``("col", "descending")`` or ``("col", "descending", "at_start")``
-        (nulls last unless ``"at_start"``), one or a list.
-        """
+        """The view's first ``limit`` rows by ``by``, as ``to_arrow().sort_by(by)[:limit]`` gives them (ties in any
+        order); each partition sends at most ``limit`` rows. ``by``: pyarrow's sort keys, one or a list."""
         want = first_rows.spec(limit, by, self.schema)
         return first_rows.first(self.top_candidates(limit, by), want)
 
     def top_candidates(self, limit: int, by: Any) -> pa.Table:
-        """Each partition's own first ``limit`` rows of the view by ``by`` (and its rows whose floating-point key is
-        NaN), computed on the nodes and gathered here: they hold the view's first ``limit`` rows under pyarrow's
-        ordering and DuckDB's alike. :meth:`top` and SQL's ``ORDER BY ... LIMIT`` finish from them."""
+        """Each partition's first ``limit`` rows by ``by`` (and its NaN-keyed rows), computed on the nodes: they hold the
+        view's first ``limit`` rows under pyarrow's and DuckDB's ordering alike."""
         self._check_readable()
         want = first_rows.spec(limit, by, self.schema)
         names = tuple(self.schema.names)
@@ -558,8 +508,8 @@ class Dataset:
         return frames.to_pandas(self.to_arrow())
 
     def to_polars(self, *, lazy: bool = False) -> Any:
-        """A Polars DataFrame, or with ``lazy=True`` a ``LazyFrame`` whose projections, predicates and row
-        limits reach the nodes (Polars' IO-plugin interface)."""
+        """A Polars DataFrame, or with ``lazy=True`` a ``LazyFrame`` whose projections, predicates and limits reach the
+        nodes."""
         if lazy:
             from .polars_source import lazy_frame
 
@@ -568,10 +518,8 @@ class Dataset:
         return frames.to_polars(self.to_arrow())
 
     def to_duckdb(self, connection: Any = None) -> Any:
-        """A DuckDB relation over the view (on ``connection``, or DuckDB's default one) that reads, for each query,
-        only the columns it uses and, where DuckDB pushes them, only the rows its filters keep (comparisons with
-        constants, IS NULL, BETWEEN; see :mod:`flightpart.client.duckdb_source`). It can be queried again and
-        again; ``con.register("name", ds.duckdb_scan())`` gives SQL the same under a name."""
+        """A DuckDB relation over the view (on ``connection`` or DuckDB's default) reading, per query, only the columns it
+        uses and the rows its pushed filters keep (:mod:`flightpart.client.duckdb_source`)."""
         import duckdb
 
         con = connection if connection is not None else duckdb.default_connection()
@@ -600,17 +548,11 @@ class Dataset:
 
     def as_partitioned(self, frames: str = "arrow", location: str = "spec", ip_of: Any = None, *,
                        one_per_rank: bool = False, categories: dict[str, list] | None = None, codes: bool = False) -> Any:
-        """This view's ``__partitioned__`` in the form a consumer expects (:class:`~flightpart.client.views.PartitionedView`).
+        """This view's ``__partitioned__`` (:class:`~flightpart.client.views.PartitionedView`).
 
-        ``frames``: what ``get`` returns, ``"arrow"``, ``"pandas"`` or
-        ``"numpy"``; ``location``: ``"spec"``, ``"ip"`` (IP strings, mapped by
-        ``ip_of``) or ``"rank"`` (SPMD views: the owner rank). With
-        ``one_per_rank=True`` (SPMD views, ``location="rank"``) the grid is
-        regrouped into one partition per rank over all columns, as heat's
-        ``from_partitioned`` requires. ``categories`` (pandas) makes those
-        text columns categoricals with one list of categories for every
-        part (with ``codes``, their integer codes). For xgboost_ray:
-        ``fp.ray.for_consumers(ds)``.
+        ``frames``: ``"arrow"``, ``"pandas"`` or ``"numpy"``; ``location``: ``"spec"``, ``"ip"`` (mapped by ``ip_of``)
+        or ``"rank"``. ``one_per_rank``: one partition per rank over all columns (as heat requires). ``categories``:
+        text columns as pandas categoricals sharing one list of categories (``codes``: their integer codes).
         """
         from .views import PartitionedView
 
@@ -618,7 +560,7 @@ class Dataset:
                                codes=codes)
 
     def distinct(self, column: str) -> list:
-        """The distinct values of ``column``, sorted, computed on the nodes (a grouped count per partition)."""
+        """The distinct values of ``column``, sorted, computed on the nodes."""
         counted = self.aggregate([("", ROW_COUNT)], by=[column])
         return sorted(v for v in counted.column(column).to_pylist() if v is not None)
 

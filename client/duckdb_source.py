@@ -1,20 +1,10 @@
 """DuckDB over a dataset with the columns and the filters of each query sent to the nodes.
 
-DuckDB pushes a query's columns and its filters (comparisons with
-constants, ``IS [NOT] NULL``, and their AND/OR per column) into one kind of
-Python object only: a ``pyarrow.dataset.Dataset``, by calling
-``type(obj).scanner(obj, columns=..., filter=...)`` and reading the scanner
-it gets back. :class:`DuckDBScan` is such a dataset in name: its ``scanner``
-turns DuckDB's columns into a ``select`` view and its filter (a
-``pyarrow.compute`` expression already) into ``ds.filter``, so each node
-sends only those columns of only the matching rows. A filter that cannot
-travel to the nodes is applied by the scanner as the rows arrive, and
-DuckDB applies every filter again itself, so the answer never depends on
-what was pushed.
-
-It is a pyarrow Dataset only for DuckDB: pyarrow's own methods would read a
-C++ dataset it does not have, so each of them is refused with a TypeError
-that names what to use instead.
+DuckDB pushes columns and simple filters only into a ``pyarrow.dataset.Dataset``, through
+``type(obj).scanner(obj, columns=..., filter=...)``. :class:`DuckDBScan` is such a dataset in name: its scanner
+turns them into ``select`` and ``filter`` views. A filter that cannot travel is applied as rows arrive, and
+DuckDB applies every filter again, so the answer never depends on what was pushed. pyarrow's own Dataset
+methods are refused with a TypeError naming what to use.
 """
 
 from __future__ import annotations
@@ -78,10 +68,8 @@ DUCKDB_DECIMAL_DIGITS = 38
 
 
 def shown_to_duckdb(schema: pa.Schema) -> pa.Schema:
-    """``schema`` as DuckDB is shown it: the same schema (the same object) unless a column, at any depth, is of a type
-    DuckDB cannot import from Arrow, which had failed every query over the dataset, ``count(*)`` too ("Unsupported
-    Internal Arrow Type"). A float16 is shown as a float32 and a decimal256 of at most 38 digits as a decimal128 (the
-    same values); a decimal256 of more digits as a float64, as DuckDB reads a Parquet decimal wider than its own."""
+    """``schema`` as DuckDB is shown it: the same object, unless a column at any depth has a type DuckDB cannot import
+    (float16 shown as float32, decimal256 as decimal128 up to 38 digits, else float64)."""
     return retyped_schema(schema, _as_duckdb_reads)
 
 

@@ -1,10 +1,7 @@
 """The picklable ``get``: partitions on this host by memory map, others over Flight.
 
-A :class:`PartitionRef` is the ``data`` handle of a flightpart partition,
-like a Ray ObjectRef: small, picklable, meaningful in any process. A
-:class:`FlightGet` turns handles into tables. Locality is decided where
-``get`` runs, so a pickled ``__partitioned__`` sent to another process or
-host reads locally there.
+A :class:`PartitionRef` is a partition's ``data`` handle: small, picklable, meaningful in any process. A
+:class:`FlightGet` turns handles into tables, deciding locality where it runs.
 """
 
 from __future__ import annotations
@@ -73,37 +70,33 @@ class PartitionRef:
                                self.top, self.expected_rows, self.stored_bytes))
 
     def __dask_tokenize__(self) -> tuple:
-        """Plain values for Dask's token: walking the dataclass field by field costs seconds at 50,000 handles."""
+        """Plain values for Dask's token (cheap at tens of thousands of handles)."""
         return ("flightpart.PartitionRef", self.dataset, self.version, self.position, self.replicas, self.columns, self.rows,
                 self.filter, self.matched, self.aggregate.encode() if self.aggregate is not None else None,
                 self.row_numbers, self.top.encode() if self.top is not None else None, self.expected_rows)
 
     @property
     def known_rows(self) -> int | None:
-        """The rows a node sends for this handle, when the catalog knows them: :attr:`expected_rows` unless a filter,
-        an aggregate or a top was set on it since (a runtime pushing a filter into handles it was given)."""
+        """The rows a node sends for this handle when the catalog knows them: :attr:`expected_rows`, unless a filter, an
+        aggregate or a top was set on it since."""
         if self.filter is not None or self.aggregate is not None or self.top is not None:
             return None
         return self.expected_rows
 
     @property
     def most_rows(self) -> int | None:
-        """The most rows a node may send for this handle, when the catalog knows them: a filter or a top keeps some
-        of the partition's rows in its range, never more; an aggregate's rows are groups, one per distinct key at
-        most, and one without keys."""
+        """The most rows a node may send for this handle, when known: a filter or a top keeps at most the range's rows;
+        an aggregate sends at most one row per distinct key, one without keys."""
         if self.aggregate is not None and self.expected_rows is not None:
             return max(self.expected_rows, 1) if self.aggregate.by else 1
         return self.expected_rows
 
     @property
     def most_bytes(self) -> int:
-        """The most bytes of values a node may send for this handle (0: not bounded), which bounds a lying node's
-        stream as :attr:`most_rows` bounds its rows: what a filter, a row range or a top keeps of the partition is
-        some of its stored values; an aggregate's groups are some of its keys' values, each with its partials: those
-        of a function that copies values (``min``, ``max``) some of its column's values (at most the partition
-        again, each), and each function's ``group_bytes`` a group besides (its entry in
-        :mod:`flightpart.query.functions`), unless a key or a function reads a computed column, whose values may be
-        longer than any stored one. The stream's framing is allowed for by :class:`~flightpart.io.pull.RowBound`."""
+        """The most bytes of values a node may send for this handle (0: not bounded), bounding a faulty stream as
+        :attr:`most_rows` bounds its rows (decision 0004). A filter, row range or top keeps some of the stored values;
+        an aggregate some of its keys' values, plus per group its functions' ``group_bytes`` and the values of those
+        that copy values. A computed column leaves it unbounded."""
         if self.stored_bytes <= 0:
             return 0
         if self.aggregate is None:
@@ -115,7 +108,7 @@ class PartitionRef:
         return self.stored_bytes * (1 + values) + sum(entry.group_bytes for entry in entries) * (self.most_rows or 0)
 
     def spec(self) -> Ticket:
-        """What a node is asked for: this handle as a ticket (made once per handle, so its bytes are written once)."""
+        """What a node is asked for: this handle as a ticket (made once per handle)."""
         ticket = self.__dict__.get("_spec")
         if ticket is None:
             ticket = Ticket(self.dataset, self.version, self.position, self.columns, self.rows, self.filter, self.matched,
@@ -137,8 +130,8 @@ SPLIT_BYTES = 32 << 20
 
 
 def split_rows(ref: PartitionRef, rows: tuple[int, int], pieces: int) -> list[PartitionRef]:
-    """``ref`` (covering ``rows`` of its partition) as up to ``pieces`` handles of consecutive row ranges,
-    each naming the replicas in a different order so the ranges are served by different nodes."""
+    """``ref`` (covering ``rows``) as up to ``pieces`` handles of consecutive row ranges, each naming the replicas in
+    another order so different nodes serve them."""
     count = rows[1] - rows[0]
     pieces = max(1, min(pieces, count))
     if pieces == 1:
@@ -158,11 +151,8 @@ def check_streams(count: int) -> int:
 
 
 class FlightGet:
-    """``get`` of a flightpart ``__partitioned__``: one handle or a sequence of them.
-
-    It carries the client's :class:`~flightpart.io.access.Access`, whose
-    pickled form holds what a reader needs and no private key.
-    """
+    """``get`` of a flightpart ``__partitioned__``: one handle or a sequence of them. It carries the client's
+    :class:`~flightpart.io.access.Access`, which pickles without the private key."""
 
     def __init__(self, host: str | None = None, access: Access | None = None, idle_timeout: float = IDLE_TIMEOUT,
                  compression: str = "auto", streams_per_partition: int = 1, columns: CatalogColumns | None = None):
@@ -208,15 +198,13 @@ class FlightGet:
 def read_partitions(refs: Sequence[PartitionRef], *, host: str | None, pool: ConnectionPool,
                     idle_timeout: float = IDLE_TIMEOUT, compression: str = "auto",
                     expected_columns: CatalogColumns | None = None) -> list[pa.Table]:
-    """Tables of ``refs`` in order: local ones mapped, remote ones streamed in parallel (small partitions held by
-    the same replicas several to a stream, see :func:`shared_streams`).
+    """Tables of ``refs`` in order: local ones mapped, remote ones streamed in parallel (small ones several to a
+    stream, :func:`shared_streams`).
 
-    The streams of partitions with no replica on this host start first, so the nodes elsewhere send while this
-    process checks and maps the local ones; a local partition that cannot be read here is streamed after.
-    A process reading partitions' rows keeps freed receive buffers for its next read
-    (:func:`~flightpart.io.allocator.keep_freed_memory`, decided on its first such read; aggregates and first rows
-    are small and decide nothing). ``expected_columns``: the catalog's columns, which what a replica sends (or a
-    local file holds) must have (:mod:`flightpart.query.catalog_columns`).
+    Remote streams start first, so nodes send while this process maps the local ones; a local partition that
+    cannot be read here is streamed after. The first read of rows decides the allocator tuning
+    (:func:`~flightpart.io.allocator.keep_freed_memory`). What arrives must have ``expected_columns``
+    (:mod:`flightpart.query.catalog_columns`).
     """
     if any(ref.aggregate is None and ref.top is None for ref in refs):
         keep_freed_memory()
@@ -267,7 +255,7 @@ def read_partitions(refs: Sequence[PartitionRef], *, host: str | None, pool: Con
 
 
 def _may_be_local(ref: PartitionRef, local: frozenset[str]) -> bool:
-    """Whether a replica of ``ref`` may be read without the network (on this host, or a node in this process)."""
+    """Whether a replica of ``ref`` may be read without the network."""
     return any(ip in local or inprocess.opener(uri) is not None for uri, ip, _pid in ref.replicas)
 
 
@@ -278,10 +266,9 @@ SHARED_STREAM_BYTES = 32 << 20
 
 
 def shared_streams(indexed: Sequence[tuple[int, PartitionRef]]) -> list[list[int]]:
-    """The reads to make, each a list of indexes: a small whole partition (at most :data:`SMALL_BYTES`, see
-    :attr:`PartitionRef.shareable_bytes`) goes with the others of the same version, column group, selection and
-    replicas, up to :data:`~flightpart.wire.MAX_PARTS_PER_STREAM` of them and :data:`SHARED_STREAM_BYTES`;
-    every other handle is a read of its own."""
+    """The reads to make, each a list of indexes: small whole partitions (:data:`SMALL_BYTES`) of the same version,
+    group, selection and replicas share a read, up to :data:`~flightpart.wire.MAX_PARTS_PER_STREAM` and
+    :data:`SHARED_STREAM_BYTES`; every other handle is a read of its own."""
     reads: list[list[int]] = []
     open_groups: dict[tuple, tuple[list[int], list[int]]] = {}  # key -> (indexes, [bytes])
     for k, ref in indexed:
@@ -314,8 +301,7 @@ def node_info(uri: str, pool: ConnectionPool) -> NodeInfo:
 
 def read_local(ref: PartitionRef, local: frozenset[str], pool: ConnectionPool,
                expected_columns: CatalogColumns | None = None) -> pa.Table | None:
-    """The partition without any network transfer, or None if no replica is on this host (or none here holds what
-    the catalog registered: its rows and ``expected_columns``)."""
+    """The partition without network transfer, or None if no replica here holds what the catalog registered."""
     for uri, ip, _pid in ref.replicas:
         opener = inprocess.opener(uri)
         if opener is not None:
@@ -347,15 +333,15 @@ def read_local(ref: PartitionRef, local: frozenset[str], pool: ConnectionPool,
 
 
 def _as_registered(ref: PartitionRef, table: pa.Table, expected_columns: CatalogColumns | None = None) -> bool:
-    """Whether a partition read here has the rows (and columns) the catalog registered for it (a node on this host
-    that vouches for a file changed under it, or a faulty one, is not taken at its word)."""
+    """Whether a partition read here has the rows and columns the catalog registered (a local node is not taken at
+    its word)."""
     return (ref.known_rows is None or table.num_rows == ref.known_rows) and \
         (ref.most_rows is None or table.num_rows <= ref.most_rows) and \
         (expected_columns is None or expected_columns.mislabelled(table.schema, ref.spec()) is None)
 
 
 def _local_path(uri: str, ref: PartitionRef, pool: ConnectionPool) -> Path | None:
-    """Where the node at ``uri`` (on this host) keeps ``ref``'s file, or None when its data directory is not here."""
+    """Where the node at ``uri`` keeps ``ref``'s file, or None when its data directory is not here."""
     info = node_info(uri, pool)
     if info.data_dir is None or not _is_that_nodes_dir(Path(info.data_dir), info.node_id):
         return None
@@ -363,13 +349,9 @@ def _local_path(uri: str, ref: PartitionRef, pool: ConnectionPool) -> Path | Non
 
 
 def vouch_local(refs: Sequence[PartitionRef], local: frozenset[str], pool: ConnectionPool) -> int:
-    """Have the nodes on this host vouch for the files of ``refs`` they hold, many per call (``check-parts``),
-    before :func:`read_local` maps them one by one; returns the calls made.
-
-    A file that failed (or a node that cannot answer) is left unvouched: its
-    own ``check`` in :func:`read_local` then gets the error and the read
-    moves on to the next replica, as before.
-    """
+    """Have the nodes on this host vouch for the files of ``refs``, many per call (``check-parts``), before
+    :func:`read_local` maps them; returns the calls made. A file that failed is left unvouched, so its own check
+    then fails and the read moves to the next replica."""
     wanted: dict[tuple[str, str, int], list[tuple[tuple[int, int], Path, tuple[int, int, int]]]] = {}
     for ref in refs:
         for uri, ip, _pid in ref.replicas:
@@ -415,14 +397,8 @@ VOUCHED_KEPT = 100_000
 
 
 def _vouch(uri: str, path: Path, place: PartPlace, pool: ConnectionPool) -> None:
-    """Have the node vouch for a file's checksum before this process maps it (once per file identity).
-
-    The node reads a file in full once per its process, then answers at
-    once; this process asks once per (inode, mtime, size), so reading the
-    same local partitions again costs a ``stat``. A damaged file is never
-    mapped: PARTITION_DAMAGED moves on to the next replica. Rot after the
-    node vouched is its scrub's to find (the file is then moved away).
-    """
+    """Have the node vouch for a file's checksum before this process maps it, once per (inode, mtime, size). A damaged
+    file is never mapped (PARTITION_DAMAGED moves to the next replica); rot after that is the node's scrub's to find."""
     st = os.stat(path)
     identity = (st.st_ino, st.st_mtime_ns, st.st_size)
     if _vouched.get(path) == identity:

@@ -1,11 +1,8 @@
 """What a view of one version reads, worked out without the network: column groups, row blocks, partition handles.
 
-A :class:`Plan` is one version's geometry (schema, shape, grid, partitions)
-seen through one :class:`~flightpart.client.view.View`. Everything here is
-arithmetic on metadata and statistics, so it is tested without a cluster
-(tests/unit/test_client_plan.py). The one question it cannot answer alone,
-how many rows a filter keeps in a block whose statistics do not say, it asks
-the ``count`` function it is given (the Dataset's, which asks the nodes).
+A :class:`Plan` is arithmetic on one version's metadata and statistics seen through a
+:class:`~flightpart.client.view.View`; the one thing it cannot answer alone, the rows a filter keeps where
+statistics do not say, it asks the ``count`` function it is given.
 """
 
 from __future__ import annotations
@@ -35,8 +32,7 @@ class Block:
 
 @dataclass(frozen=True)
 class Cell:
-    """One partition of a view's grid: its position in the view, the stored partition, where it starts, its shape
-    and the handle that reads it."""
+    """One partition of a view's grid: its view position, stored partition, start, shape and handle."""
 
     position: tuple[int, int]
     info: PartInfo
@@ -50,12 +46,8 @@ Count = Callable[[list[Block]], dict[int, int]]
 
 
 class Plan:
-    """One version seen through one view: the arithmetic of what to read (see the module doc).
-
-    ``shared`` is per version and shared by all its views: the partitions by
-    position, the pruner built from their statistics, each column group's
-    stored columns. The row counts of a filtered view are kept once asked.
-    """
+    """One version seen through one view. ``shared`` (per version, across views): partitions by position, the pruner,
+    each group's stored columns. A filtered view's row counts are kept once asked."""
 
     def __init__(self, version: VersionInfo, view: View, shared: dict | None = None):
         self.version = version
@@ -73,7 +65,7 @@ class Plan:
     # ------------------------------------------------------------------ columns
 
     def data_names(self) -> set[str]:
-        """The data columns (pandas index columns are stored in every column group, and are not data)."""
+        """The data columns (not the pandas index columns every group stores)."""
         schema = self.version.schema
         meta = schema.pandas_metadata or {}
         stored = {c for c in meta.get("index_columns", []) if isinstance(c, str)}
@@ -96,7 +88,7 @@ class Plan:
         return stored[j]
 
     def group_with(self, columns: Sequence[str]) -> int | None:
-        """A column group that holds every one of ``columns`` (a node can then work on one partition alone)."""
+        """A column group that holds every one of ``columns``."""
         return next((j for j in range(self.grid[1]) if set(columns) <= self.stored(j)), None)
 
     def pushable(self) -> bool:
@@ -109,7 +101,7 @@ class Plan:
         return self.view.columns[j] if self.view.columns is not None else None
 
     def schema(self) -> pa.Schema:
-        """The view's schema: the selected columns in stored order (the user's order is applied on read)."""
+        """The view's schema: the selected columns in stored order."""
         schema = self.version.schema
         if self.view.columns is None:
             return schema
@@ -160,13 +152,9 @@ class Plan:
         return b.rows[1] - b.rows[0] if b.rows is not None else self.parts[(b.i, 0)].shape[0]
 
     def blocks(self, count: Count, *, counted: bool) -> list[Block]:
-        """The row blocks the view reads, in order; with ``counted``, each with the rows it gives.
-
-        Blocks whose statistics rule the filter out are dropped; those whose
-        statistics say every row matches are sized without asking; the rest
-        are counted by ``count``. A slice of a filtered view (``matched``)
-        then narrows the blocks to the rows it takes.
-        """
+        """The row blocks the view reads, in order; with ``counted``, each with the rows it gives. Blocks ruled out by
+        statistics are dropped, those wholly matched sized without asking, the rest counted; a slice of a filtered view
+        then narrows them."""
         blocks = self.base_blocks()
         f = self.view.filter
         if f is None:
@@ -187,8 +175,7 @@ class Plan:
         return self._sized
 
     def estimated_bytes(self, b: Block) -> int:
-        """About how many bytes reading block ``b`` moves: its partitions' stored bytes in proportion to the rows
-        (after the filter, once counted) and the columns it takes."""
+        """About how many bytes reading block ``b`` moves: stored bytes in proportion to the rows and columns it takes."""
         total = 0
         for j in self.groups():
             info = self.parts[(b.i, j)]
@@ -207,8 +194,8 @@ class Plan:
         return total
 
     def pieces(self, b: Block, target: int) -> list[Block]:
-        """Block ``b`` as consecutive row ranges of about ``target`` bytes each, in order (a streamed read holds a
-        few of them, never a whole large partition). A block narrowed to some of the filter's rows stays whole."""
+        """Block ``b`` as consecutive row ranges of about ``target`` bytes, in order (a block narrowed by a filtered
+        slice stays whole)."""
         rows = self.rows_of(b)
         count = -(-self.estimated_bytes(b) // max(1, target))
         if b.matched is not None or count <= 1 or rows <= 1:
@@ -234,8 +221,8 @@ class Plan:
                             expected_rows=self.rows_of(b), stored_bytes=stored)
 
     def sent_unlike_stored(self) -> bool:
-        """Whether the version's rows may take more bytes in a stream than in their files (a dictionary or a view
-        type at any depth): its partitions are read one per stream, and not bounded by their stored bytes."""
+        """Whether the version's rows may take more bytes in a stream than in their files (dictionary or view types):
+        such partitions are read one per stream and not bounded by stored bytes."""
         found = self.shared.get("unlike stored")
         if found is None:
             found = self.shared["unlike stored"] = any(frames.sent_unlike_stored(f.type) for f in self.version.schema)
@@ -260,7 +247,7 @@ class Plan:
 
 
 def narrowed(blocks: list[Block], matched: tuple[int, int]) -> list[Block]:
-    """Sized ``blocks`` cut to the rows ``[lo, hi)`` of their concatenation (a slice of a filtered view)."""
+    """Sized ``blocks`` cut to the rows ``[lo, hi)`` of their concatenation."""
     lo, hi = matched
     out, seen = [], 0
     for b in blocks:
@@ -272,5 +259,5 @@ def narrowed(blocks: list[Block], matched: tuple[int, int]) -> list[Block]:
 
 
 def _decoded(stats: object) -> dict | None:
-    """A partition's statistics as a reader has them: decoded JSON (anything else is nothing known)."""
+    """A partition's statistics decoded (anything else is nothing known)."""
     return stats if isinstance(stats, dict) else None

@@ -1,11 +1,7 @@
 """Runtimes the client hands work to, found as plugins instead of imported.
 
-``client.put(dask_dataframe)``, ``ds.to_dask()`` and ``ds.to_ray()`` need a
-runtime module, but the client sits below the runtimes (they import it), so
-it finds them by name through the ``flightpart.runtimes`` entry points that
-``pyproject.toml`` declares, as pandas finds its plotting backends. A third
-party adds a runtime by declaring an entry point of its own: a module with
-``owns(obj)``, ``put(client, name, obj, nodes, version)`` and
+The client sits below the runtimes, so it finds them by name through the ``flightpart.runtimes`` entry points.
+A runtime is a module with ``owns(obj)``, ``put(client, name, obj, nodes, version)`` and
 ``from_partitioned(obj, schema=...)``.
 """
 
@@ -31,11 +27,8 @@ def runtime(name: str) -> ModuleType:
 
 
 def runtime_of(obj: Any) -> ModuleType | None:
-    """The runtime whose collections ``obj`` is one of (a Dask DataFrame, a Ray Dataset), if any.
-
-    Only the runtime named after the object's top-level module is loaded,
-    so a put of a pandas frame imports neither Dask nor Ray.
-    """
+    """The runtime whose collections ``obj`` is one of, if any; only the one named after ``obj``'s top-level module is
+    loaded."""
     top = type(obj).__module__.split(".", 1)[0]
     if top not in {ep.name for ep in entry_points(group=GROUP)}:
         return None

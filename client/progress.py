@@ -1,10 +1,5 @@
-"""``progress=`` for reads and writes: a function of (bytes done, bytes total), or a tqdm-like bar.
-
-Both forms are what Python users already hold: a callback they write in a
-line, or a ``tqdm(total=None, unit="B", unit_scale=True)`` bar (anything
-with ``update(n)``; its ``total`` is set when it has none). A total of 0
-means the total is not known (a stream being put, a filtered view).
-"""
+"""``progress=`` for reads and writes: a function of (bytes done, bytes total), or a tqdm-like bar (anything with
+``update(n)``; its ``total`` is set when it has none). A total of 0 means not known."""
 
 from __future__ import annotations
 

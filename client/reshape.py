@@ -1,10 +1,8 @@
 """New versions made on the nodes from a committed one: repartition, rebalance, and the kept part of an append.
 
-The client only plans: which partition of the new grid goes to which node
-and which global rows it holds. Each node then gathers its partitions from
-the source's holders (``assemble``), linking any partition that is exactly
-one it already holds, and the client commits the receipts. No partition
-byte passes through this process.
+The client plans which node holds each new partition and its global rows; each node gathers its partitions from
+the source's holders (``assemble``, linking one it already holds whole), and the client commits the receipts.
+No partition byte passes through this process.
 """
 
 from __future__ import annotations
@@ -33,19 +31,12 @@ def assemble_on_nodes(pool: ConnectionPool, source: VersionInfo, version: int, g
                       rows: Mapping[tuple[int, int], tuple[int, int]],
                       placement: Mapping[tuple[int, int], Sequence[dict]], *,
                       timeout: float = DEFAULT_TIMEOUT, grant: str | None = None) -> list[CommitPart]:
-    """Have every node build its partitions of ``version``; the commit's partitions, in grid order. ``grant``: the
-    catalog's leave to write ``version`` (a writer's orders carry it).
+    """Have every node build its partitions of ``version`` (rows by ``rows``, nodes by ``placement``); returns the
+    commit's partitions in grid order. ``grant``: the catalog's leave to write ``version``.
 
-    ``rows`` gives each new partition's global row range, ``placement`` the
-    nodes that will hold it (each builds its own copy). Orders to different
-    nodes run in parallel; a node's receipt that disagrees with the plan
-    fails the whole operation, which the caller then aborts.
-
-    Each order has a deadline, ``timeout`` plus its bytes at the put rate
-    (like a put's), and carries it to the node, whose own calls (the
-    catalog, pulls from holders) stop when it is spent: a frozen node, as
-    target or as holder, fails the operation with NodeUnavailable naming it
-    instead of holding it for as long as the node stays frozen.
+    Orders run in parallel; a receipt that disagrees with the plan fails the whole operation, which the caller
+    aborts. Each order's deadline (``timeout`` plus its bytes at the put rate) travels to the node and bounds its
+    own calls, so a frozen target or holder fails the operation with NodeUnavailable naming it.
     """
     by_node: dict[str, list[AssemblePart]] = {}
     for pos in sorted(placement):
@@ -90,12 +81,8 @@ def assemble_on_nodes(pool: ConnectionPool, source: VersionInfo, version: int, g
 def relink_on_nodes(pool: ConnectionPool, dataset: str, staging: int, version: int, staged: Sequence[CommitPart],
                     base: tuple[int, int], uri_of: Mapping[str, str], *, timeout: float = DEFAULT_TIMEOUT,
                     grant: str | None = None, source_grant: str | None = None) -> list[CommitPart]:
-    """Have the holders of ``staged`` (partitions of the uncommitted ``staging``) link them into ``version``; a
-    writer's orders carry the grants of both (``grant``, ``source_grant``).
-
-    They become row blocks after ``base`` (row blocks, rows) of the version
-    appended to; the commit's partitions for them. No byte moves.
-    """
+    """Have the holders of ``staged`` (partitions of the uncommitted ``staging``) link them into ``version`` after
+    ``base`` (row blocks, rows), carrying both grants; returns the commit's partitions for them. No byte moves."""
     by_node: dict[str, list[LinkPart]] = {}
     moved = []
     for p in staged:
@@ -120,7 +107,7 @@ def relink_on_nodes(pool: ConnectionPool, dataset: str, staging: int, version: i
 
 
 def order_bytes(source: VersionInfo, parts: Sequence[AssemblePart]) -> int:
-    """About how many source bytes building ``parts`` reads: their share of the source's rows, every column."""
+    """About how many source bytes building ``parts`` reads."""
     total = sum(p.nbytes for p in source.parts)
     rows = sum(p.rows[1] - p.rows[0] for p in parts)
     return total * rows // max(source.shape[0], 1)
@@ -153,7 +140,7 @@ def replicas_of(source: VersionInfo) -> int:
 
 
 def source_bytes(source: VersionInfo, targets: Sequence[tuple[int, int]]) -> list[dict[str, int]]:
-    """For each target row range, about how many of its source bytes each node holds (per replica), for placement."""
+    """For each target row range, about how many of its source bytes each node holds, for placement."""
     blocks: dict[int, list] = {}
     for p in source.parts:
         blocks.setdefault(p.position[0], []).append(p)
@@ -172,15 +159,15 @@ def source_bytes(source: VersionInfo, targets: Sequence[tuple[int, int]]) -> lis
 
 
 def conformed(table: pa.Table, schema: pa.Schema) -> pa.Table:
-    """``table`` as rows of a dataset of ``schema``: the same columns, in its order and types (a type that holds
-    the same values is cast: string/large_string/string_view alike, lossless widening, a float column whose values
-    are whole numbers into an integer one), else SchemaMismatch naming the column, both types and the fix."""
+    """``table`` as rows of a dataset of ``schema``: its columns in order and types, casting types that hold the same
+    values (string kinds, lossless widening, whole-number floats into integers), else SchemaMismatch naming the
+    column, both types and the fix."""
     _check_columns(table.schema, schema)
     return _cast(table.select(schema.names), schema)
 
 
 def conformed_stream(reader: pa.RecordBatchReader, schema: pa.Schema) -> pa.RecordBatchReader:
-    """A stream's batches as rows of a dataset of ``schema`` (the columns checked before the first batch is read)."""
+    """A stream's batches as rows of a dataset of ``schema`` (columns checked before the first batch is read)."""
     _check_columns(reader.schema, schema)
     return pa.RecordBatchReader.from_batches(schema, (_cast(batch.select(schema.names), schema) for batch in reader))
 
@@ -200,8 +187,8 @@ def _check_columns(got: pa.Schema, expected: pa.Schema) -> None:
 
 
 def _whole_numbers_may_fit(source: pa.DataType, target: pa.DataType) -> bool:
-    """A float (or wider integer) column into an integer one: pandas turns a nullable int column into float64;
-    the values are checked when cast."""
+    """A float (or wider integer) column into an integer one (pandas makes nullable ints float64); values checked
+    when cast."""
     return pa.types.is_integer(target) and (pa.types.is_floating(source) or pa.types.is_integer(source))
 
 

@@ -1,12 +1,8 @@
-"""``client.sql(query)``: a query through the catalog's Flight SQL (docs/querying.md, "SQL over Flight").
+"""``client.sql(query)``: a query through the catalog's Flight SQL, the path every ADBC client takes.
 
-The same path every ADBC client takes: the query goes to the catalog in a
-``CommandStatementQuery``, DuckDB answers it there over pushdown scans of
-the datasets it names, and the answer's endpoints are read back. A plain
-scan's endpoints are partitions at their replicas (see
-:mod:`flightpart.sql.scans`): they are read as ``get`` reads a partition, in
-parallel, checked, moving past a replica that is down, frozen or lying to the
-next (:func:`~flightpart.io.pull.read_replicas`).
+DuckDB answers the query at the catalog over pushdown scans, and the answer's endpoints are read back. A plain
+scan's endpoints are partitions at their replicas, read as ``get`` reads them: in parallel, checked, moving past
+a replica that is down, frozen or faulty (:func:`~flightpart.io.pull.read_replicas`).
 """
 
 from __future__ import annotations
@@ -71,8 +67,8 @@ class SqlResult:
 
 def run_sql(pool: ConnectionPool, uri: str, query: str, timeout: float | None, *, idle_timeout: float = IDLE_TIMEOUT,
             compression: str = "auto", host: str | None = None) -> SqlResult:
-    """``query`` answered by the catalog at ``uri`` within ``timeout`` seconds, its endpoints read (a plain scan's in
-    parallel, with the client's ``idle_timeout``, ``compression`` and ``host`` as ``get`` reads) and kept in order."""
+    """``query`` answered by the catalog at ``uri`` within ``timeout`` seconds, its endpoints read in order, with the
+    client's reading settings."""
     descriptor = flight.FlightDescriptor.for_command(proto.pack(proto.STATEMENT_QUERY, proto.message((1, query))))
     deadline = None if timeout is None else time.monotonic() + timeout  # the whole call's, every part's too
     reading = _Reading(pool, uri, pool.options(timeout), deadline, idle_timeout, compression, host_addresses(host))
@@ -109,7 +105,7 @@ def _answered(pool: ConnectionPool, uri: str, descriptor: flight.FlightDescripto
 
 @dataclass(frozen=True)
 class _Reading:
-    """How one query's answer is read: its catalog, call options and deadline, and the client's reading settings."""
+    """How one query's answer is read: its catalog, call options, deadline and the client's reading settings."""
 
     pool: ConnectionPool
     catalog: str
@@ -120,9 +116,8 @@ class _Reading:
     here: frozenset[str]
 
     def part(self, endpoint: flight.FlightEndpoint, k: int, columns: CatalogColumns) -> pa.Table:
-        """One endpoint's part: a partition at its replicas read as ``get`` reads one (each replica in turn, a frozen
-        one left after the idle timeout, what it sends checked, its columns the answer's ``columns``), or the
-        catalog's own part read from it."""
+        """One endpoint's part: a partition read from its replicas as ``get`` reads one (its columns the answer's
+        ``columns``), or the catalog's own part."""
         replicas = [self._replica(location.uri.decode()) for location in endpoint.locations]
         ticket = _partition_ticket(endpoint.ticket.ticket) if replicas else None
         if ticket is None:
@@ -145,7 +140,7 @@ class _Reading:
         return self.pool.options(max(0.001, self.deadline - time.monotonic()))
 
     def _replica(self, location: str) -> Replica:
-        """A location as a replica to read from: its URI and host (the catalog's, for Flight's "this connection")."""
+        """A location as a replica to read from: its URI and host (the catalog's for "this connection")."""
         if location.startswith(REUSE_CONNECTION):
             location = self.catalog
         return location, urlsplit(location).hostname or "", 0
@@ -160,9 +155,8 @@ def _partition_ticket(raw: bytes) -> Ticket | None:
 
 
 def _most_sent(endpoint: flight.FlightEndpoint) -> tuple[int | None, int]:
-    """The most rows (and bytes of values, 0 when not said) the endpoint's node may send
-    (:class:`~flightpart.wire.EndpointRows`), as :func:`~flightpart.io.pull.read_replicas` takes them; rows None
-    when its catalog did not say (an earlier release) or said it unreadably."""
+    """The most rows (and bytes of values, 0: not said) the endpoint's node may send
+    (:class:`~flightpart.wire.EndpointRows`); rows None when the catalog did not say."""
     try:
         said = EndpointRows.decode(endpoint.app_metadata, "endpoint rows") if endpoint.app_metadata else None
     except FlightpartError:
@@ -173,9 +167,8 @@ def _most_sent(endpoint: flight.FlightEndpoint) -> tuple[int | None, int]:
 
 
 def _checked(table: pa.Table, where: str) -> pa.Table:
-    """One endpoint's part of an answer, once it is safe to read: a plain scan's
-    endpoints are the nodes themselves, and a faulty or hostile one's string offsets past their data had killed the
-    process that read the answer. ServerError (INTERNAL) naming the endpoint otherwise."""
+    """One endpoint's part once it is safe to read (a scan's endpoints are nodes, which may be faulty); ServerError
+    (INTERNAL) naming the endpoint otherwise."""
     why = unsound(table)
     if why is not None:
         raise ServerError(f"the SQL answer's part from {where} cannot be read safely: {why}")

@@ -8,10 +8,8 @@ from typing import Any
 
 @dataclass(frozen=True)
 class View:
-    """The selection a Dataset reads: column groups, a row range, a filter, an SPMD rank, a halo, an order.
-
-    Frozen so that deriving a view can never change the dataset it came from; ``replace`` is the only way on.
-    """
+    """The selection a Dataset reads: column groups, a row range, a filter, an SPMD rank, a halo, an order. Frozen, so
+    deriving a view never changes its dataset."""
 
     columns: dict[int, tuple[str, ...]] | None = None  # column group -> selected columns (None: all)
     rows: tuple[int, int] | None = None  # rows of the dataset, before the filter

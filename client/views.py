@@ -1,11 +1,5 @@
-"""``__partitioned__`` in the forms consumers expect that are not the spec's.
-
-Some consumers read the protocol their own way: xgboost_ray wants pandas
-frames from ``get`` and compares ``location[0]`` with its actors' IPs; heat
-wants the MPI rank as ``location[0]`` and NumPy from ``get``. A
-:class:`PartitionedView` of a dataset gives them that form, and stays
-picklable (consumers send the dict to their workers).
-"""
+"""``__partitioned__`` in the forms consumers expect that are not the spec's (xgboost_ray: pandas and IPs; heat:
+ranks and NumPy), through a picklable :class:`PartitionedView`."""
 
 from __future__ import annotations
 
@@ -22,14 +16,9 @@ LOCATIONS = ("spec", "ip", "rank")
 
 
 class ConvertingGet:
-    """A ``get`` whose Arrow tables come back as pandas frames or 2-D NumPy arrays.
-
-    ``categories`` (pandas only) turns those text columns into pandas
-    categoricals with one fixed list of categories, the same for every
-    partition, so that parts concatenated by a consumer stay categorical;
-    with ``codes`` they become those categoricals' integer codes (-1 for a
-    value not in the list), for consumers that take numbers only.
-    """
+    """A ``get`` whose Arrow tables come back as pandas frames or 2-D NumPy arrays. ``categories`` (pandas): those
+    text columns become categoricals with one list shared by every partition, so concatenated parts stay
+    categorical; with ``codes``, their integer codes (-1: not in the list)."""
 
     def __init__(self, get: Any, frames: str, categories: dict[str, list] | None = None, codes: bool = False):
         self.get = get
@@ -58,12 +47,8 @@ class ConvertingGet:
 
 
 class RowsGet:
-    """``get`` of a view with one partition per rank: a handle is a row range ``(start, stop)`` of the dataset.
-
-    Reads the rows from whichever stored partitions hold them (row slices:
-    local ones mapped, others streamed), then converts them as ``frames``
-    says. Picklable: it holds the dataset's whole-version view.
-    """
+    """``get`` of a view with one partition per rank: a handle is a dataset row range ``(start, stop)``, read from the
+    stored partitions holding it and converted as ``frames`` says."""
 
     def __init__(self, dataset: Any, frames: str):
         self.dataset = dataset
@@ -83,15 +68,9 @@ class RowsGet:
 class PartitionedView:
     """A dataset's ``__partitioned__`` with parts as ``frames`` and locations as ``location`` says.
 
-    ``location``: ``"spec"`` (a list of ``(IP, PID)``), ``"ip"`` (a list of
-    IP strings, ``location[0]`` the first replica's; ``ip_of`` maps an IP to
-    the one the consumer knows the host by, e.g. Ray's node IP for a
-    loopback address) or ``"rank"`` (SPMD views: ``[owner rank]``).
-
-    ``one_per_rank`` (SPMD views): the grid is regrouped into one partition
-    per rank, all columns, rank ``r`` owning the rows the Dist RFC's
-    default partition gives it, whatever the stored tiling (heat reads
-    exactly one partition per rank).
+    ``location``: ``"spec"`` (``(IP, PID)`` pairs), ``"ip"`` (IP strings, mapped by ``ip_of``) or ``"rank"`` (SPMD:
+    ``[owner rank]``). ``one_per_rank`` (SPMD): one partition per rank over all columns, as the Dist RFC's default
+    partition gives, whatever the stored tiling.
     """
 
     def __init__(self, dataset: Any, frames: str = "arrow", location: str = "spec",

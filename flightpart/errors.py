@@ -1,14 +1,9 @@
 """The exceptions flightpart raises, each with a stable code.
 
-One hierarchy so that callers can catch ``FlightpartError`` for anything of
-ours, or a specific subclass. Each class also derives from the builtin a
-Python user would expect (``ValueError`` for bad input, ``LookupError`` for
-unknown names, ``ConnectionError`` for unreachable nodes, ``PermissionError``
-for refused credentials).
-
-Servers send an error as its ``code`` and the ``field`` it is about (see
-:func:`flightpart.wire.encode_error`); clients turn the code back into the
-class through :data:`BY_CODE`, one table, never by reading the message.
+Catch ``FlightpartError`` for anything of ours, or a subclass; each also derives from the builtin a Python user
+would expect (``ValueError``, ``LookupError``, ``ConnectionError``, ``PermissionError``). Servers send an error as
+its ``code`` and ``field`` (:func:`flightpart.wire.encode_error`); clients map the code back through
+:data:`BY_CODE`, never by reading the message.
 """
 
 from __future__ import annotations
@@ -23,11 +18,9 @@ _LONG_RUN = re.compile(r"\S{" + str(QUOTED_CHARS + 1) + ",}")
 
 
 def bounded(message: str) -> str:
-    """``message`` as an error carries it: each run of more than :data:`QUOTED_CHARS` non-blank characters cut to
-    that many and an ellipsis, then, past :data:`MESSAGE_CHARS`, its middle left out. What a client sent (a 64 KiB
-    type URL, a 1 MB query) is quoted by errors in such runs or in a long message: cut here, no error echoes more
-    than a small part of it back, and none outgrows what a client takes as a status message. Applying it twice
-    gives the same message."""
+    """``message`` as an error carries it: each run of more than :data:`QUOTED_CHARS` non-blank characters cut to that
+    many and an ellipsis, then its middle left out past :data:`MESSAGE_CHARS`, so no error echoes back more than a
+    small part of what a client sent. Idempotent."""
     message = _LONG_RUN.sub(lambda run: run.group()[:QUOTED_CHARS] + "…", message)
     if len(message) <= MESSAGE_CHARS:
         return message
@@ -37,12 +30,8 @@ def bounded(message: str) -> str:
 
 
 class FlightpartError(Exception):
-    """Base class of every error flightpart raises on purpose.
-
-    ``field`` names the part of a request the error is about (e.g.
-    ``ticket.version``), or is None. The message and the field are kept
-    :func:`bounded`, whoever made them: every error a daemon sends is one.
-    """
+    """Base class of every error flightpart raises on purpose. ``field`` names the part of a request it is about (e.g.
+    ``ticket.version``) or is None; message and field are kept :func:`bounded`."""
 
     code = "ERROR"
     retryable = False
@@ -57,11 +46,7 @@ class FlightpartError(Exception):
 
 
 class PartitionedError(FlightpartError, ValueError):
-    """A ``__partitioned__`` dict (or a ``__distarray__`` dict) breaks the spec.
-
-    The message names the offending field, e.g.
-    ``partitions[(1, 0)].start: expected 2 integers, got (4,)``.
-    """
+    """A ``__partitioned__`` (or ``__distarray__``) dict breaks the spec; the message names the offending field."""
 
     code = "INVALID_PARTITIONED"
 
@@ -79,15 +64,14 @@ class InvalidName(RequestRejected):
 
 
 class InvalidFilter(RequestRejected):
-    """A filter that cannot be translated exactly (unknown column, a construct not supported, a type that does not
-    compare); refused rather than evaluated to a different answer. The message names the part and what works."""
+    """A filter that cannot be translated exactly, refused rather than evaluated to a different answer; the message
+    names the part and what works."""
 
     code = "INVALID_FILTER"
 
 
 class InvalidExpression(RequestRejected):
-    """A computed column (an SQL expression nodes evaluate before they aggregate) that cannot be evaluated exactly as
-    DuckDB would: an unknown column, a function or a type not translated; refused rather than computed differently."""
+    """A computed column that cannot be evaluated exactly as DuckDB would, refused rather than computed differently."""
 
     code = "INVALID_EXPRESSION"
 
@@ -111,14 +95,14 @@ class VersionConflict(FlightpartError, ValueError):
 
 
 class VersionExpired(FlightpartError, TimeoutError):
-    """A write into a version that was aborted while it was still being written: its put outlived the catalog's
-    ``--pending-ttl`` (or the writer abandoned it). Nothing of it is kept; write the data again as a new version."""
+    """A write into a version aborted while being written (its put outlived ``--pending-ttl``, or was abandoned).
+    Nothing of it is kept; write the data again as a new version."""
 
     code = "VERSION_EXPIRED"
 
 
 class QueryTimeout(FlightpartError, TimeoutError):
-    """A query ran longer than the catalog lets one run, and was stopped there; nothing it would have changed was."""
+    """A query ran longer than the catalog lets one run and was stopped; it changed nothing."""
 
     code = "QUERY_TIMEOUT"
 
@@ -155,12 +139,8 @@ class PartitionMissing(FlightpartError, LookupError):
 
 
 class PartitionDamaged(PartitionMissing):
-    """A node's copy of the partition failed its checksum: it was moved aside, never served; another replica may serve it.
-
-    A subclass of :class:`PartitionMissing` because to a reader it is the
-    same thing (this replica cannot serve it, ask the next one); its own
-    code tells an operator that the disk, not a drop, lost it.
-    """
+    """A node's copy of the partition failed its checksum and was moved aside; another replica may serve it. A
+    :class:`PartitionMissing` to a reader; its own code tells an operator the disk lost it."""
 
     code = "PARTITION_DAMAGED"
     retryable = True
@@ -180,9 +160,8 @@ class NodeUnavailable(FlightpartError, ConnectionError):
 
 
 class OutcomeUnknown(NodeUnavailable):
-    """A commit was sent, the catalog stopped answering before it said whether the version was published, and it
-    did not answer again while the client waited: look with ``versions`` once it is back (the write is published
-    whole or not at all)."""
+    """A commit got no answer while the client waited: the version is published whole or not at all; look with
+    ``versions`` once the catalog is back."""
 
     code = "OUTCOME_UNKNOWN"
 
@@ -194,29 +173,27 @@ class ServerBusy(NodeUnavailable):
 
 
 class ServerStarting(ServerBusy):
-    """A daemon is still starting: its port is open but its state is not built yet; retry shortly."""
+    """A daemon is still starting (its state is not built yet); retry shortly."""
 
     code = "STARTING"
 
 
 class NotLeader(NodeUnavailable):
-    """A catalog that does not lead the cluster (a standby, or a leader whose lease passed to another) refused a
-    call; nothing was done. ``field`` is the leader's address when known; a client given every catalog's address
-    retries there."""
+    """A catalog that does not lead refused a call; nothing was done. ``field`` is the leader's address when known."""
 
     code = "NOT_LEADER"
 
 
 class StateUnavailable(NodeUnavailable):
-    """The catalog's state database (PostgreSQL) does not answer: the catalog is read-only (opens keep working from
-    what it read last) until the database is back; writes are refused with this code and can be retried then."""
+    """The catalog's state database does not answer: opens work from what it read last; writes are refused with this
+    code and can be retried once it is back."""
 
     code = "STATE_UNAVAILABLE"
 
 
 class StaleEpoch(FlightpartError, PermissionError):
-    """A node refused an order from a catalog that no longer leads: the order's epoch is lower than the highest the
-    node has seen. Nothing was changed."""
+    """A node refused an order whose epoch is lower than the highest it has seen (its catalog no longer leads); nothing
+    was changed."""
 
     code = "STALE_EPOCH"
 
@@ -234,10 +211,8 @@ class Forbidden(FlightpartError, PermissionError):
 
 
 class ServerError(FlightpartError, RuntimeError):
-    """A server failed on a request it should have handled; its log has the details.
-
-    Retryable: another replica may well serve what this one could not.
-    """
+    """A server failed on a request it should have handled; its log has the details. Retryable: another replica may
+    serve it."""
 
     code = "INTERNAL"
     retryable = True
@@ -250,7 +225,7 @@ class ClientClosed(FlightpartError, RuntimeError):
 
 
 class CannotStart(FlightpartError, RuntimeError):
-    """A daemon could not start: its port is taken, its address is not this machine's, it was told to join itself."""
+    """A daemon could not start (port taken, an address not this machine's, told to join itself)."""
 
     code = "CANNOT_START"
 

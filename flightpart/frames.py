@@ -1,9 +1,5 @@
-"""pandas, polars, pyarrow and friends in and out of ``pyarrow.Table``.
-
-Arrow is flightpart's one in-memory format; every frame type is converted at
-the edge, zero-copy wherever Arrow allows it, so the rest of the code deals
-with tables only.
-"""
+"""pandas, polars, pyarrow and friends in and out of ``pyarrow.Table``: Arrow is the one in-memory format, and
+frames are converted at the edge, zero-copy where Arrow allows."""
 
 from __future__ import annotations
 
@@ -39,13 +35,8 @@ def frame_kind(obj: Any) -> str | None:
 
 
 def stream_of(obj: Any) -> pa.RecordBatchReader | None:
-    """A reader over ``obj`` when it is a stream rather than a frame in memory, else None.
-
-    Streams are a ``pyarrow.RecordBatchReader``, a ``pyarrow.dataset``
-    (Parquet files, ...) and any other object with ``__arrow_c_stream__``
-    (a DuckDB relation, a flightpart Dataset); pandas, polars and pyarrow
-    frames are frames.
-    """
+    """A reader over ``obj`` when it is a stream (a ``RecordBatchReader``, a ``pyarrow.dataset``, anything else with
+    ``__arrow_c_stream__``) rather than a pandas, polars or pyarrow frame, else None."""
     if isinstance(obj, pa.RecordBatchReader):
         return obj
     if type(obj).__module__.startswith("pyarrow._dataset") and hasattr(obj, "scanner"):
@@ -63,13 +54,8 @@ def stream_of(obj: Any) -> pa.RecordBatchReader | None:
 
 
 def to_arrow(obj: Any, *, column_offset: int = 0) -> pa.Table:
-    """Any supported frame as a ``pyarrow.Table``.
-
-    pandas keeps its index in the schema metadata (or as columns when it is
-    not a plain RangeIndex) so that :func:`to_pandas` restores it. NumPy
-    arrays get columns named by their global column number, starting at
-    ``column_offset`` (so column-tiled parts of one array agree).
-    """
+    """Any supported frame as a ``pyarrow.Table``. A pandas index is kept (in metadata, or as columns) for
+    :func:`to_pandas`; NumPy columns are named by global column number from ``column_offset``."""
     kind = frame_kind(obj)
     if kind == "pyarrow":
         return obj
@@ -96,8 +82,7 @@ def to_arrow(obj: Any, *, column_offset: int = 0) -> pa.Table:
 
 
 def _from_polars(frame: Any) -> pa.Table:
-    """A Polars frame as a table; a column Arrow cannot hold is named with what to do: an ``Object`` column had been
-    stored as its Python objects' addresses, an ``Int128`` failed with Arrow's "unsupported format string"."""
+    """A Polars frame as a table; a column Arrow cannot hold (``Object``, ``Int128``) is named with what to do."""
     for name, dtype in frame.schema.items():
         kind = str(dtype)
         if kind == "Object":
@@ -111,9 +96,8 @@ def _from_polars(frame: Any) -> pa.Table:
 
 
 def check_columns(schema: pa.Schema) -> None:
-    """SchemaMismatch for columns a dataset cannot hold: none at all (a stream of no column carries no rows: a frame
-    of 3 rows and no column read back as 0 rows), or a name given twice (a put was taken and could never be read:
-    every read selects columns by name)."""
+    """SchemaMismatch for columns a dataset cannot hold: none at all (no column carries no rows), or a name given
+    twice (reads select columns by name)."""
     if not schema.names:
         raise SchemaMismatch("the frame has no column: a dataset holds at least one (its rows would read back as none)",
                              field="schema")
@@ -126,8 +110,7 @@ def check_columns(schema: pa.Schema) -> None:
 
 
 def _from_pandas(frame: Any) -> pa.Table:
-    """A pandas frame as a table; a column Arrow cannot type (values of mixed Python types in one object column)
-    is named with the types it holds and how to make it one type, instead of Arrow's conversion error."""
+    """A pandas frame as a table; an object column of mixed Python types is named with the types it holds and the fix."""
     twice = sorted({str(name) for name in frame.columns[frame.columns.duplicated()]})
     if twice:  # pyarrow's own ValueError, with no code, said so
         raise SchemaMismatch(f"the frame names columns {twice} more than once; a dataset's columns have one name each: "
@@ -158,7 +141,7 @@ def to_polars(table: pa.Table) -> Any:
 
 
 def polars_frame(data: pa.Table | pa.RecordBatch) -> Any:
-    """``data`` as a polars DataFrame, every column kept (a lazy scan's batches: Polars asked for their columns)."""
+    """``data`` as a polars DataFrame, every column kept."""
     import polars as pl
 
     table = pa.Table.from_batches([data]) if isinstance(data, pa.RecordBatch) else data
@@ -174,10 +157,9 @@ POLARS_DECIMAL_DIGITS = 38
 
 @functools.lru_cache(maxsize=256)
 def shown_to_polars(schema: pa.Schema) -> pa.Schema:
-    """``schema`` as Polars is given it (the same object when Polars reads it as it is): a decimal256 of at most 38
-    digits as a decimal128, the same values (Polars panicked on any decimal256: "operator does not support primitive
-    Int256"); a column Polars cannot read at all is SchemaMismatch naming it (:func:`check_polars_reads`). Remembered
-    per schema: a lazy scan asks for each batch."""
+    """``schema`` as Polars is given it (the same object when Polars reads it as is): a decimal256 of at most 38 digits
+    as a decimal128; a column Polars cannot read is SchemaMismatch (:func:`check_polars_reads`). Remembered per
+    schema."""
     check_polars_reads(schema)
     return retyped_schema(schema, _as_polars_reads)
 
@@ -189,10 +171,8 @@ def _as_polars_reads(kind: pa.DataType) -> pa.DataType | None:
 
 
 def check_polars_reads(schema: pa.Schema) -> None:
-    """SchemaMismatch naming the first column (at any depth) of a type Polars cannot read from Arrow, with what to
-    do. Polars had failed on each in its own way: a ``PanicException`` (a ``BaseException``, which ``except
-    Exception`` does not catch) with a Rust backtrace for a fixed-offset zone, a ``month_day_nano`` interval or a
-    decimal256, or "datatype +r is still not supported" without the column's name."""
+    """SchemaMismatch naming the first column, at any depth, of a type Polars cannot read from Arrow, with what to do,
+    instead of Polars' panic or unnamed error (decision 0014)."""
     for field in schema:
         why = _polars_cannot(field.type)
         if why is not None:
@@ -227,8 +207,7 @@ def _children(kind: pa.DataType) -> list[pa.DataType]:
 
 
 def retyped_schema(schema: pa.Schema, change: Callable[[pa.DataType], pa.DataType | None]) -> pa.Schema:
-    """``schema`` with each type ``change`` gives a new type for (at any depth of a nested column) replaced: the same
-    object when none is (so a caller casts only when something changed)."""
+    """``schema`` with each type ``change`` gives a new type for replaced at any depth; the same object when none is."""
     shown = [retyped(field.type, change) for field in schema]
     if all(kind is None for kind in shown):
         return schema
@@ -237,8 +216,7 @@ def retyped_schema(schema: pa.Schema, change: Callable[[pa.DataType], pa.DataTyp
 
 
 def retyped(kind: pa.DataType, change: Callable[[pa.DataType], pa.DataType | None]) -> pa.DataType | None:
-    """``kind`` with the types ``change`` replaces (it returns None to keep one) replaced within it, at any depth of
-    a struct, map, list or dictionary (its values); None when nothing changed."""
+    """``kind`` with the types ``change`` replaces (None keeps one) replaced at any depth; None when nothing changed."""
     changed = change(kind)
     if changed is not None:
         return changed
@@ -275,10 +253,8 @@ _LISTS: tuple[tuple[Callable[[pa.DataType], bool], Callable[[Any, pa.Field], pa.
 
 
 def _whole_fixed_lists(table: pa.Table) -> pa.Table:
-    """``table`` with each chunk of a fixed-size list column (Polars' ``Array``, a tensor) holding exactly its own
-    values: Polars reads a chunk whose values run on past its rows (a slice, a row range read from a node) as if they
-    did not, and refused a dataset's rows ("validity mask length must be equal to the number of values divided by
-    size"). Zero-copy for a top-level column; a nested one is rebuilt (a copy)."""
+    """``table`` with each chunk of a fixed-size list column holding exactly its own values, since Polars misreads a
+    chunk whose values run past its rows (decision 0014). Zero-copy at top level; a nested column is copied."""
     for k, field in enumerate(table.schema):
         if _holds_fixed_list(field.type):
             whole = [_whole_fixed_list(chunk) for chunk in table.column(k).chunks]
@@ -287,7 +263,7 @@ def _whole_fixed_lists(table: pa.Table) -> pa.Table:
 
 
 def _whole_fixed_list(chunk: pa.Array) -> pa.Array:
-    """``chunk`` whose fixed-size lists' values are exactly its own: a slice's, or a read batch's, may hold more."""
+    """``chunk`` whose fixed-size lists' values are exactly its own."""
     if isinstance(chunk.type, pa.ExtensionType):  # a tensor: its storage made whole
         return pa.ExtensionArray.from_storage(chunk.type, _whole_fixed_list(chunk.storage))
     if not pa.types.is_fixed_size_list(chunk.type):
@@ -332,11 +308,8 @@ def column_groups(columns: Sequence[str], q: int) -> list[list[str]]:
 
 
 def stored_columns(schema: pa.Schema, q: int) -> list[list[str]]:
-    """The columns each of ``q`` column groups stores, in the order :func:`split_grid` stores them.
-
-    With one group a partition is the frame's rows as they are; with more,
-    each holds its data columns followed by the pandas index columns.
-    """
+    """The columns each of ``q`` column groups stores, as :func:`split_grid` stores them: with one group the frame's
+    as they are; with more, each group's data columns then the pandas index columns."""
     if q == 1:
         return [list(schema.names)]
     data = data_columns(empty_table(schema))
@@ -346,11 +319,7 @@ def stored_columns(schema: pa.Schema, q: int) -> list[list[str]]:
 
 
 def split_grid(table: pa.Table, grid: Sequence[int]) -> dict[tuple[int, int], pa.Table]:
-    """Cut a table into a ``(p, q)`` grid of zero-copy slices.
-
-    pandas index columns travel with every column group, so each part can be
-    turned back into pandas on its own.
-    """
+    """Cut a table into a ``(p, q)`` grid of zero-copy slices; pandas index columns travel with every column group."""
     p, q = grid
     data = data_columns(table)  # once: a check per column against a fresh list was quadratic in columns
     in_data = set(data)
@@ -367,11 +336,7 @@ def split_grid(table: pa.Table, grid: Sequence[int]) -> dict[tuple[int, int], pa
 
 
 def assemble(parts: Mapping[tuple[int, int], pa.Table], grid: Sequence[int]) -> pa.Table:
-    """Inverse of :func:`split_grid`: one table from a 2-D grid of parts.
-
-    Column groups of a row block are joined side by side, then the row blocks
-    are concatenated; buffers are not copied (chunks are kept).
-    """
+    """Inverse of :func:`split_grid`: one table from a 2-D grid of parts, without copying buffers."""
     if len(grid) == 1:
         grid = (grid[0], 1)
         parts = {(k[0], 0): v for k, v in parts.items()}
@@ -400,11 +365,7 @@ def assemble(parts: Mapping[tuple[int, int], pa.Table], grid: Sequence[int]) -> 
 
 
 def from_pieces(blocks: Sequence[Sequence[pa.Table]], schema: pa.Schema) -> pa.Table:
-    """One table of ``schema`` from row blocks, each given as tables of some of its columns (no copy).
-
-    What a node assembling a partition of a new grid has: for each source
-    row block it met, the columns each source column group gave.
-    """
+    """One table of ``schema`` from row blocks, each given as tables of some of its columns (no copy)."""
     out = []
     for pieces in blocks:
         by_name = {name: column for table in pieces for name, column in zip(table.column_names, table.columns)}
@@ -413,11 +374,7 @@ def from_pieces(blocks: Sequence[Sequence[pa.Table]], schema: pa.Schema) -> pa.T
 
 
 def rechunk(table: pa.Table, target_bytes: int = 1 << 20) -> pa.Table:
-    """The same data in record batches of about ``target_bytes`` each.
-
-    Batch size decides Flight streaming speed (about 1 MiB streams fastest);
-    slicing is zero-copy, only the chunk boundaries change.
-    """
+    """The same data in record batches of about ``target_bytes`` each (zero-copy slices)."""
     if table.num_rows == 0:
         return table
     per_row = max(1, size_of(table) // table.num_rows)
@@ -431,10 +388,8 @@ _VIEWS = frozenset(t.id for t in (pa.string_view(), pa.binary_view(), pa.list_vi
 
 
 def sent_unlike_stored(kind: pa.DataType) -> bool:
-    """Whether values of ``kind`` may take more bytes in a stream than in a file: a dictionary (sent again with
-    batches, and counted with each), a view type (a slice's batch carries every data buffer it points into) or a
-    dense union (a slice, a filter's or a take's output carries its children whole: 78 times the stored bytes where
-    rows share values), at any depth of a nested type."""
+    """Whether values of ``kind``, at any depth, may take more bytes in a stream than in a file: a dictionary, a view
+    type or a dense union (decision 0013)."""
     if pa.types.is_dictionary(kind) or kind.id in _VIEWS or kind.id == _DENSE_UNION:
         return True
     if isinstance(kind, pa.ExtensionType):
@@ -446,8 +401,7 @@ _DENSE_UNION = pa.dense_union([]).id
 
 
 def holds(kind: pa.DataType, found: Callable[[pa.DataType], bool]) -> bool:
-    """Whether ``kind`` or a type it holds is ``found``, at any depth: a nested type's fields, a dictionary's values,
-    an extension's storage."""
+    """Whether ``kind`` or a type it holds at any depth is ``found``."""
     if found(kind):
         return True
     if pa.types.is_dictionary(kind):
@@ -468,11 +422,8 @@ def holds_dictionary(kind: pa.DataType) -> bool:
 
 
 def size_of(data: pa.Table | pa.RecordBatch) -> int:
-    """``data.nbytes`` (the bytes its rows reach, a slice's only), except where a column holds a dense union: the
-    sizes of its buffers. Arrow's ``nbytes`` of a dense union counts a child's value once for each row pointing at
-    it (2 GB for 300,000 rows sharing 300 strings of 1 KB), and killed a node with SIGSEGV on a valid batch a put
-    sent; every size of a user's or a peer's rows is taken here. Such a column counts its buffers, a slice's
-    whole parent's (its children are sent whole anyway); every other column its rows' bytes."""
+    """``data.nbytes`` (a slice's rows only), except for dense union columns, counted by their buffers (a slice's
+    whole parent's), since Arrow's ``nbytes`` over-counts and may crash on them (decision 0013)."""
     kinds = [holds_dense_union(field.type) for field in data.schema]
     if not any(kinds):
         return data.nbytes
@@ -480,9 +431,7 @@ def size_of(data: pa.Table | pa.RecordBatch) -> int:
 
 
 def empty_table(schema: pa.Schema) -> pa.Table:
-    """A table of no rows of ``schema``: ``Schema.empty_table()``, which Arrow cannot make for a dense union at any
-    depth (ArrowNotImplementedError: a repartition of such a dataset had failed as INTERNAL); that column is then
-    made as no nulls of its type."""
+    """A table of no rows of ``schema``; a dense union column, which Arrow cannot make empty, is made as no nulls."""
     try:
         return schema.empty_table()
     except pa.ArrowNotImplementedError:
@@ -493,13 +442,8 @@ _PLAIN_OF_VIEW = {pa.string_view(): pa.large_string(), pa.binary_view(): pa.larg
 
 
 def without_views(kind: pa.DataType) -> pa.DataType | None:
-    """``kind`` with each string or binary view (at any depth of lists, structs and maps) replaced by its large
-    offset-based twin; None when ``kind`` holds no such view, or holds one where a cast could not bring it back
-    (in a list view, a dictionary, an extension or a union).
-
-    A slice of a view array still points into every data buffer of the whole array, and Arrow's IPC writer writes
-    them all with each batch; cast to the twin and back, a slice holds only its own values (:func:`compact_views`).
-    """
+    """``kind`` with each string or binary view, at any depth, replaced by its large offset-based twin; None when it
+    holds none, or one a cast could not bring back (in a list view, dictionary, extension or union)."""
     if kind in _PLAIN_OF_VIEW:
         return _PLAIN_OF_VIEW[kind]
     if pa.types.is_struct(kind):
@@ -535,9 +479,7 @@ def schema_without_views(schema: pa.Schema) -> pa.Schema | None:
 
 
 def filter_rows(table: pa.Table, mask: Any) -> pa.Table:
-    """``table.filter(mask)``, also with string or binary view columns, which Arrow's filter has no kernel for: those
-    filtered as their large twins and cast back, a batch at a time (a copy of one batch's values at most, then of
-    what is kept)."""
+    """``table.filter(mask)``, also for view columns (filtered as their large twins and cast back, a batch at a time)."""
     plain = schema_without_views(table.schema)
     if plain is None:
         return table.filter(mask)
@@ -555,8 +497,7 @@ FEW_ROWS_TAKEN = 4096
 
 
 def take_rows(table: pa.Table, indices: Any) -> pa.Table:
-    """``table.take(indices)``, also with string or binary view columns (see :func:`filter_rows`). A few rows (a
-    top's) are copied one by one from a view column, not through a copy of the whole column."""
+    """``table.take(indices)``, also for view columns (:func:`filter_rows`); a few rows are copied one by one."""
     plain = schema_without_views(table.schema)
     if plain is None:
         return table.take(indices)
@@ -574,9 +515,8 @@ def take_rows(table: pa.Table, indices: Any) -> pa.Table:
 
 
 def compact_views(batch: pa.RecordBatch, plain: pa.Schema) -> pa.RecordBatch:
-    """``batch`` (a slice, perhaps) whose view columns hold only the bytes of its own rows: each column rebuilt from
-    its own rows (a cast of a list slice would cast every value of the whole list's child), cast to ``plain``
-    (:func:`schema_without_views` of its schema), which copies just those values, and back, which points into them."""
+    """``batch`` whose view columns hold only the bytes of its own rows (decision 0013): each rebuilt from its rows,
+    cast to ``plain`` (copying them) and back."""
     own = pa.RecordBatch.from_arrays([pa.concat_arrays([column]) for column in batch.columns], schema=batch.schema)
     return own.cast(plain).cast(batch.schema)
 
@@ -584,15 +524,10 @@ def compact_views(batch: pa.RecordBatch, plain: pa.Schema) -> pa.RecordBatch:
 def growing_dictionaries(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """``batches`` with each dictionary column's dictionary only ever extended, never replaced.
 
-    An Arrow IPC *file* holds one dictionary per column, which later batches
-    may only extend (a delta); a stream may replace it at every batch, as a
-    pandas categorical or a chunked dictionary column does when its chunks
-    have different categories. Each batch is re-indexed into the dictionary
-    seen so far plus its new values (the values read back are the same), so
-    the batches can be written to one file with ``emit_dictionary_deltas``.
-    A list of dictionary values (a list of categories) is grown the same way
-    (a table whose chunks had other categories had been refused); a
-    dictionary deeper in a nested type passes unchanged.
+    An IPC file holds one dictionary per column, which later batches may only extend; a stream may replace it at
+    every batch. Each batch is re-indexed into the dictionary so far plus its new values (same values read back), so
+    all can be written with ``emit_dictionary_deltas``. Lists of dictionary values grow the same way; a dictionary
+    deeper in a nested type passes unchanged.
     """
     seen: dict[int, pa.Array] = {}
     for batch in batches:
@@ -615,7 +550,7 @@ def growing_dictionaries(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.Recor
 
 
 def _into_dictionary(column: pa.DictionaryArray, known: pa.Array | None) -> pa.DictionaryArray:
-    """``column`` indexed into ``known`` followed by the values of its own dictionary that ``known`` lacks."""
+    """``column`` indexed into ``known`` followed by its own dictionary's values ``known`` lacks."""
     own = column.dictionary
     if known is None or own.equals(known) or (len(own) >= len(known) and own.slice(0, len(known)).equals(known)):
         return column  # the first, the same, or an extension: written as it is (a delta at most)
@@ -639,8 +574,8 @@ def _largest_index(index_type: pa.DataType) -> int:
 
 
 def widens_losslessly(source: pa.DataType, target: pa.DataType) -> bool:
-    """Whether every value of ``source`` is a value of ``target`` (int32 -> int64, float32 -> float64, a date ->
-    a timestamp; the string, binary and list encodings among themselves are one logical type each)."""
+    """Whether every value of ``source`` is a value of ``target`` (int32 -> int64, date -> timestamp; string, binary and
+    list encodings among themselves)."""
     import pyarrow.types as pat
 
     if source.equals(target):
@@ -670,7 +605,6 @@ def _BINARIES(t: pa.DataType) -> bool:
 
 
 def describe_columns(schema: pa.Schema) -> list[dict[str, Any]]:
-    """Each column's name, type (as pyarrow writes it) and whether it may hold nulls: what ``show``, ``ls --long``
-    and the status page print."""
+    """Each column's name, type and nullability, as ``show``, ``ls --long`` and the status page print them."""
     return [{"name": f.name, "type": str(f.type), "nullable": f.nullable} for f in schema]
 

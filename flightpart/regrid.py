@@ -1,10 +1,8 @@
 """Which stored rows and columns make each partition of a new grid: repartition, rebalance and append.
 
-Pure arithmetic over a version's geometry, so the client (which plans) and
-the node (which assembles, and must not trust the plan blindly) agree on
-one answer. A target partition is described by its global row range and
-its column group in the new grid; its columns are the ones
-:func:`flightpart.frames.stored_columns` gives that group.
+Pure arithmetic over a version's geometry, so the client (which plans) and the node (which assembles and must
+not trust the plan blindly) agree. A target partition is its global row range and its column group's columns
+(:func:`flightpart.frames.stored_columns`).
 """
 
 from __future__ import annotations
@@ -26,16 +24,9 @@ class Piece:
 
 def pieces_of(rows: tuple[int, int], columns: Sequence[str], row_sizes: Sequence[int],
               groups: Sequence[Sequence[str]], row_starts: Sequence[int] | None = None) -> list[list[Piece]]:
-    """The source pieces of a target partition, per source row block in order.
-
-    ``rows`` is the target's global row range, ``columns`` the columns it
-    stores; ``row_sizes`` and ``groups`` describe the source grid (rows per
-    row block, columns per column group). Within a row block each column is
-    taken from the first group that stores it (pandas index columns are in
-    every group), and a group contributing nothing is not asked. An empty
-    target has no pieces. ``row_starts`` (the prefix sums of ``row_sizes``),
-    when a caller plans many targets, spares recomputing them per target.
-    """
+    """The source pieces of a target partition (global ``rows``, stored ``columns``), per source row block in order,
+    over a source grid of ``row_sizes`` and ``groups`` (``row_starts``: their prefix sums, if at hand). Each column is
+    taken from the first group storing it; an empty target has no pieces."""
     wanted = list(dict.fromkeys(columns))
     owner: dict[str, int] = {}
     for j, group in enumerate(groups):
@@ -53,10 +44,8 @@ def pieces_of(rows: tuple[int, int], columns: Sequence[str], row_sizes: Sequence
 
 
 def is_whole(pieces: list[list[Piece]], row_sizes: Sequence[int], groups: Sequence[Sequence[str]]) -> Piece | None:
-    """The one source partition a target is exactly (all its rows, its columns in its order), or None.
-
-    Such a target is not copied: the node that holds the source links it.
-    """
+    """The one source partition a target is exactly (all its rows, its columns in order), or None; such a target is
+    linked, not copied."""
     if len(pieces) != 1 or len(pieces[0]) != 1:
         return None
     piece = pieces[0][0]
@@ -67,15 +56,9 @@ def is_whole(pieces: list[list[Piece]], row_sizes: Sequence[int], groups: Sequen
 
 def balanced(sizes: Mapping[tuple[int, int], int], holders: Mapping[tuple[int, int], Sequence[str]],
              nodes: Sequence[str]) -> dict[tuple[int, int], list[str]]:
-    """New holders so that bytes per node differ by at most one partition, moving as little as it can.
-
-    ``sizes`` are the partitions' bytes, ``holders`` the nodes holding each
-    now (a node no longer in ``nodes`` counts as gone: its replicas go to
-    the least loaded nodes). Greedy: the largest partition that narrows the
-    gap moves from the most to the least loaded node, until the gap is at
-    most the largest partition or no move narrows it. Every move lowers the
-    sum of squared loads, so it ends.
-    """
+    """New holders so that bytes per node differ by at most one partition, moving as little as it can (a holder not in
+    ``nodes`` is gone). Greedy: the largest partition that narrows the gap moves from the most to the least loaded
+    node. It ends, since every move lowers the sum of squared loads."""
     load = dict.fromkeys(nodes, 0)
     placed: dict[tuple[int, int], list[str]] = {}
     orphans = []
@@ -109,13 +92,8 @@ def balanced(sizes: Mapping[tuple[int, int], int], holders: Mapping[tuple[int, i
 
 
 def near_placement(weights: Sequence[Mapping[str, int]], nodes: Sequence[str], replicas: int) -> list[list[str]]:
-    """For each new partition, ``replicas`` distinct nodes, preferring those that hold most of its source bytes.
-
-    ``weights[k]`` maps a node to the bytes of partition ``k``'s source it
-    holds. No node gets more than its share (the partitions times replicas
-    over the nodes, rounded up), so placement stays as even as a
-    round-robin while most rows are read from local disks.
-    """
+    """For each new partition, ``replicas`` distinct nodes, preferring those holding most of its source bytes
+    (``weights``), none past its share (partitions times replicas over nodes, rounded up)."""
     cap = -(-len(weights) * replicas // max(len(nodes), 1))
     count = dict.fromkeys(nodes, 0)
     order = {n: k for k, n in enumerate(nodes)}

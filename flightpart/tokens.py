@@ -1,9 +1,8 @@
 """Roles, capabilities and signatures: who may mint a credential, and who may only check one.
 
-A cluster has one secret, held by its catalog and its operator (the
-``flightpart token`` command). An Ed25519 signing key is derived from it by
-scrypt (:func:`signing_key`, once per process); everything a daemon must trust
-is signed with that key:
+A cluster has one secret, held by its catalog and its operator (``flightpart token``). An Ed25519 signing key
+is derived from it by scrypt (:func:`signing_key`, once per process), and everything a daemon must trust is
+signed with that key:
 
     fp3:<role>:<name>:<expiry>:<sig>            a role token (reader, writer, admin, node)
     fp3:cap:<dataset>@<version>:<expiry>:<sig>  a read capability for one version
@@ -11,18 +10,13 @@ is signed with that key:
     fp3:begun:<dataset>@<version>><writer>:<expiry>:<sig>  a writer's leave to write a version it began
     a sealed manifest's ``signature``            "this catalog committed this version with these holders"
 
-<expiry> is a Unix time (0: never); <sig> is the Ed25519 signature (URL-safe
-base64, 86 characters) of the rest. Nodes get the public half only (a
-:class:`VerifyKey`): they check any token without being able to mint one,
-so a node's own credential (a ``node`` token naming it) cannot be turned
-into a writer's, an admin's or another node's. The cluster secret itself is
-also accepted as the owner's token, by the daemons that hold it.
+<expiry> is a Unix time (0: never); <sig> is the Ed25519 signature (URL-safe base64, 86 characters) of the rest.
+Nodes hold only the public half (:class:`VerifyKey`): they check any token but mint none, so a node's own token
+cannot become another's. The daemons holding the secret also accept it as the owner's token.
 
-What leaves the catalog (a token, a capability in a pickled handle, the verify
-key, a heartbeat datagram's MAC) is made with the derived key only, so testing
-one guess of the secret against any of them costs one scrypt derivation; and a
-secret must carry at least :data:`SECRET_MIN_BITS` bits (:func:`check_secret`),
-so there is no short list of guesses to test.
+Why a stolen token does not give the secret away: everything that leaves the catalog is made with the derived
+key only, so testing one guess costs one scrypt derivation, and a secret must carry at least
+:data:`SECRET_MIN_BITS` bits (:func:`check_secret`), so there is no short list of guesses.
 """
 
 from __future__ import annotations
@@ -125,8 +119,7 @@ class WeakSecret(ValueError):
 
 
 def new_secret() -> str:
-    """A fresh cluster secret: 32 random bytes in URL-safe base64 (43 characters, 256 bits), one that
-    :func:`check_secret` takes (drawn again in the rare case its estimate would call a random draw regular)."""
+    """A fresh cluster secret: 32 random bytes in URL-safe base64 (256 bits), always accepted by :func:`check_secret`."""
     while True:
         value = secrets.token_urlsafe(32)
         if secret_bits(value.encode()) >= SECRET_MIN_BITS:
@@ -143,7 +136,7 @@ def _period(text: str) -> str:
 
 
 def _pool(text: str) -> int:
-    """How many characters each of ``text``'s could have been, from the classes it uses (hex digits count 16)."""
+    """How many characters each of ``text``'s could have been, from the classes it uses."""
     if text and all(c in string.hexdigits for c in text) and (text.lower() == text or text.upper() == text):
         return 16 if any(c not in string.digits for c in text) else 10
     pool = 0
@@ -157,8 +150,7 @@ def _pool(text: str) -> int:
 
 
 def _surprising(text: str) -> int:
-    """How many characters of ``text`` are not foretold by the ones before: a repeat of the previous one, or the
-    next step of a run like ``abcd`` or ``4321``, counts for nothing."""
+    """How many characters of ``text`` its previous ones do not foretell (repeats and runs like ``abcd`` count nothing)."""
     count = 0
     for i, c in enumerate(text):
         if i and c == text[i - 1]:
@@ -170,12 +162,9 @@ def _surprising(text: str) -> int:
 
 
 def secret_bits(secret: bytes) -> float:
-    """An estimate of the bits a secret carries, erring low: its shortest repeated unit, with repeats and runs
-    (``aaaa``, ``abcd``) counted once, times log2 of the size of the character classes it draws from; a
-    passphrase (letters in words between separators) counts by words; a secret everyone tries counts 0.
-
-    It cannot see every regularity (a sentence of long words, a name and a date), but it refuses what an
-    operator types without thinking, and what :func:`new_secret` makes always passes."""
+    """An estimate, erring low, of the bits a secret carries: its shortest repeated unit, runs counted once, times log2
+    of its character classes' size; a passphrase counts by words; a secret everyone tries counts 0. It misses some
+    regularities but refuses what an operator types without thinking."""
     text = secret.decode("utf-8", "replace").strip()
     unit = _period(text)
     if not text or text.lower() in _WEAK_SECRETS or unit.lower() in _WEAK_SECRETS:
@@ -188,9 +177,8 @@ def secret_bits(secret: bytes) -> float:
 
 
 def check_secret(secret: bytes) -> None:
-    """:class:`WeakSecret` (saying why and how to make a good one) unless ``secret`` carries at least
-    :data:`SECRET_MIN_BITS` bits by :func:`secret_bits`. Every daemon that takes the secret checks it at start:
-    a signature made from a secret that can be guessed lets anyone who sees one token mint the rest."""
+    """:class:`WeakSecret` (saying why, and how to make a good one) unless ``secret`` carries :data:`SECRET_MIN_BITS`
+    bits by :func:`secret_bits`: from a guessable secret, one token lets anyone mint the rest."""
     bits = secret_bits(secret)
     if bits >= SECRET_MIN_BITS:
         return
@@ -217,16 +205,14 @@ daemon, and by an attacker for every guess of the secret tested against anything
 
 
 def derived_seed(secret: bytes) -> bytes:
-    """The 32-byte Ed25519 seed of the cluster's signing key: scrypt of the secret with :data:`KDF_SALT` and
-    :data:`KDF_N`, :data:`KDF_R`, :data:`KDF_P`. Slow on purpose: callers go through :func:`signing_key`, which
-    keeps it for the process."""
+    """The 32-byte Ed25519 seed of the cluster's signing key: scrypt of the secret with :data:`KDF_SALT`,
+    :data:`KDF_N`, :data:`KDF_R`, :data:`KDF_P`. Slow on purpose; use :func:`signing_key`."""
     return hashlib.scrypt(secret, salt=KDF_SALT, n=KDF_N, r=KDF_R, p=KDF_P, maxmem=4 * 128 * KDF_N * KDF_R, dklen=32)
 
 
 @functools.lru_cache(maxsize=8)
 def signing_key(secret: bytes) -> Ed25519PrivateKey:
-    """The cluster's signing key, derived from its secret by scrypt (:func:`derived_seed`) once per process and kept:
-    the secret stays the one thing an operator keeps, and no token costs a derivation."""
+    """The cluster's signing key, derived from its secret (:func:`derived_seed`) once per process and kept."""
     return Ed25519PrivateKey.from_private_bytes(derived_seed(secret))
 
 
@@ -276,8 +262,7 @@ def role_token(secret: bytes, role: str, name: str, expiry: int = 0) -> str:
 
 
 def split_token(token: str) -> tuple[str, bytes] | None:
-    """A role token's body (``fp3:<role>:<name>:<expiry>``, public) and its signature's bytes (a secret between the
-    token's holder and the cluster secret's); None for anything else."""
+    """A role token's public body (``fp3:<role>:<name>:<expiry>``) and its signature's bytes; None for anything else."""
     body, _, signature = token.rpartition(":")
     if body.count(":") != 3 or not body.startswith(TOKEN_PREFIX + ":"):
         return None
@@ -289,8 +274,8 @@ def split_token(token: str) -> tuple[str, bytes] | None:
 
 
 def is_node_token_body(body: str, node_id: str, now: float, margin: float = 0.0) -> bool:
-    """Whether ``body`` (a role token without its signature) is a node token naming ``node_id`` that has not expired
-    (``margin``: seconds still accepted after its expiry, as :func:`verify_token` allows)."""
+    """Whether ``body`` (a role token without signature) is an unexpired node token naming ``node_id`` (``margin`` as
+    :func:`verify_token`)."""
     if len(body) > 200 or not body.isascii():
         return False
     parts = body.split(":")
@@ -303,15 +288,15 @@ def is_node_token_body(body: str, node_id: str, now: float, margin: float = 0.0)
 
 @functools.lru_cache(maxsize=8192)
 def token_signature(secret: bytes, body: str) -> bytes:
-    """The signature of a token's ``body`` as this cluster mints it: Ed25519 signs deterministically, so the holder
-    of the secret recomputes any token's signature from its public body, and can use it as a key shared with the
-    token's holder alone (the heartbeat datagrams are signed with it; it never crosses the wire)."""
+    """The signature of a token's ``body`` as this cluster mints it. Ed25519 is deterministic, so the secret's holder
+    can recompute it and use it as a key shared with the token's holder alone (heartbeat datagrams' MAC); it never
+    crosses the wire."""
     return signing_key(secret).sign(_TOKEN_CONTEXT + body.encode())
 
 
 def put_grant(secret: bytes, dataset: str, version: int, part: tuple[int, int], node_id: str, expiry: int) -> str:
     """A bearer token that puts partition ``part`` of ``dataset`` v``version`` to node ``node_id``, and nothing else,
-    until ``expiry``: the catalog gives it with a copy-to order to the node that sends the copy."""
+    until ``expiry`` (given with a copy-to order)."""
     from .wire import check_name  # the one rule for names; the wire does not import tokens
 
     if not _LABEL.fullmatch(node_id):
@@ -322,11 +307,8 @@ def put_grant(secret: bytes, dataset: str, version: int, part: tuple[int, int], 
 
 
 def version_grant(secret: bytes, dataset: str, version: int, writer: str, expiry: int) -> str:
-    """A token that lets the writer named ``writer`` put to ``dataset`` v``version``, which it began, until ``expiry``.
-
-    A writer's token alone had put files to any node for versions nobody began: they broke another writer's put of
-    that number, and one at the last version number used up its name. It is no bearer token: a node reads it from
-    :data:`GRANT_HEADER`, next to the writer's own."""
+    """A token that lets the writer named ``writer`` put to ``dataset`` v``version``, which it began, until ``expiry``
+    (decision 0015). Not a bearer token: a node reads it from :data:`GRANT_HEADER` beside the writer's own."""
     from .wire import check_name  # the one rule for names; the wire does not import tokens
 
     if not _LABEL.fullmatch(writer):
@@ -336,9 +318,8 @@ def version_grant(secret: bytes, dataset: str, version: int, writer: str, expiry
 
 
 def signed_capability(secret: bytes, dataset: str, version: int, expiry: int) -> str:
-    """A bearer token that reads one dataset version and nothing else, until ``expiry``.
-
-    ``dataset`` must be a checked name: :func:`capability` checks it (names are the wire's rule)."""
+    """A bearer token that reads one dataset version and nothing else, until ``expiry``; ``dataset`` must be a checked
+    name (:func:`capability` checks it)."""
     body = f"{TOKEN_PREFIX}:{CAPABILITY}:{dataset}@{int(version)}:{int(expiry)}"
     return f"{body}:{_sign(secret, _TOKEN_CONTEXT, body)}"
 
@@ -382,12 +363,12 @@ class Credential:
 
 
 def verify_token(secret: Keys, token: str, now: float, margin: float = 0.0) -> Credential | None:
-    """The credential a bearer token carries, or None if it is not one this cluster signed or it has expired.
+    """The credential a bearer token carries, or None if this cluster did not sign it or it has expired.
 
-    ``secret``: the cluster secret, or only its :class:`VerifyKey` (then the secret itself is no token). A
-    signature is checked once per token and remembered (a reader presents the same token on every call).
-    ``margin``: seconds a token is still accepted after its expiry, so a verifier whose clock runs ahead of
-    the one that minted it by less than that does not refuse it early (the price: one served that much late)."""
+    ``secret``: the cluster secret, or only its :class:`VerifyKey` (then the secret is no token). Signatures are
+    checked once per token and remembered. ``margin``: seconds a token is still accepted past its expiry, so a
+    verifier whose clock runs ahead by less does not refuse it early.
+    """
     if isinstance(secret, bytes) and hmac.compare_digest(token.encode(), secret):
         return Credential("owner", "owner")
     credential = _signed_credential(_public(secret), token)
@@ -397,8 +378,8 @@ def verify_token(secret: Keys, token: str, now: float, margin: float = 0.0) -> C
 
 
 def outdated_format(token: str) -> str | None:
-    """The prefix of a token in an earlier release's format (``fp2``: signed with another key), None for any other:
-    such a token is refused like any unknown one, with a hint to mint it again."""
+    """The prefix of a token in an earlier release's format (``fp2``), None for any other; refused with a hint to mint
+    it again."""
     prefix = token.partition(":")[0]
     return prefix if prefix in OUTDATED_TOKEN_PREFIXES and prefix != token else None
 
@@ -422,9 +403,9 @@ def manifest_signature(secret: bytes, manifest_json: dict) -> str:
 
 
 def manifest_signed(keys: Keys, manifest_json: dict, signature: str | None) -> bool:
-    """Whether the catalog of this cluster signed this manifest (its JSON form without the signature). With the
-    secret, a manifest sealed by an earlier release (its key an HMAC of the same secret) counts too: nodes keep
-    those, and a catalog rebuilding its state must still trust them. Nothing is signed with that key any more."""
+    """Whether this cluster's catalog signed this manifest (its JSON form without the signature). With the secret, a
+    manifest sealed by an earlier release's key counts too, since nodes keep them and a rebuilding catalog must
+    trust them."""
     if signature is None:
         return False
     text = _canonical(manifest_json)

@@ -1,16 +1,12 @@
 """The wire format: every message both sides speak, each with its two halves side by side.
 
-Names, tickets, descriptor paths, errors, FlightInfo and endpoint metadata,
-the commit body and every action body are encoded and strictly decoded
-here, so the node, the catalog and the client can never disagree, and
-nothing received is ever unpickled: every byte from the network goes
-through ``json.loads`` (or Arrow IPC for schemas) and a shape check.
+Names, tickets, descriptor paths, errors, FlightInfo, endpoint metadata and every action body are encoded and
+strictly decoded here, so node, catalog and client cannot disagree, and nothing received is unpickled: every
+byte from the network goes through ``json.loads`` (or Arrow IPC for schemas) and a shape check.
 
-A new action starts here: a request :class:`Message` naming its fields and
-their parsers, its ``ACTION`` (the one spelling of its name) and its
-``REPLY`` message, with a round-trip test in ``tests/unit/test_wire.py``;
-then a handler ``(self, body) -> Reply`` in the daemon's ``action_table``
-(docs/architecture.md, "where to add things").
+A new action starts here: a request :class:`Message` with its fields' parsers, its ``ACTION`` and its ``REPLY``,
+a round-trip test in ``tests/unit/test_wire.py``, then a handler in the daemon's ``action_table``
+(docs/architecture.md).
 """
 
 from __future__ import annotations
@@ -51,13 +47,8 @@ def check_name(name: Any, field_name: str | None = None) -> str:
 
 
 def pages(items: Iterable[T], weight: Callable[[T], int], limit: int) -> Iterator[tuple[list[T], bool]]:
-    """``items`` cut into pages of about ``limit`` by ``weight`` (each page at least one item), lazily.
-
-    Yields ``(page, more)``: ``more`` says another page follows, known
-    without weighing more than the one item that did not fit. Every reply
-    or body a cluster can grow (``held``, registrations, seals owed) is sent
-    this way, so none reaches :data:`MAX_JSON_BYTES`.
-    """
+    """``items`` cut lazily into pages of about ``limit`` by ``weight`` (at least one item each), as ``(page, more)``.
+    Every reply or body a cluster can grow is sent so, so none reaches :data:`MAX_JSON_BYTES`."""
     page: list[T] = []
     total = 0
     for item in items:
@@ -208,9 +199,7 @@ def p_message(cls: type["Message"]) -> Parser:
 def _field(parse: Parser, default: Any = MISSING, encode: Callable[[Any], Any] | None = None, *,
            omitted_when_none: bool = False) -> Any:
     """A message field: how to parse it from JSON and, when not the generic way, how to write it.
-
-    ``omitted_when_none``: the key is left out while the value is None (a field added to a message that is
-    also read by plain Flight clients, as a ticket is, keeps the bytes of messages that do not use it)."""
+    ``omitted_when_none``: the key is left out while None, so messages not using a new field keep their bytes."""
     return field(default=default, metadata={"parse": parse, "encode": encode or _to_json, "omitted": omitted_when_none})
 
 
@@ -231,12 +220,9 @@ M = TypeVar("M", bound="Message")
 class Message:
     """A JSON object with exactly the fields of the subclass, each checked by its parser.
 
-    A request names its Flight action (``ACTION``, the one place the word is
-    spelled) and the message its daemon answers with (``REPLY``): the
-    server's action table is built from them and the client's
-    :meth:`~flightpart.io.connections.ConnectionPool.action` sends one and
-    decodes the other, so no call site names an action. Replies and nested
-    parts have neither.
+    A request names its Flight action (``ACTION``, the one place it is spelled) and its reply message (``REPLY``):
+    the server's action table and the client's
+    :meth:`~flightpart.io.connections.ConnectionPool.action` are built from them, so no call site names an action.
     """
 
     ACTION: ClassVar[str] = ""
@@ -244,7 +230,7 @@ class Message:
 
     @classmethod
     def _fields(cls) -> dict[str, Any]:
-        """The dataclass fields by name, looked up once per class (``dataclasses.fields`` is a third of a small decode)."""
+        """The dataclass fields by name, looked up once per class."""
         known = cls.__dict__.get("_known_fields")
         if known is None:
             known = {f.name: f for f in fields(cls)}
@@ -318,8 +304,8 @@ CODE_IN_MESSAGE = re.compile(r" \[flightpart ([A-Z_]+)(?: at ([^\]\s]+))?\]$")
 
 
 def error_with_code(exc: FlightpartError) -> str:
-    """``exc``'s message with its code (and field) appended, for a status that has no ``extra_info``: the
-    INVALID_ARGUMENT and NOT_FOUND of SQL clients (:mod:`flightpart.sql.statuses`)."""
+    """``exc``'s message with its code (and field) appended, for a status without ``extra_info`` (SQL clients'
+    INVALID_ARGUMENT and NOT_FOUND)."""
     at = f" at {exc.field}" if exc.field and not any(c.isspace() or c == "]" for c in exc.field) else ""
     return f"{exc.message} [flightpart {exc.code}{at}]"
 
@@ -360,10 +346,8 @@ def _p_computed(value: Any, where: str) -> tuple[str, str]:
 @dataclass(frozen=True)
 class Aggregate(Message):
     """What a ticket asks a node to aggregate instead of sending rows: ``[column, function]`` pairs, grouped by ``by``.
-
-    ``computed``: ``[name, SQL expression]`` pairs (``["month", "date_trunc('month', pickup)"]``) the node evaluates
-    on the rows first (see :func:`flightpart.query.sql.parse_sql_value`), so that keys and aggregated values may be
-    expressions of columns; text, parsed by the node as the reader parsed it, never code."""
+    ``computed``: ``[name, SQL expression]`` pairs the node evaluates first
+    (:func:`flightpart.query.sql.parse_sql_value`); text parsed as the reader parsed it, never code."""
 
     functions: tuple[tuple[str, str], ...] = _field(p_list(_p_function, 1000))
     by: tuple[str, ...] = _field(p_list(p_str, 100), ())
@@ -382,8 +366,8 @@ class SortKey(Message):
 
 @dataclass(frozen=True)
 class TopRows(Message):
-    """What a ticket asks a node to send instead of every row: the partition's first ``limit`` rows by ``keys``
-    (and its rows whose floating-point key is NaN), for ``ORDER BY ... LIMIT`` (see :mod:`flightpart.query.top`)."""
+    """What a ticket asks a node to send instead of every row: its first ``limit`` rows by ``keys`` (and rows whose
+    float key is NaN), for ``ORDER BY ... LIMIT`` (:mod:`flightpart.query.top`)."""
 
     keys: tuple[SortKey, ...] = _field(p_list(p_message(SortKey), 32))
     limit: int = _field(p_uint)
@@ -431,13 +415,10 @@ _decoded_tickets: dict[bytes, "Ticket"] = {}
 class Ticket(Message):
     """What a ``do_get`` asks for: one partition, optionally projected, sliced, filtered or aggregated.
 
-    The node applies, in order: ``rows`` (a row range of the partition),
-    ``row_numbers`` (each row's position, as a last column), ``filter``
-    (Substrait bytes, see :mod:`flightpart.query.filters`), ``matched``
-    (a range of the rows the filter kept), ``columns``, then ``aggregate``.
-    A field is one line here; the ones after ``rows`` are left out of the
-    JSON when unused, so the tickets of plain reads stay what plain Flight
-    clients have always received.
+    The node applies, in order: ``rows`` (a row range), ``row_numbers`` (positions as a last column), ``filter``
+    (Substrait, :mod:`flightpart.query.filters`), ``matched`` (a range of the rows kept), ``columns``, then
+    ``aggregate``. Fields after ``rows`` are left out when unused, so plain tickets stay as plain Flight clients
+    know them.
     """
 
     dataset: str = _field(p_name)
@@ -463,8 +444,7 @@ class Ticket(Message):
     MAX_BYTES: ClassVar[int] = 1 << 20
 
     def encode(self) -> bytes:
-        """The ticket's bytes, written once per ticket: a handle reads with the same ticket again and again, and its
-        walk of the fields cost a 1 MiB read some 30 microseconds (a ticket is frozen, so they cannot go stale)."""
+        """The ticket's bytes, written once per ticket (it is frozen, so they cannot go stale)."""
         encoded = self.__dict__.get("_encoded")
         if encoded is None:
             encoded = super().encode()
@@ -488,8 +468,8 @@ class Ticket(Message):
         return ticket
 
     def check(self) -> None:
-        """What no field's parser sees alone: ranges that run backwards, a column named twice, a range of matched
-        rows without a filter, a position outside any grid."""
+        """What no field's parser sees alone: backward ranges, a column named twice, matched rows without a filter, a
+        position outside any grid."""
         for name in ("rows", "matched"):
             span = getattr(self, name)
             if span is not None and span[1] < span[0]:
@@ -611,30 +591,23 @@ def _to_text(obj: Any) -> str:
 
 @dataclass(frozen=True)
 class EncodedJson:
-    """A value already written as JSON text (a partition's statistics as the catalog stores them), passed into a
-    ``FlightInfo`` as it is: parsing 50,000 statistics and writing them again was half of a cold open."""
+    """A value already written as JSON text (stored statistics), passed into a ``FlightInfo`` as it is."""
 
     text: str
 
 
 def plain_tickets(dataset: str, version: int) -> Callable[[int, int], bytes]:
     """``(i, j) -> Ticket(dataset, version, (i, j)).encode()``, byte for byte, without building a message per
-    partition (a FlightInfo of 50,000 partitions carries 50,000 tickets; tests/unit/test_wire.py checks they agree)."""
+    partition (tests/unit/test_wire.py checks they agree)."""
     head = f'{{"dataset":{_to_text(dataset)},"version":{int(version)},"part":['.encode()
     tail = b'],"columns":null,"rows":null}'
     return lambda i, j: head + f"{int(i)},{int(j)}".encode() + tail
 
 
 def encode_flight_info(v: VersionInfo, *, with_endpoints: bool = True) -> flight.FlightInfo:
-    """The ``FlightInfo`` of one version.
-
-    Any Flight client can read it: one endpoint per partition in row-major
-    grid order, the replicas' URIs as locations, and JSON endpoint metadata
-    ``{"position", "start", "shape", "location", "nbytes"}``. The info's own
-    metadata repeats the geometry compactly (sizes per row block and column
-    group, a node table, replica indexes) so that 10,000 partitions open
-    without parsing 10,000 endpoints.
-    """
+    """The ``FlightInfo`` of one version, readable by any Flight client: one endpoint per partition in row-major order,
+    replicas as locations, JSON endpoint metadata ``{"position", "start", "shape", "location", "nbytes"}``. The
+    info's metadata repeats the geometry compactly, so large versions open without parsing every endpoint."""
     endpoints = []
     stats_texts = [_to_text(p.stats) if p.stats else "null" for p in v.parts]  # encoded once, used twice
     if with_endpoints:
@@ -745,24 +718,20 @@ class PutTrailer(Message):
 
 @dataclass(frozen=True)
 class PartHeader(Message):
-    """In a put stream of several partitions: the metadata message that opens the next one.
-
-    The partition's batches follow, then its :class:`PutTrailer`; every
-    partition of one stream shares the stream's schema (one column group).
-    """
+    """In a put stream of several partitions, the metadata that opens the next; its batches and
+    :class:`PutTrailer` follow. All share the stream's schema (one column group)."""
 
     part: tuple[int, int] = _field(p_pair)
 
     def encode(self) -> bytes:
-        """What :meth:`Message.encode` writes, without its walk of the fields: one per partition of a shared stream."""
+        """What :meth:`Message.encode` writes, without its walk of the fields."""
         return b'{"part":[%d,%d]}' % self.part
 
 
 @dataclass(frozen=True)
 class EndpointRows(Message):
-    """A plain scan's endpoint's ``app_metadata`` (SQL over Flight): the most rows its partition may send, the rows
-    the catalog says it holds in the ticket's range, and (when no column may take more bytes sent than stored) the
-    most bytes of values: what the partition holds. A reader leaves a node's stream past either, as ``get`` does."""
+    """A plain scan endpoint's ``app_metadata``: the most rows its partition may send, the rows the catalog says it
+    holds, and (when no column may grow when sent) the most bytes of values. A reader leaves a stream past either."""
 
     most_rows: int = _field(p_uint)
     most_bytes: int | None = _field(p_optional(p_uint), None, omitted_when_none=True)
@@ -774,9 +743,8 @@ MAX_PARTS_PER_RUN = 1024
 
 @dataclass(frozen=True)
 class PartRun(Message):
-    """In a read stream of several partitions: the batch this comes with holds these whole partitions, back to back,
-    with ``rows[k]`` rows for ``parts[k]`` (a partition larger than a batch continues in the batches that follow,
-    which carry no metadata). A stream of thousands of ten-row partitions is then a few batches, not thousands."""
+    """In a read stream of several partitions: the batch this comes with holds whole partitions back to back,
+    ``rows[k]`` rows for ``parts[k]`` (a partition larger than a batch continues in the unmarked batches after)."""
 
     parts: tuple[tuple[int, int], ...] = _field(p_list(p_pair, MAX_PARTS_PER_RUN))
     rows: tuple[int, ...] = _field(p_list(p_uint, MAX_PARTS_PER_RUN))
@@ -817,7 +785,7 @@ class Checked(Message):
 
 @dataclass(frozen=True)
 class CheckedParts(Message):
-    """What ``check-parts`` found: the partitions that failed their check or are not on the node (the others passed)."""
+    """What ``check-parts`` found: the partitions that failed their check or are absent (the others passed)."""
 
     failed: tuple[tuple[int, int], ...] = _field(p_list(p_pair), ())
 
@@ -856,8 +824,8 @@ class Dropped(Message):
 
 @dataclass(frozen=True)
 class VersionReply(Message):
-    """The version a ``begin`` reserved or a ``publish-begin`` joined; ``grant``: for a writer of a cluster with a
-    secret, the :func:`~flightpart.tokens.version_grant` its puts and orders for that version must carry."""
+    """The version a ``begin`` reserved or a ``publish-begin`` joined; ``grant``: the
+    :func:`~flightpart.tokens.version_grant` its puts and orders must carry (clusters with a secret)."""
 
     version: int = _field(p_uint)
     grant: str | None = _field(p_optional(p_str), None)
@@ -872,7 +840,7 @@ class VersionList(Message):
 
 @dataclass(frozen=True)
 class NodeInfo(Message):
-    """Who a node is (the ``node-info`` reply): a reader compares ``ip`` and ``pid`` with its own to map files."""
+    """Who a node is (``node-info``): a reader compares ``ip`` and ``pid`` with its own to map files."""
 
     node_id: str = _field(p_str)
     uri: str = _field(p_str)
@@ -884,14 +852,8 @@ class NodeInfo(Message):
 
 @dataclass(frozen=True)
 class StatsReply(Message):
-    """A daemon's counters (the ``stats`` reply of a node and of a catalog): one flat JSON object, kept as received.
-
-    Open-ended on purpose: a counter added to a daemon reaches ``flightpart
-    status``, the status page and the metrics without a new message. Its
-    readers check each figure themselves (the status page shows a node whose
-    reply is not an object of counts as "stats unreadable", saying what was
-    wrong), so one odd reply is that node's problem, not a failed call.
-    """
+    """A daemon's counters (``stats``): one flat JSON object, kept as received, so a new counter needs no new message.
+    Readers check each figure themselves, so one odd reply is that node's problem, not a failed call."""
 
     values: Any = field(default_factory=dict)
 
@@ -951,8 +913,8 @@ class Lead(Message):
 
 @dataclass(frozen=True)
 class Leadership(Message):
-    """Which catalog leads, since when (Unix seconds, the database's clock) and with which epoch; the standbys
-    heard from lately; this catalog's own ``role`` (leader, standby, read-only or single) and address."""
+    """Which catalog leads, since when (Unix seconds, the database's clock) and with which epoch; the standbys heard
+    from lately; this catalog's ``role`` (leader, standby, read-only or single) and address."""
 
     role: str = _field(p_str)
     uri: str = _field(p_str)
@@ -988,8 +950,8 @@ class GetStats(Message):
 
 @dataclass(frozen=True)
 class HeldReply(Message):
-    """One page of held partitions; each column group's schema once in ``schemas`` (``schema_of[k]`` indexes it),
-    and ``more`` when another page follows (ask again with ``after`` = the last position)."""
+    """One page of held partitions; each column group's schema once in ``schemas`` (indexed by ``schema_of[k]``);
+    ``more``: ask again with ``after`` = the last position."""
 
     partitions: tuple[HeldPartition, ...] = _field(p_list(p_message(HeldPartition)))
     schemas: tuple[pa.Schema, ...] = _field(p_list(p_schema, 100_000), ())
@@ -1018,12 +980,8 @@ class Held(Message):
 
 @dataclass(frozen=True)
 class DropFiles(Message):
-    """Catalog to node: delete one version's files (or, with ``version`` null, every version's).
-
-    The catalog names its ``cluster`` (a node obeys only its own
-    cluster's catalog) and, for an abort, ``pending_only`` (a sealed version
-    is never deleted by an abort).
-    """
+    """Catalog to node: delete one version's files (``version`` null: every version's). A node obeys only its own
+    ``cluster``'s catalog; with ``pending_only`` (an abort) a sealed version is never deleted."""
 
     ACTION = "drop"
     REPLY = Removed
@@ -1041,14 +999,9 @@ class DropFiles(Message):
 
 @dataclass(frozen=True)
 class Tombstones(Message):
-    """What a node remembers of one dataset's versions that are gone: numbers that must never be used again.
-
-    ``dropped_through``: every version up to it was dropped (a drop of the
-    whole dataset); ``dropped`` and ``aborted``: single versions dropped, or
-    aborted (expired or abandoned before their commit). A node reports them
-    when it registers, so a catalog that lost its state gets its version
-    counters and tombstones back from any node that heard the drop.
-    """
+    """What a node remembers of a dataset's gone versions, whose numbers must never be used again: every version
+    through ``dropped_through``, and single ``dropped`` and ``aborted`` ones. Reported at registration, so a catalog
+    that lost its state gets them back."""
 
     dataset: str = _field(p_name)
     dropped_through: int = _field(p_uint, 0)
@@ -1090,8 +1043,7 @@ MAX_PARTS_PER_CHECK = 16384
 
 @dataclass(frozen=True)
 class CheckParts(Message):
-    """``check`` for many partitions of one version in one call: what a reader sends before mapping the local
-    partitions of a read (100,000 small partitions were 100,000 round trips)."""
+    """``check`` for many partitions of one version in one call, sent by a reader before mapping local partitions."""
 
     ACTION = "check-parts"
     REPLY = CheckedParts
@@ -1128,8 +1080,7 @@ class NodeScrubReport(ScrubReport):
 
 @dataclass(frozen=True)
 class ClusterScrubReport(Message):
-    """What a cluster scrub found: each live node's report, the nodes not scrubbed (dead, failed, or left when they
-    stopped beating), and the totals."""
+    """What a cluster scrub found: each live node's report, the nodes not scrubbed, and the totals."""
 
     nodes: tuple[NodeScrubReport, ...] = _field(p_list(p_message(NodeScrubReport), 100_000))
     unreachable: tuple[str, ...] = _field(p_list(p_str, 100_000), ())
@@ -1178,14 +1129,9 @@ class AssembleReply(Message):
 
 @dataclass(frozen=True)
 class Assemble(Message):
-    """To a node: build partitions of version ``version`` from committed version ``source`` of the same dataset.
-
-    The node reads the source's geometry from its catalog (never from the
-    caller), pulls each partition's rows and columns from the nodes that
-    hold them (its own straight from disk) and stores it; a partition that
-    is exactly one source partition it holds is linked, not copied.
-    ``groups`` is the number of column groups of the new grid.
-    """
+    """To a node: build partitions of ``version`` from committed ``source`` of the same dataset, into ``groups`` column
+    groups. The node reads the source's geometry from its catalog (never the caller), pulls rows from their holders
+    and links a partition that is exactly one it holds."""
 
     ACTION = "assemble"
     REPLY = AssembleReply
@@ -1209,15 +1155,9 @@ class LinkPart(Message):
 
 @dataclass(frozen=True)
 class Relink(Message):
-    """To a node: make partitions of uncommitted ``version`` the very files of partitions of ``source`` it holds.
-
-    How a stream append survives losing a race: its rows, read once, are
-    stored under a staging version that is never published, and each try
-    links them into the version it commits, at the row blocks after the
-    latest version's. No byte is copied or sent. ``source_grant``: a writer's
-    grant for ``source`` (its call carries the one for ``version``): the
-    staging version must be its own too.
-    """
+    """To a node: make partitions of uncommitted ``version`` the very files of partitions of ``source`` it holds (no
+    byte copied). A stream append stores its rows once under an unpublished staging version and relinks them at
+    each try; ``source_grant``: the writer's grant for ``source``."""
 
     ACTION = "relink"
     REPLY = AssembleReply
@@ -1301,8 +1241,7 @@ class ReplicaCopy(Message):
 
 @dataclass(frozen=True)
 class CopyFailed(Message):
-    """A copy ``repair`` could not make this time (a holder or the target did not answer in time, or refused), and why:
-    the partition is still under-replicated, and the next ``repair`` tries again."""
+    """A copy ``repair`` could not make this time, and why; the next ``repair`` tries again."""
 
     dataset: str = _field(p_name)
     version: int = _field(p_uint)
@@ -1312,8 +1251,7 @@ class CopyFailed(Message):
 
 @dataclass(frozen=True)
 class RepairReport(Message):
-    """What a ``repair`` did: the copies it made, the partitions no live node holds (lost) and the copies it could
-    not make (``failed``: it went on with the others)."""
+    """What a ``repair`` did: copies made, partitions no live node holds (lost), copies it could not make (``failed``)."""
 
     copied: tuple[ReplicaCopy, ...] = _field(p_list(p_message(ReplicaCopy)), ())
     lost: tuple[PartPlace, ...] = _field(p_list(p_message(PartPlace)), ())
@@ -1340,7 +1278,7 @@ _PART_COLUMNS = ("i", "j", "start_i", "start_j", "rows", "cols")
 
 
 def _commit_parts_to_json(parts: tuple[CommitPart, ...]) -> dict:
-    """Partitions as columns (about 25 bytes each instead of 100): a commit of 500,000 fits one action body."""
+    """Partitions as columns (about a quarter of the bytes of objects), so large commits fit one action body."""
     nodes: dict[str, int] = {}
     holders = [[nodes.setdefault(n, len(nodes)) for n in p.nodes] for p in parts]
     values = ([p.part[0] for p in parts], [p.part[1] for p in parts], [p.start[0] for p in parts],
@@ -1481,8 +1419,8 @@ class RegisterNode(Message):
 
 @dataclass(frozen=True)
 class HeartbeatReply(Message):
-    """``clock_ms``: the catalog's wall clock when it took the beat (Unix milliseconds), for a beat that ``asks_clock``
-    (a node of an earlier release would refuse the key): the node judges expiry by the catalog's time."""
+    """``clock_ms``: the catalog's wall clock (Unix ms) when it took a beat that ``asks_clock``; the node judges expiry
+    by it."""
 
     known: bool = _field(p_bool)
     clock_ms: int | None = _field(p_optional(p_uint), None, omitted_when_none=True)
@@ -1490,9 +1428,8 @@ class HeartbeatReply(Message):
 
 @dataclass(frozen=True)
 class Heartbeat(Message):
-    """A node is alive; it reports its free disk space, whether that is below its floor, and its wall clock
-    (Unix time in milliseconds when it sent the beat) so the catalog can see clocks that disagree. ``asks_clock``:
-    the reply is to carry the catalog's clock (nodes of this release ask; a catalog upgraded first answers)."""
+    """A node is alive: its free disk space, whether that is below its floor, and its wall clock (Unix ms) so the
+    catalog can see clocks that disagree. ``asks_clock``: the reply carries the catalog's clock."""
 
     ACTION = "heartbeat"
     REPLY = HeartbeatReply
@@ -1504,8 +1441,8 @@ class Heartbeat(Message):
 
     @classmethod
     def decode_plain(cls, raw: bytes) -> "Heartbeat | None":
-        """The usual heartbeat, checked by hand: the generic parser is a third of the catalog's Python per beat
-        at 2,000 beats a second. None for anything else, which :meth:`decode` then refuses naming the field."""
+        """The usual heartbeat checked by hand (cheaper than the generic parser); None for anything else, which
+        :meth:`decode` then refuses naming the field."""
         try:
             body = json.loads(raw)
         except (UnicodeDecodeError, ValueError):

@@ -1,12 +1,8 @@
 """How a process proves itself to a cluster: one object for the token and TLS material.
 
-A :class:`flightpart.client.Client` owns one :class:`Access` and hands it
-to every connection it makes, the reads of its datasets included. What a
-pickled ``get`` carries is :meth:`Access.__reduce__`'s part of it: the token
-and the CA, never the private key. A copy unpickled in the process that made
-it gets the client certificate back from a process-local registry; in any
-other process the certificate comes from that process's own environment
-(``$FLIGHTPART_TLS_CERT`` / ``$FLIGHTPART_TLS_KEY``).
+A :class:`flightpart.client.Client` hands its :class:`Access` to every connection it makes. A pickled one
+carries the token and the CA, never the private key: unpickled, it takes the client certificate from this
+process's registry, else from ``$FLIGHTPART_TLS_CERT`` / ``$FLIGHTPART_TLS_KEY``.
 """
 
 from __future__ import annotations

@@ -1,29 +1,11 @@
 """Keeping freed memory for the next read, for processes that read large partitions again and again.
 
-Measured on a reader of 256 MiB partitions over loopback: 0.05 s of user
-time, and 0.15 to 1.0 s of system time for 35,000 to 105,000 page faults per
-read. gRPC receives each message into buffers from the C library's
-allocator; glibc serves large ones with fresh ``mmap`` calls and gives freed
-memory at the top of its heaps back to the kernel (``trim``), so every read
-faults its whole size in again. With large blocks kept on the heap and up
-to :data:`TRIM_BYTES` of freed memory kept for reuse, a warm reader takes
-almost no faults and its CPU per GB falls severalfold (a 945 MiB partition:
-0.26 s of reader CPU instead of 0.36 to 0.47 s, and a third less time).
+glibc maps gRPC's large buffers afresh and trims freed memory, so every read faults its whole size in again;
+keeping freed memory (up to :data:`TRIM_BYTES`) cuts a warm reader's CPU severalfold (decision 0002). Kept
+memory is not given back, so ``FLIGHTPART_MALLOC_TUNING`` chooses where:
 
-Kept memory is memory a process does not give back, so where it is done is
-chosen by ``FLIGHTPART_MALLOC_TUNING``:
-
-- ``auto`` (the default): nodes tune at start and readers on their first
-  read of partitions' rows (``get``, ``to_arrow``, Dask and Ray tasks; a
-  read of aggregates or first rows decides nothing), except where keeping
-  memory could hurt: a catalog (it reads summaries and windowed scans for
-  SQL, under DuckDB's memory limit), a process whose memory is capped
-  (a cgroup limit or ``RLIMIT_AS``/``RLIMIT_DATA``), one whose allocator
-  was already configured through glibc's own variables (Dask's nanny sets
-  ``MALLOC_TRIM_THRESHOLD_`` so its workers give memory back), or one whose
-  first read is a stream bounded by a window (``to_batches``, DuckDB and
-  Polars scans: a streaming reader's memory must stay flat, and with kept
-  memory one grew past its bound, 205 MB against 183).
+- ``auto`` (default): nodes at start and readers at their first read of rows, but not a catalog, a process with
+  capped memory or glibc's own settings, nor one whose first read is a windowed stream;
 - ``on``: always; ``off`` (or any other value): never.
 """
 
@@ -57,11 +39,7 @@ _state: dict[str, object] = {}
 
 def keep_freed_memory(*, declined: str | None = None) -> bool:
     """Tune glibc's allocator for repeated large reads, deciding once per process; returns whether it is tuned.
-
-    ``declined``: why the caller would rather the process gave memory back
-    (a read bounded by a window, a catalog), which under ``auto`` decides
-    against tuning if nothing has decided yet.
-    """
+    ``declined``: why the caller would rather give memory back; under ``auto`` it decides against tuning."""
     with _lock:
         if "tuned" not in _state:
             reason = _reason_not_to(declined)
@@ -77,8 +55,8 @@ def tuning_state() -> str:
 
 
 def mode() -> str:
-    """The ``FLIGHTPART_MALLOC_TUNING`` setting: ``auto`` when unset, ``1``/``yes``/``true`` read as ``on``,
-    ``0``/``no``/``false`` as ``off``; any other value is ``off`` (kept memory is only ever asked for)."""
+    """The ``FLIGHTPART_MALLOC_TUNING`` setting: ``auto``, ``on`` or ``off`` (unset: ``auto``; ``1``/``yes``/``true``:
+    ``on``; anything else: ``off``)."""
     value = os.environ.get(TUNING_ENV, "auto").strip().lower() or "auto"
     value = _ALIASES.get(value, value)
     if value not in MODES:
@@ -103,9 +81,7 @@ def _reason_not_to(declined: str | None) -> str | None:
 
 
 def startup_environment() -> dict[str, str]:
-    """The environment this process started with, which is what glibc read its settings from. Not
-    ``os.environ``: a Dask ``LocalCluster`` sets ``MALLOC_TRIM_THRESHOLD_`` there for the workers it spawns,
-    which leaves the allocator of the process that hosts it as it was."""
+    """The environment this process started with, which glibc read its settings from (``os.environ`` may have changed)."""
     try:
         raw = Path("/proc/self/environ").read_bytes()
     except OSError:
@@ -115,8 +91,7 @@ def startup_environment() -> dict[str, str]:
 
 
 def memory_cap() -> str | None:
-    """What caps this process's memory, if anything does: a resource limit, or a limit on its cgroup or any cgroup
-    above it (read where the cgroup file system is mounted: inside a container that is the container's own)."""
+    """What caps this process's memory, if anything: a resource limit, or a limit on its cgroup or one above."""
     for name in ("RLIMIT_AS", "RLIMIT_DATA"):
         soft, _hard = resource.getrlimit(getattr(resource, name))
         if soft != resource.RLIM_INFINITY:

@@ -1,10 +1,6 @@
 """The CRC-32 that partition files are checked with, and how it is bound to a partition's place.
 
-The same checksum as ``zlib.crc32`` (what files already stored were
-written with), computed with ISA-L's carry-less multiplication when the
-``isal`` package is there: about 28 GB/s against zlib's 4 GB/s on this
-project's machine, which is 60 ms less per 290 MiB partition stored, and
-per partition a scrub or a local read verifies.
+The same checksum as ``zlib.crc32``, computed with ISA-L when the ``isal`` package is there (decision 0009).
 """
 
 from __future__ import annotations
@@ -28,7 +24,7 @@ def crc32(data: Any, value: int = 0) -> int:
 
 
 def implementation() -> str:
-    """Which library computes :func:`crc32` in this process: ``"isal"`` or ``"zlib"`` (same values, 7x apart)."""
+    """Which library computes :func:`crc32` in this process: ``"isal"`` or ``"zlib"``."""
     return "isal" if _fast_crc32 is not None else "zlib"
 
 
@@ -45,11 +41,8 @@ def place_tag(dataset: str, version: int, part: tuple[int, int]) -> bytes:
 
 
 def bound(crc: int, dataset: str, version: int, part: tuple[int, int]) -> int:
-    """The checksum of a file whose bytes have CRC-32 ``crc`` at this place: the CRC continued over the place's tag.
-
-    Equal only for the same bytes at the same place (as likely as any CRC-32 collision otherwise), so a valid file
-    copied over another partition, version or dataset fails where it lands; computed from the plain CRC, so a
-    file read once yields both, and a file linked to a new place gets its new sum without a second read."""
+    """The checksum of a file with CRC-32 ``crc`` at this place: the CRC continued over the place's tag, so a valid
+    file copied to another place fails there, and one read of a file yields both sums."""
     return crc32(place_tag(dataset, version, part), crc)
 
 
@@ -62,8 +55,7 @@ def encode_seal(dataset: str, version: int, sums: dict[tuple[int, int], tuple[in
 
 
 def decode_seal(raw: bytes, dataset: str, version: int) -> dict[tuple[int, int], tuple[int, int]] | None:
-    """The sums of :func:`encode_seal`'s body, or None when it is not one for this dataset version (garbled, or a
-    copy of another version's)."""
+    """The sums of :func:`encode_seal`'s body, or None when it is not one for this dataset version."""
     try:
         body = json.loads(raw)
         if not isinstance(body, dict) or body.get("dataset") != dataset or body.get("version") != version:

@@ -1,19 +1,9 @@
 """Compression on the wire: asked for per read by the reader, granted per stream by the node.
 
-Stored partitions stay uncompressed so they can be memory-mapped; only a
-stream may be compressed, with Arrow IPC body compression (any Arrow reader
-decompresses it). Compressing costs CPU on both ends, so it pays only where
-the link is slower than the codec: on this project's machine ZSTD packs
-about 0.4 GB/s per core, so a 1 Gbit/s link (0.125 GB/s) gains and a
-10 Gbit/s one loses. Hence two decisions:
-
-* the reader (:class:`LinkRates`, mode ``"auto"``) asks for ZSTD from a node
-  only when it measured both that node's link and its own slower than
-  :data:`SLOW_LINK`, never for loopback or this host (those are memory
-  copies or maps), and measures again uncompressed every
-  :data:`PROBE_EVERY` streams;
-* the node (:func:`write_options`) compresses only when a sample of the data
-  shrinks to :data:`WORTH` of its size or less (random floats do not).
+Stored partitions stay uncompressed (to be mapped); only streams are compressed, and only where the link is slower
+than the codec (decision 0001). The reader (:class:`LinkRates`) asks a node for ZSTD only when both links measured
+slower than :data:`SLOW_LINK`, never on this host, and every :data:`PROBE_EVERY` streams goes plain to measure
+again; the node (:func:`write_options`) compresses only data whose sample shrinks to :data:`WORTH` or less.
 """
 
 from __future__ import annotations
@@ -86,7 +76,7 @@ def write_options(table: pa.Table, codec: str | None) -> ipc.IpcWriteOptions | N
 
 @functools.lru_cache(maxsize=4096)
 def is_loopback(ip: str) -> bool:
-    """Whether ``ip`` is a loopback address (remembered: asked once per read stream)."""
+    """Whether ``ip`` is a loopback address."""
     try:
         return ipaddress.ip_address(ip).is_loopback
     except ValueError:
@@ -94,19 +84,8 @@ def is_loopback(ip: str) -> bool:
 
 
 class LinkRates:
-    """What this process measured of each node's link, and the codec it asks that node for.
-
-    A link is measured over a busy period: from the first stream in flight
-    from a node to the moment none is, all bytes over all that time, so
-    streams that share a link are counted together. The process's own link
-    is measured the same way over every node at once (key ``"*"``). A node
-    gets compressed streams only when both were measured slower than
-    :data:`SLOW_LINK`: a slow node on a fast client link, or a client link
-    shared by many fast streams, each measure slow alone. Only busy periods
-    without a compressed stream measure (a compressed one would measure the
-    codec), so while compressing, every :data:`PROBE_EVERY`-th stream goes
-    plain to notice a link that became fast.
-    """
+    """What this process measured of each node's link (and its own, ``"*"``), and the codec it asks each for.
+    A link is measured over a busy period, all its streams together; compressed streams do not measure."""
 
     ALL = "*"
 
@@ -161,8 +140,8 @@ class LinkRates:
             return self._rate.get(uri)
 
     def seconds_for(self, uri: str, nbytes: int) -> float | None:
-        """How long a stream of ``nbytes`` from ``uri`` should take at the rates last measured, sharing both links
-        (the node's and this process's) with the streams now in flight on each; None while either is unmeasured."""
+        """How long ``nbytes`` from ``uri`` should take at the measured rates, sharing both links with the streams in
+        flight on each; None while either is unmeasured."""
         with self._lock:
             longest = 0.0
             for key in (uri, self.ALL):

@@ -1,10 +1,5 @@
-"""Reused Flight connections, and JSON actions over them.
-
-Opening a gRPC channel costs a round trip or more; every component (client,
-``get``, node heartbeats, catalog checks) keeps one ``FlightClient`` per URI
-in a pool made for one :class:`~flightpart.io.access.Access`, and calls
-actions through :meth:`ConnectionPool.action`.
-"""
+"""Reused Flight connections, and JSON actions over them: one ``FlightClient`` per URI in a pool per
+:class:`~flightpart.io.access.Access`, since opening a channel costs a round trip or more."""
 
 from __future__ import annotations
 
@@ -56,15 +51,14 @@ class ConnectionPool:
 
     def options(self, timeout: float | None = DEFAULT_TIMEOUT, grant: str | None = None) -> flight.FlightCallOptions:
         """Call options: ``timeout``, this pool's credential and, for a writer's put or order, the catalog's ``grant``
-        for the version it writes (:func:`~flightpart.tokens.version_grant`)."""
+        (:func:`~flightpart.tokens.version_grant`)."""
         headers = self.access.headers()
         if grant is not None:
             headers = [*headers, (GRANT_HEADER.encode(), grant.encode())]
         return flight.FlightCallOptions(timeout=timeout, headers=headers)
 
     def action(self, uri: str, body: Message, *, timeout: float | None = DEFAULT_TIMEOUT, grant: str | None = None) -> Any:
-        """Send ``body`` as the action its class names and return the reply its class names, decoded and checked;
-        ``grant``: see :meth:`options`."""
+        """Send ``body`` as the action its class names; returns the reply its class names, decoded and checked."""
         name, reply = body.ACTION, body.REPLY
         if not name or reply is None:
             raise TypeError(f"{type(body).__name__} is not an action's request (it names no action or no reply)")
@@ -84,7 +78,7 @@ class ConnectionPool:
         return reply.decode(results[0].body.to_pybytes(), f"reply to {name}")
 
     def connected(self) -> set[str]:
-        """The URIs this pool holds an open connection to (which servers a call went to, for tools and tests)."""
+        """The URIs this pool holds an open connection to."""
         with self._lock:
             return set(self._clients)
 

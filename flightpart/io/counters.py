@@ -1,8 +1,4 @@
-"""Named counters, added to from many threads and read as one consistent snapshot.
-
-A node's ``stats`` and a process's partition traffic (``fp.traffic()``)
-are both such counters; they differ only in their names.
-"""
+"""Named counters, added to from many threads and read as one consistent snapshot."""
 
 from __future__ import annotations
 
@@ -11,7 +7,7 @@ from collections.abc import Iterable
 
 
 class Counters:
-    """Integer counters with fixed names; thread-safe. Adding to an unknown name is a KeyError (a typo, not a new counter)."""
+    """Integer counters with fixed names; thread-safe. Adding to an unknown name is a KeyError."""
 
     def __init__(self, names: Iterable[str]):
         self._lock = threading.Lock()

@@ -1,13 +1,8 @@
 """Flight errors from our servers turned into flightpart's own exceptions, by code.
 
-A server names every error it sends by a stable code in ``extra_info``
-(:func:`flightpart.wire.encode_error`); :data:`flightpart.errors.BY_CODE`
-is the one table from codes to classes; an error sent with a SQL client's
-status (INVALID_ARGUMENT, NOT_FOUND), which has no ``extra_info``, carries
-its code at the end of its message instead
-(:func:`flightpart.wire.error_with_code`). Errors that carry no code (a
-connection that failed, a server that is not flightpart's) are told apart by
-their Flight status alone, never by their wording.
+A server puts a stable code in ``extra_info`` (:func:`flightpart.wire.encode_error`), or for a SQL client's status
+at the end of the message (:func:`flightpart.wire.error_with_code`); :data:`flightpart.errors.BY_CODE` maps codes
+to classes. Errors without a code are told apart by Flight status, never by wording.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """Which host this process is on, for locality decisions.
 
-A partition is local when one of its locations' IP is an address of the
-client's host. ``FLIGHTPART_HOST`` (or an explicit ``host=``) overrides the
-detection, which is how a test cluster on 127.0.0.2, 127.0.0.3, ... lets one
-machine play several hosts.
+A partition is local when one of its locations' IP is an address of this host. ``FLIGHTPART_HOST`` (or
+``host=``) overrides the detection, so a test cluster on 127.0.0.x can play several hosts.
 """
 
 from __future__ import annotations

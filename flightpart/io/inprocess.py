@@ -1,8 +1,5 @@
-"""Nodes running in this very process, so their clients skip the network.
-
-A client in the same process as a node gets the stored table itself: the
-node registers an opener under its URI and ``get`` looks it up first.
-"""
+"""Nodes running in this very process, so their clients skip the network: a node registers an opener under its
+URI and ``get`` looks it up first."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """A node's data directory on disk: where each partition file lives, and the node marker.
 
-The node writes this layout and a client on the same host reads it (to
-memory-map a partition instead of streaming it), so both halves are here:
+The node writes this layout and a client on the same host reads it (to memory-map a partition), so both halves
+are here:
 
     <data dir>/flightpart-node.json                  {"node_id": "...", "cluster": "..."|null}
     <data dir>/datasets/<name>/v<version>/<i>_<j>.arrow
@@ -12,11 +12,8 @@ memory-map a partition instead of streaming it), so both halves are here:
     <data dir>/datasets/<name>/v<version>/<i>_<j>.stats.json  rows, column statistics, CRC-32, bound sum and size
     <data dir>/quarantine/<name>/v<version>/<i>_<j>.arrow.<time>  a file that failed its checksum, moved aside
 
-A version directory with a
-manifest is sealed: committed, immutable, and enough for a catalog that lost
-its state to rebuild the version.
-
-Per-user default directories come from platformdirs.
+A version directory with a manifest is sealed: committed, immutable, and enough for a catalog that lost its
+state to rebuild the version.
 """
 
 from __future__ import annotations
@@ -116,7 +113,7 @@ def temporaries(root: Path) -> Iterator[Path]:
 
 
 def read_marker(data_dir: str | Path) -> dict:
-    """The node marker of a data directory: ``{"node_id", "cluster", "epoch"}`` (empty if there is none or it is damaged)."""
+    """The node marker of a data directory: ``{"node_id", "cluster", "epoch"}`` (empty if missing or damaged)."""
     try:
         marker = json.loads((Path(data_dir) / NODE_MARKER).read_text())
     except (OSError, ValueError):
@@ -135,8 +132,7 @@ def read_node_id(data_dir: str | Path) -> str | None:
 
 def write_node_marker(data_dir: Path, node_id: str | None = None, cluster: str | None = None, mode: int = 0o600,
                       epoch: int | None = None) -> str:
-    """Record a data directory's node id (fresh if None), cluster and the highest catalog epoch it has obeyed,
-    durably; returns the id."""
+    """Record durably a data directory's node id (fresh if None), cluster and highest obeyed catalog epoch; returns the id."""
     node_id = node_id or uuid.uuid4().hex
     marker = {"node_id": node_id, "cluster": cluster, **({"epoch": epoch} if epoch is not None else {})}
     write_atomically(data_dir / NODE_MARKER, json.dumps(marker).encode(), mode)
@@ -145,7 +141,7 @@ def write_node_marker(data_dir: Path, node_id: str | None = None, cluster: str |
 
 def write_atomically(path: Path, data: bytes, mode: int = 0o600, *, sync_directory: bool = True) -> None:
     """Write a small file so that readers see the old content or the new, never a part (``sync_directory=False``:
-    the caller makes the rename durable, with the next write in the same directory)."""
+    the caller makes the rename durable)."""
     tmp = path.parent / f"{TMP_PREFIX}{path.name}.{uuid.uuid4().hex}"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
     with os.fdopen(fd, "wb") as out:
@@ -158,7 +154,7 @@ def write_atomically(path: Path, data: bytes, mode: int = 0o600, *, sync_directo
 
 
 def stats_path(partition: Path) -> Path:
-    """Where a partition's column statistics are kept: beside it, not a partition file itself."""
+    """Where a partition's column statistics are kept, beside it."""
     return partition.with_name(partition.name[: -len(SUFFIX)] + STATS_SUFFIX)
 
 
@@ -172,12 +168,8 @@ def fsync_path(path: Path) -> None:
 
 
 class Modes:
-    """Who may read a data directory on the disk.
-
-    By default only the owner: directories 0700, files 0600, whatever the
-    umask. With a ``group`` its members may read (and so memory-map
-    partitions zero-copy): directories 0750, files 0640, group-owned.
-    """
+    """Who may read a data directory: only the owner (0700/0600, whatever the umask), or with a ``group`` its members
+    too (0750/0640, group-owned), so they may memory-map partitions."""
 
     def __init__(self, group: str | None = None):
         self.gid = None

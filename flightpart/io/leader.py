@@ -1,16 +1,8 @@
 """Following the leading catalog: one address for a cluster whose catalogs share a lease.
 
-Clients, nodes and the CLI take a list of catalog addresses
-(``grpc://a:8815,grpc://b:8815``). Calls go to the catalog believed to lead;
-a standby answers NOT_LEADER naming the leader, and the call goes there; a
-catalog that does not answer at all (a connection refused or dropped, no
-error code) is left for the next address. Only those two are retried. A
-refusal says the call did nothing; no answer may not (the catalog may have
-died after doing it, before answering), so the writes that can be cut so
-learn what happened: a commit asks whether its version was published, and a
-drop found dropped already at the next catalog is done (see
-:func:`unanswered`). Any other answer, errors included, is the leader's,
-and is returned as it is.
+Calls go to the catalog believed to lead. Only a standby's NOT_LEADER (go to the leader it names) and no answer
+(go to the next address) are retried; an unanswered call may have been done, so writes check
+(:func:`unanswered`). Any other answer, errors included, is the leader's and is returned as it is.
 """
 
 from __future__ import annotations
@@ -58,7 +50,7 @@ class CatalogAddresses:
         return self._current
 
     def follow(self, uri: str) -> None:
-        """Send calls to ``uri`` from now on (a leader announced itself, or a standby named it)."""
+        """Send calls to ``uri`` from now on."""
         with self._lock:
             self._current = uri
 
@@ -72,9 +64,8 @@ class CatalogAddresses:
         return ",".join(self.uris)
 
     def call(self, fn: Callable[[str], T]) -> T:
-        """``fn(address)`` at the leader. A standby's NOT_LEADER is followed (to the leader it names, else the next
-        address); with several addresses, one that does not answer is left for the next, until one leads or
-        :attr:`wait` seconds pass. Errors are raised as flightpart's own."""
+        """``fn(address)`` at the leader, following NOT_LEADER and passing unanswering addresses until one leads or
+        :attr:`wait` seconds pass; errors are raised as flightpart's own."""
         deadline = time.monotonic() + self.wait
         pause = 0.05
         while True:
@@ -105,6 +96,5 @@ def _raise(error: BaseException, original: BaseException) -> None:
 
 
 def unanswered(exc: BaseException) -> bool:
-    """Whether a call's error says its catalog did not answer (unreachable, dropped, timed out: no flightpart code).
-    Such a call is tried at the next address; it may still have been done by the catalog that died answering it."""
+    """Whether a call's error says its catalog did not answer (no flightpart code); the call may still have been done."""
     return isinstance(exc, _NO_ANSWER) and decode_error(getattr(exc, "extra_info", None)) is None

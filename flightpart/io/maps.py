@@ -1,11 +1,8 @@
-"""A bounded cache of memory-mapped partition files, shared by nodes and clients.
+r"""A bounded cache of memory-mapped partition files, shared by nodes and clients.
 
-Mapping a file costs a system call and one entry in the kernel's map table
-(``vm.max_map_count``, 65,530 by default), so neither a node serving 100,000
-partitions nor a client reading them may keep one map per file. At most
-``capacity`` maps are kept, least recently used dropped first. Every lookup
-``stat``\\ s the file, so a partition that was dropped (or replaced) is never
-served from a stale map, and its map is let go so the disk space returns.
+At most ``capacity`` maps are kept, least recently used dropped first, since the kernel's map table is bounded
+(decision 0006). Every lookup ``stat``\ s the file, so a dropped or replaced partition is never served from a
+stale map and its disk space returns.
 """
 
 from __future__ import annotations
@@ -61,16 +58,14 @@ def _sizes_of(table: pa.Table) -> _Sizes | None:
 
 
 def file_size(table: pa.Table) -> int | None:
-    """The size of the file ``table`` maps, if a :class:`MappedFiles` holds it (else None): read from the ``stat``
-    the map was checked with, so counting a local read's bytes costs nothing per batch."""
+    """The size of the file ``table`` maps, if a :class:`MappedFiles` holds it (else None), from the map's last ``stat``."""
     with _sizes_lock:
         known = _sizes_of(table)
         return None if known is None else known.file_bytes
 
 
 def _remembered(table: pa.Table, slot: str, work_out: Callable[[pa.Table], Any]) -> Any:
-    """``work_out(table)``, worked out once per map for a table a :class:`MappedFiles` holds and kept in its
-    :class:`_Sizes` under ``slot`` (outside the lock: two first askers may both work it out, to the same value)."""
+    """``work_out(table)`` once per map, kept under ``slot`` (computed outside the lock; concurrent askers agree)."""
     with _sizes_lock:
         known = _sizes_of(table)
         if known is not None and getattr(known, slot) is not None:
@@ -84,23 +79,20 @@ def _remembered(table: pa.Table, slot: str, work_out: Callable[[pa.Table], Any])
 
 
 def stored_nbytes(table: pa.Table) -> int:
-    """``table.nbytes``, once per map: it walks every batch of the map (10 microseconds per 1 MiB batch, 8 ms
-    before a 945 MiB partition is sent)."""
+    """``table.nbytes`` (a walk of every batch), once per map."""
     return _remembered(table, "nbytes", size_of)
 
 
 def stored_facts(table: pa.Table) -> StoredFacts:
-    """``table``'s :class:`StoredFacts` for a stream of it alone, once per map: even the walk of the schema is a
-    tenth of a small read's time on a node. (A stream of many partitions asks only their bytes: one map each, so
-    nothing it would remember is asked twice.)"""
+    """``table``'s :class:`StoredFacts` for a stream of it alone, once per map."""
     return _remembered(table, "facts", lambda t: StoredFacts(
         stored_nbytes(t), t.column(0).num_chunks if t.num_columns else 0,
         any(pa.types.is_dictionary(field.type) for field in t.schema)))
 
 
 def mapped_bytes(whole: pa.Table, part: pa.Table) -> int:
-    """Bytes a local read mapped: the file's size, in the share of its rows and columns that ``part`` keeps of
-    ``whole`` (``Table.nbytes`` walks every batch: milliseconds per 100 batches, on a read that is otherwise O(1))."""
+    """Bytes a local read mapped: the file's size, in the share of rows and columns ``part`` keeps of ``whole``
+    (without walking its batches)."""
     size = file_size(whole)
     if size is None:
         return size_of(part)
@@ -139,10 +131,7 @@ class MappedFiles:
 
     def get(self, path: Path, identity: tuple[int, int, int] | None = None, data: bytes | None = None) -> pa.Table:
         """The table of ``path``, mapped once and reused while the file is the same (FileNotFoundError if gone).
-
-        ``identity`` (inode, mtime, size) is the caller's own ``stat`` of the file, taken just before; ``data``
-        the bytes of a small file it has just read (see :func:`~flightpart.io.transfer.open_stored`).
-        """
+        ``identity`` (inode, mtime, size): the caller's ``stat`` just before; ``data``: a small file's bytes it read."""
         try:
             if identity is None:
                 identity = _identity(os.stat(path))

@@ -1,10 +1,5 @@
-"""Reading one partition (or a slice of it) from the first replica that serves it.
-
-Shared by ``get`` in any process and by a node that assembles a partition
-from others (repartition, rebalance), so both fail over between replicas,
-leave a frozen server in bounded time and back off from busy ones the same
-way.
-"""
+"""Reading one partition (or a slice of it) from the first replica that serves it, for ``get`` and for nodes that
+assemble partitions from others, so both fail over, leave frozen servers and back off from busy ones alike."""
 
 from __future__ import annotations
 
@@ -78,8 +73,7 @@ WAKES_VISIBLE = visible()
 
 
 class Stalled(Exception):
-    """A stream that sent nothing for the idle timeout (and whose node did not answer), or for
-    :data:`STALL_PATIENCE` (though it answered), or ``slow``ly (:data:`MIN_READ_RATE`); its message says which."""
+    """A stream that sent nothing for the idle timeout (node silent) or :data:`STALL_PATIENCE`, or too ``slow``ly."""
 
     def __init__(self, message: str, *, slow: bool = False):
         super().__init__(message)
@@ -87,8 +81,7 @@ class Stalled(Exception):
 
 
 class Unsound(Exception):
-    """A stream whose arrays cannot be read safely (see :mod:`flightpart.query.soundness`), or that carried other
-    rows or columns than the catalog says: its replica lies (or is faulty)."""
+    """A stream unsafe to read, or whose rows or columns are not the catalog's: its replica is faulty."""
 
 
 BYTES_SLACK = 16 << 20
@@ -100,17 +93,12 @@ ROW_NUMBER_BYTES = 8
 
 @dataclass(frozen=True)
 class RowBound:
-    """The most rows a stream may carry: what the catalog says the replicas hold for its ticket (``exact``), or the
-    most a filter or a top could keep of them. A stream is left at its first batch past it, so a node that sends
-    rows without end costs a reader one batch more than the partition, not its memory.
+    """The most a stream may carry (decision 0004); it is left at its first batch past the bound.
 
-    ``bytes``: for partitions without dictionary or view columns, the most bytes of buffers and metadata the stream
-    may carry: a quarter more than the values it can hold (what the catalog says whole partitions hold; what a
-    filter, a row range, a top or an aggregate can keep of them, :attr:`~flightpart.client.fetch.PartitionRef.most_bytes`),
-    8 bytes a row (a row number), and :data:`BYTES_SLACK`. The right rows can carry gigabytes (a text value of any
-    length), and a lying node's did: the reader took them whole. ``sized``: the stream should carry about that
-    (whole partitions), so one far slower than :data:`MIN_READ_RATE` for it is left (:func:`stream`); a filter's
-    may carry a few rows after a long scan."""
+    ``exact``: exactly ``rows`` rows, else at most. ``bytes``: a quarter more than the values, 8 a row and
+    :data:`BYTES_SLACK` (None: no bound). ``sized``: whole partitions, so a stream far slower than
+    :data:`MIN_READ_RATE` is left.
+    """
 
     rows: int
     exact: bool = True
@@ -120,9 +108,8 @@ class RowBound:
     @classmethod
     def of(cls, expected_rows: int | None, most_rows: int | None, expected_bytes: int = 0,
            most_bytes: int = 0) -> RowBound | None:
-        """The bound of a stream the catalog says holds ``expected_rows`` (or at most ``most_rows``) and, when it is
-        whole partitions without dictionaries, ``expected_bytes`` stored (0: not known, or not whole); or at most
-        ``most_bytes`` of values (0: not known)."""
+        """The bound of a stream of ``expected_rows`` (or at most ``most_rows``) rows holding ``expected_bytes`` stored,
+        or at most ``most_bytes`` of values (0: not known)."""
         rows = expected_rows if expected_rows is not None else most_rows
         values = expected_bytes if expected_bytes > 0 else most_bytes
         bound = None if values <= 0 or rows is None else values + values // 4 + ROW_NUMBER_BYTES * rows + BYTES_SLACK
@@ -150,42 +137,14 @@ def read_replicas(pool: ConnectionPool, ticket: Ticket, replicas: Sequence[Repli
                   marks: list[tuple[int, bytes]] | None = None, expected_bytes: int = 0,
                   expected_rows: int | None = None, most_rows: int | None = None, most_bytes: int = 0,
                   expected_columns: CatalogColumns | None = None, quick_bytes: int = SMALL_READ_BYTES) -> pa.Table:
-    """``ticket`` streamed from the first of ``replicas`` that answers.
+    """``ticket`` streamed from the first of ``replicas`` that answers; ``what`` names the partition in errors.
 
-    Each replica is asked for the codec :data:`~flightpart.io.compression.RATES`
-    chooses for its link under ``compression`` (``here``: this host's
-    addresses, whose nodes are never asked to compress).
-
-    A replica that is unreachable, stalls (no batch for ``idle_timeout``
-    seconds while another replica is left to ask), refuses the credential
-    (UNAUTHENTICATED or FORBIDDEN: by its clock the capability may have
-    expired), does not hold the partition or fails hands over to the next;
-    the last replica is waited for while it answers (a busy node, not a frozen
-    one). When replicas are only busy, the round is tried again after a
-    jittered backoff, for up to :data:`BUSY_PATIENCE` seconds. When every
-    replica refuses the credential, that refusal is raised, saying why it may
-    have happened; any other refusal is raised at once. ``what`` names the
-    partition in the error. What a replica sends is checked before it is
-    returned (:func:`~flightpart.query.soundness.unsound`): a replica whose
-    arrays could not be read safely (a faulty or hostile node) is passed
-    over for the next, and when no replica served, that is ServerError.
-
-    ``deadline`` (a ``time.monotonic()`` instant) is when the caller stops
-    waiting: every stream ends by it and no replica is asked after it, so a
-    node pulling for an order never outlives the order. ``marks`` collects the
-    batches' metadata as (row offset, bytes), from the replica that answered.
-    ``expected_bytes`` (0: unknown) is what the stream should carry: one
-    that should be quick is read in this thread (:func:`is_quick`; up to
-    ``quick_bytes``, :data:`LONE_READ_BYTES` for a lone read in a thread that
-    outlives it).
-    ``expected_rows`` (None: unknown) is how many rows the catalog says the
-    replicas hold for the ticket: one that sends other rows (a faulty or
-    hostile node adding, dropping or repeating rows) is passed over as one
-    whose arrays are unsafe is; so is one that sends more than ``most_rows``
-    (the rows a filter or a top could keep at most), or more bytes than ``most_bytes`` (0: not known; the values
-    a filter, a row range, a top or an aggregate could keep, when ``expected_bytes`` is not known) allow
-    (:class:`RowBound`); so is one whose columns are not those ``expected_columns`` (the catalog's, when given)
-    says (other names or types).
+    A replica that is unreachable, stalls, refuses the credential, lacks the partition, fails or sends an
+    :class:`Unsound` stream hands over to the next; the last is waited for while its node answers. When all are
+    busy, the round is retried with backoff for up to :data:`BUSY_PATIENCE`. Raises the credential refusal when all
+    refused it, other refusals at once, ServerError when none served. Nothing runs past ``deadline``, so a node's
+    pull never outlives its order. The other arguments pick the codec, collect batch ``marks``, choose a quick read
+    (:func:`is_quick`) and bound the stream (:class:`RowBound`).
     """
     failures: list[str] = []
     lied = False
@@ -241,10 +200,8 @@ def read_several(pool: ConnectionPool, ticket: Ticket, replicas: Sequence[Replic
                  idle_timeout: float = IDLE_TIMEOUT, *, compression: str = "auto",
                  here: frozenset[str] = frozenset(), expected_columns: CatalogColumns | None = None,
                  most_rows: int | None = None, expected_bytes: int = 0) -> list[pa.Table]:
-    """The partitions a ticket with ``more`` names, read in one stream from the first replica that answers (as
-    :func:`read_replicas`) and cut back into one table each (zero-copy slices), in the ticket's order.
-    ``most_rows``: the rows the catalog says they hold together, when it knows them all; ``expected_bytes``: the
-    bytes it says they hold (0: not known)."""
+    """The partitions a ticket with ``more`` names, read in one stream (as :func:`read_replicas`) and sliced back into
+    one table each, in the ticket's order."""
     marks: list[tuple[int, bytes]] = []
     table = read_replicas(pool, ticket, replicas, what, idle_timeout, compression=compression, here=here, marks=marks,
                           expected_columns=expected_columns, most_rows=most_rows, expected_bytes=expected_bytes)
@@ -258,9 +215,8 @@ def read_several(pool: ConnectionPool, ticket: Ticket, replicas: Sequence[Replic
 
 
 def where_parts_start(marks: list[tuple[int, bytes]]) -> tuple[list[tuple[int, int]], list[int]]:
-    """The partitions a stream of several says it carries, and the row each starts at: from each batch's
-    :class:`~flightpart.wire.PartRun` (or, from a node of an earlier release, its one-partition ``PartHeader``).
-    Nothing (and so a refusal) when a mark is neither."""
+    """The partitions a stream of several carries and each one's first row, from its batch marks; nothing when a mark
+    names none."""
     sent: list[tuple[int, int]] = []
     starts: list[int] = []
     try:
@@ -281,8 +237,7 @@ def where_parts_start(marks: list[tuple[int, bytes]]) -> tuple[list[tuple[int, i
 
 
 def _refusal(what: str, first: Unauthenticated | Forbidden) -> Unauthenticated | Forbidden:
-    """What the reader gets when every replica refused its credential: the refusal, and (for an unauthenticated
-    one, which an expired capability is) why it may have happened."""
+    """The error when every replica refused the credential."""
     hint = f": {CLOCK_HINT}" if isinstance(first, Unauthenticated) else ""
     return type(first)(f"{what}: every replica refused the credential ({first.message}){hint}", field=first.field)
 
@@ -291,10 +246,7 @@ def _measured(pool: ConnectionPool, uri: str, ticket: Ticket, idle_timeout: floa
               patient: bool = False, marks: list[tuple[int, bytes]] | None = None, quick: bool = False,
               expected_rows: int | None = None, most_rows: int | None = None,
               expected_columns: CatalogColumns | None = None, expected_bytes: int = 0, most_bytes: int = 0) -> pa.Table:
-    """One stream, its bytes and time handed to the link measurements; ``quick``: read by :func:`quick_stream`
-    first. What it carried is checked (:class:`Unsound`) before it is returned; ``expected_bytes`` (0: not known):
-    what whole partitions without dictionaries hold, or else ``most_bytes``: the most their values kept may hold,
-    which bounds the bytes it may carry (:class:`RowBound`)."""
+    """One stream, timed for the link measurements and checked (:class:`Unsound`)."""
     RATES.started(uri)
     received = 0
     try:
@@ -319,18 +271,13 @@ def _measured(pool: ConnectionPool, uri: str, ticket: Ticket, idle_timeout: floa
 
 
 def received_bytes(table: pa.Table) -> int:
-    """The bytes of a table read from a stream: the sizes of its buffers, each a message's own (none shared, no
-    slice of another), so their sum is what arrived. ``Table.nbytes`` would walk every batch (~10 ms per GB of
-    1 MiB batches, twice per read); this sums the buffers in C++ (~0.1 ms)."""
+    """The bytes of a table read from a stream: the sum of its buffers, each a message's own."""
     return table.get_total_buffer_size()
 
 
 def is_quick(expected_bytes: int, uri: str, idle_timeout: float, most_bytes: int = SMALL_READ_BYTES) -> bool:
-    """Whether a stream of ``expected_bytes`` (0: unknown) from ``uri`` should be done well within ``idle_timeout``:
-    at most :data:`SMALL_READ_BYTES` (or ``most_bytes``: :data:`LONE_READ_BYTES` for a lone read), and its links
-    (the node's and this process's) carry it in an eighth of that, shared with the streams in flight on them
-    (:meth:`~flightpart.io.compression.LinkRates.seconds_for`): where measured for a small read, measured for a
-    larger one (a first read over a link of unknown speed is watched)."""
+    """Whether a stream of ``expected_bytes`` (0: unknown) from ``uri`` is small and should take an eighth of
+    ``idle_timeout`` at the measured link rates (over an unmeasured link: at most :data:`SMALL_READ_BYTES`)."""
     if not 0 < expected_bytes <= max(most_bytes, SMALL_READ_BYTES):
         return False
     seconds = RATES.seconds_for(uri, expected_bytes)
@@ -341,17 +288,8 @@ def is_quick(expected_bytes: int, uri: str, idle_timeout: float, most_bytes: int
 
 def quick_stream(pool: ConnectionPool, uri: str, ticket: flight.Ticket, idle_timeout: float,
                  deadline: float | None = None, bound: RowBound | None = None) -> pa.Table | None:
-    """A stream that should be quick (:func:`is_quick`), read whole in this thread with the idle timeout as its
-    call's deadline; None when it was not done by then, and the caller reads it again watched (:func:`stream`).
-
-    Handing a read to a worker thread and watching it (a hand-over each
-    way) cost a 1 MiB read over loopback about a sixth of its time. A read
-    that should have been quick but was not is read again from the same
-    replica, watched, so a replica that is slow but sending is not mistaken
-    for a frozen one (a frozen one is then left after a second idle timeout).
-    With a ``bound``, the stream is read batch by batch and left past it
-    (:func:`read_bounded`: about 0.03 ms more than one read in C++).
-    """
+    """A quick stream (:func:`is_quick`) read in this thread with the idle timeout as its deadline (decision 0005);
+    None when not done by then, and the caller reads it again watched (:func:`stream`)."""
     limit = idle_timeout if deadline is None else min(idle_timeout, deadline - time.monotonic())
     if limit <= 0:
         return None
@@ -364,9 +302,8 @@ def quick_stream(pool: ConnectionPool, uri: str, ticket: flight.Ticket, idle_tim
 
 def read_bounded(reader: flight.FlightStreamReader, bound: RowBound | None,
                  marks: list[tuple[int, bytes]] | None = None, moved: Any = None) -> pa.Table:
-    """A Flight stream read batch by batch to its end, or cancelled at its first batch past ``bound`` (raising
-    :class:`Unsound`); ``marks`` collects each batch's metadata with the row it starts at, and ``moved()`` is called
-    after each message (for a watchdog)."""
+    """A Flight stream read batch by batch, cancelled at its first batch past ``bound`` (raising :class:`Unsound`);
+    ``marks`` collects each batch's metadata and first row; ``moved()`` is called per message."""
     batches, rows, empty, taken = [], 0, 0, 0
     first_empty = None  # kept when no batch has rows: it carries a dictionary's values (an empty categorical's)
     most_bytes = bound.bytes if bound is not None else None
@@ -403,26 +340,13 @@ def read_bounded(reader: flight.FlightStreamReader, bound: RowBound | None,
 
 def stream(pool: ConnectionPool, uri: str, ticket: flight.Ticket, idle_timeout: float, deadline: float | None = None, *,
            patient: bool = False, marks: list[tuple[int, bytes]] | None = None, bound: RowBound | None = None) -> pa.Table:
-    """One ``do_get``, read in a (reused) worker thread and cancelled when it sends nothing for ``idle_timeout`` seconds.
+    """One ``do_get`` read in a reused worker thread and left when it sends nothing for ``idle_timeout`` seconds.
 
-    A frozen server blocks a gRPC read without end; the worker holds the
-    call and this thread watches it, so the caller moves on in bounded time.
-    (A worker stuck before the first message ends at the call's deadline:
-    :data:`STREAM_DEADLINE`, or what is left until ``deadline``.)
-    ``patient`` (no other replica to move to): a stream that sends nothing is
-    kept while its node answers a cheap call, since failing it would fail the
-    read; a busy node is slow, a frozen one does not answer. Never past
-    ``deadline``, nor past :data:`STALL_PATIENCE` without the stream moving.
-    A stream that is not ``patient`` and whose ``bound`` knows its bytes is
-    left once it is slower than :data:`MIN_READ_RATE` (after :data:`READ_GRACE`).
-    ``marks`` (when given) collects each batch's metadata with the row it starts at.
-
-    Without ``marks`` or a ``bound`` the stream is read whole in C++
-    (``read_all``, one take of the GIL) and the watchdog sees it move by its
-    reading thread's wakes (:mod:`.wakes`); with them, or where wakes cannot
-    be seen, batch by batch (:func:`read_bounded`), which leaves a stream at
-    its first batch past ``bound``. A gigabyte read so measured as fast as
-    whole (about a thousand 1 MiB batches).
+    A frozen server blocks a gRPC read without end; the worker holds the call while this thread watches, so the
+    caller moves on in bounded time. ``patient`` (no replica left): a silent stream is kept while its node answers
+    a cheap call, up to ``deadline`` and :data:`STALL_PATIENCE`; otherwise a ``sized`` stream slower than
+    :data:`MIN_READ_RATE` is left. Without ``marks`` or ``bound`` it is read whole and watched by thread wakes
+    (:mod:`.wakes`), else by :func:`read_bounded`.
     """
     call_timeout = STREAM_DEADLINE if deadline is None else max(0.001, min(STREAM_DEADLINE, deadline - time.monotonic()))
     # "last": when the stream last moved or its node last showed it is alive; "moved": when the stream last moved
@@ -483,15 +407,14 @@ def stream(pool: ConnectionPool, uri: str, ticket: flight.Ticket, idle_timeout: 
 
 
 def _abandon(progress: dict[str, Any]) -> None:
-    """Leave a watched stream: its worker cancels the call it is making, or the one it is about to make."""
+    """Leave a watched stream: its worker cancels the call it makes or is about to make."""
     progress["abandoned"] = True
     if progress["reader"] is not None:
         progress["reader"].cancel()
 
 
 def _answers(pool: ConnectionPool, uri: str, deadline: float | None = None) -> bool:
-    """Whether the node at ``uri`` answers ``node-info`` within :data:`PROBE_TIMEOUT`, and before ``deadline``
-    (a refusal is an answer): a probe of a frozen node must not outlast the caller's order."""
+    """Whether ``uri`` answers ``node-info`` within :data:`PROBE_TIMEOUT` and before ``deadline`` (a refusal answers)."""
     timeout = PROBE_TIMEOUT if deadline is None else min(PROBE_TIMEOUT, deadline - time.monotonic())
     if timeout <= 0:
         return False

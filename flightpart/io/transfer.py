@@ -1,8 +1,5 @@
-"""Moving one partition: batches sized for Flight, projections, ``do_put``, memory maps.
-
-Shared by the client (puts), the node (``copy-to``, serving) and ``get``
-(local reads), so every path cuts and slices data the same way.
-"""
+"""Moving one partition: batches sized for Flight, projections, ``do_put``, memory maps; shared by puts, node
+copies, serving and local reads, so every path cuts and slices data the same way."""
 
 from __future__ import annotations
 
@@ -38,12 +35,8 @@ MIN_PUT_RATE = 16 << 20
 
 def row_pieces(table: pa.Table, nbytes: int, target_bytes: int | Callable[[], int],
                cut_bytes: int | None = None) -> Iterator[pa.Table]:
-    """``table`` (of ``nbytes``) as consecutive zero-copy row ranges of about ``target_bytes``, cut where its
-    batches end (a stored partition's columns share them) and within a batch only when it alone is more than twice
-    ``cut_bytes`` (the target unless given), in slices of about that size. A node hands a stream several batches at a
-    time, so the Python work per batch (a generator step, a schema comparison) is paid once per range, not per
-    batch of a file of 1 MiB batches. ``target_bytes`` may be a function, asked again for each range
-    (:class:`PiecePace`); a fixed ``cut_bytes`` then keeps what one message carries from growing with it."""
+    """``table`` (of ``nbytes``) as consecutive zero-copy row ranges of about ``target_bytes`` (or what the function
+    answers per range), cut where batches end, and within a batch only past twice ``cut_bytes`` (default: the target)."""
     rows = table.num_rows
     if rows == 0:
         return
@@ -76,22 +69,11 @@ take at once when a stream starts (:class:`PiecePace`)."""
 
 
 class PiecePace:
-    """The size of the row ranges a node hands its stream, set by how fast the reader takes them.
+    """The size of the row ranges a node hands its stream, set by how fast the reader takes them (decision 0003).
 
-    Every range is a step of Python and a hand-over between Arrow's writer and
-    the generator, and those cost the stream its pace (a 945 MiB partition over
-    loopback in 4 MiB ranges: 0.91x raw Flight, with no ranges 0.96x). A
-    range that is small next to what the reader takes in ``seconds`` makes the
-    next one larger (at most twice as large, up to ``most_bytes``), and a slow
-    reader brings them back to ``first_bytes``: a fast reader gets a range per
-    ``seconds`` or so, a slow one is seen taking each range well within an
-    idle timeout. The messages themselves stay the stored batches.
-
-    A range is "taken" once gRPC accepts it, and the first few megabytes of
-    any stream are accepted at once into flow-control windows and socket
-    buffers, however slow the reader. So the reader's pace is the lesser of
-    the last range's and that of everything taken since the stream began
-    beyond ``buffered_bytes``: until more than that was taken, no range grows.
+    A range taken quickly next to ``seconds`` doubles the next (up to ``most_bytes``); a slow reader brings them back
+    to ``first_bytes``. gRPC takes a stream's first megabytes at once into its buffers, so no range grows before
+    ``buffered_bytes`` were taken, and the pace is the lesser of the last range's and the stream's since.
     """
 
     def __init__(self, first_bytes: int, most_bytes: int, seconds: float,
@@ -125,9 +107,8 @@ class PiecePace:
 
 
 def split_batch(batch: pa.RecordBatch, target_bytes: int = BATCH_BYTES) -> list[pa.RecordBatch]:
-    """A record batch as zero-copy slices of about ``target_bytes`` each; a batch with string or binary views as
-    slices that hold only their own values (copied: a view slice writes every data buffer of its whole array, so
-    the slices of a 15 MB batch made a 1.9 GB file)."""
+    """A record batch as zero-copy slices of about ``target_bytes``; view columns are copied, since a view slice would
+    write its whole array's data buffers."""
     size = size_of(batch) if batch.num_rows else 0
     if size <= 2 * target_bytes:
         return [batch]
@@ -145,8 +126,7 @@ def split_batch(batch: pa.RecordBatch, target_bytes: int = BATCH_BYTES) -> list[
 
 
 def _write_table(writer: Any, table: pa.Table, sent: Callable[[int], None] | None = None) -> None:
-    """A table's batches in pieces of about :data:`BATCH_BYTES`, then the trailer that says it is complete;
-    ``sent`` is told the bytes of each piece as it goes (and the rest of the table's size at the end)."""
+    """A table's batches in pieces of about :data:`BATCH_BYTES`, then its trailer; ``sent`` is told each piece's bytes."""
     told = 0
     for batch in batches_of(table):
         for piece in split_batch(batch):
@@ -162,9 +142,8 @@ def _write_table(writer: Any, table: pa.Table, sent: Callable[[int], None] | Non
 
 
 def batches_of(table: pa.Table) -> list[pa.RecordBatch]:
-    """``table.to_batches()``; for a table of no rows with a dictionary column, one batch of none: ``to_batches()``
-    (and a stream of the table) gives no batch then, and the dictionary was lost on the way (an empty categorical
-    came back with no categories)."""
+    """``table.to_batches()``, but one empty batch for an empty table with a dictionary column, so its dictionary
+    survives the stream."""
     batches = table.to_batches()
     if batches or table.num_rows or not any(holds_dictionary(field.type) for field in table.schema):
         return batches
@@ -182,9 +161,8 @@ BUSY_PATIENCE = 30.0
 
 
 def patient_when_busy(send: Callable[[], Any]) -> Any:
-    """``send()``, again after a jittered backoff while its node answers ``BUSY`` (every stream taken, or the
-    caller's share of them), for up to :data:`BUSY_PATIENCE` seconds. A put refused so stored nothing: the node
-    refuses it before reading a batch."""
+    """``send()``, retried with backoff while its node answers ``BUSY``, for up to :data:`BUSY_PATIENCE` seconds
+    (safe: a node refuses a put before reading a batch)."""
     give_up, delay = time.monotonic() + BUSY_PATIENCE, 0.05
     while True:
         try:
@@ -197,8 +175,7 @@ def patient_when_busy(send: Callable[[], Any]) -> Any:
 
 
 class ToldOnce:
-    """A put's progress callback across its attempts: an attempt refused ``BUSY`` may have told some bytes before
-    the refusal reached it, and its retry sends them again; only bytes past the most any attempt told are told."""
+    """A put's progress callback across its attempts: only bytes past the most any attempt told are told."""
 
     def __init__(self, sent: Callable[[int], None] | None):
         self.sent = sent
@@ -226,12 +203,9 @@ def send_partition(pool: ConnectionPool, uri: str, dataset: str, version: int, p
                    sent: Callable[[int], None] | None = None, grant: str | None = None) -> HeldPartition | None:
     """``do_put`` one partition to a node in batches of about 1 MiB; returns the node's receipt.
 
-    The stream ends with a :class:`~flightpart.wire.PutTrailer`: a node
-    stores the partition only if the rows it received match it. The call's
-    deadline is :func:`put_deadline`, so every sender (client, node copy,
-    Dask worker, Ray task, SPMD rank) fails in bounded time on a frozen node
-    instead of hanging. ``grant``: a writer's leave to write the version, as
-    the catalog gave it at ``begin`` (:meth:`ConnectionPool.options`).
+    The stream ends with a :class:`~flightpart.wire.PutTrailer` the node checks the rows against before storing, and
+    the call ends by :func:`put_deadline`, so a frozen node fails the put in bounded time. ``grant``: the writer's
+    leave from ``begin``.
     """
     descriptor = flight.FlightDescriptor.for_path(*partition_path(dataset, version, part))
     options = pool.options(put_deadline(timeout, size_of(table)), grant)
@@ -253,14 +227,8 @@ def send_partitions(pool: ConnectionPool, uri: str, dataset: str, version: int,
                     parts: Sequence[tuple[tuple[int, int], pa.Table]], *,
                     timeout: float = DEFAULT_TIMEOUT, sent: Callable[[int], None] | None = None,
                     grant: str | None = None) -> list[HeldPartition]:
-    """``do_put`` several partitions of one column group in one stream; returns the node's receipts.
-
-    Small partitions cost a round trip and a stream each when sent alone;
-    here each is a :class:`~flightpart.wire.PartHeader`, its batches and its
-    trailer, and the node answers once every partition is durable. All
-    tables must share one schema (metadata included). Raises
-    :class:`RequestRejected` when the receipts do not name every partition.
-    """
+    """``do_put`` several partitions of one column group and schema in one stream; returns the node's receipts, once
+    all are durable. Raises :class:`RequestRejected` when the receipts do not name every partition."""
     schema = parts[0][1].schema
     options = pool.options(put_deadline(timeout, sum(size_of(t) for _, t in parts)), grant)
     for part, table in parts:
@@ -300,11 +268,7 @@ STREAM_PARTS = 4096
 
 def streams_of(positions: Sequence[tuple[int, int]], tables: Mapping[tuple[int, int], pa.Table], *,
                max_bytes: int = STREAM_BYTES, max_parts: int = STREAM_PARTS) -> list[list[tuple[int, int]]]:
-    """``positions`` cut into put streams: consecutive partitions of one column group and schema, up to a size.
-
-    A 50,000-partition put is then bound by its bytes, not by one stream's
-    round trips and a directory fsync per partition.
-    """
+    """``positions`` cut into put streams: consecutive partitions of one column group and schema, up to a size."""
     groups: list[list[tuple[int, int]]] = []
     weight = 0
     for pos in positions:
@@ -322,15 +286,8 @@ def streams_of(positions: Sequence[tuple[int, int]], tables: Mapping[tuple[int, 
 
 
 def read_whole(reader: flight.FlightStreamReader) -> pa.Table:
-    """A Flight stream read to its end in C++, with one take of the GIL.
-
-    Not ``reader.read_all()``: pyarrow's ``FlightStreamReader.read_all``
-    turns a cancelled call (``reader.cancel()`` from a watchdog, or a server
-    that answers CANCELLED) into a simulated Ctrl-C, a ``KeyboardInterrupt``
-    raised later in the process's main thread, whichever thread read. The
-    plain reader's ``read_all`` it is built on raises the Flight error where
-    the stream was read, like ``read_chunk``.
-    """
+    """A Flight stream read to its end in C++ with one take of the GIL, raising Flight errors in this thread (unlike
+    ``reader.read_all()``, which turns a cancel into a ``KeyboardInterrupt`` in the main thread)."""
     return flight.MetadataRecordBatchReader.read_all(reader)
 
 
@@ -348,16 +305,8 @@ READ_WHOLE_BYTES = 1 << 20
 
 
 def open_stored(path: str | Path, size: int, data: bytes | None = None) -> pa.Table:
-    """The table of a stored partition file of ``size`` bytes.
-
-    A large file is memory-mapped (the table's buffers point into the page
-    cache: zero-copy). A small one is read into memory in one call: copying
-    a few kilobytes costs less than a map, and a table that holds no map
-    can be kept by the hundred thousand (each map is an entry in the
-    kernel's ``vm.max_map_count``, 65,530 by default: a client holding the
-    tables of 100,000 small local partitions ran out of them).
-    ``data``: the file's bytes when the caller has just read them.
-    """
+    """The table of a stored partition file of ``size`` bytes (``data``: its bytes, if read): memory-mapped when large,
+    read into memory when small (decision 0006)."""
     if size <= READ_WHOLE_BYTES:
         if data is None or len(data) != size:  # ``data``: the caller read the file already (to check its checksum)
             with open(path, "rb") as f:

@@ -1,11 +1,7 @@
 """Addresses of flightpart daemons, as people type them and as Flight needs them.
 
-People write ``head:8815``, ``grpc://head:8815`` or, with TLS,
-``grpc+tls://head:8815``; a web address (``http://head:8815``) is a common
-slip when a daemon's metrics or status page is on the same host. One
-function turns all of them into a Flight location or says, in one line,
-what to type instead, so no command reaches the network with an address
-gRPC cannot use (it would answer with a misleading "not found").
+``head:8815``, ``grpc://head:8815`` and ``grpc+tls://head:8815`` become a Flight location; anything else (a web
+address, say) is refused with what to type instead, before it reaches the network.
 """
 
 from __future__ import annotations

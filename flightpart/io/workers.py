@@ -1,19 +1,8 @@
-"""Long-lived threads that read streams, reused from one read to the next.
+"""Long-lived threads that read streams, reused from one read to the next (decision 0008).
 
-A read stream is read in a thread of its own so that its caller can leave a
-frozen server in bounded time (:func:`flightpart.io.pull.stream`). A fresh
-thread per stream made every remote read two to three times slower in a
-process that also runs other threads (a Dask client, a Ray driver): glibc
-gives each new thread an arena of its own, so each read's hundreds of
-megabytes of gRPC buffers were faulted in from the kernel anew. Measured on a
-945 MiB partition over loopback with a Dask client in the process: 1.0–1.4 s
-per read with a fresh thread, 0.35–0.45 s with the same thread reused (and
-the same as reading in the caller's thread). A worker that finished a read
-waits for the next one; one idle for :data:`IDLE_SECONDS` ends.
-
-A worker stuck on a frozen server (its call ends only at its deadline) is
-simply not idle: the next read starts another worker, so a stuck read never
-holds up the others.
+A stream is read in a thread of its own so its caller can leave a frozen server in bounded time
+(:func:`flightpart.io.pull.stream`). A worker idle for :data:`IDLE_SECONDS` ends; one stuck on a frozen server
+is not idle, so the next read starts another.
 """
 
 from __future__ import annotations
@@ -32,9 +21,7 @@ _idle = [0]  # workers waiting for a task
 
 def run_in_worker(task: Callable[[], None]) -> None:
     """Run ``task`` in a reused worker thread (a new one when none is idle); returns at once.
-
-    ``task`` must handle its own errors: what it raises is dropped.
-    """
+    ``task`` must handle its own errors: what it raises is dropped."""
     with _lock:
         if _idle[0] > 0:
             _idle[0] -= 1  # this task is that worker's: a second task does not count on it too

@@ -29,16 +29,9 @@ WRITEBACK_AVAILABLE = _SYNC_FILE_RANGE is not None
 
 
 class Writeback:
-    """Starts the disk's write-out of a file's bytes while the rest of it still arrives.
-
-    A partition is fsynced before its put is acknowledged. Left to the
-    kernel, nearly all of its pages are still dirty then, and the fsync
-    writes them all while the sender waits. Asking the kernel to start on
-    every :data:`WRITEBACK_STEP` written (``sync_file_range``, which does not
-    wait) overlaps the disk's work with the network's, and the fsync finds
-    little left: a put of 945 MiB to three nodes here took 1.05 s instead of
-    1.22 s. Where the call does not exist this does nothing.
-    """
+    """Starts the disk's write-out of a file's bytes while the rest of it still arrives (``sync_file_range`` every
+    :data:`WRITEBACK_STEP`), so the fsync before a put's receipt finds little left (decision 0010). Where the call
+    does not exist this does nothing."""
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
@@ -46,7 +39,7 @@ class Writeback:
         self.refused = False
 
     def written(self, size: int) -> None:
-        """The file now holds ``size`` bytes; start the write-out of the last step's worth once there is one."""
+        """The file now holds ``size`` bytes; starts the write-out of the last full step."""
         if _SYNC_FILE_RANGE is None or self.refused or size - self.started < WRITEBACK_STEP:
             return
         if _SYNC_FILE_RANGE(self.fd, self.started, size - self.started, _SYNC_FILE_RANGE_WRITE) == 0:

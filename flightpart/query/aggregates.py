@@ -1,13 +1,6 @@
-"""Aggregates computed in two steps: a partial result per partition, combined by the reader.
-
-A node runs :func:`partial` on its partition with Arrow's group-by engine
-and sends a few rows instead of the data; the reader concatenates the
-partial tables and runs :func:`combine`. The result has the shape and the
-column names of ``pyarrow.Table.group_by(by).aggregate(pairs)`` on the
-whole data: group keys first, then ``{column}_{function}`` (``count_all``
-for a row count). What each function's partials are, and how they combine and
-finish, is its entry in :mod:`.functions`.
-"""
+"""Aggregates computed in two steps: a partial result per partition (:func:`partial`, on the node), combined by the
+reader (:func:`combine`). The result has the shape and names of ``pyarrow.Table.group_by(by).aggregate(pairs)``
+over the whole data; each function's partials are its entry in :mod:`.functions`."""
 
 from __future__ import annotations
 
@@ -30,8 +23,8 @@ from .sql import parse_sql_value
 
 def spec(pairs: Sequence[tuple[str, str]], by: Sequence[str], columns: Sequence[str] | pa.Schema,
          computed: Mapping[str, str] | None = None) -> Aggregate:
-    """Check what a user asked for against the dataset's columns (its schema, which ``computed`` needs: columns
-    computed from SQL expressions, which keys and functions may then name); the spec a ticket carries."""
+    """Check what a user asked for against the dataset's ``schema`` (which ``computed`` columns extend); returns the
+    spec a ticket carries."""
     if isinstance(by, str):
         by = [by]
     schema = columns if isinstance(columns, pa.Schema) else None
@@ -72,7 +65,7 @@ def spec(pairs: Sequence[tuple[str, str]], by: Sequence[str], columns: Sequence[
 
 
 def columns_read(agg: Aggregate, schema: pa.Schema | None = None) -> list[str]:
-    """The columns of ``schema`` an aggregate reads, keys first (a computed column's by those its expression reads)."""
+    """The columns of ``schema`` an aggregate reads, keys first (a computed column's by what its expression reads)."""
     named = [*agg.by, *(c for c, f in agg.functions if AGGREGATE[f].reads_column)]
     if agg.computed:
         if schema is None:
@@ -85,14 +78,13 @@ def columns_read(agg: Aggregate, schema: pa.Schema | None = None) -> list[str]:
 
 @functools.lru_cache(maxsize=256)
 def evaluated(text: str, schema: pa.Schema) -> tuple[pc.Expression, pa.DataType, tuple[str, ...]]:
-    """A computed column's expression over ``schema`` (parsed once per text and schema: each partition asks again)."""
+    """A computed column's expression over ``schema``, parsed once per text and schema."""
     return parse_sql_value(text, schema)
 
 
 def with_computed(table: pa.Table, agg: Aggregate, where: str = "ticket.aggregate.computed") -> pa.Table:
-    """``table`` with the aggregate's computed columns its keys and functions use appended, each evaluated as DuckDB
-    would, or RequestRejected: an expression that reads what the table lacks, a checked overflow, a float value
-    that is not finite (Arrow's min and max skip NaN, DuckDB ranks it above every number: such a query runs whole)."""
+    """``table`` with the computed columns the aggregate uses, each evaluated as DuckDB would, or RequestRejected for
+    a missing column, a checked overflow or a float that is not finite."""
     used = {*agg.by, *(c for c, _f in agg.functions)}
     wanted = [(name, text) for name, text in agg.computed or () if name in used]
     if not wanted:
@@ -126,7 +118,7 @@ def _partial_pairs(agg: Aggregate) -> list[tuple[str, str]]:
 
 
 def _arrow_pair(column: str, function: str) -> tuple:
-    """What pyarrow's ``aggregate`` is asked for one function: its Arrow function over its input column."""
+    """What pyarrow's ``aggregate`` is asked for one function."""
     entry = AGGREGATE[function]
     if not entry.reads_column:
         return ([], entry.arrow)
@@ -134,13 +126,13 @@ def _arrow_pair(column: str, function: str) -> tuple:
 
 
 def _exact_name(column: str) -> str:
-    """The column an exact sum adds up: ``column`` as :data:`EXACT` (see :func:`_with_exact_columns`)."""
+    """The column an exact sum adds up (see :func:`_with_exact_columns`)."""
     return f"\x00exact\x00{column}"
 
 
 def _with_exact_columns(table: pa.Table, pairs: Sequence[tuple[str, str]]) -> pa.Table:
-    """``table`` with, for each exact sum, its column as :data:`EXACT` when it holds integers or booleans (as it is
-    otherwise), under :func:`_exact_name`."""
+    """``table`` with each exact sum's column as :data:`EXACT` when it holds integers or booleans, under
+    :func:`_exact_name`."""
     for column in dict.fromkeys(c for c, f in pairs if AGGREGATE[f].exact):
         values = table.column(column)
         if pa.types.is_boolean(values.type):
@@ -162,7 +154,7 @@ def _result_name(column: str, function: str) -> str:
 
 
 def _named_twice(names: Sequence[str]) -> str | None:
-    """The first name ``names`` holds twice (a key named twice would be a result column named twice)."""
+    """The first name ``names`` holds twice."""
     seen: set[str] = set()
     for name in names:
         if name in seen:
@@ -177,13 +169,12 @@ def _read_columns(agg: Aggregate) -> list[str]:
 
 
 def values_of_dictionaries(table: pa.Table, columns: Sequence[str]) -> pa.Table:
-    """``table`` with each dictionary-encoded column of ``columns`` decoded to its values.
+    """``table`` with each dictionary column of ``columns`` decoded to its values.
 
-    Partials are computed and combined over values, never over dictionaries: Arrow's counts count a
-    dictionary's indices, not its values (a value that is null was counted), some of its kernels kill the process
-    on a dictionary (``count`` over one of the null type; ``unify_dictionaries`` over a grouping's keys, whose
-    slots under a null it leaves unset), and partitions' dictionaries differ. :func:`combine` encodes the keys
-    again, so a result has the types pyarrow's own ``group_by`` gives."""
+    Partials are computed and combined over values, never dictionaries: Arrow counts a dictionary's indices, some
+    kernels crash on dictionaries, and partitions' dictionaries differ. :func:`combine` re-encodes the keys, so a
+    result has the types pyarrow's own ``group_by`` gives.
+    """
     for name in columns:
         i = table.schema.get_field_index(name)
         if i >= 0 and pa.types.is_dictionary(table.schema.field(i).type):
@@ -215,9 +206,7 @@ def partial(table: pa.Table, agg: Aggregate) -> pa.Table:
 
 
 def _check_sum_fits(values: pa.ChunkedArray, column: str, function: str, where: str) -> None:
-    """RequestRejected when a decimal sum has outgrown its type's precision: Arrow's sum wraps such a value into
-    one its own validation refuses (pyarrow's ``group_by`` hands it on as a wrong number), where DuckDB stops with
-    an overflow error."""
+    """RequestRejected when a decimal sum outgrew its precision (Arrow's sum would wrap it; DuckDB raises overflow)."""
     if AGGREGATE[function].arrow != "sum" or not pa.types.is_decimal(values.type):
         return
     try:
@@ -238,16 +227,10 @@ def partial_schema(agg: Aggregate, schema: pa.Schema) -> pa.Schema:
 
 
 def checked_partials(tables: Sequence[pa.Table], agg: Aggregate, expected: pa.Schema, most_rows: int) -> list[pa.Table]:
-    """Partials nodes sent, before they are combined: each with the columns and types of ``expected``
-    (:func:`partial_schema`), at most ``most_rows`` rows (a partition has no more groups than rows; a global
-    aggregate one), and no group twice within one partial.
-
-    A node that answers with something no node would compute (a faulty or hostile one) gets a clear error,
-    not an Arrow exception from deep inside :func:`combine`, and no answer built from it. (A node that sends
-    false numbers in the right shape about data it holds cannot be told from one that holds that data.) The
-    groups of all partials are counted in one grouping, not one per partial: an aggregate over 100,000
-    partitions pays for the check about what it pays to combine them.
-    """
+    """Partials nodes sent, checked before they are combined: the columns and types of ``expected``
+    (:func:`partial_schema`), at most ``most_rows`` rows, valid values, no group twice within one. A faulty node
+    gets a clear ServerError, not an Arrow error from :func:`combine` (false numbers in the right shape cannot be
+    told). Checked in one pass over all partials, so the check costs about what combining does."""
     bound = max(1, most_rows if agg.by else 1)
     out = []
     for table in tables:
@@ -269,9 +252,8 @@ def checked_partials(tables: Sequence[pa.Table], agg: Aggregate, expected: pa.Sc
 
 
 def _all_valid(tables: Sequence[pa.Table]) -> None:
-    """ServerError when one of ``tables`` holds values no node computes and Arrow's kernels may read out of bounds
-    (string offsets past their data, a decimal past its precision): :func:`~flightpart.query.soundness.unsound`,
-    checked over all of them in one pass (partials are a few rows each), then the culprit found."""
+    """ServerError when one of ``tables`` holds values Arrow's kernels may read out of bounds
+    (:func:`~flightpart.query.soundness.unsound`), checked in one pass, then the culprit found."""
     if not tables or unsound(pa.concat_tables(tables)) is None:
         return
     for table in tables:
@@ -282,7 +264,7 @@ def _all_valid(tables: Sequence[pa.Table]) -> None:
 
 
 def _each_group_once(tables: Sequence[pa.Table], by: Sequence[str]) -> None:
-    """ServerError when one of ``tables`` holds a group twice (checked over all of them in one grouping)."""
+    """ServerError when one of ``tables`` holds a group twice (one grouping over all)."""
     origin = "flightpart partial"
     while origin in by:  # a key named so: another name for the partial's number
         origin += "_"
@@ -321,8 +303,8 @@ def combine(partials: Sequence[pa.Table], agg: Aggregate, schema: pa.Schema) -> 
 
 
 def _empty_result(agg: Aggregate, schema: pa.Schema) -> pa.Table:
-    """The result over no rows, with the types pyarrow's ``group_by`` gives (a dictionary key stays one; what is
-    aggregated is its values, as in :func:`partial`); RequestRejected for what Arrow cannot aggregate."""
+    """The result over no rows, with the types pyarrow's ``group_by`` gives; RequestRejected for what Arrow cannot
+    aggregate."""
     empty = with_computed(frames.empty_table(schema), agg)
     keys = set(agg.by)
     empty = _with_exact_columns(values_of_dictionaries(empty, [c for c in _read_columns(agg) if c not in keys]),
@@ -335,8 +317,7 @@ def _empty_result(agg: Aggregate, schema: pa.Schema) -> pa.Table:
 
 
 def _as_key(values: pa.ChunkedArray, wanted: pa.DataType) -> pa.ChunkedArray:
-    """A combined key column as ``wanted``: a key grouped by its values is encoded again when pyarrow's
-    ``group_by`` gives a dictionary (with the index type it gives when the values fit)."""
+    """A combined key column as ``wanted``: re-encoded when pyarrow's ``group_by`` gives a dictionary."""
     if not pa.types.is_dictionary(wanted) or pa.types.is_dictionary(values.type):
         return values
     encoded = pc.dictionary_encode(values)
@@ -347,8 +328,7 @@ def _as_key(values: pa.ChunkedArray, wanted: pa.DataType) -> pa.ChunkedArray:
 
 
 def _combined_by(function: str) -> str:
-    """How the partials of one function are combined across partitions (its entry's ``rollup``): counts and sums
-    are summed."""
+    """How the partials of one function combine across partitions (its entry's ``rollup``)."""
     rollup = AGGREGATE[function].rollup
     assert rollup is not None, f"{function} is not a partial"
     return rollup

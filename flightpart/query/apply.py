@@ -1,6 +1,5 @@
-"""What a ticket asks of one partition, done to its table: the one place a filter, a row range, a projection
-or an aggregate meets the data, on a node answering ``do_get`` or ``assemble`` and in a reader mapping a
-partition of its own host alike."""
+"""What a ticket asks of one partition, done to its table: the one place a filter, a row range, a projection or an
+aggregate meets the data, on a node and in a reader mapping a local partition alike."""
 
 from __future__ import annotations
 
@@ -18,8 +17,8 @@ def apply_ticket(table: pa.Table, columns: tuple[str, ...] | None, rows: tuple[i
             matched: tuple[int, int] | None = None, aggregate: Aggregate | None = None, row_numbers: bool = False,
             top: TopRows | None = None) -> pa.Table:
     """What a ticket asks of a partition, in the ticket's order: a row range, row numbers, a filter, a range of the
-    rows it kept, its first rows by sort keys, a projection, an aggregate. Without a filter, first rows or an
-    aggregate every step is a zero-copy slice."""
+    rows kept, first rows by sort keys, a projection, an aggregate. Without a filter, first rows or an aggregate,
+    every step is a zero-copy slice."""
     first = 0
     if rows is not None:
         first = min(rows[0], table.num_rows)

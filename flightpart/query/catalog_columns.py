@@ -1,22 +1,10 @@
 """Whether the columns a node sent are the ones the catalog says its dataset has.
 
-A node that lies (a faulty or hostile one) can send sound arrays under other
-names or of other types than its partition was stored with: an int64 column
-sent as int32, a column renamed. A reader that took them handed its user a
-frame of another schema than the dataset's without a word (every partition
-from that node), or failed to assemble several with Arrow's own error, no
-other replica asked. A reader now checks what it received against the
-catalog's schema (:meth:`CatalogColumns.mislabelled`) and passes a replica
-that mislabels its columns over, as it does one whose arrays are unsound.
-
-Names and types are checked, and a whole column group's columns must all
-come (a node dropping one); nullability and metadata are not compared (they
-change no value a reader computes on).
-
-The check travels with a dataset's ``get`` into Dask and Ray tasks: it
-pickles as the schema's IPC bytes and the groups, and a process restores
-each distinct one once (a task of a 10,000-column dataset would otherwise
-spend some 9 ms unpickling its schema).
+A faulty node can send sound arrays under other names or types than its partition was stored with; a reader
+checks what it received against the catalog's schema (:meth:`CatalogColumns.mislabelled`) and passes such a
+replica over, as it does one whose arrays are unsound. Names and types are checked, and a whole column group
+must come whole; nullability and metadata are not (they change no value). The check pickles into Dask and Ray
+tasks as the schema's IPC bytes and the groups, restored once per process.
 """
 
 from __future__ import annotations
@@ -45,8 +33,7 @@ class CatalogColumns:
         self._pickled: tuple | None = None
 
     def __reduce__(self):
-        """What a task is sent, made once: the fields (not the schema's metadata, which the check does not compare
-        and a pandas frame fills with a description of every column) and the groups."""
+        """What a task is sent, made once: the fields (without the schema's metadata) and the groups."""
         if self._pickled is None:
             groups = None if self.groups is None else tuple(sorted((j, tuple(sorted(c))) for j, c in self.groups.items()))
             self._pickled = (self.schema.remove_metadata().serialize().to_pybytes(), groups)
@@ -54,9 +41,8 @@ class CatalogColumns:
 
     @classmethod
     def of(cls, version: VersionInfo) -> CatalogColumns:
-        """The columns of ``version``: its schema, and each column group's columns (its share of the schema's, and
-        the pandas index columns past the dataset's width, which every group stores), read from the first
-        partition of each group."""
+        """The columns of ``version``: its schema, and each column group's columns (with the pandas index columns every
+        group stores), read from the first partition of each group."""
         names = version.schema.names
         index = names[version.shape[1]:]
         groups: dict[int, frozenset[str]] = {}
@@ -71,9 +57,10 @@ class CatalogColumns:
     def mislabelled(self, received: pa.Schema, ticket: Ticket) -> str | None:
         """Why the columns of ``received`` (a node's answer to ``ticket``) are not the catalog's, or None.
 
-        An aggregate or first-rows answer is not checked (its columns are computed, not stored). A selection
-        (``ticket.columns``) must come back as asked, in order; a whole partition with every column of its group;
-        every column must be one of the dataset's, of its type (or the row numbers the ticket asked for)."""
+        Aggregates and first rows are not checked (their columns are computed). A selection must come back as asked,
+        in order; a whole partition with every column of its group; each column of the dataset's type (or the row
+        numbers the ticket asked for).
+        """
         if ticket.aggregate is not None or ticket.top is not None:
             return None
         names = tuple(received.names)
@@ -108,6 +95,6 @@ class CatalogColumns:
 
 @functools.lru_cache(maxsize=16)
 def restored_columns(schema_ipc: bytes, groups: tuple[tuple[int, tuple[str, ...]], ...] | None) -> CatalogColumns:
-    """A pickled :class:`CatalogColumns`, restored once per process (every task of a dataset shares it)."""
+    """A pickled :class:`CatalogColumns`, restored once per process."""
     schema = pa.ipc.read_schema(pa.py_buffer(schema_ipc))
     return CatalogColumns(schema, None if groups is None else {j: frozenset(c) for j, c in groups})

@@ -1,14 +1,8 @@
-"""Row filters that travel to the data: ``pyarrow.compute`` expressions as Substrait.
+"""Row filters that travel to the data: ``pyarrow.compute`` expressions as Substrait (decision 0012).
 
-A filter is written by the user as a ``pyarrow.compute.Expression``
-(``pc.field("amount") > 10``). It crosses the wire as a Substrait extended
-expression (``pyarrow.substrait.serialize_expressions``): language neutral
-and safe to decode, never pickled. The expression is bound to a schema of
-only the columns it reads, in that order, so a node can evaluate it on any
-partition that has those columns, whatever else the partition holds.
-
-``parse_where`` turns SQL text (a ``--where`` option, ``ds.filter("...")``)
-into an expression, without evaluating anything (:mod:`flightpart.query.sql`).
+A filter crosses the wire as a Substrait extended expression, safe to decode and never pickled, bound to a schema
+of only the columns it reads, so a node can evaluate it on any partition holding those columns. ``parse_where``
+turns SQL text into an expression without evaluating anything (:mod:`flightpart.query.sql`).
 """
 
 from __future__ import annotations
@@ -41,12 +35,8 @@ class Filter:
 
     @classmethod
     def compile(cls, expression: pc.Expression, schema: pa.Schema, *, translated: bool = False) -> "Filter":
-        """Bind ``expression`` to the columns of ``schema`` it reads; a clear error when it cannot travel.
-
-        ``translated``: the expression was translated from a text filter, whose nesting the translation bounds
-        (an ``IN`` list of at most :data:`~flightpart.query.sql.MAX_IN_VALUES`, Python's recursion): its size is
-        not held to :data:`MAX_FILTER_BYTES` (casts and NaN rules make such filters verbose, not deep). Every filter is
-        held to :data:`MAX_SUBSTRAIT_BOUND` before it is written."""
+        """Bind ``expression`` to the columns of ``schema`` it reads; a clear error when it cannot travel. Every filter is
+        held to :data:`MAX_SUBSTRAIT_BOUND`; one not ``translated`` from text is also held to :data:`MAX_FILTER_BYTES`."""
         if not isinstance(expression, pc.Expression):
             raise TypeError(f"a filter is a pyarrow.compute.Expression (e.g. pc.field('x') > 0), got {type(expression).__qualname__}")
         columns = referenced_columns(expression, schema, None if translated else MAX_FILTER_BYTES)
@@ -60,9 +50,8 @@ class Filter:
 
 
 def serialize(expression: pc.Expression, schema: pa.Schema, *, weighed: bool = False) -> bytes:
-    """``expression`` bound to ``schema`` as the Substrait bytes a ticket carries (any expression: whether it is a
-    filter, a boolean, is the node's to check when it applies it). ``weighed``: the caller has held it to
-    :data:`MAX_SUBSTRAIT_BOUND` already (:func:`referenced_columns` does)."""
+    """``expression`` bound to ``schema`` as the Substrait bytes a ticket carries (the node checks it is a filter).
+    ``weighed``: already held to :data:`MAX_SUBSTRAIT_BOUND`."""
     if not weighed:
         check_substrait_bound(expression)
     try:
@@ -98,8 +87,7 @@ _METADATA_OFFSET = 2 * ctypes.sizeof(ctypes.c_void_p)  # ArrowSchema: format, na
 
 
 def _entries(schema: pa.Schema) -> list[tuple[bytes, bytes]]:
-    """A schema's metadata in order, repeated keys kept (``Schema.metadata`` is a dict), read from its C data
-    interface export: int32 count, then per pair int32 length and bytes, key then value."""
+    """A schema's metadata in order, repeated keys kept, read from its C data interface export."""
     capsule = schema.__arrow_c_schema__()
     metadata = ctypes.c_void_p.from_address(_CAPSULE_POINTER(capsule, b"arrow_schema") + _METADATA_OFFSET).value
     if not metadata:
@@ -116,16 +104,9 @@ def _entries(schema: pa.Schema) -> list[tuple[bytes, bytes]]:
 
 
 def substrait_bound(expression: pc.Expression) -> int:
-    """An upper bound of the bytes of Substrait pyarrow writes for ``expression`` (within about 2.5x of them),
-    found without writing it.
-
-    pyarrow writes each argument of a call twice, so a term at nesting depth
-    d is written 2^d times. Arrow's own serialization of an expression (its
-    pickle) lists the tree in order as metadata (``call`` ... ``end``,
-    ``field_ref``, ``literal`` and ``options`` naming a column of literal
-    values); each entry is weighed at 48 bytes plus its literal's bytes, times
-    2^depth.
-    """
+    """An upper bound (within about 2.5x) of the Substrait bytes pyarrow writes for ``expression``, found without
+    writing it: pyarrow writes each argument twice, so each entry of Arrow's own listing of the tree is weighed at
+    48 bytes plus its literal, times 2^depth."""
     listing = pa.ipc.open_file(expression.__reduce__()[1][0])
     literals = listing.get_batch(0) if listing.num_record_batches else None
     depth, total = 0, 0
@@ -143,8 +124,7 @@ def substrait_bound(expression: pc.Expression) -> int:
 
 
 def called_functions(expression: pc.Expression) -> set[str]:
-    """The Arrow functions ``expression`` calls, read from Arrow's own listing of it (its text writes some as
-    operators: ``(x == 1)``)."""
+    """The Arrow functions ``expression`` calls, read from Arrow's own listing of it."""
     listing = pa.ipc.open_file(expression.__reduce__()[1][0])
     return {value.decode() for key, value in _entries(listing.schema) if key == b"call"}
 
@@ -163,13 +143,8 @@ def check_substrait_bound(expression: pc.Expression) -> None:
 
 def referenced_columns(expression: pc.Expression, schema: pa.Schema,
                        most_bytes: int | None = MAX_FILTER_BYTES) -> tuple[str, ...]:
-    """The top-level columns of ``schema`` that ``expression`` reads, in schema order.
-
-    Found by binding the expression to the whole schema and reading the
-    field paths back; a field the schema lacks is an error naming it; an
-    expression of more than ``most_bytes`` of Substrait (None: any) is
-    refused before it is read (:data:`MAX_FILTER_BYTES`).
-    """
+    """The top-level columns of ``schema`` that ``expression`` reads, in schema order; an error naming a field the
+    schema lacks, or for more than ``most_bytes`` of Substrait (None: any)."""
     check_substrait_bound(expression)
     indexed = _indexable(schema)
     unwritable = [(k, field.name, field.type) for k, field in enumerate(schema)
@@ -198,10 +173,8 @@ def referenced_columns(expression: pc.Expression, schema: pa.Schema,
 
 @functools.lru_cache(maxsize=256)
 def _indexable(schema: pa.Schema) -> pa.Schema:
-    """``schema`` as :func:`bindable` binds it, with each column of a type Substrait has not (a decimal256, a
-    duration, a large or fixed-size list, a union, an extension type) as a column of nulls: a filter that does not
-    read such a column is bound at the same field indexes (a dataset with one had had every filter refused, on any
-    column), and one that does is refused naming it."""
+    """``schema`` as :func:`bindable` binds it, with each column of a type Substrait lacks as nulls: a filter that does
+    not read such a column binds at the same indexes, and one that does is refused naming it."""
     shown = bindable(schema)
     for k, field in enumerate(shown):
         if _stand_in(field.type) is None:  # no Substrait type to bind it to
@@ -265,8 +238,7 @@ def _evaluated(expression: pc.Expression, table: pa.Table, *, keep_rows: bool) -
 
 
 def _as_bound(column: pa.ChunkedArray, kind: pa.DataType) -> pa.ChunkedArray:
-    """``column`` cast to the type a filter was bound to; a cast that fails (text past a string's 2 GiB) is the
-    request's error, not the node's."""
+    """``column`` cast to the type a filter was bound to; a failed cast is the request's error, not the node's."""
     try:
         return column.cast(kind)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
@@ -274,10 +246,8 @@ def _as_bound(column: pa.ChunkedArray, kind: pa.DataType) -> pa.ChunkedArray:
 
 
 def _dictionary_answer(expression: pc.Expression, column: pa.ChunkedArray, bound: pa.Schema) -> pa.ChunkedArray:
-    """``expression``, which reads only this dictionary column, for each of its rows: answered once per dictionary
-    value (and once for a null row) and taken by the indices. Decoding the column instead had cost a node 390 MB to
-    filter a 3 MB partition of long categories. The chunks' dictionaries are unified first, so the filter is
-    answered once per partition, not once per stored batch (a plan of Python's per 1 MiB batch)."""
+    """``expression`` over one dictionary column, answered once per dictionary value (and once for a null) and taken
+    by the indices, after unifying the chunks' dictionaries, instead of decoding the column."""
     field = bound.field(0)
     column = column.unify_dictionaries()
     if column.num_chunks == 0:
@@ -297,11 +267,9 @@ def _dictionary_answer(expression: pc.Expression, column: pa.ChunkedArray, bound
 
 @functools.lru_cache(maxsize=256)
 def bindable(schema: pa.Schema) -> pa.Schema:
-    """``schema`` as a filter is bound to it, each column as the type whose values it holds exactly and which
-    Substrait and Arrow's comparisons know: a decimal32 or decimal64 as a decimal128 (pyarrow would bind it as its
-    raw bytes, which no comparison reads), a string or binary view as a string or binary (no comparison kernel takes
-    a view), a dictionary (a pandas category, a Polars Enum) as its values. A node casts its columns to these types
-    before it filters (:func:`_stands_in`)."""
+    """``schema`` as a filter is bound to it: each column as the type that holds its values exactly and that Substrait
+    and Arrow's comparisons know (decimal32/64 as decimal128, views as plain, dictionaries as their values). A node
+    casts its columns to these types before it filters (:func:`_stands_in`)."""
     for k, field in enumerate(schema):
         kind = field.type
         if pa.types.is_decimal32(kind) or pa.types.is_decimal64(kind):
@@ -315,8 +283,7 @@ def bindable(schema: pa.Schema) -> pa.Schema:
 
 @functools.lru_cache(maxsize=256)
 def _stand_in(kind: pa.DataType) -> pa.DataType | None:
-    """The type a filter serialized over a column of ``kind`` is bound to (Substrait has no dictionary, view or list
-    view type: pyarrow binds their columns as the plain type of their values), or None when none can be written."""
+    """The type a filter over a column of ``kind`` is bound to, or None when none can be written."""
     try:
         raw = substrait.serialize_expressions([pc.field("c").is_null()], ["filter"], pa.schema([("c", kind)]))
         return substrait.deserialize_expressions(raw).schema.field("c").type
@@ -326,9 +293,7 @@ def _stand_in(kind: pa.DataType) -> pa.DataType | None:
 
 @functools.lru_cache(maxsize=256)
 def _stands_in(here: pa.DataType, bound: pa.DataType) -> bool:
-    """Whether a filter bound to ``bound`` was written over a column of type ``here`` (a pandas category, a Polars
-    Enum, a string view) and reads it exactly once its values are cast to ``bound``: a category is its values, a
-    view its strings, a decimal32 the decimal128 :func:`bindable` binds it as."""
+    """Whether a filter bound to ``bound`` reads a column of type ``here`` exactly once it is cast to ``bound``."""
     if pa.types.is_decimal32(here) or pa.types.is_decimal64(here):
         return bound.equals(bindable(pa.schema([("c", here)])).field("c").type)
     stand_in = _stand_in(here)
@@ -342,9 +307,8 @@ def _stands_in(here: pa.DataType, bound: pa.DataType) -> bool:
 
 
 def _same_instants(here: pa.DataType, bound: pa.DataType) -> bool:
-    """Whether a column of type ``here`` holds what a filter bound to ``bound`` reads: both timestamps of one unit
-    with a time zone. Substrait carries no zone name (a filter over a New York column arrives bound to UTC), and a
-    zone only says how instants print: the values are the same UTC counts."""
+    """Whether a column of type ``here`` holds what a filter bound to ``bound`` reads: timestamps of one unit with a
+    time zone (Substrait carries no zone name, and a zone changes no stored value)."""
     return (pa.types.is_timestamp(here) and pa.types.is_timestamp(bound) and here.unit == bound.unit
             and here.tz is not None and bound.tz is not None)
 
@@ -354,12 +318,8 @@ def _same_instants(here: pa.DataType, bound: pa.DataType) -> bool:
 
 def parse_where(text: str, schema: pa.Schema | Sequence[str]) -> pc.Expression:
     """A filter from SQL text such as ``fare > 10 AND zone IN ('JFK', 'LGA')`` (see :mod:`flightpart.query.sql`).
-
-    ``schema`` gives the columns and their types (literals are read as the
-    type of the column they meet); with names only, types are unknown and
-    literals keep their own. Nothing is evaluated; what cannot be translated
-    exactly is InvalidFilter.
-    """
+    Literals take the type of the column they meet when ``schema`` has types; nothing is evaluated; what cannot be
+    translated exactly is InvalidFilter."""
     from .sql import parse_sql_predicate
 
     if not isinstance(schema, pa.Schema):

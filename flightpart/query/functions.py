@@ -1,17 +1,8 @@
 """What the nodes can compute: one entry per aggregate and per scalar function, read by every place that names one.
 
-An :class:`AggregateFunction` says what a node computes for it per partition (its partials), how the reader rolls
-those up across partitions and finishes them in Arrow, how DuckDB finishes them in SQL, which SQL aggregate it
-answers, and what its partials may weigh. A :class:`ScalarFunction` says which Arrow function a translated filter
-or computed column calls, the type it gives, and whether a partition's statistics may decide a filter that calls
-it. The ticket's validation (:mod:`flightpart.wire`), the partials and their combining
-(:mod:`flightpart.query.aggregates`), the bound on a node's answer (``PartitionRef.most_bytes``), the SQL planners
-and EXPLAIN (:mod:`flightpart.sql`), the SQL translator (:mod:`flightpart.query.sql`), pruning
-(:mod:`flightpart.query.pruning`) and the tables of ``docs/querying.md`` (:func:`markdown`) all read these two
-tables, so a new aggregate is one entry here.
-
-This module is core: it imports nothing of flightpart (the wire validates against it), and sqlglot only inside
-the functions that build SQL.
+:class:`AggregateFunction` and :class:`ScalarFunction` entries are read by the wire's validation, the partials,
+the SQL planners and translator, pruning and the tables of ``docs/querying.md`` (:func:`markdown`), so a new
+function is one entry here. Core: it imports nothing of flightpart, and sqlglot only where it builds SQL.
 """
 
 from __future__ import annotations
@@ -59,17 +50,12 @@ def _sql_ratio(values: Sequence[Any]) -> Any:
 class AggregateFunction:
     """One function ``Dataset.aggregate`` takes (and a ticket carries) by ``name``.
 
-    ``partials``: the functions a node computes per partition for it (each an entry whose ``rollup`` is set);
-    ``arrow``: Arrow's hash aggregate computing it over rows (over the column as :data:`EXACT` when ``exact``);
-    ``rollup``: the aggregate (Arrow's and DuckDB's, ``sum``, ``min`` or ``max``) that combines this function's
-    partials across partitions, None when it is not a partial itself; ``finish_arrow`` / ``finish_sql``: the result
-    from its partials rolled up, in Arrow at the reader and in SQL for DuckDB; ``sql``: the SQL aggregate it
-    answers (sqlglot's class name, ``(*)`` when it counts rows), None when only a planner picks it (``integers``:
-    the entry the planner uses instead over integer and boolean columns); ``duckdb_type``: the type DuckDB gives it
-    where Arrow's result type differs; ``copies_values``: its partials are values of its column (a node's answer may
-    hold the partition's bytes again for it); ``skips_nan``: Arrow's result skips NaN, where DuckDB ranks NaN above
-    every number (over a float column that may hold one, SQL runs the query whole); ``group_bytes``: the most bytes its partials take per group besides
-    (32: two partials of 16 bytes, a mean's, or one decimal256 sum).
+    ``partials``: the entries a node computes per partition; ``arrow``: Arrow's hash aggregate over rows (over
+    :data:`EXACT` when ``exact``); ``rollup``: the aggregate combining this partial across partitions (None: not a
+    partial); ``finish_arrow`` / ``finish_sql``: the result from rolled-up partials; ``sql``: the SQL aggregate it
+    answers (sqlglot's class name; ``integers``: the entry used over integer columns); ``duckdb_type``: DuckDB's
+    type where Arrow's differs; ``copies_values``: its partials are column values; ``skips_nan``: Arrow skips NaN
+    where DuckDB does not; ``group_bytes``: the most bytes its partials take per group.
     """
 
     name: str
@@ -89,8 +75,7 @@ class AggregateFunction:
     group_bytes: int = 32
 
     def output_name(self, column: str) -> str:
-        """The result column pyarrow's ``group_by(...).aggregate`` names: ``{column}_{function}``, or the function's
-        name alone when it reads no column."""
+        """The result column pyarrow's ``group_by(...).aggregate`` names: ``{column}_{function}``, or the function alone."""
         return f"{column}_{self.name}" if self.reads_column else self.name
 
     def shown(self, column: str) -> str:
@@ -148,11 +133,10 @@ def rolled_up_sql(rollup: str, value: Any) -> Any:
 class ScalarFunction:
     """One Arrow function a translated filter or computed column calls.
 
-    ``name``: how code names it (its key); ``written``: the SQL that translates to it (empty when it is only part of
-    a translation, or comes from another engine's expression); ``arrow``: the Arrow compute function called;
-    ``returns``: the type it gives; ``statistics``: whether a filter calling it may be decided from a partition's
-    minimum and maximum (true of tests and comparisons of columns with literals; a value computed by anything else
-    may be a NaN the bounds do not order)."""
+    ``name``: its key; ``written``: the SQL that translates to it (empty if none); ``arrow``: the Arrow function;
+    ``returns``: its type; ``statistics``: a filter calling it may be decided from a partition's bounds (tests and
+    comparisons only: any other value may be a NaN the bounds do not order).
+    """
 
     name: str
     written: str

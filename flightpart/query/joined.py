@@ -1,10 +1,5 @@
-"""Boolean expressions joined as balanced trees.
-
-pyarrow's Substrait writer writes each argument of a call twice, so what a
-filter costs to send doubles with each level of its nesting: terms joined
-left to right (``a | b | c ...``) nest as deep as they are many, joined
-pairwise level by level only as deep as log2 of their number.
-"""
+"""Boolean expressions joined as balanced trees, since pyarrow's Substrait writer writes each argument twice and a
+filter's size doubles with each level of nesting."""
 
 from __future__ import annotations
 
@@ -25,9 +20,8 @@ def disjunction(terms: Sequence[pc.Expression]) -> pc.Expression | None:
 
 def balanced(terms: Sequence[pc.Expression],
              join: Callable[[pc.Expression, pc.Expression], pc.Expression]) -> pc.Expression | None:
-    """``terms`` joined pairwise, level by level: as deep as log2 of their number, not as their number. pyarrow's
-    Substrait writer writes each argument of a call twice, so what an expression costs to send doubles with each
-    level of nesting (:func:`~flightpart.query.filters.substrait_bound`): 30 terms chained take 2^30 times a term."""
+    """``terms`` joined pairwise, level by level: as deep as log2 of their number, so the filter's Substrait size
+    (:func:`~flightpart.query.filters.substrait_bound`) grows linearly, not exponentially."""
     level = list(terms)
     if not level:
         return None

@@ -1,11 +1,8 @@
 """Which row blocks a filter can match, decided from the partitions' statistics before any stream opens.
 
-Each row block gets a *guarantee* (:func:`flightpart.query.statistics.guarantee`
-of every partition in it). Arrow's own expression simplification, as
-``pyarrow.dataset`` uses it for hive partitions, then says whether a filter
-can be true under the guarantee: the blocks are handed to a
-``FileSystemDataset`` as fragments whose partition expressions are those
-guarantees. No file is opened; the paths are only names.
+Each row block's *guarantee* (:func:`flightpart.query.statistics.guarantee`) becomes the partition expression of
+a fragment of a ``FileSystemDataset``, and Arrow's expression simplification says whether the filter can be
+true under it. No file is opened.
 """
 
 from __future__ import annotations
@@ -71,11 +68,8 @@ _CALLED = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\(")
 
 
 def _compares_with_nan(expression: pc.Expression) -> bool:
-    """Whether ``expression`` may compare with a NaN, which Arrow's simplification orders against a block's bounds as
-    no comparison kernel does (``v < NaN`` counted 3 rows of a block from 1 to 5, where a filter keeps none): a NaN
-    literal, or a value computed by any function but tests and comparisons (``subtract(inf, inf)`` is a NaN that
-    prints as none). Statistics then decide nothing. The functions that may be called are the scalar functions
-    whose entry says ``statistics`` (:mod:`flightpart.query.functions`). (A column or string named so only costs
-    the pruning.)"""
+    """Whether ``expression`` may compare with a NaN, which Arrow's simplification orders against block bounds unlike
+    any comparison kernel: a NaN literal, or a value computed by a function not marked ``statistics`` in
+    :mod:`flightpart.query.functions`. Statistics then decide nothing."""
     text = str(expression)
     return _NAN.search(text) is not None or not set(_CALLED.findall(text)) <= DECIDED_BY_STATISTICS

@@ -1,25 +1,12 @@
 """Whether a table another process streamed is safe to compute on.
 
-pyarrow's stream reader checks next to nothing: not even buffer sizes
-against the rows a batch claims. A node that lies (a faulty or hostile one)
-can send a batch longer than its buffers, string or list offsets past their
-data, dictionary indices past their dictionary or views past their buffers, and every Arrow kernel, DuckDB scan or Polars conversion
-that then reads them reads out of bounds and may kill the process that does:
-a reader, the SQL gateway inside the catalog, a node assembling a
-repartition. :func:`unsound` is the check each of them makes on what it
-receives, before anything reads it.
+pyarrow's stream reader does not check buffers against the rows a batch claims, so a faulty node's offsets,
+dictionary indices or views past their buffers make any kernel, DuckDB scan or Polars conversion read out of
+bounds. :func:`unsound` is the check every receiver makes before anything reads the table (decision 0011).
 
-Text columns are checked as the bytes they are (offsets in bounds and in
-order), not for UTF-8: that is memory safety at about 8 GB/s of offsets,
-where Arrow's full validation of text runs at about 3 GB/s of characters
-(a 945 MiB read with one text column: 12 ms against 40 ms). Every other
-column gets Arrow's full validation, which for fixed-width values without
-a dictionary costs nothing per value (buffer sizes against the rows) but
-one count of the validity bitmap where there is one. That count is why a
-fixed-width column is not left to the cheap check of its layout: the
-declared null count is trusted by pyarrow's quantile and sort kernels, its
-Parquet writer and Polars' sort and rank, which sized buffers from a lying
-one and were killed by it; only full validation compares the two.
+Text columns are checked as bytes (offsets in bounds and in order), not as UTF-8: memory safety is the goal.
+Every other column gets Arrow's full validation, which alone compares a validity bitmap with the declared null
+count that several kernels size buffers from.
 """
 
 from __future__ import annotations
@@ -79,21 +66,16 @@ def unsound(table: pa.Table) -> str | None:
 
 
 def decimal_past_precision(array: pa.Array | pa.ChunkedArray) -> None:
-    """Raise ArrowInvalid when a decimal array (or any chunk of a column, or any decimal a nested array holds at any
-    depth) holds its width's most negative number (see :data:`DECIMAL_BYTES`), which Arrow's full validation misses;
-    any other value past the precision it finds itself, so the two together are a decimal's whole check. Null slots
-    are not values and are not looked at. One pass of numpy over the values: only decimal columns (and nested ones
-    holding decimals) pay for it, any other is returned from at once. A list's values, a dictionary, a run-end
-    encoded array's values and a dense union's children are checked whole, rows their parent does not reach
-    included (no honest writer puts that value anywhere); a struct's and a sparse union's children as the rows of
-    their parent."""
+    """Raise ArrowInvalid when a decimal array, at any depth of nesting, holds its width's most negative number
+    (:data:`DECIMAL_BYTES`), the one value past the precision that Arrow's full validation misses; so the two
+    together check a decimal whole. Null slots are skipped; arrays holding no decimal return at once. Values a
+    parent does not reach (a list's, a dictionary's, a run-end array's, a dense union's) are checked whole."""
     if holds_decimal(array.type):  # the type walked once, not again at each level or chunk below
         _floor_in(array)
 
 
 def _floor_in(array: pa.Array | pa.ChunkedArray) -> None:
-    """:func:`decimal_past_precision` below the walk of the type: each chunk, each decimal array, each nested array's
-    children (a child holding no decimal returns at its first look)."""
+    """:func:`decimal_past_precision` for one array, walking its chunks and children."""
     if isinstance(array, pa.ChunkedArray):
         for chunk in array.chunks:
             _floor_in(chunk)
@@ -121,9 +103,8 @@ def _floor_in(array: pa.Array | pa.ChunkedArray) -> None:
 
 
 def holds_decimal(kind: pa.DataType) -> bool:
-    """Whether ``kind`` is, or holds at any depth, a decimal whose width's floor Arrow misses (:data:`DECIMAL_BYTES`).
-    A walk with a stack of its own (a type nested deeper than Python's recursion limit is still answered), by type
-    ids: a read checks every nested column's type with it, so each step is kept to an attribute or two."""
+    """Whether ``kind`` is, or holds at any depth, a decimal whose width's floor Arrow misses (:data:`DECIMAL_BYTES`);
+    iterative, so types nested past Python's recursion limit are answered."""
     waiting = [kind]
     while waiting:
         kind = waiting.pop()
@@ -143,7 +124,7 @@ def holds_decimal(kind: pa.DataType) -> bool:
 
 
 def _children(array: pa.Array) -> list[pa.Array]:
-    """The arrays a nested array's values live in (see :func:`decimal_past_precision` for which are whole)."""
+    """The arrays a nested array's values live in."""
     if isinstance(array, (pa.StructArray, pa.UnionArray)):
         return [array.field(k) for k in range(array.type.num_fields)]
     if isinstance(array, pa.ExtensionArray):

@@ -1,22 +1,13 @@
 """SQL predicates (``--where``, ``ds.filter("...")``, ``count_rows``) as filters that travel to the nodes.
 
-The text is parsed by sqlglot in DuckDB's dialect, so it reads as users of
-DuckDB write it: ``''`` inside strings, ``"quoted names"``, ``<>``,
-``BETWEEN``, ``IN (...)`` with one item or many, ``LIKE``/``ILIKE``,
-``IS [NOT] NULL`` / ``IS [NOT] TRUE`` in any case, ``DATE '...'``,
-``TIMESTAMP '...'``, ``TIMESTAMPTZ '...'``, ``CAST``, ``+ - * /``. Names match
-columns as DuckDB matches them (exactly, else case-insensitively).
+The text is parsed by sqlglot in DuckDB's dialect (``''`` in strings, ``"quoted names"``, ``<>``, ``BETWEEN``,
+``IN``, ``LIKE``/``ILIKE``, ``IS [NOT] NULL``/``TRUE``, typed literals, ``CAST``, ``+ - * /``); names match
+columns as DuckDB matches them.
 
-The translation keeps SQL's answer, not Python's or Arrow's where they
-differ: three-valued logic (a NULL in ``NOT IN`` keeps no row), DuckDB's
-order of NaN (greater than every number, equal to itself), ``/`` on integers
-dividing as decimals do, literals compared with temporal and string columns
-as DuckDB casts them. Anything it cannot translate exactly (a function, a
-LIKE pattern the nodes cannot evaluate as written, a naive timestamp against
-a zoned column) is refused with INVALID_FILTER, never evaluated to a
-different answer. ``tests/unit/test_sql_predicates.py`` checks the
-translation against DuckDB over random tables and predicates. Each function
-the translation calls by name is an entry of :mod:`flightpart.query.functions`.
+The translation keeps DuckDB's answer where Python's or Arrow's differ: three-valued logic, NaN greater than
+every number and equal to itself, integer ``/`` as decimals, literals cast as DuckDB casts them. What it cannot
+translate exactly is refused with INVALID_FILTER, never evaluated to a different answer;
+``tests/unit/test_sql_predicates.py`` checks it against DuckDB over random tables and predicates.
 """
 
 from __future__ import annotations
@@ -82,11 +73,9 @@ MAX_EXPANDED_WEIGHT = 200_000
 
 
 def _expanded_weight(root: Any) -> int:
-    """An upper bound of the nodes a predicate's translation has once every shared operand is counted where it is
-    used: a comparison uses each side up to three times (the value, its NaN test, its validity), BETWEEN its subject
-    in two comparisons, IN its subject once per value. Arrow writes (and pickles, and prints) an expression as that
-    tree, so a comparison of a condition nested 22 deep in 270 bytes of SQL took the catalog's memory. Walked
-    without recursion, from the leaves up."""
+    """An upper bound of the nodes a predicate's translation has once shared operands are counted where used (a
+    comparison uses each side up to three times, BETWEEN its subject twice, IN once per value), since Arrow writes
+    an expression as that tree. Walked without recursion."""
     from sqlglot import exp
 
     def uses(node: Any, child: Any) -> int:
@@ -115,12 +104,10 @@ def parse_sql_value(text: str, schema: pa.Schema) -> tuple[pc.Expression, pa.Dat
     """A computed column: the value the SQL expression ``text`` has on each row of ``schema``, its Arrow type, and the
     columns it reads; or InvalidExpression.
 
-    What translates is what gives DuckDB's value exactly: ``+ - * /`` on integers and DOUBLE columns (a checked
-    overflow, which DuckDB refuses too, is an error, never a wrapped value; no FLOAT and no decimal literal with
-    integers, which DuckDB computes as FLOAT or DECIMAL), widening numeric casts, and ``date_trunc('unit', column)``
-    of a date or a timestamp without time zone (a TIMESTAMP, as DuckDB 2 returns). Nodes compute a float value only
-    when it is finite: Arrow's min and max skip NaN where DuckDB ranks it above every number, so a NaN or an
-    infinity sends the query to DuckDB whole. At most :data:`MAX_COMPUTED_STEPS` operations.
+    Only what gives DuckDB's value exactly translates: ``+ - * /`` on integers and DOUBLE columns (checked overflow
+    is an error, as in DuckDB), widening numeric casts, and ``date_trunc('unit', column)`` of a date or naive
+    timestamp. Nodes compute a float value only when finite (a NaN or infinity sends the query to DuckDB whole).
+    At most :data:`MAX_COMPUTED_STEPS` operations.
     """
     import sqlglot
     from sqlglot.errors import ParseError, TokenError
@@ -158,14 +145,13 @@ _TRUNC_UNQUOTED = re.compile(r"date_?trunc\s*\(\s*(?!')", re.IGNORECASE)
 
 
 def date_trunc_unit_not_quoted(text: str) -> bool:
-    """Whether a ``date_trunc`` in ``text`` takes its unit from anything but a string literal (``date_trunc(s, ts)``:
-    DuckDB reads ``s`` as a column, its unit row by row; sqlglot reads a name like ``month`` as that unit)."""
+    """Whether a ``date_trunc`` in ``text`` takes its unit from anything but a string literal (DuckDB would read a
+    name there as a column)."""
     return _TRUNC_UNQUOTED.search(text) is not None
 
 
 def column_value(schema: pa.Schema, name: str) -> Value:
-    """A column as an operand (matched as DuckDB matches names), for callers that build predicates from other
-    engines' expression trees (Polars lazy)."""
+    """A column as an operand (matched as DuckDB matches names), for callers translating other engines' expressions."""
     return _Translator(schema, name).column(_Named(name))
 
 
@@ -176,14 +162,13 @@ def literal_value(value: Any, type: pa.DataType | None = None) -> Value:
 
 
 def membership(schema: pa.Schema, subject: Value, values: list[Value]) -> pc.Expression:
-    """``subject IN (values)`` as SQL, DuckDB and Polars read it (``values``: literals, none NULL): one ``is_in`` where
-    the values meet the column's type exactly, else a comparison each (NaN, units), joined as a balanced tree."""
+    """``subject IN (values)`` (literals, none NULL) as SQL reads it: one ``is_in`` where the values meet the column's
+    type exactly, else a balanced tree of comparisons."""
     return _Translator(schema, "IN list").member(subject, values)
 
 
 def _chained(node: Any, kind: type[Any]) -> list[Any]:
-    """The operands of a chain of ``kind`` (AND or OR) nodes, left to right: sqlglot parses ``a OR b OR c`` as
-    ``(a OR b) OR c``, nested as deep as the chain is long. Walked without recursion."""
+    """The operands of a chain of ``kind`` (AND or OR) nodes, left to right, walked without recursion."""
     operands: list[Any] = []
     pending: list[Any] = [node]
     while pending:
@@ -196,9 +181,8 @@ def _chained(node: Any, kind: type[Any]) -> list[Any]:
 
 
 def comparison(schema: pa.Schema, op: str, left: Value, right: Value) -> pc.Expression:
-    """``left <op> right`` (op: eq, ne, lt, le, gt, ge) as SQL, DuckDB and Polars compare: a literal read as its
-    column's type, NaN greater than every number and equal to NaN, NULL on either side NULL. InvalidFilter when
-    the two do not compare exactly."""
+    """``left <op> right`` (op: eq, ne, lt, le, gt, ge) as SQL compares: a literal read as its column's type, NaN
+    greatest and equal to NaN, NULL on either side NULL. InvalidFilter when they do not compare exactly."""
     return _Translator(schema, f"{op} comparison").compare(op, left, right)
 
 
@@ -444,10 +428,8 @@ class _Translator:
         return left, right
 
     def decimal_and_number(self, column: Value, literal: Value) -> tuple[Value, Value]:
-        """A decimal column and a number literal in one decimal type that holds both exactly, as DuckDB compares
-        them (``price > 10.555`` on a DECIMAL(10, 2) compares at three places, not as floats): the column widened
-        when the literal needs more places or digits (an exact cast), the literal as written. A literal DuckDB reads
-        as a DOUBLE (an exponent, a cast to DOUBLE) is refused: DuckDB compares the column as a double then."""
+        """A decimal column and a number literal in one decimal type holding both exactly, as DuckDB compares them (the
+        column widened if the literal needs more places). A literal DuckDB reads as DOUBLE is refused."""
         number = literal.literal
         if isinstance(number, float) and (literal.typed or literal.text is None or not DECIMAL_TEXT.match(literal.text)):
             # a DOUBLE to DuckDB (1e-1, CAST(0.1 AS DOUBLE)), which compares the column as a double: Arrow's cast of a
@@ -489,9 +471,8 @@ class _Translator:
         return literal
 
     def same_number_type(self, left: Value, right: Value) -> tuple[Value, Value]:
-        """Two numbers in one type, cast explicitly (a cast Arrow would insert is a checked one, which cannot
-        travel as Substrait): a literal takes the column's integer type when it fits, integers meet floats as
-        float64 (as DuckDB compares INTEGER with DOUBLE), narrower integers widen."""
+        """Two numbers in one type, cast explicitly (Arrow's implicit casts are checked and cannot travel as Substrait):
+        a literal takes the column's integer type when it fits, integers meet floats as float64, integers widen."""
         a: Any = left.type
         b: Any = right.type
         if a == b:
@@ -618,11 +599,9 @@ class _Translator:
         return Value(arrow_call(function, [lhs, rhs]), result_type)
 
     def folded(self, node: Any, left: Value, right: Value) -> Value:
-        """Arithmetic of two number literals in a filter (``price > 1 + 0.5``) as the literal DuckDB folds it to, or
-        refused where DuckDB refuses it: integers as INTEGER, or BIGINT where either is one (overflowing where
-        DuckDB's does); a decimal in either, an exact DECIMAL of at most 38 digits (``0.1 + 0.2 = 0.3``); a DOUBLE
-        in either (``1e1``, a quotient), a DOUBLE; ``/`` a DOUBLE (``1 / 0`` infinite, ``0 / 0`` NaN). It had been
-        sent as arithmetic of two scalars, which Substrait cannot carry."""
+        """Arithmetic of two number literals (``price > 1 + 0.5``) folded to the literal DuckDB folds it to, or refused
+        where DuckDB refuses it: INTEGER or BIGINT (overflowing where DuckDB's does), an exact DECIMAL of at most 38
+        digits, or a DOUBLE (``/`` always; ``1 / 0`` infinite, ``0 / 0`` NaN)."""
         (kind_a, a), (kind_b, b) = _number_literal(left), _number_literal(right)  # type: ignore[misc]
         op = type(node)
         written = node.sql(dialect="duckdb")
@@ -670,9 +649,8 @@ class _Translator:
                             "folds it to 0 where DuckDB may refuse an overflow of the other factor)")
 
     def duckdb_integers(self, left: Value, right: Value) -> tuple[Value, Value]:
-        """Two signed integers in the type DuckDB computes them in: a literal takes the other side's type when it
-        fits it (DuckDB's integer literals do), else INTEGER or BIGINT, whichever holds it; then the wider of the
-        two. A checked operation in that type overflows where DuckDB's does."""
+        """Two signed integers in the type DuckDB computes them in: a literal takes the other side's type when it fits,
+        else INTEGER or BIGINT; then the wider of the two, so a checked operation overflows where DuckDB's does."""
         def own(value: Value, other: Value) -> pa.DataType:
             if not value.is_literal or value.typed:
                 return value.type
@@ -710,9 +688,8 @@ def _negated_text(text: str | None) -> str | None:
 
 
 def _number_literal(value: Value) -> tuple[str, Any] | None:
-    """A number literal as DuckDB types it, with its value: ``("integer", Decimal)``, ``("decimal", Decimal)``
-    (digits with a point, exactly as written) or ``("double", float)`` (an exponent, a quotient); None for anything
-    else (a column, a cast literal)."""
+    """A number literal as DuckDB types it, with its value: ``("integer", Decimal)``, ``("decimal", Decimal)`` or
+    ``("double", float)``; None for anything else."""
     if not value.is_literal or value.typed or not _plain_number(value.literal):
         return None
     if isinstance(value.literal, int):
@@ -774,9 +751,8 @@ _UNITS = {"s": 0, "ms": 1, "us": 2, "ns": 3}
 
 
 def _finer_temporal(a: pa.DataType, b: pa.DataType, tr: _Translator) -> pa.DataType:
-    """The type two temporal values are compared in: dates meet timestamps as timestamps, units at the finer one,
-    timestamps in two zones in UTC. A zoned and a naive timestamp do not meet (DuckDB would use the session's
-    zone): refused."""
+    """The type two temporal values compare in: dates meet timestamps as timestamps, the finer unit, two zones in
+    UTC. A zoned and a naive timestamp do not meet: refused."""
     zones = {getattr(t, "tz", None) for t in (a, b) if pat.is_timestamp(t)}
     if len(zones) > 1 and None not in zones:  # two zones: the same instants, compared in UTC
         zones = {"UTC"}
@@ -880,8 +856,8 @@ _TRUE, _FALSE = pc.scalar(True), pc.scalar(False)
 
 
 def _both(a: pc.Expression, b: pc.Expression) -> pc.Expression:
-    """``a AND b``, folded where a side is a known TRUE or FALSE (a literal's NaN test is known): each call left in a
-    filter doubles what it costs to send (:func:`~flightpart.query.filters.substrait_bound`)."""
+    """``a AND b``, folded where a side is a known TRUE or FALSE, since every call left in a filter doubles its size
+    (:func:`~flightpart.query.filters.substrait_bound`)."""
     if a.equals(_FALSE) or b.equals(_FALSE):
         return _FALSE
     return b if a.equals(_TRUE) else a if b.equals(_TRUE) else a & b

@@ -1,15 +1,9 @@
 """Per-partition column statistics, and the guarantee they give a filter.
 
-A node computes them while it stores a partition (from the batches it has
-just validated, so a writer cannot make them lie); the catalog keeps them
-beside the partition; a reader turns them into a *guarantee* (an
-expression every row of the partition satisfies) and lets Arrow's own
-expression simplification decide whether a filter can match there.
-
-Only what is exact is recorded: min and max of columns without nulls
-(and, for floats, without NaN), the null count of every column. JSON
-carries the values: numbers, booleans, text up to :data:`MAX_TEXT`
-characters, and temporal values as their integer storage.
+A node computes them from the batches it validated while storing (so a writer cannot make them lie); a reader
+turns them into a *guarantee* (an expression every row satisfies) for Arrow's simplification. Only what is
+exact is recorded: min and max of columns without nulls (or NaN), every column's null count. JSON carries the
+values (text up to :data:`MAX_TEXT` characters, temporal values as their integer storage).
 """
 
 from __future__ import annotations
@@ -37,9 +31,8 @@ def _storage(t: pa.DataType) -> pa.DataType | None:
 
 
 def _ordered(t: pa.DataType) -> bool:
-    """Whether a column's min and max bound what a filter compares it with. Not float16: Arrow compares it with
-    nothing (no kernel takes it with another number), and a pruning that simplified filters over it said wrongly
-    that no row could match."""
+    """Whether a column's min and max bound what a filter compares it with (not float16, which Arrow compares with
+    nothing)."""
     return (pat.is_integer(t) or (pat.is_floating(t) and not pat.is_float16(t)) or pat.is_boolean(t)
             or pat.is_string(t) or pat.is_large_string(t) or _storage(t) is not None)
 
@@ -55,8 +48,7 @@ class StatsBuilder:
         self._exact = [_ordered(f.type) for f in schema]
 
     def add(self, batch: pa.RecordBatch) -> None:
-        """Fold one batch in. Runs on the node's put path, so numbers go through NumPy (one vectorised pass
-        each for min and max, NaN seen in the result) rather than a kernel call per statistic."""
+        """Fold one batch in, with one NumPy pass each for min and max (it runs on the put path)."""
         for k, field in enumerate(self.schema):
             column = batch.column(k)
             self._nulls[k] += column.null_count
@@ -101,12 +93,9 @@ def _scalar(value: Any, t: pa.DataType) -> pa.Scalar:
 
 
 def guarantee(stats: dict[str, dict[str, Any]], schema: pa.Schema, rows: int) -> pc.Expression | None:
-    """An expression every row of a partition with these statistics satisfies (None: nothing is known).
-
-    Columns with some nulls give no term: Arrow reads ``x >= lo`` as
-    implying ``x`` is valid, and an ``or is_null`` form is not used to
-    simplify. An all-null column gives ``is_null(x)``.
-    """
+    """An expression every row of a partition with these statistics satisfies (None: nothing is known). A column with
+    some nulls gives no term (Arrow reads ``x >= lo`` as implying ``x`` is valid); an all-null one gives
+    ``is_null(x)``."""
     terms = []
     for name, entry in stats.items():
         if name not in schema.names or not isinstance(entry, dict):

@@ -1,11 +1,8 @@
 """The first rows by sort keys (``ORDER BY ... LIMIT``), computed next to the data.
 
-Each partition keeps its own first ``limit`` rows by the keys; the reader
-keeps the first ``limit`` of what all partitions sent. A partition also
-sends every row whose floating-point key is NaN: Arrow sorts NaN beside the
-nulls, DuckDB ranks it above every number, and keeping those rows makes what
-a partition sends a superset of its share of the answer under either rule
-(tables rarely hold NaN, so it costs nothing in practice).
+Each partition keeps its first ``limit`` rows by the keys and the reader the first ``limit`` of all they sent.
+A partition also sends every row whose float key is NaN: Arrow sorts NaN beside nulls, DuckDB above every number,
+so what it sends holds its share of the answer under either rule.
 """
 
 from __future__ import annotations
@@ -27,9 +24,9 @@ PLACEMENTS = {"at_end": False, "at_start": True}
 
 
 def spec(limit: int, by: Any, schema: pa.Schema) -> TopRows:
-    """A :class:`TopRows` from pyarrow-style sort keys: ``"col"``, ``("col", "descending")`` or
-    ``("col", "descending", "at_start")``, one or a list, over a view of ``schema``; ValueError naming what is
-    wrong (a column unknown or of a type rows cannot be ordered by, see :func:`orderable`)."""
+    """A :class:`TopRows` from pyarrow-style sort keys (``"col"``, ``("col", "descending")``,
+    ``("col", "descending", "at_start")``, one or a list) over ``schema``; ValueError naming a bad column
+    (:func:`orderable`)."""
     names = schema.names
     if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
         raise ValueError(f"top: limit must be a non-negative integer, got {limit!r}")
@@ -56,13 +53,9 @@ def spec(limit: int, by: Any, schema: pa.Schema) -> TopRows:
 
 
 def orderable(data_type: pa.DataType) -> bool:
-    """Whether rows can be ordered by a key of ``data_type`` (a dictionary's by its values).
-
-    Checked before a key reaches pyarrow, never after: pyarrow 26's ``select_k_unstable`` kills the process
-    (SIGSEGV) on a key it cannot order (a dictionary, list, struct, map, view, interval, float16 or extension
-    column), where ``sort_indices`` raises. What it orders, as DuckDB and Polars do: numbers, booleans,
-    decimals, dates and times, text and bytes (a view's as its large twin's).
-    """
+    """Whether rows can be ordered by a key of ``data_type`` (a dictionary's by its values): numbers, booleans,
+    decimals, dates and times, text and bytes, as in DuckDB and Polars. Checked before pyarrow sees a key, since
+    ``select_k_unstable`` crashes on keys it cannot order."""
     if pa.types.is_dictionary(data_type):
         data_type = data_type.value_type
     t = pa.types
@@ -76,8 +69,7 @@ def orderable(data_type: pa.DataType) -> bool:
 
 
 def _checked(table: pa.Table, top: TopRows, where: str) -> list[pa.ChunkedArray]:
-    """The sort keys' columns of ``table``; RequestRejected for a column the table lacks or cannot be ordered by
-    (see :func:`orderable`)."""
+    """The sort keys' columns of ``table``; RequestRejected for one missing or unorderable."""
     columns = []
     for key in top.keys:
         if key.column not in table.column_names:
@@ -92,8 +84,7 @@ def _checked(table: pa.Table, top: TopRows, where: str) -> list[pa.ChunkedArray]
 
 
 def _keys(columns: list[pa.ChunkedArray], top: TopRows) -> tuple[pa.Table, list[tuple[str, str, str]]]:
-    """The checked key columns as a table of their own (``k0``, ``k1``, …: a column named twice is two keys), a
-    dictionary-encoded one decoded to its values, and pyarrow's ``sort_keys`` over it."""
+    """The key columns as a table of their own (``k0``, ``k1``, …), dictionaries decoded, and ``sort_keys`` over it."""
     names = [f"k{i}" for i in range(len(columns))]
     order = [(name, "descending" if k.descending else "ascending", "at_start" if k.nulls_first else "at_end")
              for name, k in zip(names, top.keys)]
@@ -122,9 +113,8 @@ def candidates(table: pa.Table, top: TopRows) -> pa.Table:
 
 
 def checked_candidates(parts: list[pa.Table], schema: pa.Schema) -> pa.Table:
-    """What the nodes sent for a top, as one table: ServerError for what no node would send (columns or types other
-    than the view's ``schema``, values that are not valid Arrow, such as string offsets past their data, which
-    Arrow's sort would read out of bounds). Checked in one pass over all of them; each part is a few rows."""
+    """What the nodes sent for a top, as one table; ServerError for columns or types other than ``schema``'s or
+    invalid Arrow (which a sort would read out of bounds)."""
     for part in parts:
         if part.schema.names != schema.names or part.schema.types != schema.types:
             raise ServerError(f"a node's top rows ({', '.join(map(str, part.schema))[:200]}) are not of the view's columns "
@@ -143,9 +133,7 @@ def first(table: pa.Table, top: TopRows) -> pa.Table:
 
 
 def _taken(table: pa.Table, indices: pa.Array) -> pa.Table:
-    """``table.take(indices)`` (:func:`~flightpart.frames.take_rows`: view columns too); a dictionary column whose
-    chunks have dictionaries with nulls (which Arrow cannot unify to take across chunks) is taken from its values and
-    encoded again as it was."""
+    """``table.take(indices)`` (view columns too; a dictionary column with null dictionary values re-encoded)."""
     try:
         return take_rows(table, indices)
     except pa.ArrowInvalid:
