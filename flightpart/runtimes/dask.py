@@ -1,14 +1,9 @@
 """Dask as producer and consumer of ``__partitioned__``, with locality kept.
 
-- :func:`partitioned`: a (persisted) dask DataFrame as a conforming object
-  whose ``data`` are ``distributed.Future`` s located on their workers.
-- :func:`from_partitioned` / ``Dataset.to_dask()``: one ``dd.from_map`` task
-  per row block, known divisions, column projection pushed into the read.
-  On a distributed cluster the :class:`LocalityPlugin` restricts each read
-  to workers on the partition's host (loosely: other workers may run it if
-  none is there), so the read maps the node's file instead of streaming it.
-- :func:`put`: each worker sends the partitions it holds to the node on its
-  own host; nothing passes through the driver.
+- :func:`partitioned`: a persisted dask DataFrame whose ``data`` are ``distributed.Future`` s on their workers.
+- :func:`from_partitioned` / ``Dataset.to_dask()``: one ``dd.from_map`` task per row block, known divisions,
+  columns and row filters pushed into the read, each read placed on its partition's host (:class:`LocalityPlugin`).
+- :func:`put`: each worker sends its partitions to the node on its own host, not through the driver.
 """
 
 from __future__ import annotations
@@ -46,11 +41,7 @@ __all__ = ["DaskGather", "LocalityPlugin", "dask_graph", "from_partitioned", "ow
 
 
 class DaskGather(StatelessGet):
-    """Picklable ``get`` for ``distributed.Future`` handles: gathers them.
-
-    Uses the client of the calling context (``distributed.get_client``), so
-    it works on the driver and inside tasks alike.
-    """
+    """Picklable ``get`` for ``distributed.Future`` handles: gathers them with the calling context's client."""
 
     def fetch(self, handles: list) -> list:
         from distributed import get_client
@@ -79,11 +70,8 @@ class DaskPartitioned:
 
 
 def partitioned(ddf: Any, client: Any = None) -> DaskPartitioned:
-    """Persist ``ddf`` (if needed) and expose it as ``__partitioned__``.
-
-    Futures are matched to partitions through the *persisted* collection's
-    keys: persisting renames keys, so the input's keys cannot be used.
-    """
+    """Persist ``ddf`` and expose it as ``__partitioned__``; futures are matched through the persisted
+    collection's keys, since persisting renames them."""
     from distributed import default_client, futures_of, wait
 
     client = client or default_client()
@@ -123,14 +111,9 @@ def _worker_host() -> str | None:
 
 
 class ReadBlock:
-    """``dd.from_map`` function: one row block as pandas.
-
-    dask-expr pushes a column projection into it as ``columns=``, and a row
-    filter through :meth:`filtered` (:mod:`flightpart.runtimes.dask_pushdown`);
-    both travel to the server in the partition's ticket. ``schema``: the
-    dataset's, when its handles can carry a filter (a flightpart dataset of
-    one column group), else None.
-    """
+    """``dd.from_map`` function: one row block as pandas, with the columns (``columns=``) and row filter
+    (:meth:`filtered`) Dask pushes into it sent in the tickets. ``schema``: the dataset's when its handles can
+    carry a filter, else None."""
 
     def __init__(self, reader: BlockReader, range_index: bool, schema: pa.Schema | None = None,
                  filter: Filter | None = None, widened: dict[str, Any] | None = None,
@@ -143,8 +126,7 @@ class ReadBlock:
         self.widened = widened  # columns with a null somewhere, and the dtype the whole frame gives them
 
     def filtered(self, expression: pc.Expression | None) -> ReadBlock | None:
-        """This read with ``expression`` also applied on the nodes (and the filters it already has), or None when
-        it cannot be pushed exactly (Dask then filters the rows as read)."""
+        """This read with ``expression`` and its own filter applied on the nodes, or None when not exact there."""
         if expression is None or self.schema is None:
             return None
         if self.filter is not None:
@@ -175,8 +157,7 @@ class ReadBlock:
 
 
     def _widen(self, df: Any) -> Any:
-        """``df`` with the frame's dtypes: pandas makes an integer column float (a boolean one object) only where
-        a null is, so a block without one (or the rows a filter kept) would come back int64 under a float64 frame."""
+        """``df`` with the whole frame's dtypes, whichever rows it holds (decision 0016)."""
         wanted = {c: t for c, t in (self.widened or {}).items() if c in df.columns and df[c].dtype != t}
         return df.astype(wanted) if wanted else df
 
@@ -224,12 +205,9 @@ def from_partitioned(obj: Any, *, columns: Sequence[str] | None = None, schema: 
 
 
 def _widened(obj: Any, schema: pa.Schema | None, meta: Any) -> dict[str, Any] | None:
-    """For a flightpart dataset: the columns its statistics say hold a null somewhere and whose dtype in ``meta``
-    (the frame's, from the schema and its pandas metadata) pandas changes where a null is: a NumPy integer becomes
-    float64, a NumPy bool object. So every block has the dtype reading the whole dataset would give, whichever rows
-    it holds or a filter kept. A dtype that holds nulls as they are (a categorical, ``Int64``, ``boolean``, a
-    date's objects) is left alone: each had been cast to what a column of nulls alone gives, without the frame's
-    pandas metadata (a categorical of no categories, every value lost). None when the nulls are not known."""
+    """The columns the dataset's statistics say hold a null and whose NumPy dtype in ``meta`` pandas widens
+    where a null is, with the widened dtype (integer to float64, bool to object); None when the nulls are not
+    known (decision 0016)."""
     plan = getattr(obj, "plan", None)
     if plan is None or schema is None:
         return None
@@ -300,11 +278,8 @@ except Exception:  # pragma: no cover
 
 
 class LocalityPlugin(_SchedulerPlugin):
-    """Restricts tasks that read flightpart partitions to the partitions' hosts.
-
-    The restriction is loose (``allow_other_workers``): with no worker on a
-    partition's host the task runs anywhere and streams the partition.
-    """
+    """Restricts tasks that read flightpart partitions to the partitions' hosts, loosely: with no worker on
+    the host a task runs anywhere and streams."""
 
     name = "flightpart-locality"
 
@@ -349,10 +324,8 @@ def owns(obj: Any) -> bool:
 
 
 def put(client: Any, name: str, ddf: Any, nodes: list[dict], version: int) -> tuple[list[SentPart], list[tuple[str, dict]]]:
-    """Send every partition from the worker holding it to the node on its host.
-
-    Returns what each worker sent and the (worker, node) chosen per partition.
-    """
+    """Send every partition from the worker holding it to the node on its host; returns what each worker sent
+    and the (worker, node) chosen per partition."""
     p = partitioned(ddf)
     dclient = p.futures[0].client if p.futures else None
     placement, tasks = [], []

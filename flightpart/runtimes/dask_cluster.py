@@ -1,10 +1,7 @@
 """flightpart on a Dask cluster: the catalog on the scheduler, one node per worker host.
 
-A worker plugin runs on every worker, also on workers that join later; on
-each host the first worker to take a per-host file lock starts the node in
-its process, the others on that host only keep the plugin. The lock dies
-with its process, so if that worker goes, a later-joining worker on the host
-takes over. ``stop`` removes the plugin (nodes shut down) and the catalog.
+A worker plugin runs on every worker, joining ones too; the worker that takes its host's file lock runs the
+node. The lock dies with its process, so when that worker goes a later one on the host takes over.
 """
 
 from __future__ import annotations

@@ -1,17 +1,8 @@
 """Dask's row filters pushed into flightpart reads: ``ddf[ddf.fare > 30]`` reads only the rows it keeps.
 
-dask-expr pushes a ``Filter`` into a read expression that accepts it (as
-``read_parquet`` does). :class:`FlightpartRead` is ``from_map``'s
-projectable read that also accepts one: when every part of the predicate is
-a comparison of one column with a constant (``<``, ``<=``, ``>``, ``>=``,
-``==``), joined by ``&`` and ``|``, the predicate becomes an Arrow
-expression, each task's tickets carry it, and the nodes send only matching
-rows. Each row comes with its position in its partition, so the global
-index is the one the unfiltered read would have given: the answer is the
-same, only the bytes moved change. Anything else (``!=``, whose pandas
-answer for a missing value is True where Arrow's is null; ``isin``; a
-column compared with a column; a constant the column's type cannot hold)
-stays a Dask filter on the rows as read.
+A predicate is pushed only when it translates exactly: comparisons (``<``, ``<=``, ``>``, ``>=``, ``==``) of
+one column with a plain constant, joined by ``&`` and ``|``. Rows come with their positions, so the index is
+the unfiltered read's and only the bytes moved change; anything else stays a Dask filter (decision 0016).
 """
 
 from __future__ import annotations
@@ -42,8 +33,8 @@ _FLIPPED = {operator.lt: operator.gt, operator.le: operator.ge, operator.gt: ope
 
 
 def arrow_predicate(predicate: Any, frame_name: str) -> pc.Expression | None:
-    """``predicate`` (a dask-expr expression over the frame named ``frame_name``) as an Arrow expression, or None
-    when any part of it cannot be translated exactly."""
+    """``predicate`` (a dask-expr expression over the frame ``frame_name``) as an Arrow expression, or None when
+    any part of it cannot be translated exactly."""
     if isinstance(predicate, (And, Or)):
         left, right = arrow_predicate(predicate.left, frame_name), arrow_predicate(predicate.right, frame_name)
         if left is None or right is None:
@@ -68,8 +59,7 @@ def arrow_predicate(predicate: Any, frame_name: str) -> pc.Expression | None:
 
 
 def _plain_constant(value: Any) -> bool:
-    """A number, a string, a boolean or a point in time: what compares the same in pandas and Arrow (not a missing
-    value, which pandas and Arrow compare differently)."""
+    """A number, string, boolean or point in time, which pandas and Arrow compare alike; not a missing value."""
     import datetime
 
     if value is None or (isinstance(value, float) and value != value):
@@ -80,8 +70,7 @@ def _plain_constant(value: Any) -> bool:
 
 
 class FlightpartRead(FromMapProjectable):  # type: ignore[misc,valid-type]
-    """``from_map``'s projectable read whose ``func`` (a :class:`~flightpart.runtimes.dask.ReadBlock`) also takes a
-    row filter (see the module doc)."""
+    """``from_map``'s projectable read that also takes dask-expr's row filters, into its ``ReadBlock``."""
 
     def _simplify_up(self, parent: Any, dependents: Any) -> Any:
         if isinstance(parent, DaskFilter) and is_filter_pushdown_available(self, parent, dependents):
@@ -97,5 +86,5 @@ def compiled(expression: pc.Expression | None, schema: pa.Schema) -> Filter | No
         return None
     try:
         return Filter.compile(expression, schema)
-    except Exception:  # any refusal means: do not push; Dask evaluates it as before
+    except Exception:  # any refusal: Dask filters the rows
         return None

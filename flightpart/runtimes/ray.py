@@ -1,17 +1,10 @@
 """Ray as producer and consumer of ``__partitioned__``, with locality kept.
 
-- :func:`partitioned`: a Ray Dataset's Arrow blocks as a conforming object
-  whose ``data`` are ``ray.ObjectRef`` s. Locations come from
-  ``ray.experimental.get_object_locations``: an object in a node's object
-  store is reported at (node IP, PID of that node's raylet, which holds the
-  store); an object Ray keeps inline in its owner is reported at the owner
-  (this driver's IP and PID).
-- :func:`from_partitioned` / ``Dataset.to_ray()``: one read task per row
-  block, each scheduled with ``NodeAffinitySchedulingStrategy(soft=True)``
-  on the Ray node whose IP is the partition's host, then
-  ``ray.data.from_arrow_refs``.
-- :func:`put`: the task that holds each block sends it to the flightpart
-  node on its own host.
+- :func:`partitioned`: a Ray Dataset's Arrow blocks, ``data`` their ``ray.ObjectRef`` s, each located at
+  (node IP, PID of the raylet holding that node's object store), or at this driver when Ray keeps it inline.
+- :func:`from_partitioned` / ``Dataset.to_ray()``: one read task per row block, placed (softly) on the Ray
+  node of its partition's host.
+- :func:`put`: the task holding each block sends it to the node on its own host.
 """
 
 from __future__ import annotations
@@ -107,16 +100,10 @@ def ray_ip_of(ip: str) -> str:
 def for_consumers(dataset: Any, frames: str = "pandas", *, text: str = "codes") -> Any:
     """A flightpart dataset as Ray-based consumers of ``__partitioned__`` read it (xgboost_ray's ``RayDMatrix``).
 
-    ``get`` returns pandas frames (columns keep their names, so a label is
-    found by name) and ``location[0]`` is the IP Ray reports for the
-    partition's host, which is what the consumer compares with its actors'
-    IPs to keep each partition's training on its host. Text columns
-    (pandas) arrive as ``text`` says: ``"codes"``, the integer index of
-    each value in the column's sorted distinct values (counted on the
-    nodes, so every part agrees), which any numeric learner takes;
-    ``"categories"``, pandas categoricals over those values (xgboost's
-    ``enable_categorical``; xgboost 2.0.3 cannot read them under NumPy 2);
-    ``"raw"``, the text itself.
+    ``get`` returns frames with their column names; ``location[0]`` is the IP Ray reports for the partition's
+    host, which consumers match with their actors' IPs. Text columns (pandas) arrive as ``text`` says:
+    ``"codes"``, each value's index in the column's sorted distinct values, counted on the nodes so every part
+    agrees; ``"categories"``, pandas categoricals over those values; ``"raw"``, the text (decision 0017).
     """
     if text not in ("codes", "categories", "raw"):
         raise ValueError(f"text must be 'codes', 'categories' or 'raw', got {text!r}")
@@ -172,8 +159,7 @@ def read_refs(obj: Any, *, schema: Any = None) -> list:
     d = protocol.validate(obj, require_pickle=True)
     protocol.check_host_locations(d)
     groups = group_columns_of(schema, d["partition_tiling"][1]) if schema is not None and len(d["shape"]) == 2 else None
-    # put once: an argument is pickled with every call, and the reader carries the catalog's columns (some 0.5 MB
-    # at 10,000 of them); Ray hands each task the stored one
+    # stored once and shared by every task: an argument is pickled with each call (decision 0018)
     reader = ray.put(BlockReader(d["get"], None, groups, _ray_host))
     node_by_ip = {ip: node for node, ip in _node_ips().items()}
     task = ray.remote(_read_block)

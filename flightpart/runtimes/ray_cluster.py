@@ -1,10 +1,8 @@
 """flightpart on a Ray cluster: one node actor per Ray node, one catalog actor.
 
-Detached, named actors in the ``flightpart`` namespace, each node actor
-pinned to its Ray node (``NodeAffinitySchedulingStrategy(soft=False)``) and
-restarted by Ray if it dies (``max_restarts``); a restarted node re-registers
-what its data directory holds. ``start`` is idempotent: existing actors are
-reused, so calling it again after Ray nodes joined starts only theirs.
+Detached, named actors in the ``flightpart`` namespace, each node actor pinned to its Ray node and restarted
+by Ray if it dies (it then re-registers what its data directory holds). ``start`` reuses existing actors, so
+calling it again after Ray nodes joined starts only theirs.
 """
 
 from __future__ import annotations
@@ -75,11 +73,8 @@ def _get_or_create(ray: Any, cls: type, name: str, options: dict, *args: Any) ->
 
 def start(num_nodes: int | None = None, data_dir: str | None = None, port: int = 0, *, host: str | None = None,
           max_restarts: int = 3) -> Any:
-    """Start (or join) flightpart on every alive Ray node; returns a connected ``Client``.
-
-    ``host`` overrides the address the daemons bind and advertise (default:
-    each Ray node's IP); ``num_nodes`` limits how many Ray nodes get a node.
-    """
+    """Start (or join) flightpart on every alive Ray node (or the first ``num_nodes``); returns a connected
+    ``Client``. ``host``: the address the daemons bind and advertise, instead of each Ray node's IP."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 

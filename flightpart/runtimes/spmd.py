@@ -1,9 +1,7 @@
 """MPI-style SPMD programs: every rank publishes and opens its own part.
 
-Ranks come from mpi4py when it is installed and the program runs under
-``mpirun``; otherwise from the launcher's environment (``RANK`` and
-``WORLD_SIZE``, or Open MPI's and PMI's variables), so a plain process
-launcher works too. The catalog comes from ``catalog=`` or
+Ranks come from mpi4py under an MPI launcher, else from the launcher's environment (``RANK`` and
+``WORLD_SIZE``, or Open MPI's and PMI's variables). The catalog comes from ``catalog=`` or
 ``$FLIGHTPART_CATALOG``; each rank talks to the node on its own host.
 """
 
@@ -51,11 +49,8 @@ def _catalog(catalog: str | None) -> str:
 
 
 def publish(name: str, frame: Any, *, catalog: str | None = None, host: str | None = None, wait: float = 120.0) -> dict:
-    """This rank's rows become partition ``(rank, 0)`` of the next version of ``name``.
-
-    Returns once every rank's part is committed (an MPI barrier under
-    mpi4py, else polling the catalog for at most ``wait`` seconds).
-    """
+    """This rank's rows become partition ``(rank, 0)`` of the next version of ``name``; returns once every
+    rank's part is committed (an MPI barrier, else polling the catalog for at most ``wait`` seconds)."""
     from flightpart.client import Client
     from flightpart.client.spmd_publish import publish as publish_part
 

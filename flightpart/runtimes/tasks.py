@@ -1,12 +1,8 @@
 """What every runtime's tasks do: read a row block, send a partition, pick a node by IP.
 
-Dask and Ray both run one task per row block; the task gets a small
-picklable :class:`RowBlock` and a :class:`BlockReader` that knows how to turn
-it into a pandas or Arrow frame: flightpart handles are read with the task's
-own host deciding locality (zero-copy on the partition's host), other
-producers' handles through their own ``get``. Puts run
-:func:`send_from_worker` where the data already is. No runtime imports
-another; they all import this.
+A read task gets a picklable :class:`RowBlock` and a :class:`BlockReader`, which reads flightpart handles
+with the task's own host deciding locality and other producers' handles through their ``get``. Puts run
+:func:`send_from_worker` where the data is. Runtimes import this, never each other.
 """
 
 from __future__ import annotations
@@ -65,10 +61,9 @@ AUTO_DETECT = "*"
 class BlockReader:
     """Picklable: reads a :class:`RowBlock` as an Arrow table.
 
-    The host that decides locality is resolved in the task: ``host_of_task``
-    returns the task's host address, :data:`AUTO_DETECT` to use the
-    addresses of the machine the task runs on, or None when the task runs
-    in the driver (whose ``host=`` then applies).
+    The host deciding locality is resolved in the task: ``host_of_task`` returns its address,
+    :data:`AUTO_DETECT` for the addresses of the machine it runs on, or None in the driver (whose ``host=``
+    applies).
     """
 
     def __init__(self, get: Callable, columns: Sequence[str] | None = None,
@@ -128,10 +123,8 @@ def global_range_index(schema: pa.Schema | None) -> bool:
 
 
 def stored_range(schema: pa.Schema | None, rows: int) -> tuple[int, int, Any]:
-    """The pandas RangeIndex a frame was put with (its start, step and name, from the pandas metadata), which
-    row positions map to, when it still spans the dataset's ``rows`` (as ``to_pandas()`` restores it: an append, or
-    a version of other rows, reads as positions); ``(0, 1, None)`` otherwise. A Dask read had given every frame the
-    positions themselves (``RangeIndex(100, 110, 2, name="r")`` came back as 0-4, unnamed)."""
+    """The pandas RangeIndex (start, step, name) a frame was put with, which row positions map to, while it
+    spans the dataset's ``rows`` as ``to_pandas()`` restores it; ``(0, 1, None)`` (positions) otherwise."""
     meta = (schema.pandas_metadata if schema is not None else None) or {}
     ranges = [c for c in meta.get("index_columns", []) if isinstance(c, dict) and c.get("kind") == "range"]
     if len(ranges) != 1:
@@ -160,9 +153,8 @@ def send_from_worker(frame: Any, uri: str, access: Access, name: str, version: i
                      grant: str | None = None) -> SentPart:
     """Runs where ``frame`` is (a Dask worker, a Ray task): one partition to the node ``uri``.
 
-    ``access`` arrives pickled, without the client's private key; a worker
-    presents its own client certificate, if any, from its environment.
-    ``grant``: the catalog's leave to write ``version``, which the client began.
+    ``access`` arrives pickled without the client's private key; a worker presents its own client certificate,
+    if any, from its environment. ``grant``: the catalog's leave to write ``version`` (decision 0015).
     """
     table = frames.to_arrow(frame)
     send_partition(shared_pool(access), uri, name, version, part, table, grant=grant)
