@@ -1,7 +1,5 @@
-"""Clusters on this machine: the embedded one behind ``fp.connect()``, daemons as child processes
-(:class:`LocalCluster`, what the demo and the attack tests run), servers inside this process
-(:class:`InProcessCluster`, for the other tests), hosts in network namespaces (:class:`NetCluster`)
-and the compose example's client."""
+"""Clusters on this machine: embedded (``fp.connect()``), child processes (:class:`LocalCluster`), servers in
+this process (:class:`InProcessCluster`) and hosts in network namespaces (:class:`NetCluster`)."""
 
 from .cluster import Daemon, LocalCluster
 from .embedded import start_embedded

@@ -1,8 +1,7 @@
 """Daemons as child processes: one machine playing a cluster of hosts on 127.0.0.x.
 
-Used by the demo, the bench and the tests. Each daemon is a real
-``flightpart serve`` or ``flightpart catalog`` process; :class:`Daemon`
-waits for its ``READY`` line (see :mod:`flightpart.server.daemon`).
+Each daemon is a real ``flightpart serve`` or ``flightpart catalog`` process, ready once it prints its
+``READY`` line (:mod:`flightpart.server.daemon`).
 """
 
 from __future__ import annotations
@@ -21,11 +20,8 @@ from typing import Any
 class Daemon:
     """A ``flightpart`` daemon run as a child process.
 
-    Its stderr (the logs) goes to a temporary file opened for appending,
-    never to a pipe: nobody reads a pipe while the daemon runs, and a daemon
-    whose logs filled one would block on its next log line. :meth:`log`
-    reads the file through a descriptor of its own, so reading never moves
-    the daemon's write position. The file is removed by :meth:`stop`.
+    Its logs go to a temporary file, never to a pipe, which nobody reads while it runs and which would block
+    the daemon once full. :meth:`log` reads the file through its own descriptor; :meth:`stop` removes it.
     """
 
     def __init__(self, args: Sequence[str], *, env: dict | None = None, timeout: float = 60.0,

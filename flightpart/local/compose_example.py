@@ -1,9 +1,7 @@
 """The compose cluster's client: put a dataset if missing, read it from node 1's host.
 
-Run as ``python -m flightpart.local.compose_example``; it shares node 1's network
-and data volume, so node 1's partitions are read by memory map and only the
-others are streamed. It prints one line per partition and exits non-zero if
-the data read differs from what was put.
+It shares node 1's network and data volume, so node 1's partitions are memory-mapped and the others
+streamed. Prints one line per partition; exits non-zero if what it read differs from what was put.
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """The failover compose cluster's client (docker/compose-ha.yaml), in two steps docker/e2e.sh runs around a kill.
 
-``python -m flightpart.local.compose_failover put``: put the dataset ``ha`` (its first version) and print the
-leading catalog (``leader grpc://catalog-a:8815``). ``... after``: put the next version through the same list of
-catalogs (the dead leader's standby takes over meanwhile), print the new leader and the versions, and read both
-back. Exits non-zero when anything differs.
+Step ``put``: put version 1 of ``ha`` and print the leading catalog. Step ``after`` (the leader killed
+meanwhile): put version 2 through the same catalogs, print the new leader and the versions, read both back;
+exits non-zero when anything differs.
 """
 
 from __future__ import annotations

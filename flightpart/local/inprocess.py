@@ -1,12 +1,8 @@
 """A catalog and nodes as servers inside this process, each node on its own loopback address.
 
-For tests that neither kill, freeze nor restart a daemon: the servers are
-the same classes ``flightpart serve`` and ``flightpart catalog`` run, on real
-sockets (clients in this process still stream from them over gRPC, as from
-another host: their direct-read shortcut is off), without the seconds each
-child process spends starting. A test that needs a process to attack uses
-:class:`~flightpart.local.cluster.LocalCluster`, whose surface this one
-shares (``uri``, ``nodes[i].uri``, ``add_node``, a context manager).
+For tests that neither kill, freeze nor restart a daemon: the same server classes the daemons run, on real
+sockets, streamed over gRPC as from another host (direct reads off). Its surface is
+:class:`~flightpart.local.cluster.LocalCluster`'s (``uri``, ``nodes[i].uri``, ``add_node``, ``with``).
 """
 
 from __future__ import annotations
@@ -35,7 +31,7 @@ class InProcessNode:
         return os.getpid()
 
     def log(self) -> str:
-        """An in-process server logs through this process's logging, not to a file of its own."""
+        """Empty: an in-process server logs through this process's logging."""
         return ""
 
     def stop(self) -> None:

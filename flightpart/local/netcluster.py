@@ -1,13 +1,9 @@
 """A cluster whose hosts are network namespaces: real sockets between hosts, links with a real bandwidth.
 
-Loopback aliases make every "remote" read a memory copy. Here the catalog,
-each node and each client host get a network namespace of their own, joined
-by veth pairs to a bridge that lives in a namespace too (nothing is added to
-the machine's own network), and each link can be shaped with the ``tbf``
-queueing discipline. Addresses come from the benchmarking range
-198.18.0.0/15. Namespaces are named after the process that made them, so a
-cluster whose owner died (kill -9) is swept away by the next one
-(:func:`sweep`), daemons inside included.
+Each host gets a network namespace, joined by a veth pair to a bridge in a namespace of its own (the
+machine's network is untouched), each link can be shaped by ``tbf``; addresses come from 198.18.0.0/15.
+Namespaces are named after the process that made them, so the next cluster sweeps away those of an owner
+that died (:func:`sweep`), daemons inside included.
 """
 
 from __future__ import annotations
@@ -101,8 +97,8 @@ class Host:
         return ["ip", "netns", "exec", self.namespace] if self.namespace else []
 
     def env(self) -> dict[str, str]:
-        """For every process on the host. In a namespace no host override, so "this host" is found from the
-        namespace's interfaces; on a loopback alias the alias is named."""
+        """For every process on the host: ``FLIGHTPART_HOST`` names a loopback alias; in a namespace it is
+        empty, so the host is found from the namespace's interfaces."""
         return {"FLIGHTPART_HOST": "" if self.namespace else self.ip}
 
     def environ(self, extra: dict | None = None) -> dict[str, str]:
@@ -122,11 +118,8 @@ class Host:
 class NetCluster:
     """A catalog and ``nodes`` nodes, each on a host (namespace) of its own, links shaped to ``rate``.
 
-    ``rate`` is a ``tc`` rate such as ``"1gbit"`` (None: unshaped). Further
-    hosts (clients, Dask workers, Ray nodes) come from :meth:`add_host`.
-    With ``loopback`` the hosts are 127.0.0.1, .2, ... of this machine
-    instead (no root needed, no shaping): the same cluster over loopback,
-    for comparing one with the other.
+    ``rate``: a ``tc`` rate such as ``"1gbit"`` (None: unshaped). :meth:`add_host` makes further hosts. With
+    ``loopback`` the hosts are 127.0.0.1, .2, ... instead (no root, no shaping), for comparison.
     """
 
     def __init__(self, root: Path, nodes: int = 3, *, rate: str | None = None, heartbeat: float = 1.0,

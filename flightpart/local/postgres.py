@@ -1,10 +1,7 @@
-"""A throwaway PostgreSQL server on loopback, for catalogs that share a lease (tests, measurements, the demo of
-failover).
+"""A throwaway PostgreSQL server on loopback, for catalogs that share a lease.
 
-Uses the machine's own PostgreSQL server binaries (Debian's ``postgresql``
-package: ``/usr/lib/postgresql/<major>/bin``, or ``initdb`` on the PATH).
-``initdb`` refuses to run as root, so as root the server runs as the
-``postgres`` user in a directory it owns; otherwise as the caller.
+Uses the machine's server binaries (``/usr/lib/postgresql/<major>/bin``, or ``initdb`` on the PATH).
+``initdb`` refuses to run as root, so as root the server runs as the ``postgres`` user.
 """
 
 from __future__ import annotations
@@ -47,10 +44,7 @@ def missing_reason() -> str | None:
 
 class LocalPostgres:
     """``initdb`` in a temporary directory, ``pg_ctl start`` on 127.0.0.1 and a free port; :meth:`stop` removes all.
-
-    ``url(db)`` is the address catalogs are given (``--lease``);
-    :meth:`database` makes a fresh database for one cluster.
-    """
+    ``url(db)`` is what catalogs are given (``--lease``)."""
 
     def __init__(self) -> None:
         binaries = server_binaries()
@@ -89,8 +83,7 @@ class LocalPostgres:
         return f"postgresql://{self.user}@127.0.0.1:{self.port}/{database}"
 
     def database(self, name: str, encoding: str | None = None) -> str:
-        """A new, empty database ``name`` (dropped first if it exists), in ``encoding`` if given (``SQL_ASCII``:
-        as a server made without a locale has); its URL."""
+        """The URL of a new, empty database ``name`` (dropped first if it exists), in ``encoding`` if given."""
         import psycopg
 
         with psycopg.connect(self.url(), autocommit=True) as conn:
