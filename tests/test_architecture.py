@@ -199,3 +199,40 @@ def test_no_private_name_is_used_across_modules():
                 if of_a_module or node.attr not in defined | THIRD_PARTY_PRIVATE | PUBLIC_UNDERSCORED:
                     leaks.append(f"{module}:{node.lineno} uses {ast.unparse(node)}")
     assert leaks == []
+
+
+
+NODE_CONCERNS = {"catalog_link", "integrity", "puts", "gets", "actions"}
+"""The node's concerns: each imports ``shared`` and none of the others (a call between them goes through ``self``)."""
+STORE_ORDER = ["paths", "tombstones", "integrity", "reads", "cleanup", "writes", "partition_store"]
+"""The store's modules in the order they may import one another: each only those before it."""
+
+
+def _inside(g: dict[str, set[str]], package: str) -> dict[str, set[str]]:
+    """The modules of ``flightpart.server.<package>`` (by short name) and which of them each imports."""
+    prefix = f"flightpart.server.{package}."
+    return {m.removeprefix(prefix): {t.removeprefix(prefix) for t in targets if t.startswith(prefix)}
+            for m, targets in g.items() if m.startswith(prefix)}
+
+
+def test_node_and_store_are_packages_cut_by_concern():
+    """``server/node/`` and ``server/store/`` are packages of small modules, one concern each (none over 400
+    lines), whose imports run one way: the node's concerns import only ``shared`` and ``server`` composes them;
+    the store's modules import only those before them in :data:`STORE_ORDER`; only the server uses the store."""
+    g, mods = graph(), modules()
+    node, store = _inside(g, "node"), _inside(g, "store")
+    assert set(node) == {"shared", "server", *NODE_CONCERNS} and set(store) == set(STORE_ORDER)
+    for package in ("node", "store"):
+        assert not (ROOT / "server" / f"{package}.py").exists()
+        for module, path in mods.items():
+            if module.startswith(f"flightpart.server.{package}"):
+                lines = len(path.read_text().splitlines())
+                assert lines <= 400, f"{module} has {lines} lines"
+    assert node["shared"] == set()
+    for concern in NODE_CONCERNS:
+        assert node[concern] <= {"shared"}, f"node.{concern} imports {node[concern]}"
+    assert node["server"] == NODE_CONCERNS
+    for k, name in enumerate(STORE_ORDER):
+        assert store[name] <= set(STORE_ORDER[:k]), f"store.{name} imports {store[name] - set(STORE_ORDER[:k])}"
+    users = {m for m, targets in g.items() if any(t.startswith("flightpart.server.store") for t in targets)}
+    assert {m for m in users if not m.startswith("flightpart.server.")} == set()

@@ -14,7 +14,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from flightpart import tokens
 from flightpart.errors import CannotStart
 from flightpart.server.auth import CLOCK_MARGIN, CLOCK_SAMPLES, GuardFactory, wall_clock
-from flightpart.server.node import node_name
+from flightpart.server.node.server import node_name
 
 WEAK = ["", "x", "   ", "flightpart", "FLIGHTPART", "Flightpart\n", "password", "changeme", "s3cr3t!", "abc123",
         "a" * 64, "ab" * 40, "flightpart" * 6, "abcdefghijklmnopqrstuvwxyz", "0123456789" * 4, "deadbeef" * 4,
