@@ -497,7 +497,7 @@ class Dataset:
         ``computed``: columns the nodes compute first from SQL expressions, by name, for keys and aggregated values
         that are expressions (``{"month": "date_trunc('month', pickup)", "cents": "fare * 100"}``): arithmetic on
         integers and DOUBLE and ``date_trunc`` of dates and timestamps, computed as DuckDB computes them, or
-        InvalidExpression (see :func:`flightpart.query.sql.parse_sql_value`).
+        InvalidExpression (see :func:`flightpart.query.predicates.parse_sql_value`).
 
         ``max_bytes``: the most partial results this process takes in (grouped by a key with about as many values
         as rows, the partials are about as large as the rows): past it, LimitExceeded, once at most one more slice of

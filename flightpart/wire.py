@@ -362,7 +362,7 @@ class Aggregate(Message):
     """What a ticket asks a node to aggregate instead of sending rows: ``[column, function]`` pairs, grouped by ``by``.
 
     ``computed``: ``[name, SQL expression]`` pairs (``["month", "date_trunc('month', pickup)"]``) the node evaluates
-    on the rows first (see :func:`flightpart.query.sql.parse_sql_value`), so that keys and aggregated values may be
+    on the rows first (see :func:`flightpart.query.predicates.parse_sql_value`), so that keys and aggregated values may be
     expressions of columns; text, parsed by the node as the reader parsed it, never code."""
 
     functions: tuple[tuple[str, str], ...] = _field(p_list(_p_function, 1000))

@@ -8,7 +8,7 @@ only the columns it reads, in that order, so a node can evaluate it on any
 partition that has those columns, whatever else the partition holds.
 
 ``parse_where`` turns SQL text (a ``--where`` option, ``ds.filter("...")``)
-into an expression, without evaluating anything (:mod:`flightpart.query.sql`).
+into an expression, without evaluating anything (:mod:`flightpart.query.predicates`).
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ class Filter:
         """Bind ``expression`` to the columns of ``schema`` it reads; a clear error when it cannot travel.
 
         ``translated``: the expression was translated from a text filter, whose nesting the translation bounds
-        (an ``IN`` list of at most :data:`~flightpart.query.sql.MAX_IN_VALUES`, Python's recursion): its size is
+        (an ``IN`` list of at most :data:`~flightpart.query.predicates.MAX_IN_VALUES`, Python's recursion): its size is
         not held to :data:`MAX_FILTER_BYTES` (casts and NaN rules make such filters verbose, not deep). Every filter is
         held to :data:`MAX_SUBSTRAIT_BOUND` before it is written."""
         if not isinstance(expression, pc.Expression):
@@ -353,14 +353,14 @@ def _same_instants(here: pa.DataType, bound: pa.DataType) -> bool:
 
 
 def parse_where(text: str, schema: pa.Schema | Sequence[str]) -> pc.Expression:
-    """A filter from SQL text such as ``fare > 10 AND zone IN ('JFK', 'LGA')`` (see :mod:`flightpart.query.sql`).
+    """A filter from SQL text such as ``fare > 10 AND zone IN ('JFK', 'LGA')`` (see :mod:`flightpart.query.predicates`).
 
     ``schema`` gives the columns and their types (literals are read as the
     type of the column they meet); with names only, types are unknown and
     literals keep their own. Nothing is evaluated; what cannot be translated
     exactly is InvalidFilter.
     """
-    from .sql import parse_sql_predicate
+    from .predicates import parse_sql_predicate
 
     if not isinstance(schema, pa.Schema):
         schema = pa.schema([pa.field(name, pa.null()) for name in schema])

@@ -6,7 +6,7 @@ answers, and what its partials may weigh. A :class:`ScalarFunction` says which A
 or computed column calls, the type it gives, and whether a partition's statistics may decide a filter that calls
 it. The ticket's validation (:mod:`flightpart.wire`), the partials and their combining
 (:mod:`flightpart.query.aggregates`), the bound on a node's answer (``PartitionRef.most_bytes``), the SQL planners
-and EXPLAIN (:mod:`flightpart.sql`), the SQL translator (:mod:`flightpart.query.sql`), pruning
+and EXPLAIN (:mod:`flightpart.sql`), the SQL translator (:mod:`flightpart.query.predicates`), pruning
 (:mod:`flightpart.query.pruning`) and the tables of ``docs/querying.md`` (:func:`markdown`) all read these two
 tables, so a new aggregate is one entry here.
 

@@ -2,7 +2,7 @@
 
 ``GROUP BY date_trunc('month', pickup)`` or ``sum(fare * 100)`` would otherwise leave the plans of
 :mod:`.pushed` with nothing to send the nodes but whole columns. Each such expression the nodes can compute as
-DuckDB does (:func:`flightpart.query.sql.parse_sql_value`: integer and DOUBLE arithmetic, ``date_trunc``) becomes a
+DuckDB does (:func:`flightpart.query.predicates.parse_sql_value`: integer and DOUBLE arithmetic, ``date_trunc``) becomes a
 column of its own for the nodes to compute (``Dataset.aggregate(computed=...)``), and the query is rewritten to read
 that column wherever the expression appears outside its WHERE: it then reads like a query over a table that has the
 column, and is planned as one. A query with an expression the nodes cannot compute exactly is left whole.
@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from flightpart.errors import InvalidExpression
 from flightpart.query.functions import SQL_CLASSES
-from flightpart.query.sql import date_trunc_unit_not_quoted, parse_sql_value
+from flightpart.query.predicates import date_trunc_unit_not_quoted, parse_sql_value
 
 COMPUTED = "flightpart computed"
 """The names of computed columns, numbered: no column of a dataset or alias of a query takes one by chance."""
