@@ -455,7 +455,7 @@ class Dataset:
         wrapping). Nodes aggregate their partitions after the view's filter and the results combine here; columns are
         named as pyarrow names them. ``computed``: columns the nodes compute first from SQL expressions, by name
         (``{"cents": "fare * 100"}``), as DuckDB computes them, or InvalidExpression
-        (:func:`flightpart.query.sql.parse_sql_value`). ``max_bytes``: the most partial results taken in before
+        (:func:`flightpart.query.predicates.parse_sql_value`). ``max_bytes``: the most partial results taken in before
         LimitExceeded (None: no bound).
         """
         self._check_readable()

@@ -24,7 +24,7 @@ from flightpart.errors import PartitionedError
 from flightpart.frames import polars_frame, shown_to_polars
 from flightpart.query.functions import arrow_call
 from flightpart.query.joined import conjunction
-from flightpart.query.sql import Value, column_value, comparison, literal_value, membership
+from flightpart.query.predicates import Value, column_value, comparison, literal_value, membership
 
 _COMPARE = {"Eq": "eq", "NotEq": "ne", "Lt": "lt", "LtEq": "le", "Gt": "gt", "GtEq": "ge"}
 

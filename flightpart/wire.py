@@ -347,7 +347,7 @@ def _p_computed(value: Any, where: str) -> tuple[str, str]:
 class Aggregate(Message):
     """What a ticket asks a node to aggregate instead of sending rows: ``[column, function]`` pairs, grouped by ``by``.
     ``computed``: ``[name, SQL expression]`` pairs the node evaluates first
-    (:func:`flightpart.query.sql.parse_sql_value`); text parsed as the reader parsed it, never code."""
+    (:func:`flightpart.query.predicates.parse_sql_value`); text parsed as the reader parsed it, never code."""
 
     functions: tuple[tuple[str, str], ...] = _field(p_list(_p_function, 1000))
     by: tuple[str, ...] = _field(p_list(p_str, 100), ())

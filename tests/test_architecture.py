@@ -236,3 +236,39 @@ def test_node_and_store_are_packages_cut_by_concern():
         assert store[name] <= set(STORE_ORDER[:k]), f"store.{name} imports {store[name] - set(STORE_ORDER[:k])}"
     users = {m for m, targets in g.items() if any(t.startswith("flightpart.server.store") for t in targets)}
     assert {m for m in users if not m.startswith("flightpart.server.")} == set()
+SQL_SERVER_SIDE = {"server", "answers", "sending", "prepared", "listing", "metadata", "puts", "statuses"}
+"""The modules of flightpart/sql/ that speak Flight SQL to clients; the rest is the gateway and its planners."""
+SQL_PLANNING = {"planners", "pushed", "pushed_join", "computed", "inlined", "scans", "partials", "parsed", "collected",
+                "explained", "names"}
+"""The modules that decide and run what a query's answer is made of: they know nothing of the gateway or of calls."""
+
+
+def test_the_sql_service_is_a_gateway_of_planners_behind_a_flight_sql_server():
+    """flightpart/sql/ is the catalog's SQL service: ``server`` (Flight SQL calls, dispatched by message type) over
+    ``gateway`` (a query run through the ordered ``planners``). Each module stays under 400 lines; only the package
+    imports the server, only the server the gateway; the planning modules import neither, nor anything of the
+    server's side, and only the server's side reads Flight SQL's messages. One name per thing: no module here shares
+    its name with one of flightpart/query/ (the filter-predicate language is ``query.predicates``)."""
+    folder = ROOT / "flightpart" / "sql"
+    names = {p.stem for p in folder.glob("*.py")} - {"__init__"}
+    assert {"gateway", "planners", "server"} | SQL_SERVER_SIDE | SQL_PLANNING <= names
+    for path in folder.glob("*.py"):
+        assert len(path.read_text().splitlines()) < 400, path.name
+    wrong = []
+    for source, targets in graph().items():
+        if not source.startswith("flightpart.sql."):
+            continue
+        mine = source.rsplit(".", 1)[1]
+        ours = {t.rsplit(".", 1)[1] for t in targets if t.startswith("flightpart.sql.")}
+        if "server" in ours:
+            wrong.append(f"{source} imports the server")
+        if "gateway" in ours and mine != "server":
+            wrong.append(f"{source} imports the gateway")
+        if mine in SQL_PLANNING and ours & SQL_SERVER_SIDE:
+            wrong.append(f"{source} imports {sorted(ours & SQL_SERVER_SIDE)}")
+        if mine not in SQL_SERVER_SIDE and "flightpart.sqlwire" in targets:
+            wrong.append(f"{source} reads Flight SQL's messages")
+    assert wrong == []
+    query = {p.stem for p in (ROOT / "flightpart" / "query").glob("*.py")} - {"__init__"}
+    assert "predicates" in query and "sql" not in query
+    assert names & query == set()

@@ -1023,14 +1023,14 @@ def test_a_version_has_its_schema_by_name_and_the_session_has_no_catalog_rather_
 def test_a_listing_that_runs_too_long_is_stopped_as_a_query_is(cluster, taxi, monkeypatch):
     """A query listing tables asks the catalog for each dataset's schema, in Python, which DuckDB's interrupt does not
     reach: over many datasets such a listing ran on past the query's time. It is stopped as any query is."""
-    from flightpart.sql import gateway as gateway_module
+    from flightpart.sql import watch
 
     gateway = cluster.catalog.gateway
     names = [f"listed_many_{k:03d}" for k in range(300)]
     with fp.connect(cluster.uri) as client:
         for name in names:
             client.put(name, pa.table({"x": [1]}))
-        monkeypatch.setattr(gateway_module, "WATCH_SECONDS", 0.005)
+        monkeypatch.setattr(watch, "WATCH_SECONDS", 0.005)
         monkeypatch.setattr(gateway, "timeout", 0.01)  # 300 schemas asked of the catalog take far longer
         try:
             with pytest.raises(fp.QueryTimeout, match="ran longer than the 0.01 s"):

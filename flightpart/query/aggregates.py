@@ -17,8 +17,8 @@ from flightpart.errors import InvalidExpression, PartitionedError, RequestReject
 from flightpart.wire import Aggregate
 
 from .functions import AGGREGATE, AGGREGATES, EXACT, ROW_COUNT
+from .predicates import parse_sql_value
 from .soundness import decimal_past_precision, unsound
-from .sql import parse_sql_value
 
 
 def spec(pairs: Sequence[tuple[str, str]], by: Sequence[str], columns: Sequence[str] | pa.Schema,

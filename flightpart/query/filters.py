@@ -2,7 +2,7 @@
 
 A filter crosses the wire as a Substrait extended expression, safe to decode and never pickled, bound to a schema
 of only the columns it reads, so a node can evaluate it on any partition holding those columns. ``parse_where``
-turns SQL text into an expression without evaluating anything (:mod:`flightpart.query.sql`).
+turns SQL text into an expression without evaluating anything (:mod:`flightpart.query.predicates`).
 """
 
 from __future__ import annotations
@@ -317,10 +317,10 @@ def _same_instants(here: pa.DataType, bound: pa.DataType) -> bool:
 
 
 def parse_where(text: str, schema: pa.Schema | Sequence[str]) -> pc.Expression:
-    """A filter from SQL text such as ``fare > 10 AND zone IN ('JFK', 'LGA')`` (see :mod:`flightpart.query.sql`).
+    """A filter from SQL text such as ``fare > 10 AND zone IN ('JFK', 'LGA')`` (see :mod:`flightpart.query.predicates`).
     Literals take the type of the column they meet when ``schema`` has types; nothing is evaluated; what cannot be
     translated exactly is InvalidFilter."""
-    from .sql import parse_sql_predicate
+    from .predicates import parse_sql_predicate
 
     if not isinstance(schema, pa.Schema):
         schema = pa.schema([pa.field(name, pa.null()) for name in schema])

@@ -1,7 +1,8 @@
 """SQL over flightpart: Flight SQL at the catalog's address (:mod:`.server`), run by DuckDB at the catalog over
 datasets whose scans reach the nodes (:mod:`.gateway`)."""
 
-from .gateway import Gateway, SqlError
+from .duckdb_errors import SqlError
+from .gateway import Gateway
 from .server import SqlCatalogServer
 
 __all__ = ["Gateway", "SqlCatalogServer", "SqlError"]

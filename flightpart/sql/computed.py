@@ -2,7 +2,7 @@
 
 ``GROUP BY date_trunc('month', pickup)`` or ``sum(fare * 100)`` would otherwise leave the plans of
 :mod:`.pushed` with nothing to send the nodes but whole columns. Each such expression the nodes can compute as
-DuckDB does (:func:`flightpart.query.sql.parse_sql_value`: integer and DOUBLE arithmetic, ``date_trunc``) becomes a
+DuckDB does (:func:`flightpart.query.predicates.parse_sql_value`: integer and DOUBLE arithmetic, ``date_trunc``) becomes a
 column of its own for the nodes to compute (``Dataset.aggregate(computed=...)``), and the query is rewritten to read
 that column wherever the expression appears outside its WHERE: it then reads like a query over a table that has the
 column, and is planned as one. A query with an expression the nodes cannot compute exactly is left whole.
@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from flightpart.errors import InvalidExpression
 from flightpart.query.functions import SQL_CLASSES
-from flightpart.query.sql import date_trunc_unit_not_quoted, parse_sql_value
+from flightpart.query.predicates import date_trunc_unit_not_quoted, parse_sql_value
 
 COMPUTED = "flightpart computed"
 """The names of computed columns, numbered: no column of a dataset or alias of a query takes one by chance."""
@@ -33,6 +33,29 @@ def computed_on_nodes(tree: Any, schema: pa.Schema, query: str) -> tuple[dict[st
         return None  # date_trunc(unit_column, ts): sqlglot reads a column named like a unit as that unit
     aliases = {e.alias.lower(): e.this for e in tree.expressions if isinstance(e, exp.Alias)}
     columns = {name.lower() for name in schema.names}
+    wanted = _wanted(tree, aliases, columns)
+    if not wanted:
+        return {}, schema
+    if set(aliases) & columns:
+        return None  # an alias named like a column: DuckDB's HAVING binds the alias, a computed column the column
+    dates = {f.name.lower() for f in schema if pa.types.is_date(f.type)}
+    if not _date_trunc_of_a_date_is_a_timestamp() and any(
+            isinstance(t.this, exp.Column) and t.this.name.lower() in dates
+            for expression in wanted for t in expression.find_all(exp.TimestampTrunc, exp.DateTrunc)):
+        return None  # this DuckDB truncates a DATE to a DATE: the nodes' TIMESTAMP would print otherwise
+    named = _named(wanted, schema)
+    if named is None:
+        return None
+    computed, by_text, fields = named
+    _read_computed(tree, by_text)
+    return computed, pa.schema(fields)
+
+
+def _wanted(tree: Any, aliases: dict[str, Any], columns: set[str]) -> list[Any]:
+    """The expressions (not plain columns) ``tree`` groups by, a group key naming an alias replaced (in place) by the
+    alias's expression, then those its aggregates take, outside a WHERE."""
+    from sqlglot import exp
+
     group = tree.args.get("group")
     wanted: list[Any] = []
     for key in list(group.expressions) if group else []:
@@ -47,15 +70,15 @@ def computed_on_nodes(tree: Any, schema: pa.Schema, query: str) -> tuple[dict[st
         if type(aggregate).__name__ in SQL_CLASSES and isinstance(value, exp.Expression) \
                 and not isinstance(value, (exp.Column, exp.Star, exp.Distinct)) and value.find_ancestor(exp.Where) is None:
             wanted.append(value)
-    if not wanted:
-        return {}, schema
-    if set(aliases) & columns:
-        return None  # an alias named like a column: DuckDB's HAVING binds the alias, a computed column the column
-    dates = {f.name.lower() for f in schema if pa.types.is_date(f.type)}
-    if not _date_trunc_of_a_date_is_a_timestamp() and any(
-            isinstance(t.this, exp.Column) and t.this.name.lower() in dates
-            for expression in wanted for t in expression.find_all(exp.TimestampTrunc, exp.DateTrunc)):
-        return None  # this DuckDB truncates a DATE to a DATE: the nodes' TIMESTAMP would print otherwise
+    return wanted
+
+
+def _named(wanted: list[Any], schema: pa.Schema) -> tuple[dict[str, str], dict[str, str], list[pa.Field]] | None:
+    """Each distinct expression ``wanted`` as a computed column: (name -> SQL text, SQL text -> name, ``schema``'s
+    fields and theirs), or None when one is no expression the nodes compute exactly (an aggregate, a window, what
+    :func:`~flightpart.query.predicates.parse_sql_value` refuses)."""
+    from sqlglot import exp
+
     computed: dict[str, str] = {}
     by_text: dict[str, str] = {}
     fields = list(schema)
@@ -73,8 +96,16 @@ def computed_on_nodes(tree: Any, schema: pa.Schema, query: str) -> tuple[dict[st
         computed[name] = text
         by_text[text] = name
         fields.append(pa.field(name, type_))
+    return computed, by_text, fields
+
+
+def _read_computed(tree: Any, by_text: dict[str, str]) -> None:
+    """Rewrite ``tree`` (in place) to read the computed column named for each expression ``by_text`` holds, outside
+    its WHERE: the nodes filter by the columns the WHERE names, before they compute."""
+    from sqlglot import exp
+
     where = tree.args.get("where")
-    tree.set("where", None)  # the nodes filter by the columns the WHERE names, before they compute
+    tree.set("where", None)
 
     def as_column(node: Any) -> Any:
         if isinstance(node, exp.Expression) and not isinstance(node, (exp.Column, exp.Literal, exp.Alias)):
@@ -87,8 +118,6 @@ def computed_on_nodes(tree: Any, schema: pa.Schema, query: str) -> tuple[dict[st
     assert rewritten is tree  # the root is a SELECT, never an expression computed
     if where is not None:
         tree.set("where", where)
-    return computed, pa.schema(fields)
-
 
 
 @functools.lru_cache(maxsize=1)

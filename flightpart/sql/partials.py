@@ -1,5 +1,5 @@
 """What partial aggregates are, and how DuckDB finishes them: shared by the plans of :mod:`.pushed` (one
-dataset) and :mod:`.joined` (a join of two).
+dataset) and :mod:`.pushed_join` (a join of two).
 
 The nodes compute each aggregate's partials per partition (``Dataset.aggregate``: sums, counts, minima, maxima,
 exact sums of integers); the catalog puts them in one table (:data:`PARTIALS`, one column per partial, named by

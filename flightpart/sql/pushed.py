@@ -14,7 +14,7 @@ nodes group by the keys and ``x`` (and ``y``), so each partition sends one
 row per group and distinct value, and DuckDB counts them per group; the
 other aggregates are taken by the keys alone, and DuckDB finishes every
 one by the keys from the rows of its own grouping. An aggregate over a join
-of two datasets is planned by :mod:`.joined`. Any other query (DISTINCT,
+of two datasets is planned by :mod:`.pushed_join`. Any other query (DISTINCT,
 windows, subqueries, functions of columns inside an aggregate, a filter
 flightpart cannot express: see :func:`~.partials.unplannable`) returns None
 here and is run whole by DuckDB over the pushdown scans.
@@ -62,7 +62,7 @@ range, a type Arrow cannot compare): the query is then run whole, and DuckDB say
 
 def plan(query: str, known: set[str], open_dataset: Callable[[str], Any] | None = None) -> Plan | None:
     """How the nodes and DuckDB share ``query``'s work, or None when this module does not answer it.
-    ``open_dataset``: the datasets by name, for a join (:mod:`.joined` needs their schemas); without it joins
+    ``open_dataset``: the datasets by name, for a join (:mod:`.pushed_join` needs their schemas); without it joins
     are not planned."""
     from sqlglot import exp
 
@@ -74,7 +74,7 @@ def plan(query: str, known: set[str], open_dataset: Callable[[str], Any] | None 
     if not _ordinals_named(tree):
         return None
     if tree.args.get("joins"):
-        from .joined import join_plan
+        from .pushed_join import join_plan
 
         return join_plan(tree, known, open_dataset) if open_dataset is not None else None
     source = clause(tree, "from")

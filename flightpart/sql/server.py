@@ -11,6 +11,12 @@ What the service holds is bounded per caller (a token's role and name; the
 caller's IP without one) and in total (:mod:`.limits`): query slots, answers
 (:mod:`.answers`), prepared statements (:mod:`.prepared`), parameters being
 read, DuckDB's memory and spill space (:mod:`.engine`).
+
+Each Flight call finds its Flight SQL handler in a table by the message's
+type (a command's for GetFlightInfo and DoPut, a ticket's for DoGet, an
+action's type for DoAction), as Arrow's ``FlightSqlServerBase`` does:
+:data:`SCANS` and :data:`ANSWERS`, :data:`TICKETS`, :data:`ACTIONS`,
+:data:`PUTS`. A message no table holds is the catalog's own call, or refused.
 """
 
 from __future__ import annotations
@@ -18,27 +24,20 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 import pyarrow.flight as flight
 
 from flightpart import sqlwire as proto
-from flightpart.errors import (
-    DatasetNotFound,
-    FlightpartError,
-    LimitExceeded,
-    RequestRejected,
-    VersionConflict,
-)
+from flightpart.errors import FlightpartError, LimitExceeded, RequestRejected
 from flightpart.frames import size_of
-from flightpart.query.soundness import unsound
 from flightpart.server.auth import authorize, peer_ip
 from flightpart.server.base import boundary, schema_error
 from flightpart.server.catalog import CatalogServer
 from flightpart.tokens import role_token
-from flightpart.wire import check_name
 
+from . import listing, puts
 from .answers import Answers, Meter
 from .gateway import Gateway
 from .limits import SqlLimits
@@ -63,7 +62,15 @@ GET_SESSION_OPTIONS = "GetSessionOptions"
 so it has none (an empty GetSessionOptionsResult); the client's current catalog and schema are then not set."""
 NOT_CLOSEABLE = 3
 """CloseSessionResult's status when there is no session to close (Flight.proto): the catalog keeps none."""
-TABLE_TYPE = "TABLE"
+
+
+class Asked(NamedTuple):
+    """What a call asks of a command's answer: counted on ``meter``, only its schema when ``schema_only``, stopped
+    when ``cancelled()`` says its caller gave up."""
+
+    meter: Meter
+    schema_only: bool
+    cancelled: Callable[[], bool]
 
 
 class SqlCatalogServer(CatalogServer):
@@ -98,10 +105,61 @@ class SqlCatalogServer(CatalogServer):
                           lambda: flight.SchemaResult(self._schema_of(command, self._caller(context))),
                           sent_as=schema_error)
 
-    def _schema_of(self, command: proto.Any_, caller: str) -> pa.Schema:
-        """What the answer to ``command`` will be typed as: a plain scan's, the types its nodes send."""
-        scanned = self._scan(command)
-        return scanned[0] if scanned is not None else self._answer(command, Meter(caller), schema_only=True).schema
+    def do_get(self, context: Any, ticket: flight.Ticket) -> flight.RecordBatchStream:
+        command = proto.unpack(ticket.ticket)
+        with boundary(log, "Flight SQL DoGet", self.telemetry, context, sql_error):
+            handler = TICKETS.get(command.name) if command is not None else None
+            if handler is None:
+                raise RequestRejected("DoGet: the catalog sends no rows of its own but a Flight SQL answer, whose ticket "
+                                      "is a TicketStatementQuery; a dataset's rows come from its nodes, at the "
+                                      "endpoints of its FlightInfo", field="ticket")
+            authorize(context, "read")
+            return handler(self, command)
+
+    def do_action(self, context: Any, action: flight.Action) -> list[flight.Result]:
+        handler = ACTIONS.get(action.type)
+        if handler is None:
+            return super().do_action(context, action)
+        with boundary(log, f"Flight SQL {action.type}", self.telemetry, context, sql_error):
+            authorize(context, "read")
+            return handler(self, context, action)
+
+    def do_put(self, context: Any, descriptor: flight.FlightDescriptor, reader: flight.MetadataRecordBatchReader,
+               writer: flight.FlightMetadataWriter) -> None:
+        """Flight SQL binds a prepared query's parameters with a DoPut, and ``adbc_ingest`` stores a stream; a
+        catalog takes no other data."""
+        command = _command(descriptor)
+        with boundary(log, "Flight SQL DoPut", self.telemetry, context, sql_error):
+            if command is None:
+                raise RequestRejected(f"{self.uri} is a flightpart catalog: it stores no data (put partitions to a "
+                                      "node; a Flight SQL client binds parameters here)", field="descriptor")
+            handler = PUTS.get(command.name)
+            if handler is None:
+                raise RequestRejected(f"Flight SQL: {command.name:.60} is not answered here: queries only, nothing that "
+                                      "writes (executemany runs updates)", field="command")
+            handler(self, context, command, reader, writer)
+
+    def stats(self) -> dict:
+        """The catalog's figures, the queries stopped because their caller gave up (a deadline passed), its SQL
+        query slots (queries running and waiting now, and those refused BUSY since it started) and what its SQL
+        service holds: answers' bytes, prepared statements and their bound bytes, spill files' bytes."""
+        slots = self.gateway.slots
+        statements, bound = self.prepared.held()
+        return {**super().stats(), "sql_queries_abandoned": self.gateway.abandoned, "sql_queries_running": slots.running,
+                "sql_queries_waiting": slots.waiting, "sql_queries_refused_busy": slots.refused,
+                "sql_answer_bytes": self.answers.held_bytes(), "sql_prepared": statements, "sql_prepared_bytes": bound,
+                "sql_spill_bytes": self.gateway.engine.spilled_bytes()}
+
+    def list_actions(self, context: Any) -> list[tuple[str, str]]:
+        return [*super().list_actions(context), (CREATE_PREPARED, "Flight SQL: prepare a query"),
+                (CLOSE_PREPARED, "Flight SQL: forget a prepared query"),
+                (CLOSE_SESSION, "answered NOT_CLOSEABLE: the catalog keeps no session")]
+
+    def shutdown(self) -> None:
+        self.gateway.close()
+        super().shutdown()
+
+    # ------------------------------------------------------------------ the calls' common steps
 
     def _read(self, context: Any, what: str, work: Any,
               sent_as: Callable[[FlightpartError], Exception] = sql_error) -> Any:
@@ -134,246 +192,143 @@ class SqlCatalogServer(CatalogServer):
         ticket = proto.pack(proto.TICKET_STATEMENT, proto.message((1, handle)))
         return flight.FlightInfo(table.schema, descriptor, [flight.FlightEndpoint(ticket, [])], table.num_rows, size)
 
-    def do_get(self, context: Any, ticket: flight.Ticket) -> flight.RecordBatchStream:
-        command = proto.unpack(ticket.ticket)
-        with boundary(log, "Flight SQL DoGet", self.telemetry, context, sql_error):
-            if command is None or command.name != proto.TICKET_STATEMENT:
-                raise RequestRejected("DoGet: the catalog sends no rows of its own but a Flight SQL answer, whose ticket "
-                                      "is a TicketStatementQuery; a dataset's rows come from its nodes, at the "
-                                      "endpoints of its FlightInfo", field="ticket")
-            authorize(context, "read")
-            handle = proto.bytes_field(command.value, 1, "statement_handle") or b""
-            stream = self.answers.take(handle)
-            if stream is None:
-                raise RequestRejected("Flight SQL: no answer waits under this ticket (fetched already, or expired); "
-                                      "run the query again", field="ticket")
-            return stream
-
-    def do_action(self, context: Any, action: flight.Action) -> list[flight.Result]:
-        if action.type == GET_SESSION_OPTIONS:
-            with boundary(log, f"Flight SQL {action.type}", self.telemetry, context, sql_error):
-                authorize(context, "read")
-                return [flight.Result(pa.py_buffer(b""))]  # no option: an empty message
-        if action.type not in (CREATE_PREPARED, CLOSE_PREPARED, CLOSE_SESSION):
-            return super().do_action(context, action)
-        with boundary(log, f"Flight SQL {action.type}", self.telemetry, context, sql_error):
-            authorize(context, "read")
-            command = proto.unpack(action.body.to_pybytes() if action.body is not None else b"")
-            if action.type == CREATE_PREPARED:
-                if command is None or command.name != proto.CREATE_PREPARED:
-                    raise RequestRejected("CreatePreparedStatement: expected an ActionCreatePreparedStatementRequest",
-                                          field="action")
-                query = _query_text(command)
-                caller = self._caller(context)
-                schema = self.gateway.schema(query, caller)
-                handle = self.prepared.add(caller, query)
-                result = proto.message((1, handle), (2, schema.serialize().to_pybytes()))
-                return [flight.Result(pa.py_buffer(proto.pack(proto.PREPARED_RESULT, result)))]
-            if action.type == CLOSE_SESSION:
-                # an ADBC connection's close(): a catalog keeps no session (no cookie names one), so nothing of one
-                # connection can be told from another's; the driver closes its prepared statements one by one
-                return [flight.Result(pa.py_buffer(proto.message((1, NOT_CLOSEABLE))))]
-            if command is None or command.name != proto.CLOSE_PREPARED:
-                raise RequestRejected("ClosePreparedStatement: expected an ActionClosePreparedStatementRequest",
-                                      field="action")
-            handle = proto.bytes_field(command.value, 1, "prepared_statement_handle") or b""
-            self.prepared.close(handle)
-            return []
-
-    def do_put(self, context: Any, descriptor: flight.FlightDescriptor, reader: flight.MetadataRecordBatchReader,
-               writer: flight.FlightMetadataWriter) -> None:
-        """Flight SQL binds a prepared query's parameters with a DoPut; a catalog takes no other data."""
-        command = _command(descriptor)
-        with boundary(log, "Flight SQL DoPut", self.telemetry, context, sql_error):
-            if command is not None and command.name == proto.INGEST:
-                authorize(context, "write")
-                stored = self._ingest(command.value, reader)
-                writer.write(pa.py_buffer(proto.message((1, stored))))  # DoPutUpdateResult
-                return
-            if command is not None and command.name != proto.PREPARED_QUERY:
-                raise RequestRejected(f"Flight SQL: {command.name:.60} is not answered here: queries only, nothing that "
-                                      "writes (executemany runs updates)", field="command")
-            if command is None:
-                raise RequestRejected(f"{self.uri} is a flightpart catalog: it stores no data (put partitions to a "
-                                      "node; a Flight SQL client binds parameters here)", field="descriptor")
-            caller = self._caller(context)
-            handle = proto.bytes_field(command.value, 1, "prepared_statement_handle") or b""
-            if self.prepared.get(handle) is None:
-                raise unknown()
-            with self.binds.held(_gave_up(context), caller):
-                values, size = self._parameters(reader)
-            _check_sound(values, "bound parameters", "parameters")
-            self.prepared.bind(handle, values, size)
-            writer.write(pa.py_buffer(proto.message((1, handle))))  # DoPutPreparedStatementResult
-
-    def _parameters(self, reader: flight.MetadataRecordBatchReader) -> tuple[pa.Table, int]:
-        """A bind's values and their bytes, counted as its batches arrive (from buffer sizes alone: safe on lying
-        arrays) and refused ``LIMIT_EXCEEDED`` at the first batch past :attr:`SqlLimits.parameters`, the rest
-        left unread."""
-        most = self.sql_limits.parameters
-        batches, size = [], 0
-        for chunk in _chunks(reader):
-            if chunk.data is None:
-                continue
-            size += chunk.data.get_total_buffer_size()
-            if size > most:
-                raise LimitExceeded(f"Flight SQL: parameters past {most:,} bytes, the most one bind may carry: refused "
-                                    f"at {size:,} bytes, the rest not read", field="parameters")
-            batches.append(chunk.data)
-        return pa.Table.from_batches(batches, schema=reader.schema), size
-
-    def stats(self) -> dict:
-        """The catalog's figures, the queries stopped because their caller gave up (a deadline passed), its SQL
-        query slots (queries running and waiting now, and those refused BUSY since it started) and what its SQL
-        service holds: answers' bytes, prepared statements and their bound bytes, spill files' bytes."""
-        slots = self.gateway.slots
-        statements, bound = self.prepared.held()
-        return {**super().stats(), "sql_queries_abandoned": self.gateway.abandoned, "sql_queries_running": slots.running,
-                "sql_queries_waiting": slots.waiting, "sql_queries_refused_busy": slots.refused,
-                "sql_answer_bytes": self.answers.held_bytes(), "sql_prepared": statements, "sql_prepared_bytes": bound,
-                "sql_spill_bytes": self.gateway.engine.spilled_bytes()}
-
-    def list_actions(self, context: Any) -> list[tuple[str, str]]:
-        return [*super().list_actions(context), (CREATE_PREPARED, "Flight SQL: prepare a query"),
-                (CLOSE_PREPARED, "Flight SQL: forget a prepared query"),
-                (CLOSE_SESSION, "answered NOT_CLOSEABLE: the catalog keeps no session")]
-
-    def shutdown(self) -> None:
-        self.gateway.close()
-        super().shutdown()
-
-    # ------------------------------------------------------------------ ingest
-
-    def _ingest(self, body: bytes, reader: flight.MetadataRecordBatchReader) -> int:
-        """``adbc_ingest``: the stream stored as a dataset (a new one, the next version of one, or appended to one),
-        cut into partitions as it arrives; the rows stored."""
-        options = dict(proto.fields(proto.bytes_field(body, 1, "table_definition_options") or b""))
-        if_missing = proto.IF_NOT_EXIST.get(int(options.get(1, 0) or 0))
-        if_exists = proto.IF_EXISTS.get(int(options.get(2, 0) or 0))
-        if if_missing is None or if_exists is None:
-            raise RequestRejected("adbc_ingest: say what to do if the table is missing and if it exists (mode=)",
-                                  field="table_definition_options")
-        if any(n in (3, 4) and v for n, v in proto.fields(body)) or any(n == 5 and v for n, v in proto.fields(body)):
-            raise RequestRejected("adbc_ingest: datasets have no catalog or schema, and none is temporary",
-                                  field="table")
-        name = check_name(proto.text_field(body, 2, "table") or "", "table")
-        client = self.gateway.writer()
-        exists = name in {entry["name"] for entry in client.list()}
-        if exists and if_exists == "fail":
-            raise VersionConflict(f"adbc_ingest: dataset {name!r} exists (mode='create'); append or replace it",
-                                  field="table")
-        if not exists and if_missing == "fail":
-            raise DatasetNotFound(f"adbc_ingest: no dataset {name!r} to append to (mode='append')", field="table")
-        batches = (_check_sound(chunk.data, "adbc_ingest: a batch", "batch")
-                   for chunk in _chunks(reader) if chunk.data is not None)
-        stream = pa.RecordBatchReader.from_batches(reader.schema, batches)
-        if exists and if_exists == "append":
-            before = client.open(name).shape[0]
-            return client.append(name, stream).shape[0] - before
-        return client.put(name, stream).shape[0]
-
-    # ------------------------------------------------------------------ answers
+    def _schema_of(self, command: proto.Any_, caller: str) -> pa.Schema:
+        """What the answer to ``command`` will be typed as: a plain scan's, the types its nodes send."""
+        scanned = self._scan(command)
+        return scanned[0] if scanned is not None else self._answer(command, Meter(caller), schema_only=True).schema
 
     def _scan(self, command: proto.Any_) -> tuple[pa.Schema, list[flight.FlightEndpoint]] | None:
         """A plain scan's schema and endpoints at the nodes (:mod:`flightpart.sql.scans`), or None."""
-        if command.name == proto.STATEMENT_QUERY:
-            return self.gateway.scan(_query_text(command))
-        if command.name == proto.PREPARED_QUERY:
-            handle = proto.bytes_field(command.value, 1, "prepared_statement_handle") or b""
-            query, values = self.prepared.get(handle) or (None, None)
-            return self.gateway.scan(query) if query is not None and values is None else None
-        return None
+        handler = SCANS.get(command.name)
+        return handler(self, command) if handler is not None else None
 
     def _answer(self, command: proto.Any_, meter: Meter, *, schema_only: bool = False,
                 cancelled: Callable[[], bool] = lambda: False) -> pa.Table:
         """The rows a Flight SQL command asks for (only their schema when ``schema_only``), counted on ``meter`` as
         they are produced; the query stops when ``cancelled()`` says its caller gave up."""
-        limit = 0 if schema_only else None
-        count = None if schema_only else (lambda nbytes: self.answers.count(meter, nbytes))
-        if command.name == proto.STATEMENT_QUERY:
-            return self.gateway.run(_query_text(command), limit=limit, cancelled=cancelled, caller=meter.caller,
-                                    count=count)
-        if command.name == proto.PREPARED_QUERY:
-            handle = proto.bytes_field(command.value, 1, "prepared_statement_handle") or b""
-            query, values = self.prepared.get(handle) or (None, None)
-            if query is None:
-                raise unknown()
-            return self.gateway.run(query, limit=limit, parameters=values, cancelled=cancelled, caller=meter.caller,
-                                    count=count)
-        if command.name == proto.GET_CATALOGS:  # datasets are tables of no catalog and no schema
-            return pa.schema([pa.field("catalog_name", pa.utf8(), nullable=False)]).empty_table()
-        if command.name == proto.GET_DB_SCHEMAS:  # one schema of no name, holding every dataset
-            return pa.Table.from_arrays([pa.array([None], pa.utf8()), pa.array([""])], schema=pa.schema(
-                [pa.field("catalog_name", pa.utf8()), pa.field("db_schema_name", pa.utf8(), nullable=False)]))
-        if command.name == proto.GET_TABLE_TYPES:
-            return pa.Table.from_arrays([pa.array([TABLE_TYPE])],
-                                        schema=pa.schema([pa.field("table_type", pa.utf8(), nullable=False)]))
-        if command.name == proto.GET_TABLES:
-            return self._tables(command.value, schema_only)
-        if command.name == proto.GET_SQL_INFO:
-            return sql_info(proto.uint_fields(command.value, 1))
-        if command.name == proto.GET_XDBC_TYPE_INFO:
-            return xdbc_type_info(proto.int32_field(command.value, 1, "data_type"))
-        raise RequestRejected(f"Flight SQL: {command.name} is not answered here", field="command")
+        handler = ANSWERS.get(command.name)
+        if handler is None:
+            raise RequestRejected(f"Flight SQL: {command.name} is not answered here", field="command")
+        return handler(self, command, Asked(meter, schema_only, cancelled))
 
-    def _tables(self, body: bytes, schema_only: bool) -> pa.Table:
-        include_schema = any(n == 5 and v for n, v in proto.fields(body))
-        pattern = proto.text_field(body, 3, "table_name_filter_pattern")
-        if pattern is not None and len(pattern) > MAX_PATTERN:
-            raise RequestRejected(f"table_name_filter_pattern: {len(pattern):,} characters, more than the {MAX_PATTERN} "
-                                  "a pattern may have", field="table_name_filter_pattern")
-        types = _table_types(body)
-        wanted = None if pattern is None else (lambda name: _like(name, pattern))  # schemas asked of those only
-        rows = [] if schema_only or (types and TABLE_TYPE not in types) else \
-            self.gateway.tables(wanted=wanted, schemas=include_schema)
-        if not rows and pattern is not None and not schema_only and "%" not in pattern:
-            version = self.gateway.version_table(pattern)  # adbc_get_table_schema("sales@3"): a version asked by name
-            rows = [version] if version is not None and (not types or TABLE_TYPE in types) else []
-        columns: dict[str, pa.Array] = {
-            "catalog_name": pa.array([None] * len(rows), pa.utf8()),
-            "db_schema_name": pa.array([None] * len(rows), pa.utf8()),
-            "table_name": pa.array([name for name, _ in rows], pa.utf8()),
-            "table_type": pa.array([TABLE_TYPE] * len(rows), pa.utf8()),
-        }
-        if include_schema:
-            columns["table_schema"] = pa.array([schema.serialize().to_pybytes() for _, schema in rows], pa.binary())
-        fields = [pa.field(k, v.type, nullable=k in ("catalog_name", "db_schema_name")) for k, v in columns.items()]
-        return pa.Table.from_arrays(list(columns.values()), schema=pa.schema(fields))
+    # ------------------------------------------------------------------ handlers of the tables below
+
+    def _statement_scan(self, command: proto.Any_) -> tuple[pa.Schema, list[flight.FlightEndpoint]] | None:
+        return self.gateway.scan(_query_text(command))
+
+    def _prepared_scan(self, command: proto.Any_) -> tuple[pa.Schema, list[flight.FlightEndpoint]] | None:
+        query, values = self.prepared.get(_prepared_handle(command)) or (None, None)
+        return self.gateway.scan(query) if query is not None and values is None else None
+
+    def _statement_answer(self, command: proto.Any_, asked: Asked) -> pa.Table:
+        return self._run(_query_text(command), None, asked)
+
+    def _prepared_answer(self, command: proto.Any_, asked: Asked) -> pa.Table:
+        query, values = self.prepared.get(_prepared_handle(command)) or (None, None)
+        if query is None:
+            raise unknown()
+        return self._run(query, values, asked)
+
+    def _run(self, query: str, parameters: pa.Table | None, asked: Asked) -> pa.Table:
+        """``query``'s answer from the gateway, its batches counted on ``asked.meter`` (none for a schema)."""
+        meter = asked.meter
+        count = None if asked.schema_only else (lambda nbytes: self.answers.count(meter, nbytes))
+        return self.gateway.run(query, limit=0 if asked.schema_only else None, parameters=parameters,
+                                cancelled=asked.cancelled, caller=meter.caller, count=count)
+
+    def _tables(self, command: proto.Any_, asked: Asked) -> pa.Table:
+        return listing.tables(self.gateway, command.value, asked.schema_only)
+
+    def _statement_stream(self, command: proto.Any_) -> flight.RecordBatchStream:
+        """The answer kept under a TicketStatementQuery's handle, taken: it is sent once."""
+        stream = self.answers.take(proto.bytes_field(command.value, 1, "statement_handle") or b"")
+        if stream is None:
+            raise RequestRejected("Flight SQL: no answer waits under this ticket (fetched already, or expired); "
+                                  "run the query again", field="ticket")
+        return stream
+
+    def _session_options(self, context: Any, action: flight.Action) -> list[flight.Result]:
+        return [flight.Result(pa.py_buffer(b""))]  # no option: an empty message
+
+    def _create_prepared(self, context: Any, action: flight.Action) -> list[flight.Result]:
+        command = _action_body(action)
+        if command is None or command.name != proto.CREATE_PREPARED:
+            raise RequestRejected("CreatePreparedStatement: expected an ActionCreatePreparedStatementRequest",
+                                  field="action")
+        query = _query_text(command)
+        caller = self._caller(context)
+        schema = self.gateway.schema(query, caller)
+        handle = self.prepared.add(caller, query)
+        result = proto.message((1, handle), (2, schema.serialize().to_pybytes()))
+        return [flight.Result(pa.py_buffer(proto.pack(proto.PREPARED_RESULT, result)))]
+
+    def _close_prepared(self, context: Any, action: flight.Action) -> list[flight.Result]:
+        command = _action_body(action)
+        if command is None or command.name != proto.CLOSE_PREPARED:
+            raise RequestRejected("ClosePreparedStatement: expected an ActionClosePreparedStatementRequest",
+                                  field="action")
+        self.prepared.close(_prepared_handle(command))
+        return []
+
+    def _close_session(self, context: Any, action: flight.Action) -> list[flight.Result]:
+        # an ADBC connection's close(): a catalog keeps no session (no cookie names one), so nothing of one
+        # connection can be told from another's; the driver closes its prepared statements one by one
+        _action_body(action)
+        return [flight.Result(pa.py_buffer(proto.message((1, NOT_CLOSEABLE))))]
+
+    def _ingest(self, context: Any, command: proto.Any_, reader: flight.MetadataRecordBatchReader,
+                writer: flight.FlightMetadataWriter) -> None:
+        authorize(context, "write")
+        stored = puts.ingest(self.gateway.writer, command.value, reader)
+        writer.write(pa.py_buffer(proto.message((1, stored))))  # DoPutUpdateResult
+
+    def _bind(self, context: Any, command: proto.Any_, reader: flight.MetadataRecordBatchReader,
+              writer: flight.FlightMetadataWriter) -> None:
+        caller = self._caller(context)
+        handle = _prepared_handle(command)
+        if self.prepared.get(handle) is None:
+            raise unknown()
+        with self.binds.held(_gave_up(context), caller):
+            values, size = puts.parameters(reader, self.sql_limits.parameters)
+        puts.check_sound(values, "bound parameters", "parameters")
+        self.prepared.bind(handle, values, size)
+        writer.write(pa.py_buffer(proto.message((1, handle))))  # DoPutPreparedStatementResult
 
 
-def _table_types(body: bytes) -> list[str]:
-    """``CommandGetTables``' ``table_types`` (field 4, repeated): each must be UTF-8 text, as the protocol's strings
-    are; one that is not is the request's mistake, refused with a code rather than failing the call."""
-    types = []
-    for n, value in proto.fields(body):
-        if n != 4:
-            continue
-        if not isinstance(value, bytes):
-            raise RequestRejected("Flight SQL: table_types holds a value that is not text", field="table_types")
-        try:
-            types.append(value.decode())
-        except UnicodeDecodeError:
-            raise RequestRejected(f"Flight SQL: table_types entry {value[:40]!r} is not UTF-8 text (e.g. 'TABLE')",
-                                  field="table_types") from None
-    return types
-
-
-def _check_sound(data: Any, what: str, field: str) -> Any:
-    """``data`` (a table or a batch a client sent), once it is safe to read: the catalog turns parameters into
-    Python values and re-cuts an ingest's batches, which a lying array (string offsets past their data) had them
-    read out of bounds by, killing the catalog. Refused with a code otherwise."""
-    why = unsound(data if isinstance(data, pa.Table) else pa.Table.from_batches([data]))
-    if why is not None:
-        raise RequestRejected(f"Flight SQL: {what} that cannot be read safely: {why}", field=field)
-    return data
-
-
-def _chunks(reader: flight.MetadataRecordBatchReader) -> Any:
-    while True:
-        try:
-            yield reader.read_chunk()
-        except StopIteration:
-            return
+SCANS: dict[str, Callable[[SqlCatalogServer, proto.Any_], tuple[pa.Schema, list[flight.FlightEndpoint]] | None]] = {
+    proto.STATEMENT_QUERY: SqlCatalogServer._statement_scan,
+    proto.PREPARED_QUERY: SqlCatalogServer._prepared_scan,
+}
+"""GetFlightInfo and GetSchema: the commands whose answer may be a plain scan's endpoints at the nodes."""
+ANSWERS: dict[str, Callable[[SqlCatalogServer, proto.Any_, Asked], pa.Table]] = {
+    proto.STATEMENT_QUERY: SqlCatalogServer._statement_answer,
+    proto.PREPARED_QUERY: SqlCatalogServer._prepared_answer,
+    proto.GET_CATALOGS: lambda server, command, asked: listing.catalogs(),
+    proto.GET_DB_SCHEMAS: lambda server, command, asked: listing.db_schemas(),
+    proto.GET_TABLE_TYPES: lambda server, command, asked: listing.table_types(),
+    proto.GET_TABLES: SqlCatalogServer._tables,
+    proto.GET_SQL_INFO: lambda server, command, asked: sql_info(proto.uint_fields(command.value, 1)),
+    proto.GET_XDBC_TYPE_INFO: lambda server, command, asked: xdbc_type_info(
+        proto.int32_field(command.value, 1, "data_type")),
+}
+"""GetFlightInfo and GetSchema: each command the catalog answers with rows, and how."""
+TICKETS: dict[str, Callable[[SqlCatalogServer, proto.Any_], flight.RecordBatchStream]] = {
+    proto.TICKET_STATEMENT: SqlCatalogServer._statement_stream,
+}
+"""DoGet: the tickets of answers kept at the catalog."""
+ACTIONS: dict[str, Callable[[SqlCatalogServer, Any, flight.Action], list[flight.Result]]] = {
+    GET_SESSION_OPTIONS: SqlCatalogServer._session_options,
+    CREATE_PREPARED: SqlCatalogServer._create_prepared,
+    CLOSE_PREPARED: SqlCatalogServer._close_prepared,
+    CLOSE_SESSION: SqlCatalogServer._close_session,
+}
+"""DoAction: the Flight SQL actions, each for a caller allowed to read; any other action is the catalog's."""
+PUTS: dict[str, Callable[[SqlCatalogServer, Any, proto.Any_, flight.MetadataRecordBatchReader, flight.FlightMetadataWriter],
+                         None]] = {
+    proto.INGEST: SqlCatalogServer._ingest,
+    proto.PREPARED_QUERY: SqlCatalogServer._bind,
+}
+"""DoPut: a stream to store (``adbc_ingest``, for writers) and a prepared query's parameters."""
 
 
 def _command(descriptor: flight.FlightDescriptor) -> proto.Any_ | None:
@@ -381,6 +336,15 @@ def _command(descriptor: flight.FlightDescriptor) -> proto.Any_ | None:
     if descriptor.descriptor_type != flight.DescriptorType.CMD:
         return None
     return proto.unpack(descriptor.command)
+
+
+def _action_body(action: flight.Action) -> proto.Any_ | None:
+    """The Flight SQL message an action carries, or None."""
+    return proto.unpack(action.body.to_pybytes() if action.body is not None else b"")
+
+
+def _prepared_handle(command: proto.Any_) -> bytes:
+    return proto.bytes_field(command.value, 1, "prepared_statement_handle") or b""
 
 
 MAX_QUERY_CHARACTERS = 1 << 20
@@ -395,32 +359,6 @@ def _query_text(command: proto.Any_) -> str:
         raise LimitExceeded(f"query: {len(text):,} characters, more than the {MAX_QUERY_CHARACTERS:,} a query may have",
                             field="query")
     return text
-
-
-MAX_PATTERN = 256
-"""Characters a table name pattern may have (matching one costs at most its length times a name's)."""
-
-
-def _like(name: str, pattern: str) -> bool:
-    """SQL's LIKE as Flight SQL's filter patterns use it (``%`` any run, ``_`` one character), matched greedily with
-    one point to return to (the last ``%``): at most len(name) x len(pattern) steps, where a regular expression of
-    40 ``%`` backtracked for minutes and held the catalog's interpreter all that time."""
-    n = p = 0
-    star = -1  # where in the pattern the last % was, and the name's position it matched up to
-    matched = 0
-    while n < len(name):
-        if p < len(pattern) and pattern[p] == "%":
-            star, matched = p, n
-            p += 1
-        elif p < len(pattern) and (pattern[p] == "_" or pattern[p] == name[n]):
-            n += 1
-            p += 1
-        elif star >= 0:
-            matched += 1
-            n, p = matched, star + 1
-        else:
-            return False
-    return all(c == "%" for c in pattern[p:])
 
 
 def _gave_up(context: Any) -> Callable[[], bool]:

@@ -27,7 +27,7 @@ from flightpart.query.functions import (
     SCALAR_FUNCTIONS,
     markdown,
 )
-from flightpart.query.sql import parse_sql_predicate, parse_sql_value
+from flightpart.query.predicates import parse_sql_predicate, parse_sql_value
 from flightpart.sql.partials import GROUPING, partial_name
 from flightpart.sql.pushed import plan
 from flightpart.wire import Aggregate, Ticket

@@ -102,7 +102,7 @@ def test_a_with_query_named_as_a_dataset_in_other_letters_is_left_as_written():
 
 
 def test_explain_is_found_after_any_row_of_comments_in_one_pass():
-    from flightpart.sql.gateway import explained_query
+    from flightpart.sql.explained import explained_query
 
     assert explained_query("/* a */ -- b\n EXPLAIN ANALYZE SELECT 1") == "SELECT 1"
     assert explained_query("/**/" * 20_000 + "EXPLAIN SELECT 1") == "SELECT 1"  # a backtracking pattern never returns

@@ -1,0 +1,79 @@
+"""Which datasets a query's table names mean.
+
+A dataset is a table under its own name (its latest version) or as
+``name@version``; DuckDB matches table names whatever their case, so a name
+that differs from one dataset's only in case means that dataset, and two
+datasets whose names differ only in case cannot both be read by one query.
+A query that lists tables (``SHOW TABLES``, ``information_schema``) is told
+apart here too, since only the datasets a query names are registered with
+DuckDB.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+from .duckdb_errors import SqlError
+from .parsed import parsed
+
+VERSIONED = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9_.-]{0,127})@(?P<version>[0-9]{1,18})$")
+
+
+def named_datasets(query: str, known: Callable[[], set[str]]) -> list[str]:
+    """The datasets ``query`` names (as tables), those that exist (``known()``: every dataset's name); others are
+    left for DuckDB to refuse."""
+    from sqlglot import exp
+
+    tree = parsed(query)
+    if tree is None:
+        return []  # DuckDB, which parses it, names the tables it cannot find
+    # a WITH query named as a dataset hides it from the rest of the query, not from its own body: registered too
+    wanted = {t.name for t in tree.find_all(exp.Table) if t.name and t.db in ("", "main") and not t.catalog}
+    names = known()
+    named = sorted(n for n in wanted if names_dataset(n, names))
+    folded: dict[str, str] = {}
+    for name in named:  # DuckDB's names are one table whatever their case: two datasets would be read as one
+        other = folded.setdefault(name.casefold(), name)
+        if other != name and dataset_named(other, names) != dataset_named(name, names):
+            raise SqlError(f"{other!r} and {name!r} are two datasets whose names differ only in case, which SQL "
+                           "does not tell apart (DuckDB reads both as one table): query them separately",
+                           field="query")
+    return named
+
+
+def names_dataset(table: str, known: set[str]) -> bool:
+    """Whether a table name means one of the ``known`` datasets (``name@version``: a version of one)."""
+    return dataset_named(table, known) is not None
+
+
+def dataset_named(table: str, known: set[str]) -> str | None:
+    """The dataset (and ``@version``) a table name means: the one of that very name, else the one whose name differs
+    only in case, as DuckDB matches names (``caseprobe`` had been unknown where ``CaseProbe`` was put); None when
+    none, or several, do."""
+    match = VERSIONED.match(table)
+    name, suffix = (match["name"], table[len(match["name"]):]) if match else (table, "")
+    if name in known:
+        return name + suffix
+    folded = [k for k in known if k.casefold() == name.casefold()]
+    return folded[0] + suffix if len(folded) == 1 else None
+
+
+def lists_tables(query: str, named: list[str]) -> bool:
+    """Whether ``query`` lists tables or their columns (``SHOW TABLES``, ``information_schema``) and reads no other
+    table than those and the datasets ``named`` (found as it names them): only the datasets a query names are
+    registered with DuckDB, so such a query had answered that there was no table. A query that also names a table
+    that is no dataset (or two that differ only in case) is run without the listing, so that name is not read as an
+    empty stand-in but refused as not found."""
+    from sqlglot import exp
+
+    tree = parsed(query)
+    if tree is None:
+        return False
+    if isinstance(tree, exp.Show):
+        return True
+    tables = list(tree.find_all(exp.Table))
+    listing = [t for t in tables if t.db.lower() == "information_schema" and not t.catalog]
+    withs = {cte.alias_or_name for cte in tree.find_all(exp.CTE)}
+    others = [t for t in tables if not any(t is seen for seen in listing) and t.name and t.name not in withs]
+    return bool(listing) and all(t.name in named and t.db in ("", "main") and not t.catalog for t in others)
