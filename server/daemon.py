@@ -35,7 +35,7 @@ from flightpart.tokens import Keys, VerifyKey, WeakSecret, check_secret
 
 from .auth import tls_server_options
 from .catalog import CatalogServer
-from .lease import LEASE_SECONDS
+from .catalog.lease import LEASE_SECONDS
 from .node import NodeServer
 
 log = logging.getLogger("flightpart.daemon")

@@ -26,7 +26,7 @@ from flightpart.version import __version__
 from flightpart.wire import GetStats, error_message
 
 from .auth import CLOCK_MARGIN
-from .catalog_state import CatalogState
+from .state import CatalogState
 
 REFRESH_SECONDS = 3
 NODE_DEADLINE = 1.5

@@ -272,3 +272,36 @@ def test_the_sql_service_is_a_gateway_of_planners_behind_a_flight_sql_server():
     query = {p.stem for p in (ROOT / "flightpart" / "query").glob("*.py")} - {"__init__"}
     assert "predicates" in query and "sql" not in query
     assert names & query == set()
+CATALOG_PARTS = {"leadership", "registry", "versions", "repair", "publish", "reads"}
+STATE_ARROWS = {"records": set(), "database": set(), "tables": {"records", "database"}, "core": {"database", "tables"},
+                "nodes": {"core", "database", "records", "tables"}, "versions": {"core", "database", "records", "tables"},
+                "composed": {"nodes", "versions"}}
+"""Which module of the catalog's state may import which (none imports the catalog)."""
+
+
+def test_the_catalog_and_its_state_are_packages_cut_by_concern():
+    """``server/catalog/`` and ``server/state/``: one module per concern, none over 400 lines. A catalog part imports
+    no other part (only ``orders``, the base of all, and ``lease``); only ``server`` composes them. The state's
+    modules import one way (:data:`STATE_ARROWS`) and never the catalog."""
+    mods, g = modules(), graph()
+    catalog, state = "flightpart.server.catalog", "flightpart.server.state"
+    assert {f"{catalog}.{m}" for m in CATALOG_PARTS | {"server", "orders", "lease"}} | {catalog} <= set(mods)
+    assert {f"{state}.{m}" for m in STATE_ARROWS} | {state} <= set(mods)
+    for module, path in mods.items():
+        if module.startswith((catalog, state)):
+            assert len(path.read_text().splitlines()) <= 400, f"{module} is over 400 lines"
+
+    def within(module: str, package: str) -> set[str]:
+        return {t.rpartition(".")[2] for t in g[module] if t.startswith(package + ".")}
+
+    for part in CATALOG_PARTS:
+        assert within(f"{catalog}.{part}", catalog) <= {"orders", "lease"}, part
+    assert within(f"{catalog}.orders", catalog) <= {"lease"}
+    assert within(f"{catalog}.lease", catalog) == set()
+    assert within(f"{catalog}.server", catalog) == CATALOG_PARTS | {"lease"}
+    assert g[catalog] == {f"{catalog}.server"}
+    for name, allowed in STATE_ARROWS.items():
+        module = f"{state}.{name}"
+        assert within(module, state) <= allowed, module
+        assert not {t for t in g[module] if t == catalog or t.startswith(catalog + ".")}, module
+    assert g[state] == {f"{state}.composed"}

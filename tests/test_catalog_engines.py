@@ -17,8 +17,9 @@ import pytest
 
 from flightpart.errors import DatasetNotFound, FlightpartError, NotLeader, StateUnavailable
 from flightpart.local.postgres import LocalPostgres, missing_reason
-from flightpart.server.catalog_db import LEASE_TABLE, PostgresDatabase
-from flightpart.server.catalog_state import CatalogState, PartRecord, VersionRecord
+from flightpart.server.state import CatalogState
+from flightpart.server.state.database import LEASE_TABLE, PostgresDatabase
+from flightpart.server.state.records import PartRecord, VersionRecord
 from flightpart.wire import Tombstones
 
 needs_postgres = pytest.mark.skipif(missing_reason() is not None, reason=str(missing_reason()))

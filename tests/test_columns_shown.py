@@ -9,7 +9,7 @@ import sys
 import pyarrow as pa
 
 import flightpart as fp
-from flightpart.server.catalog_state import CatalogState
+from flightpart.server.state import CatalogState
 from flightpart.server.status_page import cluster_status, render, stored_columns
 
 TABLE = pa.table({"pickup_at": pa.array([0, 1], pa.timestamp("us")), "zone": ["a", None], "fare": [1.5, 2.5],

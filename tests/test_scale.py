@@ -23,8 +23,9 @@ from flightpart.io.layout import MANIFEST
 from flightpart.io.transfer import streams_of
 from flightpart.local.cluster import LocalCluster
 from flightpart.server.catalog import CatalogServer
-from flightpart.server.catalog_state import CatalogState, PartRecord
 from flightpart.server.node import NodeServer
+from flightpart.server.state import CatalogState
+from flightpart.server.state.records import PartRecord
 
 from helpers import code_of, finished_within, free_port, put_raw, raw_action, wait_until
 

@@ -10,7 +10,8 @@ import time
 
 import pyarrow as pa
 
-from flightpart.server.catalog_state import CatalogState, PartRecord, order_key
+from flightpart.server.state import CatalogState
+from flightpart.server.state.records import PartRecord, order_key
 
 SCHEMA = pa.schema([("a", pa.int64())]).serialize().to_pybytes()
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from flightpart.errors import CannotStart, LimitExceeded
-from flightpart.server.catalog_state import PENDING_PER_WRITER, CatalogState, pending_per_writer_from_env
+from flightpart.server.state import CatalogState
+from flightpart.server.state.versions import PENDING_PER_WRITER, pending_per_writer_from_env
 
 
 @pytest.mark.parametrize("text", ["0", "-3", "ten", "1.5", "١٢"])

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 
-from flightpart.server.catalog_state import CatalogState
+from flightpart.server.state import CatalogState
 
 DEAD_AFTER = 6.0  # the asserts on what is unsettled run within it of a start, however loaded the machine
 

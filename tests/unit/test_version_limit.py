@@ -9,8 +9,8 @@ import pytest
 
 from flightpart import wire
 from flightpart.errors import RequestRejected
-from flightpart.server.catalog import within_version_limit
-from flightpart.server.catalog_state import CatalogState
+from flightpart.server.catalog.registry import within_version_limit
+from flightpart.server.state import CatalogState
 
 
 def test_a_dataset_whose_counter_reached_the_limit_gets_no_further_version(tmp_path):

@@ -6,7 +6,8 @@ import pyarrow as pa
 import pytest
 
 from flightpart.errors import VersionConflict
-from flightpart.server.catalog_state import LEARNED, CatalogState
+from flightpart.server.state import CatalogState
+from flightpart.server.state.records import LEARNED
 
 SCHEMA = pa.schema([("a", pa.int64())]).serialize().to_pybytes()
 

@@ -16,7 +16,7 @@ checking the lease and acting. No standby can take the row before its expiry,
 so the old leader has stopped before the new one starts. Two more fences
 stand behind this one, for a leader frozen between its check and its act: its
 database writes check the epoch in the same transaction
-(:class:`~server.catalog_db.PostgresDatabase`), and nodes refuse orders whose
+(:class:`~server.state.database.PostgresDatabase`), and nodes refuse orders whose
 epoch is lower than the highest they have seen.
 
 The loop never ends while the catalog runs: a round that fails in any way is
@@ -40,7 +40,7 @@ from typing import Any
 
 from flightpart.errors import StateUnavailable
 
-from .catalog_db import LEASE_TABLE, PostgresDatabase
+from ..state.database import LEASE_TABLE, PostgresDatabase
 
 log = logging.getLogger("flightpart.catalog")
 

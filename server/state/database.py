@@ -1,6 +1,6 @@
 """Where the catalog's state lives: SQLite (one catalog, the default) or PostgreSQL (several catalogs, one leader).
 
-The state's rules (:mod:`server.catalog_state`) are written once, in the SQL
+The state's rules (:mod:`server.state`) are written once, in the SQL
 both engines speak: ``?`` placeholders, ``INSERT ... ON CONFLICT``, and the
 scalar ``GREATEST`` (registered in SQLite). Each engine here turns that into
 its own: PostgreSQL gets ``%s``, 64-bit integers, double precision and bytea.

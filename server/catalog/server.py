@@ -1,0 +1,138 @@
+"""The catalog's Flight server, composed of its parts: one ``FlightInfo`` per dataset, built from its state.
+
+``get_flight_info(for_path(name))`` answers in the form any Flight client
+understands (see :func:`flightpart.wire.encode_flight_info`): the schema,
+one endpoint per partition in row-major grid order with the replicas' node
+URIs as locations, and JSON metadata that carries the ``__partitioned__``
+geometry. Each part (:mod:`.leadership`, :mod:`.registry`, :mod:`.versions`,
+:mod:`.repair`, :mod:`.publish`, :mod:`.reads`) brings its handlers and the
+actions it serves; this module builds the state, the lease and the threads
+they share, and the one action table.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+from typing import Any
+
+from flightpart.errors import ForeignCluster
+from flightpart.io.access import Access
+from flightpart.io.connections import ConnectionPool
+from flightpart.tokens import CATALOG_NODE, role_token
+
+from ..base import action_table
+from ..info_cache import FlightInfoCache
+from ..state import CatalogState
+from ..state.database import PostgresDatabase
+from ..state.versions import pending_per_writer_from_env
+from . import leadership, publish, reads, registry, repair, versions
+from .leadership import Leading
+from .lease import LEASE_SECONDS, Lease
+from .publish import Publishing
+from .reads import Reads
+from .registry import Registry
+from .repair import Repairs
+from .versions import Versions
+
+log = logging.getLogger("flightpart.catalog")
+
+REBUILD_GRACE = 5.0
+"""Seconds a catalog started without a known cluster identity (new, or its state lost) lets writes wait, so that
+every live node (each re-registers within one heartbeat, 2 s by default) can tell it the identity, versions and
+tombstones it holds before a version number is handed out (``--rebuild-grace``)."""
+
+
+class CatalogServer(Leading, Registry, Versions, Repairs, Publishing, Reads):
+    """Aggregates the nodes' partitions into datasets."""
+
+    log = log
+    role = "catalog"
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, *, state_path: str = ":memory:",
+                 dead_after: float = 10.0, pending_ttl: float = 3600.0, node_timeout: float = 5.0,
+                 fan_out_timeout: float = 2.0, retire_after: float = 86400.0,
+                 capability_ttl: float = 86400.0, secret: bytes | None = None, pool: ConnectionPool | None = None,
+                 rebuild_grace: float | None = None, cluster_id: str | None = None, lease: str | None = None,
+                 lease_seconds: float = LEASE_SECONDS, **server_kwargs: Any):
+        super().__init__(host, port, secret=secret, **server_kwargs)
+        self._infos = FlightInfoCache()
+        # several catalogs, one leader: the state lives in PostgreSQL and only the lease holder writes it
+        self.lease = Lease(lease, self.uri, duration=lease_seconds, on_lead=self.took_over,
+                           on_lose=self.lost_lead, find_leader=self.leader_among) if lease else None
+        database = PostgresDatabase(lease, fence=self.lease.fence, link_timeout=lease_seconds, settings={
+            "idle_in_transaction_session_timeout": f"{int(lease_seconds * 1000)}ms"}) if self.lease is not None else None
+        self.state = CatalogState(state_path, dead_after=dead_after, database=database)
+        self._started = time.monotonic()
+        known = self.state.cluster()
+        if cluster_id is not None and known is not None and known != cluster_id:
+            raise ForeignCluster(f"--cluster-id {cluster_id}: this catalog's state belongs to cluster {known}", field="cluster")
+        self._cluster_id = cluster_id
+        if cluster_id is not None and self.lease is None:  # with a lease: minted by whichever catalog leads first
+            known = self.state.mint_cluster(cluster_id)
+        # state that knows its cluster is intact; otherwise (new, or lost) writes wait for the nodes to come back first
+        self.rebuild_grace = 0.0 if known is not None else (
+            rebuild_grace if rebuild_grace is not None else (0.0 if state_path == ":memory:" else REBUILD_GRACE))
+        self._identity_known = threading.Event()
+        if known is not None:
+            self._identity_known.set()
+        self._without_identity: set[str] = set()  # nodes registered before the identity was known: told it later
+        self._registering: dict[str, float] = {}  # node id -> when its registration in pages began
+        access = pool.access if pool is not None else Access()
+        if secret is not None:  # the catalog calls nodes (held, seal, drop, copy-to) with the node role
+            access = dataclasses.replace(access, token=role_token(secret, "node", CATALOG_NODE))
+        self.pool = ConnectionPool(access)
+        self.capability_ttl = capability_ttl
+        self.pending_ttl = pending_ttl
+        self.pending_per_writer = pending_per_writer_from_env()
+        self.node_timeout = node_timeout
+        self.fan_out_timeout = fan_out_timeout  # drop, abort, seal: a node that misses it is told when it registers again
+        self.retire_after = retire_after
+        self._skewed: set[str] = set()  # nodes whose clock was last seen further from ours than CLOCK_MARGIN
+        self._owes_registration: set[str] = set()  # nodes whose registration could not carry every seal
+        self._unsure: set[tuple[str, int]] = set()  # commits whose database answer was lost: taken or not, unknown
+        self._unsure_lock = threading.Lock()
+        self._grants: dict[str, set[tuple[str, int, tuple[int, int]]]] = {}  # per node, over a registration's pages
+        self._stopping = threading.Event()
+        self._status_lock = threading.Lock()
+        self._repairing = threading.Lock()  # one repair at a time: two would plan from the same state and copy twice
+        self._status: tuple[float, dict] | None = None
+        threading.Thread(target=self._expire_pending_loop, name="flightpart-pending-ttl", daemon=True).start()
+        if self.lease is not None:
+            self.lease.start()  # its first round runs now: the first catalog of a cluster leads before it answers
+        else:  # a restarted catalog has its FlightInfos ready soon after, as a new leader does
+            threading.Thread(target=self.warm_later, name="flightpart-warm", daemon=True).start()
+        self.beats = self.listen_for_beats(host)  # last: nothing after it can fail and leave the port bound
+
+    def shutdown(self) -> None:
+        self._stopping.set()
+        if self.beats is not None:
+            self.beats.close()
+        if self.lease is not None:
+            self.lease.stop()  # a leader gives the lease up: a standby takes over without waiting for it to expire
+        super().shutdown()
+        self.state.close()
+
+    def _expire_pending_loop(self) -> None:
+        """Abort puts that never finished, once they are older than the pending TTL (see docs/operations.md)."""
+        while not self._stopping.wait(min(max(self.pending_ttl / 4, 0.2), 30.0)):
+            if self.lease is not None and not self.lease.leads():
+                continue  # a standby (or a leader cut off from its database) keeps house for no one
+            try:
+                for dataset, version in self.state.expired_pending(self.pending_ttl):
+                    log.info("%s v%d: pending for more than %ss, aborted", dataset, version, self.pending_ttl)
+                    self.drop_files(dataset, version, self.state.abort(dataset, version), pending_only=True)
+                    self._infos.clear()
+                retired = self.state.retire_dead(self.retire_after)
+                if retired:
+                    log.warning("retired %d nodes silent for more than %ss: %s; their partitions count as lost replicas "
+                                "until `flightpart repair` copies them", len(retired), self.retire_after, ", ".join(retired))
+                    self._infos.clear()
+                self.state.flush_heartbeats()
+            except Exception:  # the database is closing: the loop ends with the server
+                if not self._stopping.is_set():
+                    log.exception("expiring pending versions failed")
+
+    actions = action_table(*(action for part in (registry, leadership, reads, versions, repair, publish) for action in part.ACTIONS))

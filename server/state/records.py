@@ -1,0 +1,67 @@
+"""What the catalog's state hands out: a node, a partition, a version as records, and the keys of its ``missed`` rows.
+
+Plain dataclasses with no database behind them: the catalog server builds FlightInfos, manifests and orders from
+them, and the state's modules return them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from flightpart.wire import EncodedJson
+
+MUST_REGISTER = "register"
+"""The ``missed`` row of a node that did not answer an order (see :meth:`CatalogState.must_register`)."""
+
+
+def order_key(dataset: str, version: int | None) -> str:
+    """The ``missed`` rows of one drop or abort: a node acknowledging it clears only these."""
+    return f"drop {dataset} {'*' if version is None else version}"
+
+
+@dataclass
+class NodeRecord:
+    node_id: str
+    uri: str
+    ip: str
+    pid: int
+    data_dir: str | None
+    last_heartbeat: float
+    alive: bool
+
+    free_bytes: int | None = None
+    low_space: bool = False
+    clock_skew: float | None = None  # seconds the node's clock runs ahead of the catalog's (from its last heartbeat)
+
+    def as_json(self) -> dict:
+        return {**self.__dict__}
+
+
+@dataclass
+class PartRecord:
+    part: tuple[int, int]
+    start: tuple[int, int]
+    shape: tuple[int, int]
+    nbytes: int
+    nodes: list[NodeRecord] = field(default_factory=list)
+    stats: EncodedJson | dict | None = None  # column statistics from the node that stored it
+
+
+@dataclass
+class VersionRecord:
+    dataset: str
+    version: int
+    schema: bytes
+    shape: tuple[int, int]
+    grid: tuple[int, int]
+    parts: list[PartRecord]
+    replicas: int = 1
+
+    @property
+    def nbytes(self) -> int:
+        return sum(p.nbytes for p in self.parts)
+
+
+LEARNED = "learned:from nodes' files"
+"""The writer of a version learned from nodes' files (:meth:`CatalogState.writer_of`): none, so only an admin may
+finish it."""
