@@ -116,7 +116,7 @@ class CatalogServer(Leading, Registry, Versions, Repairs, Publishing, Reads):
         self.state.close()
 
     def _expire_pending_loop(self) -> None:
-        """Abort puts that never finished, once they are older than the pending TTL (see docs/operations.md)."""
+        """Abort puts that never finished, once they are older than the pending TTL (see docs/operations/failures.md)."""
         while not self._stopping.wait(min(max(self.pending_ttl / 4, 0.2), 30.0)):
             if self.lease is not None and not self.lease.leads():
                 continue  # a standby (or a leader cut off from its database) keeps house for no one

@@ -134,7 +134,7 @@ class CatalogLink(NodeBase):
                                                  timeout=5)
                         known = reply.known
                         heard = (sent, wall_clock(), reply.clock_ms / 1000) if reply.clock_ms is not None else None
-                    if heard is not None:  # expiry is judged by the catalog's clock (docs/operations.md, "Clocks")
+                    if heard is not None:  # expiry is judged by the catalog's clock (docs/operations/security.md, "Clocks")
                         self.guard.heard_catalog_clock(*heard)
                     self.last_contact = time.monotonic()
                     if not known:
