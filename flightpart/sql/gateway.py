@@ -213,7 +213,9 @@ class Gateway:
         duckdb = _duckdb()
 
         try:
-            with duckdb.connect() as con:  # parsing only: nothing runs, nothing is registered
+            # parsing only, on a cursor of the shared database: nothing runs, nothing is registered (a new DuckDB
+            # for it cost more than the rest of a small query)
+            with self.engine.connect() as con:
                 statements = con.extract_statements(query)
         except duckdb.Error:
             return None
