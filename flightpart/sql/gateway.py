@@ -38,6 +38,7 @@ from .limits import SqlLimits
 from .names import VERSIONED, dataset_named, lists_tables, named_datasets, names_dataset
 from .planners import PLANNERS, Bound, Planner, Query, Route, moved_so_far, ready
 from .remembered import ScanFailures
+from .schemas import MAX_TEXT, SchemaCache
 from .slots import QuerySlots, running_from_env
 from .system_functions import refusal
 from .watch import Stopped, Watch
@@ -67,6 +68,7 @@ class Gateway:
         self.engine = Engine(limits.memory, limits.spill, limits.spill_dir)
         self._client: Client | None = None
         self._lock = threading.Lock()
+        self.schemas = SchemaCache()
 
     def client(self) -> Client:
         with self._lock:
@@ -234,7 +236,24 @@ class Gateway:
         planned = self.scan(query)
         if planned is not None:
             return planned[0]
-        return self.run(query, limit=0, caller=caller).schema
+        key = self._schema_key(query)
+        schema = self.schemas.get(key) if key is not None else None
+        if schema is None:
+            schema = self.run(query, limit=0, caller=caller).schema
+            if key is not None:
+                self.schemas.put(key, schema)
+        return schema
+
+    def _schema_key(self, query: str) -> tuple | None:
+        """What ``query``'s schema depends on: its text and the version of each dataset it names (None: not kept,
+        see :mod:`.schemas`)."""
+        if len(query) > MAX_TEXT:
+            return None
+        versions = {entry["name"]: entry["version"] for entry in self.client().list()}
+        named = named_datasets(query, lambda: set(versions))
+        if lists_tables(query, named):
+            return None
+        return query, tuple((name, versions.get(name)) for name in named)
 
     def _register_listed(self, con: Any, named: list[str], stop: Watch) -> None:
         """Every dataset ``named`` leaves out, registered with ``con`` as its columns only (an empty table of the types

@@ -1,0 +1,48 @@
+"""A prepared query's schema is kept per version of the datasets it names: a new version, or a dataset dropped and
+put again with other types, is never answered with the schema of the one before."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+import flightpart as fp
+from flightpart.sql.schemas import SchemaCache
+
+
+@pytest.fixture(scope="module")
+def sql_cluster(make_cluster):
+    return make_cluster(1)
+
+
+def test_a_schema_is_kept_per_version_and_follows_new_versions_and_a_dataset_put_again(sql_cluster):
+    gateway = sql_cluster.catalog.gateway
+    query = "SELECT x + 1 AS y, count(*) AS n FROM kept GROUP BY 1"
+    with fp.connect(sql_cluster.uri) as client:
+        client.put("kept", pa.table({"x": pa.array([1, 2], pa.int32())}))
+        assert gateway.schema(query).field("y").type == pa.int32()
+        assert len(gateway.schemas) >= 1 and gateway.schema(query).field("y").type == pa.int32()  # kept, the same
+        client.put("kept", pa.table({"x": pa.array([1.5, 2.5])}))  # a new version of other types
+        assert gateway.schema(query).field("y").type == pa.float64()
+        client.drop("kept")
+        client.put("kept", pa.table({"x": pa.array(["a", "b"])}))  # dropped, then put again with text
+        assert gateway.schema("SELECT x || 'z' AS y FROM kept GROUP BY 1").field("y").type == pa.string()
+        with pytest.raises(fp.FlightpartError):
+            gateway.schema(query)  # text + 1: refused, not answered with a kept float64
+
+
+def test_a_query_that_lists_tables_is_never_kept(sql_cluster):
+    gateway = sql_cluster.catalog.gateway
+    before = len(gateway.schemas)
+    gateway.schema("SELECT table_name FROM information_schema.tables")
+    assert len(gateway.schemas) == before
+
+
+def test_the_cache_keeps_the_most_recently_used():
+    cache = SchemaCache(kept=2)
+    a, b, c = (pa.schema([(name, pa.int8())]) for name in "abc")
+    cache.put("a", a)
+    cache.put("b", b)
+    assert cache.get("a") == a  # used: b is now the least recent
+    cache.put("c", c)
+    assert cache.get("b") is None and cache.get("a") == a and cache.get("c") == c and len(cache) == 2
