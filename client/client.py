@@ -39,6 +39,7 @@ from flightpart.wire import (
     CommitPart,
     Drop,
     GetLeadership,
+    GetQueries,
     GetStats,
     Leadership,
     ListNodes,
@@ -144,6 +145,11 @@ class Client:
         """A node's counters (bytes and batches served, partitions stored and held)."""
         with translated():
             return self.pool.action(uri, GetStats(), timeout=self.timeout).to_json()
+
+    def queries(self) -> dict:
+        """The catalog's SQL queries: ``{"running": [...], "recent": [...]}``, the most recent first, each with its
+        id, caller, text, start, seconds, rows, bytes the nodes sent and outcome (an admin's call)."""
+        return self.call(GetQueries()).to_json()
 
     def list(self) -> list[dict]:
         """The latest committed version of every dataset."""

@@ -949,6 +949,31 @@ class GetStats(Message):
 
 
 @dataclass(frozen=True)
+class QueriesReply(Message):
+    """The catalog's SQL queries (``queries``): ``{"running": [...], "recent": [...]}``, each query a flat JSON object
+    (id, caller, text, started, seconds, rows, bytes_from_nodes, outcome), kept as received."""
+
+    values: Any = field(default_factory=dict)
+
+    def to_json(self) -> Any:
+        return self.values
+
+    @classmethod
+    def from_json(cls, body: Any, where: str | None = None) -> QueriesReply:
+        if not isinstance(body, dict) or not all(isinstance(body.get(k), list) for k in ("running", "recent")):
+            raise RequestRejected(f"{where or 'queries'}: expected lists of running and recent queries", field=where or "queries")
+        return cls(body)
+
+
+@dataclass(frozen=True)
+class GetQueries(Message):
+    """To a catalog: the SQL queries it runs now and the last it finished (no argument; an admin's)."""
+
+    ACTION = "queries"
+    REPLY = QueriesReply
+
+
+@dataclass(frozen=True)
 class HeldReply(Message):
     """One page of held partitions; each column group's schema once in ``schemas`` (indexed by ``schema_of[k]``);
     ``more``: ask again with ``after`` = the last position."""

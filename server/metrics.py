@@ -95,12 +95,15 @@ class DaemonCollector:
         latency = HistogramMetricFamily("flightpart_rpc_duration_seconds",
                                         "Time to answer a call, by RPC (a stream: until it is complete)", labels=["role", "rpc"])
         for rpc, (counts, total, _count) in sorted(self.telemetry.histograms().items()):
-            cumulative, running = [], 0
-            for bound, n in zip([*map(str, BUCKETS), "+Inf"], counts):
-                running += n
-                cumulative.append((bound, running))
-            latency.add_metric([self.role, rpc], cumulative, total)
+            latency.add_metric([self.role, rpc], _cumulative(counts), total)
         yield latency
+        queries = self.telemetry.measures().get("sql_query")
+        if queries is not None:
+            sql = HistogramMetricFamily("flightpart_sql_query_duration_seconds",
+                                        "Time to answer a SQL query at the catalog (its rows produced, or its "
+                                        "endpoints at the nodes handed out)", labels=["role"])
+            sql.add_metric([self.role], _cumulative(queries[0]), queries[1])
+            yield sql
         if self.problems is not None:  # a node's stats carry its problems already: its disk is not asked twice per scrape
             problems = values["problems"] if isinstance(values.get("problems"), list) else self.problems()
             yield self._one(GaugeMetricFamily("flightpart_healthy", "1 while the daemon reports SERVING, else 0", labels=["role"]),
@@ -112,6 +115,15 @@ class DaemonCollector:
     def _one(self, family: Any, value: float) -> Any:
         family.add_metric([self.role], value)
         return family
+
+
+def _cumulative(counts: list[int]) -> list[tuple[str, int]]:
+    """Counts per bucket as Prometheus's cumulative buckets, the last one +Inf."""
+    out, running = [], 0
+    for bound, n in zip([*map(str, BUCKETS), "+Inf"], counts):
+        running += n
+        out.append((bound, running))
+    return out
 
 
 def numbers_of(stats: Any) -> dict[str, Any]:

@@ -175,8 +175,26 @@ updated {stamp} (every {REFRESH_SECONDS} s) · <a href="status.json">status.json
 </table>
 <h2>Datasets</h2>
 {"".join(grids) or "<p>no dataset has been committed yet</p>"}
-</body></html>
+{_queries_section(status.get("queries"))}</body></html>
 """
+
+
+QUERIES_SHOWN = 20
+"""Recent SQL queries the page lists (``/status.json`` and ``flightpart queries`` have every one kept)."""
+
+
+def _queries_section(queries: dict | None) -> str:
+    """The SQL queries running now and the last finished, as a table (nothing for a catalog without SQL)."""
+    if queries is None:
+        return ""
+    e = html.escape
+    rows = [f'<tr class="query"><td class="num">{q["id"]}</td><td>{e(q["caller"])}</td><td>{e(q["outcome"])}</td>'
+            f'<td class="num">{q["seconds"]:.3f} s</td><td class="num">{_count(q["rows"])}</td>'
+            f'<td class="num">{_bytes(q["bytes_from_nodes"])}</td><td><code>{e(q["text"])}</code></td></tr>'
+            for q in [*queries["running"], *queries["recent"][:QUERIES_SHOWN]]]
+    return ('<h2>SQL queries</h2>\n<table class="nodes"><tr><th>id</th><th>caller</th><th>outcome</th><th>time</th>'
+            '<th>rows</th><th>from nodes</th><th>query</th></tr>\n'
+            + ("".join(rows) or '<tr><td colspan="7">no query yet</td></tr>') + "</table>\n")
 
 
 def _catalogs_line(catalogs: dict | None) -> str:

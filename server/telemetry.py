@@ -64,6 +64,7 @@ class Telemetry:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._histograms: dict[str, Histogram] = {}
+        self._measures: dict[str, Histogram] = {}
         self._refusals: dict[str, int] = {}
 
     def refused(self, reason: str) -> None:
@@ -100,6 +101,19 @@ class Telemetry:
         """``{rpc: (counts per bucket, sum of seconds, count)}``; the last bucket is +Inf."""
         with self._lock:
             return {rpc: (list(h.buckets), h.total, h.count) for rpc, h in self._histograms.items()}
+
+    def observe(self, what: str, seconds: float) -> None:
+        """Count ``seconds`` in the histogram of ``what`` (a duration that is not one call's, e.g. a SQL query's)."""
+        with self._lock:
+            histogram = self._measures.get(what)
+            if histogram is None:
+                histogram = self._measures[what] = Histogram()
+            histogram.observe(seconds)
+
+    def measures(self) -> dict[str, tuple[list[int], float, int]]:
+        """``{what: (counts per bucket, sum of seconds, count)}`` of :meth:`observe`; the last bucket is +Inf."""
+        with self._lock:
+            return {what: (list(h.buckets), h.total, h.count) for what, h in self._measures.items()}
 
     def refusals(self) -> dict[str, int]:
         with self._lock:

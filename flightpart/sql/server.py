@@ -33,15 +33,18 @@ from flightpart import sqlwire as proto
 from flightpart.errors import FlightpartError, LimitExceeded, RequestRejected
 from flightpart.frames import size_of
 from flightpart.server.auth import authorize, peer_ip
-from flightpart.server.base import boundary, schema_error
+from flightpart.server.base import Action, action_table, boundary, schema_error
 from flightpart.server.catalog import CatalogServer
 from flightpart.tokens import role_token
+from flightpart.wire import GetQueries, QueriesReply
 
 from . import listing, puts
 from .answers import Answers, Meter
 from .gateway import Gateway
+from .history import QueryHistory, QueryRecord
 from .limits import SqlLimits
 from .metadata import sql_info, xdbc_type_info
+from .planners import moved_so_far
 from .prepared import PreparedStatements, unknown
 from .sending import AnswersSent
 from .slots import QuerySlots
@@ -87,6 +90,7 @@ class SqlCatalogServer(CatalogServer):
         self.answers_sent = AnswersSent(SENT_BATCH_BYTES)
         self.answers = Answers(limits.answers, limits.answer, self.answers_sent)
         self.prepared = PreparedStatements(limits.prepared, limits.prepared_bytes, limits.prepared_idle)
+        self.history = QueryHistory(moved_so_far, lambda seconds: self.telemetry.observe("sql_query", seconds))
         self.binds = QuerySlots(limits.binds, queue_seconds=BIND_WAIT_SECONDS, per_caller=1, what="parameter binds")
 
     # ------------------------------------------------------------------ Flight calls
@@ -150,6 +154,13 @@ class SqlCatalogServer(CatalogServer):
                 "sql_answer_bytes": self.answers.held_bytes(), "sql_prepared": statements, "sql_prepared_bytes": bound,
                 "sql_spill_bytes": self.gateway.engine.spilled_bytes()}
 
+    def status(self) -> dict:
+        """The catalog's status (nodes, datasets) and its SQL queries, running and recent (:mod:`.history`)."""
+        return {**super().status(), "queries": self.history.snapshot()}
+
+    def _queries(self, _: GetQueries) -> QueriesReply:
+        return QueriesReply(self.history.snapshot())
+
     def list_actions(self, context: Any) -> list[tuple[str, str]]:
         return [*super().list_actions(context), (CREATE_PREPARED, "Flight SQL: prepare a query"),
                 (CLOSE_PREPARED, "Flight SQL: forget a prepared query"),
@@ -180,14 +191,25 @@ class SqlCatalogServer(CatalogServer):
         return f"owner@{peer_ip(peer)}"
 
     def _info(self, command: proto.Any_, descriptor: flight.FlightDescriptor, context: Any = None) -> flight.FlightInfo:
-        """A query's FlightInfo: a plain scan's endpoints at the nodes, or one endpoint here for an answer counted
-        as it is produced and kept until its DoGet (:class:`~.answers.Answers`)."""
+        """A command's FlightInfo, noted in :attr:`history` (:mod:`.history`) with its SQL text (a metadata command
+        by its name) as it runs."""
+        prepared = self.prepared.get(_prepared_handle(command)) if command.name == proto.PREPARED_QUERY else None
+        text = _query_text(command) if command.name == proto.STATEMENT_QUERY else (prepared or (command.name,))[0]
+        with self.history.running(self._caller(context), text) as record:
+            return self._info_of(command, descriptor, context, record)
+
+    def _info_of(self, command: proto.Any_, descriptor: flight.FlightDescriptor, context: Any,
+                 record: QueryRecord) -> flight.FlightInfo:
+        """A plain scan's endpoints at the nodes, or one endpoint here for an answer counted as it is produced and
+        kept until its DoGet (:class:`~.answers.Answers`); ``record`` is told the rows."""
         scanned = self._scan(command)
         if scanned is not None:  # the nodes send it: one endpoint per partition
+            record.outcome = "endpoints"
             return flight.FlightInfo(scanned[0], descriptor, scanned[1], -1, -1)
         with self.answers.producing(self._caller(context)) as meter:
             table = self._answer(command, meter, cancelled=_gave_up(context))
             handle = self.answers.keep(meter, table)
+        record.rows = table.num_rows
         size = size_of(table)
         ticket = proto.pack(proto.TICKET_STATEMENT, proto.message((1, handle)))
         return flight.FlightInfo(table.schema, descriptor, [flight.FlightEndpoint(ticket, [])], table.num_rows, size)
@@ -257,7 +279,11 @@ class SqlCatalogServer(CatalogServer):
                                   field="action")
         query = _query_text(command)
         caller = self._caller(context)
-        schema = self.gateway.schema(query, caller)
+        try:
+            schema = self.gateway.schema(query, caller)
+        except Exception as exc:
+            self.history.refused(caller, query, exc)
+            raise
         handle = self.prepared.add(caller, query)
         result = proto.message((1, handle), (2, schema.serialize().to_pybytes()))
         return [flight.Result(pa.py_buffer(proto.pack(proto.PREPARED_RESULT, result)))]
@@ -294,6 +320,10 @@ class SqlCatalogServer(CatalogServer):
         self.prepared.bind(handle, values, size)
         writer.write(pa.py_buffer(proto.message((1, handle))))  # DoPutPreparedStatementResult
 
+
+SqlCatalogServer.actions = {**CatalogServer.actions, **action_table(
+    Action(GetQueries, SqlCatalogServer._queries, "the SQL queries running now and the last finished", "admin",
+           changes_state=False))}
 
 SCANS: dict[str, Callable[[SqlCatalogServer, proto.Any_], tuple[pa.Schema, list[flight.FlightEndpoint]] | None]] = {
     proto.STATEMENT_QUERY: SqlCatalogServer._statement_scan,

@@ -13,9 +13,10 @@ from flightpart import wire
 from flightpart.server.base import Action, action_table
 from flightpart.server.catalog import CatalogServer
 from flightpart.server.node import NodeServer
+from flightpart.sql import SqlCatalogServer
 
 ROOT = Path(__file__).resolve().parents[2]
-DAEMONS = [NodeServer, CatalogServer]
+DAEMONS = [NodeServer, CatalogServer, SqlCatalogServer]
 
 
 def request_classes() -> set[type[wire.Message]]:
