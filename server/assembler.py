@@ -1,11 +1,8 @@
 """A node building partitions of a new grid from a committed version: repartition, rebalance, append.
 
-The node that will hold a partition gathers it itself: rows it holds are
-read from its own files, the others are pulled from the nodes holding them
-with sliced, projected tickets, so the data crosses the network once and
-never passes through the client that asked. The source's geometry comes
-from the catalog, not from the caller, so a lying caller can neither point
-the node at another host nor make it read outside the source.
+The node that will hold a partition gathers it: its own rows from disk, the others pulled with sliced,
+projected tickets, so data crosses the network once. The source's geometry comes from the catalog, not the
+caller, so a caller can neither point the node at another host nor make it read outside the source.
 """
 
 from __future__ import annotations
@@ -72,7 +69,8 @@ class Assembler:
         self._check_pending(order.dataset, order.version, deadline)
         data_cols = len(frames.data_columns(frames.empty_table(source.schema)))
         if not 1 <= order.groups <= max(data_cols, 1):
-            raise RequestRejected(f"assemble.groups: expected 1 to {max(data_cols, 1)} column groups, got {order.groups}",
+            raise RequestRejected(f"assemble.groups: expected 1 to {max(data_cols, 1)} column groups, got "
+                                  f"{order.groups}",
                                   field="assemble.groups")
         plan = _Plan(source, order.groups)
         receipts: list[HeldPartition] = []
@@ -84,7 +82,8 @@ class Assembler:
             whole = is_whole(pieces, plan.row_sizes, plan.source_groups)
             if whole is not None and self._holds(source, whole.source):
                 try:
-                    receipts.append(self.store.link(order.dataset, order.source, whole.source, order.version, target.part))
+                    receipts.append(self.store.link(order.dataset, order.source, whole.source, order.version,
+                                                    target.part))
                 except PartitionMissing:  # damaged (quarantined) or gone meanwhile: gathered from its other replicas
                     pass
                 else:
@@ -106,7 +105,8 @@ class Assembler:
         if order.version == order.source:
             raise RequestRejected(f"relink: version {order.version} is the source itself", field="version")
         self._check_pending(order.dataset, order.version, _Deadline(None))
-        receipts = tuple(self.store.link(order.dataset, order.source, p.source, order.version, p.part) for p in order.parts)
+        receipts = tuple(self.store.link(order.dataset, order.source, p.source, order.version, p.part)
+                         for p in order.parts)
         self.count(partitions_linked=len(receipts))
         return AssembleReply(receipts, len(receipts))
 
@@ -134,7 +134,8 @@ class Assembler:
     def _gather(self, plan: _Plan, pieces: list[list[Piece]], deadline: _Deadline) -> list[list[pa.Table]]:
         """Every piece as a table, the ones this node holds read from disk and the others pulled in parallel."""
         flat = [piece for block in pieces for piece in block]
-        with ThreadPoolExecutor(max_workers=min(PULLS_IN_FLIGHT, max(len(flat), 1)), thread_name_prefix="flightpart-pull") as ex:
+        with ThreadPoolExecutor(max_workers=min(PULLS_IN_FLIGHT, max(len(flat), 1)),
+                                thread_name_prefix="flightpart-pull") as ex:
             tables = list(ex.map(lambda piece: self._piece(plan, piece, deadline), flat))
         out, k = [], 0
         for block in pieces:
@@ -149,7 +150,8 @@ class Assembler:
             raise PartitionMissing(f"{source.dataset} v{source.version} has no partition {piece.source}", field="part")
         if self._holds(source, piece.source):
             try:
-                table = apply_ticket(self.store.open(source.dataset, source.version, piece.source), piece.columns, piece.rows)
+                table = apply_ticket(self.store.open(source.dataset, source.version, piece.source), piece.columns,
+                                     piece.rows)
             except PartitionMissing:  # its checksum failed (now quarantined): pulled from another replica below
                 pass
             else:
@@ -157,14 +159,16 @@ class Assembler:
                 return table
         replicas = [r for r in info.replicas if r[0] != self.uri]
         ticket = Ticket(source.dataset, source.version, piece.source, piece.columns, piece.rows)
-        table = read_replicas(self.pool, ticket, replicas, f"partition {piece.source} of {source.dataset!r} v{source.version}",
+        table = read_replicas(self.pool, ticket, replicas, f"partition {piece.source} of {source.dataset!r} "
+                                                           f"v{source.version}",
                               here=host_addresses(), deadline=deadline.at, expected_rows=piece.rows[1] - piece.rows[0],
                               most_bytes=max(info.nbytes, 1) if plan.bytes_bounded else 0)
         try:  # read safely already (read_replicas); now all of it, text as UTF-8 too, as a put's batches are
             table.validate(full=True)
         except pa.ArrowException as exc:
             raise RequestRejected(f"partition {piece.source} of {source.dataset!r} v{source.version}: a holder sent "
-                                  f"values that are not valid Arrow, not stored ({str(exc)[:200]})", field="part") from None
+                                  f"values that are not valid Arrow, not stored ({str(exc)[:200]})",
+                                  field="part") from None
         self.count(assembled_rows=table.num_rows, pulled_bytes=frames.size_of(table))
         return table
 
@@ -206,7 +210,8 @@ class _Plan:
         self.source_groups = frames.stored_columns(source.schema, source.grid[1])
         self.target_groups = frames.stored_columns(source.schema, groups)
         # a peer's piece is bounded by its partition's stored bytes, unless a column may take more bytes sent
-        self.bytes_bounded = source.schema is not None and not any(frames.sent_unlike_stored(f.type) for f in source.schema)
+        self.bytes_bounded = (source.schema is not None
+                              and not any(frames.sent_unlike_stored(f.type) for f in source.schema))
 
     def pieces(self, target: AssemblePart) -> list[list[Piece]]:
         (i, j), (lo, hi) = target.part, target.rows

@@ -1,27 +1,16 @@
 """Who may call what, and how many streams at once: a middleware on every RPC.
 
-With a cluster secret (or only its verify key, on a node), every call must carry
-``authorization: Bearer <token>``: the secret itself (the owner: every right,
-where the daemon holds the secret), a role token signed with it (reader,
-writer, admin, node) or a read capability for one dataset version (see
-:mod:`flightpart.tokens`). Tokens are verified here, without asking
-anyone; a call without a valid one fails with ``UNAUTHENTICATED`` before any
-handler runs, so it learns nothing of the datasets. Handlers then ask
-:func:`authorize` whether the caller's credential allows what it asks
-(``FORBIDDEN`` otherwise). ``do_get`` and ``do_put`` count as open streams;
-past the configured maximum a new one is refused as ``BUSY`` (retryable).
+With a cluster secret (or its verify key, on a node), every call carries ``authorization: Bearer <token>``: the
+secret (the owner), a role token signed with it, or a read capability for one version (:mod:`flightpart.tokens`).
+Tokens are verified here; a call without a valid one fails ``UNAUTHENTICATED`` before any handler runs.
+Handlers ask :func:`authorize` (``FORBIDDEN`` otherwise). ``do_get`` and ``do_put`` count as open streams;
+past the maximum a new one is ``BUSY`` (retryable).
 
-Sharing a node's streams fairly: one caller (a credential's name and the
-peer's IP) holds at most half of the streams (:meth:`GuardFactory.admit`), and
-a ``do_get`` whose reader has taken nothing for the idle timeout loses its
-slot (:meth:`GuardFactory.watch`), so a reader that opens streams and never
-reads them cannot lock others out; so does a ``do_put`` whose writer has sent
-nothing for it (:meth:`GuardFactory.received`).
+One caller (credential name and peer IP) holds at most half of the streams, and a stream idle for the idle
+timeout loses its slot, so idle streams cannot lock others out.
 
-Expiry is judged by the catalog's clock: a node takes its own clock less the
-skew it measures from the catalog's clock in each heartbeat's answer
-(:meth:`GuardFactory.now`), with :data:`CLOCK_MARGIN` seconds of grace (see
-docs/operations/security.md, "Clocks").
+Expiry is judged by the catalog's clock: a node's own clock less the skew measured from each heartbeat's answer
+(:meth:`GuardFactory.now`), with :data:`CLOCK_MARGIN` seconds of grace.
 """
 
 from __future__ import annotations
@@ -41,7 +30,7 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from flightpart.errors import Forbidden, NodeUnavailable, ServerBusy, Unauthenticated
-from flightpart.tokens import CAPABILITY, CATALOG_NODE, GRANT_HEADER, Credential, Keys, outdated_format, verify_key, verify_token
+from flightpart.tokens import CAPABILITY, CATALOG_NODE, GRANT_HEADER, Credential, Keys, outdated_format, verify_key, verify_token  # noqa: E501, RUF100
 from flightpart.wire import encode_error
 
 from .telemetry import Call, Telemetry
@@ -85,7 +74,7 @@ def wall_clock() -> float:
 
 WHOLE_STREAM_RATE = 4 << 20
 """Bytes per second a reader of a stream sent whole is assumed to take at least: nothing marks such a stream's
-progress, so its slot is kept for the time that takes before the idle timeout starts (:meth:`GuardFactory.sent_whole`)."""
+progress, so its slot is kept that long before the idle timeout starts (:meth:`GuardFactory.sent_whole`)."""
 WHOLE_STREAM_MOST_SECONDS = 60.0
 """The most time a stream sent whole is given that way, however large: a partition with dictionary columns is sent
 whole at any size, and 1 GiB at 4 MB/s would otherwise hold its slot some four minutes before the idle timeout."""
@@ -136,16 +125,14 @@ class GuardFactory(flight.ServerMiddlewareFactory):
                              name="flightpart-idle-streams", daemon=True).start()
 
     def now(self) -> float:
-        """The catalog's time as this daemon knows it: its own clock less the skew last heard. Expiry is judged on it,
-        so a node whose clock is behind does not serve a capability past the expiry the catalog gave it."""
+        """The catalog's time as this daemon knows it (its clock less the skew last heard); expiry is judged on it."""
         return wall_clock() - self.clock_skew
 
     def heard_catalog_clock(self, sent: float, received: float, catalog: float) -> None:
-        """Note the catalog's clock (``catalog``, Unix seconds) from the answer to a heartbeat sent at ``sent`` and
-        answered at ``received`` by this daemon's :func:`wall_clock`. The catalog read it in between, so the middle
-        of the two less it is off by at most half the round trip; the skew kept is that of the shortest round trip
-        among the last :data:`CLOCK_SAMPLES` answers (a beat that waited in a queue does not move it), and a clock
-        that steps is followed within as many heartbeats. Called by one thread (the node's reports)."""
+        """Note the catalog's clock (``catalog``) from the answer to a heartbeat sent at ``sent`` and answered at
+        ``received`` (:func:`wall_clock`). The catalog read it in between, so the midpoint less it is off by at most
+        half the round trip; the skew kept is the shortest round trip's among the last :data:`CLOCK_SAMPLES`.
+        One thread calls it."""
         if received < sent:
             return
         self._clock_samples.append((received - sent, (sent + received) / 2 - catalog))
@@ -179,7 +166,8 @@ class GuardFactory(flight.ServerMiddlewareFactory):
                 raise flight.FlightUnavailableError(busy.message, extra_info=encode_error(busy))
             self.open_streams += 1
         writes = info.method == flight.FlightMethod.DO_PUT
-        return CallGuard(self, credential, stream=True, writes=writes, grant=self._grant(credential, headers) if writes else None)
+        return CallGuard(self, credential, stream=True, writes=writes,
+                         grant=self._grant(credential, headers) if writes else None)
 
     @staticmethod
     def _grant(credential: Credential, headers: dict) -> str | None:
@@ -221,31 +209,28 @@ class GuardFactory(flight.ServerMiddlewareFactory):
         for batch in batches:
             if guard is not None:
                 if guard.timed_out:
-                    cancelled = NodeUnavailable(f"stream cancelled: its reader took nothing for {self.stream_idle_timeout:g} s")
+                    cancelled = NodeUnavailable("stream cancelled: its reader took nothing for "
+                                                f"{self.stream_idle_timeout:g} s")
                     raise flight.FlightUnavailableError(cancelled.message, extra_info=encode_error(cancelled))
                 guard.last_progress = time.monotonic()
             yield batch
 
     def received(self, guard: CallGuard | None, messages: Iterator[Any]) -> Iterator[Any]:
-        """A put's ``messages``, noting each as its writer's progress. A writer that sends nothing for the idle
-        timeout loses its slot, as an idle reader does, but its call goes on (a slow source is no failure, and
-        the call still counts against its caller's share until it ends)."""
+        """A put's ``messages``, each noted as progress: an idle writer loses its slot but its call goes on."""
         for message in messages:
             if guard is not None:
                 guard.last_progress = time.monotonic()
             yield message
 
     def sent_whole(self, guard: CallGuard | None, nbytes: int) -> None:
-        """``guard``'s stream is handed to Arrow whole (``nbytes``): no range taken marks its reader's progress, so
-        the reader is given the time a reader taking :data:`WHOLE_STREAM_RATE` needs (at most
-        :data:`WHOLE_STREAM_MOST_SECONDS`) before the idle timeout runs."""
+        """``guard``'s stream goes to Arrow whole (``nbytes``): its reader gets the time :data:`WHOLE_STREAM_RATE`
+        needs (at most :data:`WHOLE_STREAM_MOST_SECONDS`) before the idle timeout runs."""
         if guard is not None:
             guard.last_progress = time.monotonic() + min(nbytes / WHOLE_STREAM_RATE, WHOLE_STREAM_MOST_SECONDS)
             guard.whole = True
 
     def free_idle_streams(self) -> None:
-        """Free the slots of streams whose readers have taken nothing (or whose puts have sent nothing) for the idle
-        timeout."""
+        """Free the slots of streams idle for the idle timeout."""
         timeout = self.stream_idle_timeout
         assert timeout is not None
         now = time.monotonic()
@@ -275,9 +260,8 @@ class GuardFactory(flight.ServerMiddlewareFactory):
     def release(self, guard: CallGuard) -> None:
         """The call ended: its slot (unless the idle watchdog freed it already) and its place in its caller's share.
 
-        A stream freed for idling keeps counting against its caller's share until the call really ends (pyarrow's
-        server cannot cancel it; it ends when its reader comes back, cancels, or reaches its deadline), so a
-        reader cannot pile up unread calls by waiting out the idle timeout."""
+        A stream freed for idling counts against its caller's share until the call ends, so a reader cannot pile
+        up unread calls by waiting out the idle timeout."""
         with self._lock:
             self._free_slot(guard)
             if guard.caller is not None:
@@ -310,7 +294,7 @@ def peer_ip(peer: str | bytes) -> str:
 
 
 class CallGuard(flight.ServerMiddleware):
-    """One call's credential (and its stream slot, released when the call ends). Slotted: one is made per call."""
+    """One call's credential (and its stream slot, released when the call ends)."""
 
     __slots__ = ("factory", "credential", "grant", "stream", "writes", "caller", "holds_slot", "last_progress", "whole",
                  "timed_out", "_finish")
@@ -357,9 +341,7 @@ def credential_of(context: Any) -> Credential:
 def require_version_grant(guard: CallGuard | None, dataset: str, version: int, what: str,
                           grant: str | None = None) -> None:
     """``FORBIDDEN`` unless a writer's call carries the catalog's grant for ``dataset`` v``version``, made out to it
-    (:func:`~flightpart.tokens.version_grant`): the call's own (its header), or ``grant`` when the order names a
-    second version it reads (a relink's source). Other callers (the owner, an admin, a node with a put grant) need
-    none. A writer's token alone had put files for versions nobody began, breaking other writers' puts."""
+    (decision 0015): its header's, or ``grant`` for a second version it reads. Other callers need none."""
     if guard is None or guard.credential.role != "writer" or guard.factory.secret is None:
         return
     shown = grant if grant is not None else guard.grant
@@ -372,9 +354,8 @@ def require_version_grant(guard: CallGuard | None, dataset: str, version: int, w
 
 
 def admit_stream(context: Any, peer: str | None = None) -> CallGuard | None:
-    """This ``do_get``'s or ``do_put``'s guard, once its caller's share allows one more stream (``BUSY`` otherwise);
-    ``peer``: the caller's gRPC peer when the handler has it already (the call record's, which is "unknown" for a
-    context that cannot say: only in-process calls, which have no guard)."""
+    """This ``do_get``'s or ``do_put``'s guard, once its caller's share allows one more stream (``BUSY``
+    otherwise); ``peer``: the caller's gRPC peer when the handler has it already."""
     guard = guard_of(context)
     if guard is not None:
         guard.factory.admit(guard, context.peer() if peer is None else peer)
@@ -391,8 +372,10 @@ def authorize(context: Any, permission: str, scope: tuple[str, int] | None = Non
     if credential.role == CAPABILITY and ((permission == "read" and scope is not None and scope == credential.scope)
                                           or permission == "locate"):
         return credential
-    what = f"{credential.role} {credential.name}" if credential.role != CAPABILITY else f"a capability for {credential.name}"
-    raise Forbidden(f"{what} may not {permission}" + (f" {scope[0]} v{scope[1]}" if scope else ""), field="authorization")
+    what = (f"{credential.role} {credential.name}" if credential.role != CAPABILITY
+            else f"a capability for {credential.name}")
+    raise Forbidden(f"{what} may not {permission}" + (f" {scope[0]} v{scope[1]}" if scope else ""),
+                    field="authorization")
 
 
 def tls_server_options(cert: str | None, key: str | None, client_ca: str | None) -> dict:

@@ -1,11 +1,8 @@
 """What both daemons share: the Flight server with guard, action table and error boundary.
 
-Every RPC of the node and the catalog runs inside :func:`boundary`, so a
-client always receives the same shape of error: a Flight error whose
-message is one line for people and whose ``extra_info`` carries the stable
-code and field (:func:`flightpart.wire.encode_error`). Anything unexpected
-is logged here with its traceback and reaches the client only as
-``INTERNAL``, with no traceback and no server path.
+Every RPC runs inside :func:`boundary`, so a client always receives a Flight error whose message is one line
+and whose ``extra_info`` carries the stable code (:func:`flightpart.wire.encode_error`). Anything unexpected is
+logged with its traceback and reaches the client only as ``INTERNAL``.
 """
 
 from __future__ import annotations
@@ -40,9 +37,8 @@ from .telemetry import Call, Telemetry, begin, end
 
 
 class Untraced(type):
-    """The type of an exception whose traceback pyarrow leaves out of the status it sends: pyarrow formats a Python
-    error's traceback with :mod:`traceback`, which reads the type's ``__module__``; a type that refuses to say it makes
-    pyarrow fall back to the type's bare name (see :mod:`flightpart.sql.statuses`)."""
+    """The type of an exception whose traceback pyarrow leaves out of the status it sends: the type refuses to
+    give its ``__module__`` (see :mod:`flightpart.sql.statuses`)."""
 
     @property
     def __module__(cls) -> str:  # type: ignore[override]
@@ -55,11 +51,9 @@ UntracedUnknown: Any = Untraced("flightpart", (Exception,), {"__doc__": "UNKNOWN
 
 
 def schema_error(exc: FlightpartError) -> Exception:
-    """What ``GetSchema`` raises for an error of ours. pyarrow answers that call without its handling of Flight
-    errors: a Flight error raised there reaches the client as UNKNOWN with the Python traceback and without
-    ``extra_info``. So the statuses it can send are used (NOT_FOUND for an unknown dataset, INVALID_ARGUMENT for a
-    request's mistake), anything else is UNKNOWN, each without a traceback and with the code at the end of its
-    message (:func:`~flightpart.wire.error_with_code`)."""
+    """What ``GetSchema`` raises for an error of ours: pyarrow sends no ``extra_info`` there, so NOT_FOUND,
+    INVALID_ARGUMENT or UNKNOWN, without a traceback and with the code ending the message
+    (:func:`~flightpart.wire.error_with_code`)."""
     if isinstance(exc, DatasetNotFound):
         return NotFound(error_with_code(exc))
     if isinstance(exc, RequestRejected) and not isinstance(exc, LimitExceeded):
@@ -81,13 +75,9 @@ def flight_error(exc: FlightpartError) -> flight.FlightError:
 
 
 class boundary:
-    """Turn whatever a handler raises into a Flight error with a code (see the module doc); time the call in
-    ``telemetry`` (a stream until gRPC completes it) and count refusals by code. ``sent_as``: the error a client
-    receives for one of ours (Flight SQL calls send the statuses SQL clients expect); ``counted``: told of every
-    exception first (a daemon's own error counters). ``with`` gives the :class:`~.telemetry.Call`.
-
-    A class, not a generator: every RPC enters one, and on a node serving small partitions its fixed costs are
-    most of the handler's time."""
+    """Turn whatever a handler raises into a Flight error with a code; time the call in ``telemetry`` and count
+    refusals by code. ``sent_as``: the error a client receives for one of ours; ``counted``: told of every
+    exception first. ``with`` gives the :class:`~.telemetry.Call`. A class, not a generator: every RPC enters one."""
 
     __slots__ = ("log", "what", "telemetry", "context", "sent_as", "counted", "call", "previous")
 
@@ -150,12 +140,13 @@ class boundary:
 
 RPC_METHODS = ("do_action", "do_get", "do_put", "do_exchange", "list_flights", "get_flight_info", "get_schema",
                "list_actions")
-"""The methods gRPC calls on a Flight server: each waits until the server is built (see :meth:`ServiceBase.__init_subclass__`)."""
+"""The methods gRPC calls on a Flight server: each waits until the server is built
+(:meth:`ServiceBase.__init_subclass__`)."""
 
 
 def when_ready(method: Callable[..., Any]) -> Callable[..., Any]:
-    """``method`` (an RPC) run only once its server is built; before that the call waits for up to
-    :attr:`ServiceBase.startup_grace` seconds, then is refused with ``STARTING``, which clients retry."""
+    """``method`` (an RPC) run once its server is built; it waits up to :attr:`ServiceBase.startup_grace` seconds,
+    then is refused with ``STARTING`` (retryable)."""
 
     @functools.wraps(method)
     def guarded(self: ServiceBase, context: Any, *args: Any) -> Any:
@@ -179,10 +170,8 @@ def when_ready(method: Callable[..., Any]) -> Callable[..., Any]:
 def built_after(init: Callable[..., None]) -> Callable[..., None]:
     """A daemon's ``__init__`` that marks the server built once the outermost ``__init__`` has returned.
 
-    pyarrow's Flight server starts serving inside its own ``__init__``, before
-    a subclass has set a single attribute: until this mark every RPC waits
-    (:func:`when_ready`). A server whose construction fails stops serving
-    at once instead of answering calls half built.
+    pyarrow serves from inside its own ``__init__``, so until this mark every
+    RPC waits (:func:`when_ready`); a server whose construction fails stops.
     """
 
     @functools.wraps(init)
@@ -202,8 +191,7 @@ def built_after(init: Callable[..., None]) -> Callable[..., None]:
 
 @dataclass(frozen=True)
 class Action:
-    """One entry of a daemon's action table: the request message it takes (which names the action and its
-    reply), its handler ``(self, body: request) -> request.REPLY``, what it does, and the permission it needs."""
+    """One entry of a daemon's action table: its request message, handler, description and permission."""
 
     request: type[Message]
     handler: Callable[[Any, Any], Message]
@@ -238,7 +226,7 @@ class ServiceBase(flight.FlightServerBase):
     """Added to an unknown action's refusal: what the caller probably meant to reach instead."""
     log: ClassVar[logging.Logger] = logging.getLogger("flightpart")
     startup_grace: ClassVar[float] = 2.0
-    """Seconds a call that arrives while the daemon is being built waits for it before it is refused with ``STARTING``."""
+    """Seconds a call that arrives while the daemon is being built waits before it is refused with ``STARTING``."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """Every daemon class waits to be built before it answers: its RPCs and its ``__init__`` are wrapped."""
@@ -261,7 +249,8 @@ class ServiceBase(flight.FlightServerBase):
         # with nothing to check or count, no middleware: it costs two calls into Python per request
         # (a third of a heartbeat's CPU at 2,000 a second); credential_of() then answers the owner.
         # A node always has it: it times streams until they complete.
-        middleware = {"guard": self.guard} if secret is not None or max_streams is not None or self.streams_timed else {}
+        middleware = ({"guard": self.guard} if secret is not None or max_streams is not None or self.streams_timed
+                      else {})
         super().__init__(f"{scheme}://{host}:{port}", middleware=middleware, **server_kwargs)
         self._listening = True  # from here a failed construction must close the port (built_after)
         self.uri = f"{scheme}://{advertise or host}:{self.port}"
@@ -273,8 +262,8 @@ class ServiceBase(flight.FlightServerBase):
         with boundary(self.log, f"action {action.type!r:.60}", self.telemetry, context):
             entry = self.actions.get(action.type)
             if entry is None:
-                raise RequestRejected(f"unknown action {action.type!r:.60}: {self.uri} is a flightpart {self.role}, which knows "
-                                      f"{sorted(self.actions)}" + self.wrong_daemon_hint, field="action")
+                raise RequestRejected(f"unknown action {action.type!r:.60}: {self.uri} is a flightpart {self.role}, "
+                                      f"which knows {sorted(self.actions)}" + self.wrong_daemon_hint, field="action")
             authorize(context, entry.permission)
             self.caller.credential = credential_of(context)
             self.caller.guard = guard_of(context)
@@ -289,24 +278,24 @@ class ServiceBase(flight.FlightServerBase):
 
     def list_flights(self, context: Any, criteria: bytes) -> Iterator[flight.FlightInfo]:
         with boundary(self.log, "list_flights", self.telemetry, context):
-            raise RequestRejected(f"{self.uri} is a flightpart {self.role}: it lists no datasets" + self.wrong_daemon_hint,
-                                  field="service")
+            raise RequestRejected(f"{self.uri} is a flightpart {self.role}: it lists no datasets"
+                                  + self.wrong_daemon_hint, field="service")
         yield  # pragma: no cover - a generator, as Flight expects
 
     def get_flight_info(self, context: Any, descriptor: flight.FlightDescriptor) -> flight.FlightInfo:
         with boundary(self.log, "get_flight_info", self.telemetry, context):
-            raise RequestRejected(f"{self.uri} is a flightpart {self.role}: it describes no datasets" + self.wrong_daemon_hint,
-                                  field="service")
+            raise RequestRejected(f"{self.uri} is a flightpart {self.role}: it describes no datasets"
+                                  + self.wrong_daemon_hint, field="service")
 
     def get_schema(self, context: Any, descriptor: flight.FlightDescriptor) -> flight.SchemaResult:
         with boundary(self.log, "get_schema", self.telemetry, context, schema_error):
-            raise RequestRejected(f"{self.uri} is a flightpart {self.role}: it describes no datasets" + self.wrong_daemon_hint,
-                                  field="service")
+            raise RequestRejected(f"{self.uri} is a flightpart {self.role}: it describes no datasets"
+                                  + self.wrong_daemon_hint, field="service")
 
     def do_get(self, context: Any, ticket: flight.Ticket) -> flight.RecordBatchStream:
         with boundary(self.log, "do_get", self.telemetry, context):
-            raise RequestRejected(f"{self.uri} is a flightpart {self.role}: it sends no rows; a dataset's rows come from "
-                                  "its nodes, at the endpoints of its FlightInfo", field="service")
+            raise RequestRejected(f"{self.uri} is a flightpart {self.role}: it sends no rows; a dataset's rows come "
+                                  "from its nodes, at the endpoints of its FlightInfo", field="service")
 
     def do_put(self, context: Any, descriptor: flight.FlightDescriptor, reader: Any, writer: Any) -> None:
         with boundary(self.log, "do_put", self.telemetry, context):
@@ -318,12 +307,11 @@ class ServiceBase(flight.FlightServerBase):
             raise RequestRejected(f"{self.uri} is a flightpart {self.role}: it answers no DoExchange", field="service")
 
     def refusal(self, rpc: str, args: tuple) -> FlightpartError | None:
-        """Why this daemon refuses every call now, before its handler runs (None: it serves): a standby catalog
-        names its leader. ``rpc`` is the method's name, ``args`` its arguments after the context."""
+        """Why this daemon refuses every call now, before its handler runs (None: it serves)."""
         return None
 
     def problems(self) -> list[str]:
-        """Why this daemon should get no new work, if it should not (empty: SERVING); each daemon says what it checks."""
+        """Why this daemon should get no new work (empty: SERVING); each daemon says what it checks."""
         return []
 
     def healthy(self) -> bool:

@@ -1,21 +1,14 @@
-"""Heartbeats in datagrams: the cheap path for the beat every node sends its catalog every two seconds.
+"""Heartbeats in datagrams: the cheap path for every node's beat (decision 0020).
 
-Over Flight a heartbeat costs the catalog about 245 µs of CPU, most of it gRPC setting the call up and handing it
-between threads: 4,000 nodes took half a core. A UDP datagram costs a fraction of that. Only the plain beat of a
-registered node travels this way, and only as a shortcut: the catalog answers "taken" when it leads and knows the
-node, "not taken" otherwise (a standby, a beat that could be a replay), and nothing at all to a datagram it cannot
-check or from a node it does not know (one it must hear register again: made-up ids cost it a set lookup). Whatever is not taken the node sends again over Flight at once, whose answer and
-errors are the authority, as before. A lost datagram or a network that drops UDP costs the old price, never a beat.
+Only a registered node's plain beat travels this way, and only as a shortcut: the catalog answers "taken" when it
+leads and knows the node, "not taken" otherwise, and nothing to a datagram it cannot check. What is not taken the
+node sends again over Flight at once, whose answer is the authority; a lost datagram costs a Flight call, never
+a beat.
 
 With a cluster secret both directions are signed: HMAC-SHA256 keyed with the signature part of the node's token
-(Ed25519 signs deterministically, so the catalog recomputes it from the token's public body, which is all a datagram
-carries: a datagram gives nobody more than the node's bearer token already does). The body carries the node's wall
-clock in milliseconds: the catalog takes a node's datagrams only after a beat of it over Flight since it started or
-took over, and only later than every beat taken from it (a recorded or withheld datagram is declined: see
-``CatalogState.heartbeat``); the reply echoes it (a replayed reply matches no beat). Without a secret nothing is
-signed: anybody may send heartbeats over Flight too.
-
-Set ``FLIGHTPART_UDP_HEARTBEATS=off`` to send every heartbeat over Flight (nodes) or not listen (catalogs).
+(Ed25519 is deterministic, so the catalog recomputes it from the token's public body, all a datagram carries).
+The body carries the node's clock in milliseconds, taken only past every beat taken from it
+(``CatalogState.heartbeat``); the reply echoes it, so a replayed reply matches no beat.
 """
 
 from __future__ import annotations
@@ -85,7 +78,7 @@ def signed_by(mac: bytes, raw: bytes, key: bytes | None) -> bool:
 
 def catalog_address(uri: str, signed: bool) -> tuple[str, int] | None:
     """Host and port a catalog listens for beats on (its Flight port, over UDP); None when beats must go over
-    Flight: a Unix socket, or TLS without a token to sign them with (TLS promised the node whom it talks to)."""
+    Flight: a Unix socket, or TLS without a token to sign them with."""
     parts = urlsplit(uri)
     if parts.scheme not in ("grpc", "grpc+tcp", "grpc+tls") or (parts.scheme == "grpc+tls" and not signed):
         return None
@@ -151,9 +144,8 @@ QUIET_SECONDS = 60
 
 
 class DatagramBeats:
-    """A node's heartbeats in datagrams to whichever catalog leads: a sender per catalog, and the rule that a
-    catalog answering no datagram three times running (UDP filtered, an old catalog, its port taken) is sent beats
-    over Flight only for :data:`QUIET_SECONDS` (then its name is resolved anew)."""
+    """A node's heartbeats in datagrams to whichever catalog leads; a catalog answering no datagram three times
+    running gets beats over Flight only for :data:`QUIET_SECONDS`."""
 
     def __init__(self, token: str | None, timeout: float) -> None:
         self.token = token
@@ -247,8 +239,7 @@ class BeatListener:
                     log.exception("a heartbeat datagram from %s could not be handled (logged once a minute)", peer)
 
     def answer(self, datagram: bytes) -> bytes | None:
-        """The reply to one datagram, None when it deserves none (not a beat, not from a node the catalog knows, or
-        not signed as its node's). A replay is the catalog's to decline (``take``), as is anything unusual."""
+        """The reply to one datagram, None when it deserves none (not a signed beat of a known node)."""
         unpacked = unpack(datagram)
         if unpacked is None or type(unpacked[2]) is not dict:
             self.ignored += 1
@@ -277,8 +268,7 @@ class BeatListener:
         return pack(answer, key)
 
     def _key(self, token: Any, node_id: str) -> bytes | None:
-        """The key a beat of ``node_id`` carrying ``token`` (its node token's public body) must be signed with; None
-        when it cannot be taken: no token, or one that is not this node's, or expired."""
+        """The key a beat of ``node_id`` carrying ``token`` must be signed with; None without a valid token of it."""
         if type(token) is not str or not is_node_token_body(token, node_id, wall_clock(), CLOCK_MARGIN):
             return None
         known = self._keys.get(node_id)
@@ -292,7 +282,7 @@ class BeatListener:
         return self._sock.getsockname()[1]
 
     def close(self) -> None:
-        """Stop listening and free the port (a read blocked in another thread is woken by the shutdown)."""
+        """Stop listening and free the port."""
         try:
             self._sock.shutdown(socket.SHUT_RDWR)
         except OSError:

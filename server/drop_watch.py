@@ -1,9 +1,8 @@
 """Which versions a node was dropping while something read its files (a scrub), so their vanishing is no finding.
 
-A drop removes a version's files one by one; a scrub that listed them (or read the manifests that claim them)
-before sees them vanish. Every drop is numbered when it starts and again when it ends; a reader takes a
-:meth:`DropWatch.mark` before it looks, and afterwards :meth:`DropWatch.since` names every drop that was under way
-or ended after the mark: exactly the drops that could have removed a file under it.
+Every drop is numbered when it starts and again when it ends; a reader takes a :meth:`DropWatch.mark` before it
+looks, and :meth:`DropWatch.since` then names every drop under way or ended after the mark: exactly those that
+could have removed a file under it.
 """
 
 from __future__ import annotations
@@ -70,4 +69,5 @@ class DropWatch:
     def since(self, mark: int) -> list[Dropped]:
         """Every drop under way now or ended after ``mark`` (those under way at the mark among them)."""
         with self._lock:
-            return [*self._under_way.values(), *(d for _n, d in takewhile(lambda e: e[0] > mark, reversed(self._ended)))]
+            return [*self._under_way.values(), *(d for _n, d in takewhile(lambda e: e[0] > mark,
+                                                                          reversed(self._ended)))]

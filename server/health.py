@@ -1,9 +1,7 @@
 """The standard gRPC health checking protocol (``grpc.health.v1.Health``).
 
-Served on a port of its own so orchestrators (Docker, Kubernetes) can probe
-a daemon without speaking Flight. The status follows what the daemon can
-actually do: a node is SERVING while its data directory is writable, a
-catalog while its database answers; both turn NOT_SERVING when shutting down.
+Served on a port of its own; a node is SERVING while its data directory is writable, a catalog while its
+database answers; both turn NOT_SERVING when shutting down.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
 """A daemon's small HTTP side: metrics, a health check a shell can probe, and the catalog's status page.
 
-Prometheus scrapes ``/metrics``; ``/healthz`` answers 200 or 503 with the
-reasons as JSON, so a container health check needs nothing but an HTTP
-GET (no gRPC client, no flightpart import: see
-docker/healthcheck.py); the catalog adds ``/`` (the status page) and
-``/status.json``. Everything here is read-only and answers GET only.
+``/metrics`` for Prometheus; ``/healthz`` answers 200 or 503 with the reasons as JSON; the catalog adds ``/``
+and ``/status.json``. Read-only, GET only.
 """
 
 from __future__ import annotations
@@ -33,13 +30,15 @@ class HttpEndpoint:
             def do_GET(self) -> None:
                 route = endpoint.routes.get(self.path.split("?", 1)[0])
                 if route is None:
-                    status, kind, body = 404, "text/plain; charset=utf-8", f"not found; try {sorted(endpoint.routes)}\n".encode()
+                    status, kind, body = (404, "text/plain; charset=utf-8",
+                                          f"not found; try {sorted(endpoint.routes)}\n".encode())
                 else:
                     try:
                         status, kind, body = route()
                     except Exception:
                         log.exception("GET %s failed", self.path)
-                        status, kind, body = 500, "text/plain; charset=utf-8", b"failed; the daemon's log has the details\n"
+                        status, kind, body = (500, "text/plain; charset=utf-8",
+                                              b"failed; the daemon's log has the details\n")
                 self.send_response(status)
                 self.send_header("Content-Type", kind)
                 self.send_header("Content-Length", str(len(body)))

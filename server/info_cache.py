@@ -1,12 +1,7 @@
 """The catalog's built ``FlightInfo``\\ s: bounded by the partitions they describe, one build per key at a time.
 
-A version is immutable, so its FlightInfo is built once per state of the
-nodes and served to every open after. Building one is the costly part of
-an open (most of a second at 50,000 partitions), so the catalog builds it
-right after the commit, and an open that arrives during that build waits
-for it instead of building the same thing again. What is kept is bounded
-by the partitions described (about 330 bytes each), not by a count of
-versions: every commit of a large dataset now leaves one behind.
+A version is immutable, so its FlightInfo is built once per state of the nodes; an open that arrives during a
+build waits for it (decision 0019). What is kept is bounded by the partitions described, not a count of versions.
 """
 
 from __future__ import annotations

@@ -1,18 +1,12 @@
-"""When a node was last alive, by the catalog's clock: when its heartbeat was sent, not when it was handled.
+"""When a node was last alive, by the catalog's clock: when its heartbeat was sent, not when it was handled
+(a beat may wait in a queue while the catalog is frozen; decision 0022).
 
-A heartbeat can wait before the catalog handles it: in the catalog's UDP socket or gRPC's queue while the catalog
-was stopped (SIGSTOP, a paused VM) or starved. Such a beat says the node was alive when it sent it, no more. Noted as
-handled, a node that died while its catalog was frozen came back alive for ``--dead-after`` when the catalog thawed
-and handled the beats it had queued (over Flight as over UDP: ``tests/test_udp_heartbeats.py``).
-
-Each beat carries the node's clock. The least of (our clock - its clock) over a node's beats is the two clocks'
-offset plus the shortest trip; a beat later than that by more than :data:`LATE_SECONDS` was sent that much before it
-was handled, and counts from then. Either clock may step, which makes every beat of a node look late (or early) by
-the step. A clock that steps so the delay shrinks lowers the least at once. One that makes every beat late is told
-from a queue's backlog by the pace of the late beats: a backlog is handled in a burst, each beat an interval later on
-the node's clock than the one before; beats of a stepped clock are handled at the pace they were sent. A run of late
-beats spanning at least :data:`LATE_SECONDS` of the node's clock, handled over about as long (a quarter of it, or
-half a second, either way: jitter does not add up), sets the offset anew, whatever the node's heartbeat interval.
+Each beat carries the node's clock. The least of (our clock - its clock) over a node's beats is the clocks'
+offset plus the shortest trip; a beat later than that by more than :data:`LATE_SECONDS` counts from when it was
+sent. A clock step that shrinks the delay lowers the least at once. One that makes every beat late is told from
+a backlog by pace: a backlog is handled in a burst, a stepped clock's beats at the pace they were sent. So a run
+of late beats spanning at least :data:`LATE_SECONDS` of the node's clock, handled over about as long (within a
+quarter, or half a second), sets the offset anew.
 """
 
 from __future__ import annotations
@@ -26,17 +20,17 @@ _RUN = 32
 
 
 class SentTimes:
-    """Per node, the offset between its clock and ours, and when each beat was sent in our clock. Not thread-safe:
-    the catalog's state calls it under its lock."""
+    """Per node, the offset between its clock and ours, and when each beat was sent; used under the state's lock."""
 
     def __init__(self) -> None:
         self.late = 0  # beats counted from when they were sent, having waited
         self._least: dict[str, float] = {}
-        self._runs: dict[str, list[tuple[float, float, float]]] = {}  # per node, late beats: (handled, its clock, delay)
+        # per node, late beats: (handled, its clock, delay)
+        self._runs: dict[str, list[tuple[float, float, float]]] = {}
 
     def sent_at(self, node_id: str, now: float, skew: float | None, arrived: float | None = None) -> float:
-        """When a beat handled ``now`` was sent, in our clock; ``skew``: its clock minus ours when handled (None: the
-        beat carried no clock, and counts from now); ``arrived``: a monotonic time of handling (now's, unless told)."""
+        """When a beat handled ``now`` was sent, in our clock; ``skew``: its clock minus ours (None: counts from
+        now); ``arrived``: a monotonic time of handling."""
         if skew is None:
             return now
         delay = -skew

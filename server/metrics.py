@@ -1,11 +1,7 @@
 """Prometheus metrics of a daemon, read from its live counters and telemetry on each scrape.
 
-Names follow Prometheus conventions: ``flightpart_`` then what is counted,
-the unit last (``flightpart_sent_bytes_total``), ``_total`` on counters,
-seconds for time. Beside the daemon's own counters: latency histograms per
-RPC (``flightpart_rpc_duration_seconds``), refusals by reason
-(``flightpart_refusals_total``), whether it is healthy, build information,
-and the standard ``process_*`` metrics (CPU, memory, open files).
+Names follow Prometheus conventions (``flightpart_sent_bytes_total``); beside the daemon's counters: latency
+histograms per RPC, refusals by reason, health, build information, and the standard ``process_*`` metrics.
 """
 
 from __future__ import annotations
@@ -34,10 +30,12 @@ COUNTERS = {  # stats key: (metric name without _total, help)
     "put_streams": ("flightpart_put_streams", "do_put streams received (one carries several small partitions)"),
     "partitions_assembled": ("flightpart_assembled_partitions",
                              "Partitions of a new grid built from pulled and local rows (repartition, rebalance)"),
-    "partitions_linked": ("flightpart_linked_partitions", "Partitions of a new version that share an unchanged file (append, rebalance)"),
+    "partitions_linked": ("flightpart_linked_partitions", "Partitions of a new version that share an unchanged file "
+                                                          "(append, rebalance)"),
     "assembled_rows": ("flightpart_assembled_rows", "Rows gathered to build partitions of a new grid"),
     "pulled_bytes": ("flightpart_pulled_bytes", "Bytes pulled from other nodes to build partitions"),
-    "streams_compressed": ("flightpart_compressed_streams", "Read streams sent compressed (the reader asked and a sample shrank)"),
+    "streams_compressed": ("flightpart_compressed_streams", "Read streams sent compressed (the reader asked and a "
+                                                            "sample shrank)"),
     "stale_orders": ("flightpart_stale_orders", "Orders refused because they came from a catalog that no longer leads"),
     "sql_queries_abandoned": ("flightpart_sql_queries_abandoned", "SQL queries stopped because their caller gave up"),
     "sql_queries_refused_busy": ("flightpart_sql_queries_refused_busy",
@@ -48,7 +46,8 @@ COUNTERS = {  # stats key: (metric name without _total, help)
     "heartbeats_late": ("flightpart_late_heartbeats",
                         "Heartbeats that waited before the catalog handled them (counted from when they were sent)"),
     "udp_datagrams_ignored": ("flightpart_udp_datagrams_ignored",
-                              "Datagrams on the heartbeat port left unanswered: not a beat, or not signed as its node's"),
+                              "Datagrams on the heartbeat port left unanswered: not a beat, or not signed as its "
+                              "node's"),
 }
 GAUGES = {
     "partitions_held": ("flightpart_held_partitions", "Partitions in the node's data directory"),
@@ -56,7 +55,8 @@ GAUGES = {
     "maps_open": ("flightpart_open_maps", "Partition files the node keeps memory-mapped"),
     "free_bytes": ("flightpart_disk_free_bytes", "Free bytes on the node's data directory's file system"),
     "datasets": ("flightpart_datasets", "Datasets with a committed version"),
-    "leader": ("flightpart_catalog_leader", "1 while this catalog holds the lease (catalogs sharing a --lease), else 0"),
+    "leader": ("flightpart_catalog_leader",
+               "1 while this catalog holds the lease (catalogs sharing a --lease), else 0"),
     "epoch": ("flightpart_catalog_epoch", "The lease's epoch this catalog leads with (0: it does not lead)"),
     "sql_queries_running": ("flightpart_sql_queries_running", "SQL queries the catalog runs now"),
     "sql_queries_waiting": ("flightpart_sql_queries_waiting", "SQL queries waiting for a slot"),
@@ -93,7 +93,8 @@ class DaemonCollector:
             refusals.add_metric([self.role, reason], count)
         yield refusals
         latency = HistogramMetricFamily("flightpart_rpc_duration_seconds",
-                                        "Time to answer a call, by RPC (a stream: until it is complete)", labels=["role", "rpc"])
+                                        "Time to answer a call, by RPC (a stream: until it is complete)",
+                                        labels=["role", "rpc"])
         for rpc, (counts, total, _count) in sorted(self.telemetry.histograms().items()):
             latency.add_metric([self.role, rpc], _cumulative(counts), total)
         yield latency
@@ -104,11 +105,14 @@ class DaemonCollector:
                                         "endpoints at the nodes handed out)", labels=["role"])
             sql.add_metric([self.role], _cumulative(queries[0]), queries[1])
             yield sql
-        if self.problems is not None:  # a node's stats carry its problems already: its disk is not asked twice per scrape
+        # a node's stats carry its problems already: its disk is not asked twice per scrape
+        if self.problems is not None:
             problems = values["problems"] if isinstance(values.get("problems"), list) else self.problems()
-            yield self._one(GaugeMetricFamily("flightpart_healthy", "1 while the daemon reports SERVING, else 0", labels=["role"]),
+            yield self._one(GaugeMetricFamily("flightpart_healthy", "1 while the daemon reports SERVING, else 0",
+                                              labels=["role"]),
                             0 if problems else 1)
-        build = InfoMetricFamily("flightpart_build", "Versions this daemon runs", labels=["role", "version", "pyarrow", "python"])
+        build = InfoMetricFamily("flightpart_build", "Versions this daemon runs",
+                                 labels=["role", "version", "pyarrow", "python"])
         build.add_metric([self.role, __version__, pa.__version__, platform.python_version()], {})
         yield build
 
@@ -127,12 +131,13 @@ def _cumulative(counts: list[int]) -> list[tuple[str, int]]:
 
 
 def numbers_of(stats: Any) -> dict[str, Any]:
-    """The entries of a stats dict a metric can carry: numbers (``problems`` kept as is); anything else is left out,
-    so one wrong value costs its own metric, not the scrape."""
+    """The entries of a stats dict a metric can carry (numbers, and ``problems``); one wrong value costs only
+    its own metric."""
     if not isinstance(stats, dict):
         return {}
     return {key: value for key, value in stats.items()
-            if key == "problems" or (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value))}
+            if key == "problems"
+            or (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value))}
 
 
 def metrics_registry(role: str, stats: Callable[[], dict[str, Any]], telemetry: Telemetry,

@@ -1,11 +1,9 @@
 """What a partition file must match to be served as its place: the checksum recorded for it, and where.
 
-A partition stored now (checksum format 2, :data:`flightpart.io.checksum.FORMAT`) has its checksum in two
-records: its statistics file (``sum``, bound to its place, beside the plain ``crc32`` and ``size``) and, once its
-version is sealed, the version's ``checksums.json``. A file is checked against the first of these that can be read,
-so a lost or garbled statistics file leaves the sealed record; a version sealed in format 2 whose record of a file
-is gone from both is damage, never trust. Files of versions sealed before format 2 keep format 1's rule: the plain
-CRC-32 of the statistics file when there is one, and trust when there is none.
+A partition stored in checksum format 2 has its checksum in two records: its statistics file (``sum``, bound to
+its place, beside the plain ``crc32``) and, once sealed, the version's ``checksums.json``. A file is checked
+against the first that can be read; in a version sealed in format 2 a file with neither is damage, never trust.
+Versions sealed before keep format 1's rule: the plain CRC-32 when there is one, trust when there is none.
 """
 
 from __future__ import annotations
@@ -21,8 +19,7 @@ Place = tuple[str, int, tuple[int, int]]
 
 
 class Recorded(NamedTuple):
-    """A file's recorded checksum: the sum bound to its place (format 2) or the plain CRC-32 (format 1, or what this
-    process computed writing the file at that very place), its size, and which record said so."""
+    """A file's recorded checksum (bound to its place, or plain), its size, and which record said so."""
 
     size: int
     sum: int | None = None
@@ -73,8 +70,7 @@ def _uint(value: object) -> int | None:
 def from_stats(body: dict, place: Place) -> tuple[Recorded | None, Recorded | None]:
     """(bound, plain) records of a statistics file's body: format 2's sum when it has one, and its plain CRC-32.
 
-    A file copied from another place with its statistics file fails the bound sum (bound to the other place) while
-    its plain CRC-32 matches: that is how :meth:`Recorded.why_not` tells a moved file from a rotten one."""
+    A moved file fails the bound sum but matches the plain CRC-32: how :meth:`Recorded.why_not` tells it from rot."""
     size, crc, total = _uint(body.get("size")), _uint(body.get("crc32")), _uint(body.get("sum"))
     if size is None:
         return None, None
@@ -83,8 +79,8 @@ def from_stats(body: dict, place: Place) -> tuple[Recorded | None, Recorded | No
 
 
 def plain_crc(body: dict | Unreadable | None, place: Place, size: int) -> int | None:
-    """The plain CRC-32 a statistics body vouches for at ``place`` for a file of ``size`` bytes, or None (then the
-    file must be read for it): a format-2 body whose sum agrees with it at ``place``, or a format-1 body."""
+    """The plain CRC-32 a statistics body vouches for at ``place`` and ``size`` (its bound sum agrees, or format
+    1), or None."""
     if not isinstance(body, dict):
         return None
     bound_record, plain = from_stats(body, place)

@@ -1,11 +1,8 @@
 """The catalog's status page: every node with its health and traffic, every dataset's grid coloured by node.
 
-Read-only, one HTML page with no script to build or fetch (it reloads
-itself every few seconds), and the same facts as JSON at ``/status.json``.
-Node figures come from each live node's ``stats`` action, asked in
-parallel with a short deadline, so a node that hangs shows as unreachable
-instead of stalling the page. Grids use the colours of ``flightpart show``
-(:mod:`flightpart.palette`), one per node in the catalog's node order.
+One self-reloading HTML page, and the same facts at ``/status.json``. Node figures come from each live node's
+``stats``, asked in parallel with a short deadline (a hung node shows unreachable). Grids use the colours of
+``flightpart show``.
 """
 
 from __future__ import annotations
@@ -36,8 +33,8 @@ MAX_CELLS = 1024
 
 
 def cluster_status(state: CatalogState, pool: ConnectionPool, catalogs: dict | None = None) -> dict:
-    """Nodes (with their own stats where they answer) and the latest version of each dataset, as JSON-ready dicts;
-    ``catalogs``: which catalog leads (:class:`~flightpart.wire.Leadership` as JSON)."""
+    """Nodes (with their stats where they answer) and each dataset's latest version, as JSON-ready dicts;
+    ``catalogs``: :class:`~flightpart.wire.Leadership` as JSON."""
     records = state.nodes()
     colours = {n.uri: node_colour(k, html=True) for k, n in enumerate(records)}
 
@@ -54,7 +51,8 @@ def cluster_status(state: CatalogState, pool: ConnectionPool, catalogs: dict | N
     nodes = []
     for n in records:
         s, problems = readable_stats(stats.get(n.uri, {})) if n.alive else ({}, ["no heartbeat: dead"])
-        nodes.append({"node_id": n.node_id, "uri": n.uri, "ip": n.ip, "pid": n.pid, "alive": n.alive, "colour": colours[n.uri],
+        nodes.append({"node_id": n.node_id, "uri": n.uri, "ip": n.ip, "pid": n.pid, "alive": n.alive,
+                      "colour": colours[n.uri],
                       "health": "SERVING" if not problems else "NOT_SERVING", "problems": problems,
                       "bytes_sent": s.get("bytes_sent"), "partitions_held": s.get("partitions_held"),
                       "free_bytes": s.get("free_bytes", n.free_bytes), "clock_skew": n.clock_skew})
@@ -64,8 +62,8 @@ def cluster_status(state: CatalogState, pool: ConnectionPool, catalogs: dict | N
                                  "tiling": list(record.grid), "nbytes": record.nbytes, "partitions": None,
                                  "columns": stored_columns(record.schema)}
         if k < MAX_GRIDS and len(record.parts) <= MAX_CELLS:
-            entry["partitions"] = [{"part": list(p.part), "start": list(p.start), "shape": list(p.shape), "nbytes": p.nbytes,
-                                    "nodes": [h.uri for h in p.nodes]} for p in record.parts]
+            entry["partitions"] = [{"part": list(p.part), "start": list(p.start), "shape": list(p.shape),
+                                    "nbytes": p.nbytes, "nodes": [h.uri for h in p.nodes]} for p in record.parts]
         datasets.append(entry)
     return {"version": __version__, "time": time.time(), "nodes": nodes, "datasets": datasets, "colours": colours,
             "catalogs": catalogs}
@@ -89,10 +87,8 @@ FIGURES = ("bytes_sent", "partitions_held", "free_bytes")
 def readable_stats(reply: Any) -> tuple[dict, list[str]]:
     """A node's ``stats`` reply as the page may show it: its figures (numbers only) and its problems.
 
-    A node answers what it likes: a reply that is not an object, a figure
-    that is not a count, or problems that are not a list of strings make
-    that node show "stats unreadable" (NOT_SERVING) with what was wrong,
-    instead of breaking the page for every viewer.
+    A malformed reply shows that node as "stats unreadable" (NOT_SERVING)
+    with what was wrong, never breaking the page.
     """
     if not isinstance(reply, dict):
         return {}, [f"stats unreadable: the reply is {_kind(reply)}, not an object"]
@@ -109,7 +105,8 @@ def readable_stats(reply: Any) -> tuple[dict, list[str]]:
     if not isinstance(problems, list) or not all(isinstance(p, str) for p in problems):
         wrong.append(f"problems is {_kind(problems)}")
         problems = []
-    return figures, ([f"stats unreadable: {', '.join(wrong)}"] if wrong else []) + [" ".join(p.split())[:200] for p in problems]
+    return figures, (([f"stats unreadable: {', '.join(wrong)}"] if wrong else [])
+                     + [" ".join(p.split())[:200] for p in problems])
 
 
 def _is_count(value: Any) -> bool:
@@ -144,7 +141,7 @@ td.num { text-align: right; font-variant-numeric: tabular-nums; }
 .grid { display: grid; gap: 3px; max-width: 960px; }
 .cell { color: #fff; padding: .35em .45em; border-radius: 3px; font-size: 12px; line-height: 1.3; overflow: hidden; }
 .cell.lost { background: #999 !important; }
-"""
+"""  # noqa: E501, RUF100
 
 
 def render(status: dict) -> str:
@@ -155,8 +152,9 @@ def render(status: dict) -> str:
         health = '<span class="ok">SERVING</span>' if n["health"] == "SERVING" else \
             f'<span class="bad" title="{e("; ".join(n["problems"]))}">NOT_SERVING</span> {e("; ".join(n["problems"]))}'
         rows.append(
-            f'<tr class="node" data-uri="{e(n["uri"])}"><td><span class="swatch" style="background:{n["colour"]}"></span>'
-            f'{e(n["node_id"][:8])}</td><td>{e(n["uri"])}</td><td>{"alive" if n["alive"] else "dead"}</td><td>{health}</td>'
+            f'<tr class="node" data-uri="{e(n["uri"])}"><td><span class="swatch" '
+            f'style="background:{n["colour"]}"></span>{e(n["node_id"][:8])}</td><td>{e(n["uri"])}</td>'
+            f'<td>{"alive" if n["alive"] else "dead"}</td><td>{health}</td>'
             f'<td class="num">{_count(n["partitions_held"])}</td><td class="num">{_bytes(n["bytes_sent"])}</td>'
             f'<td class="num">{_bytes(n["free_bytes"])}</td><td class="num">{_skew(n["clock_skew"])}</td></tr>')
     grids = [_grid(d, status["colours"]) for d in status["datasets"]]
@@ -176,7 +174,7 @@ updated {stamp} (every {REFRESH_SECONDS} s) · <a href="status.json">status.json
 <h2>Datasets</h2>
 {"".join(grids) or "<p>no dataset has been committed yet</p>"}
 {_queries_section(status.get("queries"))}</body></html>
-"""
+"""  # noqa: E501, RUF100
 
 
 QUERIES_SHOWN = 20
@@ -216,16 +214,19 @@ def _grid(d: dict, colours: dict[str, str]) -> str:
             f'{d["shape"][0]:,} rows × {d["shape"][1]} columns, {_bytes(d["nbytes"])}, {p}×{q} partitions</div>'
             + _columns_line(d.get("columns") or []))
     if d["partitions"] is None:
-        return head + f"<div>{p * q:,} partitions: too many to draw here; <code>flightpart show {e(d['name'])}</code></div></div>"
+        return head + (f"<div>{p * q:,} partitions: too many to draw here; "
+                       f"<code>flightpart show {e(d['name'])}</code></div></div>")
     cells = []
     for part in sorted(d["partitions"], key=lambda x: tuple(x["part"])):
         holders = part["nodes"]
         colour = colours.get(holders[0], "#999") if holders else "#999"
         label = "<br>".join(e(h.split("://")[-1]) for h in holders) or "no replica"
-        tip = f"partition {tuple(part['part'])}: rows {part['start'][0]:,}.., {part['shape'][0]:,} rows, {_bytes(part['nbytes'])}"
+        tip = (f"partition {tuple(part['part'])}: rows {part['start'][0]:,}.., {part['shape'][0]:,} rows, "
+               f"{_bytes(part['nbytes'])}")
         cells.append(f'<div class="cell{" lost" if not holders else ""}" style="background:{colour}" title="{e(tip)}" '
                      f'data-part="{part["part"][0]},{part["part"][1]}">{label}<br>{part["shape"][0]:,} rows</div>')
-    return head + f'<div class="grid" style="grid-template-columns: repeat({q}, minmax(8em, 1fr))">{"".join(cells)}</div></div>'
+    return head + (f'<div class="grid" style="grid-template-columns: repeat({q}, minmax(8em, 1fr))">'
+                   f'{"".join(cells)}</div></div>')
 
 
 def _columns_line(columns: list[dict[str, Any]]) -> str:

@@ -1,12 +1,8 @@
 """Substrait filters received from the network are read once in a child process before the node reads them.
 
-pyarrow's Substrait reader aborts the whole process on some malformed plans (a decimal type whose precision is
-outside 1-38 fails an internal check: SIGABRT), and overflows its thread's stack (SIGSEGV) on an expression
-nested deeply enough (an ``is_in`` of some 10,000 values); no exception handler can catch either: a client's
-``ticket.filter`` would kill the node, then, retried by the reader, every replica. So each distinct filter is
-first deserialized by a checker process; a filter that kills it is refused with ``INVALID_REQUEST`` (and a new
-checker is started for the next one); one that it survives is remembered, so a filter repeated over many
-partitions is checked once. Whether the filter is a valid one is then the node's own reading's to say.
+pyarrow's Substrait reader can kill its process on a malformed plan (decision 0023). So each distinct filter is
+first deserialized by a checker process; one that kills it is refused with ``INVALID_REQUEST`` (and a new checker
+started); one it survives is remembered, so a filter repeated over many partitions is checked once.
 """
 
 from __future__ import annotations
@@ -85,16 +81,15 @@ class SubstraitChecker:
 
     def check(self, raw: bytes) -> None:
         """Return once ``raw`` is known not to crash Substrait's reader; RequestRejected if it does, ServerBusy
-        (retryable, not remembered) if a fresh checker found no answer within :data:`CHECK_SECONDS`: a stall on a
-        starved machine proves nothing about the filter."""
+        (retryable, not remembered) if a fresh checker gave no answer within :data:`CHECK_SECONDS`."""
         key = hashlib.sha256(raw).digest()
         with self._lock:
             survived = self._known.get(key)
             if survived is None:
                 survived = self._survives(raw)
                 if survived is None:
-                    raise ServerBusy(f"the node's filter check got no answer in {CHECK_SECONDS:g} s (the node is busy); "
-                                     "retry shortly", field="ticket.filter")
+                    raise ServerBusy(f"the node's filter check got no answer in {CHECK_SECONDS:g} s (the node is "
+                                     "busy); retry shortly", field="ticket.filter")
                 self._known[key] = survived
                 if len(self._known) > REMEMBERED:
                     self._known.popitem(last=False)
@@ -116,9 +111,8 @@ class SubstraitChecker:
         return self._proc.pid if self._proc is not None else None
 
     def _survives(self, raw: bytes) -> bool | None:
-        """Whether the checker survives reading ``raw`` (None: it stalled, alive, past :data:`CHECK_SECONDS`); a
-        checker that was already gone or stopped (killed or frozen from outside between two filters) is replaced and
-        asked again, so only what a fresh one does counts."""
+        """Whether the checker survives reading ``raw`` (None: it stalled past :data:`CHECK_SECONDS`); a checker
+        already gone or stopped is replaced and asked again, so only what a fresh one does counts."""
         fresh = self._proc is None or self._proc.poll() is not None
         while True:
             proc = self._started()
@@ -147,8 +141,8 @@ class SubstraitChecker:
         """The checker, started and ready (its imports done), so the time a filter is given counts the check alone."""
         if self._proc is None or self._proc.poll() is not None:
             try:
-                self._proc = subprocess.Popen([sys.executable, "-c", _CHECKER, str(CHECK_STACK_BYTES)], stdin=subprocess.PIPE,
-                                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+                self._proc = subprocess.Popen([sys.executable, "-c", _CHECKER, str(CHECK_STACK_BYTES)],
+                                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
             except OSError as exc:
                 raise ServerBusy(f"cannot check the ticket's filter now ({exc}); retry shortly") from None
             if _read_within(self._proc, START_SECONDS) != b"R":
@@ -181,8 +175,7 @@ _shared_lock = threading.Lock()
 
 
 def shared() -> SubstraitChecker:
-    """The process's one checker: the nodes of one process (a test's in-process cluster) share it and what it
-    remembers; it ends with the process."""
+    """The process's one checker, shared by its nodes; it ends with the process."""
     global _shared
     with _shared_lock:
         if _shared is None:

@@ -1,14 +1,7 @@
 """What a daemon records of every call: a latency histogram per RPC, refusals by reason, one log line per event.
 
-Every RPC runs inside :func:`flightpart.server.base.boundary`, which opens a
-:class:`Call` here. A handler that does something an operator wants to see
-in the log (a put, a get, a commit, a drop) names it with :func:`describe`;
-the call then ends with one INFO line carrying dataset, version, bytes,
-duration and peer, also as fields of the log record (``--log-format
-json``). Every other call is a DEBUG line. A stream (``do_get``,
-``do_put``) is timed until gRPC reports it complete, through the call's
-middleware, so a get's duration is the whole transfer, not the time to
-open its file.
+:func:`flightpart.server.base.boundary` opens a :class:`Call` per RPC; one named with :func:`describe` ends with
+an INFO line, any other with a DEBUG line. A stream is timed until gRPC reports it complete.
 """
 
 from __future__ import annotations
@@ -28,8 +21,7 @@ _current = threading.local()
 
 
 class Call:
-    """One RPC in flight: what it is, who asked, and what its handler said it did. A plain class with slots: one is
-    made for every call, and a small read's node spends most of its time on such fixed costs."""
+    """One RPC in flight: what it is, who asked, and what its handler said it did."""
 
     __slots__ = ("rpc", "peer", "started", "event", "fields", "outcome")
 
@@ -84,7 +76,8 @@ class Telemetry:
         if call.event is None:
             if log.isEnabledFor(logging.DEBUG):
                 log.debug("%s from %s: %s in %.4f s", call.rpc, call.peer, call.outcome, seconds,
-                          extra={"rpc": call.rpc, "peer": call.peer, "outcome": call.outcome, "seconds": round(seconds, 6)})
+                          extra={"rpc": call.rpc, "peer": call.peer, "outcome": call.outcome,
+                                 "seconds": round(seconds, 6)})
             return
         level = logging.INFO if call.outcome == "ok" else logging.WARNING
         if not log.isEnabledFor(level):  # the line is not written (the default level is WARNING): nothing to format
@@ -95,7 +88,8 @@ class Telemetry:
         sizes = ", ".join(f"{f[k]:,} {k}" for k in ("bytes", "rows", "partitions") if f.get(k) is not None)
         log.log(level, "%s%s in %.3f s, peer %s%s", what, f": {sizes}" if sizes else "", seconds, call.peer,
                 "" if call.outcome == "ok" else f" ({call.outcome}: {error})",
-                extra={"event": call.event, **f, "seconds": round(seconds, 6), "peer": call.peer, "outcome": call.outcome})
+                extra={"event": call.event, **f, "seconds": round(seconds, 6), "peer": call.peer,
+                       "outcome": call.outcome})
 
     def histograms(self) -> dict[str, tuple[list[int], float, int]]:
         """``{rpc: (counts per bucket, sum of seconds, count)}``; the last bucket is +Inf."""
@@ -121,8 +115,7 @@ class Telemetry:
 
 
 def begin(rpc: str, context: Any) -> tuple[Call, Call | None]:
-    """Open the call being handled on this thread (visible to :func:`describe`); also the call it stacks on, which
-    :func:`end` puts back."""
+    """Open the call being handled on this thread (for :func:`describe`), stacked on the current one."""
     call = Call(rpc, _peer(context))
     previous = getattr(_current, "call", None)
     _current.call = call

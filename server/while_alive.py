@@ -1,11 +1,7 @@
-"""Calls to nodes that may rightly take long (a scrub reads every file a node holds), each waited for while its node
-beats and left once it stops.
+"""Calls to nodes that may rightly take long (a scrub), each waited for while its node beats (decision 0024).
 
-No deadline fits such a call: one short enough to leave a frozen node soon would cut a large node's honest scrub
-short, and one long enough for the largest (an hour) held the caller that long for a node that never answers. A
-node's heartbeats come from their own thread, so a node busy with the call still beats; a frozen or vanished one
-stops, and the catalog calls it dead after ``--dead-after``. Each call runs in a daemon thread of its own: a call
-left behind ends when its node answers, thaws or its deadline passes, and never holds the process at exit.
+A node's heartbeats come from their own thread, so a node busy with the call still beats; a frozen one stops.
+Each call runs in a daemon thread of its own, so a call left behind never holds the process at exit.
 """
 
 from __future__ import annotations
@@ -38,8 +34,7 @@ def call_while_alive(nodes: Sequence[N], call: Callable[[N], T], node_id: Callab
                      alive: Callable[[], Collection[str]], stopping: threading.Event,
                      what: str = "call") -> list[Answer[T]]:
     """``call(node)`` for every node, :data:`AT_ONCE` at a time, each waited for while ``alive()`` (the ids of the
-    nodes beating now) names its node. An answer without a value says why: the call's error, the node stopped beating (frozen or gone),
-    or the caller is stopping (``stopping`` set)."""
+    nodes beating now) names its node; an answer without a value says why."""
     answers: list[Answer[T]] = [Answer() for _ in nodes]
 
     def run(node: N, answer: Answer[T]) -> None:

@@ -57,8 +57,7 @@ class Leading(NodeOrders):
         self.state.forget_datagram_clocks()
 
     def took_over(self, epoch: int) -> None:
-        """This catalog leads from ``epoch``: its view of the state is read afresh, and every node is told at once
-        (nodes then refuse the old leader's orders and send their heartbeats here)."""
+        """This catalog leads from ``epoch``: its state is read afresh and every node is told at once."""
         self._infos.clear()
         self.state.take_over()
         if self._cluster_id is not None and self.state.cluster() is None:
@@ -85,12 +84,11 @@ class Leading(NodeOrders):
             self._warm()
 
     WARM_AFTER = 1.0
-    """Seconds after a takeover (or a start) before the FlightInfos are built: the writers that waited for the new
-    leader go first (building them for 50,000 partitions holds the process's CPU for most of a second)."""
+    """Seconds after a takeover (or a start) before the FlightInfos are built: waiting writers go first (decision
+    0019)."""
 
     def _warm(self) -> None:
-        """Build the FlightInfo of every dataset's latest version now, after a takeover or a start, so first opens do not
-        each wait for a large version's partitions to be read from the database (most of a second at 50,000)."""
+        """Build the FlightInfo of every dataset's latest version after a takeover or a start (decision 0019)."""
         started = time.monotonic()
         try:
             for name in self.state.latest_versions():
@@ -124,7 +122,7 @@ class Leading(NodeOrders):
 
 
 ACTIONS = (
-    Action(GetLeadership, Leading._leadership, "which catalog leads, since when, its epoch, and the standbys (any catalog "
-           "answers)", "read", changes_state=False),
+    Action(GetLeadership, Leading._leadership, "which catalog leads, since when, its epoch, and the standbys (any "
+           "catalog answers)", "read", changes_state=False),
 )
 """The actions this part serves, added to the catalog's table (:attr:`~.server.CatalogServer.actions`)."""

@@ -1,31 +1,27 @@
 """Which catalog leads: a lease held as one row in PostgreSQL, with an epoch that grows at every takeover.
 
 Every catalog of a cluster runs a :class:`Lease` on the same database. The
-leader renews the row every ``renew_every`` seconds; the others try to take
-it, which succeeds only once it has expired. The row's times are the
-database's clock (``clock_timestamp()``), so clocks of the catalogs'
-machines never need to agree.
+leader renews the row every ``renew_every`` seconds; the others take it
+only once it has expired. The row's times are the database's clock
+(``clock_timestamp()``), so the catalogs' clocks never need to agree.
 
 The arithmetic that keeps two leaders from acting at once: a renewal sent at
 this catalog's monotonic time ``t`` and accepted sets the row's expiry to at
 least ``t + duration`` in real time (the database read its clock after the
 request left). This catalog leads until ``t + duration - margin`` on its own
-monotonic clock; ``margin`` covers the rates of the two clocks differing
-(a few parts per million; the default 0.5 s is far more) and the time between
-checking the lease and acting. No standby can take the row before its expiry,
-so the old leader has stopped before the new one starts. Two more fences
-stand behind this one, for a leader frozen between its check and its act: its
-database writes check the epoch in the same transaction
-(:class:`~server.state.database.PostgresDatabase`), and nodes refuse orders whose
-epoch is lower than the highest they have seen.
+monotonic clock; ``margin`` covers the two clocks' rates differing (parts
+per million) and the time between checking the lease and acting. No
+standby can take the row before its expiry, so the old leader has stopped
+before the new one starts. Two more fences stand behind this one, for a
+leader frozen between its check and its act: its database writes check the
+epoch in the same transaction (:class:`~server.state.database.PostgresDatabase`),
+and nodes refuse orders whose epoch is lower than the highest they have seen.
 
-The loop never ends while the catalog runs: a round that fails in any way is
-logged and the next one starts on a fresh connection, and a takeover whose
-first steps fail gives the lease up again, so some catalog always takes it
-once the database answers. A leader whose lease ran out unrenewed (the
-database does not answer it) leads no more: it serves reads from what it read
-last only while no other catalog says it leads, which it asks the catalogs it
-heard of (``find_leader``); once one does, it names that one to its callers.
+The loop never ends: a failed round is logged and the next starts on a fresh
+connection, and a takeover whose first steps fail gives the lease up again,
+so some catalog takes it once the database answers. A leader whose lease ran
+out unrenewed leads no more: it serves reads from memory only while no other
+catalog it heard of says it leads (``find_leader``).
 """
 
 from __future__ import annotations
@@ -77,7 +73,8 @@ class Lease:
         self.on_lead, self.on_lose, self.find_leader = on_lead, on_lose, find_leader
         # its own connection, whose statements give up in a second: a long state transaction (or a frozen leader's)
         # never delays a renewal or a takeover past the lease
-        self.db = PostgresDatabase(url, link_timeout=duration, settings={"lock_timeout": "1s", "statement_timeout": "2s"})
+        self.db = PostgresDatabase(url, link_timeout=duration,
+                                   settings={"lock_timeout": "1s", "statement_timeout": "2s"})
         self.db.script(LEASE_TABLE)
         self.epoch: int | None = None  # the epoch this catalog holds the lease with (None: it does not)
         self._valid_until = 0.0  # monotonic: this catalog leads until then, unless renewed
@@ -95,8 +92,7 @@ class Lease:
         self._thread.start()
 
     def stop(self, *, release: bool = True) -> None:
-        """Stop taking part; a leader gives the lease up at once (``release``) so a standby takes over without
-        waiting for it to expire."""
+        """Stop taking part; a leader gives the lease up at once (``release``) so a standby need not wait."""
         self._stopping.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
@@ -158,14 +154,14 @@ class Lease:
             self.on_lose()
 
     def _lead(self, epoch: int) -> None:
-        """Take up ``epoch``: ``on_lead`` reads the state afresh; if that fails, the lease is given up again (held but
-        not acted on, it would keep every catalog from leading) and taken in a later round."""
+        """Take up ``epoch``: ``on_lead`` reads the state afresh; if that fails, the lease is given up again (held
+        but not acted on, it would keep every catalog from leading)."""
         self.epoch, self._lapsed = epoch, False
         try:
             self.on_lead(epoch)
         except Exception as exc:
-            log.warning("lease: taking over at epoch %d failed (%s); the lease is given up and taken again later", epoch,
-                        " ".join(str(exc).split())[:300])
+            log.warning("lease: taking over at epoch %d failed (%s); the lease is given up and taken again later",
+                        epoch, " ".join(str(exc).split())[:300])
             self.epoch = None
             self._release(epoch)
             self.on_lose()
@@ -186,14 +182,16 @@ class Lease:
         if self.epoch is None:
             self._elsewhere = self.find_leader(self._others)
             if self._elsewhere is not None and self._lapsed:
-                log.warning("lease: %s leads (epoch %d); callers are sent there", self._elsewhere.uri, self._elsewhere.epoch)
+                log.warning("lease: %s leads (epoch %d); callers are sent there", self._elsewhere.uri,
+                            self._elsewhere.epoch)
                 self._lapsed = False
                 self.on_lose()
 
     def _renew(self) -> int | None:
         row = self.db.execute(
             "UPDATE flightpart_lease SET expires = clock_timestamp() + ? * interval '1 second' "
-            "WHERE id = 1 AND holder = ? AND epoch = ? RETURNING epoch", (self.duration, self.holder, self.epoch)).fetchone()
+            "WHERE id = 1 AND holder = ? AND epoch = ? RETURNING epoch",
+            (self.duration, self.holder, self.epoch)).fetchone()
         return row[0] if row else None
 
     def _take(self) -> int | None:
@@ -212,19 +210,18 @@ class Lease:
         row = self.db.execute("SELECT uri, epoch, extract(epoch from since), expires > clock_timestamp() "
                               "FROM flightpart_lease WHERE id = 1").fetchone()
         self.row = LeaseRow(row[0], int(row[1]), float(row[2]), bool(row[3])) if row else None
-        seen = self.db.execute("SELECT uri FROM flightpart_catalogs WHERE seen > clock_timestamp() - ? * interval '1 second' "
-                               "AND holder <> ? ORDER BY uri", (3 * self.duration, self.holder)).fetchall()
+        seen = self.db.execute("SELECT uri FROM flightpart_catalogs WHERE seen > clock_timestamp() - ? * interval "
+                               "'1 second' AND holder <> ? ORDER BY uri", (3 * self.duration, self.holder)).fetchall()
         self._others = tuple(uri for (uri,) in seen)
         self.db.execute("DELETE FROM flightpart_catalogs WHERE seen < clock_timestamp() - interval '1 day'")
 
     def serves_from_memory(self) -> bool:
-        """Whether this catalog, no longer sure it leads (its lease ran out unrenewed), still answers reads from what it
-        read last: only while it knows no other catalog that leads."""
+        """Whether this catalog, its lease run out unrenewed, still answers reads from memory (no other leads)."""
         return (self._lapsed or (self.epoch is not None and not self.leads())) and self._elsewhere is None
 
     def leader(self) -> str | None:
-        """The leader's address as last known (None while the lease is vacant or unknown). A catalog that cannot read
-        the row trusts only what another catalog said of itself, never the row it read before."""
+        """The leader's address as last known (None: vacant or unknown); without the row, only what another
+        catalog said of itself."""
         if self.leads():
             return self.uri
         if not self.reachable or self.epoch is not None:
@@ -235,7 +232,8 @@ class Lease:
     def standbys(self) -> tuple[str, ...]:
         """Catalogs heard from lately that do not lead (this one included when it does not)."""
         leader = self.leader()
-        return tuple(sorted({uri for uri in self._others if uri != leader} | ({self.uri} if self.epoch is None else set())))
+        return tuple(sorted({uri for uri in self._others if uri != leader}
+                            | ({self.uri} if self.epoch is None else set())))
 
     def describe(self) -> dict[str, Any]:
         row = self._elsewhere if self._elsewhere is not None and not self.reachable else self.row

@@ -27,8 +27,7 @@ log = logging.getLogger("flightpart.catalog")
 
 
 class NodeOrders(ServiceBase):
-    """What the catalog tells nodes; the base of each part of :class:`~.server.CatalogServer`, which sets what
-    every part shares (below)."""
+    """What the catalog tells nodes; the base of each part of :class:`~.server.CatalogServer`."""
 
     state: CatalogState
     pool: ConnectionPool
@@ -40,15 +39,15 @@ class NodeOrders(ServiceBase):
         return self.lease.epoch if self.lease is not None else None
 
     def signed(self, manifest: Commit) -> Commit:
-        """The manifest with this catalog's signature (nodes keep it; a catalog rebuilding its state trusts only that)."""
+        """The manifest with this catalog's signature (a catalog rebuilding its state trusts only that)."""
         unsigned = dataclasses.replace(manifest, signature=None)  # a writer's commit may carry anything there
         if self.secret is None:
             return unsigned
         return dataclasses.replace(unsigned, signature=manifest_signature(self.secret, unsigned.to_json()))
 
     def seal(self, manifest: Commit, nodes: Any) -> int:
-        """Tell the holders the version is committed; one that misses it is told when it registers again (also after
-        a restart of this catalog: see :meth:`CatalogState.sealed_everywhere`). How many were told."""
+        """Tell the holders the version is committed; one that misses it is told when it registers again. How many
+        were told."""
         cluster, manifest = self.state.cluster(), self.signed(manifest)
         order = Seal(cluster, manifest, self.epoch())
         return self.fan_out(nodes, lambda node: self.pool.action(node.uri, order, timeout=self.fan_out_timeout),
@@ -86,13 +85,13 @@ class NodeOrders(ServiceBase):
                     raise SchemaMismatch(f"partition {p.part} of {name} v{version} on {node.uri} has {h.rows} rows, "
                                          f"expected {p.shape[0]}", field="partitions.shape")
                 if h_schema is None or not h_schema.equals(group_schema(expected, h_schema)):
-                    raise SchemaMismatch(f"partition {p.part} of {name} v{version} on {node.uri} has schema {h_schema}, "
-                                         f"which does not fit {expected}", field="schema")
+                    raise SchemaMismatch(f"partition {p.part} of {name} v{version} on {node.uri} has schema "
+                                         f"{h_schema}, which does not fit {expected}", field="schema")
                 p.nbytes = max(p.nbytes, h.nbytes)
                 p.stats = p.stats or h.stats  # computed by the node from what it stored, never taken from the writer
 
     def drop_files(self, name: str, version: int | None, nodes: list[NodeRecord], *, pending_only: bool = False) -> int:
-        """Tell the nodes to delete a version's files, in parallel; a node that misses it is told when it registers again."""
+        """Tell the nodes to delete a version's files, in parallel; one that misses it is told when it registers."""
         through = self.state.dropped_through(name) if version is None and not pending_only else None
         order = DropFiles(name, version, self.state.cluster(), pending_only, through, self.epoch())
         what = order_key(name, version)
@@ -135,15 +134,16 @@ class NodeOrders(ServiceBase):
 
         with ThreadPoolExecutor(max_workers=min(32, len(nodes)), thread_name_prefix="flightpart-fan-out") as ex:
             count = sum(ex.map(one, nodes))
-        self.state.must_register_all(failed)  # their next heartbeats are refused: they register and learn what they missed
+        # their next heartbeats are refused: they register and learn what they missed
+        self.state.must_register_all(failed)
         return count
 
 
 def manifest_of(record: VersionRecord) -> Commit:
     """The manifest a node keeps beside a committed version's partitions (the commit body, replicas included)."""
     parts = tuple(CommitPart(p.part, p.start, p.shape, tuple(n.node_id for n in p.nodes)) for p in record.parts)
-    return Commit(record.dataset, record.version, pa.ipc.read_schema(pa.py_buffer(record.schema)), record.shape, record.grid,
-                  parts, record.replicas)
+    return Commit(record.dataset, record.version, pa.ipc.read_schema(pa.py_buffer(record.schema)), record.shape,
+                  record.grid, parts, record.replicas)
 
 
 def group_schema(full: pa.Schema, part: pa.Schema) -> pa.Schema:

@@ -35,11 +35,13 @@ class Publishing(NodeOrders):
         self.check_writer(name, version, "publish")
         state = self.state.version_state(name, version)
         if state is None or state[0] != "pending" or state[1] is None:
-            raise RequestRejected(f"publish-part: {name} v{version} is not an open SPMD publish", field="publish-part.version")
+            raise RequestRejected(f"publish-part: {name} v{version} is not an open SPMD publish",
+                                  field="publish-part.version")
         nranks = state[1]
         first = self.state.version_schema(name, version)
         if first is not None and not pa.ipc.read_schema(pa.py_buffer(first)).equals(b.schema):
-            raise SchemaMismatch(f"rank {b.rank} sent schema {b.schema}, other ranks sent {pa.ipc.read_schema(pa.py_buffer(first))}",
+            raise SchemaMismatch(f"rank {b.rank} sent schema {b.schema}, other ranks sent "
+                                 f"{pa.ipc.read_schema(pa.py_buffer(first))}",
                                  field="publish-part.schema")
         if b.node_id not in {n.node_id for n in self.state.nodes()}:
             raise RequestRejected(f"publish-part: unknown node {b.node_id!r}", field="publish-part.node_id")
@@ -70,6 +72,7 @@ class Publishing(NodeOrders):
 ACTIONS = (
     Action(PublishBegin, Publishing._publish_begin, "SPMD: join (or open) the pending publish of a dataset", "write",
            changes_state=False),
-    Action(PublishPart, Publishing._publish_part, "SPMD: one rank's part is stored; commits when all ranks are in", "write"),
+    Action(PublishPart, Publishing._publish_part, "SPMD: one rank's part is stored; commits when all ranks are in",
+           "write"),
 )
 """The actions this part serves, added to the catalog's table (:attr:`~.server.CatalogServer.actions`)."""

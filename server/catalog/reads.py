@@ -79,12 +79,10 @@ class Reads(NodeOrders):
     def cached_info(self, name: str, version: int, token_expiry: int = 0) -> flight.FlightInfo:
         """Versions are immutable: their FlightInfo is built once per state of the nodes (and capability expiry).
 
-        With a cluster secret the info carries a read capability for this
-        version alone, what the dataset's ``get`` presents to nodes. Its
-        expiry is rounded to a quarter of ``capability_ttl`` so one
-        FlightInfo serves every open in that quarter, and it is never later
-        than ``token_expiry``, the expiry of the token that asked (0: none):
-        a capability is no stronger than the token that obtained it.
+        With a cluster secret it carries a read capability for this version
+        alone, its expiry rounded to a quarter of ``capability_ttl`` (one
+        FlightInfo serves that quarter's opens) and never later than
+        ``token_expiry`` of the token that asked (0: none).
         """
         nodes = tuple((n.node_id, n.uri, n.alive) for n in self.state.nodes())
         quarter = max(self.capability_ttl / 4, 1.0)
@@ -113,7 +111,7 @@ class Reads(NodeOrders):
 
     def status(self) -> dict:
         """What the status page shows: nodes with their health and traffic, datasets with their grids; gathered at
-        most once per :attr:`STATUS_FRESH_SECONDS` however many pages and scripts ask."""
+        most once per :attr:`STATUS_FRESH_SECONDS`."""
         with self._status_lock:
             if self._status is None or time.monotonic() - self._status[0] > self.STATUS_FRESH_SECONDS:
                 self._status = (time.monotonic(), cluster_status(self.state, self.pool,
@@ -126,8 +124,8 @@ class Reads(NodeOrders):
         unheard = self.state.unheard()  # just after a start or takeover: a node not heard from yet is not known dead
         out = {"datasets": len(self.state.datasets()), "nodes_alive": sum(n.alive for n in nodes),
                "nodes_dead": sum(not n.alive and n.node_id not in unheard for n in nodes),
-               "nodes_unknown": sum(not n.alive and n.node_id in unheard for n in nodes), "refused_calls": self.guard.refused,
-               "heartbeats_late": self.state.late_heartbeats}
+               "nodes_unknown": sum(not n.alive and n.node_id in unheard for n in nodes),
+               "refused_calls": self.guard.refused, "heartbeats_late": self.state.late_heartbeats}
         if self.lease is not None:
             out.update(leader=int(self.lease.leads()), epoch=self.lease.epoch or 0)
         if self.beats is not None:

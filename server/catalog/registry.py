@@ -48,10 +48,8 @@ def versions_named(b: RegisterNode) -> list[int]:
 
 
 def within_version_limit(b: RegisterNode) -> RegisterNode:
-    """``b`` without the entries naming a version past :data:`~flightpart.wire.VERSION_LIMIT`, left out with a
-    warning (``b`` itself when it names none, as every honest one). Such a number comes from no catalog: a node
-    token's holder pushing a name's counter to the end of the number line, or a file a writer planted on the node.
-    Leaving the entries out, not the registration, keeps one planted file from shutting its node out."""
+    """``b`` without the entries naming a version past :data:`~flightpart.wire.VERSION_LIMIT` (no catalog hands
+    such out), with a warning; the entries, not the registration, so one planted file cannot shut a node out."""
     largest = max(versions_named(b), default=0)
     if largest <= VERSION_LIMIT:
         return b
@@ -79,7 +77,8 @@ def granted_to(node_id: str, manifests: list[Commit]) -> set[tuple[str, int, tup
 def manifest_record(m: Commit) -> VersionRecord:
     """A version as a node's manifest describes it, for a catalog rebuilding its state."""
     parts = [PartRecord(p.part, p.start, p.shape, 0, []) for p in m.partitions]
-    return VersionRecord(m.dataset, m.version, m.schema.serialize().to_pybytes(), m.shape, m.tiling, parts, max(1, m.replicas))
+    return VersionRecord(m.dataset, m.version, m.schema.serialize().to_pybytes(), m.shape, m.tiling, parts,
+                         max(1, m.replicas))
 
 
 class Registry(NodeOrders):
@@ -101,11 +100,13 @@ class Registry(NodeOrders):
             self._registering.setdefault(b.node_id, began)
         cluster = self.state.adopt_cluster(b.cluster)
         if b.cluster is not None and b.cluster != cluster:
-            raise ForeignCluster(f"node {b.node_id} at {b.uri} belongs to cluster {b.cluster}, this catalog is cluster {cluster}",
+            raise ForeignCluster(f"node {b.node_id} at {b.uri} belongs to cluster {b.cluster}, this catalog is cluster "
+                                 f"{cluster}",
                                  field="register-node.cluster")
         credential = self.caller.credential
         if credential.role == "node" and credential.name != b.node_id:
-            raise Forbidden(f"a node token for {credential.name} cannot register node {b.node_id}", field="register-node.node_id")
+            raise Forbidden(f"a node token for {credential.name} cannot register node {b.node_id}",
+                            field="register-node.node_id")
         self._check_identity(b)
         b = within_version_limit(b)
         held = [{"dataset": p.dataset, "version": p.version, "part": p.part, "nbytes": p.nbytes, "stats": p.stats}
@@ -122,7 +123,8 @@ class Registry(NodeOrders):
                                                           b.tombstones)
         self._identity_learned(cluster, b.node_id)
         for dataset, version in gone:  # a node heard a drop this catalog's state lost: every holder deletes it
-            log.warning("%s v%d: node %s says it was dropped or aborted; forgotten here too", dataset, version, b.node_id)
+            log.warning("%s v%d: node %s says it was dropped or aborted; forgotten here too", dataset, version,
+                        b.node_id)
             self._infos.clear()
             self.drop_files(dataset, version, self.state.nodes())
         manifests = (self.signed(manifest_of(self.state.version(d, v))) for d, v in to_seal)
@@ -154,8 +156,7 @@ class Registry(NodeOrders):
     """About how many bytes of manifests one answer to a registration carries."""
 
     def _identity_learned(self, cluster: str | None, node_id: str) -> None:
-        """Keep track of nodes registered while the cluster had no identity: once it has one, each is made to
-        register again (its next heartbeat is refused) and joins it."""
+        """Nodes registered while the cluster had no identity register again once it has one, and join it."""
         if cluster is None:
             self._without_identity.add(node_id)
             return
@@ -164,10 +165,11 @@ class Registry(NodeOrders):
         self.state.must_register_all(waiting - {node_id})
 
     def cluster_for_write(self) -> str:
-        """The cluster's identity, for a write: a catalog on new or lost state first waits ``rebuild_grace`` seconds
-        from its start for nodes holding data to tell it theirs (and their versions), then makes a new one."""
+        """The cluster's identity, for a write: on new or lost state, nodes holding data have ``rebuild_grace``
+        seconds from the start to tell theirs, then a new one is made."""
         known = self.state.cluster()
-        if known is not None and self._identity_known.is_set() and time.monotonic() >= self._started + self.rebuild_grace:
+        if (known is not None and self._identity_known.is_set()
+                and time.monotonic() >= self._started + self.rebuild_grace):
             return known
         remaining = self._started + self.rebuild_grace - time.monotonic()
         if remaining > 0:
@@ -177,10 +179,8 @@ class Registry(NodeOrders):
         return cluster
 
     def _check_identity(self, b: RegisterNode) -> None:
-        """One node id, one live process: a copy of a live node's data directory is refused; and one address, one
-        node: a registration naming the address of another live node that still answers there as itself is refused
-        (a node token holder had made its id a second replica at another node's address, so puts placed both copies
-        there and failed)."""
+        """One node id, one live process (a copy of a live node's data directory is refused); one address, one
+        node (an address where another live node still answers as itself is refused)."""
         other = next((n for n in self.state.nodes() if n.uri == b.uri and n.node_id != b.node_id and n.alive), None)
         if other is not None and self._node_at(b.uri) == other.node_id:  # else the old process is gone: it moves
             raise NodeConflict(f"{b.uri} is served by node {other.node_id}, not {b.node_id}", field="register-node.uri")
@@ -189,8 +189,9 @@ class Registry(NodeOrders):
             return  # new, dead, or the same address restarting
         if self._node_at(known.uri) == b.node_id:  # else the old process does not answer: the id moves to the new one
             raise NodeConflict(
-                f"node id {b.node_id} is already served by {known.uri} (pid {known.pid}); a copied data directory needs an "
-                "identity of its own: remove its flightpart-node.json to give it a fresh one", field="register-node.node_id")
+                f"node id {b.node_id} is already served by {known.uri} (pid {known.pid}); a copied data directory "
+                "needs an identity of its own: remove its flightpart-node.json to give it a fresh one",
+                field="register-node.node_id")
 
     def _node_at(self, uri: str) -> str | None:
         """The id of the node answering at ``uri`` now, or None when nothing answers there (within 2 s at most)."""
@@ -203,21 +204,23 @@ class Registry(NodeOrders):
     def _heartbeat(self, b: Heartbeat) -> HeartbeatReply:
         credential = self.caller.credential
         if credential.role == "node" and credential.name != b.node_id:
-            raise Forbidden(f"a node token for {credential.name} cannot speak for node {b.node_id}", field="heartbeat.node_id")
+            raise Forbidden(f"a node token for {credential.name} cannot speak for node {b.node_id}",
+                            field="heartbeat.node_id")
         return self._beat_reply(self._take_beat(b), b.asks_clock)
 
     def _take_beat(self, beat: Heartbeat, *, datagram: bool = False) -> bool:
-        """Note a heartbeat, over Flight or in a datagram; False when the node must register first, or (a datagram)
-        this catalog does not lead or the beat could be a replay. Its clock is looked at (and a skew warned of)
-        only for a beat that is taken: made-up ids and replays leave nothing behind."""
-        if not self.state.knows(beat.node_id) or (datagram and not self.state.datagram_fresh(beat.node_id, beat.clock_ms)):
+        """Note a heartbeat; False when the node must register first, or (a datagram) this catalog does not lead or
+        the beat could be a replay. Only a beat taken has its clock looked at: made-up ids leave nothing behind."""
+        if not self.state.knows(beat.node_id) or (datagram
+                                                  and not self.state.datagram_fresh(beat.node_id, beat.clock_ms)):
             return False
         skew = self._clock_skew(beat.node_id, beat.clock_ms)
-        return self.state.heartbeat(beat.node_id, beat.free_bytes, beat.low_space, skew, beat.clock_ms, datagram=datagram)
+        return self.state.heartbeat(beat.node_id, beat.free_bytes, beat.low_space, skew, beat.clock_ms,
+                                    datagram=datagram)
 
     def listen_for_beats(self, host: str) -> BeatListener | None:
-        """Heartbeats in datagrams on this catalog's port (UDP), unless turned off or the port is taken, or behind TLS
-        without a secret to sign them with (TLS, mutual TLS above all, promised who may speak)."""
+        """Heartbeats in datagrams on this catalog's port (UDP), unless turned off, the port is taken, or TLS is
+        on without a secret to sign them (TLS promised who may speak)."""
         if not udp_heartbeats_enabled() or (self.uri.startswith("grpc+tls") and self.secret is None):
             return None
         try:
@@ -227,8 +230,7 @@ class Registry(NodeOrders):
             return None
 
     def _beat_in_datagram(self, beat: Heartbeat) -> bool:
-        """A datagram's heartbeat, taken as Flight's short path takes it when this catalog leads (a standby declines
-        it: the node then sends it over Flight, hears NOT_LEADER and follows the leader)."""
+        """A datagram's heartbeat, taken as over Flight when this catalog leads (a standby declines it)."""
         return self.refusal("do_action", ()) is None and self._take_beat(beat, datagram=True)
 
     _BEAT_REPLIES = {known: [flight.Result(pa.py_buffer(HeartbeatReply(known).encode()))] for known in (True, False)}
@@ -239,8 +241,7 @@ class Registry(NodeOrders):
         return HeartbeatReply(known, int(wall_clock() * 1000) if asks_clock and known else None)
 
     def do_action(self, context: Any, action: flight.Action) -> list[flight.Result]:
-        """Heartbeats take a short path (4,000 nodes send 2,000 a second); anything unusual, and every other action,
-        the action table's."""
+        """Heartbeats take a short path (decision 0020); anything unusual, and every other action, the table's."""
         if action.type == Heartbeat.ACTION and action.body is not None:
             with boundary(self.log, "action 'heartbeat'", self.telemetry, context):
                 beat = Heartbeat.decode_plain(action.body.to_pybytes())
@@ -257,7 +258,7 @@ class Registry(NodeOrders):
         """Seconds the node's clock (sent in its heartbeat) runs ahead of ours; a warning when the two disagree by
         more than :data:`~flightpart.server.auth.CLOCK_MARGIN`, once until they agree again.
 
-        The beat's travel time (one way, typically under a millisecond on a LAN) counts as the node being behind.
+        The beat's travel time counts as the node being behind.
         """
         if clock_ms is None:
             return None
@@ -273,17 +274,13 @@ class Registry(NodeOrders):
         return skew
 
     def _nodes(self, _: ListNodes) -> NodeList:
-        """Every known node, once this catalog can tell the live from the dead (see
-        :meth:`wait_until_nodes_are_known`): writers place partitions and appends find holders by this list."""
+        """Every known node, once this catalog can tell the live from the dead (:meth:`wait_until_nodes_are_known`)."""
         self.wait_until_nodes_are_known()
         return NodeList(tuple(NodeRow(**n.as_json()) for n in self.state.nodes()))
 
     def wait_until_nodes_are_known(self) -> None:
-        """Right after a start or a takeover a node not heard from yet is not known to be dead: its last heartbeat
-        was flushed by a catalog before, perhaps longer ago than ``dead_after``. A repair judging it then would call
-        its partitions lost and copy what needs no copy; a writer would put to fewer nodes, and an append would be
-        told its partitions' holders are gone. So both wait until every node was heard from (nodes answer a new
-        leader's announcement at once, and beat again within their heartbeat) or stayed silent ``dead_after``."""
+        """Wait until every node was heard from since the start or takeover, or stayed silent ``dead_after``: before,
+        a node not heard from is not known dead, and repairs, placements and appends would judge it so."""
         while (left := self.state.unsettled_for()) > 0 and not self._stopping.is_set():
             self._stopping.wait(min(left, 0.1))
 

@@ -49,13 +49,11 @@ class Repairs(NodeOrders):
     def _repair(self, _: Repair) -> RepairReport:
         """Copy every under-replicated partition from a live holder to a live node without it.
 
-        Each copy waits for its holder at most as long as the holder's own put to the target may take
-        (:func:`~flightpart.io.transfer.put_deadline` of the partition's bytes, plus twice the node timeout: the holder
-        asks the catalog who is live first); a holder or
-        target that failed once is not asked again in this repair (a frozen node would cost that wait per
-        partition). A copy that cannot be made is reported with its reason and the repair goes on with the others.
-        Repairs run one at a time: a second one waits for the first and then plans from what it left, so it copies
-        only what is still missing (two planned together would each copy the same partitions).
+        Each copy waits at most the holder's own put deadline
+        (:func:`~flightpart.io.transfer.put_deadline`, plus twice the node
+        timeout); a node that failed once is not asked again in this repair.
+        A failed copy is reported and the others go on. Repairs run one at a
+        time, each planning from what the last left.
         """
         with self._repairing:
             self.wait_until_nodes_are_known()
@@ -92,7 +90,8 @@ class Repairs(NodeOrders):
                     sources = [n for n in holders if n.node_id not in silent]
                     if not spare or not sources:
                         involved = {n.node_id for n in holders} | {n.node_id for n in live if n.node_id not in held_by}
-                        why = "; ".join(f"{node_id}: {reason}" for node_id, reason in silent.items() if node_id in involved)
+                        why = "; ".join(f"{node_id}: {reason}" for node_id, reason in silent.items()
+                                        if node_id in involved)
                         failed.append(CopyFailed(record.dataset, record.version, p.part,
                                                  f"no holder and target that answered ({why})"[:1000]))
                         break
@@ -112,12 +111,12 @@ class Repairs(NodeOrders):
     def _copy_replica(self, record: VersionRecord, p: PartRecord, schema: pa.Schema, sources: list[NodeRecord],
                       target: NodeRecord, silent: dict[str, str]) -> ReplicaCopy | None:
         """One copy of ``p`` from the first of ``sources`` to ``target``, checked and sealed there; None when it
-        failed, the node to blame added to ``silent`` (the target when the holder says the target refused or did
-        not answer, else the holder)."""
+        failed, the node to blame added to ``silent``."""
         holder = sources[0]
         deadline = put_deadline(DEFAULT_TIMEOUT, p.nbytes) + 2 * self.node_timeout
         grant = None if self.secret is None else put_grant(  # the one put the holder may make to the target
-            self.secret, record.dataset, record.version, p.part, target.node_id, int(wall_clock() + deadline + CLOCK_MARGIN))
+            self.secret, record.dataset, record.version, p.part, target.node_id,
+            int(wall_clock() + deadline + CLOCK_MARGIN))
         order = CopyTo(record.dataset, record.version, p.part, target.uri, self.state.cluster(), self.epoch(), grant)
         try:
             # the holder's own put to the target, after it asked the catalog who is live
@@ -133,16 +132,19 @@ class Repairs(NodeOrders):
                 # answer in time, its copy is damaged or gone, it failed)
                 blamed = target if refusal.field == "copy-to.target" else holder
                 return self._not_asked_again(blamed, refusal, silent,
-                                             f"copying {record.dataset} v{record.version} {p.part} from {holder.uri} to "
-                                             f"{target.uri}")
+                                             f"copying {record.dataset} v{record.version} {p.part} from {holder.uri} "
+                                             f"to {target.uri}")
             # the target already stores it: the copy of a repair whose catalog died (or lost the lease) before it
             # recorded the copy; checked below as any copy is, then recorded and sealed
-            log.info("repair: %s already stores %s v%d %s; checking it", target.uri, record.dataset, record.version, p.part)
+            log.info("repair: %s already stores %s v%d %s; checking it", target.uri, record.dataset, record.version,
+                     p.part)
         try:
-            self.verify_on_nodes(record.dataset, record.version, schema, [PartRecord(p.part, p.start, p.shape, 0, [target])])
+            self.verify_on_nodes(record.dataset, record.version, schema,
+                                 [PartRecord(p.part, p.start, p.shape, 0, [target])])
         except FlightpartError as exc:
             return self._not_asked_again(target, exc, silent,
-                                         f"checking the copy of {record.dataset} v{record.version} {p.part} on {target.uri}")
+                                         f"checking the copy of {record.dataset} v{record.version} {p.part} on "
+                                         f"{target.uri}")
         self.state.add_replica(record.dataset, record.version, p.part, target.node_id)
         # the new holder keeps a manifest naming it, so a catalog rebuilding lost state takes its copy
         self.seal(manifest_of(self.state.version(record.dataset, record.version)), [target])
@@ -173,10 +175,8 @@ class Repairs(NodeOrders):
     def _scrub(self, _: ScrubCluster) -> ClusterScrubReport:
         """Every live node checks its files now (in parallel); their findings, summed, and the nodes not scrubbed.
 
-        Once the catalog can tell the live nodes from the dead (:meth:`wait_until_nodes_are_known`: right after a
-        start it had skipped live nodes and reported a clean scrub of none). A node's scrub is waited for while the
-        node beats (:func:`~.while_alive.call_while_alive`), however long its files take; one that stops beating
-        (frozen) is left. The nodes not scrubbed (dead, failed or left) are listed as unreachable."""
+        Once the live can be told from the dead (:meth:`wait_until_nodes_are_known`). A node's scrub is waited
+        for while it beats (:func:`~.while_alive.call_while_alive`); the nodes not scrubbed are listed unreachable."""
         self.wait_until_nodes_are_known()
         nodes = self.state.nodes()
         live = [n for n in nodes if n.alive]
@@ -185,8 +185,8 @@ class Repairs(NodeOrders):
             report = self.pool.action(node.uri, Scrub(), timeout=SCRUB_DEADLINE)
             return NodeScrubReport(**vars(report), uri=node.uri, node_id=node.node_id)
 
-        answers = call_while_alive(live, one, lambda n: n.node_id, lambda: {n.node_id for n in self.state.nodes() if n.alive},
-                                   self._stopping, "scrub")
+        answers = call_while_alive(live, one, lambda n: n.node_id,
+                                   lambda: {n.node_id for n in self.state.nodes() if n.alive}, self._stopping, "scrub")
         if self.lease is not None and not self.lease.leads():  # it stopped hearing the nodes' beats: its view is void
             raise NotLeader("this catalog lost the lease during the scrub; the new leader scrubs when asked again")
         for node, answer in zip(live, answers):
@@ -194,15 +194,17 @@ class Repairs(NodeOrders):
                 log.warning("scrub: node %s not scrubbed: %s", node.uri, answer.why)
                 self.pool.discard(node.uri)
         found = [a.value for a in answers if a.why is None and a.value is not None]
-        unreachable = [n.uri for n in nodes if not n.alive] + [n.uri for n, a in zip(live, answers) if a.why is not None]
+        unreachable = ([n.uri for n in nodes if not n.alive]
+                       + [n.uri for n, a in zip(live, answers) if a.why is not None])
         return ClusterScrubReport(tuple(found), tuple(unreachable),
                                   sum(len(a.damaged) for a in found), sum(len(a.missing) for a in found))
 
 
 ACTIONS = (
     Action(Repair, Repairs._repair, "copy under-replicated partitions to live nodes (copy-to)", "admin"),
-    Action(ReportDamage, Repairs._report_damage, "a node's replicas that failed their checksum or are gone: unlisted", "node"),
-    Action(ScrubCluster, Repairs._scrub, "every live node checks its files against their checksums now; damaged and missing "
-           "ones", "admin"),
+    Action(ReportDamage, Repairs._report_damage, "a node's replicas that failed their checksum or are gone: unlisted",
+           "node"),
+    Action(ScrubCluster, Repairs._scrub, "every live node checks its files against their checksums now; damaged and "
+           "missing ones", "admin"),
 )
 """The actions this part serves, added to the catalog's table (:attr:`~.server.CatalogServer.actions`)."""

@@ -1,13 +1,8 @@
 """The catalog's Flight server, composed of its parts: one ``FlightInfo`` per dataset, built from its state.
 
-``get_flight_info(for_path(name))`` answers in the form any Flight client
-understands (see :func:`flightpart.wire.encode_flight_info`): the schema,
-one endpoint per partition in row-major grid order with the replicas' node
-URIs as locations, and JSON metadata that carries the ``__partitioned__``
-geometry. Each part (:mod:`.leadership`, :mod:`.registry`, :mod:`.versions`,
-:mod:`.repair`, :mod:`.publish`, :mod:`.reads`) brings its handlers and the
-actions it serves; this module builds the state, the lease and the threads
-they share, and the one action table.
+``get_flight_info(for_path(name))`` answers as any Flight client understands
+(:func:`flightpart.wire.encode_flight_info`). Each part brings its handlers and actions; this module builds the
+state, the lease, the shared threads and the action table.
 """
 
 from __future__ import annotations
@@ -63,12 +58,14 @@ class CatalogServer(Leading, Registry, Versions, Repairs, Publishing, Reads):
         self.lease = Lease(lease, self.uri, duration=lease_seconds, on_lead=self.took_over,
                            on_lose=self.lost_lead, find_leader=self.leader_among) if lease else None
         database = PostgresDatabase(lease, fence=self.lease.fence, link_timeout=lease_seconds, settings={
-            "idle_in_transaction_session_timeout": f"{int(lease_seconds * 1000)}ms"}) if self.lease is not None else None
+            "idle_in_transaction_session_timeout": f"{int(lease_seconds * 1000)}ms"}) \
+            if self.lease is not None else None
         self.state = CatalogState(state_path, dead_after=dead_after, database=database)
         self._started = time.monotonic()
         known = self.state.cluster()
         if cluster_id is not None and known is not None and known != cluster_id:
-            raise ForeignCluster(f"--cluster-id {cluster_id}: this catalog's state belongs to cluster {known}", field="cluster")
+            raise ForeignCluster(f"--cluster-id {cluster_id}: this catalog's state belongs to cluster {known}",
+                                 field="cluster")
         self._cluster_id = cluster_id
         if cluster_id is not None and self.lease is None:  # with a lease: minted by whichever catalog leads first
             known = self.state.mint_cluster(cluster_id)
@@ -88,7 +85,8 @@ class CatalogServer(Leading, Registry, Versions, Repairs, Publishing, Reads):
         self.pending_ttl = pending_ttl
         self.pending_per_writer = pending_per_writer_from_env()
         self.node_timeout = node_timeout
-        self.fan_out_timeout = fan_out_timeout  # drop, abort, seal: a node that misses it is told when it registers again
+        # drop, abort, seal: a node that misses it is told when it registers again
+        self.fan_out_timeout = fan_out_timeout
         self.retire_after = retire_after
         self._skewed: set[str] = set()  # nodes whose clock was last seen further from ours than CLOCK_MARGIN
         self._owes_registration: set[str] = set()  # nodes whose registration could not carry every seal
@@ -116,7 +114,7 @@ class CatalogServer(Leading, Registry, Versions, Repairs, Publishing, Reads):
         self.state.close()
 
     def _expire_pending_loop(self) -> None:
-        """Abort puts that never finished, once they are older than the pending TTL (see docs/operations/failures.md)."""
+        """Abort puts that never finished, once older than the pending TTL (docs/operations/failures.md)."""
         while not self._stopping.wait(min(max(self.pending_ttl / 4, 0.2), 30.0)):
             if self.lease is not None and not self.lease.leads():
                 continue  # a standby (or a leader cut off from its database) keeps house for no one
@@ -127,12 +125,14 @@ class CatalogServer(Leading, Registry, Versions, Repairs, Publishing, Reads):
                     self._infos.clear()
                 retired = self.state.retire_dead(self.retire_after)
                 if retired:
-                    log.warning("retired %d nodes silent for more than %ss: %s; their partitions count as lost replicas "
-                                "until `flightpart repair` copies them", len(retired), self.retire_after, ", ".join(retired))
+                    log.warning("retired %d nodes silent for more than %ss: %s; their partitions count as lost "
+                                "replicas until `flightpart repair` copies them", len(retired), self.retire_after,
+                                ", ".join(retired))
                     self._infos.clear()
                 self.state.flush_heartbeats()
             except Exception:  # the database is closing: the loop ends with the server
                 if not self._stopping.is_set():
                     log.exception("expiring pending versions failed")
 
-    actions = action_table(*(action for part in (registry, leadership, reads, versions, repair, publish) for action in part.ACTIONS))
+    actions = action_table(*(action for part in (registry, leadership, reads, versions, repair, publish)
+                             for action in part.ACTIONS))

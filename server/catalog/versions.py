@@ -47,8 +47,7 @@ log = logging.getLogger("flightpart.catalog")
 
 
 def test_pause(variable: str, what: str) -> None:
-    """A test hook: sleep the seconds ``$variable`` names, so a test can kill the catalog at that very step of a
-    commit (before its database commit, or between it and the seal). Unset in any real deployment."""
+    """A test hook: sleep the seconds ``$variable`` names, so a test can kill the catalog at that step of a commit."""
     seconds = os.environ.get(variable)
     if seconds:
         log.warning("%s: paused %s s (%s, a test hook)", what, seconds, variable)
@@ -58,12 +57,15 @@ def test_pause(variable: str, what: str) -> None:
 def check_geometry(shape: tuple[int, int], grid: tuple[int, int], parts: list[PartRecord]) -> None:
     """The committed partitions cover the grid once each and tile the dataset exactly."""
     positions = {p.part for p in parts}
-    if len(positions) != len(parts) or len(parts) != grid[0] * grid[1] or any(not (i < grid[0] and j < grid[1]) for i, j in positions):
-        raise RequestRejected(f"commit: {len(parts)} partitions do not fill the {grid} grid once each", field="commit.partitions")
+    if len(positions) != len(parts) or len(parts) != grid[0] * grid[1] \
+            or any(not (i < grid[0] and j < grid[1]) for i, j in positions):
+        raise RequestRejected(f"commit: {len(parts)} partitions do not fill the {grid} grid once each",
+                              field="commit.partitions")
     try:
         tiling.check_tiling(shape, grid, {p.part: (p.start, p.shape) for p in parts})
     except PartitionedError as exc:
-        raise RequestRejected(f"commit: the partitions do not tile the dataset: {exc}", field="commit.partitions") from None
+        raise RequestRejected(f"commit: the partitions do not tile the dataset: {exc}",
+                              field="commit.partitions") from None
 
 
 class Versions(NodeOrders):
@@ -80,13 +82,12 @@ class Versions(NodeOrders):
         return VersionReply(version, self.grant(b.dataset, version))
 
     def pending_share(self) -> int | None:
-        """The versions the caller may hold begun and neither committed nor aborted (None: any, for an admin or the
-        owner, which every caller of a cluster without a secret is)."""
+        """The versions the caller may hold pending (None: any, for an admin or the owner)."""
         return None if self.caller.credential.role in ("admin", "owner") else self.pending_per_writer
 
     def grant(self, dataset: str, version: int) -> str | None:
-        """The caller's leave to write ``version`` of ``dataset`` on nodes, when it is a writer of a cluster with a
-        secret (an admin or the owner needs none); it lasts as long as a pending version does."""
+        """A writer's grant to write ``version`` of ``dataset`` on nodes (decision 0015); None for an admin or the
+        owner."""
         credential = self.caller.credential
         if self.secret is None or credential.role != "writer":
             return None
@@ -99,8 +100,7 @@ class Versions(NodeOrders):
         return f"{credential.role}:{credential.name}"
 
     def check_writer(self, dataset: str, version: int, what: str) -> None:
-        """FORBIDDEN unless the caller began ``version`` (or is an admin or the owner): any writer could commit
-        forged rows as another's reserved version, or abort it under its feet."""
+        """FORBIDDEN unless the caller began ``version`` or is an admin or the owner."""
         credential = self.caller.credential
         if credential.role in ("admin", "owner"):
             return
@@ -109,8 +109,8 @@ class Versions(NodeOrders):
             raise Forbidden(f"{what}: {dataset} v{version} was learned from nodes' files when this catalog lost its "
                             f"state, and may have been committed: only an admin may {what} it", field="version")
         if began is not None and began != self.writer():
-            raise Forbidden(f"{what}: {dataset} v{version} was begun by another writer; only it or an admin may {what} it",
-                            field="version")
+            raise Forbidden(f"{what}: {dataset} v{version} was begun by another writer; only it or an admin may "
+                            f"{what} it", field="version")
 
     def _commit(self, b: Commit) -> Committed:
         if self._committed_already(b):  # only the very manifest stored: a retry whose answer was lost (any writer
@@ -121,7 +121,8 @@ class Versions(NodeOrders):
         for k, p in enumerate(b.partitions):
             unknown = [h for h in p.nodes if h not in nodes]
             if not p.nodes or unknown:
-                raise RequestRejected(f"commit.partitions[{k}].nodes: expected ids of registered nodes, got {list(p.nodes)!r:.80}",
+                raise RequestRejected(f"commit.partitions[{k}].nodes: expected ids of registered nodes, got "
+                                      f"{list(p.nodes)!r:.80}",
                                       field=f"commit.partitions[{k}].nodes")
             parts.append(PartRecord(p.part, p.start, p.shape, 0, [nodes[h] for h in p.nodes]))
         check_geometry(b.shape, b.tiling, parts)
@@ -140,13 +141,13 @@ class Versions(NodeOrders):
         if self.seal(b, holders.values()) == len(holders):
             self.state.sealed_everywhere(b.dataset, b.version)
         describe("commit", dataset=b.dataset, version=b.version, partitions=len(parts), rows=b.shape[0])
-        threading.Thread(target=self._prepare, args=(b.dataset, b.version), name="flightpart-prepare", daemon=True).start()
+        threading.Thread(target=self._prepare, args=(b.dataset, b.version), name="flightpart-prepare",
+                         daemon=True).start()
         return Committed(b.dataset, b.version)
 
     def _committed_already(self, b: Commit) -> bool:
-        """Whether this very commit is published already: its writer sent it again because the answer was lost (the
-        catalog that took it died, and the writer's call moved to the new leader). A version number is reserved for
-        one writer, so the same manifest is the same write; a different one is still a VERSION_CONFLICT."""
+        """Whether this very commit is published already (a retry after a lost answer): a version is reserved for
+        one writer, so the same manifest is the same write; a different one is a VERSION_CONFLICT."""
         state = self.state.version_state(b.dataset, b.version)
         if state is None or state[0] != "committed":
             return False
@@ -162,9 +163,8 @@ class Versions(NodeOrders):
 
     @contextmanager
     def outcome_watched(self, dataset: str, version: int) -> Iterator[None]:
-        """Around a version's commit transaction: when the database's answer is lost (StateUnavailable), the version
-        may be committed all the same, so it is settled (:meth:`settle_unsure`) as soon as the database answers,
-        and before any open of it is answered."""
+        """Around a commit transaction: when the database's answer is lost (StateUnavailable) the version may be
+        committed, so it is settled (:meth:`settle_unsure`) once the database answers, before any open of it."""
         try:
             yield
         except StateUnavailable:
@@ -186,8 +186,8 @@ class Versions(NodeOrders):
     """Seconds between two looks at commits whose outcome is unknown, while the database does not answer."""
 
     def settle_unsure(self) -> bool:
-        """Seal every commit whose answer was lost and which the database did take (its holders were never told);
-        forget those it did not take. True while some are left to settle (the database still does not answer)."""
+        """Seal every commit whose answer was lost and which the database took; forget the others. True while
+        some are left (the database does not answer)."""
         with self._unsure_lock:
             unsure = sorted(self._unsure)
         for dataset, version in unsure:
@@ -207,7 +207,7 @@ class Versions(NodeOrders):
         return False
 
     def _raise_if_not_pending(self, dataset: str, version: int) -> None:
-        """DatasetNotFound when ``version`` was dropped or aborted: why its files are gone, rather than a missing file."""
+        """DatasetNotFound when ``version`` was dropped or aborted (why its files are gone)."""
         state = self.state.version_state(dataset, version)
         if state is not None and state[0] == "aborted":
             raise VersionExpired(f"{dataset} v{version} was aborted while it was being written (pending longer than "
@@ -218,8 +218,7 @@ class Versions(NodeOrders):
                                   field="version")
 
     def _prepare(self, name: str, version: int) -> None:
-        """Build a version's FlightInfo just after its commit, beside the commit's answer: the first open (the
-        writer's own, or anyone's) finds it built (a cold build of 50,000 partitions takes most of a second)."""
+        """Build a version's FlightInfo just after its commit, so the first open finds it built (decision 0019)."""
         try:
             self.cached_info(name, version)
         except Exception as exc:  # the open that needs it builds it then, and says what is wrong

@@ -14,7 +14,7 @@ import time
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from flightpart.errors import ForeignCluster, NodeConflict, PartitionDamaged, RequestRejected, StaleEpoch, VersionConflict
+from flightpart.errors import ForeignCluster, NodeConflict, PartitionDamaged, RequestRejected, StaleEpoch, VersionConflict  # noqa: E501, RUF100
 from flightpart.frames import size_of
 from flightpart.io.connections import DEFAULT_TIMEOUT, ConnectionPool
 from flightpart.io.errors import translate, translated
@@ -75,10 +75,9 @@ class CatalogLink(NodeBase):
     def register(self) -> None:
         """Tell the catalog who we are and everything our directory holds.
 
-        The catalog answers with the cluster this node belongs to, the
-        versions it dropped or aborted while we were away (deleted here only
-        when the catalog is of our own cluster) and the manifests of
-        committed versions we hold but have not sealed yet.
+        The catalog answers with its cluster, the versions dropped or
+        aborted meanwhile (deleted only for our own cluster) and the
+        manifests of committed versions we hold unsealed.
         """
         held, sealed, versions = self.store.scan()
         refs = tuple(VersionRef(d, v) for d, v in versions)
@@ -103,8 +102,8 @@ class CatalogLink(NodeBase):
         if reply.cluster is not None:
             self.store.join_cluster(reply.cluster)
         if reply.epoch is not None and not self.store.obey_epoch(reply.epoch):
-            raise StaleEpoch(f"the catalog that answered leads with epoch {reply.epoch}, lower than {self.store.epoch}: "
-                             "it no longer leads", field="epoch")
+            raise StaleEpoch(f"the catalog that answered leads with epoch {reply.epoch}, lower than "
+                             f"{self.store.epoch}: it no longer leads", field="epoch")
         if reply.cluster is not None and reply.cluster == self.store.cluster:
             for orphan in reply.orphans:
                 removed = self.store.drop(orphan.dataset, orphan.version, remember=True)
@@ -124,8 +123,9 @@ class CatalogLink(NodeBase):
                     free = self.free_bytes()
                     beat = Heartbeat(self.node_id, free, free is not None and free < self.min_free_bytes,
                                      int(wall_clock() * 1000))
-                    # in a datagram when the catalog takes it so; anything else over Flight, whose answer decides (with
-                    # the clock of now: a beat counts from when it was sent, and the datagram's wait was not the catalog's)
+                    # in a datagram when the catalog takes it so; anything else over Flight, whose answer decides
+                    # (with the clock of now: a beat counts from when it was sent, and the datagram's wait was not
+                    # the catalog's)
                     known = self.datagrams.beat(self.catalog_uri, beat)
                     heard = self.datagrams.heard if known else None
                     if not known:
@@ -134,7 +134,8 @@ class CatalogLink(NodeBase):
                                                  timeout=5)
                         known = reply.known
                         heard = (sent, wall_clock(), reply.clock_ms / 1000) if reply.clock_ms is not None else None
-                    if heard is not None:  # expiry is judged by the catalog's clock (docs/operations/security.md, "Clocks")
+                    # expiry is judged by the catalog's clock (docs/operations/security.md, "Clocks")
+                    if heard is not None:
                         self.guard.heard_catalog_clock(*heard)
                     self.last_contact = time.monotonic()
                     if not known:
@@ -198,7 +199,8 @@ class CatalogLink(NodeBase):
             with translated():
                 live = [n.uri for n in self.to_catalog(ListNodes(), timeout=5).nodes if n.alive]
         if target not in live or target == self.uri:
-            raise RequestRejected("copy-to.target: not a live node of this cluster; nothing was sent", field="copy-to.target")
+            raise RequestRejected("copy-to.target: not a live node of this cluster; nothing was sent",
+                                  field="copy-to.target")
 
     def _seal(self, body: Seal) -> Sealed:
         self._check_cluster(body.cluster, body.epoch)
@@ -212,7 +214,8 @@ class CatalogLink(NodeBase):
         self._check_target(body.target)
         table = self.store.open(body.dataset, body.version, body.part)
         # the copy goes with the catalog's grant for it (a node token writes to no node), or as this node (no secret)
-        pool = self.pool if body.grant is None else ConnectionPool(dataclasses.replace(self.pool.access, token=body.grant))
+        pool = self.pool if body.grant is None else ConnectionPool(dataclasses.replace(self.pool.access,
+                                                                                       token=body.grant))
         try:
             send_partition(pool, body.target, body.dataset, body.version, body.part, table)
         except (flight.FlightError, ConnectionError, OSError) as exc:  # the target's doing: the catalog tries another
@@ -222,8 +225,9 @@ class CatalogLink(NodeBase):
                          body.version, body.part)
                 return Copied(0)  # the copy of a repair whose catalog died before recording it
             if isinstance(refusal, VersionConflict):
-                raise PartitionDamaged(f"copy-to {body.target}: it stores other rows for {body.dataset} v{body.version} "
-                                       f"{body.part} than this replica (a file no catalog placed there); not taken",
+                raise PartitionDamaged(f"copy-to {body.target}: it stores other rows for {body.dataset} "
+                                       f"v{body.version} {body.part} than this replica (a file no catalog placed "
+                                       "there); not taken",
                                        field="copy-to.target") from None
             raise type(refusal)(f"copy-to {body.target}: {refusal.message}", field="copy-to.target") from None
         finally:
@@ -233,9 +237,8 @@ class CatalogLink(NodeBase):
 
     def _holds_the_same(self, body: CopyTo, table: pa.Table) -> bool:
         """Whether the target of ``body``, which says it stores the partition already, serves the rows this replica
-        holds. A repair takes such a copy as its own (its catalog may have died before recording it), so a file
-        planted there (a writer's put to a node that holds nothing of the version) must not pass for one. Read
-        batch by batch, each checked before it is compared, and left at the first that differs."""
+        holds (a repair takes such a copy as its own, so a planted file must not pass). Each batch is checked
+        before it is compared."""
         ticket = flight.Ticket(Ticket(body.dataset, body.version, body.part).encode())
         offset = 0
         try:
@@ -260,9 +263,10 @@ class CatalogLink(NodeBase):
 CATALOG_ORDERS = (
     Action(DropFiles, CatalogLink._drop, "remove a dataset version's files (orders from this node's own cluster only)",
            "catalog"),
-    Action(Seal, CatalogLink._seal, "keep a committed version's manifest: the version becomes immutable and rebuildable",
-           "catalog"),
+    Action(Seal, CatalogLink._seal,
+           "keep a committed version's manifest: the version becomes immutable and rebuildable", "catalog"),
     Action(Lead, CatalogLink._lead, "a catalog took the lease: refuse orders of lower epochs, report to it", "catalog"),
-    Action(CopyTo, CatalogLink._copy_to, "send a partition to another live node of the cluster (replication)", "catalog"),
+    Action(CopyTo, CatalogLink._copy_to, "send a partition to another live node of the cluster (replication)",
+           "catalog"),
 )
 """The catalog's orders, for the node's action table."""

@@ -1,9 +1,7 @@
 """A node's get streams: stored partitions sent to readers, as zero-copy slices of memory-mapped files.
 
-A version is served to readers only once it is sealed here (:data:`READS_UNPUBLISHED` may read it before); a
-small partition is handed to Arrow whole, a large one in row ranges paced by the reader, so the stream guard
-sees a reader that stops taking rows; ``ticket.more`` sends many whole partitions of one column group in one
-stream, in runs.
+A version is served only once sealed here (:data:`READS_UNPUBLISHED` may read it before); a large partition goes
+in row ranges paced by the reader (decision 0003); ``ticket.more`` sends many whole partitions in one stream.
 """
 
 from __future__ import annotations
@@ -65,7 +63,8 @@ class GetStreams(NodeBase):
         self._seen_sealed: set[tuple[str, int]] = set()  # versions a read found sealed here (see _published)
 
     def do_get(self, context: Any, ticket: flight.Ticket) -> flight.RecordBatchStream:
-        with boundary(log, "do_get", self.telemetry, context, counted=functools.partial(self.count_error, "get")) as call:
+        with boundary(log, "do_get", self.telemetry, context,
+                      counted=functools.partial(self.count_error, "get")) as call:
             spec = Ticket.decode(ticket.ticket)
             credential = authorize(context, "read", (spec.dataset, spec.version))
             if credential.role not in READS_UNPUBLISHED and not self._published(spec.dataset, spec.version):
@@ -76,13 +75,13 @@ class GetStreams(NodeBase):
                 return self._several(spec, guard)
             if spec.filter is not None:
                 self.filters.check(spec.filter)
-            table = apply_ticket(self.store.open(spec.dataset, spec.version, spec.part), spec.columns, spec.rows, spec.filter,
-                                 spec.matched, spec.aggregate, bool(spec.row_numbers), spec.top)
+            table = apply_ticket(self.store.open(spec.dataset, spec.version, spec.part), spec.columns, spec.rows,
+                                 spec.filter, spec.matched, spec.aggregate, bool(spec.row_numbers), spec.top)
             compressed = write_options(table, spec.compression)
             options = compressed or PLAIN
             nbytes, batches, dictionaries = stored_facts(table)  # once per map for a whole partition
-            describe("get", dataset=spec.dataset, version=spec.version, part=spec.part, bytes=nbytes, rows=table.num_rows,
-                     compressed=compressed is not None)
+            describe("get", dataset=spec.dataset, version=spec.version, part=spec.part, bytes=nbytes,
+                     rows=table.num_rows, compressed=compressed is not None)
         self.counters.add(bytes_sent=nbytes, rows_sent=table.num_rows, batches_sent=batches, partitions_served=1,
                           streams_compressed=int(compressed is not None), get_streams=1)
         if not table.num_rows:  # a stream of the table sends no batch, and so no dictionary (at any depth): one of none
@@ -102,8 +101,8 @@ class GetStreams(NodeBase):
         return flight.GeneratorStream(table.schema, self.guard.watch(guard, pieces), options=options)
 
     def _published(self, dataset: str, version: int) -> bool:
-        """Whether ``version`` is sealed here (committed, and this node told so). Remembered once true: a seal is
-        never taken back, and a version number never reused, so a read asks the disk once per version."""
+        """Whether ``version`` is sealed here; remembered once true (a seal is never taken back, a number never
+        reused)."""
         if (dataset, version) in self._seen_sealed:
             return True
         if not self.store.sealed(dataset, version):
@@ -112,8 +111,7 @@ class GetStreams(NodeBase):
         return True
 
     def forget_seals(self, dataset: str, version: int | None) -> None:
-        """Let go of the seals reads remembered (:meth:`_published`) for a dropped version, or every version of
-        ``dataset``: the set would otherwise grow with every version ever read here."""
+        """Forget the seals remembered (:meth:`_published`) for a dropped version, or every version of ``dataset``."""
         self._seen_sealed.difference_update([key for key in list(self._seen_sealed)
                                              if key[0] == dataset and (version is None or key[1] == version)])
 
@@ -127,23 +125,25 @@ class GetStreams(NodeBase):
         """Whole partitions of one column group in one stream, in runs: each run's rows one batch, opened by a
         :class:`PartRun` naming its partitions and their rows (a partition larger than a batch goes alone).
 
-        Each partition is opened as its turn comes (one map held at a time, not 4,096 files open at once); a
-        missing one is refused before the stream starts, so the reader can ask another replica.
+        Each partition is opened as its turn comes (one map at a time); a missing one is refused before the
+        stream starts, so the reader can ask another replica.
         """
         positions = (spec.part, *(spec.more or ()))
         folder = str(self.store.version_dir(spec.dataset, spec.version))
         paths = [Path(f"{folder}/{i}_{j}{layout.SUFFIX}") for i, j in positions]  # one walk of pathlib, not one each
         missing = [p for p, path in zip(positions[1:], paths[1:]) if not os.path.exists(path)]
         if missing:
-            raise PartitionMissing(f"partition {missing[0]} of dataset {spec.dataset!r} version {spec.version} is not on "
-                                   "this node", field="ticket.more")
+            raise PartitionMissing(f"partition {missing[0]} of dataset {spec.dataset!r} version {spec.version} is not "
+                                   "on this node", field="ticket.more")
         first = apply_ticket(self.store.open(spec.dataset, spec.version, spec.part), spec.columns, None)
         schema = first.schema
         if any(pa.types.is_dictionary(field.type) for field in schema):
-            raise RequestRejected("ticket.more: dictionary columns are read one partition per stream", field="ticket.more")
+            raise RequestRejected("ticket.more: dictionary columns are read one partition per stream",
+                                  field="ticket.more")
         options = write_options(first, spec.compression)
         self.counters.add(streams_compressed=int(options is not None), get_streams=1)
-        describe("get", dataset=spec.dataset, version=spec.version, parts=len(positions), compressed=options is not None)
+        describe("get", dataset=spec.dataset, version=spec.version, parts=len(positions),
+                 compressed=options is not None)
         empty = pa.RecordBatch.from_pylist([], schema=schema)  # what opens a partition of no rows
 
         def opened(k: int, position: tuple[int, int]) -> pa.Table:
@@ -164,7 +164,8 @@ class GetStreams(NodeBase):
         def sent(run: list[tuple[tuple[int, int], pa.Table, int]]) -> Iterator[Any]:
             """One run of partitions: their rows as one batch (a lone or large one as its own batches), the first
             batch carrying the :class:`PartRun` that says where each partition starts."""
-            header = pa.py_buffer(PartRun(tuple(p for p, _t, _n in run), tuple(t.num_rows for _p, t, _n in run)).encode())
+            header = pa.py_buffer(PartRun(tuple(p for p, _t, _n in run),
+                                          tuple(t.num_rows for _p, t, _n in run)).encode())
             whole = run[0][1] if len(run) == 1 else pa.concat_tables([t for _p, t, _n in run]).combine_chunks()
             batches = [piece for batch in whole.to_batches() for piece in split_batch(batch, STREAM_PIECE_BYTES)]
             self.counters.add(bytes_sent=sum(n for _p, _t, n in run), rows_sent=whole.num_rows,

@@ -1,9 +1,8 @@
 """A node's integrity: what it holds checked against checksums, and what is lost told to the catalog.
 
-A file that fails its checksum on any read is quarantined by the store, which calls :meth:`Integrity._damaged`;
-a scrub reads every file at a bounded rate and finds missing ones; whatever is damaged or missing is reported
-to the catalog (again at each beat until it answers), which repairs it from other replicas. The ``check``
-actions vouch for files before a reader on this host maps them itself.
+A file that fails its checksum is quarantined by the store, which calls :meth:`Integrity._damaged`; a scrub
+reads every file at a bounded rate; what is damaged or missing is reported to the catalog (again at each beat
+until it answers), which repairs it from other replicas.
 """
 
 from __future__ import annotations
@@ -43,7 +42,8 @@ class Integrity(NodeBase):
     def init_integrity(self) -> None:
         """Set up what is lost and not yet reported, and hear of every file the store quarantines."""
         self._lost_lock = threading.Lock()
-        self._unreported: set[tuple[str, int, tuple[int, int]]] = set()  # damaged or missing, not yet told to the catalog
+        # damaged or missing, not yet told to the catalog
+        self._unreported: set[tuple[str, int, tuple[int, int]]] = set()
         self._settled: set[tuple[str, int, tuple[int, int]]] = set()  # missing ones the catalog already knows of
         self.store.on_damage = self._damaged
 
@@ -61,7 +61,7 @@ class Integrity(NodeBase):
         threading.Thread(target=self.report_lost, name="flightpart-report-damage", daemon=True).start()
 
     def report_lost(self) -> None:
-        """Tell the catalog which replicas this node no longer has intact; kept for the next beat when it does not answer."""
+        """Tell the catalog which replicas this node no longer has intact; kept for the next beat if unanswered."""
         with self._lost_lock:
             places = sorted(self._unreported)
         if not places or self.catalog_uri is None:
@@ -78,10 +78,8 @@ class Integrity(NodeBase):
     def scrub(self, rate: int | None = None) -> ScrubReport:
         """Check every stored file against its checksum and find missing ones; tell the catalog what is lost.
 
-        ``rate`` bounds the bytes read per second (None: as fast as the
-        disk goes, for ``flightpart scrub``). Files that drops remove while
-        it runs are no finding (the drops are watched from before the
-        manifests are read).
+        ``rate`` bounds the bytes read per second (None: unbounded). Files
+        drops remove meanwhile are no finding.
         """
         pace = _Pacer(rate, self.stopping).pace if rate else None
         since = self.store.drops.mark()
@@ -117,7 +115,7 @@ class Integrity(NodeBase):
         self.report_lost()
 
     def _scrub_loop(self) -> None:
-        """Scrub at ``scrub_rate`` bytes/s, one pass every ``scrub_interval`` seconds: a pass over B bytes takes B/rate s."""
+        """Scrub at ``scrub_rate`` bytes/s, one pass every ``scrub_interval`` seconds."""
         while not self.stopping.wait(self.scrub_interval):
             try:
                 self.scrub(self.scrub_rate)
@@ -125,7 +123,7 @@ class Integrity(NodeBase):
                 log.warning("scrub pass failed: %s", exc)
 
     def _check(self, body: PartPlace) -> Checked:
-        """Vouch for a partition before a reader on this host maps the file itself (verified once per file and process)."""
+        """Vouch for a partition before a reader on this host maps the file itself (verified once per file)."""
         self.store.open(body.dataset, body.version, body.part)
         return Checked()
 

@@ -40,8 +40,7 @@ def checked(batch: pa.RecordBatch, name: str, version: int, part: tuple[int, int
     and its ``decimals`` (the positions of its decimal columns) without the one value past their precision that
     Arrow's validation misses (:func:`~flightpart.query.soundness.decimal_past_precision`).
 
-    Nothing else touches a batch before this check, so a lying batch can
-    neither crash the node nor be stored to crash its readers later.
+    Nothing touches a batch before this check (decision 0011).
     """
     try:
         batch.validate(full=True)
@@ -65,7 +64,8 @@ class PutStreams(NodeBase):
     """Receipts per metadata message in the answer to a put of several partitions (about 300 KB)."""
 
     def do_put(self, context: Any, descriptor: flight.FlightDescriptor, reader: Any, writer: Any) -> None:
-        with boundary(log, "do_put", self.telemetry, context, counted=functools.partial(self.count_error, "put")) as call:
+        with boundary(log, "do_put", self.telemetry, context,
+                      counted=functools.partial(self.count_error, "put")) as call:
             name, version, part = parse_put_path(descriptor)
             credential = credential_of(context)
             if credential.role == PUT_GRANT:  # a copy the catalog ordered: this partition, to this node, nothing else
@@ -83,20 +83,21 @@ class PutStreams(NodeBase):
             stream = self.guard.received(guard, chunks(reader))
             if part is not None:
                 stored = self._receive(context, stream, name, version, part, reader.schema, alone=True)
-                describe("put", dataset=name, version=version, part=part, partitions=1, bytes=stored.nbytes, rows=stored.rows)
+                describe("put", dataset=name, version=version, part=part, partitions=1, bytes=stored.nbytes,
+                         rows=stored.rows)
                 writer.write(pa.py_buffer(stored.encode()))
                 return
             received: list[StoredPartition] = []
             for chunk in stream:
                 if chunk.data is not None or chunk.app_metadata is None:
-                    raise RequestRejected(f"the put of several partitions of {name} v{version} sent a record batch before "
-                                          "its partition header", field="partition header")
+                    raise RequestRejected(f"the put of several partitions of {name} v{version} sent a record batch "
+                                          "before its partition header", field="partition header")
                 header = PartHeader.decode(chunk.app_metadata.to_pybytes(), "partition header")
                 received.append(self._receive(context, stream, name, version, header.part, reader.schema, alone=False))
             if received:
                 self.store.sync(name, version)  # every rename durable before any receipt
-            describe("put", dataset=name, version=version, partitions=len(received), bytes=sum(p.nbytes for p in received),
-                     rows=sum(p.rows for p in received))
+            describe("put", dataset=name, version=version, partitions=len(received),
+                     bytes=sum(p.nbytes for p in received), rows=sum(p.rows for p in received))
             for k in range(0, len(received), self.RECEIPTS_PER_PAGE):
                 writer.write(pa.py_buffer(PutReceipts(tuple(received[k:k + self.RECEIPTS_PER_PAGE])).encode()))
 
@@ -140,16 +141,17 @@ class PutStreams(NodeBase):
                 raise RequestRejected(f"the put of {name} v{version} {part} was cancelled after {rows} rows; "
                                       "nothing was stored", field="stream")
             if not declared:
-                raise RequestRejected(f"the put of {name} v{version} {part} ended without its trailer after {rows} rows "
-                                      '(a complete put ends with the metadata message {"rows": n}); nothing was stored',
+                raise RequestRejected(f"the put of {name} v{version} {part} ended without its trailer after {rows} "
+                                      'rows (a complete put ends with the metadata message {"rows": n}); nothing was '
+                                      "stored",
                                       field="put trailer")
             if declared[-1] != rows:
                 raise RequestRejected(f"the put of {name} v{version} {part} ended after {rows} rows, "
                                       f"the sender declared {declared[-1]}", field="put trailer")
 
         try:
-            stored = self.store.write(name, version, part, schema, split_all(growing_dictionaries(batches())), check_complete,
-                                      sync_directory=alone)
+            stored = self.store.write(name, version, part, schema, split_all(growing_dictionaries(batches())),
+                                      check_complete, sync_directory=alone)
         except pa.ArrowInvalid as exc:  # a dictionary nested in a list or struct, replaced between batches
             if "dictionary" not in str(exc).lower():
                 raise

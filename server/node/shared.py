@@ -1,10 +1,8 @@
 """What a node's concerns share: the daemon's settings, the state :class:`~.server.NodeServer` builds, and the
-few calls every concern makes (speak to the catalog, count a refused call, refuse a version past the limit).
+few calls every concern makes.
 
-Each concern of the node (the catalog link, integrity, the get and put streams, the actions) is a mixin of
-:class:`NodeBase` and imports nothing of the others: a concern that needs another's call (the catalog link
-asks integrity for what is lost, a drop tells the get streams to forget a seal) makes it on ``self``, which the
-composed :class:`~.server.NodeServer` answers.
+Each concern is a mixin of :class:`NodeBase` and imports no other: a call another concern answers is made on
+``self``, which the composed :class:`~.server.NodeServer` answers.
 """
 
 from __future__ import annotations
@@ -29,8 +27,7 @@ log = logging.getLogger("flightpart.node")
 
 
 def within_limit(dataset: str, version: int, field: str) -> None:
-    """INVALID_REQUEST for a version past :data:`~flightpart.wire.VERSION_LIMIT`: no catalog hands one out, and a
-    file at such a number would reach the catalog with the node's next registration."""
+    """INVALID_REQUEST for a version past :data:`~flightpart.wire.VERSION_LIMIT` (no catalog hands one out)."""
     if version > VERSION_LIMIT:
         raise RequestRejected(f"version {version:,} of {dataset} is past the {VERSION_LIMIT:,} a dataset may reach; a "
                               "catalog hands out no such number", field=field)
@@ -50,8 +47,7 @@ def held_weight(stored: StoredPartition) -> int:
 
 
 class NodeBase(ServiceBase):
-    """What every concern of a node may use: the state :class:`~.server.NodeServer` builds (declared here) and
-    the calls below."""
+    """What every concern of a node may use: the state :class:`~.server.NodeServer` builds, and the calls below."""
 
     log = log
     role = "node"

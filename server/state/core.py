@@ -17,8 +17,7 @@ from .tables import SCHEMA
 
 
 class StateCore:
-    """One database (SQLite by default, or the PostgreSQL one given), its schema made and old SQLite files brought up
-    to date; what node and version state build on."""
+    """One database (SQLite, or the PostgreSQL one given) with its schema made; what node and version state build on."""
 
     def __init__(self, path: str | Path = ":memory:", *, database: Database | None = None):
         if database is None and str(path) != ":memory:":
@@ -47,21 +46,18 @@ class StateCore:
 
     @property
     def rows_written(self) -> int:
-        """Rows the database has written since it was opened (what shows heartbeats are kept in memory, then batched)."""
+        """Rows the database has written since it was opened."""
         return self._db.rows_written
 
     def cluster(self) -> str | None:
         """This cluster's identity, once known."""
-        row = self.remembered(("cluster",), lambda: self._db.execute("SELECT value FROM meta WHERE key='cluster'").fetchone())
+        row = self.remembered(("cluster",),
+                              lambda: self._db.execute("SELECT value FROM meta WHERE key='cluster'").fetchone())
         return row[0] if row else None
 
     def adopt_cluster(self, offered: str | None) -> str | None:
-        """The cluster id: the one kept, else ``offered`` (a node that holds it: a catalog rebuilt from its nodes).
-
-        Never a fresh one: which node or client reaches a catalog on empty
-        state first must not decide the cluster's identity (see
-        :meth:`mint_cluster`). None while no identity is known.
-        """
+        """The cluster id kept, else ``offered`` by a node (a catalog rebuilt from its nodes), else None; never a
+        fresh one, so whoever reaches an empty catalog first does not decide the identity."""
         tx = self.tx()
         with tx as db:
             row = db.execute("SELECT value FROM meta WHERE key='cluster'").fetchone()
@@ -85,9 +81,8 @@ class StateCore:
             return cluster
 
     def tx(self, touches: str | None = "*") -> Any:
-        """A write transaction. On PostgreSQL, what was remembered for reads of the dataset it ``touches`` (``"*"``:
-        any; None: no dataset, as a flush of heartbeats) is forgotten once it commits, so the memory never answers
-        for state this catalog changed."""
+        """A write transaction; on commit it forgets the remembered reads of the dataset it ``touches`` (``"*"``:
+        any; None: none), so the memory never answers for state this catalog changed."""
         return _Forgetting(self._db.transaction(), self._memo, touches)
 
     MEMO_ENTRIES = 4096
@@ -120,13 +115,8 @@ class StateCore:
 
 
 class _Forgetting:
-    """A transaction that empties the read memo when it commits (see :meth:`StateCore.tx`).
-
-    What it forgets is what it ``touches`` (``"*"``, a dataset, None), unless
-    its body narrows that (:meth:`narrow`) once it knows what it changed: a node that
-    registers again and brings nothing new must not wipe what answers opens
-    while the database is away.
-    """
+    """A transaction that forgets remembered reads when it commits (:meth:`StateCore.tx`), narrowed by its body
+    (:meth:`narrow`) to what it changed."""
 
     def __init__(self, tx: Any, memo: dict | None, touches: str | None):
         self.tx, self.memo, self.touches = tx, memo, touches

@@ -1,16 +1,12 @@
 """Where the catalog's state lives: SQLite (one catalog, the default) or PostgreSQL (several catalogs, one leader).
 
-The state's rules (:mod:`server.state`) are written once, in the SQL
-both engines speak: ``?`` placeholders, ``INSERT ... ON CONFLICT``, and the
-scalar ``GREATEST`` (registered in SQLite). Each engine here turns that into
-its own: PostgreSQL gets ``%s``, 64-bit integers, double precision and bytea.
+The state's SQL is written once, in what both engines speak: ``?`` placeholders, ``INSERT ... ON CONFLICT``,
+``GREATEST`` (registered in SQLite); PostgreSQL gets ``%s``, 64-bit integers, double precision and bytea.
 
-A PostgreSQL database fences its writes: every transaction reads the lease
-row first (to refuse early) and again last, ``FOR SHARE`` (held until the
-commit, so a takeover comes before the check or after the commit), and is
-rolled back when the epoch there is not the one this catalog leads with. A
-catalog that lost its lease while frozen cannot write, whatever its own clock
-says.
+A PostgreSQL database fences its writes: every transaction reads the lease row first (to refuse early) and again
+last, ``FOR SHARE`` (held until the commit, so a takeover comes before the check or after the commit), and rolls
+back when the epoch there is not the one this catalog leads with. A catalog that lost its lease while frozen
+cannot write, whatever its own clock says.
 """
 
 from __future__ import annotations
@@ -120,16 +116,10 @@ CREATE TABLE IF NOT EXISTS flightpart_catalogs(holder TEXT PRIMARY KEY, uri TEXT
 class PostgresDatabase(Database):
     """The catalog's state in PostgreSQL, shared by every catalog of the cluster; only the leader writes.
 
-    ``fence()`` gives the epoch this catalog leads with (None: it does not
-    lead), checked inside every write transaction against the lease row.
-    Connection trouble is :class:`~flightpart.errors.StateUnavailable` (the
-    connection is made again at the next call). A link that goes silent (a
-    cut cable, a host gone, a frozen server) never holds a call for long: the
-    kernel gives the connection up after ``link_timeout`` seconds of
-    unacknowledged bytes or keepalives, and a watchdog cuts a call (a
-    statement, or a transaction with its statements) still running after
-    ``call_deadline`` seconds, or after ``link_timeout`` once ``fence()``
-    says this catalog leads no more, so its writers are told at once.
+    ``fence()`` gives the epoch this catalog leads with (None: it does not lead). Connection trouble is
+    :class:`~flightpart.errors.StateUnavailable` (reconnected at the next call). A silent link never holds a
+    call for long: the kernel gives up after ``link_timeout`` seconds unacknowledged, and a watchdog cuts a
+    call still running after ``call_deadline`` seconds, or after ``link_timeout`` once this catalog leads no more.
     """
 
     kind = "postgresql"
@@ -143,8 +133,8 @@ class PostgresDatabase(Database):
         self.fence = fence
         self.connect_timeout = connect_timeout
         seconds = max(1, round(link_timeout / 3))
-        self._link = {"keepalives": 1, "keepalives_idle": seconds, "keepalives_interval": seconds, "keepalives_count": 2,
-                      "tcp_user_timeout": max(1000, int(link_timeout * 1000))}
+        self._link = {"keepalives": 1, "keepalives_idle": seconds, "keepalives_interval": seconds,
+                      "keepalives_count": 2, "tcp_user_timeout": max(1000, int(link_timeout * 1000))}
         # a catalog frozen inside a transaction (SIGSTOP, a pause) must not hold the lease row's lock for ever:
         # the database ends such a session, so a takeover waits seconds, not until the frozen process wakes
         # text comes back as str even from a database made without a locale (SQL_ASCII, where psycopg gives bytes)
@@ -177,7 +167,8 @@ class PostgresDatabase(Database):
         if self._conn is None or self._conn.closed:
             options = " ".join(f"-c {name}={value}" for name, value in self.settings.items())
             try:
-                self._conn = self._psycopg.connect(self.url, autocommit=True, connect_timeout=max(1, int(self.connect_timeout)),
+                self._conn = self._psycopg.connect(self.url, autocommit=True,
+                                                   connect_timeout=max(1, int(self.connect_timeout)),
                                                    options=options, **self._link)
             except self._psycopg.Error as exc:
                 self._conn = None
@@ -188,7 +179,8 @@ class PostgresDatabase(Database):
         with self.lock, self._guard():
             conn = self._connect()
             with conn.transaction():
-                conn.execute("SELECT pg_advisory_xact_lock(7213)")  # catalogs starting together create tables one at a time
+                # catalogs starting together create tables one at a time
+                conn.execute("SELECT pg_advisory_xact_lock(7213)")
                 for statement in filter(str.strip, sql.split(";")):
                     index = NEW_INDEX.match(statement)
                     if index and conn.execute("SELECT to_regclass(%s)", (index["name"],)).fetchone()[0] is not None:
@@ -248,7 +240,8 @@ class PostgresDatabase(Database):
         """NotLeader unless the lease row still names the epoch this catalog leads with (``lock``: held until the
         transaction ends)."""
         epoch = self.fence()
-        row = conn.execute("SELECT epoch, uri FROM flightpart_lease WHERE id = 1" + (" FOR SHARE" if lock else "")).fetchone()
+        row = conn.execute("SELECT epoch, uri FROM flightpart_lease WHERE id = 1"
+                           + (" FOR SHARE" if lock else "")).fetchone()
         if epoch is None or row is None or row[0] != epoch:
             raise NotLeader("this catalog does not lead the cluster (its lease passed to another); nothing was changed",
                             field=row[1] if row is not None and row[0] != epoch else None)

@@ -50,27 +50,20 @@ class NodeState(StateCore):
                       manifests: Sequence[VersionRecord] = (), versions: Sequence[tuple[str, int]] = (),
                       sealed_versions: Sequence[tuple[str, int]] = (),
                       granted: Collection[tuple[str, int, tuple[int, int]]] = (),
-                      tombstones: Sequence[Any] = ()) -> tuple[list[tuple[str, int]], list[tuple[str, int]], list[tuple[str, int]]]:
+                      tombstones: Sequence[Any] = ()) -> tuple[list[tuple[str, int]], list[tuple[str, int]],
+                                                               list[tuple[str, int]]]:
         """Record a node and what it holds; returns (orphans, versions to seal, versions it says are gone).
 
-        ``tombstones`` (:class:`flightpart.wire.Tombstones`) are the versions
-        the node knows were dropped or aborted: they are recorded first, so a
-        catalog that lost its state gets its tombstones and version counters
-        back, and a version a node's tombstone says was dropped is dropped
-        here too (returned third: every node must be told to delete it).
-
-        Orphans are versions this catalog dropped or aborted (tombstones):
-        the node deletes them. Sealed versions the catalog does not know (it
-        lost its state) are rebuilt from their manifests; unsealed unknown
-        ones are recorded as pending, kept until their writer aborts them or
-        an operator drops them (they may have been committed). A claim to a
-        partition of a committed version counts only where the catalog
-        placed it: a replica it recorded, or one a signed manifest ``granted``. Every
-        version number the node has moves the counter past it. Versions to
-        seal are committed versions the node holds parts of without a
-        manifest (a commit whose seal did not reach it). A registration in
-        pages calls this once per page, each page naming every version and
-        every sealed version the node has.
+        The node's ``tombstones`` are recorded first, so a catalog that lost
+        its state gets them and its counters back; a version they drop is
+        returned third (every node must delete it). Orphans are versions
+        dropped or aborted here. Unknown sealed versions are rebuilt from
+        their manifests, unknown unsealed ones recorded as pending (see the
+        package docstring). A claim to a committed partition counts only
+        where the catalog placed it, or a signed manifest ``granted`` it.
+        Versions to seal: committed ones the node holds without a manifest.
+        A paged registration calls this once per page, each naming every
+        version and sealed version the node has.
         """
         orphans: set[tuple[str, int]] = set()
         now = time.time()
@@ -84,15 +77,19 @@ class NodeState(StateCore):
             gone = bury(db, tombstones, now)
             db.execute(
                 "INSERT INTO nodes VALUES(?,?,?,?,?,?) ON CONFLICT(node_id) DO UPDATE SET "
-                "uri=excluded.uri, ip=excluded.ip, pid=excluded.pid, data_dir=excluded.data_dir, last_heartbeat=excluded.last_heartbeat",
+                "uri=excluded.uri, ip=excluded.ip, pid=excluded.pid, data_dir=excluded.data_dir, "
+                "last_heartbeat=excluded.last_heartbeat",
                 (node_id, uri, ip, pid, data_dir, now),
             )
-            seen = {(d, v) for d, v in versions} | {(p["dataset"], p["version"]) for p in held} | {(m.dataset, m.version) for m in manifests}
+            seen = ({(d, v) for d, v in versions} | {(p["dataset"], p["version"]) for p in held}
+                    | {(m.dataset, m.version) for m in manifests})
             for dataset, version in seen:
                 db.execute("INSERT INTO counters VALUES(?, ?) ON CONFLICT(dataset) DO UPDATE SET "
-                           "next_version=GREATEST(counters.next_version, excluded.next_version)", (dataset, version + 1))
+                           "next_version=GREATEST(counters.next_version, excluded.next_version)",
+                           (dataset, version + 1))
             states = {key: state_of(db, *key) for key in seen}
-            for key in [k for k, state in states.items() if state in (None, "pending", "committed") and below_floor(db, *k)]:
+            for key in [k for k, state in states.items()
+                        if state in (None, "pending", "committed") and below_floor(db, *k)]:
                 if states[key] is not None and not learned_from_nodes(db, *key):
                     log.warning("%s v%d: below a drop of every version a node reported, but this catalog wrote it "
                                 "and never dropped it: kept", *key)
@@ -139,8 +136,7 @@ class NodeState(StateCore):
         return node_id in self._known
 
     def datagram_fresh(self, node_id: str, clock_ms: int | None) -> bool:
-        """Whether a datagram's beat could be taken (see :meth:`heartbeat`), read without the lock: a replay is
-        dropped before anything else is done for it. :meth:`heartbeat` checks again under the lock."""
+        """Whether a datagram's beat could be taken (:meth:`heartbeat`), read without the lock; checked again there."""
         newest = self._newest.get(node_id)
         return newest is not None and clock_ms is not None and clock_ms > newest
 
@@ -151,11 +147,9 @@ class NodeState(StateCore):
 
     def heartbeat(self, node_id: str, free_bytes: int | None = None, low_space: bool = False,
                   clock_skew: float | None = None, clock_ms: int | None = None, *, datagram: bool = False) -> bool:
-        """Note a node's heartbeat (in memory); False if the node must register (again) first, or, for a beat that
-        came in a datagram (``datagram``), if it could be a replay: this catalog takes a node's datagrams only
-        after a beat of it over Flight since it started or took over, and only with a clock past every beat
-        taken from it. A withheld or recorded datagram (the node sent that beat over Flight since, or this
-        catalog restarted) is then declined, and the node asks over Flight."""
+        """Note a node's heartbeat (in memory); False if it must register first, or if a ``datagram`` beat could
+        be a replay: datagrams are taken only after a beat over Flight since this catalog started or took over,
+        and only with a clock past every beat taken from that node."""
         with self._lock:
             if node_id not in self._known:
                 return False
@@ -169,8 +163,9 @@ class NodeState(StateCore):
             self._beats[node_id] = max(sent, self._beats.get(node_id, 0.0))
             self._space[node_id] = (free_bytes, low_space)
             self._skew[node_id] = clock_skew
-        if not datagram and time.monotonic() - self._flushed > self.FLUSH_EVERY:  # the datagrams' thread writes nothing:
-            self.flush_heartbeats()  # the catalog's housekeeping flushes every 30 s as well
+        # the datagrams' thread writes nothing: the catalog's housekeeping flushes every 30 s as well
+        if not datagram and time.monotonic() - self._flushed > self.FLUSH_EVERY:
+            self.flush_heartbeats()
         return True
 
     @property
@@ -188,27 +183,25 @@ class NodeState(StateCore):
                 db.executemany("UPDATE nodes SET last_heartbeat=GREATEST(last_heartbeat, ?) WHERE node_id=?",
                                [(t, n) for n, t in beats.items()])
                 # when: the next catalog to start (or take over) knows a node silent since long before was dead
-                db.execute("INSERT INTO meta VALUES('beats_flushed', ?) ON CONFLICT(key) DO UPDATE SET value=excluded.value",
+                db.execute("INSERT INTO meta VALUES('beats_flushed', ?) ON CONFLICT(key) DO UPDATE SET "
+                           "value=excluded.value",
                            (repr(time.time()),))
 
     def _dead_before(self) -> float:
-        """A node whose recorded heartbeat is older than this was dead when the heartbeats were last written (by
-        this catalog before a restart, or by the leader before a takeover): 0 when they never were."""
+        """A node whose recorded heartbeat is older than this was dead when heartbeats were last written (0: never)."""
         with self._lock:  # called from the announcing thread too: the connection is used under the lock only
             row = self._db.execute("SELECT value FROM meta WHERE key='beats_flushed'").fetchone()
         return float(row[0]) - self.dead_after if row else 0.0
 
     def _nodes_told_everything(self) -> set[str]:
-        """Recorded nodes that hold no version committed without its seal and missed no order (``missed``): their
-        heartbeats are taken as they come; the others must register again (their next heartbeat is refused) and are
-        told the seal or the drop they missed."""
+        """Recorded nodes that hold no unsealed committed version and missed no order: their heartbeats are taken;
+        the others must register again to learn what they missed."""
         return {r[0] for r in self._db.execute("SELECT node_id FROM nodes")} - {r[0] for r in self._db.execute(
             "SELECT DISTINCT r.node_id FROM replicas r JOIN versions v USING(dataset, version) WHERE v.unsealed=1")} - {
             r[0] for r in self._db.execute("SELECT DISTINCT node_id FROM missed")}
 
     def take_over(self) -> None:
-        """This catalog leads now (another led before, writing the shared database): forget what was remembered,
-        know every recorded node (none must register again), and count silence from now, as after a restart."""
+        """This catalog leads now: forget what was remembered, know every recorded node, count silence from now."""
         with self._lock:
             if self._memo is not None:
                 self._memo.clear()
@@ -220,8 +213,7 @@ class NodeState(StateCore):
             self._newest.clear()  # datagrams sent to the leader in between may be replayed here: Flight first
 
     def announced(self) -> None:
-        """A new leader's announcement went to every recorded node: those that answered were :meth:`heard`; from now
-        on one already dead at the last flush of the heartbeats is not waited for (see :meth:`unheard`)."""
+        """A new leader's announcement went to every recorded node: one dead at the last flush is not waited for."""
         dead_before = self._dead_before()
         with self._lock:
             self._dead_since_flush = dead_before
@@ -232,30 +224,27 @@ class NodeState(StateCore):
             self._beats[node_id] = time.time()
 
     def unsettled_for(self) -> float:
-        """Seconds until this catalog's view of which nodes are alive can be trusted: 0 once every recorded node was
-        heard from since it started or took over, else what is left of ``dead_after`` from then (a node silent that
-        long is dead; before, it may only not have reached this catalog yet, its last beat flushed by another)."""
+        """Seconds until this catalog's view of which nodes are alive can be trusted: 0 once every recorded node
+        was heard from since it started or took over, else what is left of ``dead_after`` from then."""
         return 0.0 if not self.unheard() else max(0.0, self._started + self.dead_after - time.time())
 
     def unheard(self) -> set[str]:
-        """The recorded nodes not heard from since this catalog started or took over, while that is under
-        ``dead_after`` ago: neither known alive nor known dead yet (see :meth:`unsettled_for`). Not those already
-        dead when the heartbeats were last written (silent ``dead_after`` by then): a node decommissioned but not
-        yet retired held every node list after a start for the whole ``dead_after``."""
+        """Recorded nodes not heard from since this catalog started or took over, while that is under ``dead_after``
+        ago, and not already dead when the heartbeats were last written: neither known alive nor known dead."""
         with self._lock:
             since, dead_before = self._started, self._dead_since_flush
             beats = dict(self._beats)
         if time.time() >= since + self.dead_after:
             return set()
-        return {n.node_id for n in self.nodes() if beats.get(n.node_id, 0.0) < since and n.last_heartbeat >= dead_before}
+        return {n.node_id for n in self.nodes()
+                if beats.get(n.node_id, 0.0) < since and n.last_heartbeat >= dead_before}
 
     def must_register(self, node_id: str) -> None:
         """The node's next heartbeat is refused, so it registers again and learns what it missed (drops, seals)."""
         self.must_register_all([node_id])
 
     def must_register_all(self, node_ids: Collection[str], what: str = MUST_REGISTER) -> None:
-        """These nodes' next heartbeats are refused (see :meth:`must_register`); kept in the database too, in one
-        transaction (``missed``), so a catalog that dies first still has them register."""
+        """These nodes' next heartbeats are refused; kept in ``missed`` too, so a successor has them register."""
         node_ids = sorted(set(node_ids))
         if not node_ids:
             return
@@ -264,9 +253,8 @@ class NodeState(StateCore):
         self.note_missed(node_ids, what)
 
     def expect_acknowledgements(self, node_ids: Collection[str], what: str) -> None:
-        """An order (``what``: :func:`order_key`) is about to go to these nodes: each is ``missed`` until it
-        acknowledges it (:meth:`told`), so a catalog that dies first has them register; their heartbeats are taken
-        meanwhile."""
+        """An order (``what``: :func:`order_key`) goes to these nodes: each is ``missed`` until it acknowledges it
+        (:meth:`told`); their heartbeats are taken meanwhile."""
         self.note_missed(sorted(set(node_ids)), what)
 
     def note_missed(self, node_ids: Sequence[str], what: str, db: Database | None = None) -> None:
@@ -294,11 +282,11 @@ class NodeState(StateCore):
             log.info("%s: acknowledgements not written (%s); those nodes register again", what, exc)
 
     def registered(self, node_id: str, since: float) -> None:
-        """The node's registration, begun at ``since`` (``time.time()``), is complete: it was told every tombstone and
-        seal written before that, so what it missed before then is cleared."""
+        """The node's registration, begun at ``since``, is complete: what it missed before then is cleared."""
         try:
             with self._lock:
-                if self._db.execute("SELECT 1 FROM missed WHERE node_id=? AND at<?", (node_id, since)).fetchone() is None:
+                if self._db.execute("SELECT 1 FROM missed WHERE node_id=? AND at<?",
+                                    (node_id, since)).fetchone() is None:
                     return  # nothing to clear: no write for the usual registration
             with self.tx(None) as db:
                 db.execute("DELETE FROM missed WHERE node_id=? AND at<?", (node_id, since))

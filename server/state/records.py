@@ -1,7 +1,4 @@
-"""What the catalog's state hands out: a node, a partition, a version as records, and the keys of its ``missed`` rows.
-
-Plain dataclasses with no database behind them: the catalog server builds FlightInfos, manifests and orders from
-them, and the state's modules return them.
+"""What the catalog's state hands out: plain records of nodes, partitions and versions, and keys of ``missed`` rows.
 """
 
 from __future__ import annotations

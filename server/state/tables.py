@@ -1,8 +1,7 @@
 """The catalog's tables, and the statements over them that node and version state share.
 
-The schema is written once in the SQL both engines speak (:mod:`.database`). The functions here run inside a
-write transaction the caller holds (``db``): the rules of tombstones and floors (a drop of every version raises
-the dataset's floor), a node's claims to partitions, and a version rebuilt from a manifest.
+The schema is written in the SQL both engines speak (:mod:`.database`). The functions run inside the caller's
+write transaction (``db``).
 """
 
 from __future__ import annotations
@@ -46,7 +45,7 @@ CREATE TABLE IF NOT EXISTS replicas(
     PRIMARY KEY(dataset, version, i, j, node_id));
 CREATE TABLE IF NOT EXISTS missed(node_id TEXT NOT NULL, what TEXT NOT NULL, at REAL NOT NULL, PRIMARY KEY(node_id, what));
 CREATE INDEX IF NOT EXISTS versions_pending ON versions(dataset, version) WHERE state='pending';
-"""
+"""  # noqa: E501, RUF100
 """``missed``: nodes that must register again before their heartbeats are taken, because they may not have had an
 order: a drop's or abort's (``what``: :func:`order_key`), from the moment it is written until the node acknowledges
 that order, or any order a node did not answer (``what``: ``register``); ``at``: when, so a registration clears only
@@ -56,8 +55,8 @@ tells it what it missed."""
 
 
 def serving_order(holders: list[NodeRecord], k: int) -> list[NodeRecord]:
-    """Replicas in the order readers try them: live first, and rotated by the partition's index,
-    so that every holder serves first for some partitions instead of the lowest node id for all."""
+    """Replicas in the order readers try them: live first, rotated by the partition's index so every holder
+    serves first for some partitions."""
     if len(holders) > 1:
         shift = k % len(holders)
         holders = holders[shift:] + holders[:shift]
@@ -73,7 +72,7 @@ def write_stats(db: Database, dataset: str, version: int, entries: list, *, repl
 
 
 def stats_of(body: str | None) -> EncodedJson | None:
-    """A stored statistics body as the JSON text it is (only a FlightInfo reads it, and writes it out as it is)."""
+    """A stored statistics body as its JSON text."""
     return EncodedJson(body) if body and body != "null" else None
 
 
@@ -95,10 +94,12 @@ def write_committed(db: Database, m: VersionRecord, now: float) -> None:
                "ON CONFLICT(dataset, version) DO NOTHING", (m.dataset, m.version, "pending", now))
     db.execute("DELETE FROM partitions WHERE dataset=? AND version=?", (m.dataset, m.version))
     db.executemany("INSERT INTO partitions VALUES(?,?,?,?,?,?,?,?,?)",
-                   [(m.dataset, m.version, p.part[0], p.part[1], p.start[0], p.start[1], p.shape[0], p.shape[1], p.nbytes)
+                   [(m.dataset, m.version, p.part[0], p.part[1], p.start[0], p.start[1], p.shape[0], p.shape[1],
+                     p.nbytes)
                     for p in m.parts])
     db.execute("UPDATE versions SET state='committed', schema=?, rows=?, cols=?, grid_p=?, grid_q=?, replicas=? "
-               "WHERE dataset=? AND version=?", (m.schema, m.shape[0], m.shape[1], m.grid[0], m.grid[1], m.replicas, m.dataset, m.version))
+               "WHERE dataset=? AND version=?", (m.schema, m.shape[0], m.shape[1], m.grid[0], m.grid[1], m.replicas,
+                                                 m.dataset, m.version))
 
 
 def check_on_top(db: Any, dataset: str, version: int, base: int | None) -> None:
@@ -166,10 +167,9 @@ def bury(db: Database, tombstones: Sequence[Any], now: float) -> set[tuple[str, 
 
 def take_claims(db: Database, node_id: str, key: tuple[str, int], parts: list[dict],
                  granted: Collection[tuple[str, int, tuple[int, int]]]) -> tuple[bool, bool]:
-    """A node's claims to partitions of a committed version: counted where the catalog put them there (a replica it
-    recorded, or one a signed manifest grants), logged and ignored elsewhere. Returns whether any was taken, and
-    whether the version's record changed: a replica not recorded yet, a larger size, statistics it had none of. Only
-    changes are written, so a node registering again with what the catalog knows writes nothing."""
+    """A node's claims to partitions of a committed version: counted where the catalog placed them (a recorded
+    replica, or one a signed manifest grants), logged and ignored elsewhere. Returns whether any was taken and
+    whether the record changed; only changes are written."""
     known = {(i, j): nbytes for i, j, nbytes in db.execute(
         "SELECT i, j, nbytes FROM partitions WHERE dataset=? AND version=?", key)}
     placed = {(i, j) for i, j in db.execute("SELECT i, j FROM replicas WHERE dataset=? AND version=? AND node_id=?",

@@ -1,10 +1,5 @@
-"""How a node lets go of files: drops of versions (or of every version), and cleanup of what a failed write or
-drop could not remove.
-
-A drop of a version the catalog ordered buries it first (:meth:`~.tombstones.StoreTombstones.bury`), then
-removes its directory and forgets what the store kept of it; the maps of its files are let go, so their space
-returns once no stream still reads them. What a read-only disk would not let go is removed again later
-(:meth:`StoreCleanup.retry_cleanup`).
+"""How a node lets go of files: drops of versions, and cleanup of what a failed write or drop could not remove
+(a read-only disk: retried by :meth:`StoreCleanup.retry_cleanup`).
 """
 
 from __future__ import annotations
@@ -36,7 +31,7 @@ class StoreCleanup(StoreTombstones):
                     self.leftovers.add(path)
 
     def retry_cleanup(self) -> int:
-        """Remove again what a failed put or drop could not (a disk that was read-only); returns how many are left."""
+        """Remove again what a failed put or drop could not; returns how many are left."""
         with self.lock:
             pending = list(self.leftovers)
         for path in pending:
@@ -57,12 +52,10 @@ class StoreCleanup(StoreTombstones):
              remember: bool = False) -> int:
         """Remove a version (or every version) of a dataset; returns files removed.
 
-        With ``pending_only`` (an abort), sealed versions are kept. Maps of
-        the removed files are let go, so their disk space returns once no
-        stream is still reading them. ``remember`` (an order of the catalog):
-        the version is buried first (:meth:`bury`), so no file of it is ever
-        stored again and a catalog that lost its state learns the number is
-        taken; ``through`` is the highest version a drop of every version covers.
+        ``pending_only`` (an abort) keeps sealed versions. Maps of removed
+        files are let go. ``remember`` (a catalog's order) buries the
+        version first (:meth:`bury`), so it never takes a file again;
+        ``through``: the highest version a drop of every version covers.
         """
         with self.drops.dropping(Dropped(dataset, version, pending_only)):
             return self._drop(dataset, version, pending_only=pending_only, through=through, remember=remember)
@@ -76,7 +69,7 @@ class StoreCleanup(StoreTombstones):
             if version is not None or through:
                 try:
                     self.bury(dataset, version, kind, through)
-                except OSError as exc:  # a read-only or full disk: delete what can be deleted; the catalog tells it again
+                except OSError as exc:  # a read-only or full disk: delete what can; the catalog tells it again
                     log.warning("could not record that %s v%s is %s: %s", dataset, version, kind, exc)
         targets = [self.version_dir(dataset, version)] if version is not None else sorted(ddir.glob("v*"))
         removed = 0

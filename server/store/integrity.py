@@ -1,10 +1,8 @@
-"""How a node checks what it holds: checksums recorded for each file's place, verified before first use, and
-scrubs that read every file again and find the missing ones.
+"""How a node checks what it holds: checksums bound to each file's place, verified before first use, and scrubs.
 
-A file is read in full against its checksum once per process and file identity (inode, mtime, size); a
-mismatch moves it to quarantine (never deleted) and tells :attr:`~.paths.StorePaths.on_damage`. What a file
-must match is the first record that can be read (:meth:`StoreIntegrity._recorded`); a file with none in a
-version sealed in checksum format 2 is damage.
+A file is read in full against its checksum once per process and file identity (inode, mtime, size); later rot
+is the scrub's to find. A mismatch moves it to quarantine (never deleted) and tells
+:attr:`~.paths.StorePaths.on_damage`.
 """
 
 from __future__ import annotations
@@ -34,12 +32,8 @@ SEALS_KEPT = 64
 
 
 class ChecksummedSink:
-    """A binary file that keeps the CRC-32 of everything written through it.
-
-    The partition's checksum is computed from the very bytes handed to
-    the disk, while they are written: storing a partition never reads it
-    back. (:func:`~flightpart.io.checksum.crc32` runs at about 28 GB/s here with ISA-L, 4 GB/s with zlib.)
-    """
+    """A binary file that keeps the CRC-32 of the very bytes written through it: storing never reads back
+    (decision 0009)."""
 
     def __init__(self, raw):
         self.raw = raw
@@ -106,8 +100,8 @@ class StoreIntegrity(StoreTombstones):
         return Recorded(plain.size, sum=bound(plain.crc, *place)) if plain is not None else None
 
     def sealed_sums(self, dataset: str, version: int) -> dict[tuple[int, int], tuple[int, int]] | None:
-        """A version's ``checksums.json`` (parsed once per file identity): None when there is none (not sealed, or
-        sealed before checksum format 2), empty when it cannot be read."""
+        """A version's ``checksums.json`` (parsed once per file identity): None when there is none, empty when
+        unreadable."""
         path = self.version_dir(dataset, version) / layout.SUMS
         try:
             st = os.stat(path)
@@ -132,17 +126,9 @@ class StoreIntegrity(StoreTombstones):
 
     def verify(self, dataset: str, version: int, part: tuple[int, int], *, again: bool = False,
                pace: Callable[[int], None] | None = None) -> int:
-        """Check a partition's file against the checksum recorded for its place; returns the bytes read (0: known good).
-
-        A file is read in full once per process and identity (inode,
-        mtime, size); later rot is the scrub's to find (``again`` reads it
-        anyway). A mismatch, or a file whose version was sealed in checksum
-        format 2 with no checksum recorded for it (:meth:`_recorded`),
-        moves the file aside (:meth:`quarantine`) and raises
-        PartitionDamaged; FileNotFoundError when it is not here. Only a file
-        stored before checksums existed, in a version not sealed in format
-        2, has no checksum and is trusted.
-        """
+        """Check a partition's file against the checksum recorded for its place; returns the bytes read (0: known
+        good). Once per identity unless ``again`` (see the module docstring); damage is quarantined and raises
+        PartitionDamaged; FileNotFoundError when it is not here."""
         path = self.path(dataset, version, part)
         st = os.stat(path)
         return self.verify_at(dataset, version, part, path, (st.st_ino, st.st_mtime_ns, st.st_size), again=again,
@@ -150,7 +136,7 @@ class StoreIntegrity(StoreTombstones):
 
     def verify_at(self, dataset: str, version: int, part: tuple[int, int], path: Path, identity: tuple[int, int, int],
                    *, again: bool = False, pace: Callable[[int], None] | None = None, data: bytes | None = None) -> int:
-        """:meth:`verify` of the file at ``path`` whose ``stat`` gave ``identity``; ``data``: its bytes, already read."""
+        """:meth:`verify` of the file at ``path`` whose ``stat`` gave ``identity``; ``data``: its bytes, if read."""
         with self.lock:
             if not again and self.verified.get(path) == identity:
                 return 0
@@ -168,7 +154,8 @@ class StoreIntegrity(StoreTombstones):
             why = ("no checksum is recorded for it: its statistics file is missing or unreadable, and its sealed "
                    "version's checksums.json names none")
         else:
-            found = (crc32(data), len(data)) if data is not None and len(data) == identity[2] else file_checksum(path, pace)
+            found = ((crc32(data), len(data)) if data is not None and len(data) == identity[2]
+                     else file_checksum(path, pace))
             if expected.holds(*found, place):
                 with self.lock:
                     self.verified[path] = identity
@@ -180,15 +167,10 @@ class StoreIntegrity(StoreTombstones):
                                f"checksum ({why}); it was moved to quarantine and is not served", field="ticket.part")
 
     def _recorded(self, path: Path, place: Place) -> Recorded | None:
-        """What the file at ``path`` must match to be served as ``place``: the first record that can be read, of
-
-        1. its statistics file's sum bound to its place (format 2);
-        2. its sealed version's ``checksums.json``;
-        3. what this process stored there, for a version not sealed yet;
-        4. its statistics file's plain CRC-32 (format 1).
-
-        None (trusted) only when there is none and the version was not sealed in format 2 and its statistics file,
-        if any, is readable: a file stored before checksums existed. Otherwise, with none, :data:`NO_RECORD`."""
+        """What the file at ``path`` must match to be served as ``place``, the first readable of: its statistics'
+        sum bound to its place (format 2); its sealed ``checksums.json``; what this process stored there; its
+        statistics' plain CRC-32 (format 1). With none, :data:`NO_RECORD` (damage), except None (trusted) for a
+        file from before checksums: version not sealed in format 2, statistics (if any) readable."""
         dataset, version, part = place
         body = stats_body(path)
         total, plain = from_stats(body, place) if isinstance(body, dict) else (None, None)
@@ -208,7 +190,8 @@ class StoreIntegrity(StoreTombstones):
     def _dropping(self, dataset: str, version: int) -> bool:
         """Whether a drop of ``version`` is under way here, or it is gone for good."""
         sealed = self.sealed(dataset, version)
-        return any(d.covers(dataset, version, sealed) for d in self.drops.under_way()) or self.gone(dataset, version) is not None
+        return (any(d.covers(dataset, version, sealed) for d in self.drops.under_way())
+                or self.gone(dataset, version) is not None)
 
     def remember_written(self, path: Path, checksum: tuple[int, int]) -> None:
         """Keep the checksum of a file this process just stored (under the lock), for its first check."""
@@ -221,12 +204,8 @@ class StoreIntegrity(StoreTombstones):
         self.written[path] = ((st.st_ino, st.st_mtime_ns, st.st_size), checksum)
 
     def quarantine(self, path: Path) -> Path:
-        """Move a damaged partition (and its statistics) out of the served tree, never deleting it; returns where.
-
-        It lands in ``<data dir>/quarantine/<dataset>/v<version>/`` with the
-        time appended, for an operator to look at; nothing lists or serves
-        files there.
-        """
+        """Move a damaged partition (and its statistics) to ``<data dir>/quarantine/<dataset>/v<version>/``, never
+        deleting it; returns where. Nothing lists or serves files there."""
         relative = path.relative_to(self.root / layout.DATASETS)
         target_dir = self.root / layout.QUARANTINE / relative.parent
         self.modes.make_dirs(target_dir, self.root)
@@ -244,14 +223,9 @@ class StoreIntegrity(StoreTombstones):
     def scrub(self, claimed: set[tuple[str, int, tuple[int, int]]] = frozenset(),
               pace: Callable[[int], None] | None = None, stop: Callable[[], bool] = lambda: False,
               since: int | None = None) -> dict:
-        """Read every partition file against its checksum and find the missing ones.
+        """Read every partition file against its checksum and find the missing ones (:meth:`missing`).
 
-        Missing: a partition whose statistics file is here without it, or
-        one of ``claimed`` (the sealed manifests name this node as holder)
-        whose file is gone, unless a drop took it (:meth:`missing`; ``since``:
-        the :meth:`DropWatch.mark` taken before ``claimed`` was read, else
-        now). Returns ``{"checked", "bytes", "damaged", "missing"}`` (places
-        as (dataset, version, part)).
+        Returns ``{"checked", "bytes", "damaged", "missing"}``, places as (dataset, version, part).
         """
         since = self.drops.mark() if since is None else since
         checked, nbytes, damaged = 0, 0, []
@@ -271,16 +245,9 @@ class StoreIntegrity(StoreTombstones):
 
     def missing(self, claimed: set[tuple[str, int, tuple[int, int]]] = frozenset(),
                 since: int | None = None) -> list[tuple[str, int, tuple[int, int]]]:
-        """Partitions that should be here and are not, from names alone (no file is read).
-
-        A statistics file without its partition (the partition deleted
-        under the node), or one of ``claimed`` whose file is gone; never one
-        of a version that is gone for good (its tombstone) or that a drop
-        under way or ended since ``since`` (a :meth:`DropWatch.mark` taken
-        before ``claimed`` was read) may have removed: a drop removes a
-        version's files one by one, and the manifest that claimed them with
-        them.
-        """
+        """Partitions that should be here and are not, from names alone: a statistics file without its partition,
+        or one of ``claimed`` whose file is gone; never one a drop (buried, under way, or ended since ``since``,
+        a :meth:`DropWatch.mark` taken before ``claimed`` was read) may have removed."""
         found: set[tuple[str, int, tuple[int, int]]] = set()
         for dataset, version in self.versions():
             vdir = self.version_dir(dataset, version)
@@ -299,7 +266,7 @@ class StoreIntegrity(StoreTombstones):
         return any(d.covers(dataset, version, sealed) for d in drops) or self.gone(dataset, version) is not None
 
     def claimed(self, node_id: str) -> set[tuple[str, int, tuple[int, int]]]:
-        """Partitions the sealed manifests here say this node holds (a file deleted under the node is among them)."""
+        """Partitions the sealed manifests here say this node holds."""
         out = set()
         for dataset, version in self.versions():
             manifest = self.manifest(dataset, version)

@@ -1,5 +1,4 @@
-"""A node's partitions as Arrow IPC files in its data directory: :class:`PartitionStore` composes the store's
-concerns (paths and identity, tombstones, writes, reads, integrity, cleanup and drops), one module each."""
+""":class:`PartitionStore`: the store's concerns composed, one module each (see the package docstring)."""
 
 from __future__ import annotations
 

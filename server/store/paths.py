@@ -1,10 +1,5 @@
-"""The root of a node's store: its data directory and identity, the paths of its files, and the state every
-concern of the store shares.
-
-:class:`StorePaths` is the base of each concern (tombstones, writes, reads, integrity, cleanup and drops): it
-makes the directory (with the group's modes), reads or writes the node marker (node id, cluster, epoch; an epoch
-is kept on disk before an order of it is obeyed), removes temporaries a crash left, and holds the caches the
-concerns share under :attr:`StorePaths.lock`. The layout itself is :mod:`flightpart.io.layout`.
+"""The root of a node's store: its data directory, the node marker (node id, cluster, epoch), the paths of its
+files, and the caches every concern shares under :attr:`StorePaths.lock`.
 """
 
 from __future__ import annotations
@@ -72,9 +67,8 @@ class StorePaths:
     # ------------------------------------------------------------------ identity
 
     def _identity(self, recorded: str | None, credential_name: str | None) -> str:
-        """This directory's node id: the one recorded, else the node credential's name (else a fresh one).
-
-        A node credential names its node, so a directory already recorded as another node's is refused."""
+        """This directory's node id: the one recorded, else the node credential's name, else a fresh one; a
+        directory recorded as another node's than the credential's is refused."""
         if recorded and credential_name and recorded != credential_name:
             raise CannotStart(f"data directory {self.root} belongs to node {recorded}, but the node token is for "
                               f"{credential_name}: give this node a token for {recorded} "
@@ -88,9 +82,8 @@ class StorePaths:
             self.cluster = cluster
 
     def obey_epoch(self, epoch: int | None) -> bool:
-        """Whether an order of a catalog with ``epoch`` may be obeyed: not lower than the highest seen (kept on
-        disk before the order is carried out, so a restart does not forget it). An order without an epoch is
-        obeyed only by a node that has never followed a leased catalog."""
+        """Whether an order of a catalog with ``epoch`` may be obeyed: not below the highest seen (on disk before
+        the order is carried out); without an epoch, only if no leased catalog was followed."""
         with self.lock:
             if epoch is None or (self.epoch is not None and epoch < self.epoch):
                 return self.epoch is None
@@ -102,8 +95,7 @@ class StorePaths:
     # ------------------------------------------------------------------ paths
 
     def path(self, dataset: str, version: int, part: tuple[int, int]) -> Path:
-        """A partition's file, the same ``Path`` each time it is asked for (a fresh one is parsed again, and hashed
-        again by every cache it keys: a tenth of a small read's time on the node)."""
+        """A partition's file, the same ``Path`` each time (not parsed and hashed again by every cache it keys)."""
         key = (dataset, version, part)
         path = self._paths.get(key)
         if path is None:

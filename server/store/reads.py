@@ -1,9 +1,5 @@
-"""How a node reads its partitions: memory-mapped tables through a bounded cache, and what it says of them.
-
-Reads memory-map the file through a bounded cache, so serving a partition copies nothing and the node never
-holds one map per partition; a file is verified against its checksum before its first use by this process.
-Metadata (rows, schema, statistics) is read from the statistics file beside a partition, or from its footer
-without keeping a map.
+"""How a node reads its partitions: memory-mapped through a bounded cache (serving copies nothing; decision
+0006), and metadata from the statistics file beside a partition, else its footer, without keeping a map.
 """
 
 from __future__ import annotations
@@ -29,7 +25,7 @@ T = TypeVar("T")
 
 
 def _from_stats_file(path: Path, read: Callable[[dict], T]) -> T | None:
-    """``read(body)`` of the statistics file beside a partition, or None when it is missing, damaged or lacks a field."""
+    """``read(body)`` of the statistics file beside a partition, or None when it is missing or damaged."""
     try:
         return read(json.loads(layout.stats_path(path).read_bytes()))
     except (OSError, ValueError, KeyError, TypeError, RequestRejected):
@@ -37,12 +33,7 @@ def _from_stats_file(path: Path, read: Callable[[dict], T]) -> T | None:
 
 
 def read_footer(path: Path) -> tuple[pa.Schema, int]:
-    """Schema and row count of a partition file from its metadata alone.
-
-    The file is mapped only for this call (no data page is touched, and the
-    map is gone when it returns), so answering metadata never adds to the
-    node's maps.
-    """
+    """Schema and row count of a partition file from its metadata alone, mapped only for this call."""
     with pa.memory_map(str(path), "r") as source:
         reader = ipc.open_file(source)
         return reader.schema, sum(reader.get_batch(k).num_rows for k in range(reader.num_record_batches))
@@ -52,17 +43,12 @@ class StoreReads(StoreIntegrity):
     """Opening partitions, and describing them (rows, bytes, statistics, schemas) for the catalog."""
 
     def open(self, dataset: str, version: int, part: tuple[int, int]) -> pa.Table:
-        """The partition as a memory-mapped table (cached, bounded), or PartitionMissing / PartitionDamaged.
-
-        The file's checksum is verified before its first use by this
-        process (:meth:`verify`), so damaged bytes never reach a reader nor
-        the IPC reader that maps them.
-        """
+        """The partition as a memory-mapped table (cached, bounded), verified before first use (:meth:`verify`),
+        or PartitionMissing / PartitionDamaged."""
         return self.open_at(dataset, version, part, self.path(dataset, version, part))
 
     def open_at(self, dataset: str, version: int, part: tuple[int, int], path: Path) -> pa.Table:
-        """:meth:`open` of the partition at ``path`` (its :meth:`path`, made by a caller opening many): one ``stat``
-        serves both the checksum's memory and the map cache's."""
+        """:meth:`open` of the partition at ``path`` (its :meth:`path`); one ``stat`` serves both caches."""
         try:
             st = os.stat(path)
             identity = (st.st_ino, st.st_mtime_ns, st.st_size)
@@ -109,14 +95,10 @@ class StoreReads(StoreIntegrity):
             return schema
         return None
 
-    def describe(self, dataset: str, version: int, part: tuple[int, int], *, with_schema: bool = True) -> StoredPartition:
-        """What a node says of one partition: rows, bytes, statistics (and its schema).
-
-        Rows come from the statistics written beside the partition, so no
-        partition file is opened; only a partition without them (written
-        before statistics existed, or whose statistics a crash lost) is
-        read from its footer.
-        """
+    def describe(self, dataset: str, version: int, part: tuple[int, int], *,
+                 with_schema: bool = True) -> StoredPartition:
+        """What a node says of one partition: rows, bytes, statistics (and its schema), from its statistics
+        file, else its footer."""
         path = self.path(dataset, version, part)
         try:
             size = path.stat().st_size
@@ -140,11 +122,7 @@ class StoreReads(StoreIntegrity):
 
     def held(self, dataset: str, version: int, *, after: tuple[int, int] | None = None,
              with_schema: bool = True) -> Iterator[StoredPartition]:
-        """The partitions of one dataset version on this node, in grid order (those after ``after``).
-
-        Lazily: a caller that stops after one page reads the statistics of
-        that page only.
-        """
+        """The partitions of one dataset version on this node, in grid order (those after ``after``), lazily."""
         for part, _path in layout.partitions_in(self.version_dir(dataset, version)):
             if after is None or part > after:
                 yield self.describe(dataset, version, part, with_schema=with_schema)

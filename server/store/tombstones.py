@@ -1,8 +1,7 @@
 """What a node remembers of versions that are gone: tombstones of dropped and aborted versions.
 
-A tombstone is written durably before any file of its version goes, so a version that was dropped or aborted
-never takes a file again (its number is never reused) and every replica tells its readers alike why it serves
-none; a catalog that lost its state learns the numbers from the nodes' registrations.
+A tombstone is durable before any file of its version goes, so the version never takes a file again and every
+replica tells readers alike why it serves none; a catalog that lost its state learns the numbers from them.
 """
 
 from __future__ import annotations
@@ -20,7 +19,7 @@ class StoreTombstones(StorePaths):
     """Tombstones: read, written (:meth:`bury`), and the refusal of a version that is gone."""
 
     def tombstones(self, dataset: str) -> Tombstones:
-        """What this node remembers of ``dataset``'s versions that are gone (nothing, if the file is missing or damaged)."""
+        """What this node remembers of ``dataset``'s versions that are gone (nothing if unreadable)."""
         try:
             return Tombstones.decode((self.root / layout.tombstones_relpath(dataset)).read_bytes(), "tombstones")
         except (OSError, RequestRejected):
@@ -29,7 +28,8 @@ class StoreTombstones(StorePaths):
     def all_tombstones(self) -> list[Tombstones]:
         """The tombstones of every dataset, for a registration."""
         datasets = self.root / layout.DATASETS
-        names = sorted(d.name for d in datasets.iterdir() if (d / layout.TOMBSTONES).exists()) if datasets.exists() else []
+        names = (sorted(d.name for d in datasets.iterdir() if (d / layout.TOMBSTONES).exists())
+                 if datasets.exists() else [])
         return [self.tombstones(name) for name in names]
 
     def gone(self, dataset: str, version: int) -> str | None:
@@ -40,7 +40,7 @@ class StoreTombstones(StorePaths):
         return "aborted" if version in known.aborted else None
 
     def bury(self, dataset: str, version: int | None, kind: str, through: int | None = None) -> None:
-        """Remember, durably and before any file goes, that ``version`` (None: every version up to ``through``) is gone."""
+        """Remember, durably before any file goes, that ``version`` (None: every one up to ``through``) is gone."""
         with self.lock:
             known = self.tombstones(dataset)
             if version is None:
@@ -56,13 +56,13 @@ class StoreTombstones(StorePaths):
             layout.write_atomically(path, known.encode(), self.modes.file)
 
     def refuse_gone(self, dataset: str, version: int) -> None:
-        """A version that was dropped or aborted takes no file (its number is never used again) and serves none: a
-        reader of it is told it was dropped (DATASET_NOT_FOUND) or aborted (VERSION_EXPIRED), on every replica alike."""
+        """Refuse a version that is gone: DATASET_NOT_FOUND if dropped, VERSION_EXPIRED if aborted."""
         kind = self.gone(dataset, version)
         if kind == "aborted":
-            raise VersionExpired(f"{dataset} v{version} was aborted (it was pending longer than the catalog's --pending-ttl, "
-                                 "or its writer gave it up); nothing of it is kept: put the data again", field="version")
+            raise VersionExpired(f"{dataset} v{version} was aborted (it was pending longer than the catalog's "
+                                 "--pending-ttl, or its writer gave it up); nothing of it is kept: put the data again",
+                                 field="version")
         if kind == "dropped":  # the dataset (or this version) was dropped while it was being written
-            raise DatasetNotFound(f"{dataset} v{version} was dropped; nothing of it is stored any more, and its number is "
-                                  "never used again (`flightpart ls` lists what can be read)", field="version")
+            raise DatasetNotFound(f"{dataset} v{version} was dropped; nothing of it is stored any more, and its number "
+                                  "is never used again (`flightpart ls` lists what can be read)", field="version")
 

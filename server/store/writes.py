@@ -1,9 +1,7 @@
 """How a node stores partitions: atomic writes, hard links between versions, and seals of committed versions.
 
-Writes go to a temporary file that is fsynced and renamed into place, so a crash never leaves a half-written
-partition visible; every batch was validated in full by the caller before it gets here; a stored file is
-never overwritten, and a sealed (committed) version takes no new file but a missing replica of its own. The
-checksum of a file is taken from the bytes written (:class:`~.integrity.ChecksummedSink`), never by reading it back.
+A write goes to a temporary file, fsynced and renamed into place, so a crash never leaves half a partition
+visible. A stored file is never overwritten; a sealed version takes no new file but a missing replica of its own.
 """
 
 from __future__ import annotations
@@ -17,7 +15,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-from flightpart.errors import LimitExceeded, PartitionMissing, SchemaMismatch, StorageFull, StorageUnwritable, VersionConflict
+from flightpart.errors import LimitExceeded, PartitionMissing, SchemaMismatch, StorageFull, StorageUnwritable, VersionConflict  # noqa: E501, RUF100
 from flightpart.io import layout
 from flightpart.io.checksum import FORMAT, bound, encode_seal
 from flightpart.query.statistics import StatsBuilder
@@ -36,26 +34,22 @@ DELTAS = ipc.IpcWriteOptions(emit_dictionary_deltas=True)
 class StoreWrites(StoreReads, StoreCleanup):
     """Writes, links and seals of one node's partitions."""
 
-    def write(self, dataset: str, version: int, part: tuple[int, int], schema: pa.Schema, batches: Iterable[pa.RecordBatch],
-              check_complete: Callable[[int], None] | None = None, *, sync_directory: bool = True) -> StoredPartition:
+    def write(self, dataset: str, version: int, part: tuple[int, int], schema: pa.Schema,
+              batches: Iterable[pa.RecordBatch], check_complete: Callable[[int], None] | None = None, *,
+              sync_directory: bool = True) -> StoredPartition:
         """Store one partition atomically; nothing is visible unless all of it is.
 
-        Each batch has been checked with ``validate(full=True)`` by the
-        caller before it gets here (a put's as it arrives, an assembled
-        piece pulled from another node as it is received). ``check_complete(rows)`` runs before the rename and raises
-        when the stream was cut short (a cancelled call, a row count that
-        does not match the sender's): the temporary file is then removed,
-        and so is a version directory the refused put created. With
-        ``sync_directory=False`` the caller makes the rename durable with
-        :meth:`sync` (once for a stream of several partitions) before it
-        acknowledges the put.
+        The caller validated each batch in full. ``check_complete(rows)``
+        runs before the rename and raises when the stream was cut short;
+        the temporary file is then removed. With ``sync_directory=False``
+        the caller makes the rename durable with :meth:`sync`.
         """
         final = self.path(dataset, version, part)
         self.refuse_gone(dataset, version)
         expected_rows = self._replica_rows(dataset, version, part)
         if final.exists():
-            raise VersionConflict(f"partition {part} of {dataset} v{version} is already stored; a stored partition is never "
-                                  "overwritten", field="descriptor")
+            raise VersionConflict(f"partition {part} of {dataset} v{version} is already stored; a stored partition is "
+                                  "never overwritten", field="descriptor")
         created = self.make_dirs(final.parent)
         tmp = layout.temporary_path(final)
         stats_tmp = tmp.with_name(tmp.name + layout.STATS_SUFFIX)
@@ -92,7 +86,8 @@ class StoreWrites(StoreReads, StoreCleanup):
             self.modes.apply(stats_tmp, directory=False)
             with self.lock:
                 if final.exists():  # a racing put of the same partition won
-                    raise VersionConflict(f"partition {part} of {dataset} v{version} is already stored", field="descriptor")
+                    raise VersionConflict(f"partition {part} of {dataset} v{version} is already stored",
+                                          field="descriptor")
                 self.refuse_gone(dataset, version)  # dropped or aborted while it was arriving: nothing of it stays
                 # statistics first, so a visible partition has them (lost in a crash, they only cost pruning)
                 os.replace(stats_tmp, layout.stats_path(final))
@@ -121,12 +116,9 @@ class StoreWrites(StoreReads, StoreCleanup):
              part: tuple[int, int]) -> StoredPartition:
         """Make ``part`` of ``version`` the very file of ``source_part`` of ``source``: a hard link, no byte copied.
 
-        Stored files are never written again, so two versions can share
-        one: dropping either removes a name, and the data stays while the
-        other still names it. The statistics are written first (as
-        :meth:`write` renames them first), with the sum bound to the new
-        place, so each place's checksum names its own place. Refused like a
-        write when the target already exists or its version is sealed.
+        Sound because stored files are never written again. The statistics
+        go first, their sum bound to the new place. Refused like a write
+        when the target exists or its version is sealed.
         """
         src = self.path(dataset, source, source_part)
         final = self.path(dataset, version, part)
@@ -137,8 +129,8 @@ class StoreWrites(StoreReads, StoreCleanup):
             raise PartitionMissing(f"partition {source_part} of {dataset!r} version {source} is not on this node",
                                    field="part") from None
         if self._replica_rows(dataset, version, part) is not None or final.exists():
-            raise VersionConflict(f"partition {part} of {dataset} v{version} is already stored or its version is committed; "
-                                  "a stored partition is never replaced", field="descriptor")
+            raise VersionConflict(f"partition {part} of {dataset} v{version} is already stored or its version is "
+                                  "committed; a stored partition is never replaced", field="descriptor")
         created = self.make_dirs(final.parent)
         side, placed_side = None, None
         try:
@@ -155,7 +147,8 @@ class StoreWrites(StoreReads, StoreCleanup):
                 placed_side.unlink(missing_ok=True)
             self.remove_empty(created)
             if isinstance(exc, FileExistsError):
-                raise VersionConflict(f"partition {part} of {dataset} v{version} is already stored", field="descriptor") from None
+                raise VersionConflict(f"partition {part} of {dataset} v{version} is already stored",
+                                      field="descriptor") from None
             if isinstance(exc, OSError) and exc.errno in NO_SPACE:
                 raise StorageFull(f"node disk full while linking partition {part} of {dataset} v{version}") from None
             raise
@@ -171,9 +164,8 @@ class StoreWrites(StoreReads, StoreCleanup):
         return stored
 
     def _stats_for_link(self, src: Path, source: Place, target: Place) -> Path:
-        """A temporary statistics file for ``target``, a new name of the (verified) file at ``src``: the source's
-        statistics with the sum bound to ``target``. The plain CRC-32 comes from the source's statistics when they
-        vouch for it, else from reading the file."""
+        """A temporary statistics file for ``target``, a new name of the verified file at ``src``: the source's
+        statistics, the sum bound to ``target``."""
         body = stats_body(src)
         size = src.stat().st_size
         crc = plain_crc(body, source, size)
@@ -193,19 +185,15 @@ class StoreWrites(StoreReads, StoreCleanup):
         layout.fsync_path(self.version_dir(dataset, version))
 
     def _replica_rows(self, dataset: str, version: int, part: tuple[int, int]) -> int | None:
-        """For a sealed (committed) version: the rows a new replica of ``part`` must have.
-
-        A committed version takes no new data: only a copy of a partition
-        its manifest lists and this node lacks (``copy-to``, repair), with the
-        committed row count. None for a version that is not sealed.
-        """
+        """The rows a new replica of ``part`` of a sealed version must have (a partition its manifest lists and
+        this node lacks); None for a version not sealed."""
         if not self.sealed(dataset, version):
             return None
         manifest = self.manifest(dataset, version)
         entry = next((p for p in manifest.partitions if p.part == part), None) if manifest is not None else None
         if entry is None:
-            raise VersionConflict(f"{dataset} v{version} is committed and has no partition {part}; its partitions cannot "
-                                  "change", field="descriptor")
+            raise VersionConflict(f"{dataset} v{version} is committed and has no partition {part}; its partitions "
+                                  "cannot change", field="descriptor")
         return entry.shape[0]
 
     def too_large(self, dataset: str, version: int, part: tuple[int, int]) -> LimitExceeded:
@@ -215,9 +203,8 @@ class StoreWrites(StoreReads, StoreCleanup):
     def seal(self, manifest: Commit) -> bool:
         """Keep a committed version's manifest beside its partitions; False if this node holds none of them.
 
-        The checksums of the version's files here go first, into ``checksums.json`` (the manifest's write makes
-        both durable): from the seal on, a file whose statistics are lost is checked against it, and a file with a
-        checksum in neither is damage (:meth:`_recorded`)."""
+        Its files' checksums go first, into ``checksums.json``: from the seal on, a file with a checksum in
+        neither its statistics nor there is damage (:meth:`_recorded`)."""
         dataset, version = manifest.dataset, manifest.version
         vdir = self.version_dir(dataset, version)
         if not vdir.is_dir():
@@ -231,9 +218,8 @@ class StoreWrites(StoreReads, StoreCleanup):
         return True
 
     def _seal_sums(self, manifest: Commit) -> dict[tuple[int, int], tuple[int, int]]:
-        """The bound sum and size of each file the manifest says this node holds, for the seal: what this process
-        stored (no file read), else what its statistics file records, else what an earlier seal recorded (a file
-        with none is left out: its first check calls it damaged)."""
+        """The bound sum and size of each file the manifest says this node holds: what this process stored, else
+        its statistics, else an earlier seal (a file with none is left out)."""
         dataset, version = manifest.dataset, manifest.version
         with self.lock:
             kept = dict(self.sums.get((dataset, version), {}))
