@@ -1,5 +1,4 @@
-"""SQL over flightpart: Flight SQL at the catalog's address (:mod:`.server`), run by DuckDB at the catalog over
-datasets whose scans reach the nodes (:mod:`.gateway`)."""
+"""SQL over flightpart: Flight SQL at the catalog (:mod:`.server`), run by DuckDB over the datasets."""
 
 from .duckdb_errors import SqlError
 from .gateway import Gateway

@@ -1,18 +1,11 @@
-"""The catalog memory SQL answers hold, counted from their first batch to the end of their stream.
+"""The catalog memory SQL answers hold, counted from their first batch to the end of their stream (decision 0032).
 
-An answer the catalog sends itself is counted as DuckDB produces it (a
-:class:`Meter` per query, told of each batch), then while it waits for its
-DoGet (kept), then while its stream sends it (:class:`~.sending.AnswersSent`),
-so the sum of every answer's bytes stays within :attr:`Answers.total`: answers
-each under the per-answer limit could otherwise exhaust the catalog's memory
-together, and one counted only once whole had been held whole, past its limit,
-before it was refused. A query's answer stops at its first batch past the
-per-answer limit (``LIMIT_EXCEEDED``, the same answer would meet it again), or
-past the room left, once room was made, (``BUSY``, retryable): room is made by
-dropping answers kept for a DoGet that has not come, the oldest first, then by
-letting go of streams whose readers took nothing for a while
-(:meth:`~.sending.AnswersSent.make_room`). One caller holds at most
-:attr:`Answers.per_caller` (half the total), so another's answers find room.
+An answer counts as DuckDB produces it (a :class:`Meter`), while it waits for
+its DoGet, and while it is sent (:class:`~.sending.AnswersSent`), so all answers
+together stay within :attr:`Answers.total`, one caller's within
+:attr:`Answers.per_caller`. Past the per-answer limit an answer stops
+``LIMIT_EXCEEDED``; past the room left once kept answers (oldest first) and idle
+streams are dropped, ``BUSY``.
 """
 
 from __future__ import annotations
@@ -34,12 +27,12 @@ from .limits import share
 from .sending import AnswersSent
 
 RESULTS_KEPT = 64
-"""Answers waiting for their DoGet (a client that never fetches one does not hold memory for long)."""
+"""Answers waiting for their DoGet, at most."""
 
 
 @dataclasses.dataclass(eq=False)
 class Meter:
-    """One answer being produced by ``caller``: the bytes counted so far (:meth:`Answers.count`)."""
+    """One answer being produced by ``caller``: the bytes counted so far."""
 
     caller: str
     nbytes: int = 0
@@ -68,8 +61,7 @@ class Answers:
 
     @contextlib.contextmanager
     def producing(self, caller: str) -> Iterator[Meter]:
-        """A meter for one answer of ``caller``'s; its bytes stop counting as produced when the block ends (kept
-        by :meth:`keep`, or not: the query failed)."""
+        """A meter for one answer of ``caller``'s; its bytes stop counting as produced when the block ends."""
         meter = Meter(caller)
         try:
             yield meter
@@ -88,8 +80,8 @@ class Answers:
             self._producing[meter.caller] = self._producing.get(meter.caller, 0) + nbytes
 
     def keep(self, meter: Meter, table: pa.Table) -> bytes:
-        """``table``, ``meter``'s answer, kept for its DoGet under a new handle: its bytes move from produced to kept
-        (counted again as its size, and checked again: an answer no meter counted, a listing, is checked here)."""
+        """``table``, ``meter``'s answer, kept for its DoGet under a new handle, its bytes moved from produced to kept
+        and checked again (a listing is counted only here)."""
         size = size_of(table)
         with self._lock:
             self._release(meter)
@@ -138,9 +130,9 @@ class Answers:
                                 field="query")
 
     def _make_room(self, caller: str, nbytes: int, has: int) -> None:
-        """Room for ``nbytes`` more of ``caller``'s (whose answer has ``has``), within its share and the total:
-        kept answers dropped (anyone's, then the caller's own, oldest first), then idle streams let go; ``BUSY``
-        when that is not enough."""
+        """Room for ``nbytes`` more of ``caller``'s (whose answer has ``has``), within its share and the total: kept
+        answers dropped (anyone's, then the caller's, oldest first), then idle streams let go; ``BUSY`` when not
+        enough."""
         for who, budget in ((None, self.total), (caller, self.per_caller)):
             while self._held(who) + nbytes > budget:
                 oldest = next((h for h, k in self._kept.items() if who is None or k.caller == who), None)

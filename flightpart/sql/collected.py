@@ -1,12 +1,8 @@
 """Answers read from DuckDB: in counted batches, under the names and types DuckDB gives the query as written.
 
-An answer is read :data:`ANSWER_BATCH_ROWS` rows at a time, each batch
-counted (``count``, :mod:`.answers`) before the next is read, so an answer
-past its limit is stopped there rather than held whole first. An answer
-made another way than DuckDB running the query as written (from the nodes'
-partials, or from a query with parts answered first) is conformed to the
-schema DuckDB gives the query as written, found over empty tables of the
-datasets' schemas (:func:`as_duckdb_types_it`).
+Each batch is counted before the next is read, so an answer past its limit stops
+there. An answer made otherwise than by DuckDB running the written query is
+conformed to the schema DuckDB gives it (:func:`as_duckdb_types_it`).
 """
 
 from __future__ import annotations
@@ -26,14 +22,14 @@ Count = Callable[[int], None]
 """Told of the bytes of each batch of an answer as DuckDB produces it; raises to stop the answer there."""
 
 DUCKDB_ERRORS = (("INTERRUPT Error", "InterruptException"), ("Out of Memory Error", "OutOfMemoryException"),
-                 ("INTERNAL Error", "InternalException"), ("FATAL Error", "FatalException"), ("IO Error", "IOException"))
-"""How DuckDB's message starts for the errors the gateway tells apart, and their classes: an error met while an
-answer streams reaches Python as Arrow's ``OSError`` holding DuckDB's message only."""
+                 ("INTERNAL Error", "InternalException"), ("FATAL Error", "FatalException"),
+                 ("IO Error", "IOException"))
+"""How DuckDB's message starts for the errors the gateway tells apart, and their classes: an error while an answer
+streams reaches Python as Arrow's ``OSError``."""
 
 
 def collected(relation: Any, count: Count | None) -> pa.Table:
-    """``relation``'s rows, read from DuckDB :data:`ANSWER_BATCH_ROWS` at a time, each batch counted (``count``,
-    which may raise to stop it) before the next is read; DuckDB's errors as DuckDB raises them."""
+    """``relation``'s rows, each batch counted before the next is read; DuckDB's errors as DuckDB raises them."""
     import duckdb
 
     reader = relation.to_arrow_reader(ANSWER_BATCH_ROWS)
@@ -58,10 +54,8 @@ def collected(relation: Any, count: Count | None) -> pa.Table:
 
 def as_duckdb_types_it(con: Any, query: str, named: list[str], open_dataset: Callable[[str], Any],
                        scan: Callable[[Any], Any]) -> pa.Schema | None:
-    """The schema DuckDB gives ``query``'s answer over the datasets themselves (``count_star()``, a HUGEINT sum),
-    found over empty tables of their schemas without reading a row; None when DuckDB refuses the query there (a
-    type or binder error), which is then run as written, to fail as DuckDB says. ``scan(dataset)``: the DuckDB
-    scan each dataset is registered as again afterwards."""
+    """DuckDB's schema for ``query`` over empty tables of the datasets' schemas; None when DuckDB refuses it there (it
+    then runs as written). ``scan``: what each dataset is registered as afterwards."""
     import duckdb
 
     try:
@@ -85,8 +79,8 @@ def as_duckdb_types_it(con: Any, query: str, named: list[str], open_dataset: Cal
 
 
 def register_as_duckdb_types_it(con: Any, name: str, answer: pa.Table, expected: pa.Schema) -> None:
-    """``answer`` readable by the rest of the query as ``name``, each column of the type DuckDB gave it (a sum of
-    integers is a HUGEINT, which Arrow carries as a decimal128(38, 0) that DuckDB would read back as a DECIMAL)."""
+    """``answer`` readable as ``name``, each column of the type DuckDB gave it (a HUGEINT sum, which Arrow carries as a
+    decimal128(38, 0))."""
     import duckdb
 
     kinds = (expected.metadata or {}).get(b"duckdb_types", b"").decode().split("\x1f")
@@ -104,9 +98,8 @@ def register_as_duckdb_types_it(con: Any, name: str, answer: pa.Table, expected:
 
 
 def conformed(answer: pa.Table, expected: pa.Schema) -> pa.Table:
-    """``answer`` (from partials, or from a query with parts answered first) under the names and types DuckDB gives
-    the query as written (see :func:`as_duckdb_types_it`): a rewritten query is printed anew, which may rename a
-    column (``CAST(fare AS TEXT)`` for ``fare::VARCHAR``) or widen a literal's type."""
+    """``answer`` under the names and types DuckDB gives the written query (a rewritten query may print a column's name
+    or a literal's type otherwise)."""
     if answer.num_columns != len(expected):
         return answer
     answer = answer.rename_columns(expected.names)

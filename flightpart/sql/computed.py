@@ -1,11 +1,9 @@
 """Expressions of columns a query groups by or aggregates, computed by the nodes before they aggregate.
 
-``GROUP BY date_trunc('month', pickup)`` or ``sum(fare * 100)`` would otherwise leave the plans of
-:mod:`.pushed` with nothing to send the nodes but whole columns. Each such expression the nodes can compute as
-DuckDB does (:func:`flightpart.query.predicates.parse_sql_value`: integer and DOUBLE arithmetic, ``date_trunc``) becomes a
-column of its own for the nodes to compute (``Dataset.aggregate(computed=...)``), and the query is rewritten to read
-that column wherever the expression appears outside its WHERE: it then reads like a query over a table that has the
-column, and is planned as one. A query with an expression the nodes cannot compute exactly is left whole.
+Each expression the nodes compute exactly as DuckDB does
+(:func:`flightpart.query.predicates.parse_sql_value`) becomes a computed column,
+and the query is rewritten to read it outside its WHERE; a query with any other
+expression is left whole.
 """
 
 from __future__ import annotations
@@ -20,13 +18,12 @@ from flightpart.query.functions import SQL_CLASSES
 from flightpart.query.predicates import date_trunc_unit_not_quoted, parse_sql_value
 
 COMPUTED = "flightpart computed"
-"""The names of computed columns, numbered: no column of a dataset or alias of a query takes one by chance."""
+"""The prefix of computed columns' names, which no column or alias takes by chance."""
 
 
 def computed_on_nodes(tree: Any, schema: pa.Schema, query: str) -> tuple[dict[str, str], pa.Schema] | None:
-    """Rewrite ``tree`` (in place) to read a computed column for each grouping expression and each aggregated
-    expression (``query``: its text); returns the columns to compute (name -> SQL text) and ``schema`` with them, or
-    None when one cannot be computed exactly on the nodes."""
+    """Rewrite ``tree`` in place to read a computed column for each grouping and aggregated expression; returns the
+    columns (name -> SQL) and ``schema`` with them, or None when one cannot be computed exactly."""
     from sqlglot import exp
 
     if date_trunc_unit_not_quoted(query):
@@ -52,8 +49,8 @@ def computed_on_nodes(tree: Any, schema: pa.Schema, query: str) -> tuple[dict[st
 
 
 def _wanted(tree: Any, aliases: dict[str, Any], columns: set[str]) -> list[Any]:
-    """The expressions (not plain columns) ``tree`` groups by, a group key naming an alias replaced (in place) by the
-    alias's expression, then those its aggregates take, outside a WHERE."""
+    """The non-column expressions ``tree`` groups by (a key naming an alias replaced in place by its expression), then
+    those its aggregates take, outside WHERE."""
     from sqlglot import exp
 
     group = tree.args.get("group")
@@ -68,15 +65,15 @@ def _wanted(tree: Any, aliases: dict[str, Any], columns: set[str]) -> list[Any]:
     for aggregate in tree.find_all(exp.AggFunc):
         value = aggregate.this
         if type(aggregate).__name__ in SQL_CLASSES and isinstance(value, exp.Expression) \
-                and not isinstance(value, (exp.Column, exp.Star, exp.Distinct)) and value.find_ancestor(exp.Where) is None:
+                and not isinstance(value, (exp.Column, exp.Star, exp.Distinct)) \
+                and value.find_ancestor(exp.Where) is None:
             wanted.append(value)
     return wanted
 
 
 def _named(wanted: list[Any], schema: pa.Schema) -> tuple[dict[str, str], dict[str, str], list[pa.Field]] | None:
-    """Each distinct expression ``wanted`` as a computed column: (name -> SQL text, SQL text -> name, ``schema``'s
-    fields and theirs), or None when one is no expression the nodes compute exactly (an aggregate, a window, what
-    :func:`~flightpart.query.predicates.parse_sql_value` refuses)."""
+    """Each distinct expression as a computed column: (name -> SQL, SQL -> name, the fields), or None when one is not
+    computed exactly."""
     from sqlglot import exp
 
     computed: dict[str, str] = {}
@@ -100,8 +97,8 @@ def _named(wanted: list[Any], schema: pa.Schema) -> tuple[dict[str, str], dict[s
 
 
 def _read_computed(tree: Any, by_text: dict[str, str]) -> None:
-    """Rewrite ``tree`` (in place) to read the computed column named for each expression ``by_text`` holds, outside
-    its WHERE: the nodes filter by the columns the WHERE names, before they compute."""
+    """Rewrite ``tree`` in place to read each computed column outside its WHERE (the nodes filter before they
+    compute)."""
     from sqlglot import exp
 
     where = tree.args.get("where")
@@ -122,8 +119,7 @@ def _read_computed(tree: Any, by_text: dict[str, str]) -> None:
 
 @functools.lru_cache(maxsize=1)
 def _date_trunc_of_a_date_is_a_timestamp() -> bool:
-    """Whether the DuckDB here returns a TIMESTAMP for ``date_trunc`` of a DATE, as the nodes compute it (DuckDB 2
-    does; DuckDB 1.1 returned a DATE for some units)."""
+    """Whether this DuckDB returns a TIMESTAMP for ``date_trunc`` of a DATE, as the nodes compute it."""
     import duckdb
 
     return duckdb.connect().sql("SELECT typeof(date_trunc('month', DATE '2024-05-17'))").fetchall()[0][0] == "TIMESTAMP"

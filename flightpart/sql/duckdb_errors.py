@@ -1,13 +1,9 @@
 """What a query DuckDB refused or failed ends with: a flightpart error with its code, one line, no traceback.
 
-A query's own mistake (a syntax error, an unknown column or function) is
-:class:`SqlError`; a table that is no dataset is ``DATASET_NOT_FOUND``
-with the closest dataset's name; a query past the memory or spill space
-DuckDB may use for the catalog's queries is ``LIMIT_EXCEEDED``; DuckDB
-failing with its own files or inside itself is the catalog's failure
-(``INTERNAL``), its details in the catalog's log. A node's failure inside
-one of DuckDB's scans is raised as itself (:mod:`.remembered`), not as
-DuckDB's wrapping of it.
+The query's mistake is :class:`SqlError`; an unknown table,
+``DATASET_NOT_FOUND``; past DuckDB's memory or spill, ``LIMIT_EXCEEDED``; DuckDB
+failing itself, ``INTERNAL``. A node's failure inside a scan is raised as itself
+(:mod:`.remembered`).
 """
 
 from __future__ import annotations
@@ -37,10 +33,8 @@ class SqlError(RequestRejected):
 
 def failed(exc: Exception, failures: ScanFailures, engine: Any, known: Callable[[], set[str]],
            is_dataset: Callable[[str, set[str]], bool]) -> FlightpartError:
-    """The error a query ends with when DuckDB raised ``exc`` (any ``duckdb.Error`` but an interrupt); the first
-    failure of a node inside the query's scans (``failures``) is raised instead where it may be the cause.
-    ``engine``: DuckDB's limits, for a query past them; ``known()``: every dataset's name, and ``is_dataset(name,
-    known)`` whether a name means one, for a table DuckDB does not know."""
+    """The error a query ends with when DuckDB raised ``exc``, or the first node failure in its scans where that may be
+    the cause. ``engine``: DuckDB's limits; ``known()``, ``is_dataset``: the datasets."""
     import duckdb
 
     if isinstance(exc, duckdb.CatalogException):
@@ -65,9 +59,8 @@ def failed(exc: Exception, failures: ScanFailures, engine: Any, known: Callable[
 
 
 def suggesting_datasets(message: str, known: set[str], is_dataset: Callable[[str, set[str]], bool]) -> str:
-    """DuckDB's message for a table it does not know, its guess kept only when it is a dataset (DuckDB guesses
-    from its own system tables too: ``Did you mean "pg_sequences"?``), else the closest dataset's name, else
-    ``flightpart ls``."""
+    """DuckDB's message for an unknown table, its guess kept only when it is a dataset (DuckDB also guesses its system
+    tables), else the closest dataset's name, else ``flightpart ls``."""
     guess, missing = SUGGESTION.search(message), MISSING_TABLE.search(message)
     if guess is not None and (is_dataset(guess["name"], known)):
         return message
@@ -79,9 +72,8 @@ def suggesting_datasets(message: str, known: set[str], is_dataset: Callable[[str
 
 
 def out_of_memory(exc: Exception, engine: Any) -> LimitExceeded:
-    """The error of a query that needed more memory, or more spill space on disk, than DuckDB may use for the
-    catalog's queries (``engine``'s limits): a limit of the catalog's, not a mistake in the query; DuckDB's own
-    advice (a ``SET`` the gateway refuses, fewer threads) is left out for what the client can change."""
+    """The error of a query past DuckDB's memory or spill limits (``engine``): a limit of the catalog's, with advice the
+    client can follow in place of DuckDB's."""
     what = (f"more spill space on disk than the {engine.spill:,} bytes the catalog's queries may write together"
             if SPILL_LIMIT in str(exc) else
             f"more memory than the {engine.memory:,} bytes the catalog's queries may use together")
@@ -91,7 +83,6 @@ def out_of_memory(exc: Exception, engine: Any) -> LimitExceeded:
 
 
 def one_line(exc: BaseException) -> str:
-    """DuckDB's message on one line (its caret lines, terminal codes and, for an internal error, its native stack
-    trace left out)."""
+    """DuckDB's message on one line, without caret lines, terminal codes or native stack trace."""
     text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).split("Stack Trace:", 1)[0]
     return " ".join(text.split())[:400]

@@ -1,14 +1,9 @@
 """The one DuckDB database the catalog's queries run in: memory and spill space bounded for all of them together.
 
-Each query runs on a connection of its own (its registered datasets and
-temporary views are that connection's), all in one database, so DuckDB's
-``memory_limit`` and ``max_temp_directory_size`` bound the queries together:
-a database per query had given each query the whole limit, and N queries N
-times it. DuckDB spills sorts, joins and aggregates past its memory into a
-private directory (mode 0700) the catalog makes in the system's temporary
-directory (or ``$FLIGHTPART_SQL_SPILL_DIR``), never its working or state
-directory, and removes when it stops; no query reads it (external access is
-off). The configuration is locked: no query changes it.
+Each query has a connection of its own in one database, so ``memory_limit`` and
+``max_temp_directory_size`` bound them together (decision 0033). Spill files go
+to a private directory (mode 0700) removed at stop; external access is off and
+the configuration locked.
 """
 
 from __future__ import annotations

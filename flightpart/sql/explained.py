@@ -1,10 +1,7 @@
 """``EXPLAIN``: what ran where for a query, and the bytes each part moved, one row per part of the work.
 
-The query explained is run (except a plain scan, whose partitions go from
-the nodes to the client) and the route it took (:class:`~.planners.Route`)
-is told as steps: the parts answered first, then the nodes' work (partial
-aggregates, each partition's first rows, or scans of the columns and rows
-the query uses) and DuckDB's at the catalog.
+The query is run (but a plain scan) and its route (:class:`~.planners.Route`)
+told as steps.
 """
 
 from __future__ import annotations
@@ -27,8 +24,8 @@ EXPLAIN_SCHEMA = pa.schema([("step", pa.utf8()), ("where", pa.utf8()), ("what", 
 
 
 def explained_query(query: str) -> str | None:
-    """The query an ``EXPLAIN [ANALYZE]`` explains (blanks and comments before it skipped, in one pass: a pattern
-    for them would backtrack without end on a row of comments), or None."""
+    """The query an ``EXPLAIN [ANALYZE]`` explains, or None; blanks and comments before it skipped in one linear pass
+    (decision 0034)."""
     at = 0
     while at < len(query):
         if query[at].isspace():
@@ -56,8 +53,8 @@ def scan_explained(partitions: int) -> pa.Table:
 
 def explained(route: Route, rows: int, moved: int, named: set[str], open_dataset: Callable[[str], Any],
               names_in: Callable[[str], list[str]]) -> pa.Table:
-    """The steps of a query that ran by ``route`` to an answer of ``rows`` rows, the nodes' work having moved
-    ``moved`` bytes; ``named``: the datasets the query explained names, ``names_in(sql)`` those ``sql`` names."""
+    """The steps of a query that ran by ``route`` to ``rows`` rows, the nodes having moved ``moved`` bytes; ``named``:
+    the datasets it names, ``names_in(sql)`` those ``sql`` names."""
     first = [("first", "catalog (DuckDB)" if part.kind == "values" else "nodes",
               f"{part.sql}: {part.rows} value(s), put in the query as an IN list" if part.kind == "values" else
               f"{part.sql}: aggregated on the nodes, {part.rows} row(s) read as a table", part.moved, part.rows)
@@ -81,7 +78,8 @@ def explained(route: Route, rows: int, moved: int, named: set[str], open_dataset
     names = ", ".join(names_in(route.query))
     scan = [("scan", "nodes", f"{names}: the columns the query uses, and the rows of the filters DuckDB pushed",
              moved, None)] if names else []
-    return _table([*first, *scan, ("query", "catalog (DuckDB)", "everything else: joins, aggregates, ordering", 0, rows)])
+    return _table([*first, *scan,
+                   ("query", "catalog (DuckDB)", "everything else: joins, aggregates, ordering", 0, rows)])
 
 
 def _table(steps: list[tuple]) -> pa.Table:

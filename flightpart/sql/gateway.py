@@ -1,17 +1,10 @@
 """SQL over the cluster's datasets, run by DuckDB at the catalog, each scan reaching the nodes.
 
-Every dataset a query names is a table: ``sales`` is its latest version,
-``"sales@3"`` version 3. It is shown to DuckDB as the dataset's
-``duckdb_scan()``, so for each scan the nodes send only the columns the
-query uses and, for the filters DuckDB pushes, only the rows they keep
-(docs/querying.md, "DuckDB"); joins, aggregates, ORDER BY, LIMIT and
-window functions run in DuckDB here. DuckDB runs with external access off
-(no file, URL or extension a query could reach on the catalog's host), in
-one database whose memory and spill space bound every query together
-(:mod:`.engine`). What runs where is decided by the planners, tried in
-order (:mod:`.planners`); an answer is read from DuckDB in counted batches
-(:mod:`.collected`); a query that runs too long, or for no one, is stopped
-(:mod:`.watch`); DuckDB's errors end as flightpart's (:mod:`.duckdb_errors`).
+Every dataset a query names is a table (``"sales@3"``: version 3), shown to
+DuckDB as its ``duckdb_scan()``, so the nodes send only the columns and rows the
+query needs. DuckDB runs with external access off (:mod:`.system_functions`), in
+one database bounding every query's memory together (:mod:`.engine`); the
+planners decide what runs where (:mod:`.planners`).
 """
 
 from __future__ import annotations
@@ -77,7 +70,7 @@ class Gateway:
             return self._client
 
     def writer(self) -> Client:
-        """A client that writes (``adbc_ingest``), for callers the catalog authorized as writers."""
+        """A client that writes (``adbc_ingest``), for callers authorized as writers."""
         with self._lock:
             if self._writer is None or self._writer.closed:
                 self._writer = connect(self.catalog_uri, access=self.write_access)
@@ -92,9 +85,8 @@ class Gateway:
 
     def tables(self, stopped: Callable[[], bool] = lambda: False, *, wanted: Callable[[str], bool] | None = None,
                schemas: bool = True) -> list[tuple[str, pa.Schema | None]]:
-        """Every dataset's latest version (those whose name is ``wanted``): its name and schema (None without
-        ``schemas``: one schema is asked of the catalog per dataset, which a list of names needs not); :class:`Stopped`
-        once ``stopped()`` (a listing query ran past its time, or its caller gave up)."""
+        """Every dataset's latest version whose name is ``wanted``: its name and schema (None without ``schemas``: a
+        schema costs one call per dataset). :class:`Stopped` once ``stopped()``."""
         client = self.client()
         found: list[tuple[str, pa.Schema | None]] = []
         for entry in client.list():
@@ -113,8 +105,7 @@ class Gateway:
         return found
 
     def version_table(self, table: str) -> tuple[str, pa.Schema] | None:
-        """A version named as a table (``sales@3``, which a query may name though GetTables lists only the latest
-        versions): its name and schema, or None when the name is no version of a dataset (or it is gone)."""
+        """A version named as a table (``sales@3``): its name and schema, or None when it is no version of a dataset."""
         if VERSIONED.match(table) is None or not self._is_dataset(table):
             return None
         try:
@@ -125,12 +116,9 @@ class Gateway:
     def run(self, query: str, *, limit: int | None = None, parameters: pa.Table | None = None,
             cancelled: Callable[[], bool] = lambda: False, route: Route | None = None, caller: str = "",
             count: Count | None = None) -> pa.Table:
-        """``query``'s answer (``limit``: at most that many rows, for a schema). ``parameters``: values for its
-        ``?`` (or ``$1``) placeholders, one row per execution, the answers concatenated. ``cancelled``: whether the
-        caller gave up (its deadline passed, it hung up): the query is stopped then, not run on for no one.
-        ``route``, when given, is told how the query ran, for ``EXPLAIN``. It runs in one of the catalog's
-        :attr:`slots`, waiting for one (``BUSY`` when too many wait, or ``caller`` holds its share: :mod:`.slots`).
-        ``count(nbytes)`` is told of each batch of the answer as DuckDB produces it, and raises to stop it."""
+        """``query``'s answer, at most ``limit`` rows; ``parameters``: one row per execution, answers concatenated. It
+        runs in one of :attr:`slots`, stopped once ``cancelled()``; ``route`` learns how it ran; ``count(nbytes)`` is
+        told of each batch, and raises to stop it."""
         with self.slots.held(cancelled, caller):
             return self._run(query, limit=limit, parameters=parameters, cancelled=cancelled, route=route, count=count)
 
@@ -158,9 +146,8 @@ class Gateway:
             con.close()
 
     def _checked(self, con: Any, query: str, statements: list[Any], stop: Watch) -> list[str]:
-        """The datasets ``query`` names, once it is one query that only reads and asks nothing of DuckDB about
-        itself or a file (else :class:`SqlError`, nothing run); for a query that lists tables every other dataset is
-        registered with ``con`` as its columns."""
+        """The datasets ``query`` names, once it is one read naming nothing of DuckDB's (else :class:`SqlError`); a
+        listing query gets every dataset registered."""
         duckdb = _duckdb()
         if len(statements) != 1 or statements[0].type != duckdb.StatementType.SELECT:
             raise SqlError("one query is answered here (SELECT, WITH, VALUES, ...), nothing that writes or changes "
@@ -193,8 +180,8 @@ class Gateway:
                             "was stopped", field="query")
 
     def _explain(self, query: str, *, schema_only: bool, count: Count | None = None) -> pa.Table:
-        """``EXPLAIN query``: what ran where, and the bytes each part moved (the query is run to measure them, except
-        a plain scan, whose partitions go from the nodes to the client)."""
+        """``EXPLAIN query``: what ran where and the bytes each part moved (the query is run to measure them, but for a
+        plain scan)."""
         inner = explained_query(query)
         if inner is None:
             raise SqlError("EXPLAIN is answered as 'EXPLAIN SELECT ...' (comments before it allowed)", field="query")
@@ -211,7 +198,7 @@ class Gateway:
         return explained(route, answer.num_rows, moved, set(self._named(inner)), self._dataset, self._named)
 
     def scan(self, query: str) -> tuple[pa.Schema, list[Any]] | None:
-        """For a plain scan (:mod:`.scans`), its schema and one endpoint per partition at the nodes; else None."""
+        """For a plain scan (:mod:`.scans`), its schema and one endpoint per partition; else None."""
         duckdb = _duckdb()
 
         try:
@@ -230,9 +217,8 @@ class Gateway:
         return scans.endpoints(self._dataset(name), columns, where)
 
     def schema(self, query: str, caller: str = "") -> pa.Schema:
-        """The schema of ``query``'s answer, computed without reading its rows: a plain scan's is the dataset's own
-        types, which its nodes send (DuckDB's, announced for it before, named a New York timestamp UTC and a
-        string view a string, and the stream then disagreed with what a prepared statement had said)."""
+        """The schema of ``query``'s answer, without reading its rows; a plain scan's is the dataset's own types, which
+        its nodes send."""
         planned = self.scan(query)
         if planned is not None:
             return planned[0]
@@ -256,9 +242,8 @@ class Gateway:
         return query, tuple((name, versions.get(name)) for name in named)
 
     def _register_listed(self, con: Any, named: list[str], stop: Watch) -> None:
-        """Every dataset ``named`` leaves out, registered with ``con`` as its columns only (an empty table of the types
-        DuckDB is shown), for a query that lists tables; one DuckDB cannot describe (a column of a type it cannot
-        read: a dense union, which Arrow makes no empty column of either) is left out, not the query's failure."""
+        """Every dataset ``named`` leaves out, registered as an empty table of its columns for a listing query; one
+        DuckDB cannot describe (a dense union) is left out."""
         duckdb = _duckdb()
         for name, schema in self.tables(lambda: stop.fired):
             if name in named:
@@ -276,7 +261,7 @@ class Gateway:
             raise Stopped()
 
     def _named(self, query: str) -> list[str]:
-        """The datasets ``query`` names (as tables), those that exist; others are left for DuckDB to refuse."""
+        """The datasets ``query`` names that exist."""
         return named_datasets(query, self._dataset_names)
 
     def _dataset_names(self) -> set[str]:
@@ -287,8 +272,8 @@ class Gateway:
         return names_dataset(table, self._dataset_names())
 
     def _dataset(self, table: str) -> Any:
-        """The dataset a table name means (``name@version``: that version), its case as DuckDB's names have it (the
-        datasets are listed only when no dataset has that very name)."""
+        """The dataset a table name means (``name@version``: that version), whatever its case as DuckDB matches
+        names."""
         try:
             return self._opened(table)
         except DatasetNotFound:
@@ -304,7 +289,7 @@ class Gateway:
 
 
 def _duckdb() -> Any:
-    """DuckDB, which answers SQL here; a catalog installed without it (the ``server`` extra) says so."""
+    """DuckDB; a catalog installed without it says so."""
     try:
         import duckdb
     except ImportError:

@@ -1,22 +1,14 @@
 """Parts of a query answered first at the catalog, so that what is left of it can run on the nodes.
 
-- ``x IN (SELECT y FROM zones WHERE ...)`` (in a WHERE, not correlated
-  with the outer query): its distinct values, when there are at most
-  :data:`MAX_VALUES` of them, none NULL, each a string, integer or boolean,
-  become a literal list ``x IN ('JFK Airport', 'LaGuardia')``. Those
-  filters flightpart expresses, so the outer query's scan or aggregates are
-  pushed to the nodes with it: the small dataset's keys go to where the
-  large one is, instead of the large one's rows to the catalog. Without a
-  NULL among the values, the list answers exactly as the subquery would,
-  under NOT too (a NULL would make ``x NOT IN (...)`` NULL for every row).
-- A WITH query (CTE) or a derived table (``FROM (SELECT ...) AS s``) whose
-  body the nodes aggregate (:func:`flightpart.sql.pushed.plan`) is answered
-  first, and the query reads its answer as a table, when the SELECT reading
-  it has no WHERE (a filter there DuckDB would push into its scan, while the
-  nodes would aggregate every group of it).
+- An uncorrelated ``x IN (SELECT ...)`` in a WHERE becomes a literal list of its
+  distinct values when they are at most :data:`MAX_VALUES`, none NULL, each a
+  string, integer or boolean: without a NULL the list answers exactly as the
+  subquery, under NOT too.
+- A WITH query or derived table the nodes aggregate is answered first and read
+  as a table, when the SELECT reading it has no WHERE (DuckDB would push that
+  filter into its scan).
 
-Anything else is left as written; a query nothing here applies to is
-returned unchanged (not even re-printed).
+A query nothing here applies to is returned unchanged.
 """
 
 from __future__ import annotations
@@ -36,8 +28,8 @@ ANSWERED = "flightpart_answered_"
 
 
 class Answered(NamedTuple):
-    """One part answered first: what (``values`` for an IN list, ``table`` for a CTE or derived table), its SQL,
-    the rows its answer has and the bytes answering it moved."""
+    """One part answered first: its ``kind`` (``values``: an IN list, ``table``: a CTE or derived table), its SQL, its
+    answer's rows and the bytes answering it moved."""
 
     kind: str
     sql: str
@@ -48,12 +40,9 @@ class Answered(NamedTuple):
 def inline(query: str, known: set[str], values: Callable[[str], pa.Table | None],
            table: Callable[[str, str], pa.Table | None], moved: Callable[[], int] = lambda: 0
            ) -> tuple[str, list[Answered]]:
-    """``query`` with the parts the module doc lists answered first, and those parts.
-
-    ``values(sql)``: the answer of a one-column query (at most ``MAX_VALUES + 1`` rows), or None when it cannot be
-    run alone (it names the outer query's columns). ``table(sql, name)``: the answer of a query the nodes aggregate,
-    now readable as ``name``, or None when the nodes cannot aggregate it. ``moved()``: bytes moved so far.
-    """
+    """``query`` with the parts the module doc lists answered first, and those parts. ``values(sql)``: a one-column
+    answer, or None; ``table(sql, name)``: the nodes' answer, readable as ``name``, or None; ``moved()``: bytes moved so
+    far."""
     from sqlglot import exp
 
     tree = parsed(query)
@@ -64,7 +53,8 @@ def inline(query: str, known: set[str], values: Callable[[str], pa.Table | None]
     done: list[Answered] = []
     lowered = {name.lower() for name in known}
     if any(cte.alias_or_name.lower() in lowered for cte in tree.find_all(exp.CTE)):
-        return query, []  # a WITH query named as a dataset (in any letters) hides it where a part answered alone would not
+        # a WITH query named as a dataset (in any letters) hides it where a part answered alone would not
+        return query, []
     with_ = clause(tree, "with")
     if with_ is not None and not with_.args.get("recursive"):
         for cte in list(with_.expressions):
@@ -106,9 +96,7 @@ def inline(query: str, known: set[str], values: Callable[[str], pa.Table | None]
 
 
 def _read_whole(source: Any) -> bool:
-    """Whether the SELECT reading ``source`` (a table or derived table in its FROM or a JOIN) has no WHERE: DuckDB
-    would push that filter into the source's scan, where answering the source first would aggregate every group of
-    it (``WITH u AS (... GROUP BY user) SELECT n FROM u WHERE user = 42``)."""
+    """Whether the SELECT reading ``source`` (in its FROM or a JOIN) has no WHERE (see the module doc)."""
     from sqlglot import exp
 
     select = source.find_ancestor(exp.Select)
@@ -116,9 +104,8 @@ def _read_whole(source: Any) -> bool:
 
 
 def _literals(answer: pa.Table) -> list[Any] | None:
-    """The values of a one-column answer as SQL literals, or None when they may not stand for the subquery: more
-    than :data:`MAX_VALUES`, a NULL, or a type other than string, integer or boolean (a floating-point value written
-    in decimal is read back by DuckDB as a DECIMAL, which may not convert back to the same double)."""
+    """A one-column answer's values as SQL literals, or None: more than :data:`MAX_VALUES`, a NULL, or a type not
+    string, integer or boolean (decision 0035)."""
     from sqlglot import exp
 
     column = answer.column(0)

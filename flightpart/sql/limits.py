@@ -1,11 +1,8 @@
-"""The limits of the catalog's SQL service, each read from the catalog's environment at start.
+"""The limits of the catalog's SQL service, read from the catalog's environment at start.
 
-Every limit is per caller and in total: a caller (a token's role and name; a
-cluster without a secret, or its owner, by the caller's IP) may hold at most
-:func:`share` of a total, so that one client flooding the catalog leaves the
-other half to everyone else. A bad value stops the catalog at start
-(:class:`~flightpart.errors.CannotStart`, naming the variable). The table of
-them, with their defaults, is in docs/limits.md ("SQL at the catalog").
+A caller (a token's role and name; the owner by IP) holds at most :func:`share`
+of each total. A bad value stops the catalog at start. docs/limits.md lists
+them.
 """
 
 from __future__ import annotations
@@ -38,20 +35,19 @@ class SqlLimits:
     """The SQL service's limits (defaults here; :meth:`from_env` reads the catalog's environment)."""
 
     memory: int = 1 << 30
-    """DuckDB's memory limit, shared by every query the catalog runs (one database: queries spill past it)."""
+    """DuckDB's memory limit, shared by every query the catalog runs (queries spill past it)."""
     spill: int = 4 << 30
     """Bytes DuckDB may write to its spill files, every query together (``max_temp_directory_size``)."""
     spill_dir: str | None = None
-    """Where the catalog makes its private spill directory (0700), removed when it stops; None: the system's
-    temporary directory."""
+    """Where the catalog makes its private spill directory (0700); None: the system's temporary directory."""
     answer: int = 512 << 20
     """Bytes one answer the catalog sends itself may have, counted as it is produced."""
     answers: int = 1 << 30
-    """Bytes of answers the catalog holds, being produced, waiting for their DoGet or being sent, all together."""
+    """Bytes of answers the catalog holds, produced, waiting for their DoGet or being sent, all together."""
     parameters: int = 16 << 20
     """Bytes of parameters one bind (DoPut) may carry, counted as its batches arrive."""
     binds: int = 2
-    """Binds whose parameters the catalog reads at once (one message is received whole before it is counted)."""
+    """Binds whose parameters the catalog reads at once (each message is received whole before it is counted)."""
     prepared: int = 1024
     """Prepared statements the catalog keeps."""
     prepared_bytes: int = 256 << 20

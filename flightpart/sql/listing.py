@@ -1,9 +1,7 @@
 """The datasets as SQL clients list them: ``GetCatalogs``, ``GetDbSchemas``, ``GetTableTypes``, ``GetTables``.
 
-Every dataset is a table of type ``TABLE`` in one schema of no name and no
-catalog; ``GetTables`` lists each dataset's latest version (with its schema
-when asked), and a version asked by name (``sales@3``) as a table too.
-Tables in the layouts arrow's ``format/FlightSql.proto`` gives them.
+Every dataset is a ``TABLE`` in one schema of no name and no catalog, in the
+layouts of arrow's ``format/FlightSql.proto``.
 """
 
 from __future__ import annotations
@@ -17,11 +15,11 @@ from flightpart.errors import RequestRejected
 
 TABLE_TYPE = "TABLE"
 MAX_PATTERN = 256
-"""Characters a table name pattern may have (matching one costs at most its length times a name's)."""
+"""Characters a table name pattern may have."""
 
 
 def catalogs() -> pa.Table:
-    """``GetCatalogs``: none, datasets are tables of no catalog and no schema."""
+    """``GetCatalogs``: none."""
     return pa.schema([pa.field("catalog_name", pa.utf8(), nullable=False)]).empty_table()
 
 
@@ -65,8 +63,7 @@ def tables(gateway: Any, body: bytes, schema_only: bool) -> pa.Table:
 
 
 def _table_types(body: bytes) -> list[str]:
-    """``CommandGetTables``' ``table_types`` (field 4, repeated): each must be UTF-8 text, as the protocol's strings
-    are; one that is not is the request's mistake, refused with a code rather than failing the call."""
+    """``CommandGetTables``' ``table_types`` (field 4, repeated), each UTF-8 text, else refused with a code."""
     types = []
     for n, value in proto.fields(body):
         if n != 4:
@@ -82,9 +79,8 @@ def _table_types(body: bytes) -> list[str]:
 
 
 def like(name: str, pattern: str) -> bool:
-    """SQL's LIKE as Flight SQL's filter patterns use it (``%`` any run, ``_`` one character), matched greedily with
-    one point to return to (the last ``%``): at most len(name) x len(pattern) steps, where a regular expression of
-    40 ``%`` backtracked for minutes and held the catalog's interpreter all that time."""
+    """SQL's LIKE as Flight SQL's patterns use it (``%`` any run, ``_`` one character), matched greedily with one point
+    to return to (the last ``%``): at most len(name) x len(pattern) steps (decision 0034)."""
     n = p = 0
     star = -1  # where in the pattern the last % was, and the name's position it matched up to
     matched = 0

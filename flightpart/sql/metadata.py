@@ -1,8 +1,4 @@
-"""What the catalog says of itself to SQL clients: ``GetSqlInfo`` and ``GetXdbcTypeInfo``.
-
-Tables in the layouts arrow's ``format/FlightSql.proto`` gives them, built
-from what the gateway answers with: DuckDB's types as they reach Arrow.
-"""
+"""What the catalog says of itself to SQL clients: ``GetSqlInfo`` and ``GetXdbcTypeInfo``."""
 
 from __future__ import annotations
 
@@ -35,7 +31,8 @@ def sql_info(asked: list[int]) -> pa.Table:
                 pa.array([], pa.map_(pa.int32(), pa.list_(pa.int32())))]
     value = pa.UnionArray.from_dense(pa.array(type_ids, pa.int8()), pa.array(offsets, pa.int32()), children,
                                      [f.name for f in SQL_INFO_TYPE])
-    schema = pa.schema([pa.field("info_name", pa.uint32(), nullable=False), pa.field("value", value.type, nullable=False)])
+    schema = pa.schema([pa.field("info_name", pa.uint32(), nullable=False),
+                        pa.field("value", value.type, nullable=False)])
     return pa.Table.from_arrays([pa.array(ids, pa.uint32()), value], schema=schema)
 
 
@@ -46,7 +43,8 @@ XDBC_TYPE_INFO = pa.schema([
     pa.field("nullable", pa.int32(), nullable=False), pa.field("case_sensitive", pa.bool_(), nullable=False),
     pa.field("searchable", pa.int32(), nullable=False), pa.field("unsigned_attribute", pa.bool_()),
     pa.field("fixed_prec_scale", pa.bool_(), nullable=False), pa.field("auto_increment", pa.bool_()),
-    pa.field("local_type_name", pa.utf8()), pa.field("minimum_scale", pa.int32()), pa.field("maximum_scale", pa.int32()),
+    pa.field("local_type_name", pa.utf8()), pa.field("minimum_scale", pa.int32()),
+    pa.field("maximum_scale", pa.int32()),
     pa.field("sql_data_type", pa.int32(), nullable=False), pa.field("datetime_subcode", pa.int32()),
     pa.field("num_prec_radix", pa.int32()), pa.field("interval_precision", pa.int32()),
 ])

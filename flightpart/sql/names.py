@@ -1,12 +1,8 @@
 """Which datasets a query's table names mean.
 
-A dataset is a table under its own name (its latest version) or as
-``name@version``; DuckDB matches table names whatever their case, so a name
-that differs from one dataset's only in case means that dataset, and two
-datasets whose names differ only in case cannot both be read by one query.
-A query that lists tables (``SHOW TABLES``, ``information_schema``) is told
-apart here too, since only the datasets a query names are registered with
-DuckDB.
+A dataset is a table under its name (its latest version) or as ``name@version``.
+DuckDB matches names whatever their case, so two datasets differing only in case
+cannot both be read by one query.
 """
 
 from __future__ import annotations
@@ -21,8 +17,8 @@ VERSIONED = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9_.-]{0,127})@(?P<version
 
 
 def named_datasets(query: str, known: Callable[[], set[str]]) -> list[str]:
-    """The datasets ``query`` names (as tables), those that exist (``known()``: every dataset's name); others are
-    left for DuckDB to refuse."""
+    """The datasets ``query`` names as tables that exist (``known()``: every dataset's name); others are left for DuckDB
+    to refuse."""
     from sqlglot import exp
 
     tree = parsed(query)
@@ -48,9 +44,8 @@ def names_dataset(table: str, known: set[str]) -> bool:
 
 
 def dataset_named(table: str, known: set[str]) -> str | None:
-    """The dataset (and ``@version``) a table name means: the one of that very name, else the one whose name differs
-    only in case, as DuckDB matches names (``caseprobe`` had been unknown where ``CaseProbe`` was put); None when
-    none, or several, do."""
+    """The dataset (and ``@version``) a table name means: the one of that very name, else the only one whose name
+    differs in case; None when none or several do."""
     match = VERSIONED.match(table)
     name, suffix = (match["name"], table[len(match["name"]):]) if match else (table, "")
     if name in known:
@@ -60,11 +55,8 @@ def dataset_named(table: str, known: set[str]) -> str | None:
 
 
 def lists_tables(query: str, named: list[str]) -> bool:
-    """Whether ``query`` lists tables or their columns (``SHOW TABLES``, ``information_schema``) and reads no other
-    table than those and the datasets ``named`` (found as it names them): only the datasets a query names are
-    registered with DuckDB, so such a query had answered that there was no table. A query that also names a table
-    that is no dataset (or two that differ only in case) is run without the listing, so that name is not read as an
-    empty stand-in but refused as not found."""
+    """Whether ``query`` lists tables (``SHOW TABLES``, ``information_schema``) and reads no table but those and the
+    datasets ``named``; a query naming another table runs without the listing, and that name is refused."""
     from sqlglot import exp
 
     tree = parsed(query)

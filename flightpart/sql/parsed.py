@@ -9,9 +9,8 @@ from flightpart.errors import RequestRejected
 
 
 def parsed(query: str) -> Any | None:
-    """``query`` as sqlglot reads DuckDB's dialect, or None for a syntax it does not know (DuckDB, which then runs
-    the query whole, answers it or says what is wrong with it); RequestRejected for nesting deeper than Python's
-    recursion (some 50 nested parentheses), which neither the planners nor the names' lookup can read."""
+    """``query`` as sqlglot reads DuckDB's dialect, or None for a syntax it does not know (DuckDB then runs it whole);
+    RequestRejected for nesting past Python's recursion (decision 0034)."""
     import sqlglot
     from sqlglot.errors import ParseError, TokenError
 
@@ -31,9 +30,8 @@ SHOWN = re.compile(r"^(?:\s*(?:/\*.*?\*/|--[^\n]*(?:\n|$)))*\s*SHOW\b", re.IGNOR
 
 
 def _shown_table(query: str, tree: Any) -> Any | None:
-    """``SHOW sales`` (DuckDB's ``DESCRIBE sales``, which sqlglot keeps as a command it does not read) as the
-    DESCRIBE it is, so the table it names is found and registered (it had been refused as no such table); None for
-    anything else."""
+    """``SHOW sales`` (DuckDB's ``DESCRIBE sales``, which sqlglot keeps as an unread command) as the DESCRIBE it is, so
+    its table is found and registered; None for anything else."""
     import sqlglot
     from sqlglot import exp
     from sqlglot.errors import ParseError, TokenError

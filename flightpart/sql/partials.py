@@ -1,11 +1,11 @@
-"""What partial aggregates are, and how DuckDB finishes them: shared by the plans of :mod:`.pushed` (one
-dataset) and :mod:`.pushed_join` (a join of two).
+"""Partial aggregates and how DuckDB finishes them, for :mod:`.pushed` and :mod:`.pushed_join`.
 
-The nodes compute each aggregate's partials per partition (``Dataset.aggregate``: sums, counts, minima, maxima,
-exact sums of integers); the catalog puts them in one table (:data:`PARTIALS`, one column per partial, named by
-:func:`partial_name`) and DuckDB runs the query's finish over it (:func:`finish`). Which SQL aggregates partials
-answer, what they are and how DuckDB finishes them are the entries of :mod:`flightpart.query.functions`. What no
-plan may answer from partials is told apart here too (:func:`unplannable`, :func:`extra_arguments`).
+The nodes compute each aggregate's partials per partition; DuckDB runs the
+query's finish over them (:data:`PARTIALS`, :func:`finish`), rolled up as
+:mod:`flightpart.query.functions` says: sums of sums and counts, minima of
+minima, maxima of maxima, ``avg`` as the sum of sums over the sum of counts.
+That equals the aggregate over all rows whatever the partitioning; what would
+not is refused (:func:`unplannable`; decision 0035).
 """
 
 from __future__ import annotations
@@ -24,23 +24,23 @@ GROUPING = "flightpart_grouping"
 
 
 class Plan(NamedTuple):
-    """A query answered from partial aggregates: the nodes compute each grouping's partials over ``table``'s rows
-    that ``where`` keeps, and DuckDB runs ``final`` over all of them together (:data:`PARTIALS`)."""
+    """A query answered from partials: the nodes compute each grouping's partials over ``table``'s rows ``where`` keeps,
+    and DuckDB runs ``final`` over all of them (:data:`PARTIALS`)."""
 
     table: str
     where: str | None
     groupings: list[tuple[list[str], list[tuple[str, str]]]]
-    """(group keys, aggregates as ``Dataset.aggregate`` takes them) per grouping, each one call to the nodes."""
+    """(group keys, aggregates as ``Dataset.aggregate`` takes them) per grouping, one call to the nodes each."""
     final: str
     joined: tuple[str, ...] = ()
     """Other datasets ``final`` reads (a join's other side), whole, as DuckDB scans."""
     computed: dict[str, str] = {}  # a NamedTuple's default: never changed in place
-    """Columns the nodes compute from SQL expressions before they aggregate (see :mod:`.computed`), by name."""
+    """Columns the nodes compute before they aggregate (:mod:`.computed`), by name."""
 
 
 def distinct_columns(distinct: Any, *, qualified: bool = False) -> tuple[str, ...] | None:
     """The columns counted by ``count(DISTINCT x)`` or ``count(DISTINCT (x, y))``, or None for anything else (a
-    column of a named table too, unless ``qualified``)."""
+    qualified column too, unless ``qualified``)."""
     from sqlglot import exp
 
     values = distinct.expressions
@@ -52,7 +52,7 @@ def distinct_columns(distinct: Any, *, qualified: bool = False) -> tuple[str, ..
 
 
 def clause(tree: Any, name: str) -> Any:
-    """A clause of a parsed query (sqlglot names some with a trailing underscore: ``from_``, ``with_``)."""
+    """A clause of a parsed query (sqlglot names some with a trailing underscore)."""
     return tree.args.get(name) or tree.args.get(f"{name}_")
 
 
@@ -63,14 +63,12 @@ def select_aliases(tree: Any) -> set[str]:
 
 
 def partial_name(column: str, function: str) -> str:
-    """The column of :data:`PARTIALS` holding ``function``'s partial of ``column``: a name no query's alias takes
-    by chance (an alias named ``fare_sum`` would otherwise stand in HAVING for the partial ``fare_sum``)."""
+    """The column of :data:`PARTIALS` holding ``function``'s partial of ``column``: a name no alias takes by chance."""
     return f"flightpart {function}({column})"
 
 
 def partials_of(found: dict[str, tuple[str, str]]) -> list[tuple[str, str]]:
-    """The partial aggregates the nodes compute for ``found`` when DuckDB finishes them over several partial rows a
-    group (:func:`finish`): each function's partials (``avg`` as an exact sum and a count)."""
+    """The partials the nodes compute for ``found`` (``avg`` as an exact sum and a count)."""
     partial: list[tuple[str, str]] = []
     for name, function in found.values():
         partial += [(name, p) for p in AGGREGATE[function].partials]
@@ -79,12 +77,9 @@ def partials_of(found: dict[str, tuple[str, str]]) -> list[tuple[str, str]]:
 
 def finish(function: str, of: Callable[[str], Any], *, within: Callable[[Any], Any] = lambda aggregate: aggregate,
            unmatched_count_once: bool = False) -> Any:
-    """The SQL finishing one aggregate over the partial rows of a group, as DuckDB types it: each of its partials
-    rolled up by its entry's ``rollup`` (sums of the partial sums and counts, minima of minima, maxima of maxima),
-    then its entry's ``finish_sql`` (a count 0 over no rows, ``avg`` as the sum of sums over the sum of counts) and
-    its ``duckdb_type`` (an exact sum as a HUGEINT). ``of(partial function)``: the partial's column; ``within``:
-    wraps each aggregate (a FILTER); ``unmatched_count_once``: a row without a partial (a left join's) counts once
-    in count(*)."""
+    """The SQL finishing one aggregate over a group's partial rows, typed as DuckDB types it. ``of(partial)``: its
+    column; ``within``: wraps each aggregate; ``unmatched_count_once``: a left join's unmatched row counts once in
+    count(*)."""
     from sqlglot import exp
 
     entry = AGGREGATE[function]
@@ -99,9 +94,8 @@ def finish(function: str, of: Callable[[str], Any], *, within: Callable[[Any], A
 
 
 def exact_sums(found: dict[str, tuple[str, str]], schema: pa.Schema | None) -> dict[str, tuple[str, str]]:
-    """``found`` with each aggregate of an integer or boolean column of ``schema`` whose entry names another for
-    integers (``sum``: ``exact_sum``) that other (DuckDB sums them into a HUGEINT; Arrow's int64 sum would wrap
-    around past 2**63)."""
+    """``found`` with each aggregate of an integer or boolean column replaced by its exact form (``sum``:
+    ``exact_sum``), summed as DuckDB does into a HUGEINT."""
     if schema is None:
         return found
     exact = {f.name for f in schema if pa.types.is_integer(f.type) or pa.types.is_boolean(f.type)}
@@ -109,7 +103,7 @@ def exact_sums(found: dict[str, tuple[str, str]], schema: pa.Schema | None) -> d
 
 
 def extra_arguments(aggregate: Any) -> bool:
-    """Whether an aggregate has arguments besides its column (``min(x, 3)`` is DuckDB's three smallest values)."""
+    """Whether an aggregate has arguments besides its column (``min(x, 3)``)."""
     from sqlglot import exp
 
     return any(isinstance(v, exp.Expression) or (isinstance(v, list) and v)
@@ -117,11 +111,8 @@ def extra_arguments(aggregate: Any) -> bool:
 
 
 def unplannable(tree: Any) -> bool:
-    """Whether ``tree`` is not one SELECT over datasets that a plan here may answer from partials, first rows or a
-    plain scan: it holds a window, a subquery of any kind (``EXISTS``, ``ARRAY(SELECT ...)``, ``IN (SELECT ...)``),
-    a WITH query, QUALIFY, ``GROUP BY ALL``, a function sqlglot does not know (``count_star()``, ``fsum``:
-    it cannot tell an aggregate), ``COLUMNS(...)``, a sample (``USING SAMPLE``, ``TABLESAMPLE``) or a table alias
-    renaming its columns (``trips AS t(a, b)``)."""
+    """Whether ``tree`` is not one SELECT a plan may answer: a window, subquery, WITH, QUALIFY, ``GROUP BY ALL``, a
+    function sqlglot does not know, ``COLUMNS(...)``, a sample, or an alias renaming columns."""
     from sqlglot import exp
 
     if not isinstance(tree, exp.Select) or clause(tree, "with") or tree.args.get("qualify"):
@@ -133,13 +124,14 @@ def unplannable(tree: Any) -> bool:
         return True
     if any(select is not tree for select in tree.find_all(exp.Select)):
         return True
-    return any(isinstance(t.args.get("alias"), exp.TableAlias) and t.args["alias"].columns for t in tree.find_all(exp.Table))
+    return any(isinstance(t.args.get("alias"), exp.TableAlias) and t.args["alias"].columns
+               for t in tree.find_all(exp.Table))
 
 
-def aggregates_in(tree: Any, *, qualified: bool = False) -> tuple[dict[str, tuple[str, str]], list[tuple[str, ...]]] | None:
-    """The aggregates of ``tree`` partials answer, as ``({aggregate's SQL: (column, function)}, [the columns of each
-    count(DISTINCT ...)])``, or None when one is anything else (another function, an expression of columns, a
-    qualified column unless ``qualified``)."""
+def aggregates_in(tree: Any, *, qualified: bool = False
+                  ) -> tuple[dict[str, tuple[str, str]], list[tuple[str, ...]]] | None:
+    """``tree``'s aggregates partials answer, as ``({SQL: (column, function)}, [columns of each count(DISTINCT ...)])``,
+    or None when one is anything else."""
     from sqlglot import exp
 
     found: dict[str, tuple[str, str]] = {}
@@ -163,8 +155,7 @@ def aggregates_in(tree: Any, *, qualified: bool = False) -> tuple[dict[str, tupl
 
 
 def partials_named(table: Any) -> Any:
-    """The FROM item the final query reads the partials with, under the alias ``table`` had (``FROM trips t`` ->
-    ``FROM partials AS t``), so the query's qualified columns still resolve."""
+    """The FROM item reading the partials under ``table``'s alias, so qualified columns still resolve."""
     from sqlglot import exp
 
     alias = table.args.get("alias")

@@ -1,31 +1,12 @@
-"""The ways a query is answered at the catalog, each a planner that answers it or declines, tried in order.
+"""The ways a query is answered at the catalog: planners tried in order, the first that does not decline answering.
 
-Before any planner, a query the nodes can help with (no parameters, no row
-limit, and DuckDB types it over empty tables of the datasets:
-:func:`~.collected.as_duckdb_types_it`) has its small IN subqueries and its
-aggregated WITH queries and derived tables answered first (:func:`ready`,
-:mod:`.inlined`). Then :data:`PLANNERS`, in order; the first that does not
-decline answers:
-
-1. :class:`AggregatesOnNodes` (``aggregate``): GROUP BY aggregates over one
-   dataset (:mod:`.pushed`, expressions of columns computed by the nodes:
-   :mod:`.computed`) or over a join of two (:mod:`.pushed_join`), partials
-   computed by the nodes and finished by DuckDB.
-2. :class:`FirstRowsOnNodes` (``top``): ``ORDER BY ... LIMIT`` over one
-   dataset, each partition's first rows sent by its node.
-3. :class:`RestOverScans` (``scan``): what is left of a query whose parts
-   were answered first, run by DuckDB over the datasets' scans.
-4. :class:`DuckDBOverScans` (``scan``): anything else, run by DuckDB over the
-   datasets' scans (each sends only the columns the query uses and the rows
-   of the filters DuckDB pushes), once per row of bound parameters; it never
-   declines.
-
-A planner of the nodes declines when its plan does not fit the query, and
-also when running it meets what the nodes cannot express exactly (a filter,
-partials past their budget, a name DuckDB refuses in the final step): the
-query then goes on to the next. A plain scan, answered as endpoints at the
-nodes rather than rows, is asked before any of these, by the server
-(:meth:`~.gateway.Gateway.scan`).
+A query the nodes may help with (no parameters, no row limit, typed by DuckDB
+over empty tables) first has parts answered (:func:`ready`, :mod:`.inlined`).
+Then :data:`PLANNERS`: aggregates on the nodes, first rows on the nodes, the
+rest of a rewritten query over the scans, and DuckDB over the scans, which never
+declines. A planner of the nodes declines when its plan does not fit or meets
+what the nodes cannot express exactly, and the next one tries. Plain scans are
+answered as endpoints before any planner (:meth:`~.gateway.Gateway.scan`).
 """
 
 from __future__ import annotations
@@ -47,8 +28,8 @@ from .remembered import ScanFailures
 
 @dataclass
 class Route:
-    """How a query ran, for ``EXPLAIN``: ``how`` (the :attr:`Planner.how` of the planner that answered it) for
-    ``query`` as it ran, after its ``first`` parts were answered (:mod:`.inlined`)."""
+    """How a query ran, for ``EXPLAIN``: ``how`` (the answering :attr:`Planner.how`) for ``query`` as it ran, after its
+    ``first`` parts were answered."""
 
     how: str = "scan"
     query: str = ""
@@ -56,8 +37,8 @@ class Route:
 
 
 class Bound(NamedTuple):
-    """What the caller asked with a query: at most ``limit`` rows (0: its schema), ``parameters`` for its
-    ``wanted`` placeholders (one row per execution)."""
+    """What the caller asked with a query: at most ``limit`` rows (0: its schema), ``parameters`` for its ``wanted``
+    placeholders."""
 
     limit: int | None
     parameters: pa.Table | None
@@ -65,10 +46,9 @@ class Bound(NamedTuple):
 
 
 class Query:
-    """A query on its way through the planners, on the DuckDB connection ``con`` it runs on: ``text`` as it runs
-    (its parts answered first: :func:`ready`), ``written`` as it was asked, the datasets it ``named``, each opened
-    once (:meth:`dataset`) for the plans, the scans and the answer's names; ``expected``: the schema DuckDB gives
-    it as written when the nodes may help (None otherwise)."""
+    """A query on its way through the planners, on connection ``con``: ``text`` as it runs, ``written`` as asked, the
+    datasets it ``named`` (each opened once); ``expected``: DuckDB's schema for it as written, when the nodes may
+    help."""
 
     def __init__(self, con: Any, text: str, named: list[str], open_dataset: Callable[[str], Any],
                  failures: ScanFailures, count: Count | None, bound: Bound):
@@ -83,7 +63,7 @@ class Query:
         return self._opened[name]
 
     def register_scans(self) -> None:
-        """Each dataset the query names, registered with DuckDB as its scan (columns and filters reach the nodes)."""
+        """Each named dataset, registered with DuckDB as its scan."""
         for name in self.named:
             self.con.register(name, self.failures.scan(self.dataset(name)))
 
@@ -95,12 +75,11 @@ class Planner(Protocol):
     """What ``EXPLAIN`` calls the route (:class:`Route`)."""
 
     def answer(self, query: Query) -> pa.Table | None:
-        """``query``'s answer this way, or None: declined, the next planner tries."""
+        """``query``'s answer this way, or None: declined."""
 
 
 def ready(query: Query, route: Route) -> None:
-    """Make ``query`` ready for the planners: its ``expected`` schema when the nodes may help (no parameters, no
-    row limit), and then its parts answered first (:mod:`.inlined`; each noted in ``route``)."""
+    """Set ``query``'s ``expected`` schema when the nodes may help, then answer its parts first (noted in ``route``)."""
     if query.bound.wanted or query.bound.limit is not None:
         return
     query.expected = as_duckdb_types_it(query.con, query.text, query.named, query.dataset, query.failures.scan)
@@ -109,7 +88,8 @@ def ready(query: Query, route: Route) -> None:
 
 
 class AggregatesOnNodes:
-    """GROUP BY aggregates computed by the nodes as partials, finished by DuckDB (see the module doc)."""
+    """GROUP BY aggregates over one dataset or a join of two, partials from the nodes finished by DuckDB
+    (:mod:`.pushed`)."""
 
     how = "aggregate"
 
@@ -140,8 +120,7 @@ class FirstRowsOnNodes:
 
 
 class RestOverScans:
-    """What is left of a query whose parts were answered first, run by DuckDB over the scans, named and typed as the
-    query written."""
+    """What is left of a query whose parts were answered first, run over the scans, named and typed as written."""
 
     how = "scan"
 
@@ -153,7 +132,7 @@ class RestOverScans:
 
 
 class DuckDBOverScans:
-    """The query run by DuckDB over the datasets' scans, once per row of its parameters; never declines."""
+    """The query run by DuckDB over the scans, once per row of its parameters; never declines."""
 
     how = "scan"
 
@@ -181,7 +160,7 @@ PLANNERS: tuple[Planner, ...] = (AggregatesOnNodes(), FirstRowsOnNodes(), RestOv
 
 
 def aggregated(query: Query, sql: str) -> pa.Table | None:
-    """``sql`` (the query, or a part of it) answered from the nodes' partials (:func:`.pushed.answer`), or None."""
+    """``sql`` answered from the nodes' partials (:func:`.pushed.answer`), or None."""
     con, count, failures = query.con, query.count, query.failures
 
     def final(final: str, partials: pa.Table, joined: tuple[str, ...]) -> pa.Table:
@@ -195,9 +174,8 @@ def aggregated(query: Query, sql: str) -> pa.Table | None:
 
 
 def unless_duckdb_refuses(answer: Callable[[], pa.Table | None], failures: ScanFailures) -> pa.Table | None:
-    """``answer()``, or None when DuckDB refuses the final step over the partials or first rows (a name they do not
-    have): the query is then run whole, and any error it has is the one DuckDB gives the query as written. A node's
-    failure inside one of its scans (``failures``) is raised instead: the query would only meet it again."""
+    """``answer()``, or None when DuckDB refuses the final step (a name the partials lack): the query then runs whole
+    and fails as written. A node's failure inside a scan is raised instead."""
     import duckdb
 
     try:
@@ -216,9 +194,8 @@ def moved_so_far() -> int:
 
 
 def _answer_parts_first(query: Query, route: Route) -> str:
-    """The query with its small uncorrelated IN subqueries and its aggregated WITH queries and derived tables
-    answered first (:mod:`.inlined`), so that what is left can run on the nodes; each part is noted in ``route``.
-    A node's failure inside a scan ends the query there, not after it is run again whole."""
+    """The query with its parts answered first (:mod:`.inlined`), each noted in ``route``; a node's failure inside a
+    scan ends the query there."""
     import duckdb
 
     con, failures = query.con, query.failures

@@ -1,14 +1,10 @@
 """The prepared statements the catalog keeps for Flight SQL clients, bounded per caller and in total.
 
-A statement is its query and, once a client bound them (a DoPut), its
-parameter values, kept until the client closes it. A client that never
-closes them would hold the catalog's memory without end, so they are
-bounded in number and in bytes of bound values: one caller (the creator)
-keeps at most half of each (:func:`~.limits.share`), past which its own least
-recently used statement is forgotten; past the total, the least recently
-used statement of the caller keeping the most. A statement unused for
-``idle_seconds`` is forgotten. A forgotten statement's handle is refused as
-unknown, as a closed one is.
+A statement is its query and its bound values. Past its share
+(:func:`~.limits.share`) of the count or bound bytes, a caller's own least
+recently used statement is forgotten; past the total, that of the caller keeping
+the most; and any unused for ``idle_seconds``. A forgotten handle is refused as
+unknown.
 """
 
 from __future__ import annotations

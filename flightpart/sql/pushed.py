@@ -1,23 +1,11 @@
-"""Queries whose work runs on the nodes: GROUP BY aggregates (one row per group and partition) and
-``ORDER BY ... LIMIT`` (each partition's first rows, see :func:`top_plan`).
+"""Queries whose work runs on the nodes: GROUP BY aggregates, and ``ORDER BY ... LIMIT`` (:func:`top_plan`).
 
-A query over one dataset whose SELECT list is group keys and ``sum``,
-``min``, ``max``, ``count``, ``count(*)`` and ``avg`` of columns, with an
-optional WHERE that flightpart's filters express exactly, is answered in
-two steps: ``ds.filter(where).aggregate(...)`` (partials per partition on
-the nodes, combined at the catalog), then DuckDB over that small table for
-what is left: HAVING, ORDER BY, LIMIT, expressions over the aggregates,
-and the types DuckDB gives (``sum`` of integers is a HUGEINT).
-``count(DISTINCT x)``, ``count(DISTINCT (x, y))`` and several of them go
-the same way, each as a grouping of its own (:func:`_distinct_plan`): the
-nodes group by the keys and ``x`` (and ``y``), so each partition sends one
-row per group and distinct value, and DuckDB counts them per group; the
-other aggregates are taken by the keys alone, and DuckDB finishes every
-one by the keys from the rows of its own grouping. An aggregate over a join
-of two datasets is planned by :mod:`.pushed_join`. Any other query (DISTINCT,
-windows, subqueries, functions of columns inside an aggregate, a filter
-flightpart cannot express: see :func:`~.partials.unplannable`) returns None
-here and is run whole by DuckDB over the pushdown scans.
+A query over one dataset of group keys and aggregates partials answer
+(:mod:`.partials`), with a WHERE flightpart expresses exactly, runs as
+``ds.filter(where).aggregate(...)`` on the nodes, then DuckDB over the partials
+for the rest. Each ``count(DISTINCT ...)`` is a grouping of its own. Anything
+else returns None and runs whole; so do floating-point keys and NaN-skipping
+aggregates of columns that may hold NaN (decision 0035).
 """
 
 from __future__ import annotations
@@ -50,20 +38,18 @@ from .partials import (
 )
 
 PARTIAL_BYTES = 256 << 20
-"""Partial aggregates the catalog takes in for one query (a GROUP BY on a key with about as many values as rows moves
-about as much as its rows): past it the query runs whole, DuckDB aggregating the scans within its memory limit."""
+"""Bytes of partials the catalog takes in for one query; past it the query runs whole, within DuckDB's memory limit."""
 log = logging.getLogger("flightpart.sql")
 
 UNEXPRESSED = (FlightpartError, KeyError, ValueError, TypeError, OverflowError, pa.ArrowException)
-"""What a filter or an aggregate flightpart cannot express raises (an unknown name, a literal out of its column's
-range, a type Arrow cannot compare): the query is then run whole, and DuckDB says what it says."""
+"""What a filter or aggregate flightpart cannot express raises: the query then runs whole, and DuckDB says what it
+says."""
 
 
 
 def plan(query: str, known: set[str], open_dataset: Callable[[str], Any] | None = None) -> Plan | None:
-    """How the nodes and DuckDB share ``query``'s work, or None when this module does not answer it.
-    ``open_dataset``: the datasets by name, for a join (:mod:`.pushed_join` needs their schemas); without it joins
-    are not planned."""
+    """How the nodes and DuckDB share ``query``'s work, or None. ``open_dataset``: the datasets by name; without it
+    joins are not planned."""
     from sqlglot import exp
 
     tree = parsed(query)
@@ -120,8 +106,8 @@ def plan(query: str, known: set[str], open_dataset: Callable[[str], Any] | None 
 
 
 def _ordinals_named(tree: Any) -> bool:
-    """Replace each ``GROUP BY 2`` by the column the SELECT list's second item is (in place); False when an ordinal
-    names anything but a column (``GROUP BY 1`` over ``date_trunc(...)``: the partials cannot group by it)."""
+    """Replace each ``GROUP BY 2`` by the SELECT list's second item (in place); False when an ordinal is out of range or
+    names an aggregate, a window or a star."""
     from sqlglot import exp
 
     group = tree.args.get("group")
@@ -140,12 +126,9 @@ def _ordinals_named(tree: Any) -> bool:
 
 def _distinct_plan(tree: Any, table: Any, where: str | None, keys: list[str], distinct: list[tuple[str, ...]],
                    found: dict[str, tuple[str, str]]) -> Plan | None:
-    """``count(DISTINCT ...)``, alone or beside other aggregates and other distinct counts: one grouping by the
-    keys for the other aggregates (``avg`` as a sum and a count), and one per distinct count by the keys and its
-    columns (one row per group, distinct value and partition). DuckDB finishes each aggregate by the keys over the
-    rows of its own grouping: sums of the partial sums and counts, minima of minima, maxima of maxima, ``avg`` as
-    the sum of sums over the sum of counts; ``count(DISTINCT x)`` as the count of non-null ``x``,
-    ``count(DISTINCT (x, y))`` as the count of rows (a tuple of NULLs is a value too)."""
+    """``count(DISTINCT ...)`` beside other aggregates: one grouping by the keys for the others, one per distinct count
+    by the keys and its columns. DuckDB finishes each aggregate over its own grouping's rows; ``count(DISTINCT (x, y))``
+    counts rows (a tuple of NULLs is a value)."""
     from sqlglot import exp
 
     if not _only_keys_outside_aggregates(tree, keys, distinct={c for columns in distinct for c in columns}):
@@ -181,8 +164,8 @@ def _distinct_plan(tree: Any, table: Any, where: str | None, keys: list[str], di
 
 
 def _only_keys_outside_aggregates(tree: Any, keys: list[str], *, distinct: set[str] = frozenset()) -> bool:
-    """Whether every column outside the aggregates and WHERE is a group key or a select alias (what the partials
-    can answer), and the ``distinct`` columns, unless keys, appear only inside aggregates."""
+    """Whether every column outside aggregates and WHERE is a group key or select alias, and the ``distinct`` columns,
+    unless keys, appear only inside aggregates."""
     from sqlglot import exp
 
     aliases = select_aliases(tree)
@@ -195,8 +178,7 @@ def _only_keys_outside_aggregates(tree: Any, keys: list[str], *, distinct: set[s
 
 
 def _partial_column(node: Any, found: dict[str, tuple[str, str]]) -> Any:
-    """An aggregate replaced by its column of the combined partials, as the type DuckDB gives it where Arrow's
-    differs (an exact sum as a HUGEINT)."""
+    """An aggregate replaced by its partials' column, cast to DuckDB's type where Arrow's differs."""
     from sqlglot import exp
 
     if isinstance(node, exp.AggFunc) and node.sql() in found:
@@ -208,7 +190,7 @@ def _partial_column(node: Any, found: dict[str, tuple[str, str]]) -> Any:
 
 
 def _computed_floating(schema: pa.Schema, text: str | None) -> bool:
-    """Whether a computed column (its SQL text, None: not computed) is a floating-point value over ``schema``."""
+    """Whether a computed column (its SQL text; None: not computed) is floating-point over ``schema``."""
     if text is None:
         return False
     try:
@@ -218,8 +200,8 @@ def _computed_floating(schema: pa.Schema, text: str | None) -> bool:
 
 
 def _without_nan(ds: Any, column: str) -> bool:
-    """Whether the statistics of every partition holding ``column`` bound it: the nodes record a float column's
-    minimum and maximum only when it has no NaN (nor null, nor infinity) there."""
+    """Whether every partition holding ``column`` has statistics bounding it: nodes record a float column's minimum and
+    maximum only when it has no NaN there."""
     seen = False
     for part in ds.plan.version.parts:
         if part.stats is None:
@@ -234,10 +216,9 @@ def _without_nan(ds: Any, column: str) -> bool:
 
 
 def top_plan(query: str, known: set[str]) -> tuple[str, str | None, list[str] | None, list[tuple], int, str] | None:
-    """For ``SELECT ... FROM dataset [WHERE ...] ORDER BY columns LIMIT n [OFFSET m]`` (no aggregate, DISTINCT,
-    join, window or subquery): (table, where text, columns read (None: all), pyarrow sort keys, rows each partition
-    keeps (n + m), the query without its WHERE), else None. Each partition sends its first n + m rows by the keys;
-    DuckDB runs the query over what they sent, the same rows it would have kept from the whole table."""
+    """For ``SELECT ... FROM dataset [WHERE ...] ORDER BY columns LIMIT n [OFFSET m]`` and nothing more: (table, WHERE,
+    columns or None, sort keys, n + m, the query without WHERE), else None. The first n + m rows by the keys are among
+    each partition's first n + m, so DuckDB over those keeps the same rows."""
     from sqlglot import exp
 
     tree = parsed(query)
@@ -275,7 +256,7 @@ def top_plan(query: str, known: set[str]) -> tuple[str, str | None, list[str] | 
 
 
 def _literal_count(clause: Any) -> int | None:
-    """The row count of a LIMIT or OFFSET written as a plain non-negative integer, else None."""
+    """The count of a LIMIT or OFFSET written as a plain non-negative integer, else None."""
     from sqlglot import exp
 
     value = clause.args.get("expression")
@@ -286,8 +267,8 @@ def _literal_count(clause: Any) -> int | None:
 
 def answer_top(query: str, known: set[str], open_dataset: Callable[[str], Any],
                run_over: Callable[[str, str, pa.Table], pa.Table]) -> pa.Table | None:
-    """``query`` answered from each partition's first rows (:func:`top_plan`), or None when it is not such a query
-    or flightpart cannot express its filter exactly; ``run_over(final, table, rows)`` runs DuckDB over the rows."""
+    """``query`` answered from each partition's first rows, or None; ``run_over(final, table, rows)`` runs DuckDB over
+    the rows."""
     planned = top_plan(query, known)
     if planned is None:
         return None
@@ -306,8 +287,8 @@ def answer_top(query: str, known: set[str], open_dataset: Callable[[str], Any],
 
 def answer(query: str, known: set[str], open_dataset: Callable[[str], Any],
            run_final: Callable[[str, pa.Table, tuple[str, ...]], pa.Table]) -> pa.Table | None:
-    """``query`` answered with its aggregates on the nodes, or None when it is not such a query (see the module doc).
-    ``run_final(final, partials, joined)`` runs DuckDB over the partials and the datasets ``joined`` names."""
+    """``query`` answered with its aggregates on the nodes, or None (see the module doc). ``run_final(final, partials,
+    joined)`` runs DuckDB over the partials and the ``joined`` datasets."""
     planned = plan(query, known, open_dataset)
     if planned is None:
         return None

@@ -1,27 +1,16 @@
 """Aggregates over a join of two datasets, computed on the nodes before the join (eager aggregation).
 
-``SELECT z.borough, count(*), avg(t.fare) FROM trips t JOIN zones z ON
-t.pickup_zone = z.zone GROUP BY z.borough`` reads every trip's zone and
-fare if the join runs first. But every aggregate reads one dataset (here
-``trips``), so the nodes can aggregate it first, by its join columns and
-its own group keys: each partition sends one row per zone, and DuckDB joins
-those rows with ``zones`` and finishes the aggregates by the query's keys
-(sums of sums and counts, minima of minima, ``avg`` as the sum of sums over
-the sum of counts). A zone that matches several rows of ``zones`` matched
-each trip as often, so the sums come out the same. ``count(DISTINCT x)`` of
-the aggregated dataset keeps ``x`` among the partials' keys and is counted
-at the end as written.
+When every aggregate reads one dataset, the nodes aggregate it by its join
+columns and group keys, and DuckDB joins those partial rows with the other
+dataset and finishes the aggregates by the query's keys. A join value matching k
+rows of the other side matched each of its rows k times, so the finished
+aggregates equal those over the joined rows.
 
-What qualifies: one inner or left join of two datasets whose ON clause
-equates columns of the two (and may filter either), aggregates ``sum``,
-``min``, ``max``, ``count``, ``avg`` and ``count(DISTINCT x)`` of the
-aggregated dataset's columns and ``count(*)`` (a row of the other side that
-a left join keeps without a match counts once, as in the query), group keys
-that are columns, and WHERE conditions each on one dataset: those on the
-aggregated one run on the nodes, unless a left join keeps it whole (they
-filter the joined rows, not its own) or may leave it NULL (they would drop
-the unmatched rows).
-Anything else returns None and DuckDB runs the query whole over the scans.
+What qualifies: one inner or left join of two datasets whose ON equates their
+columns (and may filter either); aggregates of the aggregated side that partials
+answer, and ``count(*)``; column group keys; WHERE conditions each on one
+dataset. The aggregated side's conditions run on the nodes unless a left join
+keeps that side whole or may leave it NULL. Anything else returns None.
 """
 
 from __future__ import annotations
@@ -42,7 +31,7 @@ from .partials import (
 )
 
 _OUTER = object()
-"""Which side a column belongs to when it belongs to neither dataset (a select alias, or unknown)."""
+"""The side of a column of neither dataset (a select alias, or unknown)."""
 
 
 class _Join:
@@ -55,7 +44,7 @@ class _Join:
         self.aliases = select_aliases(tree)
 
     def side(self, column: Any) -> Any:
-        """The reference (alias or name) of the dataset ``column`` is of, or :data:`_OUTER`."""
+        """The reference of the dataset ``column`` is of, or :data:`_OUTER`."""
         if column.table:
             return column.table if column.table in self.tables else _OUTER
         holders = [ref for ref, name in self.tables.items() if column.name in self.datasets[name].schema.names]
@@ -70,9 +59,8 @@ class _Join:
 
 
 class _Placed:
-    """Where each condition of the ON and WHERE clauses runs, once the aggregated side ``ref`` is known: on the nodes
-    (``pushed``), or in the final query (``on_kept``, ``where_kept``); ``join_keys``: the aggregated side's columns
-    the ON clause equates with the other's."""
+    """Where each ON and WHERE condition runs, for the aggregated side ``ref``: on the nodes (``pushed``) or in the
+    final query (``on_kept``, ``where_kept``); ``join_keys``: ``ref``'s columns ON equates with the other's."""
 
     def __init__(self, join: _Join, ref: Any):
         self.join, self.ref = join, ref
@@ -83,8 +71,8 @@ class _Placed:
         self.join_keys: list[str] = []
 
     def place(self, condition: Any, pushable: bool, kept: list[Any]) -> bool:
-        """Put a condition on one side where it runs: on the nodes (``pushable``, of the aggregated dataset alone)
-        or kept in the final query (of the other dataset alone); False for anything else."""
+        """Put a condition where it runs: on the nodes (``pushable`` and of the aggregated side alone) or kept (of the
+        other side alone); False otherwise."""
         touched = self.join.sides(condition)
         if touched == {self.ref} and pushable:
             self.pushed.append(condition)
@@ -95,14 +83,15 @@ class _Placed:
         return True
 
     def all_placed(self) -> bool:
-        """Place every condition of ON and WHERE; False when one cannot be, or ON equates no columns of the two."""
+        """Place every ON and WHERE condition; False when one cannot be, or ON equates no columns of the two."""
         from sqlglot import exp
 
         join, side = self.join, self.join.side
         optional = join.join.side == "LEFT" and self.ref == join.right.alias_or_name  # a left join may leave it NULL
         whole = join.join.side == "LEFT" and self.ref == join.left.alias_or_name  # a left join keeps its every row
         for condition in _conjuncts(join.join.args["on"]):
-            if isinstance(condition, exp.EQ) and all(isinstance(x, exp.Column) for x in (condition.this, condition.expression)) \
+            if isinstance(condition, exp.EQ) \
+                    and all(isinstance(x, exp.Column) for x in (condition.this, condition.expression)) \
                     and {side(condition.this), side(condition.expression)} == {self.ref, self.other}:
                 mine = condition.this if side(condition.this) == self.ref else condition.expression
                 self.join_keys.append(mine.name)
@@ -119,7 +108,7 @@ class _Placed:
 
 
 def join_plan(tree: Any, known: set[str], open_dataset: Callable[[str], Any]) -> Plan | None:
-    """The plan for an aggregate over one join (see the module doc), or None."""
+    """The plan for an aggregate over one join, or None."""
     found = _two_datasets(tree, known)
     if found is None:
         return None
@@ -145,8 +134,8 @@ def join_plan(tree: Any, known: set[str], open_dataset: Callable[[str], Any]) ->
 
 
 def _two_datasets(tree: Any, known: set[str]) -> tuple[Any, Any, Any] | None:
-    """(the join, its left table, its right table) of a query reading one inner or left join of two ``known``
-    datasets with an ON clause, else None."""
+    """(join, left table, right table) of a query reading one inner or left join of two ``known`` datasets with ON, else
+    None."""
     from sqlglot import exp
 
     joins = tree.args.get("joins") or []
@@ -165,7 +154,7 @@ def _two_datasets(tree: Any, known: set[str]) -> tuple[Any, Any, Any] | None:
 
 
 def _aggregated_side(join: _Join, found: dict[str, tuple[str, str]], distinct: list[str]) -> Any:
-    """The reference of the dataset every aggregate reads (the larger one for ``count(*)`` alone), or None."""
+    """The reference of the dataset every aggregate reads (the larger for ``count(*)`` alone), or None."""
     from sqlglot import exp
 
     read: set[Any] = set()
@@ -179,8 +168,8 @@ def _aggregated_side(join: _Join, found: dict[str, tuple[str, str]], distinct: l
 
 
 def _group_keys(join: _Join, ref: Any) -> list[str] | None:
-    """The group keys of the aggregated side ``ref``, or None when a key is no column of either dataset or the final
-    query reads a column of ``ref`` that is not a key (the partials have only their keys)."""
+    """The group keys of side ``ref``, or None when a key is no column of either dataset or the final query reads a
+    column of ``ref`` that is no key."""
     from sqlglot import exp
 
     group = join.tree.args.get("group")
@@ -198,7 +187,7 @@ def _group_keys(join: _Join, ref: Any) -> list[str] | None:
 
 
 def _pushed_text(pushed: list[Any]) -> str | None:
-    """The conditions the nodes run, as one filter of the aggregated dataset's own columns, or None."""
+    """The conditions the nodes run, as one filter of the aggregated dataset's columns, or None."""
     from sqlglot import exp
 
     unqualified = [c.copy().transform(_unqualified) for c in pushed]
@@ -206,8 +195,8 @@ def _pushed_text(pushed: list[Any]) -> str | None:
 
 
 def _final(join: _Join, placed: _Placed, found: dict[str, tuple[str, str]]) -> str:
-    """The query DuckDB runs over the partials, which take the aggregated dataset's place under its name, and the
-    other dataset: the conditions kept, each aggregate finished from its partials."""
+    """The query DuckDB runs over the partials (in the aggregated dataset's place) and the other dataset: the kept
+    conditions, each aggregate finished from its partials."""
     from sqlglot import exp
 
     ref = placed.ref
@@ -226,13 +215,14 @@ def _final(join: _Join, placed: _Placed, found: dict[str, tuple[str, str]]) -> s
     final = final.transform(finished)
     for table in final.find_all(exp.Table):
         if table.alias_or_name == ref and table.name == join.tables[ref]:
-            table.replace(exp.Table(this=exp.to_identifier(PARTIALS), alias=exp.TableAlias(this=exp.to_identifier(ref))))
+            table.replace(exp.Table(this=exp.to_identifier(PARTIALS),
+                                    alias=exp.TableAlias(this=exp.to_identifier(ref))))
             break
     return final.sql(dialect="duckdb")
 
 
 def _conjuncts(condition: Any) -> list[Any]:
-    """``a AND b AND c`` as ``[a, b, c]`` (parentheses dropped)."""
+    """``a AND b AND c`` as ``[a, b, c]``."""
     from sqlglot import exp
 
     while isinstance(condition, exp.Paren):
@@ -243,7 +233,7 @@ def _conjuncts(condition: Any) -> list[Any]:
 
 
 def _unqualified(node: Any) -> Any:
-    """A column without its table (a dataset's filter names its own columns)."""
+    """A column without its table."""
     from sqlglot import exp
 
     if isinstance(node, exp.Column) and node.table:

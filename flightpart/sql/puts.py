@@ -1,10 +1,7 @@
 """What a Flight SQL client puts to the catalog with a DoPut: a bind's parameters, and ``adbc_ingest``'s stream.
 
-Both are read chunk by chunk and checked sound before anything reads their
-values (:func:`check_sound`): the catalog turns parameters into Python
-values and re-cuts an ingest's batches. A bind's bytes are bounded
-(:func:`parameters`); an ingest is stored as a dataset through a client
-that writes, cut into partitions as it arrives (:func:`ingest`).
+Both are read chunk by chunk and checked sound (:func:`check_sound`) before
+anything reads their values.
 """
 
 from __future__ import annotations
@@ -22,8 +19,8 @@ from flightpart.wire import check_name
 
 
 def parameters(reader: flight.MetadataRecordBatchReader, most: int) -> tuple[pa.Table, int]:
-    """A bind's values and their bytes, counted as its batches arrive (from buffer sizes alone: safe on lying
-    arrays) and refused ``LIMIT_EXCEEDED`` at the first batch past ``most`` bytes, the rest left unread."""
+    """A bind's values and their bytes, counted from buffer sizes as batches arrive (safe on lying arrays);
+    ``LIMIT_EXCEEDED`` at the first batch past ``most`` bytes, the rest unread."""
     batches, size = [], 0
     for chunk in chunks(reader):
         if chunk.data is None:
@@ -37,9 +34,8 @@ def parameters(reader: flight.MetadataRecordBatchReader, most: int) -> tuple[pa.
 
 
 def ingest(writer: Callable[[], Any], body: bytes, reader: flight.MetadataRecordBatchReader) -> int:
-    """``adbc_ingest``: the stream stored as a dataset by the client ``writer()`` gives, once the request is
-    understood (a new dataset, the next version of one, or appended to one), cut into partitions as it arrives;
-    the rows stored."""
+    """``adbc_ingest``: the stream stored through ``writer()`` as a new dataset, the next version of one, or appended to
+    one, cut into partitions as it arrives; returns the rows stored."""
     options = dict(proto.fields(proto.bytes_field(body, 1, "table_definition_options") or b""))
     if_missing = proto.IF_NOT_EXIST.get(int(options.get(1, 0) or 0))
     if_exists = proto.IF_EXISTS.get(int(options.get(2, 0) or 0))
@@ -67,9 +63,8 @@ def ingest(writer: Callable[[], Any], body: bytes, reader: flight.MetadataRecord
 
 
 def check_sound(data: Any, what: str, field: str) -> Any:
-    """``data`` (a table or a batch a client sent), once it is safe to read: the catalog turns parameters into
-    Python values and re-cuts an ingest's batches, which a lying array (string offsets past their data) had them
-    read out of bounds by, killing the catalog. Refused with a code otherwise."""
+    """``data`` a client sent, once it is safe to read (a lying array would make the catalog read out of bounds);
+    refused with a code otherwise."""
     why = unsound(data if isinstance(data, pa.Table) else pa.Table.from_batches([data]))
     if why is not None:
         raise RequestRejected(f"Flight SQL: {what} that cannot be read safely: {why}", field=field)

@@ -1,16 +1,8 @@
 """What failed inside DuckDB's scans of the datasets, kept for the error the query ends with.
 
-DuckDB reads a dataset through the Arrow stream its scan hands it; when a
-node refuses or fails that read, the Python error raised in the stream
-reaches DuckDB as text, which DuckDB wraps in an error of its own (an
-``Invalid Input Error`` holding pyarrow's rendering of the Python
-traceback, with the catalog's file paths). :class:`ScanFailures` keeps the
-first error each query's scans raised, so that the gateway raises it, with
-its code (``UNAVAILABLE``, ``BUSY``, the node's refusal) and its message
-(which partition of which dataset, and each replica's answer), instead of
-DuckDB's wrapping (any other error goes to the call's error boundary as it
-was raised: a peer's Flight error is sent as that peer's failure, anything
-else is logged with its traceback and sent as ``INTERNAL``).
+DuckDB wraps a node's failure inside a scan in an error of its own;
+:class:`ScanFailures` keeps each query's first one, so the gateway raises it
+with its code instead.
 """
 
 from __future__ import annotations

@@ -1,14 +1,8 @@
 """Plain scans answered from the nodes: ``SELECT a, b FROM t WHERE ...`` has one endpoint per partition.
 
-A query that only picks columns of one dataset and filters its rows needs
-nothing at the catalog: its answer is the dataset's partitions, each
-projected and filtered on its node. Such a query's FlightInfo lists one
-endpoint per partition (those whose statistics may match), at its
-replicas' locations, with the partition's ticket, so the client reads
-them from the nodes in parallel and fails over between replicas. Anything
-more (an expression, an alias, DISTINCT, ORDER BY, LIMIT, an aggregate, a
-join, pandas index columns, several column groups, a filter flightpart
-cannot express exactly) is answered at the catalog instead.
+Its FlightInfo lists one endpoint per partition that may match, at its replicas,
+so the client reads them in parallel from the nodes. Anything more than picking
+columns and filtering rows flightpart expresses is answered at the catalog.
 """
 
 from __future__ import annotations
@@ -35,8 +29,8 @@ def plain_scan(query: str, known: set[str]) -> tuple[str, list[str] | None, str 
     if not isinstance(tree, exp.Select) or tree.find(exp.Window, exp.Subquery, exp.AggFunc) is not None \
             or unplannable(tree):
         return None
-    if any(tree.args.get(k) or tree.args.get(f"{k}_") for k in ("joins", "distinct", "group", "having", "order", "limit",
-                                                                  "offset", "qualify", "with")):
+    if any(tree.args.get(k) or tree.args.get(f"{k}_")
+           for k in ("joins", "distinct", "group", "having", "order", "limit", "offset", "qualify", "with")):
         return None
     source = tree.args.get("from") or tree.args.get("from_")
     table = source.this if source is not None else None
@@ -55,9 +49,10 @@ def plain_scan(query: str, known: set[str]) -> tuple[str, list[str] | None, str 
     return table.name, columns, where.this.sql(dialect="duckdb") if where is not None else None
 
 
-def endpoints(ds: Any, columns: list[str] | None, where: str | None) -> tuple[pa.Schema, list[flight.FlightEndpoint]] | None:
-    """The answer of a plain scan of ``ds`` as (schema, one endpoint per partition that may match), or None when the
-    nodes cannot send it as asked (see the module doc)."""
+def endpoints(ds: Any, columns: list[str] | None, where: str | None
+              ) -> tuple[pa.Schema, list[flight.FlightEndpoint]] | None:
+    """A plain scan of ``ds`` as (schema, one endpoint per partition that may match), or None when the nodes cannot send
+    it as asked."""
     plan = ds.plan
     if plan.grid[1] != 1 or plan.data_names() != set(ds.schema.names):
         return None

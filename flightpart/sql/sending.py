@@ -1,22 +1,11 @@
-"""Answers on their way to Flight SQL clients: the catalog memory they hold, and what becomes of one whose reader
-stops taking it.
+"""Answers on their way to Flight SQL clients: the memory they hold, and what becomes of one whose reader stops reading.
 
-A DoGet stream holds what is left of its answer on the catalog until the
-client has taken it all, so those bytes count against the catalog's budget
-for answers until the stream ends. A client that opens streams and takes
-nothing would hold that budget for as long as its connection lives, and every
-other client would get ``BUSY``. pyarrow's server cannot end a stream from
-outside, but what is left of an answer need not wait with it: when a new
-answer needs room, streams whose readers took nothing for :data:`IDLE_SECONDS`
-let their answers go, the longest idle first (their memory freed but for the
-batch in flight, their bytes no longer counted), and end with
-``UNAVAILABLE`` when their readers come back. Only under that pressure: a
-reader that reads slowly takes from the ~15 MB its stream's flow-control
-windows and socket buffers hold, so the catalog may see nothing taken for a
-minute from a reader that is still reading. A batch sent from an answer
-whose chunks are much larger than a batch is a copy of its rows, so the batch
-in flight does not keep the whole answer alive (a slice holds every buffer
-of the chunk it comes from); from smaller chunks it is a slice.
+A stream's answer counts against the answer budget until the stream ends. When a
+new answer needs room, streams whose readers took nothing for
+:data:`IDLE_SECONDS` let their answers go, the longest idle first, and end
+``UNAVAILABLE`` when their readers come back (decision 0032). A batch cut from a
+much larger chunk is copied, so the batch in flight does not keep the chunk
+alive.
 """
 
 from __future__ import annotations
@@ -34,8 +23,7 @@ from flightpart.server.base import UntracedUnknown
 from flightpart.wire import encode_error, error_with_code
 
 IDLE_SECONDS = 60.0
-"""How long a reader may take nothing of an answer before the catalog lets the answer go: as long as a node waits
-for a reader of its partitions (its stream idle timeout)."""
+"""How long a reader may take nothing before its answer may be let go: a node's stream idle timeout."""
 
 
 class Sending:
@@ -73,16 +61,14 @@ class AnswersSent:
             return self._held if caller is None else self._held_by.get(caller, 0)
 
     def quiet_seconds(self) -> float:
-        """Seconds since any answer stream last had a batch taken (for operators and tests: gRPC fills a new stream's
-        buffers for a while after it opens)."""
+        """Seconds since any answer stream last had a batch taken, for operators and tests."""
         with self._lock:
             latest = max((s.last_taken for s in self._streams), default=0.0)
         return time.monotonic() - latest
 
     def make_room(self, nbytes: int, budget: int, caller: str | None = None) -> int:
-        """The bytes of answers being sent once room is made for ``nbytes`` more within ``budget``: streams whose
-        readers took nothing for :attr:`idle_seconds` let their answers go, the longest idle first, until it fits
-        (or none is left idle). With ``caller``, that caller's streams and bytes only."""
+        """The bytes of answers being sent once room is made for ``nbytes`` more within ``budget``, by letting idle
+        streams go, the longest idle first (``caller``: that caller's only)."""
         now = time.monotonic()
         with self._lock:
             idle = sorted((s for s in self._streams if now - s.last_taken > self.idle_seconds
@@ -98,14 +84,15 @@ class AnswersSent:
         return self._held if caller is None else self._held_by.get(caller, 0)
 
     def stream(self, table: pa.Table, caller: str = "") -> flight.FlightDataStream:
-        """A DoGet stream of ``table``, its bytes counted from now until the stream ends (read to its end, cancelled,
-        its client gone: Flight then drops its generator, which closes it) or is let go (:meth:`make_room`)."""
+        """A DoGet stream of ``table``, its bytes counted until the stream ends (Flight closes its generator however it
+        ends) or is let go (:meth:`make_room`)."""
         fields = table.schema
         if any(_nested_dictionary(field.type) for field in fields):
             # a dictionary inside a list or struct, which Arrow cannot unify: Arrow's writer of a reader sends each
             # batch's own dictionaries, but a Flight error raised in it as UNKNOWN (a let-go answer)
             sending = self._counted(table, caller)
-            return flight.RecordBatchStream(pa.RecordBatchReader.from_batches(fields, self._sent(sending, untraced=True)))
+            return flight.RecordBatchStream(pa.RecordBatchReader.from_batches(fields,
+                                                                              self._sent(sending, untraced=True)))
         if any(pa.types.is_dictionary(field.type) for field in fields):
             # a generator stream sends no dictionaries (an ENUM answer): its first batch goes as a stream of its
             # own, which sends them; every later batch shares them (unified) and goes as a batch
@@ -137,7 +124,7 @@ class AnswersSent:
                 self._let_go(sending)
 
     def _next_piece(self, sending: Sending, untraced: bool) -> pa.Table | None:
-        """The next rows of ``sending`` (None past its end), a slice copied outside the lock; called with it held."""
+        """The next rows of ``sending`` (None past its end); called with the lock held."""
         if sending.idled:
             cancelled = NodeUnavailable(f"Flight SQL: the answer's stream was ended, its reader took nothing for "
                                         f"{self.idle_seconds:g} s while the catalog needed the room for another; run "
@@ -173,9 +160,8 @@ def _nested_dictionary(kind: pa.DataType) -> bool:
 
 
 def _dictionaries_first(batches: Generator[pa.RecordBatch]) -> Iterator[pa.RecordBatch | pa.RecordBatchReader]:
-    """``batches``, the first as a reader of its own (a generator stream sends a reader's dictionaries before its
-    batches, and nothing of a batch's), the rest as they are: they share the first one's dictionaries. ``batches``
-    is closed with this stream (its answer let go) however the stream ends."""
+    """``batches``, the first as a reader of its own (a generator stream sends only a reader's dictionaries), the rest
+    sharing its dictionaries; ``batches`` is closed however the stream ends."""
     try:
         first = next(batches, None)
         if first is not None:

@@ -1,22 +1,11 @@
 """A catalog that also speaks Flight SQL, so ADBC clients (DB-API, R, Go, Java, JDBC/ODBC bridges) query datasets.
 
-Flight SQL rides on the same Flight calls as flightpart's own: a
-``GetFlightInfo`` whose descriptor command is a Flight SQL message runs
-the query (or the metadata request) and answers with one endpoint on this
-catalog, whose ticket ``DoGet`` turns into the rows; the
-``CreatePreparedStatement`` and ``ClosePreparedStatement`` actions hold a
-query under a handle. Every other call is the catalog's. A query is
-authorized as a read; it runs in :class:`~flightpart.sql.gateway.Gateway`.
-What the service holds is bounded per caller (a token's role and name; the
-caller's IP without one) and in total (:mod:`.limits`): query slots, answers
-(:mod:`.answers`), prepared statements (:mod:`.prepared`), parameters being
-read, DuckDB's memory and spill space (:mod:`.engine`).
-
-Each Flight call finds its Flight SQL handler in a table by the message's
-type (a command's for GetFlightInfo and DoPut, a ticket's for DoGet, an
-action's type for DoAction), as Arrow's ``FlightSqlServerBase`` does:
-:data:`SCANS` and :data:`ANSWERS`, :data:`TICKETS`, :data:`ACTIONS`,
-:data:`PUTS`. A message no table holds is the catalog's own call, or refused.
+A ``GetFlightInfo`` with a Flight SQL command runs the query and answers with
+one endpoint here, whose ticket ``DoGet`` turns into rows. Each call finds its
+handler by the message's type (:data:`ANSWERS`, :data:`TICKETS`,
+:data:`ACTIONS`, :data:`PUTS`); any other message is the catalog's own call, or
+refused. Queries are authorized as reads and run in
+:class:`~flightpart.sql.gateway.Gateway`.
 """
 
 from __future__ import annotations
@@ -53,23 +42,22 @@ from .statuses import sql_error
 log = logging.getLogger("flightpart.sql")
 
 SENT_BATCH_BYTES = 1 << 20
-"""About how large a batch of an answer a DoGet stream sends is: a client reading part of it holds the rest on the
-catalog (counted as being sent) rather than a single message with all of it."""
+"""About how large a batch a DoGet stream sends is: a client reading part of an answer leaves the rest counted at the
+catalog."""
 BIND_WAIT_SECONDS = 30.0
-"""The longest a bind waits for its turn to be read (:attr:`SqlLimits.binds` are read at once)."""
+"""The longest a bind waits for its turn to be read."""
 CREATE_PREPARED = "CreatePreparedStatement"
 CLOSE_PREPARED = "ClosePreparedStatement"
 CLOSE_SESSION = "CloseSession"
 GET_SESSION_OPTIONS = "GetSessionOptions"
-"""Flight's session options, which an ADBC client asks for its current catalog and schema: a catalog keeps no session,
-so it has none (an empty GetSessionOptionsResult); the client's current catalog and schema are then not set."""
+"""Flight's session options, which an ADBC client asks for: the catalog keeps no session, so it answers none."""
 NOT_CLOSEABLE = 3
-"""CloseSessionResult's status when there is no session to close (Flight.proto): the catalog keeps none."""
+"""CloseSessionResult's status when there is no session to close."""
 
 
 class Asked(NamedTuple):
-    """What a call asks of a command's answer: counted on ``meter``, only its schema when ``schema_only``, stopped
-    when ``cancelled()`` says its caller gave up."""
+    """What a call asks of a command's answer: counted on ``meter``, only its schema when ``schema_only``, stopped once
+    ``cancelled()``."""
 
     meter: Meter
     schema_only: bool
@@ -114,8 +102,8 @@ class SqlCatalogServer(CatalogServer):
         with boundary(log, "Flight SQL DoGet", self.telemetry, context, sql_error):
             handler = TICKETS.get(command.name) if command is not None else None
             if handler is None:
-                raise RequestRejected("DoGet: the catalog sends no rows of its own but a Flight SQL answer, whose ticket "
-                                      "is a TicketStatementQuery; a dataset's rows come from its nodes, at the "
+                raise RequestRejected("DoGet: the catalog sends no rows of its own but a Flight SQL answer, whose "
+                                      "ticket is a TicketStatementQuery; a dataset's rows come from its nodes, at the "
                                       "endpoints of its FlightInfo", field="ticket")
             authorize(context, "read")
             return handler(self, command)
@@ -130,8 +118,7 @@ class SqlCatalogServer(CatalogServer):
 
     def do_put(self, context: Any, descriptor: flight.FlightDescriptor, reader: flight.MetadataRecordBatchReader,
                writer: flight.FlightMetadataWriter) -> None:
-        """Flight SQL binds a prepared query's parameters with a DoPut, and ``adbc_ingest`` stores a stream; a
-        catalog takes no other data."""
+        """A prepared query's parameters, or ``adbc_ingest``'s stream; a catalog takes no other data."""
         command = _command(descriptor)
         with boundary(log, "Flight SQL DoPut", self.telemetry, context, sql_error):
             if command is None:
@@ -139,17 +126,17 @@ class SqlCatalogServer(CatalogServer):
                                       "node; a Flight SQL client binds parameters here)", field="descriptor")
             handler = PUTS.get(command.name)
             if handler is None:
-                raise RequestRejected(f"Flight SQL: {command.name:.60} is not answered here: queries only, nothing that "
-                                      "writes (executemany runs updates)", field="command")
+                raise RequestRejected(f"Flight SQL: {command.name:.60} is not answered here: queries only, nothing "
+                                      "that writes (executemany runs updates)", field="command")
             handler(self, context, command, reader, writer)
 
     def stats(self) -> dict:
-        """The catalog's figures, the queries stopped because their caller gave up (a deadline passed), its SQL
-        query slots (queries running and waiting now, and those refused BUSY since it started) and what its SQL
-        service holds: answers' bytes, prepared statements and their bound bytes, spill files' bytes."""
+        """The catalog's figures, with its SQL service's: queries abandoned, running, waiting and refused BUSY, and the
+        bytes its answers, prepared statements and spill files hold."""
         slots = self.gateway.slots
         statements, bound = self.prepared.held()
-        return {**super().stats(), "sql_queries_abandoned": self.gateway.abandoned, "sql_queries_running": slots.running,
+        return {**super().stats(), "sql_queries_abandoned": self.gateway.abandoned,
+                "sql_queries_running": slots.running,
                 "sql_queries_waiting": slots.waiting, "sql_queries_refused_busy": slots.refused,
                 "sql_answer_bytes": self.answers.held_bytes(), "sql_prepared": statements, "sql_prepared_bytes": bound,
                 "sql_spill_bytes": self.gateway.engine.spilled_bytes()}
@@ -174,16 +161,15 @@ class SqlCatalogServer(CatalogServer):
 
     def _read(self, context: Any, what: str, work: Any,
               sent_as: Callable[[FlightpartError], Exception] = sql_error) -> Any:
-        """``work()`` for a caller allowed to read, inside the error boundary every call has; its errors sent as
-        ``sent_as`` makes them (``GetSchema`` sends fewer statuses: :mod:`.statuses`)."""
+        """``work()`` for a caller allowed to read, inside the error boundary, its errors sent as ``sent_as`` makes
+        them."""
         with boundary(log, what, self.telemetry, context, sent_as):
             authorize(context, "read")
             return work()
 
     @staticmethod
     def _caller(context: Any) -> str:
-        """Who is calling, for the shares of :mod:`.limits`: a token's role and name; the owner (every caller of a
-        cluster without a secret) by its IP as well."""
+        """Who is calling, for the shares of :mod:`.limits`: a token's role and name; the owner by IP as well."""
         credential = authorize(context, "read")
         if credential.role != "owner":
             return f"{credential.role}:{credential.name}"
@@ -215,19 +201,19 @@ class SqlCatalogServer(CatalogServer):
         return flight.FlightInfo(table.schema, descriptor, [flight.FlightEndpoint(ticket, [])], table.num_rows, size)
 
     def _schema_of(self, command: proto.Any_, caller: str) -> pa.Schema:
-        """What the answer to ``command`` will be typed as: a plain scan's, the types its nodes send."""
+        """The schema of ``command``'s answer (a plain scan's: its nodes' types)."""
         scanned = self._scan(command)
         return scanned[0] if scanned is not None else self._answer(command, Meter(caller), schema_only=True).schema
 
     def _scan(self, command: proto.Any_) -> tuple[pa.Schema, list[flight.FlightEndpoint]] | None:
-        """A plain scan's schema and endpoints at the nodes (:mod:`flightpart.sql.scans`), or None."""
+        """A plain scan's schema and endpoints (:mod:`.scans`), or None."""
         handler = SCANS.get(command.name)
         return handler(self, command) if handler is not None else None
 
     def _answer(self, command: proto.Any_, meter: Meter, *, schema_only: bool = False,
                 cancelled: Callable[[], bool] = lambda: False) -> pa.Table:
-        """The rows a Flight SQL command asks for (only their schema when ``schema_only``), counted on ``meter`` as
-        they are produced; the query stops when ``cancelled()`` says its caller gave up."""
+        """The rows a command asks for (their schema only when ``schema_only``), counted on ``meter``; stopped once
+        ``cancelled()``."""
         handler = ANSWERS.get(command.name)
         if handler is None:
             raise RequestRejected(f"Flight SQL: {command.name} is not answered here", field="command")
@@ -252,7 +238,7 @@ class SqlCatalogServer(CatalogServer):
         return self._run(query, values, asked)
 
     def _run(self, query: str, parameters: pa.Table | None, asked: Asked) -> pa.Table:
-        """``query``'s answer from the gateway, its batches counted on ``asked.meter`` (none for a schema)."""
+        """``query``'s answer, its batches counted on ``asked.meter`` (none for a schema)."""
         meter = asked.meter
         count = None if asked.schema_only else (lambda nbytes: self.answers.count(meter, nbytes))
         return self.gateway.run(query, limit=0 if asked.schema_only else None, parameters=parameters,
@@ -262,7 +248,7 @@ class SqlCatalogServer(CatalogServer):
         return listing.tables(self.gateway, command.value, asked.schema_only)
 
     def _statement_stream(self, command: proto.Any_) -> flight.RecordBatchStream:
-        """The answer kept under a TicketStatementQuery's handle, taken: it is sent once."""
+        """The answer kept under a ticket's handle, taken: it is sent once."""
         stream = self.answers.take(proto.bytes_field(command.value, 1, "statement_handle") or b"")
         if stream is None:
             raise RequestRejected("Flight SQL: no answer waits under this ticket (fetched already, or expired); "
@@ -329,7 +315,7 @@ SCANS: dict[str, Callable[[SqlCatalogServer, proto.Any_], tuple[pa.Schema, list[
     proto.STATEMENT_QUERY: SqlCatalogServer._statement_scan,
     proto.PREPARED_QUERY: SqlCatalogServer._prepared_scan,
 }
-"""GetFlightInfo and GetSchema: the commands whose answer may be a plain scan's endpoints at the nodes."""
+"""GetFlightInfo and GetSchema: the commands whose answer may be a plain scan."""
 ANSWERS: dict[str, Callable[[SqlCatalogServer, proto.Any_, Asked], pa.Table]] = {
     proto.STATEMENT_QUERY: SqlCatalogServer._statement_answer,
     proto.PREPARED_QUERY: SqlCatalogServer._prepared_answer,
@@ -341,7 +327,7 @@ ANSWERS: dict[str, Callable[[SqlCatalogServer, proto.Any_, Asked], pa.Table]] = 
     proto.GET_XDBC_TYPE_INFO: lambda server, command, asked: xdbc_type_info(
         proto.int32_field(command.value, 1, "data_type")),
 }
-"""GetFlightInfo and GetSchema: each command the catalog answers with rows, and how."""
+"""GetFlightInfo and GetSchema: each command answered with rows, and how."""
 TICKETS: dict[str, Callable[[SqlCatalogServer, proto.Any_], flight.RecordBatchStream]] = {
     proto.TICKET_STATEMENT: SqlCatalogServer._statement_stream,
 }
@@ -352,13 +338,13 @@ ACTIONS: dict[str, Callable[[SqlCatalogServer, Any, flight.Action], list[flight.
     CLOSE_PREPARED: SqlCatalogServer._close_prepared,
     CLOSE_SESSION: SqlCatalogServer._close_session,
 }
-"""DoAction: the Flight SQL actions, each for a caller allowed to read; any other action is the catalog's."""
-PUTS: dict[str, Callable[[SqlCatalogServer, Any, proto.Any_, flight.MetadataRecordBatchReader, flight.FlightMetadataWriter],
-                         None]] = {
+"""DoAction: the Flight SQL actions, for callers allowed to read."""
+PUTS: dict[str, Callable[[SqlCatalogServer, Any, proto.Any_, flight.MetadataRecordBatchReader,
+                          flight.FlightMetadataWriter], None]] = {
     proto.INGEST: SqlCatalogServer._ingest,
     proto.PREPARED_QUERY: SqlCatalogServer._bind,
 }
-"""DoPut: a stream to store (``adbc_ingest``, for writers) and a prepared query's parameters."""
+"""DoPut: ``adbc_ingest`` (for writers) and a prepared query's parameters."""
 
 
 def _command(descriptor: flight.FlightDescriptor) -> proto.Any_ | None:
@@ -378,12 +364,11 @@ def _prepared_handle(command: proto.Any_) -> bytes:
 
 
 MAX_QUERY_CHARACTERS = 1 << 20
-"""Characters a query's text may have. Reading it (sqlglot parses it for each plan, DuckDB binds it) costs with its
-length, before and beside the query's slot: a 4.5 MB query took a minute and 2.7 GB; ordinary queries are a few KB."""
+"""Characters a query may have: reading one costs with its length, before and beside its slot (decision 0034)."""
 
 
 def _query_text(command: proto.Any_) -> str:
-    """The query a Flight SQL command carries (field 1), at most :data:`MAX_QUERY_CHARACTERS`."""
+    """The query a command carries (field 1), at most :data:`MAX_QUERY_CHARACTERS`."""
     text = proto.text_field(command.value, 1, "query") or ""
     if len(text) > MAX_QUERY_CHARACTERS:
         raise LimitExceeded(f"query: {len(text):,} characters, more than the {MAX_QUERY_CHARACTERS:,} a query may have",
@@ -392,7 +377,7 @@ def _query_text(command: proto.Any_) -> str:
 
 
 def _gave_up(context: Any) -> Callable[[], bool]:
-    """Whether the caller of this call gave up: its deadline passed or it cancelled (gRPC tells the server)."""
+    """Whether the caller gave up: its deadline passed or it cancelled."""
     if context is None or not hasattr(context, "is_cancelled"):
         return lambda: False
     return context.is_cancelled

@@ -1,13 +1,9 @@
 """How many SQL queries the catalog runs at once, and how many wait: overload is a wait, then ``BUSY``, never an OOM.
 
-Each query holds part of DuckDB's memory and its partials at the catalog;
-without a bound, twenty clients at once would ask twenty times that of one
-process. Queries past the running limit wait their turn (as long as their
-caller waits, at most :data:`QUEUE_SECONDS`); past the waiting limit, or that
-long, they are refused with the retryable code ``BUSY`` at once, and nothing
-of them ran. One caller runs at most its share of the slots (half by
-default) and waits in at most its share of the queue, so one client flooding
-the catalog leaves slots free for everyone else's queries.
+A query past the running limit waits as long as its caller does, at most
+:data:`QUEUE_SECONDS`; past the waiting limit or that long, it is refused
+``BUSY`` with nothing run. One caller holds at most its share of slots and queue
+(decision 0033).
 """
 
 from __future__ import annotations
@@ -39,9 +35,8 @@ def running_from_env() -> int:
 
 
 class QuerySlots:
-    """At most ``running`` queries at once, at most ``running * WAITING_PER_RUNNING`` waiting; one caller at most
-    ``per_caller`` of those running and ``per_caller * WAITING_PER_RUNNING`` of those waiting (see the module doc).
-    ``what`` names what is run, for the errors."""
+    """At most ``running`` queries at once and ``running * WAITING_PER_RUNNING`` waiting; one caller at most
+    ``per_caller`` of each. ``what`` names what is run, for the errors."""
 
     def __init__(self, running: int, *, queue_seconds: float = QUEUE_SECONDS, per_caller: int | None = None,
                  what: str = "SQL queries"):
@@ -61,9 +56,8 @@ class QuerySlots:
 
     @contextlib.contextmanager
     def held(self, gave_up: Callable[[], bool], caller: str = "") -> Iterator[None]:
-        """One query's turn, waited for while ``gave_up()`` is false; ``BUSY`` when the wait (the whole queue or
-        ``caller``'s share of it) is full or too long. A caller that gave up while waiting leaves with ``BUSY`` too
-        (it is no longer there to read it)."""
+        """One query's turn, waited for while ``gave_up()`` is false; ``BUSY`` when the wait is full or too long, or the
+        caller gave up."""
         with self._turn:
             if self._full_for(caller):
                 if self.waiting >= self.limit * WAITING_PER_RUNNING:

@@ -1,32 +1,13 @@
 """What a query at the catalog may name besides datasets: nothing of DuckDB describing itself, and no file.
 
-A query runs in a DuckDB of the catalog's with external access off, but
-DuckDB still describes itself: ``duckdb_settings()`` (and its view
-``pg_settings``, and ``SHOW <setting>``) lists the catalog's working
-directory and temporary folder, ``duckdb_extensions()`` and
-``duckdb_secrets()`` fail naming the catalog's home directory,
-``current_setting`` reads any setting, and the ``duckdb_*`` / ``pragma_*``
-views and table functions describe the process (its memory, temporary files,
-databases); ``query()`` and ``json_execute_serialized_sql`` would run any of
-them from a string. DuckDB also reads the files of the folders it allows
-itself (its temporary folder) when a table is named by a path
-(``FROM '/…/x.csv'``). None of it is a dataset.
-
-So a query is read with DuckDB's own parser (``json_serialize_sql``: no
-syntax hides a name from it) and every node of the parse is looked at,
-at any depth (the arguments of every function, lambdas, subqueries, CTEs,
-lateral joins, window clauses). It is refused before it runs when it calls
-a table function but those that make rows from their arguments
-(:data:`ROW_MAKERS`), calls a function that reads DuckDB's settings or
-state (:data:`SETTING_READERS`, ``duckdb_*``, ``pragma_*``), names one of
-DuckDB's own views (but ``information_schema``'s) or settings that is not
-a dataset, or names as a table a file path that is not a dataset. The walk
-is generic (every value of every node), so arguments kept under any key are
-seen; a DuckDB whose parse no longer names what the walk looks for is found
-at the first query (:func:`walk_understood`) and no query is run. sqlglot's
-parse of the query (where it has one) is checked too, for the names of
-DuckDB's other table functions and of the setting readers, so that one
-parser's blind spot is not enough to run one.
+A query is read with DuckDB's own parser (``json_serialize_sql``), every value
+of every node at any depth, and refused before it runs when it calls a table
+function but :data:`ROW_MAKERS`, a function reading DuckDB's state
+(:data:`SETTING_READERS`, :data:`SELF_PREFIXES`), or names one of DuckDB's views
+or settings (but ``information_schema``) or a file path that is not a dataset. A
+DuckDB whose parse the walk no longer reads is found at the first query
+(:func:`walk_understood`) and nothing runs. sqlglot's parse is checked too, so
+one parser's blind spot is not enough (decision 0031).
 """
 
 from __future__ import annotations
@@ -50,8 +31,8 @@ SELF_PREFIXES = ("duckdb_", "pragma_")
 STANDARD_SCHEMAS = frozenset({"information_schema"})
 """Schemas of DuckDB's views a query may name: the SQL standard's description of the query's own tables."""
 PATH_LIKE = re.compile(r"[./\\:*?\[\]{}~]")
-"""A character that makes DuckDB read a table name as a file (a path, an extension, a glob): none of them is in a
-dataset's name but the dot, and a dataset of that name is looked up first."""
+"""A character that makes DuckDB read a table name as a file; no dataset name has one but the dot, and a dataset is
+looked up first."""
 SELF = ("is DuckDB describing or running itself at the catalog (its settings, files, memory), not a dataset, and is "
         "not answered here: nothing was run; Flight SQL's GetTables (or `flightpart ls`) lists the datasets; the table "
         "functions a query may call are " + ", ".join(sorted(ROW_MAKERS)))
@@ -61,10 +42,8 @@ Named = tuple[str, str, str, str]
 
 
 def refusal(con: Any, query: str, is_dataset: Callable[[str], bool]) -> str | None:
-    """Why ``query`` (one statement DuckDB reads as a SELECT) is not run here, as the client is told it, or None
-    (see the module doc). ``is_dataset`` is asked only of names that would otherwise be refused. A query DuckDB's
-    parser gives no description of is refused: what is not seen is not run. ServerError when this DuckDB's parse
-    is not what the walk reads."""
+    """Why ``query`` (one SELECT) is not run here, or None; ``is_dataset`` is asked only of names otherwise refused. A
+    query DuckDB cannot describe is refused; ServerError when the walk cannot read this DuckDB's parse."""
     if not walk_understood():
         raise ServerError("the catalog cannot check SQL with this DuckDB (its parse of a query is not what flightpart "
                           "reads), so no query is run; the catalog's DuckDB needs the version flightpart supports",
@@ -105,13 +84,13 @@ def _refused(kind: str, name: str, schema: str, catalog: str, ctes: set[str],
 
 
 def _shown(name: str) -> str:
-    """A name the client wrote, as an error quotes it: short, whatever was sent."""
+    """A name the client wrote, as an error quotes it: at most 64 characters."""
     return name if len(name) <= 64 else name[:64] + "…"
 
 
 def sqlglot_refusal(query: str) -> str | None:
-    """sqlglot's reading of ``query`` (None when it has none): a call it names as one of DuckDB's table functions
-    but the row makers, or as a function that reads DuckDB's settings, is refused as DuckDB's parse would refuse it."""
+    """sqlglot's reading of ``query``: a call it names as a refused table function or a setting reader is refused
+    too."""
     from sqlglot import exp
 
     if _refused_names().search(query.lower()) is None:
@@ -134,8 +113,8 @@ def sqlglot_refusal(query: str) -> str | None:
 
 
 def _named(node: Any) -> Iterator[Named]:
-    """Everything a parsed query names (see :data:`Named`), from every value of every node, at any depth: a
-    function's arguments are read under whatever key the parse keeps them."""
+    """Everything a parsed query names (:data:`Named`), from every value of every node at any depth, whatever key holds
+    a function's arguments."""
     stack: list[tuple[Any, bool]] = [(node, False)]
     while stack:
         item, called_as_table = stack.pop()
@@ -159,7 +138,8 @@ def _named(node: Any) -> Iterator[Named]:
         if kind == "BASE_TABLE" and isinstance(item.get("table_name"), str):
             yield "table", item["table_name"], str(item.get("schema_name") or ""), str(item.get("catalog_name") or "")
         if kind == "SHOW_REF" and item.get("show_type") == "SHOW" and item.get("table_name"):
-            yield "shown", str(item["table_name"]), str(item.get("schema_name") or ""), str(item.get("catalog_name") or "")
+            yield ("shown", str(item["table_name"]), str(item.get("schema_name") or ""),
+                   str(item.get("catalog_name") or ""))
         if isinstance(item.get("cte_map"), dict):
             for entry in item["cte_map"].get("map") or []:
                 if isinstance(entry, dict) and isinstance(entry.get("key"), str):
@@ -176,8 +156,8 @@ CANARY_NAMES = {("table function", "unnest"), ("function", "current_setting"), (
 
 @functools.cache
 def walk_understood() -> bool:
-    """Whether this DuckDB's parse names what :func:`_named` looks for: the :data:`CANARY` query's names are found
-    (a DuckDB that renamed a key of its parse had hidden every function's arguments from the walk)."""
+    """Whether this DuckDB's parse names what :func:`_named` looks for: every name of the :data:`CANARY` query is
+    found."""
     import duckdb
 
     with duckdb.connect(config={"enable_external_access": False}) as con:
@@ -194,8 +174,7 @@ def _refused_names() -> re.Pattern[str]:
 
 @functools.cache
 def _duckdb_views() -> frozenset[tuple[str, str]]:
-    """DuckDB's own views as (name, schema), lowered, each also with an empty schema (named unqualified); read
-    from a DuckDB of their own once per process."""
+    """DuckDB's own views as (name, schema), lowered, each also with an empty schema; read once per process."""
     import duckdb
 
     with duckdb.connect(config={"enable_external_access": False}) as con:
@@ -210,7 +189,8 @@ def _duckdb_settings() -> frozenset[str]:
 
     with duckdb.connect(config={"enable_external_access": False}) as con:
         rows = con.sql("SELECT * FROM duckdb_settings()").to_arrow_table().to_pylist()
-    return frozenset(n.lower() for row in rows for n in [row["name"], *(row.get("aliases") or [])] if isinstance(n, str))
+    return frozenset(n.lower() for row in rows for n in [row["name"], *(row.get("aliases") or [])]
+                     if isinstance(n, str))
 
 
 @functools.cache

@@ -1,10 +1,7 @@
 """The watch that stops a query at the catalog once it has run too long or its caller gave up.
 
-Each query DuckDB runs for the gateway has one :class:`Watch`, a thread
-that looks every :data:`WATCH_SECONDS` whether the query's time is up or
-its caller gave up (its deadline passed, it hung up) and then interrupts
-DuckDB; work the gateway does in Python for a query (listing every
-dataset) looks at :attr:`Watch.fired` and stops with :class:`Stopped`.
+Python work for a query (listing every dataset) looks at :attr:`Watch.fired` and
+stops with :class:`Stopped`.
 """
 
 from __future__ import annotations
@@ -23,13 +20,9 @@ class Stopped(Exception):
 
 
 class Watch:
-    """Stops a DuckDB query (``interrupt``) once it has run ``timeout`` seconds or its caller gave up, looking
-    every :data:`WATCH_SECONDS`, and again at each look after (an interrupt that lands between two of DuckDB's
-    statements is lost, and the next would run on); ``gave_up`` says which. :meth:`done` is called before the
-    connection is closed:
-    once it returns, the watch touches the connection no more (an interrupt racing the close raised in the watch's
-    thread, and a native library is not asked to interrupt what it is closing), nor asks whether the caller gave up
-    (its call's context is freed once the call ends, and asking it then would read freed memory)."""
+    """Interrupts a DuckDB query once it ran ``timeout`` seconds or its caller gave up, and at each look after (an
+    interrupt between two statements is lost). After :meth:`done`, it touches neither the connection nor the call's
+    context, which gRPC frees."""
 
     def __init__(self, con: Any, timeout: float, cancelled: Callable[[], bool]):
         self.con, self.timeout, self.cancelled = con, timeout, cancelled

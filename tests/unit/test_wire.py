@@ -54,6 +54,8 @@ MESSAGES = [
     wire.CopyTo("sales", 3, (1, 0), "grpc://127.0.0.3:1234", "c1", 7),
     wire.NodeInfo("n1", "grpc://127.0.0.2:1", "127.0.0.2", 77, "/data", "0.1.0"),
     wire.GetStats(),
+    wire.GetQueries(),
+    wire.QueriesReply({"running": [], "recent": [{"id": 1, "caller": "reader:a", "text": "SELECT 1", "outcome": "ok"}]}),
     wire.StatsReply({"bytes_served": 10, "free_bytes": 1 << 40, "problems": ["disk low"], "clock": None, "skew": 0.5}),
     wire.ListNodes(),
     wire.NodeList((wire.NodeRow("n1", "grpc://127.0.0.2:1", "127.0.0.2", 77, "/data", 1.79e9, True, 1 << 30, False, -0.25),
@@ -124,7 +126,7 @@ def test_every_message_round_trips(message):
     assert same(type(message).decode(message.encode()), message)
 
 
-@pytest.mark.parametrize("message", [m for m in MESSAGES if dataclasses.fields(m) and not isinstance(m, wire.StatsReply)],
+@pytest.mark.parametrize("message", [m for m in MESSAGES if dataclasses.fields(m) and not isinstance(m, (wire.StatsReply, wire.QueriesReply))],
                          ids=lambda m: type(m).__name__)
 def test_every_message_refuses_unknown_and_missing_keys(message):
     body = message.to_json()
@@ -165,6 +167,8 @@ def test_every_request_names_its_reply_and_every_reply_is_a_message():
 def test_a_stats_reply_is_kept_as_received_for_its_readers_to_judge():
     assert wire.StatsReply.decode(b'{"a": 1, "b": 2.5, "c": ["x"], "d": null}')["b"] == 2.5
     assert wire.StatsReply.decode(b'[1, 2]').values == [1, 2]  # the status page says "the reply is a list of 2"
+    with pytest.raises(fp.RequestRejected, match="lists of running and recent"):
+        wire.QueriesReply.decode(b'{"running": 1}')
 
 
 @pytest.mark.parametrize("body, field", [
