@@ -36,7 +36,8 @@ def connect(uri: str | None = None, *, host: str | None = None, token: str | Non
         raise ValueError(f"no catalog address: pass a URI such as grpc://head:8815 or set ${CATALOG_ENV} "
                          "(flightpart.connect() with no address starts an embedded cluster)")
     if access is None:
-        access = Access.from_environment(token=token, tls_root_certs=tls_root_certs, cert_chain=cert_chain, private_key=private_key)
+        access = Access.from_environment(token=token, tls_root_certs=tls_root_certs, cert_chain=cert_chain,
+                                         private_key=private_key)
     uri = ",".join(flight_uri(one, tls=access.tls) for one in split_addresses(uri))
     return Client(uri, host=host, access=access, timeout=timeout, idle_timeout=idle_timeout, compression=compression,
                   streams_per_partition=streams_per_partition)

@@ -21,7 +21,14 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from flightpart import frames, lenient
-from flightpart.errors import DatasetNotFound, FlightpartError, NodeUnavailable, OutcomeUnknown, ServerError, VersionConflict
+from flightpart.errors import (
+    DatasetNotFound,
+    FlightpartError,
+    NodeUnavailable,
+    OutcomeUnknown,
+    ServerError,
+    VersionConflict,
+)
 from flightpart.io.access import Access
 from flightpart.io.compression import check_mode
 from flightpart.io.connections import ConnectionPool
@@ -124,9 +131,9 @@ class Client:
     # ------------------------------------------------------------------ cluster
 
     def sql(self, query: str, timeout: float | None = None) -> SqlResult:
-        """``query`` (one SELECT over datasets as tables: ``sales``, ``"sales@3"``) answered by the catalog's Flight SQL,
-        as any ADBC client would (docs/querying.md). A bad query is :class:`~flightpart.RequestRejected` (unknown tables
-        :class:`~flightpart.DatasetNotFound`) with DuckDB's message."""
+        """``query`` (one SELECT over datasets as tables: ``sales``, ``"sales@3"``) answered by the catalog's Flight
+        SQL, as any ADBC client would (docs/querying.md). A bad query is :class:`~flightpart.RequestRejected` (unknown
+        tables :class:`~flightpart.DatasetNotFound`) with DuckDB's message."""
         if not isinstance(query, str) or not query.strip():
             raise ValueError("sql: expected the text of a query")
         return self.catalogs.call(lambda uri: run_sql(self.pool, uri, query, timeout or self.timeout,
@@ -153,12 +160,14 @@ class Client:
 
     def list(self) -> list[dict]:
         """The latest committed version of every dataset."""
-        infos = self.catalogs.call(lambda uri: list(self.pool.client(uri).list_flights(options=self.pool.options(self.timeout))))
+        infos = self.catalogs.call(
+            lambda uri: list(self.pool.client(uri).list_flights(options=self.pool.options(self.timeout))))
         return [list_entry(info) for info in infos]
 
     def repair(self) -> dict:
-        """Copy under-replicated partitions to live nodes; returns what was ``copied``, what is ``lost`` (no live replica)
-        and what ``failed``, with reasons (a node that did not answer is skipped: run it again once it is back)."""
+        """Copy under-replicated partitions to live nodes; returns what was ``copied``, what is ``lost`` (no live
+        replica) and what ``failed``, with reasons (a node that did not answer is skipped: run it again once it is
+        back)."""
         return self.call(Repair(), timeout=3600).to_json()
 
     def versions(self, name: str) -> builtins.list[int]:
@@ -213,7 +222,8 @@ class Client:
         stream = frames.stream_of(data)
         if stream is not None:
             if tiling is not None:
-                raise ValueError("tiling: a stream is cut into row blocks as it is read; pass rows_per_partition= instead")
+                raise ValueError("tiling: a stream is cut into row blocks as it is read; pass "
+                                 "rows_per_partition= instead")
             frames.check_columns(stream.schema)
             return self._put_stream(name, stream, rows_per_partition, replicas, nodes, report)
         table = lenient.from_partitioned(data) if hasattr(data, "__partitioned__") else frames.to_arrow(data)
@@ -232,10 +242,11 @@ class Client:
 
         return self._rebasing(lambda: self._versioned(name, store))
 
-    def _send_frame(self, name: str, version: int, table: pa.Table, grid: tuple[int, int], targets: builtins.list[dict], replicas: int,
-                    first: int, progress: Reporter | None, *, base: tuple[int, int] = (0, 0)) -> builtins.list[CommitPart]:
-        """``table`` cut by ``grid`` and sent round-robin from ``targets[first]``, placed after ``base`` (row blocks, rows)
-        of an appended-to version; the commit's partitions."""
+    def _send_frame(self, name: str, version: int, table: pa.Table, grid: tuple[int, int], targets: builtins.list[dict],
+                    replicas: int, first: int, progress: Reporter | None, *,
+                    base: tuple[int, int] = (0, 0)) -> builtins.list[CommitPart]:
+        """``table`` cut by ``grid`` and sent round-robin from ``targets[first]``, placed after ``base`` (row blocks,
+        rows) of an appended-to version; the commit's partitions."""
         cells = grid_cells(frames.frame_shape(table), grid)
         parts = frames.split_grid(table, grid)
 
@@ -291,9 +302,10 @@ class Client:
                 return self._published(name, version)
             except (NodeUnavailable, ServerError) as exc:
                 if time.monotonic() > deadline:
-                    raise OutcomeUnknown(f"the commit of {name} v{version} got no answer and the catalog {self.uri} has not "
-                                         f"answered since ({exc}); once it is back, `flightpart ls` or client.versions() "
-                                         "says whether it was published (whole, or not at all)") from None
+                    raise OutcomeUnknown(f"the commit of {name} v{version} got no answer and the catalog "
+                                         f"{self.uri} has not answered since ({exc}); once it is back, `flightpart ls` "
+                                         "or client.versions() says whether it was published "
+                                         "(whole, or not at all)") from None
                 time.sleep(0.5)
 
     def _published(self, name: str, version: int) -> bool:
@@ -304,9 +316,9 @@ class Client:
             return False
 
     def _rebasing(self, attempt: Callable[[], Dataset]) -> Dataset:
-        """``attempt()`` (read the latest, store, commit) again, after a jittered backoff, while it loses a race to another
-        writer: the catalog commits only on top of the latest version (``Commit.base``). Only writes whose input is
-        still in hand come here."""
+        """``attempt()`` (read the latest, store, commit) again, after a jittered backoff, while it loses a race to
+        another writer: the catalog commits only on top of the latest version (``Commit.base``). Only writes whose input
+        is still in hand come here."""
         for k in range(REBASE_ATTEMPTS):
             try:
                 return attempt()
@@ -323,7 +335,8 @@ class Client:
         if replicas != 1:
             raise ValueError(f"replicas={replicas}: a {kind} collection is put with one replica; add more with repair")
         if tiling is not None:
-            raise ValueError(f"tiling: a {kind} collection keeps its own partitions (one row block each); pass tiling=None")
+            raise ValueError(f"tiling: a {kind} collection keeps its own partitions (one row block each); "
+                             "pass tiling=None")
         targets = self._target_nodes(nodes)
 
         def store(version: int) -> Commit:
@@ -356,14 +369,14 @@ class Client:
             once.use()
             parts = self._send_stream(name, version, reader, rows_per_partition, targets, replicas, first, progress)
             total = parts[-1].start[0] + parts[-1].shape[0]
-            return Commit(name, version, schema, (total, frames.frame_shape(frames.empty_table(schema))[1]), (len(parts), 1),
-                          tuple(parts), replicas)
+            return Commit(name, version, schema, (total, frames.frame_shape(frames.empty_table(schema))[1]),
+                          (len(parts), 1), tuple(parts), replicas)
 
         return self._versioned(name, store)
 
     def _send_stream(self, name: str, version: int, reader: pa.RecordBatchReader, rows_per_partition: int | None,
-                     targets: builtins.list[dict], replicas: int, first: int, progress: Reporter | None, *, groups: int = 1,
-                     base: tuple[int, int] = (0, 0)) -> builtins.list[CommitPart]:
+                     targets: builtins.list[dict], replicas: int, first: int, progress: Reporter | None, *,
+                     groups: int = 1, base: tuple[int, int] = (0, 0)) -> builtins.list[CommitPart]:
         """Row blocks of ``reader`` (``rows_per_partition`` rows) in ``groups`` column groups, sent as they fill, after
         ``base`` of an appended-to version. At most :data:`STREAM_PUTS_IN_FLIGHT` are in flight, so memory holds a few
         partitions whatever the stream's length. An empty stream is one empty block, unless appended."""
@@ -385,7 +398,8 @@ class Client:
                     pos = (base[0] + k, j)
                     for node in holders:
                         sending.append(pool.submit(self._send_one, node["uri"], name, version, pos, piece, progress))
-                    parts.append(CommitPart(pos, (start, sum(widths[:j])), (rows, widths[j]), tuple(n["node_id"] for n in holders)))
+                    parts.append(CommitPart(pos, (start, sum(widths[:j])), (rows, widths[j]),
+                                            tuple(n["node_id"] for n in holders)))
                 while len(sending) > STREAM_PUTS_IN_FLIGHT * replicas * groups:
                     sending.popleft().result()
 
@@ -498,8 +512,8 @@ class Client:
 
         def store(version: int) -> Commit:
             with self._reading(source):
-                parts = reshape.assemble_on_nodes(self.pool, source, version, grid[1], rows, placement, timeout=self.timeout,
-                                                  grant=self.grant_for(source.dataset, version))
+                parts = reshape.assemble_on_nodes(self.pool, source, version, grid[1], rows, placement,
+                                                  timeout=self.timeout, grant=self.grant_for(source.dataset, version))
             return Commit(name, version, source.schema, source.shape, grid, tuple(parts), replicas, base=source.version)
 
         return self._versioned(name, store)
@@ -526,8 +540,8 @@ class Client:
             with self._reading(source):
                 parts = reshape.assemble_on_nodes(self.pool, source, version, source.grid[1], rows, placement,
                                                   timeout=self.timeout, grant=self.grant_for(name, version))
-            return Commit(name, version, source.schema, source.shape, source.grid, tuple(parts), reshape.replicas_of(source),
-                          base=source.version)
+            return Commit(name, version, source.schema, source.shape, source.grid, tuple(parts),
+                          reshape.replicas_of(source), base=source.version)
 
         return self._versioned(name, store)
 
@@ -560,8 +574,9 @@ class Client:
         uri_of = {n["node_id"]: n["uri"] for n in targets}
         staging = self._begin(name)
         try:
-            staged = self._send_stream(name, staging, reshape.conformed_stream(stream, source.schema), rows_per_partition,
-                                       targets, replicas, random.randrange(len(targets)), None, groups=groups)
+            staged = self._send_stream(name, staging, reshape.conformed_stream(stream, source.schema),
+                                       rows_per_partition, targets, replicas, random.randrange(len(targets)), None,
+                                       groups=groups)
             staged = [p for p in staged if p.shape[0]]  # an empty stream adds no row block
             return self._rebasing(lambda: self._append_staged(name, source.schema, groups, staging, staged, uri_of))
         finally:
@@ -576,8 +591,9 @@ class Client:
         """One try of a stream append: the latest version's partitions and the staged ones, committed on top of it."""
         source = self.info(name)
         if not source.schema.equals(schema) or source.grid[1] != groups:
-            raise VersionConflict(f"{name}: v{source.version}, committed while the stream was stored, has other columns "
-                                  "or column groups than the stream was cut for; nothing was published, append it again",
+            raise VersionConflict(f"{name}: v{source.version}, committed while the stream was stored, "
+                                  "has other columns or column groups than the stream was cut for; nothing was "
+                                  "published, append it again",
                                   field="append.schema")
         kept = reshape.live_holders(source, [n for n in self.nodes() if n["alive"]])
         base = (source.grid[0], source.shape[0])
@@ -610,8 +626,8 @@ class Client:
         def store(version: int) -> Commit:
             rows = {p.position: (p.start[0], p.start[0] + p.shape[0]) for p in source.parts}
             with self._reading(source):
-                old = reshape.assemble_on_nodes(self.pool, source, version, source.grid[1], rows, kept, timeout=self.timeout,
-                                                grant=self.grant_for(name, version))
+                old = reshape.assemble_on_nodes(self.pool, source, version, source.grid[1], rows, kept,
+                                                timeout=self.timeout, grant=self.grant_for(name, version))
             blocks = min(len(targets), table.num_rows)  # no empty row blocks: appends add up
             new = self._send_frame(name, version, table, (blocks, source.grid[1]), targets, replicas, first, None,
                                    base=base) if blocks else []
@@ -680,7 +696,8 @@ class Client:
             raise ValueError("halo= and periodic= need the SPMD view: pass rank= and nranks= too")
         version_info = self.info(name, version)
         # what the dataset's get carries: a capability for this version alone when the cluster issues one
-        reader = dataclasses.replace(self.access, token=version_info.capability) if version_info.capability else self.access
+        reader = (dataclasses.replace(self.access, token=version_info.capability) if version_info.capability
+                  else self.access)
         ds = Dataset.from_version(version_info, FlightGet(self.host, reader, self.idle_timeout, self.compression,
                                                           self.streams_per_partition, CatalogColumns.of(version_info)))
         if rank is not None or nranks is not None:

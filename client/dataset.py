@@ -136,7 +136,8 @@ class Dataset:
         return self.select(chosen)
 
     def filter(self, expression: pc.Expression | str) -> "Dataset":
-        """A view of the rows where ``expression`` is true (``pc.field("x") > 0``, or text like ``"x > 0 and y == 'a'"``).
+        """A view of the rows where ``expression`` is true (``pc.field("x") > 0``, or text like
+        ``"x > 0 and y == 'a'"``).
 
         Nodes filter next to the data; local partitions are filtered on their map; row blocks ruled out by statistics
         are never asked for. The filter may read columns the view does not select. Filters compose (``and``); a row
@@ -155,8 +156,8 @@ class Dataset:
     def __getitem__(self, key: slice) -> "Dataset":
         if isinstance(key, str) or (isinstance(key, (list, tuple)) and key and all(isinstance(k, str) for k in key)):
             names = [key] if isinstance(key, str) else list(key)
-            raise TypeError(f"ds[{key!r}]: a dataset is indexed by rows (ds[a:b]); for columns use ds.select({names!r}), "
-                            f"or ds.to_pandas()[{key!r}] once it is read")
+            raise TypeError(f"ds[{key!r}]: a dataset is indexed by rows (ds[a:b]); for columns use "
+                            f"ds.select({names!r}), or ds.to_pandas()[{key!r}] once it is read")
         if not isinstance(key, slice) or key.step not in (None, 1):
             raise TypeError("datasets slice rows with ds[a:b] (step 1)")
         lo, hi, _ = key.indices(self.shape[0])
@@ -173,7 +174,8 @@ class Dataset:
             raise ValueError(f"head: n must be >= 0, got {n}")
         return self[:n].to_arrow()
 
-    def spmd(self, rank: int | None, nranks: int | None, *, halo: tuple[int, int] | None = None, periodic: bool = False) -> "Dataset":
+    def spmd(self, rank: int | None, nranks: int | None, *, halo: tuple[int, int] | None = None,
+             periodic: bool = False) -> "Dataset":
         """The SPMD view of rank ``rank``: ``locals`` set, others' data ``None``. ``halo=(left, right)`` adds that many
         neighbouring rows around each local partition (:meth:`parts_of`); ``periodic`` wraps them."""
         rank, nranks = spmd_views.check_rank(rank, nranks)
@@ -258,9 +260,10 @@ class Dataset:
     def __partitioned__(self) -> dict:
         if not self._plan.pushable():
             raise PartitionedError(
-                f"filter {self.view.filter.expression} reads columns of another column group than the ones this view reads, "  # type: ignore[union-attr]
-                "so no partition can be filtered on its own: to_arrow(), to_batches() and aggregate() work; for "
-                "__partitioned__ (Dask, Ray), select the filter's columns too or put the dataset with one column group")
+                f"filter {self.view.filter.expression} reads columns of another "  # type: ignore[union-attr]
+                "column group than the ones this view reads, so no partition can be filtered on its own: to_arrow(), "
+                "to_batches() and aggregate() work; for __partitioned__ (Dask, Ray), select the filter's columns too "
+                "or put the dataset with one column group")
         grid, cells = self._cells()
         local = None
         if self.view.spmd is not None:
@@ -320,10 +323,12 @@ class Dataset:
         refs = []
         for j in reads:
             base = list(self._plan.columns_of(j) or sorted(self._plan.stored(j))) if j in groups else []
-            extra = [c for c in self._info.schema.names if c in self._plan.stored(j) and (c in wanted or c not in self._plan.data_names())]
+            extra = [c for c in self._info.schema.names if c in self._plan.stored(j)
+                     and (c in wanted or c not in self._plan.data_names())]
             refs.append(self._plan.ref(replace(b, matched=None), j, tuple(dict.fromkeys(base + extra)), pushed=False))
         tables = self._get(refs)
-        table = filters.apply(frames.assemble({(0, k): t for k, t in enumerate(tables)}, (1, len(tables))), self.view.filter.substrait)
+        table = filters.apply(frames.assemble({(0, k): t for k, t in enumerate(tables)}, (1, len(tables))),
+                              self.view.filter.substrait)
         if b.matched is not None:
             table = table.slice(b.matched[0], b.matched[1] - b.matched[0])
         return self._in_order(table.select(self.schema.names))
@@ -370,9 +375,10 @@ class Dataset:
         parts = {(k // q, k % q): t for k, t in enumerate(tables)}
         return self._assembled(parts, (len(blocks), q))
 
-    def _row_blocks(self, prefetch: int, window: int | None, progress: Progress | Any | None = None) -> Iterator[pa.Table]:
-        """The view's rows in order, as ranges of about a quarter of ``window`` bytes, read ahead on ``prefetch`` threads
-        while what they hold stays within ``window`` (None: no bound; at least one range)."""
+    def _row_blocks(self, prefetch: int, window: int | None,
+                    progress: Progress | Any | None = None) -> Iterator[pa.Table]:
+        """The view's rows in order, as ranges of about a quarter of ``window`` bytes, read ahead on ``prefetch``
+        threads while what they hold stays within ``window`` (None: no bound; at least one range)."""
         self._check_readable()
         if window is not None:
             keep_freed_memory(declined="the first read streams under a window")
@@ -429,7 +435,8 @@ class Dataset:
 
     def to_reader(self, *, prefetch: int = READS_IN_FLIGHT, window: int = READ_WINDOW,
                   progress: Progress | Any | None = None) -> pa.RecordBatchReader:
-        """A ``pyarrow.RecordBatchReader`` over :meth:`to_batches`; nothing is read until the first batch is asked for."""
+        """A ``pyarrow.RecordBatchReader`` over :meth:`to_batches`; nothing is read until the first batch is asked
+        for."""
         self._check_readable()
         schema = self._in_order(frames.empty_table(self.schema)).schema
 
@@ -444,7 +451,8 @@ class Dataset:
         return pa.RecordBatchReader.from_batches(schema, batches())
 
     def __arrow_c_stream__(self, requested_schema: Any = None) -> Any:
-        """The Arrow PyCapsule stream interface: ``pa.table(ds)``, ``pl.DataFrame(ds)``, DuckDB's scans read a Dataset directly."""
+        """The Arrow PyCapsule stream interface: ``pa.table(ds)``, ``pl.DataFrame(ds)``, DuckDB's scans read a Dataset
+        directly."""
         return self.to_reader().__arrow_c_stream__(requested_schema)
 
     def aggregate(self, aggregations: Sequence[tuple[str, str]], by: Sequence[str] | str = (),
@@ -471,7 +479,8 @@ class Dataset:
             step = AGGREGATE_SLICE if max_bytes is not None else max(len(refs), 1)
             expected, rows = aggregates.partial_schema(agg, self._info.schema), self._info.shape[0]
             partials = [t for k in range(0, len(refs), step)
-                        for t in aggregates.checked_partials(taken.add(self._get(refs[k:k + step])), agg, expected, rows)]
+                        for t in aggregates.checked_partials(taken.add(self._get(refs[k:k + step])), agg, expected,
+                                                             rows)]
         else:
             view = self._reading(read)
             partials = [t for b in blocks for t in taken.add([aggregates.partial(view._read_block(b), agg)])]
@@ -484,8 +493,8 @@ class Dataset:
         return first_rows.first(self.top_candidates(limit, by), want)
 
     def top_candidates(self, limit: int, by: Any) -> pa.Table:
-        """Each partition's first ``limit`` rows by ``by`` (and its NaN-keyed rows), computed on the nodes: they hold the
-        view's first ``limit`` rows under pyarrow's and DuckDB's ordering alike."""
+        """Each partition's first ``limit`` rows by ``by`` (and its NaN-keyed rows), computed on the nodes: they hold
+        the view's first ``limit`` rows under pyarrow's and DuckDB's ordering alike."""
         self._check_readable()
         want = first_rows.spec(limit, by, self.schema)
         names = tuple(self.schema.names)
@@ -518,8 +527,8 @@ class Dataset:
         return frames.to_polars(self.to_arrow())
 
     def to_duckdb(self, connection: Any = None) -> Any:
-        """A DuckDB relation over the view (on ``connection`` or DuckDB's default) reading, per query, only the columns it
-        uses and the rows its pushed filters keep (:mod:`flightpart.client.duckdb_source`)."""
+        """A DuckDB relation over the view (on ``connection`` or DuckDB's default) reading, per query, only the columns
+        it uses and the rows its pushed filters keep (:mod:`flightpart.client.duckdb_source`)."""
         import duckdb
 
         con = connection if connection is not None else duckdb.default_connection()
@@ -535,7 +544,8 @@ class Dataset:
 
     def to_dask(self) -> Any:
         """A dask DataFrame, one task per row block, reads placed on the partitions' hosts."""
-        ddf = runtime("dask").from_partitioned(self, schema=self._info.schema if self.view.columns is None else self.schema)
+        ddf = runtime("dask").from_partitioned(self,
+                                               schema=self._info.schema if self.view.columns is None else self.schema)
         return ddf[list(self.view.order)] if self.view.order is not None else ddf
 
     def dask_graph(self, name: str | None = None) -> dict:
@@ -544,10 +554,12 @@ class Dataset:
 
     def to_ray(self) -> Any:
         """A ``ray.data.Dataset``, each block read on the Ray node of its partition's host."""
-        return runtime("ray").from_partitioned(self, schema=self._info.schema if self.view.columns is None else self.schema)
+        return runtime("ray").from_partitioned(self,
+                                               schema=self._info.schema if self.view.columns is None else self.schema)
 
     def as_partitioned(self, frames: str = "arrow", location: str = "spec", ip_of: Any = None, *,
-                       one_per_rank: bool = False, categories: dict[str, list] | None = None, codes: bool = False) -> Any:
+                       one_per_rank: bool = False, categories: dict[str, list] | None = None,
+                       codes: bool = False) -> Any:
         """This view's ``__partitioned__`` (:class:`~flightpart.client.views.PartitionedView`).
 
         ``frames``: ``"arrow"``, ``"pandas"`` or ``"numpy"``; ``location``: ``"spec"``, ``"ip"`` (mapped by ``ip_of``)
@@ -571,4 +583,5 @@ class Dataset:
     def __repr__(self) -> str:
         if self.view.filter is not None:  # its shape is counted on the nodes: not something a repr should do
             return f"Dataset({self.name!r}, version={self.version}, filter={self.view.filter.expression})"
-        return f"Dataset({self.name!r}, version={self.version}, shape={self.shape}, partition_tiling={self.partition_tiling})"
+        return (f"Dataset({self.name!r}, version={self.version}, shape={self.shape}, "
+                f"partition_tiling={self.partition_tiling})")

@@ -32,7 +32,8 @@ class DuckDBScan(pds.Dataset):
     def schema(self) -> pa.Schema:
         return shown_to_duckdb(self._view.schema)
 
-    def scanner(self, columns: list[str] | None = None, filter: pc.Expression | None = None, **_options: Any) -> pds.Scanner:
+    def scanner(self, columns: list[str] | None = None, filter: pc.Expression | None = None,
+                **_options: Any) -> pds.Scanner:
         """The rows DuckDB asked for: ``filter`` evaluated on the nodes where it can travel, ``columns`` selected."""
         view = self._view
         kept_here = None

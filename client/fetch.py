@@ -71,8 +71,8 @@ class PartitionRef:
 
     def __dask_tokenize__(self) -> tuple:
         """Plain values for Dask's token (cheap at tens of thousands of handles)."""
-        return ("flightpart.PartitionRef", self.dataset, self.version, self.position, self.replicas, self.columns, self.rows,
-                self.filter, self.matched, self.aggregate.encode() if self.aggregate is not None else None,
+        return ("flightpart.PartitionRef", self.dataset, self.version, self.position, self.replicas, self.columns,
+                self.rows, self.filter, self.matched, self.aggregate.encode() if self.aggregate is not None else None,
                 self.row_numbers, self.top.encode() if self.top is not None else None, self.expected_rows)
 
     @property
@@ -111,8 +111,8 @@ class PartitionRef:
         """What a node is asked for: this handle as a ticket (made once per handle)."""
         ticket = self.__dict__.get("_spec")
         if ticket is None:
-            ticket = Ticket(self.dataset, self.version, self.position, self.columns, self.rows, self.filter, self.matched,
-                            self.aggregate, row_numbers=True if self.row_numbers else None, top=self.top)
+            ticket = Ticket(self.dataset, self.version, self.position, self.columns, self.rows, self.filter,
+                            self.matched, self.aggregate, row_numbers=True if self.row_numbers else None, top=self.top)
             object.__setattr__(self, "_spec", ticket)
         return ticket
 
@@ -189,7 +189,8 @@ class FlightGet:
         refs = [handles] if single else list(handles)
         for k, ref in enumerate(refs):
             if not isinstance(ref, PartitionRef):
-                raise PartitionedError(f"get: handle {k} is a {type(ref).__qualname__}, expected a flightpart PartitionRef")
+                raise PartitionedError(f"get: handle {k} is a {type(ref).__qualname__}, expected a "
+                                       "flightpart PartitionRef")
         tables = read_partitions(refs, host=self.host, pool=self.pool(), idle_timeout=self.idle_timeout,
                                  compression=self.compression, expected_columns=self.expected_columns)
         return tables[0] if single else tables
@@ -224,7 +225,8 @@ def read_partitions(refs: Sequence[PartitionRef], *, host: str | None, pool: Con
         try:
             known = [refs[k].known_rows for k in group]
             got = read_several(pool, ticket, first.replicas, what, idle_timeout, compression=compression, here=local,
-                               expected_columns=expected_columns, most_rows=None if None in known else sum(k or 0 for k in known),
+                               expected_columns=expected_columns,
+                               most_rows=None if None in known else sum(k or 0 for k in known),
                                expected_bytes=sum(refs[k].shareable_bytes for k in group))
             if all(refs[k].known_rows in (None, table.num_rows) for k, table in zip(group, got)):
                 return got
@@ -324,7 +326,8 @@ def read_local(ref: PartitionRef, local: frozenset[str], pool: ConnectionPool,
             whole = _mapped(path)
             table = ref.apply(whole)
             if not _as_registered(ref, table, expected_columns):
-                continue  # a file with other rows or columns than its node registered: stream it, checked, from a replica
+                # a file with other rows or columns than its node registered: stream it, checked, from a replica
+                continue
             TRAFFIC.add(bytes_mapped=mapped_bytes(whole, table))
             return table
         except (OSError, ValueError, KeyError, pa.ArrowException, FlightpartError):

@@ -175,7 +175,8 @@ class Plan:
         return self._sized
 
     def estimated_bytes(self, b: Block) -> int:
-        """About how many bytes reading block ``b`` moves: stored bytes in proportion to the rows and columns it takes."""
+        """About how many bytes reading block ``b`` moves: stored bytes in proportion to the rows and columns it
+        takes."""
         total = 0
         for j in self.groups():
             info = self.parts[(b.i, j)]
@@ -215,8 +216,8 @@ class Plan:
         f = self.view.filter.substrait if (pushed and self.view.filter is not None) else None
         stored = 0 if self.sent_unlike_stored() else max(info.nbytes, 1)
         whole = b.rows is None and f is None and aggregate is None and top is None
-        return PartitionRef(self.version.dataset, self.version.version, info.position, info.replicas, columns, b.rows, f,
-                            b.matched if f is not None else None, aggregate,
+        return PartitionRef(self.version.dataset, self.version.version, info.position, info.replicas, columns, b.rows,
+                            f, b.matched if f is not None else None, aggregate,
                             shareable_bytes=stored if whole else 0, top=top,
                             expected_rows=self.rows_of(b), stored_bytes=stored)
 

@@ -37,7 +37,8 @@ def lazy_frame(ds: Any) -> Any:
     schema = pl.DataFrame(shown_to_polars(ds.to_reader().schema).empty_table()).schema  # one Polars cannot read:
     # a clear error now, not a Rust panic in the middle of a scan
 
-    def source(with_columns: list[str] | None, predicate: Any, n_rows: int | None, batch_size: int | None) -> Iterator[Any]:
+    def source(with_columns: list[str] | None, predicate: Any, n_rows: int | None,
+               batch_size: int | None) -> Iterator[Any]:
         view = ds
         needed = list(with_columns) if with_columns is not None else None
         if predicate is not None:
@@ -190,11 +191,13 @@ def _function(f: dict, schema: pa.Schema) -> Value:
         # nulls_equal: a null row is in the list when the list holds a null, else definitely not (so `~` keeps it)
         nulls = x.expression.is_null()
         return _boolean(member | nulls if None in listed else pc.if_else(nulls, False, member))
-    if strings in ("StartsWith", "EndsWith") or (isinstance(strings, dict) and strings.get("Contains", {}).get("literal")):
+    if strings in ("StartsWith", "EndsWith") or (isinstance(strings, dict)
+                                                 and strings.get("Contains", {}).get("literal")):
         x, text = _expr(inputs[0], schema), _literal(inputs[1])
         if not isinstance(text.literal, str) or x.type is None or not pa.types.is_string(x.type):
             raise KeyError("string function on a non-string")
-        name = {"StartsWith": "starts_with", "EndsWith": "ends_with"}[strings] if isinstance(strings, str) else "contains"
+        name = ({"StartsWith": "starts_with", "EndsWith": "ends_with"}[strings] if isinstance(strings, str)
+                else "contains")
         return _boolean(arrow_call(name, [x.expression], pc.MatchSubstringOptions(text.literal)))
     raise KeyError(str(function))
 

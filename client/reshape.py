@@ -98,7 +98,8 @@ def relink_on_nodes(pool: ConnectionPool, dataset: str, staging: int, version: i
             with translated():
                 reply = pool.action(uri, order, timeout=timeout, grant=grant)
             if len(reply.partitions) != len(order.parts):
-                raise RequestRejected(f"the node at {uri} linked {len(reply.partitions)} of {len(order.parts)} partitions",
+                raise RequestRejected(f"the node at {uri} linked {len(reply.partitions)} of "
+                                      f"{len(order.parts)} partitions",
                                       field="relink reply")
 
     with ThreadPoolExecutor(max_workers=max(len(by_node), 1), thread_name_prefix="flightpart-relink") as ex:
@@ -128,8 +129,8 @@ def live_holders(source: VersionInfo, live: Sequence[dict]) -> dict[tuple[int, i
     for part in source.parts:
         holders = [by_uri[uri] for uri, _ip, _pid in part.replicas if uri in by_uri]
         if not holders:
-            raise NodeUnavailable(f"partition {part.position} of {source.dataset!r} v{source.version}: no live node holds "
-                                  "it; start its node again or run repair")
+            raise NodeUnavailable(f"partition {part.position} of {source.dataset!r} v{source.version}: no "
+                                  "live node holds it; start its node again or run repair")
         out[part.position] = holders
     return out
 
@@ -177,7 +178,8 @@ def _check_columns(got: pa.Schema, expected: pa.Schema) -> None:
         missing = [n for n in expected.names if n not in got.names]
         extra = [n for n in got.names if n not in expected.names]
         raise SchemaMismatch(f"the appended data has columns {got.names}, the dataset {expected.names}"
-                             f"{f'; missing {missing}' if missing else ''}{f'; not in the dataset {extra}' if extra else ''}: "
+                             f"{f'; missing {missing}' if missing else ''}"
+                             f"{f'; not in the dataset {extra}' if extra else ''}: "
                              "select or rename the columns to the dataset's", field="schema")
     for field in expected:
         other = got.field(field.name).type

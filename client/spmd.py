@@ -141,7 +141,8 @@ def distarray(ds: Dataset, version: str) -> dict:
         q = d["partition_tiling"][1]
 
         def row(i: int, side: str = "local") -> pa.Table:
-            tables = {(0, j): getattr((halos or {})[(i, j)], side) if side != "local" else local[(i, j)] for j in range(q)}
+            tables = {(0, j): getattr((halos or {})[(i, j)], side) if side != "local" else local[(i, j)]
+                      for j in range(q)}
             return frames.assemble(tables, (1, q))
 
         rows = [row(i) for i in blocks]

@@ -125,7 +125,8 @@ class _Reading:
             # read_whole, not read_all: a cancelled stream is an error here, not a Ctrl-C raised later in the main
             # thread
             return _checked(read_whole(self.pool.client(where).do_get(endpoint.ticket, options=self._left())), where)
-        if ticket.columns is None:  # every column: asked by name, so a part's columns come back as the answer's, in order
+        # every column: asked by name, so a part's columns come back as the answer's, in order
+        if ticket.columns is None:
             ticket = replace(ticket, columns=tuple(columns.schema.names))
         most_rows, most_bytes = _most_sent(endpoint)
         return read_replicas(self.pool, ticket, replicas, f"part {k} of the SQL answer ({ticket.dataset!r} "

@@ -125,8 +125,8 @@ class PartitionedView:
         parts = {}
         for r in range(nranks):
             (start, _), (size, _) = default_partition(nranks, r, (rows, cols))
-            parts[(r, 0)] = {"start": (start, 0), "shape": (size, cols), "data": (start, start + size) if r == rank else None,
-                             "location": [r]}
+            parts[(r, 0)] = {"start": (start, 0), "shape": (size, cols),
+                             "data": (start, start + size) if r == rank else None, "location": [r]}
         return {"shape": (rows, cols), "partition_tiling": (nranks, 1), "partitions": parts, "locals": [(rank, 0)],
                 "get": RowsGet(whole, self.frames)}
 

@@ -129,7 +129,8 @@ def _check_dim(dim: Any, field: str, rules: str = "0.9") -> None:
         start = _int(dim["start"], f"{field}.start")
         stop = _int(dim["stop"], f"{field}.stop")
         if not start <= stop <= size:
-            raise PartitionedError(f"{field}: expected 0 <= start <= stop <= size, got start={start}, stop={stop}, size={size}")
+            raise PartitionedError(f"{field}: expected 0 <= start <= stop <= size, got start={start}, "
+                                   f"stop={stop}, size={size}")
     elif kind == "c":
         start = _int(dim["start"], f"{field}.start")
         if start > size:
@@ -209,8 +210,10 @@ def _validate(dap: Any, all_extents: bool) -> dict:
             continue
         expected = _local_extent(dim, f"dim_data[{k}]")
         if shape[k] != expected:
-            rule = " (version 0.10: stop - start)" if rules == "0.10" and dim["dist_type"] == "b" else f" (version {version})"
-            raise PartitionedError(f"buffer: extent {shape[k]} along dimension {k}, dim_data[{k}] implies {expected}{rule}")
+            rule = (" (version 0.10: stop - start)" if rules == "0.10" and dim["dist_type"] == "b"
+                    else f" (version {version})")
+            raise PartitionedError(f"buffer: extent {shape[k]} along dimension {k}, dim_data[{k}] implies "
+                                   f"{expected}{rule}")
     return {**dap, "dim_data": tuple(normalized)}
 
 
@@ -313,7 +316,8 @@ def numeric_matrix(frame: Any) -> np.ndarray:
     if table.num_columns == 1 and table.column(0).num_chunks <= 1 and table.column(0).null_count == 0:
         chunk = table.column(0).chunk(0) if table.column(0).num_chunks else table.column(0).combine_chunks()
         return chunk.to_numpy(zero_copy_only=False).reshape(-1, 1)
-    return np.column_stack([table.column(k).to_numpy() for k in range(table.num_columns)]) if table.num_columns else np.empty((table.num_rows, 0))
+    return (np.column_stack([table.column(k).to_numpy() for k in range(table.num_columns)]) if table.num_columns
+            else np.empty((table.num_rows, 0)))
 
 
 # --------------------------------------------------------------------------- import

@@ -91,7 +91,8 @@ def _from_polars(frame: Any) -> pa.Table:
                                  "return_dtype=pl.String)", field=f"columns.{name}")
         if kind in ("Int128", "UInt128"):
             raise SchemaMismatch(f"column {name!r} is Polars {kind}, which Arrow has no type for: cast it first, e.g. "
-                                 f"pl.col({name!r}).cast(pl.Decimal(38, 0)) or .cast(pl.Int64)", field=f"columns.{name}")
+                                 f"pl.col({name!r}).cast(pl.Decimal(38, 0)) or .cast(pl.Int64)",
+                                 field=f"columns.{name}")
     return frame.to_arrow()
 
 
@@ -110,7 +111,8 @@ def check_columns(schema: pa.Schema) -> None:
 
 
 def _from_pandas(frame: Any) -> pa.Table:
-    """A pandas frame as a table; an object column of mixed Python types is named with the types it holds and the fix."""
+    """A pandas frame as a table; an object column of mixed Python types is named with the types it holds and the
+    fix."""
     twice = sorted({str(name) for name in frame.columns[frame.columns.duplicated()]})
     if twice:  # pyarrow's own ValueError, with no code, said so
         raise SchemaMismatch(f"the frame names columns {twice} more than once; a dataset's columns have one name each: "
@@ -124,8 +126,8 @@ def _from_pandas(frame: Any) -> pa.Table:
             except (pa.ArrowInvalid, pa.ArrowTypeError):
                 kinds = sorted({type(v).__name__ for v in frame[name] if v is not None and v == v})
                 raise SchemaMismatch(
-                    f"column {name!r} holds values of several types ({', '.join(kinds)}), which one Arrow column cannot: "
-                    f"make it one type first, e.g. df[{name!r}] = df[{name!r}].astype(str), or "
+                    f"column {name!r} holds values of several types ({', '.join(kinds)}), which one Arrow "
+                    f"column cannot: make it one type first, e.g. df[{name!r}] = df[{name!r}].astype(str), or "
                     f"pd.to_numeric(df[{name!r}], errors='coerce') for numbers", field=f"columns.{name}") from None
         raise SchemaMismatch(f"the frame cannot be read as Arrow: {exc}") from None
 
@@ -176,8 +178,9 @@ def check_polars_reads(schema: pa.Schema) -> None:
     for field in schema:
         why = _polars_cannot(field.type)
         if why is not None:
-            raise SchemaMismatch(f"column {field.name!r} is {field.type}, which Polars cannot read ({why}): read it with "
-                                 "to_arrow() or to_pandas(), or leave it out (ds.select([...]).to_polars())",
+            raise SchemaMismatch(f"column {field.name!r} is {field.type}, which Polars cannot read "
+                                 f"({why}): read it with to_arrow() or to_pandas(), or leave it out "
+                                 "(ds.select([...]).to_polars())",
                                  field=f"columns.{field.name}")
 
 
@@ -230,8 +233,8 @@ def retyped(kind: pa.DataType, change: Callable[[pa.DataType], pa.DataType | Non
         key, item = retyped(kind.key_type, change), retyped(kind.item_type, change)
         if key is None and item is None:
             return None
-        return pa.map_(kind.key_field.with_type(key or kind.key_type), kind.item_field.with_type(item or kind.item_type),
-                       kind.keys_sorted)
+        return pa.map_(kind.key_field.with_type(key or kind.key_type),
+                       kind.item_field.with_type(item or kind.item_type), kind.keys_sorted)
     if pa.types.is_dictionary(kind):
         value = retyped(kind.value_type, change)
         return None if value is None else pa.dictionary(kind.index_type, value, kind.ordered)
@@ -272,7 +275,8 @@ def _whole_fixed_list(chunk: pa.Array) -> pa.Array:
     if chunk.offset == 0 and len(chunk.values) == len(chunk) * size:
         return chunk
     values = chunk.values.slice(chunk.offset * size, len(chunk) * size)
-    return pa.FixedSizeListArray.from_arrays(values, type=chunk.type, mask=chunk.is_null() if chunk.null_count else None)
+    return pa.FixedSizeListArray.from_arrays(values, type=chunk.type,
+                                             mask=chunk.is_null() if chunk.null_count else None)
 
 
 @functools.lru_cache(maxsize=256)
@@ -479,7 +483,8 @@ def schema_without_views(schema: pa.Schema) -> pa.Schema | None:
 
 
 def filter_rows(table: pa.Table, mask: Any) -> pa.Table:
-    """``table.filter(mask)``, also for view columns (filtered as their large twins and cast back, a batch at a time)."""
+    """``table.filter(mask)``, also for view columns (filtered as their large twins and cast back, a batch at a
+    time)."""
     plain = schema_without_views(table.schema)
     if plain is None:
         return table.filter(mask)
@@ -537,7 +542,8 @@ def growing_dictionaries(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.Recor
             if isinstance(column, pa.DictionaryArray):
                 grown = _into_dictionary(column, seen.get(k))
                 seen[k] = grown.dictionary
-            elif isinstance(column, (pa.ListArray, pa.LargeListArray)) and isinstance(column.values, pa.DictionaryArray):
+            elif (isinstance(column, (pa.ListArray, pa.LargeListArray))
+                  and isinstance(column.values, pa.DictionaryArray)):
                 values = _into_dictionary(column.values, seen.get(k))
                 seen[k] = values.dictionary
                 grown = column if values is column.values else type(column).from_arrays(

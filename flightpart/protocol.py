@@ -184,20 +184,23 @@ def _check_location(value: Any, field: str) -> None:
                 )
 
 
-def _check_entries(parts: dict, shape: tuple[int, ...]) -> dict[tuple[int, ...], tuple[tuple[int, ...], tuple[int, ...]]]:
+def _check_entries(parts: dict,
+                   shape: tuple[int, ...]) -> dict[tuple[int, ...], tuple[tuple[int, ...], tuple[int, ...]]]:
     """Spec: each partition's ``start``, ``shape`` and ``location``; returns the geometry."""
     geometry: dict[tuple[int, ...], tuple[tuple[int, ...], tuple[int, ...]]] = {}
     for pos, entry in parts.items():
         pos = tuple(int(k) for k in pos)
         where = f"partitions[{pos}]"
         if not isinstance(entry, dict):
-            raise PartitionedError(f"{where}: expected a dict with {', '.join(PARTITION_KEYS)}, got {type(entry).__name__}")
+            raise PartitionedError(f"{where}: expected a dict with {', '.join(PARTITION_KEYS)}, got "
+                                   f"{type(entry).__name__}")
         _check_keys(entry, PARTITION_KEYS, (), where, "a partition has")
         start = _int_tuple(entry["start"], len(shape), f"{where}.start")
         pshape = _int_tuple(entry["shape"], len(shape), f"{where}.shape")
         for axis, (s0, n, total) in enumerate(zip(start, pshape, shape)):
             if s0 + n > total:
-                raise PartitionedError(f"{where}: rows {s0}..{s0 + n} along axis {axis} reach past shape[{axis}] = {total}")
+                raise PartitionedError(f"{where}: rows {s0}..{s0 + n} along axis {axis} reach past "
+                                       f"shape[{axis}] = {total}")
         _check_location(entry["location"], f"{where}.location")
         geometry[pos] = (start, pshape)
     return geometry
@@ -336,7 +339,8 @@ class PartitionedFrame:
         return f"PartitionedFrame(shape={self.shape}, partition_tiling={self.grid})"
 
 
-def partitioned(frame: Any, tiling: Sequence[int] = (1, 1), *, location: tuple[str, int] | None = None) -> PartitionedFrame:
+def partitioned(frame: Any, tiling: Sequence[int] = (1, 1), *,
+                location: tuple[str, int] | None = None) -> PartitionedFrame:
     """Wrap a pandas, polars or pyarrow frame as a conforming object (located at ``location``, default this process)."""
     grid = tuple(int(t) for t in tiling)
     if len(grid) != 2 or any(t < 1 for t in grid):
@@ -344,7 +348,8 @@ def partitioned(frame: Any, tiling: Sequence[int] = (1, 1), *, location: tuple[s
     return PartitionedFrame(frames.to_arrow(frame), grid, location)
 
 
-def row_blocks_dict(handles: Sequence[Any], lengths: Sequence[int], ncols: int, locations: Sequence[list], get: Callable) -> dict:
+def row_blocks_dict(handles: Sequence[Any], lengths: Sequence[int], ncols: int, locations: Sequence[list],
+                    get: Callable) -> dict:
     """A ``__partitioned__`` of one row block per handle (a runtime's partitions in order)."""
     starts = tiling.starts_from_sizes(lengths)
     return {
@@ -391,7 +396,8 @@ def fetch_parts(d: dict, positions: Iterable[tuple[int, ...]]) -> dict[tuple[int
 
 
 def host_array(raw: Any) -> Any:
-    """A part that is no frame but an array in host memory (a torch tensor, say) as NumPy, via DLPack or ``__array__``."""
+    """A part that is no frame but an array in host memory (a torch tensor, say) as NumPy, via DLPack or
+    ``__array__``."""
     import numpy as np
 
     if hasattr(raw, "__dlpack__"):
@@ -418,7 +424,8 @@ def part_table(pos: tuple[int, ...], entry: dict, raw: Any) -> pa.Table:
     declared = tuple(entry["shape"]) if len(entry["shape"]) == 2 else (entry["shape"][0], 1)
     actual = frames.frame_shape(table)
     if actual != declared:
-        raise PartitionedError(f"partitions[{pos}].shape: declared {tuple(entry['shape'])}, but its data has shape {actual}")
+        raise PartitionedError(f"partitions[{pos}].shape: declared {tuple(entry['shape'])}, but its data "
+                               f"has shape {actual}")
     return table
 
 

@@ -99,7 +99,8 @@ def near_placement(weights: Sequence[Mapping[str, int]], nodes: Sequence[str], r
     order = {n: k for k, n in enumerate(nodes)}
     out = []
     for k, weight in enumerate(weights):
-        ranked = sorted(nodes, key=lambda n: (count[n] >= cap, -weight.get(n, 0), count[n], (order[n] - k) % len(nodes)))
+        ranked = sorted(nodes,
+                        key=lambda n: (count[n] >= cap, -weight.get(n, 0), count[n], (order[n] - k) % len(nodes)))
         chosen = ranked[:replicas]
         for n in chosen:
             count[n] += 1

@@ -146,7 +146,8 @@ def check_tiling(shape: Sequence[int], tiling: Sequence[int], geometry: Geometry
                 )
             expected_start += f_shape[axis]
         if expected_start != n:
-            raise PartitionedError(f"partitions: extents along axis {axis} add up to {expected_start}, but shape[{axis}] is {n}")
+            raise PartitionedError(f"partitions: extents along axis {axis} add up to {expected_start}, but "
+                                   f"shape[{axis}] is {n}")
 
 
 def _slice_meets_interval(offset: int, size: int, stride: int, lo: int, hi: int) -> tuple[int, int]:

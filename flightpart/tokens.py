@@ -119,7 +119,8 @@ class WeakSecret(ValueError):
 
 
 def new_secret() -> str:
-    """A fresh cluster secret: 32 random bytes in URL-safe base64 (256 bits), always accepted by :func:`check_secret`."""
+    """A fresh cluster secret: 32 random bytes in URL-safe base64 (256 bits), always accepted by
+    :func:`check_secret`."""
     while True:
         value = secrets.token_urlsafe(32)
         if secret_bits(value.encode()) >= SECRET_MIN_BITS:
@@ -150,12 +151,14 @@ def _pool(text: str) -> int:
 
 
 def _surprising(text: str) -> int:
-    """How many characters of ``text`` its previous ones do not foretell (repeats and runs like ``abcd`` count nothing)."""
+    """How many characters of ``text`` its previous ones do not foretell (repeats and runs like ``abcd`` count
+    nothing)."""
     count = 0
     for i, c in enumerate(text):
         if i and c == text[i - 1]:
             continue
-        if i >= 2 and ord(c) - ord(text[i - 1]) == ord(text[i - 1]) - ord(text[i - 2]) and abs(ord(c) - ord(text[i - 1])) == 1:
+        if (i >= 2 and ord(c) - ord(text[i - 1]) == ord(text[i - 1]) - ord(text[i - 2])
+                and abs(ord(c) - ord(text[i - 1])) == 1):
             continue
         count += 1
     return count
@@ -219,7 +222,8 @@ def signing_key(secret: bytes) -> Ed25519PrivateKey:
 @functools.lru_cache(maxsize=8)
 def _outdated_key(secret: bytes) -> Ed25519PrivateKey:
     """The signing key of earlier releases (an HMAC of the secret): only to check manifests they sealed."""
-    return Ed25519PrivateKey.from_private_bytes(hmac.new(secret, b"flightpart ed25519 signing key", hashlib.sha256).digest())
+    return Ed25519PrivateKey.from_private_bytes(hmac.new(secret, b"flightpart ed25519 signing key",
+                                                         hashlib.sha256).digest())
 
 
 @functools.lru_cache(maxsize=8)
@@ -390,7 +394,8 @@ def _signed_credential(key: VerifyKey, token: str) -> Credential | None:
     if len(parts) != 5 or parts[0] != TOKEN_PREFIX:
         return None
     _prefix, role, name, expiry, signature = parts
-    if (role not in ROLES and role not in (CAPABILITY, PUT_GRANT, VERSION_GRANT)) or not (expiry.isascii() and expiry.isdigit()):
+    if ((role not in ROLES and role not in (CAPABILITY, PUT_GRANT, VERSION_GRANT))
+            or not (expiry.isascii() and expiry.isdigit())):
         return None
     if not _valid(key, _TOKEN_CONTEXT, ":".join(parts[:4]), signature):
         return None

@@ -165,7 +165,8 @@ def p_stats(value: Any, where: str) -> dict[str, dict[str, Any]]:
             if key in entry:
                 v = entry[key]
                 if not isinstance(v, (int, float, str, bool)) or (isinstance(v, str) and len(v) > 4096):
-                    raise RequestRejected(f"{where}.{column:.60}.{key}: expected a number, a boolean or short text", field=where)
+                    raise RequestRejected(f"{where}.{column:.60}.{key}: expected a number, a boolean or short text",
+                                          field=where)
                 clean[key] = v
         out[p_str(column, where)] = clean
     return out
@@ -333,7 +334,8 @@ def _p_function(value: Any, where: str) -> tuple[str, str]:
         raise RequestRejected(f"{where}: expected [column, function], got {value!r:.60}", field=where)
     column, function = p_str(value[0], f"{where}[0]"), p_str(value[1], f"{where}[1]")
     if function not in AGGREGATES:
-        raise RequestRejected(f"{where}[1]: unknown aggregate {function!r:.40}; known: {', '.join(AGGREGATES)}", field=where)
+        raise RequestRejected(f"{where}[1]: unknown aggregate {function!r:.40}; known: {', '.join(AGGREGATES)}",
+                              field=where)
     return (column, function)
 
 
@@ -473,7 +475,8 @@ class Ticket(Message):
         for name in ("rows", "matched"):
             span = getattr(self, name)
             if span is not None and span[1] < span[0]:
-                raise RequestRejected(f"ticket.{name}: stop {span[1]} is before start {span[0]}", field=f"ticket.{name}")
+                raise RequestRejected(f"ticket.{name}: stop {span[1]} is before start {span[0]}",
+                                      field=f"ticket.{name}")
         if self.columns is not None and len(set(self.columns)) != len(self.columns):
             raise RequestRejected("ticket.columns: a column is named twice", field="ticket.columns")
         if self.part[0] >= 1 << 31 or self.part[1] >= 1 << 31:
@@ -481,9 +484,11 @@ class Ticket(Message):
         if self.matched is not None and self.filter is None:
             raise RequestRejected("ticket.matched: a range of matched rows needs a filter", field="ticket.matched")
         if self.row_numbers and self.aggregate is not None:
-            raise RequestRejected("ticket.row_numbers: an aggregate's rows have no positions", field="ticket.row_numbers")
+            raise RequestRejected("ticket.row_numbers: an aggregate's rows have no positions",
+                                  field="ticket.row_numbers")
         if self.top is not None and (self.aggregate is not None or not self.top.keys):
-            raise RequestRejected("ticket.top: first rows by at least one key, and not of an aggregate", field="ticket.top")
+            raise RequestRejected("ticket.top: first rows by at least one key, and not of an aggregate",
+                                  field="ticket.top")
         if self.more is not None:
             if any(getattr(self, name) is not None
                    for name in ("rows", "filter", "matched", "aggregate", "row_numbers", "top")):
@@ -666,8 +671,8 @@ def decode_flight_info(info: flight.FlightInfo) -> VersionInfo:
             em = loads(endpoint.app_metadata, "FlightEndpoint.app_metadata")
             uris = [loc.uri.decode() if isinstance(loc.uri, bytes) else str(loc.uri) for loc in endpoint.locations]
             replicas = tuple((u, ip, pid) for u, (ip, pid) in zip(uris, em["location"]))
-            parts.append(PartInfo(tuple(em["position"]), tuple(em["start"]), tuple(em["shape"]), replicas, em.get("nbytes", 0),
-                                  em.get("stats") if isinstance(em.get("stats"), dict) else None))
+            parts.append(PartInfo(tuple(em["position"]), tuple(em["start"]), tuple(em["shape"]), replicas,
+                                  em.get("nbytes", 0), em.get("stats") if isinstance(em.get("stats"), dict) else None))
     cap = meta.get("capability")
     return VersionInfo(name, meta["version"], info.schema, tuple(meta["shape"]), grid, tuple(parts),
                        cap if isinstance(cap, str) else None)
@@ -1128,7 +1133,8 @@ class ScrubCluster(Message):
 
 @dataclass(frozen=True)
 class ReportDamage(Message):
-    """From a node to its catalog: replicas it no longer has intact (damaged or missing); the catalog stops listing them."""
+    """From a node to its catalog: replicas it no longer has intact (damaged or missing); the catalog stops listing
+    them."""
 
     ACTION = "report-damage"
     REPLY = Removed
@@ -1276,7 +1282,8 @@ class CopyFailed(Message):
 
 @dataclass(frozen=True)
 class RepairReport(Message):
-    """What a ``repair`` did: copies made, partitions no live node holds (lost), copies it could not make (``failed``)."""
+    """What a ``repair`` did: copies made, partitions no live node holds (lost), copies it could not make
+    (``failed``)."""
 
     copied: tuple[ReplicaCopy, ...] = _field(p_list(p_message(ReplicaCopy)), ())
     lost: tuple[PartPlace, ...] = _field(p_list(p_message(PartPlace)), ())
@@ -1325,7 +1332,8 @@ def p_commit_parts(value: Any, where: str) -> tuple[CommitPart, ...]:
     if isinstance(value, list):
         return p_list(p_message(CommitPart))(value, where)
     if not isinstance(value, dict) or set(value) != {*_PART_COLUMNS, "nodes", "holders"}:
-        raise RequestRejected(f"{where}: expected the columns {', '.join(_PART_COLUMNS)}, nodes and holders", field=where)
+        raise RequestRejected(f"{where}: expected the columns {', '.join(_PART_COLUMNS)}, nodes and holders",
+                              field=where)
     holders = value["holders"]
     if not isinstance(holders, list) or len(holders) > 10_000_000:
         raise RequestRejected(f"{where}.holders: expected a list", field=f"{where}.holders")
@@ -1335,7 +1343,8 @@ def p_commit_parts(value: Any, where: str) -> tuple[CommitPart, ...]:
     for k, h in enumerate(holders):
         if (not isinstance(h, list) or not 1 <= len(h) <= 64
                 or not all(type(x) is int and 0 <= x < len(nodes) for x in h)):
-            raise RequestRejected(f"{where}.holders[{k}]: expected 1 to 64 indices into nodes", field=f"{where}.holders")
+            raise RequestRejected(f"{where}.holders[{k}]: expected 1 to 64 indices into nodes",
+                                  field=f"{where}.holders")
     return tuple(CommitPart((i[k], j[k]), (si[k], sj[k]), (rows[k], cols[k]), tuple(nodes[x] for x in holders[k]))
                  for k in range(n))
 
@@ -1477,7 +1486,8 @@ class Heartbeat(Message):
     @classmethod
     def from_plain(cls, body: Any) -> "Heartbeat | None":
         """The usual heartbeat from its decoded JSON body (Flight's, or a datagram's), None for anything else."""
-        if type(body) is not dict or not body.keys() <= {"node_id", "free_bytes", "low_space", "clock_ms", "asks_clock"}:
+        if type(body) is not dict or not body.keys() <= {"node_id", "free_bytes", "low_space", "clock_ms",
+                                                         "asks_clock"}:
             return None
         node_id, free, low = body.get("node_id"), body.get("free_bytes"), body.get("low_space", False)
         clock, asks = body.get("clock_ms"), body.get("asks_clock")

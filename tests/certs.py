@@ -17,7 +17,8 @@ def _key():
 
 
 def _pem_key(key) -> bytes:
-    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                             serialization.NoEncryption())
 
 
 def make_pki(root: Path, ips: list[str]) -> dict[str, Path]:
@@ -37,7 +38,8 @@ def make_pki(root: Path, ips: list[str]) -> dict[str, Path]:
                         ("client", [ExtendedKeyUsageOID.CLIENT_AUTH])):
         key = _key()
         sans = [x509.DNSName("localhost")] + [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ips]
-        cert = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"flightpart {role}")]))
+        cert = (x509.CertificateBuilder()
+                .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"flightpart {role}")]))
                 .issuer_name(ca_name).public_key(key.public_key()).serial_number(x509.random_serial_number())
                 .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=1))
                 .add_extension(x509.SubjectAlternativeName(sans), critical=False)

@@ -87,7 +87,8 @@ def small_disk(tmp_path):
     mount.mkdir()
     if os.geteuid() != 0 or shutil.which("mount") is None:
         pytest.skip("mounting a tmpfs needs root and mount(8)")
-    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(mount)], capture_output=True, text=True)
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(mount)], capture_output=True,
+                          text=True)
     if made.returncode != 0:
         pytest.skip(f"this machine cannot mount a tmpfs: {made.stderr.strip()}")
     try:

@@ -49,7 +49,8 @@ def raw_action(client, name: str, body=None, *, uri: str | None = None, timeout:
     pool = client.pool
     payload = json.dumps(body if body is not None else {}).encode()
     with translated():
-        results = list(pool.client(uri or client.uri).do_action(flight.Action(name, payload), options=pool.options(timeout)))
+        results = list(pool.client(uri or client.uri).do_action(flight.Action(name, payload),
+                                                                options=pool.options(timeout)))
     return json.loads(results[0].body.to_pybytes())
 
 
@@ -72,7 +73,8 @@ def wait_until(check, timeout: float = 30.0, what: str = "condition"):
 
 
 def run_threads(target, count: int, timeout: float) -> None:
-    """``count`` threads running ``target`` at once, all joined; fails the test if one is still running after ``timeout``."""
+    """``count`` threads running ``target`` at once, all joined; fails the test if one is still running after
+    ``timeout``."""
     import threading
 
     threads = [threading.Thread(target=target) for _ in range(count)]
@@ -89,8 +91,8 @@ def dask_workers_on(ips: Sequence[str]) -> Iterator:
     import distributed
 
     with distributed.LocalCluster(n_workers=0, host="127.0.0.1", scheduler_port=0, dashboard_address=None) as lc:
-        procs = [subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_worker", lc.scheduler_address, "--host", ip,
-                                   "--nthreads", "1", "--no-nanny", "--no-dashboard"],
+        procs = [subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_worker", lc.scheduler_address, "--host",
+                                   ip, "--nthreads", "1", "--no-nanny", "--no-dashboard"],
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for ip in ips]
         try:
             with distributed.Client(lc.scheduler_address, set_as_default=False) as client:
@@ -125,8 +127,10 @@ class MemoryCap:
         self.path: Path | None = None
         self.unavailable: str | None = None
         name = f"flightpart-test-{uuid.uuid4().hex[:8]}"
-        v2 = Path("/sys/fs/cgroup/unified") if Path("/sys/fs/cgroup/unified/cgroup.controllers").exists() else Path("/sys/fs/cgroup")
-        own_v1 = next((line.split(":", 2)[2].strip() for line in open("/proc/self/cgroup") if line.split(":")[1] == "memory"), None)
+        v2 = (Path("/sys/fs/cgroup/unified") if Path("/sys/fs/cgroup/unified/cgroup.controllers").exists()
+              else Path("/sys/fs/cgroup"))
+        own_v1 = next((line.split(":", 2)[2].strip() for line in open("/proc/self/cgroup")
+                       if line.split(":")[1] == "memory"), None)
         candidates = []
         if (v2 / "cgroup.controllers").exists() and "memory" in (v2 / "cgroup.controllers").read_text().split():
             candidates.append(("v2", v2 / name))
@@ -151,8 +155,8 @@ class MemoryCap:
                 continue
             self.path = path
             return
-        self.unavailable = "no writable memory cgroup here (needs root and a cgroup memory controller)" if os.geteuid() == 0 \
-            else "memory cgroups need root"
+        self.unavailable = "no writable memory cgroup here (needs root and a cgroup memory controller)" \
+            if os.geteuid() == 0 else "memory cgroups need root"
 
     def preexec(self) -> None:
         import os
@@ -176,8 +180,8 @@ class MemoryCap:
 
 
 def finished_within(call, bound: float) -> dict:
-    """``call()`` in a thread: what it returned (``value``) or raised (``error``), or ``{}`` if it had not finished after
-    ``bound`` seconds. A bound is many times what the call needs, and far below what it would take without the
+    """``call()`` in a thread: what it returned (``value``) or raised (``error``), or ``{}`` if it had not finished
+    after ``bound`` seconds. A bound is many times what the call needs, and far below what it would take without the
     mechanism under test (a 600 s call timeout, or forever): it tells the two apart on a loaded machine."""
     outcome: dict = {}
 

@@ -1,8 +1,8 @@
 """The folders show the architecture: arrows run one way and there is no circle.
 
-core (protocol, tiling, frames, distarray, wire, tokens, errors, settings, lenient, regrid, palette, and query/functions:
-the table of what the nodes compute, which the wire validates against) <- query <- io <- server | client
-<- runtimes | local <- bench <- entry points (the package itself, the CLI).
+core (protocol, tiling, frames, distarray, wire, tokens, errors, settings, lenient, regrid, palette, and
+query/functions: the table of what the nodes compute, which the wire validates against) <- query <- io <- server |
+client <- runtimes | local <- bench <- entry points (the package itself, the CLI).
 Every import counts, also those inside functions.
 """
 
@@ -12,15 +12,17 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-FOLDERS = {"flightpart": ROOT / "flightpart", "flightpart.server": ROOT / "server", "flightpart.client": ROOT / "client"}
-CORE = {"protocol", "tiling", "frames", "distarray", "wire", "sqlwire", "tokens", "errors", "settings", "version", "lenient",
-        "palette", "regrid"}
+FOLDERS = {"flightpart": ROOT / "flightpart", "flightpart.server": ROOT / "server",
+           "flightpart.client": ROOT / "client"}
+CORE = {"protocol", "tiling", "frames", "distarray", "wire", "sqlwire", "tokens", "errors", "settings", "version",
+        "lenient", "palette", "regrid"}
 CORE_MODULES = {"flightpart.query.functions"}
 """Modules of a folder above the core that belong to it: they import nothing but the core."""
 ENTRY = {"flightpart", "flightpart.__main__"}
-LAYER = {"core": 0, "query": 1, "io": 2, "server": 3, "client": 3, "sql": 4, "runtimes": 5, "local": 5, "bench": 6, "cli": 7,
-         "entry": 8}
-RUNTIME_FAMILY = {"dask": "dask", "dask_cluster": "dask", "ray": "ray", "ray_cluster": "ray", "spmd": "spmd", "tasks": "tasks"}
+LAYER = {"core": 0, "query": 1, "io": 2, "server": 3, "client": 3, "sql": 4, "runtimes": 5, "local": 5, "bench": 6,
+         "cli": 7, "entry": 8}
+RUNTIME_FAMILY = {"dask": "dask", "dask_cluster": "dask", "ray": "ray", "ray_cluster": "ray", "spmd": "spmd",
+                  "tasks": "tasks"}
 
 
 def modules() -> dict[str, Path]:
@@ -78,14 +80,15 @@ def graph() -> dict[str, set[str]]:
 
 def test_the_layout_has_the_rooms_the_design_names():
     mods = set(modules())
-    for expected in ["flightpart.protocol", "flightpart.tiling", "flightpart.wire", "flightpart.errors", "flightpart.io.access",
-                     "flightpart.io.connections", "flightpart.io.transfer", "flightpart.io.layout", "flightpart.io.inprocess",
-                     "flightpart.local.cluster", "flightpart.local.embedded", "flightpart.cli.demo", "flightpart.cli.errors",
-                     "flightpart.cli.daemons", "flightpart.cli.datasets", "flightpart.cli.bench", "flightpart.bench.run",
-                     "flightpart.bench.scale", "flightpart.query.filters", "flightpart.query.apply", "flightpart.query.pruning",
-                     "flightpart.query.functions",
-                     "flightpart.runtimes.tasks",
-                     "flightpart.server.daemon", "flightpart.server.base", "flightpart.client.plugins"]:
+    for expected in ["flightpart.protocol", "flightpart.tiling", "flightpart.wire", "flightpart.errors",
+                     "flightpart.io.access", "flightpart.io.connections", "flightpart.io.transfer",
+                     "flightpart.io.layout", "flightpart.io.inprocess", "flightpart.local.cluster",
+                     "flightpart.local.embedded", "flightpart.cli.demo", "flightpart.cli.errors",
+                     "flightpart.cli.daemons", "flightpart.cli.datasets", "flightpart.cli.bench",
+                     "flightpart.bench.run", "flightpart.bench.scale", "flightpart.query.filters",
+                     "flightpart.query.apply", "flightpart.query.pruning", "flightpart.query.functions",
+                     "flightpart.runtimes.tasks", "flightpart.server.daemon", "flightpart.server.base",
+                     "flightpart.client.plugins"]:
         assert expected in mods, expected
     assert (ROOT / "flightpart" / "py.typed").exists()
 

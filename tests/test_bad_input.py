@@ -32,7 +32,8 @@ def assert_clear(exc: BaseException) -> None:
 @pytest.fixture(scope="module")
 def guarded(tmp_path_factory):
     root = tmp_path_factory.mktemp("bad")
-    with LocalCluster(root, nodes=1, first_ip=42, node_args=["--max-partition-bytes", "2000000", "--max-streams", "4"]) as c:
+    with LocalCluster(root, nodes=1, first_ip=42,
+                      node_args=["--max-partition-bytes", "2000000", "--max-streams", "4"]) as c:
         with fp.connect(c.uri) as client:
             client.put("good", pa.table({"a": np.arange(10_000)}), tiling=(1, 1))
         yield c
@@ -48,20 +49,23 @@ def files_outside(c) -> list[str]:
     return [str(p) for p in c.root.rglob("*") if not any(p == a or a in p.parents for a in allowed)]
 
 
-json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
-                           lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
+json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False)
+                           | st.text(max_size=20),
+                           lambda inner: st.lists(inner, max_size=3)
+                           | st.dictionaries(st.text(max_size=10), inner, max_size=4),
                            max_leaves=10)
 ticket_like = st.fixed_dictionaries(
     {"dataset": st.sampled_from(["good", "../x", "a/b", "", "x" * 300, "nope"]) | st.text(max_size=10),
      "version": st.integers(-5, 10**20) | st.text(max_size=3),
      "part": st.lists(st.integers(-3, 10**12), max_size=3) | st.text(max_size=3)},
-    optional={"columns": st.none() | st.lists(st.text(max_size=4), max_size=3), "rows": st.none() | st.lists(st.integers(-5, 10**15), max_size=3),
-              "evil": json_values},
+    optional={"columns": st.none() | st.lists(st.text(max_size=4), max_size=3),
+              "rows": st.none() | st.lists(st.integers(-5, 10**15), max_size=3), "evil": json_values},
 )
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(st.one_of(st.binary(max_size=200), ticket_like.map(lambda d: json.dumps(d).encode()), json_values.map(lambda d: json.dumps(d).encode())))
+@given(st.one_of(st.binary(max_size=200), ticket_like.map(lambda d: json.dumps(d).encode()),
+                 json_values.map(lambda d: json.dumps(d).encode())))
 def test_fuzzed_tickets(guarded, raw):
     node = flight.connect(guarded.nodes[0].uri)
     try:
@@ -72,8 +76,8 @@ def test_fuzzed_tickets(guarded, raw):
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(st.sampled_from(["node-info", "stats", "held", "drop", "copy-to", "nope", "register-node", "heartbeat", "commit", "begin",
-                        "abort", "publish-begin", "publish-part", "repair", "versions"]),
+@given(st.sampled_from(["node-info", "stats", "held", "drop", "copy-to", "nope", "register-node", "heartbeat", "commit",
+                        "begin", "abort", "publish-begin", "publish-part", "repair", "versions"]),
        st.one_of(st.binary(max_size=100), json_values.map(lambda d: json.dumps(d).encode())),
        st.booleans())
 def test_fuzzed_action_bodies(guarded, name, body, to_catalog):
@@ -85,7 +89,8 @@ def test_fuzzed_action_bodies(guarded, name, body, to_catalog):
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(st.lists(st.text(max_size=12) | st.sampled_from(["../x", "a/b", "..", "/etc/passwd", "good", "1", "-1", "99999999999999"]),
+@given(st.lists(st.text(max_size=12) | st.sampled_from(["../x", "a/b", "..", "/etc/passwd", "good", "1", "-1",
+                                                        "99999999999999"]),
                 min_size=0, max_size=5))
 def test_fuzzed_descriptors(guarded, path):
     catalog = flight.connect(guarded.uri)
@@ -102,7 +107,8 @@ def test_fuzzed_descriptors(guarded, path):
         assert_clear(exc)
 
 
-@pytest.mark.parametrize("name", ["../x", "a/b", "..", "x" * (10 << 20), "", "a\x00b"], ids=["dotdot", "slash", "parent", "10MB", "empty", "nul"])
+@pytest.mark.parametrize("name", ["../x", "a/b", "..", "x" * (10 << 20), "", "a\x00b"],
+                         ids=["dotdot", "slash", "parent", "10MB", "empty", "nul"])
 def test_hostile_names_are_refused_and_nothing_escapes(guarded, name):
     node = flight.connect(guarded.nodes[0].uri)
     with pytest.raises(flight.FlightError) as info:
@@ -131,14 +137,18 @@ def test_put_streams_that_break_the_rules(guarded):
     # wrong row count: the catalog refuses to publish what the node does not really hold
     with fp.connect(guarded.uri) as client:
         version = client.call(fp.wire.Begin("short")).version
-        writer, _ = node.do_put(flight.FlightDescriptor.for_path("short", str(version), "0", "0"), pa.schema([("a", pa.int64())]))
+        writer, _ = node.do_put(flight.FlightDescriptor.for_path("short", str(version), "0", "0"),
+                                pa.schema([("a", pa.int64())]))
         writer.write_table(pa.table({"a": [1, 2, 3]}))
         writer.write_metadata(pa.py_buffer(b'{"rows": 3}'))
         writer.close()
         info = client.nodes()[0]
         with pytest.raises(fp.SchemaMismatch, match="has 3 rows, expected 5"):
-            raw_action(client, "commit", {"dataset": "short", "version": version, "schema": fp.wire.schema_to_text(pa.schema([("a", pa.int64())])),
-                                       "shape": [5, 1], "tiling": [1, 1], "partitions": [{"part": [0, 0], "start": [0, 0], "shape": [5, 1], "nodes": [info["node_id"]]}]})
+            raw_action(client, "commit", {"dataset": "short", "version": version,
+                                          "schema": fp.wire.schema_to_text(pa.schema([("a", pa.int64())])),
+                                          "shape": [5, 1], "tiling": [1, 1],
+                                          "partitions": [{"part": [0, 0], "start": [0, 0], "shape": [5, 1],
+                                                          "nodes": [info["node_id"]]}]})
         with pytest.raises(fp.DatasetNotFound):
             client.open("short")
     still_serving(guarded)
@@ -182,7 +192,8 @@ def test_stream_limit_refuses_with_a_retryable_error(guarded):
     open_writers = []
     try:
         for k in range(2):
-            writer, _ = node.do_put(flight.FlightDescriptor.for_path("held", "1", str(k), "0"), pa.schema([("a", pa.int64())]))
+            writer, _ = node.do_put(flight.FlightDescriptor.for_path("held", "1", str(k), "0"),
+                                    pa.schema([("a", pa.int64())]))
             writer.write_table(pa.table({"a": [k]}))
             open_writers.append(writer)
         def open_streams() -> int:
@@ -190,7 +201,8 @@ def test_stream_limit_refuses_with_a_retryable_error(guarded):
 
         wait_until(lambda: open_streams() == 2, 10, "the two put streams to reach the node")
         with pytest.raises(flight.FlightUnavailableError, match="already holds 2 streams, its share of 4") as info:
-            node.do_get(flight.Ticket(json.dumps({"dataset": "good", "version": 1, "part": [0, 0]}).encode())).read_all()
+            node.do_get(flight.Ticket(json.dumps({"dataset": "good", "version": 1,
+                                                  "part": [0, 0]}).encode())).read_all()
         assert code_of(info.value) == "BUSY"
         with pytest.raises(flight.FlightUnavailableError, match="already holds 2 streams") as info:
             put_raw(node, ["held", "1", "2", "0"], pa.table({"a": [2]}))
@@ -205,7 +217,8 @@ def test_stream_limit_refuses_with_a_retryable_error(guarded):
 def test_a_put_whose_trailer_disagrees_is_not_stored(guarded):
     node = flight.connect(guarded.nodes[0].uri)
     with pytest.raises(flight.FlightServerError, match="ended after 3 rows, the sender declared 5") as info:
-        writer, _ = node.do_put(flight.FlightDescriptor.for_path("trailer", "1", "0", "0"), pa.schema([("a", pa.int64())]))
+        writer, _ = node.do_put(flight.FlightDescriptor.for_path("trailer", "1", "0", "0"),
+                                pa.schema([("a", pa.int64())]))
         writer.write_table(pa.table({"a": [1, 2, 3]}))
         writer.write_metadata(pa.py_buffer(b'{"rows": 5}'))
         writer.close()

@@ -22,7 +22,8 @@ from flightpart.bench.scale import GOALS
 @pytest.mark.timeout(900)  # the bench is given 600 s below; a loaded machine must not time the test out first
 def test_quick_bench_writes_every_figure(tmp_path):
     out, png = tmp_path / "out.json", tmp_path / "bench.png"
-    done = subprocess.run([sys.executable, "-m", "flightpart", "bench", "--quick", "--runs", "3", "--json", str(out), "--plot", str(png)],
+    done = subprocess.run([sys.executable, "-m", "flightpart", "bench", "--quick", "--runs", "3", "--json", str(out),
+                           "--plot", str(png)],
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(out.read_text())
@@ -30,7 +31,8 @@ def test_quick_bench_writes_every_figure(tmp_path):
     assert list(cases) == ["remote partition read", "remote partition read, 1 MiB", "remote partition read, 16 MiB",
                            "local partition read", "whole dataset read (3 nodes, 1 local)", "put",
                            "selective filter (1 %, 3 remote nodes)", "repartition (3, 1) -> (6, 2), 3 nodes",
-                           "streaming read (peak memory of the reader)", "analytical queries (5 questions, 3 remote nodes)",
+                           "streaming read (peak memory of the reader)",
+                           "analytical queries (5 questions, 3 remote nodes)",
                            "SQL over Flight (20 queries through ADBC, 3 nodes)", "open"]
     for case in cases.values():
         assert case["median_seconds"] and all(v > 0 for v in case["median_seconds"].values())
@@ -45,7 +47,8 @@ def test_quick_bench_writes_every_figure(tmp_path):
     assert all(v > 0 for v in remote["cpu_seconds_per_gb"].values())
     assert cases["local partition read"]["arrow_pool_bytes_allocated"] == 0
     moved = cases["selective filter (1 %, 3 remote nodes)"]["moved"]
-    assert moved["flightpart ds.filter(f0 < 0.01) on the nodes"]["bytes_sent"] < moved["read everything, filter at the client"]["bytes_sent"] / 20
+    assert (moved["flightpart ds.filter(f0 < 0.01) on the nodes"]["bytes_sent"]
+            < moved["read everything, filter at the client"]["bytes_sent"] / 20)
     repartition = cases["repartition (3, 1) -> (6, 2), 3 nodes"]
     through = repartition["bytes_through_client"]
     assert through["flightpart repartition on the nodes"] == 0  # every row read and sent back by the client:
@@ -67,7 +70,8 @@ def test_quick_bench_writes_every_figure(tmp_path):
 @pytest.mark.timeout(900)
 def test_quick_scale_bench_writes_every_size_and_goal(tmp_path):
     out, png = tmp_path / "scale.json", tmp_path / "scale.png"
-    done = subprocess.run([sys.executable, "-m", "flightpart", "bench", "--scale", "--quick", "--json", str(out), "--plot", str(png)],
+    done = subprocess.run([sys.executable, "-m", "flightpart", "bench", "--scale", "--quick", "--json", str(out),
+                           "--plot", str(png)],
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(out.read_text())
@@ -85,7 +89,8 @@ def test_quick_scale_bench_writes_every_size_and_goal(tmp_path):
     goals = {g["goal"]: g for g in result["goals"]}
     # one per partitions goal, then catalog CPU under heartbeats, frozen nodes, wide tables and 100,000 partitions
     assert len(goals) == len(GOALS) + 4 and all(g["met"] in (True, False, None) for g in goals.values())
-    assert all(row["first_open_seconds"] > 0 and row["first_open_catalog_cpu_seconds"] >= 0 for row in result["partitions"])
+    assert all(row["first_open_seconds"] > 0 and row["first_open_catalog_cpu_seconds"] >= 0
+               for row in result["partitions"])
     assert png.stat().st_size > 10_000 and png.read_bytes()[:4] == b"\x89PNG"
     assert "goals" in done.stdout
 
@@ -98,8 +103,9 @@ def test_network_bench_runs_on_loopback_and_a_shaped_link_and_leaves_no_namespac
     reason = netcluster.unavailable()
     rates = "loopback" if reason else "loopback,1gbit"
     out, png = tmp_path / "net.json", tmp_path / "net.png"
-    bench = subprocess.Popen([sys.executable, "-m", "flightpart", "bench", "--network", rates, "--size", "12M", "--runs", "1",
-                              "--json", str(out), "--plot", str(png)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    bench = subprocess.Popen([sys.executable, "-m", "flightpart", "bench", "--network", rates, "--size", "12M",
+                              "--runs", "1", "--json", str(out), "--plot", str(png)], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
     _stdout, stderr = bench.communicate(timeout=600)
     assert bench.returncode == 0, stderr[-3000:]
     # every namespace the bench made (named after its PID) is gone, Dask and reader processes included
@@ -202,7 +208,8 @@ def test_a_bench_killed_in_the_middle_leaves_nothing_frozen_running_or_on_the_di
     try:
         frozen = json.loads(bench.stdout.readline())["frozen"]
         deadline = time.monotonic() + 60  # a SIGSTOP lands when the process is next scheduled: late on a loaded machine
-        while not all(psutil.Process(pid).status() == psutil.STATUS_STOPPED for pid in frozen) and time.monotonic() < deadline:
+        while not all(psutil.Process(pid).status() == psutil.STATUS_STOPPED
+                      for pid in frozen) and time.monotonic() < deadline:
             time.sleep(0.1)
         assert len(frozen) >= 4 and all(psutil.Process(pid).status() == psutil.STATUS_STOPPED for pid in frozen)
         assert any(root.rglob("*.arrow"))
@@ -300,12 +307,13 @@ def test_sql_bench_times_every_query_against_duckdb_and_roapi_and_compares(tmp_p
     from flightpart.bench.sql_mix import SQL_MIX, roapi_binary
 
     out, again, md, png = tmp_path / "sql.json", tmp_path / "again.json", tmp_path / "sql.md", tmp_path / "sql.png"
-    done = subprocess.run([sys.executable, "-m", "flightpart", "bench", "--sql", "--quick", "--runs", "2", "--json", str(out),
-                           "--plot", str(png)], capture_output=True, text=True, timeout=600)
+    done = subprocess.run([sys.executable, "-m", "flightpart", "bench", "--sql", "--quick", "--runs", "2", "--json",
+                           str(out), "--plot", str(png)], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(out.read_text())
     contenders = ["flightpart (ADBC)", *(["roapi (ADBC)"] if roapi_binary() else []), "DuckDB on the Parquet files"]
-    assert [c["case"] for c in result["cases"]] == [f"SQL: {q}" for q in SQL_MIX] + ["SQL: geometric mean of 13 queries"]
+    assert ([c["case"] for c in result["cases"]]
+            == [f"SQL: {q}" for q in SQL_MIX] + ["SQL: geometric mean of 13 queries"])
     for case in result["cases"]:
         assert list(case["median_seconds"]) == contenders and all(v > 0 for v in case["median_seconds"].values())
         assert all(len(runs) == 2 for runs in case["runs_seconds"].values())
@@ -314,12 +322,14 @@ def test_sql_bench_times_every_query_against_duckdb_and_roapi_and_compares(tmp_p
     assert all(isinstance(g["met"], bool) or (g["met"] is None and not roapi_binary()) for g in goals.values())
     assert png.read_bytes()[:4] == b"\x89PNG"
     # a saved run is shown and compared again, and a plain run is refused as the comparison
-    shown = subprocess.run([sys.executable, "-m", "flightpart", "bench", "--sql", "--from-json", str(out), "--compare", str(out),
-                            "--markdown", str(md), "--json", str(again)], capture_output=True, text=True, timeout=120)
+    shown = subprocess.run([sys.executable, "-m", "flightpart", "bench", "--sql", "--from-json", str(out), "--compare",
+                            str(out), "--markdown", str(md), "--json", str(again)], capture_output=True, text=True,
+                           timeout=120)
     assert shown.returncode == 0, shown.stderr[-3000:]
     assert "| goal | value | met |" in md.read_text() and json.loads(again.read_text())["history"]
     plain = tmp_path / "plain.json"
     plain.write_text(json.dumps({"cases": []}))
-    refused = subprocess.run([sys.executable, "-m", "flightpart", "bench", "--sql", "--from-json", str(out), "--compare", str(plain)],
+    refused = subprocess.run([sys.executable, "-m", "flightpart", "bench", "--sql", "--from-json", str(out),
+                              "--compare", str(plain)],
                              capture_output=True, text=True, timeout=120)
     assert refused.returncode == 2 and "not a bench --sql run" in refused.stderr

@@ -38,8 +38,8 @@ def leased(url: str, epoch: int = 1) -> PostgresDatabase:
     """A database this test leads with ``epoch`` (the lease row written by hand)."""
     db = PostgresDatabase(url, fence=lambda: epoch)
     db.script(LEASE_TABLE)
-    db.execute("INSERT INTO flightpart_lease VALUES(1, 'test', 'grpc://test:1', ?, clock_timestamp() + interval '1 hour', "
-               "clock_timestamp()) ON CONFLICT(id) DO UPDATE SET epoch = excluded.epoch", (epoch,))
+    db.execute("INSERT INTO flightpart_lease VALUES(1, 'test', 'grpc://test:1', ?, clock_timestamp() + "
+               "interval '1 hour', clock_timestamp()) ON CONFLICT(id) DO UPDATE SET epoch = excluded.epoch", (epoch,))
     return db
 
 
@@ -74,9 +74,10 @@ def scenario(state: CatalogState) -> list:
     note("latest", lambda: state.latest("d"))
     note("begin 2", lambda: state.begin("d"))
     note("begin 3", lambda: state.begin("d"))
-    note("commit 3 on 1", lambda: state.commit("d", 3, SCHEMA, (10, 1), (1, 1), parts(1, [["n0"]]), ordered=True, base=1))
-    note("commit 2 on 1 (stale)", lambda: state.commit("d", 2, SCHEMA, (10, 1), (1, 1), parts(1, [["n0"]]), ordered=True,
-                                                      base=1))
+    note("commit 3 on 1", lambda: state.commit("d", 3, SCHEMA, (10, 1), (1, 1), parts(1, [["n0"]]), ordered=True,
+                                               base=1))
+    note("commit 2 on 1 (stale)", lambda: state.commit("d", 2, SCHEMA, (10, 1), (1, 1), parts(1, [["n0"]]),
+                                                       ordered=True, base=1))
     note("abort 2", lambda: [n.node_id for n in state.abort("d", 2)])
     note("state 2", lambda: state.version_state("d", 2))
     note("sealed everywhere", lambda: state.sealed_everywhere("d", 3))

@@ -48,7 +48,8 @@ def holders(c: LocalCluster, ips: tuple[str, ...], name: str, part: tuple[int, i
             version: int = 1) -> list[tuple[str, Path]]:
     """(node uri, file) of every replica of a partition on disk."""
     rel = layout.partition_relpath(name, version, part)
-    return [(n.uri, c.root / f"node-{ip}" / rel) for n, ip in zip(c.nodes, ips) if (c.root / f"node-{ip}" / rel).exists()]
+    return [(n.uri, c.root / f"node-{ip}" / rel) for n, ip in zip(c.nodes, ips)
+            if (c.root / f"node-{ip}" / rel).exists()]
 
 
 def listed(client, name: str, part: tuple[int, int]) -> set[str]:
@@ -113,7 +114,8 @@ def test_a_lost_statistics_file_does_not_let_a_flipped_bit_be_served(cluster, ho
         assert code_of(info.value) == "PARTITION_DAMAGED"
         assert raw_get(good_uri, name, (0, 0)).equals(table.slice(0, 20_000))
         assert client.open(name).to_arrow().equals(table)  # from the other replica
-        wait_until(lambda: listed(client, name, (0, 0)) == {good_uri}, 60, "the catalog to stop listing the damaged replica")
+        wait_until(lambda: listed(client, name, (0, 0)) == {good_uri}, 60,
+                   "the catalog to stop listing the damaged replica")
 
         (scrubbed_uri, scrubbed_file), _other = holders(c, IPS, name, (1, 0))  # found by a scrub, not by a read
         lose_stats(scrubbed_file, how)

@@ -11,8 +11,8 @@ import pyarrow.parquet as pq
 
 
 def cli(*args, env=None, check=True):
-    return subprocess.run([sys.executable, "-m", "flightpart", *args], capture_output=True, text=True, timeout=120, check=check,
-                          env=env)
+    return subprocess.run([sys.executable, "-m", "flightpart", *args], capture_output=True, text=True, timeout=120,
+                          check=check, env=env)
 
 
 def test_put_ls_show_get_rm_nodes(cluster, tmp_path):
@@ -23,7 +23,8 @@ def test_put_ls_show_get_rm_nodes(cluster, tmp_path):
     out = cli("put", "clidata", str(src), "--tiling", "3x1", "--catalog", uri)
     assert "clidata v1: 300 rows x 2 columns" in out.stdout
     listed = json.loads(cli("ls", "--json", "--catalog", uri).stdout)
-    assert {"name": "clidata", "version": 1, "shape": [300, 2], "partition_tiling": [3, 1]}.items() <= next(d for d in listed if d["name"] == "clidata").items()
+    assert ({"name": "clidata", "version": 1, "shape": [300, 2], "partition_tiling": [3, 1]}.items()
+            <= next(d for d in listed if d["name"] == "clidata").items())
     grid = json.loads(cli("show", "clidata", "--json", "--catalog", uri).stdout)
     assert [p["shape"] for p in grid["partitions"]] == [[100, 2]] * 3
     shown = cli("show", "clidata", "--catalog", uri).stdout
@@ -79,8 +80,10 @@ def test_repartition_append_rebalance(cluster, tmp_path):
     pq.write_table(pa.table({"a": [300, 301], "b": [300.0, 301.0]}), more)
     with fp.connect(uri) as client:
         client.put("clishape", table, tiling=(3, 1))
-    assert "clishape v2: 300 rows x 2 columns in a 4x2 grid" in cli("repartition", "clishape", "--tiling", "4x2", "--catalog", uri).stdout
-    assert "clishape v3: 302 rows x 2 columns in a 6x2 grid" in cli("append", "clishape", str(more), "--catalog", uri).stdout
+    assert "clishape v2: 300 rows x 2 columns in a 4x2 grid" in cli("repartition", "clishape", "--tiling", "4x2",
+                                                                    "--catalog", uri).stdout
+    assert "clishape v3: 302 rows x 2 columns in a 6x2 grid" in cli("append", "clishape", str(more), "--catalog",
+                                                                    uri).stdout
     cli("rebalance", "clishape", "--catalog", uri)
     assert "is balanced already; nothing moved" in cli("rebalance", "clishape", "--catalog", uri).stdout
     bad = cli("repartition", "clishape", "--tiling", "4x9", "--catalog", uri, check=False)

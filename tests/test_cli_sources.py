@@ -1,4 +1,5 @@
-"""`flightpart put` reads files, directories, globs and stdin as they stream, in bounded memory, cut by --partition-size."""
+"""`flightpart put` reads files, directories, globs and stdin as they stream, in bounded memory, cut by
+--partition-size."""
 
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ import pyarrow.parquet as pq
 import pytest
 
 HWM = ("import atexit, runpy, sys\n"
-       "atexit.register(lambda: sys.stderr.write(next(l for l in open('/proc/self/status') if l.startswith('VmHWM'))))\n"
-       "sys.argv = ['flightpart', *sys.argv[1:]]\n"
+       "atexit.register(lambda: sys.stderr.write(next(l for l in open('/proc/self/status') if "
+       "l.startswith('VmHWM'))))\nsys.argv = ['flightpart', *sys.argv[1:]]\n"
        "runpy.run_module('flightpart', run_name='__main__')\n")
 
 
@@ -69,7 +70,8 @@ def test_a_glob_of_gzipped_csv_keeps_nulls_and_empty_strings_apart(cluster, tmp_
     # and out again as CSV, then in: the nulls are still nulls
     cli("get", "csvs", "-o", str(tmp_path / "out.csv"), "--catalog", cluster.uri)
     cli("put", "csvs-again", str(tmp_path / "out.csv"), "--catalog", cluster.uri)
-    assert read_back(cluster.uri, "csvs-again").sort_by("fare").column("zone").to_pylist() == got.column("zone").to_pylist()
+    assert (read_back(cluster.uri, "csvs-again").sort_by("fare").column("zone").to_pylist()
+            == got.column("zone").to_pylist())
 
 
 def test_stdin_takes_an_arrow_stream_from_get_and_json_lines(cluster, tmp_path):
@@ -132,10 +134,12 @@ def test_putting_a_parquet_file_keeps_the_cli_memory_bounded_whatever_its_size(c
         peak = peak_kib("put", name, str(path), "--partition-size", "16M", "--catalog", cluster.uri)
         grown[rows] = (peak - base) * 1024
         shown = json.loads(cli("show", name, "--json", "--catalog", cluster.uri).stdout)
-        assert sum(p["shape"][0] for p in shown["partitions"]) == rows and len(shown["partitions"]) >= nbytes // (20 << 20)
+        assert (sum(p["shape"][0] for p in shown["partitions"]) == rows
+                and len(shown["partitions"]) >= nbytes // (20 << 20))
     # a whole-file read grew the process by more than the data; a stream holds a few partitions whatever the file's size
     small, big = grown[3_000_000], grown[12_000_000]
-    assert big < small * 1.5 + (32 << 20), f"the put grew the process by {small >> 20} MiB for 96 MB, {big >> 20} MiB for 384 MB"
+    assert big < small * 1.5 + (32 << 20), (f"the put grew the process by {small >> 20} MiB for 96 MB, "
+                                            f"{big >> 20} MiB for 384 MB")
     assert big < 384_000_000 // 2
 
 

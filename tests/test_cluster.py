@@ -24,7 +24,8 @@ A, B, C = "127.0.0.2", "127.0.0.3", "127.0.0.4"
 
 def make_table(rows: int = 60_000, seed: int = 1) -> pa.Table:
     rng = np.random.default_rng(seed)
-    return pa.table({"id": np.arange(rows), "x": rng.random(rows), "y": rng.random(rows), "s": [f"v{k % 97}" for k in range(rows)]})
+    return pa.table({"id": np.arange(rows), "x": rng.random(rows), "y": rng.random(rows),
+                     "s": [f"v{k % 97}" for k in range(rows)]})
 
 
 def sent(client, cluster) -> dict[str, int]:
@@ -287,7 +288,8 @@ with fp.connect(uri, host=f"127.0.0.{2 + rank}") as client:
 
 
 def run_ranks(script: str, nranks: int, uri: str) -> list[str]:
-    procs = [subprocess.Popen([sys.executable, "-c", script, str(r), str(nranks), uri], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    procs = [subprocess.Popen([sys.executable, "-c", script, str(r), str(nranks), uri], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
              for r in range(nranks)]
     outs = []
     for p in procs:
@@ -360,7 +362,8 @@ def test_get_tries_the_next_replica_when_one_is_unreachable(cluster, dataset):
         with_dead_first = fp.client.PartitionRef(ref.dataset, ref.version, ref.position, (dead,) + ref.replicas)
         assert d["get"](with_dead_first).equals(table.slice(0, part["shape"][0]))
         only_dead = fp.client.PartitionRef(ref.dataset, ref.version, ref.position, (dead,))
-        with pytest.raises(fp.NodeUnavailable, match=r"partition \(0, 0\) of 'locality' .*no replica could serve it \(grpc://127.0.0.9:9"):
+        with pytest.raises(fp.NodeUnavailable,
+                           match=r"partition \(0, 0\) of 'locality' .*no replica could serve it \(grpc://127.0.0.9:9"):
             d["get"](only_dead)
 
 
@@ -388,7 +391,8 @@ def test_the_in_process_test_cluster_streams_over_sockets_like_any_other(tmp_pat
 
     table = make_table(20_000, 7)
     with InProcessCluster(tmp_path, nodes=2, first_ip=212) as c, fp.connect(c.uri, host="127.0.0.9") as client:
-        assert sorted(n["ip"] for n in client.nodes()) == ["127.0.0.212", "127.0.0.213"]  # registered before it returned
+        # registered before it returned
+        assert sorted(n["ip"] for n in client.nodes()) == ["127.0.0.212", "127.0.0.213"]
         client.put("over-sockets", table, tiling=(2, 1))
         before = fp.traffic()
         assert client.open("over-sockets").to_arrow().equals(table)

@@ -29,7 +29,8 @@ def test_show_and_ls_long_name_every_column_and_type(cluster):
     text = cli("show", "typed", "--catalog", cluster.uri).stdout
     assert "pickup_at" in text and "timestamp[us]" in text and "int16" in text
     listed = json.loads(cli("ls", "--long", "--json", "--catalog", cluster.uri).stdout)
-    assert {"name": "zone", "type": "string", "nullable": True} in next(r for r in listed if r["name"] == "typed")["columns"]
+    assert ({"name": "zone", "type": "string", "nullable": True}
+            in next(r for r in listed if r["name"] == "typed")["columns"])
     long_text = cli("ls", "-l", "--catalog", cluster.uri).stdout
     assert "passengers:" in long_text and "int16" in long_text and "timestamp[us]" in long_text
 
@@ -42,8 +43,10 @@ def test_the_status_page_lists_columns_and_survives_a_schema_it_cannot_read(tmp_
     page = cluster_status(state, ConnectionPool(Access()))
     assert page["datasets"] == []
     entry = {"name": "typed", "version": 1, "shape": [2, 4], "tiling": [1, 1], "nbytes": 10, "partitions": None,
-             "columns": [{"name": "zone", "type": "string", "nullable": True}, {"name": "<b>", "type": "int64", "nullable": False}]}
+             "columns": [{"name": "zone", "type": "string", "nullable": True},
+                         {"name": "<b>", "type": "int64", "nullable": False}]}
     html = render({**page, "datasets": [entry]})
     assert "<code>zone</code> string" in html and "<code>&lt;b&gt;</code> int64" in html
     assert stored_columns(b"not a schema") == [] and stored_columns(None) == []
-    assert stored_columns(TABLE.schema.serialize().to_pybytes())[0] == {"name": "pickup_at", "type": "timestamp[us]", "nullable": True}
+    assert stored_columns(TABLE.schema.serialize().to_pybytes())[0] == {"name": "pickup_at", "type": "timestamp[us]",
+                                                                        "nullable": True}

@@ -37,7 +37,8 @@ class LocalCompose:
         self.ips: dict[str, str] = {}
         for k, name in enumerate(start_order(self.services)):
             mode = self.services[name].get("network_mode", "")
-            self.ips[name] = self.ips[mode.split(":", 1)[1]] if mode.startswith("service:") else f"127.0.0.{first_ip + k}"
+            self.ips[name] = (self.ips[mode.split(":", 1)[1]] if mode.startswith("service:")
+                              else f"127.0.0.{first_ip + k}")
         self.volumes = {v: root / v for v in spec.get("volumes", {})}
         for path in self.volumes.values():
             path.mkdir(parents=True)
@@ -71,15 +72,18 @@ class LocalCompose:
         return self.argv(service, list(entrypoint) + list(svc.get("command", [])))
 
     def env(self, service: str) -> dict[str, str]:
-        return {k: self.localize(service, str(v), host_position=True) for k, v in self.services[service].get("environment", {}).items()}
+        return {k: self.localize(service, str(v), host_position=True)
+                for k, v in self.services[service].get("environment", {}).items()}
 
     def healthcheck(self, service: str) -> subprocess.CompletedProcess:
-        """The image's HEALTHCHECK (docker/healthcheck.py), against this service's address instead of the container's loopback."""
+        """The image's HEALTHCHECK (docker/healthcheck.py), against this service's address instead of the container's
+        loopback."""
         dockerfile = (ROOT / "docker" / "Dockerfile").read_text()
         probe = re.search(r'^HEALTHCHECK .*CMD \["python3", "(/opt/flightpart/healthcheck.py)"\]', dockerfile, re.M)
         assert probe, "the Dockerfile's HEALTHCHECK runs docker/healthcheck.py"
         url = f"http://{self.ips[service]}:8818/healthz"
-        return subprocess.run([sys.executable, str(ROOT / "docker" / "healthcheck.py"), url], capture_output=True, text=True, timeout=60)
+        return subprocess.run([sys.executable, str(ROOT / "docker" / "healthcheck.py"), url], capture_output=True,
+                              text=True, timeout=60)
 
     def stop(self) -> None:
         for daemon in reversed(list(self.daemons.values())):

@@ -93,7 +93,8 @@ def test_a_plain_flight_reader_that_asks_for_zstd_reads_the_same_rows(cluster):
         ref = ds.__partitioned__["partitions"][(0, 0)]["data"]
         uri = ref.replicas[0][0]
         before = client.stats(uri)["streams_compressed"]
-        reader = flight.connect(uri).do_get(flight.Ticket(Ticket("wire-zstd", ds.version, (0, 0), compression="zstd").encode()))
+        reader = flight.connect(uri).do_get(flight.Ticket(Ticket("wire-zstd", ds.version, (0, 0),
+                                                                 compression="zstd").encode()))
         assert reader.read_all().equals(table)
         assert client.stats(uri)["streams_compressed"] == before + 1
         # the client's own reads over loopback never ask
@@ -143,11 +144,13 @@ def _cap_data() -> None:
     ("off", "whole", {}, False, "FLIGHTPART_MALLOC_TUNING=off"),
     ("on", "stream", {}, True, "tuned"),
     (None, "stream", {}, False, "the first read streams under a window"),
-    (None, "whole", {"MALLOC_TRIM_THRESHOLD_": "65536"}, False, "the allocator is configured by MALLOC_TRIM_THRESHOLD_"),
+    (None, "whole", {"MALLOC_TRIM_THRESHOLD_": "65536"}, False,
+     "the allocator is configured by MALLOC_TRIM_THRESHOLD_"),
     (None, "whole", {"cap": True}, False, "RLIMIT_DATA is set"),
     (None, "beside-dask", {}, True, "tuned"),  # glibc read its settings at start: a LocalCluster's don't count
     ("disabled", "whole", {}, False, "FLIGHTPART_MALLOC_TUNING=disabled"),
-    (None, "aggregate-then-stream", {}, False, "the first read streams under a window"),  # not a known value: off, with a warning
+    # not a known value: off, with a warning
+    (None, "aggregate-then-stream", {}, False, "the first read streams under a window"),
 ])
 def test_freed_memory_is_kept_by_whole_readers_and_never_where_it_could_hurt(cluster, setting, read, extra, tuned, why):
     """Kept memory is memory a process does not give back: by default a process that reads whole partitions keeps
@@ -197,7 +200,8 @@ def test_a_reader_in_a_cgroup_under_a_capped_one_keeps_no_memory(cluster):
                 client.put("switch", pa.table({"f": np.arange(100_000)}), nodes=["127.0.0.3"])
         env = {k: v for k, v in os.environ.items() if k != "FLIGHTPART_MALLOC_TUNING" and not k.startswith("MALLOC_")}
         done = subprocess.run([sys.executable, "-c", SWITCH, cluster.uri, "whole"], capture_output=True, text=True,
-                              env=env, timeout=120, preexec_fn=lambda: (child / "cgroup.procs").write_text(str(os.getpid())))
+                              env=env, timeout=120,
+                              preexec_fn=lambda: (child / "cgroup.procs").write_text(str(os.getpid())))
         assert done.returncode == 0, done.stderr[-2000:]
         result = json.loads(done.stdout)
         assert result["tuned"] is False and result["why"].startswith("a cgroup caps its memory"), result

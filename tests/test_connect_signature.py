@@ -21,8 +21,10 @@ def test_an_unknown_keyword_is_a_type_error_with_or_without_an_address(monkeypat
 
 def test_the_embedded_cluster_takes_the_clients_keywords(monkeypatch, tmp_path):
     monkeypatch.delenv("FLIGHTPART_CATALOG", raising=False)
-    with fp.connect(compression="off", timeout=5, idle_timeout=3.0, streams_per_partition=2, data_dir=str(tmp_path)) as client:
-        assert (client.compression, client.timeout, client.idle_timeout, client.streams_per_partition) == ("off", 5, 3.0, 2)
+    with fp.connect(compression="off", timeout=5, idle_timeout=3.0, streams_per_partition=2,
+                    data_dir=str(tmp_path)) as client:
+        assert (client.compression, client.timeout, client.idle_timeout,
+                client.streams_per_partition) == ("off", 5, 3.0, 2)
         assert client.put("kept", pa.table({"x": [1, 2, 3]})).to_arrow().column("x").to_pylist() == [1, 2, 3]
     assert any(tmp_path.rglob("*.arrow")), "data_dir did not hold the embedded node's partitions"
 

@@ -32,7 +32,8 @@ def sent(client, cluster) -> int:
 
 PUSHED = {
     "fare above a value (NaN rows dropped as pandas drops them)": lambda d: d.fare > 60,
-    "a datetime range": lambda d: (d.pickup_at >= pd.Timestamp("2024-01-08")) & (d.pickup_at < pd.Timestamp("2024-01-09")),
+    "a datetime range":
+        lambda d: (d.pickup_at >= pd.Timestamp("2024-01-08")) & (d.pickup_at < pd.Timestamp("2024-01-09")),
     "a name with a quote": lambda d: d.pickup_zone == "Hell's Kitchen",
     "either of two": lambda d: (d.rate_code == 6) | (d.fare > 95),
     "a constant on the left": lambda d: 95 < d.fare,
@@ -101,7 +102,8 @@ def test_a_pandas_frame_read_by_dask_is_the_frame_that_was_put(cluster, dask_cli
         "k": [1, 2, 3, 4, 5, 6],
         "c": pd.Categorical(["a", None, "b", "a", "b", "a"], categories=["b", "a", "unused"], ordered=True),
         "i": pd.array([1, None, 3, 4, 5, 6], "Int64"), "u": pd.array([1, 2, None, 4, 5, 6], "UInt8"),
-        "f": pd.array([1.5, None, 3.5, 4.5, 5.5, 6.5], "Float64"), "b": pd.array([True, None, False, True, True, False], "boolean"),
+        "f": pd.array([1.5, None, 3.5, 4.5, 5.5, 6.5], "Float64"),
+        "b": pd.array([True, None, False, True, True, False], "boolean"),
         "n": [1, 2, 3, 4, None, 6],  # a NumPy integer with a null: float64, in the blocks without one too
     }, index=pd.RangeIndex(100, 112, 2, name="r"))
     with fp.connect(cluster.uri, host="127.0.0.9") as client:

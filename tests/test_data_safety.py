@@ -73,7 +73,8 @@ def test_a_catalog_that_lost_its_state_rebuilds_it_and_no_node_deletes_anything(
     shutil.rmtree(c.root / "catalog")  # the disk under the catalog's state is lost
     c.catalog = c.start_catalog()
     with fp.connect(c.uri, host="127.0.0.99") as client:
-        wait_until(lambda: client.versions("keep") == [1, 2] and client.versions("other") == [1], 20, "the catalog to rebuild")
+        wait_until(lambda: client.versions("keep") == [1, 2] and client.versions("other") == [1], 20,
+                   "the catalog to rebuild")
         time.sleep(1.0)  # several more heartbeat rounds: still nothing is deleted
         assert data_files(c.root) == files
         assert client.open("keep").to_arrow().equals(second)
@@ -139,7 +140,8 @@ def test_a_put_the_catalog_never_saw_finish_expires_by_the_pending_ttl(tmp_path)
         assert len([f for f in data_files(c.root) if "/half/" in f]) == 20
         c.catalog = c.start_catalog()
         with fp.connect(c.uri) as client:
-            wait_until(lambda: not [f for f in data_files(c.root) if "/half/" in f], 30, "the pending version to expire")
+            wait_until(lambda: not [f for f in data_files(c.root) if "/half/" in f], 30,
+                       "the pending version to expire")
             assert client.versions("half") == []
             assert client.put("half", table_of(10)).version > version
 
@@ -209,8 +211,8 @@ def send(node_uri: str, *args: str) -> list[dict]:
 
 
 def read_everything(node_dir: Path, node_uri: str) -> str:
-    proc = subprocess.run([sys.executable, "-c", READER, str(node_dir / "datasets"), node_uri], capture_output=True, text=True,
-                          timeout=300)
+    proc = subprocess.run([sys.executable, "-c", READER, str(node_dir / "datasets"), node_uri], capture_output=True,
+                          text=True, timeout=300)
     assert proc.returncode >= 0, f"a reader was killed by signal {-proc.returncode}: {proc.stderr[-2000:]}"
     assert proc.returncode == 0, proc.stderr[-2000:]
     return proc.stdout
@@ -349,7 +351,8 @@ def test_once_drop_returns_no_node_serves_the_version_and_maps_are_released(clus
         # each node says the version was dropped (its tombstone), not merely that it does not hold the partition
         assert all(code == "DATASET_NOT_FOUND" and "was dropped" in text for code, text in refused), refused[:2]
         for node in c.nodes:
-            wait_until(lambda node=node: not deleted_maps(node.pid, c.root), 10, "the node to release maps of dropped files")
+            wait_until(lambda node=node: not deleted_maps(node.pid, c.root), 10,
+                       "the node to release maps of dropped files")
         assert deleted_maps(os.getpid(), c.root) == []
         assert not list(c.root.glob("node-*/datasets/gone/v*"))  # no version is left, only what remembers it is gone
         assert len(list(c.root.glob("node-*/datasets/gone/tombstones.json"))) == len(c.nodes)
@@ -397,7 +400,8 @@ def test_every_node_serves_first_for_some_partitions_and_small_puts_spread(clust
         ds = client.put("spread", table_of(6000, 14), tiling=(6, 1), replicas=2)
         firsts = [p["data"].replicas[0][0] for p in ds.__partitioned__["partitions"].values()]
         assert {n.uri for n in c.nodes} == set(firsts)
-        placed = [client.put(f"small-{k}", table_of(5, k), tiling=(1, 1)).__partitioned__["partitions"][(0, 0)]["location"][0][0]
+        placed = [client.put(f"small-{k}", table_of(5, k),
+                             tiling=(1, 1)).__partitioned__["partitions"][(0, 0)]["location"][0][0]
                   for k in range(60)]
     counts = {ip: placed.count(ip) for ip in set(placed)}
     assert len(counts) == 3 and min(counts.values()) >= 5, counts
@@ -448,7 +452,8 @@ def test_node_maps_and_descriptors_stay_flat_over_ten_thousand_puts(tmp_path):
         def round_of(start: int, count: int) -> None:
             for k in range(start, start + count):
                 put_raw(raw, ["many", "1", str(k), "0"], small)
-                raw.do_get(flight.Ticket(json.dumps({"dataset": "many", "version": 1, "part": [k, 0]}).encode())).read_all()
+                raw.do_get(flight.Ticket(json.dumps({"dataset": "many", "version": 1,
+                                                     "part": [k, 0]}).encode())).read_all()
 
         round_of(0, 500)
         maps_before, fds_before = map_count(node.pid), len(os.listdir(f"/proc/{node.pid}/fd"))
@@ -484,7 +489,8 @@ def test_a_full_disk_is_an_operational_state(tmp_path, small_disk):
     from flightpart.server.health import probe
 
     floor = 16 << 20
-    with LocalCluster(tmp_path / "c", nodes=1, first_ip=90, heartbeat=0.3, node_args=["--min-free-bytes", str(floor)]) as c:
+    with LocalCluster(tmp_path / "c", nodes=1, first_ip=90, heartbeat=0.3,
+                      node_args=["--min-free-bytes", str(floor)]) as c:
         small = c.add_node("127.0.0.91", heartbeat=0.3, data_dir=small_disk / "node", args=["--health-port", "0"])
         health = small.uris["node-health"]
         with fp.connect(c.uri, host="127.0.0.99") as client:
@@ -514,7 +520,8 @@ def test_a_full_disk_is_an_operational_state(tmp_path, small_disk):
                 if f"filler-{k}" in {d["name"] for d in client.list()}:
                     client.drop(f"filler-{k}")
             wait_until(lambda: probe(health) == "SERVING", 10, "health to return once space is back")
-            assert client.put("again", table_of(100, 22), tiling=(1, 1), nodes=["127.0.0.91"]).to_arrow().num_rows == 100
+            assert client.put("again", table_of(100, 22), tiling=(1, 1),
+                              nodes=["127.0.0.91"]).to_arrow().num_rows == 100
 
 
 @pytest.mark.parametrize("nesting", ["plain", "list", "struct"])

@@ -62,7 +62,8 @@ def test_postgres_killed_and_restarted_again_and_again_during_writes_loses_nothi
     thread.start()
     try:
         for restart in range(3):
-            wait_until(lambda n=len(acknowledged): len(acknowledged) > n, GIVE_UP, "a write acknowledged before the kill")
+            wait_until(lambda n=len(acknowledged): len(acknowledged) > n, GIVE_UP,
+                       "a write acknowledged before the kill")
             kill_postgres(postgres)
             time.sleep(1.0)
             postgres.start()
@@ -113,7 +114,8 @@ def test_a_leader_cut_off_from_its_database_steps_down_and_sends_callers_to_the_
 
         wait_until(lambda: ha.leadership(new).role == "leader", GIVE_UP, "the standby takes the lease")
         # the old leader stops claiming to lead and names the new one
-        shown = wait_until(lambda: (s := ha.leadership(old)).leader == new and s, GIVE_UP, "the old leader names the new")
+        shown = wait_until(lambda: (s := ha.leadership(old)).leader == new and s, GIVE_UP,
+                           "the old leader names the new")
         assert shown.role == "standby"
         with pytest.raises(fp.NotLeader) as refused:
             ha.at(old, fp.wire.ListNodes())

@@ -43,7 +43,8 @@ RUN = [(d, k, c) for d, k, c in BLOCKS if not c.startswith(NOT_RUN) and not c.st
 @pytest.fixture(scope="module")
 def sales_cluster(tmp_path_factory):
     root = tmp_path_factory.mktemp("docs-cluster")
-    daemon = Daemon(["serve", "--host", "127.0.0.96", "--port", "0", "--data-dir", str(root / "data"), "--state-dir", str(root / "state")])
+    daemon = Daemon(["serve", "--host", "127.0.0.96", "--port", "0", "--data-dir", str(root / "data"), "--state-dir",
+                     str(root / "state")])
     rng = np.random.default_rng(1)
     sales = pa.table({"order": np.arange(10_000), "store": [f"s{k}" for k in rng.integers(0, 5, 10_000)],
                       "amount": rng.random(10_000) * 100})
@@ -112,7 +113,8 @@ def stop_session(pgid: int) -> None:
 @pytest.mark.parametrize("doc,k,code", RUN, ids=[f"{d.relative_to(ROOT)}#{k}" for d, k, _ in RUN])
 def test_shell_example_runs(doc, k, code, tmp_path, sales_cluster):
     done = run_block(code, tmp_path, sales_cluster)
-    assert done.returncode == 0, f"{doc.name}#{k} exited {done.returncode}:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+    assert done.returncode == 0, (f"{doc.name}#{k} exited {done.returncode}:\n{done.stdout[-2000:]}\n"
+                                  f"{done.stderr[-3000:]}")
     assert "Traceback" not in done.stderr, done.stderr[-3000:]
 
 
@@ -120,7 +122,8 @@ def test_blocks_not_run_say_what_runs_them():
     for doc, k, code in BLOCKS:
         if code.startswith(NOT_RUN):
             reason = code.splitlines()[0][len(NOT_RUN):]
-            assert re.search(r"\.ci/run|docker/e2e\.sh|tests/(?:unit/)?test_\w+\.py", reason), f"{doc.name}#{k}: {reason}"
+            assert re.search(r"\.ci/run|docker/e2e\.sh|tests/(?:unit/)?test_\w+\.py",
+                             reason), f"{doc.name}#{k}: {reason}"
             named = re.findall(r"tests/(?:unit/)?test_\w+\.py|docker/e2e\.sh", reason)
             assert all((ROOT / path).exists() for path in named), named
 

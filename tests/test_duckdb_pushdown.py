@@ -28,7 +28,8 @@ def sent(client, cluster) -> int:
 
 
 @pytest.mark.parametrize("question", sorted(QUESTIONS))
-def test_every_question_gives_duckdbs_answer_over_the_table_and_moves_less_than_the_whole_stream(trips, cluster, question):
+def test_every_question_gives_duckdbs_answer_over_the_table_and_moves_less_than_the_whole_stream(
+        trips, cluster, question):
     table, client, ds = trips
     con = duckdb.connect()
     con.register("scan", ds.duckdb_scan())
@@ -44,7 +45,8 @@ def test_a_timestamp_range_reaches_the_nodes_as_a_filter(trips, cluster):
     table, client, ds = trips
     rel = ds.to_duckdb(duckdb.connect())
     before = sent(client, cluster)
-    week = rel.filter("pickup_at >= TIMESTAMP '2024-01-08' AND pickup_at < TIMESTAMP '2024-01-15'").aggregate("count(*)")
+    week = rel.filter("pickup_at >= TIMESTAMP '2024-01-08' AND pickup_at < TIMESTAMP '2024-01-15'").aggregate(
+        "count(*)")
     count = week.fetchall()[0][0]
     moved = sent(client, cluster) - before
     one_column = table.column("pickup_at").nbytes

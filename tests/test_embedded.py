@@ -20,7 +20,8 @@ def client():
 
 
 def test_pandas_round_trip_keeps_index_and_dtypes(client):
-    df = pd.DataFrame({"a": np.arange(50, dtype=np.int32), "b": np.linspace(0, 1, 50), "c": [f"s{k}" for k in range(50)]},
+    df = pd.DataFrame({"a": np.arange(50, dtype=np.int32), "b": np.linspace(0, 1, 50),
+                       "c": [f"s{k}" for k in range(50)]},
                       index=pd.Index([f"k{k}" for k in range(50)], name="key"))
     ds = client.put("frame", df, tiling=(3, 2))
     assert ds.shape == (50, 3) and ds.partition_tiling == (3, 2)

@@ -31,7 +31,8 @@ def test_an_empty_categorical_keeps_its_categories_remote_and_local(cluster):
             shown = client.open("empty-enum").to_pandas()["e"]
             assert list(shown.cat.categories) == ["x", "y"], host
             assert client.open("empty-enum").to_polars().schema == enum.schema
-            streamed = client.open("empty-categorical").to_reader().read_all().to_pandas()  # DuckDB's and Polars' way in
+            # DuckDB's and Polars' way in
+            streamed = client.open("empty-categorical").to_reader().read_all().to_pandas()
             assert list(streamed["c"].cat.categories) == ["a", "b"], host
 
 

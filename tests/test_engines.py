@@ -31,7 +31,8 @@ def test_ray_start_put_restart_and_stop(ray_session, tmp_path):
     client = fp.ray.start(data_dir=str(tmp_path), host="127.0.0.1")
     try:
         actors = ray_cluster.actors()
-        assert set(actors) == {"flightpart-catalog", "flightpart-node-" + ray_session.get_runtime_context().get_node_id()}
+        assert set(actors) == {"flightpart-catalog",
+                               "flightpart-node-" + ray_session.get_runtime_context().get_node_id()}
         assert [n["alive"] for n in client.nodes()] == [True]
 
         table = pa.table({"a": np.arange(3000), "b": np.arange(3000) * 0.5})
@@ -46,14 +47,16 @@ def test_ray_start_put_restart_and_stop(ray_session, tmp_path):
         node_name = next(n for n in actors if n.startswith("flightpart-node-"))
         os.kill(actors[node_name], signal.SIGKILL)  # Ray restarts the actor; it re-registers its data
         wait_until(lambda: ray_cluster.actors().get(node_name) not in (None, actors[node_name]), what="actor restart")
-        wait_until(lambda: any(n["alive"] and n["pid"] != actors[node_name] for n in client.nodes()), what="re-registration")
+        wait_until(lambda: any(n["alive"] and n["pid"] != actors[node_name] for n in client.nodes()),
+                   what="re-registration")
         assert client.open("from-ray").to_arrow().equals(table)
     finally:
         client.close()
         pids = list(ray_cluster.actors().values())
         fp.ray.stop()
     assert ray_cluster.actors() == {}
-    wait_until(lambda: not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in pids),
+    wait_until(lambda: not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
+                               for p in pids),
                what="actor processes to exit")
 
 

@@ -56,32 +56,45 @@ NODE_CASES = [
     ("put bad name", lambda n, c: put_raw(n, ["a b", "1", "0", "0"], pa.table({"a": [1]})), fp.InvalidName),
     ("put unicode version", lambda n, c: put_raw(n, ["x", "١", "0", "0"], pa.table({"a": [1]})), fp.RequestRejected),
     ("put short path", lambda n, c: put_raw(n, ["x", "1"], pa.table({"a": [1]})), fp.RequestRejected),
-    ("put over the limit", lambda n, c: put_raw(n, ["big", "1", "0", "0"], pa.table({"a": np.arange(100_000)})), fp.LimitExceeded),
-    ("put other schema", lambda n, c: put_raw(n, ["good", "1", "1", "0"], pa.table({"a": ["text"]})), fp.SchemaMismatch),
+    ("put over the limit", lambda n, c: put_raw(n, ["big", "1", "0", "0"], pa.table({"a": np.arange(100_000)})),
+     fp.LimitExceeded),
+    ("put other schema", lambda n, c: put_raw(n, ["good", "1", "1", "0"], pa.table({"a": ["text"]})),
+     fp.SchemaMismatch),
     ("unknown action", lambda n, c: list(n.do_action(action("nope", {}))), fp.RequestRejected),
-    ("held wrong type", lambda n, c: list(n.do_action(action("held", {"dataset": "good", "version": "1"}))), fp.RequestRejected),
+    ("held wrong type", lambda n, c: list(n.do_action(action("held", {"dataset": "good", "version": "1"}))),
+     fp.RequestRejected),
     ("drop not JSON", lambda n, c: list(n.do_action(action("drop", b"{"))), fp.RequestRejected),
-    ("copy-to a stranger", lambda n, c: list(n.do_action(action("copy-to", {"dataset": "good", "version": 1, "part": [0, 0],
-                                                                           "target": "grpc://127.0.0.1:1"}))), fp.RequestRejected),
+    ("copy-to a stranger",
+     lambda n, c: list(n.do_action(action("copy-to", {"dataset": "good", "version": 1, "part": [0, 0],
+                                                      "target": "grpc://127.0.0.1:1"}))),
+     fp.RequestRejected),
     ("stats with a body", lambda n, c: list(n.do_action(action("stats", {"x": 1}))), fp.RequestRejected),
     ("body over 16 MiB", lambda n, c: list(n.do_action(action("held", b" " * (17 << 20)))), fp.LimitExceeded),
 ]
 
 CATALOG_CASES = [
     ("unknown dataset", lambda n, c: c.get_flight_info(flight.FlightDescriptor.for_path("nope")), fp.DatasetNotFound),
-    ("unknown version", lambda n, c: c.get_flight_info(flight.FlightDescriptor.for_path("good", "99")), fp.DatasetNotFound),
+    ("unknown version", lambda n, c: c.get_flight_info(flight.FlightDescriptor.for_path("good", "99")),
+     fp.DatasetNotFound),
     ("bad name", lambda n, c: c.get_flight_info(flight.FlightDescriptor.for_path("../../etc")), fp.InvalidName),
-    ("command descriptor", lambda n, c: c.get_flight_info(flight.FlightDescriptor.for_command(b"good")), fp.RequestRejected),
-    ("unicode version", lambda n, c: c.get_flight_info(flight.FlightDescriptor.for_path("good", "𝟏")), fp.RequestRejected),
-    ("commit schema not base64", lambda n, c: list(c.do_action(action("commit", commit_body(schema="%%%")))), fp.RequestRejected),
-    ("commit unknown node", lambda n, c: list(c.do_action(action("commit", commit_body(version=2)))), fp.RequestRejected),
+    ("command descriptor", lambda n, c: c.get_flight_info(flight.FlightDescriptor.for_command(b"good")),
+     fp.RequestRejected),
+    ("unicode version", lambda n, c: c.get_flight_info(flight.FlightDescriptor.for_path("good", "𝟏")),
+     fp.RequestRejected),
+    ("commit schema not base64", lambda n, c: list(c.do_action(action("commit", commit_body(schema="%%%")))),
+     fp.RequestRejected),
+    ("commit unknown node", lambda n, c: list(c.do_action(action("commit", commit_body(version=2)))),
+     fp.RequestRejected),
     ("commit twice", lambda n, c: commit_again(c), fp.VersionConflict),
     ("commit wrong rows", lambda n, c: commit_wrong_rows(c), fp.SchemaMismatch),
-    ("commit bad tiling", lambda n, c: list(c.do_action(action("commit", commit_body(tiling=[2, 1])))), fp.RequestRejected),
-    ("register wrong types", lambda n, c: list(c.do_action(action("register-node", {"node_id": 1}))), fp.RequestRejected),
+    ("commit bad tiling", lambda n, c: list(c.do_action(action("commit", commit_body(tiling=[2, 1])))),
+     fp.RequestRejected),
+    ("register wrong types", lambda n, c: list(c.do_action(action("register-node", {"node_id": 1}))),
+     fp.RequestRejected),
     ("drop unknown", lambda n, c: list(c.do_action(action("drop", {"dataset": "nope"}))), fp.DatasetNotFound),
     ("begin bad name", lambda n, c: list(c.do_action(action("begin", {"dataset": ""}))), fp.InvalidName),
-    ("publish rank out of range", lambda n, c: list(c.do_action(action("publish-begin", {"dataset": "p", "nranks": 2, "rank": 2}))),
+    ("publish rank out of range", lambda n, c: list(c.do_action(action("publish-begin",
+                                                                       {"dataset": "p", "nranks": 2, "rank": 2}))),
      fp.RequestRejected),
     ("unknown action", lambda n, c: list(c.do_action(action("nodez", {}))), fp.RequestRejected),
 ]
@@ -96,7 +109,8 @@ def commit_again(c) -> None:
     for the committed version is a VERSION_CONFLICT."""
     node = node_id(c)
     same = commit_body(partitions=[{"part": [0, 0], "start": [0, 0], "shape": [100, 1], "nodes": [node]}])
-    assert json.loads(list(c.do_action(action("commit", same)))[0].body.to_pybytes()) == {"dataset": "good", "version": 1}
+    assert (json.loads(list(c.do_action(action("commit", same)))[0].body.to_pybytes())
+            == {"dataset": "good", "version": 1})
     other = commit_body(partitions=[{"part": [0, 0], "start": [0, 0], "shape": [100, 1], "nodes": [node, node]}])
     list(c.do_action(action("commit", other)))
 

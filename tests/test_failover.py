@@ -67,7 +67,8 @@ def test_a_killed_leader_is_replaced_and_writes_go_on_through_every_address(ha):
     for address, daemon in ha.catalogs.items():
         page = daemon.uris["catalog-metrics"].replace("/metrics", "/status.json")
         status = json.loads(urllib.request.urlopen(page, timeout=10).read())
-        assert status["catalogs"]["leader"] == old and status["catalogs"]["role"] == ("leader" if address == old else "standby")
+        assert (status["catalogs"]["leader"] == old
+                and status["catalogs"]["role"] == ("leader" if address == old else "standby"))
         metrics = urllib.request.urlopen(daemon.uris["catalog-metrics"], timeout=10).read().decode()
         assert f'flightpart_catalog_leader{{role="catalog"}} {1.0 if address == old else 0.0}' in metrics
 
@@ -286,9 +287,11 @@ def test_a_repair_cut_by_the_leaders_death_is_finished_by_the_next_leader(ha):
 
     def locations() -> list[set[str]]:
         live = {n["ip"] for n in ha.client.nodes() if n["alive"]}
-        return [{ip for ip, _ in p["location"] if ip in live} for p in ha.client.open("r").__partitioned__["partitions"].values()]
+        return [{ip for ip, _ in p["location"] if ip in live}
+                for p in ha.client.open("r").__partitioned__["partitions"].values()]
 
-    lost = sum(victim_ip in {ip for ip, _ in p["location"]} for p in ha.client.open("r").__partitioned__["partitions"].values())
+    lost = sum(victim_ip in {ip for ip, _ in p["location"]}
+               for p in ha.client.open("r").__partitioned__["partitions"].values())
     assert lost > 0
     victim.kill()
     wait_until(lambda: any(n["ip"] == victim_ip and not n["alive"] for n in ha.client.nodes()), 60, "node marked dead")

@@ -71,7 +71,8 @@ def datasets(cluster):
 def test_is_null_reaches_the_nodes_and_answers_in_every_path(datasets, kind):
     client, sets = datasets
     ds, table = sets[kind], table_with(kind)
-    nulls = np.flatnonzero(table.column("v").is_null().to_numpy(zero_copy_only=False)).tolist()  # no filter kernel takes a view
+    # no filter kernel takes a view
+    nulls = np.flatnonzero(table.column("v").is_null().to_numpy(zero_copy_only=False)).tolist()
     assert nulls and len(nulls) < ROWS
     assert sorted(ds.filter("v IS NULL").to_arrow()["id"].to_pylist()) == nulls
     assert sorted(ds.filter(pc.field("v").is_null()).to_arrow()["id"].to_pylist()) == nulls
@@ -224,7 +225,8 @@ def test_polars_reads_decimal256_and_names_the_columns_it_cannot_read(cluster):
     ``except Exception`` does not catch, and a Rust backtrace) and on a fixed-offset zone or a month-day-nano interval
     in a lazy scan. A decimal256 of at most 38 digits reaches Polars as the decimal128 of the same values, at any
     depth; a column Polars cannot read is refused naming it, before anything is read, eager or lazy."""
-    coded = pa.DictionaryArray.from_arrays(pa.array([0, 1, 0], pa.int32()), pa.array([D("1.5"), D("2")], pa.decimal256(9, 1)))
+    coded = pa.DictionaryArray.from_arrays(pa.array([0, 1, 0], pa.int32()),
+                                           pa.array([D("1.5"), D("2")], pa.decimal256(9, 1)))
     table = pa.table({"x": [1.0, 2.0, 3.0], "d": pa.array([D("1.5"), None, D("3.25")], pa.decimal256(20, 2)),
                       "l": pa.array([[D(1)], None, [D(2)]], pa.list_(pa.decimal256(10, 0))), "c": coded})
     want = pl.from_arrow(table.cast(pa.schema([("x", pa.float64()), ("d", pa.decimal128(20, 2)),
@@ -233,7 +235,8 @@ def test_polars_reads_decimal256_and_names_the_columns_it_cannot_read(cluster):
     with fp.connect(cluster.uri, host="127.0.0.9") as client:
         ds = client.put("polars_decimals", table, tiling=(2, 1))
         assert ds.to_polars().sort("x").equals(want)
-        assert ds.to_polars(lazy=True).filter(pl.col("x") > 1.5).collect().sort("x").equals(want.filter(pl.col("x") > 1.5))
+        assert ds.to_polars(lazy=True).filter(pl.col("x") > 1.5).collect().sort("x").equals(
+            want.filter(pl.col("x") > 1.5))
         for name, values in {"zoned": pa.array([1, 2], pa.timestamp("us", "+05:30")),
                              "gap": pa.array([None, None], pa.month_day_nano_interval()),
                              "wide": pa.array([D(1), D(2)], pa.decimal256(40, 2))}.items():

@@ -140,7 +140,8 @@ def test_table_names_are_listed_without_asking_each_datasets_schema(taxi, cluste
     _table, zones, conn = taxi
     asked: list[str] = []
     real = Client.info
-    monkeypatch.setattr(Client, "info", lambda self, name, version=None: asked.append(name) or real(self, name, version))
+    monkeypatch.setattr(Client, "info",
+                        lambda self, name, version=None: asked.append(name) or real(self, name, version))
     objects = conn.adbc_get_objects(depth="tables").read_all().to_pylist()
     names = {t["table_name"] for catalog in objects for schema in catalog["catalog_db_schemas"]
              for t in schema["db_schema_tables"]}
@@ -193,7 +194,8 @@ def test_a_count_distinct_moves_one_row_per_group_value_and_partition(taxi, clus
         "HAVING count(DISTINCT pickup_zone) > 1 ORDER BY payment"))
     groups = local(table).sql("SELECT count(*) FROM (SELECT DISTINCT payment, pickup_zone FROM trips WHERE fare > 5)"
                               ).fetchall()[0][0]
-    assert moved <= groups * 6 < table.num_rows, f"{moved} rows moved for {groups} (payment, zone) pairs over 6 partitions"
+    assert moved <= groups * 6 < table.num_rows, (f"{moved} rows moved for {groups} (payment, zone) pairs "
+                                                  "over 6 partitions")
 
 
 def test_a_count_distinct_beside_other_aggregates_moves_one_row_per_group_value_and_partition(taxi, cluster):
@@ -202,10 +204,10 @@ def test_a_count_distinct_beside_other_aggregates_moves_one_row_per_group_value_
     avg of integers DOUBLE)."""
     table = taxi[0]
     moved = rows_moved_answering(taxi, cluster, (
-        "SELECT payment, sum(fare) AS s, avg(tip) AS a, avg(passengers) AS p, min(distance) AS lo, max(pickup_at) AS last, "
-        "count(passengers) AS c, count(*) AS n, sum(vendor) AS vendors, count(DISTINCT pickup_zone) AS zones "
-        "FROM trips WHERE fare > 5 GROUP BY payment HAVING count(*) > 10 AND count(DISTINCT pickup_zone) > 1 "
-        "ORDER BY n DESC"))
+        "SELECT payment, sum(fare) AS s, avg(tip) AS a, avg(passengers) AS p, min(distance) AS lo, "
+        "max(pickup_at) AS last, count(passengers) AS c, count(*) AS n, sum(vendor) AS vendors, count(DISTINCT "
+        "pickup_zone) AS zones FROM trips WHERE fare > 5 GROUP BY payment HAVING count(*) > 10 AND count(DISTINCT "
+        "pickup_zone) > 1 ORDER BY n DESC"))
     pairs = local(table).sql("SELECT count(*) FROM (SELECT DISTINCT payment, pickup_zone FROM trips WHERE fare > 5)"
                              ).fetchall()[0][0]
     assert moved <= (4 + pairs) * 6 < table.num_rows, (
@@ -227,9 +229,11 @@ def test_several_distinct_counts_move_one_row_per_group_value_and_partition_each
     moved = rows_moved_answering(taxi, cluster, sql)
     groups = lambda columns: local(table).sql(  # noqa: E731
         f"SELECT count(*) FROM (SELECT DISTINCT payment, {columns} FROM trips WHERE fare > 5)").fetchall()[0][0]
-    most = 6 * (4 + groups("pickup_zone") + groups("dropoff_zone") + groups("vendor, passengers") + groups("passengers"))
+    most = 6 * (4 + groups("pickup_zone") + groups("dropoff_zone") + groups("vendor, passengers")
+                + groups("passengers"))
     together = groups("pickup_zone, dropoff_zone, vendor, passengers")
-    assert moved <= most < together, f"{moved} rows moved, {most} at most, {together} if grouped by every column at once"
+    assert moved <= most < together, (f"{moved} rows moved, {most} at most, {together} if grouped by every "
+                                      "column at once")
     moved = rows_moved_answering(taxi, cluster, (  # no GROUP BY: one group
         "SELECT count(DISTINCT payment) AS kinds, count(DISTINCT vendor) AS vendors, count(*) AS n FROM trips"))
     assert moved <= 6 * (1 + 4 + 2)
@@ -245,12 +249,14 @@ def test_grouping_by_and_aggregating_expressions_moves_one_row_per_group_and_par
     moved = rows_moved_answering(taxi, cluster, sql)
     groups = local(table).sql("SELECT count(*) FROM (SELECT DISTINCT date_trunc('day', pickup_at), payment FROM trips "
                               "WHERE distance > 1)").fetchall()[0][0]
-    assert moved <= groups * 6 < table.num_rows, f"{moved} rows moved for {groups} (day, payment) groups over 6 partitions"
+    assert moved <= groups * 6 < table.num_rows, (f"{moved} rows moved for {groups} (day, payment) groups "
+                                                  "over 6 partitions")
     moved = rows_moved_answering(taxi, cluster, (
         "SELECT date_trunc('week', pickup_at), count(*) AS n FROM trips GROUP BY date_trunc('week', pickup_at) "
         "ORDER BY date_trunc('week', pickup_at)"))
     assert moved <= 6 * 6
-    explained = answer(conn, "EXPLAIN SELECT date_trunc('month', pickup_at) AS m, sum(fare * 100) FROM trips GROUP BY m")
+    explained = answer(conn,
+                       "EXPLAIN SELECT date_trunc('month', pickup_at) AS m, sum(fare * 100) FROM trips GROUP BY m")
     steps = explained.to_pylist()
     assert steps[0]["step"] == "aggregate" and "DATE_TRUNC('MONTH', pickup_at)" in steps[0]["what"], steps
 
@@ -262,7 +268,8 @@ def test_grouping_by_and_aggregating_expressions_moves_one_row_per_group_and_par
     "SELECT count(DISTINCT payment), count(DISTINCT (vendor, passengers)), count(*), avg(tip) FROM trips "
     "WHERE fare > 1e9",
     # an aggregate's FILTER clause filters its input rows: such queries are answered whole, and answered right
-    "SELECT payment, avg(fare) FILTER (WHERE tip > 5) AS a, count(DISTINCT pickup_zone) AS z FROM trips GROUP BY payment",
+    "SELECT payment, avg(fare) FILTER (WHERE tip > 5) AS a, count(DISTINCT pickup_zone) AS z FROM trips "
+    "GROUP BY payment",
     "SELECT payment, count(*) FILTER (WHERE tip > 5) AS n, sum(fare) FILTER (WHERE fare > 5) AS s FROM trips "
     "GROUP BY payment",
 ])
@@ -302,9 +309,9 @@ def places(cluster, taxi):
     "SELECT p.borough, count(*) AS n FROM trips JOIN places p ON p.zone = trips.pickup_zone GROUP BY p.borough",
     "SELECT p.zone, count(t.fare) AS n, count(*) AS rows FROM places p LEFT JOIN trips t "
     "ON t.pickup_zone = p.zone AND t.fare > 60 GROUP BY p.zone",
-    "SELECT p.borough, t.payment, sum(t.fare) AS s, avg(t.tip) AS a, avg(passengers) AS people, min(t.pickup_at) AS first, "
-    "max(distance) AS far, sum(vendor) AS vendors, count(DISTINCT t.dropoff_zone) AS d, count(*) AS n "
-    "FROM trips t JOIN places p ON t.pickup_zone = p.zone WHERE t.fare > 10 AND p.borough <> 'Queens' "
+    "SELECT p.borough, t.payment, sum(t.fare) AS s, avg(t.tip) AS a, avg(passengers) AS people, "
+    "min(t.pickup_at) AS first, max(distance) AS far, sum(vendor) AS vendors, count(DISTINCT t.dropoff_zone) AS "
+    "d, count(*) AS n FROM trips t JOIN places p ON t.pickup_zone = p.zone WHERE t.fare > 10 AND p.borough <> 'Queens' "
     "GROUP BY p.borough, t.payment HAVING count(*) > 5 ORDER BY s DESC",
     "SELECT p.borough, count(passengers) AS c, count(*) AS n FROM trips t LEFT JOIN places p ON t.pickup_zone = p.zone "
     "GROUP BY p.borough ORDER BY 1",
@@ -344,8 +351,8 @@ def test_joins_the_nodes_cannot_aggregate_first_are_answered_whole_and_right(tax
     # the small dataset's zones go to the nodes as an IN list: one row per partition comes back
     ("SELECT count(*) AS n, sum(fare) AS s FROM trips WHERE pickup_zone IN (SELECT zone FROM places "
      "WHERE borough = 'Queens')", 6),
-    ("SELECT payment, avg(tip) AS a FROM trips WHERE pickup_zone NOT IN (SELECT zone FROM places WHERE zone IS NOT NULL) "
-     "GROUP BY payment ORDER BY payment", 4 * 6),
+    ("SELECT payment, avg(tip) AS a FROM trips WHERE pickup_zone NOT IN (SELECT zone FROM places WHERE "
+     "zone IS NOT NULL) GROUP BY payment ORDER BY payment", 4 * 6),
     ("SELECT fare, pickup_zone FROM trips WHERE dropoff_zone IN (SELECT zone FROM places WHERE borough = 'Queens') "
      "ORDER BY fare DESC, pickup_at LIMIT 4", 4 * 6),
     # aggregated WITH queries and derived tables are answered on the nodes first
@@ -468,8 +475,9 @@ def test_explain_says_what_ran_where_and_the_bytes_it_moved(taxi):
     grouped = answer(conn, "EXPLAIN SELECT payment, count(*) AS n FROM trips GROUP BY payment").to_pylist()
     assert [(s["step"], s["where"]) for s in grouped] == [("aggregate", "nodes"), ("finish", "catalog (DuckDB)")]
     assert grouped[0]["bytes_moved"] < 0.01 * table.nbytes and grouped[1]["rows"] == 4
-    joined = answer(conn, "EXPLAIN SELECT z.borough, count(*) AS n FROM trips JOIN zones z ON z.zone = trips.pickup_zone "
-                          "GROUP BY z.borough").to_pylist()
+    joined = answer(conn,
+                    "EXPLAIN SELECT z.borough, count(*) AS n FROM trips JOIN zones z ON z.zone = trips.pickup_zone "
+                    "GROUP BY z.borough").to_pylist()
     assert [s["step"] for s in joined] == ["aggregate", "finish"] and "by pickup_zone" in joined[0]["what"]
     assert "JOIN zones" in joined[1]["what"] and joined[0]["bytes_moved"] < 0.01 * table.nbytes
     windowed = answer(conn, "EXPLAIN SELECT payment, rank() OVER (ORDER BY fare) AS r FROM trips "
@@ -480,7 +488,8 @@ def test_explain_says_what_ran_where_and_the_bytes_it_moved(taxi):
     assert scanned[0]["where"] == "nodes" and "6 partition(s)" in scanned[0]["what"]
     distinct = answer(conn, "EXPLAIN SELECT payment, count(DISTINCT pickup_zone) AS z, count(DISTINCT vendor) AS v, "
                             "sum(fare) AS s FROM trips GROUP BY payment").to_pylist()
-    assert distinct[0]["step"] == "aggregate" and "by payment; count(*) by payment, pickup_zone; " in distinct[0]["what"]
+    assert (distinct[0]["step"] == "aggregate"
+            and "by payment; count(*) by payment, pickup_zone; " in distinct[0]["what"])
     # a filter flightpart cannot express: the plans would push the work, but it ran at the catalog, and EXPLAIN says so
     for sql in ("SELECT fare FROM trips WHERE lower(payment) = 'cash' ORDER BY fare LIMIT 3",
                 "SELECT payment, count(*) AS n FROM trips WHERE lower(payment) = 'cash' GROUP BY payment"):
@@ -566,7 +575,8 @@ def test_get_schema_errors_come_as_get_flight_info_sends_them_without_a_tracebac
             raw.get_schema(command)
         assert fp.wire.error_message(by_schema.value) == fp.wire.error_message(by_info.value), sql
         assert_clean(str(by_schema.value))
-    refused_alike(raw, sql_command(sqlwire.STATEMENT_QUERY, (1, "SELECT " + "1" * MAX_QUERY_CHARACTERS)), "LIMIT_EXCEEDED")
+    refused_alike(raw, sql_command(sqlwire.STATEMENT_QUERY, (1, "SELECT " + "1" * MAX_QUERY_CHARACTERS)),
+                  "LIMIT_EXCEEDED")
     with fp.connect(cluster.uri) as writer:
         writer.put("fleeting", pa.table({"k": [1, 2, 3]}))
     action = flight.Action("CreatePreparedStatement", sqlwire.pack(sqlwire.CREATE_PREPARED, sqlwire.message(
@@ -618,7 +628,8 @@ def test_a_query_past_duckdbs_memory_limit_is_the_catalogs_limit_not_the_clients
     with pytest.raises(dbapi.OperationalError) as info:
         answer(conn, sql)
     text = str(info.value)
-    assert info.value.status_code == adbc.AdbcStatusCode.UNKNOWN, text  # not INVALID_ARGUMENT, nor a retry's UNAVAILABLE
+    # not INVALID_ARGUMENT, nor a retry's UNAVAILABLE
+    assert info.value.status_code == adbc.AdbcStatusCode.UNKNOWN, text
     assert f"more memory than the {32 << 20:,} bytes" in text and "fewer rows or columns" in text, text
     assert "SET" not in text and "memory_limit" not in text, text
     assert_clean(text)
@@ -738,7 +749,8 @@ def test_close_session_is_answered_and_forgets_nothing_of_anyone(taxi, cluster):
         assert cur.fetchall() == [(run(staying, theirs),)]
 
 
-def answers_of_64_mb(cluster, name: str, monkeypatch) -> tuple[flight.FlightClient, flight.FlightDescriptor, flight.FlightInfo]:
+def answers_of_64_mb(cluster, name: str, monkeypatch) -> tuple[flight.FlightClient, flight.FlightDescriptor,
+                                                               flight.FlightInfo]:
     """A dataset ``name`` whose sorted rows are a 64 MB answer the catalog sends itself (more than a stream's
     flow-control windows and socket buffers take, about 15 MB on loopback), the catalog's budget for answers set to
     two and a half of them; a client, the query and its first FlightInfo."""
@@ -756,7 +768,8 @@ def answers_of_64_mb(cluster, name: str, monkeypatch) -> tuple[flight.FlightClie
 
 def test_answers_being_sent_count_against_the_catalogs_budget_until_their_streams_end(taxi, cluster, monkeypatch):
     """Answers whose streams were opened and left unread held the catalog's memory without bound (20 of 300 MB:
-    6.45 GB): they count against the catalog's budget for answers until their streams end, and past it a new answer is refused BUSY."""
+    6.45 GB): they count against the catalog's budget for answers until their streams end, and past it a new answer is
+    refused BUSY."""
     raw, query, first = answers_of_64_mb(cluster, "wide", monkeypatch)
     held = [raw.do_get(first.endpoints[0].ticket)]
     try:
@@ -842,7 +855,8 @@ def test_answers_whose_readers_take_nothing_are_let_go_when_another_needs_the_ro
     raw, query, first = answers_of_64_mb(cluster, "idled", monkeypatch)
     held = [raw.do_get(first.endpoints[0].ticket)]
     held[0].read_chunk()
-    settled(cluster.catalog.answers_sent)  # the first stream's buffers are full: it idles longest, on a loaded machine too
+    # the first stream's buffers are full: it idles longest, on a loaded machine too
+    settled(cluster.catalog.answers_sent)
     held.append(raw.do_get(raw.get_flight_info(query).endpoints[0].ticket))
     try:
         held[1].read_chunk()
@@ -887,7 +901,8 @@ def test_the_catalogs_own_get_schema_and_do_get_refuse_without_a_traceback(taxi,
         raw.get_schema(flight.FlightDescriptor.for_path("nosuch"))
     assert "DATASET_NOT_FOUND" in str(unknown.value)
     assert_clean(str(unknown.value))
-    for descriptor in (flight.FlightDescriptor.for_command(b"\xff\xff\xff"), flight.FlightDescriptor.for_path("a", "b", "c")):
+    for descriptor in (flight.FlightDescriptor.for_command(b"\xff\xff\xff"),
+                       flight.FlightDescriptor.for_path("a", "b", "c")):
         with pytest.raises(pa.ArrowException) as refused:
             raw.get_schema(descriptor)
         assert "[flightpart " in str(refused.value)
@@ -916,7 +931,8 @@ def test_a_dataset_put_from_pandas_with_an_index_answers_queries_that_name_it_or
     with fp.connect(cluster.uri) as client:
         client.put("indexed", frame, tiling=tiling)
         for sql in ("SELECT x FROM indexed WHERE idx > 1290 ORDER BY x", "SELECT idx FROM indexed ORDER BY idx LIMIT 3",
-                    "SELECT idx, y FROM indexed WHERE x < 3 ORDER BY idx", "SELECT count(*) AS n FROM indexed WHERE idx >= 1100",
+                    "SELECT idx, y FROM indexed WHERE x < 3 ORDER BY idx",
+                    "SELECT count(*) AS n FROM indexed WHERE idx >= 1100",
                     "SELECT * FROM indexed ORDER BY idx DESC LIMIT 2"):
             assert client.sql(sql).to_arrow().to_pydict() == local.sql(sql).to_arrow_table().to_pydict(), sql
         ds = client.open("indexed")
@@ -944,14 +960,16 @@ def test_duckdb_describing_the_catalog_itself_is_not_answered(taxi, cluster):
     with fp.connect(cluster.uri) as client:
         client.put("duckdb_notes", pa.table({"x": [1, 2, 3]}))
         for sql in ("SELECT * FROM duckdb_settings()", "SELECT extension_name, install_path FROM duckdb_extensions()",
-                    "SELECT * FROM duckdb_secrets()", "FROM pragma_database_list", "SELECT current_setting('allowed_paths')",
+                    "SELECT * FROM duckdb_secrets()", "FROM pragma_database_list",
+                    "SELECT current_setting('allowed_paths')",
                     "SELECT x FROM duckdb_notes WHERE x IN (SELECT 1 FROM system.main.DUCKDB_MEMORY())",
                     "WITH s AS (SELECT * FROM which_secret('s3://b/k', 's3')) SELECT * FROM s",
                     "SELECT * FROM pg_catalog.pg_settings", "SELECT * FROM query('SELECT * FROM duckdb_settings()')",
                     "FROM query_table('duckdb_settings')", 'SELECT * FROM "DuckDB_Settings"()'):
             with pytest.raises(FlightpartError) as refused:
                 client.sql(sql).to_arrow()
-            assert refused.value.code == "INVALID_REQUEST" and "DuckDB describing or running itself" in str(refused.value)
+            assert (refused.value.code == "INVALID_REQUEST"
+                    and "DuckDB describing or running itself" in str(refused.value))
             assert not any(path in str(refused.value) for path in hidden), str(refused.value)
             with pytest.raises(Exception, match="DuckDB describing or running itself") as by_adbc:
                 answer(conn, sql)
@@ -970,7 +988,8 @@ def test_a_datasets_name_matches_in_any_case_as_duckdb_matches_table_names(taxi,
     with fp.connect(cluster.uri) as writer:
         writer.put("CaseTrips", table.slice(0, 1000), tiling=(2, 1))
     for sql in ("SELECT count(*) AS n FROM casetrips", 'SELECT count(*) AS n FROM "CASETRIPS"',
-                "SELECT count(*) AS n FROM (SELECT * FROM casetrips WHERE fare > 0)", 'SELECT count(*) AS n FROM "casetrips@1"'):
+                "SELECT count(*) AS n FROM (SELECT * FROM casetrips WHERE fare > 0)",
+                'SELECT count(*) AS n FROM "casetrips@1"'):
         assert answer(conn, sql).column("n").to_pylist() == [1000], sql
     with fp.connect(cluster.uri) as reader:
         assert reader.sql("SELECT * FROM casetrips").to_arrow().num_rows == 1000  # a plain scan, read from the nodes
@@ -1001,7 +1020,8 @@ def test_two_datasets_whose_names_differ_only_in_case_are_each_read_alone_and_re
         client.put("pair", pa.table({"a": [1, 2]}))
         assert client.sql("SELECT count(*) AS n FROM Pair").to_arrow().column("n").to_pylist() == [1]
         assert client.sql("SELECT count(*) AS n FROM pair").to_arrow().column("n").to_pylist() == [2]
-        with pytest.raises(fp.RequestRejected, match="'Pair' and 'pair' are two datasets whose names differ only in case"):
+        with pytest.raises(fp.RequestRejected,
+                           match="'Pair' and 'pair' are two datasets whose names differ only in case"):
             client.sql("SELECT (SELECT count(*) FROM Pair) AS big, (SELECT count(*) FROM pair) AS small")
 
 

@@ -25,7 +25,8 @@ from flightpart.local.cluster import Daemon
 
 
 def health(address: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "flightpart", "health", address, "--timeout", "3"], capture_output=True, text=True, timeout=60)
+    return subprocess.run([sys.executable, "-m", "flightpart", "health", address, "--timeout", "3"],
+                          capture_output=True, text=True, timeout=60)
 
 
 def metric(url: str, name: str) -> float:
@@ -38,8 +39,8 @@ def metric(url: str, name: str) -> float:
 
 def test_health_follows_the_daemon_and_metrics_count_what_is_served(tmp_path):
     data = tmp_path / "data"
-    node = Daemon(["serve", "--host", "127.0.0.81", "--port", "0", "--data-dir", str(data), "--state-dir", str(tmp_path / "s"),
-                   "--health-port", "0", "--metrics-port", "0"])
+    node = Daemon(["serve", "--host", "127.0.0.81", "--port", "0", "--data-dir", str(data), "--state-dir",
+                   str(tmp_path / "s"), "--health-port", "0", "--metrics-port", "0"])
     try:
         address, metrics_url = node.uris["node-health"], node.uris["node-metrics"]
         first = health(address)
@@ -90,8 +91,8 @@ def test_logs_metrics_and_health_say_what_happened(tmp_path):
     catalog = Daemon([*common[2:], "catalog", "--host", "127.0.0.82", "--port", "0", "--state-dir", str(tmp_path / "s"),
                       "--metrics-port", "0", *common[:2]])
     node = Daemon([*common[2:], "serve", "--host", "127.0.0.83", "--port", "0", "--data-dir", str(tmp_path / "d"),
-                   "--catalog", catalog.uris["catalog"], "--heartbeat", "0.3", "--metrics-port", "0", "--health-port", "0",
-                   *common[:2]])
+                   "--catalog", catalog.uris["catalog"], "--heartbeat", "0.3", "--metrics-port", "0", "--health-port",
+                   "0", *common[:2]])
     try:
         owner = secret.read_text().strip()
         table = pa.table({"a": np.arange(100_000)})
@@ -99,7 +100,8 @@ def test_logs_metrics_and_health_say_what_happened(tmp_path):
             client.put("logged", table)
             assert client.open("logged").to_arrow().equals(table)
             client.drop("logged")
-        with pytest.raises(fp.Unauthenticated), fp.connect(catalog.uris["catalog"], token="fp1:reader:eve:0:forged") as client:
+        with pytest.raises(fp.Unauthenticated), fp.connect(catalog.uris["catalog"],
+                                                           token="fp1:reader:eve:0:forged") as client:
             client.list()
 
         def event(daemon: Daemon, name: str) -> dict:
@@ -154,14 +156,15 @@ def test_a_node_the_catalog_refuses_is_not_serving_at_once_and_says_why(tmp_path
     address = catalog.uris["catalog"]
     nodes: list[Daemon] = []
     try:
-        nodes.append(Daemon(["serve", "--host", "127.0.0.87", "--port", "0", "--data-dir", str(tmp_path / "a"), "--catalog",
-                             address, "--heartbeat", "0.3", "--metrics-port", "0"]))
+        nodes.append(Daemon(["serve", "--host", "127.0.0.87", "--port", "0", "--data-dir", str(tmp_path / "a"),
+                             "--catalog", address, "--heartbeat", "0.3", "--metrics-port", "0"]))
         wait_for(address, min_nodes=1)
         catalog.stop()
         shutil.copytree(tmp_path / "a", tmp_path / "b")
-        nodes.append(Daemon(["serve", "--host", "127.0.0.88", "--port", "0", "--data-dir", str(tmp_path / "b"), "--catalog",
-                             address, "--heartbeat", "0.3", "--metrics-port", "0"]))
-        catalog = Daemon(["catalog", "--host", "127.0.0.86", "--port", address.rsplit(":", 1)[1], "--state-dir", str(state)])
+        nodes.append(Daemon(["serve", "--host", "127.0.0.88", "--port", "0", "--data-dir", str(tmp_path / "b"),
+                             "--catalog", address, "--heartbeat", "0.3", "--metrics-port", "0"]))
+        catalog = Daemon(["catalog", "--host", "127.0.0.86", "--port", address.rsplit(":", 1)[1], "--state-dir",
+                          str(state)])
         healthz = [node.uris["node-metrics"].replace("/metrics", "/healthz") for node in nodes]
         deadline = time.monotonic() + 30
         while not any("refused" in str(healthz_reply(url)) for url in healthz) and time.monotonic() < deadline:
@@ -209,15 +212,18 @@ def test_a_frozen_catalog_makes_its_node_not_serving_until_it_thaws(tmp_path):
 
 
 def test_the_http_endpoint_survives_what_is_not_a_scrape(tmp_path):
-    """Unknown paths, other methods and bytes that are not HTTP get an answer or a closed socket; the endpoint stays up."""
-    catalog = Daemon(["catalog", "--host", "127.0.0.86", "--port", "0", "--state-dir", str(tmp_path / "s"), "--metrics-port", "0"])
+    """Unknown paths, other methods and bytes that are not HTTP get an answer or a closed socket; the endpoint stays
+    up."""
+    catalog = Daemon(["catalog", "--host", "127.0.0.86", "--port", "0", "--state-dir", str(tmp_path / "s"),
+                      "--metrics-port", "0"])
     try:
         base = catalog.uris["catalog-metrics"].removesuffix("/metrics")
         with pytest.raises(urllib.error.HTTPError) as missing:
             urllib.request.urlopen(base + "/../../etc/passwd", timeout=10)
         assert missing.value.code == 404
         with pytest.raises(urllib.error.HTTPError) as posted:
-            urllib.request.urlopen(urllib.request.Request(base + "/metrics", data=b"x" * 100_000, method="POST"), timeout=10)
+            urllib.request.urlopen(urllib.request.Request(base + "/metrics", data=b"x" * 100_000, method="POST"),
+                                   timeout=10)
         assert posted.value.code == 501
         host, port = base.removeprefix("http://").rsplit(":", 1)
         for garbage in (b"\x00\xff" * 5000 + b"\r\n\r\n", b"GET /" + b"a" * 70_000 + b" HTTP/1.1\r\n\r\n", b"GET"):

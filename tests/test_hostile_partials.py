@@ -101,7 +101,8 @@ def test_a_lying_partial_is_refused_and_sql_answers_from_the_rows(liar, lie, cap
     assert got.column("store").to_pylist() == want.column("store").to_pylist()
     assert got.column("n").to_pylist() == want.column("n").to_pylist()
     assert np.allclose(got.column("total").to_numpy(), want.column("total").to_numpy())
-    truth = client.open("sales").aggregate([("amount", "count")], by=["store"]).sort_by("store")  # the node, honest again
+    # the node, honest again
+    truth = client.open("sales").aggregate([("amount", "count")], by=["store"]).sort_by("store")
     assert truth.column("amount_count").to_pylist() == want.column("n").to_pylist()
 
 
@@ -152,5 +153,6 @@ with fp.connect({client.uri!r}) as client:
     assert done.returncode == 0, f"the reader ended with {done.returncode}: {done.stderr[-2000:]}"
     aggregate, top, counts = done.stdout.splitlines()
     for answer in (aggregate, top):  # refused as it is read, naming the node (flightpart.query.soundness)
-        assert answer.startswith("INTERNAL partition") and "cannot be read safely" in answer and node.uri in answer, answer
+        assert (answer.startswith("INTERNAL partition") and "cannot be read safely" in answer
+                and node.uri in answer), answer
     assert sorted(json.loads(counts)) == sorted(pc.value_counts(sales.column("store")).field("counts").to_pylist())

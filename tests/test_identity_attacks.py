@@ -56,7 +56,8 @@ def test_an_empty_catalog_keeps_the_cluster_whoever_reaches_it_first(tmp_path):
         source = table_of(400, 1)
         with fp.connect(c.uri) as client:
             client.put("kept", source, tiling=(2, 1))
-        wait_until(lambda: cluster_of(c.root / "node-127.0.0.120") is not None, 10, "the first node to join its cluster")
+        wait_until(lambda: cluster_of(c.root / "node-127.0.0.120") is not None, 10,
+                   "the first node to join its cluster")
         identity = cluster_of(c.root / "node-127.0.0.120")
         for node in c.nodes:
             os.kill(node.pid, signal.SIGSTOP)  # the holders are late
@@ -73,7 +74,8 @@ def test_an_empty_catalog_keeps_the_cluster_whoever_reaches_it_first(tmp_path):
             wait_until(lambda: live_nodes(client, 3), 20, "every node to register")
             assert client.open("kept").to_arrow().equals(source)
             client.put("after", table_of(90, 2), tiling=(3, 1))  # a write: the identity is settled now
-            wait_until(lambda: cluster_of(c.root / "node-127.0.0.122") == identity, 10, "the new node to join the old cluster")
+            wait_until(lambda: cluster_of(c.root / "node-127.0.0.122") == identity, 10,
+                       "the new node to join the old cluster")
             assert [cluster_of(c.root / f"node-127.0.0.{k}") for k in (120, 121)] == [identity, identity]
             assert client.versions("kept") == [1]
             assert "refused" not in "".join(n.log() for n in c.nodes[:2]).lower()
@@ -114,7 +116,8 @@ def test_a_number_dropped_while_a_node_was_away_is_not_handed_out_again_after_st
 
 
 def test_a_put_that_outlives_its_pending_ttl_is_told_version_expired_and_leaves_nothing(tmp_path):
-    with LocalCluster(tmp_path, nodes=2, first_ip=128, heartbeat=0.3, dead_after=2.0, extra_args=["--pending-ttl", "2"]) as c:
+    with LocalCluster(tmp_path, nodes=2, first_ip=128, heartbeat=0.3, dead_after=2.0,
+                      extra_args=["--pending-ttl", "2"]) as c:
         schema = pa.schema([("k", pa.int64())])
 
         def slow():
@@ -132,7 +135,8 @@ def test_a_put_that_outlives_its_pending_ttl_is_told_version_expired_and_leaves_
 
 
 def paused_catalog(c: LocalCluster, step: str) -> None:
-    """Restart the catalog (same port and state) so that it pauses at ``step`` (``BEFORE``/``AFTER``) of every commit."""
+    """Restart the catalog (same port and state) so that it pauses at ``step`` (``BEFORE``/``AFTER``) of every
+    commit."""
     c.catalog.stop()
     c.env = {f"FLIGHTPART_TEST_PAUSE_{step}_COMMIT": "30"}
     try:
@@ -142,7 +146,8 @@ def paused_catalog(c: LocalCluster, step: str) -> None:
 
 
 def kill_in_commit(c: LocalCluster, write) -> dict:
-    """Run ``write()`` in a thread, kill -9 the catalog once it paused in the commit, restart it; the writer's answer."""
+    """Run ``write()`` in a thread, kill -9 the catalog once it paused in the commit, restart it; the writer's
+    answer."""
     outcome: dict = {}
 
     def run() -> None:
@@ -169,7 +174,8 @@ def test_a_writer_learns_the_true_outcome_of_a_commit_the_catalog_died_in(tmp_pa
     with LocalCluster(tmp_path, nodes=3, first_ip=132, heartbeat=0.3, dead_after=3.0, catalog_port=free_port()) as c:
         with fp.connect(c.uri) as client:
             client.put("grown", table_of(300, 5), tiling=(3, 1))
-        for k, (step, kind) in enumerate([("BEFORE", "put"), ("AFTER", "put"), ("BEFORE", "append"), ("AFTER", "append")]):
+        for k, (step, kind) in enumerate([("BEFORE", "put"), ("AFTER", "put"), ("BEFORE", "append"),
+                                          ("AFTER", "append")]):
             name = f"k{k}" if kind == "put" else "grown"
             with fp.connect(c.uri) as client:
                 before = client.versions(name)
@@ -178,7 +184,8 @@ def test_a_writer_learns_the_true_outcome_of_a_commit_the_catalog_died_in(tmp_pa
             def write(kind=kind, name=name, k=k):
                 with fp.connect(c.uri, timeout=10) as writer:
                     data = table_of(3000, 10 + k)
-                    return (writer.put(name, data, tiling=(6, 1)) if kind == "put" else writer.append(name, data)).version
+                    return (writer.put(name, data, tiling=(6, 1)) if kind == "put"
+                            else writer.append(name, data)).version
 
             outcome = kill_in_commit(c, write)
             with fp.connect(c.uri) as client:
@@ -199,7 +206,8 @@ def test_a_version_committed_just_before_the_catalog_and_its_state_were_lost_is_
     with LocalCluster(tmp_path, nodes=2, first_ip=136, heartbeat=0.3, dead_after=2.0, catalog_port=free_port(),
                       extra_args=["--pending-ttl", "1"], rebuild_grace=1.0) as c:
         paused_catalog(c, "AFTER")
-        writer = subprocess.Popen([sys.executable, "-c", WRITER, c.uri], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        writer = subprocess.Popen([sys.executable, "-c", WRITER, c.uri], stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL)
         try:
             wait_until(lambda: "a test hook" in c.catalog.log(), 60, "the commit to reach the pause")
         finally:

@@ -1,4 +1,5 @@
-"""Integrity attacked with real daemons: flipped bits on disk, files deleted under a running node, a disk gone read-only.
+"""Integrity attacked with real daemons: flipped bits on disk, files deleted under a running node, a disk gone
+read-only.
 
 Each stored partition carries the CRC-32 of its bytes as written; a node
 checks a file before its first use and scrubs them all in the background.
@@ -49,7 +50,8 @@ def cluster(tmp_path_factory):
 def holders(c: LocalCluster, name: str, part: tuple[int, int], version: int = 1) -> list[tuple[str, Path]]:
     """(node uri, file) of every replica of a partition on disk."""
     rel = layout.partition_relpath(name, version, part)
-    return [(n.uri, c.root / f"node-{ip}" / rel) for n, ip in zip(c.nodes, IPS) if (c.root / f"node-{ip}" / rel).exists()]
+    return [(n.uri, c.root / f"node-{ip}" / rel) for n, ip in zip(c.nodes, IPS)
+            if (c.root / f"node-{ip}" / rel).exists()]
 
 
 def listed(client, name: str, part: tuple[int, int]) -> set[str]:
@@ -102,7 +104,8 @@ def test_a_flipped_bit_in_the_data_is_refused_unlisted_and_read_from_the_other_r
             raw_get(bad_uri, "rot", (0, 0))
         assert code_of(info.value) == "PARTITION_DAMAGED"
         assert not bad_file.exists() and len(quarantined(c, "rot")) == 1  # moved aside, not deleted
-        wait_until(lambda: listed(client, "rot", (0, 0)) == {good_uri}, 60, "the catalog to stop listing the damaged replica")
+        wait_until(lambda: listed(client, "rot", (0, 0)) == {good_uri}, 60,
+                   "the catalog to stop listing the damaged replica")
         assert client.open("rot").to_arrow().equals(table)
         other = [part for part in ((1, 0),) if bad_uri in {u for u, _f in holders(c, "rot", part)}]
         for part in other:  # the node goes on serving what is intact
@@ -210,7 +213,8 @@ def test_a_repartition_reading_a_damaged_partition_does_not_crash_its_node(clust
         assert client.open("rot-reshape").to_arrow().equals(table)  # never a damaged byte in the new version
         for node in c.nodes:
             assert node.proc.poll() is None, f"node {node.uri} died: {node.proc.returncode}"
-            assert client.call(ListNodes()).nodes and flight.connect(node.uri).do_action(flight.Action("node-info", b"{}"))
+            assert client.call(ListNodes()).nodes and flight.connect(node.uri).do_action(
+                flight.Action("node-info", b"{}"))
         assert client.open("rot-reshape", version=1).to_arrow().equals(table)
         cli("scrub", "--catalog", c.uri)  # whatever damage the repartition did not touch is found now
         assert len(quarantined(c, "rot-reshape")) == 3
@@ -249,7 +253,8 @@ def test_a_file_deleted_while_its_node_was_down_is_not_listed_after_the_restart(
         victim.kill()
         lost_file.unlink()
         layout.stats_path(lost_file).unlink()  # nothing of it left but the manifest naming this node as holder
-        c.nodes[k] = c.add_node(IPS[k], heartbeat=0.3, data_dir=c.root / f"node-{IPS[k]}", args=["--scrub-interval", "0"])
+        c.nodes[k] = c.add_node(IPS[k], heartbeat=0.3, data_dir=c.root / f"node-{IPS[k]}",
+                                args=["--scrub-interval", "0"])
         c.nodes.pop()  # add_node appended it; it takes the old one's place
         wait_until(lambda: c.nodes[k].uri not in listed(client, "vanish-down", (1, 0)), 30,
                    "the restarted node to report the partition it lost")
@@ -312,7 +317,8 @@ def test_a_scrub_leaves_a_frozen_node_and_says_it_was_not_scrubbed(tmp_path):
 def test_a_disk_read_only_during_a_put_leaves_no_file_once_writable(small_disk, tmp_path):
     data_dir = small_disk / "node"
     with LocalCluster(tmp_path / "ro", nodes=0, heartbeat=0.3) as c:
-        c.add_node("127.0.0.131", heartbeat=0.3, data_dir=data_dir, args=["--min-free-bytes", "0", "--scrub-interval", "0"])
+        c.add_node("127.0.0.131", heartbeat=0.3, data_dir=data_dir,
+                   args=["--min-free-bytes", "0", "--scrub-interval", "0"])
         part = table_of(5_000, 7)
         with fp.connect(c.uri, host="127.0.0.99") as client:
             version = client.call(Begin("ro-put")).version
@@ -338,7 +344,8 @@ def test_a_disk_read_only_during_a_put_leaves_no_file_once_writable(small_disk, 
                 assert list(data_dir.rglob("*.arrow"))  # the disk kept them for now
             finally:
                 subprocess.run(["mount", "-o", "remount,rw", str(small_disk)], check=True)
-            wait_until(lambda: not [p for p in data_dir.rglob("*") if p.is_file() and p.name not in (layout.NODE_MARKER, layout.TOMBSTONES)], 30,
+            wait_until(lambda: not [p for p in data_dir.rglob("*") if p.is_file()
+                                    and p.name not in (layout.NODE_MARKER, layout.TOMBSTONES)], 30,
                        "the node to remove the failed put's files once the disk is writable")
 
 

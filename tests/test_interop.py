@@ -39,7 +39,8 @@ def test_a_modin_style_dict_with_real_ray_object_refs_reads_equal(ray_session):
         fp.validate(d)  # exact to the spec by default
     spec, used = lenient.as_spec(d)
     assert used == ["location-ip", "no-shape"] and spec["shape"] == (12, 4)
-    assert fp.validate(d, lenient=True)["partitions"][(1, 1)]["location"] == [(ray_session.util.get_node_ip_address(), 0)]
+    assert (fp.validate(d, lenient=True)["partitions"][(1, 1)]["location"]
+            == [(ray_session.util.get_node_ip_address(), 0)])
     assert fp.from_partitioned(d).to_pandas().equals(df)
 
 
@@ -70,10 +71,12 @@ def test_a_heat_style_spmd_dict_reads_equal():
 
 @pytest.mark.interop
 def test_a_torch_part_is_read_through_dlpack():
-    torch = pytest.importorskip("torch", reason="torch is not installed: pip install 'flightpart[interop]' (heat brings it)")
+    torch = pytest.importorskip("torch",
+                                reason="torch is not installed: pip install 'flightpart[interop]' (heat brings it)")
     values = torch.arange(12, dtype=torch.float64).reshape(6, 2)
     d = {"shape": (6, 2), "partition_tiling": (1, 1), "get": fp.IdentityGet(),
-         "partitions": {(0, 0): {"start": (0, 0), "shape": (6, 2), "data": values, "location": [fp.protocol.this_process()]}}}
+         "partitions": {(0, 0): {"start": (0, 0), "shape": (6, 2), "data": values,
+                                 "location": [fp.protocol.this_process()]}}}
     out = fp.from_partitioned(d)
     np.testing.assert_array_equal(np.column_stack([c.to_numpy() for c in out.columns]), values.numpy())
 
@@ -105,7 +108,8 @@ def test_every_form_is_documented():
 
 @pytest.mark.interop
 def test_xgboost_ray_trains_on_a_dataset_with_a_named_label_and_keeps_locality(ray_session):
-    xgboost_ray = pytest.importorskip("xgboost_ray", reason="xgboost_ray is not installed: pip install 'flightpart[interop]'")
+    xgboost_ray = pytest.importorskip("xgboost_ray",
+                                      reason="xgboost_ray is not installed: pip install 'flightpart[interop]'")
     from xgboost_ray.data_sources.partitioned import Partitioned
 
     rng = np.random.default_rng(7)
@@ -115,7 +119,8 @@ def test_xgboost_ray_trains_on_a_dataset_with_a_named_label_and_keeps_locality(r
         ds = client.put("train", df, tiling=(4, 1))
         view = fp.ray.for_consumers(ds)
         ip = ray_session.util.get_node_ip_address()
-        assert {e["location"][0] for e in view.__partitioned__["partitions"].values()} == {ip}  # Ray's name of this host
+        # Ray's name of this host
+        assert {e["location"][0] for e in view.__partitioned__["partitions"].values()} == {ip}
 
         @ray_session.remote(num_cpus=0)
         class Actor:
@@ -140,7 +145,8 @@ def test_xgboost_ray_trains_on_a_dataset_with_a_named_label_and_keeps_locality(r
 
 @pytest.mark.interop
 def test_xgboost_ray_trains_with_a_text_column(ray_session):
-    xgboost_ray = pytest.importorskip("xgboost_ray", reason="xgboost_ray is not installed: pip install 'flightpart[interop]'")
+    xgboost_ray = pytest.importorskip("xgboost_ray",
+                                      reason="xgboost_ray is not installed: pip install 'flightpart[interop]'")
     rng = np.random.default_rng(3)
     kinds = np.array(["alpha", "beta", "gamma"])
     k = rng.integers(0, 3, 300)
@@ -193,7 +199,8 @@ def test_views_give_numpy_parts_and_owner_ranks_for_spmd_consumers():
 ])
 def test_lenient_reading_still_refuses_what_no_producer_means(lie, message):
     d = {"shape": (3, 1), "partition_tiling": (1, 1), "get": fp.IdentityGet(),
-         "partitions": {(0, 0): {"start": (0, 0), "shape": (3, 1), "data": np.zeros((3, 1)), "location": "10.0.0.1", **lie}}}
+         "partitions": {(0, 0): {"start": (0, 0), "shape": (3, 1), "data": np.zeros((3, 1)), "location": "10.0.0.1",
+                                 **lie}}}
     with pytest.raises(fp.PartitionedError, match=message):
         fp.from_partitioned(d)
     with pytest.raises(fp.PartitionedError, match=message):

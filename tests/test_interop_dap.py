@@ -31,7 +31,8 @@ import pytest
 import flightpart as fp
 from flightpart import distarray
 
-BUNDLE = Path(__file__).resolve().parents[1].parent / "shared" / "reference" / "distributed-array-protocol" / "repo.bundle"
+BUNDLE = (Path(__file__).resolve().parents[1].parent / "shared" / "reference" / "distributed-array-protocol"
+          / "repo.bundle")
 
 
 def reference_repo() -> Path:
@@ -151,7 +152,8 @@ def outcomes(version: str, validator: object, monkeypatch) -> dict[str, bool]:
     suite_module = module(f"dap_tests_{version.replace('.', '_')}", source(revision, tests))
     result = unittest.TestResult()
     unittest.defaultTestLoader.loadTestsFromModule(suite_module).run(result)
-    failed = {test.id().rsplit(".", 2)[-2:][0] + "." + test.id().rsplit(".", 1)[-1] for test, _ in result.failures + result.errors}
+    failed = {test.id().rsplit(".", 2)[-2:][0] + "." + test.id().rsplit(".", 1)[-1]
+              for test, _ in result.failures + result.errors}
     ran = {test.id().rsplit(".", 2)[-2:][0] + "." + test.id().rsplit(".", 1)[-1]
            for test in _tests(unittest.defaultTestLoader.loadTestsFromModule(suite_module))}
     return {name: name not in failed for name in ran}
@@ -197,7 +199,9 @@ def test_every_valid_example_of_the_reference_suites_imports_or_is_refused_with_
         except fp.PartitionedError as exc:  # one rank of an array of several: the others are needed, and it says so
             assert "ranks" in str(exc) or "implies" in str(exc), exc
             continue
-        assert sum(int(np.prod(p["shape"])) for p in partitioned["partitions"].values()) == int(np.prod(partitioned["shape"]))
+        assert sum(int(np.prod(p["shape"]))
+                   for p in partitioned["partitions"].values()) == int(np.prod(partitioned["shape"]))
         imported.append((dap["dim_data"], partitioned["shape"]))
-    if version == "0.10.0":  # the two whole arrays among them: the {} alias (an empty buffer) and one periodic padded block
+    # the two whole arrays among them: the {} alias (an empty buffer) and one periodic padded block
+    if version == "0.10.0":
         assert sorted(shape for _dims, shape in imported) == [(0,), (10,)]

@@ -112,8 +112,8 @@ except fp.PartitionedError as exc:
 read = fp.from_partitioned(x)
 with fp.connect(os.environ["FLIGHTPART_CATALOG"]) as client:
     stored = client.put("from-heat", x).to_arrow()
-json.dump({"exact": exact, "read": [c.to_pylist() for c in read.columns], "stored": [c.to_pylist() for c in stored.columns],
-           "used": fp.lenient.as_spec(d)[1]}, sys.stdout)
+json.dump({"exact": exact, "read": [c.to_pylist() for c in read.columns],
+           "stored": [c.to_pylist() for c in stored.columns], "used": fp.lenient.as_spec(d)[1]}, sys.stdout)
 """
 
 

@@ -57,4 +57,5 @@ def test_32_clients_30_rounds_checksums_and_flat_memory(tmp_path):
     assert not errors, repr(errors[0])
     assert not bad
     for before, after in zip(rss[5], rss[ROUNDS]):
-        assert after <= before * 1.10, f"server RSS grew from {before} to {after} bytes between round 5 and round {ROUNDS}"
+        assert after <= before * 1.10, (f"server RSS grew from {before} to {after} bytes between round 5 "
+                                        f"and round {ROUNDS}")

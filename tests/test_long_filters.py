@@ -31,7 +31,8 @@ def test_long_in_lists_from_polars_and_duckdb_give_their_answers(cluster):
             for n in (50, 3_000):
                 values = [k * 7 for k in range(n)]
                 got = ds.to_polars(lazy=True).filter(pl.col("a").is_in(values)).select(pl.len()).collect().item()
-                floats = ds.to_polars(lazy=True).filter(pl.col("f").is_in([v / 2 for v in values[:40]])).select(pl.len())
+                floats = ds.to_polars(lazy=True).filter(pl.col("f").is_in([v / 2 for v in values[:40]])).select(
+                    pl.len())
                 print("polars", n, got, floats.collect().item())
             for n in (1_000, 5_000):
                 con = duckdb.connect()

@@ -89,7 +89,8 @@ OWNER = textwrap.dedent("""
     from pathlib import Path
     from flightpart.local import netcluster
     cluster = netcluster.NetCluster(Path(sys.argv[1]), nodes=1)
-    print(json.dumps([[h.namespace for h in cluster.hosts] + [cluster.bridge], [d.pid for d in cluster.daemons]]), flush=True)
+    print(json.dumps([[h.namespace for h in cluster.hosts] + [cluster.bridge], [d.pid for d in cluster.daemons]]),
+          flush=True)
     time.sleep(600)
 """)
 

@@ -57,9 +57,11 @@ def test_the_documented_path_and_the_usual_mistakes(tmp_path):
         assert first.uris["catalog"] == catalog_uri
         assert "2 nodes alive" in ok(run("wait", catalog_uri, "--nodes", "2", "--timeout", "30", env=env))
         rng = np.random.default_rng(0)
-        pq.write_table(pa.table({"order": np.arange(1_200_000), "amount": rng.random(1_200_000)}), tmp_path / "sales.parquet")
+        pq.write_table(pa.table({"order": np.arange(1_200_000), "amount": rng.random(1_200_000)}),
+                       tmp_path / "sales.parquet")
         # 19 MB: one partition of the default --partition-size (64 MiB)
-        assert "sales v1: 1,200,000 rows x 2 columns in a 1x1 grid" in ok(run("put", "sales", str(tmp_path / "sales.parquet"), env=env))
+        assert "sales v1: 1,200,000 rows x 2 columns in a 1x1 grid" in ok(
+            run("put", "sales", str(tmp_path / "sales.parquet"), env=env))
         listing = ok(run("ls", env=env))
         assert "sales" in listing and "1,200,000" in listing
         assert ok(run("nodes", env=env)).count("alive") == 2
@@ -69,13 +71,15 @@ def test_the_documented_path_and_the_usual_mistakes(tmp_path):
         node = second.uris["node"]
         mistake(run("nodes", "--catalog", node), "INVALID_REQUEST", "is a flightpart node", "--catalog")
         mistake(run("ls", "--catalog", node), "INVALID_REQUEST", "is a flightpart node")
-        mistake(run("get", "sales", "-o", str(tmp_path / "x.arrow"), "--catalog", node), "INVALID_REQUEST", "is a flightpart node")
+        mistake(run("get", "sales", "-o", str(tmp_path / "x.arrow"), "--catalog", node), "INVALID_REQUEST",
+                "is a flightpart node")
         web = run("ls", "--catalog", f"http://{ip}:{port}")
         assert web.returncode == 2 and "not a flightpart address" in web.stderr and "Traceback" not in web.stderr
         mistake(run("get", "nosuch", "-o", str(tmp_path / "y.arrow"), env=env), "DATASET_NOT_FOUND", "flightpart ls")
         mistake(run("catalog", "--host", ip, "--port", str(port), "--state-dir", str(tmp_path / "s2")),
                 "CANNOT_START", "address in use", "--port")
-        mistake(run("serve", "--host", ip, "--port", str(port), "--catalog", catalog_uri), "CANNOT_START", "own address")
+        mistake(run("serve", "--host", ip, "--port", str(port), "--catalog", catalog_uri), "CANNOT_START",
+                "own address")
         assert "bytes_sent" in ok(run("stats", node))
     finally:
         second.stop()
@@ -96,7 +100,8 @@ def test_tokens_and_tls_mistakes_are_one_line(tmp_path):
         bare = catalog.split("://")[1]
         tls = {"FLIGHTPART_TLS_CA": str(pki["ca"])}
         mistake(run("ls", "--catalog", catalog, env=tls), "UNAUTHENTICATED", "FLIGHTPART_TOKEN", "flightpart token")
-        mistake(run("ls", "--catalog", catalog, env={**tls, "FLIGHTPART_TOKEN": "fp1:reader:bob:0:forged"}), "UNAUTHENTICATED")
+        mistake(run("ls", "--catalog", catalog, env={**tls, "FLIGHTPART_TOKEN": "fp1:reader:bob:0:forged"}),
+                "UNAUTHENTICATED")
         reader = ok(run("token", "--role", "reader", "--name", "bob", "--secret-file", str(secret))).strip()
         with_token = {**tls, "FLIGHTPART_TOKEN": reader}
         ok(run("ls", "--catalog", catalog, env=with_token))

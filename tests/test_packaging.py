@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PROBE = "import flightpart, flightpart.server, flightpart.client, flightpart.runtimes; print(flightpart.server.__file__); print(flightpart.client.__file__)"
+PROBE = ("import flightpart, flightpart.server, flightpart.client, flightpart.runtimes; "
+         "print(flightpart.server.__file__); print(flightpart.client.__file__)")
 
 
 def run(args, **kwargs):

@@ -33,7 +33,8 @@ def sent(client, cluster) -> int:
 WEEK = (pl.col("pickup_at") >= dt.datetime(2024, 1, 8)) & (pl.col("pickup_at") < dt.datetime(2024, 1, 9))
 CASES = {
     "datetime range": WEEK,
-    "is_between on datetimes": pl.col("pickup_at").is_between(dt.datetime(2024, 1, 8), dt.datetime(2024, 1, 9), closed="left"),
+    "is_between on datetimes": pl.col("pickup_at").is_between(dt.datetime(2024, 1, 8), dt.datetime(2024, 1, 9),
+                                                              closed="left"),
     "date of a cast column": pl.col("pickup_at").cast(pl.Date) == dt.date(2024, 1, 8),
     "is_in with one item": pl.col("pickup_zone").is_in(["Hell's Kitchen"]),
     "is_in on ints": pl.col("rate_code").is_in([6]),
@@ -50,7 +51,8 @@ def test_polars_answers_are_polars_answers_and_selective_predicates_move_little(
     predicate = CASES[name]
     want = pl.from_arrow(table).filter(predicate).select(["pickup_zone", "fare", "pickup_at"]).sort("pickup_at")
     before = sent(client, cluster)
-    got = ds.to_polars(lazy=True).filter(predicate).select(["pickup_zone", "fare", "pickup_at"]).collect().sort("pickup_at")
+    got = (ds.to_polars(lazy=True).filter(predicate).select(["pickup_zone", "fare", "pickup_at"]).collect()
+           .sort("pickup_at"))
     moved = sent(client, cluster) - before
     assert got.equals(want), name
     three_columns = sum(table.column(c).nbytes for c in ("pickup_zone", "fare", "pickup_at"))

@@ -82,7 +82,8 @@ def test_each_role_does_what_it_may_and_nothing_more(guarded):
         with pytest.raises(fp.Forbidden, match="may not admin"):
             writer.drop("by-writer")
         with pytest.raises(fp.Forbidden):
-            raw_action(writer, "register-node", {"node_id": "x", "uri": "grpc://127.0.0.9:1", "ip": "127.0.0.9", "pid": 1})
+            raw_action(writer, "register-node",
+                       {"node_id": "x", "uri": "grpc://127.0.0.9:1", "ip": "127.0.0.9", "pid": 1})
         with pytest.raises(fp.Forbidden):
             writer.repair()
     with fp.connect(c.uri, token=token("admin")) as admin:
@@ -114,7 +115,8 @@ cap = d["get"].access.token
 out["token_is_capability"] = cap.startswith("fp3:cap:")
 catalog, node = sys.argv[2], sys.argv[3]
 with fp.connect(catalog, token=cap) as client:
-    for name, call in (("drop", lambda: client.drop("shared")), ("list", client.list), ("open-other", lambda: client.open("private"))):
+    for name, call in (("drop", lambda: client.drop("shared")), ("list", client.list),
+                       ("open-other", lambda: client.open("private"))):
         try:
             call()
             out[name] = "allowed"
@@ -123,12 +125,14 @@ with fp.connect(catalog, token=cap) as client:
 options = flight.FlightCallOptions(headers=[(b"authorization", f"Bearer {cap}".encode())])
 raw = flight.connect(node)
 try:
-    raw.do_get(flight.Ticket(json.dumps({"dataset": "private", "version": 1, "part": [0, 0]}).encode()), options=options).read_all()
+    raw.do_get(flight.Ticket(json.dumps({"dataset": "private", "version": 1, "part": [0, 0]}).encode()),
+               options=options).read_all()
     out["read-other"] = "allowed"
 except flight.FlightError as exc:
     out["read-other"] = json.loads(exc.extra_info)["code"]
 try:
-    writer, _ = raw.do_put(flight.FlightDescriptor.for_path("shared", "9", "0", "0"), pa.schema([("a", pa.int64())]), options=options)
+    writer, _ = raw.do_put(flight.FlightDescriptor.for_path("shared", "9", "0", "0"), pa.schema([("a", pa.int64())]),
+                           options=options)
     writer.write_table(pa.table({"a": [1]}))
     writer.write_metadata(pa.py_buffer(b'{"rows": 1}'))
     writer.close()
@@ -141,8 +145,8 @@ print(json.dumps(out))
 
 def run_holder(handle: Path, c) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("FLIGHTPART")}
-    proc = subprocess.run([sys.executable, "-c", HOLDER, str(handle), c.uri, c.nodes[0].uri], capture_output=True, text=True,
-                          env=env, timeout=120)
+    proc = subprocess.run([sys.executable, "-c", HOLDER, str(handle), c.uri, c.nodes[0].uri], capture_output=True,
+                          text=True, env=env, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return json.loads(proc.stdout)
 
@@ -245,7 +249,8 @@ def test_a_node_token_registers_only_its_own_node_and_a_live_id_is_not_taken(gua
             raw_action(stolen, "register-node", body)
     with fp.connect(c.uri, token=SECRET, host="127.0.0.99") as owner:
         assert [n["uri"] for n in owner.nodes() if n["node_id"] == victim["node_id"]] == [victim["uri"]]
-        assert not next(n for n in owner.nodes() if n["node_id"] == victim["node_id"]).get("low_space")  # the lie left no mark
+        # the lie left no mark
+        assert not next(n for n in owner.nodes() if n["node_id"] == victim["node_id"]).get("low_space")
         assert owner.open("shared").to_arrow().equals(table_of(3000, 1))
 
 

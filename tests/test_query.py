@@ -71,7 +71,8 @@ def test_every_reader_gets_the_same_filtered_rows(cluster, sales):
         assert pa.table(ds).equals(want)
         assert pa.Table.from_batches(list(ds.to_batches()), want.schema).equals(want)
         assert pl.DataFrame(ds).equals(pl.from_arrow(want))
-        assert duckdb.sql("select count(*), sum(units) from ds").fetchall() == [(want.num_rows, pc.sum(want["units"]).as_py())]
+        assert (duckdb.sql("select count(*), sum(units) from ds").fetchall()
+                == [(want.num_rows, pc.sum(want["units"]).as_py())])
         assert ds.to_duckdb().aggregate("count(*)").fetchall() == [(want.num_rows,)]
         assert ds.to_pandas().equals(want.to_pandas())
         assert fp.from_partitioned(ds).equals(want)  # __partitioned__ of a filtered view: shapes counted on the nodes
@@ -146,7 +147,8 @@ def test_polars_lazy_pushes_projection_predicate_and_limit(cluster, sales):
         want = pl.from_arrow(sales).filter((pl.col("amount") > 90) & (pl.col("units") < 3)).select(["order", "amount"])
         assert got.equals(want)
         assert delta["rows_sent"] == want.height  # the predicate ran on the nodes
-        assert delta["bytes_sent"] <= want.height * (8 + 8 + 8) + 4096  # order, amount and units (the predicate's): no store
+        # order, amount and units (the predicate's): no store
+        assert delta["bytes_sent"] <= want.height * (8 + 8 + 8) + 4096
         # what does not translate (a string function) is applied by Polars: same answer
         odd = lf.filter(pl.col("store").str.ends_with("4") & (pl.col("order") < 5_000)).collect()
         assert odd.equals(pl.from_arrow(sales).filter(pl.col("store").str.ends_with("4") & (pl.col("order") < 5_000)))
@@ -158,7 +160,8 @@ def test_polars_lazy_pushes_projection_predicate_and_limit(cluster, sales):
 
 
 def test_a_filter_across_column_groups_is_applied_after_reading(cluster):
-    table = pa.table({"a": np.arange(20_000), "b": np.arange(20_000) % 7, "c": np.arange(20_000) * 0.5, "d": np.arange(20_000) % 3})
+    table = pa.table({"a": np.arange(20_000), "b": np.arange(20_000) % 7, "c": np.arange(20_000) * 0.5,
+                      "d": np.arange(20_000) % 3})
     with fp.connect(cluster.uri, host="127.0.0.9") as client:
         ds = client.put("wide", table, tiling=(4, 2))  # groups (a, b) and (c, d)
         expr = (F("d") == 1) & (F("a") > 100)
@@ -189,15 +192,19 @@ def test_cli_get_streams_columns_and_rows_to_stdout(cluster, sales, tmp_path):
     got = ipc.open_stream(pa.py_buffer(out.stdout)).read_all()
     want = sales.filter((F("units") == 2) & (F("amount") > 50)).select(["order", "amount"])[:100]
     assert got.equals(want)
-    parquet = subprocess.run(cmd + ["--where", "store = 's0'", "-o", "-", "--format", "parquet"], capture_output=True, timeout=120)
+    parquet = subprocess.run(cmd + ["--where", "store = 's0'", "-o", "-", "--format", "parquet"], capture_output=True,
+                             timeout=120)
     assert parquet.returncode == 0, parquet.stderr.decode()[-2000:]
     assert pq.read_table(pa.BufferReader(parquet.stdout)).equals(sales.filter(F("store") == "s0"))
     csv_file = tmp_path / "s.csv"
-    assert subprocess.run(cmd + ["--limit", "10", "-o", str(csv_file)], capture_output=True, timeout=120).returncode == 0
+    assert subprocess.run(cmd + ["--limit", "10", "-o", str(csv_file)], capture_output=True,
+                          timeout=120).returncode == 0
     assert csv_file.read_text().count("\n") == 11
     before = counters(cluster)
-    for bad, message in [(["-o", str(tmp_path / "x.xlsx")], "unknown format"), (["-o", str(tmp_path / "no" / "x.csv")], "does not exist"),
-                         (["-o", "-", "--where", "units >"], "not a SQL expression"), (["-o", "-", "--columns", "nope"], "nope")]:
+    for bad, message in [(["-o", str(tmp_path / "x.xlsx")], "unknown format"),
+                         (["-o", str(tmp_path / "no" / "x.csv")], "does not exist"),
+                         (["-o", "-", "--where", "units >"], "not a SQL expression"),
+                         (["-o", "-", "--columns", "nope"], "nope")]:
         proc = subprocess.run(cmd + bad, capture_output=True, text=True, timeout=120)
         assert proc.returncode != 0 and message in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
     assert moved(cluster, before)["partitions_served"] == 0  # refused before reading anything
@@ -224,7 +231,8 @@ def test_a_node_refuses_lying_query_tickets_with_a_code_and_keeps_serving(cluste
         {"filter": base64.b64encode(b"\x0a\xff\xff\xff\xff\x0f" + good).decode()},  # damaged Substrait
         {"filter": base64.b64encode(good[: len(good) // 2]).decode()},
         {"filter": base64.b64encode(wrong_type).decode()},  # bound to a type the column does not have
-        {"filter": base64.b64encode(filters.Filter.compile(F("x") > 1, pa.schema([("x", pa.int64())])).substrait).decode()},
+        {"filter": base64.b64encode(filters.Filter.compile(F("x") > 1,
+                                                           pa.schema([("x", pa.int64())])).substrait).decode()},
         {"aggregate": {"functions": [["nope", "sum"]]}},
         {"aggregate": {"functions": [["store", "mean"]]}},  # the mean of text
         {"filter": base64.b64encode(good).decode(), "matched": [10, 5]},

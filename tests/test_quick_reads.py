@@ -70,7 +70,8 @@ def read_with_first_replica_frozen(cluster, get, ref, table: pa.Table) -> None:
 @pytest.mark.slow  # freezes nodes for several idle timeouts: in the slow tier, which CI runs
 def test_a_lone_small_read_leaves_a_frozen_first_replica_while_it_is_still_frozen(tmp_path):
     table = table_of(20_000, 1)  # 312 KiB: read in the caller's thread
-    with LocalCluster(tmp_path, nodes=2, first_ip=186) as c, fp.connect(c.uri, host="127.0.0.99", idle_timeout=0.5) as client:
+    with (LocalCluster(tmp_path, nodes=2, first_ip=186) as c,
+          fp.connect(c.uri, host="127.0.0.99", idle_timeout=0.5) as client):
         ds = client.put("lone", table, tiling=(1, 1), replicas=2)
         meta = ds.__partitioned__
         ref = meta["partitions"][(0, 0)]["data"]
@@ -86,7 +87,8 @@ def test_a_lone_16_mib_read_over_a_measured_link_leaves_a_frozen_first_replica(t
 
     table = table_of(1_000_000, 3)  # 16 MB
     # an idle timeout of 2 s: the links, measured on a loaded machine too, carry 16 MB well within its eighth
-    with LocalCluster(tmp_path, nodes=2, first_ip=200) as c, fp.connect(c.uri, host="127.0.0.99", idle_timeout=2.0) as client:
+    with (LocalCluster(tmp_path, nodes=2, first_ip=200) as c,
+          fp.connect(c.uri, host="127.0.0.99", idle_timeout=2.0) as client):
         ds = client.put("lone16", table, tiling=(1, 1), replicas=2)
         meta = ds.__partitioned__
         ref = meta["partitions"][(0, 0)]["data"]
@@ -99,7 +101,8 @@ def test_a_lone_16_mib_read_over_a_measured_link_leaves_a_frozen_first_replica(t
 @pytest.mark.slow  # pauses a node for several idle timeouts: in the slow tier, which CI runs
 def test_a_lone_small_read_of_a_paused_only_replica_is_waited_for_not_failed(tmp_path):
     table = table_of(20_000, 2)
-    with LocalCluster(tmp_path, nodes=1, first_ip=188) as c, fp.connect(c.uri, host="127.0.0.99", idle_timeout=0.3) as client:
+    with (LocalCluster(tmp_path, nodes=1, first_ip=188) as c,
+          fp.connect(c.uri, host="127.0.0.99", idle_timeout=0.3) as client):
         ds = client.put("paused", table, tiling=(1, 1))
         meta = ds.__partitioned__
         ref = meta["partitions"][(0, 0)]["data"]
@@ -146,7 +149,8 @@ def read_slowly(uri: str, ticket: flight.Ticket, pause: float) -> tuple[pa.Table
 
 
 @pytest.mark.slow  # reads for several idle timeouts: in the slow tier, which CI runs
-@pytest.mark.parametrize(("rows", "pause"), [(6_000_000, 0.08), (2_000_000, 0.15)], ids=["46 MiB in ranges", "15 MiB whole"])
+@pytest.mark.parametrize(("rows", "pause"), [(6_000_000, 0.08), (2_000_000, 0.15)],
+                         ids=["46 MiB in ranges", "15 MiB whole"])
 def test_a_slow_but_steady_reader_keeps_its_stream_and_its_slot(tmp_path, rows, pause):
     # 46 MiB: 4 MiB ranges taken at about 12 MiB/s, each 0.3 s, well within the 1.5 s idle timeout; 15 MiB, sent
     # whole, at about 6 MiB/s: some 2.4 s, past the idle timeout, and some 3 s inside the 1.5 + 4 s the node allows
@@ -175,7 +179,8 @@ def test_a_reader_that_takes_nothing_of_a_stream_sent_whole_loses_its_slot(tmp_p
         stream = reader.do_get(flight.Ticket(wire.Ticket("held", 1, (0, 0)).encode()))
         first = stream.read_chunk().data  # the stream is open, and then not read again
         assert open_streams(client, node.uri) == 1  # the node is still writing: gRPC's window is full
-        wait_until(lambda: open_streams(client, node.uri) == 0, timeout=IDLE * 10, what="the idle stream's slot to be freed")
+        wait_until(lambda: open_streams(client, node.uri) == 0, timeout=IDLE * 10,
+                   what="the idle stream's slot to be freed")
         assert "its stream, sent whole, was not done" in node.log()
         rest = stream.read_all()  # the reader comes back: the stream was never cut, only its slot freed
         reader.close()

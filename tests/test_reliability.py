@@ -87,7 +87,8 @@ def test_two_repairs_at_once_copy_each_lost_replica_once(tmp_path):
                        if dead_ip in {ip for ip, _ in p["location"]}]
             assert on_dead
             c.nodes[1].kill()
-            wait_until(lambda: any(n["ip"] == dead_ip and not n["alive"] for n in client.nodes()), what="node marked dead")
+            wait_until(lambda: any(n["ip"] == dead_ip and not n["alive"] for n in client.nodes()),
+                       what="node marked dead")
             start = threading.Barrier(2)
             reports: list[dict] = []
 
@@ -236,7 +237,8 @@ def test_a_repair_goes_on_past_a_frozen_holder_and_says_what_it_could_not_copy(t
             client.put("first", first, tiling=(1, 1), replicas=2, nodes=["127.0.0.46", "127.0.0.47"])
             client.put("second", second, tiling=(1, 1), replicas=2, nodes=["127.0.0.48", "127.0.0.47"])
             lost.kill()
-            wait_until(lambda: any(n["ip"] == "127.0.0.47" and not n["alive"] for n in client.nodes()), what="a dead node")
+            wait_until(lambda: any(n["ip"] == "127.0.0.47" and not n["alive"] for n in client.nodes()),
+                       what="a dead node")
             os.kill(holder.pid, signal.SIGSTOP)
             frozen = True
             # first's only live holder is frozen: that copy waits out its deadline; the command says so by its exit
@@ -251,7 +253,8 @@ def test_a_repair_goes_on_past_a_frozen_holder_and_says_what_it_could_not_copy(t
 
             os.kill(holder.pid, signal.SIGCONT)
             frozen = False
-            wait_until(lambda: all(n["alive"] for n in client.nodes() if n["ip"] != "127.0.0.47"), 30, "the holder back")
+            wait_until(lambda: all(n["alive"] for n in client.nodes() if n["ip"] != "127.0.0.47"), 30,
+                       "the holder back")
             again = client.repair()
             assert [x["dataset"] for x in again["copied"]] == ["first"] and not again["failed"] and not again["lost"]
             holder.kill()  # first is now read from its new copy alone
@@ -275,7 +278,8 @@ def test_a_repair_moves_to_another_target_when_the_first_is_frozen(tmp_path):
             kept = table_of(20_000, 4)
             client.put("kept", kept, tiling=(1, 1), replicas=2, nodes=["127.0.0.56", "127.0.0.57"])
             lost.kill()
-            wait_until(lambda: any(n["ip"] == "127.0.0.57" and not n["alive"] for n in client.nodes()), what="a dead node")
+            wait_until(lambda: any(n["ip"] == "127.0.0.57" and not n["alive"] for n in client.nodes()),
+                       what="a dead node")
             os.kill(frozen_target.pid, signal.SIGSTOP)
             frozen = True
             report = client.repair()

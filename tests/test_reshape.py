@@ -72,7 +72,8 @@ def test_repartition_is_done_by_the_nodes_and_nothing_passes_through_the_client(
     assert wide.to_arrow().equals(source)
     after = node_stats(client)
     # each target row needs one source column group (the source has one): a node gathered exactly the rows it holds
-    assert delta(after, before_stats, "assembled_rows") == {u: held_rows(client, "rp", wide.version).get(u, 0) for u in after}
+    assert delta(after, before_stats, "assembled_rows") == {u: held_rows(client, "rp", wide.version).get(u, 0)
+                                                            for u in after}
     assert sum(delta(after, before_stats, "pulled_bytes").values()) > 0
     assert sum(delta(after, before_stats, "bytes_received").values()) == 0  # no put: nothing came from a client
 
@@ -239,7 +240,8 @@ def test_halos_are_the_neighbours_rows_and_local_neighbours_are_mapped(cluster, 
             parts = ds.parts_of()
             assert list(parts) == [(rank, 0)]
             left, local, right = parts[(rank, 0)]
-            want = {side: [source.slice(starts[p.owner] + p.start, p.stop - p.start) for p in expected[rank] if p.side == side]
+            want = {side: [source.slice(starts[p.owner] + p.start, p.stop - p.start) for p in expected[rank]
+                           if p.side == side]
                     for side in ("left", "right")}
             assert left.equals(pa.concat_tables(want["left"]) if want["left"] else source.schema.empty_table())
             assert right.equals(pa.concat_tables(want["right"]) if want["right"] else source.schema.empty_table())
@@ -383,7 +385,8 @@ def test_balanced_moves_little_and_leaves_at_most_one_partition_of_gap():
             assert len(h) == 1
             load[h[0]] += sizes[pos]
         assert max(load.values()) - min(load.values()) <= max(sizes.values())
-    assert balanced({(0, 0): 5, (1, 0): 5}, {(0, 0): ["a"], (1, 0): ["b"]}, ["a", "b"]) == {(0, 0): ["a"], (1, 0): ["b"]}
+    assert balanced({(0, 0): 5, (1, 0): 5}, {(0, 0): ["a"], (1, 0): ["b"]},
+                    ["a", "b"]) == {(0, 0): ["a"], (1, 0): ["b"]}
 
 
 def test_near_placement_prefers_local_bytes_within_each_nodes_share():

@@ -38,7 +38,8 @@ def offsets(t):
     ends = np.frombuffer(col.buffers()[1], dtype=np.int32, count=len(col) + 1, offset=4 * col.offset).copy()
     ends[1] = 1 << 24
     return t.set_column(t.schema.get_field_index("s"), "s",
-                        pa.Array.from_buffers(pa.string(), len(col), [None, pa.py_buffer(ends.tobytes()), col.buffers()[2]]))
+                        pa.Array.from_buffers(pa.string(), len(col),
+                                              [None, pa.py_buffer(ends.tobytes()), col.buffers()[2]]))
 
 
 def list_offsets(t):
@@ -142,8 +143,8 @@ def bloated(store, spec):
     MiB in all): sound arrays, the right rows and columns, a thousand times the bytes the catalog says. None when
     the stream has no "s"."""
     positions = (spec.part, *(spec.more or ()))
-    tables = [apply_ticket(store.open(spec.dataset, spec.version, p), spec.columns, spec.rows, spec.filter, spec.matched,
-                           spec.aggregate, bool(spec.row_numbers), spec.top) for p in positions]
+    tables = [apply_ticket(store.open(spec.dataset, spec.version, p), spec.columns, spec.rows, spec.filter,
+                           spec.matched, spec.aggregate, bool(spec.row_numbers), spec.top) for p in positions]
     whole = pa.concat_tables(tables).combine_chunks()
     if "s" not in whole.column_names or not whole.num_rows:
         return None
@@ -213,7 +214,8 @@ def rogue(tmp_path_factory):
             client.put("alone", table, tiling=(2, 1), nodes=[rogue_uri])
             client.put("twice", table, tiling=(2, 1), replicas=2, nodes=[rogue_uri, cluster.nodes[0].uri])
             client.put("small", table.select(["k", "s"]), tiling=(4, 1), nodes=[rogue_uri])  # shares a read stream
-            client.put("plain", table.select(["k", "s"]), tiling=(2, 1), replicas=2, nodes=[rogue_uri, cluster.nodes[0].uri])
+            client.put("plain", table.select(["k", "s"]), tiling=(2, 1), replicas=2,
+                       nodes=[rogue_uri, cluster.nodes[0].uri])
         yield cluster, proc, mode, table
     finally:
         proc.kill()
@@ -307,7 +309,8 @@ print(json.dumps(["twice", twice.num_rows, twice.column("k").to_pylist()]))
 ''')
     for what in ("to_arrow", "to_pandas"):
         code, message = got[what]
-        said = "more than the 200 rows the catalog says" if lie == "extra rows" else "199 rows where the catalog says 200"
+        said = ("more than the 200 rows the catalog says" if lie == "extra rows"
+                else "199 rows where the catalog says 200")
         assert code == "INTERNAL" and said in message and ROGUE_IP in message, got[what]
     assert got["twice"] == [table.num_rows, table.column("k").to_pylist()]
     assert proc.poll() is None
@@ -329,7 +332,8 @@ print(json.dumps(["twice", kept.num_rows, kept.column("k").to_pylist(), twice.to
 ''')
     for what in ("filtered", "top"):
         code, message = got[what]
-        assert code == "INTERNAL" and "more than the 200 rows the catalog says the partition holds" in message, got[what]
+        assert (code == "INTERNAL"
+                and "more than the 200 rows the catalog says the partition holds" in message), got[what]
         assert ROGUE_IP in message, got[what]
     assert got["twice"] == [table.num_rows, table.column("k").to_pylist(), list(range(150))]
     assert proc.poll() is None

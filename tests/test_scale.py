@@ -167,7 +167,8 @@ def test_streams_of_keeps_one_schema_one_column_group_and_a_bounded_size():
 
 
 def _several(node: str, name: str, steps: list) -> None:
-    """A hand-made put stream of several partitions: ("header", part), ("batch", table), ("trailer", rows), ("raw", bytes)."""
+    """A hand-made put stream of several partitions: ("header", part), ("batch", table), ("trailer", rows), ("raw",
+    bytes)."""
     schema = pa.schema([("a", pa.int64())])
     writer, reader = flight.connect(node).do_put(flight.FlightDescriptor.for_path(name, "1", "parts"), schema)
     for kind, value in steps:
@@ -276,7 +277,8 @@ def test_a_node_killed_in_the_middle_of_a_stream_of_several_partitions_loses_not
 
         sender = threading.Thread(target=put)
         sender.start()
-        wait_until(lambda: len(list(node_dir.glob("datasets/cut/v*/*.arrow"))) > 200, 60, "the node to store part of the stream")
+        wait_until(lambda: len(list(node_dir.glob("datasets/cut/v*/*.arrow"))) > 200, 60,
+                   "the node to store part of the stream")
         c.nodes[0].kill()  # kill -9 while the stream is still arriving
         sender.join(120)
         assert not sender.is_alive() and outcome, "the put must fail, not hang or succeed"

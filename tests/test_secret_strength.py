@@ -120,8 +120,8 @@ def scrypt_key(guess: bytes) -> Ed25519PrivateKey:
 
 def cheap_keys(guess: bytes) -> list[Ed25519PrivateKey]:
     """Keys a guess gives at the price of a hash: the HMAC earlier releases derived, and plain digests."""
-    seeds = [hmac.new(guess, b"flightpart ed25519 signing key", hashlib.sha256).digest(), hashlib.sha256(guess).digest(),
-             hashlib.blake2b(guess, digest_size=32).digest(), (guess * 32)[:32]]
+    seeds = [hmac.new(guess, b"flightpart ed25519 signing key", hashlib.sha256).digest(),
+             hashlib.sha256(guess).digest(), hashlib.blake2b(guess, digest_size=32).digest(), (guess * 32)[:32]]
     return [Ed25519PrivateKey.from_private_bytes(seed) for seed in seeds]
 
 

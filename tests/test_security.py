@@ -45,9 +45,11 @@ def test_without_the_token_every_call_is_unauthenticated(token_cluster, token):
         lambda: catalog.get_flight_info(flight.FlightDescriptor.for_path("guarded"), options=options),
         lambda: list(catalog.do_action(flight.Action("nodes", b""), options=options)),
         lambda: list(catalog.list_actions(options=options)),
-        lambda: node.do_get(flight.Ticket(json.dumps({"dataset": "guarded", "version": 1, "part": [0, 0]}).encode()), options=options).read_all(),
+        lambda: node.do_get(flight.Ticket(json.dumps({"dataset": "guarded", "version": 1, "part": [0, 0]}).encode()),
+                            options=options).read_all(),
         lambda: list(node.do_action(flight.Action("stats", b""), options=options)),
-        lambda: node.do_put(flight.FlightDescriptor.for_path("x", "1", "0", "0"), pa.schema([("a", pa.int64())]), options=options)[0].close(),
+        lambda: node.do_put(flight.FlightDescriptor.for_path("x", "1", "0", "0"), pa.schema([("a", pa.int64())]),
+                            options=options)[0].close(),
     ]
     for call in calls:
         with pytest.raises(flight.FlightUnauthenticatedError) as info:
@@ -78,7 +80,8 @@ def test_tls_with_client_certificates(tmp_path, monkeypatch):
         with pytest.raises(flight.FlightError):
             list(anonymous.list_flights(options=flight.FlightCallOptions(timeout=5)))
         # a client that does not trust the CA refuses the server
-        with fp.connect(c.uri, tls_root_certs=None, cert_chain=pki["client"].read_bytes(), private_key=pki["client_key"].read_bytes()) as plain:
+        with fp.connect(c.uri, tls_root_certs=None, cert_chain=pki["client"].read_bytes(),
+                        private_key=pki["client_key"].read_bytes()) as plain:
             with pytest.raises((flight.FlightError, fp.FlightpartError)):
                 list(plain.pool.client(c.uri).list_flights(options=plain.pool.options(5)))
 

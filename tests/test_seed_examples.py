@@ -78,7 +78,8 @@ def test_mpi_example_validates_on_each_rank(rank):
 
 
 def test_mpi_example_refuses_reading_non_local_parts():
-    with pytest.raises(fp.PartitionedError, match=r"partitions\[\(1, 0\)\].data: is None: the part is not local to this rank"):
+    with pytest.raises(fp.PartitionedError,
+                       match=r"partitions\[\(1, 0\)\].data: is None: the part is not local to this rank"):
         fp.from_partitioned(mpi_view(0))
 
 
@@ -113,5 +114,6 @@ def test_consumer_checks_declared_shapes():
     d["locals"] = [(k, 0) for k in range(4)]
     for k in range(4):
         d["partitions"][(k, 0)]["data"] = np.zeros((3, 8))
-    with pytest.raises(fp.PartitionedError, match=r"partitions\[\(0, 0\)\].shape: declared \(2, 8\), but its data has shape \(3, 8\)"):
+    with pytest.raises(fp.PartitionedError,
+                       match=r"partitions\[\(0, 0\)\].shape: declared \(2, 8\), but its data has shape \(3, 8\)"):
         fp.from_partitioned(d)

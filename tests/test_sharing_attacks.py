@@ -119,7 +119,8 @@ def test_a_node_whose_clock_runs_ahead_serves_a_capability_by_the_catalogs_clock
         meta = reader.open("mirrored").__partitioned__
         refs = [p["data"] for p in meta["partitions"].values()]
         assert all(ahead in {r[0] for r in ref.replicas} for ref in refs)
-        only_ahead = [dataclasses.replace(ref, replicas=tuple(r for r in ref.replicas if r[0] == ahead)) for ref in refs]
+        only_ahead = [dataclasses.replace(ref, replicas=tuple(r for r in ref.replicas if r[0] == ahead))
+                      for ref in refs]
         tables = meta["get"](only_ahead)  # every read asks the node an hour ahead, and only it
         assert pa.concat_tables(tables).equals(table_of(3000, 2))
         assert reader.open("only-ahead").to_arrow().equals(table_of(500, 3))
@@ -134,7 +135,8 @@ def test_a_node_whose_clock_runs_behind_refuses_a_capability_once_expired_by_the
         ds = reader.open("only-behind")  # its one partition is on the node an hour behind
         assert capability_expiry(ds) <= int(expiry)
         assert ds.to_arrow().equals(table_of(700, 6))
-        wait_until(lambda: time.time() > expiry + MARGIN + 0.5, timeout=20, what="the capability and its margin to pass")
+        wait_until(lambda: time.time() > expiry + MARGIN + 0.5, timeout=20,
+                   what="the capability and its margin to pass")
         with pytest.raises(fp.Unauthenticated, match="expired") as info:
             ds.to_arrow()
         assert "every replica refused" in str(info.value)
@@ -162,11 +164,13 @@ def test_a_node_whose_clock_is_past_the_margin_is_logged_and_shown(secured):
 def bearer(token: str, grant: str | None = None) -> flight.FlightCallOptions:
     """Call options carrying ``token``, as a plain Flight client sends it, and a writer's ``grant`` for its version."""
     headers = [(b"authorization", f"Bearer {token}".encode())]
-    return flight.FlightCallOptions(headers=headers + ([(tokens.GRANT_HEADER.encode(), grant.encode())] if grant else []))
+    return flight.FlightCallOptions(
+        headers=headers + ([(tokens.GRANT_HEADER.encode(), grant.encode())] if grant else []))
 
 
 def writer_of(name: str, dataset: str, version: int) -> flight.FlightCallOptions:
-    """A writer's call options for ``dataset`` v``version``, with the grant the catalog gives the writer that began it."""
+    """A writer's call options for ``dataset`` v``version``, with the grant the catalog gives the writer that began
+    it."""
     grant = tokens.version_grant(SECRET.encode(), dataset, version, name, int(time.time()) + 3600)
     return bearer(tokens.role_token(SECRET.encode(), "writer", name), grant)
 
@@ -245,13 +249,16 @@ def test_a_writer_holding_idle_puts_does_not_lock_others_out_and_loses_their_slo
             refused.append(code_of(exc))
             held.remove(writer)
     assert len(refused) == 32 and set(refused) == {"BUSY"}, refused
-    with fp.connect(secured.uri, token=tokens.role_token(SECRET.encode(), "writer", "alice"), host="127.0.0.99") as alice:
+    with fp.connect(secured.uri, token=tokens.role_token(SECRET.encode(), "writer", "alice"),
+                    host="127.0.0.99") as alice:
         truth = table_of(1000, 9)
-        assert alice.put("alices", truth, nodes=["127.0.0.121"]).to_arrow().equals(truth)  # while mallory holds her share
+        # while mallory holds her share
+        assert alice.put("alices", truth, nodes=["127.0.0.121"]).to_arrow().equals(truth)
     wait_until(lambda: node_streams(node) == 0, timeout=IDLE * 10, what="the idle puts' slots to be freed")
     assert "its put sent nothing for 3 s" in secured.nodes[0].log()
     with pytest.raises(flight.FlightError) as info:  # her open calls still count against her share
-        writer, _ = mallory.do_put(flight.FlightDescriptor.for_path("idle-puts", "1", "99", "0"), schema, options=options)
+        writer, _ = mallory.do_put(flight.FlightDescriptor.for_path("idle-puts", "1", "99", "0"), schema,
+                                   options=options)
         writer.write_table(pa.table({"id": [1]}, schema=schema))
         writer.close()
     assert code_of(info.value) == "BUSY"

@@ -103,7 +103,8 @@ def test_a_stream_of_several_sends_runs_of_partitions_as_few_batches(cluster):
     with fp.connect(cluster.uri, host="127.0.0.9") as client:
         ds, parts, uri = first_holder(client, "small-runs")
         mine = sorted(p for p, e in parts.items() if e["data"].replicas[0][0] == uri)
-        reader = flight.connect(uri).do_get(flight.Ticket(Ticket("small-runs", ds.version, mine[0], more=tuple(mine[1:]))
+        reader = flight.connect(uri).do_get(flight.Ticket(Ticket("small-runs", ds.version, mine[0],
+                                                                 more=tuple(mine[1:]))
                                                           .encode()))
         chunks = []
         while True:

@@ -40,11 +40,14 @@ def check(outputs: list[dict], size: int = 3) -> None:
     assert sorted(o["rank"] for o in outputs) == list(range(size))
     for o in outputs:
         r = o["rank"]
-        (start,), (rows,) = (lambda off, s: ((off[0],), (s[0],)))(*__import__("flightpart").default_partition(size, r, (50, 3)))
+        (start,), (rows,) = (lambda off, s: ((off[0],), (s[0],)))(
+            *__import__("flightpart").default_partition(size, r, (50, 3)))
         assert o["size"] == size and o["locals"] == [[r, 0]]
         assert o["none"] == [[k, 0] for k in range(size) if k != r]
-        assert o["dim0"] == {"dist_type": "b", "size": 50, "proc_grid_size": size, "proc_grid_rank": r, "start": start, "stop": start + rows}
-        assert o["dim1"] == {"dist_type": "b", "size": 3, "proc_grid_size": 1, "proc_grid_rank": 0, "start": 0, "stop": 3}  # 0.10
+        assert o["dim0"] == {"dist_type": "b", "size": 50, "proc_grid_size": size, "proc_grid_rank": r, "start": start,
+                             "stop": start + rows}
+        assert o["dim1"] == {"dist_type": "b", "size": 3, "proc_grid_size": 1, "proc_grid_rank": 0, "start": 0,
+                             "stop": 3}  # 0.10
         assert o["first_row"] == [start, start * 10, start * 100]
 
 
@@ -52,7 +55,8 @@ def test_env_launcher_three_ranks(cluster, tmp_path):
     script = tmp_path / "rank.py"
     script.write_text(RANK_SCRIPT)
     procs = [
-        subprocess.Popen([sys.executable, str(script), "spmd-env", str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        subprocess.Popen([sys.executable, str(script), "spmd-env", str(tmp_path)], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True,
                          env={**os.environ, "RANK": str(r), "WORLD_SIZE": "3", "FLIGHTPART_CATALOG": cluster.uri})
         for r in range(3)
     ]
@@ -77,7 +81,8 @@ def test_real_mpirun_three_ranks(cluster, tmp_path):
     script = tmp_path / "rank.py"
     script.write_text(RANK_SCRIPT)
     env = {**os.environ, "FLIGHTPART_CATALOG": cluster.uri}
-    done = subprocess.run(["mpirun", "--allow-run-as-root", "--oversubscribe", "-n", "3", sys.executable, str(script), "spmd-mpi", str(tmp_path)],
+    done = subprocess.run(["mpirun", "--allow-run-as-root", "--oversubscribe", "-n", "3", sys.executable, str(script),
+                           "spmd-mpi", str(tmp_path)],
                           capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     check([json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(3)])

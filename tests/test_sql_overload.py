@@ -92,13 +92,15 @@ def test_a_bad_limit_is_a_clear_error_at_start(tmp_path, value):
     done = subprocess.run([sys.executable, "-m", "flightpart", "catalog", "--host", "127.0.0.1", "--port", "0",
                            "--state-dir", str(tmp_path)], env={**os.environ, "FLIGHTPART_SQL_QUERIES": value},
                           capture_output=True, text=True, timeout=120)
-    assert done.returncode != 0 and "FLIGHTPART_SQL_QUERIES" in done.stderr and "Traceback" not in done.stderr, done.stderr
+    assert (done.returncode != 0 and "FLIGHTPART_SQL_QUERIES" in done.stderr
+            and "Traceback" not in done.stderr), done.stderr
 
 
 def test_a_query_past_its_callers_deadline_is_a_timeout_not_an_unavailable_catalog(one_slot):
     """The caller's own deadline passing had come back as ``NodeUnavailable`` (UNAVAILABLE, a ConnectionError), which
     invites a retry that would time out the same way."""
-    with fp.connect(one_slot) as client, pytest.raises(fp.QueryTimeout, match="within the 2 s this call allows") as info:
+    with fp.connect(one_slot) as client, pytest.raises(fp.QueryTimeout,
+                                                       match="within the 2 s this call allows") as info:
         client.sql(SLOW, timeout=2)
     assert isinstance(info.value, TimeoutError) and not isinstance(info.value, ConnectionError)
     assert info.value.code == "QUERY_TIMEOUT"

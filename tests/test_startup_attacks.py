@@ -285,7 +285,8 @@ def test_a_clients_token_in_a_daemons_environment_without_a_secret_is_refused(tm
 @pytest.fixture(scope="module")
 def shared(tmp_path_factory):
     """A catalog with its status page and two nodes, for the attacks that neither kill nor freeze it."""
-    with LocalCluster(tmp_path_factory.mktemp("startup"), nodes=2, first_ip=176, extra_args=["--metrics-port", "0"]) as c:
+    with LocalCluster(tmp_path_factory.mktemp("startup"), nodes=2, first_ip=176,
+                      extra_args=["--metrics-port", "0"]) as c:
         yield c
 
 
@@ -411,14 +412,14 @@ def test_metrics_leave_out_a_value_that_is_not_a_number():
     from server.metrics import exposition, metrics_registry
     from server.telemetry import Telemetry
 
-    stats = {"bytes_sent": "many", "rows_sent": None, "batches_sent": [1], "partitions_held": 7, "free_bytes": float("nan"),
-             "problems": "not a list", "nodes_alive": "two"}
+    stats = {"bytes_sent": "many", "rows_sent": None, "batches_sent": [1], "partitions_held": 7,
+             "free_bytes": float("nan"), "problems": "not a list", "nodes_alive": "two"}
     text = exposition(metrics_registry("node", lambda: stats, Telemetry(), lambda: [])).decode()
     families = {f.name: f for f in text_string_to_metric_families(text)}
     assert families["flightpart_held_partitions"].samples[0].value == 7
     assert families["flightpart_healthy"].samples[0].value == 1  # problems taken from the daemon, not the bad value
-    for missing in ("flightpart_sent_bytes", "flightpart_sent_rows", "flightpart_sent_batches", "flightpart_disk_free_bytes",
-                    "flightpart_nodes"):
+    for missing in ("flightpart_sent_bytes", "flightpart_sent_rows", "flightpart_sent_batches",
+                    "flightpart_disk_free_bytes", "flightpart_nodes"):
         assert missing not in families, missing
 
 
@@ -447,6 +448,7 @@ def test_the_start_up_line_says_tls_on_and_mutual(tmp_path):
         try:
             started = [line for line in daemon.log().splitlines() if "serving at" in line]
             assert len(started) == 1 and daemon.uri.startswith("grpc+tls://"), daemon.log()
-            assert started[0].endswith(f"flightpart catalog serving at {daemon.uri}; cluster not yet; auth open; TLS {mode}")
+            assert started[0].endswith(f"flightpart catalog serving at {daemon.uri}; cluster not yet; auth "
+                                       f"open; TLS {mode}")
         finally:
             daemon.stop()

@@ -18,8 +18,9 @@ import flightpart as fp
 from flightpart.local.cluster import Daemon
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (apt-get install chromium); "
-                                                         ".ci/run installs it")
+pytestmark = pytest.mark.skipif(CHROMIUM is None,
+                                reason="Debian's chromium is not installed (apt-get install chromium); "
+                                       ".ci/run installs it")
 WIDTH, HEIGHT = 1100, 900
 
 
@@ -27,7 +28,8 @@ def chromium(url: str, profile, *args: str) -> subprocess.CompletedProcess:
     """Headless Chromium as root on a closed network: no sandbox, no background connections, a fresh profile."""
     return subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                            "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                           f"--user-data-dir={profile}", "--hide-scrollbars", f"--window-size={WIDTH},{HEIGHT}", *args, url],
+                           f"--user-data-dir={profile}", "--hide-scrollbars", f"--window-size={WIDTH},{HEIGHT}", *args,
+                           url],
                           capture_output=True, text=True, timeout=120)
 
 
@@ -48,10 +50,12 @@ def test_the_status_page_shows_nodes_and_grids_live(cluster, tmp_path):
     page = catalog.uris["catalog-status"]
     with fp.connect(catalog.uris["catalog"], host="127.0.0.99") as client:
         client.put("events", pa.table({"x": np.arange(300_000)}), tiling=(3, 1))
-        client.put("mirrored", pa.table({"x": np.arange(200_000), "y": np.arange(200_000) * 0.5}), tiling=(2, 2), replicas=2)
+        client.put("mirrored", pa.table({"x": np.arange(200_000), "y": np.arange(200_000) * 0.5}), tiling=(2, 2),
+                   replicas=2)
         client.open("events").to_arrow()  # every node serves a partition
     status = json.loads(urllib.request.urlopen(page + "status.json", timeout=10).read())
-    assert [n["health"] for n in status["nodes"]] == ["SERVING"] * 3 and all(n["bytes_sent"] > 0 for n in status["nodes"])
+    assert ([n["health"] for n in status["nodes"]] == ["SERVING"] * 3
+            and all(n["bytes_sent"] > 0 for n in status["nodes"]))
 
     dom = chromium(page, tmp_path / "profile", "--dump-dom")
     assert dom.returncode == 0, dom.stderr[-2000:]
@@ -90,4 +94,5 @@ def test_the_status_page_shows_nodes_and_grids_live(cluster, tmp_path):
         if "no heartbeat: dead" in html:  # first unreachable, then dead once its heartbeats stop counting
             break
         time.sleep(1)
-    assert (html.count(">SERVING<"), html.count(">NOT_SERVING<"), "no heartbeat: dead" in html) == (2, 1, True), html[-3000:]
+    assert (html.count(">SERVING<"), html.count(">NOT_SERVING<"),
+            "no heartbeat: dead" in html) == (2, 1, True), html[-3000:]

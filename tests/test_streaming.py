@@ -47,9 +47,11 @@ def test_duckdb_polars_and_pyarrow_read_a_dataset_directly(cluster):
         assert pa.RecordBatchReader.from_stream(ds).read_all().equals(whole)
         assert pa.Table.from_batches(list(ds.to_batches())).equals(whole)
         assert pl.DataFrame(ds).equals(pl.from_arrow(whole))
-        assert duckdb.sql("select count(*), sum(units) from ds").fetchall() == [(60_000, pa.compute.sum(table["units"]).as_py())]
+        assert (duckdb.sql("select count(*), sum(units) from ds").fetchall()
+                == [(60_000, pa.compute.sum(table["units"]).as_py())])
         got = duckdb.sql("select store, sum(amount) as total from ds group by store order by store").to_arrow_table()
-        want = duckdb.sql("select store, sum(amount) as total from whole group by store order by store").to_arrow_table()
+        want = duckdb.sql("select store, sum(amount) as total from whole group by "
+                          "store order by store").to_arrow_table()
         assert got.column("store").equals(want.column("store"))
         assert np.allclose(got.column("total").to_numpy(), want.column("total").to_numpy())
         view = ds.select(["units", "order"])[1000:50_000]
@@ -216,9 +218,10 @@ def test_a_reader_capped_well_below_the_dataset_reads_it_all(cluster, big, how, 
         pytest.skip(cap.unavailable)
     try:
         assert big > 2.2 * cap.limit
-        proc = subprocess.run([sys.executable, "-c", READ, cluster.uri, how], capture_output=True, text=True, timeout=600,
-                              preexec_fn=cap.preexec)
-        assert proc.returncode == 0, f"killed by signal {-proc.returncode}" if proc.returncode < 0 else proc.stderr[-2000:]
+        proc = subprocess.run([sys.executable, "-c", READ, cluster.uri, how], capture_output=True, text=True,
+                              timeout=600, preexec_fn=cap.preexec)
+        assert proc.returncode == 0, (f"killed by signal {-proc.returncode}" if proc.returncode < 0
+                                      else proc.stderr[-2000:])
         assert json.loads(proc.stdout.strip().splitlines()[-1])["rows"] == 30_000_000
         whole = subprocess.run([sys.executable, "-c", READ, cluster.uri, "to_arrow"], capture_output=True, text=True,
                                timeout=600, preexec_fn=cap.preexec)
@@ -235,7 +238,8 @@ def test_putting_parquet_larger_than_the_window_keeps_memory_flat(cluster, tmp_p
     folder.mkdir()
     for k in range(4):  # four files, about 180 MB of columns each
         n = rows // 4
-        part = pa.table({"a": np.arange(k * n, (k + 1) * n), "b": rng.random(n), "c": rng.random(n), "d": rng.integers(0, 9, n)})
+        part = pa.table({"a": np.arange(k * n, (k + 1) * n), "b": rng.random(n), "c": rng.random(n),
+                         "d": rng.integers(0, 9, n)})
         pq.write_table(part, folder / f"part-{k}.parquet", row_group_size=250_000)
     size_mb = rows * 32 / MB
     cap = MemoryCap(300 * MB)  # the writer's memory, enforced by the kernel where a memory cgroup can be made
@@ -244,7 +248,8 @@ def test_putting_parquet_larger_than_the_window_keeps_memory_flat(cluster, tmp_p
     finally:
         cap.remove()
     assert result["tiling"] == [48, 1]
-    assert result["growth_mb"] < size_mb / 2.5, result  # the Parquet reader's own buffers and a few partitions in flight
+    # the Parquet reader's own buffers and a few partitions in flight
+    assert result["growth_mb"] < size_mb / 2.5, result
     with fp.connect(cluster.uri) as client:
         back = client.open("from-parquet")
         assert back.shape == (rows, 4)

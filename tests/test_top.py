@@ -83,7 +83,8 @@ def labelled(make_cluster):
     made = make_cluster(2, process=True)
     rng = np.random.default_rng(11)
     rows = 6_000
-    table = pa.table({"id": np.arange(rows), "team": pa.array([f"t{k:02d}" for k in rng.integers(0, 40, rows)]).dictionary_encode(),
+    table = pa.table({"id": np.arange(rows),
+                      "team": pa.array([f"t{k:02d}" for k in rng.integers(0, 40, rows)]).dictionary_encode(),
                       "tags": pa.array([[int(k)] for k in rng.integers(0, 9, rows)]), "w": rng.random(rows)})
     with fp.connect(made.uri) as writer:
         writer.put("labelled", table, tiling=(4, 1), replicas=2)
@@ -111,7 +112,8 @@ def test_top_by_a_dictionary_column_orders_by_its_values_on_every_path(labelled)
     want = decoded.sort_by(by).slice(0, 9)
     with fp.connect(made.uri, host="127.0.0.99") as client:  # every partition streamed
         got = client.open("labelled").top(9, by)
-        assert got.column("id").equals(want.column("id")) and got.column("team").cast(pa.string()).equals(want.column("team"))
+        assert (got.column("id").equals(want.column("id"))
+                and got.column("team").cast(pa.string()).equals(want.column("team")))
     host = made.nodes[0].uri.split("//")[1].rsplit(":", 1)[0]
     with fp.connect(made.uri, host=host) as client:  # one node's partitions read on its own host
         assert client.open("labelled").top(9, by).column("id").equals(want.column("id"))

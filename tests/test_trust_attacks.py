@@ -76,7 +76,8 @@ def add_node(cluster: LocalCluster, name: str, ip: str, data_dir: Path | None = 
     saved, cluster.extra_args = cluster.extra_args, []
     try:
         return cluster.add_node(ip, heartbeat=0.3, data_dir=data_dir,
-                                args=["--node-token-file", str(token), "--verify-key-file", str(cluster.root / "verify-key")])
+                                args=["--node-token-file", str(token), "--verify-key-file",
+                                      str(cluster.root / "verify-key")])
     finally:
         cluster.extra_args = saved
 
@@ -182,7 +183,8 @@ def test_a_node_token_cannot_write_drop_repair_commit_or_speak_for_another_node(
             lambda: hostile.drop("victim"),
             lambda: hostile.call(fp.wire.Repair()),
             lambda: hostile.call(manifest),
-            lambda: raw_action(hostile, "register-node", {"node_id": "n1", "uri": "grpc://127.0.0.163:1", "ip": "127.0.0.163", "pid": 1}),
+            lambda: raw_action(hostile, "register-node",
+                               {"node_id": "n1", "uri": "grpc://127.0.0.163:1", "ip": "127.0.0.163", "pid": 1}),
             lambda: hostile.call(fp.wire.Heartbeat("n1")),
         ]
         for refused in refusals:
@@ -214,7 +216,8 @@ def test_a_node_token_cannot_write_drop_repair_commit_or_speak_for_another_node(
     with pytest.raises(flight.FlightError) as info:
         list(node.do_action(flight.Action(lead.ACTION, lead.encode()), options=as_evil))
     assert code_of(info.value) == "FORBIDDEN"
-    with fp.connect(c.uri, token=tokens.role_token(SECRET, "admin", "ops"), host="127.0.0.99") as admin:  # the real catalog's orders still go through: a drop of a fresh put
+    # the real catalog's orders still go through: a drop of a fresh put
+    with fp.connect(c.uri, token=tokens.role_token(SECRET, "admin", "ops"), host="127.0.0.99") as admin:
         admin.put("fenced", table_of(10))
         alive = sum(n["alive"] for n in admin.nodes())
         assert admin.call(wire.Drop("fenced")).nodes_cleaned == alive > 0  # every live node obeyed the drop
@@ -245,7 +248,8 @@ def test_a_node_cannot_mint_another_role_from_what_it_holds(trusted):
             list(node.do_action(flight.Action("stats", b""), options=options))
     # the operator's command will not hand out the catalog's own name among nodes
     run = subprocess.run([sys.executable, "-m", "flightpart", "token", "--role", "node", "--name", "catalog"],
-                         env={"FLIGHTPART_SECRET": SECRET.decode(), "PATH": "/usr/bin:/bin"}, capture_output=True, text=True)
+                         env={"FLIGHTPART_SECRET": SECRET.decode(), "PATH": "/usr/bin:/bin"}, capture_output=True,
+                         text=True)
     assert run.returncode == 2 and "catalog" in run.stderr
 
 
@@ -253,10 +257,12 @@ def test_a_node_refuses_to_start_on_another_nodes_directory_or_a_forged_token(tr
     c = trusted
     taken = c.root / "node-127.0.0.160"  # n1's directory
     bad = credential_file(tmp_path / "bad.token", node_token("n1")[:-4] + "AAAA")
-    for token_file, data_dir in ((credential_file(tmp_path / "n9.token", node_token("n9")), taken), (bad, tmp_path / "fresh")):
+    for token_file, data_dir in ((credential_file(tmp_path / "n9.token", node_token("n9")), taken),
+                                 (bad, tmp_path / "fresh")):
         run = subprocess.run([sys.executable, "-m", "flightpart", "serve", "--host", "127.0.0.170", "--port", "0",
                               "--data-dir", str(data_dir), "--catalog", c.uri, "--node-token-file", str(token_file),
-                              "--verify-key-file", str(c.root / "verify-key")], capture_output=True, text=True, timeout=60)
+                              "--verify-key-file", str(c.root / "verify-key")], capture_output=True, text=True,
+                             timeout=60)
         assert run.returncode != 0 and run.returncode > 0, run.stderr
         assert "node token" in run.stderr and "Traceback" not in run.stderr
 
@@ -336,7 +342,8 @@ def test_a_node_token_cannot_drop_datasets_or_use_up_version_numbers_by_register
             with fp.connect(c.uri, token=node_token("mole"), host="127.0.0.99") as mole:
                 mole.call(wire.RegisterNode("mole", "grpc://127.0.0.168:1", "127.0.0.168", 4242,
                                             versions=(wire.VersionRef("buried", 1),),
-                                            tombstones=(wire.Tombstones("victim", 0, (1,), ()), wire.Tombstones("buried", 5))))
+                                            tombstones=(wire.Tombstones("victim", 0, (1,), ()),
+                                                        wire.Tombstones("buried", 5))))
                 # accepted, but without the number: refusing the registration had shut a node out for one file
                 mole.call(wire.RegisterNode("mole", "grpc://127.0.0.168:1", "127.0.0.168", 4242,
                                             versions=(wire.VersionRef("other", (1 << 62) - 1),)))
@@ -454,7 +461,8 @@ def test_a_repair_does_not_take_rows_a_writer_planted_on_its_target_as_a_replica
             held = {loc[0] for loc in first["location"]}
             spare = next(n for n in c.nodes if not any(f"//{ip}:" in n.uri for ip in held))
             planted = truth.slice(0, first["shape"][0]).set_column(0, "id", pa.array([-1] * first["shape"][0]))
-            put_raw(flight.connect(spare.uri), ["sales", "1", "0", "0"], planted, options=writer.pool.options(30, grants[-1]))
+            put_raw(flight.connect(spare.uri), ["sales", "1", "0", "0"], planted,
+                    options=writer.pool.options(30, grants[-1]))
             down = next(n for n in c.nodes if f"//{sorted(held)[0]}:" in n.uri)
             down.kill()
             wait_until(lambda: len(alive(client)) == 2, 30, "the killed node to be seen dead")

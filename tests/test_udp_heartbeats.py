@@ -74,11 +74,12 @@ def test_beats_go_in_signed_datagrams_and_forged_replayed_or_borrowed_ones_keep_
     secret_file = tmp_path / "secret"
     secret_file.write_text(SECRET + "\n")
     secret_file.chmod(0o600)
-    catalog = Daemon(["catalog", "--host", "127.0.0.91", "--port", free_port("127.0.0.91"), "--state-dir", str(tmp_path / "s"),
-                      "--dead-after", "3", "--secret-file", str(secret_file), "--metrics-port", "0"])
+    catalog = Daemon(["catalog", "--host", "127.0.0.91", "--port", free_port("127.0.0.91"), "--state-dir",
+                      str(tmp_path / "s"), "--dead-after", "3", "--secret-file", str(secret_file), "--metrics-port",
+                      "0"])
     address = catalog.uris["catalog"]
-    node = Daemon(["serve", "--host", "127.0.0.92", "--port", "0", "--data-dir", str(tmp_path / "d"), "--catalog", address,
-                   "--heartbeat", "0.3", "--secret-file", str(secret_file)])
+    node = Daemon(["serve", "--host", "127.0.0.92", "--port", "0", "--data-dir", str(tmp_path / "d"), "--catalog",
+                   address, "--heartbeat", "0.3", "--secret-file", str(secret_file)])
     try:
         with fp.connect(address, token=SECRET, host="127.0.0.99") as client:
             wait_for(address, min_nodes=1, access=client.pool.access)
@@ -98,8 +99,8 @@ def test_beats_go_in_signed_datagrams_and_forged_replayed_or_borrowed_ones_keep_
             host, port = address.split("//")[1].rsplit(":", 1)
             wire = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
             wire.connect((host, int(port)))
-            later = {"node_id": node_id, "free_bytes": 1, "low_space": False, "clock_ms": int(wall_clock() * 1000) + 4_000,
-                     "nonce": 12345}
+            later = {"node_id": node_id, "free_bytes": 1, "low_space": False,
+                     "clock_ms": int(wall_clock() * 1000) + 4_000, "nonce": 12345}
             body, signature = split_token(role_token(secret, "node", node_id))
             other_body, other_signature = split_token(role_token(secret, "node", "somebody-else"))
             expired_body, expired_signature = split_token(role_token(secret, "node", node_id, expiry=1_000_000_000))
@@ -142,8 +143,10 @@ def test_beats_go_in_signed_datagrams_and_forged_replayed_or_borrowed_ones_keep_
             tick = 0
             while time.monotonic() < deadline:  # replayed and forged beats all along: the node is declared dead
                 tick += 1
-                for datagram in (recorded, fresh, pack({**later, "clock_ms": later["clock_ms"] + 2 + tick, "token": body},
-                                                       b"\x01" * 64), pack({**later, "clock_ms": later["clock_ms"] + 2 + tick}, None)):
+                for datagram in (recorded, fresh,
+                                 pack({**later, "clock_ms": later["clock_ms"] + 2 + tick, "token": body},
+                                      b"\x01" * 64),
+                                 pack({**later, "clock_ms": later["clock_ms"] + 2 + tick}, None)):
                     wire.send(datagram)
                 time.sleep(0.05)
             assert alive(client)[node_id] is False
@@ -216,8 +219,8 @@ def test_a_node_that_died_while_its_catalog_was_frozen_is_not_brought_back_by_it
     after --dead-after: the dead node's queued beats say it was alive seconds ago, not now, and must not revive it
     (they did, over Flight as over UDP, before beats counted from when they were sent)."""
     env = {"FLIGHTPART_UDP_HEARTBEATS": "off"} if transport == "flight" else {}
-    catalog = Daemon(["catalog", "--host", "127.0.0.97", "--port", free_port("127.0.0.97"), "--state-dir", str(tmp_path / "s"),
-                      "--dead-after", "3"], env=env)
+    catalog = Daemon(["catalog", "--host", "127.0.0.97", "--port", free_port("127.0.0.97"), "--state-dir",
+                      str(tmp_path / "s"), "--dead-after", "3"], env=env)
     address = catalog.uris["catalog"]
     nodes = [Daemon(["serve", "--host", f"127.0.0.{98 + k}", "--port", "0", "--data-dir", str(tmp_path / f"d{k}"),
                      "--catalog", address, "--heartbeat", "0.3"], env=env) for k in range(2)]

@@ -95,7 +95,8 @@ def test_ten_rounds_of_two_racing_appends_keep_all_twenty(writers):
         assert outcomes[0][1].version != outcomes[1][1].version
         expected |= set(first.column("id").to_pylist()) | set(second.column("id").to_pylist())
         latest = a.open("race-appends")
-        assert ids_of(latest) == sorted(expected), f"round {r}: an acknowledged append is missing from v{latest.version}"
+        assert ids_of(latest) == sorted(expected), (f"round {r}: an acknowledged append is missing from "
+                                                    f"v{latest.version}")
     assert len(expected) == 30 + ROUNDS * 12
 
 
@@ -160,7 +161,8 @@ def test_an_append_racing_a_drop_is_never_acknowledged_into_a_dropped_dataset(sh
 
 
 def test_a_drop_in_the_middle_of_an_append_fails_it_and_leaves_no_file(shared, writers):
-    """The append has stored part of its stream when the dataset is dropped under it; the rest arrives after the drop."""
+    """The append has stored part of its stream when the dataset is dropped under it; the rest arrives after the
+    drop."""
     a, b = writers
     a.put("drop-mid", rows(0, 50))
     received = lambda: sum(a.stats(n.uri)["bytes_received"] for n in shared.nodes)  # noqa: E731
@@ -269,7 +271,8 @@ def _relink(client: Any, uri: str, order: Relink) -> Any:
 
 @pytest.fixture(scope="module")
 def frozen_cluster(tmp_path_factory):
-    """Its own cluster (nodes are frozen here); the catalog counts a silent node alive for long, so writes still pick it."""
+    """Its own cluster (nodes are frozen here); the catalog counts a silent node alive for long, so writes still pick
+    it."""
     with LocalCluster(tmp_path_factory.mktemp("frozen"), nodes=3, dead_after=600.0) as c:
         with fp.connect(c.uri) as setup:
             setup.put("fz-reshape", rows(0, 3000), tiling=(3, 1))

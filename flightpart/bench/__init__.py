@@ -6,4 +6,5 @@ from .network import plot_network, run_network_bench
 from .run import plot, render, run_bench
 from .scale import plot_scale, render_scale, run_scale
 
-__all__ = ["plot", "plot_network", "plot_scale", "render", "render_scale", "run_bench", "run_network_bench", "run_scale"]
+__all__ = ["plot", "plot_network", "plot_scale", "render", "render_scale", "run_bench", "run_network_bench",
+           "run_scale"]

@@ -134,7 +134,8 @@ def render_comparison(changes: Sequence[Change], old_label: str) -> None:
     colour = {"slower": "red", "faster": "green"}
     for c in changes:
         if c.verdict in ("new", "gone"):
-            t.add_row(escape(c.case), c.measure, "", _figure(c.measure, c.new) if c.verdict == "new" else "", "", "", c.verdict)
+            t.add_row(escape(c.case), c.measure, "", _figure(c.measure, c.new) if c.verdict == "new" else "", "", "",
+                      c.verdict)
             continue
         verdict = f"[{colour[c.verdict]}]{c.verdict}[/]" if c.verdict in colour else c.verdict
         t.add_row(escape(c.case), c.measure, _figure(c.measure, c.old), _figure(c.measure, c.new), f"{c.change:+.0%}",
@@ -153,10 +154,12 @@ def _figure(measure: str, value: float) -> str:
 
 def markdown(changes: Sequence[Change]) -> str:
     """The comparison as a Markdown table, for docs/benchmarks.md."""
-    lines = ["| case | measure | before | now | change | noise | verdict |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    lines = ["| case | measure | before | now | change | noise | verdict |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
     for c in changes:
         if c.verdict in ("new", "gone"):
-            lines.append(f"| {c.case} | {c.measure} | | {_figure(c.measure, c.new) if c.verdict == 'new' else ''} | | | {c.verdict} |")
+            lines.append(f"| {c.case} | {c.measure} | | {_figure(c.measure, c.new) if c.verdict == 'new' else ''} | | "
+                         f"| {c.verdict} |")
         else:
             lines.append(f"| {c.case} | {c.measure} | {_figure(c.measure, c.old)} | {_figure(c.measure, c.new)} | "
                          f"{c.change:+.0%} | {_noise(c)} | {c.verdict} |")

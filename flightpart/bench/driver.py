@@ -99,8 +99,10 @@ class DaskReader:
 
     def scatter(self, name: str, kind: str, nbytes: int, parts: int, ips: list[str]) -> dict:
         table = bench_data(kind, nbytes)
-        workers = {info["host"]: address for address, info in self.client.scheduler_info(n_workers=-1)["workers"].items()}
-        pieces = [table.slice(c.start[0], c.shape[0]) for c in grid_cells((table.num_rows, table.num_columns), (parts, 1))]
+        workers = {info["host"]: address
+                   for address, info in self.client.scheduler_info(n_workers=-1)["workers"].items()}
+        pieces = [table.slice(c.start[0], c.shape[0])
+                  for c in grid_cells((table.num_rows, table.num_columns), (parts, 1))]
         self.futures[name] = [self.client.scatter(p, workers=[workers[ip]], direct=True) for p, ip in zip(pieces, ips)]
         return {}
 

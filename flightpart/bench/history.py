@@ -52,7 +52,8 @@ def _runs_on() -> str:
         except importlib.metadata.PackageNotFoundError:
             versions.append(f"{name} -")
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") if hasattr(os, "sysconf") else 0
-    return f"python {sys.version.split()[0]}\n" + "\n".join(versions) + f"\ncpus {os.cpu_count()} memory {memory >> 30} GiB\n"
+    return (f"python {sys.version.split()[0]}\n" + "\n".join(versions)
+            + f"\ncpus {os.cpu_count()} memory {memory >> 30} GiB\n")
 
 
 def stamp(run: dict, code: str | None = None) -> dict:

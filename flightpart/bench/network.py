@@ -159,7 +159,8 @@ class NetworkBench:
         for kind in self.kinds:
             self.fp_far.send("put", name=f"remote-{kind}", kind=kind, nbytes=self.size, tiling=[1, 1], nodes=ips[1:],
                              replicas=2)
-            self.fp_far.send("put", name=f"whole-{kind}", kind=kind, nbytes=self.size, tiling=[3, 1], nodes=ips, replicas=1)
+            self.fp_far.send("put", name=f"whole-{kind}", kind=kind, nbytes=self.size, tiling=[3, 1], nodes=ips,
+                             replicas=1)
         self.raw_far: dict[str, Driver] = {}
         for kind in self.kinds:
             path = self.fp_far.send("partition_file", name=f"remote-{kind}", ip=ips[1])["path"]
@@ -172,8 +173,9 @@ class NetworkBench:
         log(f"[{self.rate}] starting Dask (scheduler on the catalog's host, a worker on each node's host) ...")
         scheduler_file = str(self.root / "scheduler.json")
         quiet = {"stdout": subprocess.DEVNULL, "stderr": open(self.root / "dask.log", "w")}
-        self._server(net.catalog_host, [sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", net.catalog_host.ip,
-                                        "--port", "0", "--scheduler-file", scheduler_file, "--no-dashboard"], self.dask, **quiet)
+        self._server(net.catalog_host,
+                     [sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", net.catalog_host.ip,
+                      "--port", "0", "--scheduler-file", scheduler_file, "--no-dashboard"], self.dask, **quiet)
         deadline = time.monotonic() + 60
         while not os.path.exists(scheduler_file):
             if time.monotonic() > deadline:
@@ -181,7 +183,8 @@ class NetworkBench:
             time.sleep(0.2)
         for host in net.node_hosts:
             self._server(host, [sys.executable, "-m", "distributed.cli.dask_worker", "--scheduler-file", scheduler_file,
-                                "--host", host.ip, "--nthreads", "1", "--no-nanny", "--memory-limit", "0", "--no-dashboard"],
+                                "--host", host.ip, "--nthreads", "1", "--no-nanny", "--memory-limit", "0",
+                                "--no-dashboard"],
                          self.dask, **quiet)
         self.dask_far = self._driver(self.far, "dask", self.dask, scheduler_file=scheduler_file)
         self.dask_near = self._driver(self.near, "dask", self.dask, scheduler_file=scheduler_file)
@@ -223,11 +226,15 @@ class NetworkBench:
         thaw(self.groups)
         contenders = {
             "flightpart get (streamed)": Contender(self.fp, lambda: self.fp_far.send("read", name=name)),
-            "flightpart, compression off": Contender(self.fp, lambda: self.fp_far.send("read", name=name, compression="off")),
-            "flightpart, 4 streams per partition": Contender(self.fp, lambda: self.fp_far.send("read", name=name, streams=4)),
+            "flightpart, compression off": Contender(self.fp,
+                                                     lambda: self.fp_far.send("read", name=name, compression="off")),
+            "flightpart, 4 streams per partition": Contender(self.fp,
+                                                             lambda: self.fp_far.send("read", name=name, streams=4)),
         }
-        contenders[f"raw pyarrow Flight ({best // 1024} KiB batches)"] = Contender(self.raw, lambda: raw.send("read", batch=best))
-        contenders["dask client.gather (1 worker)"] = Contender(self.dask, lambda: self.dask_far.send("read", name=name))
+        contenders[f"raw pyarrow Flight ({best // 1024} KiB batches)"] = Contender(
+            self.raw, lambda: raw.send("read", batch=best))
+        contenders["dask client.gather (1 worker)"] = Contender(self.dask,
+                                                                lambda: self.dask_far.send("read", name=name))
         before = self.fp_far.send("compressed")["streams_compressed"]
         link = self.link_bytes_per_second()
         if link is None:
@@ -268,7 +275,8 @@ class NetworkBench:
 
 def run_network_bench(rate: str, size: int = 256 * MIB, *, runs: int = 5, kinds: Sequence[str] = ("floats", "sales"),
                       log: Callable[[str], None] = print) -> dict:
-    """Every network case at one link ``rate`` (or ``"loopback"``); the result as :func:`flightpart.bench.run.render` shows it."""
+    """Every network case at one link ``rate`` (or ``"loopback"``); the result as :func:`flightpart.bench.run.render`
+    shows it."""
     if rate != "loopback":
         rate_bits(rate)  # a clear error for a rate tc would not take
         reason = unavailable()
@@ -297,8 +305,8 @@ def run_network_bench(rate: str, size: int = 256 * MIB, *, runs: int = 5, kinds:
             guardian.close()
     return {
         "network": rate, "size_bytes": size, "runs": runs, "quick": False, "seconds": time.perf_counter() - started,
-        "machine": {"cpus": os.cpu_count(), "memory_bytes": psutil.virtual_memory().total, "python": sys.version.split()[0],
-                    "pyarrow": pa.__version__},
+        "machine": {"cpus": os.cpu_count(), "memory_bytes": psutil.virtual_memory().total,
+                    "python": sys.version.split()[0], "pyarrow": pa.__version__},
         "cases": [c.as_json() for c in cases],
     }
 

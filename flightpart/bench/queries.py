@@ -54,10 +54,12 @@ def taxi_table(rows: int, seed: int = 0) -> pa.Table:
 # Each question: SQL (DuckDB over the Parquet file and over the dataset), and the same through each other engine.
 QUESTIONS: dict[str, str] = {
     "total fare": "SELECT sum(fare) AS total FROM {t}",
-    "trips and mean fare by payment": "SELECT payment, count(*) AS trips, avg(fare) AS mean_fare FROM {t} GROUP BY payment",
+    "trips and mean fare by payment": "SELECT payment, count(*) AS trips, avg(fare) AS mean_fare FROM {t} "
+                                      "GROUP BY payment",
     "long trips over 30": "SELECT count(*) AS trips FROM {t} WHERE fare > 30",
-    "mean tip by zone in one week": ("SELECT pickup_zone, avg(tip) AS mean_tip FROM {t} WHERE pickup_at >= TIMESTAMP '2024-01-08' "
-                                     "AND pickup_at < TIMESTAMP '2024-01-15' GROUP BY pickup_zone"),
+    "mean tip by zone in one week": ("SELECT pickup_zone, avg(tip) AS mean_tip FROM {t} WHERE pickup_at >= "
+                                     "TIMESTAMP '2024-01-08' AND pickup_at < TIMESTAMP '2024-01-15' "
+                                     "GROUP BY pickup_zone"),
     "busiest five zones": ("SELECT pickup_zone, count(*) AS trips FROM {t} GROUP BY pickup_zone "
                            "ORDER BY trips DESC, pickup_zone LIMIT 5"),
 }
@@ -80,9 +82,11 @@ def answers_of(ds: Any) -> dict[str, Callable[[], Any]]:
     week = (pl.col("pickup_at") >= dt.datetime(2024, 1, 8)) & (pl.col("pickup_at") < dt.datetime(2024, 1, 15))
     polars = {
         "total fare": lambda: lazy().select(pl.col("fare").sum()).collect().item(),
-        "trips and mean fare by payment": lambda: lazy().group_by("payment").agg(pl.len(), pl.col("fare").mean()).collect().rows(),
+        "trips and mean fare by payment":
+            lambda: lazy().group_by("payment").agg(pl.len(), pl.col("fare").mean()).collect().rows(),
         "long trips over 30": lambda: lazy().filter(pl.col("fare") > 30).select(pl.len()).collect().item(),
-        "mean tip by zone in one week": lambda: lazy().filter(week).group_by("pickup_zone").agg(pl.col("tip").mean()).collect().rows(),
+        "mean tip by zone in one week":
+            lambda: lazy().filter(week).group_by("pickup_zone").agg(pl.col("tip").mean()).collect().rows(),
         "busiest five zones": lambda: lazy().group_by("pickup_zone").agg(pl.len().alias("trips"))
         .sort(["trips", "pickup_zone"], descending=[True, False]).head(5).collect().rows(),
     }
@@ -108,14 +112,17 @@ def answers_of(ds: Any) -> dict[str, Callable[[], Any]]:
                 & (pc.field("pickup_at") < pa.scalar(dt.datetime(2024, 1, 15), pa.timestamp("us"))))
         .group_by("pickup_zone").aggregate([("tip", "mean")]).to_pylist(),
         "busiest five zones": lambda: ds.select(["pickup_zone"]).to_arrow().group_by("pickup_zone")
-        .aggregate([("pickup_zone", "count")]).sort_by([("pickup_zone_count", "descending"), ("pickup_zone", "ascending")])
+        .aggregate([("pickup_zone", "count")]).sort_by([("pickup_zone_count", "descending"),
+                                                        ("pickup_zone", "ascending")])
         .slice(0, 5).to_pylist(),
     }
     ours = {
         "total fare": lambda: ds.aggregate([("fare", "sum")]).to_pylist(),
-        "trips and mean fare by payment": lambda: ds.aggregate([("fare", "count"), ("fare", "mean")], by="payment").to_pylist(),
+        "trips and mean fare by payment": lambda: ds.aggregate([("fare", "count"), ("fare", "mean")],
+                                                               by="payment").to_pylist(),
         "long trips over 30": lambda: ds.count_rows("fare > 30"),
-        "mean tip by zone in one week": lambda: ds.filter(WEEK).aggregate([("tip", "mean")], by="pickup_zone").to_pylist(),
+        "mean tip by zone in one week":
+            lambda: ds.filter(WEEK).aggregate([("tip", "mean")], by="pickup_zone").to_pylist(),
         "busiest five zones": lambda: ds.aggregate([("pickup_zone", "count")], by="pickup_zone").sort_by(
             [("pickup_zone_count", "descending"), ("pickup_zone", "ascending")]).slice(0, 5).to_pylist(),
     }

@@ -231,7 +231,8 @@ def case_remote_sizes(h: Harness, runs: int) -> list[Case]:
             name = f"bench-remote-{size // MIB}mib"
             ds = h.client.put(name, h.table.slice(0, rows), tiling=(1, 1), nodes=["127.0.0.3"])
             ref, get = ds.__partitioned__["partitions"][(0, 0)]["data"], ds.__partitioned__["get"]
-            sizes = {b: min(alternate({"raw": raw_read(b, rows)}, 5)["raw"]) for b in (MIB, 4 * MIB, 32 * MIB) if b <= size}
+            sizes = {b: min(alternate({"raw": raw_read(b, rows)}, 5)["raw"]) for b in (MIB, 4 * MIB, 32 * MIB)
+                     if b <= size}
             best = min(sizes, key=sizes.get)
             raw_name = f"raw pyarrow Flight ({best // 1024} KiB batches)"
             cpu: dict[str, list[float]] = {}
@@ -275,7 +276,8 @@ def case_local(h: Harness, runs: int) -> Case:
                 h.table.nbytes, times, extra={"arrow_pool_bytes_allocated": copied, "rss_growth_bytes": rss_growth})
     ours = case.median("flightpart get (local mmap)")
     limit = 5e-3 * max(1.0, h.table.nbytes / GIB)
-    case.met = copied == 0 and ours < max(limit, 5e-3) and (h.ray is None or ours <= case.median("ray.get (same node)") * 1.05)
+    case.met = copied == 0 and ours < max(limit, 5e-3) and (h.ray is None
+                                                            or ours <= case.median("ray.get (same node)") * 1.05)
     if h.ray is not None:
         case.ratio = ("flightpart get (local mmap)", "ray.get (same node)")
     return case
@@ -284,7 +286,8 @@ def case_local(h: Harness, runs: int) -> Case:
 def case_whole(h: Harness, runs: int) -> Case:
     ds = h.client.put("bench-whole", h.table, tiling=(3, 1))
     parts = [h.table.slice(c.start[0], c.shape[0]) for c in grid_cells(ds.shape, (3, 1))]
-    contenders: dict[str, Callable[[], Any]] = {"flightpart to_arrow()": lambda: h.client.open("bench-whole").to_arrow()}
+    contenders: dict[str, Callable[[], Any]] = {
+        "flightpart to_arrow()": lambda: h.client.open("bench-whole").to_arrow()}
     needs = {"flightpart to_arrow()": "flightpart"}
     if h.dask is not None:
         workers = sorted(h.dask.scheduler_info()["workers"])
@@ -339,14 +342,15 @@ def case_open(h: Harness, runs: int, partitions: int) -> Case:
     times = alternate({f"client.open ({partitions} partitions)": lambda: h.client.open("bench-open")}, runs)
     size = len(pickle.dumps(h.client.open("bench-open").__partitioned__))
     case = Case("open", "< 200 ms and < 300 pickled bytes per partition (10,000 partitions)", 0, times,
-                extra={"partitions": partitions, "pickled_bytes": size, "pickled_bytes_per_partition": size / partitions,
-                       "put_seconds": put_s})
+                extra={"partitions": partitions, "pickled_bytes": size,
+                       "pickled_bytes_per_partition": size / partitions, "put_seconds": put_s})
     case.met = case.median(next(iter(times))) < 0.2 and size / partitions < 300
     return case
 
 
 def case_filter(h: Harness, runs: int) -> Case:
-    """A 1 % filter evaluated on the nodes, against reading everything and filtering at the client (and DuckDB both ways)."""
+    """A 1 % filter evaluated on the nodes, against reading everything and filtering at the client (and DuckDB both
+    ways)."""
     import duckdb
 
     from flightpart.client import connect
@@ -439,7 +443,8 @@ def case_stream(h: Harness, runs: int) -> Case:
     growth: dict[str, list[int]] = {k: [] for k in times}
     for _ in range(runs):
         for name, how in (("flightpart to_batches()", "batches"), ("flightpart to_arrow()", "arrow")):
-            out = subprocess.run([sys.executable, "-c", _PEAK, h.cluster.uri, how], capture_output=True, text=True, timeout=600)
+            out = subprocess.run([sys.executable, "-c", _PEAK, h.cluster.uri, how], capture_output=True, text=True,
+                                 timeout=600)
             if out.returncode != 0:
                 raise RuntimeError(f"the {how} reader failed: {out.stderr[-500:]}")
             result = json.loads(out.stdout.strip().splitlines()[-1])
@@ -513,7 +518,8 @@ def render(result: dict) -> None:
             t.add_row(case["case"] if first else "", who, f"{median * 1e3:,.2f} ms", f"{gbps:.2f}" if gbps else "",
                       f"{cpu[who]:.2f}" if who in cpu else "", ratio, case["goal"] if first else "", met)
             first = False
-        extras = {k: v for k, v in case.items() if k in ("pickled_bytes_per_partition", "arrow_pool_bytes_allocated", "rss_growth_bytes")}
+        extras = {k: v for k, v in case.items()
+                  if k in ("pickled_bytes_per_partition", "arrow_pool_bytes_allocated", "rss_growth_bytes")}
         for k, v in extras.items():
             t.add_row("", f"  {k}", f"{v:,.0f}", *blank)
         if case.get("share_of_link_rate") is not None:
@@ -543,8 +549,9 @@ def as_markdown(result: dict) -> str:
             if ratio and case.get("cpu_ratio"):
                 ratio += f" at {case['cpu_ratio']:.2f}x its CPU"
             met = "" if not first or case.get("met") is None else ("yes" if case["met"] else "**no**")
-            lines.append(f"| {case['case'] if first else ''} | {who} | {median * 1e3:,.2f} ms | {f'{gbps:.2f}' if gbps else ''} | "
-                         f"{f'{cpu[who]:.2f}' if who in cpu else ''} | {ratio} | {case['goal'] if first else ''} | {met} |")
+            lines.append(f"| {case['case'] if first else ''} | {who} | {median * 1e3:,.2f} ms | "
+                         f"{f'{gbps:.2f}' if gbps else ''} | {f'{cpu[who]:.2f}' if who in cpu else ''} | {ratio} | "
+                         f"{case['goal'] if first else ''} | {met} |")
     return "\n".join(lines) + "\n"
 
 

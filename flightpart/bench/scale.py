@@ -101,7 +101,8 @@ def _watch(guardian: Guardian | None, pids: list[int]) -> None:
         guardian.watch(pids)
 
 
-def case_partitions(root: Path, sizes: list[int], log: Callable[[str], None], guardian: Guardian | None = None) -> list[dict]:
+def case_partitions(root: Path, sizes: list[int], log: Callable[[str], None],
+                    guardian: Guardian | None = None) -> list[dict]:
     """One dataset of P partitions on three nodes, for each P."""
     from flightpart import protocol
     from flightpart.client import connect
@@ -142,7 +143,8 @@ def case_partitions(root: Path, sizes: list[int], log: Callable[[str], None], gu
     return rows
 
 
-def case_columns(root: Path, sizes: list[int], log: Callable[[str], None], guardian: Guardian | None = None) -> list[dict]:
+def case_columns(root: Path, sizes: list[int], log: Callable[[str], None],
+                 guardian: Guardian | None = None) -> list[dict]:
     """One dataset of C columns and :data:`COLUMN_ROWS` rows on three nodes, for each C."""
     from flightpart.client import connect
     from flightpart.local.cluster import LocalCluster
@@ -225,14 +227,16 @@ def case_nodes(root: Path, sizes: list[int], datasets: int, window: float, log: 
             _wait_alive(client, 1)
             for k in range(n):
                 node_id, uri = _simulated(k)
-                client.pool.action(cluster.uri, RegisterNode(node_id, uri, uri[7:].rsplit(":", 1)[0], 1, None, __version__))
+                client.pool.action(cluster.uri,
+                                   RegisterNode(node_id, uri, uri[7:].rsplit(":", 1)[0], 1, None, __version__))
             catalog = psutil.Process(cluster.catalog.pid)
             ctx = multiprocessing.get_context("spawn")
             sent, in_datagrams = ctx.Value("l", 0), ctx.Value("l", 0)
             senders = max(1, min(4, n // 500))
             until = time.time() + window
             procs = [ctx.Process(target=_beat, args=(cluster.uri, n * s // senders, n * (s + 1) // senders,
-                                                     HEARTBEAT_SECONDS, until, sent, in_datagrams)) for s in range(senders)]
+                                                     HEARTBEAT_SECONDS, until, sent, in_datagrams))
+                     for s in range(senders)]
             for proc in procs:
                 proc.start()
             _watch(guardian, [proc.pid for proc in procs])
@@ -250,7 +254,8 @@ def case_nodes(root: Path, sizes: list[int], datasets: int, window: float, log: 
             list_s, listed = _seconds(client.list)
             nodes_s, known = _seconds(client.nodes)
             if len(listed) != datasets or len(known) != n + 1:
-                raise AssertionError(f"list returned {len(listed)} of {datasets} datasets, nodes {len(known)} of {n + 1}")
+                raise AssertionError(f"list returned {len(listed)} of {datasets} datasets, nodes "
+                                     f"{len(known)} of {n + 1}")
             rows.append({"simulated_nodes": n, "heartbeats_per_second": sent.value / window,
                          "share_in_datagrams": in_datagrams.value / max(1, sent.value),
                          "catalog_cpu_share": (cpu1 - cpu0) / (t1 - t0),
@@ -278,7 +283,8 @@ def case_frozen(root: Path, log: Callable[[str], None], guardian: Guardian | Non
         begun = client.call(Begin("half"))
         pending = begun.version
         for k, node in enumerate(cluster.nodes):
-            send_partition(client.pool, node.uri, "half", pending, (k, 0), table.slice(k * 1000, 1000), grant=begun.grant)
+            send_partition(client.pool, node.uri, "half", pending, (k, 0), table.slice(k * 1000, 1000),
+                           grant=begun.grant)
         frozen = cluster.nodes[1:]
         for node in frozen:
             os.kill(node.pid, signal.SIGSTOP)
@@ -401,7 +407,8 @@ def plot_scale(result: dict, path: str) -> None:
     nodes = result["nodes"]
     counts = [r["simulated_nodes"] for r in nodes]
     right.plot(counts, [r["catalog_cpu_share"] for r in nodes], marker="o", label="catalog CPU (share of a core)")
-    right.plot(counts, [r["list_seconds"] for r in nodes], marker="s", label=f"list, {nodes[0]['datasets']:,} datasets (s)")
+    right.plot(counts, [r["list_seconds"] for r in nodes], marker="s",
+               label=f"list, {nodes[0]['datasets']:,} datasets (s)")
     right.axhline(CATALOG_CPU_GOAL[1], ls=":", color="grey", label="goal: half a core")
     right.set_xlabel("nodes heartbeating every 2 s")
     right.legend(fontsize=7)

@@ -49,8 +49,8 @@ SQL_MIX: dict[str, str] = {
                        "WHERE pickup_zone IN ('JFK Airport', 'Hell''s Kitchen')"),
     "like": "SELECT pickup_zone, count(*) AS n FROM trips WHERE pickup_zone LIKE '%Airport' GROUP BY pickup_zone",
     "order by and limit": "SELECT fare, pickup_zone FROM trips ORDER BY fare DESC, pickup_at LIMIT 7",
-    "a join with a small dataset": ("SELECT z.borough, count(*) AS n FROM trips JOIN zones z ON z.zone = trips.pickup_zone "
-                                    "GROUP BY z.borough"),
+    "a join with a small dataset": ("SELECT z.borough, count(*) AS n FROM trips JOIN zones z ON z.zone = "
+                                    "trips.pickup_zone GROUP BY z.borough"),
     "count distinct per group": "SELECT payment, count(DISTINCT pickup_zone) AS zones FROM trips GROUP BY payment",
     "having": "SELECT pickup_zone, count(*) AS n FROM trips GROUP BY pickup_zone HAVING count(*) > 4000",
 }
@@ -155,7 +155,8 @@ def run_sql_bench(rows: int, *, runs: int = 7, quick: bool = False, with_roapi: 
 
             drivers = {FLIGHTPART: stack.enter_context(flight_sql.connect(cluster.uri))}
             if binary is not None:
-                drivers[ROAPI] = stack.enter_context(flight_sql.connect(stack.enter_context(roapi_server(binary, files))))
+                drivers[ROAPI] = stack.enter_context(
+                    flight_sql.connect(stack.enter_context(roapi_server(binary, files))))
             cases = _time_mix(drivers, duckdb_on_files(files), runs, log)
     cases.append(_mix_case(cases, ROAPI if binary is not None else DUCKDB))
     result = {"kind": "sql", "size_bytes": trips.nbytes, "rows": rows, "quick": quick, "runs": runs,

@@ -19,30 +19,36 @@ from .queries import canonical, same_answer, taxi_table
 
 SQL_QUERIES: dict[str, str] = {
     "count": "SELECT count(*) AS n FROM trips",
-    "filter with IN": "SELECT count(*) AS n, sum(fare) AS fare FROM trips WHERE pickup_zone IN ('JFK Airport', 'Hell''s Kitchen')",
+    "filter with IN": "SELECT count(*) AS n, sum(fare) AS fare FROM trips WHERE pickup_zone IN ('JFK Airport', "
+                      "'Hell''s Kitchen')",
     "a one-item IN": "SELECT count(*) AS n FROM trips WHERE payment IN ('dispute')",
-    "a date range": "SELECT count(*) AS n FROM trips WHERE pickup_at >= TIMESTAMP '2024-01-08' AND pickup_at < DATE '2024-01-15'",
+    "a date range": "SELECT count(*) AS n FROM trips WHERE pickup_at >= TIMESTAMP '2024-01-08' AND pickup_at < "
+                    "DATE '2024-01-15'",
     "between or": "SELECT count(*) AS n FROM trips WHERE fare BETWEEN 10 AND 20 OR tip > 15",
     "like": "SELECT pickup_zone, count(*) AS n FROM trips WHERE pickup_zone LIKE '%Airport' GROUP BY pickup_zone",
-    "group by with every aggregate": ("SELECT payment, sum(fare) AS s, avg(tip) AS a, min(distance) AS lo, max(distance) AS hi, "
-                                      "count(passengers) AS c, count(DISTINCT pickup_zone) AS zones FROM trips GROUP BY payment"),
+    "group by with every aggregate": ("SELECT payment, sum(fare) AS s, avg(tip) AS a, min(distance) AS lo, "
+                                      "max(distance) AS hi, count(passengers) AS c, count(DISTINCT pickup_zone) AS "
+                                      "zones FROM trips GROUP BY payment"),
     "count distinct per group": "SELECT payment, count(DISTINCT pickup_zone) AS zones FROM trips GROUP BY payment",
-    "first and last times": "SELECT vendor, min(pickup_at) AS first, max(dropoff_at) AS last FROM trips GROUP BY vendor",
+    "first and last times": "SELECT vendor, min(pickup_at) AS first, max(dropoff_at) AS last FROM trips "
+                            "GROUP BY vendor",
     "having": "SELECT pickup_zone, count(*) AS n FROM trips GROUP BY pickup_zone HAVING count(*) > 4000",
     "order by and limit": "SELECT fare, pickup_zone FROM trips ORDER BY fare DESC, pickup_at LIMIT 7",
     "limit and offset": "SELECT fare FROM trips ORDER BY fare DESC, pickup_at LIMIT 5 OFFSET 3",
     "date_trunc": "SELECT date_trunc('week', pickup_at) AS week, count(*) AS n FROM trips GROUP BY 1",
     "a window function": ("SELECT payment, fare, rank() OVER (PARTITION BY payment ORDER BY fare DESC, pickup_at) AS r "
                           "FROM trips QUALIFY r <= 2"),
-    "a join with a small dataset": ("SELECT z.borough, count(*) AS n FROM trips JOIN zones z ON z.zone = trips.pickup_zone "
-                                    "GROUP BY z.borough"),
+    "a join with a small dataset": ("SELECT z.borough, count(*) AS n FROM trips JOIN zones z ON z.zone = "
+                                    "trips.pickup_zone GROUP BY z.borough"),
     "a left join": ("SELECT z.zone, count(t.fare) AS n FROM zones z LEFT JOIN trips t ON t.pickup_zone = z.zone "
                     "AND t.fare > 60 GROUP BY z.zone"),
-    "a subquery": "SELECT count(*) AS n FROM trips WHERE pickup_zone IN (SELECT zone FROM zones WHERE borough = 'Queens')",
+    "a subquery": "SELECT count(*) AS n FROM trips WHERE pickup_zone IN (SELECT zone FROM zones WHERE "
+                  "borough = 'Queens')",
     "a CTE": ("WITH busy AS (SELECT pickup_zone, count(*) AS n FROM trips GROUP BY pickup_zone) "
               "SELECT max(n) AS most, min(n) AS least FROM busy"),
     "nulls": "SELECT count(*) AS n FROM trips WHERE passengers IS NULL",
-    "an expression and a cast": "SELECT CAST(sum(fare * 100) AS BIGINT) AS cents, round(avg(tip / fare), 3) AS share FROM trips",
+    "an expression and a cast": "SELECT CAST(sum(fare * 100) AS BIGINT) AS cents, round(avg(tip / fare), 3) AS "
+                                "share FROM trips",
 }
 
 
@@ -91,8 +97,9 @@ def case_flight_sql(h: Any, runs: int) -> Any:
             want = local.sql(sql).to_arrow_table()
             if not same_answer(canonical(got), canonical(want)):
                 wrong.append(name)
-            contenders: dict[str, Callable[[], Any]] = {"ADBC to the catalog": lambda sql=sql: through_driver(conn, sql),
-                                                        "DuckDB over the tables": lambda sql=sql: local.sql(sql).fetchall()}
+            contenders: dict[str, Callable[[], Any]] = {
+                "ADBC to the catalog": lambda sql=sql: through_driver(conn, sql),
+                "DuckDB over the tables": lambda sql=sql: local.sql(sql).fetchall()}
             times = alternate(contenders, runs)
             per_query[name] = {"rows": got.num_rows, "bytes_sent": after["bytes_sent"] - before["bytes_sent"],
                                "rows_sent": after["rows_sent"] - before["rows_sent"],

@@ -12,16 +12,19 @@ from .group import main, parse_size
 
 
 @main.command()
-@click.option("--size", default=None, help="Bytes of data (suffixes K, M, G allowed) [default: 1G; 256M with --network].")
+@click.option("--size", default=None,
+              help="Bytes of data (suffixes K, M, G allowed) [default: 1G; 256M with --network].")
 @click.option("--quick", is_flag=True, help="64 MiB and fewer runs: a smoke test in well under 3 minutes.")
 @click.option("--runs", default=None, type=int, help="Timed runs per contender (after one warm-up).")
 @click.option("--json", "json_path", default=None, type=click.Path(dir_okay=False), help="Write every figure as JSON.")
 @click.option("--plot", "plot_path", default=None, type=click.Path(dir_okay=False), help="Draw a bar chart (PNG).")
-@click.option("--scale", is_flag=True, help="How costs grow: up to 100,000 partitions, 4,000 simulated nodes and 10,000 columns "
-                                            "(about 10 minutes; with --quick, small sizes).")
+@click.option("--scale", is_flag=True,
+              help="How costs grow: up to 100,000 partitions, 4,000 simulated nodes and 10,000 columns "
+                   "(about 10 minutes; with --quick, small sizes).")
 @click.option("--compare", "compare_path", default=None, type=click.Path(exists=True, dir_okay=False),
-              help="Show each case against a previous run's --json, flagging a slowdown beyond the noise (within the runs, "
-                   "or between kept runs of one code); a run saved with --json then carries the runs kept before it.")
+              help="Show each case against a previous run's --json, flagging a slowdown beyond the noise "
+                   "(within the runs, or between kept runs of one code); a run saved with --json then carries the runs "
+                   "kept before it.")
 @click.option("--from-json", "from_path", default=None, type=click.Path(exists=True, dir_okay=False),
               help="Show (and --plot) a saved run (plain, --scale or --network) instead of running the bench; "
                    "--compare and --markdown take a plain or --network one.")
@@ -29,8 +32,9 @@ from .group import main, parse_size
               help="Write the result (and the comparison) as Markdown tables, as docs/benchmarks.md shows them.")
 @click.option("--strict", is_flag=True, help="With --compare: exit 1 when a case is slower than before.")
 @click.option("--sql", "sql_mix", is_flag=True,
-              help="A query mix through one ADBC client: flightpart's catalog (3 nodes, 6 M rows; 300,000 with --quick) "
-                   "against roapi's Flight SQL server (when installed) and DuckDB on the same Parquet files.")
+              help="A query mix through one ADBC client: flightpart's catalog (3 nodes, 6 M rows; "
+                   "300,000 with --quick) against roapi's Flight SQL server (when installed) and DuckDB on the "
+                   "same Parquet files.")
 @click.option("--network", default=None, metavar="RATES",
               help="Hosts as network namespaces with links shaped to each rate in turn, comma-separated: "
                    "loopback, 10gbit, 1gbit, ... (needs root for anything but loopback).")
@@ -109,7 +113,8 @@ def bench(size: str | None, quick: bool, runs: int | None, json_path: str | None
 
 def _sql_bench(quick: bool, runs: int | None, json_path: str | None, plot_path: str | None, compare_path: str | None,
                from_path: str | None, markdown_path: str | None, strict: bool) -> None:
-    """``bench --sql``: run (or show a saved run of) the query mix, its goals, and its comparison with an earlier one."""
+    """``bench --sql``: run (or show a saved run of) the query mix, its goals, and its comparison with an earlier
+    one."""
     from flightpart.bench.history import carried, code_digest, stamp
     from flightpart.bench.run import render
     from flightpart.bench.sql_mix import goals_markdown, plot_sql, render_goals, run_sql_bench

@@ -1,4 +1,5 @@
-"""Commands that run daemons and ask them how they are: serve, catalog, nodes, catalogs, repair, scrub, token, verify-key, health, wait, stats."""
+"""Commands that run daemons and ask them how they are: serve, catalog, nodes, catalogs, repair, scrub, token,
+verify-key, health, wait, stats."""
 
 from __future__ import annotations
 
@@ -26,51 +27,61 @@ from .group import (
 @main.command()
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind and advertise.")
 @click.option("--port", default=8815, show_default=True, type=int, help="Port (0: any free port).")
-@click.option("--data-dir", type=click.Path(file_okay=False), default=None, help="Where partitions live (default: per-user data dir).")
+@click.option("--data-dir", type=click.Path(file_okay=False), default=None,
+              help="Where partitions live (default: per-user data dir).")
 @click.option("--catalog", "catalog_uri", default=None, callback=lambda _c, _p, v: v and flight_address(v),
               help="Catalog to join; without it this process is also the catalog. ($FLIGHTPART_CATALOG is not read "
                    "here: it names the catalog for client commands.)")
 @click.option("--node-port", default=0, type=int, help="Node port when this process is also the catalog.")
 @click.option("--state-dir", type=click.Path(file_okay=False), default=None, help="Catalog state when embedded.")
 @click.option("--heartbeat", default=2.0, show_default=True, type=float, help="Seconds between heartbeats.")
-@click.option("--dead-after", default=10.0, show_default=True, type=float, help="Embedded catalog: seconds without heartbeat before a node is dead.")
+@click.option("--dead-after", default=10.0, show_default=True, type=float,
+              help="Embedded catalog: seconds without heartbeat before a node is dead.")
 @click.option("--max-partition-bytes", default=None, type=int, help="Refuse partitions larger than this.")
-@click.option("--max-streams", default=64, show_default=True, type=int, help="Refuse new do_get/do_put streams past this many open.")
+@click.option("--max-streams", default=64, show_default=True, type=int,
+              help="Refuse new do_get/do_put streams past this many open.")
 @click.option("--stream-idle-timeout", default=60.0, show_default=True, type=click.FloatRange(min=0.1),
               help="Free the slot of a do_get stream whose reader has taken nothing for this many seconds.")
 @click.option("--advertise", default=None, help="Host name clients use to reach this node (default: --host).")
 @click.option("--min-free-bytes", default=64 << 20, show_default=True, type=int,
               help="Report NOT_SERVING and low space (no new partitions placed here) below this much free disk.")
 @click.option("--group", default=None,
-              help="Let this group's members map partitions zero-copy (directories 750, files 640); default: owner only.")
+              help="Let this group's members map partitions zero-copy (directories 750, files 640); "
+                   "default: owner only.")
 @click.option("--scrub-rate", default=64 << 20, show_default=True, type=int,
-              help="Bytes per second the background scrub reads to check stored files against their checksums (0: off).")
+              help="Bytes per second the background scrub reads to check stored files against their "
+                   "checksums (0: off).")
 @click.option("--scrub-interval", default=3600.0, show_default=True, type=float,
-              help="Seconds between background scrub passes (0: off); a pass over B bytes takes B / --scrub-rate seconds.")
+              help="Seconds between background scrub passes (0: off); a pass over B bytes takes B / "
+                   "--scrub-rate seconds.")
 @click.option("--node-token-file", type=click.Path(exists=True, dir_okay=False), default=None,
               help="File (mode 600) holding this node's own token (`flightpart token --role node --name NODE`): with "
                    "--verify-key-file, what a node needs instead of the cluster secret. The token names the node.")
 @click.option("--verify-key-file", type=click.Path(exists=True, dir_okay=False), default=None,
-              help="File holding the cluster's verify key (`flightpart verify-key`): checks callers' tokens, mints none.")
+              help="File holding the cluster's verify key (`flightpart verify-key`): checks callers' "
+                   "tokens, mints none.")
 @PENDING_TTL_OPTION
 @CAPABILITY_TTL_OPTION
 @identity_options
 @security_options
 @observability_options
 def serve(host: str, port: int, data_dir: str | None, catalog_uri: str | None, node_port: int, state_dir: str | None,
-          heartbeat: float, dead_after: float, max_partition_bytes: int | None, max_streams: int, stream_idle_timeout: float,
-          advertise: str | None, min_free_bytes: int, group: str | None, scrub_rate: int, scrub_interval: float,
-          node_token_file: str | None, verify_key_file: str | None,
-          pending_ttl: float, capability_ttl: float, cluster_id: str | None, rebuild_grace: float, secret_file: str | None,
-          tls_cert: str | None, tls_key: str | None, tls_client_ca: str | None, tls_ca: str | None,
-          insecure: bool, health_port: int | None, metrics_port: int | None, metrics_host: str) -> None:
+          heartbeat: float, dead_after: float, max_partition_bytes: int | None, max_streams: int,
+          stream_idle_timeout: float, advertise: str | None, min_free_bytes: int, group: str | None, scrub_rate: int,
+          scrub_interval: float, node_token_file: str | None, verify_key_file: str | None,
+          pending_ttl: float, capability_ttl: float, cluster_id: str | None, rebuild_grace: float,
+          secret_file: str | None, tls_cert: str | None, tls_key: str | None, tls_client_ca: str | None,
+          tls_ca: str | None, insecure: bool, health_port: int | None, metrics_port: int | None,
+          metrics_host: str) -> None:
     """Run a node (and, without --catalog, a catalog too)."""
     from flightpart.server.daemon import Observability, Security, run_node
     from flightpart.sql import SqlCatalogServer
 
-    run_node(host, port, data_dir=data_dir, catalog=catalog_uri, node_port=node_port, state_dir=state_dir, heartbeat=heartbeat,
-             dead_after=dead_after, max_partition_bytes=max_partition_bytes, max_streams=max_streams, advertise=advertise,
-             security=Security(secret_file, tls_cert, tls_key, tls_client_ca, tls_ca, insecure, node_token_file, verify_key_file),
+    run_node(host, port, data_dir=data_dir, catalog=catalog_uri, node_port=node_port, state_dir=state_dir,
+             heartbeat=heartbeat, dead_after=dead_after, max_partition_bytes=max_partition_bytes,
+             max_streams=max_streams, advertise=advertise,
+             security=Security(secret_file, tls_cert, tls_key, tls_client_ca, tls_ca, insecure, node_token_file,
+                               verify_key_file),
              ports=Observability(health_port, metrics_port, metrics_host), min_free_bytes=min_free_bytes, group=group,
              pending_ttl=pending_ttl, capability_ttl=capability_ttl, stream_idle_timeout=stream_idle_timeout,
              cluster_id=cluster_id, rebuild_grace=rebuild_grace, scrub=(scrub_rate, scrub_interval),
@@ -80,10 +91,13 @@ def serve(host: str, port: int, data_dir: str | None, catalog_uri: str | None, n
 @main.command("catalog")
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=8815, show_default=True, type=int)
-@click.option("--state-dir", type=click.Path(file_okay=False), default=None, help="SQLite state (default: per-user data dir).")
-@click.option("--dead-after", default=10.0, show_default=True, type=float, help="Seconds without heartbeat before a node is dead.")
+@click.option("--state-dir", type=click.Path(file_okay=False), default=None,
+              help="SQLite state (default: per-user data dir).")
+@click.option("--dead-after", default=10.0, show_default=True, type=float,
+              help="Seconds without heartbeat before a node is dead.")
 @click.option("--retire-after", default=86400.0, show_default=True, type=float,
-              help="Seconds without heartbeat before a dead node is forgotten; its partitions then count as lost replicas.")
+              help="Seconds without heartbeat before a dead node is forgotten; its partitions then count "
+                   "as lost replicas.")
 @click.option("--advertise", default=None,
               help="Host name clients and nodes use to reach this catalog (default: --host); with --lease, what a "
                    "standby names as the leader's address.")
@@ -100,15 +114,16 @@ def serve(host: str, port: int, data_dir: str | None, catalog_uri: str | None, n
 @observability_options
 def catalog_cmd(host: str, port: int, state_dir: str | None, dead_after: float, retire_after: float,
                 advertise: str | None, lease: str | None,
-                lease_seconds: float, pending_ttl: float, capability_ttl: float, cluster_id: str | None, rebuild_grace: float,
-                secret_file: str | None, tls_cert: str | None,
-                tls_key: str | None, tls_client_ca: str | None, tls_ca: str | None, insecure: bool, health_port: int | None,
-                metrics_port: int | None, metrics_host: str) -> None:
+                lease_seconds: float, pending_ttl: float, capability_ttl: float, cluster_id: str | None,
+                rebuild_grace: float, secret_file: str | None, tls_cert: str | None,
+                tls_key: str | None, tls_client_ca: str | None, tls_ca: str | None, insecure: bool,
+                health_port: int | None, metrics_port: int | None, metrics_host: str) -> None:
     """Run a catalog alone (it also answers Flight SQL: docs/querying.md, \"SQL over Flight\")."""
     from flightpart.server.daemon import Observability, Security, run_catalog
     from flightpart.sql import SqlCatalogServer
 
-    run_catalog(host, port, state_dir, dead_after, Security(secret_file, tls_cert, tls_key, tls_client_ca, tls_ca, insecure),
+    run_catalog(host, port, state_dir, dead_after,
+                Security(secret_file, tls_cert, tls_key, tls_client_ca, tls_ca, insecure),
                 Observability(health_port, metrics_port, metrics_host), pending_ttl, capability_ttl, retire_after,
                 cluster_id=cluster_id, rebuild_grace=rebuild_grace, catalog_class=SqlCatalogServer, lease=lease,
                 lease_seconds=lease_seconds, advertise=advertise)
@@ -217,7 +232,8 @@ def scrub(catalog: str, as_json: bool) -> None:
         for node in result["nodes"]:
             for kind in ("damaged", "missing"):
                 for p in node.get(kind, ()):
-                    click.echo(f"{kind.upper()} {p['dataset']} v{p['version']} {tuple(p['part'])} on {node['uri']}", err=True)
+                    click.echo(f"{kind.upper()} {p['dataset']} v{p['version']} {tuple(p['part'])} on {node['uri']}",
+                               err=True)
         for uri in result["unreachable"]:
             click.echo(f"UNREACHABLE {uri}: not scrubbed", err=True)
         checked = sum(n.get("checked", 0) for n in result["nodes"])
@@ -230,7 +246,8 @@ def scrub(catalog: str, as_json: bool) -> None:
 
 
 @main.command()
-@click.option("--role", required=True, type=click.Choice(["reader", "writer", "admin", "node"]), help="What the token may do.")
+@click.option("--role", required=True, type=click.Choice(["reader", "writer", "admin", "node"]),
+              help="What the token may do.")
 @click.option("--name", required=True, help="Who holds it (a user, or for --role node the node's id).")
 @click.option("--expires-in", default=0, type=int, help="Seconds until the token expires (0: never).")
 @click.option("--secret-file", type=click.Path(exists=True, dir_okay=False), default=None,
@@ -296,7 +313,8 @@ def health(address: str, service: str, timeout: float, as_json: bool) -> None:
 
 @main.command()
 @click.argument("uri", callback=lambda _c, _p, v: flight_address(v))
-@click.option("--timeout", default=60.0, show_default=True, type=float, help="Give up after this many seconds (exit 1).")
+@click.option("--timeout", default=60.0, show_default=True, type=float,
+              help="Give up after this many seconds (exit 1).")
 @click.option("--nodes", "min_nodes", default=0, show_default=True, type=click.IntRange(min=0),
               help="For a catalog: also wait until this many nodes are alive.")
 @JSON_OPTION

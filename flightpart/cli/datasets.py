@@ -118,8 +118,8 @@ def byte_bar(description: str) -> Iterator[Callable[[int, int], None]]:
     from rich.console import Console
     from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn, TransferSpeedColumn
 
-    progress = Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-                        TimeRemainingColumn(), console=Console(stderr=True), transient=True,
+    progress = Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(),
+                        TransferSpeedColumn(), TimeRemainingColumn(), console=Console(stderr=True), transient=True,
                         disable=not sys.stderr.isatty())
     with progress as bar:
         task = bar.add_task(description, total=None)
@@ -136,7 +136,8 @@ def byte_bar(description: str) -> Iterator[Callable[[int, int], None]]:
 @click.option("--format", "fmt", type=click.Choice(["arrow", "parquet", "csv"]), default=None,
               help="Output format (default: from the file's suffix; an Arrow IPC stream on stdout).")
 @click.option("--columns", default=None, help="Comma-separated columns to read (default: all).")
-@click.option("--where", default=None, help="Only rows where this holds, e.g. \"amount > 10 and store = 's1'\" (evaluated on the nodes).")
+@click.option("--where", default=None,
+              help="Only rows where this holds, e.g. \"amount > 10 and store = 's1'\" (evaluated on the nodes).")
 @click.option("--limit", default=None, type=click.IntRange(min=0), help="Stop after this many rows.")
 @click.option("--version", "version", default=None, type=int)
 @CATALOG_OPTION
@@ -200,8 +201,9 @@ def ls_cmd(long_: bool, catalog: str, as_json: bool) -> None:
         click.echo(json.dumps(rows))
         return
     headers = ("name", "version", "rows", "columns", "tiling", "bytes") + (("column types",) if long_ else ())
-    print_table(headers, [(r["name"], r["version"], f"{r['shape'][0]:,}", r["shape"][1], "x".join(map(str, r["partition_tiling"])),
-                           f"{r['nbytes']:,}") + ((_types_text(r["columns"]),) if long_ else ()) for r in rows])
+    print_table(headers, [(r["name"], r["version"], f"{r['shape'][0]:,}", r["shape"][1],
+                           "x".join(map(str, r["partition_tiling"])), f"{r['nbytes']:,}")
+                          + ((_types_text(r["columns"]),) if long_ else ()) for r in rows])
 
 
 def _types_text(columns: list[dict]) -> str:
@@ -230,7 +232,8 @@ def _nodes_option(value: str | None) -> list[str] | None:
     return [v.strip() for v in value.split(",") if v.strip()] if value else None
 
 
-NODES_OPTION = click.option("--nodes", default=None, help="Comma-separated node ids, URIs or IPs to place partitions on "
+NODES_OPTION = click.option("--nodes", default=None,
+                            help="Comma-separated node ids, URIs or IPs to place partitions on "
                             "(default: every live node).")
 
 
@@ -244,14 +247,16 @@ def _published(ds: Any, as_json: bool) -> None:
 @main.command()
 @click.argument("name")
 @click.option("--tiling", required=True, help="Row blocks x column groups of the new version, e.g. 6x2.")
-@click.option("--replicas", default=None, type=click.IntRange(min=1), help="Copies of each partition (default: as now).")
+@click.option("--replicas", default=None, type=click.IntRange(min=1),
+              help="Copies of each partition (default: as now).")
 @NODES_OPTION
 @CATALOG_OPTION
 @JSON_OPTION
 def repartition(name: str, tiling: str, replicas: int | None, nodes: str | None, catalog: str, as_json: bool) -> None:
     """Publish NAME's next version cut by --tiling, built by the nodes (no data passes through this command)."""
     with client_for(catalog) as client:
-        _published(client.repartition(name, parse_tiling(tiling), nodes=_nodes_option(nodes), replicas=replicas), as_json)
+        _published(client.repartition(name, parse_tiling(tiling), nodes=_nodes_option(nodes), replicas=replicas),
+                   as_json)
 
 
 @main.command()
@@ -307,7 +312,8 @@ def rm(name: str, version: int | None, catalog: str, as_json: bool) -> None:
     """Drop dataset NAME (or one version); nodes free its files."""
     with client_for(catalog) as client:
         client.drop(name, version)
-    emit(as_json, {"dropped": name, "version": version}, f"dropped {name}" + (f" v{version}" if version is not None else ""))
+    emit(as_json, {"dropped": name, "version": version},
+         f"dropped {name}" + (f" v{version}" if version is not None else ""))
 
 
 @main.command("sql")

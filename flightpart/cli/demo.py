@@ -23,7 +23,8 @@ def demo_table(size_mb: int, seed: int = 0) -> pa.Table:
     columns = {"id": np.arange(rows, dtype=np.int64)}
     for k in range(6):
         columns[f"x{k}"] = rng.random(rows)
-    columns["category"] = pa.DictionaryArray.from_arrays(rng.integers(0, 4, rows, dtype=np.int32), ["a", "b", "c", "d"]).cast(pa.dictionary(pa.int32(), pa.string()))
+    columns["category"] = pa.DictionaryArray.from_arrays(
+        rng.integers(0, 4, rows, dtype=np.int32), ["a", "b", "c", "d"]).cast(pa.dictionary(pa.int32(), pa.string()))
     return pa.table(columns)
 
 
@@ -62,7 +63,8 @@ def run_demo(size_mb: int = 300) -> int:
                     sent = sum(client.stats(u)["bytes_sent"] - before[u] for u in uris)
                     ip = part["location"][0][0]
                     mode = "[green]zero-copy (mmap)[/]" if ip == "127.0.0.2" else "[yellow]streamed[/]"
-                    report.add_row(str(pos), ip, f"{got.num_rows:,}", f"{got.nbytes / 1e6:,.1f}", mode, f"{sent:,}", f"{ms:,.1f}")
+                    report.add_row(str(pos), ip, f"{got.num_rows:,}", f"{got.nbytes / 1e6:,.1f}", mode, f"{sent:,}",
+                                   f"{ms:,.1f}")
                     total_rows += got.num_rows
                     checksum += float(pa.compute.sum(got.column("x0")).as_py())
                 console.print(report)

@@ -42,8 +42,9 @@ HINTS: tuple[tuple[type[BaseException], str], ...] = (
     (Forbidden, "ask for a token of a role that may do this (`flightpart token --role writer|admin ...`)"),
     (StorageFull, "free disk space on the node or add a node; nothing partial was kept"),
     (CredentialFileError, "fix the file as the message says"),
-    (InvalidFilter, "write --where as SQL, e.g. --where \"fare > 10 AND zone IN ('JFK', 'LGA')\" (docs/querying.md lists "
-                    "what is translated)"),
+    (InvalidFilter,
+     "write --where as SQL, e.g. --where \"fare > 10 AND zone IN ('JFK', 'LGA')\" (docs/querying.md lists "
+     "what is translated)"),
 )
 
 

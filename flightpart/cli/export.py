@@ -27,8 +27,8 @@ ROW_GROUP_ROWS = 1 << 20
 files a quarter larger and slower to scan)."""
 ROW_GROUP_BYTES = 128 << 20
 """A row group is written early once its batches hold this many bytes, so wide rows keep ``get``'s memory bounded."""
-FORMATS = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".arrow": "arrow", ".feather": "arrow", ".ipc": "arrow",
-           ".arrows": "arrow"}
+FORMATS = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".arrow": "arrow", ".feather": "arrow",
+           ".ipc": "arrow", ".arrows": "arrow"}
 STDOUT = "-"
 
 
@@ -40,7 +40,8 @@ def choose_format(output: str, fmt: str | None) -> str:
         return "arrow"
     suffix = Path(output).suffix.lower()
     if suffix not in FORMATS:
-        raise ValueError(f"{output}: unknown format {suffix or '(no suffix)'!r}; use .parquet, .csv or .arrow, or --format")
+        raise ValueError(f"{output}: unknown format {suffix or '(no suffix)'!r}; use .parquet, .csv or "
+                         ".arrow, or --format")
     return FORMATS[suffix]
 
 

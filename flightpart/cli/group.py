@@ -12,7 +12,8 @@ from flightpart.version import __version__
 
 from .errors import error_line
 
-CATALOG_OPTION = click.option("--catalog", envvar="FLIGHTPART_CATALOG", required=True, callback=lambda _c, _p, v: flight_address(v),
+CATALOG_OPTION = click.option("--catalog", envvar="FLIGHTPART_CATALOG", required=True,
+                              callback=lambda _c, _p, v: flight_address(v),
                               help="Catalog URI, e.g. grpc://head:8815 (or $FLIGHTPART_CATALOG).")
 HOST_OPTION = click.option("--client-host", "host", envvar="FLIGHTPART_HOST", default=None,
                            help="Address that counts as this host for locality (or $FLIGHTPART_HOST).")
@@ -22,32 +23,38 @@ CAPABILITY_TTL_OPTION = click.option("--capability-ttl", default=86400.0, show_d
 def identity_options(f):
     """--cluster-id and --rebuild-grace: how a catalog on new or lost state settles the cluster's identity."""
     f = click.option("--rebuild-grace", default=5.0, show_default=True, type=click.FloatRange(min=0),
-                     help="Catalog on new or lost state: seconds writes wait for nodes to report their cluster, versions "
-                          "and tombstones before version numbers are handed out (more than the nodes' --heartbeat).")(f)
+                     help="Catalog on new or lost state: seconds writes wait for nodes to report their "
+                          "cluster, versions and tombstones before version numbers are handed out (more than the "
+                          "nodes' --heartbeat).")(f)
     return click.option("--cluster-id", default=None,
                         help="Catalog: the cluster's identity, given instead of learned from the nodes (a fresh state "
                              "takes it at once; a state of another cluster refuses to start).")(f)
 
 
 PENDING_TTL_OPTION = click.option("--pending-ttl", default=3600.0, show_default=True, type=float,
-                                  help="Catalog: abort a put still pending after this many seconds and delete its files.")
+                                  help="Catalog: abort a put still pending after this many seconds and "
+                                       "delete its files.")
 
 
 def security_options(f):
     """--secret-file and TLS options shared by the daemons."""
     options = [
-        click.option("--secret-file", "--token-file", "secret_file", type=click.Path(exists=True, dir_okay=False), default=None,
+        click.option("--secret-file", "--token-file", "secret_file", type=click.Path(exists=True, dir_okay=False),
+                     default=None,
                      help="File (mode 600) whose first line is the cluster secret (or $FLIGHTPART_SECRET); "
                           "role tokens and read capabilities derive from it. Without one the cluster is open."),
-        click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False), default=None, help="PEM certificate to serve TLS."),
-        click.option("--tls-key", type=click.Path(exists=True, dir_okay=False), default=None, help="PEM private key of --tls-cert."),
+        click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False), default=None,
+                     help="PEM certificate to serve TLS."),
+        click.option("--tls-key", type=click.Path(exists=True, dir_okay=False), default=None,
+                     help="PEM private key of --tls-cert."),
         click.option("--tls-client-ca", type=click.Path(exists=True, dir_okay=False), default=None,
                      help="Require client certificates signed by this CA (mutual TLS)."),
         click.option("--tls-ca", type=click.Path(exists=True, dir_okay=False), envvar="FLIGHTPART_TLS_CA", default=None,
                      help="CA that signs the other daemons' certificates (or $FLIGHTPART_TLS_CA)."),
         click.option("--insecure", is_flag=True, default=False,
-                     help="Without a secret, bind beyond loopback anyway: an open daemon that anyone who reaches it may "
-                          "read, write and delete through. Without this flag an open daemon binds loopback only."),
+                     help="Without a secret, bind beyond loopback anyway: an open daemon that anyone who "
+                          "reaches it may read, write and delete through. Without this flag an open daemon "
+                          "binds loopback only."),
     ]
     for option in reversed(options):
         f = option(f)
@@ -57,8 +64,9 @@ def security_options(f):
 def observability_options(f):
     """--health-port, --metrics-port and --metrics-host shared by the daemons."""
     f = click.option("--metrics-host", default="127.0.0.1", show_default=True,
-                     help="Address the HTTP endpoint binds. Its metrics show counts only; a catalog's status page shows "
-                          "node addresses and dataset names, so expose it only where they may be seen.")(f)
+                     help="Address the HTTP endpoint binds. Its metrics show counts only; a catalog's "
+                          "status page shows node addresses and dataset names, so expose it only where "
+                          "they may be seen.")(f)
     f = click.option("--metrics-port", default=None, type=int,
                      help="Serve HTTP on this port (8818 by convention; 0: any): /metrics for Prometheus, /healthz "
                           "(200 or 503 with reasons) and, on a catalog, the status page at / and /status.json.")(f)
@@ -119,7 +127,8 @@ def print_table(columns: tuple[str, ...], rows: list[tuple]) -> None:
 
 
 def flight_address(value: str | None) -> str | None:
-    """A daemon's address as a Flight URI (a web address or one without a port is a usage error), remembered for hints."""
+    """A daemon's address as a Flight URI (a web address or one without a port is a usage error), remembered for
+    hints."""
     if value is None:
         return None
     from flightpart.io.access import TLS_CA_ENV
@@ -127,7 +136,8 @@ def flight_address(value: str | None) -> str | None:
     from flightpart.io.uris import flight_uri
 
     try:  # several catalogs sharing a lease: a comma-separated list, each a Flight URI
-        uri = ",".join(flight_uri(one, tls=bool(os.environ.get(TLS_CA_ENV))) for one in split_addresses(value) or [value])
+        uri = ",".join(flight_uri(one, tls=bool(os.environ.get(TLS_CA_ENV))) for one in split_addresses(value)
+                       or [value])
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
     ctx = click.get_current_context(silent=True)

@@ -27,7 +27,8 @@ class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         entry = {"time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
                  "level": record.levelname, "logger": record.name, "message": record.getMessage()}
-        entry.update({k: v for k, v in record.__dict__.items() if k not in STANDARD_ATTRIBUTES and not k.startswith("_")})
+        entry.update({k: v for k, v in record.__dict__.items() if k not in STANDARD_ATTRIBUTES
+                      and not k.startswith("_")})
         if record.exc_info:
             entry["traceback"] = self.formatException(record.exc_info)
         return json.dumps(entry, default=str)

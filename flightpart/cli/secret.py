@@ -31,4 +31,5 @@ def secret(out: str | None) -> None:
     with os.fdopen(fd, "w") as f:
         os.fchmod(fd, 0o600)  # whatever the umask allowed, never more than its owner
         f.write(value + "\n")
-    click.echo(f"wrote a new cluster secret to {out} (mode 600): give it to the catalog with --secret-file {out}", err=True)
+    click.echo(f"wrote a new cluster secret to {out} (mode 600): give it to the catalog with --secret-file {out}",
+               err=True)

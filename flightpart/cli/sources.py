@@ -55,13 +55,14 @@ def format_of(path: str, fmt: str | None = None) -> str:
         suffix = Path(name.stem).suffix.lower()
     if suffix not in SOURCE_FORMATS:
         known = ", ".join(sorted(set(SOURCE_FORMATS)))
-        raise SourceError(f"{path}: unknown format {suffix or '(no suffix)'!r}; name it {known} (compressed: .gz, .zst, "
-                          "...) or say --format parquet|csv|json|arrow")
+        raise SourceError(f"{path}: unknown format {suffix or '(no suffix)'!r}; name it {known} "
+                          "(compressed: .gz, .zst, ...) or say --format parquet|csv|json|arrow")
     return SOURCE_FORMATS[suffix]
 
 
 def open_source(source: str, fmt: str | None = None) -> pa.RecordBatchReader:
-    """A reader of ``source`` (a file, a directory, a glob, or ``-`` for stdin) in ``fmt`` or the format its name says."""
+    """A reader of ``source`` (a file, a directory, a glob, or ``-`` for stdin) in ``fmt`` or the format its name
+    says."""
     if source == STDIN:
         return _from_stdin(fmt)
     if any(ch in source for ch in "*?["):
@@ -83,14 +84,16 @@ def open_source(source: str, fmt: str | None = None) -> pa.RecordBatchReader:
 def _one_format(files: list[str], fmt: str | None) -> str:
     formats = {format_of(f, fmt) for f in files}
     if len(formats) > 1:
-        raise SourceError(f"{len(files)} files of several formats ({', '.join(sorted(formats))}): put one format at a time")
+        raise SourceError(f"{len(files)} files of several formats ({', '.join(sorted(formats))}): put one "
+                          "format at a time")
     return formats.pop()
 
 
 def _file_reader(path: str, fmt: str) -> pa.RecordBatchReader:
     compressed = Path(path).suffix.lower() in COMPRESSED
     if fmt == "csv":
-        return pacsv.open_csv(path, read_options=pacsv.ReadOptions(block_size=CSV_BLOCK_BYTES), convert_options=CSV_NULLS)
+        return pacsv.open_csv(path, read_options=pacsv.ReadOptions(block_size=CSV_BLOCK_BYTES),
+                              convert_options=CSV_NULLS)
     if fmt == "json":
         return pajson.open_json(path, read_options=pajson.ReadOptions(block_size=CSV_BLOCK_BYTES))
     if compressed:
@@ -115,9 +118,11 @@ def _ipc_reader(source: Any) -> pa.RecordBatchReader:
 
 
 def _dataset_reader(paths: str | list[str], fmt: str, partitioning: str | None) -> pa.RecordBatchReader:
-    buffered = pads.ParquetFragmentScanOptions(use_buffered_stream=True, buffer_size=PARQUET_BUFFER_BYTES, pre_buffer=False)
-    formats = {"parquet": pads.ParquetFileFormat(default_fragment_scan_options=buffered), "csv": pads.CsvFileFormat(convert_options=CSV_NULLS),
-               "json": pads.JsonFileFormat(), "arrow": pads.IpcFileFormat()}
+    buffered = pads.ParquetFragmentScanOptions(use_buffered_stream=True, buffer_size=PARQUET_BUFFER_BYTES,
+                                               pre_buffer=False)
+    formats = {"parquet": pads.ParquetFileFormat(default_fragment_scan_options=buffered),
+               "csv": pads.CsvFileFormat(convert_options=CSV_NULLS), "json": pads.JsonFileFormat(),
+               "arrow": pads.IpcFileFormat()}
     if fmt not in formats:
         raise SourceError(f"unknown format {fmt!r}; use parquet, csv, json or arrow")
     data = pads.dataset(paths, format=formats[fmt], partitioning=partitioning)
@@ -131,7 +136,8 @@ def _from_stdin(fmt: str | None) -> pa.RecordBatchReader:
     if fmt == "arrow":
         return ipc.open_stream(stdin)
     if fmt == "csv":
-        return pacsv.open_csv(stdin, read_options=pacsv.ReadOptions(block_size=CSV_BLOCK_BYTES), convert_options=CSV_NULLS)
+        return pacsv.open_csv(stdin, read_options=pacsv.ReadOptions(block_size=CSV_BLOCK_BYTES),
+                              convert_options=CSV_NULLS)
     if fmt == "json":
         return pajson.open_json(stdin, read_options=pajson.ReadOptions(block_size=CSV_BLOCK_BYTES))
     raise SourceError(f"--format {fmt} cannot be read from stdin (Parquet needs a file it can seek in): "

@@ -41,7 +41,8 @@ def wait_for(uri: str, *, timeout: float = 60.0, min_nodes: int = 0, access: Acc
                 role = "catalog" if "nodes_alive" in stats else "node"
                 alive = int(stats.get("nodes_alive", 0))
                 if role == "node" or alive >= min_nodes:
-                    return {"uri": uri, "role": role, "nodes_alive": alive, "waited": round(time.monotonic() - start, 3)}
+                    return {"uri": uri, "role": role, "nodes_alive": alive,
+                            "waited": round(time.monotonic() - start, 3)}
                 last = f"{alive} of {min_nodes} nodes alive"
             except (Unauthenticated, Forbidden):
                 raise

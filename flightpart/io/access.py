@@ -62,7 +62,8 @@ class Access:
 
     def client_kwargs(self) -> dict:
         """Keyword arguments of ``pyarrow.flight.FlightClient`` for these settings."""
-        pairs = (("tls_root_certs", self.tls_root_certs), ("cert_chain", self.cert_chain), ("private_key", self.private_key))
+        pairs = (("tls_root_certs", self.tls_root_certs), ("cert_chain", self.cert_chain),
+                 ("private_key", self.private_key))
         return {k: v for k, v in pairs if v}
 
     def headers(self) -> list[tuple[bytes, bytes]]:

@@ -81,7 +81,8 @@ def _reason_not_to(declined: str | None) -> str | None:
 
 
 def startup_environment() -> dict[str, str]:
-    """The environment this process started with, which glibc read its settings from (``os.environ`` may have changed)."""
+    """The environment this process started with, which glibc read its settings from (``os.environ`` may have
+    changed)."""
     try:
         raw = Path("/proc/self/environ").read_bytes()
     except OSError:

@@ -48,7 +48,8 @@ def check_mode(mode: str | None) -> str:
 
 def _ipc_size(table: pa.Table, codec: str | None) -> int:
     sink = pa.BufferOutputStream()
-    with ipc.new_stream(sink, table.schema, options=ipc.IpcWriteOptions(compression=codec, use_threads=False)) as writer:
+    with ipc.new_stream(sink, table.schema,
+                        options=ipc.IpcWriteOptions(compression=codec, use_threads=False)) as writer:
         writer.write_table(table)
     return sink.tell()
 
@@ -135,7 +136,8 @@ class LinkRates:
                     self._rate[key] = busy[2] / (now - busy[1])
 
     def rate(self, uri: str) -> float | None:
-        """The last measured rate of ``uri``'s link (``"*"``: this process's) in bytes per second, None if not measured."""
+        """The last measured rate of ``uri``'s link (``"*"``: this process's) in bytes per second, None if not
+        measured."""
         with self._lock:
             return self._rate.get(uri)
 

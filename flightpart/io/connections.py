@@ -57,7 +57,8 @@ class ConnectionPool:
             headers = [*headers, (GRANT_HEADER.encode(), grant.encode())]
         return flight.FlightCallOptions(timeout=timeout, headers=headers)
 
-    def action(self, uri: str, body: Message, *, timeout: float | None = DEFAULT_TIMEOUT, grant: str | None = None) -> Any:
+    def action(self, uri: str, body: Message, *, timeout: float | None = DEFAULT_TIMEOUT,
+               grant: str | None = None) -> Any:
         """Send ``body`` as the action its class names; returns the reply its class names, decoded and checked."""
         name, reply = body.ACTION, body.REPLY
         if not name or reply is None:
@@ -66,7 +67,8 @@ class ConnectionPool:
         give_up, delay = time.monotonic() + STARTING_PATIENCE, 0.02
         while True:
             try:
-                results = list(self.client(uri).do_action(flight.Action(name, payload), options=self.options(timeout, grant)))
+                results = list(self.client(uri).do_action(flight.Action(name, payload),
+                                                          options=self.options(timeout, grant)))
                 break
             except flight.FlightUnavailableError as exc:  # a daemon still starting ran nothing: asking again is safe
                 if not starting(exc) or time.monotonic() + delay > give_up:

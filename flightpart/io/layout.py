@@ -6,7 +6,8 @@ are here:
     <data dir>/flightpart-node.json                  {"node_id": "...", "cluster": "..."|null}
     <data dir>/datasets/<name>/v<version>/<i>_<j>.arrow
     <data dir>/datasets/<name>/v<version>/manifest.json  the sealed version's geometry
-    <data dir>/datasets/<name>/v<version>/checksums.json the sealed version's checksums (bound sum, size) of its files here
+    <data dir>/datasets/<name>/v<version>/checksums.json the sealed version's checksums (bound sum, size) of its files
+                                                         here
     <data dir>/datasets/<name>/v<version>/.tmp-*      a put in progress
     <data dir>/datasets/<name>/tombstones.json        version numbers of the dataset that are gone for good
     <data dir>/datasets/<name>/v<version>/<i>_<j>.stats.json  rows, column statistics, CRC-32, bound sum and size
@@ -121,7 +122,8 @@ def read_marker(data_dir: str | Path) -> dict:
     if not isinstance(marker, dict) or not isinstance(marker.get("node_id"), str):
         return {}
     epoch = marker.get("epoch")
-    return {"node_id": marker["node_id"], "cluster": marker.get("cluster") if isinstance(marker.get("cluster"), str) else None,
+    return {"node_id": marker["node_id"],
+            "cluster": marker.get("cluster") if isinstance(marker.get("cluster"), str) else None,
             "epoch": epoch if isinstance(epoch, int) and not isinstance(epoch, bool) and epoch >= 0 else None}
 
 
@@ -132,7 +134,8 @@ def read_node_id(data_dir: str | Path) -> str | None:
 
 def write_node_marker(data_dir: Path, node_id: str | None = None, cluster: str | None = None, mode: int = 0o600,
                       epoch: int | None = None) -> str:
-    """Record durably a data directory's node id (fresh if None), cluster and highest obeyed catalog epoch; returns the id."""
+    """Record durably a data directory's node id (fresh if None), cluster and highest obeyed catalog epoch; returns the
+    id."""
     node_id = node_id or uuid.uuid4().hex
     marker = {"node_id": node_id, "cluster": cluster, **({"epoch": epoch} if epoch is not None else {})}
     write_atomically(data_dir / NODE_MARKER, json.dumps(marker).encode(), mode)

@@ -96,5 +96,6 @@ def _raise(error: BaseException, original: BaseException) -> None:
 
 
 def unanswered(exc: BaseException) -> bool:
-    """Whether a call's error says its catalog did not answer (no flightpart code); the call may still have been done."""
+    """Whether a call's error says its catalog did not answer (no flightpart code); the call may still have been
+    done."""
     return isinstance(exc, _NO_ANSWER) and decode_error(getattr(exc, "extra_info", None)) is None

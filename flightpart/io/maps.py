@@ -58,7 +58,8 @@ def _sizes_of(table: pa.Table) -> _Sizes | None:
 
 
 def file_size(table: pa.Table) -> int | None:
-    """The size of the file ``table`` maps, if a :class:`MappedFiles` holds it (else None), from the map's last ``stat``."""
+    """The size of the file ``table`` maps, if a :class:`MappedFiles` holds it (else None), from the map's last
+    ``stat``."""
     with _sizes_lock:
         known = _sizes_of(table)
         return None if known is None else known.file_bytes

@@ -193,7 +193,8 @@ def read_replicas(pool: ConnectionPool, ticket: Ticket, replicas: Sequence[Repli
         delay = min(delay * 2, 1.0)
     if lied:
         raise ServerError(f"{what}: no replica could serve it ({'; '.join(failures[-len(replicas):])})")
-    raise NodeUnavailable(f"{what}: no replica could serve it ({'; '.join(failures[-len(replicas):]) or 'no replicas are known'})")
+    raise NodeUnavailable(f"{what}: no replica could serve it "
+                          f"({'; '.join(failures[-len(replicas):]) or 'no replicas are known'})")
 
 
 def read_several(pool: ConnectionPool, ticket: Ticket, replicas: Sequence[Replica], what: str,
@@ -339,7 +340,8 @@ def read_bounded(reader: flight.FlightStreamReader, bound: RowBound | None,
 
 
 def stream(pool: ConnectionPool, uri: str, ticket: flight.Ticket, idle_timeout: float, deadline: float | None = None, *,
-           patient: bool = False, marks: list[tuple[int, bytes]] | None = None, bound: RowBound | None = None) -> pa.Table:
+           patient: bool = False, marks: list[tuple[int, bytes]] | None = None,
+           bound: RowBound | None = None) -> pa.Table:
     """One ``do_get`` read in a reused worker thread and left when it sends nothing for ``idle_timeout`` seconds.
 
     A frozen server blocks a gRPC read without end; the worker holds the call while this thread watches, so the
@@ -348,7 +350,8 @@ def stream(pool: ConnectionPool, uri: str, ticket: flight.Ticket, idle_timeout: 
     :data:`MIN_READ_RATE` is left. Without ``marks`` or ``bound`` it is read whole and watched by thread wakes
     (:mod:`.wakes`), else by :func:`read_bounded`.
     """
-    call_timeout = STREAM_DEADLINE if deadline is None else max(0.001, min(STREAM_DEADLINE, deadline - time.monotonic()))
+    call_timeout = (STREAM_DEADLINE if deadline is None
+                    else max(0.001, min(STREAM_DEADLINE, deadline - time.monotonic())))
     # "last": when the stream last moved or its node last showed it is alive; "moved": when the stream last moved
     progress: dict[str, Any] = {"last": time.monotonic(), "moved": time.monotonic(), "reader": None, "abandoned": False,
                                 "thread": None}
@@ -390,8 +393,9 @@ def stream(pool: ConnectionPool, uri: str, ticket: flight.Ticket, idle_timeout: 
                 progress["last"] = progress["moved"] = time.monotonic()
         if paced_until is not None and time.monotonic() > paced_until:
             _abandon(progress)
-            raise Stalled(f"sent less than its {bound.bytes:,} bytes in {READ_GRACE + bound.bytes / MIN_READ_RATE:.0f} s, "
-                          f"slower than {MIN_READ_RATE >> 20} MiB/s", slow=True)
+            raise Stalled(f"sent less than its {bound.bytes:,} bytes in "
+                          f"{READ_GRACE + bound.bytes / MIN_READ_RATE:.0f} s, slower than {MIN_READ_RATE >> 20} MiB/s",
+                          slow=True)
         if time.monotonic() - progress["last"] > idle_timeout:
             if patient and (deadline is None or time.monotonic() < deadline) \
                     and time.monotonic() - progress["moved"] < STALL_PATIENCE and _answers(pool, uri, deadline):
@@ -414,7 +418,8 @@ def _abandon(progress: dict[str, Any]) -> None:
 
 
 def _answers(pool: ConnectionPool, uri: str, deadline: float | None = None) -> bool:
-    """Whether ``uri`` answers ``node-info`` within :data:`PROBE_TIMEOUT` and before ``deadline`` (a refusal answers)."""
+    """Whether ``uri`` answers ``node-info`` within :data:`PROBE_TIMEOUT` and before ``deadline`` (a refusal
+    answers)."""
     timeout = PROBE_TIMEOUT if deadline is None else min(PROBE_TIMEOUT, deadline - time.monotonic())
     if timeout <= 0:
         return False

@@ -36,7 +36,8 @@ MIN_PUT_RATE = 16 << 20
 def row_pieces(table: pa.Table, nbytes: int, target_bytes: int | Callable[[], int],
                cut_bytes: int | None = None) -> Iterator[pa.Table]:
     """``table`` (of ``nbytes``) as consecutive zero-copy row ranges of about ``target_bytes`` (or what the function
-    answers per range), cut where batches end, and within a batch only past twice ``cut_bytes`` (default: the target)."""
+    answers per range), cut where batches end, and within a batch only past twice ``cut_bytes`` (default: the
+    target)."""
     rows = table.num_rows
     if rows == 0:
         return
@@ -126,7 +127,8 @@ def split_batch(batch: pa.RecordBatch, target_bytes: int = BATCH_BYTES) -> list[
 
 
 def _write_table(writer: Any, table: pa.Table, sent: Callable[[int], None] | None = None) -> None:
-    """A table's batches in pieces of about :data:`BATCH_BYTES`, then its trailer; ``sent`` is told each piece's bytes."""
+    """A table's batches in pieces of about :data:`BATCH_BYTES`, then its trailer; ``sent`` is told each piece's
+    bytes."""
     told = 0
     for batch in batches_of(table):
         for piece in split_batch(batch):

@@ -129,9 +129,9 @@ class Cluster:
 class LocalCluster(Cluster):
     """A catalog and nodes on 127.0.0.x as child processes: one machine playing several hosts."""
 
-    def __init__(self, root: Path, nodes: int = 3, *, first_ip: int = 2, heartbeat: float = 1.0, dead_after: float = 10.0,
-                 extra_args: Sequence[str] = (), node_args: Sequence[str] = (), env: dict | None = None, catalog_port: int = 0,
-                 rebuild_grace: float = 3.0):
+    def __init__(self, root: Path, nodes: int = 3, *, first_ip: int = 2, heartbeat: float = 1.0,
+                 dead_after: float = 10.0, extra_args: Sequence[str] = (), node_args: Sequence[str] = (),
+                 env: dict | None = None, catalog_port: int = 0, rebuild_grace: float = 3.0):
         self.root = Path(root)
         self.extra_args = list(extra_args)  # for every daemon (tokens, TLS)
         self.node_args = list(node_args)    # for nodes only (limits)
@@ -145,11 +145,13 @@ class LocalCluster(Cluster):
 
     def start_catalog(self) -> Daemon:
         """Start (or restart, on the same port and state) the catalog."""
-        return Daemon(["catalog", "--host", "127.0.0.1", "--port", str(self.catalog_port), "--state-dir", str(self.root / "catalog"),
-                       "--dead-after", str(self.dead_after), "--rebuild-grace", str(self.rebuild_grace), *self.extra_args],
+        return Daemon(["catalog", "--host", "127.0.0.1", "--port", str(self.catalog_port), "--state-dir",
+                       str(self.root / "catalog"), "--dead-after", str(self.dead_after), "--rebuild-grace",
+                       str(self.rebuild_grace), *self.extra_args],
                       env=self.env)
 
-    def add_node(self, ip: str, *, heartbeat: float = 1.0, data_dir: Path | None = None, args: Sequence[str] = ()) -> Daemon:
+    def add_node(self, ip: str, *, heartbeat: float = 1.0, data_dir: Path | None = None,
+                 args: Sequence[str] = ()) -> Daemon:
         """Start a node on ``ip`` (``args``: options for this node alone)."""
         data_dir = data_dir or self.root / f"node-{ip}"
         node = Daemon(["serve", "--host", ip, "--port", "0", "--data-dir", str(data_dir), "--catalog", self.catalog.uri,

@@ -41,8 +41,8 @@ class InProcessNode:
 class InProcessCluster(Cluster):
     """A catalog on 127.0.0.1 and ``nodes`` nodes on 127.0.0.``first_ip``, ``first_ip + 1``, ... in this process."""
 
-    def __init__(self, root: Path, nodes: int = 3, *, first_ip: int = 2, heartbeat: float = 1.0, dead_after: float = 10.0,
-                 rebuild_grace: float = 3.0):
+    def __init__(self, root: Path, nodes: int = 3, *, first_ip: int = 2, heartbeat: float = 1.0,
+                 dead_after: float = 10.0, rebuild_grace: float = 3.0):
         self.root = Path(root)
         self.heartbeat = heartbeat
         state = self.root / "catalog"

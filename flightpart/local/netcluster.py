@@ -144,9 +144,10 @@ class NetCluster:
                 _ip("-n", self.bridge, "link", "add", "br0", "type", "bridge")
                 _ip("-n", self.bridge, "link", "set", "br0", "up")
             self.catalog_host = self.add_host()
-            self.catalog = self._daemon(self.catalog_host, ["catalog", "--host", self.catalog_host.ip, "--port", "0", *OPEN,
-                                                            "--state-dir", str(self.root / "catalog"),
-                                                            "--dead-after", str(dead_after)])
+            self.catalog = self._daemon(self.catalog_host,
+                                        ["catalog", "--host", self.catalog_host.ip, "--port", "0", *OPEN,
+                                         "--state-dir", str(self.root / "catalog"),
+                                         "--dead-after", str(dead_after)])
             self.nodes: list[Daemon] = []
             self.node_hosts: list[Host] = []
             for _ in range(nodes):

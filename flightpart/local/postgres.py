@@ -17,7 +17,8 @@ from pathlib import Path
 
 def server_binaries() -> Path | None:
     """The directory holding ``initdb`` and ``pg_ctl`` (the newest installed major version), or None."""
-    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"), key=lambda p: int(p.split("/")[4]) if p.split("/")[4].isdigit() else 0)
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"),
+                   key=lambda p: int(p.split("/")[4]) if p.split("/")[4].isdigit() else 0)
     if found:
         return Path(found[-1]).parent
     initdb = shutil.which("initdb")
@@ -88,7 +89,8 @@ class LocalPostgres:
 
         with psycopg.connect(self.url(), autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-            conn.execute(f'CREATE DATABASE "{name}"' + (f" ENCODING '{encoding}' TEMPLATE template0" if encoding else ""))
+            conn.execute(f'CREATE DATABASE "{name}"'
+                         + (f" ENCODING '{encoding}' TEMPLATE template0" if encoding else ""))
         return self.url(name)
 
     def stop(self) -> None:

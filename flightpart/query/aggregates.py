@@ -34,9 +34,11 @@ def spec(pairs: Sequence[tuple[str, str]], by: Sequence[str], columns: Sequence[
         if schema is None:
             raise TypeError("computed columns are checked against a schema: pass the dataset's schema as columns")
         if not isinstance(name, str) or not name or name in columns:
-            raise PartitionedError(f"computed column {name!r}: name it with a string that is not a column of the dataset")
+            raise PartitionedError(f"computed column {name!r}: name it with a string that is not a "
+                                   "column of the dataset")
         if not isinstance(text, str):
-            raise InvalidExpression(f"computed column {name!r}: give its SQL expression as text, got {type(text).__name__}",
+            raise InvalidExpression(f"computed column {name!r}: give its SQL expression as text, got "
+                                    f"{type(text).__name__}",
                                     field="computed")
         evaluated(text, schema)  # InvalidExpression, naming what cannot be computed exactly
         extra.append((name, text))
@@ -100,7 +102,8 @@ def with_computed(table: pa.Table, agg: Aggregate, where: str = "ticket.aggregat
         expressions.append(expression)
         names.append(name)
     source = acero.Declaration("table_source", acero.TableSourceNodeOptions(table))
-    plan = acero.Declaration.from_sequence([source, acero.Declaration("project", acero.ProjectNodeOptions(expressions, names))])
+    plan = acero.Declaration.from_sequence([source,
+                                            acero.Declaration("project", acero.ProjectNodeOptions(expressions, names))])
     try:
         out = plan.to_table(use_threads=False)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, pa.ArrowMemoryError) as exc:
@@ -259,8 +262,9 @@ def _all_valid(tables: Sequence[pa.Table]) -> None:
     for table in tables:
         why = unsound(table)
         if why is not None:
-            raise ServerError(f"a node's partial aggregate ({table.num_rows} rows: {', '.join(table.column_names)[:200]}):"
-                              f" its values are not valid Arrow ({why}); not used")
+            raise ServerError(f"a node's partial aggregate ({table.num_rows} rows: "
+                              f"{', '.join(table.column_names)[:200]}): its values are not valid Arrow "
+                              f"({why}); not used")
 
 
 def _each_group_once(tables: Sequence[pa.Table], by: Sequence[str]) -> None:
@@ -274,12 +278,13 @@ def _each_group_once(tables: Sequence[pa.Table], by: Sequence[str]) -> None:
         merged = pa.concat_tables(keys).combine_chunks()
         counted = merged.group_by([*by, origin], use_threads=False).aggregate([([], AGGREGATE[ROW_COUNT].arrow)])
     except pa.ArrowException as exc:
-        raise ServerError(f"a node's partial aggregate: its keys cannot be grouped ({str(exc)[:200]}); not used") from None
+        raise ServerError("a node's partial aggregate: its keys cannot be grouped "
+                          f"({str(exc)[:200]}); not used") from None
     twice = pc.greater(counted.column(AGGREGATE[ROW_COUNT].output_name("")), 1)
     if pc.any(twice).as_py():
         k = counted.filter(twice).column(origin)[0].as_py()
-        raise ServerError(f"a node's partial aggregate ({tables[k].num_rows} rows: {', '.join(tables[k].column_names)[:200]}):"
-                          " a group appears more than once; not used")
+        raise ServerError(f"a node's partial aggregate ({tables[k].num_rows} rows: "
+                          f"{', '.join(tables[k].column_names)[:200]}): a group appears more than once; not used")
 
 
 def combine(partials: Sequence[pa.Table], agg: Aggregate, schema: pa.Schema) -> pa.Table:
@@ -310,7 +315,8 @@ def _empty_result(agg: Aggregate, schema: pa.Schema) -> pa.Table:
     empty = _with_exact_columns(values_of_dictionaries(empty, [c for c in _read_columns(agg) if c not in keys]),
                                 agg.functions)
     try:
-        result = empty.group_by(list(agg.by), use_threads=False).aggregate([_arrow_pair(c, f) for c, f in agg.functions])
+        result = empty.group_by(list(agg.by), use_threads=False).aggregate([_arrow_pair(c, f)
+                                                                            for c, f in agg.functions])
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
         raise RequestRejected(f"aggregate: {str(exc)[:200]}", field="aggregate") from None
     return result.rename_columns([*agg.by, *(_output_name(c, f) for c, f in agg.functions)])

@@ -13,7 +13,8 @@ from . import aggregates, filters
 from . import top as first_rows
 
 
-def apply_ticket(table: pa.Table, columns: tuple[str, ...] | None, rows: tuple[int, int] | None, filter: bytes | None = None,
+def apply_ticket(table: pa.Table, columns: tuple[str, ...] | None, rows: tuple[int, int] | None,
+                 filter: bytes | None = None,
             matched: tuple[int, int] | None = None, aggregate: Aggregate | None = None, row_numbers: bool = False,
             top: TopRows | None = None) -> pa.Table:
     """What a ticket asks of a partition, in the ticket's order: a row range, row numbers, a filter, a range of the
@@ -36,7 +37,8 @@ def apply_ticket(table: pa.Table, columns: tuple[str, ...] | None, rows: tuple[i
     if columns is not None:
         unknown = [c for c in columns if c not in table.column_names]
         if unknown:
-            raise RequestRejected(f"ticket.columns: unknown column {unknown[0]!r}; the partition has {table.column_names}",
+            raise RequestRejected(f"ticket.columns: unknown column {unknown[0]!r}; the partition has "
+                                  f"{table.column_names}",
                                   field="ticket.columns")
         table = table.select(list(columns) + ([ROW_NUMBER] if row_numbers else []))
     return table

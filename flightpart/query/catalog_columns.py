@@ -35,7 +35,8 @@ class CatalogColumns:
     def __reduce__(self):
         """What a task is sent, made once: the fields (without the schema's metadata) and the groups."""
         if self._pickled is None:
-            groups = None if self.groups is None else tuple(sorted((j, tuple(sorted(c))) for j, c in self.groups.items()))
+            groups = None if self.groups is None else tuple(sorted((j, tuple(sorted(c)))
+                                                                   for j, c in self.groups.items()))
             self._pickled = (self.schema.remove_metadata().serialize().to_pybytes(), groups)
         return (restored_columns, self._pickled)
 

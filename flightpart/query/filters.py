@@ -35,17 +35,19 @@ class Filter:
 
     @classmethod
     def compile(cls, expression: pc.Expression, schema: pa.Schema, *, translated: bool = False) -> "Filter":
-        """Bind ``expression`` to the columns of ``schema`` it reads; a clear error when it cannot travel. Every filter is
-        held to :data:`MAX_SUBSTRAIT_BOUND`; one not ``translated`` from text is also held to :data:`MAX_FILTER_BYTES`."""
+        """Bind ``expression`` to the columns of ``schema`` it reads; a clear error when it cannot travel. Every filter
+        is held to :data:`MAX_SUBSTRAIT_BOUND`; one not ``translated`` from text is also held to
+        :data:`MAX_FILTER_BYTES`."""
         if not isinstance(expression, pc.Expression):
-            raise TypeError(f"a filter is a pyarrow.compute.Expression (e.g. pc.field('x') > 0), got {type(expression).__qualname__}")
+            raise TypeError("a filter is a pyarrow.compute.Expression (e.g. pc.field('x') > 0), got "
+                            f"{type(expression).__qualname__}")
         columns = referenced_columns(expression, schema, None if translated else MAX_FILTER_BYTES)
         bound = pa.schema([schema.field(c) for c in columns])
         raw = serialize(expression, bound if columns else pa.schema([]), weighed=True)
         if len(raw) > MAX_TICKET_FILTER_BYTES:
             raise PartitionedError(f"filter {str(expression)[:200]}: {len(raw):,} bytes of Substrait, more than a "
-                                   f"ticket carries ({MAX_TICKET_FILTER_BYTES:,}); write a chain of x = 1 OR x = 2 ... as x IN (1, 2, ...), "
-                                   "use fewer or shorter values, or filter the rows after reading")
+                                   f"ticket carries ({MAX_TICKET_FILTER_BYTES:,}); write a chain of x = 1 OR x = 2 ... "
+                                   "as x IN (1, 2, ...), use fewer or shorter values, or filter the rows after reading")
         return cls(expression, columns, raw)
 
 
@@ -57,8 +59,9 @@ def serialize(expression: pc.Expression, schema: pa.Schema, *, weighed: bool = F
     try:
         return bytes(substrait.serialize_expressions([expression], ["filter"], bindable(schema)))
     except (pa.ArrowException, TypeError, ValueError) as exc:
-        raise PartitionedError(f"filter {expression}: cannot be sent to the nodes ({exc}); filter the rows after reading "
-                               "instead, or use functions Substrait knows (comparisons, and/or/not, is_in, is_null, arithmetic)") from None
+        raise PartitionedError(f"filter {expression}: cannot be sent to the nodes ({exc}); filter the "
+                               "rows after reading instead, or use functions Substrait knows (comparisons, and/or/not, "
+                               "is_in, is_null, arithmetic)") from None
 
 
 MAX_FILTER_BYTES = 16 << 10
@@ -157,8 +160,9 @@ def referenced_columns(expression: pc.Expression, schema: pa.Schema,
                  if re.search(rf"(?<![\w.]){re.escape(name)}(?!\w)", str(expression))]
         hint = f"; it seems to read {', '.join(named)}, of a type Substrait has not, which the nodes cannot filter" \
             if named else ""
-        raise PartitionedError(f"filter {expression}: cannot be sent to the nodes ({exc}); the columns are {schema.names}; "
-                               f"Substrait knows comparisons, and/or/not, is_in, is_null and arithmetic{hint}") from None
+        raise PartitionedError(f"filter {expression}: cannot be sent to the nodes ({exc}); the columns are "
+                               f"{schema.names}; Substrait knows comparisons, and/or/not, is_in, is_null and "
+                               f"arithmetic{hint}") from None
     if bound is None:
         raise PartitionedError(f"filter {str(expression)[:200]}: {len(raw):,} bytes of Substrait, more than the "
                                f"{most_bytes:,} sent to the nodes (Arrow reads an is_in of thousands of values by a "
@@ -166,8 +170,9 @@ def referenced_columns(expression: pc.Expression, schema: pa.Schema,
     used = {int(k) for k in _FIELD_PATH.findall(str(bound.expressions["filter"]))}
     for k, name, kind in unwritable:
         if k in used:
-            raise PartitionedError(f"filter {str(expression)[:200]}: reads column {name!r} of type {kind}, which Substrait "
-                                   "has no type for, so the nodes cannot filter it; filter the rows after reading instead")
+            raise PartitionedError(f"filter {str(expression)[:200]}: reads column {name!r} of type {kind}, "
+                                   "which Substrait has no type for, so the nodes cannot filter it; filter the rows "
+                                   "after reading instead")
     return tuple(name for k, name in enumerate(schema.names) if k in used)
 
 
@@ -189,7 +194,8 @@ def decode(raw: bytes) -> tuple[pc.Expression, pa.Schema]:
         bound = substrait.deserialize_expressions(pa.py_buffer(raw))
         expression = bound.expressions["filter"]
     except (pa.ArrowException, KeyError, TypeError, ValueError) as exc:
-        raise RequestRejected(f"ticket.filter: not a Substrait filter expression ({str(exc)[:200]})", field="ticket.filter") from None
+        raise RequestRejected(f"ticket.filter: not a Substrait filter expression ({str(exc)[:200]})",
+                              field="ticket.filter") from None
     return expression, bound.schema
 
 
@@ -234,7 +240,8 @@ def _evaluated(expression: pc.Expression, table: pa.Table, *, keep_rows: bool) -
     try:
         return acero.Declaration.from_sequence([source, step]).to_table(use_threads=False)  # one thread: rows in order
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
-        raise RequestRejected(f"ticket.filter: cannot be evaluated here ({str(exc)[:200]})", field="ticket.filter") from None
+        raise RequestRejected(f"ticket.filter: cannot be evaluated here ({str(exc)[:200]})",
+                              field="ticket.filter") from None
 
 
 def _as_bound(column: pa.ChunkedArray, kind: pa.DataType) -> pa.ChunkedArray:
@@ -242,7 +249,8 @@ def _as_bound(column: pa.ChunkedArray, kind: pa.DataType) -> pa.ChunkedArray:
     try:
         return column.cast(kind)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
-        raise RequestRejected(f"ticket.filter: cannot be evaluated here ({str(exc)[:200]})", field="ticket.filter") from None
+        raise RequestRejected(f"ticket.filter: cannot be evaluated here ({str(exc)[:200]})",
+                              field="ticket.filter") from None
 
 
 def _dictionary_answer(expression: pc.Expression, column: pa.ChunkedArray, bound: pa.Schema) -> pa.ChunkedArray:

@@ -75,7 +75,8 @@ class AggregateFunction:
     group_bytes: int = 32
 
     def output_name(self, column: str) -> str:
-        """The result column pyarrow's ``group_by(...).aggregate`` names: ``{column}_{function}``, or the function alone."""
+        """The result column pyarrow's ``group_by(...).aggregate`` names: ``{column}_{function}``, or the function
+        alone."""
         return f"{column}_{self.name}" if self.reads_column else self.name
 
     def shown(self, column: str) -> str:
@@ -204,6 +205,6 @@ def markdown() -> str:
                     f"{f'`{f.rollup}`' if f.rollup else 'its partials'} | {size} |")
     rows += ["", "| written | Arrow function | gives | decided by statistics |", "| --- | --- | --- | --- |"]
     for s in SCALAR_FUNCTIONS:
-        rows.append(f"| {s.written or '(within a translation, or a filter built otherwise)'} | `{s.arrow}` | {s.returns} | "
-                    f"{'yes' if s.statistics else 'no'} |")
+        rows.append(f"| {s.written or '(within a translation, or a filter built otherwise)'} | `{s.arrow}` "
+                    f"| {s.returns} | {'yes' if s.statistics else 'no'} |")
     return "\n".join(rows) + "\n"

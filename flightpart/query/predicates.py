@@ -63,7 +63,8 @@ def parse_sql_predicate(text: str, schema: pa.Schema) -> pc.Expression:
                                 "condition inside another, nested)", field="filter")
         return _Translator(schema, text).boolean(tree)
     except (ParseError, TokenError) as exc:
-        raise InvalidFilter(f"filter {text!r}: not a SQL expression ({str(exc).splitlines()[0][:200]})", field="filter") from None
+        raise InvalidFilter(f"filter {text!r}: not a SQL expression ({str(exc).splitlines()[0][:200]})",
+                            field="filter") from None
     except RecursionError:
         raise InvalidFilter(f"filter {text[:200]!r}...: nested too deeply", field="filter") from None
 
@@ -116,7 +117,8 @@ def parse_sql_value(text: str, schema: pa.Schema) -> tuple[pc.Expression, pa.Dat
         raise InvalidExpression("an expression must be non-empty SQL such as \"fare * 100\"", field="computed")
     if date_trunc_unit_not_quoted(text):
         raise InvalidExpression(f"expression {text[:200]!r}: date_trunc takes its unit as a string literal here "
-                                "('month'); DuckDB reads a bare name as a column, its unit row by row", field="computed")
+                                "('month'); DuckDB reads a bare name as a column, its unit row by row",
+                                field="computed")
     translator = _Translator(schema, text, computing=True)
     try:
         value = translator.value(sqlglot.parse_one(text, read="duckdb"))
@@ -219,7 +221,8 @@ class _Translator:
     def boolean(self, node: Any) -> pc.Expression:
         value = self.value(node)
         if value.type is not None and not pat.is_boolean(value.type) and not pat.is_null(value.type):
-            raise self.fail(f"{node.sql(dialect='duckdb')!r} is {value.type}, not a condition (compare it: x > 0, x = 'a')")
+            raise self.fail(f"{node.sql(dialect='duckdb')!r} is {value.type}, not a condition (compare it: "
+                            "x > 0, x = 'a')")
         return value.expression
 
     def value(self, node: Any) -> Value:
@@ -237,7 +240,8 @@ class _Translator:
         if isinstance(node, e.Not):
             return Value(~self.boolean(node.this), pa.bool_())
         if type(node) in self.comparisons:
-            return Value(self.compare(self.comparisons[type(node)], self.value(node.this), self.value(node.expression)), pa.bool_())
+            return Value(self.compare(self.comparisons[type(node)], self.value(node.this), self.value(node.expression)),
+                         pa.bool_())
         if isinstance(node, e.Between):
             subject = self.value(node.this)
             low, high = self.value(node.args["low"]), self.value(node.args["high"])
@@ -272,8 +276,8 @@ class _Translator:
             return self.cast(node)
         if isinstance(node, (e.TimestampTrunc, e.DateTrunc)):
             return self.truncated(node)
-        raise self.fail(f"{node.sql(dialect='duckdb')!r} is not supported (columns, literals, comparisons, AND/OR/NOT, IN, "
-                        "BETWEEN, LIKE, IS NULL, CAST and + - * / are; functions are not)")
+        raise self.fail(f"{node.sql(dialect='duckdb')!r} is not supported (columns, literals, comparisons, "
+                        "AND/OR/NOT, IN, BETWEEN, LIKE, IS NULL, CAST and + - * / are; functions are not)")
 
     # ------------------------------------------------------------------ leaves
 
@@ -289,8 +293,8 @@ class _Translator:
             name = folded[0]
         field = self.schema.field(name)
         if self.computing and pat.is_unsigned_integer(field.type):
-            raise self.fail(f"{name!r} is {field.type}: DuckDB's arithmetic of unsigned integers with signed ones is not "
-                            "translated (signed integers and DOUBLE are)")
+            raise self.fail(f"{name!r} is {field.type}: DuckDB's arithmetic of unsigned integers with "
+                            "signed ones is not translated (signed integers and DOUBLE are)")
         if self.computing and _temporal(field.type) and not self.truncating:
             raise self.fail(f"{name!r} is {field.type}: a date or timestamp is computed only by date_trunc")
         self.read.add(name)
@@ -310,9 +314,9 @@ class _Translator:
             self.truncating = False
         if inner.is_literal or not _temporal(inner.type) or getattr(inner.type, "tz", None) is not None \
                 or getattr(inner.type, "unit", None) == "ns":
-            raise self.fail(f"{node.sql(dialect='duckdb')!r}: date_trunc of a date or of a timestamp column in s, ms or us "
-                            "without time zone is translated (DuckDB truncates a zoned one in its session's time zone, "
-                            "and rounds nanoseconds to microseconds first)")
+            raise self.fail(f"{node.sql(dialect='duckdb')!r}: date_trunc of a date or of a timestamp column "
+                            "in s, ms or us without time zone is translated (DuckDB truncates a zoned one in its "
+                            "session's time zone, and rounds nanoseconds to microseconds first)")
         floored = arrow_call("date_trunc", [inner.expression], pc.RoundTemporalOptions(1, name))
         # checked: a date or a timestamp past TIMESTAMP's range is an error, as in DuckDB, never a wrapped value
         return Value(floored.cast(pa.timestamp("us"), safe=True), pa.timestamp("us"))
@@ -385,7 +389,8 @@ class _Translator:
         except InvalidFilter:
             raise
         except (ValueError, TypeError, OverflowError, pa.ArrowException) as exc:
-            raise self.fail(f"{node.sql(dialect='duckdb') if node is not None else value!r} cannot be read as {target} ({exc})") from None
+            raise self.fail(f"{node.sql(dialect='duckdb') if node is not None else value!r} cannot be read as "
+                            f"{target} ({exc})") from None
 
     # ------------------------------------------------------------------ comparisons
 
@@ -421,17 +426,19 @@ class _Translator:
                 return self.widen(left, common), self.widen(right, common)
             if _is_string(left.type) and _is_string(right.type) and left.type != right.type:
                 return self.widen(left, pa.large_string()), self.widen(right, pa.large_string())
-            if (_is_string(left.type) or _is_string(right.type)) and not (_is_string(left.type) and _is_string(right.type)):
+            if ((_is_string(left.type) or _is_string(right.type))
+                    and not (_is_string(left.type) and _is_string(right.type))):
                 if not (pat.is_null(left.type) or pat.is_null(right.type)):
-                    raise self.fail(f"a {left.type} compared with a {right.type}: cast one side (CAST(x AS VARCHAR) is not "
-                                    "translated; compare with a literal of the column's type)")
+                    raise self.fail(f"a {left.type} compared with a {right.type}: cast one side (CAST(x AS "
+                                    "VARCHAR) is not translated; compare with a literal of the column's type)")
         return left, right
 
     def decimal_and_number(self, column: Value, literal: Value) -> tuple[Value, Value]:
         """A decimal column and a number literal in one decimal type holding both exactly, as DuckDB compares them (the
         column widened if the literal needs more places). A literal DuckDB reads as DOUBLE is refused."""
         number = literal.literal
-        if isinstance(number, float) and (literal.typed or literal.text is None or not DECIMAL_TEXT.match(literal.text)):
+        if isinstance(number, float) and (literal.typed or literal.text is None
+                                          or not DECIMAL_TEXT.match(literal.text)):
             # a DOUBLE to DuckDB (1e-1, CAST(0.1 AS DOUBLE)), which compares the column as a double: Arrow's cast of a
             # decimal to a double rounds otherwise than DuckDB's (0.1 as DECIMAL(38, 20) is not 0.1 after it)
             raise self.fail(f"a {column.type} column compared with the DOUBLE {number!r} is not translated exactly: "
@@ -485,7 +492,8 @@ class _Translator:
             if (a == pa.uint64() and pat.is_signed_integer(b)) or (b == pa.uint64() and pat.is_signed_integer(a)):
                 raise self.fail("a UBIGINT meets a signed integer: int64 cannot hold both (DuckDB computes in a "
                                 "wider type), not translated")
-            wide = pa.int64() if pat.is_signed_integer(a) or pat.is_signed_integer(b) or 64 in (a.bit_width, b.bit_width) else pa.uint64()
+            wide = (pa.int64() if pat.is_signed_integer(a) or pat.is_signed_integer(b)
+                    or 64 in (a.bit_width, b.bit_width) else pa.uint64())
             if pat.is_unsigned_integer(a) and pat.is_unsigned_integer(b):
                 wide = a if a.bit_width >= b.bit_width else b
             return self.widen(left, wide), self.widen(right, wide)
@@ -536,7 +544,8 @@ class _Translator:
                 value_set = pa.array(typed, type=subject.type if not _is_string(subject.type) else pa.string())
             except (pa.ArrowException, TypeError, ValueError) as exc:
                 raise self.fail(f"the IN list does not fit column {subject.type} ({exc})") from None
-            column = subject.expression if subject.type != pa.large_string() else subject.expression.cast(pa.string(), safe=False)
+            column = (subject.expression if subject.type != pa.large_string()
+                      else subject.expression.cast(pa.string(), safe=False))
             found = pc.if_else(subject.expression.is_null(), _NULL_BOOL, column.isin(value_set))
         return found
 
@@ -559,7 +568,8 @@ class _Translator:
         pattern = self.string_literal(node.expression, "LIKE")
         ignore_case = isinstance(node, self.exp.ILike)
         if ignore_case and not pattern.isascii():
-            raise self.fail("ILIKE with letters beyond ASCII is not translated exactly (case folding differs); use LIKE")
+            raise self.fail("ILIKE with letters beyond ASCII is not translated exactly (case folding "
+                            "differs); use LIKE")
         pieces = _like_pieces(pattern, escape, self)
         column = subject.expression if subject.type == pa.string() else subject.expression.cast(pa.string(), safe=False)
 
@@ -584,7 +594,8 @@ class _Translator:
         function = self.arithmetic[type(node)]
         if self.computing:
             self.need_duckdb_arithmetic(left, right, node)
-        if self.computing and function != "divide" and all(v.type is not None and pat.is_integer(v.type) for v in (left, right)):
+        if self.computing and function != "divide" and all(v.type is not None and pat.is_integer(v.type)
+                                                           for v in (left, right)):
             left, right = self.duckdb_integers(left, right)  # overflows where DuckDB's does (not in filters: DuckDB
             # folds a filter's constants across its comparison, and never computes the product that would overflow)
             return Value(arrow_call(function, [left.expression, right.expression]), left.type)
@@ -664,7 +675,8 @@ class _Translator:
 
     def need_numeric(self, value: Value, node: Any) -> None:
         if value.type is not None and not (pat.is_integer(value.type) or pat.is_floating(value.type)):
-            raise self.fail(f"{node.sql(dialect='duckdb')!r}: arithmetic on {value.type} is not translated (numbers only)")
+            raise self.fail(f"{node.sql(dialect='duckdb')!r}: arithmetic on {value.type} is not "
+                            "translated (numbers only)")
 
 
 # ---------------------------------------------------------------------- helpers
@@ -808,7 +820,8 @@ def _arrow_type(name: str, tr: _Translator) -> pa.DataType:
         "TINYINT": pa.int8, "SMALLINT": pa.int16, "INT": pa.int32, "BIGINT": pa.int64, "UTINYINT": pa.uint8,
         "USMALLINT": pa.uint16, "UINT": pa.uint32, "UBIGINT": pa.uint64, "FLOAT": pa.float32, "DOUBLE": pa.float64,
         "VARCHAR": pa.string, "TEXT": pa.string, "BOOLEAN": pa.bool_, "DATE": pa.date32,
-        "TIMESTAMP": lambda: pa.timestamp("us"), "TIMESTAMPNTZ": lambda: pa.timestamp("us"), "DATETIME": lambda: pa.timestamp("us"),
+        "TIMESTAMP": lambda: pa.timestamp("us"), "TIMESTAMPNTZ": lambda: pa.timestamp("us"),
+        "DATETIME": lambda: pa.timestamp("us"),
         "TIMESTAMPTZ": lambda: pa.timestamp("us", tz="UTC"), "TIMESTAMP_S": lambda: pa.timestamp("s"),
         "TIMESTAMP_MS": lambda: pa.timestamp("ms"), "TIMESTAMP_NS": lambda: pa.timestamp("ns"),
     }
@@ -818,7 +831,8 @@ def _arrow_type(name: str, tr: _Translator) -> pa.DataType:
 
 
 def _as_nanoseconds(value: Value) -> Value:
-    """A nanosecond timestamp as its int64 count since the epoch: compared exactly, and a literal Substrait can carry."""
+    """A nanosecond timestamp as its int64 count since the epoch: compared exactly, and a literal Substrait can
+    carry."""
     if value.is_literal:
         if value.literal is None:
             return Value(pc.scalar(pa.scalar(None, pa.int64())), pa.int64(), None, True)
@@ -892,7 +906,8 @@ def _like_pieces(pattern: str, escape: str | None, tr: _Translator) -> tuple[str
         tokens.append(("any", c) if c == "%" else ("one", c) if c == "_" else ("lit", c))
         k += 1
     if any(kind == "one" for kind, _ in tokens):
-        raise tr.fail(f"LIKE pattern {pattern!r}: '_' is not translated (prefix%, %suffix, %part% and exact patterns are)")
+        raise tr.fail(f"LIKE pattern {pattern!r}: '_' is not translated (prefix%, %suffix, %part% and "
+                      "exact patterns are)")
     lead = 0
     while lead < len(tokens) and tokens[lead][0] == "any":
         lead += 1
@@ -901,7 +916,8 @@ def _like_pieces(pattern: str, escape: str | None, tr: _Translator) -> tuple[str
         trail -= 1
     middle = tokens[lead:trail]
     if any(kind == "any" for kind, _ in middle):
-        raise tr.fail(f"LIKE pattern {pattern!r}: a '%' inside the text is not translated (prefix%, %suffix, %part% are)")
+        raise tr.fail(f"LIKE pattern {pattern!r}: a '%' inside the text is not translated (prefix%, "
+                      "%suffix, %part% are)")
     text = "".join(c for _, c in middle)
     starts, ends = lead > 0, trail < len(tokens)
     if not starts and not ends:

@@ -31,10 +31,10 @@ _ONE_CHILD = frozenset(kind.id for kind in (
 _EXTENSION = pa.uuid().id
 NESTED = _ONE_CHILD | {kind.id for kind in (pa.struct([]), pa.map_(pa.int8(), pa.int8()), pa.dense_union([]),
                                             pa.sparse_union([]))} | {_EXTENSION}
-"""Types (by type id) that hold values of other types (an extension type its storage), where a decimal at its width's floor can hide as deep as it
-likes: DuckDB, asked to cast a list or a struct of one to text, failed inside itself and invalidated the caller's
-database as it did for a plain column. Each read walks its nested columns' types (:func:`holds_decimal`, some
-2 µs a column); flat columns pay one set lookup."""
+"""Types (by type id) that hold values of other types (an extension type its storage), where a decimal at its width's
+floor can hide as deep as it likes: DuckDB, asked to cast a list or a struct of one to text, failed inside itself and
+invalidated the caller's database as it did for a plain column. Each read walks its nested columns' types
+(:func:`holds_decimal`, some 2 µs a column); flat columns pay one set lookup."""
 
 
 VIEWED_CHUNKS = 8

@@ -117,8 +117,8 @@ def checked_candidates(parts: list[pa.Table], schema: pa.Schema) -> pa.Table:
     invalid Arrow (which a sort would read out of bounds)."""
     for part in parts:
         if part.schema.names != schema.names or part.schema.types != schema.types:
-            raise ServerError(f"a node's top rows ({', '.join(map(str, part.schema))[:200]}) are not of the view's columns "
-                              f"and types ({', '.join(map(str, schema))[:200]}); not used")
+            raise ServerError(f"a node's top rows ({', '.join(map(str, part.schema))[:200]}) are not of the "
+                              f"view's columns and types ({', '.join(map(str, schema))[:200]}); not used")
     table = pa.concat_tables(parts) if parts else frames.empty_table(schema)
     why = unsound(table)
     if why is not None:

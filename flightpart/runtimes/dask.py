@@ -37,7 +37,8 @@ from flightpart.runtimes.tasks import (
 )
 from flightpart.wire import ROW_NUMBER
 
-__all__ = ["DaskGather", "LocalityPlugin", "dask_graph", "from_partitioned", "owns", "partitioned", "put", "start", "stop"]
+__all__ = ["DaskGather", "LocalityPlugin", "dask_graph", "from_partitioned", "owns", "partitioned", "put", "start",
+           "stop"]
 
 
 class DaskGather(StatelessGet):
@@ -55,7 +56,8 @@ class DaskGather(StatelessGet):
 class DaskPartitioned:
     """A persisted dask DataFrame seen through ``__partitioned__``."""
 
-    def __init__(self, persisted: Any, futures: list, lengths: list[int], holders: list[list[str]], pids: dict[str, int]):
+    def __init__(self, persisted: Any, futures: list, lengths: list[int], holders: list[list[str]],
+                 pids: dict[str, int]):
         self.collection = persisted  # keeps the futures alive
         self.futures = futures
         self.lengths = lengths
@@ -152,7 +154,8 @@ class ReadBlock:
         if positions is not None:
             df.index = pd.Index(start + positions * step, name=name)
         elif self.range_index:
-            df.index = pd.RangeIndex(start + block.start * step, start + (block.start + len(df)) * step, step, name=name)
+            df.index = pd.RangeIndex(start + block.start * step, start + (block.start + len(df)) * step, step,
+                                     name=name)
         return df
 
 
@@ -239,7 +242,8 @@ def _read_with_pushdown(read: ReadBlock, blocks: list[RowBlock], meta: Any, divi
     from dask.dataframe.dask_expr._expr import ArrowStringConversion
     from dask.dataframe.utils import pyarrow_strings_enabled
 
-    result = new_collection(FlightpartRead(read, [blocks], None, [], {}, False, meta, False, divisions, "flightpart-read"))
+    result = new_collection(FlightpartRead(read, [blocks], None, [], {}, False, meta, False, divisions,
+                                           "flightpart-read"))
     return new_collection(ArrowStringConversion(result)) if pyarrow_strings_enabled() else result
 
 
@@ -323,7 +327,8 @@ def owns(obj: Any) -> bool:
     return type(obj).__module__.startswith("dask.dataframe") and hasattr(obj, "npartitions")
 
 
-def put(client: Any, name: str, ddf: Any, nodes: list[dict], version: int) -> tuple[list[SentPart], list[tuple[str, dict]]]:
+def put(client: Any, name: str, ddf: Any, nodes: list[dict],
+        version: int) -> tuple[list[SentPart], list[tuple[str, dict]]]:
     """Send every partition from the worker holding it to the node on its host; returns what each worker sent
     and the (worker, node) chosen per partition."""
     p = partitioned(ddf)

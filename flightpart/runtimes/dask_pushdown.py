@@ -16,7 +16,18 @@ import pyarrow.compute as pc
 from flightpart.query.filters import Filter
 
 try:  # dask-expr's optimizer, where this dask has it (its expressions are the extension point read_parquet uses)
-    from dask.dataframe.dask_expr._expr import EQ, GE, GT, LE, LT, And, Expr, Or, Projection, is_filter_pushdown_available
+    from dask.dataframe.dask_expr._expr import (
+        EQ,
+        GE,
+        GT,
+        LE,
+        LT,
+        And,
+        Expr,
+        Or,
+        Projection,
+        is_filter_pushdown_available,
+    )
     from dask.dataframe.dask_expr._expr import Filter as DaskFilter
     from dask.dataframe.dask_expr.io import FromMapProjectable
 

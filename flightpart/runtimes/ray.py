@@ -18,7 +18,15 @@ from flightpart import frames, protocol
 from flightpart.io.transfer import SentPart
 from flightpart.protocol import StatelessGet
 from flightpart.runtimes.ray_cluster import start, stop
-from flightpart.runtimes.tasks import AUTO_DETECT, BlockReader, RowBlock, group_columns_of, node_for, row_blocks, send_from_worker
+from flightpart.runtimes.tasks import (
+    AUTO_DETECT,
+    BlockReader,
+    RowBlock,
+    group_columns_of,
+    node_for,
+    row_blocks,
+    send_from_worker,
+)
 
 __all__ = ["RayGet", "from_partitioned", "object_locations", "owns", "partitioned", "put", "read_refs", "start", "stop"]
 
@@ -48,7 +56,8 @@ def _raylet_pid(node_id: str) -> int:
 
     if node_id not in _raylet_pids:
         task = ray.remote(num_cpus=0)(_parent_pid)
-        _raylet_pids[node_id] = ray.get(task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)).remote())
+        _raylet_pids[node_id] = ray.get(
+            task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)).remote())
     return _raylet_pids[node_id]
 
 
@@ -195,6 +204,6 @@ def put(client: Any, name: str, dataset: Any, nodes: list[dict], version: int) -
         placement.append((locs[0][0], node))
         strategy = _affinity(hosts, node_by_ip)
         grant = client.grant_for(name, version)
-        refs.append(task.options(scheduling_strategy=strategy).remote(ref, node["uri"], client.access, name, version, (k, 0),
-                                                                      grant))
+        refs.append(task.options(scheduling_strategy=strategy).remote(ref, node["uri"], client.access, name, version,
+                                                                      (k, 0), grant))
     return ray.get(refs), placement

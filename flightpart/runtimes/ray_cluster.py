@@ -85,15 +85,17 @@ def start(num_nodes: int | None = None, data_dir: str | None = None, port: int =
         alive = alive[:num_nodes]
     head = ray.get_runtime_context().get_node_id()
     catalog = _get_or_create(ray, CatalogActor, CATALOG_ACTOR,
-                             {"scheduling_strategy": NodeAffinitySchedulingStrategy(head, soft=True), "max_restarts": max_restarts},
+                             {"scheduling_strategy": NodeAffinitySchedulingStrategy(head, soft=True),
+                              "max_restarts": max_restarts},
                              host, 0, None)
     catalog_uri = ray.get(catalog.uri.remote())
     nodes = []
     for n in alive:
-        options = {"scheduling_strategy": NodeAffinitySchedulingStrategy(n["NodeID"], soft=False), "max_restarts": max_restarts,
-                   "max_task_retries": 3}
+        options = {"scheduling_strategy": NodeAffinitySchedulingStrategy(n["NodeID"], soft=False),
+                   "max_restarts": max_restarts, "max_task_retries": 3}
         nodes.append(_get_or_create(ray, NodeActor, NODE_PREFIX + n["NodeID"], options,
-                                    host or n["NodeManagerAddress"], port, _data_dir(data_dir, n["NodeID"]), catalog_uri))
+                                    host or n["NodeManagerAddress"], port, _data_dir(data_dir, n["NodeID"]),
+                                    catalog_uri))
     ray.get([a.uri.remote() for a in nodes])  # every node is up and registered
     return Client(catalog_uri)
 

@@ -48,7 +48,8 @@ def row_blocks(d: dict) -> list[RowBlock]:
         entries = [d["partitions"][pos] for pos in positions]
         for pos, e in zip(positions, entries):
             if e["data"] is None:
-                raise PartitionedError(f"partitions[{pos}].data: is None; an SPMD view cannot be read by a task runtime")
+                raise PartitionedError(f"partitions[{pos}].data: is None; an SPMD view cannot be read "
+                                       "by a task runtime")
         hosts = tuple(dict.fromkeys(loc[0] for e in entries for loc in e["location"]))
         blocks.append(RowBlock(i, entries[0]["start"][0], entries[0]["shape"][0], tuple(e["data"] for e in entries),
                                tuple(e["start"][1] if len(e["start"]) > 1 else 0 for e in entries), hosts))
@@ -67,8 +68,9 @@ class BlockReader:
     """
 
     def __init__(self, get: Callable, columns: Sequence[str] | None = None,
-                 group_columns: Sequence[Sequence[str]] | None = None, host_of_task: Callable[[], str | None] | None = None,
-                 filter: bytes | None = None, row_numbers: bool = False):
+                 group_columns: Sequence[Sequence[str]] | None = None,
+                 host_of_task: Callable[[], str | None] | None = None, filter: bytes | None = None,
+                 row_numbers: bool = False):
         self.get = get
         self.columns = list(columns) if columns is not None else None
         self.group_columns = [list(g) for g in group_columns] if group_columns is not None else None

@@ -33,7 +33,8 @@ def test_each_table_entry_is_named_by_its_request_and_typed_by_it(daemon):
         hints = typing.get_type_hints(entry.handler)
         body = [v for k, v in hints.items() if k != "return"]
         assert body == [entry.request], f"{daemon.__name__}.{entry.handler.__name__} takes {body}"
-        assert hints["return"] is entry.request.REPLY, f"{daemon.__name__}.{entry.handler.__name__} answers {hints['return']}"
+        assert hints["return"] is entry.request.REPLY, (f"{daemon.__name__}.{entry.handler.__name__} answers "
+                                                        f"{hints['return']}")
 
 
 def test_every_request_message_is_served_by_a_daemon():

@@ -106,6 +106,7 @@ def test_a_sum_that_wraps_to_exactly_the_widths_floor_is_refused():
     half = Decimal(2 ** 126)
     table = _decimals([half, half])
     wrapped = table.group_by("k").aggregate([("v", "sum")]).column("v_sum")
-    assert _valid(pa.table({"v": wrapped})) and wrapped.to_pylist() == [Decimal(-(2 ** 127))]  # what pyarrow alone gives
+    # what pyarrow alone gives
+    assert _valid(pa.table({"v": wrapped})) and wrapped.to_pylist() == [Decimal(-(2 ** 127))]
     with pytest.raises(fp.RequestRejected, match=r"sum of 'v' .*decimal128\(38, 0\)"):
         ag.partial(table, ag.spec([("v", "sum")], ["k"], table.schema))

@@ -24,7 +24,8 @@ def test_every_string_encoding_appends_to_a_string_column(string_type):
 def test_a_float_column_of_whole_numbers_goes_into_an_int_column_and_a_fraction_is_refused():
     pandas_made = pa.table({"s": ["a", "b"], "n": [1.0, None], "f": [0.5, 1.5], "b": [b"", b""]})
     assert conformed(pandas_made, DATASET).column("n").to_pylist() == [1, None]
-    with pytest.raises(fp.SchemaMismatch, match=r"column 'n' .* holds values that are not int64 .*double.*cast it first"):
+    with pytest.raises(fp.SchemaMismatch,
+                       match=r"column 'n' .* holds values that are not int64 .*double.*cast it first"):
         conformed(pa.table({"s": ["a"], "n": [1.5], "f": [0.0], "b": [b""]}), DATASET)
 
 

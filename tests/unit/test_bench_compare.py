@@ -205,8 +205,9 @@ def links(**runs: dict) -> dict:
 
 def test_a_network_run_is_compared_link_by_link_and_written_as_markdown(tmp_path):
     old, new, md = tmp_path / "old.json", tmp_path / "new.json", tmp_path / "net.md"
-    old.write_text(json.dumps(links(loopback=run(case("read", STEADY, STEADY)), **{"10gbit": run(case("read", STEADY, STEADY)),
-                                                                                   "1gbit": run(case("read", STEADY, STEADY))})))
+    old.write_text(json.dumps(links(loopback=run(case("read", STEADY, STEADY)),
+                                    **{"10gbit": run(case("read", STEADY, STEADY)),
+                                       "1gbit": run(case("read", STEADY, STEADY))})))
     new.write_text(json.dumps(links(loopback=run(case("read", STEADY, STEADY)),
                                     **{"10gbit": run(case("read", [2 * t for t in STEADY], STEADY))})))
     result = CliRunner().invoke(main, ["bench", "--network", "loopback", "--from-json", str(new), "--compare", str(old),
@@ -216,7 +217,8 @@ def test_a_network_run_is_compared_link_by_link_and_written_as_markdown(tmp_path
     assert "same" in rows["[loopback] read"] and "slower" in rows["[10gbit] read"] and "gone" in rows["[1gbit] read"]
     text = md.read_text()
     assert "#### loopback" in text and "#### 10gbit" in text and "| [10gbit] read |" in text
-    strict = CliRunner().invoke(main, ["bench", "--network", "x", "--from-json", str(new), "--compare", str(old), "--strict"])
+    strict = CliRunner().invoke(main, ["bench", "--network", "x", "--from-json", str(new), "--compare", str(old),
+                                       "--strict"])
     assert strict.exit_code == 1
     plain = tmp_path / "plain.json"
     plain.write_text(json.dumps(run(case("read", STEADY, STEADY))))

@@ -1,4 +1,5 @@
-"""The analytical-queries bench compares answers across engines: equal answers match whatever their shape, wrong ones do not."""
+"""The analytical-queries bench compares answers across engines: equal answers match whatever their shape, wrong ones do
+not."""
 
 from __future__ import annotations
 

@@ -61,7 +61,8 @@ def test_a_whole_partition_brings_every_column_of_its_group_with_the_pandas_inde
     check = CatalogColumns.of(VersionInfo("ds", 1, schema, (6, 3), (2, 2), parts))
     assert check.groups == {0: frozenset({"a", "idx"}), 1: frozenset({"b", "c", "idx"})}
     group_1 = Ticket("ds", 1, (1, 1))
-    assert check.mislabelled(pa.schema([("b", pa.float64()), ("c", pa.string()), ("idx", pa.string())]), group_1) is None
+    assert check.mislabelled(pa.schema([("b", pa.float64()), ("c", pa.string()), ("idx", pa.string())]),
+                             group_1) is None
     assert check.mislabelled(pa.schema([("b", pa.float64()), ("idx", pa.string())]), group_1) == \
         "without column 'c' of its column group (1 missing)"
     # a selection is checked as asked, not against its group

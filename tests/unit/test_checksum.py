@@ -31,7 +31,8 @@ def test_the_fast_checksum_is_the_one_used_where_its_wheel_installs():
     assert checksum.implementation() == "isal"
 
 
-PLACES = [("d", 1, (0, 0)), ("d", 1, (3, 0)), ("d", 2, (0, 0)), ("e", 1, (0, 0)), ("d", 1, (0, 1)), ("d\0" "1", 1, (0, 0))]
+PLACES = [("d", 1, (0, 0)), ("d", 1, (3, 0)), ("d", 2, (0, 0)), ("e", 1, (0, 0)), ("d", 1, (0, 1)),
+          ("d\0" "1", 1, (0, 0))]
 
 
 def test_a_bound_sum_differs_for_every_place_and_agrees_with_one_pass_over_bytes_and_place():
@@ -48,6 +49,7 @@ def test_a_seal_record_reads_back_only_for_its_own_dataset_version():
     assert checksum.decode_seal(raw, "d", 3) == sums
     assert checksum.decode_seal(raw, "d", 2) is None  # another version's record copied here
     assert checksum.decode_seal(raw, "e", 3) is None
-    for bad in (raw[: len(raw) // 2], b"[]", b'{"dataset": "d", "version": 3, "i": [0], "j": [], "sum": [1], "size": [1]}',
+    for bad in (raw[: len(raw) // 2], b"[]",
+                b'{"dataset": "d", "version": 3, "i": [0], "j": [], "sum": [1], "size": [1]}',
                 b'{"dataset": "d", "version": 3, "i": [-1], "j": [0], "sum": [1], "size": [1]}'):
         assert checksum.decode_seal(bad, "d", 3) is None

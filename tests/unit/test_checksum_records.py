@@ -106,7 +106,8 @@ def test_files_of_the_earlier_format_still_read_with_or_without_a_checksum(tmp_p
 def test_a_linked_file_gets_a_checksum_of_its_own_place(tmp_path):
     store = stored(tmp_path)
     store.link("d", 1, (2, 0), 2, (0, 0))
-    store.seal(Commit("d", 2, table_of(0).schema, (1000, 2), (1, 1), (CommitPart((0, 0), (0, 0), (1000, 2), (store.node_id,)),)))
+    store.seal(Commit("d", 2, table_of(0).schema, (1000, 2), (1, 1),
+                      (CommitPart((0, 0), (0, 0), (1000, 2), (store.node_id,)),)))
     old_side, new_side = (layout.stats_path(store.path("d", v, p)) for v, p in ((1, (2, 0)), (2, (0, 0))))
     assert json.loads(new_side.read_bytes())["sum"] != json.loads(old_side.read_bytes())["sum"]
     restarted = PartitionStore(tmp_path)

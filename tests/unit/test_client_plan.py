@@ -16,7 +16,8 @@ HOST = (("grpc://127.0.0.2:1", "127.0.0.2", 7),)
 
 
 def version(rows=(10, 20, 30), groups=((("a",), 1), (("b", "c"), 2)), stats=None) -> VersionInfo:
-    """Three row blocks of 10, 20 and 30 rows, in two column groups (a | b, c: how frames.column_groups cuts them); ``stats[i]``: block i's statistics."""
+    """Three row blocks of 10, 20 and 30 rows, in two column groups (a | b, c: how frames.column_groups cuts them);
+    ``stats[i]``: block i's statistics."""
     parts, start = [], 0
     for i, n in enumerate(rows):
         col = 0
@@ -41,7 +42,8 @@ def test_the_whole_version_reads_every_block_in_every_group():
 
 def test_a_row_range_meets_only_the_blocks_it_crosses_and_cuts_them():
     plan = Plan(version(), View(rows=(15, 35)))
-    assert [(b.i, b.rows, b.size) for b in plan.blocks(never_counted, counted=True)] == [(1, (5, 20), 15), (2, (0, 5), 5)]
+    assert ([(b.i, b.rows, b.size) for b in plan.blocks(never_counted, counted=True)]
+            == [(1, (5, 20), 15), (2, (0, 5), 5)])
 
 
 def test_cells_tile_the_view_and_carry_their_handles():
@@ -80,7 +82,8 @@ def test_a_filter_skips_blocks_its_statistics_rule_out_and_counts_only_the_undec
 
 def test_a_slice_of_a_filtered_view_narrows_the_counted_blocks():
     blocks = [Block(0, None, 4), Block(2, None, 6), Block(5, None, 3)]
-    assert [(b.i, b.size, b.matched) for b in narrowed(blocks, (2, 11))] == [(0, 2, (2, 4)), (2, 6, (0, 6)), (5, 1, (0, 1))]
+    assert ([(b.i, b.size, b.matched) for b in narrowed(blocks, (2, 11))]
+            == [(0, 2, (2, 4)), (2, 6, (0, 6)), (5, 1, (0, 1))])
 
 
 def test_a_filter_on_columns_of_another_group_cannot_be_pushed():
@@ -88,7 +91,8 @@ def test_a_filter_on_columns_of_another_group_cannot_be_pushed():
     assert not Plan(version(), View(columns={0: ("a",)}, filter=f)).pushable()
     assert Plan(version(), View(filter=f)).pushable() is False  # the view reads group 0 too, which lacks c
     assert Plan(version(), View(columns={1: ("c",)}, filter=f)).pushable()
-    assert Plan(version(), View()).group_with(["b", "c"]) == 1 and Plan(version(), View()).group_with(["a", "c"]) is None
+    assert (Plan(version(), View()).group_with(["b", "c"]) == 1
+            and Plan(version(), View()).group_with(["a", "c"]) is None)
 
 
 def test_views_of_one_version_share_its_pruner():

@@ -1,4 +1,5 @@
-"""The cluster secret's rules without a daemon: what is refused as weak, what signs, and the clock expiry is judged by."""
+"""The cluster secret's rules without a daemon: what is refused as weak, what signs, and the clock expiry is judged
+by."""
 
 from __future__ import annotations
 
@@ -74,7 +75,8 @@ def test_tokens_and_verify_keys_of_the_earlier_format_are_refused_with_a_hint():
     with pytest.raises(flight.FlightUnauthenticatedError, match="fp2 token, signed with an earlier release's key"):
         guard.authenticate({"authorization": [f"Bearer {old}"]})
     old_node = "fp2" + tokens.role_token(secret, "node", "n1")[3:]  # a node's own token file from before
-    with pytest.raises(CannotStart, match="fp2 token, signed with an earlier release's key.*flightpart token --role node"):
+    with pytest.raises(CannotStart,
+                       match="fp2 token, signed with an earlier release's key.*flightpart token --role node"):
         node_name(tokens.verify_key(secret), old_node)
     assert node_name(tokens.verify_key(secret), tokens.role_token(secret, "node", "n1")) == "n1"
 
@@ -84,7 +86,8 @@ def test_a_manifest_sealed_by_an_earlier_release_is_still_trusted_with_the_secre
     manifest = {"dataset": "sales", "version": 3, "partitions": [[0, 0]]}
     text = json.dumps(manifest, sort_keys=True, separators=(",", ":"))
     earlier = b64(Ed25519PrivateKey.from_private_bytes(
-        hmac.new(secret, b"flightpart ed25519 signing key", hashlib.sha256).digest()).sign(b"flightpart manifest\0" + text.encode()))
+        hmac.new(secret, b"flightpart ed25519 signing key", hashlib.sha256).digest())
+        .sign(b"flightpart manifest\0" + text.encode()))
     assert tokens.manifest_signed(secret, manifest, earlier)
     assert tokens.manifest_signature(secret, manifest) != earlier
     assert tokens.manifest_signed(tokens.verify_key(secret), manifest, tokens.manifest_signature(secret, manifest))

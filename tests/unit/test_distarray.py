@@ -24,7 +24,8 @@ def assemble_numpy(obj) -> np.ndarray:
 
 
 def block_dim(size, procs, rank, start, stop, **extra):
-    return {"dist_type": "b", "size": size, "proc_grid_size": procs, "proc_grid_rank": rank, "start": start, "stop": stop, **extra}
+    return {"dist_type": "b", "size": size, "proc_grid_size": procs, "proc_grid_rank": rank, "start": start,
+            "stop": stop, **extra}
 
 
 # --------------------------------------------------------------------- the seed's examples
@@ -33,7 +34,8 @@ def block_dim(size, procs, rank, start, stop, **extra):
 def test_seed_block_no_distribution():
     a = np.random.default_rng(0).random((2, 10))
     daps = [
-        {"__version__": "0.9.0", "buffer": a[r : r + 1], "dim_data": (block_dim(2, 2, r, r, r + 1), {"size": 10, "dist_type": "n"})}
+        {"__version__": "0.9.0", "buffer": a[r : r + 1],
+         "dim_data": (block_dim(2, 2, r, r, r + 1), {"size": 10, "dist_type": "n"})}
         for r in range(2)
     ]
     imported = distarray.to_partitioned(daps)
@@ -66,7 +68,9 @@ def test_seed_unstructured():
         [10, 25, 5, 21, 7, 18, 11, 26, 29, 24, 23, 28, 14, 20, 9, 16, 27, 8, 17, 22],
     ]
     daps = [
-        {"__version__": "0.9.0", "buffer": a[np.array(i)], "dim_data": ({"size": 30, "dist_type": "u", "proc_grid_rank": r, "proc_grid_size": 3, "indices": np.array(i)},)}
+        {"__version__": "0.9.0", "buffer": a[np.array(i)],
+         "dim_data": ({"size": 30, "dist_type": "u", "proc_grid_rank": r, "proc_grid_size": 3,
+                       "indices": np.array(i)},)}
         for r, i in enumerate(idx)
     ]
     for dap in daps:
@@ -79,8 +83,12 @@ def test_seed_unstructured():
 
 def test_unstructured_duplicates_are_refused():
     daps = [
-        {"__version__": "0.9.0", "buffer": np.zeros(2), "dim_data": ({"size": 3, "dist_type": "u", "proc_grid_rank": 0, "proc_grid_size": 2, "indices": np.array([0, 1])},)},
-        {"__version__": "0.9.0", "buffer": np.zeros(2), "dim_data": ({"size": 3, "dist_type": "u", "proc_grid_rank": 1, "proc_grid_size": 2, "indices": np.array([1, 2])},)},
+        {"__version__": "0.9.0", "buffer": np.zeros(2),
+         "dim_data": ({"size": 3, "dist_type": "u", "proc_grid_rank": 0, "proc_grid_size": 2,
+                       "indices": np.array([0, 1])},)},
+        {"__version__": "0.9.0", "buffer": np.zeros(2),
+         "dim_data": ({"size": 3, "dist_type": "u", "proc_grid_rank": 1, "proc_grid_size": 2,
+                       "indices": np.array([1, 2])},)},
     ]
     with pytest.raises(fp.PartitionedError, match="sections do not tile the index space: .*overlap"):
         distarray.to_partitioned(daps)
@@ -122,7 +130,8 @@ def cyclic_daps(a: np.ndarray, procs: int, block_size: int | None) -> list[dict]
         dim = {"dist_type": "c", "size": a.shape[0], "proc_grid_size": procs, "proc_grid_rank": r, "start": r * bs}
         if block_size:
             dim["block_size"] = block_size
-        daps.append({"__version__": "0.10.0", "buffer": a[rows], "dim_data": (dim, {})})  # {}: 0.10's undistributed dimension
+        # {}: 0.10's undistributed dimension
+        daps.append({"__version__": "0.10.0", "buffer": a[rows], "dim_data": (dim, {})})
     return daps
 
 
@@ -142,7 +151,8 @@ def test_uneven_20_by_30():
     a = np.arange(20 * 30, dtype=np.int32).reshape(20, 30)
     cuts = [(0, 7), (7, 20)]
     daps = [
-        {"__version__": "0.9.0", "buffer": a[s:e], "dim_data": (block_dim(20, 2, r, s, e), {"dist_type": "n", "size": 30})}
+        {"__version__": "0.9.0", "buffer": a[s:e],
+         "dim_data": (block_dim(20, 2, r, s, e), {"dist_type": "n", "size": 30})}
         for r, (s, e) in enumerate(cuts)
     ]
     imported = distarray.to_partitioned(daps)
@@ -151,7 +161,8 @@ def test_uneven_20_by_30():
 
 
 def test_empty_local_sections_are_valid():
-    dap = {"__version__": "0.9.0", "buffer": np.zeros((0, 3)), "dim_data": (block_dim(5, 2, 1, 5, 5), {"dist_type": "n", "size": 3})}
+    dap = {"__version__": "0.9.0", "buffer": np.zeros((0, 3)),
+           "dim_data": (block_dim(5, 2, 1, 5, 5), {"dist_type": "n", "size": 3})}
     distarray.validate(dap)
 
 
@@ -159,7 +170,8 @@ def test_empty_local_sections_are_valid():
 
 
 def good() -> dict:
-    return {"__version__": "0.9.0", "buffer": np.zeros((4, 3)), "dim_data": (block_dim(8, 2, 0, 0, 4), {"dist_type": "n", "size": 3})}
+    return {"__version__": "0.9.0", "buffer": np.zeros((4, 3)),
+            "dim_data": (block_dim(8, 2, 0, 0, 4), {"dist_type": "n", "size": 3})}
 
 
 def with_dim0(**changes):
@@ -222,7 +234,8 @@ def test_non_adjacent_blocks_and_grid_product_are_checked():
 
 def test_padding_all_or_nothing():
     a = good()
-    b = {"__version__": "0.9.0", "buffer": np.zeros((5, 3)), "dim_data": (block_dim(8, 2, 1, 4, 8, padding=(1, 0)), {"dist_type": "n", "size": 3})}
+    b = {"__version__": "0.9.0", "buffer": np.zeros((5, 3)),
+         "dim_data": (block_dim(8, 2, 1, 4, 8, padding=(1, 0)), {"dist_type": "n", "size": 3})}
     with pytest.raises(fp.PartitionedError, match="padding: must be present on all ranks or on none"):
         distarray.validate_all([a, b])
 
@@ -258,7 +271,8 @@ def test_export_then_import_round_trip():
     daps = []
     for r in range(3):
         (off,), (n,) = (lambda o, s: ((o[0],), (s[0],)))(*fp.default_partition(3, r, (10, 3)))
-        daps.append(distarray.export_local(pa.table({str(c): full[off : off + n, c] for c in range(3)}), rank=r, nranks=3, start=off, global_rows=10))
+        daps.append(distarray.export_local(pa.table({str(c): full[off : off + n, c] for c in range(3)}), rank=r,
+                                           nranks=3, start=off, global_rows=10))
     table = fp.from_partitioned(distarray.to_partitioned(daps))
     np.testing.assert_array_equal(np.column_stack([table.column(str(c)).to_numpy() for c in range(3)]), full)
 
@@ -273,11 +287,13 @@ def test_halo_rows_export_as_padding_by_the_rules_of_each_version(version):
     daps = []
     for r, (s, e) in enumerate(cuts):
         lo, hi = (left if r > 0 else 0), (right if r < 2 else 0)  # no halo past the global edges
-        daps.append(distarray.export_local(pa.table({"a": full[s - lo : e + hi, 0], "b": full[s - lo : e + hi, 1]}), rank=r,
-                                           nranks=3, start=s, global_rows=20, padding=(lo, hi), version=version))
+        daps.append(distarray.export_local(pa.table({"a": full[s - lo : e + hi, 0], "b": full[s - lo : e + hi, 1]}),
+                                           rank=r, nranks=3, start=s, global_rows=20, padding=(lo, hi),
+                                           version=version))
     middle = daps[1]["dim_data"][0]
     assert middle["padding"] == (2, 1)
-    assert (middle["start"], middle["stop"]) == ((5, 14) if version == "0.10.0" else (7, 13))  # 0.10: the buffer's extent
+    # 0.10: the buffer's extent
+    assert (middle["start"], middle["stop"]) == ((5, 14) if version == "0.10.0" else (7, 13))
     imported = distarray.to_partitioned(daps)
     assert imported.halos[(1, 0)] == ((2, 1), (0, 0))
     np.testing.assert_array_equal(assemble_numpy(imported), full)
@@ -285,10 +301,12 @@ def test_halo_rows_export_as_padding_by_the_rules_of_each_version(version):
 
 def test_version_rules_differ_where_the_spec_does():
     a = np.arange(10.0)
-    padded = {"dist_type": "b", "size": 18, "proc_grid_size": 2, "proc_grid_rank": 0, "start": 0, "stop": 10, "padding": (0, 1)}
+    padded = {"dist_type": "b", "size": 18, "proc_grid_size": 2, "proc_grid_rank": 0, "start": 0, "stop": 10,
+              "padding": (0, 1)}
     assert distarray.validate({"__version__": "0.10.0", "buffer": a, "dim_data": (padded,)})  # stop - start == 10
     with pytest.raises(fp.PartitionedError, match="extent 10 along dimension 0"):
-        distarray.validate({"__version__": "0.9.0", "buffer": a, "dim_data": (padded,)})  # 0.9: 10 owned + 1 padding = 11
+        # 0.9: 10 owned + 1 padding = 11
+        distarray.validate({"__version__": "0.9.0", "buffer": a, "dim_data": (padded,)})
     undistributed = {"dist_type": "n", "size": 10}
     assert distarray.validate({"__version__": "1.0.0", "buffer": a, "dim_data": (undistributed,)})  # 1.0.x reads as 0.9
     with pytest.raises(fp.PartitionedError, match="0.10 writes an undistributed dimension as {}"):
@@ -299,7 +317,8 @@ def test_version_rules_differ_where_the_spec_does():
     assert distarray.validate({"__version__": "0.10.0", "buffer": a, "dim_data": (extra,)})  # unknown keys are ignored
     scalar = {"__version__": "0.10.0", "buffer": np.array(3.5), "dim_data": ()}
     assert distarray.validate(scalar) is scalar  # 0-d is valid DAP
-    with pytest.raises(fp.PartitionedError, match="a 0-d array .* is valid, but __partitioned__ describes at least one"):
+    with pytest.raises(fp.PartitionedError,
+                       match="a 0-d array .* is valid, but __partitioned__ describes at least one"):
         distarray.to_partitioned([scalar])
 
 

@@ -13,7 +13,8 @@ from flightpart import frames
 
 def sample_pandas(index=None):
     df = pd.DataFrame(
-        {"a": np.arange(12, dtype=np.int64), "b": np.linspace(0, 1, 12), "c": [f"s{k}" for k in range(12)], "d": [True, False] * 6}
+        {"a": np.arange(12, dtype=np.int64), "b": np.linspace(0, 1, 12), "c": [f"s{k}" for k in range(12)],
+         "d": [True, False] * 6}
     )
     if index is not None:
         df.index = index
@@ -22,7 +23,8 @@ def sample_pandas(index=None):
 
 @pytest.mark.parametrize(
     "index",
-    [None, pd.Index([f"k{k}" for k in range(12)], name="key"), pd.RangeIndex(100, 124, 2), pd.MultiIndex.from_arrays([list(range(12)), list("abcdefghijkl")], names=["n", "l"])],
+    [None, pd.Index([f"k{k}" for k in range(12)], name="key"), pd.RangeIndex(100, 124, 2),
+     pd.MultiIndex.from_arrays([list(range(12)), list("abcdefghijkl")], names=["n", "l"])],
     ids=["range", "named", "stepped-range", "multi"],
 )
 @pytest.mark.parametrize("grid", [(1, 1), (3, 1), (4, 2), (2, 4)])

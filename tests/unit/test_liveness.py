@@ -19,7 +19,8 @@ def test_a_backlog_does_not_pass_for_a_clock_that_stepped_back():
         times.sent_at("n", 100.0, skew=0.0, arrived=0.0)
         # a catalog thaws at 130 and handles at once the beats sent from 101 on, one per interval, for 25 s
         sent_times = [101.0 + k * interval for k in range(int(25 / interval))]
-        seen = [times.sent_at("n", 130.0, skew=-(130.0 - t), arrived=30.0 + k * 0.0005) for k, t in enumerate(sent_times)]
+        seen = [times.sent_at("n", 130.0, skew=-(130.0 - t), arrived=30.0 + k * 0.0005)
+                for k, t in enumerate(sent_times)]
         assert all(abs(s - t) < 1e-6 for s, t in zip(seen, sent_times)), interval  # each counts from when it was sent
 
 

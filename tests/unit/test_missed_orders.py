@@ -26,7 +26,8 @@ def started(path) -> CatalogState:
 def put(state: CatalogState, name: str, holders: list[str]) -> int:
     nodes = {n.node_id: n for n in state.nodes()}
     version = state.begin(name)
-    state.commit(name, version, SCHEMA, (10, 1), (1, 1), [PartRecord((0, 0), (0, 0), (10, 1), 80, [nodes[h] for h in holders])])
+    state.commit(name, version, SCHEMA, (10, 1), (1, 1),
+                 [PartRecord((0, 0), (0, 0), (10, 1), 80, [nodes[h] for h in holders])])
     return version
 
 

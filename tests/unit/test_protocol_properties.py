@@ -60,7 +60,9 @@ junk = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=5) | st.binary(max_size=5),
     lambda inner: st.lists(inner, max_size=4)
     | st.tuples(inner, inner)
-    | st.dictionaries(st.sampled_from(["shape", "partition_tiling", "partitions", "get", "locals", "start", "data", "location"]) | st.tuples(st.integers(0, 2), st.integers(0, 2)), inner, max_size=5),
+    | st.dictionaries(st.sampled_from(["shape", "partition_tiling", "partitions", "get", "locals", "start", "data",
+                                       "location"]) | st.tuples(st.integers(0, 2), st.integers(0, 2)),
+                      inner, max_size=5),
     max_leaves=20,
 )
 

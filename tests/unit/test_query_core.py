@@ -74,7 +74,8 @@ def test_a_node_refuses_filters_that_do_not_fit_its_partition():
     ('"odd name" = 1', [1]),
 ])
 def test_where_text_is_sql_parsed_without_evaluation(text, expected):
-    table = pa.table({"a": [1, 2, 3, 4], "s": ["x", "y", "y", "z"], "n": [1.0, None, 3.0, 4.0], "odd name": [1, 0, 0, 0]})
+    table = pa.table({"a": [1, 2, 3, 4], "s": ["x", "y", "y", "z"], "n": [1.0, None, 3.0, 4.0],
+                      "odd name": [1, 0, 0, 0]})
     expr = filters.parse_where(text, table.column_names)
     assert table.filter(expr).column("a").to_pylist() == expected
 
@@ -166,7 +167,8 @@ def test_aggregates_in_two_steps_equal_pyarrow_on_the_whole_table():
         for name in want.column_names:
             a, b = got.column(name).to_pylist(), want.column(name).to_pylist()
             assert a == b or np.allclose(a, b), name
-    empty = aggregates.combine([], aggregates.spec([("x", "sum"), ("", "count_all")], [], table.column_names), table.schema)
+    empty = aggregates.combine([], aggregates.spec([("x", "sum"), ("", "count_all")], [], table.column_names),
+                               table.schema)
     assert empty.to_pylist() == [{"x_sum": None, "count_all": 0}]
     with pytest.raises(fp.PartitionedError, match="median"):
         aggregates.spec([("x", "median")], [], table.column_names)

@@ -34,7 +34,8 @@ def test_each_partitions_first_rows_hold_the_answer_of_pyarrow_and_of_duckdb(key
     assert kept.num_rows <= 6 * 25 + pc_nan_rows(whole)
     ids = lambda t: t.column("k").to_pylist()  # noqa: E731  (k is unique: it names each row, NaN or not)
     assert ids(top.first(kept, want)) == ids(whole.sort_by(keys).slice(0, 25))
-    order = ", ".join(f"{c} {'DESC' if o == 'descending' else 'ASC'} {'NULLS FIRST' if p == ['at_start'] else 'NULLS LAST'}"
+    order = ", ".join(f"{c} {'DESC' if o == 'descending' else 'ASC'} "
+                      f"{'NULLS FIRST' if p == ['at_start'] else 'NULLS LAST'}"
                       for c, o, *p in keys)
     answers = []
     for table in (whole, kept):
@@ -91,7 +92,8 @@ def test_a_dictionary_key_orders_by_its_values_whatever_its_dictionary():
     decoded = t.set_column(0, "w", t.column("w").cast(pa.string()))
     for keys in ([("w", "ascending"), ("k", "ascending")], [("w", "descending", "at_start"), ("k", "descending")]):
         want = top.spec(7, keys, t.schema)
-        assert top.first(top.candidates(t, want), want).column("k").equals(decoded.sort_by(keys).slice(0, 7).column("k"))
+        assert top.first(top.candidates(t, want), want).column("k").equals(
+            decoded.sort_by(keys).slice(0, 7).column("k"))
 
 
 def test_a_ticket_refuses_first_rows_of_an_aggregate_without_keys_or_of_several_partitions():
@@ -106,7 +108,8 @@ def test_a_ticket_refuses_first_rows_of_an_aggregate_without_keys_or_of_several_
 def test_a_dictionary_key_whose_chunks_hold_nulls_in_their_dictionaries_is_taken_as_it_was_typed():
     """Arrow cannot unify such dictionaries to take rows across chunks: the rows are taken from the values and
     encoded again, so a node's answer keeps the partition's type."""
-    d = pa.DictionaryArray.from_arrays(pa.array([0, 1, 2, 3, 0, 1], pa.int8()), pa.array([1.5, float("nan"), -0.0, None]))
+    d = pa.DictionaryArray.from_arrays(pa.array([0, 1, 2, 3, 0, 1], pa.int8()),
+                                       pa.array([1.5, float("nan"), -0.0, None]))
     t = pa.table({"c": pa.chunked_array([d.slice(0, 2), d.slice(2)]), "k": range(6)})
     want = TopRows((SortKey("c"),), 1)
     kept = top.candidates(t, want)

@@ -24,14 +24,16 @@ def random_table(rng: random.Random, rows: int = 200) -> pa.Table:
     def maybe(value):
         return None if rng.random() < 0.1 else value
 
-    moments = [maybe(BASE + dt.timedelta(seconds=rng.randint(-90 * 86400, 400 * 86400), microseconds=rng.randint(0, 999_999)))
+    moments = [maybe(BASE + dt.timedelta(seconds=rng.randint(-90 * 86400, 400 * 86400),
+                                         microseconds=rng.randint(0, 999_999)))
                for _ in range(rows)]
     return pa.table({
         "i": pa.array([maybe(rng.randint(-1000, 1000)) for _ in range(rows)], pa.int32()),
         "big": pa.array([maybe(rng.randint(-(10**12), 10**12)) for _ in range(rows)], pa.int64()),
         "small": pa.array([maybe(rng.randint(-100, 100)) for _ in range(rows)], pa.int8()),
         "u": pa.array([maybe(rng.randint(0, 60_000)) for _ in range(rows)], pa.uint16()),
-        "f": pa.array([maybe(rng.choice([-1.5, 0.0, 2.25, 1e9, rng.uniform(-50, 50)])) for _ in range(rows)], pa.float64()),
+        "f": pa.array([maybe(rng.choice([-1.5, 0.0, 2.25, 1e9, rng.uniform(-50, 50)])) for _ in range(rows)],
+                      pa.float64()),
         "ts": pa.array(moments, pa.timestamp("us")),
         "tns": pa.array(moments, pa.timestamp("ns")),
         "tms": pa.array([m.replace(microsecond=0) if m else None for m in moments], pa.timestamp("ms")),
@@ -85,7 +87,8 @@ def test_random_arithmetic_gives_duckdbs_values_or_a_refusal():
                 assert pa.types.is_floating(got.type), (text, got.type, want.type)
                 assert pc.all(pc.equal(pc.is_null(got), pc.is_null(want))).as_py(), text
                 for a, b in zip(got.to_pylist(), want.cast(got.type).to_pylist()):  # DuckDB may reassociate: an ulp
-                    assert a == b or (a is not None and b is not None and abs(a - b) <= 1e-12 * max(abs(a), abs(b))), text
+                    assert a == b or (a is not None and b is not None
+                                      and abs(a - b) <= 1e-12 * max(abs(a), abs(b))), text
             else:
                 assert got.cast(want.type).equals(want), (text, round_, got, want)
             checked += 1
@@ -134,7 +137,8 @@ def test_what_is_not_computed_exactly_is_refused(text, says):
 def test_integers_are_computed_in_the_type_duckdb_computes_them_in():
     """An untyped literal takes the other side's type when it fits it, else INTEGER or BIGINT; a CAST literal keeps
     its type; two columns the wider type: an overflow is refused where DuckDB refuses it, and nowhere else."""
-    table = pa.table({"a": pa.array([100], pa.int8()), "b": pa.array([1000], pa.int16()), "c": pa.array([30000], pa.int16())})
+    table = pa.table({"a": pa.array([100], pa.int8()), "b": pa.array([1000], pa.int16()),
+                      "c": pa.array([30000], pa.int16())})
     con = duckdb.connect()
     con.register("t", table)
     for text in ["a * b", "c * 100000", "a * 2", "a * 1000", "c * 2", "b + 32000", "-a", "a - 1",

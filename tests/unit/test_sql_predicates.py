@@ -24,14 +24,16 @@ def random_table(rng: random.Random, rows: int = 40) -> pa.Table:
     return pa.table({
         "rid": pa.array(range(rows), pa.int64()),
         "i": pa.array([maybe(rng.randint(-5, 5)) for _ in range(rows)], pa.int32()),
-        "f": pa.array([maybe(rng.choice([float("nan"), -1.5, 0.0, 2.25, 3.0, 1e9])) for _ in range(rows)], pa.float64()),
+        "f": pa.array([maybe(rng.choice([float("nan"), -1.5, 0.0, 2.25, 3.0, 1e9])) for _ in range(rows)],
+                      pa.float64()),
         "s": pa.array([rng.choice(STRINGS) for _ in range(rows)], pa.string()),
         "ls": pa.array([rng.choice(STRINGS) for _ in range(rows)], pa.large_string()),
         "ts": pa.array([maybe(BASE_TS + dt.timedelta(hours=rng.randint(-48, 48), microseconds=rng.choice([0, 500])))
                         for _ in range(rows)], pa.timestamp("us")),
         "tms": pa.array([maybe(BASE_TS + dt.timedelta(seconds=rng.randint(-200_000, 200_000))) for _ in range(rows)],
                         pa.timestamp("ms")),
-        "d": pa.array([maybe(dt.date(2024, 1, 1) + dt.timedelta(days=rng.randint(-3, 3))) for _ in range(rows)], pa.date32()),
+        "d": pa.array([maybe(dt.date(2024, 1, 1) + dt.timedelta(days=rng.randint(-3, 3))) for _ in range(rows)],
+                      pa.date32()),
         "b": pa.array([maybe(rng.random() < 0.5) for _ in range(rows)], pa.bool_()),
     })
 
@@ -168,7 +170,8 @@ def test_sql_as_users_of_duckdb_write_it(text, expected):
     table = pa.table({
         "zone": ["Hell's Kitchen", "JFK", None, "LGA"],
         "fare": [1.0, float("nan"), 3.0, None],
-        "pickup": pa.array([dt.datetime(2024, 1, 1, 8), dt.datetime(2024, 1, 1, 12), dt.datetime(2024, 1, 2), None], pa.timestamp("ns")),
+        "pickup": pa.array([dt.datetime(2024, 1, 1, 8), dt.datetime(2024, 1, 1, 12), dt.datetime(2024, 1, 2), None],
+                           pa.timestamp("ns")),
         "day": pa.array([dt.date(2024, 1, 1), dt.date(2024, 1, 2), None, dt.date(2024, 1, 3)], pa.date32()),
         "passengers": pa.array([1, 2, 3, None], pa.int32()),
         "Odd Name": [1, 0, 0, 0],
@@ -262,7 +265,8 @@ def test_folded_literals_take_duckdbs_types_and_its_refusals():
     refuses them, and a DOUBLE in the arithmetic (a quotient, ``1e1``) was still refused with Substrait's words."""
     D = __import__("decimal").Decimal
     table = pa.table({"rid": pa.array(range(6), pa.int64()),
-                      "price": pa.array([D("0.30"), D("1.50"), D("11.00"), None, D("-0.10"), D("2.00")], pa.decimal128(10, 2)),
+                      "price": pa.array([D("0.30"), D("1.50"), D("11.00"), None, D("-0.10"), D("2.00")],
+                                        pa.decimal128(10, 2)),
                       "x": pa.array([0.30000000000000004, 1.5, 11.0, None, float("inf"), float("nan")]),
                       "n": pa.array([-2147483649, -2147483648, 0, None, 2147483647, 4294967294], pa.int64())})
     for text in ("n > -2147483648 - 1", "n = -2147483648 * -1 - 1", "n = 2147483648 - 1 + 2147483647",

@@ -14,13 +14,15 @@ def test_a_group_by_becomes_partials_and_a_query_over_them():
     table, where, groupings, final, _joined, _computed = plan(
         "SELECT payment, count(*) AS n, avg(fare) AS fare FROM trips WHERE distance > 1 GROUP BY payment "
         "HAVING count(*) > 10 ORDER BY n DESC LIMIT 3", KNOWN)
-    assert (table, where, groupings) == ("trips", "distance > 1", [(["payment"], [("", "count_all"), ("fare", "mean")])])
+    assert (table, where, groupings) == ("trips", "distance > 1",
+                                         [(["payment"], [("", "count_all"), ("fare", "mean")])])
     assert f"FROM {PARTIALS}" in final and '"flightpart count_all()" > 10' in final and "GROUP BY" not in final
     assert final.endswith("ORDER BY n DESC LIMIT 3")
 
 
 def test_a_global_aggregate_has_no_keys():
-    _table, where, [(keys, aggregates)], _final, _joined, _computed = plan("SELECT sum(fare) AS s, min(pickup_at) FROM trips", KNOWN)
+    _table, where, [(keys, aggregates)], _final, _joined, _computed = plan("SELECT sum(fare) AS s, "
+                                                                           "min(pickup_at) FROM trips", KNOWN)
     assert (where, keys, sorted(aggregates)) == (None, [], [("fare", "sum"), ("pickup_at", "min")])
 
 
@@ -57,7 +59,8 @@ def test_several_distinct_counts_are_a_grouping_each_and_a_tuple_counts_its_comb
         "SELECT payment, count(DISTINCT pickup_zone) AS z, count(DISTINCT vendor) AS v, "
         "count(DISTINCT (vendor, passengers)) AS vp, count(DISTINCT pickup_zone) + 1 AS z1 FROM trips GROUP BY payment",
         KNOWN)
-    assert groupings == [(["payment", "pickup_zone"], [("", "count_all")]), (["payment", "vendor"], [("", "count_all")]),
+    assert groupings == [(["payment", "pickup_zone"], [("", "count_all")]),
+                         (["payment", "vendor"], [("", "count_all")]),
                          (["payment", "vendor", "passengers"], [("", "count_all")])]
     assert f'COUNT("vendor") FILTER(WHERE "{GROUPING}" = 1) AS v' in final
     assert f'COUNT(*) FILTER(WHERE "{GROUPING}" = 2) AS vp' in final
@@ -123,7 +126,8 @@ def test_count_star_alone_aggregates_the_larger_dataset_and_a_left_join_keeps_it
     assert (planned.table, planned.groupings) == ("trips", [(["pickup_zone"], [("", "count_all")])])
     planned = plan("SELECT z.zone, count(t.fare) AS n FROM zones z LEFT JOIN trips t ON t.pickup_zone = z.zone "
                    "AND t.fare > 60 GROUP BY z.zone", KNOWN, _datasets())
-    assert planned.where == "fare > 60" and f"LEFT JOIN {PARTIALS} AS t ON t.pickup_zone = z.zone GROUP" in planned.final
+    assert (planned.where == "fare > 60"
+            and f"LEFT JOIN {PARTIALS} AS t ON t.pickup_zone = z.zone GROUP" in planned.final)
 
 
 @pytest.mark.parametrize("query", [

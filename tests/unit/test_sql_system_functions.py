@@ -77,7 +77,8 @@ def test_the_walk_understands_this_duckdbs_parse_and_sqlglot_is_a_second_opinion
     under another key had hidden them); sqlglot's parse alone refuses DuckDB's table functions and setting readers."""
     assert walk_understood()
     for sql in ("SELECT * FROM duckdb_settings()", "SELECT * FROM read_csv('x')", "SELECT * FROM glob('*')",
-                "SELECT * FROM unnest([current_setting('x')])", "SELECT list_transform([1], lambda v: getvariable('x'))"):
+                "SELECT * FROM unnest([current_setting('x')])",
+                "SELECT list_transform([1], lambda v: getvariable('x'))"):
         assert sqlglot_refusal(sql) is not None, sql
     for sql in ("SELECT * FROM range(3)", "SELECT * FROM generate_series(1, 2)", "SELECT * FROM unnest([1])",
                 "SELECT * FROM repeat(1, 2)", "SELECT * FROM json_tree('[1]')", "SELECT repeat('a', 2)"):

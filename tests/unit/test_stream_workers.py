@@ -1,4 +1,5 @@
-"""Stream workers are reused (a fresh thread per read made each read fault its buffers in anew), and a stuck one holds up nothing."""
+"""Stream workers are reused (a fresh thread per read made each read fault its buffers in anew), and a stuck one holds
+up nothing."""
 
 from __future__ import annotations
 

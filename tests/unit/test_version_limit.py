@@ -27,7 +27,8 @@ def test_a_dataset_whose_counter_reached_the_limit_gets_no_further_version(tmp_p
 def test_a_registration_keeps_what_it_says_of_versions_within_the_limit_only():
     past = wire.VERSION_LIMIT + 1
     b = wire.RegisterNode("n1", "grpc://127.0.0.2:1", "127.0.0.2", 1,
-                          partitions=(wire.HeldPartition("d", 3, (0, 0), 10), wire.HeldPartition("x", past, (0, 0), 10)),
+                          partitions=(wire.HeldPartition("d", 3, (0, 0), 10),
+                                      wire.HeldPartition("x", past, (0, 0), 10)),
                           versions=(wire.VersionRef("d", 3), wire.VersionRef("x", past)),
                           sealed_versions=(wire.VersionRef("x", past),),
                           tombstones=(wire.Tombstones("d", past, (2, past), (past,)),))

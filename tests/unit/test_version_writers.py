@@ -17,7 +17,8 @@ def test_a_version_remembers_its_writer_and_one_learned_from_nodes_has_none(tmp_
     assert state.writer_of("d", state.begin("d", writer="writer:alice")) == "writer:alice"
     assert state.writer_of("d", state.begin("d")) is None  # begun without one (the catalog's own use)
     state.register_node("n1", "grpc://10.0.0.1:1", "10.0.0.1", 101, "/d1",
-                        [{"dataset": "p", "version": 7, "part": (0, 0), "nbytes": 5, "stats": None}], versions=[("p", 7)])
+                        [{"dataset": "p", "version": 7, "part": (0, 0), "nbytes": 5, "stats": None}],
+                        versions=[("p", 7)])
     assert state.version_state("p", 7)[0] == "pending"  # unsealed files this state never saw: kept, maybe committed
     assert state.writer_of("p", 7) == LEARNED
 

@@ -58,7 +58,8 @@ MESSAGES = [
     wire.QueriesReply({"running": [], "recent": [{"id": 1, "caller": "reader:a", "text": "SELECT 1", "outcome": "ok"}]}),
     wire.StatsReply({"bytes_served": 10, "free_bytes": 1 << 40, "problems": ["disk low"], "clock": None, "skew": 0.5}),
     wire.ListNodes(),
-    wire.NodeList((wire.NodeRow("n1", "grpc://127.0.0.2:1", "127.0.0.2", 77, "/data", 1.79e9, True, 1 << 30, False, -0.25),
+    wire.NodeList((wire.NodeRow("n1", "grpc://127.0.0.2:1", "127.0.0.2", 77, "/data", 1.79e9, True, 1 << 30, False,
+                                -0.25),
                    wire.NodeRow("n2", "grpc://127.0.0.3:1", "127.0.0.3", 78))),
     wire.Scrub(),
     wire.ScrubCluster(),
@@ -126,7 +127,9 @@ def test_every_message_round_trips(message):
     assert same(type(message).decode(message.encode()), message)
 
 
-@pytest.mark.parametrize("message", [m for m in MESSAGES if dataclasses.fields(m) and not isinstance(m, (wire.StatsReply, wire.QueriesReply))],
+@pytest.mark.parametrize("message",
+                         [m for m in MESSAGES if dataclasses.fields(m)
+                          and not isinstance(m, (wire.StatsReply, wire.QueriesReply))],
                          ids=lambda m: type(m).__name__)
 def test_every_message_refuses_unknown_and_missing_keys(message):
     body = message.to_json()
@@ -151,8 +154,8 @@ def every_message_class() -> list[type[wire.Message]]:
 def test_every_message_class_round_trips_here():
     """A new message (a request, a reply, a nested part) is added to MESSAGES above, so it is round-tripped too."""
     tested = {type(m) for m in MESSAGES} | {wire.Ticket, wire.Tombstones, wire.CommitPart, wire.AssemblePart,
-                                            wire.LinkPart, wire.HeldPartition, wire.ReplicaCopy, wire.CopyFailed, wire.NodeRow,
-                                            wire.NodeScrubReport, wire.SortKey}
+                                            wire.LinkPart, wire.HeldPartition, wire.ReplicaCopy, wire.CopyFailed,
+                                            wire.NodeRow, wire.NodeScrubReport, wire.SortKey}
     assert [c.__name__ for c in every_message_class() if c not in tested] == []
 
 
@@ -250,8 +253,10 @@ def test_a_filtered_or_aggregated_ticket_round_trips_and_a_plain_one_is_unchange
         (b'{"dataset":"s","version":1,"part":[0,0],"filter":"not base64!"}', "ticket.filter"),
         (b'{"dataset":"s","version":1,"part":[0,0],"filter":"AA==","matched":[5,2]}', "ticket.matched"),
         (b'{"dataset":"s","version":1,"part":[0,0],"matched":[0,2]}', "ticket.matched"),
-        (b'{"dataset":"s","version":1,"part":[0,0],"aggregate":{"functions":[["a","median"]]}}', "ticket.aggregate.functions[0]"),
-        (b'{"dataset":"s","version":1,"part":[0,0],"aggregate":{"functions":[["a"]]}}', "ticket.aggregate.functions[0]"),
+        (b'{"dataset":"s","version":1,"part":[0,0],"aggregate":{"functions":[["a","median"]]}}',
+         "ticket.aggregate.functions[0]"),
+        (b'{"dataset":"s","version":1,"part":[0,0],"aggregate":{"functions":[["a"]]}}',
+         "ticket.aggregate.functions[0]"),
     ]
     for raw, field in bad:
         with pytest.raises(fp.RequestRejected) as info:
@@ -296,7 +301,8 @@ def test_flight_info_round_trips_through_compact_metadata_and_endpoints():
     assert wire.decode_flight_info(plain) == version
     assert info.total_bytes == version.nbytes == sum(p.nbytes for p in parts)
     listed = wire.list_entry(wire.encode_flight_info(version, with_endpoints=False))
-    assert listed == {"name": "sales", "version": 4, "shape": (15, 2), "partition_tiling": (3, 2), "nbytes": version.nbytes}
+    assert listed == {"name": "sales", "version": 4, "shape": (15, 2), "partition_tiling": (3, 2),
+                      "nbytes": version.nbytes}
 
 
 @pytest.mark.parametrize("cls", sorted(fp.errors.BY_CODE.values(), key=lambda c: c.code), ids=lambda c: c.code)
@@ -312,7 +318,8 @@ def test_codes_are_unique_and_unknown_codes_are_server_errors():
     classes = [fp.FlightpartError, *fp.errors.BY_CODE.values()]
     assert len({c.code for c in classes}) == len(set(classes))
     assert type(fp.errors.error_for("SOMETHING_NEW", "m")) is fp.ServerError
-    assert wire.decode_error(b"not json") is None and wire.decode_error(b'{"code": 3}') is None and wire.decode_error(None) is None
+    assert (wire.decode_error(b"not json") is None and wire.decode_error(b'{"code": 3}') is None
+            and wire.decode_error(None) is None)
 
 
 def test_data_directory_layout_round_trips():
@@ -364,7 +371,8 @@ def test_a_commit_names_its_base_and_an_order_its_deadline_and_bodies_without_th
     del legacy["deadline_ms"]
     assert wire.Assemble.from_json(legacy).deadline_ms is None
     for bad, cls, field in ((-1, wire.Commit, "commit.base"), ("3", wire.Commit, "commit.base"),
-                            (True, wire.Assemble, "assemble.deadline_ms"), (1.5, wire.Assemble, "assemble.deadline_ms")):
+                            (True, wire.Assemble, "assemble.deadline_ms"),
+                            (1.5, wire.Assemble, "assemble.deadline_ms")):
         key = "base" if cls is wire.Commit else "deadline_ms"
         with pytest.raises(fp.RequestRejected) as info:
             cls.from_json({**(based if cls is wire.Commit else order).to_json(), key: bad})
@@ -412,7 +420,8 @@ def test_a_sealed_manifest_carries_the_catalogs_signature_through_its_file_and_a
     again = wire.Commit.decode(signed.encode(), "manifest")
     assert again == signed and manifest_signed(verify_key(secret), again.to_json(), again.signature)
     assert wire.Commit.decode(COMMIT.encode(), "manifest").signature is None  # a writer's commit has none
-    moved = dataclasses.replace(again, partitions=(*again.partitions[:1], dataclasses.replace(again.partitions[1], nodes=("evil",))))
+    moved = dataclasses.replace(again, partitions=(*again.partitions[:1],
+                                                   dataclasses.replace(again.partitions[1], nodes=("evil",))))
     assert not manifest_signed(secret, moved.to_json(), moved.signature)
     assert not manifest_signed(secret, again.to_json(), manifest_signature(b"another secret", COMMIT.to_json()))
     assert not manifest_signed(secret, again.to_json(), None) and not manifest_signed(secret, again.to_json(), "!junk")
@@ -430,7 +439,8 @@ def test_tokens_verify_with_the_public_key_alone_and_it_mints_none():
     cap = tokens.capability(secret, "sales", 4, int(now) + 60)
     assert tokens.verify_token(public, cap, now).scope == ("sales", 4)
     assert tokens.verify_token(public, cap, now + 120) is None                   # expired
-    assert tokens.verify_token(public, secret.decode(), now) is None             # the secret is the owner only where held
+    # the secret is the owner only where held
+    assert tokens.verify_token(public, secret.decode(), now) is None
     assert tokens.verify_token(secret, secret.decode(), now).role == "owner"
     assert tokens.verify_token(public, token.replace(":node:", ":admin:"), now) is None
     with pytest.raises(PermissionError):
@@ -448,7 +458,8 @@ def test_a_ticket_is_a_message_whose_unused_fields_keep_plain_tickets_unchanged(
     assert wire.Ticket.from_json(plain.to_json()) == plain
 
 
-@pytest.mark.parametrize("dataset, version, part", [("sales", 3, (0, 0)), ("a.b-c_9", 1 << 40, (12345, 7)), ("x", 0, (9, 0))])
+@pytest.mark.parametrize("dataset, version, part",
+                         [("sales", 3, (0, 0)), ("a.b-c_9", 1 << 40, (12345, 7)), ("x", 0, (9, 0))])
 def test_plain_tickets_are_the_tickets_byte_for_byte(dataset, version, part):
     assert wire.plain_tickets(dataset, version)(*part) == wire.Ticket(dataset, version, part).encode()
 
@@ -459,9 +470,11 @@ def test_endpoint_metadata_written_by_hand_is_the_json_it_says():
              wire.PartInfo((1, 0), (5, 0), (6, 2), (("grpc://h:1", "127.0.0.2", 7),), 96))
     info = wire.encode_flight_info(wire.VersionInfo("d", 2, SCHEMA, (11, 2), (2, 1), parts))
     metas = [json.loads(e.app_metadata) for e in info.endpoints]
-    assert metas[0] == {"position": [0, 0], "start": [0, 0], "shape": [5, 2], "location": [["127.0.0.2", 7], ["127.0.0.3", 8]],
-                        "nbytes": 80, "stats": {"a": {"nulls": 1, "min": -1.5, "max": "z'q"}}}
-    assert metas[1] == {"position": [1, 0], "start": [5, 0], "shape": [6, 2], "location": [["127.0.0.2", 7]], "nbytes": 96}
+    assert metas[0] == {"position": [0, 0], "start": [0, 0], "shape": [5, 2],
+                        "location": [["127.0.0.2", 7], ["127.0.0.3", 8]], "nbytes": 80,
+                        "stats": {"a": {"nulls": 1, "min": -1.5, "max": "z'q"}}}
+    assert metas[1] == {"position": [1, 0], "start": [5, 0], "shape": [6, 2], "location": [["127.0.0.2", 7]],
+                        "nbytes": 96}
     assert [e.locations[0].uri.decode() for e in info.endpoints] == ["grpc://h:1", "grpc://h:1"]
     assert wire.decode_flight_info(info).parts == parts
 
