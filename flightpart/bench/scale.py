@@ -265,7 +265,7 @@ def case_frozen(root: Path, log: Callable[[str], None], guardian: Guardian | Non
 
     from flightpart.client import connect
     from flightpart.errors import DatasetNotFound
-    from flightpart.io.transfer import send_partition
+    from flightpart.io.transfer import PutCall, send_partition
     from flightpart.local.cluster import LocalCluster
     from flightpart.wire import Abort, Begin
 
@@ -278,7 +278,8 @@ def case_frozen(root: Path, log: Callable[[str], None], guardian: Guardian | Non
         begun = client.call(Begin("half"))
         pending = begun.version
         for k, node in enumerate(cluster.nodes):
-            send_partition(client.pool, node.uri, "half", pending, (k, 0), table.slice(k * 1000, 1000), grant=begun.grant)
+            send_partition(client.pool, node.uri, "half", pending, (k, 0), table.slice(k * 1000, 1000),
+                           PutCall(grant=begun.grant))
         frozen = cluster.nodes[1:]
         for node in frozen:
             os.kill(node.pid, signal.SIGSTOP)
