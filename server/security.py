@@ -13,14 +13,15 @@ import os
 import socket
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from flightpart.errors import CannotStart
 from flightpart.io.access import SECRET_ENV, TOKEN_ENV, Access, EmptyCredentialFile, read_secret_file
-from flightpart.io.connections import ConnectionPool
 from flightpart.settings import setting
-from flightpart.tokens import Keys, VerifyKey, WeakSecret, check_secret
 
-from .auth import tls_server_options
+if TYPE_CHECKING:  # imported where used: the CLI builds this value before any daemon starts
+    from flightpart.io.connections import ConnectionPool
+    from flightpart.tokens import Keys
 
 
 @dataclass(frozen=True)
@@ -87,10 +88,14 @@ class Security:
 
     def server_options(self) -> dict:
         """Keyword arguments of a flightpart server: what it verifies tokens with and its TLS settings."""
+        from .auth import tls_server_options
+
         return {**tls_server_options(self.tls_cert, self.tls_key, self.tls_client_ca), "secret": self.keys()}
 
     def keys(self) -> Keys | None:
         """The cluster secret when this daemon holds it, else the verify key (a node's), else None (an open cluster)."""
+        from flightpart.tokens import VerifyKey
+
         secret = self.secret()
         if secret is not None or not self.verify_key_file:
             return secret
@@ -118,6 +123,8 @@ class Security:
     def secret(self) -> bytes | None:
         """The cluster secret (``--secret-file``, else ``$FLIGHTPART_SECRET``), or None; ``CANNOT_START`` for one that
         could be guessed (:func:`~flightpart.tokens.check_secret`), naming where it came from and how to make a good one."""
+        from flightpart.tokens import WeakSecret, check_secret
+
         if self.secret_file:
             source = f"--secret-file {self.secret_file}"
             try:
@@ -137,6 +144,8 @@ class Security:
 
     def pool(self) -> ConnectionPool:
         """Connections to the other daemons, presenting this daemon's own certificate under mutual TLS."""
+        from flightpart.io.connections import ConnectionPool
+
         ca = Path(self.tls_ca).read_bytes() if self.tls_ca else None
         own = (Path(self.tls_cert).read_bytes(), Path(self.tls_key).read_bytes()) if self.tls_cert and self.tls_key and ca else (None, None)
         return ConnectionPool(Access(None, ca, own[0], own[1]))
