@@ -34,7 +34,7 @@ from flightpart.io.compression import check_mode
 from flightpart.io.connections import ConnectionPool
 from flightpart.io.errors import translated
 from flightpart.io.leader import CatalogAddresses, split_addresses, unanswered
-from flightpart.io.transfer import send_partition, send_partitions, streams_of
+from flightpart.io.transfer import PutCall, send_partition, send_partitions, streams_of
 from flightpart.query.catalog_columns import CatalogColumns
 from flightpart.regrid import balanced, near_placement
 from flightpart.tiling import grid_cells
@@ -55,6 +55,7 @@ from flightpart.wire import (
     PublishBegin,
     PublishPart,
     PublishReply,
+    Relink,
     Repair,
     VersionInfo,
     VersionReply,
@@ -77,6 +78,19 @@ STREAM_PUTS_IN_FLIGHT = 2
 """Partitions of a stream being sent at once (per replica) while the next one fills."""
 REBASE_ATTEMPTS = 12
 """Times a write is computed again from the latest version after losing a race (VERSION_CONFLICT on commit.base)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RoundRobin:
+    """Where a put's partitions go: the ``k``-th to ``replicas`` nodes of ``targets`` in turn, from ``targets[first]``
+    (a random ``first`` spreads small puts over the nodes instead of always starting at one)."""
+
+    targets: list[dict]
+    replicas: int
+    first: int = 0
+
+    def holders(self, k: int) -> list[dict]:
+        return [self.targets[(self.first + k + r) % len(self.targets)] for r in range(self.replicas)]
 
 
 class Client:
@@ -234,18 +248,17 @@ class Client:
             return self._put_stream(name, table.to_reader(), rows_per_partition, replicas, nodes, report)
         targets = self._targets_for(nodes, replicas)
         grid = _grid(tiling, len(targets))
-        first = random.randrange(len(targets))  # spreads small puts over the nodes instead of always starting at one
+        spread = RoundRobin(targets, replicas, random.randrange(len(targets)))
 
         def store(version: int) -> Commit:
-            parts = self._send_frame(name, version, table, grid, targets, replicas, first, report)
+            parts = self._send_frame(name, version, table, grid, spread, report)
             return Commit(name, version, table.schema, frames.frame_shape(table), grid, tuple(parts), replicas)
 
         return self._rebasing(lambda: self._versioned(name, store))
 
-    def _send_frame(self, name: str, version: int, table: pa.Table, grid: tuple[int, int], targets: builtins.list[dict],
-                    replicas: int, first: int, progress: Reporter | None, *,
-                    base: tuple[int, int] = (0, 0)) -> builtins.list[CommitPart]:
-        """``table`` cut by ``grid`` and sent round-robin from ``targets[first]``, placed after ``base`` (row blocks,
+    def _send_frame(self, name: str, version: int, table: pa.Table, grid: tuple[int, int], spread: RoundRobin,
+                    progress: Reporter | None, *, base: tuple[int, int] = (0, 0)) -> builtins.list[CommitPart]:
+        """``table`` cut by ``grid`` and sent to the nodes ``spread`` names in turn, placed after ``base`` (row blocks,
         rows) of an appended-to version; the commit's partitions."""
         cells = grid_cells(frames.frame_shape(table), grid)
         parts = frames.split_grid(table, grid)
@@ -253,8 +266,7 @@ class Client:
         def at(pos: tuple[int, ...]) -> tuple[int, int]:
             return (pos[0] + base[0], pos[1])
 
-        placement = {at(c.position): [targets[(first + k + r) % len(targets)] for r in range(replicas)]
-                     for k, c in enumerate(cells)}
+        placement = {at(c.position): spread.holders(k) for k, c in enumerate(cells)}
         self._send(name, version, {at(pos): t for pos, t in parts.items()}, placement, progress)
         return [CommitPart(at(c.position), (c.start[0] + base[1], c.start[1]), (c.shape[0], c.shape[1]),
                            tuple(n["node_id"] for n in placement[at(c.position)])) for c in cells]
@@ -361,13 +373,13 @@ class Client:
                     nodes: Sequence[str] | None, progress: Reporter | None) -> Dataset:
         """Cut a stream into row blocks as it is read and send each once complete."""
         targets = self._targets_for(nodes, replicas)
-        first = random.randrange(len(targets))
+        spread = RoundRobin(targets, replicas, random.randrange(len(targets)))
         schema = reader.schema
         once = _OneShot(name)
 
         def store(version: int) -> Commit:
             once.use()
-            parts = self._send_stream(name, version, reader, rows_per_partition, targets, replicas, first, progress)
+            parts = self._send_stream(name, version, reader, rows_per_partition, spread, progress)
             total = parts[-1].start[0] + parts[-1].shape[0]
             return Commit(name, version, schema, (total, frames.frame_shape(frames.empty_table(schema))[1]),
                           (len(parts), 1), tuple(parts), replicas)
@@ -375,8 +387,8 @@ class Client:
         return self._versioned(name, store)
 
     def _send_stream(self, name: str, version: int, reader: pa.RecordBatchReader, rows_per_partition: int | None,
-                     targets: builtins.list[dict], replicas: int, first: int, progress: Reporter | None, *,
-                     groups: int = 1, base: tuple[int, int] = (0, 0)) -> builtins.list[CommitPart]:
+                     spread: RoundRobin, progress: Reporter | None, *, groups: int = 1,
+                     base: tuple[int, int] = (0, 0)) -> builtins.list[CommitPart]:
         """Row blocks of ``reader`` (``rows_per_partition`` rows) in ``groups`` column groups, sent as they fill, after
         ``base`` of an appended-to version. At most :data:`STREAM_PUTS_IN_FLIGHT` are in flight, so memory holds a few
         partitions whatever the stream's length. An empty stream is one empty block, unless appended."""
@@ -386,21 +398,20 @@ class Client:
         parts: list[CommitPart] = []
         sending: deque = deque()
         sent_rows = [0]
-        with ThreadPoolExecutor(max_workers=len(targets), thread_name_prefix="flightpart-put") as pool:
+        with ThreadPoolExecutor(max_workers=len(spread.targets), thread_name_prefix="flightpart-put") as pool:
 
             def send(batches: list[pa.RecordBatch], rows: int) -> None:
                 k = len(parts) // groups
                 start = base[1] + sent_rows[0]
                 sent_rows[0] += rows
                 table = pa.Table.from_batches(batches, schema)
-                holders = [targets[(first + k + r) % len(targets)] for r in range(replicas)]
+                holders = spread.holders(k)
                 for (_i, j), piece in sorted(frames.split_grid(table, (1, groups)).items()):
                     pos = (base[0] + k, j)
                     for node in holders:
                         sending.append(pool.submit(self._send_one, node["uri"], name, version, pos, piece, progress))
-                    parts.append(CommitPart(pos, (start, sum(widths[:j])), (rows, widths[j]),
-                                            tuple(n["node_id"] for n in holders)))
-                while len(sending) > STREAM_PUTS_IN_FLIGHT * replicas * groups:
+                    parts.append(CommitPart(pos, (start, sum(widths[:j])), (rows, widths[j]), tuple(n["node_id"] for n in holders)))
+                while len(sending) > STREAM_PUTS_IN_FLIGHT * spread.replicas * groups:
                     sending.popleft().result()
 
             pending: list[pa.RecordBatch] = []
@@ -426,8 +437,11 @@ class Client:
     def _send_one(self, uri: str, name: str, version: int, part: tuple[int, int], table: pa.Table,
                   progress: Reporter | None = None) -> None:
         with translated():  # a node that stops taking data fails the put within its deadline
-            send_partition(self.pool, uri, name, version, part, table, timeout=self.timeout,
-                           sent=progress.add if progress is not None else None, grant=self.grant_for(name, version))
+            send_partition(self.pool, uri, name, version, part, table, self._put_call(name, version, progress))
+
+    def _put_call(self, name: str, version: int, progress: Reporter | None) -> PutCall:
+        """How this client's puts into ``version`` go: its timeout, ``progress`` told the bytes, the version's grant."""
+        return PutCall(self.timeout, progress.add if progress is not None else None, self.grant_for(name, version))
 
     def _begin(self, name: str) -> int:
         """Reserve the next version of ``name``, keeping the catalog's grant to write it."""
@@ -474,8 +488,7 @@ class Client:
                 else:
                     with translated():
                         send_partitions(self.pool, uri, name, version, [(pos, parts[pos]) for pos in group],
-                                        timeout=self.timeout, sent=progress.add if progress is not None else None,
-                                        grant=self.grant_for(name, version))
+                                        self._put_call(name, version, progress))
 
         with ThreadPoolExecutor(max_workers=len(by_node), thread_name_prefix="flightpart-put") as ex:
             for future in [ex.submit(send_all, uri) for uri in by_node]:
@@ -574,9 +587,9 @@ class Client:
         uri_of = {n["node_id"]: n["uri"] for n in targets}
         staging = self._begin(name)
         try:
-            staged = self._send_stream(name, staging, reshape.conformed_stream(stream, source.schema),
-                                       rows_per_partition, targets, replicas, random.randrange(len(targets)), None,
-                                       groups=groups)
+            spread = RoundRobin(targets, replicas, random.randrange(len(targets)))
+            staged = self._send_stream(name, staging, reshape.conformed_stream(stream, source.schema), rows_per_partition,
+                                       spread, None, groups=groups)
             staged = [p for p in staged if p.shape[0]]  # an empty stream adds no row block
             return self._rebasing(lambda: self._append_staged(name, source.schema, groups, staging, staged, uri_of))
         finally:
@@ -603,9 +616,9 @@ class Client:
             with self._reading(source):
                 old = reshape.assemble_on_nodes(self.pool, source, version, groups, rows, kept, timeout=self.timeout,
                                                 grant=self.grant_for(name, version))
-            new = reshape.relink_on_nodes(self.pool, name, staging, version, staged, base, uri_of, timeout=self.timeout,
-                                          grant=self.grant_for(name, version),
-                                          source_grant=self.grant_for(name, staging))
+            order = Relink(name, staging, version, (), self.grant_for(name, staging))
+            new = reshape.relink_on_nodes(self.pool, order, staged, base, uri_of, timeout=self.timeout,
+                                          grant=self.grant_for(name, version))
             shape = (base[1] + sum(p.shape[0] for p in new if p.part[1] == 0), source.shape[1])
             grid = (base[0] + len({p.part[0] for p in new}), groups)
             return Commit(name, version, source.schema, shape, grid, tuple(old + new), reshape.replicas_of(source),
@@ -620,7 +633,7 @@ class Client:
         replicas = reshape.replicas_of(source)
         targets = self._targets_for(nodes, replicas)
         base = (source.grid[0], source.shape[0])
-        first = random.randrange(len(targets))
+        spread = RoundRobin(targets, replicas, random.randrange(len(targets)))
         table = reshape.conformed(table, source.schema)
 
         def store(version: int) -> Commit:
@@ -629,7 +642,7 @@ class Client:
                 old = reshape.assemble_on_nodes(self.pool, source, version, source.grid[1], rows, kept,
                                                 timeout=self.timeout, grant=self.grant_for(name, version))
             blocks = min(len(targets), table.num_rows)  # no empty row blocks: appends add up
-            new = self._send_frame(name, version, table, (blocks, source.grid[1]), targets, replicas, first, None,
+            new = self._send_frame(name, version, table, (blocks, source.grid[1]), spread, None,
                                    base=base) if blocks else []
             parts = old + new
             shape = (base[1] + sum(p.shape[0] for p in new if p.part[1] == 0), source.shape[1])

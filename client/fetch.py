@@ -24,7 +24,15 @@ from flightpart.io.compression import check_mode
 from flightpart.io.connections import ConnectionPool, shared_pool
 from flightpart.io.hosts import host_addresses
 from flightpart.io.maps import MappedFiles, mapped_bytes
-from flightpart.io.pull import IDLE_TIMEOUT, LONE_READ_BYTES, SMALL_READ_BYTES, read_replicas, read_several
+from flightpart.io.pull import (
+    IDLE_TIMEOUT,
+    LONE_READ_BYTES,
+    SMALL_READ_BYTES,
+    Expected,
+    ReadOptions,
+    read_replicas,
+    read_several,
+)
 from flightpart.io.transfer import TRAFFIC
 from flightpart.query.apply import apply_ticket
 from flightpart.query.catalog_columns import CatalogColumns
@@ -224,10 +232,10 @@ def read_partitions(refs: Sequence[PartitionRef], *, host: str | None, pool: Con
         what = f"{len(group)} partitions of {first.dataset!r} v{first.version} from {first.position} on"
         try:
             known = [refs[k].known_rows for k in group]
-            got = read_several(pool, ticket, first.replicas, what, idle_timeout, compression=compression, here=local,
-                               expected_columns=expected_columns,
-                               most_rows=None if None in known else sum(k or 0 for k in known),
-                               expected_bytes=sum(refs[k].shareable_bytes for k in group))
+            expected = Expected(most_rows=None if None in known else sum(k or 0 for k in known),
+                                bytes=sum(refs[k].shareable_bytes for k in group), columns=expected_columns)
+            how = ReadOptions(idle_timeout, compression, local)
+            got = read_several(pool, ticket, first.replicas, what, expected, how)
             if all(refs[k].known_rows in (None, table.num_rows) for k, table in zip(group, got)):
                 return got
         except RequestRejected:  # a node that cannot share a stream for them: one stream each, as before
@@ -436,7 +444,6 @@ def read_remote(ref: PartitionRef, pool: ConnectionPool, idle_timeout: float = I
     """Stream the partition from the first replica that answers (:func:`flightpart.io.pull.read_replicas`;
     ``quick_bytes``: see there)."""
     return read_replicas(pool, ref.spec(), ref.replicas, f"partition {ref.position} of {ref.dataset!r} v{ref.version}",
-                         idle_timeout, compression=compression, here=host_addresses() if here is None else here,
-                         expected_bytes=ref.shareable_bytes, most_bytes=ref.most_bytes, expected_rows=ref.known_rows,
-                         most_rows=ref.most_rows,
-                         expected_columns=expected_columns, quick_bytes=quick_bytes)
+                         Expected(ref.known_rows, ref.most_rows, ref.shareable_bytes, ref.most_bytes, expected_columns),
+                         ReadOptions(idle_timeout, compression, host_addresses() if here is None else here,
+                                     quick_bytes=quick_bytes))

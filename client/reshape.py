@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import Any
 
 import pyarrow as pa
@@ -78,11 +79,13 @@ def assemble_on_nodes(pool: ConnectionPool, source: VersionInfo, version: int, g
                        tuple(n["node_id"] for n in placement[pos])) for pos in sorted(placement)]
 
 
-def relink_on_nodes(pool: ConnectionPool, dataset: str, staging: int, version: int, staged: Sequence[CommitPart],
-                    base: tuple[int, int], uri_of: Mapping[str, str], *, timeout: float = DEFAULT_TIMEOUT,
-                    grant: str | None = None, source_grant: str | None = None) -> list[CommitPart]:
-    """Have the holders of ``staged`` (partitions of the uncommitted ``staging``) link them into ``version`` after
-    ``base`` (row blocks, rows), carrying both grants; returns the commit's partitions for them. No byte moves."""
+def relink_on_nodes(pool: ConnectionPool, order: Relink, staged: Sequence[CommitPart], base: tuple[int, int],
+                    uri_of: Mapping[str, str], *, timeout: float = DEFAULT_TIMEOUT,
+                    grant: str | None = None) -> list[CommitPart]:
+    """Have the holders of ``staged`` (partitions of the uncommitted ``order.source``) link them into
+    ``order.version`` after ``base`` (row blocks, rows), carrying both grants (``grant`` for the version, the order's
+    ``source_grant``); returns the commit's partitions for them. No byte moves. ``order`` is the order each holder
+    gets, its ``parts`` filled in here."""
     by_node: dict[str, list[LinkPart]] = {}
     moved = []
     for p in staged:
@@ -94,13 +97,12 @@ def relink_on_nodes(pool: ConnectionPool, dataset: str, staging: int, version: i
     def run(uri: str) -> None:
         links = by_node[uri]
         for k in range(0, len(links), ORDER_PARTS):
-            order = Relink(dataset, staging, version, tuple(links[k:k + ORDER_PARTS]), source_grant)
+            these = replace(order, parts=tuple(links[k:k + ORDER_PARTS]))
             with translated():
-                reply = pool.action(uri, order, timeout=timeout, grant=grant)
-            if len(reply.partitions) != len(order.parts):
-                raise RequestRejected(f"the node at {uri} linked {len(reply.partitions)} of "
-                                      f"{len(order.parts)} partitions",
-                                      field="relink reply")
+                reply = pool.action(uri, these, timeout=timeout, grant=grant)
+            if len(reply.partitions) != len(these.parts):
+                raise RequestRejected(f"the node at {uri} linked {len(reply.partitions)} of {len(these.parts)} "
+                                      "partitions", field="relink reply")
 
     with ThreadPoolExecutor(max_workers=max(len(by_node), 1), thread_name_prefix="flightpart-relink") as ex:
         list(ex.map(run, by_node))

@@ -9,7 +9,7 @@ from flightpart.errors import NodeUnavailable
 from flightpart.io.access import Access
 from flightpart.io.errors import translated
 from flightpart.io.hosts import host_addresses
-from flightpart.io.transfer import send_partition
+from flightpart.io.transfer import PutCall, send_partition
 from flightpart.wire import PublishPart, check_name
 
 from .client import Client
@@ -40,7 +40,7 @@ def publish(name: str, frame: Any, *, rank: int, nranks: int, catalog: str, host
         version = client.publish_begin(name, rank, nranks)
         with translated():
             send_partition(client.pool, node["uri"], name, version, (rank, 0), table,
-                           grant=client.grant_for(name, version))
+                           PutCall(grant=client.grant_for(name, version)))
         rows, cols = frames.frame_shape(table)
         reply = client.publish_part(PublishPart(name, version, rank, rows, cols, node["node_id"], table.schema))
         return {"version": reply.version, "complete": reply.complete, "joined": reply.joined}

@@ -22,7 +22,7 @@ from flightpart.errors import FlightpartError, NodeUnavailable, QueryTimeout, Se
 from flightpart.io.connections import ConnectionPool
 from flightpart.io.errors import translated
 from flightpart.io.hosts import host_addresses
-from flightpart.io.pull import IDLE_TIMEOUT, read_replicas
+from flightpart.io.pull import IDLE_TIMEOUT, Expected, ReadOptions, read_replicas
 from flightpart.io.transfer import read_whole
 from flightpart.query.catalog_columns import CatalogColumns
 from flightpart.query.soundness import unsound
@@ -130,9 +130,9 @@ class _Reading:
             ticket = replace(ticket, columns=tuple(columns.schema.names))
         most_rows, most_bytes = _most_sent(endpoint)
         return read_replicas(self.pool, ticket, replicas, f"part {k} of the SQL answer ({ticket.dataset!r} "
-                             f"v{ticket.version} partition {ticket.part})", self.idle_timeout,
-                             compression=self.compression, here=self.here, deadline=self.deadline,
-                             expected_columns=columns, most_rows=most_rows, most_bytes=most_bytes)
+                             f"v{ticket.version} partition {ticket.part})",
+                             Expected(most_rows=most_rows, most_bytes=most_bytes, columns=columns),
+                             ReadOptions(self.idle_timeout, self.compression, self.here, self.deadline))
 
     def _left(self) -> flight.FlightCallOptions:
         """Call options whose timeout is what is left of the query's deadline."""

@@ -20,7 +20,7 @@ from flightpart.errors import DatasetNotFound, NodeUnavailable, PartitionMissing
 from flightpart.io.connections import ConnectionPool
 from flightpart.io.errors import translated
 from flightpart.io.hosts import host_addresses
-from flightpart.io.pull import read_replicas
+from flightpart.io.pull import Expected, ReadOptions, read_replicas
 from flightpart.io.transfer import BATCH_BYTES, batches_of, split_batch
 from flightpart.query.apply import apply_ticket
 from flightpart.regrid import Piece, is_whole, pieces_of
@@ -159,10 +159,10 @@ class Assembler:
                 return table
         replicas = [r for r in info.replicas if r[0] != self.uri]
         ticket = Ticket(source.dataset, source.version, piece.source, piece.columns, piece.rows)
-        table = read_replicas(self.pool, ticket, replicas, f"partition {piece.source} of {source.dataset!r} "
-                                                           f"v{source.version}",
-                              here=host_addresses(), deadline=deadline.at, expected_rows=piece.rows[1] - piece.rows[0],
-                              most_bytes=max(info.nbytes, 1) if plan.bytes_bounded else 0)
+        expected = Expected(rows=piece.rows[1] - piece.rows[0],
+                            most_bytes=max(info.nbytes, 1) if plan.bytes_bounded else 0)
+        table = read_replicas(self.pool, ticket, replicas, f"partition {piece.source} of {source.dataset!r} v{source.version}",
+                              expected, ReadOptions(here=host_addresses(), deadline=deadline.at))
         try:  # read safely already (read_replicas); now all of it, text as UTF-8 too, as a put's batches are
             table.validate(full=True)
         except pa.ArrowException as exc:

@@ -308,3 +308,29 @@ def test_the_catalog_and_its_state_are_packages_cut_by_concern():
         assert within(module, state) <= allowed, module
         assert not {t for t in g[module] if t == catalog or t.startswith(catalog + ".")}, module
     assert g[state] == {f"{state}.composed"}
+
+
+def test_daemon_settings_are_values_the_commands_are_made_from():
+    """A daemon's settings are frozen values (``server/settings.py``, ``Security`` in ``server/security.py``) that
+    import no click; ``serve`` and ``catalog`` get every option from them through ``cli/options.py`` and spell none
+    themselves, so a setting is written once. The modules stay small."""
+    g, mods = graph(), modules()
+    settings, security = "flightpart.server.settings", "flightpart.server.security"
+    assert {settings, security, "flightpart.cli.options"} <= set(mods)
+    assert {t for t in g[settings] if t.startswith("flightpart.server.")} == {security}
+    assert {t for t in g[security] if t.startswith("flightpart.server.")} <= {"flightpart.server.auth"}
+    for module in (settings, security, "flightpart.server.daemon", "flightpart.cli.options"):
+        lines = len(mods[module].read_text().splitlines())
+        assert lines <= 400, f"{module} has {lines} lines"
+    for module, path in mods.items():
+        if module.startswith("flightpart.server."):
+            tree = ast.parse(path.read_text())
+            imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+            imported |= {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+            assert "click" not in imported, f"{module} imports click"
+    commands = {f.name: f for f in ast.walk(ast.parse(mods["flightpart.cli.daemons"].read_text()))
+                if isinstance(f, ast.FunctionDef) and f.name in ("serve", "catalog_cmd")}
+    for name, function in commands.items():
+        made = [ast.unparse(d) for d in function.decorator_list]
+        assert len(made) == 2 and made[1].startswith("options_of("), f"{name} is decorated with {made}"
+        assert function.args.kwarg is not None and not function.args.args, f"{name} spells its own parameters"

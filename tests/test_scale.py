@@ -24,6 +24,7 @@ from flightpart.io.transfer import streams_of
 from flightpart.local.cluster import LocalCluster
 from flightpart.server.catalog import CatalogServer
 from flightpart.server.node import NodeServer
+from flightpart.server.settings import NodeSettings
 from flightpart.server.state import CatalogState
 from flightpart.server.state.records import PartRecord
 
@@ -228,7 +229,8 @@ def test_a_node_registers_in_pages_and_gets_missed_seals_over_several_registrati
     monkeypatch.setattr(CatalogState, "register_node", counting)
     port = free_port()
     catalog = CatalogServer("127.0.0.131", port)
-    node = NodeServer("127.0.0.131", 0, data_dir=tmp_path / "node", catalog=catalog.uri, heartbeat_interval=0.2)
+    node = NodeServer(NodeSettings.in_process("127.0.0.131", data_dir=tmp_path / "node", catalog=catalog.uri,
+                                                heartbeat=0.2))
     tables = {f"d{k}": pa.table({"a": np.arange(k, 2_000 + k), "s": pa.array([f"s{x % 5}" for x in range(2_000)])})
               for k in range(3)}
     try:

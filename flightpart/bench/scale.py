@@ -270,7 +270,7 @@ def case_frozen(root: Path, log: Callable[[str], None], guardian: Guardian | Non
 
     from flightpart.client import connect
     from flightpart.errors import DatasetNotFound
-    from flightpart.io.transfer import send_partition
+    from flightpart.io.transfer import PutCall, send_partition
     from flightpart.local.cluster import LocalCluster
     from flightpart.wire import Abort, Begin
 
@@ -284,7 +284,7 @@ def case_frozen(root: Path, log: Callable[[str], None], guardian: Guardian | Non
         pending = begun.version
         for k, node in enumerate(cluster.nodes):
             send_partition(client.pool, node.uri, "half", pending, (k, 0), table.slice(k * 1000, 1000),
-                           grant=begun.grant)
+                           PutCall(grant=begun.grant))
         frozen = cluster.nodes[1:]
         for node in frozen:
             os.kill(node.pid, signal.SIGSTOP)

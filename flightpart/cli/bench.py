@@ -4,11 +4,33 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import click
 
 from .group import main, parse_size
+
+
+@dataclass(frozen=True)
+class BenchOptions:
+    """What ``flightpart bench`` was asked, one field per option (``json_path``: ``--json``, ``plot_path``:
+    ``--plot``, ``compare_path``: ``--compare``, ``from_path``: ``--from-json``, ``markdown_path``: ``--markdown``,
+    ``sql_mix``: ``--sql``)."""
+
+    size: str | None
+    quick: bool
+    runs: int | None
+    json_path: str | None
+    plot_path: str | None
+    scale: bool
+    compare_path: str | None
+    from_path: str | None
+    markdown_path: str | None
+    strict: bool
+    sql_mix: bool
+    network: str | None
 
 
 @main.command()
@@ -38,77 +60,76 @@ from .group import main, parse_size
 @click.option("--network", default=None, metavar="RATES",
               help="Hosts as network namespaces with links shaped to each rate in turn, comma-separated: "
                    "loopback, 10gbit, 1gbit, ... (needs root for anything but loopback).")
-def bench(size: str | None, quick: bool, runs: int | None, json_path: str | None, plot_path: str | None, scale: bool,
-          compare_path: str | None, from_path: str | None, markdown_path: str | None, strict: bool, sql_mix: bool,
-          network: str | None) -> None:
+def bench(**options: Any) -> None:
     """flightpart against raw Flight, Dask and Ray on this machine, side by side (--scale: how its costs grow;
     --network: on hosts with real, shaped links; --sql: SQL clients' queries against roapi and DuckDB; --compare:
     against an earlier run)."""
-    if strict and not compare_path:
+    o = BenchOptions(**options)
+    if o.strict and not o.compare_path:
         raise click.UsageError("--strict judges a comparison: give --compare OLD.json too")
-    if sql_mix:
-        _sql_bench(quick, runs, json_path, plot_path, compare_path, from_path, markdown_path, strict)
+    if o.sql_mix:
+        _sql_bench(o.quick, o.runs, o.json_path, o.plot_path, o.compare_path, o.from_path, o.markdown_path, o.strict)
         return
-    if network:
+    if o.network:
         from flightpart.bench.network import plot_network, run_network_bench
         from flightpart.bench.run import render
 
-        nbytes = parse_size(size, "--size") if size else (32 << 20 if quick else 256 << 20)
-        earlier = _load_run(compare_path, "network_runs", "--network") if compare_path else None  # fails at once
+        nbytes = parse_size(o.size, "--size") if o.size else (32 << 20 if o.quick else 256 << 20)
+        earlier = _load_run(o.compare_path, "network_runs", "--network") if o.compare_path else None  # fails at once
         results = []
-        if from_path:  # a saved run shown again, not run
-            results = _load_run(from_path, "network_runs", "--network")["network_runs"]
+        if o.from_path:  # a saved run shown again, not run
+            results = _load_run(o.from_path, "network_runs", "--network")["network_runs"]
             for result in results:
                 render(result)
-        rates = [] if from_path else [r.strip() for r in network.split(",") if r.strip()]
+        rates = [] if o.from_path else [r.strip() for r in o.network.split(",") if r.strip()]
         for rate in rates:
             try:
-                results.append(run_network_bench(rate, nbytes, runs=runs or (3 if quick else 5),
+                results.append(run_network_bench(rate, nbytes, runs=o.runs or (3 if o.quick else 5),
                                                  log=lambda m: click.echo(m, err=True)))
             except (RuntimeError, ValueError) as exc:
                 raise click.ClickException(str(exc)) from None
             render(results[-1])
-        if json_path:
-            Path(json_path).write_text(json.dumps({"network_runs": results}, indent=2))
-        if plot_path:
-            plot_network(results, plot_path)
-        _compared({"network_runs": results}, compare_path, earlier, markdown_path, strict)
+        if o.json_path:
+            Path(o.json_path).write_text(json.dumps({"network_runs": results}, indent=2))
+        if o.plot_path:
+            plot_network(results, o.plot_path)
+        _compared({"network_runs": results}, o.compare_path, earlier, o.markdown_path, o.strict)
         return
-    if scale:
+    if o.scale:
         from flightpart.bench.scale import plot_scale, render_scale, run_scale
 
-        if compare_path or markdown_path:
+        if o.compare_path or o.markdown_path:
             raise click.UsageError("--compare and --markdown show the plain bench's and --network's cases; a --scale "
                                    "run's goals are shown by --scale alone (docs/limits.md keeps them)")
 
-        if from_path:  # a saved run shown again, not run
-            result = _load_run(from_path, "goals", "--scale")
+        if o.from_path:  # a saved run shown again, not run
+            result = _load_run(o.from_path, "goals", "--scale")
         else:
-            result = run_scale(quick=quick, log=lambda m: click.echo(m, err=True))
+            result = run_scale(quick=o.quick, log=lambda m: click.echo(m, err=True))
         render_scale(result)
-        if json_path:
-            Path(json_path).write_text(json.dumps(result, indent=2))
-        if plot_path:
-            plot_scale(result, plot_path)
+        if o.json_path:
+            Path(o.json_path).write_text(json.dumps(result, indent=2))
+        if o.plot_path:
+            plot_scale(result, o.plot_path)
         return
     from flightpart.bench.history import carried, code_digest, stamp
     from flightpart.bench.run import plot, render, run_bench
 
-    earlier = _load_run(compare_path) if compare_path else None  # before the run: a bad file fails at once
-    if from_path:
-        result = _load_run(from_path)
+    earlier = _load_run(o.compare_path) if o.compare_path else None  # before the run: a bad file fails at once
+    if o.from_path:
+        result = _load_run(o.from_path)
     else:
-        nbytes = 64 << 20 if quick else parse_size(size or "1G", "--size")
+        nbytes = 64 << 20 if o.quick else parse_size(o.size or "1G", "--size")
         code = code_digest()  # the code as the run starts
-        result = stamp(run_bench(nbytes, quick=quick, runs=runs, log=lambda m: click.echo(m, err=True)), code)
+        result = stamp(run_bench(nbytes, quick=o.quick, runs=o.runs, log=lambda m: click.echo(m, err=True)), code)
     render(result)
     if earlier is not None:  # the run carries the runs kept before it: the noise between runs of one code
         result["history"] = carried(earlier)
-    if json_path:
-        Path(json_path).write_text(json.dumps(result, indent=2))
-    if plot_path:
-        plot(result, plot_path)
-    _compared(result, compare_path, earlier, markdown_path, strict)
+    if o.json_path:
+        Path(o.json_path).write_text(json.dumps(result, indent=2))
+    if o.plot_path:
+        plot(result, o.plot_path)
+    _compared(result, o.compare_path, earlier, o.markdown_path, o.strict)
 
 
 def _sql_bench(quick: bool, runs: int | None, json_path: str | None, plot_path: str | None, compare_path: str | None,

@@ -5,128 +5,34 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import Any
 
 import click
 
-from .group import (
-    CAPABILITY_TTL_OPTION,
-    CATALOG_OPTION,
-    JSON_OPTION,
-    PENDING_TTL_OPTION,
-    client_for,
-    emit,
-    flight_address,
-    identity_options,
-    main,
-    observability_options,
-    print_table,
-    security_options,
-)
+from flightpart.server.settings import CatalogSettings, NodeSettings
+
+from .group import CATALOG_OPTION, JSON_OPTION, client_for, emit, flight_address, main, print_table
+from .options import options_of, settings_of
 
 
 @main.command()
-@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind and advertise.")
-@click.option("--port", default=8815, show_default=True, type=int, help="Port (0: any free port).")
-@click.option("--data-dir", type=click.Path(file_okay=False), default=None,
-              help="Where partitions live (default: per-user data dir).")
-@click.option("--catalog", "catalog_uri", default=None, callback=lambda _c, _p, v: v and flight_address(v),
-              help="Catalog to join; without it this process is also the catalog. ($FLIGHTPART_CATALOG is not read "
-                   "here: it names the catalog for client commands.)")
-@click.option("--node-port", default=0, type=int, help="Node port when this process is also the catalog.")
-@click.option("--state-dir", type=click.Path(file_okay=False), default=None, help="Catalog state when embedded.")
-@click.option("--heartbeat", default=2.0, show_default=True, type=float, help="Seconds between heartbeats.")
-@click.option("--dead-after", default=10.0, show_default=True, type=float,
-              help="Embedded catalog: seconds without heartbeat before a node is dead.")
-@click.option("--max-partition-bytes", default=None, type=int, help="Refuse partitions larger than this.")
-@click.option("--max-streams", default=64, show_default=True, type=int,
-              help="Refuse new do_get/do_put streams past this many open.")
-@click.option("--stream-idle-timeout", default=60.0, show_default=True, type=click.FloatRange(min=0.1),
-              help="Free the slot of a do_get stream whose reader has taken nothing for this many seconds.")
-@click.option("--advertise", default=None, help="Host name clients use to reach this node (default: --host).")
-@click.option("--min-free-bytes", default=64 << 20, show_default=True, type=int,
-              help="Report NOT_SERVING and low space (no new partitions placed here) below this much free disk.")
-@click.option("--group", default=None,
-              help="Let this group's members map partitions zero-copy (directories 750, files 640); "
-                   "default: owner only.")
-@click.option("--scrub-rate", default=64 << 20, show_default=True, type=int,
-              help="Bytes per second the background scrub reads to check stored files against their "
-                   "checksums (0: off).")
-@click.option("--scrub-interval", default=3600.0, show_default=True, type=float,
-              help="Seconds between background scrub passes (0: off); a pass over B bytes takes B / "
-                   "--scrub-rate seconds.")
-@click.option("--node-token-file", type=click.Path(exists=True, dir_okay=False), default=None,
-              help="File (mode 600) holding this node's own token (`flightpart token --role node --name NODE`): with "
-                   "--verify-key-file, what a node needs instead of the cluster secret. The token names the node.")
-@click.option("--verify-key-file", type=click.Path(exists=True, dir_okay=False), default=None,
-              help="File holding the cluster's verify key (`flightpart verify-key`): checks callers' "
-                   "tokens, mints none.")
-@PENDING_TTL_OPTION
-@CAPABILITY_TTL_OPTION
-@identity_options
-@security_options
-@observability_options
-def serve(host: str, port: int, data_dir: str | None, catalog_uri: str | None, node_port: int, state_dir: str | None,
-          heartbeat: float, dead_after: float, max_partition_bytes: int | None, max_streams: int,
-          stream_idle_timeout: float, advertise: str | None, min_free_bytes: int, group: str | None, scrub_rate: int,
-          scrub_interval: float, node_token_file: str | None, verify_key_file: str | None,
-          pending_ttl: float, capability_ttl: float, cluster_id: str | None, rebuild_grace: float,
-          secret_file: str | None, tls_cert: str | None, tls_key: str | None, tls_client_ca: str | None,
-          tls_ca: str | None, insecure: bool, health_port: int | None, metrics_port: int | None,
-          metrics_host: str) -> None:
+@options_of(NodeSettings)
+def serve(**options: Any) -> None:
     """Run a node (and, without --catalog, a catalog too)."""
-    from flightpart.server.daemon import Observability, Security, run_node
+    from flightpart.server.daemon import run_node
     from flightpart.sql import SqlCatalogServer
 
-    run_node(host, port, data_dir=data_dir, catalog=catalog_uri, node_port=node_port, state_dir=state_dir,
-             heartbeat=heartbeat, dead_after=dead_after, max_partition_bytes=max_partition_bytes,
-             max_streams=max_streams, advertise=advertise,
-             security=Security(secret_file, tls_cert, tls_key, tls_client_ca, tls_ca, insecure, node_token_file,
-                               verify_key_file),
-             ports=Observability(health_port, metrics_port, metrics_host), min_free_bytes=min_free_bytes, group=group,
-             pending_ttl=pending_ttl, capability_ttl=capability_ttl, stream_idle_timeout=stream_idle_timeout,
-             cluster_id=cluster_id, rebuild_grace=rebuild_grace, scrub=(scrub_rate, scrub_interval),
-             catalog_class=SqlCatalogServer)
+    run_node(settings_of(NodeSettings, options), catalog_class=SqlCatalogServer)
 
 
 @main.command("catalog")
-@click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--port", default=8815, show_default=True, type=int)
-@click.option("--state-dir", type=click.Path(file_okay=False), default=None,
-              help="SQLite state (default: per-user data dir).")
-@click.option("--dead-after", default=10.0, show_default=True, type=float,
-              help="Seconds without heartbeat before a node is dead.")
-@click.option("--retire-after", default=86400.0, show_default=True, type=float,
-              help="Seconds without heartbeat before a dead node is forgotten; its partitions then count "
-                   "as lost replicas.")
-@click.option("--advertise", default=None,
-              help="Host name clients and nodes use to reach this catalog (default: --host); with --lease, what a "
-                   "standby names as the leader's address.")
-@click.option("--lease", envvar="FLIGHTPART_LEASE", default=None, metavar="postgresql://USER@HOST:PORT/DB",
-              help="Several catalogs, one leader: keep the state in this PostgreSQL database and lead only while "
-                   "holding its lease (every catalog of the cluster gets the same; also $FLIGHTPART_LEASE, where a "
-                   "password stays off the command line). Without it: SQLite in --state-dir, one catalog.")
-@click.option("--lease-seconds", default=3.0, show_default=True, type=click.FloatRange(min=1.0),
-              help="How long a lease lasts unrenewed: a standby takes over about this long after the leader dies.")
-@PENDING_TTL_OPTION
-@CAPABILITY_TTL_OPTION
-@identity_options
-@security_options
-@observability_options
-def catalog_cmd(host: str, port: int, state_dir: str | None, dead_after: float, retire_after: float,
-                advertise: str | None, lease: str | None,
-                lease_seconds: float, pending_ttl: float, capability_ttl: float, cluster_id: str | None,
-                rebuild_grace: float, secret_file: str | None, tls_cert: str | None,
-                tls_key: str | None, tls_client_ca: str | None, tls_ca: str | None, insecure: bool,
-                health_port: int | None, metrics_port: int | None, metrics_host: str) -> None:
+@options_of(CatalogSettings)
+def catalog_cmd(**options: Any) -> None:
     """Run a catalog alone (it also answers Flight SQL: docs/querying.md, \"SQL over Flight\")."""
-    from flightpart.server.daemon import Observability, Security, run_catalog
+    from flightpart.server.daemon import run_catalog
     from flightpart.sql import SqlCatalogServer
 
-    run_catalog(host, port, state_dir, dead_after,
-                Security(secret_file, tls_cert, tls_key, tls_client_ca, tls_ca, insecure),
-                Observability(health_port, metrics_port, metrics_host), pending_ttl, capability_ttl, retire_after,
-                cluster_id=cluster_id, rebuild_grace=rebuild_grace, catalog_class=SqlCatalogServer, lease=lease,
-                lease_seconds=lease_seconds, advertise=advertise)
+    run_catalog(settings_of(CatalogSettings, options), catalog_class=SqlCatalogServer)
 
 
 # --------------------------------------------------------------------------- datasets
@@ -281,7 +187,7 @@ def verify_key_command(secret_file: str | None, as_json: bool) -> None:
 
 
 def _cluster_secret(secret_file: str | None) -> bytes:
-    from flightpart.server.daemon import Security
+    from flightpart.server.security import Security
 
     secret = Security(secret_file).secret()
     if secret is None:

@@ -8,6 +8,7 @@ import json
 import os
 import sys
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import click
@@ -130,6 +131,27 @@ def byte_bar(description: str) -> Iterator[Callable[[int, int], None]]:
         yield shown
 
 
+@dataclass(frozen=True)
+class Selection:
+    """Which version, columns and rows ``get`` reads (``--version``, ``--columns``, ``--where``, ``--limit``)."""
+
+    columns: str | None = None
+    where: str | None = None
+    limit: int | None = None
+    version: int | None = None
+
+    def of(self, client: Any, name: str) -> Any:
+        """The dataset ``name`` narrowed to this selection, so the nodes send only what was chosen."""
+        ds = client.open(name, self.version)
+        if self.columns:
+            ds = ds.select([c.strip() for c in self.columns.split(",") if c.strip()])
+        if self.where:
+            ds = ds.filter(self.where)
+        if self.limit is not None:  # a row slice: the nodes send those rows only, not whole partitions cut here
+            ds = ds[:self.limit]
+        return ds
+
+
 @main.command()
 @click.argument("name")
 @click.option("-o", "--output", required=True, help="File to write (.parquet, .csv, .arrow), or - for stdout.")
@@ -143,21 +165,17 @@ def byte_bar(description: str) -> Iterator[Callable[[int, int], None]]:
 @CATALOG_OPTION
 @HOST_OPTION
 @JSON_OPTION
-def get(name: str, output: str, fmt: str | None, columns: str | None, where: str | None, limit: int | None,
-        version: int | None, catalog: str, host: str | None, as_json: bool) -> None:
+def get(name: str, output: str, fmt: str | None, catalog: str, host: str | None, as_json: bool,
+        **selection: Any) -> None:
     """Stream dataset NAME (or some of its columns and rows) into a file or to stdout."""
     from .export import BatchWriter, check_destination, choose_format
 
     fmt = choose_format(output, fmt)
     check_destination(output)
+    chosen = Selection(**selection)
+    limit = chosen.limit
     with client_for(catalog, host) as client:
-        ds = client.open(name, version)
-        if columns:
-            ds = ds.select([c.strip() for c in columns.split(",") if c.strip()])
-        if where:
-            ds = ds.filter(where)
-        if limit is not None:  # a row slice: the nodes send those rows only, not whole partitions cut here
-            ds = ds[:limit]
+        ds = chosen.of(client, name)
         with byte_bar(f"get {name}") as shown:
             reader = ds.to_reader(progress=shown)
             writer = BatchWriter(output, fmt, reader.schema)

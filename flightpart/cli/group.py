@@ -18,61 +18,6 @@ CATALOG_OPTION = click.option("--catalog", envvar="FLIGHTPART_CATALOG", required
 HOST_OPTION = click.option("--client-host", "host", envvar="FLIGHTPART_HOST", default=None,
                            help="Address that counts as this host for locality (or $FLIGHTPART_HOST).")
 JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
-CAPABILITY_TTL_OPTION = click.option("--capability-ttl", default=86400.0, show_default=True, type=float,
-                                     help="Catalog: seconds the read capability in a dataset handle stays valid.")
-def identity_options(f):
-    """--cluster-id and --rebuild-grace: how a catalog on new or lost state settles the cluster's identity."""
-    f = click.option("--rebuild-grace", default=5.0, show_default=True, type=click.FloatRange(min=0),
-                     help="Catalog on new or lost state: seconds writes wait for nodes to report their "
-                          "cluster, versions and tombstones before version numbers are handed out (more than the "
-                          "nodes' --heartbeat).")(f)
-    return click.option("--cluster-id", default=None,
-                        help="Catalog: the cluster's identity, given instead of learned from the nodes (a fresh state "
-                             "takes it at once; a state of another cluster refuses to start).")(f)
-
-
-PENDING_TTL_OPTION = click.option("--pending-ttl", default=3600.0, show_default=True, type=float,
-                                  help="Catalog: abort a put still pending after this many seconds and "
-                                       "delete its files.")
-
-
-def security_options(f):
-    """--secret-file and TLS options shared by the daemons."""
-    options = [
-        click.option("--secret-file", "--token-file", "secret_file", type=click.Path(exists=True, dir_okay=False),
-                     default=None,
-                     help="File (mode 600) whose first line is the cluster secret (or $FLIGHTPART_SECRET); "
-                          "role tokens and read capabilities derive from it. Without one the cluster is open."),
-        click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False), default=None,
-                     help="PEM certificate to serve TLS."),
-        click.option("--tls-key", type=click.Path(exists=True, dir_okay=False), default=None,
-                     help="PEM private key of --tls-cert."),
-        click.option("--tls-client-ca", type=click.Path(exists=True, dir_okay=False), default=None,
-                     help="Require client certificates signed by this CA (mutual TLS)."),
-        click.option("--tls-ca", type=click.Path(exists=True, dir_okay=False), envvar="FLIGHTPART_TLS_CA", default=None,
-                     help="CA that signs the other daemons' certificates (or $FLIGHTPART_TLS_CA)."),
-        click.option("--insecure", is_flag=True, default=False,
-                     help="Without a secret, bind beyond loopback anyway: an open daemon that anyone who "
-                          "reaches it may read, write and delete through. Without this flag an open daemon "
-                          "binds loopback only."),
-    ]
-    for option in reversed(options):
-        f = option(f)
-    return f
-
-
-def observability_options(f):
-    """--health-port, --metrics-port and --metrics-host shared by the daemons."""
-    f = click.option("--metrics-host", default="127.0.0.1", show_default=True,
-                     help="Address the HTTP endpoint binds. Its metrics show counts only; a catalog's "
-                          "status page shows node addresses and dataset names, so expose it only where "
-                          "they may be seen.")(f)
-    f = click.option("--metrics-port", default=None, type=int,
-                     help="Serve HTTP on this port (8818 by convention; 0: any): /metrics for Prometheus, /healthz "
-                          "(200 or 503 with reasons) and, on a catalog, the status page at / and /status.json.")(f)
-    f = click.option("--health-port", default=None, type=int,
-                     help="Serve grpc.health.v1.Health on this port (8817 by convention; 0: any).")(f)
-    return f
 
 
 class FriendlyGroup(click.Group):

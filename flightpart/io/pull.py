@@ -131,21 +131,48 @@ class RowBound:
         return Unsound(f"more than the {self.rows:,} rows {said}; the stream was left there")
 
 
+@dataclass(frozen=True)
+class Expected:
+    """What a node's answer may hold, as the catalog says: exactly ``rows`` rows, or at most ``most_rows`` (None: not
+    known); ``bytes`` stored, or at most ``most_bytes`` of values (0: not known); ``columns`` labelled as the
+    catalog's. A stream past the bound is left (:class:`RowBound`); one that differs is :class:`Unsound`."""
+
+    rows: int | None = None
+    most_rows: int | None = None
+    bytes: int = 0
+    most_bytes: int = 0
+    columns: CatalogColumns | None = None
+
+    def bound(self) -> RowBound | None:
+        return RowBound.of(self.rows, self.most_rows, self.bytes, self.most_bytes)
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """How a read goes: ``idle_timeout`` before the next replica is asked, the ``compression`` asked for (``auto``:
+    as the link's measured rate says), the addresses ``here`` that count as this host, the ``deadline``
+    (``time.monotonic()``; None: none) past which nothing runs, and ``quick_bytes`` (:func:`is_quick`)."""
+
+    idle_timeout: float = IDLE_TIMEOUT
+    compression: str = "auto"
+    here: frozenset[str] = frozenset()
+    deadline: float | None = None
+    quick_bytes: int = SMALL_READ_BYTES
+
+
 def read_replicas(pool: ConnectionPool, ticket: Ticket, replicas: Sequence[Replica], what: str,
-                  idle_timeout: float = IDLE_TIMEOUT, *, compression: str = "auto",
-                  here: frozenset[str] = frozenset(), deadline: float | None = None,
-                  marks: list[tuple[int, bytes]] | None = None, expected_bytes: int = 0,
-                  expected_rows: int | None = None, most_rows: int | None = None, most_bytes: int = 0,
-                  expected_columns: CatalogColumns | None = None, quick_bytes: int = SMALL_READ_BYTES) -> pa.Table:
+                  expected: Expected = Expected(), how: ReadOptions = ReadOptions(), *,
+                  marks: list[tuple[int, bytes]] | None = None) -> pa.Table:
     """``ticket`` streamed from the first of ``replicas`` that answers; ``what`` names the partition in errors.
 
     A replica that is unreachable, stalls, refuses the credential, lacks the partition, fails or sends an
     :class:`Unsound` stream hands over to the next; the last is waited for while its node answers. When all are
     busy, the round is retried with backoff for up to :data:`BUSY_PATIENCE`. Raises the credential refusal when all
-    refused it, other refusals at once, ServerError when none served. Nothing runs past ``deadline``, so a node's
-    pull never outlives its order. The other arguments pick the codec, collect batch ``marks``, choose a quick read
-    (:func:`is_quick`) and bound the stream (:class:`RowBound`).
+    refused it, other refusals at once, ServerError when none served. Nothing runs past ``how.deadline``, so a
+    node's pull never outlives its order. ``expected`` bounds and checks the stream; ``how`` picks the codec and
+    chooses a quick read (:func:`is_quick`); ``marks`` collects the batches' metadata.
     """
+    deadline = how.deadline
     failures: list[str] = []
     lied = False
     give_up = time.monotonic() + BUSY_PATIENCE if deadline is None else min(time.monotonic() + BUSY_PATIENCE, deadline)
@@ -160,13 +187,11 @@ def read_replicas(pool: ConnectionPool, ticket: Ticket, replicas: Sequence[Repli
             try:
                 if marks is not None:
                     marks.clear()  # only the answering replica's
-                codec = RATES.codec_for(compression, uri, ip, here)
+                codec = RATES.codec_for(how.compression, uri, ip, how.here)
                 asked = ticket if codec == ticket.compression else replace(ticket, compression=codec)
-                return _measured(pool, uri, asked,
-                                 idle_timeout, deadline, patient=k == len(replicas) - 1, marks=marks,
-                                 quick=marks is None and is_quick(expected_bytes, uri, idle_timeout, quick_bytes),
-                                 expected_rows=expected_rows, most_rows=most_rows, expected_columns=expected_columns,
-                                 expected_bytes=expected_bytes, most_bytes=most_bytes)
+                return _measured(pool, uri, asked, expected, how, patient=k == len(replicas) - 1, marks=marks,
+                                 quick=marks is None and is_quick(expected.bytes, uri, how.idle_timeout,
+                                                                  how.quick_bytes))
             except Stalled as exc:
                 if not exc.slow:
                     pool.discard(uri)
@@ -198,14 +223,11 @@ def read_replicas(pool: ConnectionPool, ticket: Ticket, replicas: Sequence[Repli
 
 
 def read_several(pool: ConnectionPool, ticket: Ticket, replicas: Sequence[Replica], what: str,
-                 idle_timeout: float = IDLE_TIMEOUT, *, compression: str = "auto",
-                 here: frozenset[str] = frozenset(), expected_columns: CatalogColumns | None = None,
-                 most_rows: int | None = None, expected_bytes: int = 0) -> list[pa.Table]:
+                 expected: Expected = Expected(), how: ReadOptions = ReadOptions()) -> list[pa.Table]:
     """The partitions a ticket with ``more`` names, read in one stream (as :func:`read_replicas`) and sliced back into
     one table each, in the ticket's order."""
     marks: list[tuple[int, bytes]] = []
-    table = read_replicas(pool, ticket, replicas, what, idle_timeout, compression=compression, here=here, marks=marks,
-                          expected_columns=expected_columns, most_rows=most_rows, expected_bytes=expected_bytes)
+    table = read_replicas(pool, ticket, replicas, what, expected, how, marks=marks)
     expected = [ticket.part, *(ticket.more or ())]
     sent, starts = where_parts_start(marks)
     if sent != expected or any(b < a for a, b in zip(starts, starts[1:])) or (starts and starts[-1] > table.num_rows):
@@ -243,16 +265,16 @@ def _refusal(what: str, first: Unauthenticated | Forbidden) -> Unauthenticated |
     return type(first)(f"{what}: every replica refused the credential ({first.message}){hint}", field=first.field)
 
 
-def _measured(pool: ConnectionPool, uri: str, ticket: Ticket, idle_timeout: float, deadline: float | None, *,
-              patient: bool = False, marks: list[tuple[int, bytes]] | None = None, quick: bool = False,
-              expected_rows: int | None = None, most_rows: int | None = None,
-              expected_columns: CatalogColumns | None = None, expected_bytes: int = 0, most_bytes: int = 0) -> pa.Table:
+def _measured(pool: ConnectionPool, uri: str, ticket: Ticket, expected: Expected, how: ReadOptions, *,
+              patient: bool = False, marks: list[tuple[int, bytes]] | None = None, quick: bool = False) -> pa.Table:
     """One stream, timed for the link measurements and checked (:class:`Unsound`)."""
     RATES.started(uri)
     received = 0
+    idle_timeout, deadline = how.idle_timeout, how.deadline
+    expected_rows, expected_columns = expected.rows, expected.columns
     try:
         encoded = flight.Ticket(ticket.encode())
-        bound = RowBound.of(expected_rows, most_rows, expected_bytes, most_bytes)
+        bound = expected.bound()
         table = quick_stream(pool, uri, encoded, idle_timeout, deadline, bound) if quick else None
         if table is None:
             table = stream(pool, uri, encoded, idle_timeout, deadline, patient=patient, marks=marks, bound=bound)

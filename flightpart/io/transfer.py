@@ -200,18 +200,26 @@ class ToldOnce:
         return tell
 
 
+@dataclass(frozen=True)
+class PutCall:
+    """How a put goes: ``timeout``, which its deadline grows from (:func:`put_deadline`); ``sent``, told the bytes
+    sent as they go (None: nobody); ``grant``, the writer's leave from ``begin``."""
+
+    timeout: float = DEFAULT_TIMEOUT
+    sent: Callable[[int], None] | None = None
+    grant: str | None = None
+
+
 def send_partition(pool: ConnectionPool, uri: str, dataset: str, version: int, part: tuple[int, int],
-                   table: pa.Table, *, timeout: float = DEFAULT_TIMEOUT,
-                   sent: Callable[[int], None] | None = None, grant: str | None = None) -> HeldPartition | None:
+                   table: pa.Table, call: PutCall = PutCall()) -> HeldPartition | None:
     """``do_put`` one partition to a node in batches of about 1 MiB; returns the node's receipt.
 
     The stream ends with a :class:`~flightpart.wire.PutTrailer` the node checks the rows against before storing, and
-    the call ends by :func:`put_deadline`, so a frozen node fails the put in bounded time. ``grant``: the writer's
-    leave from ``begin``.
+    the call ends by :func:`put_deadline`, so a frozen node fails the put in bounded time.
     """
     descriptor = flight.FlightDescriptor.for_path(*partition_path(dataset, version, part))
-    options = pool.options(put_deadline(timeout, size_of(table)), grant)
-    progress = ToldOnce(sent)
+    options = pool.options(put_deadline(call.timeout, size_of(table)), call.grant)
+    progress = ToldOnce(call.sent)
 
     def send() -> Any:
         writer, reader = pool.client(uri).do_put(descriptor, table.schema, options=options)
@@ -226,18 +234,17 @@ def send_partition(pool: ConnectionPool, uri: str, dataset: str, version: int, p
 
 
 def send_partitions(pool: ConnectionPool, uri: str, dataset: str, version: int,
-                    parts: Sequence[tuple[tuple[int, int], pa.Table]], *,
-                    timeout: float = DEFAULT_TIMEOUT, sent: Callable[[int], None] | None = None,
-                    grant: str | None = None) -> list[HeldPartition]:
+                    parts: Sequence[tuple[tuple[int, int], pa.Table]],
+                    call: PutCall = PutCall()) -> list[HeldPartition]:
     """``do_put`` several partitions of one column group and schema in one stream; returns the node's receipts, once
     all are durable. Raises :class:`RequestRejected` when the receipts do not name every partition."""
     schema = parts[0][1].schema
-    options = pool.options(put_deadline(timeout, sum(size_of(t) for _, t in parts)), grant)
+    options = pool.options(put_deadline(call.timeout, sum(size_of(t) for _, t in parts)), call.grant)
     for part, table in parts:
         if not table.schema.equals(schema, check_metadata=True):
             raise ValueError(f"partition {part}: one put stream carries one schema; send it on a stream of its own")
 
-    progress = ToldOnce(sent)
+    progress = ToldOnce(call.sent)
 
     def send() -> list[HeldPartition]:
         receipts: list[HeldPartition] = []

@@ -13,6 +13,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -126,22 +127,39 @@ class Cluster:
         self.stop()
 
 
-class LocalCluster(Cluster):
-    """A catalog and nodes on 127.0.0.x as child processes: one machine playing several hosts."""
+@dataclass(frozen=True)
+class ClusterOptions:
+    """How a :class:`LocalCluster` runs its daemons: nodes on 127.0.0.``first_ip`` on, beating every ``heartbeat``
+    seconds; ``extra_args`` for every daemon (tokens, TLS), ``node_args`` for nodes only (limits); ``env`` their
+    environment; the catalog on ``catalog_port`` (0: any), with ``dead_after`` and ``rebuild_grace`` (nodes here
+    beat every second: three beats to hear them all after a loss)."""
 
-    def __init__(self, root: Path, nodes: int = 3, *, first_ip: int = 2, heartbeat: float = 1.0,
-                 dead_after: float = 10.0, extra_args: Sequence[str] = (), node_args: Sequence[str] = (),
-                 env: dict | None = None, catalog_port: int = 0, rebuild_grace: float = 3.0):
+    first_ip: int = 2
+    heartbeat: float = 1.0
+    dead_after: float = 10.0
+    extra_args: Sequence[str] = ()
+    node_args: Sequence[str] = ()
+    env: dict | None = None
+    catalog_port: int = 0
+    rebuild_grace: float = 3.0
+
+
+class LocalCluster(Cluster):
+    """A catalog and nodes on 127.0.0.x as child processes: one machine playing several hosts; ``options`` are those
+    of :class:`ClusterOptions`."""
+
+    def __init__(self, root: Path, nodes: int = 3, **options: Any):
+        given = ClusterOptions(**options)
         self.root = Path(root)
-        self.extra_args = list(extra_args)  # for every daemon (tokens, TLS)
-        self.node_args = list(node_args)    # for nodes only (limits)
-        self.env = env
-        self.dead_after = dead_after
-        self.catalog_port = catalog_port
-        self.rebuild_grace = rebuild_grace  # nodes here beat every second: three beats to hear them all after a loss
+        self.extra_args = list(given.extra_args)  # for every daemon (tokens, TLS)
+        self.node_args = list(given.node_args)    # for nodes only (limits)
+        self.env = given.env
+        self.dead_after = given.dead_after
+        self.catalog_port = given.catalog_port
+        self.rebuild_grace = given.rebuild_grace
         self.catalog = self.start_catalog()
         self.nodes: list[Daemon] = []
-        self.add_nodes(nodes, first_ip, heartbeat)
+        self.add_nodes(nodes, given.first_ip, given.heartbeat)
 
     def start_catalog(self) -> Daemon:
         """Start (or restart, on the same port and state) the catalog."""

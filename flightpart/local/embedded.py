@@ -9,6 +9,7 @@ from flightpart.client import Client
 from flightpart.client.fetch import check_streams
 from flightpart.io.compression import check_mode
 from flightpart.server.node import NodeServer
+from flightpart.server.settings import NodeSettings
 from flightpart.sql import SqlCatalogServer
 
 
@@ -40,7 +41,7 @@ def start_embedded(host: str | None = None, data_dir: str | None = None, **clien
         data_dir = tmp.name
     catalog = SqlCatalogServer(host, 0)
     owned.append(catalog)
-    node = NodeServer(host, 0, data_dir=data_dir, catalog=catalog.uri)
+    node = NodeServer(NodeSettings.in_process(host, data_dir=data_dir, catalog=catalog.uri))
     owned.append(node)
     node.register()
     return Client(catalog.uri, host=host, owned=owned, **client_options)

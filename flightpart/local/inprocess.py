@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 from flightpart.server.node import NodeServer
+from flightpart.server.settings import NodeSettings
 from flightpart.sql import SqlCatalogServer
 
 from .cluster import Cluster
@@ -54,8 +55,9 @@ class InProcessCluster(Cluster):
 
     def add_node(self, ip: str, *, heartbeat: float | None = None, data_dir: Path | None = None) -> InProcessNode:
         """Start a node on ``ip``, registered with the catalog before this returns."""
-        server = NodeServer(ip, 0, data_dir=data_dir or self.root / f"node-{ip}", catalog=self.catalog.uri,
-                            heartbeat_interval=heartbeat or self.heartbeat, direct_reads=False)
+        settings = NodeSettings.in_process(ip, data_dir=data_dir or self.root / f"node-{ip}", catalog=self.catalog.uri,
+                                           heartbeat=heartbeat or self.heartbeat)
+        server = NodeServer(settings, direct_reads=False)
         node = InProcessNode(server)
         self.nodes.append(node)
         server.register()

@@ -62,10 +62,11 @@ class NodePlugin(_WorkerPlugin):
         import platformdirs
 
         from flightpart.server.node import NodeServer
+        from flightpart.server.settings import NodeSettings
 
         base = Path(self.data_dir) if self.data_dir else Path(platformdirs.user_data_dir("flightpart")) / "dask"
         self._lock_file = handle
-        self.node = NodeServer(host, 0, data_dir=base / host, catalog=self.catalog)
+        self.node = NodeServer(NodeSettings.in_process(host, data_dir=base / host, catalog=self.catalog))
         self.node.register()
 
     def teardown(self, worker: Any) -> None:

@@ -50,8 +50,9 @@ class CatalogActor(_ServerActor):
 class NodeActor(_ServerActor):
     def __init__(self, host: str, port: int, data_dir: str, catalog: str):
         from flightpart.server.node import NodeServer
+        from flightpart.server.settings import NodeSettings
 
-        self.server = NodeServer(host, port, data_dir=data_dir, catalog=catalog)
+        self.server = NodeServer(NodeSettings.in_process(host, port=port, data_dir=data_dir, catalog=catalog))
         self.server.register()
 
 

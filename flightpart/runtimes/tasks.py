@@ -18,7 +18,7 @@ from flightpart.client.fetch import FlightGet, PartitionRef, read_partitions
 from flightpart.errors import PartitionedError
 from flightpart.io.access import Access
 from flightpart.io.connections import shared_pool
-from flightpart.io.transfer import SentPart, send_partition
+from flightpart.io.transfer import PutCall, SentPart, send_partition
 from flightpart.wire import ROW_NUMBER
 
 
@@ -159,7 +159,7 @@ def send_from_worker(frame: Any, uri: str, access: Access, name: str, version: i
     if any, from its environment. ``grant``: the catalog's leave to write ``version`` (decision 0015).
     """
     table = frames.to_arrow(frame)
-    send_partition(shared_pool(access), uri, name, version, part, table, grant=grant)
+    send_partition(shared_pool(access), uri, name, version, part, table, PutCall(grant=grant))
     rows, cols = frames.frame_shape(table)
     return SentPart(rows, cols, table.schema)
 

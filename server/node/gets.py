@@ -50,8 +50,6 @@ STREAM_PIECE_MOST_BYTES = 64 << 20
 STREAM_PIECE_SECONDS = 0.1
 """About how long a reader should take one row range, once its pace is known (never more than a tenth of the
 stream idle timeout, so a reader taking ranges at a steady pace is never seen idle)."""
-STREAM_IDLE_TIMEOUT = 60.0
-"""Seconds a ``do_get`` whose reader takes nothing keeps its stream slot (``--stream-idle-timeout``)."""
 
 
 class GetStreams(NodeBase):

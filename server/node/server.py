@@ -32,10 +32,11 @@ from flightpart.version import __version__
 from ..assembler import Assembler
 from ..base import action_table
 from ..beats import ANSWER_SECONDS, DatagramBeats
+from ..settings import NodeSettings
 from ..store import PartitionStore
 from .actions import NODE_ACTIONS, NodeActions
 from .catalog_link import CATALOG_ORDERS, CatalogLink
-from .gets import STREAM_IDLE_TIMEOUT, GetStreams
+from .gets import GetStreams
 from .integrity import INTEGRITY_ACTIONS, Integrity
 from .puts import PutStreams
 
@@ -63,45 +64,31 @@ def node_name(keys: Keys | None, token: str | None) -> str | None:
 class NodeServer(CatalogLink, Integrity, PutStreams, GetStreams, NodeActions):
     """One node of a flightpart cluster."""
 
-    def __init__(
-        self,
-        host: str = "127.0.0.1",
-        port: int = 0,
-        *,
-        data_dir: str | os.PathLike | None = None,
-        catalog: str | None = None,
-        advertise_ip: str | None = None,
-        advertise: str | None = None,
-        heartbeat_interval: float = 2.0,
-        max_partition_bytes: int | None = None,
-        max_streams: int | None = None,
-        stream_idle_timeout: float | None = STREAM_IDLE_TIMEOUT,
-        min_free_bytes: int = 0,
-        max_maps: int = 256,
-        group: str | None = None,
-        secret: Keys | None = None,
-        token: str | None = None,
-        pool: ConnectionPool | None = None,
-        scrub_rate: int = 64 << 20,
-        scrub_interval: float = 3600.0,
-        direct_reads: bool = True,
-        **server_kwargs: Any,
-    ):
-        super().__init__(host, port, secret=secret, max_streams=max_streams, advertise=advertise,
-                         stream_idle_timeout=stream_idle_timeout, **server_kwargs)
+    def __init__(self, settings: NodeSettings, *, secret: Keys | None = None, token: str | None = None,
+                 pool: ConnectionPool | None = None, direct_reads: bool = True, **server_kwargs: Any):
+        """A node serving as ``settings`` say (:meth:`NodeSettings.in_process` for one run inside a program); ``secret``
+        checks callers' tokens, ``token`` is its own node token, ``pool`` its connections to the other daemons, and
+        ``server_kwargs`` the Flight server's TLS settings. ``direct_reads``: a client in this process reads the
+        stored table itself (off: it streams, as from anywhere)."""
+        host, port, advertise = settings.host, settings.port, settings.advertise
+        super().__init__(host, port, secret=secret, max_streams=settings.max_streams, advertise=advertise,
+                         stream_idle_timeout=settings.stream_idle_timeout, **server_kwargs)
+        advertise_ip = settings.advertise_ip
         if advertise_ip is None and advertise:
             advertise_ip = socket.gethostbyname(advertise)
         self.ip = advertise_ip or (host if host not in ("0.0.0.0", "::", "") else advertised_ip())
-        self.store = PartitionStore(data_dir or default_data_dir(), max_partition_bytes=max_partition_bytes, max_maps=max_maps,
-                                    group=group, node_id=node_name(secret, token))
-        self.min_free_bytes = min_free_bytes
+        self.store = PartitionStore(settings.data_dir or default_data_dir(),
+                                    max_partition_bytes=settings.max_partition_bytes, max_maps=settings.max_maps,
+                                    group=settings.group, node_id=node_name(secret, token))
+        self.min_free_bytes = settings.min_free_bytes
         self.node_id = self.store.node_id
         self.pid = os.getpid()
         keep_freed_memory()  # receiving puts and pulls: freed buffers reused, not faulted in again per partition
         self.counters = Counters(NODE_COUNTERS)
         # the cluster's catalogs (several when they share a lease): reports go to the leader, followed when it moves
+        catalog = settings.catalog
         self.catalogs = CatalogAddresses(split_addresses(catalog)) if catalog else None
-        self.heartbeat_interval = heartbeat_interval
+        self.heartbeat_interval = heartbeat_interval = settings.heartbeat
         access = pool.access if pool is not None else Access()
         if token is not None or isinstance(secret, bytes):  # it speaks to the catalog and to other nodes as the node it is
             access = dataclasses.replace(access, token=token or role_token(secret, "node", self.node_id))
@@ -113,14 +100,14 @@ class NodeServer(CatalogLink, Integrity, PutStreams, GetStreams, NodeActions):
         self.registered = threading.Event()
         self.last_contact: float | None = None  # monotonic time of the catalog's last answer
         self.refused_by_catalog: str | None = None  # why the catalog last refused this node, until it accepts it
-        self.scrub_rate = scrub_rate
-        self.scrub_interval = scrub_interval
+        self.scrub_rate = settings.scrub_rate
+        self.scrub_interval = settings.scrub_interval
         self.init_integrity()
         if direct_reads:  # a client in this process reads the stored table itself (off: it streams, as from anywhere)
             inprocess.register(self.uri, self.store.open)
         if catalog:
             self.start_reports()
-        if scrub_interval > 0 and scrub_rate > 0:
+        if self.scrub_interval > 0 and self.scrub_rate > 0:
             self.start_scrubs()
 
     def info(self) -> dict:
