@@ -410,7 +410,8 @@ class Client:
                     pos = (base[0] + k, j)
                     for node in holders:
                         sending.append(pool.submit(self._send_one, node["uri"], name, version, pos, piece, progress))
-                    parts.append(CommitPart(pos, (start, sum(widths[:j])), (rows, widths[j]), tuple(n["node_id"] for n in holders)))
+                    parts.append(CommitPart(pos, (start, sum(widths[:j])), (rows, widths[j]),
+                                            tuple(n["node_id"] for n in holders)))
                 while len(sending) > STREAM_PUTS_IN_FLIGHT * spread.replicas * groups:
                     sending.popleft().result()
 
@@ -588,8 +589,8 @@ class Client:
         staging = self._begin(name)
         try:
             spread = RoundRobin(targets, replicas, random.randrange(len(targets)))
-            staged = self._send_stream(name, staging, reshape.conformed_stream(stream, source.schema), rows_per_partition,
-                                       spread, None, groups=groups)
+            staged = self._send_stream(name, staging, reshape.conformed_stream(stream, source.schema),
+                                       rows_per_partition, spread, None, groups=groups)
             staged = [p for p in staged if p.shape[0]]  # an empty stream adds no row block
             return self._rebasing(lambda: self._append_staged(name, source.schema, groups, staging, staged, uri_of))
         finally:

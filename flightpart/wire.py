@@ -966,7 +966,8 @@ class QueriesReply(Message):
     @classmethod
     def from_json(cls, body: Any, where: str | None = None) -> QueriesReply:
         if not isinstance(body, dict) or not all(isinstance(body.get(k), list) for k in ("running", "recent")):
-            raise RequestRejected(f"{where or 'queries'}: expected lists of running and recent queries", field=where or "queries")
+            raise RequestRejected(f"{where or 'queries'}: expected lists of running and recent queries",
+                                  field=where or "queries")
         return cls(body)
 
 

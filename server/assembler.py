@@ -161,7 +161,8 @@ class Assembler:
         ticket = Ticket(source.dataset, source.version, piece.source, piece.columns, piece.rows)
         expected = Expected(rows=piece.rows[1] - piece.rows[0],
                             most_bytes=max(info.nbytes, 1) if plan.bytes_bounded else 0)
-        table = read_replicas(self.pool, ticket, replicas, f"partition {piece.source} of {source.dataset!r} v{source.version}",
+        table = read_replicas(self.pool, ticket, replicas,
+                              f"partition {piece.source} of {source.dataset!r} v{source.version}",
                               expected, ReadOptions(here=host_addresses(), deadline=deadline.at))
         try:  # read safely already (read_replicas); now all of it, text as UTF-8 too, as a put's batches are
             table.validate(full=True)

@@ -30,7 +30,16 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from flightpart.errors import Forbidden, NodeUnavailable, ServerBusy, Unauthenticated
-from flightpart.tokens import CAPABILITY, CATALOG_NODE, GRANT_HEADER, Credential, Keys, outdated_format, verify_key, verify_token  # noqa: E501, RUF100
+from flightpart.tokens import (
+    CAPABILITY,
+    CATALOG_NODE,
+    GRANT_HEADER,
+    Credential,
+    Keys,
+    outdated_format,
+    verify_key,
+    verify_token,
+)
 from flightpart.wire import encode_error
 
 from .telemetry import Call, Telemetry

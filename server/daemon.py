@@ -156,8 +156,8 @@ def listening(start: Callable[[], T], host: str, port: int, what: str) -> T:
         if reason is None:
             raise
         raise CannotStart(f"the {what} cannot listen on {host}:{port}: {reason}; "
-                          + ("stop the daemon that holds the port or pick another with --port" if reason == "address in use"
-                             else "check --host is an address of this machine")) from None
+                          + ("stop the daemon that holds the port or pick another with --port"
+                             if reason == "address in use" else "check --host is an address of this machine")) from None
 
 
 def bind_problem(host: str, port: int) -> str | None:
@@ -218,8 +218,9 @@ def run_node(settings: NodeSettings, catalog_class: type[CatalogServer] = Catalo
     servers: list = []
     if catalog is not None and port and any(one.split("://")[-1] in (f"{host}:{port}", f"{advertise}:{port}")
                                             for one in catalog.split(",")):
-        raise CannotStart(f"--catalog {catalog} is this node's own address: start the catalog first (`flightpart catalog`) "
-                          "and give the node another --port, or drop --catalog to run node and catalog in one process")
+        raise CannotStart(f"--catalog {catalog} is this node's own address: start the catalog first "
+                          "(`flightpart catalog`) and give the node another --port, or drop --catalog to run node and "
+                          "catalog in one process")
     if catalog is None:
         embedded = start_catalog(settings.embedded_catalog(), catalog_class)
         servers.append(embedded)

@@ -46,13 +46,14 @@ class Security:
         aliases=("--token-file",), path="file")
     tls_cert: str | None = setting(None, "--tls-cert", "PEM certificate to serve TLS.", path="file")
     tls_key: str | None = setting(None, "--tls-key", "PEM private key of --tls-cert.", path="file")
-    tls_client_ca: str | None = setting(None, "--tls-client-ca", "Require client certificates signed by this CA (mutual TLS).",
-                                        path="file")
-    tls_ca: str | None = setting(None, "--tls-ca", "CA that signs the other daemons' certificates (or $FLIGHTPART_TLS_CA).",
+    tls_client_ca: str | None = setting(None, "--tls-client-ca",
+                                        "Require client certificates signed by this CA (mutual TLS).", path="file")
+    tls_ca: str | None = setting(None, "--tls-ca",
+                                 "CA that signs the other daemons' certificates (or $FLIGHTPART_TLS_CA).",
                                  path="file", envvar="FLIGHTPART_TLS_CA")
-    insecure: bool = setting(False, "--insecure", "Without a secret, bind beyond loopback anyway: an open daemon that "
-                             "anyone who reaches it may read, write and delete through. Without this flag an open daemon "
-                             "binds loopback only.")
+    insecure: bool = setting(False, "--insecure", "Without a secret, bind beyond loopback anyway: an open daemon "
+                             "that anyone who reaches it may read, write and delete through. Without this flag an "
+                             "open daemon binds loopback only.")
     node_token_file: str | None = None  # a node's options, not the catalog's: set from NodeSettings.credentials
     verify_key_file: str | None = None
 
@@ -67,14 +68,15 @@ class Security:
         if self.secret() is not None:
             return
         if os.environ.get(TOKEN_ENV):
-            raise CannotStart(f"the {what} has no cluster secret but ${TOKEN_ENV} is set: a daemon does not check tokens "
-                              f"without the secret they derive from. Next: give the secret with --secret-file or "
-                              f"${SECRET_ENV} (then make tokens with `flightpart token`), or unset {TOKEN_ENV} to run "
-                              "an open cluster")
+            raise CannotStart(f"the {what} has no cluster secret but ${TOKEN_ENV} is set: a daemon does not check "
+                              "tokens without the secret they derive from. Next: give the secret with --secret-file "
+                              f"or ${SECRET_ENV} (then make tokens with `flightpart token`), or unset {TOKEN_ENV} to "
+                              "run an open cluster")
         if not self.insecure and not is_loopback(host):
-            raise CannotStart(f"the {what} has no cluster secret, so it would let anyone who reaches {host or '*'} read, "
-                              f"write and delete every dataset. Next: give a secret with --secret-file or ${SECRET_ENV}, "
-                              "bind loopback (--host 127.0.0.1), or say --insecure on a network you trust")
+            raise CannotStart(f"the {what} has no cluster secret, so it would let anyone who reaches {host or '*'} "
+                              "read, write and delete every dataset. Next: give a secret with --secret-file or "
+                              f"${SECRET_ENV}, bind loopback (--host 127.0.0.1), or say --insecure on a network you "
+                              "trust")
 
     def auth_mode(self) -> str:
         """How callers are checked, for the start-up line: ``secret`` or ``open``."""
@@ -122,7 +124,8 @@ class Security:
 
     def secret(self) -> bytes | None:
         """The cluster secret (``--secret-file``, else ``$FLIGHTPART_SECRET``), or None; ``CANNOT_START`` for one that
-        could be guessed (:func:`~flightpart.tokens.check_secret`), naming where it came from and how to make a good one."""
+        could be guessed (:func:`~flightpart.tokens.check_secret`), naming where it came from and how to make a good
+        one."""
         from flightpart.tokens import WeakSecret, check_secret
 
         if self.secret_file:
@@ -132,7 +135,8 @@ class Security:
             except EmptyCredentialFile:
                 value = b""  # refused below as blank, with how to make a good one
         else:
-            text = os.environ.get(SECRET_ENV)  # never $FLIGHTPART_TOKEN: a client's credential, not the cluster's secret
+            # never $FLIGHTPART_TOKEN: a client's credential, not the cluster's secret
+            text = os.environ.get(SECRET_ENV)
             if not text:
                 return None
             value, source = text.encode(), f"${SECRET_ENV}"
@@ -147,7 +151,8 @@ class Security:
         from flightpart.io.connections import ConnectionPool
 
         ca = Path(self.tls_ca).read_bytes() if self.tls_ca else None
-        own = (Path(self.tls_cert).read_bytes(), Path(self.tls_key).read_bytes()) if self.tls_cert and self.tls_key and ca else (None, None)
+        own = ((Path(self.tls_cert).read_bytes(), Path(self.tls_key).read_bytes())
+               if self.tls_cert and self.tls_key and ca else (None, None))
         return ConnectionPool(Access(None, ca, own[0], own[1]))
 
 

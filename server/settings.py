@@ -36,9 +36,9 @@ class Identity:
     cluster_id: str | None = setting(None, "--cluster-id", "Catalog: the cluster's identity, given instead of learned "
                                      "from the nodes (a fresh state takes it at once; a state of another cluster "
                                      "refuses to start).")
-    rebuild_grace: float = setting(5.0, "--rebuild-grace", "Catalog on new or lost state: seconds writes wait for nodes "
-                                   "to report their cluster, versions and tombstones before version numbers are handed "
-                                   "out (more than the nodes' --heartbeat).", show_default=True, min=0)
+    rebuild_grace: float = setting(5.0, "--rebuild-grace", "Catalog on new or lost state: seconds writes wait for "
+                                   "nodes to report their cluster, versions and tombstones before version numbers are "
+                                   "handed out (more than the nodes' --heartbeat).", show_default=True, min=0)
 
 
 @dataclass(frozen=True)

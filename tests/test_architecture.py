@@ -277,7 +277,8 @@ def test_the_sql_service_is_a_gateway_of_planners_behind_a_flight_sql_server():
     assert names & query == set()
 CATALOG_PARTS = {"leadership", "registry", "versions", "repair", "publish", "reads"}
 STATE_ARROWS = {"records": set(), "database": set(), "tables": {"records", "database"}, "core": {"database", "tables"},
-                "nodes": {"core", "database", "records", "tables"}, "versions": {"core", "database", "records", "tables"},
+                "nodes": {"core", "database", "records", "tables"},
+                "versions": {"core", "database", "records", "tables"},
                 "composed": {"nodes", "versions"}}
 """Which module of the catalog's state may import which (none imports the catalog)."""
 

@@ -65,7 +65,8 @@ def test_each_query_is_logged_listed_shown_and_timed(daemons):
     page = urllib.request.urlopen(metrics_url.replace("/metrics", "/"), timeout=10).read().decode()
     assert "SQL queries" in page and "SELECT sum(x) AS total FROM hist WHERE x &gt; 1" in page
     metrics = urllib.request.urlopen(metrics_url, timeout=10).read().decode()
-    count = next(line for line in metrics.splitlines() if line.startswith("flightpart_sql_query_duration_seconds_count"))
+    count = next(line for line in metrics.splitlines()
+                 if line.startswith("flightpart_sql_query_duration_seconds_count"))
     assert float(count.split()[-1]) >= len(QUERIES)
 
 

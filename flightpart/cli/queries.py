@@ -22,5 +22,6 @@ def queries(catalog: str, as_json: bool, running: bool) -> None:
         click.echo(json.dumps(rows))
         return
     print_table(("id", "caller", "outcome", "seconds", "rows", "bytes from nodes", "query"),
-                [(q["id"], q["caller"], q["outcome"], f"{q['seconds']:.3f}", "" if q["rows"] is None else f"{q['rows']:,}",
+                [(q["id"], q["caller"], q["outcome"], f"{q['seconds']:.3f}",
+                  "" if q["rows"] is None else f"{q['rows']:,}",
                   "" if q["bytes_from_nodes"] is None else f"{q['bytes_from_nodes']:,}", q["text"]) for q in rows])

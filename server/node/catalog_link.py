@@ -14,7 +14,14 @@ import time
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from flightpart.errors import ForeignCluster, NodeConflict, PartitionDamaged, RequestRejected, StaleEpoch, VersionConflict  # noqa: E501, RUF100
+from flightpart.errors import (
+    ForeignCluster,
+    NodeConflict,
+    PartitionDamaged,
+    RequestRejected,
+    StaleEpoch,
+    VersionConflict,
+)
 from flightpart.frames import size_of
 from flightpart.io.connections import DEFAULT_TIMEOUT, ConnectionPool
 from flightpart.io.errors import translate, translated

@@ -41,7 +41,8 @@ from .integrity import INTEGRITY_ACTIONS, Integrity
 from .puts import PutStreams
 
 NODE_COUNTERS = ("bytes_sent", "rows_sent", "batches_sent", "partitions_served", "bytes_received", "partitions_stored",
-                 "put_streams", "errors", "storage_full_refusals", "partitions_assembled", "partitions_linked", "assembled_rows",
+                 "put_streams", "errors", "storage_full_refusals", "partitions_assembled", "partitions_linked",
+                 "assembled_rows",
                  "pulled_bytes", "streams_compressed", "partitions_damaged", "partitions_missing", "scrubbed_bytes",
                  "get_streams", "stale_orders")
 """What a node's ``stats`` action and metrics count."""
@@ -55,7 +56,8 @@ def node_name(keys: Keys | None, token: str | None) -> str | None:
     if credential is None or credential.role != "node":
         outdated = outdated_format(token)
         why = (f"it is an {outdated} token, signed with an earlier release's key" if outdated else
-               "it is not a node token of this cluster (or it has expired, or there is no --verify-key-file to check it)")
+               "it is not a node token of this cluster (or it has expired, or there is no --verify-key-file to "
+               "check it)")
         raise CannotStart(f"the node token cannot be used: {why}; mint one with "
                           "`flightpart token --role node --name NODE`")
     return credential.name
@@ -90,7 +92,8 @@ class NodeServer(CatalogLink, Integrity, PutStreams, GetStreams, NodeActions):
         self.catalogs = CatalogAddresses(split_addresses(catalog)) if catalog else None
         self.heartbeat_interval = heartbeat_interval = settings.heartbeat
         access = pool.access if pool is not None else Access()
-        if token is not None or isinstance(secret, bytes):  # it speaks to the catalog and to other nodes as the node it is
+        # it speaks to the catalog and to other nodes as the node it is
+        if token is not None or isinstance(secret, bytes):
             access = dataclasses.replace(access, token=token or role_token(secret, "node", self.node_id))
         self.pool = ConnectionPool(access)
         self.datagrams = DatagramBeats(access.token, timeout=min(ANSWER_SECONDS, max(0.25, heartbeat_interval / 2)))
@@ -127,8 +130,8 @@ class NodeServer(CatalogLink, Integrity, PutStreams, GetStreams, NodeActions):
         super().shutdown()
 
     def problems(self) -> list[str]:
-        """Why this node should not get new work, if it should not: its data directory is gone, read-only or nearly full,
-        or it is not (or no longer) registered with its catalog. Empty: SERVING."""
+        """Why this node should not get new work, if it should not: its data directory is gone, read-only or nearly
+        full, or it is not (or no longer) registered with its catalog. Empty: SERVING."""
         root = self.store.root
         if not root.is_dir():
             return [f"data directory {root} is gone"]

@@ -45,7 +45,7 @@ CREATE TABLE IF NOT EXISTS replicas(
     PRIMARY KEY(dataset, version, i, j, node_id));
 CREATE TABLE IF NOT EXISTS missed(node_id TEXT NOT NULL, what TEXT NOT NULL, at REAL NOT NULL, PRIMARY KEY(node_id, what));
 CREATE INDEX IF NOT EXISTS versions_pending ON versions(dataset, version) WHERE state='pending';
-"""  # noqa: E501, RUF100
+"""  # noqa: E501
 """``missed``: nodes that must register again before their heartbeats are taken, because they may not have had an
 order: a drop's or abort's (``what``: :func:`order_key`), from the moment it is written until the node acknowledges
 that order, or any order a node did not answer (``what``: ``register``); ``at``: when, so a registration clears only

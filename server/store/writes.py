@@ -15,7 +15,14 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-from flightpart.errors import LimitExceeded, PartitionMissing, SchemaMismatch, StorageFull, StorageUnwritable, VersionConflict  # noqa: E501, RUF100
+from flightpart.errors import (
+    LimitExceeded,
+    PartitionMissing,
+    SchemaMismatch,
+    StorageFull,
+    StorageUnwritable,
+    VersionConflict,
+)
 from flightpart.io import layout
 from flightpart.io.checksum import FORMAT, bound, encode_seal
 from flightpart.query.statistics import StatsBuilder
