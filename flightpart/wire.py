@@ -24,7 +24,8 @@ import pyarrow.flight as flight
 from .errors import FlightpartError, InvalidName, LimitExceeded, RequestRejected
 from .query.functions import AGGREGATES
 
-NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+MAX_NAME_CHARACTERS = 128
+NAME_PATTERN = re.compile(rf"[A-Za-z0-9][A-Za-z0-9_.-]{{0,{MAX_NAME_CHARACTERS - 1}}}")
 MAX_JSON_BYTES = 16 << 20
 MAX_UINT = 1 << 62
 Replica = tuple[str, str, int]  # (node URI, node IP, node PID)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pyarrow as pa
 
-from flightpart.version import __version__
+from .sql_info import values
 
 SQL_INFO_TYPE = pa.dense_union([
     pa.field("string_value", pa.utf8()), pa.field("bool_value", pa.bool_()), pa.field("bigint_value", pa.int64()),
@@ -13,23 +15,21 @@ SQL_INFO_TYPE = pa.dense_union([
 ])
 
 
-def sql_info(asked: list[int]) -> pa.Table:
-    """``GetSqlInfo``: the server's name and version, Arrow's version, read-only, and that it takes SQL."""
-    known: dict[int, str | bool] = {0: "flightpart", 1: __version__, 2: pa.__version__, 3: True, 4: True, 5: False}
+def sql_info(asked: list[int], max_statement: int = 0, statement_timeout_ms: int = 0) -> pa.Table:
+    """``GetSqlInfo``: each id asked (every id when none is) that FlightSql.proto defines, in the union child it
+    gives it (:mod:`.sql_info`); an unknown id is left out."""
+    known = values(max_statement, statement_timeout_ms)
     ids = [k for k in dict.fromkeys(asked or sorted(known)) if k in known]  # each once: an id asked a million times
     # would make a small request a huge answer
-    strings = [v for k in ids for v in [known[k]] if isinstance(v, str)]
-    bools = [v for k in ids for v in [known[k]] if isinstance(v, bool)]
-    type_ids, offsets, counts = [], [], [0, 0]
+    children: list[list[Any]] = [[] for _ in SQL_INFO_TYPE]
+    type_ids, offsets = [], []
     for k in ids:
-        child = 1 if isinstance(known[k], bool) else 0
+        child, value = known[k]
         type_ids.append(child)
-        offsets.append(counts[child])
-        counts[child] += 1
-    children = [pa.array(strings, pa.utf8()), pa.array(bools, pa.bool_()), pa.array([], pa.int64()),
-                pa.array([], pa.int32()), pa.array([], pa.list_(pa.utf8())),
-                pa.array([], pa.map_(pa.int32(), pa.list_(pa.int32())))]
-    value = pa.UnionArray.from_dense(pa.array(type_ids, pa.int8()), pa.array(offsets, pa.int32()), children,
+        offsets.append(len(children[child]))
+        children[child].append(value)
+    value = pa.UnionArray.from_dense(pa.array(type_ids, pa.int8()), pa.array(offsets, pa.int32()),
+                                     [pa.array(c, f.type) for c, f in zip(children, SQL_INFO_TYPE, strict=True)],
                                      [f.name for f in SQL_INFO_TYPE])
     schema = pa.schema([pa.field("info_name", pa.uint32(), nullable=False),
                         pa.field("value", value.type, nullable=False)])

@@ -323,7 +323,8 @@ ANSWERS: dict[str, Callable[[SqlCatalogServer, proto.Any_, Asked], pa.Table]] = 
     proto.GET_DB_SCHEMAS: lambda server, command, asked: listing.db_schemas(),
     proto.GET_TABLE_TYPES: lambda server, command, asked: listing.table_types(),
     proto.GET_TABLES: SqlCatalogServer._tables,
-    proto.GET_SQL_INFO: lambda server, command, asked: sql_info(proto.uint_fields(command.value, 1)),
+    proto.GET_SQL_INFO: lambda server, command, asked: sql_info(
+        proto.uint_fields(command.value, 1), MAX_QUERY_CHARACTERS, server.prepared.idle_seconds * 1000),
     proto.GET_XDBC_TYPE_INFO: lambda server, command, asked: xdbc_type_info(
         proto.int32_field(command.value, 1, "data_type")),
 }

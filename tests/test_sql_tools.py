@@ -1,0 +1,101 @@
+"""SQL tools against real daemons (a catalog and two nodes as child processes): flightsql-dbapi's SQLAlchemy
+engine, in a venv of its own (it pins SQLAlchemy 1.4), connects, lists the datasets and their columns and runs a
+query; the ADBC driver's ``adbc_get_info`` and ``adbc_get_objects`` answer."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+import flightpart as fp
+
+dbapi = pytest.importorskip("adbc_driver_flightsql.dbapi", reason="adbc-driver-flightsql is in the test extra")
+
+pytestmark = pytest.mark.slow  # installs flightsql-dbapi in a venv of its own
+
+SCRIPT = textwrap.dedent("""
+    import json, sys
+    import sqlalchemy
+    from sqlalchemy import inspect, text
+    import flightsql.flightsql_pb2 as proto
+
+    url, dataset, query = sys.argv[1:4]
+    engine = sqlalchemy.create_engine(url)
+    with engine.connect() as conn:
+        seen = inspect(engine)
+        tables = seen.get_table_names()
+        columns = [[c["name"], type(c["type"]).__name__] for c in seen.get_columns(dataset)]
+        rows = [list(r) for r in conn.execute(text(query))]
+        info = conn.connection.flightsql_get_sql_info([])
+        try:  # a plain scan: its endpoints are at the nodes, and flightsql-dbapi asks the catalog
+            conn.execute(text(f"SELECT * FROM {dataset}"))
+            scan = "ran"
+        except Exception as e:
+            scan = str(e)
+    every = [v.number for v in proto.DESCRIPTOR.enum_types_by_name["SqlInfo"].values]
+    print(json.dumps({"tables": tables, "columns": columns, "rows": rows, "quote": info.get(504),
+                      "missing": [i for i in every if i not in info], "scan": scan}))
+""")
+
+
+@pytest.fixture(scope="module")
+def flightsql_python(tmp_path_factory) -> Path:
+    """The python of a venv holding flightsql-dbapi from the package registry, and pandas, which it reads table
+    lists with but does not declare (made once per module)."""
+    home = tmp_path_factory.mktemp("flightsql-venv")
+    subprocess.run([sys.executable, "-m", "venv", str(home)], check=True, capture_output=True)
+    python = home / "bin" / "python"
+    made = subprocess.run([str(python), "-m", "pip", "install", "-q", "flightsql-dbapi", "pandas"], capture_output=True,
+                          text=True, timeout=900)
+    if made.returncode != 0:
+        pytest.skip(f"pip could not install flightsql-dbapi from the package registry: {made.stderr[-400:]}")
+    return python
+
+
+@pytest.fixture(scope="module")
+def sql_cluster(make_cluster):
+    cluster = make_cluster(2, process=True, first_ip=240)
+    with fp.connect(cluster.uri) as writer:
+        writer.put("trips", pa.table({"k": [i % 3 for i in range(60)], "v": [float(i) for i in range(60)],
+                                      "name": [f"n{i}" for i in range(60)]}), tiling=(3, 1))
+        writer.put("zones", pa.table({"id": [1, 2, 3], "zone": ["a", "b", "c"]}))
+    return cluster
+
+
+def test_flightsql_dbapi_sqlalchemy_connects_lists_and_queries(sql_cluster, flightsql_python):
+    where = urlparse(sql_cluster.uri)
+    url = f"datafusion://{where.hostname}:{where.port}?insecure=true"
+    query = "SELECT k, sum(v) AS s, count(*) AS n FROM trips GROUP BY k ORDER BY k"
+    ran = subprocess.run([str(flightsql_python), "-c", SCRIPT, url, "trips", query], capture_output=True, text=True,
+                         timeout=300)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    got = json.loads(ran.stdout)
+    with fp.connect(sql_cluster.uri) as client:
+        read = client.open("trips").to_arrow()
+    want = read.group_by("k").aggregate([("v", "sum"), ("v", "count")]).sort_by("k")
+    assert sorted(got["tables"]) == ["trips", "zones"]
+    assert got["columns"] == [["k", "BIGINT"], ["v", "FLOAT"], ["name", "TEXT"]]
+    assert got["rows"] == [[k, s, n] for k, s, n in zip(want["k"].to_pylist(), want["v_sum"].to_pylist(),
+                                                          want["v_count"].to_pylist(), strict=True)]
+    assert got["quote"] == '"' and got["missing"] == []  # every id of flightsql-dbapi's proto is answered
+    assert pc.sum(read["v"]).as_py() == sum(range(60))  # the whole dataset was read directly
+    assert "the catalog sends no rows of its own" in got["scan"]  # docs/querying.md: flightsql-dbapi's known limit
+
+
+def test_adbc_get_info_and_get_objects(sql_cluster):
+    with dbapi.connect(sql_cluster.uri) as conn:
+        info = conn.adbc_get_info()
+        objects = conn.adbc_get_objects(depth="all").read_all().to_pylist()
+    assert info["vendor_name"] == "flightpart"
+    assert info["vendor_version"] == fp.__version__
+    tables = {t["table_name"]: [c["column_name"] for c in t["table_columns"]]
+              for catalog in objects for schema in catalog["catalog_db_schemas"] for t in schema["db_schema_tables"]}
+    assert tables == {"trips": ["k", "v", "name"], "zones": ["id", "zone"]}
