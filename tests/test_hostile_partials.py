@@ -25,6 +25,7 @@ from flightpart.local.inprocess import InProcessCluster, InProcessNode
 from flightpart.query.aggregates import partial
 from flightpart.query.top import candidates
 from flightpart.server.node import NodeServer
+from flightpart.server.settings import NodeSettings
 from flightpart.wire import Ticket
 
 LIES = {
@@ -67,8 +68,8 @@ class LyingNode(NodeServer):
 def liar(tmp_path_factory):
     root = tmp_path_factory.mktemp("liar")
     cluster = InProcessCluster(root, nodes=0)
-    node = LyingNode("127.0.0.31", 0, data_dir=root / "liar", catalog=cluster.catalog.uri, heartbeat_interval=1.0,
-                     direct_reads=False)
+    node = LyingNode(NodeSettings.in_process("127.0.0.31", data_dir=str(root / "liar"), catalog=cluster.catalog.uri,
+                                             heartbeat=1.0), direct_reads=False)
     cluster.nodes.append(InProcessNode(node))
     node.register()
     rng = np.random.default_rng(3)

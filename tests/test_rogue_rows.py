@@ -29,6 +29,7 @@ import pyarrow as pa
 import pyarrow.flight as flight
 from flightpart.query.apply import apply_ticket
 from flightpart.server.node import NodeServer
+from flightpart.server.settings import NodeSettings
 from flightpart.wire import PartRun, Ticket
 
 
@@ -181,7 +182,8 @@ class Rogue(NodeServer):
         return flight.RecordBatchStream(lying(rows))
 
 
-node = Rogue(sys.argv[2], 0, data_dir=sys.argv[3], catalog=sys.argv[1], heartbeat_interval=1.0, direct_reads=False)
+node = Rogue(NodeSettings.in_process(sys.argv[2], data_dir=sys.argv[3], catalog=sys.argv[1], heartbeat=1.0),
+             direct_reads=False)
 node.register()
 print("READY", node.uri, flush=True)
 while True:
