@@ -91,7 +91,8 @@ class Harness:
         self.guardian = Guardian()  # killed in the middle, the bench leaves nothing running, frozen or on the disk
         self.guardian.remove(root)
         self.cluster = LocalCluster(root, nodes=3, heartbeat=1.0)
-        self.client = connect(self.cluster.uri, host="127.0.0.2")
+        # a busy machine may take long over a call (a commit of 10,000 partitions): the bench waits, not fails
+        self.client = connect(self.cluster.uri, host="127.0.0.2", timeout=600)
         self.flightpart = Group("flightpart", [self.cluster.catalog.pid, *(node.pid for node in self.cluster.nodes)])
         self.raw = Group("raw pyarrow Flight")
         self.groups = [self.flightpart, self.raw]

@@ -148,7 +148,7 @@ def run_sql_bench(rows: int, *, runs: int = 7, quick: bool = False, with_roapi: 
         pq.write_table(zones, files["zones"])
         with contextlib.ExitStack() as stack:
             cluster = stack.enter_context(LocalCluster(Path(root, "cluster"), nodes=3))
-            client = stack.enter_context(connect(cluster.uri, host="127.0.0.9"))
+            client = stack.enter_context(connect(cluster.uri, host="127.0.0.9", timeout=600))  # a busy machine waits
             client.put("trips", trips, tiling=(12, 1))
             client.put("zones", zones)
             import adbc_driver_flightsql.dbapi as flight_sql
