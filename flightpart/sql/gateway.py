@@ -202,8 +202,8 @@ class Gateway:
         duckdb = _duckdb()
 
         try:
-            # parsing only, on a cursor of the shared database: nothing runs, nothing is registered (a new DuckDB
-            # for it cost more than the rest of a small query)
+            # parsing only, on a cursor of the shared database (opening a DuckDB per query costs more than parsing):
+            # nothing runs, nothing is registered
             with self.engine.connect() as con:
                 statements = con.extract_statements(query)
         except duckdb.Error:

@@ -65,8 +65,7 @@ class QueryHistory:
     def running(self, caller: str, text: str) -> Iterator[QueryRecord]:
         """The record of a query while it runs: the caller sets ``rows`` (and ``outcome`` for a plain scan); an
         exception ends it with its error code as the outcome, and propagates."""
-        record = QueryRecord(next(self._ids), caller, " ".join(text.split())[:TEXT_CHARS], time.time(),
-                             _began=time.perf_counter(), _moved=self._moved())
+        record = self._begun(caller, text)
         with self._lock:
             self._running[record.id] = record
         try:
@@ -79,9 +78,13 @@ class QueryHistory:
 
     def refused(self, caller: str, text: str, error: BaseException) -> None:
         """A query refused before it ran (its prepare failed), noted with its error code as its outcome."""
-        record = QueryRecord(next(self._ids), caller, " ".join(text.split())[:TEXT_CHARS], time.time(),
-                             outcome=_outcome(error), _began=time.perf_counter(), _moved=self._moved())
+        record = self._begun(caller, text)
+        record.outcome = _outcome(error)
         self._finish(record)
+
+    def _begun(self, caller: str, text: str) -> QueryRecord:
+        return QueryRecord(next(self._ids), caller, " ".join(text.split())[:TEXT_CHARS], time.time(),
+                           _began=time.perf_counter(), _moved=self._moved())
 
     def _finish(self, record: QueryRecord) -> None:
         record.seconds = round(time.perf_counter() - record._began, 6)
