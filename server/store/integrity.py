@@ -247,7 +247,8 @@ class StoreIntegrity(StoreTombstones):
                 since: int | None = None) -> list[tuple[str, int, tuple[int, int]]]:
         """Partitions that should be here and are not, from names alone: a statistics file without its partition,
         or one of ``claimed`` whose file is gone; never one a drop (buried, under way, or ended since ``since``,
-        a :meth:`DropWatch.mark` taken before ``claimed`` was read) may have removed."""
+        a :meth:`DropWatch.mark` taken before ``claimed`` was read) may have removed, nor one a write is placing
+        (each absence is confirmed under the lock that a write's two renames hold)."""
         found: set[tuple[str, int, tuple[int, int]]] = set()
         for dataset, version in self.versions():
             vdir = self.version_dir(dataset, version)
@@ -256,6 +257,8 @@ class StoreIntegrity(StoreTombstones):
                 if part is not None and not self.path(dataset, version, part).exists():
                     found.add((dataset, version, part))
         found |= {place for place in claimed if not self.path(*place).exists()}
+        with self.lock:  # a write places its statistics, then its file, under the lock: never seen between the two
+            found = {place for place in found if not self.path(*place).exists()}
         drops = self.drops.since(self.drops.mark() if since is None else since)
         return sorted(place for place in found if not self._dropped(place, drops))
 
