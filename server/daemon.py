@@ -182,12 +182,7 @@ def start_catalog(settings: CatalogSettings, catalog_class: type[CatalogServer] 
 
     def build() -> CatalogServer:
         try:
-            return catalog_class(settings.host, settings.port, state_path=str(state / "catalog.sqlite"),
-                                 dead_after=settings.dead_after, pending_ttl=settings.lifetimes.pending_ttl,
-                                 capability_ttl=settings.lifetimes.capability_ttl, retire_after=settings.retire_after,
-                                 pool=security.pool(), cluster_id=settings.identity.cluster_id,
-                                 rebuild_grace=settings.identity.rebuild_grace, lease=settings.lease,
-                                 lease_seconds=settings.lease_seconds, advertise=settings.advertise,
+            return catalog_class(replace(settings, state_dir=str(state)), pool=security.pool(),
                                  **{**security.server_options(), "secret": security.catalog_secret()})
         except StateUnavailable as exc:
             raise CannotStart(f"--lease: {exc.message}; start PostgreSQL (or fix the address) and try again") from None

@@ -81,6 +81,12 @@ class CatalogSettings:
     security: Security = field(default_factory=Security)
     ports: Observability = field(default_factory=Observability)
 
+    @classmethod
+    def in_process(cls, host: str = "127.0.0.1", **changes: Any) -> CatalogSettings:
+        """A catalog another program runs in its own process (tests, the local and runtime clusters): any free port,
+        its state in memory unless ``changes`` name a ``state_dir``; the rest as ``flightpart catalog``'s."""
+        return cls(**{"host": host, "port": 0, **changes})
+
 
 @dataclass(frozen=True)
 class NodeSettings:

@@ -19,7 +19,7 @@ from flightpart.errors import DatasetNotFound, FlightpartError, NotLeader, State
 from flightpart.local.postgres import LocalPostgres, missing_reason
 from flightpart.server.state import CatalogState
 from flightpart.server.state.database import LEASE_TABLE, PostgresDatabase
-from flightpart.server.state.records import PartRecord, VersionRecord
+from flightpart.server.state.records import OnTop, PartRecord, Registration, VersionRecord
 from flightpart.wire import Tombstones
 
 needs_postgres = pytest.mark.skipif(missing_reason() is not None, reason=str(missing_reason()))
@@ -58,8 +58,8 @@ def scenario(state: CatalogState) -> list:
     note("adopt", lambda: state.adopt_cluster("c1"))
     note("mint keeps", lambda: state.mint_cluster("other"))
     for k in range(3):
-        note(f"register n{k}", lambda k=k: state.register_node(f"n{k}", f"grpc://10.0.0.{k}:1", f"10.0.0.{k}", 100 + k,
-                                                               f"/d{k}", []))
+        page = Registration(f"n{k}", f"grpc://10.0.0.{k}:1", f"10.0.0.{k}", 100 + k, f"/d{k}", [])
+        note(f"register n{k}", lambda page=page: state.register_node(page))
     nodes = {n.node_id: n for n in state.nodes()}
 
     def parts(count: int, holders: list[list[str]]) -> list[PartRecord]:
@@ -68,16 +68,16 @@ def scenario(state: CatalogState) -> list:
 
     note("begin 1", lambda: state.begin("d"))
     note("commit 1", lambda: state.commit("d", 1, SCHEMA, (30, 1), (3, 1), parts(3, [["n0", "n1"], ["n1"], ["n2"]]),
-                                          replicas=2, ordered=True))
+                                          replicas=2, on_top=OnTop(None)))
     note("commit 1 again", lambda: state.commit("d", 1, SCHEMA, (30, 1), (3, 1), parts(3, [["n0"], ["n1"], ["n2"]])))
     note("version 1", lambda: state.version("d", 1))
     note("latest", lambda: state.latest("d"))
     note("begin 2", lambda: state.begin("d"))
     note("begin 3", lambda: state.begin("d"))
-    note("commit 3 on 1", lambda: state.commit("d", 3, SCHEMA, (10, 1), (1, 1), parts(1, [["n0"]]), ordered=True,
-                                               base=1))
+    note("commit 3 on 1", lambda: state.commit("d", 3, SCHEMA, (10, 1), (1, 1), parts(1, [["n0"]]),
+                                               on_top=OnTop(1)))
     note("commit 2 on 1 (stale)", lambda: state.commit("d", 2, SCHEMA, (10, 1), (1, 1), parts(1, [["n0"]]),
-                                                       ordered=True, base=1))
+                                                       on_top=OnTop(1)))
     note("abort 2", lambda: [n.node_id for n in state.abort("d", 2)])
     note("state 2", lambda: state.version_state("d", 2))
     note("sealed everywhere", lambda: state.sealed_everywhere("d", 3))
@@ -106,13 +106,13 @@ def scenario(state: CatalogState) -> list:
     note("begin after drop", lambda: state.begin("d"))
     # a node back with tombstones, a manifest of a version this state never saw, and unsealed files
     manifest = VersionRecord("m", 4, SCHEMA, (10, 1), (1, 1), [PartRecord((0, 0), (0, 0), (10, 1), 0, [])])
-    note("register with news", lambda: state.register_node(
+    note("register with news", lambda: state.register_node(Registration(
         "n3", "grpc://10.0.0.3:1", "10.0.0.3", 103, None,
         [{"dataset": "m", "version": 4, "part": (0, 0), "nbytes": 99, "stats": None},
          {"dataset": "p", "version": 7, "part": (0, 0), "nbytes": 5, "stats": None},
          {"dataset": "s", "version": 9, "part": (0, 0), "nbytes": 5, "stats": None}],
         manifests=[manifest], versions=[("m", 4), ("p", 7), ("s", 9)], sealed_versions=[("m", 4)],
-        granted={("m", 4, (0, 0))}, tombstones=[Tombstones("s", 0, (9,), ()), Tombstones("q", 5, (), ())]))
+        granted={("m", 4, (0, 0))}, tombstones=[Tombstones("s", 0, (9,), ()), Tombstones("q", 5, (), ())])))
     note("manifest version", lambda: state.version("m", 4))
     note("found pending", lambda: state.version_state("p", 7))
     note("begin p", lambda: state.begin("p"))
@@ -165,7 +165,7 @@ def test_a_write_under_a_lost_lease_is_refused_and_reads_answer_from_memory_whil
     epoch = [1]
     state = CatalogState(database=leased(url))
     state.database.fence = lambda: epoch[0]
-    state.register_node("n0", "grpc://10.0.0.1:1", "10.0.0.1", 1, None, [])
+    state.register_node(Registration("n0", "grpc://10.0.0.1:1", "10.0.0.1", 1, None, []))
     nodes = {n.node_id: n for n in state.nodes()}
     state.begin("d")
     state.commit("d", 1, SCHEMA, (10, 1), (1, 1), [PartRecord((0, 0), (0, 0), (10, 1), 80, [nodes["n0"]])])
@@ -213,12 +213,12 @@ def test_a_node_registering_again_with_nothing_new_leaves_what_answers_while_the
     # d v1 learned from n0's manifest, as a catalog rebuilding lost state learns it: the only kind of version a
     # node's tombstone drops (one a writer committed is kept, see tests/test_trust_attacks.py)
     manifest = VersionRecord("d", 1, SCHEMA, (10, 1), (1, 1), [PartRecord((0, 0), (0, 0), (10, 1), 80, [])])
-    state.register_node("n0", "grpc://10.0.0.1:1", "10.0.0.1", 1, None, held, manifests=[manifest], versions=[("d", 1)],
-                        sealed_versions=[("d", 1)], granted={("d", 1, (0, 0))})
+    state.register_node(Registration("n0", "grpc://10.0.0.1:1", "10.0.0.1", 1, None, held, manifests=[manifest],
+                                     versions=[("d", 1)], sealed_versions=[("d", 1)], granted={("d", 1, (0, 0))}))
     state.adopt_cluster("c1")
     assert state.latest("d") == 1 and len(state.version("d", 1).parts) == 1 and len(state.nodes()) == 1  # read once
-    assert state.register_node("n0", "grpc://10.0.0.1:1", "10.0.0.1", 1, None, held, versions=[("d", 1)],
-                               sealed_versions=[("d", 1)]) == ([], [], [])
+    assert state.register_node(Registration("n0", "grpc://10.0.0.1:1", "10.0.0.1", 1, None, held, versions=[("d", 1)],
+                               sealed_versions=[("d", 1)])) == ([], [], [])
     state.adopt_cluster("c1")
     postgres.pause()
     try:
@@ -226,7 +226,7 @@ def test_a_node_registering_again_with_nothing_new_leaves_what_answers_while_the
         assert [n.node_id for n in state.nodes()] == ["n0"]
     finally:
         postgres.start()
-    _until_it_answers(lambda: state.register_node("n1", "grpc://10.0.0.2:1", "10.0.0.2", 2, None, []))
+    _until_it_answers(lambda: state.register_node(Registration("n1", "grpc://10.0.0.2:1", "10.0.0.2", 2, None, [])))
     postgres.pause()
     try:  # the cluster changed: its node list is not answered from memory, the dataset's latest version still is
         assert state.latest("d") == 1
@@ -238,8 +238,8 @@ def test_a_node_registering_again_with_nothing_new_leaves_what_answers_while_the
     # a registration that changes the dataset (its node heard it dropped) makes the memory forget it: during the
     # next outage the dropped version is never answered from memory
     assert state.latest("d") == 1 and len(state.version("d", 1).parts) == 1
-    assert state.register_node("n0", "grpc://10.0.0.1:1", "10.0.0.1", 1, None, held, versions=[("d", 1)],
-                               sealed_versions=[("d", 1)], tombstones=[Tombstones("d", 0, (1,), ())])[2] == [("d", 1)]
+    assert state.register_node(Registration("n0", "grpc://10.0.0.1:1", "10.0.0.1", 1, None, held, versions=[("d", 1)],
+                               sealed_versions=[("d", 1)], tombstones=[Tombstones("d", 0, (1,), ())]))[2] == [("d", 1)]
     postgres.pause()
     try:
         for read in (lambda: state.latest("d"), lambda: state.version("d", 1)):

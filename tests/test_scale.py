@@ -24,9 +24,9 @@ from flightpart.io.transfer import streams_of
 from flightpart.local.cluster import LocalCluster
 from flightpart.server.catalog import CatalogServer
 from flightpart.server.node import NodeServer
-from flightpart.server.settings import NodeSettings
+from flightpart.server.settings import CatalogSettings, NodeSettings
 from flightpart.server.state import CatalogState
-from flightpart.server.state.records import PartRecord
+from flightpart.server.state.records import PartRecord, Registration
 
 from helpers import code_of, finished_within, free_port, put_raw, raw_action, wait_until
 
@@ -34,7 +34,7 @@ from helpers import code_of, finished_within, free_port, put_raw, raw_action, wa
 def test_heartbeats_are_kept_in_memory_and_written_in_batches(tmp_path):
     state = CatalogState(tmp_path / "c.sqlite", dead_after=5.0)
     for k in range(50):
-        state.register_node(f"n{k}", f"grpc://10.0.0.{k}:1", f"10.0.0.{k}", k, None, [])
+        state.register_node(Registration(f"n{k}", f"grpc://10.0.0.{k}:1", f"10.0.0.{k}", k, None, []))
     writes = state.rows_written
     for _ in range(20):
         for k in range(50):
@@ -46,7 +46,7 @@ def test_heartbeats_are_kept_in_memory_and_written_in_batches(tmp_path):
     assert not state.heartbeat("stranger")  # an unknown node is told to register
     state.must_register("n3")
     assert not state.heartbeat("n3")
-    state.register_node("n3", "grpc://10.0.0.3:1", "10.0.0.3", 3, None, [])
+    state.register_node(Registration("n3", "grpc://10.0.0.3:1", "10.0.0.3", 3, None, []))
     assert state.heartbeat("n3")
     state.close()
     again = CatalogState(tmp_path / "c.sqlite", dead_after=5.0)  # a restart starts from the last flush
@@ -57,7 +57,7 @@ def test_heartbeats_are_kept_in_memory_and_written_in_batches(tmp_path):
 def test_a_node_silent_past_the_retirement_time_is_forgotten_and_its_replicas_count_as_lost(tmp_path):
     state = CatalogState(tmp_path / "c.sqlite", dead_after=1.0)
     for k in range(3):
-        state.register_node(f"n{k}", f"grpc://10.0.0.{k}:1", f"10.0.0.{k}", k, None, [])
+        state.register_node(Registration(f"n{k}", f"grpc://10.0.0.{k}:1", f"10.0.0.{k}", k, None, []))
     nodes = {n.node_id: n for n in state.nodes()}
     v = state.begin("d")
     schema = pa.schema([("a", pa.int64())]).serialize().to_pybytes()
@@ -73,7 +73,7 @@ def test_a_node_silent_past_the_retirement_time_is_forgotten_and_its_replicas_co
 
 def test_list_reads_the_node_table_once(tmp_path):
     state = CatalogState(tmp_path / "c.sqlite")
-    state.register_node("n0", "grpc://10.0.0.1:1", "10.0.0.1", 1, None, [])
+    state.register_node(Registration("n0", "grpc://10.0.0.1:1", "10.0.0.1", 1, None, []))
     node = state.nodes()[0]
     schema = pa.schema([("a", pa.int64())]).serialize().to_pybytes()
     for k in range(30):
@@ -128,7 +128,7 @@ def test_drop_and_abort_with_three_frozen_nodes_finish_within_their_deadline(tmp
 
 def test_a_catalog_back_after_a_long_outage_does_not_retire_nodes_that_could_not_reach_it(tmp_path):
     state = CatalogState(tmp_path / "c.sqlite", dead_after=1.0)
-    state.register_node("n0", "grpc://10.0.0.1:1", "10.0.0.1", 1, None, [])
+    state.register_node(Registration("n0", "grpc://10.0.0.1:1", "10.0.0.1", 1, None, []))
     state.close()
     with sqlite3.connect(tmp_path / "c.sqlite") as db:  # the catalog was down for two days
         db.execute("UPDATE nodes SET last_heartbeat=?", (time.time() - 2 * 86400,))
@@ -145,7 +145,7 @@ def test_a_catalog_back_after_a_long_outage_does_not_retire_nodes_that_could_not
 @pytest.mark.slow  # a load test (thousands of partitions): in the slow tier, which CI runs
 def test_small_partitions_travel_several_to_a_stream():
     table = pa.table({"a": np.arange(30_000), "s": pa.array([f"v{k % 11}" for k in range(30_000)])})
-    with fp.connect() as client:
+    with fp.connect(timeout=300) as client:  # thousands of partitions in one put: a busy machine is slow
         node = client.nodes()[0]["uri"]
         ds = client.put("many", table, tiling=(3_000, 1))
         stats = client.stats(node)
@@ -222,13 +222,13 @@ def test_a_node_registers_in_pages_and_gets_missed_seals_over_several_registrati
     pages: list[int] = []
     original = CatalogState.register_node
 
-    def counting(self, node_id, uri, ip, pid, data_dir, held, *args, **kwargs):
-        pages.append(len(held))
-        return original(self, node_id, uri, ip, pid, data_dir, held, *args, **kwargs)
+    def counting(self, page):
+        pages.append(len(page.held))
+        return original(self, page)
 
     monkeypatch.setattr(CatalogState, "register_node", counting)
     port = free_port()
-    catalog = CatalogServer("127.0.0.131", port)
+    catalog = CatalogServer(CatalogSettings.in_process("127.0.0.131", port=port))
     node = NodeServer(NodeSettings.in_process("127.0.0.131", data_dir=tmp_path / "node", catalog=catalog.uri,
                                                 heartbeat=0.2))
     tables = {f"d{k}": pa.table({"a": np.arange(k, 2_000 + k), "s": pa.array([f"s{x % 5}" for x in range(2_000)])})
@@ -240,7 +240,8 @@ def test_a_node_registers_in_pages_and_gets_missed_seals_over_several_registrati
                 client.put(name, table, tiling=(200, 1))
         catalog.shutdown()
         pages.clear()
-        catalog = CatalogServer("127.0.0.131", port)  # a catalog that lost its state: rebuilt from the node's manifests
+        # a catalog that lost its state: rebuilt from the node's manifests
+        catalog = CatalogServer(CatalogSettings.in_process("127.0.0.131", port=port))
         wait_until(lambda: len(catalog.state.datasets()) == 3 and node.registered.is_set(), 20, "the rebuild")
         assert len(pages) > 10 and sum(pages) == 600  # every partition told once, no page near the body limit
         with fp.connect(catalog.uri, host="127.0.0.131") as client:

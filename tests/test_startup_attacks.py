@@ -35,8 +35,9 @@ from flightpart.cli.waiting import wait_for
 from flightpart.errors import ServerStarting
 from flightpart.io.connections import ConnectionPool
 from flightpart.local.cluster import Daemon, LocalCluster
+from flightpart.server.catalog import CatalogServer
+from flightpart.server.settings import CatalogSettings
 from flightpart.wire import Begin, Heartbeat, ListNodes, ListVersions, RegisterNode
-from server.catalog import CatalogServer
 
 from helpers import code_of, free_port, put_raw, wait_until
 
@@ -180,7 +181,8 @@ class GatedCatalog(CatalogServer):
 def test_a_call_during_start_up_is_told_starting_and_retried_until_the_daemon_is_built():
     gate, built = threading.Event(), {}
     port = free_port()
-    builder = threading.Thread(target=lambda: built.setdefault("server", GatedCatalog("127.0.0.1", port, gate=gate)))
+    settings = CatalogSettings.in_process(port=port)
+    builder = threading.Thread(target=lambda: built.setdefault("server", GatedCatalog(settings, gate=gate)))
     builder.start()
     uri = f"grpc://127.0.0.1:{port}"
     try:

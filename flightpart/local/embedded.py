@@ -9,7 +9,7 @@ from flightpart.client import Client
 from flightpart.client.fetch import check_streams
 from flightpart.io.compression import check_mode
 from flightpart.server.node import NodeServer
-from flightpart.server.settings import NodeSettings
+from flightpart.server.settings import CatalogSettings, NodeSettings
 from flightpart.sql import SqlCatalogServer
 
 
@@ -39,7 +39,7 @@ def start_embedded(host: str | None = None, data_dir: str | None = None, **clien
         tmp = tempfile.TemporaryDirectory(prefix="flightpart-")
         owned.append(_TempDir(tmp))
         data_dir = tmp.name
-    catalog = SqlCatalogServer(host, 0)
+    catalog = SqlCatalogServer(CatalogSettings.in_process(host))
     owned.append(catalog)
     node = NodeServer(NodeSettings.in_process(host, data_dir=data_dir, catalog=catalog.uri))
     owned.append(node)

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 from flightpart.server.node import NodeServer
-from flightpart.server.settings import NodeSettings
+from flightpart.server.settings import CatalogSettings, Identity, NodeSettings
 from flightpart.sql import SqlCatalogServer
 
 from .cluster import Cluster
@@ -48,8 +48,8 @@ class InProcessCluster(Cluster):
         self.heartbeat = heartbeat
         state = self.root / "catalog"
         state.mkdir(parents=True, exist_ok=True)
-        self.catalog = SqlCatalogServer("127.0.0.1", 0, state_path=str(state / "catalog.sqlite"), dead_after=dead_after,
-                                        rebuild_grace=rebuild_grace)
+        self.catalog = SqlCatalogServer(CatalogSettings.in_process(state_dir=str(state), dead_after=dead_after,
+                                                                   identity=Identity(rebuild_grace=rebuild_grace)))
         self.nodes: list[InProcessNode] = []
         self.add_nodes(nodes, first_ip, heartbeat)
 

@@ -20,9 +20,10 @@ _catalog: dict[str, Any] = {}
 
 def _start_catalog(dask_scheduler: Any = None, host: str = "127.0.0.1") -> str:
     from flightpart.server.catalog import CatalogServer
+    from flightpart.server.settings import CatalogSettings
 
     if "server" not in _catalog:
-        _catalog["server"] = CatalogServer(host, 0)
+        _catalog["server"] = CatalogServer(CatalogSettings.in_process(host))
     return _catalog["server"].uri
 
 

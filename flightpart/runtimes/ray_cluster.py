@@ -37,14 +37,14 @@ class CatalogActor(_ServerActor):
         import ray
 
         from flightpart.server.catalog import CatalogServer
+        from flightpart.server.settings import CatalogSettings
 
         # the head is only preferred: where Ray placed the actor (or restarted it), its own node's address binds
         host = host or ray.util.get_node_ip_address()
 
-        state = ":memory:" if state_dir is None else str(Path(state_dir) / "catalog.sqlite")
         if state_dir is not None:
             Path(state_dir).mkdir(parents=True, exist_ok=True)
-        self.server = CatalogServer(host, port, state_path=state)
+        self.server = CatalogServer(CatalogSettings.in_process(host, port=port, state_dir=state_dir))
 
 
 class NodeActor(_ServerActor):

@@ -34,7 +34,7 @@ from ..auth import CLOCK_MARGIN, authorize, wall_clock
 from ..base import Action, boundary
 from ..beats import BeatListener, udp_heartbeats_enabled
 from ..info_cache import FlightInfoCache
-from ..state.records import PartRecord, VersionRecord
+from ..state.records import PartRecord, Registration, VersionRecord
 from .orders import NodeOrders, manifest_of
 
 log = logging.getLogger("flightpart.catalog")
@@ -116,11 +116,10 @@ class Registry(NodeOrders):
         grants.update(granted_to(b.node_id, trusted))
         if not b.more:
             self._grants.pop(b.node_id, None)
-        orphans, to_seal, gone = self.state.register_node(b.node_id, b.uri, b.ip, b.pid, b.data_dir, held,
-                                                          [manifest_record(m) for m in trusted],
-                                                          [(v.dataset, v.version) for v in b.versions],
-                                                          [(v.dataset, v.version) for v in b.sealed_versions], grants,
-                                                          b.tombstones)
+        orphans, to_seal, gone = self.state.register_node(Registration(
+            b.node_id, b.uri, b.ip, b.pid, b.data_dir, held, [manifest_record(m) for m in trusted],
+            [(v.dataset, v.version) for v in b.versions], [(v.dataset, v.version) for v in b.sealed_versions], grants,
+            b.tombstones))
         self._identity_learned(cluster, b.node_id)
         for dataset, version in gone:  # a node heard a drop this catalog's state lost: every holder deletes it
             log.warning("%s v%d: node %s says it was dropped or aborted; forgotten here too", dataset, version,

@@ -11,6 +11,7 @@ import dataclasses
 import logging
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 from flightpart.errors import ForeignCluster
@@ -20,12 +21,13 @@ from flightpart.tokens import CATALOG_NODE, role_token
 
 from ..base import action_table
 from ..info_cache import FlightInfoCache
+from ..settings import CatalogSettings
 from ..state import CatalogState
 from ..state.database import PostgresDatabase
 from ..state.versions import pending_per_writer_from_env
 from . import leadership, publish, reads, registry, repair, versions
 from .leadership import Leading
-from .lease import LEASE_SECONDS, Lease
+from .lease import Lease
 from .publish import Publishing
 from .reads import Reads
 from .registry import Registry
@@ -34,10 +36,10 @@ from .versions import Versions
 
 log = logging.getLogger("flightpart.catalog")
 
-REBUILD_GRACE = 5.0
-"""Seconds a catalog started without a known cluster identity (new, or its state lost) lets writes wait, so that
-every live node (each re-registers within one heartbeat, 2 s by default) can tell it the identity, versions and
-tombstones it holds before a version number is handed out (``--rebuild-grace``)."""
+NODE_TIMEOUT = 5.0
+"""Seconds a node has to answer the catalog's own calls to it (its identity, a repair's copy beyond its bytes)."""
+FAN_OUT_TIMEOUT = 2.0
+"""Seconds a node has to answer an order (drop, abort, seal); one that misses it is told when it registers again."""
 
 
 class CatalogServer(Leading, Registry, Versions, Repairs, Publishing, Reads):
@@ -46,13 +48,15 @@ class CatalogServer(Leading, Registry, Versions, Repairs, Publishing, Reads):
     log = log
     role = "catalog"
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0, *, state_path: str = ":memory:",
-                 dead_after: float = 10.0, pending_ttl: float = 3600.0, node_timeout: float = 5.0,
-                 fan_out_timeout: float = 2.0, retire_after: float = 86400.0,
-                 capability_ttl: float = 86400.0, secret: bytes | None = None, pool: ConnectionPool | None = None,
-                 rebuild_grace: float | None = None, cluster_id: str | None = None, lease: str | None = None,
-                 lease_seconds: float = LEASE_SECONDS, **server_kwargs: Any):
-        super().__init__(host, port, secret=secret, **server_kwargs)
+    def __init__(self, settings: CatalogSettings, *, secret: bytes | None = None, pool: ConnectionPool | None = None,
+                 **server_kwargs: Any):
+        """A catalog serving as ``settings`` say (:meth:`CatalogSettings.in_process` for one inside a program): its
+        state in ``settings.state_dir`` (SQLite; None: in memory) or, with ``settings.lease``, in PostgreSQL.
+        ``secret`` mints and checks tokens, ``pool`` holds its TLS settings for calls to nodes, ``server_kwargs`` are
+        the Flight server's TLS settings."""
+        host, port, lease, lease_seconds = settings.host, settings.port, settings.lease, settings.lease_seconds
+        state_path = ":memory:" if settings.state_dir is None else str(Path(settings.state_dir) / "catalog.sqlite")
+        super().__init__(host, port, secret=secret, advertise=settings.advertise, **server_kwargs)
         self._infos = FlightInfoCache()
         # several catalogs, one leader: the state lives in PostgreSQL and only the lease holder writes it
         self.lease = Lease(lease, self.uri, duration=lease_seconds, on_lead=self.took_over,
@@ -60,9 +64,10 @@ class CatalogServer(Leading, Registry, Versions, Repairs, Publishing, Reads):
         database = PostgresDatabase(lease, fence=self.lease.fence, link_timeout=lease_seconds, settings={
             "idle_in_transaction_session_timeout": f"{int(lease_seconds * 1000)}ms"}) \
             if self.lease is not None else None
-        self.state = CatalogState(state_path, dead_after=dead_after, database=database)
+        self.state = CatalogState(state_path, dead_after=settings.dead_after, database=database)
         self._started = time.monotonic()
         known = self.state.cluster()
+        cluster_id = settings.identity.cluster_id
         if cluster_id is not None and known is not None and known != cluster_id:
             raise ForeignCluster(f"--cluster-id {cluster_id}: this catalog's state belongs to cluster {known}",
                                  field="cluster")
@@ -70,8 +75,7 @@ class CatalogServer(Leading, Registry, Versions, Repairs, Publishing, Reads):
         if cluster_id is not None and self.lease is None:  # with a lease: minted by whichever catalog leads first
             known = self.state.mint_cluster(cluster_id)
         # state that knows its cluster is intact; otherwise (new, or lost) writes wait for the nodes to come back first
-        self.rebuild_grace = 0.0 if known is not None else (
-            rebuild_grace if rebuild_grace is not None else (0.0 if state_path == ":memory:" else REBUILD_GRACE))
+        self.rebuild_grace = 0.0 if known is not None or settings.state_dir is None else settings.identity.rebuild_grace
         self._identity_known = threading.Event()
         if known is not None:
             self._identity_known.set()
@@ -81,13 +85,12 @@ class CatalogServer(Leading, Registry, Versions, Repairs, Publishing, Reads):
         if secret is not None:  # the catalog calls nodes (held, seal, drop, copy-to) with the node role
             access = dataclasses.replace(access, token=role_token(secret, "node", CATALOG_NODE))
         self.pool = ConnectionPool(access)
-        self.capability_ttl = capability_ttl
-        self.pending_ttl = pending_ttl
+        self.capability_ttl = settings.lifetimes.capability_ttl
+        self.pending_ttl = settings.lifetimes.pending_ttl
         self.pending_per_writer = pending_per_writer_from_env()
-        self.node_timeout = node_timeout
-        # drop, abort, seal: a node that misses it is told when it registers again
-        self.fan_out_timeout = fan_out_timeout
-        self.retire_after = retire_after
+        self.node_timeout = NODE_TIMEOUT
+        self.fan_out_timeout = FAN_OUT_TIMEOUT
+        self.retire_after = settings.retire_after
         self._skewed: set[str] = set()  # nodes whose clock was last seen further from ours than CLOCK_MARGIN
         self._owes_registration: set[str] = set()  # nodes whose registration could not carry every seal
         self._unsure: set[tuple[str, int]] = set()  # commits whose database answer was lost: taken or not, unknown

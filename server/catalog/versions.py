@@ -39,7 +39,7 @@ from flightpart.wire import (
 from ..auth import CLOCK_MARGIN, wall_clock
 from ..base import Action
 from ..info_cache import FlightInfoCache
-from ..state.records import LEARNED, PartRecord
+from ..state.records import LEARNED, OnTop, PartRecord
 from ..telemetry import describe
 from .orders import NodeOrders, manifest_of
 
@@ -135,7 +135,7 @@ class Versions(NodeOrders):
         test_pause("FLIGHTPART_TEST_PAUSE_BEFORE_COMMIT", f"commit {b.dataset} v{b.version}")
         with self.outcome_watched(b.dataset, b.version):
             self.state.commit(b.dataset, b.version, schema, b.shape, b.tiling, parts, replicas=max(1, b.replicas),
-                              ordered=True, base=b.base)
+                              on_top=OnTop(b.base))
         test_pause("FLIGHTPART_TEST_PAUSE_AFTER_COMMIT", f"commit {b.dataset} v{b.version}")
         holders = {n.node_id: n for p in parts for n in p.nodes}
         if self.seal(b, holders.values()) == len(holders):

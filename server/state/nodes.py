@@ -14,7 +14,7 @@ from ..auth import CLOCK_MARGIN
 from ..liveness import SentTimes
 from .core import StateCore
 from .database import Database
-from .records import MUST_REGISTER, NodeRecord, VersionRecord
+from .records import MUST_REGISTER, NodeRecord, Registration
 from .tables import below_floor, bury, learned_from_nodes, set_state, state_of, take_claims, write_committed
 
 log = logging.getLogger("flightpart.catalog")
@@ -46,12 +46,8 @@ class NodeState(StateCore):
         self._started = time.time()
         self._dead_since_flush = self._dead_before()  # see :meth:`unheard`
 
-    def register_node(self, node_id: str, uri: str, ip: str, pid: int, data_dir: str | None, held: list[dict],
-                      manifests: Sequence[VersionRecord] = (), versions: Sequence[tuple[str, int]] = (),
-                      sealed_versions: Sequence[tuple[str, int]] = (),
-                      granted: Collection[tuple[str, int, tuple[int, int]]] = (),
-                      tombstones: Sequence[Any] = ()) -> tuple[list[tuple[str, int]], list[tuple[str, int]],
-                                                               list[tuple[str, int]]]:
+    def register_node(self, page: Registration) -> tuple[list[tuple[str, int]], list[tuple[str, int]],
+                                                          list[tuple[str, int]]]:
         """Record a node and what it holds; returns (orphans, versions to seal, versions it says are gone).
 
         The node's ``tombstones`` are recorded first, so a catalog that lost
@@ -65,6 +61,9 @@ class NodeState(StateCore):
         A paged registration calls this once per page, each naming every
         version and sealed version the node has.
         """
+        node_id, uri, ip, pid, data_dir = page.node_id, page.uri, page.ip, page.pid, page.data_dir
+        held, manifests, versions, granted = page.held, page.manifests, page.versions, page.granted
+        sealed_versions, tombstones = page.sealed_versions, page.tombstones
         orphans: set[tuple[str, int]] = set()
         now = time.time()
         with self._lock:

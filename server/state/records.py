@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from flightpart.wire import EncodedJson
 
@@ -62,3 +64,30 @@ class VersionRecord:
 LEARNED = "learned:from nodes' files"
 """The writer of a version learned from nodes' files (:meth:`CatalogState.writer_of`): none, so only an admin may
 finish it."""
+
+
+@dataclass(frozen=True)
+class Registration:
+    """One page of a node's registration, as the catalog's state takes it: who the node is, the partitions it holds
+    (``held``: dicts of dataset, version, part, nbytes, stats), the manifests the catalog trusts from it, every version
+    it has and has sealed, the claims a signed manifest ``granted`` it, and its ``tombstones``."""
+
+    node_id: str
+    uri: str
+    ip: str
+    pid: int
+    data_dir: str | None
+    held: Sequence[dict] = ()
+    manifests: Sequence[VersionRecord] = ()
+    versions: Sequence[tuple[str, int]] = ()
+    sealed_versions: Sequence[tuple[str, int]] = ()
+    granted: Collection[tuple[str, int, tuple[int, int]]] = ()
+    tombstones: Sequence[Any] = ()
+
+
+@dataclass(frozen=True)
+class OnTop:
+    """A commit that must land on top of ``base``: it is still the latest version (None: there is none, a
+    replace) and no newer one is committed, checked in the commit's transaction."""
+
+    base: int | None

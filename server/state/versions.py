@@ -13,7 +13,7 @@ from flightpart.wire import ALREADY_DROPPED, VERSION_LIMIT
 
 from .core import StateCore
 from .database import Database
-from .records import LEARNED, NodeRecord, PartRecord, VersionRecord, order_key
+from .records import LEARNED, NodeRecord, OnTop, PartRecord, VersionRecord, order_key
 from .tables import check_on_top, learned_from_nodes, raise_floor, serving_order, stats_of, write_stats
 
 PENDING_PER_WRITER = 10_000
@@ -143,12 +143,11 @@ class VersionState(StateCore):
             ).fetchall()
 
     def commit(self, dataset: str, version: int, schema: bytes, shape: tuple[int, int], grid: tuple[int, int],
-               parts: list[PartRecord], replicas: int = 1, *, ordered: bool = False, base: int | None = None) -> None:
+               parts: list[PartRecord], replicas: int = 1, *, on_top: OnTop | None = None) -> None:
         """Publish a complete version: all partitions and replicas at once.
 
-        ``ordered``: ``base`` (None for a replace) must still be the latest
-        and no newer version committed, checked in this transaction, so no
-        acknowledged write hides or is hidden by another.
+        ``on_top`` (:class:`~.records.OnTop`) is checked in this
+        transaction, so no acknowledged write hides or is hidden by another.
         """
         with self.tx(dataset) as db:
             state = db.execute("SELECT state FROM versions WHERE dataset=? AND version=?",
@@ -164,8 +163,8 @@ class VersionState(StateCore):
                                          "than --pending-ttl, or given up); nothing was published: put it again",
                                          field="version")
                 raise DatasetNotFound(f"dataset {dataset!r} version {version} was {state[0]}; it cannot be committed")
-            if ordered:
-                check_on_top(db, dataset, version, base)
+            if on_top is not None:
+                check_on_top(db, dataset, version, on_top.base)
             db.execute("DELETE FROM partitions WHERE dataset=? AND version=?", (dataset, version))
             db.execute("DELETE FROM replicas WHERE dataset=? AND version=?", (dataset, version))
             db.executemany(

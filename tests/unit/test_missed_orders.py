@@ -11,7 +11,7 @@ import time
 import pyarrow as pa
 
 from flightpart.server.state import CatalogState
-from flightpart.server.state.records import PartRecord, order_key
+from flightpart.server.state.records import PartRecord, Registration, order_key
 
 SCHEMA = pa.schema([("a", pa.int64())]).serialize().to_pybytes()
 
@@ -19,7 +19,7 @@ SCHEMA = pa.schema([("a", pa.int64())]).serialize().to_pybytes()
 def started(path) -> CatalogState:
     state = CatalogState(path)
     for k in range(3):
-        state.register_node(f"n{k}", f"grpc://10.0.0.{k}:1", f"10.0.0.{k}", k, None, [])
+        state.register_node(Registration(f"n{k}", f"grpc://10.0.0.{k}:1", f"10.0.0.{k}", k, None, []))
     return state
 
 
@@ -55,7 +55,8 @@ def test_a_drop_written_but_never_told_has_its_holders_register_at_the_next_star
     assert not again.heartbeat("n0") and not again.heartbeat("n1")  # refused: they register again
     assert again.heartbeat("n2")  # it held nothing of it
     began = time.time()
-    orphans, _seal, _gone = again.register_node("n0", "grpc://10.0.0.0:1", "10.0.0.0", 0, None, held("d", version))
+    page = Registration("n0", "grpc://10.0.0.0:1", "10.0.0.0", 0, None, held("d", version))
+    orphans, _seal, _gone = again.register_node(page)
     assert orphans == [("d", version)]  # the registration tells it to delete the files
     again.registered("n0", began)
     again.close()
@@ -86,7 +87,8 @@ def test_a_registration_clears_only_what_was_written_before_it_began(tmp_path):
     state = started(tmp_path / "c.sqlite")
     put(state, "d", ["n1"])
     began = time.time()
-    state.register_node("n1", "grpc://10.0.0.1:1", "10.0.0.1", 1, None, [])  # it told n1 nothing of d's drop
+    # it told n1 nothing of d's drop
+    state.register_node(Registration("n1", "grpc://10.0.0.1:1", "10.0.0.1", 1, None, []))
     time.sleep(0.01)
     state.drop("d")  # written while the registration was under way
     state.registered("n1", began)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 
 from flightpart.server.state import CatalogState
+from flightpart.server.state.records import Registration
 
 DEAD_AFTER = 6.0  # the asserts on what is unsettled run within it of a start, however loaded the machine
 
@@ -16,7 +17,7 @@ DEAD_AFTER = 6.0  # the asserts on what is unsettled run within it of a start, h
 def two_nodes_one_dead_at_the_flush(path) -> None:
     state = CatalogState(path, dead_after=DEAD_AFTER)
     for k in range(2):
-        state.register_node(f"n{k}", f"grpc://10.0.0.{k}:1", f"10.0.0.{k}", k, None, [])
+        state.register_node(Registration(f"n{k}", f"grpc://10.0.0.{k}:1", f"10.0.0.{k}", k, None, []))
     time.sleep(DEAD_AFTER + 0.2)
     assert state.heartbeat("n1")  # n0 stays silent: dead when the beats are written
     state.flush_heartbeats()
@@ -43,7 +44,7 @@ def test_a_node_dead_at_the_last_flush_is_not_waited_for_after_a_restart(tmp_pat
 def test_without_a_flush_every_recorded_node_is_waited_for(tmp_path):
     state = CatalogState(tmp_path / "c.sqlite", dead_after=DEAD_AFTER)
     for k in range(2):
-        state.register_node(f"n{k}", f"grpc://10.0.0.{k}:1", f"10.0.0.{k}", k, None, [])
+        state.register_node(Registration(f"n{k}", f"grpc://10.0.0.{k}:1", f"10.0.0.{k}", k, None, []))
     again = CatalogState(tmp_path / "c.sqlite", dead_after=DEAD_AFTER)  # the first never flushed (it was killed)
     assert again.unheard() == {"n0", "n1"}
     again.close()
