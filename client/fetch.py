@@ -53,35 +53,81 @@ from flightpart.wire import (
 MAX_STREAMS = 8
 
 
+TICKET_FIELDS = frozenset({"columns", "rows", "filter", "matched", "aggregate", "row_numbers", "top"})
+"""What a handle asks of its partition, kept in its :class:`~flightpart.wire.Ticket` (:meth:`PartitionRef.asking`)."""
+
+
 @dataclass(frozen=True)
 class PartitionRef:
-    """Handle of one partition (optionally projected and row-sliced)."""
+    """Handle of one partition: the :class:`~flightpart.wire.Ticket` a node is asked (``spec``: which partition,
+    projected, sliced, filtered, aggregated or topped), the replicas that hold it, and what the catalog says of it
+    (``expected_rows``, ``stored_bytes``; ``shareable_bytes``: a whole partition of no dictionary column, which may
+    share a read stream). A new ticket field is read here through ``spec``, with no change to this class."""
 
-    dataset: str
-    version: int
-    position: tuple[int, int]
+    spec: Ticket
     replicas: tuple[Replica, ...]
-    columns: tuple[str, ...] | None = None
-    rows: tuple[int, int] | None = None
-    filter: bytes | None = None  # Substrait (flightpart.query.filters): the node sends only the rows it keeps
-    matched: tuple[int, int] | None = None
-    aggregate: Aggregate | None = None  # a partial aggregate instead of rows (flightpart.query.aggregates)
-    row_numbers: bool = False  # each row comes with its position in the partition (wire.ROW_NUMBER)
-    shareable_bytes: int = 0  # a whole partition of no dictionary column: its stored size (it may share a read stream)
-    top: TopRows | None = None  # only the partition's first rows by sort keys (flightpart.query.top)
+    shareable_bytes: int = 0
     expected_rows: int | None = None  # the rows the catalog says its partition holds in its range (None: unknown)
     stored_bytes: int = 0  # its partition's stored size, when no column may take more bytes sent (0: not known)
 
-    def __reduce__(self):  # a plain tuple: compact, and nothing but data when unpickled
-        return (PartitionRef, (self.dataset, self.version, self.position, self.replicas, self.columns, self.rows,
-                               self.filter, self.matched, self.aggregate, self.row_numbers, self.shareable_bytes,
-                               self.top, self.expected_rows, self.stored_bytes))
+    def __reduce__(self):  # plain values: nothing but data when unpickled
+        return (PartitionRef, (self.spec, self.replicas, self.shareable_bytes, self.expected_rows, self.stored_bytes))
 
     def __dask_tokenize__(self) -> tuple:
         """Plain values for Dask's token (cheap at tens of thousands of handles)."""
-        return ("flightpart.PartitionRef", self.dataset, self.version, self.position, self.replicas, self.columns,
-                self.rows, self.filter, self.matched, self.aggregate.encode() if self.aggregate is not None else None,
-                self.row_numbers, self.top.encode() if self.top is not None else None, self.expected_rows)
+        return ("flightpart.PartitionRef", self.spec.encode(), self.replicas, self.expected_rows)
+
+    def asking(self, **changes: Any) -> PartitionRef:
+        """This handle with ticket fields (:data:`TICKET_FIELDS`) and its own fields changed."""
+        asked = {k: v for k, v in changes.items() if k in TICKET_FIELDS}
+        if "row_numbers" in asked:
+            asked["row_numbers"] = True if asked["row_numbers"] else None
+        own = {k: v for k, v in changes.items() if k not in TICKET_FIELDS}
+        return replace(self, spec=replace(self.spec, **asked), **own) if asked else replace(self, **own)
+
+    @property
+    def dataset(self) -> str:
+        return self.spec.dataset
+
+    @property
+    def version(self) -> int:
+        return self.spec.version
+
+    @property
+    def position(self) -> tuple[int, int]:
+        return self.spec.part
+
+    @property
+    def columns(self) -> tuple[str, ...] | None:
+        return self.spec.columns
+
+    @property
+    def rows(self) -> tuple[int, int] | None:
+        return self.spec.rows
+
+    @property
+    def filter(self) -> bytes | None:
+        """Substrait (:mod:`flightpart.query.filters`): the node sends only the rows it keeps."""
+        return self.spec.filter
+
+    @property
+    def matched(self) -> tuple[int, int] | None:
+        return self.spec.matched
+
+    @property
+    def aggregate(self) -> Aggregate | None:
+        """A partial aggregate instead of rows (:mod:`flightpart.query.aggregates`)."""
+        return self.spec.aggregate
+
+    @property
+    def row_numbers(self) -> bool:
+        """Each row comes with its position in the partition (:data:`flightpart.wire.ROW_NUMBER`)."""
+        return bool(self.spec.row_numbers)
+
+    @property
+    def top(self) -> TopRows | None:
+        """Only the partition's first rows by sort keys (:mod:`flightpart.query.top`)."""
+        return self.spec.top
 
     @property
     def known_rows(self) -> int | None:
@@ -115,17 +161,8 @@ class PartitionRef:
         values = sum(1 for entry in entries if entry.copies_values)
         return self.stored_bytes * (1 + values) + sum(entry.group_bytes for entry in entries) * (self.most_rows or 0)
 
-    def spec(self) -> Ticket:
-        """What a node is asked for: this handle as a ticket (made once per handle)."""
-        ticket = self.__dict__.get("_spec")
-        if ticket is None:
-            ticket = Ticket(self.dataset, self.version, self.position, self.columns, self.rows, self.filter,
-                            self.matched, self.aggregate, row_numbers=True if self.row_numbers else None, top=self.top)
-            object.__setattr__(self, "_spec", ticket)
-        return ticket
-
     def ticket(self) -> flight.Ticket:
-        return flight.Ticket(self.spec().encode())
+        return flight.Ticket(self.spec.encode())
 
     def apply(self, table: pa.Table) -> pa.Table:
         """What this handle asks of its partition, done here (on a local map)."""
@@ -146,8 +183,8 @@ def split_rows(ref: PartitionRef, rows: tuple[int, int], pieces: int) -> list[Pa
         return [ref]
     cuts = [rows[0] + count * k // pieces for k in range(pieces + 1)]
     n = len(ref.replicas)
-    return [replace(ref, rows=(cuts[k], cuts[k + 1]), replicas=ref.replicas[k % n:] + ref.replicas[:k % n],
-                    expected_rows=None if ref.expected_rows is None else cuts[k + 1] - cuts[k])
+    return [ref.asking(rows=(cuts[k], cuts[k + 1]), replicas=ref.replicas[k % n:] + ref.replicas[:k % n],
+                       expected_rows=None if ref.expected_rows is None else cuts[k + 1] - cuts[k])
             for k in range(pieces)]
 
 
@@ -228,7 +265,7 @@ def read_partitions(refs: Sequence[PartitionRef], *, host: str | None, pool: Con
             return [read_remote(refs[group[0]], pool, idle_timeout, compression=compression, here=local,
                                 expected_columns=expected_columns, quick_bytes=quick_bytes)]
         first = refs[group[0]]
-        ticket = replace(first.spec(), more=tuple(refs[k].position for k in group[1:]))
+        ticket = replace(first.spec, more=tuple(refs[k].position for k in group[1:]))
         what = f"{len(group)} partitions of {first.dataset!r} v{first.version} from {first.position} on"
         try:
             known = [refs[k].known_rows for k in group]
@@ -348,7 +385,7 @@ def _as_registered(ref: PartitionRef, table: pa.Table, expected_columns: Catalog
     its word)."""
     return (ref.known_rows is None or table.num_rows == ref.known_rows) and \
         (ref.most_rows is None or table.num_rows <= ref.most_rows) and \
-        (expected_columns is None or expected_columns.mislabelled(table.schema, ref.spec()) is None)
+        (expected_columns is None or expected_columns.mislabelled(table.schema, ref.spec) is None)
 
 
 def _local_path(uri: str, ref: PartitionRef, pool: ConnectionPool) -> Path | None:
@@ -443,7 +480,7 @@ def read_remote(ref: PartitionRef, pool: ConnectionPool, idle_timeout: float = I
                 expected_columns: CatalogColumns | None = None, quick_bytes: int = SMALL_READ_BYTES) -> pa.Table:
     """Stream the partition from the first replica that answers (:func:`flightpart.io.pull.read_replicas`;
     ``quick_bytes``: see there)."""
-    return read_replicas(pool, ref.spec(), ref.replicas, f"partition {ref.position} of {ref.dataset!r} v{ref.version}",
+    return read_replicas(pool, ref.spec, ref.replicas, f"partition {ref.position} of {ref.dataset!r} v{ref.version}",
                          Expected(ref.known_rows, ref.most_rows, ref.shareable_bytes, ref.most_bytes, expected_columns),
                          ReadOptions(idle_timeout, compression, host_addresses() if here is None else here,
                                      quick_bytes=quick_bytes))

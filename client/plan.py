@@ -14,7 +14,7 @@ import pyarrow as pa
 
 from flightpart import frames
 from flightpart.query.pruning import Pruner
-from flightpart.wire import Aggregate, PartInfo, TopRows, VersionInfo
+from flightpart.wire import Aggregate, PartInfo, Ticket, TopRows, VersionInfo
 
 from .fetch import PartitionRef
 from .view import View
@@ -216,9 +216,9 @@ class Plan:
         f = self.view.filter.substrait if (pushed and self.view.filter is not None) else None
         stored = 0 if self.sent_unlike_stored() else max(info.nbytes, 1)
         whole = b.rows is None and f is None and aggregate is None and top is None
-        return PartitionRef(self.version.dataset, self.version.version, info.position, info.replicas, columns, b.rows,
-                            f, b.matched if f is not None else None, aggregate,
-                            shareable_bytes=stored if whole else 0, top=top,
+        asked = Ticket(self.version.dataset, self.version.version, info.position, columns, b.rows, f,
+                       b.matched if f is not None else None, aggregate, top=top)
+        return PartitionRef(asked, info.replicas, shareable_bytes=stored if whole else 0,
                             expected_rows=self.rows_of(b), stored_bytes=stored)
 
     def sent_unlike_stored(self) -> bool:

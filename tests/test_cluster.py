@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import pickle
 import subprocess
@@ -345,7 +346,7 @@ def test_copy_to_replicates_a_partition_between_nodes(cluster, dataset):
         assert reply.copied > 0
         held = client.pool.action(target, fp.wire.Held("locality", ds.version))
         assert ref.position in [h.part for h in held.partitions]
-        only_c = fp.client.PartitionRef(ref.dataset, ref.version, ref.position, ((target, C, cluster.nodes[2].pid),))
+        only_c = dataclasses.replace(ref, replicas=((target, C, cluster.nodes[2].pid),))
         start = part["start"][0]
         assert d["get"](only_c).equals(table.slice(start, part["shape"][0]))
 
@@ -359,9 +360,9 @@ def test_get_tries_the_next_replica_when_one_is_unreachable(cluster, dataset):
         part = d["partitions"][(0, 0)]
         ref = part["data"]
         dead = ("grpc://127.0.0.9:9", "127.0.0.9", 1)
-        with_dead_first = fp.client.PartitionRef(ref.dataset, ref.version, ref.position, (dead,) + ref.replicas)
+        with_dead_first = dataclasses.replace(ref, replicas=(dead,) + ref.replicas)
         assert d["get"](with_dead_first).equals(table.slice(0, part["shape"][0]))
-        only_dead = fp.client.PartitionRef(ref.dataset, ref.version, ref.position, (dead,))
+        only_dead = dataclasses.replace(ref, replicas=(dead,))
         with pytest.raises(fp.NodeUnavailable,
                            match=r"partition \(0, 0\) of 'locality' .*no replica could serve it \(grpc://127.0.0.9:9"):
             d["get"](only_dead)

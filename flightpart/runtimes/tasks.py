@@ -8,7 +8,7 @@ with the task's own host deciding locality and other producers' handles through 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -90,11 +90,11 @@ class BlockReader:
         keep = list(range(len(handles)))
         if isinstance(self.get, FlightGet) and all(isinstance(h, PartitionRef) for h in handles):
             if self.filter is not None:
-                handles = [replace(h, filter=self.filter, row_numbers=self.row_numbers) for h in handles]
+                handles = [h.asking(filter=self.filter, row_numbers=self.row_numbers) for h in handles]
             if self.columns is not None and self.group_columns is not None:
                 wanted = [[c for c in group if c in self.columns] for group in self.group_columns]
                 keep = [j for j, w in enumerate(wanted) if w] or [0]
-                handles = [replace(handles[j], columns=tuple(wanted[j]) if wanted[j] else None) for j in keep]
+                handles = [handles[j].asking(columns=tuple(wanted[j]) if wanted[j] else None) for j in keep]
             host = self.host_of_task() if self.host_of_task else None
             host = self.get.host if host is None else (None if host == AUTO_DETECT else host)
             tables = read_partitions(handles, host=host, pool=self.get.pool(), idle_timeout=self.get.idle_timeout,

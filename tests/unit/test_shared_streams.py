@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from flightpart.client.fetch import SHARED_STREAM_BYTES, SMALL_BYTES, PartitionRef, shared_streams
-from flightpart.wire import MAX_PARTS_PER_STREAM
+from flightpart.wire import MAX_PARTS_PER_STREAM, Ticket
 
 A = (("grpc://a:1", "127.0.0.2", 1),)
 B = (("grpc://b:1", "127.0.0.3", 2),)
 
 
 def ref(i: int, replicas=A, size: int = 100, j: int = 0, **kw) -> PartitionRef:
-    return PartitionRef("d", 1, (i, j), replicas, shareable_bytes=size, **kw)
+    return PartitionRef(Ticket("d", 1, (i, j), **kw), replicas, shareable_bytes=size)
 
 
 def test_small_partitions_of_the_same_holders_share_one_stream_in_order():
