@@ -22,7 +22,7 @@ from flightpart.client.duckdb_source import shown_to_duckdb
 from flightpart.errors import DatasetNotFound, FlightpartError, QueryTimeout, RequestRejected
 from flightpart.io.access import Access
 
-from . import scans
+from . import binding, scans
 from .collected import Count
 from .duckdb_errors import SqlError, failed
 from .engine import Engine
@@ -133,9 +133,15 @@ class Gateway:
         try:
             statements = con.extract_statements(query)
             if len(statements) == 1 and statements[0].type == duckdb.StatementType.EXPLAIN:
-                return self._explain(query, schema_only=limit == 0, count=count)
+                return self._explain(query, schema_only=limit == 0, count=count, parameters=parameters)
             named = self._checked(con, query, statements, stop)
-            bound = Bound(limit, parameters, len(statements[0].named_parameters))
+            wanted = len(statements[0].named_parameters)
+            texts = binding.bound_texts(con, query, parameters, wanted) if wanted and parameters is not None else None
+            if texts is not None:  # planned as the literal twins are: their work goes to the nodes
+                answers = [self._answered(Query(con, text, named, self._dataset, failures, count,
+                                                Bound(limit, None, 0)), route) for text in texts]
+                return answers[0] if len(answers) == 1 else pa.concat_tables(answers)
+            bound = Bound(limit, parameters, wanted)
             return self._answered(Query(con, query, named, self._dataset, failures, count, bound), route)
         except (duckdb.InterruptException, Stopped):
             raise self._stopped(stop) from None
@@ -179,14 +185,25 @@ class Gateway:
         return QueryTimeout(f"the query ran longer than the {self.timeout:g} s a query may run at the catalog, and "
                             "was stopped", field="query")
 
-    def _explain(self, query: str, *, schema_only: bool, count: Count | None = None) -> pa.Table:
+    def _explain(self, query: str, *, schema_only: bool, count: Count | None = None,
+                 parameters: pa.Table | None = None) -> pa.Table:
         """``EXPLAIN query``: what ran where and the bytes each part moved (the query is run to measure them, but for a
-        plain scan)."""
+        plain scan); ``parameters`` bound as the query would be (the first row's)."""
         inner = explained_query(query)
         if inner is None:
             raise SqlError("EXPLAIN is answered as 'EXPLAIN SELECT ...' (comments before it allowed)", field="query")
         if schema_only:
             return frames.empty_table(EXPLAIN_SCHEMA)
+        if parameters is not None and parameters.num_rows:
+            with self.engine.connect() as con:
+                wanted = len(con.extract_statements(inner)[0].named_parameters)
+                texts = binding.bound_texts(con, inner, parameters.slice(0, 1), wanted)
+            if texts is None:
+                raise SqlError(f"EXPLAIN with parameters: {parameters.num_columns} value(s) bound for {wanted} "
+                               "placeholder(s), or values of a type not written as a literal (a list, struct or "
+                               "enum), or numbered ones ($1): explain the query with its values written in",
+                               field="parameters")
+            inner = texts[0]
         scanned = self.scan(inner)
         if scanned is not None:
             return scan_explained(len(scanned[1]))
