@@ -44,6 +44,7 @@ from flightpart.wire import (
     Begin,
     Commit,
     CommitPart,
+    DatasetEntry,
     Drop,
     GetLeadership,
     GetQueries,
@@ -52,11 +53,14 @@ from flightpart.wire import (
     ListNodes,
     ListVersions,
     Message,
+    NodeRow,
     PublishBegin,
     PublishPart,
     PublishReply,
+    QueriesReply,
     Relink,
     Repair,
+    StatsReply,
     VersionInfo,
     VersionReply,
     check_name,
@@ -85,11 +89,11 @@ class RoundRobin:
     """Where a put's partitions go: the ``k``-th to ``replicas`` nodes of ``targets`` in turn, from ``targets[first]``
     (a random ``first`` spreads small puts over the nodes instead of always starting at one)."""
 
-    targets: list[dict]
+    targets: list[NodeRow]
     replicas: int
     first: int = 0
 
-    def holders(self, k: int) -> list[dict]:
+    def holders(self, k: int) -> list[NodeRow]:
         return [self.targets[(self.first + k + r) % len(self.targets)] for r in range(self.replicas)]
 
 
@@ -154,26 +158,29 @@ class Client:
                                                       idle_timeout=self.idle_timeout, compression=self.compression,
                                                       host=self.host))
 
-    def nodes(self) -> list[dict]:
-        """Every node the catalog knows: id, uri, ip, pid, last heartbeat, alive."""
-        return [n.to_json() for n in self.call(ListNodes()).nodes]
+    def nodes(self) -> list[NodeRow]:
+        """Every node the catalog knows, alive or not: its ``node_id``, ``uri``, ``ip``, ``pid``, ``last_heartbeat``,
+        ``alive``, disk (``free_bytes``, ``low_space``) and ``clock_skew``, as the catalog's ``nodes`` reply says."""
+        return list(self.call(ListNodes()).nodes)
 
     def leadership(self) -> Leadership:
         """Which catalog leads, since when, with which epoch, and the standbys (``role`` "single" without a lease)."""
         return self.call(GetLeadership())
 
-    def stats(self, uri: str) -> dict:
-        """A node's counters (bytes and batches served, partitions stored and held)."""
+    def stats(self, uri: str) -> StatsReply:
+        """A daemon's counters (bytes and batches served, partitions stored and held): ``values`` maps each name to
+        its figure, e.g. ``client.stats(uri).values["bytes_sent"]`` (an open mapping: new counters need no new
+        message)."""
         with translated():
-            return self.pool.action(uri, GetStats(), timeout=self.timeout).to_json()
+            return self.pool.action(uri, GetStats(), timeout=self.timeout)
 
-    def queries(self) -> dict:
-        """The catalog's SQL queries: ``{"running": [...], "recent": [...]}``, the most recent first, each with its
-        id, caller, text, start, seconds, rows, bytes the nodes sent and outcome (an admin's call)."""
-        return self.call(GetQueries()).to_json()
+    def queries(self) -> QueriesReply:
+        """The catalog's SQL queries: ``running`` and ``recent``, the most recent first, each a dict with its id,
+        caller, text, start, seconds, rows, bytes the nodes sent and outcome (an admin's call)."""
+        return self.call(GetQueries())
 
-    def list(self) -> list[dict]:
-        """The latest committed version of every dataset."""
+    def list(self) -> list[DatasetEntry]:
+        """The latest committed version of every dataset: its name, version, shape, tiling and bytes."""
         infos = self.catalogs.call(
             lambda uri: list(self.pool.client(uri).list_flights(options=self.pool.options(self.timeout))))
         return [list_entry(info) for info in infos]
@@ -269,7 +276,7 @@ class Client:
         placement = {at(c.position): spread.holders(k) for k, c in enumerate(cells)}
         self._send(name, version, {at(pos): t for pos, t in parts.items()}, placement, progress)
         return [CommitPart(at(c.position), (c.start[0] + base[1], c.start[1]), (c.shape[0], c.shape[1]),
-                           tuple(n["node_id"] for n in placement[at(c.position)])) for c in cells]
+                           tuple(n.node_id for n in placement[at(c.position)])) for c in cells]
 
     def _versioned(self, name: str, store: Callable[[int], Commit], attempts: int = 3) -> Dataset:
         """Reserve a version, store it, commit it; abort on any failure. A node that already holds the reserved number
@@ -357,13 +364,13 @@ class Client:
                 raise ValueError(f"{name}: the {kind} collection has no partitions")
             start, parts = 0, []
             for k, (receipt, (_holder, node)) in enumerate(zip(receipts, placement)):
-                parts.append(CommitPart((k, 0), (start, 0), (receipt.rows, receipt.cols), (node["node_id"],)))
+                parts.append(CommitPart((k, 0), (start, 0), (receipt.rows, receipt.cols), (node.node_id,)))
                 start += receipt.rows
             return Commit(name, version, receipts[0].schema, (start, receipts[0].cols), (len(parts), 1), tuple(parts))
 
         return self._rebasing(lambda: self._versioned(name, store))
 
-    def _targets_for(self, nodes: Sequence[str] | None, replicas: int) -> builtins.list[dict]:
+    def _targets_for(self, nodes: Sequence[str] | None, replicas: int) -> builtins.list[NodeRow]:
         targets = self._target_nodes(nodes)
         if not isinstance(replicas, int) or not 1 <= replicas <= len(targets):
             raise ValueError(f"replicas must be between 1 and the {len(targets)} usable nodes, got {replicas!r}")
@@ -409,9 +416,9 @@ class Client:
                 for (_i, j), piece in sorted(frames.split_grid(table, (1, groups)).items()):
                     pos = (base[0] + k, j)
                     for node in holders:
-                        sending.append(pool.submit(self._send_one, node["uri"], name, version, pos, piece, progress))
+                        sending.append(pool.submit(self._send_one, node.uri, name, version, pos, piece, progress))
                     parts.append(CommitPart(pos, (start, sum(widths[:j])), (rows, widths[j]),
-                                            tuple(n["node_id"] for n in holders)))
+                                            tuple(n.node_id for n in holders)))
                 while len(sending) > STREAM_PUTS_IN_FLIGHT * spread.replicas * groups:
                     sending.popleft().result()
 
@@ -458,13 +465,13 @@ class Client:
         which its puts, orders and Dask and Ray tasks carry."""
         return self._grants.get((name, version))
 
-    def _target_nodes(self, nodes: Sequence[str] | None) -> builtins.list[dict]:
+    def _target_nodes(self, nodes: Sequence[str] | None) -> builtins.list[NodeRow]:
         """Live nodes to put to (those named by ``nodes``), without nodes low on disk while others have room."""
-        alive = [n for n in self.nodes() if n["alive"]]
+        alive = [n for n in self.nodes() if n.alive]
         if nodes is not None:
             wanted = set(nodes)
-            alive = [n for n in alive if wanted & {n["node_id"], n["uri"], n["ip"]}]
-        roomy = [n for n in alive if not n.get("low_space")]
+            alive = [n for n in alive if wanted & {n.node_id, n.uri, n.ip}]
+        roomy = [n for n in alive if not n.low_space]
         alive = roomy or alive
         if not alive:
             raise NodeUnavailable(
@@ -478,7 +485,7 @@ class Client:
         by_node: dict[str, list] = {}
         for pos, holders in placement.items():
             for node in holders:
-                by_node.setdefault(node["uri"], []).append(pos)
+                by_node.setdefault(node.uri, []).append(pos)
         if progress is not None:
             progress.expect(sum(frames.size_of(parts[pos]) * len(h) for pos, h in placement.items()))
 
@@ -520,8 +527,8 @@ class Client:
         cells = grid_cells(source.shape, grid)
         rows = {(c.position[0], c.position[1]): (c.start[0], c.start[0] + c.shape[0]) for c in cells}
         weights = reshape.source_bytes(source, list(rows.values()))
-        chosen = near_placement(weights, [n["uri"] for n in targets], replicas)
-        by_uri = {n["uri"]: n for n in targets}
+        chosen = near_placement(weights, [n.uri for n in targets], replicas)
+        by_uri = {n.uri: n for n in targets}
         placement = {position: [by_uri[u] for u in uris] for position, uris in zip(rows, chosen)}
 
         def store(version: int) -> Commit:
@@ -543,10 +550,10 @@ class Client:
         source = self.info(name)
         live = self._target_nodes(nodes)
         holders = {p.position: [uri for uri, _ip, _pid in p.replicas] for p in source.parts}
-        placed = balanced({p.position: p.nbytes for p in source.parts}, holders, [n["uri"] for n in live])
+        placed = balanced({p.position: p.nbytes for p in source.parts}, holders, [n.uri for n in live])
         if all(sorted(placed[pos]) == sorted(holders[pos]) for pos in placed):
             return self.open(name, source.version)
-        by_uri = {n["uri"]: n for n in live}
+        by_uri = {n.uri: n for n in live}
         placement = {pos: [by_uri[u] for u in uris] for pos, uris in placed.items()}
         rows = {p.position: (p.start[0], p.start[0] + p.shape[0]) for p in source.parts}
 
@@ -585,7 +592,7 @@ class Client:
         replicas = reshape.replicas_of(source)
         targets = self._targets_for(nodes, replicas)
         groups = source.grid[1]
-        uri_of = {n["node_id"]: n["uri"] for n in targets}
+        uri_of = {n.node_id: n.uri for n in targets}
         staging = self._begin(name)
         try:
             spread = RoundRobin(targets, replicas, random.randrange(len(targets)))
@@ -609,7 +616,7 @@ class Client:
                                   "has other columns or column groups than the stream was cut for; nothing was "
                                   "published, append it again",
                                   field="append.schema")
-        kept = reshape.live_holders(source, [n for n in self.nodes() if n["alive"]])
+        kept = reshape.live_holders(source, [n for n in self.nodes() if n.alive])
         base = (source.grid[0], source.shape[0])
 
         def store(version: int) -> Commit:
@@ -630,7 +637,7 @@ class Client:
     def _append_latest(self, name: str, table: pa.Table, nodes: Sequence[str] | None) -> Dataset:
         """One try of a frame :meth:`append` onto the latest version, committed on top of it only."""
         source = self.info(name)
-        kept = reshape.live_holders(source, [n for n in self.nodes() if n["alive"]])
+        kept = reshape.live_holders(source, [n for n in self.nodes() if n.alive])
         replicas = reshape.replicas_of(source)
         targets = self._targets_for(nodes, replicas)
         base = (source.grid[0], source.shape[0])

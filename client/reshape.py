@@ -22,7 +22,7 @@ from flightpart.io.connections import DEFAULT_TIMEOUT, ConnectionPool
 from flightpart.io.errors import translated
 from flightpart.io.transfer import put_deadline
 from flightpart.tiling import blocks_meeting, starts_from_sizes
-from flightpart.wire import Assemble, AssemblePart, CommitPart, LinkPart, Relink, VersionInfo
+from flightpart.wire import Assemble, AssemblePart, CommitPart, LinkPart, NodeRow, Relink, VersionInfo
 
 ORDER_PARTS = 256
 """Partitions per ``assemble`` order: a bounded call that reports progress in steps a user can wait for."""
@@ -30,7 +30,7 @@ ORDER_PARTS = 256
 
 def assemble_on_nodes(pool: ConnectionPool, source: VersionInfo, version: int, groups: int,
                       rows: Mapping[tuple[int, int], tuple[int, int]],
-                      placement: Mapping[tuple[int, int], Sequence[dict]], *,
+                      placement: Mapping[tuple[int, int], Sequence[NodeRow]], *,
                       timeout: float = DEFAULT_TIMEOUT, grant: str | None = None) -> list[CommitPart]:
     """Have every node build its partitions of ``version`` (rows by ``rows``, nodes by ``placement``); returns the
     commit's partitions in grid order. ``grant``: the catalog's leave to write ``version``.
@@ -42,7 +42,7 @@ def assemble_on_nodes(pool: ConnectionPool, source: VersionInfo, version: int, g
     by_node: dict[str, list[AssemblePart]] = {}
     for pos in sorted(placement):
         for node in placement[pos]:
-            by_node.setdefault(node["uri"], []).append(AssemblePart(pos, rows[pos]))
+            by_node.setdefault(node.uri, []).append(AssemblePart(pos, rows[pos]))
 
     def run(uri: str) -> list:
         out = []
@@ -76,7 +76,7 @@ def assemble_on_nodes(pool: ConnectionPool, source: VersionInfo, version: int, g
                                       f"planned {hi - lo}", field="assemble reply")
     widths = {j: len(cols) for j, cols in enumerate(_data_groups(source, groups))}
     return [CommitPart(pos, (rows[pos][0], _col_start(widths, pos[1])), (rows[pos][1] - rows[pos][0], widths[pos[1]]),
-                       tuple(n["node_id"] for n in placement[pos])) for pos in sorted(placement)]
+                       tuple(n.node_id for n in placement[pos])) for pos in sorted(placement)]
 
 
 def relink_on_nodes(pool: ConnectionPool, order: Relink, staged: Sequence[CommitPart], base: tuple[int, int],
@@ -124,9 +124,9 @@ def _col_start(widths: Mapping[int, int], j: int) -> int:
     return sum(widths[k] for k in range(j))
 
 
-def live_holders(source: VersionInfo, live: Sequence[dict]) -> dict[tuple[int, int], list[dict]]:
+def live_holders(source: VersionInfo, live: Sequence[NodeRow]) -> dict[tuple[int, int], list[NodeRow]]:
     """For each source partition, the live nodes that hold it (raises when a partition has none)."""
-    by_uri = {n["uri"]: n for n in live}
+    by_uri = {n.uri: n for n in live}
     out = {}
     for part in source.parts:
         holders = [by_uri[uri] for uri, _ip, _pid in part.replicas if uri in by_uri]

@@ -30,7 +30,7 @@ def publish(name: str, frame: Any, *, rank: int, nranks: int, catalog: str, host
     access = access or Access.from_environment(token=token)
     with Client(catalog, host=host, access=access) as client:
         mine = host_addresses(host)
-        nodes = [n for n in client.nodes() if n["alive"] and n["ip"] in mine]
+        nodes = [n for n in client.nodes() if n.alive and n.ip in mine]
         if not nodes:
             raise NodeUnavailable(
                 f"no live node on this host ({', '.join(sorted(mine))}); start `flightpart serve --catalog "
@@ -39,8 +39,8 @@ def publish(name: str, frame: Any, *, rank: int, nranks: int, catalog: str, host
         node = nodes[0]
         version = client.publish_begin(name, rank, nranks)
         with translated():
-            send_partition(client.pool, node["uri"], name, version, (rank, 0), table,
+            send_partition(client.pool, node.uri, name, version, (rank, 0), table,
                            PutCall(grant=client.grant_for(name, version)))
         rows, cols = frames.frame_shape(table)
-        reply = client.publish_part(PublishPart(name, version, rank, rows, cols, node["node_id"], table.schema))
+        reply = client.publish_part(PublishPart(name, version, rank, rows, cols, node.node_id, table.schema))
         return {"version": reply.version, "complete": reply.complete, "joined": reply.joined}

@@ -679,16 +679,29 @@ def decode_flight_info(info: flight.FlightInfo) -> VersionInfo:
                        cap if isinstance(cap, str) else None)
 
 
-def list_entry(info: flight.FlightInfo) -> dict:
+@dataclass(frozen=True)
+class DatasetEntry:
+    """One dataset as ``list_flights`` shows it: its latest version, shape (rows, columns), partition tiling (row
+    blocks, column groups) and bytes. ``version`` is None and the tuples empty only for a ``FlightInfo`` without
+    flightpart's metadata (another Flight server's)."""
+
+    name: str
+    version: int | None
+    shape: tuple[int, ...]
+    partition_tiling: tuple[int, ...]
+    nbytes: int
+
+    def to_json(self) -> dict[str, Any]:
+        """The entry as a JSON object (what ``flightpart ls --json`` prints, tuples as lists)."""
+        return {"name": self.name, "version": self.version, "shape": list(self.shape),
+                "partition_tiling": list(self.partition_tiling), "nbytes": self.nbytes}
+
+
+def list_entry(info: flight.FlightInfo) -> DatasetEntry:
     """What ``list_flights`` says of one dataset, for people and scripts."""
     meta = loads(info.app_metadata or b"{}", "FlightInfo.app_metadata")
-    return {
-        "name": _path_texts(info.descriptor.path)[0],
-        "version": meta.get("version"),
-        "shape": tuple(meta.get("shape", ())),
-        "partition_tiling": tuple(meta.get("partition_tiling", ())),
-        "nbytes": info.total_bytes,
-    }
+    return DatasetEntry(_path_texts(info.descriptor.path)[0], meta.get("version"), tuple(meta.get("shape", ())),
+                        tuple(meta.get("partition_tiling", ())), info.total_bytes)
 
 
 def _starts(sizes: list[int]) -> list[int]:
@@ -859,7 +872,8 @@ class NodeInfo(Message):
 @dataclass(frozen=True)
 class StatsReply(Message):
     """A daemon's counters (``stats``): one flat JSON object, kept as received, so a new counter needs no new message.
-    Readers check each figure themselves, so one odd reply is that node's problem, not a failed call."""
+    ``values`` maps each counter's name to its figure (``reply.values["bytes_sent"]``). Readers check each figure
+    themselves, so one odd reply is that node's problem, not a failed call."""
 
     values: Any = field(default_factory=dict)
 
@@ -970,6 +984,16 @@ class QueriesReply(Message):
             raise RequestRejected(f"{where or 'queries'}: expected lists of running and recent queries",
                                   field=where or "queries")
         return cls(body)
+
+    @property
+    def running(self) -> list[dict[str, Any]]:
+        """The queries running now, the most recent first."""
+        return self.values["running"]
+
+    @property
+    def recent(self) -> list[dict[str, Any]]:
+        """The last queries finished, the most recent first."""
+        return self.values["recent"]
 
 
 @dataclass(frozen=True)

@@ -49,7 +49,7 @@ class HaCluster:
                               "--catalog", self.uri, "--heartbeat", "0.5", *self.guard])
                       for k, ip in enumerate(ips[catalogs:])]
         self.client = self.connect(timeout=10)
-        wait_until(lambda: sum(n["alive"] for n in self.client.nodes()) == len(self.nodes), 30, "every node registered")
+        wait_until(lambda: sum(n.alive for n in self.client.nodes()) == len(self.nodes), 30, "every node registered")
 
     @property
     def uri(self) -> str:

@@ -148,7 +148,7 @@ def test_put_streams_that_break_the_rules(guarded):
                                           "schema": fp.wire.schema_to_text(pa.schema([("a", pa.int64())])),
                                           "shape": [5, 1], "tiling": [1, 1],
                                           "partitions": [{"part": [0, 0], "start": [0, 0], "shape": [5, 1],
-                                                          "nodes": [info["node_id"]]}]})
+                                                          "nodes": [info.node_id]}]})
         with pytest.raises(fp.DatasetNotFound):
             client.open("short")
     still_serving(guarded)

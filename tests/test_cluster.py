@@ -30,7 +30,7 @@ def make_table(rows: int = 60_000, seed: int = 1) -> pa.Table:
 
 
 def sent(client, cluster) -> dict[str, int]:
-    return {n.uri: client.stats(n.uri)["bytes_sent"] for n in cluster.nodes}
+    return {n.uri: client.stats(n.uri).values["bytes_sent"] for n in cluster.nodes}
 
 
 @pytest.fixture(scope="module")
@@ -163,7 +163,7 @@ def test_a_plain_pyarrow_flight_client_reads_the_dataset(cluster, dataset):
     assert info.ordered and info.total_records == table.num_rows and info.schema.equals(table.schema)
     pieces, received_batches = [], 0
     def stats():
-        return sum(fp.connect(cluster.uri).stats(n.uri)["batches_sent"] for n in cluster.nodes)
+        return sum(fp.connect(cluster.uri).stats(n.uri).values["batches_sent"] for n in cluster.nodes)
 
     before = stats()
     for endpoint in info.endpoints:
@@ -393,14 +393,14 @@ def test_the_in_process_test_cluster_streams_over_sockets_like_any_other(tmp_pat
     table = make_table(20_000, 7)
     with InProcessCluster(tmp_path, nodes=2, first_ip=212) as c, fp.connect(c.uri, host="127.0.0.9") as client:
         # registered before it returned
-        assert sorted(n["ip"] for n in client.nodes()) == ["127.0.0.212", "127.0.0.213"]
+        assert sorted(n.ip for n in client.nodes()) == ["127.0.0.212", "127.0.0.213"]
         client.put("over-sockets", table, tiling=(2, 1))
         before = fp.traffic()
         assert client.open("over-sockets").to_arrow().equals(table)
         after = fp.traffic()
         assert after["bytes_received"] - before["bytes_received"] >= table.nbytes
         assert after["bytes_mapped"] == before["bytes_mapped"]
-        assert sum(client.stats(n.uri)["bytes_sent"] for n in c.nodes) >= table.nbytes
+        assert sum(client.stats(n.uri).values["bytes_sent"] for n in c.nodes) >= table.nbytes
 
 
 def test_reading_a_version_dropped_after_it_was_opened_says_it_was_dropped(cluster):

@@ -92,14 +92,14 @@ def test_a_plain_flight_reader_that_asks_for_zstd_reads_the_same_rows(cluster):
         ds = client.put("wire-zstd", table, nodes=["127.0.0.3"])
         ref = ds.__partitioned__["partitions"][(0, 0)]["data"]
         uri = ref.replicas[0][0]
-        before = client.stats(uri)["streams_compressed"]
+        before = client.stats(uri).values["streams_compressed"]
         reader = flight.connect(uri).do_get(flight.Ticket(Ticket("wire-zstd", ds.version, (0, 0),
                                                                  compression="zstd").encode()))
         assert reader.read_all().equals(table)
-        assert client.stats(uri)["streams_compressed"] == before + 1
+        assert client.stats(uri).values["streams_compressed"] == before + 1
         # the client's own reads over loopback never ask
         assert client.open("wire-zstd").to_arrow().equals(table)
-        assert client.stats(uri)["streams_compressed"] == before + 1
+        assert client.stats(uri).values["streams_compressed"] == before + 1
 
 
 def test_a_client_refuses_an_unknown_compression_mode(cluster):
@@ -163,7 +163,7 @@ def test_freed_memory_is_kept_by_whole_readers_and_never_where_it_could_hurt(clu
     import sys
 
     with fp.connect(cluster.uri, host="127.0.0.9") as client:
-        if "switch" not in {d["name"] for d in client.list()}:
+        if "switch" not in {d.name for d in client.list()}:
             client.put("switch", pa.table({"f": np.arange(100_000)}), nodes=["127.0.0.3"])
     from flightpart.io.allocator import memory_cap
 
@@ -196,7 +196,7 @@ def test_a_reader_in_a_cgroup_under_a_capped_one_keeps_no_memory(cluster):
     try:
         child.mkdir()
         with fp.connect(cluster.uri, host="127.0.0.9") as client:
-            if "switch" not in {d["name"] for d in client.list()}:
+            if "switch" not in {d.name for d in client.list()}:
                 client.put("switch", pa.table({"f": np.arange(100_000)}), nodes=["127.0.0.3"])
         env = {k: v for k, v in os.environ.items() if k != "FLIGHTPART_MALLOC_TUNING" and not k.startswith("MALLOC_")}
         done = subprocess.run([sys.executable, "-c", SWITCH, cluster.uri, "whole"], capture_output=True, text=True,
@@ -223,17 +223,17 @@ def test_a_partition_read_as_row_ranges_from_both_replicas_equals_one_stream(clu
     table = pa.table({"k": np.arange(1_000_000), "f": rng.random(1_000_000)})
     with fp.connect(cluster.uri, host="127.0.0.9") as client:
         client.put("split", table, tiling=(1, 1), nodes=["127.0.0.3", "127.0.0.4"], replicas=2)
-        holders = {n["ip"]: n for n in client.nodes() if n["ip"] in ("127.0.0.3", "127.0.0.4")}
-        before = {ip: client.stats(n["uri"]) for ip, n in holders.items()}
+        holders = {n.ip: n for n in client.nodes() if n.ip in ("127.0.0.3", "127.0.0.4")}
+        before = {ip: client.stats(n.uri).values for ip, n in holders.items()}
         with fp.connect(cluster.uri, host="127.0.0.9", streams_per_partition=4) as reader:
             assert reader.open("split").to_arrow().equals(table)
-        after = {ip: client.stats(n["uri"]) for ip, n in holders.items()}
+        after = {ip: client.stats(n.uri).values for ip, n in holders.items()}
         # four row ranges, each first asked of the next replica: two streams from each holder, every row once
         assert {ip: after[ip]["partitions_served"] - before[ip]["partitions_served"] for ip in holders} == \
             {"127.0.0.3": 2, "127.0.0.4": 2}
         assert sum(after[ip]["rows_sent"] - before[ip]["rows_sent"] for ip in holders) == 1_000_000
         # a frozen holder: the ranges it was asked for first move to the other replica, nothing is lost
-        frozen = holders["127.0.0.4"]["pid"]
+        frozen = holders["127.0.0.4"].pid
         os.kill(frozen, signal.SIGSTOP)
         try:
             with fp.connect(cluster.uri, host="127.0.0.9", streams_per_partition=4, idle_timeout=0.5) as reader:

@@ -27,7 +27,7 @@ def trips(cluster, dask_client):
 
 
 def sent(client, cluster) -> int:
-    return sum(client.stats(node.uri)["bytes_sent"] for node in cluster.nodes)
+    return sum(client.stats(node.uri).values["bytes_sent"] for node in cluster.nodes)
 
 
 PUSHED = {

@@ -103,7 +103,7 @@ def test_a_version_number_handed_out_again_never_overwrites_a_committed_one(clus
     for node in c.nodes:
         os.kill(node.pid, signal.SIGCONT)
     with fp.connect(c.uri, host="127.0.0.99") as client:
-        wait_until(lambda: sum(n["alive"] for n in client.nodes()) == 3, 20, "the nodes to register")
+        wait_until(lambda: sum(n.alive for n in client.nodes()) == 3, 20, "the nodes to register")
         ds = client.put("early", table_of(700, 6), tiling=(3, 1))
         assert ds.version >= 2
         assert client.open("early", 1).to_arrow().equals(table_of(600, 5))
@@ -418,7 +418,7 @@ def test_sixty_four_readers_see_no_failure_at_the_stream_limit(tmp_path):
         with fp.connect(c.uri, host="127.0.0.99") as client:
             client.put("busy", table, tiling=(6, 1))
         failures: list[BaseException] = []
-        refused_before = sum(fp.connect(c.uri).stats(n.uri)["refused_calls"] for n in c.nodes)
+        refused_before = sum(fp.connect(c.uri).stats(n.uri).values["refused_calls"] for n in c.nodes)
 
         def reader() -> None:
             with fp.connect(c.uri, host="127.0.0.99") as client:
@@ -435,7 +435,7 @@ def test_sixty_four_readers_see_no_failure_at_the_stream_limit(tmp_path):
         for t in threads:
             t.join()
         assert failures == []
-        refused = sum(fp.connect(c.uri).stats(n.uri)["refused_calls"] for n in c.nodes) - refused_before
+        refused = sum(fp.connect(c.uri).stats(n.uri).values["refused_calls"] for n in c.nodes) - refused_before
         assert refused > 0  # the limit was reached, and the clients backed off instead of failing
 
 
@@ -476,7 +476,7 @@ def test_a_copied_data_directory_cannot_take_over_a_live_node(cluster):
         with pytest.raises(RuntimeError, match="already served by") as info:
             c.add_node("127.0.0.75", data_dir=copy)
         assert "flightpart-node.json" in str(info.value)  # and what to do about it
-        assert sorted(n["ip"] for n in client.nodes()) == ["127.0.0.72", "127.0.0.73", "127.0.0.74"]
+        assert sorted(n.ip for n in client.nodes()) == ["127.0.0.72", "127.0.0.73", "127.0.0.74"]
         assert client.open("original").to_arrow().equals(table_of(900, 16))
         assert client.put("after", table_of(30, 17)).to_arrow().num_rows == 30
 
@@ -494,7 +494,7 @@ def test_a_full_disk_is_an_operational_state(tmp_path, small_disk):
         small = c.add_node("127.0.0.91", heartbeat=0.3, data_dir=small_disk / "node", args=["--health-port", "0"])
         health = small.uris["node-health"]
         with fp.connect(c.uri, host="127.0.0.99") as client:
-            wait_until(lambda: sum(n["alive"] for n in client.nodes()) == 2, 20, "both nodes")
+            wait_until(lambda: sum(n.alive for n in client.nodes()) == 2, 20, "both nodes")
             old = table_of(5000, 20)
             client.put("old", old, tiling=(1, 1), nodes=["127.0.0.91"])
             assert probe(health) == "SERVING"
@@ -507,17 +507,17 @@ def test_a_full_disk_is_an_operational_state(tmp_path, small_disk):
                     full = exc
                     break
             assert full is not None and "disk full" in str(full) and "Traceback" not in str(full)
-            assert client.stats(small.uri)["storage_full_refusals"] >= 1
+            assert client.stats(small.uri).values["storage_full_refusals"] >= 1
             assert "the disk is full" in small.log()
             wait_until(lambda: probe(health) == "NOT_SERVING", 5, "health to report the floor crossed")
             assert client.open("old").to_arrow().equals(old)  # what it holds is still served
-            wait_until(lambda: [n["low_space"] for n in client.nodes() if n["ip"] == "127.0.0.91"] == [True], 10,
+            wait_until(lambda: [n.low_space for n in client.nodes() if n.ip == "127.0.0.91"] == [True], 10,
                        "the node to report low space")
             placed = client.put("elsewhere", table_of(100, 21), tiling=(1, 1))
             assert placed.__partitioned__["partitions"][(0, 0)]["location"][0][0] == "127.0.0.90"  # placement avoids it
             assert not list((small_disk / "node").rglob(".tmp-*"))  # no debris of the refused put
             for k in range(12):
-                if f"filler-{k}" in {d["name"] for d in client.list()}:
+                if f"filler-{k}" in {d.name for d in client.list()}:
                     client.drop(f"filler-{k}")
             wait_until(lambda: probe(health) == "SERVING", 10, "health to return once space is back")
             assert client.put("again", table_of(100, 22), tiling=(1, 1),

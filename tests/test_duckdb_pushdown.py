@@ -24,7 +24,7 @@ def trips(cluster):
 
 
 def sent(client, cluster) -> int:
-    return sum(client.stats(node.uri)["bytes_sent"] for node in cluster.nodes)
+    return sum(client.stats(node.uri).values["bytes_sent"] for node in cluster.nodes)
 
 
 @pytest.mark.parametrize("question", sorted(QUESTIONS))

@@ -43,7 +43,7 @@ def test_same_process_get_returns_the_stored_table(client):
     parts = d["get"]([p["data"] for p in d["partitions"].values()])
     assert [p.num_rows for p in parts] == [500, 500]
     node_uri = d["partitions"][(0, 0)]["data"].replicas[0][0]
-    assert client.stats(node_uri)["bytes_sent"] == 0
+    assert client.stats(node_uri).values["bytes_sent"] == 0
 
 
 def test_partitioned_dict_is_small_when_pickled(client):
@@ -61,10 +61,10 @@ def test_from_partitioned_reads_a_dataset(client):
 
 def test_list_and_nodes(client):
     client.put("listed", pa.table({"a": [1]}))
-    names = {d["name"] for d in client.list()}
+    names = {d.name for d in client.list()}
     assert "listed" in names
     (node,) = client.nodes()
-    assert node["alive"] and node["ip"] == "127.0.0.1"
+    assert node.alive and node.ip == "127.0.0.1"
 
 
 def test_empty_slices_and_bad_slices(client):

@@ -171,7 +171,7 @@ def test_the_client_raises_the_class_of_the_code(one_node):
 
 def commit_via(client) -> None:
     """A different manifest for the committed version (the same one again is a retry, answered committed)."""
-    node = client.nodes()[0]["node_id"]
+    node = client.nodes()[0].node_id
     raw_action(client, "commit", commit_body(partitions=[{"part": [0, 0], "start": [0, 0], "shape": [100, 1],
                                                           "nodes": [node, node]}]))
 

@@ -286,7 +286,7 @@ def test_a_repair_cut_by_the_leaders_death_is_finished_by_the_next_leader(ha):
     victim_ip = victim.uri.removeprefix("grpc://").rsplit(":", 1)[0]
 
     def locations() -> list[set[str]]:
-        live = {n["ip"] for n in ha.client.nodes() if n["alive"]}
+        live = {n.ip for n in ha.client.nodes() if n.alive}
         return [{ip for ip, _ in p["location"] if ip in live}
                 for p in ha.client.open("r").__partitioned__["partitions"].values()]
 
@@ -294,7 +294,7 @@ def test_a_repair_cut_by_the_leaders_death_is_finished_by_the_next_leader(ha):
                for p in ha.client.open("r").__partitioned__["partitions"].values())
     assert lost > 0
     victim.kill()
-    wait_until(lambda: any(n["ip"] == victim_ip and not n["alive"] for n in ha.client.nodes()), 60, "node marked dead")
+    wait_until(lambda: any(n.ip == victim_ip and not n.alive for n in ha.client.nodes()), 60, "node marked dead")
     outcome: list = []
 
     def repair() -> None:

@@ -154,7 +154,7 @@ def test_table_names_are_listed_without_asking_each_datasets_schema(taxi, cluste
 
 def test_a_selective_filter_reaches_the_nodes(taxi, cluster):
     table, _zones, conn = taxi
-    sent = lambda: sum(fp.connect(cluster.uri).stats(n.uri)["bytes_sent"] for n in cluster.nodes)  # noqa: E731
+    sent = lambda: sum(fp.connect(cluster.uri).stats(n.uri).values["bytes_sent"] for n in cluster.nodes)  # noqa: E731
     before = sent()
     hour = answer(conn, "SELECT count(*) AS n FROM trips WHERE pickup_at >= TIMESTAMP '2024-01-08 10:00' "
                         "AND pickup_at < TIMESTAMP '2024-01-08 11:00'")
@@ -169,7 +169,7 @@ def rows_moved_answering(taxi, cluster, sql: str, places: pa.Table | None = None
     """Rows the nodes sent while ``sql`` was answered through the driver; the answer is checked against DuckDB's
     over the tables (``places``, when given, standing as ``zones`` does for the small dataset)."""
     table, _zones, conn = taxi
-    rows = lambda: sum(fp.connect(cluster.uri).stats(n.uri)["rows_sent"] for n in cluster.nodes)  # noqa: E731
+    rows = lambda: sum(fp.connect(cluster.uri).stats(n.uri).values["rows_sent"] for n in cluster.nodes)  # noqa: E731
     before = rows()
     got = answer(conn, sql)
     moved = rows() - before
@@ -691,7 +691,7 @@ def test_a_query_cannot_reach_the_catalogs_files_or_change_anything(taxi, cluste
     with pytest.raises(dbapi.Error):
         answer(conn, "CREATE TABLE t AS SELECT 1")
     with fp.connect(cluster.uri) as client:
-        assert "t" not in {d["name"] for d in client.list()}
+        assert "t" not in {d.name for d in client.list()}
 
 
 def test_pandas_and_polars_read_through_the_driver(taxi, cluster):
@@ -1068,7 +1068,7 @@ def test_show_tables_and_information_schema_list_every_dataset(cluster, taxi):
     DuckDB's types, and a query that also reads a dataset's rows still reads them."""
     trips, zones, conn = taxi
     with fp.connect(cluster.uri) as client:
-        names = {entry["name"].casefold() for entry in client.list()}  # DuckDB's table names: one whatever the case
+        names = {entry.name.casefold() for entry in client.list()}  # DuckDB's table names: one whatever the case
         assert {"trips", "zones"} <= names
         with conn.cursor() as cur:
             cur.execute("SHOW TABLES")

@@ -176,7 +176,7 @@ def test_a_node_the_catalog_refuses_is_not_serving_at_once_and_says_why(tmp_path
         assert code == 503 and len(body["problems"]) == 1 and "already served by" in body["problems"][0], replies
         accepted = nodes[1 - refused[0]]
         with fp.connect(address) as client:
-            assert [n["uri"] for n in client.nodes()] == [accepted.uris["node"]]
+            assert [n.uri for n in client.nodes()] == [accepted.uris["node"]]
     finally:
         for daemon in (*nodes, catalog):
             daemon.stop()

@@ -46,7 +46,7 @@ def restart_on_empty_state(c: LocalCluster) -> None:
 
 
 def live_nodes(client: fp.Client, count: int) -> bool:
-    return sum(n["alive"] for n in client.nodes()) >= count
+    return sum(n.alive for n in client.nodes()) >= count
 
 
 def test_an_empty_catalog_keeps_the_cluster_whoever_reaches_it_first(tmp_path):

@@ -365,4 +365,4 @@ def test_rot_after_a_file_was_verified_is_found_by_the_background_scrub(tmp_path
                        "the background scrub to find the rot and the catalog to stop listing the replica")
             assert not victim.exists() and list(c.root.glob(f"node-127.0.0.141/{layout.QUARANTINE}/rot-later/v1/*"))
             assert client.open("rot-later").to_arrow().equals(table)
-            assert client.stats(c.nodes[0].uri)["partitions_damaged"] == 1
+            assert client.stats(c.nodes[0].uri).values["partitions_damaged"] == 1

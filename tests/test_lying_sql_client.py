@@ -69,4 +69,4 @@ def test_a_lying_ingest_is_refused_and_nothing_is_stored(catalog):
     assert "[flightpart INVALID_REQUEST at batch]" in str(info.value)
     still_answers(catalog)
     with fp.connect(catalog.uri) as client:
-        assert "lies" not in {entry["name"] for entry in client.list()}
+        assert "lies" not in {entry.name for entry in client.list()}

@@ -123,9 +123,9 @@ SLOW_READS = textwrap.dedent("""
     with fp.connect(os.environ["CATALOG"]) as client:
         client.put("sales", sales)
         client.put("noise", noise)
-        node = client.nodes()[0]["uri"]
+        node = client.nodes()[0].uri
         def compressed():
-            return client.stats(node)["streams_compressed"]
+            return client.stats(node).values["streams_compressed"]
         for mode in ("auto", "off"):
             with fp.connect(os.environ["CATALOG"], compression=mode) as reader:
                 before = compressed()
@@ -164,7 +164,7 @@ DASK_DRIVER = textwrap.dedent("""
     client = fp.dask.start(dc, data_dir=os.environ["DATA_DIR"])
     out = {}
     try:
-        out["nodes"] = sorted(n["ip"] for n in client.nodes() if n["alive"])
+        out["nodes"] = sorted(n.ip for n in client.nodes() if n.alive)
         df = pd.DataFrame({"k": range(4000), "v": [k / 7 for k in range(4000)]})
         ddf = dc.persist(dd.from_pandas(df, npartitions=4))
         out["holders"] = [fp.dask.host_of(h[0]) for h in fp.dask.partitioned(ddf, client=dc).holders]
@@ -172,11 +172,11 @@ DASK_DRIVER = textwrap.dedent("""
         out["placed"] = [p["location"][0][0] for _, p in sorted(ds.__partitioned__["partitions"].items())]
         out["driver_connections"] = sorted(client.pool._clients)
         with fp.connect(client.uri) as observer:
-            uris = [n["uri"] for n in client.nodes()]
-            sent = {u: observer.stats(u)["bytes_sent"] for u in uris}
+            uris = [n.uri for n in client.nodes()]
+            sent = {u: observer.stats(u).values["bytes_sent"] for u in uris}
             back = ds.to_dask().compute()
             out["equal"] = back.reset_index(drop=True).equals(df)
-            out["streamed"] = sum(observer.stats(u)["bytes_sent"] - b for u, b in sent.items())
+            out["streamed"] = sum(observer.stats(u).values["bytes_sent"] - b for u, b in sent.items())
         out["catalog"] = client.uri
     finally:
         client.close()
@@ -222,7 +222,7 @@ RAY_DRIVER = textwrap.dedent("""
     client = fp.ray.start(data_dir=os.environ["DATA_DIR"])
     out = {"ray_nodes": [ip for ip, _ in nodes]}
     try:
-        out["nodes"] = sorted(n["ip"] for n in client.nodes() if n["alive"])
+        out["nodes"] = sorted(n.ip for n in client.nodes() if n.alive)
 
         @ray.remote(num_cpus=0)
         def block(k):  # 1.6 MB: large enough to live in its node's object store (small ones go to the owner)
@@ -236,12 +236,12 @@ RAY_DRIVER = textwrap.dedent("""
         ds = client.put("ray-across-hosts", rds)
         out["placed"] = [p["location"][0][0] for _, p in sorted(ds.__partitioned__["partitions"].items())]
         with fp.connect(client.uri) as observer:
-            uris = [n["uri"] for n in client.nodes()]
-            received = sum(observer.stats(u)["bytes_received"] for u in uris)
-            sent = {u: observer.stats(u)["bytes_sent"] for u in uris}
+            uris = [n.uri for n in client.nodes()]
+            received = sum(observer.stats(u).values["bytes_received"] for u in uris)
+            sent = {u: observer.stats(u).values["bytes_sent"] for u in uris}
             got = pa.concat_tables(ray.get(fray.read_refs(ds, schema=ds.schema)))
             out["equal"] = got["k"].to_pylist() == list(range(800_000))
-            out["streamed"] = sum(observer.stats(u)["bytes_sent"] - b for u, b in sent.items())
+            out["streamed"] = sum(observer.stats(u).values["bytes_sent"] - b for u, b in sent.items())
             out["received"] = received
     finally:
         client.close()

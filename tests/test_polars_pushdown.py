@@ -27,7 +27,7 @@ def trips(cluster):
 
 
 def sent(client, cluster) -> int:
-    return sum(client.stats(node.uri)["bytes_sent"] for node in cluster.nodes)
+    return sum(client.stats(node.uri).values["bytes_sent"] for node in cluster.nodes)
 
 
 WEEK = (pl.col("pickup_at") >= dt.datetime(2024, 1, 8)) & (pl.col("pickup_at") < dt.datetime(2024, 1, 9))

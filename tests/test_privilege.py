@@ -88,7 +88,7 @@ def test_each_role_does_what_it_may_and_nothing_more(guarded):
             writer.repair()
     with fp.connect(c.uri, token=token("admin")) as admin:
         admin.drop("by-writer")
-        assert "by-writer" not in {d["name"] for d in admin.list()}
+        assert "by-writer" not in {d.name for d in admin.list()}
     with fp.connect(c.uri, token=token("reader", expiry=int(time.time()) - 1)) as expired:
         with pytest.raises(fp.Unauthenticated):
             expired.list()
@@ -235,22 +235,22 @@ def test_a_node_token_registers_only_its_own_node_and_a_live_id_is_not_taken(gua
     c = guarded
     with fp.connect(c.uri, token=SECRET) as owner:
         victim = owner.nodes()[0]
-    body = {"node_id": victim["node_id"], "uri": "grpc://127.0.0.9:1234", "ip": "127.0.0.9", "pid": 1}
+    body = {"node_id": victim.node_id, "uri": "grpc://127.0.0.9:1234", "ip": "127.0.0.9", "pid": 1}
     with fp.connect(c.uri, token=token("node", "some-other-node")) as impostor:
         with pytest.raises(fp.Forbidden, match="cannot register node"):
             raw_action(impostor, "register-node", body)
         with pytest.raises(fp.Forbidden, match="cannot speak for node"):  # nor keep another node alive
-            impostor.call(fp.wire.Heartbeat(victim["node_id"], 1, True))
+            impostor.call(fp.wire.Heartbeat(victim.node_id, 1, True))
     with fp.connect(c.uri, token=token("reader", "r")) as reader:
         with pytest.raises(fp.Forbidden):
-            reader.call(fp.wire.Heartbeat(victim["node_id"]))
-    with fp.connect(c.uri, token=token("node", victim["node_id"])) as stolen:
+            reader.call(fp.wire.Heartbeat(victim.node_id))
+    with fp.connect(c.uri, token=token("node", victim.node_id)) as stolen:
         with pytest.raises(fp.NodeConflict, match="already served by"):
             raw_action(stolen, "register-node", body)
     with fp.connect(c.uri, token=SECRET, host="127.0.0.99") as owner:
-        assert [n["uri"] for n in owner.nodes() if n["node_id"] == victim["node_id"]] == [victim["uri"]]
+        assert [n.uri for n in owner.nodes() if n.node_id == victim.node_id] == [victim.uri]
         # the lie left no mark
-        assert not next(n for n in owner.nodes() if n["node_id"] == victim["node_id"]).get("low_space")
+        assert not next(n for n in owner.nodes() if n.node_id == victim.node_id).low_space
         assert owner.open("shared").to_arrow().equals(table_of(3000, 1))
 
 

@@ -41,7 +41,7 @@ def sales(cluster):
 
 def counters(cluster) -> dict[str, int]:
     with fp.connect(cluster.uri) as client:
-        per_node = [client.stats(n.uri) for n in cluster.nodes]
+        per_node = [client.stats(n.uri).values for n in cluster.nodes]
     return {k: sum(s[k] for s in per_node) for k in ("rows_sent", "bytes_sent", "partitions_served")}
 
 
@@ -113,9 +113,9 @@ def test_local_partitions_are_filtered_on_their_map(cluster, sales):
     local = cluster.nodes[0]
     with fp.connect(cluster.uri, host="127.0.0.111") as client:  # the first node's address
         ds = client.open("sales").filter(expr)
-        served = {n.uri: client.stats(n.uri)["partitions_served"] for n in cluster.nodes}
+        served = {n.uri: client.stats(n.uri).values["partitions_served"] for n in cluster.nodes}
         assert ds.to_arrow().equals(sales.filter(expr))
-        after = {n.uri: client.stats(n.uri)["partitions_served"] for n in cluster.nodes}
+        after = {n.uri: client.stats(n.uri).values["partitions_served"] for n in cluster.nodes}
     assert after[local.uri] == served[local.uri]  # its partitions never crossed a socket
     assert sum(after.values()) > sum(served.values())
 
@@ -251,7 +251,7 @@ def test_a_partition_whose_statistics_were_lost_or_damaged_is_still_committed_an
     from helpers import put_raw
 
     with fp.connect(cluster.uri, host="127.0.0.9") as client:
-        nodes = {n["uri"]: n["node_id"] for n in client.nodes() if n["alive"]}
+        nodes = {n.uri: n.node_id for n in client.nodes() if n.alive}
         version = client.call(wire.Begin("unsure")).version
         parts = []
         for k, uri in enumerate(sorted(nodes)):

@@ -62,13 +62,13 @@ def test_replicas_survive_kill_9_during_reads_then_dead_node_repair(small_cluste
 
         # the catalog notices the missed heartbeats
         dead_ip = "127.0.0.13"
-        wait_until(lambda: any(n["ip"] == dead_ip and not n["alive"] for n in client.nodes()), what="node marked dead")
+        wait_until(lambda: any(n.ip == dead_ip and not n.alive for n in client.nodes()), what="node marked dead")
         for part in client.open("replicated").__partitioned__["partitions"].values():
             assert part["location"][0][0] != dead_ip  # live replicas first
 
         report = client.repair()
         assert report["lost"] == [] and len(report["copied"]) == 4  # 6 parts x 2 replicas, 4 were on the dead node
-        live = {n["ip"] for n in client.nodes() if n["alive"]}
+        live = {n.ip for n in client.nodes() if n.alive}
         for part in client.open("replicated").__partitioned__["partitions"].values():
             assert len({ip for ip, _ in part["location"] if ip in live}) == 2
         assert client.open("replicated").to_arrow().equals(table)
@@ -87,7 +87,7 @@ def test_two_repairs_at_once_copy_each_lost_replica_once(tmp_path):
                        if dead_ip in {ip for ip, _ in p["location"]}]
             assert on_dead
             c.nodes[1].kill()
-            wait_until(lambda: any(n["ip"] == dead_ip and not n["alive"] for n in client.nodes()),
+            wait_until(lambda: any(n.ip == dead_ip and not n.alive for n in client.nodes()),
                        what="node marked dead")
             start = threading.Barrier(2)
             reports: list[dict] = []
@@ -105,7 +105,7 @@ def test_two_repairs_at_once_copy_each_lost_replica_once(tmp_path):
             assert len(reports) == 2 and all(not r["lost"] and not r["failed"] for r in reports), reports
             copied = sorted(tuple(copy["part"]) for r in reports for copy in r["copied"])
             assert copied == sorted(on_dead), reports  # each lost replica copied once, by one of the two
-            live = {n["ip"] for n in client.nodes() if n["alive"]}
+            live = {n.ip for n in client.nodes() if n.alive}
             for part in client.open("twice").__partitioned__["partitions"].values():
                 assert len({ip for ip, _ in part["location"] if ip in live}) == 2, part  # not a third copy
             assert client.open("twice").to_arrow().equals(table)
@@ -130,13 +130,13 @@ def test_kill_9_during_a_put_publishes_nothing_and_a_retry_succeeds(small_cluste
         os.kill(victim.pid, signal.SIGSTOP)
         t.start()
         others = [n for n in c.nodes if n is not victim]
-        wait_until(lambda: any(client.stats(n.uri)["bytes_received"] > 0 for n in others) or not t.is_alive(),
+        wait_until(lambda: any(client.stats(n.uri).values["bytes_received"] > 0 for n in others) or not t.is_alive(),
                    what="the put to start")
         victim.kill()
         t.join(120)
         assert failure, "the put succeeded although a node died during it"
         assert isinstance(failure[0], fp.FlightpartError), repr(failure[0])
-        assert "crashy" not in [d["name"] for d in client.list()]
+        assert "crashy" not in [d.name for d in client.list()]
         with pytest.raises(fp.DatasetNotFound):
             client.open("crashy")
         # restart the node on its directory: no temporary or unpublished partition is left
@@ -156,13 +156,13 @@ def test_catalog_restart_keeps_datasets_versions_and_nodes(small_cluster):
     with fp.connect(c.uri) as client:
         client.put("kept", table_of(1000, seed=2))
         v2 = client.put("kept", table_of(500, seed=3))
-        nodes_before = sorted(n["node_id"] for n in client.nodes())
+        nodes_before = sorted(n.node_id for n in client.nodes())
     c.catalog.kill()
     c.catalog = c.start_catalog()
     with fp.connect(c.uri) as client:
         assert client.versions("kept") == [1, 2]
-        assert sorted(n["node_id"] for n in client.nodes()) == nodes_before
-        wait_until(lambda: all(n["alive"] for n in client.nodes()), what="nodes to heartbeat again")
+        assert sorted(n.node_id for n in client.nodes()) == nodes_before
+        wait_until(lambda: all(n.alive for n in client.nodes()), what="nodes to heartbeat again")
         assert client.open("kept").to_arrow().equals(table_of(500, seed=3))
         assert client.open("kept", 1).to_arrow().equals(table_of(1000, seed=2))
         assert v2.version == 2
@@ -193,7 +193,7 @@ def test_writes_right_after_a_catalog_restart_find_their_live_nodes(tmp_path):
                     placed = client.put("spread", table_of(400, seed=6), tiling=(4, 1))
                     holders = {r[0] for p in placed.__partitioned__["partitions"].values() for r in p["data"].replicas}
                     assert holders == {n.uri for n in c.nodes}, "a put right after the restart left a live node out"
-                    assert all(n["alive"] for n in client.nodes())
+                    assert all(n.alive for n in client.nodes())
         # a drop right after a restart, before the nodes beat again: they are told when they register again (they
         # had been skipped as dead and, known to the catalog, never asked to register: the files stayed)
         c.catalog.kill()
@@ -237,7 +237,7 @@ def test_a_repair_goes_on_past_a_frozen_holder_and_says_what_it_could_not_copy(t
             client.put("first", first, tiling=(1, 1), replicas=2, nodes=["127.0.0.46", "127.0.0.47"])
             client.put("second", second, tiling=(1, 1), replicas=2, nodes=["127.0.0.48", "127.0.0.47"])
             lost.kill()
-            wait_until(lambda: any(n["ip"] == "127.0.0.47" and not n["alive"] for n in client.nodes()),
+            wait_until(lambda: any(n.ip == "127.0.0.47" and not n.alive for n in client.nodes()),
                        what="a dead node")
             os.kill(holder.pid, signal.SIGSTOP)
             frozen = True
@@ -253,7 +253,7 @@ def test_a_repair_goes_on_past_a_frozen_holder_and_says_what_it_could_not_copy(t
 
             os.kill(holder.pid, signal.SIGCONT)
             frozen = False
-            wait_until(lambda: all(n["alive"] for n in client.nodes() if n["ip"] != "127.0.0.47"), 30,
+            wait_until(lambda: all(n.alive for n in client.nodes() if n.ip != "127.0.0.47"), 30,
                        "the holder back")
             again = client.repair()
             assert [x["dataset"] for x in again["copied"]] == ["first"] and not again["failed"] and not again["lost"]
@@ -278,7 +278,7 @@ def test_a_repair_moves_to_another_target_when_the_first_is_frozen(tmp_path):
             kept = table_of(20_000, 4)
             client.put("kept", kept, tiling=(1, 1), replicas=2, nodes=["127.0.0.56", "127.0.0.57"])
             lost.kill()
-            wait_until(lambda: any(n["ip"] == "127.0.0.57" and not n["alive"] for n in client.nodes()),
+            wait_until(lambda: any(n.ip == "127.0.0.57" and not n.alive for n in client.nodes()),
                        what="a dead node")
             os.kill(frozen_target.pid, signal.SIGSTOP)
             frozen = True

@@ -21,7 +21,7 @@ from flightpart.io.layout import partition_relpath
 from flightpart.local.cluster import LocalCluster
 from flightpart.regrid import balanced, near_placement, pieces_of
 from flightpart.tiling import halo_sources
-from flightpart.wire import Assemble, AssemblePart, AssembleReply, HeldPartition
+from flightpart.wire import Assemble, AssemblePart, AssembleReply, HeldPartition, NodeRow
 
 from helpers import code_of, wait_until
 
@@ -36,7 +36,7 @@ def table(n: int = N, offset: int = 0) -> pa.Table:
 
 
 def node_stats(client) -> dict[str, dict]:
-    return {n["uri"]: client.stats(n["uri"]) for n in client.nodes() if n["alive"]}
+    return {n.uri: client.stats(n.uri).values for n in client.nodes() if n.alive}
 
 
 def delta(after: dict, before: dict, key: str) -> dict[str, int]:
@@ -113,7 +113,7 @@ def test_repartition_reads_from_another_replica_when_a_holder_is_frozen(cluster,
     source = table(3000)
     client.put("rp-frozen", source, tiling=(3, 1), replicas=2)
     frozen, *others = cluster.nodes
-    live = [n["uri"] for n in client.nodes() if n["uri"] != frozen.uri]
+    live = [n.uri for n in client.nodes() if n.uri != frozen.uri]
     os.kill(frozen.pid, signal.SIGSTOP)
     try:
         ds = client.repartition("rp-frozen", tiling=(4, 1), nodes=live, replicas=1)
@@ -145,14 +145,14 @@ def test_a_repartition_onto_a_full_disk_is_refused_and_leaves_nothing(tmp_path, 
     with LocalCluster(tmp_path / "c", nodes=1, first_ip=80) as c:
         small = c.add_node("127.0.0.81", data_dir=small_disk / "node")
         with fp.connect(c.uri) as client:
-            wait_until(lambda: sum(n["alive"] for n in client.nodes()) == 2, 20, "both nodes")
+            wait_until(lambda: sum(n.alive for n in client.nodes()) == 2, 20, "both nodes")
             source = pa.table({"x": np.random.default_rng(1).random(10 << 20)})  # 80 MB into a 64 MB disk
             client.put("rp-full", source, tiling=(4, 1), nodes=["127.0.0.80"])
             versions = client.versions("rp-full")
             with pytest.raises(fp.StorageFull, match="disk full"):
                 client.repartition("rp-full", tiling=(2, 1), nodes=["127.0.0.81"])
             assert client.versions("rp-full") == versions
-            assert client.stats(small.uri)["storage_full_refusals"] >= 1
+            assert client.stats(small.uri).values["storage_full_refusals"] >= 1
             assert "the disk is full" in small.log()
             assert client.open("rp-full").to_arrow().equals(source)
             assert not list((small_disk / "node").rglob(".tmp-*"))  # no half-written partition
@@ -213,7 +213,7 @@ class LyingNode(flight.FlightServerBase):
 def test_receipts_that_do_not_match_the_plan_fail_the_operation(client, receipts, message):
     source = client.info("rp-receipts", client.put("rp-receipts", table(10), tiling=(1, 1)).version)
     with LyingNode(receipts) as liar:
-        node = {"uri": f"grpc://127.0.0.1:{liar.port}", "node_id": "liar"}
+        node = NodeRow("liar", f"grpc://127.0.0.1:{liar.port}", "127.0.0.1", 0)
         with pytest.raises(fp.RequestRejected, match=message):
             reshape.assemble_on_nodes(client.pool, source, 2, 1, {(0, 0): (0, 10)}, {(0, 0): [node]})
 
@@ -227,14 +227,14 @@ def test_halos_are_the_neighbours_rows_and_local_neighbours_are_mapped(cluster, 
     source = table(23)
     host = "127.0.0.2"  # this process plays the host of the first node
     with fp.connect(cluster.uri, host=host) as c:
-        if name not in [d["name"] for d in c.list()]:
+        if name not in [d.name for d in c.list()]:
             c.put(name, source, tiling=(5, 1))
         info = c.info(name)
         sizes = [p.shape[0] for p in info.parts]
         starts = [p.start[0] for p in info.parts]
         local_node = next(uri for p in info.parts for uri, ip, _pid in p.replicas if ip == host)
         expected = halo_sources(sizes, *halo, periodic=periodic)
-        mapped_before, served_before = fp.traffic()["bytes_mapped"], c.stats(local_node)["partitions_served"]
+        mapped_before, served_before = fp.traffic()["bytes_mapped"], c.stats(local_node).values["partitions_served"]
         for rank in range(5):
             ds = c.open(name, rank=rank, nranks=5, halo=halo, periodic=periodic)
             parts = ds.parts_of()
@@ -250,7 +250,7 @@ def test_halos_are_the_neighbours_rows_and_local_neighbours_are_mapped(cluster, 
             ids = [i % 23 if periodic else i for i in range(starts[rank] - halo[0], starts[rank])]
             assert left["id"].to_pylist() == [i for i in ids if 0 <= i < 23]
         # the first node's partitions (neighbours of other ranks included) were mapped, never streamed
-        assert c.stats(local_node)["partitions_served"] == served_before
+        assert c.stats(local_node).values["partitions_served"] == served_before
         assert fp.traffic()["bytes_mapped"] > mapped_before
 
 
@@ -337,7 +337,7 @@ def test_rebalance_after_a_node_joins(tmp_path):
         old = client.put("rb", source, tiling=(8, 1))
         assert client.rebalance("rb").version == old.version  # balanced already: nothing moves
         c.add_node("127.0.0.9")
-        fp_nodes = lambda: [n for n in client.nodes() if n["alive"]]  # noqa: E731
+        fp_nodes = lambda: [n for n in client.nodes() if n.alive]  # noqa: E731
         import time
 
         deadline = time.monotonic() + 30

@@ -27,7 +27,7 @@ def frame(rows: int = 400) -> pd.DataFrame:
 
 
 def sent(client, cluster) -> int:
-    return sum(client.stats(n.uri)["bytes_sent"] for n in cluster.nodes)
+    return sum(client.stats(n.uri).values["bytes_sent"] for n in cluster.nodes)
 
 
 def test_round_trip_pandas_dask_put_ray_put_dask_pandas(cluster, dask_client, ray_session):
@@ -121,17 +121,17 @@ def test_reads_run_on_the_partition_host_and_puts_go_from_workers(cluster, two_h
         ddf = two_host_dask.persist(dd.from_pandas(df, npartitions=4))
         p = fdask.partitioned(ddf, client=two_host_dask)
         holders = [fdask.host_of(h[0]) for h in p.holders]
-        received = {u: client.stats(u)["bytes_received"] for u in nodes}
+        received = {u: client.stats(u).values["bytes_received"] for u in nodes}
         ds = client.put("two-hosts", ddf, nodes=["127.0.0.2", "127.0.0.3"])
         d = ds.__partitioned__
         # each partition went to the node on the host of the worker that held it
         assert [d["partitions"][(k, 0)]["location"][0][0] for k in range(4)] == holders
-        grown = {u: client.stats(u)["bytes_received"] - received[u] for u in nodes}
+        grown = {u: client.stats(u).values["bytes_received"] - received[u] for u in nodes}
         assert grown[cluster.nodes[2].uri] == 0 and sum(grown.values()) > 0
         # reads: each task runs on the worker of its partition's host and maps the file
-        before = {u: client.stats(u)["bytes_sent"] for u in nodes}
+        before = {u: client.stats(u).values["bytes_sent"] for u in nodes}
         out = ds.to_dask().compute()
-        after = {u: client.stats(u)["bytes_sent"] for u in nodes}
+        after = {u: client.stats(u).values["bytes_sent"] for u in nodes}
     pd.testing.assert_frame_equal(out, df)
     assert after == before, "a read streamed a partition instead of running on its host"
 
@@ -142,9 +142,9 @@ def test_every_read_goes_to_the_one_host_that_holds_the_data(cluster, two_host_d
         ds = client.put("one-host", df, tiling=(6, 1), nodes=["127.0.0.3"])
         assert {p["location"][0][0] for p in ds.__partitioned__["partitions"].values()} == {"127.0.0.3"}
         uri = cluster.nodes[1].uri
-        before = client.stats(uri)["bytes_sent"]
+        before = client.stats(uri).values["bytes_sent"]
         out = ds.to_dask().compute()
-        assert client.stats(uri)["bytes_sent"] == before, "a read ran on the worker of another host and streamed"
+        assert client.stats(uri).values["bytes_sent"] == before, "a read ran on the worker of another host and streamed"
     pd.testing.assert_frame_equal(out, df)
 
 
@@ -159,10 +159,10 @@ def test_ray_reads_on_the_node_holding_the_partition_send_nothing(ray_session, t
         table = pa.table({"a": np.arange(3000), "b": np.arange(3000) * 0.25})
         with fp.connect(node.uris["catalog"], host="127.0.0.9") as client:
             ds = client.put("ray-local", table, tiling=(3, 1))
-            before = client.stats(node.uris["node"])["bytes_sent"]
+            before = client.stats(node.uris["node"]).values["bytes_sent"]
             refs = fray.read_refs(ds, schema=ds.schema)
             got = pa.concat_tables(ray_session.get(refs))
-            assert client.stats(node.uris["node"])["bytes_sent"] == before
+            assert client.stats(node.uris["node"]).values["bytes_sent"] == before
         assert got.equals(table)
     finally:
         node.stop()

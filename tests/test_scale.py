@@ -92,7 +92,7 @@ def test_a_commit_reads_held_partitions_page_by_page(monkeypatch):
     with fp.connect() as client:
         ds = client.put("paged", table, tiling=(600, 1))
         assert ds.to_arrow().equals(table)
-        node = client.nodes()[0]["uri"]
+        node = client.nodes()[0].uri
         first = raw_action(client, "held", {"dataset": "paged", "version": ds.version}, uri=node)  # the reply's JSON
         assert first["more"] and len(first["partitions"]) < 100 and len(first["schemas"]) == 1
         assert all("schema" not in p or p["schema"] is None for p in first["partitions"])
@@ -146,15 +146,15 @@ def test_a_catalog_back_after_a_long_outage_does_not_retire_nodes_that_could_not
 def test_small_partitions_travel_several_to_a_stream():
     table = pa.table({"a": np.arange(30_000), "s": pa.array([f"v{k % 11}" for k in range(30_000)])})
     with fp.connect(timeout=300) as client:  # thousands of partitions in one put: a busy machine is slow
-        node = client.nodes()[0]["uri"]
+        node = client.nodes()[0].uri
         ds = client.put("many", table, tiling=(3_000, 1))
-        stats = client.stats(node)
+        stats = client.stats(node).values
         assert stats["partitions_stored"] == 3_000 and stats["put_streams"] <= 2
         assert ds.to_arrow().equals(table)
         assert ds.count_rows(pc.field("a") < 25) == 25  # statistics came with every partition
         big = pa.table({"a": np.arange(12_000_000)})  # 96 MB in 3 partitions: larger than a stream's share, one each
         client.put("large", big, tiling=(3, 1))
-        assert client.stats(node)["put_streams"] - stats["put_streams"] == 3
+        assert client.stats(node).values["put_streams"] - stats["put_streams"] == 3
 
 
 def test_streams_of_keeps_one_schema_one_column_group_and_a_bounded_size():
@@ -285,7 +285,7 @@ def test_a_node_killed_in_the_middle_of_a_stream_of_several_partitions_loses_not
         c.nodes[0].kill()  # kill -9 while the stream is still arriving
         sender.join(120)
         assert not sender.is_alive() and outcome, "the put must fail, not hang or succeed"
-        assert {d["name"] for d in client.list()} == {"kept"}  # nothing of the cut put was published
+        assert {d.name for d in client.list()} == {"kept"}  # nothing of the cut put was published
         c.nodes.clear()
         c.add_node("127.0.0.127", heartbeat=0.3, data_dir=node_dir)
         wait_until(lambda: not list(node_dir.glob("datasets/cut/v*")), 30,

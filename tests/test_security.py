@@ -30,7 +30,7 @@ def token_cluster(tmp_path_factory):
 def test_with_the_token_everything_works_between_all_daemons(token_cluster):
     table = pa.table({"a": np.arange(1000)})
     with fp.connect(token_cluster.uri, token=TOKEN, host="127.0.0.99") as client:
-        assert len([n for n in client.nodes() if n["alive"]]) == 2  # nodes registered with the token
+        assert len([n for n in client.nodes() if n.alive]) == 2  # nodes registered with the token
         client.put("guarded", table, tiling=(2, 1))                 # the catalog verified with the nodes
         assert client.open("guarded").to_arrow().equals(table)
 
@@ -72,7 +72,7 @@ def test_tls_with_client_certificates(tmp_path, monkeypatch):
         monkeypatch.setenv("FLIGHTPART_TLS_KEY", str(pki["client_key"]))
         table = pa.table({"v": np.arange(5000) * 1.5})
         with fp.connect(c.uri, host="127.0.0.99", tls_root_certs=pki["ca"].read_bytes()) as client:
-            assert sorted(n["ip"] for n in client.nodes() if n["alive"]) == ["127.0.0.32", "127.0.0.33"]
+            assert sorted(n.ip for n in client.nodes() if n.alive) == ["127.0.0.32", "127.0.0.33"]
             client.put("secure", table, tiling=(2, 1))
             assert client.open("secure").to_arrow().equals(table)
         # a client that does not present a certificate is turned away

@@ -73,7 +73,7 @@ def secured(tmp_path_factory):
                         env={**env, "FLIGHTPART_TEST_CLOCK_OFFSET": str(-BEHIND)})
         c.nodes.append(behind)
         with fp.connect(c.uri, token=SECRET) as owner:
-            wait_until(lambda: sum(n["alive"] for n in owner.nodes()) == 5, what="five live nodes")
+            wait_until(lambda: sum(n.alive for n in owner.nodes()) == 5, what="five live nodes")
             owner.put("shared", table_of(4000, 1), tiling=(4, 1), nodes=["127.0.0.121", "127.0.0.122", "127.0.0.123"])
             owner.put("mirrored", table_of(3000, 2), tiling=(3, 1), replicas=2, nodes=["127.0.0.121", "127.0.0.124"])
             owner.put("only-ahead", table_of(500, 3), tiling=(1, 1), nodes=["127.0.0.124"])
@@ -146,8 +146,8 @@ def test_a_node_whose_clock_runs_behind_refuses_a_capability_once_expired_by_the
 
 def test_a_node_whose_clock_is_past_the_margin_is_logged_and_shown(secured):
     with fp.connect(secured.uri, token=SECRET) as owner:
-        wait_until(lambda: all(n.get("clock_skew") is not None for n in owner.nodes()), what="every node's clock")
-        skews = {n["ip"]: n["clock_skew"] for n in owner.nodes()}
+        wait_until(lambda: all(n.clock_skew is not None for n in owner.nodes()), what="every node's clock")
+        skews = {n.ip: n.clock_skew for n in owner.nodes()}
     assert AHEAD - 5 < skews.pop("127.0.0.124") < AHEAD + 5
     assert -BEHIND - 5 < skews.pop("127.0.0.230") < -BEHIND + 5
     assert all(abs(s) < MARGIN for s in skews.values()), skews

@@ -12,7 +12,7 @@ import flightpart as fp
 
 
 def streams(client, cluster) -> int:
-    return sum(client.stats(node.uri)["get_streams"] for node in cluster.nodes)
+    return sum(client.stats(node.uri).values["get_streams"] for node in cluster.nodes)
 
 
 def table(rows: int) -> pa.Table:

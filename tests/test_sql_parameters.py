@@ -39,7 +39,7 @@ def run(conn, query: str, parameters=None) -> pa.Table:
 
 def moved(client, query: str) -> int:
     """The bytes the nodes sent for the last run of ``query`` (the catalog's query history)."""
-    return next(q["bytes_from_nodes"] for q in client.queries()["recent"] if q["text"] == query)
+    return next(q["bytes_from_nodes"] for q in client.queries().recent if q["text"] == query)
 
 
 TWINS = [

@@ -22,7 +22,7 @@ ROWS = 40_000
 
 def rows_sent(cluster) -> int:
     with fp.connect(cluster.uri) as client:
-        return sum(client.stats(n.uri)["rows_sent"] for n in cluster.nodes)
+        return sum(client.stats(n.uri).values["rows_sent"] for n in cluster.nodes)
 
 
 @pytest.fixture(scope="module")

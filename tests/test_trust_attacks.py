@@ -87,7 +87,7 @@ def restart_catalog(cluster: LocalCluster) -> None:
 
 
 def alive(client: fp.Client) -> set[str]:
-    return {n["node_id"] for n in client.nodes() if n["alive"]}
+    return {n.node_id for n in client.nodes() if n.alive}
 
 
 def holders(client: fp.Client, name: str, version: int | None = None) -> set[str]:
@@ -161,7 +161,7 @@ def test_a_hostile_node_is_not_made_a_replica_and_publishes_nothing(trusted):
             assert rows.num_rows == ROWS and pc_count(rows, -1) == 0  # 4,000 of 4,000, none forged
             assert rows.equals(truth)
         assert client.versions("victim") == [1]           # the forged v2 manifest published nothing
-        assert "forged" not in {d["name"] if isinstance(d, dict) else d for d in client.list()}
+        assert "forged" not in {d.name for d in client.list()}
         with pytest.raises(fp.DatasetNotFound):
             client.open("forged")
     wait_until(lambda: "never placed there" in c.catalog.log(), 10, "the refused claim to be logged")
@@ -219,7 +219,7 @@ def test_a_node_token_cannot_write_drop_repair_commit_or_speak_for_another_node(
     # the real catalog's orders still go through: a drop of a fresh put
     with fp.connect(c.uri, token=tokens.role_token(SECRET, "admin", "ops"), host="127.0.0.99") as admin:
         admin.put("fenced", table_of(10))
-        alive = sum(n["alive"] for n in admin.nodes())
+        alive = sum(n.alive for n in admin.nodes())
         assert admin.call(wire.Drop("fenced")).nodes_cleaned == alive > 0  # every live node obeyed the drop
     with reader(c) as client:
         assert client.open("victim").to_arrow().equals(table_of(ROWS, 1))
@@ -294,7 +294,7 @@ def test_repair_and_a_lost_catalog_state_still_work_with_per_node_credentials(tm
 
             def two_live_replicas() -> bool:
                 partitions = client.open("kept").__partitioned__["partitions"].values()
-                live = {n["ip"] for n in client.nodes() if n["alive"]}
+                live = {n.ip for n in client.nodes() if n.alive}
                 return all(len({loc[0] for loc in p["location"]} & live) >= 2 for p in partitions)
 
             wait_until(two_live_replicas, 30, "every partition of kept on two live nodes, the repaired copy included")
@@ -438,7 +438,7 @@ def test_a_writer_cannot_commit_abort_or_publish_another_writers_version(tmp_pat
                 alice.publish_part(dataclasses.replace(part, rows=5))
             with fp.connect(c.uri, token=tokens.role_token(SECRET, "admin", "ops"), host="127.0.0.99") as admin:
                 admin.call(wire.Abort("ranks", spmd))
-            assert "ranks" not in [d["name"] for d in alice.list()]
+            assert "ranks" not in [d.name for d in alice.list()]
 
 
 @pytest.mark.slow

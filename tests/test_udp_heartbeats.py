@@ -39,7 +39,7 @@ def free_port(host: str) -> str:
 
 
 def counts(client: fp.Client, uri: str) -> dict:
-    return {k: v for k, v in client.stats(uri).items() if "udp" in k or "datagram" in k}
+    return {k: v for k, v in client.stats(uri).values.items() if "udp" in k or "datagram" in k}
 
 
 def until(check, timeout: float = 30.0, pause: float = 0.2):
@@ -50,7 +50,7 @@ def until(check, timeout: float = 30.0, pause: float = 0.2):
 
 
 def alive(client: fp.Client) -> dict[str, bool]:
-    return {n["node_id"]: n["alive"] for n in client.nodes()}
+    return {n.node_id: n.alive for n in client.nodes()}
 
 
 def decoded(reply: bytes | None) -> dict:
@@ -227,7 +227,7 @@ def test_a_node_that_died_while_its_catalog_was_frozen_is_not_brought_back_by_it
     try:
         with fp.connect(address) as client:
             wait_for(address, min_nodes=2)
-            ids = {n["uri"]: n["node_id"] for n in client.nodes()}
+            ids = {n.uri: n.node_id for n in client.nodes()}
             doomed, survivor = ids[nodes[0].uris["node"]], ids[nodes[1].uris["node"]]
             assert until(lambda: counts(client, address).get("udp_heartbeats_taken", 10) >= 10)
             os.kill(catalog.proc.pid, signal.SIGSTOP)
@@ -244,7 +244,7 @@ def test_a_node_that_died_while_its_catalog_was_frozen_is_not_brought_back_by_it
                 seen.append(alive(client).get(doomed))
                 time.sleep(0.1)
             assert seen and not any(seen), seen
-            assert client.stats(address)["heartbeats_late"] >= 1
+            assert client.stats(address).values["heartbeats_late"] >= 1
             assert until(lambda: alive(client).get(survivor))  # the live node is heard again (it never stopped)
     finally:
         for daemon in (*nodes, catalog):

@@ -153,7 +153,7 @@ def test_an_append_racing_a_drop_is_never_acknowledged_into_a_dropped_dataset(sh
             a.open(name)
         with pytest.raises(fp.DatasetNotFound):
             a.open(name, before)
-        assert name not in {e["name"] for e in a.list()}
+        assert name not in {e.name for e in a.list()}
         for ip in ("127.0.0.2", "127.0.0.3", "127.0.0.4"):  # nor does any node keep a file the append wrote meanwhile
             folder = shared.root / f"node-{ip}" / "datasets" / name
             wait_until(lambda folder=folder: not folder.exists() or not any(folder.glob("v*")),
@@ -165,7 +165,7 @@ def test_a_drop_in_the_middle_of_an_append_fails_it_and_leaves_no_file(shared, w
     drop."""
     a, b = writers
     a.put("drop-mid", rows(0, 50))
-    received = lambda: sum(a.stats(n.uri)["bytes_received"] for n in shared.nodes)  # noqa: E731
+    received = lambda: sum(a.stats(n.uri).values["bytes_received"] for n in shared.nodes)  # noqa: E731
     before = received()
     dropped = threading.Event()
     new = rows(8000, 20)
@@ -232,7 +232,7 @@ def test_the_catalog_refuses_a_commit_on_a_stale_base_or_behind_a_newer_version(
     source = a.info("stale-base")
     version = a.call(Begin("stale-base")).version
     spans = {p.position: (p.start[0], p.start[0] + p.shape[0]) for p in source.parts}
-    holders = reshape.live_holders(source, [n for n in a.nodes() if n["alive"]])
+    holders = reshape.live_holders(source, [n for n in a.nodes() if n.alive])
     parts = tuple(reshape.assemble_on_nodes(a.pool, source, version, source.grid[1], spans, holders))
     appended = b.append("stale-base", rows(500, 4))  # another writer commits on top of v1 first
     assert appended.version > version

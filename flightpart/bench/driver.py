@@ -67,7 +67,8 @@ class FlightpartReader:
 
     def compressed(self) -> dict:
         client = self.client()
-        return {"streams_compressed": sum(client.stats(n["uri"]).get("streams_compressed", 0) for n in client.nodes())}
+        sent = sum(client.stats(n.uri).values.get("streams_compressed", 0) for n in client.nodes())
+        return {"streams_compressed": sent}
 
 
 class RawReader:

@@ -189,5 +189,5 @@ def alternate(contenders: dict[str, Callable[[], Any]], runs: int, warmup: int =
 
 def moved_by_nodes(h: Any) -> dict[str, int]:
     """Bytes and rows the harness's nodes have sent, summed (their own counters)."""
-    per_node = [h.client.stats(n.uri) for n in h.cluster.nodes]
+    per_node = [h.client.stats(n.uri).values for n in h.cluster.nodes]
     return {k: sum(s[k] for s in per_node) for k in ("bytes_sent", "rows_sent")}

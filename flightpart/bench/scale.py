@@ -133,7 +133,7 @@ def case_partitions(root: Path, sizes: list[int], log: Callable[[str], None],
             read_s, back = _seconds(ds.to_arrow)
             if not back.equals(table) or ddf.npartitions != p:
                 raise AssertionError(f"{p} partitions: the data read back differs from what was put")
-            maps = max(client.stats(n.uri)["maps_open"] for n in cluster.nodes)
+            maps = max(client.stats(n.uri).values["maps_open"] for n in cluster.nodes)
             client.drop("scale")
             rows.append({"partitions": p, "put_seconds": put_s, "commit_seconds": commit.seconds,
                          "catalog_cpu_seconds_in_put": catalog_cpu, "first_open_seconds": first_open_s,
@@ -169,7 +169,7 @@ def case_columns(root: Path, sizes: list[int], log: Callable[[str], None],
 
 def _wait_alive(client: Any, n: int, timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
-    while sum(1 for x in client.nodes() if x["alive"]) < n:
+    while sum(1 for x in client.nodes() if x.alive) < n:
         if time.monotonic() > deadline:
             raise TimeoutError(f"fewer than {n} nodes alive after {timeout}s")
         time.sleep(0.1)
@@ -248,7 +248,7 @@ def case_nodes(root: Path, sizes: list[int], datasets: int, window: float, log: 
             cpu1, io1, t1 = sum(catalog.cpu_times()[:2]), catalog.io_counters().write_bytes, time.perf_counter()
             for proc in procs:
                 proc.join()
-            alive = sum(1 for x in client.nodes() if x["alive"])
+            alive = sum(1 for x in client.nodes() if x.alive)
             for d in range(datasets):
                 client.put(f"d{d:05d}", pa.table({"a": [d]}), tiling=(1, 1), nodes=[cluster.nodes[0].uri])
             list_s, listed = _seconds(client.list)

@@ -49,13 +49,13 @@ def nodes(catalog: str, as_json: bool) -> None:
         rows = client.nodes()
         leadership = client.leadership()
     if as_json:
-        click.echo(json.dumps(rows))
+        click.echo(json.dumps([n.to_json() for n in rows]))
         return
     if leadership.role != "single":
         click.echo(_leadership_text(leadership))
     print_table(("node", "uri", "ip", "pid", "state", "clock skew"),
-                 [(n["node_id"][:8], n["uri"], n["ip"], n["pid"], "[green]alive[/]" if n["alive"] else "[red]dead[/]",
-                   _skew_text(n.get("clock_skew"))) for n in rows])
+                 [(n.node_id[:8], n.uri, n.ip, n.pid, "[green]alive[/]" if n.alive else "[red]dead[/]",
+                   _skew_text(n.clock_skew)) for n in rows])
 
 
 @main.command()

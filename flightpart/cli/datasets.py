@@ -212,16 +212,14 @@ def ls_cmd(long_: bool, catalog: str, as_json: bool) -> None:
 
     with client_for(catalog) as client:
         rows = client.list()
-        if long_:
-            for r in rows:
-                r["columns"] = describe_columns(client.open(r["name"], r["version"]).schema)
+        columns = [describe_columns(client.open(r.name, r.version).schema) if long_ else None for r in rows]
     if as_json:
-        click.echo(json.dumps(rows))
+        click.echo(json.dumps([{**r.to_json(), **({"columns": c} if long_ else {})} for r, c in zip(rows, columns)]))
         return
     headers = ("name", "version", "rows", "columns", "tiling", "bytes") + (("column types",) if long_ else ())
-    print_table(headers, [(r["name"], r["version"], f"{r['shape'][0]:,}", r["shape"][1],
-                           "x".join(map(str, r["partition_tiling"])), f"{r['nbytes']:,}")
-                          + ((_types_text(r["columns"]),) if long_ else ()) for r in rows])
+    print_table(headers, [(r.name, r.version, f"{r.shape[0]:,}", r.shape[1], "x".join(map(str, r.partition_tiling)),
+                           f"{r.nbytes:,}") + ((_types_text(c),) if long_ else ())
+                          for r, c in zip(rows, columns)])
 
 
 def _types_text(columns: list[dict]) -> str:

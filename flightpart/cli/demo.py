@@ -56,11 +56,11 @@ def run_demo(size_mb: int = 300) -> int:
                                title="read from 127.0.0.2 (node 1's host)")
                 total_rows, checksum = 0, 0.0
                 for pos, part in sorted(d["partitions"].items()):
-                    before = {u: client.stats(u)["bytes_sent"] for u in uris}
+                    before = {u: client.stats(u).values["bytes_sent"] for u in uris}
                     t0 = time.perf_counter()
                     got = d["get"](part["data"])
                     ms = (time.perf_counter() - t0) * 1e3
-                    sent = sum(client.stats(u)["bytes_sent"] - before[u] for u in uris)
+                    sent = sum(client.stats(u).values["bytes_sent"] - before[u] for u in uris)
                     ip = part["location"][0][0]
                     mode = "[green]zero-copy (mmap)[/]" if ip == "127.0.0.2" else "[yellow]streamed[/]"
                     report.add_row(str(pos), ip, f"{got.num_rows:,}", f"{got.nbytes / 1e6:,.1f}", mode, f"{sent:,}",

@@ -6,6 +6,7 @@ from typing import Any
 
 from flightpart.frames import describe_columns
 from flightpart.palette import node_colour
+from flightpart.wire import NodeRow
 
 
 def grid_json(ds: Any) -> dict:
@@ -25,14 +26,14 @@ def grid_json(ds: Any) -> dict:
     }
 
 
-def render_grid(ds: Any, nodes: list[dict], console: Any = None) -> None:
+def render_grid(ds: Any, nodes: list[NodeRow], console: Any = None) -> None:
     """One cell per partition, coloured by the node holding its first replica."""
     from rich.console import Console
     from rich.table import Table
 
     console = console or Console()
     d = ds.__partitioned__
-    colour = {n["uri"]: node_colour(k) for k, n in enumerate(nodes)}
+    colour = {n.uri: node_colour(k) for k, n in enumerate(nodes)}
     p, q = d["partition_tiling"]
     table = Table(title=f"{ds.name} v{ds.version}: {d['shape'][0]:,} rows x {d['shape'][1]} columns, "
                         f"{ds.nbytes:,} bytes", show_lines=True)

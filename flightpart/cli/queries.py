@@ -17,7 +17,7 @@ def queries(catalog: str, as_json: bool, running: bool) -> None:
     """The catalog's SQL queries: running now, then the last finished (an admin's)."""
     with client_for(catalog) as client:
         found = client.queries()
-    rows = found["running"] + ([] if running else found["recent"])
+    rows = found.running + ([] if running else found.recent)
     if as_json:
         click.echo(json.dumps(rows))
         return

@@ -26,9 +26,9 @@ def main() -> int:
     host = os.environ.get("FLIGHTPART_HOST")
     table = example_table(int(os.environ.get("EXAMPLE_ROWS", "300000")))
     with connect(catalog, host=host) as client:
-        fp_nodes = [n for n in client.nodes() if n["alive"]]
-        print(f"{len(fp_nodes)} live nodes: {', '.join(sorted(n['uri'] for n in fp_nodes))}")
-        if "example" not in [d["name"] for d in client.list()]:
+        fp_nodes = [n for n in client.nodes() if n.alive]
+        print(f"{len(fp_nodes)} live nodes: {', '.join(sorted(n.uri for n in fp_nodes))}")
+        if "example" not in [d.name for d in client.list()]:
             client.put("example", table, tiling=(len(fp_nodes), 1))
         ds = client.open("example")
         d = ds.__partitioned__

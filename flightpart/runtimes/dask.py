@@ -35,7 +35,7 @@ from flightpart.runtimes.tasks import (
     send_from_worker,
     stored_range,
 )
-from flightpart.wire import ROW_NUMBER
+from flightpart.wire import ROW_NUMBER, NodeRow
 
 __all__ = ["DaskGather", "LocalityPlugin", "dask_graph", "from_partitioned", "owns", "partitioned", "put", "start",
            "stop"]
@@ -327,8 +327,8 @@ def owns(obj: Any) -> bool:
     return type(obj).__module__.startswith("dask.dataframe") and hasattr(obj, "npartitions")
 
 
-def put(client: Any, name: str, ddf: Any, nodes: list[dict],
-        version: int) -> tuple[list[SentPart], list[tuple[str, dict]]]:
+def put(client: Any, name: str, ddf: Any, nodes: list[NodeRow],
+        version: int) -> tuple[list[SentPart], list[tuple[str, NodeRow]]]:
     """Send every partition from the worker holding it to the node on its host; returns what each worker sent
     and the (worker, node) chosen per partition."""
     p = partitioned(ddf)
@@ -336,9 +336,9 @@ def put(client: Any, name: str, ddf: Any, nodes: list[dict],
     placement, tasks = [], []
     for k, (fut, holders) in enumerate(zip(p.futures, p.holders)):
         node = node_for([host_of(w) for w in holders], nodes, k)
-        worker = next((w for w in holders if host_of(w) == node["ip"]), holders[0])
+        worker = next((w for w in holders if host_of(w) == node.ip), holders[0])
         placement.append((worker, node))
-        tasks.append(dclient.submit(send_from_worker, fut, node["uri"], client.access, name, version, (k, 0),
+        tasks.append(dclient.submit(send_from_worker, fut, node.uri, client.access, name, version, (k, 0),
                                     client.grant_for(name, version), workers=[worker], allow_other_workers=False,
                                     pure=False))
     return (dclient.gather(tasks) if tasks else []), placement

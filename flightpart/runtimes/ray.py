@@ -27,6 +27,7 @@ from flightpart.runtimes.tasks import (
     row_blocks,
     send_from_worker,
 )
+from flightpart.wire import NodeRow
 
 __all__ = ["RayGet", "from_partitioned", "object_locations", "owns", "partitioned", "put", "read_refs", "start", "stop"]
 
@@ -190,7 +191,7 @@ def owns(obj: Any) -> bool:
     return type(obj).__module__.startswith("ray.data") and hasattr(obj, "to_arrow_refs")
 
 
-def put(client: Any, name: str, dataset: Any, nodes: list[dict], version: int) -> tuple[list[SentPart], list]:
+def put(client: Any, name: str, dataset: Any, nodes: list[NodeRow], version: int) -> tuple[list[SentPart], list]:
     """Each block is sent by a task on the Ray node that holds it."""
     import ray
 
@@ -204,6 +205,6 @@ def put(client: Any, name: str, dataset: Any, nodes: list[dict], version: int) -
         placement.append((locs[0][0], node))
         strategy = _affinity(hosts, node_by_ip)
         grant = client.grant_for(name, version)
-        refs.append(task.options(scheduling_strategy=strategy).remote(ref, node["uri"], client.access, name, version,
+        refs.append(task.options(scheduling_strategy=strategy).remote(ref, node.uri, client.access, name, version,
                                                                       (k, 0), grant))
     return ray.get(refs), placement

@@ -19,7 +19,7 @@ from flightpart.errors import PartitionedError
 from flightpart.io.access import Access
 from flightpart.io.connections import shared_pool
 from flightpart.io.transfer import PutCall, SentPart, send_partition
-from flightpart.wire import ROW_NUMBER
+from flightpart.wire import ROW_NUMBER, NodeRow
 
 
 @dataclass(frozen=True)
@@ -164,11 +164,11 @@ def send_from_worker(frame: Any, uri: str, access: Access, name: str, version: i
     return SentPart(rows, cols, table.schema)
 
 
-def node_for(hosts: Sequence[str], nodes: Sequence[dict], index: int) -> dict:
+def node_for(hosts: Sequence[str], nodes: Sequence[NodeRow], index: int) -> NodeRow:
     """The flightpart node on one of ``hosts`` (the data's own host), else round-robin by ``index``."""
-    by_ip: dict[str, dict] = {}
+    by_ip: dict[str, NodeRow] = {}
     for n in nodes:
-        by_ip.setdefault(n["ip"], n)
+        by_ip.setdefault(n.ip, n)
     local = [by_ip[h] for h in hosts if h in by_ip]
     return local[0] if local else nodes[index % len(nodes)]
 

@@ -90,7 +90,7 @@ class Gateway:
         client = self.client()
         found: list[tuple[str, pa.Schema | None]] = []
         for entry in client.list():
-            name = entry["name"]
+            name = entry.name
             if wanted is not None and not wanted(name):
                 continue
             if not schemas:
@@ -252,7 +252,7 @@ class Gateway:
         see :mod:`.schemas`)."""
         if len(query) > MAX_TEXT:
             return None
-        versions = {entry["name"]: entry["version"] for entry in self.client().list()}
+        versions = {entry.name: entry.version for entry in self.client().list()}
         named = named_datasets(query, lambda: set(versions))
         if lists_tables(query, named):
             return None
@@ -282,7 +282,7 @@ class Gateway:
         return named_datasets(query, self._dataset_names)
 
     def _dataset_names(self) -> set[str]:
-        return {entry["name"] for entry in self.client().list()}
+        return {entry.name for entry in self.client().list()}
 
     def _is_dataset(self, table: str) -> bool:
         """Whether a table name means a dataset (``name@version``: a version of one)."""

@@ -47,7 +47,7 @@ def ingest(writer: Callable[[], Any], body: bytes, reader: flight.MetadataRecord
                               field="table")
     name = check_name(proto.text_field(body, 2, "table") or "", "table")
     client = writer()
-    exists = name in {entry["name"] for entry in client.list()}
+    exists = name in {entry.name for entry in client.list()}
     if exists and if_exists == "fail":
         raise VersionConflict(f"adbc_ingest: dataset {name!r} exists (mode='create'); append or replace it",
                               field="table")

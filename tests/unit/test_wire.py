@@ -173,6 +173,8 @@ def test_a_stats_reply_is_kept_as_received_for_its_readers_to_judge():
     assert wire.StatsReply.decode(b'[1, 2]').values == [1, 2]  # the status page says "the reply is a list of 2"
     with pytest.raises(fp.RequestRejected, match="lists of running and recent"):
         wire.QueriesReply.decode(b'{"running": 1}')
+    queries = wire.QueriesReply.decode(b'{"running": [{"id": 2}], "recent": [{"id": 1, "outcome": "ok"}]}')
+    assert (queries.running, queries.recent) == ([{"id": 2}], [{"id": 1, "outcome": "ok"}])
 
 
 @pytest.mark.parametrize("body, field", [
@@ -302,8 +304,9 @@ def test_flight_info_round_trips_through_compact_metadata_and_endpoints():
     assert wire.decode_flight_info(plain) == version
     assert info.total_bytes == version.nbytes == sum(p.nbytes for p in parts)
     listed = wire.list_entry(wire.encode_flight_info(version, with_endpoints=False))
-    assert listed == {"name": "sales", "version": 4, "shape": (15, 2), "partition_tiling": (3, 2),
-                      "nbytes": version.nbytes}
+    assert listed == wire.DatasetEntry("sales", 4, (15, 2), (3, 2), version.nbytes)
+    assert listed.to_json() == {"name": "sales", "version": 4, "shape": [15, 2], "partition_tiling": [3, 2],
+                                "nbytes": version.nbytes}
 
 
 @pytest.mark.parametrize("cls", sorted(fp.errors.BY_CODE.values(), key=lambda c: c.code), ids=lambda c: c.code)
