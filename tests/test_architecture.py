@@ -335,3 +335,55 @@ def test_daemon_settings_are_values_the_commands_are_made_from():
         made = [ast.unparse(d) for d in function.decorator_list]
         assert len(made) == 2 and made[1].startswith("options_of("), f"{name} is decorated with {made}"
         assert function.args.kwarg is not None and not function.args.args, f"{name} spells its own parameters"
+
+
+CLUSTER_CLASSES = {"LocalCluster", "InProcessCluster"}
+
+
+def direct_clusters(tests: Path) -> list[str]:
+    """Where a test file outside ``conftest.py`` constructs a flightpart ``LocalCluster`` or ``InProcessCluster``
+    itself (``file:line``); Dask's ``distributed.LocalCluster`` and scripts held in strings are not ours."""
+    found = []
+    for path in sorted(tests.rglob("*.py")):
+        if path.name == "conftest.py":
+            continue
+        tree = ast.parse(path.read_text(), str(path))
+        ours = {a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)
+                and (n.module or "").startswith("flightpart") for a in n.names if a.name in CLUSTER_CLASSES}
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Call):
+                continue
+            f = node.func
+            named = isinstance(f, ast.Name) and f.id in ours
+            dotted = (isinstance(f, ast.Attribute) and f.attr in CLUSTER_CLASSES
+                      and not (isinstance(f.value, ast.Name) and f.value.id == "distributed"))
+            if named or dotted:
+                found.append(f"{path.relative_to(tests.parent)}:{node.lineno}")
+    return found
+
+
+def pinned_ranges(tests: Path) -> set[int]:
+    """The literal ``first_ip=`` of every ``make_cluster(...)`` / ``new_cluster(...)`` call in the tests."""
+    pins = set()
+    for path in tests.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
+                    node.func.id in ("make_cluster", "new_cluster"):
+                pins |= {k.value.value for k in node.keywords
+                         if k.arg == "first_ip" and isinstance(k.value, ast.Constant)}
+    return pins
+
+
+def test_every_test_cluster_comes_from_the_conftest_factory():
+    """Tests get clusters from ``make_cluster`` / ``new_cluster`` (``tests/conftest.py``), whose session-wide pool
+    gives each a loopback range of its own; a test that built one itself picked its addresses by hand, and two
+    such picks could collide. A pinned range (``first_ip=``) is one of conftest's ``PINNED``, which automatic
+    ranges avoid."""
+    tests = ROOT / "tests"
+    assert direct_clusters(tests) == []
+    conftest = ast.parse((tests / "conftest.py").read_text())
+    declared = next(n.value for n in conftest.body if isinstance(n, ast.Assign)
+                    and any(isinstance(t, ast.Name) and t.id == "PINNED" for t in n.targets))
+    assert isinstance(declared, ast.Call) and declared.args, "PINNED is frozenset({...})"
+    pinned = ast.literal_eval(declared.args[0])
+    assert pinned_ranges(tests) <= pinned, f"pinned outside conftest's PINNED: {pinned_ranges(tests) - pinned}"

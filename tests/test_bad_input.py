@@ -19,7 +19,6 @@ from hypothesis import strategies as st
 
 import flightpart as fp
 from flightpart import wire
-from flightpart.local.cluster import LocalCluster
 
 from helpers import code_of, put_raw, raw_action, wait_until
 
@@ -30,9 +29,8 @@ def assert_clear(exc: BaseException) -> None:
 
 
 @pytest.fixture(scope="module")
-def guarded(tmp_path_factory):
-    root = tmp_path_factory.mktemp("bad")
-    with LocalCluster(root, nodes=1, first_ip=42,
+def guarded(make_cluster):
+    with make_cluster(1, process=True,
                       node_args=["--max-partition-bytes", "2000000", "--max-streams", "4"]) as c:
         with fp.connect(c.uri) as client:
             client.put("good", pa.table({"a": np.arange(10_000)}), tiling=(1, 1))
@@ -45,7 +43,7 @@ def still_serving(c) -> None:
 
 
 def files_outside(c) -> list[str]:
-    allowed = {c.root / "catalog", c.root / "node-127.0.0.42"}
+    allowed = {c.root / "catalog", c.root / f"node-{c.ips[0]}"}
     return [str(p) for p in c.root.rglob("*") if not any(p == a or a in p.parents for a in allowed)]
 
 
@@ -133,7 +131,7 @@ def test_put_streams_that_break_the_rules(guarded):
         writer.write_table(big, max_chunksize=50_000)
         writer.close()
     assert code_of(info.value) == "LIMIT_EXCEEDED"
-    assert not list((guarded.root / "node-127.0.0.42").rglob("big/**/*.arrow"))
+    assert not list((guarded.root / f"node-{guarded.ips[0]}").rglob("big/**/*.arrow"))
     # wrong row count: the catalog refuses to publish what the node does not really hold
     with fp.connect(guarded.uri) as client:
         version = client.call(fp.wire.Begin("short")).version
@@ -170,7 +168,7 @@ def test_a_truncated_put_stream_leaves_no_partition(guarded):
     assert proc.stdout.readline().strip() == "sent"
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
-    node_dir = guarded.root / "node-127.0.0.42"
+    node_dir = guarded.root / f"node-{guarded.ips[0]}"
     def temporaries() -> list:
         try:
             return list(node_dir.rglob(".tmp-*"))
@@ -223,7 +221,7 @@ def test_a_put_whose_trailer_disagrees_is_not_stored(guarded):
         writer.write_metadata(pa.py_buffer(b'{"rows": 5}'))
         writer.close()
     assert code_of(info.value) == "INVALID_REQUEST"
-    assert not (guarded.root / "node-127.0.0.42" / "datasets" / "trailer" / "v1" / "0_0.arrow").exists()
+    assert not (guarded.root / f"node-{guarded.ips[0]}" / "datasets" / "trailer" / "v1" / "0_0.arrow").exists()
 
 
 @pytest.mark.parametrize("text, code", [

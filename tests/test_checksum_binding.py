@@ -28,8 +28,6 @@ from flightpart.wire import SCRUB_DEADLINE, ScrubCluster, Ticket
 
 from helpers import code_of, wait_until
 
-IPS = ("127.0.0.216", "127.0.0.217", "127.0.0.218")
-
 
 def table_of(rows: int, seed: int) -> pa.Table:
     rng = np.random.default_rng(seed)
@@ -37,14 +35,14 @@ def table_of(rows: int, seed: int) -> pa.Table:
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
+def cluster(make_cluster):
     """Three nodes whose background scrub is off, so each test decides when damage is found."""
-    with LocalCluster(tmp_path_factory.mktemp("binding"), nodes=3, first_ip=216, heartbeat=0.3,
+    with make_cluster(3, process=True, heartbeat=0.3,
                       node_args=["--scrub-interval", "0"]) as c:
         yield c
 
 
-def holders(c: LocalCluster, ips: tuple[str, ...], name: str, part: tuple[int, int],
+def holders(c: LocalCluster, ips: list[str], name: str, part: tuple[int, int],
             version: int = 1) -> list[tuple[str, Path]]:
     """(node uri, file) of every replica of a partition on disk."""
     rel = layout.partition_relpath(name, version, part)
@@ -105,7 +103,7 @@ def test_a_lost_statistics_file_does_not_let_a_flipped_bit_be_served(cluster, ho
     table = table_of(40_000, 1)
     with fp.connect(c.uri, host="127.0.0.99") as client:
         client.put(name, table, tiling=(2, 1), replicas=2)
-        (bad_uri, bad_file), (good_uri, good_file) = holders(c, IPS, name, (0, 0))
+        (bad_uri, bad_file), (good_uri, good_file) = holders(c, c.ips, name, (0, 0))
         lose_stats(bad_file, how)
         overwrite_bit(bad_file)
         lose_stats(good_file, how)  # intact bytes whose statistics alone are lost: still served
@@ -117,7 +115,7 @@ def test_a_lost_statistics_file_does_not_let_a_flipped_bit_be_served(cluster, ho
         wait_until(lambda: listed(client, name, (0, 0)) == {good_uri}, 60,
                    "the catalog to stop listing the damaged replica")
 
-        (scrubbed_uri, scrubbed_file), _other = holders(c, IPS, name, (1, 0))  # found by a scrub, not by a read
+        (scrubbed_uri, scrubbed_file), _other = holders(c, c.ips, name, (1, 0))  # found by a scrub, not by a read
         lose_stats(scrubbed_file, how)
         overwrite_bit(scrubbed_file)
         status, found = scrub_findings(c)
@@ -125,7 +123,7 @@ def test_a_lost_statistics_file_does_not_let_a_flipped_bit_be_served(cluster, ho
         client.repair()
         for part in ((0, 0), (1, 0)):
             wait_until(lambda part=part: len(listed(client, name, part)) == 2, 60, "repair to recreate the replica")
-            for uri, _file in holders(c, IPS, name, part):
+            for uri, _file in holders(c, c.ips, name, part):
                 assert raw_get(uri, name, part).equals(table.slice(part[0] * 20_000, 20_000))
         assert scrub_findings(c) == (0, {"damaged": set(), "missing": set()})
 
@@ -136,8 +134,8 @@ def test_a_partition_copied_over_another_position_is_never_served_there(cluster)
     table = table_of(40_000, 3)
     with fp.connect(c.uri, host="127.0.0.99") as client:
         client.put(name, table, tiling=(4, 1), replicas=2)
-        (_src_uri, source), = holders(c, IPS, name, (0, 0))[:1]
-        (bad_uri, target), (good_uri, _) = holders(c, IPS, name, (3, 0))
+        (_src_uri, source), = holders(c, c.ips, name, (0, 0))[:1]
+        (bad_uri, target), (good_uri, _) = holders(c, c.ips, name, (3, 0))
         move_over(source, target)
         with pytest.raises(flight.FlightError) as info:
             raw_get(bad_uri, name, (3, 0))
@@ -146,7 +144,7 @@ def test_a_partition_copied_over_another_position_is_never_served_there(cluster)
         wait_until(lambda: listed(client, name, (3, 0)) == {good_uri}, 60, "the catalog to stop listing the moved file")
         client.repair()
         wait_until(lambda: len(listed(client, name, (3, 0))) == 2, 60, "repair to recreate the replica")
-        for uri, _file in holders(c, IPS, name, (3, 0)):
+        for uri, _file in holders(c, c.ips, name, (3, 0)):
             assert raw_get(uri, name, (3, 0)).equals(table.slice(30_000))
 
 
@@ -167,8 +165,8 @@ def test_a_file_of_another_version_copied_into_place_is_found_by_scrub_refused_a
         client.put(name, old, tiling=(2, 1), replicas=2)
         client.put(name, new, tiling=(2, 1), replicas=2)
         assert client.open(name).version == 2
-        holders_v1 = dict(holders(c, IPS, name, (1, 0), version=1))
-        (bad_uri, target), (good_uri, _) = holders(c, IPS, name, (1, 0), version=2)
+        holders_v1 = dict(holders(c, c.ips, name, (1, 0), version=1))
+        (bad_uri, target), (good_uri, _) = holders(c, c.ips, name, (1, 0), version=2)
         move_over(holders_v1.get(bad_uri) or next(iter(holders_v1.values())), target)
         status, found = scrub_findings(c)
         assert status == 1 and found["damaged"] == {(bad_uri, name, 2, (1, 0))} and not found["missing"]
@@ -176,22 +174,22 @@ def test_a_file_of_another_version_copied_into_place_is_found_by_scrub_refused_a
             raw_get(bad_uri, name, (1, 0), version=2)
         assert code_of(info.value) in ("PARTITION_DAMAGED", "PARTITION_MISSING")  # quarantined by the scrub
         wait_until(lambda: listed(client, name, (1, 0)) == {good_uri}, 60, "the catalog to stop listing the moved file")
-        ip = IPS[[n.uri for n in c.nodes].index(bad_uri)]
+        ip = c.ips[[n.uri for n in c.nodes].index(bad_uri)]
         run = subprocess.run([sys.executable, "-c", READER_ON_HOST, c.uri, ip, name], capture_output=True, text=True,
                              timeout=120)
         assert run.returncode == 0, run.stderr[-2000:]
         assert run.stdout.split() == [str(5_000_000), "40000", "True"]  # the new version's rows, none of the old
         client.repair()
         wait_until(lambda: len(listed(client, name, (1, 0))) == 2, 60, "repair to recreate the replica")
-        for uri, _file in holders(c, IPS, name, (1, 0), version=2):
+        for uri, _file in holders(c, c.ips, name, (1, 0), version=2):
             assert raw_get(uri, name, (1, 0), version=2).equals(new.slice(20_000))
         assert client.open(name, version=1).to_arrow().equals(old)
 
 
 @pytest.mark.slow  # a loop of puts and drops against repeated scrubs
-def test_scrubs_racing_drops_report_nothing_missing_and_exit_zero(tmp_path):
+def test_scrubs_racing_drops_report_nothing_missing_and_exit_zero(new_cluster):
     """Each scrub reads a ballast of 600 files, so drops that never pause remove files under every one of them."""
-    with LocalCluster(tmp_path, nodes=2, first_ip=219, heartbeat=0.3, node_args=["--scrub-interval", "0"]) as c, \
+    with new_cluster(2, process=True, heartbeat=0.3, node_args=["--scrub-interval", "0"]) as c, \
             fp.connect(c.uri, host="127.0.0.99") as client:
         ballast = table_of(300_000, 6)
         client.put("ballast", ballast, tiling=(300, 1), replicas=2)

@@ -319,17 +319,15 @@ def test_spmd_publish_with_three_rank_processes_then_spmd_view(cluster):
         assert view["rows"] == {str([rank, 0]): [start[0], rows[0]]}
 
 
-def test_a_node_restart_serves_what_it_committed(cluster, tmp_path):
-    from flightpart.local.cluster import LocalCluster
-
-    with LocalCluster(tmp_path, nodes=1, first_ip=5) as small:
+def test_a_node_restart_serves_what_it_committed(cluster, new_cluster):
+    with new_cluster(1, process=True) as small:
         table = make_table(5000, seed=3)
         with fp.connect(small.uri) as client:
             client.put("durable", table)
-        data_dir = tmp_path / "node-127.0.0.5"
+        data_dir = small.root / f"node-{small.ips[0]}"
         small.nodes[0].stop()
         small.nodes.clear()
-        small.add_node("127.0.0.5", data_dir=data_dir)
+        small.add_node(small.ips[0], data_dir=data_dir)
         with fp.connect(small.uri, host="127.0.0.9") as client:
             assert client.open("durable").to_arrow().equals(table)
 
@@ -386,14 +384,12 @@ def test_a_dropped_partition_is_not_kept_mapped_by_a_reader(cluster):
     assert not [name for _lo, _hi, name in _mappings() if name.startswith(path)]
 
 
-def test_the_in_process_test_cluster_streams_over_sockets_like_any_other(tmp_path):
+def test_the_in_process_test_cluster_streams_over_sockets_like_any_other(new_cluster):
     """The in-process cluster most tests use must not short-cut reads: a reader on another host streams every byte."""
-    from flightpart.local import InProcessCluster
-
     table = make_table(20_000, 7)
-    with InProcessCluster(tmp_path, nodes=2, first_ip=212) as c, fp.connect(c.uri, host="127.0.0.9") as client:
+    with new_cluster(2) as c, fp.connect(c.uri, host="127.0.0.9") as client:
         # registered before it returned
-        assert sorted(n.ip for n in client.nodes()) == ["127.0.0.212", "127.0.0.213"]
+        assert sorted(n.ip for n in client.nodes()) == c.ips[:2]
         client.put("over-sockets", table, tiling=(2, 1))
         before = fp.traffic()
         assert client.open("over-sockets").to_arrow().equals(table)

@@ -23,7 +23,6 @@ import pytest
 
 import flightpart as fp
 from flightpart.io.layout import MANIFEST
-from flightpart.local.cluster import LocalCluster
 
 from helpers import code_of, finished_within, free_port, put_raw, wait_until
 
@@ -51,8 +50,8 @@ def map_count(pid: int) -> int:
 
 
 @pytest.fixture
-def cluster(tmp_path):
-    with LocalCluster(tmp_path, nodes=3, first_ip=72, heartbeat=0.3, dead_after=1.5, catalog_port=free_port()) as c:
+def cluster(new_cluster):
+    with new_cluster(3, process=True, heartbeat=0.3, dead_after=1.5, catalog_port=free_port()) as c:
         yield c
 
 
@@ -120,7 +119,7 @@ def test_a_node_obeys_only_the_catalog_of_its_own_cluster(cluster):
             list(node.do_action(flight.Action("drop", json.dumps(order).encode())))
         assert code_of(info.value) == "FOREIGN_CLUSTER"
     assert data_files(c.root) == files
-    marker = json.loads((c.root / "node-127.0.0.72" / "flightpart-node.json").read_text())
+    marker = json.loads((c.root / f"node-{c.ips[0]}" / "flightpart-node.json").read_text())
     catalog = flight.connect(c.uri)
     body = {"node_id": "intruder", "uri": "grpc://127.0.0.9:1", "ip": "127.0.0.9", "pid": 1, "cluster": "another"}
     with pytest.raises(flight.FlightError) as info:
@@ -129,8 +128,8 @@ def test_a_node_obeys_only_the_catalog_of_its_own_cluster(cluster):
 
 
 @pytest.mark.slow  # waits out a pending TTL: a long fault test, in the slow tier CI runs
-def test_a_put_the_catalog_never_saw_finish_expires_by_the_pending_ttl(tmp_path):
-    with LocalCluster(tmp_path, nodes=2, first_ip=76, heartbeat=0.3, dead_after=1.5, catalog_port=free_port(),
+def test_a_put_the_catalog_never_saw_finish_expires_by_the_pending_ttl(new_cluster):
+    with new_cluster(2, process=True, heartbeat=0.3, dead_after=1.5, catalog_port=free_port(),
                       extra_args=["--pending-ttl", "3"]) as c:
         with fp.connect(c.uri) as client:
             version = client.call(fp.wire.Begin("half")).version
@@ -219,9 +218,8 @@ def read_everything(node_dir: Path, node_uri: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def lone_node(tmp_path_factory):
-    root = tmp_path_factory.mktemp("attacked")
-    with LocalCluster(root, nodes=1, first_ip=79, node_args=["--max-partition-bytes", "1000000"]) as c:
+def lone_node(make_cluster):
+    with make_cluster(1, process=True, node_args=["--max-partition-bytes", "1000000"]) as c:
         yield c
 
 
@@ -230,7 +228,7 @@ def test_a_lying_batch_is_refused_and_nothing_is_stored(lone_node, lie):
     (outcome,) = send(lone_node.nodes[0].uri, lie, str(TESTS))
     assert "stored" not in outcome, outcome
     assert json.loads(outcome["extra_info"])["code"] == "INVALID_REQUEST" and "invalid record batch" in outcome["error"]
-    node_dir = lone_node.root / "node-127.0.0.79"
+    node_dir = lone_node.root / f"node-{lone_node.ips[0]}"
     assert not (node_dir / "datasets" / lie).exists()  # no file, no empty folder
     assert lone_node.nodes[0].proc.poll() is None
 
@@ -250,7 +248,7 @@ def test_a_put_without_its_trailer_or_over_the_limit_leaves_nothing(lone_node):
         writer.write_table(big, max_chunksize=big.num_rows)
         writer.close()
     assert code_of(info.value) == "LIMIT_EXCEEDED"
-    datasets = lone_node.root / "node-127.0.0.79" / "datasets"
+    datasets = lone_node.root / f"node-{lone_node.ips[0]}" / "datasets"
     assert not (datasets / "untrailed").exists() and not (datasets / "oversized").exists()  # no file, no empty folder
     assert lone_node.nodes[0].proc.poll() is None
 
@@ -270,7 +268,7 @@ def test_fuzzed_put_streams_store_only_valid_partitions_and_crash_nothing(lone_n
     assert stored and refused  # the fuzz did both: valid mutations are kept, invalid ones refused
     for o in refused:
         assert json.loads(o["extra_info"])["code"] in ("INVALID_REQUEST", "SCHEMA_MISMATCH", "LIMIT_EXCEEDED"), o
-    assert "read" in read_everything(lone_node.root / "node-127.0.0.79", node_uri)
+    assert "read" in read_everything(lone_node.root / f"node-{lone_node.ips[0]}", node_uri)
 
 
 def test_a_committed_version_never_changes(cluster):
@@ -292,15 +290,15 @@ def test_a_holder_that_missed_the_seal_gets_it_when_it_registers_again(cluster):
     c = cluster
     with fp.connect(c.uri, host="127.0.0.99") as client:
         ds = client.put("late-seal", table_of(900, 30), tiling=(3, 1))
-        node_dir = c.root / "node-127.0.0.73"
+        node_dir = c.root / f"node-{c.ips[1]}"
         manifest = node_dir / "datasets" / "late-seal" / "v1" / MANIFEST
         manifest.unlink()  # as if the seal never reached this node (it was down when the catalog committed)
-        victim = next(n for n in c.nodes if "127.0.0.73" in n.uri)
+        victim = next(n for n in c.nodes if f"//{c.ips[1]}:" in n.uri)
         victim.kill()
         c.nodes.remove(victim)
-        c.add_node("127.0.0.73", heartbeat=0.3, data_dir=node_dir)
+        c.add_node(c.ips[1], heartbeat=0.3, data_dir=node_dir)
         wait_until(manifest.exists, 20, "the catalog to seal the version again at registration")
-        holder = next(n.uri for n in c.nodes if "127.0.0.73" in n.uri)
+        holder = next(n.uri for n in c.nodes if f"//{c.ips[1]}:" in n.uri)
         with pytest.raises(flight.FlightError) as info:
             put_raw(holder, ["late-seal", "1", "7", "0"], table_of(5, 31))  # refused only because the version is sealed
         assert code_of(info.value) == "VERSION_CONFLICT"
@@ -312,7 +310,7 @@ def test_a_holder_that_missed_the_seal_gets_it_when_it_registers_again(cluster):
 
 def test_once_drop_returns_no_node_serves_the_version_and_maps_are_released(cluster):
     c = cluster
-    with fp.connect(c.uri, host="127.0.0.72") as client:  # on node 1's host: its partitions are mapped here too
+    with fp.connect(c.uri, host=c.ips[0]) as client:  # on node 1's host: its partitions are mapped here too
         ds = client.put("gone", table_of(60_000, 10), tiling=(12, 1))
         refs = [p["data"] for p in ds.__partitioned__["partitions"].values()]
         stop = threading.Event()
@@ -386,7 +384,7 @@ def test_a_put_to_a_frozen_node_fails_clearly_in_bounded_time(cluster):
         os.kill(victim.pid, signal.SIGSTOP)
         try:
             outcome = finished_within(lambda: client.put("stuck", table_of(400_000, 12), tiling=(1, 1),
-                                                         nodes=["127.0.0.73"]), 120)
+                                                         nodes=[c.ips[1]]), 120)
         finally:
             os.kill(victim.pid, signal.SIGCONT)
         assert outcome, "the put to a frozen node outlived its timeout"
@@ -411,9 +409,9 @@ def test_every_node_serves_first_for_some_partitions_and_small_puts_spread(clust
 
 
 @pytest.mark.slow
-def test_sixty_four_readers_see_no_failure_at_the_stream_limit(tmp_path):
+def test_sixty_four_readers_see_no_failure_at_the_stream_limit(new_cluster):
     """64 readers x 20 reads against nodes that take one stream at a time: busy answers, zero failures."""
-    with LocalCluster(tmp_path, nodes=3, first_ip=82, node_args=["--max-streams", "1"]) as c:
+    with new_cluster(3, process=True, node_args=["--max-streams", "1"]) as c:
         table = table_of(120_000, 15)
         with fp.connect(c.uri, host="127.0.0.99") as client:
             client.put("busy", table, tiling=(6, 1))
@@ -443,8 +441,8 @@ def test_sixty_four_readers_see_no_failure_at_the_stream_limit(tmp_path):
 
 
 @pytest.mark.slow
-def test_node_maps_and_descriptors_stay_flat_over_ten_thousand_puts(tmp_path):
-    with LocalCluster(tmp_path, nodes=1, first_ip=86) as c:
+def test_node_maps_and_descriptors_stay_flat_over_ten_thousand_puts(new_cluster):
+    with new_cluster(1, process=True) as c:
         node = c.nodes[0]
         raw = flight.connect(node.uri)
         small = pa.table({"a": np.arange(4)})
@@ -472,11 +470,11 @@ def test_a_copied_data_directory_cannot_take_over_a_live_node(cluster):
     with fp.connect(c.uri, host="127.0.0.99") as client:
         client.put("original", table_of(900, 16), tiling=(3, 1))
         copy = c.root / "copied"
-        shutil.copytree(c.root / "node-127.0.0.72", copy)
+        shutil.copytree(c.root / f"node-{c.ips[0]}", copy)
         with pytest.raises(RuntimeError, match="already served by") as info:
-            c.add_node("127.0.0.75", data_dir=copy)
+            c.add_node(c.ips[3], data_dir=copy)
         assert "flightpart-node.json" in str(info.value)  # and what to do about it
-        assert sorted(n.ip for n in client.nodes()) == ["127.0.0.72", "127.0.0.73", "127.0.0.74"]
+        assert sorted(n.ip for n in client.nodes()) == c.ips[:3]
         assert client.open("original").to_arrow().equals(table_of(900, 16))
         assert client.put("after", table_of(30, 17)).to_arrow().num_rows == 30
 
@@ -485,24 +483,24 @@ def test_a_copied_data_directory_cannot_take_over_a_live_node(cluster):
 
 
 @pytest.mark.slow  # a fault test on a tmpfs filled to the brim: in the slow tier, which CI runs
-def test_a_full_disk_is_an_operational_state(tmp_path, small_disk):
+def test_a_full_disk_is_an_operational_state(small_disk, new_cluster):
     from flightpart.server.health import probe
 
     floor = 16 << 20
-    with LocalCluster(tmp_path / "c", nodes=1, first_ip=90, heartbeat=0.3,
+    with new_cluster(1, process=True, heartbeat=0.3,
                       node_args=["--min-free-bytes", str(floor)]) as c:
-        small = c.add_node("127.0.0.91", heartbeat=0.3, data_dir=small_disk / "node", args=["--health-port", "0"])
+        small = c.add_node(c.ips[1], heartbeat=0.3, data_dir=small_disk / "node", args=["--health-port", "0"])
         health = small.uris["node-health"]
         with fp.connect(c.uri, host="127.0.0.99") as client:
             wait_until(lambda: sum(n.alive for n in client.nodes()) == 2, 20, "both nodes")
             old = table_of(5000, 20)
-            client.put("old", old, tiling=(1, 1), nodes=["127.0.0.91"])
+            client.put("old", old, tiling=(1, 1), nodes=[c.ips[1]])
             assert probe(health) == "SERVING"
             full = None
             for k in range(12):  # 8 MB each into 64 MB
                 try:
                     client.put(f"filler-{k}", pa.table({"x": np.random.default_rng(k).random(1 << 20)}), tiling=(1, 1),
-                               nodes=["127.0.0.91"])
+                               nodes=[c.ips[1]])
                 except fp.StorageFull as exc:
                     full = exc
                     break
@@ -511,17 +509,17 @@ def test_a_full_disk_is_an_operational_state(tmp_path, small_disk):
             assert "the disk is full" in small.log()
             wait_until(lambda: probe(health) == "NOT_SERVING", 5, "health to report the floor crossed")
             assert client.open("old").to_arrow().equals(old)  # what it holds is still served
-            wait_until(lambda: [n.low_space for n in client.nodes() if n.ip == "127.0.0.91"] == [True], 10,
+            wait_until(lambda: [n.low_space for n in client.nodes() if n.ip == c.ips[1]] == [True], 10,
                        "the node to report low space")
             placed = client.put("elsewhere", table_of(100, 21), tiling=(1, 1))
-            assert placed.__partitioned__["partitions"][(0, 0)]["location"][0][0] == "127.0.0.90"  # placement avoids it
+            assert placed.__partitioned__["partitions"][(0, 0)]["location"][0][0] == c.ips[0]  # placement avoids it
             assert not list((small_disk / "node").rglob(".tmp-*"))  # no debris of the refused put
             for k in range(12):
                 if f"filler-{k}" in {d.name for d in client.list()}:
                     client.drop(f"filler-{k}")
             wait_until(lambda: probe(health) == "SERVING", 10, "health to return once space is back")
             assert client.put("again", table_of(100, 22), tiling=(1, 1),
-                              nodes=["127.0.0.91"]).to_arrow().num_rows == 100
+                              nodes=[c.ips[1]]).to_arrow().num_rows == 100
 
 
 @pytest.mark.parametrize("nesting", ["plain", "list", "struct"])
@@ -544,7 +542,7 @@ def test_a_decimal_past_its_precision_that_arrow_lets_through_is_refused_and_not
         writer.done_writing()
         writer.close()
     assert code_of(info.value) == "INVALID_REQUEST"
-    assert not (lone_node.root / "node-127.0.0.79" / "datasets" / "floor").exists()  # no file, no empty folder
+    assert not (lone_node.root / f"node-{lone_node.ips[0]}" / "datasets" / "floor").exists()  # no file, no empty folder
     assert lone_node.nodes[0].proc.poll() is None
 
 
@@ -577,5 +575,5 @@ def test_a_plain_writers_put_with_a_column_named_twice_is_refused_and_nothing_is
     with pytest.raises(flight.FlightError, match="'d' is named twice") as info:
         put_raw(lone_node.nodes[0].uri, ["twice", "1", "0", "0"], twice)
     assert code_of(info.value) == "SCHEMA_MISMATCH"
-    assert not (lone_node.root / "node-127.0.0.79" / "datasets" / "twice").exists()
+    assert not (lone_node.root / f"node-{lone_node.ips[0]}" / "datasets" / "twice").exists()
     assert lone_node.nodes[0].proc.poll() is None

@@ -17,10 +17,9 @@ import pyarrow.compute as pc
 import pytest
 
 import flightpart as fp
-from flightpart.local.cluster import LocalCluster
 
 ROWS = 300_000
-READER = "127.0.0.149"
+READER = "127.0.0.99"
 
 
 def shared_values_table() -> pa.Table:
@@ -32,8 +31,8 @@ def shared_values_table() -> pa.Table:
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    cluster = LocalCluster(tmp_path_factory.mktemp("unions"), nodes=2, first_ip=146)
+def cluster(make_cluster):
+    cluster = make_cluster(2, process=True)
     try:
         yield cluster
     finally:

@@ -15,7 +15,6 @@ import pytest
 import flightpart as fp
 from flightpart import wire
 from flightpart.io.errors import translate
-from flightpart.local.cluster import LocalCluster
 
 from helpers import code_of, put_raw, raw_action
 
@@ -23,9 +22,8 @@ SCHEMA_TEXT = wire.schema_to_text(pa.schema([("a", pa.int64())]))
 
 
 @pytest.fixture(scope="module")
-def one_node(tmp_path_factory):
-    root = tmp_path_factory.mktemp("codes")
-    with LocalCluster(root, nodes=1, first_ip=52, node_args=["--max-partition-bytes", "100000"]) as c:
+def one_node(make_cluster):
+    with make_cluster(1, process=True, node_args=["--max-partition-bytes", "100000"]) as c:
         with fp.connect(c.uri) as client:
             client.put("good", pa.table({"a": np.arange(100)}), tiling=(1, 1))
         yield c
@@ -140,7 +138,7 @@ def test_a_malformed_request_gets_its_code(one_node, case):
 
 def test_an_unexpected_failure_is_internal_and_shows_no_path(one_node):
     """A node whose disk breaks under it: the client learns INTERNAL, the log has the details."""
-    datasets = one_node.root / "node-127.0.0.52" / "datasets"
+    datasets = one_node.root / f"node-{one_node.ips[0]}" / "datasets"
     blocker = datasets / "broken"
     blocker.write_text("a file where a directory must be")  # the next put into 'broken' cannot make its folder
     node = flight.connect(one_node.nodes[0].uri)

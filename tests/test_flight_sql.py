@@ -645,7 +645,7 @@ def test_a_node_that_fails_a_scan_inside_duckdb_is_the_error_the_client_gets(mak
     failure there reached the client as DuckDB's Invalid Input Error around a Python traceback, INVALID_ARGUMENT.
     It comes as the read's own error: UNAVAILABLE, naming the partition and the replica, with no traceback."""
     adbc = pytest.importorskip("adbc_driver_manager")
-    lone = make_cluster(1, process=True, first_ip=215)
+    lone = make_cluster(1, process=True)
     with fp.connect(lone.uri) as writer:
         writer.put("lonely", pa.table({"k": list(range(1_000)), "v": [f"v{k % 7}" for k in range(1_000)]}),
                    tiling=(2, 1))

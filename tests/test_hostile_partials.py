@@ -21,7 +21,7 @@ import pyarrow.flight as flight
 import pytest
 
 import flightpart as fp
-from flightpart.local.inprocess import InProcessCluster, InProcessNode
+from flightpart.local.inprocess import InProcessNode
 from flightpart.query.aggregates import partial
 from flightpart.query.top import candidates
 from flightpart.server.node import NodeServer
@@ -65,10 +65,10 @@ class LyingNode(NodeServer):
 
 
 @pytest.fixture(scope="module")
-def liar(tmp_path_factory):
+def liar(tmp_path_factory, make_cluster):
     root = tmp_path_factory.mktemp("liar")
-    cluster = InProcessCluster(root, nodes=0)
-    node = LyingNode(NodeSettings.in_process("127.0.0.31", data_dir=str(root / "liar"), catalog=cluster.catalog.uri,
+    cluster = make_cluster(0, root=root)
+    node = LyingNode(NodeSettings.in_process(cluster.ips[0], data_dir=str(root / "liar"), catalog=cluster.catalog.uri,
                                              heartbeat=1.0), direct_reads=False)
     cluster.nodes.append(InProcessNode(node))
     node.register()

@@ -49,21 +49,21 @@ def live_nodes(client: fp.Client, count: int) -> bool:
     return sum(n.alive for n in client.nodes()) >= count
 
 
-def test_an_empty_catalog_keeps_the_cluster_whoever_reaches_it_first(tmp_path):
+def test_an_empty_catalog_keeps_the_cluster_whoever_reaches_it_first(new_cluster):
     """A new node and an abort reach a catalog that lost its state before the nodes holding data: no new identity."""
-    with LocalCluster(tmp_path, nodes=2, first_ip=120, heartbeat=0.3, dead_after=2.0, catalog_port=free_port(),
+    with new_cluster(2, process=True, heartbeat=0.3, dead_after=2.0, catalog_port=free_port(),
                       rebuild_grace=3.0) as c:
         source = table_of(400, 1)
         with fp.connect(c.uri) as client:
             client.put("kept", source, tiling=(2, 1))
-        wait_until(lambda: cluster_of(c.root / "node-127.0.0.120") is not None, 10,
+        wait_until(lambda: cluster_of(c.root / f"node-{c.ips[0]}") is not None, 10,
                    "the first node to join its cluster")
-        identity = cluster_of(c.root / "node-127.0.0.120")
+        identity = cluster_of(c.root / f"node-{c.ips[0]}")
         for node in c.nodes:
             os.kill(node.pid, signal.SIGSTOP)  # the holders are late
         try:
             restart_on_empty_state(c)
-            newcomer = c.add_node("127.0.0.122", heartbeat=0.3)
+            newcomer = c.add_node(c.ips[2], heartbeat=0.3)
             with fp.connect(c.uri, timeout=5) as client:
                 client.call(Abort("kept", 7))
                 wait_until(lambda: live_nodes(client, 1), 10, "the new node to register")
@@ -74,18 +74,18 @@ def test_an_empty_catalog_keeps_the_cluster_whoever_reaches_it_first(tmp_path):
             wait_until(lambda: live_nodes(client, 3), 20, "every node to register")
             assert client.open("kept").to_arrow().equals(source)
             client.put("after", table_of(90, 2), tiling=(3, 1))  # a write: the identity is settled now
-            wait_until(lambda: cluster_of(c.root / "node-127.0.0.122") == identity, 10,
+            wait_until(lambda: cluster_of(c.root / f"node-{c.ips[2]}") == identity, 10,
                        "the new node to join the old cluster")
-            assert [cluster_of(c.root / f"node-127.0.0.{k}") for k in (120, 121)] == [identity, identity]
+            assert [cluster_of(c.root / f"node-{ip}") for ip in c.ips[:2]] == [identity, identity]
             assert client.versions("kept") == [1]
             assert "refused" not in "".join(n.log() for n in c.nodes[:2]).lower()
         assert newcomer.proc.poll() is None
 
 
-def test_a_number_dropped_while_a_node_was_away_is_not_handed_out_again_after_state_loss(tmp_path):
+def test_a_number_dropped_while_a_node_was_away_is_not_handed_out_again_after_state_loss(new_cluster):
     """Drop, lose the catalog's state, put the same name while a node that holds the old version is frozen: the new
     version takes a new number, and when the old node comes back its old rows are never read."""
-    with LocalCluster(tmp_path, nodes=3, first_ip=124, heartbeat=0.3, dead_after=1.5, catalog_port=free_port(),
+    with new_cluster(3, process=True, heartbeat=0.3, dead_after=1.5, catalog_port=free_port(),
                       rebuild_grace=2.0) as c:
         old, new = table_of(900, 3), table_of(900, 4)
         away = c.nodes[2]
@@ -106,7 +106,7 @@ def test_a_number_dropped_while_a_node_was_away_is_not_handed_out_again_after_st
             finally:
                 os.kill(away.pid, signal.SIGCONT)
             wait_until(lambda: live_nodes(client, 3), 20, "the away node to register again")
-            wait_until(lambda: not list((c.root / "node-127.0.0.126").glob("datasets/t/v1/*.arrow")), 20,
+            wait_until(lambda: not list((c.root / f"node-{c.ips[2]}").glob("datasets/t/v1/*.arrow")), 20,
                        "the away node to delete the dropped version")
             for _ in range(3):
                 read = client.open("t").to_arrow()
@@ -115,8 +115,8 @@ def test_a_number_dropped_while_a_node_was_away_is_not_handed_out_again_after_st
             assert fp.connect(c.uri).open("t").__partitioned__["shape"] == (900, 2)
 
 
-def test_a_put_that_outlives_its_pending_ttl_is_told_version_expired_and_leaves_nothing(tmp_path):
-    with LocalCluster(tmp_path, nodes=2, first_ip=128, heartbeat=0.3, dead_after=2.0,
+def test_a_put_that_outlives_its_pending_ttl_is_told_version_expired_and_leaves_nothing(new_cluster):
+    with new_cluster(2, process=True, heartbeat=0.3, dead_after=2.0,
                       extra_args=["--pending-ttl", "2"]) as c:
         schema = pa.schema([("k", pa.int64())])
 
@@ -168,10 +168,10 @@ def kill_in_commit(c: LocalCluster, write) -> dict:
 
 
 @pytest.mark.slow
-def test_a_writer_learns_the_true_outcome_of_a_commit_the_catalog_died_in(tmp_path):
+def test_a_writer_learns_the_true_outcome_of_a_commit_the_catalog_died_in(new_cluster):
     """kill -9 the catalog just before and just after its database commit, for puts and appends: the writer's answer
     agrees with what is published, and a version committed just before the crash is sealed on its nodes later."""
-    with LocalCluster(tmp_path, nodes=3, first_ip=132, heartbeat=0.3, dead_after=3.0, catalog_port=free_port()) as c:
+    with new_cluster(3, process=True, heartbeat=0.3, dead_after=3.0, catalog_port=free_port()) as c:
         with fp.connect(c.uri) as client:
             client.put("grown", table_of(300, 5), tiling=(3, 1))
         for k, (step, kind) in enumerate([("BEFORE", "put"), ("AFTER", "put"), ("BEFORE", "append"),
@@ -200,10 +200,10 @@ def test_a_writer_learns_the_true_outcome_of_a_commit_the_catalog_died_in(tmp_pa
                     assert "error" in outcome and published == [], f"{kind}: told {outcome}, published {published}"
 
 
-def test_a_version_committed_just_before_the_catalog_and_its_state_were_lost_is_never_deleted(tmp_path):
+def test_a_version_committed_just_before_the_catalog_and_its_state_were_lost_is_never_deleted(new_cluster):
     """The catalog dies between its database commit and the seal, its writer dies too, and its state is lost: the
     rebuilt catalog cannot know the version was committed, so it keeps its files (no pending TTL deletes them)."""
-    with LocalCluster(tmp_path, nodes=2, first_ip=136, heartbeat=0.3, dead_after=2.0, catalog_port=free_port(),
+    with new_cluster(2, process=True, heartbeat=0.3, dead_after=2.0, catalog_port=free_port(),
                       extra_args=["--pending-ttl", "1"], rebuild_grace=1.0) as c:
         paused_catalog(c, "AFTER")
         writer = subprocess.Popen([sys.executable, "-c", WRITER, c.uri], stdout=subprocess.DEVNULL,

@@ -31,8 +31,6 @@ from flightpart.wire import SCRUB_DEADLINE, Abort, Begin, ListNodes, PartHeader,
 
 from helpers import code_of, finished_within, free_port, wait_until
 
-IPS = ("127.0.0.121", "127.0.0.122", "127.0.0.123")
-
 
 def table_of(rows: int, seed: int = 0) -> pa.Table:
     rng = np.random.default_rng(seed)
@@ -40,9 +38,9 @@ def table_of(rows: int, seed: int = 0) -> pa.Table:
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
+def cluster(make_cluster):
     """Three nodes whose background scrub is off, so each test decides when damage is found."""
-    with LocalCluster(tmp_path_factory.mktemp("integrity"), nodes=3, first_ip=121, heartbeat=0.3,
+    with make_cluster(3, process=True, heartbeat=0.3,
                       node_args=["--scrub-interval", "0"]) as c:
         yield c
 
@@ -50,7 +48,7 @@ def cluster(tmp_path_factory):
 def holders(c: LocalCluster, name: str, part: tuple[int, int], version: int = 1) -> list[tuple[str, Path]]:
     """(node uri, file) of every replica of a partition on disk."""
     rel = layout.partition_relpath(name, version, part)
-    return [(n.uri, c.root / f"node-{ip}" / rel) for n, ip in zip(c.nodes, IPS)
+    return [(n.uri, c.root / f"node-{ip}" / rel) for n, ip in zip(c.nodes, c.ips)
             if (c.root / f"node-{ip}" / rel).exists()]
 
 
@@ -135,7 +133,7 @@ def test_a_reader_on_the_host_of_damaged_replicas_gets_them_from_the_others(clus
 
     c = cluster
     table = table_of(40_000, 5)
-    with fp.connect(c.uri, host=IPS[0]) as client:
+    with fp.connect(c.uri, host=c.ips[0]) as client:
         client.put("rot-local", table, tiling=(40, 1), replicas=2)
         ds = client.open("rot-local")
         mine = [p for p in range(40) if any(u == c.nodes[0].uri for u, _f in holders(c, "rot-local", (p, 0)))]
@@ -144,7 +142,7 @@ def test_a_reader_on_the_host_of_damaged_replicas_gets_them_from_the_others(clus
             path = dict(holders(c, "rot-local", (part, 0)))[c.nodes[0].uri]
             flip_bit(path, data_offset(path))
         refs = [e["data"] for e in ds.__partitioned__["partitions"].values()]
-        assert vouch_local(refs, host_addresses(IPS[0]), shared_pool(client.access)) == 1  # one call for all
+        assert vouch_local(refs, host_addresses(c.ips[0]), shared_pool(client.access)) == 1  # one call for all
         assert ds.to_arrow().equals(table)
         assert len(quarantined(c, "rot-local")) == len(bad)
 
@@ -193,7 +191,7 @@ def test_a_reader_mapping_a_damaged_file_on_the_nodes_host_gets_the_right_data_a
     for part, where in (((0, 0), data_offset), ((1, 0), footer_offset)):
         _uri, bad_file = holders(c, "rot-mapped", part)[0]
         flip_bit(bad_file, where(bad_file))
-    for ip in IPS:  # a reader on each host: some map a damaged file, unless the node refuses to vouch for it
+    for ip in c.ips[:3]:  # a reader on each host: some map a damaged file, unless the node refuses to vouch for it
         run = subprocess.run([sys.executable, "-c", MAPPED_READER, c.uri, ip, str(rows), "3"], capture_output=True,
                              text=True, timeout=120)
         assert run.returncode >= 0, f"the reader on {ip} was killed by signal {-run.returncode}"
@@ -253,7 +251,7 @@ def test_a_file_deleted_while_its_node_was_down_is_not_listed_after_the_restart(
         victim.kill()
         lost_file.unlink()
         layout.stats_path(lost_file).unlink()  # nothing of it left but the manifest naming this node as holder
-        c.nodes[k] = c.add_node(IPS[k], heartbeat=0.3, data_dir=c.root / f"node-{IPS[k]}",
+        c.nodes[k] = c.add_node(c.ips[k], heartbeat=0.3, data_dir=c.root / f"node-{c.ips[k]}",
                                 args=["--scrub-interval", "0"])
         c.nodes.pop()  # add_node appended it; it takes the old one's place
         wait_until(lambda: c.nodes[k].uri not in listed(client, "vanish-down", (1, 0)), 30,
@@ -263,17 +261,16 @@ def test_a_file_deleted_while_its_node_was_down_is_not_listed_after_the_restart(
 
 
 @pytest.mark.slow  # waits out a dead_after on purpose
-def test_a_scrub_right_after_a_catalog_restart_checks_every_node(tmp_path):
+def test_a_scrub_right_after_a_catalog_restart_checks_every_node(new_cluster):
     """A restarted catalog's recorded heartbeats are older than ``dead_after``, so until each node beats again it
     took live nodes for dead: a scrub at once checked none of them and reported a clean cluster (exit 0). Now it
     waits, as the node list does, and finds the damage on every node."""
-    ips = ("127.0.0.151", "127.0.0.152", "127.0.0.153")
-    with LocalCluster(tmp_path, nodes=3, first_ip=151, heartbeat=2.0, dead_after=10.0, catalog_port=free_port(),
+    with new_cluster(3, process=True, heartbeat=2.0, dead_after=10.0, catalog_port=free_port(),
                       node_args=["--scrub-interval", "0"]) as c:
         with fp.connect(c.uri, host="127.0.0.99") as client:
             client.put("rot-restart", table_of(30_000, 7), tiling=(3, 1))
         files = sorted(c.root.glob(f"node-*/{layout.version_relpath('rot-restart', 1)}/*{layout.SUFFIX}"))
-        assert sorted(f.relative_to(c.root).parts[0] for f in files) == [f"node-{ip}" for ip in ips]  # one on each
+        assert sorted(f.relative_to(c.root).parts[0] for f in files) == [f"node-{ip}" for ip in c.ips[:3]]  # one each
         for f in files:
             flip_bit(f, data_offset(f))
         time.sleep(11.0)  # the registrations the database holds are now older than dead_after
@@ -287,11 +284,11 @@ def test_a_scrub_right_after_a_catalog_restart_checks_every_node(tmp_path):
 
 
 @pytest.mark.slow  # waits out a dead_after on purpose
-def test_a_scrub_leaves_a_frozen_node_and_says_it_was_not_scrubbed(tmp_path):
+def test_a_scrub_leaves_a_frozen_node_and_says_it_was_not_scrubbed(new_cluster):
     """A node SIGSTOPped as a scrub starts never answers its part: the scrub waited an hour for it. Now a node's
     scrub is waited for while the node beats; the frozen one is left once the catalog calls it dead, the others'
     findings come back, the frozen node is listed as not scrubbed, and the command exits 3 (1 is for damage)."""
-    with LocalCluster(tmp_path, nodes=3, first_ip=156, heartbeat=0.3, dead_after=6.0,
+    with new_cluster(3, process=True, heartbeat=0.3, dead_after=6.0,
                       node_args=["--scrub-interval", "0"]) as c:
         with fp.connect(c.uri, host="127.0.0.99", timeout=30) as client:
             client.put("rot-frozen", table_of(30_000, 8), tiling=(3, 1))
@@ -314,10 +311,10 @@ def test_a_scrub_leaves_a_frozen_node_and_says_it_was_not_scrubbed(tmp_path):
 
 
 @pytest.mark.slow  # a long fault test: behind the marker CI still runs
-def test_a_disk_read_only_during_a_put_leaves_no_file_once_writable(small_disk, tmp_path):
+def test_a_disk_read_only_during_a_put_leaves_no_file_once_writable(small_disk, new_cluster):
     data_dir = small_disk / "node"
-    with LocalCluster(tmp_path / "ro", nodes=0, heartbeat=0.3) as c:
-        c.add_node("127.0.0.131", heartbeat=0.3, data_dir=data_dir,
+    with new_cluster(0, process=True, heartbeat=0.3) as c:
+        c.add_node(c.ips[0], heartbeat=0.3, data_dir=data_dir,
                    args=["--min-free-bytes", "0", "--scrub-interval", "0"])
         part = table_of(5_000, 7)
         with fp.connect(c.uri, host="127.0.0.99") as client:
@@ -350,19 +347,19 @@ def test_a_disk_read_only_during_a_put_leaves_no_file_once_writable(small_disk, 
 
 
 @pytest.mark.slow
-def test_rot_after_a_file_was_verified_is_found_by_the_background_scrub(tmp_path):
+def test_rot_after_a_file_was_verified_is_found_by_the_background_scrub(new_cluster):
     table = table_of(30_000, 8)
-    with LocalCluster(tmp_path / "scrubbed", nodes=2, first_ip=141, heartbeat=0.3,
+    with new_cluster(2, process=True, heartbeat=0.3,
                       node_args=["--scrub-interval", "0.5", "--scrub-rate", str(256 << 20)]) as c:
         with fp.connect(c.uri, host="127.0.0.99") as client:
             client.put("rot-later", table, tiling=(2, 1), replicas=2)
             for node in c.nodes:  # every replica read once: verified, and remembered as good by its node
                 for part in ((0, 0), (1, 0)):
                     assert raw_get(node.uri, "rot-later", part).num_rows == 15_000
-            victim = c.root / "node-127.0.0.141" / layout.partition_relpath("rot-later", 1, (1, 0))
+            victim = c.root / f"node-{c.ips[0]}" / layout.partition_relpath("rot-later", 1, (1, 0))
             flip_bit(victim, data_offset(victim))  # rot after the check, mtime kept: only a scrub can see it
             wait_until(lambda: c.nodes[0].uri not in listed(client, "rot-later", (1, 0)), 60,
                        "the background scrub to find the rot and the catalog to stop listing the replica")
-            assert not victim.exists() and list(c.root.glob(f"node-127.0.0.141/{layout.QUARANTINE}/rot-later/v1/*"))
+            assert not victim.exists() and list(c.root.glob(f"node-{c.ips[0]}/{layout.QUARANTINE}/rot-later/v1/*"))
             assert client.open("rot-later").to_arrow().equals(table)
             assert client.stats(c.nodes[0].uri).values["partitions_damaged"] == 1

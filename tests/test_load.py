@@ -11,7 +11,6 @@ import pyarrow.compute as pc
 import pytest
 
 import flightpart as fp
-from flightpart.local.cluster import LocalCluster
 
 from helpers import run_threads
 
@@ -19,10 +18,10 @@ CLIENTS, ROUNDS = 32, 30
 
 
 @pytest.mark.slow
-def test_32_clients_30_rounds_checksums_and_flat_memory(tmp_path):
+def test_32_clients_30_rounds_checksums_and_flat_memory(new_cluster):
     table = pa.table({"id": np.arange(150_000), "x": np.random.default_rng(7).random(150_000)})
     expected = (table.num_rows, pc.sum(table.column("x")).as_py())
-    with LocalCluster(tmp_path, nodes=3, first_ip=52) as c:
+    with new_cluster(3, process=True) as c:
         with fp.connect(c.uri) as client:
             client.put("load", table, tiling=(6, 1))
         servers = [psutil.Process(n.pid) for n in c.nodes]

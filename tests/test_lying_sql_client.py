@@ -13,7 +13,6 @@ import pytest
 
 import flightpart as fp
 from flightpart import sqlwire
-from flightpart.local.cluster import LocalCluster
 
 
 def lying_text(rows: int = 2) -> pa.Array:
@@ -28,8 +27,8 @@ def command(name: str, *fields) -> flight.FlightDescriptor:
 
 
 @pytest.fixture(scope="module")
-def catalog(tmp_path_factory):
-    with LocalCluster(tmp_path_factory.mktemp("lying-sql"), nodes=1, first_ip=230) as cluster:
+def catalog(make_cluster):
+    with make_cluster(1, process=True) as cluster:
         with fp.connect(cluster.uri) as client:
             client.put("words", pa.table({"w": ["a", "bb", "ccc"]}))
         yield cluster

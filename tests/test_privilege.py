@@ -23,7 +23,7 @@ import pytest
 
 import flightpart as fp
 from flightpart import tokens, wire
-from flightpart.local.cluster import Daemon, LocalCluster
+from flightpart.local.cluster import Daemon
 
 from helpers import code_of, raw_action
 
@@ -54,11 +54,11 @@ read on a loaded machine, short enough to wait out."""
 
 
 @pytest.fixture(scope="module")
-def guarded(root):
+def guarded(root, make_cluster):
     secret = root / "secret"
     secret.write_text(SECRET + "\n")
     secret.chmod(0o600)
-    with LocalCluster(root / "c", nodes=2, first_ip=95, heartbeat=0.3,
+    with make_cluster(2, process=True, root=root / "c", heartbeat=0.3,
                       extra_args=["--secret-file", str(secret), "--capability-ttl", str(CAPABILITY_TTL)],
                       env={"FLIGHTPART_CLOCK_MARGIN": "0"}) as c:  # expiry checked to the second (one clock here)
         (root / "c").chmod(0o755)
@@ -288,9 +288,9 @@ def test_copy_to_only_reaches_live_nodes_of_the_cluster(guarded):
     assert len(messages) == 1  # an open, a closed and an unknown port look the same: no port scanner
 
 
-def test_metrics_bind_where_the_operator_says_and_name_no_dataset(root):
-    with LocalCluster(root / "m", nodes=0) as c:
-        node = c.add_node("127.0.0.97", args=["--metrics-port", "0"])
+def test_metrics_bind_where_the_operator_says_and_name_no_dataset(root, new_cluster):
+    with new_cluster(0, process=True, root=root / "m") as c:
+        node = c.add_node(c.ips[0], args=["--metrics-port", "0"])
         url = node.uris["node-metrics"]
         assert url.startswith("http://127.0.0.1:")  # loopback unless --metrics-host says otherwise
         with fp.connect(c.uri) as client:
@@ -299,7 +299,7 @@ def test_metrics_bind_where_the_operator_says_and_name_no_dataset(root):
         assert "flightpart_held_partitions" in body and "secret-project-name" not in body
 
 
-def test_a_named_group_may_map_partitions_and_no_one_else(root):
+def test_a_named_group_may_map_partitions_and_no_one_else(root, new_cluster):
     uid, gid = other_user()
     group = "flightpart-readers"
     if subprocess.run(["getent", "group", group], capture_output=True).returncode != 0:
@@ -307,9 +307,9 @@ def test_a_named_group_may_map_partitions_and_no_one_else(root):
         if made.returncode != 0:
             pytest.skip(f"cannot create a group: {made.stderr.strip()}")
     readers = int(subprocess.run(["getent", "group", group], capture_output=True, text=True).stdout.split(":")[2])
-    with LocalCluster(root / "g", nodes=0) as c:
+    with new_cluster(0, process=True, root=root / "g") as c:
         (root / "g").chmod(0o755)
-        c.add_node("127.0.0.98", args=["--group", group])
+        c.add_node(c.ips[0], args=["--group", group])
         with fp.connect(c.uri) as client:
             client.put("team", table_of(100, 5), tiling=(1, 1))
         partition = next((root / "g").glob("node-*/datasets/team/v1/0_0.arrow"))

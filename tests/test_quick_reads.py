@@ -24,7 +24,6 @@ import pytest
 
 import flightpart as fp
 from flightpart import wire
-from flightpart.local.cluster import LocalCluster
 
 from helpers import wait_until
 
@@ -68,9 +67,9 @@ def read_with_first_replica_frozen(cluster, get, ref, table: pa.Table) -> None:
 
 
 @pytest.mark.slow  # freezes nodes for several idle timeouts: in the slow tier, which CI runs
-def test_a_lone_small_read_leaves_a_frozen_first_replica_while_it_is_still_frozen(tmp_path):
+def test_a_lone_small_read_leaves_a_frozen_first_replica_while_it_is_still_frozen(new_cluster):
     table = table_of(20_000, 1)  # 312 KiB: read in the caller's thread
-    with (LocalCluster(tmp_path, nodes=2, first_ip=186) as c,
+    with (new_cluster(2, process=True) as c,
           fp.connect(c.uri, host="127.0.0.99", idle_timeout=0.5) as client):
         ds = client.put("lone", table, tiling=(1, 1), replicas=2)
         meta = ds.__partitioned__
@@ -80,14 +79,14 @@ def test_a_lone_small_read_leaves_a_frozen_first_replica_while_it_is_still_froze
 
 
 @pytest.mark.slow  # freezes a node for several idle timeouts: in the slow tier, which CI runs
-def test_a_lone_16_mib_read_over_a_measured_link_leaves_a_frozen_first_replica(tmp_path):
+def test_a_lone_16_mib_read_over_a_measured_link_leaves_a_frozen_first_replica(new_cluster):
     """A lone read of up to 32 MiB over links measured fast is read in the caller's thread too (pull.LONE_READ_BYTES):
     a first replica frozen after the links were measured is left while it is still frozen, as a small read's is."""
     from flightpart.io import pull
 
     table = table_of(1_000_000, 3)  # 16 MB
     # an idle timeout of 2 s: the links, measured on a loaded machine too, carry 16 MB well within its eighth
-    with (LocalCluster(tmp_path, nodes=2, first_ip=200) as c,
+    with (new_cluster(2, process=True) as c,
           fp.connect(c.uri, host="127.0.0.99", idle_timeout=2.0) as client):
         ds = client.put("lone16", table, tiling=(1, 1), replicas=2)
         meta = ds.__partitioned__
@@ -99,9 +98,9 @@ def test_a_lone_16_mib_read_over_a_measured_link_leaves_a_frozen_first_replica(t
 
 
 @pytest.mark.slow  # pauses a node for several idle timeouts: in the slow tier, which CI runs
-def test_a_lone_small_read_of_a_paused_only_replica_is_waited_for_not_failed(tmp_path):
+def test_a_lone_small_read_of_a_paused_only_replica_is_waited_for_not_failed(new_cluster):
     table = table_of(20_000, 2)
-    with (LocalCluster(tmp_path, nodes=1, first_ip=188) as c,
+    with (new_cluster(1, process=True) as c,
           fp.connect(c.uri, host="127.0.0.99", idle_timeout=0.3) as client):
         ds = client.put("paused", table, tiling=(1, 1))
         meta = ds.__partitioned__
@@ -151,12 +150,12 @@ def read_slowly(uri: str, ticket: flight.Ticket, pause: float) -> tuple[pa.Table
 @pytest.mark.slow  # reads for several idle timeouts: in the slow tier, which CI runs
 @pytest.mark.parametrize(("rows", "pause"), [(6_000_000, 0.08), (2_000_000, 0.15)],
                          ids=["46 MiB in ranges", "15 MiB whole"])
-def test_a_slow_but_steady_reader_keeps_its_stream_and_its_slot(tmp_path, rows, pause):
+def test_a_slow_but_steady_reader_keeps_its_stream_and_its_slot(new_cluster, rows, pause):
     # 46 MiB: 4 MiB ranges taken at about 12 MiB/s, each 0.3 s, well within the 1.5 s idle timeout; 15 MiB, sent
     # whole, at about 6 MiB/s: some 2.4 s, past the idle timeout, and some 3 s inside the 1.5 + 4 s the node allows
     # a stream of that size (margins a loaded machine does not eat: the pace is the reader's sleeps)
     table = pa.table({"id": np.arange(rows)})
-    with LocalCluster(tmp_path, nodes=1, first_ip=190, node_args=["--stream-idle-timeout", str(IDLE)]) as c, \
+    with new_cluster(1, process=True, node_args=["--stream-idle-timeout", str(IDLE)]) as c, \
             fp.connect(c.uri, host="127.0.0.99") as client:
         client.put("steady", table, tiling=(1, 1))
         node = c.nodes[0]
@@ -169,9 +168,9 @@ def test_a_slow_but_steady_reader_keeps_its_stream_and_its_slot(tmp_path, rows, 
 
 
 @pytest.mark.slow  # waits out the idle timeout: in the slow tier, which CI runs
-def test_a_reader_that_takes_nothing_of_a_stream_sent_whole_loses_its_slot(tmp_path):
+def test_a_reader_that_takes_nothing_of_a_stream_sent_whole_loses_its_slot(new_cluster):
     table = pa.table({"id": np.arange(1_000_000)})  # 7.6 MiB: sent whole, not in row ranges
-    with LocalCluster(tmp_path, nodes=1, first_ip=192, node_args=["--stream-idle-timeout", str(IDLE)]) as c, \
+    with new_cluster(1, process=True, node_args=["--stream-idle-timeout", str(IDLE)]) as c, \
             fp.connect(c.uri, host="127.0.0.99") as client:
         client.put("held", table, tiling=(1, 1))
         node = c.nodes[0]

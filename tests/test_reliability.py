@@ -16,7 +16,6 @@ import pyarrow.flight as flight
 import pytest
 
 import flightpart as fp
-from flightpart.local.cluster import LocalCluster
 
 from helpers import free_port, wait_until
 
@@ -27,8 +26,8 @@ def table_of(rows: int, seed: int = 0) -> pa.Table:
 
 
 @pytest.fixture
-def small_cluster(tmp_path):
-    with LocalCluster(tmp_path, nodes=3, first_ip=12, heartbeat=0.3, dead_after=1.5, catalog_port=free_port()) as c:
+def small_cluster(new_cluster):
+    with new_cluster(3, process=True, heartbeat=0.3, dead_after=1.5, catalog_port=free_port()) as c:
         yield c
 
 
@@ -61,7 +60,7 @@ def test_replicas_survive_kill_9_during_reads_then_dead_node_repair(small_cluste
         assert results and all(results)
 
         # the catalog notices the missed heartbeats
-        dead_ip = "127.0.0.13"
+        dead_ip = c.ips[1]
         wait_until(lambda: any(n.ip == dead_ip and not n.alive for n in client.nodes()), what="node marked dead")
         for part in client.open("replicated").__partitioned__["partitions"].values():
             assert part["location"][0][0] != dead_ip  # live replicas first
@@ -75,14 +74,14 @@ def test_replicas_survive_kill_9_during_reads_then_dead_node_repair(small_cluste
 
 
 @pytest.mark.slow  # a fault test (a node killed, two repairs raced): in the slow tier, which CI runs
-def test_two_repairs_at_once_copy_each_lost_replica_once(tmp_path):
+def test_two_repairs_at_once_copy_each_lost_replica_once(new_cluster):
     """Two operators (or a cron and an operator) run repair together: the second waits for the first and copies only
     what is still missing, so no partition gets a third replica and no copy is made or reported twice."""
-    with LocalCluster(tmp_path, nodes=4, first_ip=16, heartbeat=0.3, dead_after=1.5, catalog_port=free_port()) as c:
+    with new_cluster(4, process=True, heartbeat=0.3, dead_after=1.5, catalog_port=free_port()) as c:
         table = table_of(2_000_000, seed=3)  # 8 partitions of ~6 MB: each copy takes long enough for the two to overlap
         with fp.connect(c.uri, host="127.0.0.99") as client:
             client.put("twice", table, tiling=(8, 1), replicas=2)
-            dead_ip = "127.0.0.17"
+            dead_ip = c.ips[1]
             on_dead = [key for key, p in client.open("twice").__partitioned__["partitions"].items()
                        if dead_ip in {ip for ip, _ in p["location"]}]
             assert on_dead
@@ -140,9 +139,9 @@ def test_kill_9_during_a_put_publishes_nothing_and_a_retry_succeeds(small_cluste
         with pytest.raises(fp.DatasetNotFound):
             client.open("crashy")
         # restart the node on its directory: no temporary or unpublished partition is left
-        data_dir = c.root / "node-127.0.0.14"
+        data_dir = c.root / f"node-{c.ips[2]}"
         c.nodes.remove(victim)
-        restarted = c.add_node("127.0.0.14", heartbeat=0.3, data_dir=data_dir)
+        restarted = c.add_node(c.ips[2], heartbeat=0.3, data_dir=data_dir)
         wait_until(lambda: not list(data_dir.rglob("*.arrow")), what="the node to drop the aborted version")
         # none left behind: a temporary the restarted node is writing right now (its marker, renamed at once) may show
         wait_until(lambda: not list(data_dir.rglob(".tmp-*")), what="no temporary file left in the node's directory")
@@ -169,13 +168,13 @@ def test_catalog_restart_keeps_datasets_versions_and_nodes(small_cluster):
 
 
 @pytest.mark.slow  # waits out a dead_after on purpose
-def test_writes_right_after_a_catalog_restart_find_their_live_nodes(tmp_path):
+def test_writes_right_after_a_catalog_restart_find_their_live_nodes(new_cluster):
     """A restarted catalog's recorded heartbeats are older than ``dead_after``: until each node beats again it had
     called live nodes dead, so an append at once was told its partitions' holders were gone (``run repair``) and a
     put placed on fewer nodes. Now the node list waits until every node was heard from or stayed silent too long;
     a drop then skips the nodes not heard from yet but has them register again, so they learn it. The stats, which
     do not wait, count such a node as unknown, not dead."""
-    with LocalCluster(tmp_path, nodes=2, first_ip=244, heartbeat=2.0, dead_after=4.0, catalog_port=free_port()) as c:
+    with new_cluster(2, process=True, heartbeat=2.0, dead_after=4.0, catalog_port=free_port()) as c:
         with fp.connect(c.uri) as client:
             client.put("grown", table_of(200, seed=4), tiling=(2, 1))
         time.sleep(5.0)  # the registrations the database holds are now older than dead_after
@@ -214,8 +213,8 @@ def test_a_reader_keeps_its_version_and_drop_frees_every_file(small_cluster):
         assert reader.version == 1 and reader.to_arrow().equals(first)
         assert client.open("vers").to_arrow().equals(second)
         client.drop("vers", 1)
-        for k in range(3):
-            assert not (c.root / f"node-127.0.0.{12 + k}" / "datasets" / "vers" / "v1").exists()
+        for ip in c.ips[:3]:
+            assert not (c.root / f"node-{ip}" / "datasets" / "vers" / "v1").exists()
         with pytest.raises(fp.DatasetNotFound, match="v1 was dropped"):
             reader.to_arrow()  # a clear error, never other data
         with pytest.raises(fp.DatasetNotFound, match="has no version 1"):
@@ -224,20 +223,20 @@ def test_a_reader_keeps_its_version_and_drop_frees_every_file(small_cluster):
 
 
 @pytest.mark.slow  # a copy waits out its 35 s deadline
-def test_a_repair_goes_on_past_a_frozen_holder_and_says_what_it_could_not_copy(tmp_path):
+def test_a_repair_goes_on_past_a_frozen_holder_and_says_what_it_could_not_copy(new_cluster):
     """A holder SIGSTOPped while repair copies from it: the copy fails within its deadline (it waited without end),
     the repair copies the other dataset's partition from a live holder and reports the one it could not copy, with
     why; once the holder is back, the next repair makes that copy. Nothing is lost."""
-    c = LocalCluster(tmp_path, nodes=4, first_ip=46, heartbeat=0.3, dead_after=8.0)  # alive when repair starts
+    c = new_cluster(4, process=True, heartbeat=0.3, dead_after=8.0)  # alive when repair starts
     holder, lost, other, spare = c.nodes
     frozen = False
     try:
         with fp.connect(c.uri, host="127.0.0.99") as client:
             first, second = table_of(20_000, 1), table_of(20_000, 2)
-            client.put("first", first, tiling=(1, 1), replicas=2, nodes=["127.0.0.46", "127.0.0.47"])
-            client.put("second", second, tiling=(1, 1), replicas=2, nodes=["127.0.0.48", "127.0.0.47"])
+            client.put("first", first, tiling=(1, 1), replicas=2, nodes=c.ips[:2])
+            client.put("second", second, tiling=(1, 1), replicas=2, nodes=[c.ips[2], c.ips[1]])
             lost.kill()
-            wait_until(lambda: any(n.ip == "127.0.0.47" and not n.alive for n in client.nodes()),
+            wait_until(lambda: any(n.ip == c.ips[1] and not n.alive for n in client.nodes()),
                        what="a dead node")
             os.kill(holder.pid, signal.SIGSTOP)
             frozen = True
@@ -253,7 +252,7 @@ def test_a_repair_goes_on_past_a_frozen_holder_and_says_what_it_could_not_copy(t
 
             os.kill(holder.pid, signal.SIGCONT)
             frozen = False
-            wait_until(lambda: all(n.alive for n in client.nodes() if n.ip != "127.0.0.47"), 30,
+            wait_until(lambda: all(n.alive for n in client.nodes() if n.ip != c.ips[1]), 30,
                        "the holder back")
             again = client.repair()
             assert [x["dataset"] for x in again["copied"]] == ["first"] and not again["failed"] and not again["lost"]
@@ -266,19 +265,19 @@ def test_a_repair_goes_on_past_a_frozen_holder_and_says_what_it_could_not_copy(t
 
 
 @pytest.mark.slow  # the copy to the frozen target waits out the holder's 30 s put deadline
-def test_a_repair_moves_to_another_target_when_the_first_is_frozen(tmp_path):
+def test_a_repair_moves_to_another_target_when_the_first_is_frozen(new_cluster):
     """The least loaded node, chosen as the target, is SIGSTOPped: the holder's put to it fails within its deadline,
     the holder says the target failed (not itself), and the repair copies to the next node instead."""
-    c = LocalCluster(tmp_path, nodes=4, first_ip=56, heartbeat=0.3, dead_after=8.0)
+    c = new_cluster(4, process=True, heartbeat=0.3, dead_after=8.0)
     holder, lost, frozen_target, other = c.nodes
     frozen = False
     try:
         with fp.connect(c.uri, host="127.0.0.99") as client:
-            client.put("ballast", table_of(100, 3), tiling=(1, 1), nodes=["127.0.0.59"])  # the other node is busier
+            client.put("ballast", table_of(100, 3), tiling=(1, 1), nodes=[c.ips[3]])  # the other node is busier
             kept = table_of(20_000, 4)
-            client.put("kept", kept, tiling=(1, 1), replicas=2, nodes=["127.0.0.56", "127.0.0.57"])
+            client.put("kept", kept, tiling=(1, 1), replicas=2, nodes=c.ips[:2])
             lost.kill()
-            wait_until(lambda: any(n.ip == "127.0.0.57" and not n.alive for n in client.nodes()),
+            wait_until(lambda: any(n.ip == c.ips[1] and not n.alive for n in client.nodes()),
                        what="a dead node")
             os.kill(frozen_target.pid, signal.SIGSTOP)
             frozen = True
@@ -295,11 +294,11 @@ def test_a_repair_moves_to_another_target_when_the_first_is_frozen(tmp_path):
 
 
 @pytest.mark.slow  # a fault test waiting out a stop's grace period: in the slow tier, which CI runs
-def test_a_node_stops_on_sigterm_while_a_reader_stopped_mid_stream(tmp_path):
+def test_a_node_stops_on_sigterm_while_a_reader_stopped_mid_stream(new_cluster):
     """A reader that stopped reading in the middle of a large partition holds the node's DoGet (gRPC's flow control
     blocks its writes); SIGTERM still stops the node, within its grace period, saying what it did not wait for.
     SIGQUIT first prints every thread's stack and leaves the node serving."""
-    c = LocalCluster(tmp_path, nodes=1, first_ip=52, heartbeat=0.3, dead_after=3.0)
+    c = new_cluster(1, process=True, heartbeat=0.3, dead_after=3.0)
     try:
         with fp.connect(c.uri, host="127.0.0.99") as client:
             ds = client.put("big", table_of(3_000_000), tiling=(1, 1))

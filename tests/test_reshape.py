@@ -18,7 +18,6 @@ import pytest
 import flightpart as fp
 from flightpart.client import reshape
 from flightpart.io.layout import partition_relpath
-from flightpart.local.cluster import LocalCluster
 from flightpart.regrid import balanced, near_placement, pieces_of
 from flightpart.tiling import halo_sources
 from flightpart.wire import Assemble, AssemblePart, AssembleReply, HeldPartition, NodeRow
@@ -124,8 +123,8 @@ def test_repartition_reads_from_another_replica_when_a_holder_is_frozen(cluster,
 
 
 @pytest.mark.slow  # a long fault test: behind the marker CI still runs
-def test_a_target_node_killed_mid_repartition_publishes_nothing(tmp_path):
-    with LocalCluster(tmp_path, nodes=3) as c, fp.connect(c.uri) as client:
+def test_a_target_node_killed_mid_repartition_publishes_nothing(new_cluster):
+    with new_cluster(3, process=True) as c, fp.connect(c.uri) as client:
         source = table(3000)
         client.put("rp-killed", source, tiling=(3, 1), replicas=2)
         versions = client.versions("rp-killed")
@@ -134,23 +133,23 @@ def test_a_target_node_killed_mid_repartition_publishes_nothing(tmp_path):
             client.repartition("rp-killed", tiling=(6, 1), replicas=1)
         assert client.versions("rp-killed") == versions  # aborted: nothing published
         assert client.open("rp-killed").to_arrow().equals(source)  # and the current version reads from its replicas
-        for ip in ("127.0.0.2", "127.0.0.4"):  # the survivors keep no file of the aborted version
-            root = tmp_path / f"node-{ip}" / "datasets" / "rp-killed"
+        for ip in (c.ips[0], c.ips[2]):  # the survivors keep no file of the aborted version
+            root = c.root / f"node-{ip}" / "datasets" / "rp-killed"
             wait_until(lambda root=root: sorted(p.name for p in root.glob("v*")) == [f"v{versions[-1]}"],
                        what=f"the aborted version gone from {ip}")
 
 
 @pytest.mark.slow  # a full-disk fault: in the slow tier, which CI runs
-def test_a_repartition_onto_a_full_disk_is_refused_and_leaves_nothing(tmp_path, small_disk):
-    with LocalCluster(tmp_path / "c", nodes=1, first_ip=80) as c:
-        small = c.add_node("127.0.0.81", data_dir=small_disk / "node")
+def test_a_repartition_onto_a_full_disk_is_refused_and_leaves_nothing(tmp_path, small_disk, new_cluster):
+    with new_cluster(1, process=True, root=tmp_path / "c") as c:
+        small = c.add_node(c.ips[1], data_dir=small_disk / "node")
         with fp.connect(c.uri) as client:
             wait_until(lambda: sum(n.alive for n in client.nodes()) == 2, 20, "both nodes")
             source = pa.table({"x": np.random.default_rng(1).random(10 << 20)})  # 80 MB into a 64 MB disk
-            client.put("rp-full", source, tiling=(4, 1), nodes=["127.0.0.80"])
+            client.put("rp-full", source, tiling=(4, 1), nodes=[c.ips[0]])
             versions = client.versions("rp-full")
             with pytest.raises(fp.StorageFull, match="disk full"):
-                client.repartition("rp-full", tiling=(2, 1), nodes=["127.0.0.81"])
+                client.repartition("rp-full", tiling=(2, 1), nodes=[c.ips[1]])
             assert client.versions("rp-full") == versions
             assert client.stats(small.uri).values["storage_full_refusals"] >= 1
             assert "the disk is full" in small.log()
@@ -331,12 +330,12 @@ def test_append_of_other_columns_is_refused_and_publishes_nothing(client):
 # ---------------------------------------------------------------------- rebalance
 
 
-def test_rebalance_after_a_node_joins(tmp_path):
-    with LocalCluster(tmp_path, nodes=2) as c, fp.connect(c.uri) as client:
+def test_rebalance_after_a_node_joins(new_cluster):
+    with new_cluster(2, process=True) as c, fp.connect(c.uri) as client:
         source = table(8000)
         old = client.put("rb", source, tiling=(8, 1))
         assert client.rebalance("rb").version == old.version  # balanced already: nothing moves
-        c.add_node("127.0.0.9")
+        c.add_node(c.ips[2])
         fp_nodes = lambda: [n for n in client.nodes() if n.alive]  # noqa: E731
         import time
 

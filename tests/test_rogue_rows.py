@@ -20,7 +20,6 @@ import pyarrow.compute as pc
 import pytest
 
 import flightpart as fp
-from flightpart.local.cluster import LocalCluster
 
 ROGUE = '''
 import sys, time
@@ -195,13 +194,13 @@ HONEST, ROGUE_IP, READER = "127.0.0.61", "127.0.0.62", "127.0.0.63"
 
 
 @pytest.fixture(scope="module")
-def rogue(tmp_path_factory):
+def rogue(tmp_path_factory, make_cluster):
     root = tmp_path_factory.mktemp("rogue")
     mode = root / "lie"
     mode.write_text("none")
     script = root / "rogue.py"
     script.write_text(ROGUE)
-    cluster = LocalCluster(root / "cluster", nodes=1, first_ip=61)
+    cluster = make_cluster(1, process=True, first_ip=61, root=root / "cluster")  # HONEST; the rogue and READER next
     proc = subprocess.Popen([sys.executable, str(script), cluster.uri, ROGUE_IP, str(root / "rogue-data"), str(mode)],
                             stdout=subprocess.PIPE, text=True)
     try:

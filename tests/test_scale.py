@@ -21,7 +21,6 @@ import pytest
 import flightpart as fp
 from flightpart.io.layout import MANIFEST
 from flightpart.io.transfer import streams_of
-from flightpart.local.cluster import LocalCluster
 from flightpart.server.catalog import CatalogServer
 from flightpart.server.node import NodeServer
 from flightpart.server.settings import CatalogSettings, NodeSettings
@@ -99,8 +98,8 @@ def test_a_commit_reads_held_partitions_page_by_page(monkeypatch):
 
 
 @pytest.mark.slow  # a fault test bound by a deadline: in the slow tier, which CI runs
-def test_drop_and_abort_with_three_frozen_nodes_finish_within_their_deadline(tmp_path):
-    with LocalCluster(tmp_path, nodes=4, first_ip=121) as c, fp.connect(c.uri, host="127.0.0.9") as client:
+def test_drop_and_abort_with_three_frozen_nodes_finish_within_their_deadline(new_cluster):
+    with new_cluster(4, process=True) as c, fp.connect(c.uri, host="127.0.0.9") as client:
         table = pa.table({"a": np.arange(4_000)})
         client.put("frozen", table, tiling=(4, 1))
         pending = client.call(fp.wire.Begin("half")).version
@@ -121,7 +120,7 @@ def test_drop_and_abort_with_three_frozen_nodes_finish_within_their_deadline(tmp
         # the frozen nodes missed the orders: their next heartbeat is refused, they register again and delete the files
 
         def leftovers() -> list:
-            return [p for p in tmp_path.rglob("*.arrow") if "/frozen/" in str(p) or "/half/" in str(p)]
+            return [p for p in c.root.rglob("*.arrow") if "/frozen/" in str(p) or "/half/" in str(p)]
 
         wait_until(lambda: not leftovers(), 30, "the frozen nodes to delete the dropped and aborted files")
 
@@ -191,7 +190,7 @@ def _several(node: str, name: str, steps: list) -> None:
     ("stream ends before the trailer", "INVALID_REQUEST", [(0, 0)]),
     ("partition sent twice", "VERSION_CONFLICT", [(0, 0)]),
 ])
-def test_a_lying_stream_of_several_partitions_stores_only_complete_ones(tmp_path, lie, code, stored):
+def test_a_lying_stream_of_several_partitions_stores_only_complete_ones(new_cluster, lie, code, stored):
     block = pa.table({"a": np.arange(100, dtype="int64")})
     good = [("header", (0, 0)), ("batch", block), ("trailer", 100)]
     steps = {
@@ -201,11 +200,11 @@ def test_a_lying_stream_of_several_partitions_stores_only_complete_ones(tmp_path
         "stream ends before the trailer": [*good, ("header", (1, 0)), ("batch", block)],
         "partition sent twice": [*good, ("header", (0, 0)), ("batch", block), ("trailer", 100)],
     }[lie]
-    with LocalCluster(tmp_path, nodes=1, first_ip=126) as c:
+    with new_cluster(1, process=True) as c:
         with pytest.raises(flight.FlightError) as info:
             _several(c.nodes[0].uri, "lies", steps)
         assert code_of(info.value) == code
-        version_dir = tmp_path / "node-127.0.0.126" / "datasets" / "lies" / "v1"
+        version_dir = c.root / f"node-{c.ips[0]}" / "datasets" / "lies" / "v1"
         files = sorted(p.name for p in version_dir.glob("*")) if version_dir.exists() else []
         assert files == [n for i, j in stored for n in (f"{i}_{j}.arrow", f"{i}_{j}.stats.json")]  # no temporary
         _several(c.nodes[0].uri, "after", [("header", (0, 0)), ("batch", block), ("trailer", 100)])  # still serving
@@ -263,13 +262,13 @@ def test_a_node_registers_in_pages_and_gets_missed_seals_over_several_registrati
 
 
 @pytest.mark.slow  # a node killed mid-stream: a long fault test, in the slow tier CI runs
-def test_a_node_killed_in_the_middle_of_a_stream_of_several_partitions_loses_nothing_published(tmp_path):
+def test_a_node_killed_in_the_middle_of_a_stream_of_several_partitions_loses_nothing_published(new_cluster):
     import threading
 
-    with LocalCluster(tmp_path, nodes=1, first_ip=127) as c, fp.connect(c.uri, host="127.0.0.9") as client:
+    with new_cluster(1, process=True) as c, fp.connect(c.uri, host="127.0.0.9") as client:
         kept = pa.table({"a": np.arange(1_000)})
         client.put("kept", kept, tiling=(10, 1))
-        node_dir = tmp_path / "node-127.0.0.127"
+        node_dir = c.root / f"node-{c.ips[0]}"
         outcome: list[BaseException] = []
 
         def put() -> None:
@@ -287,7 +286,7 @@ def test_a_node_killed_in_the_middle_of_a_stream_of_several_partitions_loses_not
         assert not sender.is_alive() and outcome, "the put must fail, not hang or succeed"
         assert {d.name for d in client.list()} == {"kept"}  # nothing of the cut put was published
         c.nodes.clear()
-        c.add_node("127.0.0.127", heartbeat=0.3, data_dir=node_dir)
+        c.add_node(c.ips[0], heartbeat=0.3, data_dir=node_dir)
         wait_until(lambda: not list(node_dir.glob("datasets/cut/v*")), 30,
                    "the restarted node to delete the aborted version (files and temporaries)")
         assert client.open("kept").to_arrow().equals(kept)  # what was published before is intact

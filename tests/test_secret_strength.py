@@ -1,6 +1,6 @@
 """A cluster secret that cannot be guessed, and nothing a handle carries that tests a guess cheaply.
 
-Real daemons on loopback (127.0.0.230-239): a weak secret ("x", blanks, "flightpart", short or repeated ones,
+Real daemons on loopback: a weak secret ("x", blanks, "flightpart", short or repeated ones,
 a passphrase of a few words) is refused at start by the catalog, by a node and by ``flightpart token``, each
 naming ``flightpart secret``; a secret that command writes (mode 600) starts a cluster. From a pickled handle
 an attacker gets a capability (a public body and an Ed25519 signature): the key that made it is scrypt's of the
@@ -28,7 +28,6 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 import flightpart as fp
 from flightpart import tokens
-from flightpart.local.cluster import LocalCluster
 
 WEAK = ["x", "   ", "flightpart", "FlightPart", "s3cr3t-2024", "ab" * 32, "cluster-secret-for-the-sharing-tests"]
 """Secrets the outside probe tried, and their kin: blank, known, short, repeated, a few words."""
@@ -79,7 +78,8 @@ def test_a_weak_secret_is_refused_at_start_by_the_catalog_and_the_node_naming_fl
     refused_as_weak(run_cli("token", "--role", "admin", "--name", "mallory", env={"FLIGHTPART_SECRET": "flightpart"}))
 
 
-def test_flightpart_secret_writes_one_mode_600_that_a_cluster_starts_with_and_keeps_an_existing_one(tmp_path):
+def test_flightpart_secret_writes_one_mode_600_that_a_cluster_starts_with_and_keeps_an_existing_one(
+        tmp_path, new_cluster):
     printed = run_cli("secret")
     assert printed.returncode == 0, printed.stderr
     value = printed.stdout.strip()
@@ -95,12 +95,12 @@ def test_flightpart_secret_writes_one_mode_600_that_a_cluster_starts_with_and_ke
     assert again.returncode != 0 and "exists" in again.stderr and path.read_text().strip() == written
 
     rows = pa.table({"id": np.arange(1000)})
-    with LocalCluster(tmp_path / "c", nodes=1, first_ip=232, extra_args=["--secret-file", str(path)]) as c:
+    with new_cluster(1, process=True, root=tmp_path / "c", extra_args=["--secret-file", str(path)]) as c:
         with fp.connect(c.uri, token=written) as owner:
             owner.put("kept", rows)
         reader = run_cli("token", "--role", "reader", "--name", "alice", "--secret-file", str(path))
         assert reader.returncode == 0, reader.stderr
-        with fp.connect(c.uri, token=reader.stdout.strip(), host="127.0.0.239") as alice:
+        with fp.connect(c.uri, token=reader.stdout.strip(), host="127.0.0.99") as alice:
             assert alice.open("kept").to_arrow().equals(rows)
         body = "fp2:admin:mallory:0"  # a token of the earlier format, signed with the key derived the old way
         old_signature = cheap_keys(written.encode())[0].sign(b"flightpart token\0" + body.encode())
@@ -129,16 +129,17 @@ def raw_public(key: Ed25519PrivateKey) -> bytes:
     return key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
 
 
-def test_testing_a_guess_against_a_pickled_handle_or_the_verify_key_costs_a_full_scrypt_derivation(tmp_path):
+def test_testing_a_guess_against_a_pickled_handle_or_the_verify_key_costs_a_full_scrypt_derivation(
+        tmp_path, new_cluster):
     path = tmp_path / "secret"
     assert run_cli("secret", "--out", str(path)).returncode == 0
     secret = path.read_text().strip().encode()
     rows = pa.table({"id": np.arange(2000), "x": np.arange(2000) * 0.5})
-    with LocalCluster(tmp_path / "c", nodes=2, first_ip=233, extra_args=["--secret-file", str(path)]) as c:
+    with new_cluster(2, process=True, root=tmp_path / "c", extra_args=["--secret-file", str(path)]) as c:
         with fp.connect(c.uri, token=secret.decode()) as owner:
             owner.put("sales", rows, tiling=(2, 1))
         reader = tokens.role_token(secret, "reader", "alice")
-        with fp.connect(c.uri, token=reader, host="127.0.0.239") as alice:
+        with fp.connect(c.uri, token=reader, host="127.0.0.99") as alice:
             handle = pickle.dumps(alice.open("sales").__partitioned__)
             meta = pickle.loads(handle)  # what the attacker holds reads the version
             assert pa.concat_tables(meta["get"]([p["data"] for p in meta["partitions"].values()])).equals(rows)

@@ -11,7 +11,6 @@ import pyarrow.flight as flight
 import pytest
 
 import flightpart as fp
-from flightpart.local.cluster import LocalCluster
 
 from certs import make_pki
 
@@ -19,11 +18,11 @@ TOKEN = "s3cret-token-for-tests"
 
 
 @pytest.fixture(scope="module")
-def token_cluster(tmp_path_factory):
+def token_cluster(tmp_path_factory, make_cluster):
     root = tmp_path_factory.mktemp("token")
     (root / "token").write_text(TOKEN + "\n")
     (root / "token").chmod(0o600)  # a credential file others can read is refused
-    with LocalCluster(root, nodes=2, first_ip=22, extra_args=["--token-file", str(root / "token")]) as c:
+    with make_cluster(2, process=True, root=root, extra_args=["--token-file", str(root / "token")]) as c:
         yield c
 
 
@@ -62,11 +61,12 @@ def test_without_the_token_every_call_is_unauthenticated(token_cluster, token):
             client.open("guarded")
 
 
-def test_tls_with_client_certificates(tmp_path, monkeypatch):
+def test_tls_with_client_certificates(tmp_path, monkeypatch, new_cluster):
     pki = make_pki(tmp_path / "pki", ["127.0.0.1", "127.0.0.32", "127.0.0.33"])
     args = ["--tls-cert", str(pki["server"]), "--tls-key", str(pki["server_key"]), "--tls-client-ca", str(pki["ca"]),
             "--tls-ca", str(pki["ca"])]
-    with LocalCluster(tmp_path / "c", nodes=2, first_ip=32, extra_args=args) as c:
+    # pinned: the certificate names the nodes' addresses
+    with new_cluster(2, process=True, first_ip=32, root=tmp_path / "c", extra_args=args) as c:
         assert c.uri.startswith("grpc+tls://") and c.nodes[0].uri.startswith("grpc+tls://")
         monkeypatch.setenv("FLIGHTPART_TLS_CERT", str(pki["client"]))
         monkeypatch.setenv("FLIGHTPART_TLS_KEY", str(pki["client_key"]))
@@ -86,7 +86,7 @@ def test_tls_with_client_certificates(tmp_path, monkeypatch):
                 list(plain.pool.client(c.uri).list_flights(options=plain.pool.options(5)))
 
 
-def test_mutual_tls_with_explicit_certificates_and_no_environment(tmp_path, monkeypatch):
+def test_mutual_tls_with_explicit_certificates_and_no_environment(tmp_path, monkeypatch, new_cluster):
     """The client's own certificate reaches every connection it makes, reads included."""
     for var in ("FLIGHTPART_TLS_CERT", "FLIGHTPART_TLS_KEY", "FLIGHTPART_TLS_CA", "FLIGHTPART_TOKEN"):
         monkeypatch.delenv(var, raising=False)
@@ -95,7 +95,8 @@ def test_mutual_tls_with_explicit_certificates_and_no_environment(tmp_path, monk
             "--tls-ca", str(pki["ca"])]
     table = pa.table({"v": np.arange(6000) * 0.5, "k": np.arange(6000) % 7})
     key = pki["client_key"].read_bytes()
-    with LocalCluster(tmp_path / "c", nodes=2, first_ip=34, extra_args=args) as c:
+    # pinned: the certificate names the nodes' addresses
+    with new_cluster(2, process=True, first_ip=34, root=tmp_path / "c", extra_args=args) as c:
         with fp.connect(c.uri, host="127.0.0.99", tls_root_certs=pki["ca"].read_bytes(),
                         cert_chain=pki["client"].read_bytes(), private_key=key) as client:
             client.put("mtls", table, tiling=(3, 1))

@@ -29,7 +29,7 @@ import flightpart as fp
 from flightpart import tokens, wire
 from flightpart.io.access import Access
 from flightpart.io.connections import ConnectionPool
-from flightpart.local.cluster import Daemon, LocalCluster
+from flightpart.local.cluster import Daemon
 from flightpart.tokens import TOKEN_PREFIX
 
 from helpers import code_of, run_threads, wait_until
@@ -51,34 +51,34 @@ def table_of(rows: int, seed: int = 0) -> pa.Table:
 
 
 @pytest.fixture(scope="module")
-def secured(tmp_path_factory):
+def secured(tmp_path_factory, make_cluster):
     """Three nodes, one whose clock runs an hour ahead and one whose clock runs an hour behind; datasets placed on
-    known nodes."""
+    known nodes. The two odd clocks are on the fourth and fifth addresses of the cluster's range."""
     root = tmp_path_factory.mktemp("sharing")
     secret = root / "secret"
     secret.write_text(SECRET + "\n")
     secret.chmod(0o600)
     env = {"FLIGHTPART_CLOCK_MARGIN": str(MARGIN)}
-    with LocalCluster(root, nodes=3, first_ip=121, heartbeat=0.3, env=env,
+    with make_cluster(3, process=True, root=root, heartbeat=0.3, env=env,
                       extra_args=["--secret-file", str(secret), "--metrics-port", "0"],
                       node_args=["--stream-idle-timeout", str(IDLE)]) as c:
-        ahead = Daemon(["serve", "--host", "127.0.0.124", "--port", "0", "--data-dir", str(root / "ahead"),
+        ahead = Daemon(["serve", "--host", c.ips[3], "--port", "0", "--data-dir", str(root / "ahead"),
                         "--catalog", c.uri, "--heartbeat", "0.3", "--secret-file", str(secret),
                         "--stream-idle-timeout", str(IDLE)],
                        env={**env, "FLIGHTPART_TEST_CLOCK_OFFSET": str(AHEAD)})
         c.nodes.append(ahead)  # stopped with the cluster
-        behind = Daemon(["serve", "--host", "127.0.0.230", "--port", "0", "--data-dir", str(root / "behind"),
+        behind = Daemon(["serve", "--host", c.ips[4], "--port", "0", "--data-dir", str(root / "behind"),
                          "--catalog", c.uri, "--heartbeat", "0.3", "--secret-file", str(secret),
                          "--stream-idle-timeout", str(IDLE)],
                         env={**env, "FLIGHTPART_TEST_CLOCK_OFFSET": str(-BEHIND)})
         c.nodes.append(behind)
         with fp.connect(c.uri, token=SECRET) as owner:
             wait_until(lambda: sum(n.alive for n in owner.nodes()) == 5, what="five live nodes")
-            owner.put("shared", table_of(4000, 1), tiling=(4, 1), nodes=["127.0.0.121", "127.0.0.122", "127.0.0.123"])
-            owner.put("mirrored", table_of(3000, 2), tiling=(3, 1), replicas=2, nodes=["127.0.0.121", "127.0.0.124"])
-            owner.put("only-ahead", table_of(500, 3), tiling=(1, 1), nodes=["127.0.0.124"])
-            owner.put("only-behind", table_of(700, 6), tiling=(1, 1), nodes=["127.0.0.230"])
-            owner.put("big", table_of(4_000_000, 4), tiling=(1, 1), nodes=["127.0.0.122"])
+            owner.put("shared", table_of(4000, 1), tiling=(4, 1), nodes=c.ips[:3])
+            owner.put("mirrored", table_of(3000, 2), tiling=(3, 1), replicas=2, nodes=[c.ips[0], c.ips[3]])
+            owner.put("only-ahead", table_of(500, 3), tiling=(1, 1), nodes=[c.ips[3]])
+            owner.put("only-behind", table_of(700, 6), tiling=(1, 1), nodes=[c.ips[4]])
+            owner.put("big", table_of(4_000_000, 4), tiling=(1, 1), nodes=[c.ips[1]])
         yield c
 
 
@@ -148,15 +148,15 @@ def test_a_node_whose_clock_is_past_the_margin_is_logged_and_shown(secured):
     with fp.connect(secured.uri, token=SECRET) as owner:
         wait_until(lambda: all(n.clock_skew is not None for n in owner.nodes()), what="every node's clock")
         skews = {n.ip: n.clock_skew for n in owner.nodes()}
-    assert AHEAD - 5 < skews.pop("127.0.0.124") < AHEAD + 5
-    assert -BEHIND - 5 < skews.pop("127.0.0.230") < -BEHIND + 5
+    assert AHEAD - 5 < skews.pop(secured.ips[3]) < AHEAD + 5
+    assert -BEHIND - 5 < skews.pop(secured.ips[4]) < -BEHIND + 5
     assert all(abs(s) < MARGIN for s in skews.values()), skews
     wait_until(lambda: "its clock is +3600" in secured.catalog.log(), what="the catalog's warning")
     assert secured.catalog.log().count("its clock is +") == 1  # once, not on every beat
     page = secured.catalog.uris["catalog-status"]
     status = json.loads(urllib.request.urlopen(page + "status.json", timeout=10).read())
     shown = {n["ip"]: n["clock_skew"] for n in status["nodes"]}
-    assert AHEAD - 5 < shown["127.0.0.124"] < AHEAD + 5
+    assert AHEAD - 5 < shown[secured.ips[3]] < AHEAD + 5
     html = urllib.request.urlopen(page, timeout=10).read().decode()
     assert "clock skew" in html and '<span class="bad">+3600.' in html
 
@@ -253,7 +253,7 @@ def test_a_writer_holding_idle_puts_does_not_lock_others_out_and_loses_their_slo
                     host="127.0.0.99") as alice:
         truth = table_of(1000, 9)
         # while mallory holds her share
-        assert alice.put("alices", truth, nodes=["127.0.0.121"]).to_arrow().equals(truth)
+        assert alice.put("alices", truth, nodes=[secured.ips[0]]).to_arrow().equals(truth)
     wait_until(lambda: node_streams(node) == 0, timeout=IDLE * 10, what="the idle puts' slots to be freed")
     assert "its put sent nothing for 3 s" in secured.nodes[0].log()
     with pytest.raises(flight.FlightError) as info:  # her open calls still count against her share
@@ -266,14 +266,14 @@ def test_a_writer_holding_idle_puts_does_not_lock_others_out_and_loses_their_slo
     assert not list(secured.root.glob("node-*/datasets/idle-puts/v1/*.arrow"))
 
 
-def test_two_writers_holding_their_shares_of_puts_reach_the_nodes_limit_where_a_reader_is_busy(tmp_path):
+def test_two_writers_holding_their_shares_of_puts_reach_the_nodes_limit_where_a_reader_is_busy(tmp_path, new_cluster):
     """The node's whole limit, reached by two callers' idle puts (half each), refuses a third caller BUSY. A node of
     its own with a long idle timeout: the module's 3 s would free the first caller's slots on a loaded machine before
     the second's arrive."""
     secret = tmp_path / "secret"
     secret.write_text(SECRET + "\n")
     secret.chmod(0o600)
-    with LocalCluster(tmp_path / "c", nodes=1, first_ip=125, extra_args=["--secret-file", str(secret)],
+    with new_cluster(1, process=True, root=tmp_path / "c", extra_args=["--secret-file", str(secret)],
                       node_args=["--max-streams", "4", "--stream-idle-timeout", "600"]) as c:
         node = c.nodes[0].uri
         schema = pa.schema([("id", pa.int64())])
@@ -294,7 +294,7 @@ def test_two_writers_holding_their_shares_of_puts_reach_the_nodes_limit_where_a_
         refused_before = owner_pool().action(node, wire.GetStats(), timeout=10)["refused_calls"]
         with fp.connect(c.uri, token=tokens.role_token(SECRET.encode(), "writer", "erin"), host="127.0.0.99") as erin:
             with ThreadPoolExecutor(1) as pool:
-                putting = pool.submit(erin.put, "erins", truth, nodes=["127.0.0.125"],
+                putting = pool.submit(erin.put, "erins", truth, nodes=[c.ips[0]],
                                       progress=lambda done, total: told.append((done, total)))
                 wait_until(lambda: owner_pool().action(node, wire.GetStats(), timeout=10)["refused_calls"]
                            > refused_before + 1, 30, "erin's put to be refused BUSY")
@@ -305,7 +305,7 @@ def test_two_writers_holding_their_shares_of_puts_reach_the_nodes_limit_where_a_
 
 
 def test_the_only_replica_paused_longer_than_the_idle_timeout_is_waited_for_not_failed(secured):
-    node = secured.nodes[2]  # 127.0.0.123: a node that stops answering for a moment (a pause, a starved CPU)
+    node = secured.nodes[2]  # the third node: a node that stops answering for a moment (a pause, a starved CPU)
     with fp.connect(secured.uri, token=reader_token("patient"), host="127.0.0.99", idle_timeout=0.3) as reader:
         meta = reader.open("shared").__partitioned__
         refs = [p["data"] for p in meta["partitions"].values() if p["data"].replicas[0][0] == node.uri]
@@ -326,11 +326,11 @@ def test_the_only_replica_paused_longer_than_the_idle_timeout_is_waited_for_not_
 
 
 @pytest.mark.slow
-def test_sixty_four_readers_on_one_replica_per_partition_see_no_failed_read(tmp_path):
+def test_sixty_four_readers_on_one_replica_per_partition_see_no_failed_read(new_cluster):
     readers, rounds = 64, 10
     table = table_of(600_000, 5)
     expected = (table.num_rows, pc.sum(table.column("id")).as_py(), pc.sum(table.column("x")).as_py())
-    with LocalCluster(tmp_path, nodes=3, first_ip=131) as c:  # default settings, no secret
+    with new_cluster(3, process=True) as c:  # default settings, no secret
         with fp.connect(c.uri) as client:
             client.put("crowd", table, tiling=(6, 1))
         errors: list[BaseException] = []

@@ -17,7 +17,6 @@ import pytest
 
 import flightpart as fp
 from flightpart import sqlwire, tokens, wire
-from flightpart.local.cluster import LocalCluster
 
 from helpers import code_of, wait_until
 
@@ -133,10 +132,10 @@ class MemoryCgroup:
 
 
 @pytest.fixture(scope="module")
-def bounded(tmp_path_factory):
-    """A catalog with the default SQL limits in a 2.5 GiB memory cgroup, a node on 127.0.0.200, a small dataset."""
+def bounded(tmp_path_factory, make_cluster):
+    """A catalog with the default SQL limits in a 2.5 GiB memory cgroup, a node, a small dataset."""
     root = tmp_path_factory.mktemp("sql-bounds")
-    with LocalCluster(root / "c", nodes=1, first_ip=200, extra_args=["--secret-file", str(secret_file(root))]) as c:
+    with make_cluster(1, process=True, root=root / "c", extra_args=["--secret-file", str(secret_file(root))]) as c:
         with fp.connect(c.uri, token=SECRET) as owner:
             owner.put("trips", pa.table({"k": list(range(ROWS)), "fare": [k * 0.5 for k in range(ROWS)]}))
         group = MemoryCgroup(c.catalog.pid, MEMORY_LIMIT, f"flightpart-sql-bounds-{os.getpid()}")
@@ -334,15 +333,15 @@ def test_one_readers_flood_leaves_slots_for_another_readers_select_1(bounded):
 
 
 @pytest.fixture(scope="module")
-def spilling(tmp_path_factory):
+def spilling(tmp_path_factory, make_cluster):
     """A catalog whose DuckDB has 64 MiB of memory and 64 MiB of spill space in a directory the test watches, and
-    forgets prepared statements after 5 s unused; a node on 127.0.0.201."""
+    forgets prepared statements after 5 s unused; a node."""
     root = tmp_path_factory.mktemp("sql-spill")
     parent = root / "spill-parent"
     parent.mkdir()
     env = {"FLIGHTPART_SQL_MEMORY": "64MiB", "FLIGHTPART_SQL_SPILL_BYTES": "64MiB",
            "FLIGHTPART_SQL_SPILL_DIR": str(parent), "FLIGHTPART_SQL_PREPARED_IDLE": "5"}
-    with LocalCluster(root / "c", nodes=1, first_ip=201, env=env,
+    with make_cluster(1, process=True, root=root / "c", env=env,
                       extra_args=["--secret-file", str(secret_file(root))]) as c:
         with fp.connect(c.uri, token=SECRET) as owner:
             owner.put("trips", pa.table({"k": list(range(ROWS)), "fare": [k * 0.5 for k in range(ROWS)]}))

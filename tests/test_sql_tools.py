@@ -62,7 +62,7 @@ def flightsql_python(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def sql_cluster(make_cluster):
-    cluster = make_cluster(2, process=True, first_ip=240)
+    cluster = make_cluster(2, process=True)
     with fp.connect(cluster.uri) as writer:
         writer.put("trips", pa.table({"k": [i % 3 for i in range(60)], "v": [float(i) for i in range(60)],
                                       "name": [f"n{i}" for i in range(60)]}), tiling=(3, 1))

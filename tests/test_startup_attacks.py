@@ -34,7 +34,7 @@ from flightpart import tokens, wire
 from flightpart.cli.waiting import wait_for
 from flightpart.errors import ServerStarting
 from flightpart.io.connections import ConnectionPool
-from flightpart.local.cluster import Daemon, LocalCluster
+from flightpart.local.cluster import Daemon
 from flightpart.server.catalog import CatalogServer
 from flightpart.server.settings import CatalogSettings
 from flightpart.wire import Begin, Heartbeat, ListNodes, ListVersions, RegisterNode
@@ -285,9 +285,9 @@ def test_a_clients_token_in_a_daemons_environment_without_a_secret_is_refused(tm
 
 
 @pytest.fixture(scope="module")
-def shared(tmp_path_factory):
+def shared(make_cluster):
     """A catalog with its status page and two nodes, for the attacks that neither kill nor freeze it."""
-    with LocalCluster(tmp_path_factory.mktemp("startup"), nodes=2, first_ip=176,
+    with make_cluster(2, process=True,
                       extra_args=["--metrics-port", "0"]) as c:
         yield c
 
@@ -371,10 +371,10 @@ GARBAGE = [
 
 
 @pytest.mark.slow  # an attack that waits for the page's refresh: in the slow tier, which CI runs
-def test_the_status_page_survives_a_node_whose_stats_are_garbage(tmp_path):
+def test_the_status_page_survives_a_node_whose_stats_are_garbage(new_cluster):
     """A cluster of its own: the liar stays registered (alive until --dead-after) after the test."""
     liar = LyingNode()
-    shared = LocalCluster(tmp_path, nodes=1, first_ip=180, extra_args=["--metrics-port", "0"])
+    shared = new_cluster(1, process=True, extra_args=["--metrics-port", "0"])
     page = shared.catalog.uris["catalog-status"]
     try:
         liar_uri = f"grpc://127.0.0.179:{liar.port}"

@@ -28,7 +28,7 @@ MB = 1 << 20
 
 @pytest.fixture(scope="module")
 def cluster(make_cluster):
-    return make_cluster(3, first_ip=101)
+    return make_cluster(3)
 
 
 def sales(rows: int, seed: int = 0) -> pa.Table:
@@ -39,7 +39,7 @@ def sales(rows: int, seed: int = 0) -> pa.Table:
 
 def test_duckdb_polars_and_pyarrow_read_a_dataset_directly(cluster):
     table = sales(60_000, 1)
-    with fp.connect(cluster.uri, host="127.0.0.101") as client:  # one node's partitions are local, the rest streamed
+    with fp.connect(cluster.uri, host=cluster.ips[0]) as client:  # one node's partitions are local, the rest streamed
         ds = client.put("sales", table, tiling=(6, 2))
         whole = ds.to_arrow()
         assert whole.equals(table)

@@ -55,15 +55,16 @@ def credential_file(path: Path, value: str) -> Path:
     return path
 
 
-def trusted_cluster(root: Path, names: list[str], first_ip: int, **kwargs) -> LocalCluster:
-    """A catalog with the cluster secret, and nodes that hold only their own token and the verify key."""
+def trusted_cluster(make_cluster, root: Path, names: list[str], **kwargs) -> LocalCluster:
+    """A catalog with the cluster secret, and nodes that hold only their own token and the verify key, on the first
+    addresses of the range ``make_cluster`` gives it."""
     root.mkdir(parents=True, exist_ok=True)
     secret = credential_file(root / "secret", SECRET.decode())
     credential_file(root / "verify-key", verify_key(SECRET).text())
-    cluster = LocalCluster(root, nodes=0, extra_args=["--secret-file", str(secret)], **kwargs)
+    cluster = make_cluster(0, process=True, root=root, extra_args=["--secret-file", str(secret)], **kwargs)
     try:
         for k, name in enumerate(names):
-            add_node(cluster, name, f"127.0.0.{first_ip + k}")
+            add_node(cluster, name, cluster.ips[k])
     except BaseException:
         cluster.stop()
         raise
@@ -122,9 +123,9 @@ def hostile_data_dir(path: Path, name: str) -> Path:
 
 
 @pytest.fixture(scope="module")
-def trusted(tmp_path_factory):
+def trusted(tmp_path_factory, make_cluster):
     root = tmp_path_factory.mktemp("trust")
-    with trusted_cluster(root / "c", ["n1", "n2"], first_ip=160) as c:
+    with trusted_cluster(make_cluster, root / "c", ["n1", "n2"]) as c:
         with fp.connect(c.uri, token=tokens.role_token(SECRET, "writer", "w"), host="127.0.0.99") as writer:
             wait_until(lambda: alive(writer) == {"n1", "n2"}, 30, "both nodes to register with their own tokens")
             writer.put("victim", table_of(ROWS, 1), tiling=(2, 1))
@@ -153,9 +154,9 @@ def test_a_hostile_node_is_not_made_a_replica_and_publishes_nothing(trusted):
     with reader(c) as client:
         true_holders = holders(client, "victim")
         evil_dir = hostile_data_dir(c.root / "evil-data", "evil")
-        add_node(c, "evil", "127.0.0.163", data_dir=evil_dir)
+        add_node(c, "evil", c.ips[3], data_dir=evil_dir)
         wait_until(lambda: "evil" in alive(client), 30, "the hostile node to register")
-        assert holders(client, "victim") == true_holders and "127.0.0.163" not in true_holders
+        assert holders(client, "victim") == true_holders and c.ips[3] not in true_holders
         for _ in range(3):
             rows = client.open("victim").to_arrow()
             assert rows.num_rows == ROWS and pc_count(rows, -1) == 0  # 4,000 of 4,000, none forged
@@ -184,7 +185,7 @@ def test_a_node_token_cannot_write_drop_repair_commit_or_speak_for_another_node(
             lambda: hostile.call(fp.wire.Repair()),
             lambda: hostile.call(manifest),
             lambda: raw_action(hostile, "register-node",
-                               {"node_id": "n1", "uri": "grpc://127.0.0.163:1", "ip": "127.0.0.163", "pid": 1}),
+                               {"node_id": "n1", "uri": f"grpc://{c.ips[3]}:1", "ip": c.ips[3], "pid": 1}),
             lambda: hostile.call(fp.wire.Heartbeat("n1")),
         ]
         for refused in refusals:
@@ -255,11 +256,11 @@ def test_a_node_cannot_mint_another_role_from_what_it_holds(trusted):
 
 def test_a_node_refuses_to_start_on_another_nodes_directory_or_a_forged_token(trusted, tmp_path):
     c = trusted
-    taken = c.root / "node-127.0.0.160"  # n1's directory
+    taken = c.root / f"node-{c.ips[0]}"  # n1's directory
     bad = credential_file(tmp_path / "bad.token", node_token("n1")[:-4] + "AAAA")
     for token_file, data_dir in ((credential_file(tmp_path / "n9.token", node_token("n9")), taken),
                                  (bad, tmp_path / "fresh")):
-        run = subprocess.run([sys.executable, "-m", "flightpart", "serve", "--host", "127.0.0.170", "--port", "0",
+        run = subprocess.run([sys.executable, "-m", "flightpart", "serve", "--host", c.ips[4], "--port", "0",
                               "--data-dir", str(data_dir), "--catalog", c.uri, "--node-token-file", str(token_file),
                               "--verify-key-file", str(c.root / "verify-key")], capture_output=True, text=True,
                              timeout=60)
@@ -268,10 +269,10 @@ def test_a_node_refuses_to_start_on_another_nodes_directory_or_a_forged_token(tr
 
 
 @pytest.mark.slow
-def test_repair_and_a_lost_catalog_state_still_work_with_per_node_credentials(tmp_path):
+def test_repair_and_a_lost_catalog_state_still_work_with_per_node_credentials(tmp_path, new_cluster):
     """Copy-to (repair) between nodes on their own tokens, then the catalog's state is lost (kill -9, state
     deleted): it rebuilds every dataset from the manifests it signed, the repaired copy included."""
-    with trusted_cluster(tmp_path / "c", ["a1", "a2", "a3"], first_ip=165, dead_after=1.5,
+    with trusted_cluster(new_cluster, tmp_path / "c", ["a1", "a2", "a3"], dead_after=1.5,
                          catalog_port=free_port()) as c:
         admin = tokens.role_token(SECRET, "admin", "ops")
         kept, other = table_of(ROWS, 2), table_of(900, 3)
@@ -326,30 +327,30 @@ def test_flight_sql_needs_a_token_and_a_reader_token_queries(trusted):
         assert "unauthenticated" in str(info.value).lower() and "Traceback" not in str(info.value)
 
 
-def test_a_node_token_cannot_drop_datasets_or_use_up_version_numbers_by_registering(tmp_path):
+def test_a_node_token_cannot_drop_datasets_or_use_up_version_numbers_by_registering(tmp_path, new_cluster):
     """A node registers under its own id but says, in its tombstones, that datasets it never held were dropped (one
     version, and every version of another it names), and names a version number near the wire's limit. The catalog
     had dropped both datasets everywhere, files and all, and the number left the name unwritable for good. Now a
     node's tombstone drops only versions the catalog learned from nodes' files (a catalog rebuilding lost state), and
     a registration naming a version past 2**40 has those entries left out (a writer cannot plant one on a node); one
     naming the address of another live node is refused."""
-    with trusted_cluster(tmp_path / "c", ["n1"], first_ip=166) as c:
+    with trusted_cluster(new_cluster, tmp_path / "c", ["n1"]) as c:
         truth, other = table_of(ROWS, 6), table_of(1000, 7)
         with fp.connect(c.uri, token=tokens.role_token(SECRET, "writer", "w"), host="127.0.0.99") as writer:
             wait_until(lambda: alive(writer) == {"n1"}, 30, "the node to register")
             writer.put("victim", truth, tiling=(2, 1))
             writer.put("buried", other, tiling=(2, 1))
             with fp.connect(c.uri, token=node_token("mole"), host="127.0.0.99") as mole:
-                mole.call(wire.RegisterNode("mole", "grpc://127.0.0.168:1", "127.0.0.168", 4242,
+                mole.call(wire.RegisterNode("mole", f"grpc://{c.ips[2]}:1", c.ips[2], 4242,
                                             versions=(wire.VersionRef("buried", 1),),
                                             tombstones=(wire.Tombstones("victim", 0, (1,), ()),
                                                         wire.Tombstones("buried", 5))))
                 # accepted, but without the number: refusing the registration had shut a node out for one file
-                mole.call(wire.RegisterNode("mole", "grpc://127.0.0.168:1", "127.0.0.168", 4242,
+                mole.call(wire.RegisterNode("mole", f"grpc://{c.ips[2]}:1", c.ips[2], 4242,
                                             versions=(wire.VersionRef("other", (1 << 62) - 1),)))
                 with pytest.raises(fp.NodeConflict, match="is served by node n1"):  # nor take a live node's address
                     n1 = c.nodes[0]
-                    mole.call(wire.RegisterNode("mole", n1.uri, "127.0.0.166", n1.pid))
+                    mole.call(wire.RegisterNode("mole", n1.uri, c.ips[0], n1.pid))
             with reader(c) as client:
                 assert client.open("victim").to_arrow().equals(truth)
                 assert client.open("buried").to_arrow().equals(other)
@@ -369,14 +370,14 @@ def test_a_node_token_cannot_drop_datasets_or_use_up_version_numbers_by_register
             assert "left out what it said of versions past" in log
             assert len(list(c.root.glob("node-*/datasets/victim/v1/*.arrow"))) == 2  # no file went
             # the name is still writable from 1 (on the real node: the mole's address serves nothing)
-            assert writer.put("other", other, nodes=["127.0.0.166"]).version == 1
+            assert writer.put("other", other, nodes=[c.ips[0]]).version == 1
 
 
-def test_a_writer_cannot_commit_abort_or_publish_another_writers_version(tmp_path):
+def test_a_writer_cannot_commit_abort_or_publish_another_writers_version(tmp_path, new_cluster):
     """Writers share a cluster, and a version belongs to the writer that began it. Another writer's token had committed
     forged rows as someone's reserved version, aborted it under its writer's feet, and swapped an SPMD rank's part
     for its own; an admin may still abort anything."""
-    with trusted_cluster(tmp_path / "c", ["n1"], first_ip=173) as c:
+    with trusted_cluster(new_cluster, tmp_path / "c", ["n1"]) as c:
         def writer(name: str) -> fp.Client:
             return fp.connect(c.uri, token=tokens.role_token(SECRET, "writer", name), host="127.0.0.99")
 
@@ -442,12 +443,12 @@ def test_a_writer_cannot_commit_abort_or_publish_another_writers_version(tmp_pat
 
 
 @pytest.mark.slow
-def test_a_repair_does_not_take_rows_a_writer_planted_on_its_target_as_a_replica(tmp_path):
+def test_a_repair_does_not_take_rows_a_writer_planted_on_its_target_as_a_replica(tmp_path, new_cluster):
     """A writer puts rows of its own (the partition's row count and schema) for a committed partition to the one node
     that holds none of it; a holder dies and a repair copies to that node, which says it stores the partition
     already. The repair had taken the planted rows as a replica (a reader then got them once the honest holder was
     gone). The holder now compares what the target serves with its own rows, and the repair does not take it."""
-    with trusted_cluster(tmp_path / "c", ["b1", "b2", "b3"], first_ip=196, dead_after=1.5) as c:
+    with trusted_cluster(new_cluster, tmp_path / "c", ["b1", "b2", "b3"], dead_after=1.5) as c:
         admin = tokens.role_token(SECRET, "admin", "ops")
         truth = table_of(3000, 21)
         mallory = tokens.role_token(SECRET, "writer", "mallory")
@@ -475,14 +476,14 @@ def test_a_repair_does_not_take_rows_a_writer_planted_on_its_target_as_a_replica
 
 
 def test_a_writers_dask_puts_appends_repartitions_and_spmd_ranks_carry_the_grant_of_the_version_they_write(
-        tmp_path, dask_client):
+        tmp_path, dask_client, new_cluster):
     """Nodes take a writer's put or order only with the catalog's grant for the version it began: every way a writer
     writes must carry it (Dask tasks from their workers, a stream append's staging and relink, a repartition's
     orders, SPMD ranks)."""
     dd = pytest.importorskip("dask.dataframe")
     token = tokens.role_token(SECRET, "writer", "w")
     truth = table_of(4000, 31)
-    with trusted_cluster(tmp_path / "c", ["g1", "g2"], first_ip=250) as c:
+    with trusted_cluster(new_cluster, tmp_path / "c", ["g1", "g2"]) as c:
         with fp.connect(c.uri, token=token, host="127.0.0.99") as writer:
             wait_until(lambda: alive(writer) == {"g1", "g2"}, 30, "both nodes to register")
             frame = dd.from_pandas(truth.to_pandas(), npartitions=2)
@@ -493,6 +494,6 @@ def test_a_writers_dask_puts_appends_repartitions_and_spmd_ranks_carry_the_grant
             assert writer.grant_for("tasks", 3) is None  # kept only while the version is being written
         for rank in range(2):  # two ranks, one after the other, each with the writer's token
             fp.publish("ranks", truth.slice(rank * 2000, 2000), rank=rank, nranks=2, catalog=c.uri, token=token,
-                       host="127.0.0.250")
+                       host=c.ips[0])  # on g1's host
         with reader(c) as client:
             assert client.open("ranks").to_arrow().equals(truth)

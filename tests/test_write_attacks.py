@@ -1,6 +1,6 @@
 """Racing writers and frozen nodes: no acknowledged write is lost, and every write returns by its deadline.
 
-Real daemons on 127.0.0.2-4. Two writers are two ``Client`` objects in two
+Real daemons, each on a loopback address of its own. Two writers are two ``Client`` objects in two
 threads released by one barrier, so their reads of the latest version and
 their commits interleave as two users' would. A frozen node is a node
 process stopped with SIGSTOP (it keeps its sockets open and answers
@@ -66,9 +66,9 @@ def race(*writes: Callable[[], Any]) -> list[tuple[str, Any]]:
 
 
 @pytest.fixture(scope="module")
-def shared(tmp_path_factory):
+def shared(make_cluster):
     """One cluster for the racing tests (none of them kills or freezes a daemon)."""
-    with LocalCluster(tmp_path_factory.mktemp("races"), nodes=3) as c:
+    with make_cluster(3, process=True) as c:
         yield c
 
 
@@ -154,7 +154,7 @@ def test_an_append_racing_a_drop_is_never_acknowledged_into_a_dropped_dataset(sh
         with pytest.raises(fp.DatasetNotFound):
             a.open(name, before)
         assert name not in {e.name for e in a.list()}
-        for ip in ("127.0.0.2", "127.0.0.3", "127.0.0.4"):  # nor does any node keep a file the append wrote meanwhile
+        for ip in shared.ips[:3]:  # nor does any node keep a file the append wrote meanwhile
             folder = shared.root / f"node-{ip}" / "datasets" / name
             wait_until(lambda folder=folder: not folder.exists() or not any(folder.glob("v*")),
                        what=f"no file of {name} left on {ip}")
@@ -195,7 +195,7 @@ def test_a_drop_in_the_middle_of_an_append_fails_it_and_leaves_no_file(shared, w
     assert isinstance(outcome.get("error"), fp.DatasetNotFound), outcome
     with pytest.raises(fp.DatasetNotFound):
         a.open("drop-mid")
-    for ip in ("127.0.0.2", "127.0.0.3", "127.0.0.4"):
+    for ip in shared.ips[:3]:
         folder = shared.root / f"node-{ip}" / "datasets" / "drop-mid"
         wait_until(lambda folder=folder: not folder.exists() or not any(folder.glob("v*")),
                    what=f"no file of the dropped dataset left on {ip}")
@@ -218,7 +218,7 @@ def test_racing_stream_and_frame_appends_keep_both(shared, writers):
         assert latest.to_arrow().sort_by("id").equals(  # the rows themselves, not only their ids
             pa.concat_tables([rows(0, 40)] + [t for k in range(r + 1) for t in
                                               (rows(20_000 + 100 * k, 30), rows(30_000 + 100 * k, 3))]).sort_by("id"))
-    for ip in ("127.0.0.2", "127.0.0.3", "127.0.0.4"):  # the staging versions are gone; only published ones are kept
+    for ip in shared.ips[:3]:  # the staging versions are gone; only published ones are kept
         folder = shared.root / f"node-{ip}" / "datasets" / "race-stream"
         published = {f"v{v}" for v in a.versions("race-stream")}
         wait_until(lambda folder=folder, published=published: {d.name for d in folder.glob("v*")} <= published,
@@ -270,10 +270,10 @@ def _relink(client: Any, uri: str, order: Relink) -> Any:
 
 
 @pytest.fixture(scope="module")
-def frozen_cluster(tmp_path_factory):
+def frozen_cluster(make_cluster):
     """Its own cluster (nodes are frozen here); the catalog counts a silent node alive for long, so writes still pick
     it."""
-    with LocalCluster(tmp_path_factory.mktemp("frozen"), nodes=3, dead_after=600.0) as c:
+    with make_cluster(3, process=True, dead_after=600.0) as c:
         with fp.connect(c.uri) as setup:
             setup.put("fz-reshape", rows(0, 3000), tiling=(3, 1))
             setup.put("fz-append", rows(0, 3000), tiling=(3, 1))
@@ -336,7 +336,7 @@ def test_a_write_with_a_frozen_target_node_returns_by_its_deadline_and_publishes
             assert set(before) <= set(ids_of(ds))
 
 
-def test_a_writer_beginning_versions_in_a_loop_is_refused_past_its_share_and_others_go_on(tmp_path):
+def test_a_writer_beginning_versions_in_a_loop_is_refused_past_its_share_and_others_go_on(tmp_path, new_cluster):
     """A writer that began versions in a loop (some 130 a second) kept a row of state each until the pending TTL,
     whose cleanup it outran without end. Past ``$FLIGHTPART_PENDING_PER_WRITER`` versions begun and neither committed
     nor aborted it is refused LIMIT_EXCEEDED, and nothing more is recorded; another writer, and the owner, begin as
@@ -346,7 +346,7 @@ def test_a_writer_beginning_versions_in_a_loop_is_refused_past_its_share_and_oth
     secret = tokens.new_secret()
     (tmp_path / "secret").write_text(secret + "\n")
     (tmp_path / "secret").chmod(0o600)
-    with LocalCluster(tmp_path / "c", nodes=1, first_ip=205, env={"FLIGHTPART_PENDING_PER_WRITER": "5"},
+    with new_cluster(1, process=True, root=tmp_path / "c", env={"FLIGHTPART_PENDING_PER_WRITER": "5"},
                       extra_args=["--secret-file", str(tmp_path / "secret")]) as c, \
             fp.connect(c.uri, token=tokens.role_token(secret.encode(), "writer", "mallory")) as mallory, \
             fp.connect(c.uri, token=tokens.role_token(secret.encode(), "writer", "alice")) as alice, \
