@@ -76,6 +76,11 @@ class CatalogSettings:
                                 metavar="postgresql://USER@HOST:PORT/DB")
     lease_seconds: float = setting(3.0, "--lease-seconds", "How long a lease lasts unrenewed: a standby takes over "
                                    "about this long after the leader dies.", show_default=True, min=1.0)
+    sql_through_catalog: bool = setting(False, "--sql-through-catalog", "Flight SQL: answer every query at the "
+                                        "catalog, at one endpoint, a plain scan too (bounded as every answer the "
+                                        "catalog sends): SQL users then need only the catalog's address, and clients "
+                                        "that read every answer from the server they connected to get all of it. "
+                                        "Without it a plain scan's endpoints name the nodes, read in parallel.")
     lifetimes: Lifetimes = field(default_factory=Lifetimes)
     identity: Identity = field(default_factory=Identity)
     security: Security = field(default_factory=Security)

@@ -35,9 +35,8 @@ SCRIPT = textwrap.dedent("""
         columns = [[c["name"], type(c["type"]).__name__] for c in seen.get_columns(dataset)]
         rows = [list(r) for r in conn.execute(text(query))]
         info = conn.connection.flightsql_get_sql_info([])
-        try:  # a plain scan: its endpoints are at the nodes, and flightsql-dbapi asks the catalog
-            conn.execute(text(f"SELECT * FROM {dataset}"))
-            scan = "ran"
+        try:  # a plain scan: flightsql-dbapi reads its first endpoint, at the catalog
+            scan = len(list(conn.execute(text(f"SELECT * FROM {dataset}"))))
         except Exception as e:
             scan = str(e)
     every = [v.number for v in proto.DESCRIPTOR.enum_types_by_name["SqlInfo"].values]
@@ -87,7 +86,25 @@ def test_flightsql_dbapi_sqlalchemy_connects_lists_and_queries(sql_cluster, flig
                                                           want["v_count"].to_pylist(), strict=True)]
     assert got["quote"] == '"' and got["missing"] == []  # every id of flightsql-dbapi's proto is answered
     assert pc.sum(read["v"]).as_py() == sum(range(60))  # the whole dataset was read directly
-    assert "the catalog sends no rows of its own" in got["scan"]  # docs/querying.md: flightsql-dbapi's known limit
+    # docs/querying.md: flightsql-dbapi reads a plain scan's first endpoint at the catalog, which names the option
+    assert "--sql-through-catalog" in got["scan"]
+
+
+def test_flightsql_dbapi_reads_every_answer_from_a_catalog_that_sends_them_all(make_cluster, flightsql_python):
+    """With ``--sql-through-catalog`` every query of the mix flightsql-dbapi sends is answered whole."""
+    cluster = make_cluster(2, process=True, catalog_args=["--sql-through-catalog"])
+    table = pa.table({"k": [i % 3 for i in range(60)], "v": [float(i) for i in range(60)]})
+    with fp.connect(cluster.uri) as writer:
+        writer.put("trips", table, tiling=(3, 1))
+    where = urlparse(cluster.uri)
+    url = f"datafusion://{where.hostname}:{where.port}?insecure=true"
+    ran = subprocess.run([str(flightsql_python), "-c", SCRIPT, url, "trips", "SELECT k, v FROM trips WHERE v >= 30"],
+                         capture_output=True, text=True, timeout=300)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    got = json.loads(ran.stdout)
+    assert got["scan"] == 60  # every partition, not the first endpoint's
+    assert sorted(got["rows"]) == sorted([k, v] for k, v in zip(table["k"].to_pylist(), table["v"].to_pylist())
+                                         if v >= 30)
 
 
 def test_adbc_get_info_and_get_objects(sql_cluster):

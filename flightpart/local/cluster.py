@@ -130,7 +130,8 @@ class Cluster:
 @dataclass(frozen=True)
 class ClusterOptions:
     """How a :class:`LocalCluster` runs its daemons: nodes on 127.0.0.``first_ip`` on, beating every ``heartbeat``
-    seconds; ``extra_args`` for every daemon (tokens, TLS), ``node_args`` for nodes only (limits); ``env`` their
+    seconds; ``extra_args`` for every daemon (tokens, TLS), ``node_args`` for nodes only (limits), ``catalog_args``
+    for the catalog only; ``env`` their
     environment; the catalog on ``catalog_port`` (0: any), with ``dead_after`` and ``rebuild_grace`` (nodes here
     beat every second: three beats to hear them all after a loss)."""
 
@@ -139,6 +140,7 @@ class ClusterOptions:
     dead_after: float = 10.0
     extra_args: Sequence[str] = ()
     node_args: Sequence[str] = ()
+    catalog_args: Sequence[str] = ()
     env: dict | None = None
     catalog_port: int = 0
     rebuild_grace: float = 3.0
@@ -153,6 +155,7 @@ class LocalCluster(Cluster):
         self.root = Path(root)
         self.extra_args = list(given.extra_args)  # for every daemon (tokens, TLS)
         self.node_args = list(given.node_args)    # for nodes only (limits)
+        self.catalog_args = list(given.catalog_args)
         self.env = given.env
         self.dead_after = given.dead_after
         self.catalog_port = given.catalog_port
@@ -165,7 +168,7 @@ class LocalCluster(Cluster):
         """Start (or restart, on the same port and state) the catalog."""
         return Daemon(["catalog", "--host", "127.0.0.1", "--port", str(self.catalog_port), "--state-dir",
                        str(self.root / "catalog"), "--dead-after", str(self.dead_after), "--rebuild-grace",
-                       str(self.rebuild_grace), *self.extra_args],
+                       str(self.rebuild_grace), *self.extra_args, *self.catalog_args],
                       env=self.env)
 
     def add_node(self, ip: str, *, heartbeat: float = 1.0, data_dir: Path | None = None,

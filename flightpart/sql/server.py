@@ -24,6 +24,7 @@ from flightpart.frames import size_of
 from flightpart.server.auth import authorize, peer_ip
 from flightpart.server.base import Action, action_table, boundary, schema_error
 from flightpart.server.catalog import CatalogServer
+from flightpart.server.settings import CatalogSettings
 from flightpart.tokens import role_token
 from flightpart.wire import GetQueries, QueriesReply
 
@@ -67,8 +68,9 @@ class Asked(NamedTuple):
 class SqlCatalogServer(CatalogServer):
     """The catalog, answering Flight SQL beside flightpart's own calls (see the module doc)."""
 
-    def __init__(self, *args: Any, sql_limits: SqlLimits | None = None, **kwargs: Any):
-        super().__init__(*args, **kwargs)
+    def __init__(self, settings: CatalogSettings, *, sql_limits: SqlLimits | None = None, **kwargs: Any):
+        super().__init__(settings, **kwargs)
+        self.through_catalog = settings.sql_through_catalog
         limits = self.sql_limits = sql_limits if sql_limits is not None else SqlLimits.from_env()
         reader = role_token(self.secret, "reader", "sql-gateway") if self.secret is not None else None
         writer = role_token(self.secret, "writer", "sql-gateway") if self.secret is not None else None
@@ -104,7 +106,8 @@ class SqlCatalogServer(CatalogServer):
             if handler is None:
                 raise RequestRejected("DoGet: the catalog sends no rows of its own but a Flight SQL answer, whose "
                                       "ticket is a TicketStatementQuery; a dataset's rows come from its nodes, at the "
-                                      "endpoints of its FlightInfo", field="ticket")
+                                      "endpoints of its FlightInfo (a client that reads every answer from the "
+                                      "catalog needs a catalog started with --sql-through-catalog)", field="ticket")
             authorize(context, "read")
             return handler(self, command)
 
@@ -206,7 +209,10 @@ class SqlCatalogServer(CatalogServer):
         return scanned[0] if scanned is not None else self._answer(command, Meter(caller), schema_only=True).schema
 
     def _scan(self, command: proto.Any_) -> tuple[pa.Schema, list[flight.FlightEndpoint]] | None:
-        """A plain scan's schema and endpoints (:mod:`.scans`), or None."""
+        """A plain scan's schema and endpoints (:mod:`.scans`), or None: always with ``--sql-through-catalog``, whose
+        catalog answers every query itself, at one endpoint."""
+        if self.through_catalog:
+            return None
         handler = SCANS.get(command.name)
         return handler(self, command) if handler is not None else None
 
