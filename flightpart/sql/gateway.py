@@ -49,8 +49,13 @@ class Gateway:
     """The ways a query is answered, tried in order (:mod:`.planners`)."""
 
     def __init__(self, catalog_uri: str, access: Access, *, timeout: float = QUERY_SECONDS,
-                 write_access: Access | None = None, slots: int | None = None, limits: SqlLimits | None = None):
+                 write_access: Access | None = None, slots: int | None = None, limits: SqlLimits | None = None,
+                 latest: Callable[[], dict[str, int]] | None = None):
+        """A gateway to the catalog at ``catalog_uri``, read with ``access``; ``latest``: each dataset's latest
+        committed version as the catalog's own state gives them (without it, listed over Flight, as any client lists
+        them)."""
         self.catalog_uri = catalog_uri
+        self._latest = latest
         self.access = access
         self.write_access = write_access or access
         self._writer: Client | None = None
@@ -252,7 +257,7 @@ class Gateway:
         see :mod:`.schemas`)."""
         if len(query) > MAX_TEXT:
             return None
-        versions = {entry.name: entry.version for entry in self.client().list()}
+        versions = self._latest_versions()
         named = named_datasets(query, lambda: set(versions))
         if lists_tables(query, named):
             return None
@@ -282,7 +287,13 @@ class Gateway:
         return named_datasets(query, self._dataset_names)
 
     def _dataset_names(self) -> set[str]:
-        return {entry.name for entry in self.client().list()}
+        return set(self._latest_versions())
+
+    def _latest_versions(self) -> dict[str, int]:
+        """Each dataset's latest committed version."""
+        if self._latest is not None:
+            return self._latest()
+        return {entry.name: entry.version for entry in self.client().list() if entry.version is not None}
 
     def _is_dataset(self, table: str) -> bool:
         """Whether a table name means a dataset (``name@version``: a version of one)."""
