@@ -46,3 +46,21 @@ def test_the_cache_keeps_the_most_recently_used():
     assert cache.get("a") == a  # used: b is now the least recent
     cache.put("c", c)
     assert cache.get("b") is None and cache.get("a") == a and cache.get("c") == c and len(cache) == 2
+
+
+def test_answers_follow_new_versions_of_other_types_through_the_kept_planning(sql_cluster):
+    """The planners keep DuckDB's types of a query per version too: the answer of the same text over a new version,
+    or a dataset dropped and put again, has the new types and values."""
+    gateway = sql_cluster.catalog.gateway
+    query = "SELECT max(x) AS top, count(*) AS n FROM planned WHERE x > 1"
+    with fp.connect(sql_cluster.uri) as client:
+        client.put("planned", pa.table({"x": pa.array([1, 2, 3], pa.int32())}))
+        first = client.sql(query).to_arrow()
+        assert first.to_pylist() == [{"top": 3, "n": 2}] and first.schema.field("top").type == pa.int32()
+        assert len(gateway.expected) >= 1 and client.sql(query).to_arrow().equals(first)  # kept, the same answer
+        client.put("planned", pa.table({"x": pa.array([1.5, 2.5, 9.25])}))
+        second = client.sql(query).to_arrow()
+        assert second.to_pylist() == [{"top": 9.25, "n": 3}] and second.schema.field("top").type == pa.float64()
+        client.drop("planned")
+        client.put("planned", pa.table({"x": pa.array([5, 7], pa.int64())}))
+        assert client.sql(query).to_arrow().schema.field("top").type == pa.int64()

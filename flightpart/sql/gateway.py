@@ -67,6 +67,7 @@ class Gateway:
         self._client: Client | None = None
         self._lock = threading.Lock()
         self.schemas = SchemaCache()
+        self.expected = SchemaCache()  # DuckDB's types of a query as written, for the planners (:func:`.ready`)
 
     def client(self) -> Client:
         with self._lock:
@@ -173,7 +174,7 @@ class Gateway:
 
     def _answered(self, query: Query, route: Route) -> pa.Table:
         """``query``'s answer by the first of :attr:`planners` that does not decline, its way noted in ``route``."""
-        ready(query, route)
+        ready(query, route, self.expected)
         for planner in self.planners:
             answer = planner.answer(query)
             if answer is not None:

@@ -2,15 +2,37 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any
 
 from flightpart.errors import RequestRejected
 
+KEPT = 256
+"""Trees kept, the most recently parsed (a query is parsed by several planners, and clients send the same texts)."""
+KEPT_TEXT = 8 << 10
+"""Longer texts are parsed each time, never kept."""
+
+UNREAD = object()
+"""What :func:`_tree` keeps for a text sqlglot does not read."""
+
 
 def parsed(query: str) -> Any | None:
     """``query`` as sqlglot reads DuckDB's dialect, or None for a syntax it does not know (DuckDB then runs it whole);
-    RequestRejected for nesting past Python's recursion (decision 0034)."""
+    RequestRejected for nesting past Python's recursion (decision 0034). Each caller gets a tree of its own (a copy
+    of the one kept), which it may change."""
+    tree = _tree(query) if len(query) <= KEPT_TEXT else _read(query)
+    return None if tree is UNREAD else tree.copy()
+
+
+@functools.lru_cache(maxsize=KEPT)
+def _tree(query: str) -> Any:
+    """:func:`_read`, kept (a RecursionError is raised again each time: exceptions are not kept)."""
+    return _read(query)
+
+
+def _read(query: str) -> Any:
+    """``query``'s tree, or :data:`UNREAD`."""
     import sqlglot
     from sqlglot.errors import ParseError, TokenError
 
@@ -18,7 +40,7 @@ def parsed(query: str) -> Any | None:
         tree = sqlglot.parse_one(query, read="duckdb")
         return _shown_table(query, tree) or tree
     except (ParseError, TokenError):
-        return None
+        return UNREAD
     except RecursionError:
         raise RequestRejected("query: nested too deeply to be read (parentheses or subqueries some 50 deep); "
                               "write it flatter, e.g. with a WITH clause", field="query") from None

@@ -22,8 +22,10 @@ from flightpart.io.transfer import TRAFFIC
 from . import inlined, pushed
 from .collected import Count, as_duckdb_types_it, collected, conformed, register_as_duckdb_types_it
 from .duckdb_errors import SqlError
+from .names import lists_tables
 from .partials import PARTIALS
 from .remembered import ScanFailures
+from .schemas import MAX_TEXT, SchemaCache
 
 
 @dataclass
@@ -78,11 +80,21 @@ class Planner(Protocol):
         """``query``'s answer this way, or None: declined."""
 
 
-def ready(query: Query, route: Route) -> None:
-    """Set ``query``'s ``expected`` schema when the nodes may help, then answer its parts first (noted in ``route``)."""
+def ready(query: Query, route: Route, kept: SchemaCache | None = None) -> None:
+    """Set ``query``'s ``expected`` schema when the nodes may help, then answer its parts first (noted in ``route``).
+    ``kept``: expected schemas by (text, versions of the datasets named), which a committed version never changes."""
     if query.bound.wanted or query.bound.limit is not None:
         return
-    query.expected = as_duckdb_types_it(query.con, query.text, query.named, query.dataset, query.failures.scan)
+    key = None
+    if kept is not None and len(query.text) <= MAX_TEXT and not lists_tables(query.text, query.named):
+        key = (query.text, tuple((name, query.dataset(name).version) for name in query.named))
+    query.expected = kept.get(key) if key is not None and kept is not None else None
+    if query.expected is not None:
+        query.register_scans()  # as a schema worked out leaves the connection
+    else:
+        query.expected = as_duckdb_types_it(query.con, query.text, query.named, query.dataset, query.failures.scan)
+        if query.expected is not None and key is not None and kept is not None:
+            kept.put(key, query.expected)
     if query.expected is not None:
         query.text = _answer_parts_first(query, route)
 
