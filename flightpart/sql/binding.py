@@ -14,7 +14,7 @@ from typing import Any
 
 import pyarrow as pa
 
-NOT_SPELLED = ("[]", "STRUCT", "MAP", "UNION", "ENUM", "[")
+NOT_SPELLED = ("[", "STRUCT", "MAP", "UNION", "ENUM")
 """DuckDB type names whose values do not read back from their text alone: bound by DuckDB instead."""
 
 
