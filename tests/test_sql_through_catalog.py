@@ -63,3 +63,21 @@ def test_without_it_a_scan_is_read_from_the_nodes_and_the_catalog_says_what_to_d
     assert all(loc.uri.decode() != direct.uri for e in info.endpoints for loc in e.locations)
     with pytest.raises(pa.ArrowException, match="--sql-through-catalog"):
         client.do_get(info.endpoints[0].ticket).read_all()
+
+
+def test_a_scan_larger_than_an_answer_may_be_is_refused_and_the_catalog_lives(make_cluster):
+    """Through the catalog, a plain scan is an answer the catalog holds: past FLIGHTPART_SQL_ANSWER_BYTES it is refused
+    LIMIT_EXCEEDED as its first batch past the bound is produced, and the next query is answered."""
+    cluster = make_cluster(2, process=True, catalog_args=["--sql-through-catalog"],
+                           env={"FLIGHTPART_SQL_ANSWER_BYTES": "1MiB"})
+    big = pa.table({"v": pa.array(range(2_000_000), pa.int64())})  # 16 MB of values
+    with fp.connect(cluster.uri) as client:
+        client.put("big", big, tiling=(4, 1))
+    with flight_sql.connect(cluster.uri) as conn:
+        with conn.cursor() as cur, pytest.raises(flight_sql.Error) as refused:
+            cur.execute("SELECT v FROM big")
+            cur.fetch_arrow_table()
+        assert "the most an answer may have" in str(refused.value)  # ADBC shows the message, not the code
+        with conn.cursor() as cur:
+            cur.execute("SELECT count(*) AS n FROM big")
+            assert cur.fetch_arrow_table().to_pylist() == [{"n": 2_000_000}]
