@@ -95,8 +95,7 @@ class Gateway:
         schema costs one call per dataset). :class:`Stopped` once ``stopped()``."""
         client = self.client()
         found: list[tuple[str, pa.Schema | None]] = []
-        for entry in client.list():
-            name = entry.name
+        for name in sorted(self._latest_versions()):
             if wanted is not None and not wanted(name):
                 continue
             if not schemas:
