@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from flightpart.errors import RequestRejected
+from flightpart.errors import FlightpartError, RequestRejected
 from flightpart.wire import ROW_NUMBER, Aggregate, TopRows
 
 from . import aggregates, filters
@@ -27,7 +27,8 @@ def apply_ticket(table: pa.Table, columns: tuple[str, ...] | None, rows: tuple[i
     if row_numbers:
         table = table.append_column(ROW_NUMBER, pa.array(np.arange(first, first + table.num_rows, dtype=np.int64)))
     if filter is not None:
-        table = filters.apply(table, filter)
+        table = filters.apply(table, filter, keep=_read_after_filter(table.schema, columns, aggregate, top,
+                                                                     row_numbers))
     if matched is not None:
         table = _slice(table, matched)
     if top is not None:
@@ -42,6 +43,23 @@ def apply_ticket(table: pa.Table, columns: tuple[str, ...] | None, rows: tuple[i
                                   field="ticket.columns")
         table = table.select(list(columns) + ([ROW_NUMBER] if row_numbers else []))
     return table
+
+
+def _read_after_filter(schema: pa.Schema, columns: tuple[str, ...] | None, aggregate: Aggregate | None,
+                       top: TopRows | None, row_numbers: bool) -> set[str] | None:
+    """The columns the steps after a filter read (None: every one), so the filter copies only the rows of those: an
+    aggregate's, or the projection's and the first rows' keys. A column the steps name and the partition lacks is
+    left for them to refuse."""
+    if aggregate is not None:
+        try:
+            needed = set(aggregates.columns_read(aggregate, schema))
+        except (FlightpartError, KeyError):  # a computed column that does not parse: the aggregate step refuses it
+            return None
+    elif columns is not None:
+        needed = {*columns, *(key.column for key in (top.keys if top is not None else ()))}
+    else:
+        return None
+    return needed | {ROW_NUMBER} if row_numbers else needed
 
 
 def _slice(table: pa.Table, rows: tuple[int, int]) -> pa.Table:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -199,8 +199,9 @@ def decode(raw: bytes) -> tuple[pc.Expression, pa.Schema]:
     return expression, bound.schema
 
 
-def apply(table: pa.Table, raw: bytes) -> pa.Table:
-    """The rows of ``table`` the encoded filter keeps, in order (the columns it reads must be in ``table``)."""
+def apply(table: pa.Table, raw: bytes, *, keep: Collection[str] | None = None) -> pa.Table:
+    """The rows of ``table`` the encoded filter keeps, in order (the columns it reads must be in ``table``), of the
+    columns in ``keep`` (None: every column) in ``table``'s order."""
     expression, bound = decode(raw)
     if len(set(bound.names)) != len(bound.names):
         raise RequestRejected("ticket.filter: bound to a schema that names a column twice", field="ticket.filter")
@@ -216,20 +217,21 @@ def apply(table: pa.Table, raw: bytes) -> pa.Table:
             raise RequestRejected(f"ticket.filter: column {field.name!r} is {here} here, "
                                   f"the filter was bound to {field.type}", field="ticket.filter")
         recast.append(field.name)
+    kept = table if keep is None else table.select([n for n in table.column_names if n in keep])
     # a column recast, or a view column Acero cannot filter: the filter's answer, from the columns it reads, selects
-    # the partition's own rows in their own types; otherwise Acero filters the partition whole
+    # the partition's own rows in their own types; otherwise Acero filters the kept columns and those it reads
     if len(recast) == 1 and len(bound) == 1 and pa.types.is_dictionary(table.schema.field(recast[0]).type):
-        return filter_rows(table, _dictionary_answer(expression, table.column(recast[0]), bound))
+        return filter_rows(kept, _dictionary_answer(expression, table.column(recast[0]), bound))
     by_mask = bool(recast) or schema_without_views(table.schema) is not None
-    order = list(bound.names) + ([] if by_mask else [n for n in table.column_names if n not in bound.names])
+    order = list(bound.names) + ([] if by_mask else [n for n in kept.column_names if n not in bound.names])
     source_table = table.select(order)
     for name in recast:  # the same values in the type the filter reads them as
         k = order.index(name)
         source_table = source_table.set_column(k, name, _as_bound(source_table.column(k), bound.field(name).type))
     answer = _evaluated(expression, source_table, keep_rows=not by_mask)
     if by_mask:
-        return filter_rows(table, answer.column("keep"))  # a null answer drops the row, as a filter does
-    return answer.select(table.column_names)
+        return filter_rows(kept, answer.column("keep"))  # a null answer drops the row, as a filter does
+    return answer.select(kept.column_names)
 
 
 def _evaluated(expression: pc.Expression, table: pa.Table, *, keep_rows: bool) -> pa.Table:
