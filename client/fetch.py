@@ -268,9 +268,7 @@ def read_partitions(refs: Sequence[PartitionRef], *, host: str | None, pool: Con
         ticket = replace(first.spec, more=tuple(refs[k].position for k in group[1:]))
         what = f"{len(group)} partitions of {first.dataset!r} v{first.version} from {first.position} on"
         try:
-            known = [refs[k].known_rows for k in group]
-            expected = Expected(most_rows=None if None in known else sum(k or 0 for k in known),
-                                bytes=sum(refs[k].shareable_bytes for k in group), columns=expected_columns)
+            expected = _several_expected([refs[k] for k in group], expected_columns)
             how = ReadOptions(idle_timeout, compression, local)
             got = read_several(pool, ticket, first.replicas, what, expected, how)
             if all(refs[k].known_rows in (None, table.num_rows) for k, table in zip(group, got)):
@@ -301,6 +299,16 @@ def read_partitions(refs: Sequence[PartitionRef], *, host: str | None, pool: Con
     return tables  # type: ignore[return-value]
 
 
+def _several_expected(refs: Sequence[PartitionRef], columns: CatalogColumns | None) -> Expected:
+    """What one stream of ``refs`` may hold: the sum of what each may."""
+    most = [ref.known_rows if ref.known_rows is not None else ref.most_rows for ref in refs]
+    whole = all(ref.known_rows is not None for ref in refs)
+    bounds = [ref.most_bytes for ref in refs]
+    return Expected(most_rows=None if None in most else sum(most),  # type: ignore[arg-type]
+                    bytes=sum(ref.shareable_bytes for ref in refs) if whole else 0,
+                    most_bytes=0 if whole or 0 in bounds else sum(bounds), columns=columns)
+
+
 def _may_be_local(ref: PartitionRef, local: frozenset[str]) -> bool:
     """Whether a replica of ``ref`` may be read without the network."""
     return any(ip in local or inprocess.opener(uri) is not None for uri, ip, _pid in ref.replicas)
@@ -310,23 +318,31 @@ SMALL_BYTES = 1 << 20
 """A partition at most this large is read together with others of the same holders (a stream costs a round trip)."""
 SHARED_STREAM_BYTES = 32 << 20
 """At most about this many bytes of small partitions share one read stream."""
+ANSWERS_PER_STREAM = 16
+"""At most this many partitions' aggregates or first rows share one read stream: a node works through a stream's
+partitions one after another, so a node of many partitions is asked in several streams at once."""
 
 
 def shared_streams(indexed: Sequence[tuple[int, PartitionRef]]) -> list[list[int]]:
-    """The reads to make, each a list of indexes: small whole partitions (:data:`SMALL_BYTES`) of the same version,
-    group, selection and replicas share a read, up to :data:`~flightpart.wire.MAX_PARTS_PER_STREAM` and
-    :data:`SHARED_STREAM_BYTES`; every other handle is a read of its own."""
+    """The reads to make, each a list of indexes into ``indexed``'s handles, of the same version, group, selection and
+    replicas: small whole partitions (:data:`SMALL_BYTES`) share a read up to
+    :data:`~flightpart.wire.MAX_PARTS_PER_STREAM` and :data:`SHARED_STREAM_BYTES`; aggregates, and first rows of
+    partitions of no dictionary column, whatever their partitions' size, up to :data:`ANSWERS_PER_STREAM` (their
+    answers are small); every other handle is a read of its own."""
     reads: list[list[int]] = []
     open_groups: dict[tuple, tuple[list[int], list[int]]] = {}  # key -> (indexes, [bytes])
     for k, ref in indexed:
-        size = ref.shareable_bytes
-        if not 0 < size <= SMALL_BYTES or any(x is not None for x in (ref.rows, ref.filter, ref.aggregate, ref.top)) \
-                or ref.row_numbers:
+        answers = ref.aggregate is not None or (ref.top is not None and ref.shareable_bytes > 0)
+        size = 0 if answers else ref.shareable_bytes
+        most = ANSWERS_PER_STREAM if answers else MAX_PARTS_PER_STREAM
+        if ref.rows is not None or ref.matched is not None or ref.row_numbers or not answers and (
+                not 0 < size <= SMALL_BYTES or ref.filter is not None or ref.top is not None):
             reads.append([k])
             continue
-        key = (ref.dataset, ref.version, ref.position[1], ref.columns, ref.replicas)
+        key = (ref.dataset, ref.version, ref.position[1], ref.columns, ref.filter, ref.aggregate, ref.top,
+               ref.replicas)
         group = open_groups.get(key)
-        if group is None or len(group[0]) >= MAX_PARTS_PER_STREAM or group[1][0] + size > SHARED_STREAM_BYTES:
+        if group is None or len(group[0]) >= most or group[1][0] + size > SHARED_STREAM_BYTES:
             group = open_groups[key] = ([], [0])
             reads.append(group[0])
         group[0].append(k)

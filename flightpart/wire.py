@@ -440,9 +440,10 @@ class Ticket(Message):
     """Only the partition's first rows by sort keys (after the filter), for ``ORDER BY ... LIMIT``."""
     more: tuple[tuple[int, int], ...] | None = _field(p_optional(p_list(p_pair, MAX_PARTS_PER_STREAM)), None,
                                                      omitted_when_none=True)
-    """Further partitions of the same version (and column group) sent whole after ``part`` in the same stream,
-    in runs, each batch's metadata a :class:`PartRun` naming its partitions: small partitions cost bytes, not a
-    round trip each (the read-side twin of a put of several partitions)."""
+    """Further partitions of the same version (and column group) sent after ``part`` in the same stream, each
+    projected, filtered, aggregated or topped as the ticket asks (never a row range), in runs, each batch's metadata
+    a :class:`PartRun` naming its partitions: small partitions and small answers cost bytes, not a round trip each
+    (the read-side twin of a put of several partitions)."""
 
     MAX_BYTES: ClassVar[int] = 1 << 20
 
@@ -491,10 +492,9 @@ class Ticket(Message):
             raise RequestRejected("ticket.top: first rows by at least one key, and not of an aggregate",
                                   field="ticket.top")
         if self.more is not None:
-            if any(getattr(self, name) is not None
-                   for name in ("rows", "filter", "matched", "aggregate", "row_numbers", "top")):
-                raise RequestRejected("ticket.more: several partitions in one stream are sent whole (columns only)",
-                                      field="ticket.more")
+            if any(getattr(self, name) is not None for name in ("rows", "matched", "row_numbers")):
+                raise RequestRejected("ticket.more: several partitions in one stream are sent without a row range, "
+                                      "matched range or row numbers", field="ticket.more")
             if len({self.part, *self.more}) != len(self.more) + 1:
                 raise RequestRejected("ticket.more: a partition is named twice", field="ticket.more")
 

@@ -120,8 +120,9 @@ class GetStreams(NodeBase):
         return STREAM_PIECE_SECONDS if idle is None else min(STREAM_PIECE_SECONDS, idle / 10)
 
     def _several(self, spec: Ticket, guard: Any) -> flight.GeneratorStream:
-        """Whole partitions of one column group in one stream, in runs: each run's rows one batch, opened by a
-        :class:`PartRun` naming its partitions and their rows (a partition larger than a batch goes alone).
+        """Partitions of one column group in one stream, each as the ticket asks, in runs: each run's rows one batch,
+        opened by a :class:`PartRun` naming its partitions and their rows (a partition larger than a batch goes
+        alone).
 
         Each partition is opened as its turn comes (one map at a time); a missing one is refused before the
         stream starts, so the reader can ask another replica.
@@ -133,7 +134,13 @@ class GetStreams(NodeBase):
         if missing:
             raise PartitionMissing(f"partition {missing[0]} of dataset {spec.dataset!r} version {spec.version} is not "
                                    "on this node", field="ticket.more")
-        first = apply_ticket(self.store.open(spec.dataset, spec.version, spec.part), spec.columns, None)
+        if spec.filter is not None:
+            self.filters.check(spec.filter)
+
+        def asked(table: pa.Table) -> pa.Table:
+            return apply_ticket(table, spec.columns, None, spec.filter, aggregate=spec.aggregate, top=spec.top)
+
+        first = asked(self.store.open(spec.dataset, spec.version, spec.part))
         schema = first.schema
         if any(pa.types.is_dictionary(field.type) for field in schema):
             raise RequestRejected("ticket.more: dictionary columns are read one partition per stream",
@@ -149,8 +156,7 @@ class GetStreams(NodeBase):
             if k == 0:
                 return first
             try:
-                table = apply_ticket(self.store.open_at(spec.dataset, spec.version, position, paths[k]), spec.columns,
-                                     None)
+                table = asked(self.store.open_at(spec.dataset, spec.version, position, paths[k]))
                 if not table.schema.equals(schema):
                     raise RequestRejected("ticket.more: partitions of different column groups cannot share a stream",
                                           field="ticket.more")

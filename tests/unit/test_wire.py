@@ -485,11 +485,11 @@ def test_endpoint_metadata_written_by_hand_is_the_json_it_says():
 
 @pytest.mark.parametrize("ticket, field", [
     (dict(rows=[0, 5]), "ticket.more"),
-    (dict(filter=base64.b64encode(b"x").decode()), "ticket.more"),
+    (dict(filter=base64.b64encode(b"x").decode(), matched=[0, 5]), "ticket.more"),
     (dict(row_numbers=True), "ticket.more"),
     (dict(more=[[0, 0]]), "ticket.more"),  # the first partition named again
 ])
-def test_a_ticket_for_several_partitions_takes_whole_partitions_once_each(ticket, field):
+def test_a_ticket_for_several_partitions_takes_no_row_range_and_each_partition_once(ticket, field):
     body = {"dataset": "d", "version": 1, "part": [0, 0], "columns": None, "rows": None, "more": [[1, 0]], **ticket}
     with pytest.raises(fp.RequestRejected) as info:
         wire.Ticket.decode(json.dumps(body).encode())
