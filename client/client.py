@@ -715,15 +715,21 @@ class Client:
         """
         if (halo is not None or periodic) and rank is None and nranks is None:
             raise ValueError("halo= and periodic= need the SPMD view: pass rank= and nranks= too")
-        version_info = self.info(name, version)
-        # what the dataset's get carries: a capability for this version alone when the cluster issues one
-        reader = (dataclasses.replace(self.access, token=version_info.capability) if version_info.capability
-                  else self.access)
-        ds = Dataset.from_version(version_info, FlightGet(self.host, reader, self.idle_timeout, self.compression,
-                                                          self.streams_per_partition, CatalogColumns.of(version_info)))
+        ds = self.dataset_of(self.info(name, version))
         if rank is not None or nranks is not None:
             ds = ds.spmd(rank, nranks, halo=halo, periodic=periodic)
         return ds
+
+
+    def dataset_of(self, version_info: VersionInfo) -> Dataset:
+        """The dataset a version's FlightInfo (decoded) describes, read by this client's host, credential and
+        settings, as :meth:`open` gives it."""
+        # what the dataset's get carries: a capability for this version alone when the cluster issues one
+        reader = (dataclasses.replace(self.access, token=version_info.capability) if version_info.capability
+                  else self.access)
+        get = FlightGet(self.host, reader, self.idle_timeout, self.compression, self.streams_per_partition,
+                        CatalogColumns.of(version_info))
+        return Dataset.from_version(version_info, get)
 
 
 class _OneShot:

@@ -12,15 +12,17 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import pyarrow as pa
+import pyarrow.flight as flight
 
 from flightpart import frames
 from flightpart.client import Client, connect
 from flightpart.client.duckdb_source import shown_to_duckdb
 from flightpart.errors import DatasetNotFound, FlightpartError, QueryTimeout, RequestRejected
 from flightpart.io.access import Access
+from flightpart.wire import decode_flight_info
 
 from . import binding, scans
 from .collected import Count
@@ -31,7 +33,7 @@ from .limits import SqlLimits
 from .names import VERSIONED, dataset_named, lists_tables, named_datasets, names_dataset
 from .planners import PLANNERS, Bound, Planner, Query, Route, moved_so_far, ready
 from .remembered import ScanFailures
-from .schemas import MAX_TEXT, SchemaCache
+from .schemas import MAX_TEXT, Kept, SchemaCache
 from .slots import QuerySlots, running_from_env
 from .system_functions import refusal
 from .watch import Stopped, Watch
@@ -40,6 +42,19 @@ log = logging.getLogger("flightpart.sql")
 
 QUERY_SECONDS = 300.0
 """How long one query may run at the catalog before it is stopped (``Gateway.timeout``)."""
+OPENED_KEPT = 32
+"""At most this many opened datasets are kept for the next query (:meth:`Gateway._opened`), each of at most
+:data:`OPENED_MOST_PARTITIONS` partitions; a larger one is opened for each query."""
+OPENED_MOST_PARTITIONS = 4096
+
+
+class Statements(NamedTuple):
+    """What DuckDB reads a query's text as: ``one`` statement or not, the first one's ``kind`` and how many
+    ``parameters`` it has."""
+
+    one: bool
+    kind: Any
+    parameters: int
 
 
 class Gateway:
@@ -50,12 +65,16 @@ class Gateway:
 
     def __init__(self, catalog_uri: str, access: Access, *, timeout: float = QUERY_SECONDS,
                  write_access: Access | None = None, slots: int | None = None, limits: SqlLimits | None = None,
-                 latest: Callable[[], dict[str, int]] | None = None):
+                 latest: Callable[[], dict[str, int]] | None = None,
+                 info_of: Callable[[str, int | None], flight.FlightInfo] | None = None):
         """A gateway to the catalog at ``catalog_uri``, read with ``access``; ``latest``: each dataset's latest
-        committed version as the catalog's own state gives them (without it, listed over Flight, as any client lists
-        them)."""
+        committed version as the catalog's own state gives them, ``info_of``: the FlightInfo an open of a dataset
+        (and version) is given there (without them, asked over Flight, as any client asks)."""
         self.catalog_uri = catalog_uri
         self._latest = latest
+        self._info_of = info_of
+        self._datasets: Kept[tuple[flight.FlightInfo, Any]] = Kept(OPENED_KEPT)
+        self._read: Kept[Statements] = Kept()
         self.access = access
         self.write_access = write_access or access
         self._writer: Client | None = None
@@ -136,11 +155,11 @@ class Gateway:
         route = route if route is not None else Route()
         failures = ScanFailures()  # what a node's refusal inside DuckDB's scans was, to be raised as itself
         try:
-            statements = con.extract_statements(query)
-            if len(statements) == 1 and statements[0].type == duckdb.StatementType.EXPLAIN:
+            statements = self._statements(query, con)
+            if statements.one and statements.kind == duckdb.StatementType.EXPLAIN:
                 return self._explain(query, schema_only=limit == 0, count=count, parameters=parameters)
             named = self._checked(con, query, statements, stop)
-            wanted = len(statements[0].named_parameters)
+            wanted = statements.parameters
             texts = binding.bound_texts(con, query, parameters, wanted) if wanted and parameters is not None else None
             if texts is not None:  # planned as the literal twins are: their work goes to the nodes
                 answers = [self._answered(Query(con, text, named, self._dataset, failures, count,
@@ -156,11 +175,11 @@ class Gateway:
             stop.done()
             con.close()
 
-    def _checked(self, con: Any, query: str, statements: list[Any], stop: Watch) -> list[str]:
+    def _checked(self, con: Any, query: str, statements: Statements, stop: Watch) -> list[str]:
         """The datasets ``query`` names, once it is one read naming nothing of DuckDB's (else :class:`SqlError`); a
         listing query gets every dataset registered."""
         duckdb = _duckdb()
-        if len(statements) != 1 or statements[0].type != duckdb.StatementType.SELECT:
+        if not statements.one or statements.kind != duckdb.StatementType.SELECT:
             raise SqlError("one query is answered here (SELECT, WITH, VALUES, ...), nothing that writes or changes "
                            "settings: nothing was run", field="query")
         refused = refusal(con, query, self._is_dataset)  # DuckDB describing itself, a file: nothing runs
@@ -221,22 +240,40 @@ class Gateway:
 
     def scan(self, query: str) -> tuple[pa.Schema, list[Any]] | None:
         """For a plain scan (:mod:`.scans`), its schema and one endpoint per partition; else None."""
-        duckdb = _duckdb()
-
-        try:
-            # parsing only, on a cursor of the shared database (opening a DuckDB per query costs more than parsing):
-            # nothing runs, nothing is registered
-            with self.engine.connect() as con:
-                statements = con.extract_statements(query)
-        except duckdb.Error:
-            return None
-        if len(statements) != 1 or statements[0].named_parameters or statements[0].type != duckdb.StatementType.SELECT:
+        if not self._one_select(query):
             return None
         planned = scans.plain_scan(query, set(self._named(query)))
         if planned is None:
             return None
         name, columns, where = planned
         return scans.endpoints(self._dataset(name), columns, where)
+
+    def _one_select(self, query: str) -> bool:
+        """Whether DuckDB reads ``query`` as one SELECT without named parameters."""
+        duckdb = _duckdb()
+        try:
+            statements = self._statements(query)
+        except duckdb.Error:
+            return False
+        return statements.one and not statements.parameters and statements.kind == duckdb.StatementType.SELECT
+
+    def _statements(self, query: str, con: Any = None) -> Statements:
+        """DuckDB's reading of ``query`` (on ``con``, or a cursor of the shared database: opening a DuckDB per query
+        costs more than parsing; nothing runs, nothing is registered); kept per text of at most :data:`MAX_TEXT`
+        characters, as DuckDB reads a text the same way each time."""
+        known = self._read.get(query)
+        if known is not None:
+            return known
+        if con is None:
+            with self.engine.connect() as cursor:
+                found = cursor.extract_statements(query)
+        else:
+            found = con.extract_statements(query)
+        statements = Statements(len(found) == 1, found[0].type if found else None,
+                                len(found[0].named_parameters) if found else 0)
+        if len(query) <= MAX_TEXT:
+            self._read.put(query, statements)
+        return statements
 
     def schema(self, query: str, caller: str = "") -> pa.Schema:
         """The schema of ``query``'s answer, without reading its rows; a plain scan's is the dataset's own types, which
@@ -311,9 +348,21 @@ class Gateway:
             return self._opened(resolved)
 
     def _opened(self, table: str) -> Any:
+        """The dataset ``table`` names, opened once per FlightInfo the catalog gives it: while its version, replicas,
+        nodes and capability are the same (the catalog hands out the same FlightInfo object), so is the dataset, and
+        what it worked out once (statistics' guarantees, column groups) serves every query."""
         match = VERSIONED.match(table)
         name, version = (match["name"], int(match["version"])) if match else (table, None)
-        return self.client().open(name, version)
+        if self._info_of is None:
+            return self.client().open(name, version)
+        info = self._info_of(name, version)
+        kept = self._datasets.get((name, version))
+        if kept is not None and kept[0] is info:
+            return kept[1]
+        dataset = self.client().dataset_of(decode_flight_info(info))
+        if len(info.endpoints) <= OPENED_MOST_PARTITIONS:
+            self._datasets.put((name, version), (info, dataset))
+        return dataset
 
 
 def _duckdb() -> Any:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Hashable
+from typing import Generic, TypeVar
 
 import pyarrow as pa
 
@@ -22,27 +23,34 @@ KEPT = 512
 MAX_TEXT = 16 << 10
 
 
-class SchemaCache:
-    """Schemas by key, the :data:`KEPT` most recently used; safe to share between threads."""
+V = TypeVar("V")
+
+
+class Kept(Generic[V]):
+    """Values by key, the ``kept`` most recently used; safe to share between threads."""
 
     def __init__(self, kept: int = KEPT):
         self.kept = kept
-        self._schemas: OrderedDict[Hashable, pa.Schema] = OrderedDict()
+        self._values: OrderedDict[Hashable, V] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, key: Hashable) -> pa.Schema | None:
+    def get(self, key: Hashable) -> V | None:
         with self._lock:
-            schema = self._schemas.get(key)
-            if schema is not None:
-                self._schemas.move_to_end(key)
-            return schema
+            value = self._values.get(key)
+            if value is not None:
+                self._values.move_to_end(key)
+            return value
 
-    def put(self, key: Hashable, schema: pa.Schema) -> None:
+    def put(self, key: Hashable, value: V) -> None:
         with self._lock:
-            self._schemas[key] = schema
-            self._schemas.move_to_end(key)
-            while len(self._schemas) > self.kept:
-                self._schemas.popitem(last=False)
+            self._values[key] = value
+            self._values.move_to_end(key)
+            while len(self._values) > self.kept:
+                self._values.popitem(last=False)
 
     def __len__(self) -> int:
-        return len(self._schemas)
+        return len(self._values)
+
+
+class SchemaCache(Kept[pa.Schema]):
+    """Schemas by key, the :data:`KEPT` most recently used."""

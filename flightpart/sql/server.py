@@ -76,7 +76,7 @@ class SqlCatalogServer(CatalogServer):
         writer = role_token(self.secret, "writer", "sql-gateway") if self.secret is not None else None
         self.gateway = Gateway(self.uri, dataclasses.replace(self.pool.access, token=reader),
                                write_access=dataclasses.replace(self.pool.access, token=writer), limits=limits,
-                               latest=lambda: dict(self.state.latest_versions()))
+                               latest=lambda: dict(self.state.latest_versions()), info_of=self.opened_info)
         # answers handed to DoGet streams that have not ended count too (a reader that idles lets go)
         self.answers_sent = AnswersSent(SENT_BATCH_BYTES)
         self.answers = Answers(limits.answers, limits.answer, self.answers_sent)

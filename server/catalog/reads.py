@@ -61,12 +61,17 @@ class Reads(NodeOrders):
         with boundary(log, "get_flight_info", self.telemetry, context):
             credential = authorize(context, "read")
             name, version = parse_dataset_path(descriptor)
-            # a commit's answer was lost: what the database took is sealed before anyone opens it (while the database
-            # does not answer, opens go on from memory and the settling thread keeps trying)
-            if self._unsure and (self.lease is None or self.lease.reachable):
-                self.settle_unsure()
-            version = self.state.latest(name) if version is None else version
-            return self.cached_info(name, version, credential.expiry)
+            return self.opened_info(name, version, credential.expiry)
+
+    def opened_info(self, name: str, version: int | None, token_expiry: int = 0) -> flight.FlightInfo:
+        """The FlightInfo an open of ``name`` (its latest version, or ``version``) is given (:meth:`cached_info`: the
+        same object while nothing it says changed), by Flight and by the catalog's own SQL."""
+        # a commit's answer was lost: what the database took is sealed before anyone opens it (while the database
+        # does not answer, opens go on from memory and the settling thread keeps trying)
+        if self._unsure and (self.lease is None or self.lease.reachable):
+            self.settle_unsure()
+        version = self.state.latest(name) if version is None else version
+        return self.cached_info(name, version, token_expiry)
 
     def get_schema(self, context: Any, descriptor: flight.FlightDescriptor) -> flight.SchemaResult:
         """A dataset's schema (``[name]`` or ``[name, version]``), as plain Flight clients ask for it."""
