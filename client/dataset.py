@@ -24,6 +24,7 @@ from flightpart.io.transfer import batches_of
 from flightpart.query import aggregates, filters
 from flightpart.query import top as first_rows
 from flightpart.query.filters import Filter
+from flightpart.query.from_statistics import partial_from_statistics
 from flightpart.query.functions import ROW_COUNT
 from flightpart.wire import Aggregate, VersionInfo
 
@@ -475,16 +476,27 @@ class Dataset:
         j = self._plan.group_with(reads)
         taken = _Taken(max_bytes)
         if j is not None:
-            refs = [self._plan.ref(b, j, None, aggregate=agg) for b in blocks]
-            step = AGGREGATE_SLICE if max_bytes is not None else max(len(refs), 1)
             expected, rows = aggregates.partial_schema(agg, self._info.schema), self._info.shape[0]
-            partials = [t for k in range(0, len(refs), step)
-                        for t in aggregates.checked_partials(taken.add(self._get(refs[k:k + step])), agg, expected,
-                                                             rows)]
+            known = [self._partial_from_statistics(b, agg, expected) for b in blocks]
+            refs = [self._plan.ref(b, j, None, aggregate=agg) for b, t in zip(blocks, known) if t is None]
+            step = AGGREGATE_SLICE if max_bytes is not None else max(len(refs), 1)
+            partials = [t for t in known if t is not None] + [
+                t for k in range(0, len(refs), step)
+                for t in aggregates.checked_partials(taken.add(self._get(refs[k:k + step])), agg, expected, rows)]
         else:
             view = self._reading(read)
             partials = [t for b in blocks for t in taken.add([aggregates.partial(view._read_block(b), agg)])]
         return aggregates.combine(partials, agg, self._info.schema)
+
+    def _partial_from_statistics(self, b: Block, agg: Aggregate, expected: pa.Schema) -> pa.Table | None:
+        """Block ``b``'s partial of ``agg`` from its statistics, when they answer it
+        (:mod:`flightpart.query.from_statistics`)."""
+        kept = self._plan.kept_by_statistics(b)
+        if kept is None:
+            return None
+        whole = b.rows is None
+        return partial_from_statistics(agg, expected, kept, self._plan.rows_of(b),
+                                       lambda column: self._plan.statistics_of(b, column) if whole else None)
 
     def top(self, limit: int, by: Any) -> pa.Table:
         """The view's first ``limit`` rows by ``by``, as ``to_arrow().sort_by(by)[:limit]`` gives them (ties in any

@@ -11,8 +11,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from flightpart import frames
+from flightpart.query.filters import Filter
 from flightpart.query.pruning import Pruner
 from flightpart.wire import Aggregate, PartInfo, Ticket, TopRows, VersionInfo
 
@@ -40,6 +42,9 @@ class Cell:
     shape: tuple[int, int]
     ref: PartitionRef
 
+
+KEPT_FILTERS = 64
+"""A version's views keep which blocks each of at most this many filters wholly matches."""
 
 Count = Callable[[list[Block]], dict[int, int]]
 """Rows a filter keeps in each of the given blocks, by stored row block (asked only where statistics do not say)."""
@@ -132,6 +137,46 @@ class Plan:
             pruner = self.shared["pruner"] = Pruner(self.version.schema, blocks)
         return pruner
 
+    def kept_by_statistics(self, b: Block) -> int | None:
+        """The rows of block ``b`` the view keeps, when known without asking a node: all of them without a filter or
+        where statistics say every row matches, the column's nulls for ``column IS NULL``, the others for
+        ``IS NOT NULL`` (None: not known)."""
+        f = self.view.filter
+        if f is None and b.matched is None:
+            return self.rows_of(b)
+        if f is None or b.matched is not None:
+            return None
+        if b.i in self.everything_matched(f):
+            return self.rows_of(b)
+        if len(f.columns) == 1 and b.rows is None and _nulls_are_validity(self.version.schema.field(f.columns[0]).type):
+            column = f.columns[0]
+            entry = self.statistics_of(b, column)
+            nulls = entry.get("nulls") if entry is not None else None
+            if isinstance(nulls, int) and 0 <= nulls <= self.rows_of(b):
+                if f.expression.equals(pc.field(column).is_null()):
+                    return nulls
+                if f.expression.equals(pc.field(column).is_valid()) or f.expression.equals(~pc.field(column).is_null()):
+                    return self.rows_of(b) - nulls
+        return None
+
+    def everything_matched(self, f: Filter) -> set[int]:
+        """The row blocks whose every row ``f`` keeps, by statistics; kept per filter for the version's views (at most
+        :data:`KEPT_FILTERS` filters)."""
+        kept = self.shared.setdefault("everything matched", {})
+        found = kept.get(f.substrait)
+        if found is None:
+            if len(kept) >= KEPT_FILTERS:
+                kept.clear()
+            found = kept[f.substrait] = self.pruner().all_match(f.expression)
+        return found
+
+    def statistics_of(self, b: Block, column: str) -> dict | None:
+        """What the statistics of block ``b``'s partition holding ``column`` say of it (None: nothing known)."""
+        j = self.group_with([column])
+        stats = _decoded(self.parts[(b.i, j)].stats) if j is not None else None
+        entry = stats.get(column) if stats is not None else None
+        return entry if isinstance(entry, dict) else None
+
     def base_blocks(self) -> list[Block]:
         """The row blocks the view's row range meets, before any filter."""
         rows = self.view.rows
@@ -153,8 +198,8 @@ class Plan:
 
     def blocks(self, count: Count, *, counted: bool) -> list[Block]:
         """The row blocks the view reads, in order; with ``counted``, each with the rows it gives. Blocks ruled out by
-        statistics are dropped, those wholly matched sized without asking, the rest counted; a slice of a filtered view
-        then narrows them."""
+        statistics are dropped, those statistics size (:meth:`kept_by_statistics`) sized without asking, the rest
+        counted; a slice of a filtered view then narrows them."""
         blocks = self.base_blocks()
         f = self.view.filter
         if f is None:
@@ -166,8 +211,8 @@ class Plan:
         blocks = [replace(b, size=None) for b in blocks if b.i not in dead]
         if not counted and self.view.matched is None:
             return blocks
-        everything = pruner.all_match(f.expression)
-        counts = count([b for b in blocks if b.i not in everything])
+        known = {b.i: n for b in blocks for n in [self.kept_by_statistics(b)] if n is not None}
+        counts = {**count([b for b in blocks if b.i not in known]), **known}
         sized = [replace(b, size=counts.get(b.i, self.rows_of(b))) for b in blocks]
         if self.view.matched is not None:
             sized = narrowed(sized, self.view.matched)
@@ -257,6 +302,12 @@ def narrowed(blocks: list[Block], matched: tuple[int, int]) -> list[Block]:
         if a < z:
             out.append(replace(b, size=z - a, matched=(a, z)))
     return out
+
+
+def _nulls_are_validity(kind: pa.DataType) -> bool:
+    """Whether ``IS NULL`` on a column of this type holds exactly where the statistics counted nulls (its validity):
+    not for a dictionary (a null may be a value) nor a union (its children hold the nulls)."""
+    return not (pa.types.is_dictionary(kind) or pa.types.is_union(kind))
 
 
 def _decoded(stats: object) -> dict | None:

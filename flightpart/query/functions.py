@@ -55,7 +55,9 @@ class AggregateFunction:
     partial); ``finish_arrow`` / ``finish_sql``: the result from rolled-up partials; ``sql``: the SQL aggregate it
     answers (sqlglot's class name; ``integers``: the entry used over integer columns); ``duckdb_type``: DuckDB's
     type where Arrow's differs; ``copies_values``: its partials are column values; ``skips_nan``: Arrow skips NaN
-    where DuckDB does not; ``group_bytes``: the most bytes its partials take per group.
+    where DuckDB does not; ``group_bytes``: the most bytes its partials take per group; ``statistics``: how a
+    partition's statistics give it as a partial without keys (:mod:`.from_statistics`): ``"kept"`` (the rows kept),
+    ``"valid"`` (the rows less the column's nulls), ``"min"``/``"max"`` (the recorded bound), None (they do not).
     """
 
     name: str
@@ -73,6 +75,7 @@ class AggregateFunction:
     copies_values: bool = False
     skips_nan: bool = False
     group_bytes: int = 32
+    statistics: str | None = None
 
     def output_name(self, column: str) -> str:
         """The result column pyarrow's ``group_by(...).aggregate`` names: ``{column}_{function}``, or the function
@@ -88,13 +91,14 @@ AGGREGATE_FUNCTIONS: tuple[AggregateFunction, ...] = (
     AggregateFunction("sum", ("sum",), "sum", "sum", "the sum (Arrow's: an int64 sum wraps past 2**63)", sql="Sum",
                       integers="exact_sum"),
     AggregateFunction("min", ("min",), "min", "min", "the smallest value", sql="Min", copies_values=True,
-                      skips_nan=True),
+                      skips_nan=True, statistics="min"),
     AggregateFunction("max", ("max",), "max", "max", "the largest value", sql="Max", copies_values=True,
-                      skips_nan=True),
+                      skips_nan=True, statistics="max"),
     AggregateFunction("count", ("count",), "count", "sum", "the values that are not null", sql="Count",
-                      finish_arrow=_arrow_count, finish_sql=_sql_count),
+                      finish_arrow=_arrow_count, finish_sql=_sql_count, statistics="valid"),
     AggregateFunction("count_all", ("count_all",), "count_all", "sum", "the rows (the column is ignored)",
-                      sql="Count(*)", reads_column=False, finish_arrow=_arrow_count, finish_sql=_sql_count),
+                      sql="Count(*)", reads_column=False, finish_arrow=_arrow_count, finish_sql=_sql_count,
+                      statistics="kept"),
     AggregateFunction("mean", ("exact_sum", "count"), "mean", None, "the mean: an exact sum over a count", sql="Avg",
                       finish_arrow=_arrow_ratio, finish_sql=_sql_ratio),
     AggregateFunction("exact_sum", ("exact_sum",), "sum", "sum",

@@ -85,7 +85,8 @@ class StatsBuilder:
         return out
 
 
-def _scalar(value: Any, t: pa.DataType) -> pa.Scalar:
+def scalar_of(value: Any, t: pa.DataType) -> pa.Scalar:
+    """A recorded value as a scalar of its column's type (temporal values are recorded as their storage)."""
     storage = _storage(t)
     if storage is not None:
         return pa.array([value], storage).view(t)[0]
@@ -105,7 +106,7 @@ def guarantee(stats: dict[str, dict[str, Any]], schema: pa.Schema, rows: int) ->
             terms.append(pc.field(name).is_null())
         elif entry.get("nulls") == 0 and "min" in entry and "max" in entry and _ordered(t):
             try:
-                lo, hi = _scalar(entry["min"], t), _scalar(entry["max"], t)
+                lo, hi = scalar_of(entry["min"], t), scalar_of(entry["max"], t)
             except (pa.ArrowException, TypeError, ValueError, OverflowError):
                 continue  # statistics this reader cannot type: no pruning on that column
             terms.append((pc.field(name) >= lo) & (pc.field(name) <= hi))
