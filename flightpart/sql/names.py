@@ -7,11 +7,12 @@ cannot both be read by one query.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable
 
 from .duckdb_errors import SqlError
-from .parsed import parsed
+from .parsed import KEPT, KEPT_TEXT, parsed_to_read
 
 VERSIONED = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9_.-]{0,127})@(?P<version>[0-9]{1,18})$")
 
@@ -19,13 +20,9 @@ VERSIONED = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9_.-]{0,127})@(?P<version
 def named_datasets(query: str, known: Callable[[], set[str]]) -> list[str]:
     """The datasets ``query`` names as tables that exist (``known()``: every dataset's name); others are left for DuckDB
     to refuse."""
-    from sqlglot import exp
-
-    tree = parsed(query)
-    if tree is None:
-        return []  # DuckDB, which parses it, names the tables it cannot find
-    # a WITH query named as a dataset hides it from the rest of the query, not from its own body: registered too
-    wanted = {t.name for t in tree.find_all(exp.Table) if t.name and t.db in ("", "main") and not t.catalog}
+    wanted = _tables_named(query) if len(query) <= KEPT_TEXT else _tables_in(query)
+    if not wanted:
+        return []  # none, or DuckDB, which parses it, names the tables it cannot find
     names = known()
     named = sorted(n for n in wanted if names_dataset(n, names))
     folded: dict[str, str] = {}
@@ -36,6 +33,23 @@ def named_datasets(query: str, known: Callable[[], set[str]]) -> list[str]:
                            "does not tell apart (DuckDB reads both as one table): query them separately",
                            field="query")
     return named
+
+
+def _tables_in(query: str) -> frozenset[str]:
+    """The plain table names ``query`` reads (a WITH query named as a dataset hides it from the rest of the query, not
+    from its own body: it is named too); none when sqlglot does not read it."""
+    from sqlglot import exp
+
+    tree = parsed_to_read(query)
+    if tree is None:
+        return frozenset()
+    return frozenset(t.name for t in tree.find_all(exp.Table) if t.name and t.db in ("", "main") and not t.catalog)
+
+
+@functools.lru_cache(maxsize=KEPT)
+def _tables_named(query: str) -> frozenset[str]:
+    """:func:`_tables_in`, kept per text (a query's names are looked up several times as it is planned)."""
+    return _tables_in(query)
 
 
 def names_dataset(table: str, known: set[str]) -> bool:
@@ -59,7 +73,7 @@ def lists_tables(query: str, named: list[str]) -> bool:
     datasets ``named``; a query naming another table runs without the listing, and that name is refused."""
     from sqlglot import exp
 
-    tree = parsed(query)
+    tree = parsed_to_read(query)
     if tree is None:
         return False
     if isinstance(tree, exp.Show):

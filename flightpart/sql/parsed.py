@@ -25,6 +25,13 @@ def parsed(query: str) -> Any | None:
     return None if tree is UNREAD else tree.copy()
 
 
+def parsed_to_read(query: str) -> Any | None:
+    """:func:`parsed`, the kept tree itself, for a caller that only reads it (finds, walks, writes it out) and never
+    changes it: the copy :func:`parsed` makes costs more than most readings."""
+    tree = _tree(query) if len(query) <= KEPT_TEXT else _read(query)
+    return None if tree is UNREAD else tree
+
+
 @functools.lru_cache(maxsize=KEPT)
 def _tree(query: str) -> Any:
     """:func:`_read`, kept (a RecursionError is raised again each time: exceptions are not kept)."""

@@ -83,8 +83,8 @@ class Planner(Protocol):
 def ready(query: Query, route: Route, kept: SchemaCache | None = None) -> None:
     """Set ``query``'s ``expected`` schema when the nodes may help, then answer its parts first (noted in ``route``).
     ``kept``: expected schemas by (text, versions of the datasets named), which a committed version never changes."""
-    if query.bound.wanted or query.bound.limit is not None:
-        return
+    if query.bound.wanted or query.bound.limit is not None or not query.named:
+        return  # parameters, a row limit, or no dataset for the nodes to help with: DuckDB runs the query
     key = None
     if kept is not None and len(query.text) <= MAX_TEXT and not lists_tables(query.text, query.named):
         key = (query.text, tuple((name, query.dataset(name).version) for name in query.named))

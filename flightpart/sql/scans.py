@@ -7,6 +7,7 @@ columns and filtering rows flightpart expresses is answered at the catalog.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import pyarrow as pa
@@ -15,15 +16,32 @@ import pyarrow.flight as flight
 from flightpart.errors import FlightpartError
 from flightpart.wire import EndpointRows
 
-from .parsed import parsed
+from .parsed import KEPT, KEPT_TEXT, parsed_to_read
 from .partials import unplannable
 
 
 def plain_scan(query: str, known: set[str]) -> tuple[str, list[str] | None, str | None] | None:
-    """(table, its columns or None for ``*``, the WHERE text) of a plain scan, or None for any other query."""
+    """(table, its columns or None for ``*``, the WHERE text) of a plain scan of one of the ``known`` datasets, or None
+    for any other query."""
+    shape = _scan_shape(query) if len(query) <= KEPT_TEXT else _shape(query)
+    if shape is None or shape[0] not in known:
+        return None
+    return shape[0], None if shape[1] is None else list(shape[1]), shape[2]
+
+
+@functools.lru_cache(maxsize=KEPT)
+def _scan_shape(query: str) -> tuple[str, tuple[str, ...] | None, str | None] | None:
+    """:func:`_shape`, kept per text (a query is asked whether it is a plain scan as it is prepared and again as it
+    runs)."""
+    return _shape(query)
+
+
+def _shape(query: str) -> tuple[str, tuple[str, ...] | None, str | None] | None:
+    """(table, its columns or None for ``*``, the WHERE text) when ``query`` has the shape of a plain scan of a table,
+    else None."""
     from sqlglot import exp
 
-    tree = parsed(query)
+    tree = parsed_to_read(query)
     if tree is None:
         return None
     if not isinstance(tree, exp.Select) or tree.find(exp.Window, exp.Subquery, exp.AggFunc) is not None \
@@ -34,13 +52,13 @@ def plain_scan(query: str, known: set[str]) -> tuple[str, list[str] | None, str 
         return None
     source = tree.args.get("from") or tree.args.get("from_")
     table = source.this if source is not None else None
-    if not isinstance(table, exp.Table) or table.db or table.alias or table.name not in known:
+    if not isinstance(table, exp.Table) or table.db or table.alias or not table.name:
         return None
     picked = tree.expressions
     if len(picked) == 1 and isinstance(picked[0], exp.Star):
         columns = None
     elif all(isinstance(e, exp.Column) and e.table in ("", table.name) for e in picked):
-        columns = [e.name for e in picked]
+        columns = tuple(e.name for e in picked)
         if len(set(columns)) != len(columns):
             return None
     else:

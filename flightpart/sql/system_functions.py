@@ -16,11 +16,12 @@ import functools
 import json
 import re
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 from flightpart.errors import ServerError
 
-from .parsed import parsed
+from .parsed import parsed_to_read
+from .schemas import Kept
 
 ROW_MAKERS = frozenset({"range", "generate_series", "unnest", "repeat", "repeat_row", "json_each", "json_tree"})
 """The table functions a query may call: each makes rows from its arguments alone."""
@@ -48,17 +49,37 @@ def refusal(con: Any, query: str, is_dataset: Callable[[str], bool]) -> str | No
         raise ServerError("the catalog cannot check SQL with this DuckDB (its parse of a query is not what flightpart "
                           "reads), so no query is run; the catalog's DuckDB needs the version flightpart supports",
                           field="query")
-    tree = json.loads(con.execute("SELECT json_serialize_sql(?)", [query]).fetchall()[0][0])  # all: none left unread
-    if tree.get("error"):
+    read = _READ.get(query) if len(query) <= MAX_KEPT_TEXT else None
+    if read is None:
+        tree = json.loads(con.execute("SELECT json_serialize_sql(?)", [query]).fetchall()[0][0])  # all: none unread
+        named = None if tree.get("error") else tuple(_named(tree))
+        read = Read(named, tuple({name.lower() for kind, name, _s, _c in named or () if kind == "cte"}),
+                    None if named is None else sqlglot_refusal(query))
+        if len(query) <= MAX_KEPT_TEXT:
+            _READ.put(query, read)
+    if read.named is None:
         return ("the query could not be checked for what it may read (DuckDB's parser gives no description of it), "
                 "so it was not run: write it as one SELECT")
-    named = list(_named(tree))
-    ctes = {name.lower() for kind, name, _schema, _catalog in named if kind == "cte"}
-    for kind, name, schema, catalog in named:
-        why = _refused(kind, name, schema, catalog, ctes, is_dataset)
+    for kind, name, schema, catalog in read.named:
+        why = _refused(kind, name, schema, catalog, set(read.ctes), is_dataset)
         if why is not None:
             return why
-    return sqlglot_refusal(query)
+    return read.sqlglot
+
+
+class Read(NamedTuple):
+    """What a query's text names (None: DuckDB could not describe it), the common table expressions among them, and
+    sqlglot's refusal of it: the same for the same text, so kept per text (:data:`_READ`); only whether a name is a
+    dataset is asked again at each run."""
+
+    named: tuple[Named, ...] | None
+    ctes: tuple[str, ...]
+    sqlglot: str | None
+
+
+MAX_KEPT_TEXT = 8 << 10
+_READ: Kept[Read] = Kept(256)
+"""Each of the 256 texts (of at most :data:`MAX_KEPT_TEXT` characters) last checked, as read."""
 
 
 def _refused(kind: str, name: str, schema: str, catalog: str, ctes: set[str],
@@ -95,7 +116,7 @@ def sqlglot_refusal(query: str) -> str | None:
 
     if _refused_names().search(query.lower()) is None:
         return None  # sqlglot names a function as the query spells it: none of them is named (a long IN list)
-    tree = parsed(query)
+    tree = parsed_to_read(query)
     if tree is None:
         return None
     for node in tree.walk():
