@@ -194,6 +194,25 @@ def test_an_exact_sum_of_integers_does_not_wrap_and_a_mean_of_them_does_not_eith
     assert empty.schema.field("x_exact_sum").type == pa.decimal128(38, 0) and empty.num_rows == 0
 
 
+def test_an_exact_sum_is_exact_whether_a_partition_adds_it_up_as_int64_or_as_a_decimal():
+    """A partition whose values cannot pass int64's range in any sum adds up in int64 (quicker), one whose values
+    could adds up as a decimal; both give decimal128(38, 0) partials of the exact sums."""
+    from decimal import Decimal
+
+    small = pa.table({"g": ["a", "b", "a"], "x": pa.array([5, -7, 9], pa.int64()),
+                      "u": pa.array([1, 2, 3], pa.uint8())})
+    large = pa.table({"g": ["a", "a", "b"], "x": pa.array([2**62, 2**62, -(2**63)], pa.int64()),
+                      "u": pa.array([1, 2, 3], pa.uint8())})
+    agg = aggregates.spec([("x", "exact_sum"), ("u", "exact_sum")], ["g"], small.column_names)
+    for table, want in ((small, {"a": 14, "b": -7}), (large, {"a": 2**63, "b": -(2**63)})):
+        partial = aggregates.partial(table, agg)
+        assert partial.schema.field("p0").type == pa.decimal128(38, 0) == partial.schema.field("p1").type
+        assert dict(zip(partial.column("g").to_pylist(), partial.column("p0").to_pylist())) == \
+            {g: Decimal(v) for g, v in want.items()}
+    nulls = pa.table({"g": ["a"], "x": pa.array([None], pa.int64()), "u": pa.array([None], pa.uint8())})
+    assert aggregates.partial(nulls, agg).column("p0").to_pylist() == [None]
+
+
 def test_partials_are_refused_for_a_group_twice_in_one_not_for_one_group_in_two():
     """The groups of every partial are counted in one grouping: a group twice within one partial is a lie, the same
     group in two partials (two partitions) is the usual case, also for a key named like the check's own column."""
