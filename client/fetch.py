@@ -327,12 +327,12 @@ def shared_streams(indexed: Sequence[tuple[int, PartitionRef]]) -> list[list[int
     """The reads to make, each a list of indexes into ``indexed``'s handles, of the same version, group, selection and
     replicas: small whole partitions (:data:`SMALL_BYTES`) share a read up to
     :data:`~flightpart.wire.MAX_PARTS_PER_STREAM` and :data:`SHARED_STREAM_BYTES`; aggregates, and first rows of
-    partitions of no dictionary column, whatever their partitions' size, up to :data:`ANSWERS_PER_STREAM` (their
-    answers are small); every other handle is a read of its own."""
+    partitions sent as stored (``stored_bytes``: no dictionary column), whatever their partitions' size, up to
+    :data:`ANSWERS_PER_STREAM` (their answers are small); every other handle is a read of its own."""
     reads: list[list[int]] = []
     open_groups: dict[tuple, tuple[list[int], list[int]]] = {}  # key -> (indexes, [bytes])
     for k, ref in indexed:
-        answers = ref.aggregate is not None or (ref.top is not None and ref.shareable_bytes > 0)
+        answers = ref.aggregate is not None or (ref.top is not None and ref.stored_bytes > 0)
         size = 0 if answers else ref.shareable_bytes
         most = ANSWERS_PER_STREAM if answers else MAX_PARTS_PER_STREAM
         if ref.rows is not None or ref.matched is not None or ref.row_numbers or not answers and (

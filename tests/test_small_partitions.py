@@ -1,5 +1,6 @@
 """Small partitions are read several to a stream (one stream per holder and column group), and read back exactly;
-dictionary columns, slices and filters are still read one partition per stream. Real nodes, every read remote."""
+dictionary columns, slices and filters are still read one partition per stream. Aggregates and first rows of
+partitions of any size share a stream per holder (up to 16 partitions a stream). Real nodes, every read remote."""
 
 from __future__ import annotations
 
@@ -135,3 +136,58 @@ def test_runs_split_at_the_batch_size_and_keep_empty_partitions(cluster):
         d = ds.__partitioned__
         got = d["get"]([d["partitions"][(i, 0)]["data"] for i in range(10)])
         assert [t.num_rows for t in got] == [p["shape"][0] for _pos, p in sorted(d["partitions"].items())]
+
+
+def holders(ds) -> dict[str, int]:
+    """How many of the dataset's partitions each node serves first."""
+    counts: dict[str, int] = {}
+    for part in ds.__partitioned__["partitions"].values():
+        uri = part["data"].replicas[0][0]
+        counts[uri] = counts.get(uri, 0) + 1
+    return counts
+
+
+def test_aggregates_and_first_rows_come_back_in_a_stream_per_node_and_sixteen_partitions(cluster):
+    from flightpart.client.fetch import ANSWERS_PER_STREAM
+
+    source = table(80_000)  # forty partitions of 2,000 rows: none small, each answered by its node
+    stored(cluster, "answers-many", source, (40, 1))
+    with fp.connect(cluster.uri, host="127.0.0.9") as client:
+        ds = client.open("answers-many")
+        per_node = sum(-(-n // ANSWERS_PER_STREAM) for n in holders(ds).values())
+        assert per_node < 40
+        before = streams(client, cluster)
+        got = ds.aggregate([("x", "sum"), ("k", "max")], by="s").sort_by("s")
+        assert streams(client, cluster) - before == per_node
+        want = source.group_by("s").aggregate([("x", "sum"), ("k", "max")]).sort_by("s")
+        assert got.select(want.column_names).equals(want)
+        before = streams(client, cluster)
+        top = ds.top(5, [("x", "descending")])
+        assert streams(client, cluster) - before == per_node
+        assert top.column("k").to_pylist() == list(range(79_999, 79_994, -1))
+        kept = pc.field("s") == "v3"  # no partition wholly kept or wholly left: each node filters its own
+        filtered = ds.filter(kept)
+        assert filtered.aggregate([("x", "sum")]).column(0)[0].as_py() == pc.sum(source.filter(kept)["x"]).as_py()
+        assert filtered.top(3, "k").column("k").to_pylist() == [3, 10, 17]
+
+
+def test_a_node_asked_for_a_row_range_of_several_partitions_refuses_with_a_code(cluster):
+    import pyarrow.flight as flight
+
+    from flightpart.wire import Aggregate, Ticket
+
+    from helpers import code_of
+
+    stored(cluster, "answers-lies", table(4_000), (4, 1))
+    with fp.connect(cluster.uri, host="127.0.0.9") as client:
+        ds, parts, uri = first_holder(client, "answers-lies")
+        count = Aggregate((("k", "count"),))
+        for asked in (dict(rows=(0, 5)), dict(row_numbers=True)):
+            raw = Ticket("answers-lies", ds.version, (0, 0), more=((1, 0),), **asked).encode()
+            with pytest.raises(flight.FlightError) as info:
+                flight.connect(uri).do_get(flight.Ticket(raw)).read_all()
+            assert code_of(info.value) == "INVALID_REQUEST", asked
+        assert ds.aggregate([("k", "count")]).column(0)[0].as_py() == 4_000
+        mine = sorted(p for p, e in parts.items() if e["data"].replicas[0][0] == uri)
+        raw = Ticket("answers-lies", ds.version, mine[0], more=tuple(mine[1:]), aggregate=count).encode()
+        assert flight.connect(uri).do_get(flight.Ticket(raw)).read_all().column(0).to_pylist() == [1_000] * len(mine)

@@ -1,5 +1,6 @@
 """A prepared query's schema is kept per version of the datasets it names: a new version, or a dataset dropped and
-put again with other types, is never answered with the schema of the one before."""
+put again with other types, is never answered with the schema of the one before. The datasets a query opens are kept
+per FlightInfo the catalog gives: a new version, a drop, a replica added or a node's death opens them again."""
 
 from __future__ import annotations
 
@@ -64,3 +65,23 @@ def test_answers_follow_new_versions_of_other_types_through_the_kept_planning(sq
         client.drop("planned")
         client.put("planned", pa.table({"x": pa.array([5, 7], pa.int64())}))
         assert client.sql(query).to_arrow().schema.field("top").type == pa.int64()
+
+
+def test_the_datasets_a_query_opens_follow_versions_drops_and_replicas(sql_cluster):
+    gateway = sql_cluster.catalog.gateway
+    count = "SELECT count(*) AS n, sum(x) AS total FROM opened"
+    with fp.connect(sql_cluster.uri) as client:
+        client.put("opened", pa.table({"x": list(range(10))}), tiling=(2, 1))
+        assert client.sql(count).to_arrow().to_pylist() == [{"n": 10, "total": 45}]
+        first = gateway._opened("opened")
+        assert gateway._opened("opened") is first  # kept: the same FlightInfo
+        client.put("opened", pa.table({"x": list(range(20))}), tiling=(4, 1))
+        assert client.sql(count).to_arrow().to_pylist() == [{"n": 20, "total": 190}]
+        assert gateway._opened("opened") is not first and gateway._opened("opened@1") is not None
+        assert client.sql("SELECT count(*) AS n FROM \"opened@1\"").to_arrow().to_pylist() == [{"n": 10}]
+        second = gateway._opened("opened")
+        sql_cluster.catalog.after_action("replicate")  # what a repair or a node's change does to the FlightInfos
+        assert gateway._opened("opened") is not second
+        client.drop("opened")
+        with pytest.raises(fp.DatasetNotFound):
+            client.sql(count).to_arrow()
