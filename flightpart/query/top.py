@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -99,6 +100,12 @@ def candidates(table: pa.Table, top: TopRows) -> pa.Table:
     columns = _checked(table, top, "ticket.top")
     if table.num_rows <= top.limit:
         return table
+    kept = _past_the_first_key(columns[0], top)
+    if kept is not None:
+        table = _taken(table, kept)
+        columns = [table.column(key.column) for key in top.keys]
+        if table.num_rows <= top.limit:
+            return table
     keys, order = _keys(columns, top)
     chosen = pc.select_k_unstable(keys, top.limit, sort_keys=order) if top.limit else pa.array([], pa.uint64())
     nan = None
@@ -110,6 +117,38 @@ def candidates(table: pa.Table, top: TopRows) -> pa.Table:
         chosen = pc.unique(pa.concat_arrays([chosen.cast(pa.uint64()),
                                              pc.indices_nonzero(nan).cast(pa.uint64())]))
     return _taken(table, chosen)
+
+
+PREFILTER_ROWS = 4096
+"""A partition of more rows is first cut to the rows not behind its ``limit``-th first key
+(:func:`_past_the_first_key`): Arrow's select_k takes some 20 ns a row, a NumPy partition some 3."""
+
+
+def _past_the_first_key(column: pa.ChunkedArray, top: TopRows) -> pa.Array | None:
+    """The positions (ascending) of the rows whose first key is not behind the ``limit``-th first key, when the key
+    is numbers or times without nulls or NaN (NumPy orders them as DuckDB does) and the partition is large; else None.
+
+    Why it is correct: a row whose first key is strictly behind the ``limit``-th is behind at least ``limit`` rows
+    whatever the other keys say; rows tied with it are all kept for the other keys to order."""
+    if len(column) <= max(PREFILTER_ROWS, top.limit) or top.limit == 0 or column.null_count:
+        return None
+    kind = column.type
+    if pa.types.is_timestamp(kind) or pa.types.is_date64(kind) or pa.types.is_duration(kind) \
+            or pa.types.is_time64(kind):
+        column = pa.chunked_array([c.view(pa.int64()) for c in column.chunks], pa.int64())
+    elif pa.types.is_date32(kind) or pa.types.is_time32(kind):
+        column = pa.chunked_array([c.view(pa.int32()) for c in column.chunks], pa.int32())
+    elif not (pa.types.is_integer(kind) or pa.types.is_floating(kind)) or pa.types.is_float16(kind):
+        return None
+    values = column.to_numpy()
+    if values.dtype.kind == "f" and np.isnan(values).any():
+        return None
+    k = top.limit
+    if top.keys[0].descending:
+        kept = values >= np.partition(values, len(values) - k)[len(values) - k]
+    else:
+        kept = values <= np.partition(values, k - 1)[k - 1]
+    return pa.array(np.flatnonzero(kept))
 
 
 def checked_candidates(parts: list[pa.Table], schema: pa.Schema) -> pa.Table:

@@ -45,6 +45,27 @@ def test_each_partitions_first_rows_hold_the_answer_of_pyarrow_and_of_duckdb(key
     assert ids(answers[0]) == ids(answers[1])
 
 
+@pytest.mark.parametrize("first", ["i", "f", "t"])
+@pytest.mark.parametrize("order", ["descending", "ascending"])
+def test_a_large_partition_cut_by_its_first_key_keeps_the_answer_ties_included(first, order):
+    """Partitions past PREFILTER_ROWS are first cut by their first key (many ties on it: the second key decides)."""
+    rng = np.random.default_rng(7)
+    rows = 40_000
+    ints = rng.integers(0, 30, rows)  # about 1,300 rows a value: the limit falls inside a tie
+    whole = pa.table({"i": ints, "f": ints / 4 - 3.0,
+                      "t": pa.array(ints * 1_000_000, pa.timestamp("us")), "k": rng.permutation(rows)})
+    keys = [(first, order), ("k", "descending")]
+    want = top.spec(10, keys, whole.schema)
+    parts = [whole.slice(start, 10_000) for start in range(0, rows, 10_000)]
+    kept = pa.concat_tables([top.candidates(p, want) for p in parts])
+    assert kept.num_rows < rows // 4  # cut: each part sent its ties on the first key, not every row
+    assert top.first(kept, want).column("k").to_pylist() == whole.sort_by(keys).slice(0, 10).column("k").to_pylist()
+    con = duckdb.connect()
+    con.register("t", whole)
+    sql = f"SELECT k FROM t ORDER BY {first} {'DESC' if order == 'descending' else 'ASC'}, k DESC LIMIT 10"
+    assert con.sql(sql).fetchall() == [(k,) for k in top.first(kept, want).column("k").to_pylist()]
+
+
 def pc_nan_rows(table: pa.Table) -> int:
     return int(np.isnan(table.column("x").to_numpy(zero_copy_only=False)).sum())
 
