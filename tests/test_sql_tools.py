@@ -107,6 +107,55 @@ def test_flightsql_dbapi_reads_every_answer_from_a_catalog_that_sends_them_all(m
                                          if v >= 30)
 
 
+MIX_SCRIPT = textwrap.dedent("""
+    import json, sys
+    from flightsql import FlightSQLClient, connect
+
+    host, port, queries = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3])
+    conn = connect(FlightSQLClient(host=host, port=port, insecure=True))
+    answers = {}
+    for name, query in queries.items():
+        cursor = conn.cursor()
+        cursor.execute(query)
+        answers[name] = [list(row) for row in cursor.fetchall()]
+    print(json.dumps(answers, default=str))
+""")
+
+
+def _rows(rows: list) -> list:
+    """Rows as comparable values, in one order: floats to 9 significant digits (sums add up in any order), the rest as
+    text."""
+    return sorted([f"{v:.9g}" if isinstance(v, float) else str(v) for v in row] for row in rows)
+
+
+def test_flightsql_dbapi_gets_every_query_of_the_bench_mix_answered_through_the_catalog(make_cluster,
+                                                                                      flightsql_python):
+    """flightsql-dbapi's DB-API, which redeems every ticket at the catalog, runs each query of ``flightpart bench
+    --sql``'s mix against a catalog started with ``--sql-through-catalog``: each answer is DuckDB's."""
+    import duckdb
+
+    from flightpart.bench.queries import taxi_table
+    from flightpart.bench.sql_mix import SQL_MIX
+    from flightpart.bench.sql_queries import zones_table
+
+    cluster = make_cluster(2, process=True, catalog_args=["--sql-through-catalog"])
+    trips, zones = taxi_table(20_000, seed=3), zones_table()
+    with fp.connect(cluster.uri) as writer:
+        writer.put("trips", trips, tiling=(4, 1))
+        writer.put("zones", zones)
+    where = urlparse(cluster.uri)
+    ran = subprocess.run([str(flightsql_python), "-c", MIX_SCRIPT, where.hostname, str(where.port),
+                          json.dumps(SQL_MIX)], capture_output=True, text=True, timeout=300)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    got = json.loads(ran.stdout)
+    con = duckdb.connect()
+    con.register("trips", trips)
+    con.register("zones", zones)
+    for name, query in SQL_MIX.items():
+        want = [list(row) for row in con.sql(query).fetchall()]
+        assert _rows(got[name]) == _rows(json.loads(json.dumps(want, default=str))), name
+
+
 def test_adbc_get_info_and_get_objects(sql_cluster):
     with dbapi.connect(sql_cluster.uri) as conn:
         info = conn.adbc_get_info()
