@@ -45,6 +45,7 @@ READS_IN_FLIGHT = 2
 
 
 AGGREGATE_SLICE = 256
+KEPT_TEXT_FILTERS = 64
 """Partitions whose partial aggregates are asked for at a time when ``aggregate(max_bytes=)`` bounds them (the bound
 is checked after each slice: it may be passed by at most one slice's partials)."""
 
@@ -147,12 +148,26 @@ class Dataset:
         if self.view.matched is not None:
             raise PartitionedError("filter after a slice of a filtered view: filter first, then slice "
                                    "(ds.filter(a & b)[i:j]), or read the slice and filter it")
-        translated = isinstance(expression, str) and self.view.filter is None
+        if isinstance(expression, str) and self.view.filter is None:
+            return self._derive(filter=self._text_filter(expression))
         if isinstance(expression, str):
             expression = filters.parse_where(expression, self._info.schema)
         if self.view.filter is not None:
             expression = self.view.filter.expression & expression
-        return self._derive(filter=Filter.compile(expression, self._info.schema, translated=translated))
+        return self._derive(filter=Filter.compile(expression, self._info.schema))
+
+    def _text_filter(self, text: str) -> Filter:
+        """``text`` as a filter over this version, kept for the version's views (the last :data:`KEPT_TEXT_FILTERS`
+        texts of at most 8 KiB): a service asked the same query again parses it once."""
+        kept = self._plan.shared.setdefault("text filters", {})
+        found = kept.get(text)
+        if found is None:
+            found = Filter.compile(filters.parse_where(text, self._info.schema), self._info.schema, translated=True)
+            if len(text) <= 8 << 10:
+                if len(kept) >= KEPT_TEXT_FILTERS:
+                    kept.pop(next(iter(kept)))
+                kept[text] = found
+        return found
 
     def __getitem__(self, key: slice) -> "Dataset":
         if isinstance(key, str) or (isinstance(key, (list, tuple)) and key and all(isinstance(k, str) for k in key)):

@@ -238,8 +238,10 @@ def _check_sum_fits(values: pa.ChunkedArray, column: str, function: str, where: 
                               field=where) from None
 
 
+@functools.lru_cache(maxsize=256)
 def partial_schema(agg: Aggregate, schema: pa.Schema) -> pa.Schema:
-    """The schema every partition's partial of ``agg`` has over a dataset of ``schema``."""
+    """The schema every partition's partial of ``agg`` has over a dataset of ``schema`` (kept per both: a reader
+    asks it at each aggregate)."""
     try:
         empty = frames.empty_table(schema)
     except pa.ArrowNotImplementedError as exc:  # a union column: Arrow cannot make it empty, nor aggregate it
@@ -325,9 +327,10 @@ def combine(partials: Sequence[pa.Table], agg: Aggregate, schema: pa.Schema) -> 
     return pa.table(arrays, names=names)
 
 
+@functools.lru_cache(maxsize=256)
 def _empty_result(agg: Aggregate, schema: pa.Schema) -> pa.Table:
     """The result over no rows, with the types pyarrow's ``group_by`` gives; RequestRejected for what Arrow cannot
-    aggregate."""
+    aggregate (kept per aggregate and schema: every combine asks it)."""
     empty = with_computed(frames.empty_table(schema), agg)
     keys = set(agg.by)
     empty = _with_exact_columns(values_of_dictionaries(empty, [c for c in _read_columns(agg) if c not in keys]),

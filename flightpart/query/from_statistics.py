@@ -29,8 +29,8 @@ def partial_from_statistics(agg: Aggregate, expected: pa.Schema, kept: int, rows
     if agg.by or agg.computed:
         return None
     pairs = list(dict.fromkeys((c, p) for c, f in agg.functions for p in AGGREGATE[f].partials))
-    ways = [AGGREGATE[p].statistics for _c, p in pairs]
-    if None in ways or len(pairs) != len(expected):
+    ways = [way for _c, p in pairs for way in [AGGREGATE[p].statistics] if way is not None]
+    if len(ways) != len(pairs) or len(pairs) != len(expected):
         return None
     values = []
     for (column, _function), way, field in zip(pairs, ways, expected):

@@ -21,7 +21,7 @@ from flightpart.query.aggregates import evaluated
 from flightpart.query.functions import AGGREGATE, ROW_COUNT
 
 from .computed import computed_on_nodes
-from .parsed import parsed
+from .parsed import KEPT_TEXT, parsed
 from .partials import (
     GROUPING,
     Plan,
@@ -36,6 +36,7 @@ from .partials import (
     select_aliases,
     unplannable,
 )
+from .schemas import Kept
 
 PARTIAL_BYTES = 256 << 20
 """Bytes of partials the catalog takes in for one query; past it the query runs whole, within DuckDB's memory limit."""
@@ -45,6 +46,24 @@ UNEXPRESSED = (FlightpartError, KeyError, ValueError, TypeError, OverflowError, 
 """What a filter or aggregate flightpart cannot express raises: the query then runs whole, and DuckDB says what it
 says."""
 
+
+
+_PLANS: Kept[tuple[Plan | None]] = Kept(256)
+"""The plans of the 256 (text, versions of the datasets it names) last planned: a plan reads the text and the
+named datasets' schemas, which a version never changes."""
+
+
+def kept_plan(query: str, known: set[str], open_dataset: Callable[[str], Any]) -> Plan | None:
+    """:func:`plan`, kept per text (of at most :data:`~.parsed.KEPT_TEXT` characters) and versions of the ``known``
+    datasets."""
+    if len(query) > KEPT_TEXT:
+        return plan(query, known, open_dataset)
+    key = (query, tuple(sorted((name, open_dataset(name).version) for name in known)))
+    found = _PLANS.get(key)
+    if found is None:
+        found = (plan(query, known, open_dataset),)
+        _PLANS.put(key, found)
+    return found[0]
 
 
 def plan(query: str, known: set[str], open_dataset: Callable[[str], Any] | None = None) -> Plan | None:
@@ -289,7 +308,7 @@ def answer(query: str, known: set[str], open_dataset: Callable[[str], Any],
            run_final: Callable[[str, pa.Table, tuple[str, ...]], pa.Table]) -> pa.Table | None:
     """``query`` answered with its aggregates on the nodes, or None (see the module doc). ``run_final(final, partials,
     joined)`` runs DuckDB over the partials and the ``joined`` datasets."""
-    planned = plan(query, known, open_dataset)
+    planned = kept_plan(query, known, open_dataset)
     if planned is None:
         return None
     ds = open_dataset(planned.table)
