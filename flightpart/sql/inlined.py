@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 
 import pyarrow as pa
 
-from .parsed import parsed
+from .parsed import parsed, parsed_to_read
 from .partials import clause
 
 MAX_VALUES = 10_000
@@ -45,10 +45,11 @@ def inline(query: str, known: set[str], values: Callable[[str], pa.Table | None]
     far."""
     from sqlglot import exp
 
+    read = parsed_to_read(query)
+    if not isinstance(read, exp.Query) or read.find(exp.CTE, exp.Subquery) is None:
+        return query, []  # no part to answer first (a copy of the tree to change costs more than this look)
     tree = parsed(query)
     if tree is None:
-        return query, []
-    if not isinstance(tree, exp.Query):
         return query, []
     done: list[Answered] = []
     lowered = {name.lower() for name in known}
