@@ -21,6 +21,7 @@ from flightpart.errors import LimitExceeded, PartitionedError
 from flightpart.io.allocator import keep_freed_memory
 from flightpart.io.hosts import host_addresses
 from flightpart.io.transfer import batches_of
+from flightpart.kept import Kept
 from flightpart.query import aggregates, filters
 from flightpart.query import top as first_rows
 from flightpart.query.filters import Filter
@@ -45,9 +46,10 @@ READS_IN_FLIGHT = 2
 
 
 AGGREGATE_SLICE = 256
-KEPT_TEXT_FILTERS = 64
 """Partitions whose partial aggregates are asked for at a time when ``aggregate(max_bytes=)`` bounds them (the bound
 is checked after each slice: it may be passed by at most one slice's partials)."""
+KEPT_TEXT_FILTERS = 64
+"""Text filters a version's views keep compiled (:meth:`Dataset.filter`)."""
 
 
 class _Taken:
@@ -159,14 +161,14 @@ class Dataset:
     def _text_filter(self, text: str) -> Filter:
         """``text`` as a filter over this version, kept for the version's views (the last :data:`KEPT_TEXT_FILTERS`
         texts of at most 8 KiB): a service asked the same query again parses it once."""
-        kept = self._plan.shared.setdefault("text filters", {})
+        kept = self._plan.shared.get("text filters")
+        if kept is None:
+            kept = self._plan.shared.setdefault("text filters", Kept(KEPT_TEXT_FILTERS))
         found = kept.get(text)
         if found is None:
             found = Filter.compile(filters.parse_where(text, self._info.schema), self._info.schema, translated=True)
             if len(text) <= 8 << 10:
-                if len(kept) >= KEPT_TEXT_FILTERS:
-                    kept.pop(next(iter(kept)))
-                kept[text] = found
+                kept.put(text, found)
         return found
 
     def __getitem__(self, key: slice) -> "Dataset":

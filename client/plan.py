@@ -148,7 +148,7 @@ class Plan:
             return None
         if b.i in self.everything_matched(f):
             return self.rows_of(b)
-        if len(f.columns) == 1 and b.rows is None and _nulls_are_validity(self.version.schema.field(f.columns[0]).type):
+        if len(f.columns) == 1 and b.rows is None:
             column = f.columns[0]
             entry = self.statistics_of(b, column)
             nulls = entry.get("nulls") if entry is not None else None
@@ -171,7 +171,11 @@ class Plan:
         return found
 
     def statistics_of(self, b: Block, column: str) -> dict | None:
-        """What the statistics of block ``b``'s partition holding ``column`` say of it (None: nothing known)."""
+        """What the statistics of block ``b``'s partition holding ``column`` say of it (None: nothing known, or a
+        column whose nulls are not its validity's, :func:`_nulls_are_validity`)."""
+        if column not in self.version.schema.names \
+                or not _nulls_are_validity(self.version.schema.field(column).type):
+            return None
         j = self.group_with([column])
         stats = _decoded(self.parts[(b.i, j)].stats) if j is not None else None
         entry = stats.get(column) if stats is not None else None
@@ -305,9 +309,10 @@ def narrowed(blocks: list[Block], matched: tuple[int, int]) -> list[Block]:
 
 
 def _nulls_are_validity(kind: pa.DataType) -> bool:
-    """Whether ``IS NULL`` on a column of this type holds exactly where the statistics counted nulls (its validity):
-    not for a dictionary (a null may be a value) nor a union (its children hold the nulls)."""
-    return not (pa.types.is_dictionary(kind) or pa.types.is_union(kind))
+    """Whether a column's nulls (``IS NULL``, what ``count`` leaves out) are where the statistics counted them, its
+    validity: not for a dictionary (a null may be a value), a union (its children hold the nulls) nor a run-end
+    encoded column (its runs do)."""
+    return not (pa.types.is_dictionary(kind) or pa.types.is_union(kind) or pa.types.is_run_end_encoded(kind))
 
 
 def _decoded(stats: object) -> dict | None:

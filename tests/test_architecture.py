@@ -1,6 +1,6 @@
 """The folders show the architecture: arrows run one way and there is no circle.
 
-core (protocol, tiling, frames, distarray, wire, tokens, errors, settings, lenient, regrid, palette, and
+core (protocol, tiling, frames, distarray, wire, tokens, errors, settings, lenient, regrid, palette, kept, and
 query/functions: the table of what the nodes compute, which the wire validates against) <- query <- io <- server |
 client <- runtimes | local <- bench <- entry points (the package itself, the CLI).
 Every import counts, also those inside functions.
@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 FOLDERS = {"flightpart": ROOT / "flightpart", "flightpart.server": ROOT / "server",
            "flightpart.client": ROOT / "client"}
 CORE = {"protocol", "tiling", "frames", "distarray", "wire", "sqlwire", "tokens", "errors", "settings", "version",
-        "lenient", "palette", "regrid"}
+        "lenient", "palette", "regrid", "kept"}
 CORE_MODULES = {"flightpart.query.functions"}
 """Modules of a folder above the core that belong to it: they import nothing but the core."""
 ENTRY = {"flightpart", "flightpart.__main__"}

@@ -73,15 +73,15 @@ def test_the_datasets_a_query_opens_follow_versions_drops_and_replicas(sql_clust
     with fp.connect(sql_cluster.uri) as client:
         client.put("opened", pa.table({"x": list(range(10))}), tiling=(2, 1))
         assert client.sql(count).to_arrow().to_pylist() == [{"n": 10, "total": 45}]
-        first = gateway._opened("opened")
-        assert gateway._opened("opened") is first  # kept: the same FlightInfo
+        first = gateway.opened("opened")
+        assert gateway.opened("opened") is first  # kept: the same FlightInfo
         client.put("opened", pa.table({"x": list(range(20))}), tiling=(4, 1))
         assert client.sql(count).to_arrow().to_pylist() == [{"n": 20, "total": 190}]
-        assert gateway._opened("opened") is not first and gateway._opened("opened@1") is not None
+        assert gateway.opened("opened") is not first and gateway.opened("opened@1").version == 1
         assert client.sql("SELECT count(*) AS n FROM \"opened@1\"").to_arrow().to_pylist() == [{"n": 10}]
-        second = gateway._opened("opened")
+        second = gateway.opened("opened")
         sql_cluster.catalog.after_action("replicate")  # what a repair or a node's change does to the FlightInfos
-        assert gateway._opened("opened") is not second
+        assert gateway.opened("opened") is not second
         client.drop("opened")
         with pytest.raises(fp.DatasetNotFound):
             client.sql(count).to_arrow()

@@ -61,6 +61,7 @@ def test_what_statistics_say_exactly_is_answered_without_the_nodes(sql, query):
 
 @pytest.mark.parametrize("query", [
     "SELECT count(*) AS n FROM facts WHERE d IS NULL",  # a dictionary's null value is no null of its indices
+    "SELECT count(d) AS n FROM facts",
     "SELECT min(v) AS lo, max(v) AS hi FROM facts",  # a column with nulls has no recorded bounds
     "SELECT sum(k) AS total, count(*) AS n FROM facts",
     "SELECT count(*) AS n FROM facts WHERE k < 12345",  # some partitions wholly, one in part

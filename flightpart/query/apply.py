@@ -51,8 +51,8 @@ def _read_after_filter(schema: pa.Schema, columns: tuple[str, ...] | None, aggre
     aggregate's, or the projection's and the first rows' keys. A column the steps name and the partition lacks is
     left for them to refuse."""
     if aggregate is not None:
-        try:
-            needed = set(aggregates.columns_read(aggregate, schema))
+        try:  # (a computed column's name too: one named like a stored column is refused by the aggregate step)
+            needed = {*aggregates.columns_read(aggregate, schema), *(name for name, _ in aggregate.computed or ())}
         except (FlightpartError, KeyError):  # a computed column that does not parse: the aggregate step refuses it
             return None
     elif columns is not None:

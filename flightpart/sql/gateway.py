@@ -22,6 +22,7 @@ from flightpart.client import Client, connect
 from flightpart.client.duckdb_source import shown_to_duckdb
 from flightpart.errors import DatasetNotFound, FlightpartError, QueryTimeout, RequestRejected
 from flightpart.io.access import Access
+from flightpart.kept import Kept
 from flightpart.wire import decode_flight_info
 
 from . import binding, scans
@@ -33,7 +34,7 @@ from .limits import SqlLimits
 from .names import VERSIONED, dataset_named, lists_tables, named_datasets, names_dataset
 from .planners import PLANNERS, Bound, Planner, Query, Route, moved_so_far, ready
 from .remembered import ScanFailures
-from .schemas import MAX_TEXT, Kept, SchemaCache
+from .schemas import MAX_TEXT, SchemaCache
 from .slots import QuerySlots, running_from_env
 from .system_functions import refusal
 from .watch import Stopped, Watch
@@ -43,7 +44,7 @@ log = logging.getLogger("flightpart.sql")
 QUERY_SECONDS = 300.0
 """How long one query may run at the catalog before it is stopped (``Gateway.timeout``)."""
 OPENED_KEPT = 32
-"""At most this many opened datasets are kept for the next query (:meth:`Gateway._opened`), each of at most
+"""At most this many opened datasets are kept for the next query (:meth:`Gateway.opened`), each of at most
 :data:`OPENED_MOST_PARTITIONS` partitions; a larger one is opened for each query."""
 OPENED_MOST_PARTITIONS = 4096
 
@@ -340,14 +341,14 @@ class Gateway:
         """The dataset a table name means (``name@version``: that version), whatever its case as DuckDB matches
         names."""
         try:
-            return self._opened(table)
+            return self.opened(table)
         except DatasetNotFound:
             resolved = dataset_named(table, self._dataset_names())
             if resolved is None or resolved == table:
                 raise
-            return self._opened(resolved)
+            return self.opened(resolved)
 
-    def _opened(self, table: str) -> Any:
+    def opened(self, table: str) -> Any:
         """The dataset ``table`` names, opened once per FlightInfo the catalog gives it: while its version, replicas,
         nodes and capability are the same (the catalog hands out the same FlightInfo object), so is the dataset, and
         what it worked out once (statistics' guarantees, column groups) serves every query."""

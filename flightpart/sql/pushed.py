@@ -17,6 +17,7 @@ from typing import Any
 import pyarrow as pa
 
 from flightpart.errors import FlightpartError, ServerError
+from flightpart.kept import Kept
 from flightpart.query.aggregates import evaluated
 from flightpart.query.functions import AGGREGATE, ROW_COUNT
 
@@ -36,7 +37,6 @@ from .partials import (
     select_aliases,
     unplannable,
 )
-from .schemas import Kept
 
 PARTIAL_BYTES = 256 << 20
 """Bytes of partials the catalog takes in for one query; past it the query runs whole, within DuckDB's memory limit."""

@@ -19,9 +19,9 @@ from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 from flightpart.errors import ServerError
+from flightpart.kept import Kept
 
 from .parsed import parsed_to_read
-from .schemas import Kept
 
 ROW_MAKERS = frozenset({"range", "generate_series", "unnest", "repeat", "repeat_row", "json_each", "json_tree"})
 """The table functions a query may call: each makes rows from its arguments alone."""

@@ -52,6 +52,11 @@ STREAM_PIECE_SECONDS = 0.1
 stream idle timeout, so a reader taking ranges at a steady pace is never seen idle)."""
 
 
+def asks_work(spec: Ticket) -> bool:
+    """Whether a ticket asks a partition for more than its rows as stored: a filter, an aggregate or first rows."""
+    return spec.filter is not None or spec.aggregate is not None or spec.top is not None
+
+
 class GetStreams(NodeBase):
     """``do_get``: one partition (projected, sliced, filtered or aggregated by its ticket), or many whole ones."""
 
@@ -177,13 +182,20 @@ class GetStreams(NodeBase):
             yield (batches[0] if batches else empty), header
             yield from batches[1:]
 
+        # a partition's answer (filtered, aggregated, first rows) goes as soon as it is worked out: the reader waits
+        # for the next batch no longer than for one partition's work
+        most_per_run = 1 if asks_work(spec) else MAX_PARTS_PER_RUN
+
         def pieces() -> Iterator[Any]:
             run: list[tuple[tuple[int, int], pa.Table, int]] = []
             size = 0
             for k, position in enumerate(positions):
+                if run and len(run) >= most_per_run:
+                    yield from sent(run)
+                    run, size = [], 0
                 table = opened(k, position)
                 nbytes = stored_nbytes(table)
-                if run and (size + nbytes > STREAM_PIECE_BYTES or len(run) >= MAX_PARTS_PER_RUN):
+                if run and size + nbytes > STREAM_PIECE_BYTES:
                     yield from sent(run)
                     run, size = [], 0
                 run.append((position, table, nbytes))
