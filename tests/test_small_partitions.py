@@ -25,6 +25,19 @@ def stored(cluster, name: str, source: pa.Table, tiling: tuple[int, int]) -> Non
         writer.put(name, source, tiling=tiling)
 
 
+def chunks_of(uri: str, ticket) -> list:
+    """Every chunk (batch and its metadata) a node sends for ``ticket``, as any Flight reader gets them."""
+    import pyarrow.flight as flight
+
+    reader = flight.connect(uri).do_get(flight.Ticket(ticket.encode()))
+    chunks = []
+    while True:
+        try:
+            chunks.append(reader.read_chunk())
+        except StopIteration:
+            return chunks
+
+
 def first_holder(client, name: str):
     """(dataset, its partitions, the uri of the node that serves partition (0, 0) first)."""
     ds = client.open(name)
@@ -95,7 +108,6 @@ def test_a_lying_ticket_for_several_partitions_gets_a_code_and_the_node_serves_o
 def test_a_stream_of_several_sends_runs_of_partitions_as_few_batches(cluster):
     """300 ten-row partitions of one node come as one batch (a PartRun naming them all), not 300; any Flight
     reader can cut them back by the row counts it lists."""
-    import pyarrow.flight as flight
 
     from flightpart.wire import PartRun, Ticket
 
@@ -104,15 +116,7 @@ def test_a_stream_of_several_sends_runs_of_partitions_as_few_batches(cluster):
     with fp.connect(cluster.uri, host="127.0.0.9") as client:
         ds, parts, uri = first_holder(client, "small-runs")
         mine = sorted(p for p, e in parts.items() if e["data"].replicas[0][0] == uri)
-        reader = flight.connect(uri).do_get(flight.Ticket(Ticket("small-runs", ds.version, mine[0],
-                                                                 more=tuple(mine[1:]))
-                                                          .encode()))
-        chunks = []
-        while True:
-            try:
-                chunks.append(reader.read_chunk())
-            except StopIteration:
-                break
+        chunks = chunks_of(uri, Ticket("small-runs", ds.version, mine[0], more=tuple(mine[1:])))
     assert len(chunks) < len(mine) // 10
     run = PartRun.decode(chunks[0].app_metadata.to_pybytes())
     assert list(run.parts[:3]) == mine[:3] and set(run.rows) == {10}
@@ -189,13 +193,6 @@ def test_a_node_asked_for_a_row_range_of_several_partitions_refuses_with_a_code(
             assert code_of(info.value) == "INVALID_REQUEST", asked
         assert ds.aggregate([("k", "count")]).column(0)[0].as_py() == 4_000
         mine = sorted(p for p, e in parts.items() if e["data"].replicas[0][0] == uri)
-        raw = Ticket("answers-lies", ds.version, mine[0], more=tuple(mine[1:]), aggregate=count).encode()
-        reader = flight.connect(uri).do_get(flight.Ticket(raw))
-        chunks = []
-        while True:
-            try:
-                chunks.append(reader.read_chunk())
-            except StopIteration:
-                break
+        chunks = chunks_of(uri, Ticket("answers-lies", ds.version, mine[0], more=tuple(mine[1:]), aggregate=count))
         # each partition's answer is sent as soon as it is worked out: a batch each, the reader never waits for all
         assert [c.data.column(0).to_pylist() for c in chunks] == [[1_000]] * len(mine)
