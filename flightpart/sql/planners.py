@@ -65,8 +65,7 @@ class Query:
         return self._opened[name]
 
     def register_scans(self) -> None:
-        """Each named dataset, registered with DuckDB as its scan: what runs over the datasets on :attr:`con` asks this
-        first (a planner may have registered something else under a dataset's name)."""
+        """Each named dataset, registered with DuckDB as its scan."""
         for name in self.named:
             self.con.register(name, self.failures.scan(self.dataset(name)))
 
@@ -90,7 +89,9 @@ def ready(query: Query, route: Route, kept: SchemaCache | None = None) -> None:
     if kept is not None and len(query.text) <= MAX_TEXT and not lists_tables(query.text, query.named):
         key = (query.text, tuple((name, query.dataset(name).version) for name in query.named))
     query.expected = kept.get(key) if key is not None and kept is not None else None
-    if query.expected is None:  # (a planner that runs over the scans registers them: see Query.register_scans)
+    if query.expected is not None:
+        query.register_scans()  # as a schema worked out leaves the connection
+    else:
         query.expected = as_duckdb_types_it(query.con, query.text, query.named, query.dataset, query.failures.scan)
         if query.expected is not None and key is not None and kept is not None:
             kept.put(key, query.expected)
@@ -213,7 +214,6 @@ def _answer_parts_first(query: Query, route: Route) -> str:
 
     def values(sql: str) -> pa.Table | None:
         try:
-            query.register_scans()
             return con.sql(sql).to_arrow_table()
         except duckdb.InterruptException:
             raise
