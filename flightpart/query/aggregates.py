@@ -138,7 +138,7 @@ def _with_exact_columns(table: pa.Table, pairs: Sequence[tuple[str, str]],
     """``table`` with each exact sum's column as :data:`EXACT` when it holds integers or booleans, under
     :func:`_exact_name`. With ``narrowed``: a column whose sum cannot pass int64's range whatever rows a group takes
     (its largest magnitude times its rows) is added up as int64 instead, its name put in ``narrowed``, and its sums
-    are cast to :data:`EXACT` after (the same values; a decimal sum takes about twice as long)."""
+    are cast to :data:`EXACT` after (the same values, summed without decimals)."""
     for column in dict.fromkeys(c for c, f in pairs if AGGREGATE[f].exact):
         values = table.column(column)
         if pa.types.is_boolean(values.type):

@@ -56,7 +56,7 @@ class Watch:
 
 class _Watcher:
     """The one thread that looks at every running query's :class:`Watch` each :data:`WATCH_SECONDS`; it runs while
-    some query does (a thread per query cost a tenth of a quick query's time)."""
+    some query does."""
 
     def __init__(self) -> None:
         self._watches: set[Watch] = set()
