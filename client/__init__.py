@@ -6,6 +6,7 @@ import os
 
 from flightpart.io.access import Access
 from flightpart.io.leader import split_addresses
+from flightpart.io.sign_in import exchanged, signed_in
 from flightpart.io.uris import flight_uri
 
 from .client import Client
@@ -18,7 +19,8 @@ CATALOG_ENV = "FLIGHTPART_CATALOG"
 def connect(uri: str | None = None, *, host: str | None = None, token: str | None = None,
             tls_root_certs: bytes | None = None, cert_chain: bytes | None = None, private_key: bytes | None = None,
             access: Access | None = None, timeout: float = 30.0, idle_timeout: float = 2.0,
-            compression: str = "auto", streams_per_partition: int = 1) -> Client:
+            compression: str = "auto", streams_per_partition: int = 1, user: str | None = None,
+            password: str | None = None) -> Client:
     """A client of the catalog at ``uri`` (or ``$FLIGHTPART_CATALOG``); ValueError without either (for an embedded
     cluster, call ``flightpart.connect()`` with no address).
 
@@ -29,7 +31,9 @@ def connect(uri: str | None = None, *, host: str | None = None, token: str | Non
     size at 16 MB/s); a read stream silent for ``idle_timeout`` seconds moves to the next replica.
     ``compression``: ``"auto"`` (ZSTD only from nodes over links measured slower than about 2 Gbit/s), ``"off"``,
     ``"zstd"`` or ``"lz4"``; stored files are never compressed. ``streams_per_partition`` above 1 reads a large
-    remote partition (32 MiB or more) as that many row ranges at once.
+    remote partition (32 MiB or more) as that many row ranges at once. ``user`` and ``password`` sign in as a user
+    of the catalog (its session token then goes with every call, to the nodes too); an identity provider's token
+    given as ``token`` (a JWT) is exchanged for a session the same way.
     """
     uri = uri or os.environ.get(CATALOG_ENV)
     if uri is None:
@@ -38,7 +42,14 @@ def connect(uri: str | None = None, *, host: str | None = None, token: str | Non
     if access is None:
         access = Access.from_environment(token=token, tls_root_certs=tls_root_certs, cert_chain=cert_chain,
                                          private_key=private_key)
-    uri = ",".join(flight_uri(one, tls=access.tls) for one in split_addresses(uri))
+    uris = [flight_uri(one, tls=access.tls) for one in split_addresses(uri)]
+    if user is not None or password is not None:
+        if user is None or password is None:
+            raise TypeError("connect() got a user without a password, or a password without a user: give both")
+        access = signed_in(uris, access, user, password)
+    else:
+        access = exchanged(uris, access)
+    uri = ",".join(uris)
     return Client(uri, host=host, access=access, timeout=timeout, idle_timeout=idle_timeout, compression=compression,
                   streams_per_partition=streams_per_partition)
 

@@ -75,6 +75,7 @@ from .fetch import IDLE_TIMEOUT, MAPS, FlightGet, check_streams
 from .plugins import runtime_of
 from .progress import Progress, Reporter, reporter
 from .sql import SqlResult, run_sql
+from .users import Users
 
 STREAM_PARTITION_BYTES = 64 << 20
 """The size of the row blocks a stream is cut into when no rows_per_partition is given."""
@@ -173,6 +174,11 @@ class Client:
         message)."""
         with translated():
             return self.pool.action(uri, GetStats(), timeout=self.timeout)
+
+    @property
+    def users(self) -> Users:
+        """The catalog's users, groups and grants (:class:`~flightpart.client.users.Users`): an admin's calls."""
+        return Users(self)
 
     def queries(self) -> QueriesReply:
         """The catalog's SQL queries: ``running`` and ``recent``, the most recent first, each a dict with its id,

@@ -53,7 +53,8 @@ from .version import __version__
 def connect(uri: str | None = None, *, host: str | None = None, token: str | None = None,
             tls_root_certs: bytes | None = None, cert_chain: bytes | None = None, private_key: bytes | None = None,
             access: Any = None, timeout: float = 30.0, idle_timeout: float = 2.0, compression: str = "auto",
-            streams_per_partition: int = 1, data_dir: str | None = None):
+            streams_per_partition: int = 1, data_dir: str | None = None, user: str | None = None,
+            password: str | None = None):
     """A :class:`flightpart.client.Client` for the catalog at ``uri`` (or ``$FLIGHTPART_CATALOG``).
 
     With neither, an embedded node and catalog start in this process and
@@ -74,7 +75,8 @@ def connect(uri: str | None = None, *, host: str | None = None, token: str | Non
                "streams_per_partition": streams_per_partition}
     if uri is None and not os.environ.get(CATALOG_ENV):
         given = [k for k, v in {"token": token, "tls_root_certs": tls_root_certs, "cert_chain": cert_chain,
-                                "private_key": private_key, "access": access}.items() if v is not None]
+                                "private_key": private_key, "access": access, "user": user,
+                                "password": password}.items() if v is not None]
         if given:
             raise TypeError(f"connect() got {', '.join(given)} but no address: the embedded cluster it would start "
                             "takes no credentials (pass the address of the cluster they belong to)")
@@ -85,7 +87,7 @@ def connect(uri: str | None = None, *, host: str | None = None, token: str | Non
         raise TypeError("connect() got data_dir with an address: data_dir is for the embedded cluster that "
                         "connect() with no address starts (a remote cluster's nodes keep their own)")
     return _connect(uri, token=token, tls_root_certs=tls_root_certs, cert_chain=cert_chain, private_key=private_key,
-                    access=access, **options)
+                    access=access, user=user, password=password, **options)
 
 
 def validate(obj: Any, *, require_pickle: bool = False, lenient: bool = False) -> dict:

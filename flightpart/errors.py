@@ -210,6 +210,12 @@ class Forbidden(FlightpartError, PermissionError):
     code = "FORBIDDEN"
 
 
+class UserNotFound(FlightpartError, LookupError):
+    """A user (or a group's member) the catalog does not know."""
+
+    code = "USER_NOT_FOUND"
+
+
 class ServerError(FlightpartError, RuntimeError):
     """A server failed on a request it should have handled; its log has the details. Retryable: another replica may
     serve it."""

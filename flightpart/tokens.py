@@ -5,9 +5,11 @@ is derived from it by scrypt (:func:`signing_key`, once per process), and everyt
 signed with that key:
 
     fp3:<role>:<name>:<expiry>:<sig>            a role token (reader, writer, admin, node)
-    fp3:cap:<dataset>@<version>:<expiry>:<sig>  a read capability for one version
+    fp3:cap:<dataset>@<version>[~<holder>~<issued>]:<expiry>:<sig>  a read capability for one version
     fp3:put:<dataset>@<version>#<i>_<j>><node>:<expiry>:<sig>  one copy of one partition to one node
     fp3:begun:<dataset>@<version>><writer>:<expiry>:<sig>  a writer's leave to write a version it began
+    fp3:user:<name>~<role>~<issued>:<expiry>:<sig>  a user's session, given at sign-in (<issued>: Unix milliseconds)
+    fp3:idp:<name>~<role>~<issued>~<groups>:<expiry>:<sig>  a session of a user an identity provider vouched for
     a sealed manifest's ``signature``            "this catalog committed this version with these holders"
 
 <expiry> is a Unix time (0: never); <sig> is the Ed25519 signature (URL-safe base64, 86 characters) of the rest.
@@ -45,6 +47,12 @@ CAPABILITY = "cap"
 PUT_GRANT = "put"
 """The kind of a token that writes one partition to one node (:func:`put_grant`): what the catalog gives a node it
 orders to copy a replica, since a node token writes to no node."""
+USER_SESSION = "user"
+"""The kind of a user's session token (:func:`session_token`): the user's name, role and when it was issued."""
+IDP_SESSION = "idp"
+"""The kind of a session of a user an identity provider vouched for: also the groups it named."""
+USER_ROLES = ("reader", "writer", "admin")
+"""The roles a user may have (a node's is no user's)."""
 VERSION_GRANT = "begun"
 """The kind of a token that lets one writer put to one version it began (:func:`version_grant`): the catalog gives it
 with the version number; a node takes a writer's put, assemble or relink order only with it."""
@@ -321,10 +329,30 @@ def version_grant(secret: bytes, dataset: str, version: int, writer: str, expiry
     return f"{body}:{_sign(secret, _TOKEN_CONTEXT, body)}"
 
 
-def signed_capability(secret: bytes, dataset: str, version: int, expiry: int) -> str:
+def signed_capability(secret: bytes, dataset: str, version: int, expiry: int, holder: str = "",
+                      issued: float = 0.0) -> str:
     """A bearer token that reads one dataset version and nothing else, until ``expiry``; ``dataset`` must be a checked
-    name (:func:`capability` checks it)."""
-    body = f"{TOKEN_PREFIX}:{CAPABILITY}:{dataset}@{int(version)}:{int(expiry)}"
+    name (:func:`capability` checks it). ``holder``: whom it was given to (a user, or a role token's
+    :attr:`Credential.holder`) and ``issued`` when, so a withdrawal voids it on every node
+    (:mod:`flightpart.grants`)."""
+    scope = f"{dataset}@{int(version)}" + (f"~{holder}~{int(issued * 1000)}" if holder else "")
+    body = f"{TOKEN_PREFIX}:{CAPABILITY}:{scope}:{int(expiry)}"
+    return f"{body}:{_sign(secret, _TOKEN_CONTEXT, body)}"
+
+
+def session_token(secret: bytes, user: str, role: str, issued: float, expiry: int,
+                  groups: tuple[str, ...] | None = None) -> str:
+    """A bearer token for ``user`` signed in with ``role`` at ``issued`` (Unix seconds) until ``expiry``. With
+    ``groups`` it is an identity provider's user (:data:`IDP_SESSION`), whose groups the token carries; without, the
+    catalog looks the user's groups up."""
+    if role not in USER_ROLES:
+        raise ValueError(f"a user's role is one of {', '.join(USER_ROLES)}, got {role!r}")
+    for name in (user, *(groups or ())):
+        if not _LABEL.fullmatch(name):
+            raise ValueError(f"name {name!r}: use 1 to 64 letters, digits, '_', '.' and '-'")
+    kind = USER_SESSION if groups is None else IDP_SESSION
+    name = f"{user}~{role}~{int(issued * 1000)}" + ("" if groups is None else "~" + ",".join(groups))
+    body = f"{TOKEN_PREFIX}:{kind}:{name}:{int(expiry)}"
     return f"{body}:{_sign(secret, _TOKEN_CONTEXT, body)}"
 
 
@@ -335,6 +363,10 @@ class Credential:
     role: str                       # a role, "cap", or "owner" (the cluster secret itself)
     name: str                       # who: a user's or node's name, or "dataset@version" for a capability
     expiry: int = 0
+    holder: str = ""                # whom a withdrawal names: a user, a role token's "#<signature>", "" for none
+    issued: float = 0.0             # when a session or a holder's capability was issued (Unix seconds)
+    user: bool = False              # a user's session: their grants narrow what the role allows
+    groups: tuple[str, ...] | None = None  # an identity provider's user's groups (None: the catalog knows them)
 
     @property
     def scope(self) -> tuple[str, int] | None:
@@ -394,12 +426,30 @@ def _signed_credential(key: VerifyKey, token: str) -> Credential | None:
     if len(parts) != 5 or parts[0] != TOKEN_PREFIX:
         return None
     _prefix, role, name, expiry, signature = parts
-    if ((role not in ROLES and role not in (CAPABILITY, PUT_GRANT, VERSION_GRANT))
+    if ((role not in ROLES and role not in (CAPABILITY, PUT_GRANT, VERSION_GRANT, USER_SESSION, IDP_SESSION))
             or not (expiry.isascii() and expiry.isdigit())):
         return None
     if not _valid(key, _TOKEN_CONTEXT, ":".join(parts[:4]), signature):
         return None
-    return Credential(role, name, int(expiry))
+    if role in (USER_SESSION, IDP_SESSION):
+        return _session(role, name, int(expiry))
+    if role == CAPABILITY and "~" in name:
+        scope, holder, issued = (name.split("~") + ["", ""])[:3]
+        if not issued.isdigit() or len(issued) > 18:
+            return None
+        return Credential(role, scope, int(expiry), holder=holder, issued=int(issued) / 1000)
+    holder = f"#{signature[:16]}" if role in ROLES else ""
+    return Credential(role, name, int(expiry), holder=holder)
+
+
+def _session(kind: str, name: str, expiry: int) -> Credential | None:
+    """A session token's credential: the user's name and role, their groups when an identity provider named them."""
+    fields = name.split("~")
+    if len(fields) != (3 if kind == USER_SESSION else 4) or fields[1] not in USER_ROLES or not fields[2].isdigit():
+        return None
+    groups = tuple(g for g in fields[3].split(",") if g) if kind == IDP_SESSION else None
+    return Credential(fields[1], fields[0], expiry, holder=fields[0], issued=int(fields[2]) / 1000, user=True,
+                      groups=groups)
 
 
 def manifest_signature(secret: bytes, manifest_json: dict) -> str:
@@ -426,8 +476,9 @@ def _canonical(body: dict) -> str:
     return json.dumps({k: v for k, v in body.items() if k != "signature"}, sort_keys=True, separators=(",", ":"))
 
 
-def capability(secret: bytes, dataset: str, version: int, expiry: int) -> str:
-    """A bearer token that reads one dataset version and nothing else, until ``expiry``."""
+def capability(secret: bytes, dataset: str, version: int, expiry: int, holder: str = "", issued: float = 0.0) -> str:
+    """A bearer token that reads one dataset version and nothing else, until ``expiry`` (``holder`` and ``issued``:
+    :func:`signed_capability`)."""
     from .wire import check_name  # the one rule for names; the wire does not import tokens
 
-    return signed_capability(secret, check_name(dataset), version, expiry)
+    return signed_capability(secret, check_name(dataset), version, expiry, holder, issued)

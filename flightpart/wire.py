@@ -1035,6 +1035,16 @@ class Held(Message):
 
 
 @dataclass(frozen=True)
+class RevocationEntry(Message):
+    """One withdrawal (:class:`flightpart.grants.Revocation`)."""
+
+    holder: str = _field(p_str)
+    pattern: str = _field(p_str)
+    at: float = _field(p_number)
+    until: float = _field(p_number)
+
+
+@dataclass(frozen=True)
 class DropFiles(Message):
     """Catalog to node: delete one version's files (``version`` null: every version's). A node obeys only its own
     ``cluster``'s catalog; with ``pending_only`` (an abort) a sealed version is never deleted."""
@@ -1451,6 +1461,9 @@ class RegisterReply(Message):
     epoch: int | None = _field(p_optional(p_uint), None)
     """The leading catalog's epoch (catalogs sharing a lease, see docs/operations/failures.md); a node refuses an
     order whose epoch is lower than the highest it has seen. None from a catalog without a lease."""
+    revocations: tuple[RevocationEntry, ...] | None = _field(p_optional(p_list(p_message(RevocationEntry), 200_000)),
+                                                             None, omitted_when_none=True)
+    """Every withdrawal in force (:class:`Revocations`); None from a catalog without a secret."""
 
 
 @dataclass(frozen=True)
@@ -1526,3 +1539,171 @@ class Heartbeat(Message):
 
 
 # --------------------------------------------------------------------------- credentials
+
+
+# --------------------------------------------------------------------------- users, grants and revocations
+
+
+def p_principal(value: Any, where: str) -> str:
+    """A user's or group's name (:data:`flightpart.grants.PRINCIPAL`)."""
+    from .grants import check_principal
+
+    try:
+        return check_principal(p_str(value, where))
+    except ValueError as exc:
+        raise RequestRejected(f"{where}: {exc}", field=where) from None
+
+
+def p_pattern(value: Any, where: str) -> str:
+    """A dataset pattern (:func:`flightpart.grants.check_pattern`)."""
+    from .grants import check_pattern
+
+    try:
+        return check_pattern(p_str(value, where))
+    except ValueError as exc:
+        raise RequestRejected(f"{where}: {exc}", field=where) from None
+
+
+def _p_choice(*choices: str) -> Parser:
+    def parse_choice(value: Any, where: str) -> str:
+        if value not in choices:
+            raise RequestRejected(f"{where}: expected one of {', '.join(choices)}, got {value!r:.60}", field=where)
+        return value
+
+    return parse_choice
+
+
+def p_password(value: Any, where: str) -> str:
+    if not isinstance(value, str) or len(value) > 1024:
+        raise RequestRejected(f"{where}: expected a password of at most 1024 characters", field=where)
+    return value
+
+
+@dataclass(frozen=True)
+class AccessChanged(Message):
+    """What a change to users, groups or grants did: whether anything changed, said in a sentence."""
+
+    changed: bool = _field(p_bool)
+    said: str = _field(p_str, "")
+
+
+@dataclass(frozen=True)
+class AddUser(Message):
+    """To a catalog (an admin's): a user who signs in with ``password`` and has ``role``."""
+
+    ACTION = "user-add"
+    REPLY = AccessChanged
+    name: str = _field(p_principal)
+    password: str = _field(p_password)
+    role: str = _field(_p_choice("reader", "writer", "admin"), "reader")
+
+
+@dataclass(frozen=True)
+class ChangeUser(Message):
+    """To a catalog: a user's new password (an admin's, or the user's own) or role (an admin's). Their other
+    sessions end."""
+
+    ACTION = "user-change"
+    REPLY = AccessChanged
+    name: str = _field(p_principal)
+    password: str | None = _field(p_optional(p_password), None)
+    role: str | None = _field(p_optional(_p_choice("reader", "writer", "admin")), None)
+
+
+@dataclass(frozen=True)
+class RemoveUser(Message):
+    """To a catalog (an admin's): the user gone, with their grants and memberships, their sessions and handles void."""
+
+    ACTION = "user-remove"
+    REPLY = AccessChanged
+    name: str = _field(p_principal)
+
+
+@dataclass(frozen=True)
+class UserRow(Message):
+    name: str = _field(p_principal)
+    role: str = _field(p_str)
+    groups: tuple[str, ...] = _field(p_list(p_principal), ())
+    created: float = _field(p_number, 0.0)
+
+
+@dataclass(frozen=True)
+class UserList(Message):
+    users: tuple[UserRow, ...] = _field(p_list(p_message(UserRow)))
+
+
+@dataclass(frozen=True)
+class ListUsers(Message):
+    """To a catalog (an admin's): every user, their role and groups."""
+
+    ACTION = "users"
+    REPLY = UserList
+
+
+@dataclass(frozen=True)
+class SetMember(Message):
+    """To a catalog (an admin's): ``user`` joins ``group`` (or leaves it, with ``member`` false)."""
+
+    ACTION = "group-member"
+    REPLY = AccessChanged
+    group: str = _field(p_principal)
+    user: str = _field(p_principal)
+    member: bool = _field(p_bool, True)
+
+
+@dataclass(frozen=True)
+class GrantRow(Message):
+    access: str = _field(_p_choice("read", "write"))
+    pattern: str = _field(p_pattern)
+    grantee: str = _field(p_principal)
+
+
+@dataclass(frozen=True)
+class GrantList(Message):
+    grants: tuple[GrantRow, ...] = _field(p_list(p_message(GrantRow)))
+
+
+@dataclass(frozen=True)
+class SetGrant(Message):
+    """To a catalog (an admin's): give ``access`` on the datasets ``pattern`` matches to ``grantee`` (a user or a
+    group), or withdraw it (``granted`` false)."""
+
+    ACTION = "grant"
+    REPLY = AccessChanged
+    access: str = _field(_p_choice("read", "write"))
+    pattern: str = _field(p_pattern)
+    grantee: str = _field(p_principal)
+    granted: bool = _field(p_bool, True)
+
+
+@dataclass(frozen=True)
+class ListGrants(Message):
+    """To a catalog (an admin's): every grant."""
+
+    ACTION = "grants"
+    REPLY = GrantList
+
+
+@dataclass(frozen=True)
+class RevokeSessions(Message):
+    """To a catalog (an admin's): void a user's sessions and handles (``user``), or one token (``token``)."""
+
+    ACTION = "revoke-sessions"
+    REPLY = AccessChanged
+    user: str | None = _field(p_optional(p_principal), None)
+    token: str | None = _field(p_optional(p_str), None)
+
+
+@dataclass(frozen=True)
+class RevocationsTaken(Message):
+    count: int = _field(p_uint)
+
+
+@dataclass(frozen=True)
+class Revocations(Message):
+    """To a node, from its catalog: every withdrawal in force (the whole list, replacing the last)."""
+
+    ACTION = "revocations"
+    REPLY = RevocationsTaken
+    entries: tuple[RevocationEntry, ...] = _field(p_list(p_message(RevocationEntry), 200_000))
+    epoch: int | None = _field(p_optional(p_uint), None)

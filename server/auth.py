@@ -24,12 +24,13 @@ import weakref
 from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import pyarrow as pa
 import pyarrow.flight as flight
 
 from flightpart.errors import Forbidden, NodeUnavailable, ServerBusy, Unauthenticated
+from flightpart.grants import Revocation, voided
 from flightpart.tokens import (
     CAPABILITY,
     CATALOG_NODE,
@@ -109,6 +110,50 @@ def _header(headers: dict, name: str) -> list[str]:
     return [v.decode() if isinstance(v, bytes) else str(v) for v in values]
 
 
+class Sessions(Protocol):
+    """What a catalog adds to its guard: users' sign-in and their credentials' current standing
+    (:class:`~flightpart.server.catalog.access.AccessControl`)."""
+
+    def sign_in(self, basic: str) -> tuple[Credential, str]:
+        """The credential and a session token for ``Basic`` credentials (base64 ``user:password``), or
+        :class:`Unauthenticated`."""
+        ...
+
+    def federated(self, token: str) -> tuple[Credential, str] | None:
+        """An identity provider's token's credential and a session token for it; None when ``token`` is no such
+        token; :class:`Unauthenticated` when it is one that fails."""
+        ...
+
+    def current(self, credential: Credential) -> Credential:
+        """``credential`` as it stands now (a user's present role), or :class:`Unauthenticated` once withdrawn."""
+        ...
+
+
+class Revoked:
+    """The revocations a daemon enforces (:mod:`flightpart.grants`), by holder; a node's are set by its catalog."""
+
+    def __init__(self) -> None:
+        self._by_holder: dict[str, tuple[Revocation, ...]] = {}
+        self.entries: tuple[Revocation, ...] = ()
+
+    def set(self, entries: tuple[Revocation, ...]) -> None:
+        by_holder: dict[str, list[Revocation]] = {}
+        for entry in entries:
+            by_holder.setdefault(entry.holder, []).append(entry)
+        self._by_holder = {holder: tuple(found) for holder, found in by_holder.items()}
+        self.entries = entries
+
+    def voids(self, credential: Credential) -> bool:
+        """Whether a revocation voids ``credential`` (a capability for its dataset; anything else as a session)."""
+        if not credential.holder:
+            return False
+        found = self._by_holder.get(credential.holder)
+        if not found:
+            return False
+        scope = credential.scope
+        return voided(found, credential.holder, scope[0] if scope else None, credential.issued)
+
+
 class GuardFactory(flight.ServerMiddlewareFactory):
     """Authentication and stream accounting for one server."""
 
@@ -125,6 +170,8 @@ class GuardFactory(flight.ServerMiddlewareFactory):
         self._lock = threading.Lock()
         self._by_caller: dict[str, int] = {}
         self._watched: set[CallGuard] = set()
+        self.sessions: Sessions | None = None  # a catalog's users (set by it)
+        self.revoked = Revoked()
         self.clock_skew = 0.0
         self._clock_samples: deque[tuple[float, float]] = deque(maxlen=CLOCK_SAMPLES)  # (round trip, skew)
         """Seconds this daemon's clock runs ahead of its catalog's, as last heard (:meth:`heard_catalog_clock`); 0
@@ -147,27 +194,50 @@ class GuardFactory(flight.ServerMiddlewareFactory):
         self._clock_samples.append((received - sent, (sent + received) / 2 - catalog))
         self.clock_skew = round(min(self._clock_samples)[1], 3)
 
-    def authenticate(self, headers: dict) -> Credential:
+    def authenticate(self, headers: dict) -> tuple[Credential, str | None]:
+        """The caller's credential, and a session token to send back when it signed in with this call (a user's
+        name and password, or an identity provider's token); ``UNAUTHENTICATED`` otherwise."""
         if self.secret is None:
-            return OWNER
+            return OWNER, None
         outdated = None
-        for value in _header(headers, "authorization"):
-            if value.startswith("Bearer "):
-                token = value[len("Bearer "):]
-                credential = verify_token(self.secret, token, self.now(), CLOCK_MARGIN)
-                if credential is not None:
-                    return credential
-                outdated = outdated or outdated_format(token)
+        try:
+            for value in _header(headers, "authorization"):
+                if value.startswith("Basic ") and self.sessions is not None:
+                    return self.sessions.sign_in(value[len("Basic "):])
+                if value.startswith("Bearer "):
+                    token = value[len("Bearer "):]
+                    credential = verify_token(self.secret, token, self.now(), CLOCK_MARGIN)
+                    if credential is not None:
+                        return self.standing(credential), None
+                    federated = self.sessions.federated(token) if self.sessions is not None else None
+                    if federated is not None:
+                        return self.standing(federated[0]), federated[1]
+                    outdated = outdated or outdated_format(token)
+        except Unauthenticated as refused:
+            self.telemetry.refused("unauthenticated")
+            raise flight.FlightUnauthenticatedError(refused.message, extra_info=encode_error(refused)) from None
         self.telemetry.refused("unauthenticated")
         refusal = Unauthenticated("a valid flightpart token is required (it may have expired)" + (
             f"; this one is an {outdated} token, signed with an earlier release's key: mint it again with "
             "`flightpart token`" if outdated else ""))
         raise flight.FlightUnauthenticatedError(refusal.message, extra_info=encode_error(refusal))
 
+    def standing(self, credential: Credential) -> Credential:
+        """``credential`` as it stands now: :class:`Unauthenticated` once a revocation voids it (or, on a catalog,
+        its user is gone); a user's present role on a catalog."""
+        if self.sessions is not None:
+            return self.sessions.current(credential)
+        if self.revoked.voids(credential):
+            raise Unauthenticated("this credential was revoked (its user removed, a grant or the token withdrawn): "
+                                  "sign in again, or ask an admin", field="authorization")
+        return credential
+
     def start_call(self, info: Any, headers: dict) -> CallGuard:
-        credential = OWNER if self.secret is None else self.authenticate(headers)
+        credential, session = (OWNER, None) if self.secret is None else self.authenticate(headers)
         if info.method not in STREAM_METHODS:
-            return CallGuard(self, credential, stream=False, grant=self._grant(credential, headers))
+            guard = CallGuard(self, credential, stream=False, grant=self._grant(credential, headers))
+            guard.session = session
+            return guard
         with self._lock:
             if self.max_streams is not None and self.open_streams >= self.max_streams:
                 self.telemetry.refused("busy")
@@ -175,13 +245,15 @@ class GuardFactory(flight.ServerMiddlewareFactory):
                 raise flight.FlightUnavailableError(busy.message, extra_info=encode_error(busy))
             self.open_streams += 1
         writes = info.method == flight.FlightMethod.DO_PUT
-        return CallGuard(self, credential, stream=True, writes=writes,
-                         grant=self._grant(credential, headers) if writes else None)
+        guard = CallGuard(self, credential, stream=True, writes=writes,
+                          grant=self._grant(credential, headers) if writes else None)
+        guard.session = session
+        return guard
 
     @staticmethod
     def _grant(credential: Credential, headers: dict) -> str | None:
         """A writer's version grant (:data:`~flightpart.tokens.GRANT_HEADER`), checked when a handler needs it."""
-        if credential.role != "writer":
+        if credential.role not in ("writer", "admin") or (credential.role == "admin" and not credential.user):
             return None
         values = _header(headers, GRANT_HEADER)
         return values[0] if values else None
@@ -217,6 +289,10 @@ class GuardFactory(flight.ServerMiddlewareFactory):
         """``batches``, noting each time the reader takes one; once the stream lost its slot for idling, an error."""
         for batch in batches:
             if guard is not None:
+                if guard.credential.holder and self.revoked.voids(guard.credential):
+                    refused = Unauthenticated("stream cut: its credential was revoked while it was sent",
+                                              field="authorization")
+                    raise flight.FlightUnauthenticatedError(refused.message, extra_info=encode_error(refused))
                 if guard.timed_out:
                     cancelled = NodeUnavailable("stream cancelled: its reader took nothing for "
                                                 f"{self.stream_idle_timeout:g} s")
@@ -306,7 +382,7 @@ class CallGuard(flight.ServerMiddleware):
     """One call's credential (and its stream slot, released when the call ends)."""
 
     __slots__ = ("factory", "credential", "grant", "stream", "writes", "caller", "holds_slot", "last_progress", "whole",
-                 "timed_out", "_finish")
+                 "timed_out", "session", "_finish")
 
     def __init__(self, factory: GuardFactory, credential: Credential, *, stream: bool, writes: bool = False,
                  grant: str | None = None):
@@ -321,7 +397,13 @@ class CallGuard(flight.ServerMiddleware):
         self.last_progress = time.monotonic()
         self.whole = False                    # sent whole: progress is not seen (GuardFactory.sent_whole)
         self.timed_out = False
+        self.session: str | None = None      # a session token this call signed in for, sent back in its headers
         self._finish: tuple[Telemetry, Call] | None = None
+
+    def sending_headers(self) -> dict[str, str]:
+        """A sign-in's answer: the session token (``authorization: Bearer``), as Flight's basic-token handshake
+        expects."""
+        return {"authorization": f"Bearer {self.session}"} if self.session is not None else {}
 
     def finish_with(self, telemetry: Telemetry, call: Call) -> None:
         """Record ``call`` when the stream completes (its handler returned before the data was sent)."""
@@ -334,6 +416,18 @@ class CallGuard(flight.ServerMiddleware):
             telemetry, call = self._finish
             self._finish = None
             telemetry.finish(call, exception)
+
+
+class Handshake(flight.ServerAuthHandler):
+    """Flight's handshake, answered: a catalog's sign-in happens in its guard (``authorization: Basic``, or an
+    identity provider's bearer token), whose answer carries the session token in its headers; this handler only lets
+    the handshake through and leaves every call's check to the guard."""
+
+    def authenticate(self, outgoing: Any, incoming: Any) -> None:
+        pass
+
+    def is_valid(self, token: bytes) -> str:
+        return ""
 
 
 def guard_of(context: Any) -> CallGuard | None:
@@ -351,7 +445,8 @@ def require_version_grant(guard: CallGuard | None, dataset: str, version: int, w
                           grant: str | None = None) -> None:
     """``FORBIDDEN`` unless a writer's call carries the catalog's grant for ``dataset`` v``version``, made out to it
     (decision 0015): its header's, or ``grant`` for a second version it reads. Other callers need none."""
-    if guard is None or guard.credential.role != "writer" or guard.factory.secret is None:
+    if (guard is None or (guard.credential.role != "writer" and not guard.credential.user)
+            or guard.factory.secret is None):
         return
     shown = grant if grant is not None else guard.grant
     granted = None if shown is None else verify_token(guard.factory.secret, shown, guard.factory.now(), CLOCK_MARGIN)
@@ -374,6 +469,10 @@ def admit_stream(context: Any, peer: str | None = None) -> CallGuard | None:
 def authorize(context: Any, permission: str, scope: tuple[str, int] | None = None) -> Credential:
     """The caller's credential if it allows ``permission`` (on ``scope`` for a capability), else ``FORBIDDEN``."""
     credential = credential_of(context)
+    if credential.user and permission == "read" and scope is not None:
+        raise Forbidden(f"user {credential.name} reads {scope[0]} v{scope[1]} from a node with the capability their "
+                        "open of it gave (the dataset's handles carry it), not with their session: a user's grants "
+                        "are the catalog's to check", field="authorization")
     if credential.role in GRANTS[permission]:
         return credential
     if permission == "catalog" and credential.role == "node" and credential.name == CATALOG_NODE:

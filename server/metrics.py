@@ -92,6 +92,12 @@ class DaemonCollector:
         for reason, count in sorted(self.telemetry.refusals().items()):
             refusals.add_metric([self.role, reason], count)
         yield refusals
+        decisions = CounterMetricFamily("flightpart_access_decisions", "Decisions on access (sign-ins, grants, reads "
+                                        "and queries allowed or refused), by action and outcome",
+                                        labels=["role", "action", "outcome"])
+        for (action, outcome), count in sorted(self.telemetry.decisions().items()):
+            decisions.add_metric([self.role, action, outcome], count)
+        yield decisions
         latency = HistogramMetricFamily("flightpart_rpc_duration_seconds",
                                         "Time to answer a call, by RPC (a stream: until it is complete)",
                                         labels=["role", "rpc"])

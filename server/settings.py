@@ -42,6 +42,25 @@ class Identity:
 
 
 @dataclass(frozen=True)
+class SignIn:
+    """How users sign in to a catalog: how long a session lasts, and the identity provider whose tokens it takes."""
+
+    session_ttl: float = setting(43200.0, "--session-ttl", "Catalog: seconds a user's session (a sign-in with a name "
+                                 "and password, or an identity provider's token exchanged) stays valid.",
+                                 show_default=True, min=1.0)
+    jwks: str | None = setting(None, "--jwks", "Catalog: accept bearer JWTs signed by a key of this JWKS (a file, or "
+                               "an https:// URL); needs --jwt-issuer and --jwt-audience.", metavar="FILE|URL")
+    jwt_issuer: str | None = setting(None, "--jwt-issuer", "Catalog, with --jwks: the iss every token must carry.")
+    jwt_audience: str | None = setting(None, "--jwt-audience", "Catalog, with --jwks: the aud every token must name.")
+    jwt_user_claim: str = setting("sub", "--jwt-user-claim", "Catalog, with --jwks: the claim naming the user.",
+                                  show_default=True)
+    jwt_groups_claim: str = setting("groups", "--jwt-groups-claim", "Catalog, with --jwks: the claim listing the "
+                                    "user's groups.", show_default=True)
+    jwt_role_claim: str | None = setting(None, "--jwt-role-claim", "Catalog, with --jwks: a claim naming the user's "
+                                         "role (reader, writer or admin); without it, or absent, reader.")
+
+
+@dataclass(frozen=True)
 class Observability:
     """Ports of the health (gRPC) and metrics (Prometheus HTTP) endpoints; None: not served."""
 
@@ -83,6 +102,7 @@ class CatalogSettings:
                                         "Without it a plain scan's endpoints name the nodes, read in parallel.")
     lifetimes: Lifetimes = field(default_factory=Lifetimes)
     identity: Identity = field(default_factory=Identity)
+    sign_in: SignIn = field(default_factory=SignIn)
     security: Security = field(default_factory=Security)
     ports: Observability = field(default_factory=Observability)
 

@@ -58,6 +58,18 @@ class Telemetry:
         self._histograms: dict[str, Histogram] = {}
         self._measures: dict[str, Histogram] = {}
         self._refusals: dict[str, int] = {}
+        self._decisions: dict[tuple[str, str], int] = {}
+
+    def decided(self, action: str, outcome: str) -> None:
+        """Count one decision on access (:mod:`.audit`): ``action`` allowed or refused (``outcome``)."""
+        with self._lock:
+            key = (action, outcome)
+            self._decisions[key] = self._decisions.get(key, 0) + 1
+
+    def decisions(self) -> dict[tuple[str, str], int]:
+        """Decisions on access so far, by (action, outcome)."""
+        with self._lock:
+            return dict(self._decisions)
 
     def refused(self, reason: str) -> None:
         with self._lock:

@@ -12,7 +12,8 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from contextvars import ContextVar
+from typing import Any, NamedTuple, Protocol
 
 import pyarrow as pa
 import pyarrow.flight as flight
@@ -56,6 +57,22 @@ class Statements(NamedTuple):
     one: bool
     kind: Any
     parameters: int
+
+
+class CallerReads(Protocol):
+    """What the call being answered may read (set per call in :data:`CALLER` by the SQL server)."""
+
+    def check(self, datasets: list[str]) -> None:
+        """Raise :class:`~flightpart.errors.Forbidden` unless the caller may read every one of ``datasets``."""
+        ...
+
+    def shows(self, dataset: str) -> bool:
+        """Whether listings (``SHOW TABLES``, ``information_schema``, GetTables) show ``dataset`` to the caller."""
+        ...
+
+
+CALLER: ContextVar[CallerReads | None] = ContextVar("flightpart_sql_caller", default=None)
+"""The caller of the query this thread answers; None (the catalog's own use): every dataset."""
 
 
 class Gateway:
@@ -111,12 +128,14 @@ class Gateway:
 
     def tables(self, stopped: Callable[[], bool] = lambda: False, *, wanted: Callable[[str], bool] | None = None,
                schemas: bool = True) -> list[tuple[str, pa.Schema | None]]:
-        """Every dataset's latest version whose name is ``wanted``: its name and schema (None without ``schemas``: a
-        schema costs one call per dataset). :class:`Stopped` once ``stopped()``."""
+        """Every dataset's latest version whose name is ``wanted`` and the caller is shown (:data:`CALLER`): its name
+        and schema (None without ``schemas``: a schema costs one call per dataset). :class:`Stopped` once
+        ``stopped()``."""
         client = self.client()
         found: list[tuple[str, pa.Schema | None]] = []
+        caller = CALLER.get()
         for name in sorted(self._latest_versions()):
-            if wanted is not None and not wanted(name):
+            if (wanted is not None and not wanted(name)) or (caller is not None and not caller.shows(name)):
                 continue
             if not schemas:
                 found.append((name, None))
@@ -131,7 +150,9 @@ class Gateway:
 
     def version_table(self, table: str) -> tuple[str, pa.Schema] | None:
         """A version named as a table (``sales@3``): its name and schema, or None when it is no version of a dataset."""
-        if VERSIONED.match(table) is None or not self._is_dataset(table):
+        match = VERSIONED.match(table)
+        caller = CALLER.get()
+        if match is None or not self._is_dataset(table) or (caller is not None and not caller.shows(match["name"])):
             return None
         try:
             return table, self._dataset(table).schema
@@ -187,9 +208,24 @@ class Gateway:
         if refused is not None:
             raise SqlError(refused, field="query")
         named = self._named(query)
+        self._check_caller(named)
         if lists_tables(query, named):  # SHOW TABLES, information_schema: every dataset, as its columns only
             self._register_listed(con, named, stop)
         return named
+
+    def _check_caller(self, named: list[str]) -> None:
+        """:class:`~flightpart.errors.Forbidden` unless this call's caller (:data:`CALLER`) may read every dataset of
+        ``named`` (table names as a query writes them: any case, ``name@version``)."""
+        caller = CALLER.get()
+        if caller is None or not named:
+            return
+        names = self._dataset_names()
+        datasets = []
+        for table in named:
+            match = VERSIONED.match(table)
+            base = match["name"] if match else table
+            datasets.append(dataset_named(base, names) or base)
+        caller.check(sorted(set(datasets)))
 
     def _answered(self, query: Query, route: Route) -> pa.Table:
         """``query``'s answer by the first of :attr:`planners` that does not decline, its way noted in ``route``."""
@@ -243,9 +279,11 @@ class Gateway:
         """For a plain scan (:mod:`.scans`), its schema and one endpoint per partition; else None."""
         if not self._one_select(query):
             return None
-        planned = scans.plain_scan(query, set(self._named(query)))
+        named = self._named(query)
+        planned = scans.plain_scan(query, set(named))
         if planned is None:
             return None
+        self._check_caller(named)
         name, columns, where = planned
         return scans.endpoints(self._dataset(name), columns, where)
 
@@ -282,6 +320,8 @@ class Gateway:
         planned = self.scan(query)
         if planned is not None:
             return planned[0]
+        if CALLER.get() is not None:  # a schema kept for another caller's text is not shown to one not allowed it
+            self._check_caller(self._named(query))
         key = self._schema_key(query)
         schema = self.schemas.get(key) if key is not None else None
         if schema is None:

@@ -33,9 +33,11 @@ def parameters(reader: flight.MetadataRecordBatchReader, most: int) -> tuple[pa.
     return pa.Table.from_batches(batches, schema=reader.schema), size
 
 
-def ingest(writer: Callable[[], Any], body: bytes, reader: flight.MetadataRecordBatchReader) -> int:
+def ingest(writer: Callable[[], Any], body: bytes, reader: flight.MetadataRecordBatchReader,
+           may_write: Callable[[str], None] = lambda name: None) -> int:
     """``adbc_ingest``: the stream stored through ``writer()`` as a new dataset, the next version of one, or appended to
-    one, cut into partitions as it arrives; returns the rows stored."""
+    one, cut into partitions as it arrives; returns the rows stored. ``may_write(name)`` raises when the caller may
+    not write the table it names (before anything is read)."""
     options = dict(proto.fields(proto.bytes_field(body, 1, "table_definition_options") or b""))
     if_missing = proto.IF_NOT_EXIST.get(int(options.get(1, 0) or 0))
     if_exists = proto.IF_EXISTS.get(int(options.get(2, 0) or 0))
@@ -46,6 +48,7 @@ def ingest(writer: Callable[[], Any], body: bytes, reader: flight.MetadataRecord
         raise RequestRejected("adbc_ingest: datasets have no catalog or schema, and none is temporary",
                               field="table")
     name = check_name(proto.text_field(body, 2, "table") or "", "table")
+    may_write(name)
     client = writer()
     exists = name in {entry.name for entry in client.list()}
     if exists and if_exists == "fail":

@@ -10,9 +10,10 @@ refused. Queries are authorized as reads and run in
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 import pyarrow as pa
@@ -25,12 +26,12 @@ from flightpart.server.auth import authorize, peer_ip
 from flightpart.server.base import Action, action_table, boundary, schema_error
 from flightpart.server.catalog import CatalogServer
 from flightpart.server.settings import CatalogSettings
-from flightpart.tokens import role_token
+from flightpart.tokens import Credential, role_token
 from flightpart.wire import GetQueries, QueriesReply
 
 from . import listing, puts
 from .answers import Answers, Meter
-from .gateway import Gateway
+from .gateway import CALLER, Gateway
 from .history import QueryHistory, QueryRecord
 from .limits import SqlLimits
 from .metadata import sql_info, xdbc_type_info
@@ -116,15 +117,14 @@ class SqlCatalogServer(CatalogServer):
         handler = ACTIONS.get(action.type)
         if handler is None:
             return super().do_action(context, action)
-        with boundary(log, f"Flight SQL {action.type}", self.telemetry, context, sql_error):
-            authorize(context, "read")
+        with boundary(log, f"Flight SQL {action.type}", self.telemetry, context, sql_error), self._as_caller(context):
             return handler(self, context, action)
 
     def do_put(self, context: Any, descriptor: flight.FlightDescriptor, reader: flight.MetadataRecordBatchReader,
                writer: flight.FlightMetadataWriter) -> None:
         """A prepared query's parameters, or ``adbc_ingest``'s stream; a catalog takes no other data."""
         command = _command(descriptor)
-        with boundary(log, "Flight SQL DoPut", self.telemetry, context, sql_error):
+        with boundary(log, "Flight SQL DoPut", self.telemetry, context, sql_error), self._as_caller(context):
             if command is None:
                 raise RequestRejected(f"{self.uri} is a flightpart catalog: it stores no data (put partitions to a "
                                       "node; a Flight SQL client binds parameters here)", field="descriptor")
@@ -166,10 +166,23 @@ class SqlCatalogServer(CatalogServer):
     def _read(self, context: Any, what: str, work: Any,
               sent_as: Callable[[FlightpartError], Exception] = sql_error) -> Any:
         """``work()`` for a caller allowed to read, inside the error boundary, its errors sent as ``sent_as`` makes
-        them."""
-        with boundary(log, what, self.telemetry, context, sent_as):
-            authorize(context, "read")
+        them; a user's queries read only the datasets their grants allow (:meth:`_as_caller`)."""
+        with boundary(log, what, self.telemetry, context, sent_as), self._as_caller(context):
             return work()
+
+    @contextlib.contextmanager
+    def _as_caller(self, context: Any) -> Iterator[None]:
+        """The call's caller, allowed to read, as the gateway's :data:`~.gateway.CALLER` while it is answered: a user
+        reads and lists only what their grants allow (each decision in the audit trail); others, every dataset."""
+        credential = authorize(context, "read")
+        if not credential.user:
+            yield
+            return
+        token = CALLER.set(_UserReads(self, credential, peer_ip(context.peer()) if context is not None else ""))
+        try:
+            yield
+        finally:
+            CALLER.reset(token)
 
     @staticmethod
     def _caller(context: Any) -> str:
@@ -297,8 +310,10 @@ class SqlCatalogServer(CatalogServer):
 
     def _ingest(self, context: Any, command: proto.Any_, reader: flight.MetadataRecordBatchReader,
                 writer: flight.FlightMetadataWriter) -> None:
-        authorize(context, "write")
-        stored = puts.ingest(self.gateway.writer, command.value, reader)
+        credential = authorize(context, "write")
+        client = peer_ip(context.peer()) if context is not None else ""
+        stored = puts.ingest(self.gateway.writer, command.value, reader,
+                             lambda name: self.require(credential, "write", name, "ingest", client=client))
         writer.write(pa.py_buffer(proto.message((1, stored))))  # DoPutUpdateResult
 
     def _bind(self, context: Any, command: proto.Any_, reader: flight.MetadataRecordBatchReader,
@@ -312,6 +327,22 @@ class SqlCatalogServer(CatalogServer):
         puts.check_sound(values, "bound parameters", "parameters")
         self.prepared.bind(handle, values, size)
         writer.write(pa.py_buffer(proto.message((1, handle))))  # DoPutPreparedStatementResult
+
+
+class _UserReads:
+    """A user's reads for the gateway (:class:`~.gateway.CallerReads`): their grants, checked and written to the audit
+    trail."""
+
+    def __init__(self, server: SqlCatalogServer, credential: Credential, client: str):
+        self.server, self.credential, self.client = server, credential, client
+        self._shows = server.visible(credential)
+
+    def check(self, datasets: list[str]) -> None:
+        for dataset in datasets:
+            self.server.require(self.credential, "read", dataset, "query", client=self.client)
+
+    def shows(self, dataset: str) -> bool:
+        return bool(self._shows(dataset))
 
 
 SqlCatalogServer.actions = {**CatalogServer.actions, **action_table(

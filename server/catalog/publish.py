@@ -13,17 +13,19 @@ from flightpart.wire import PublishBegin, PublishPart, PublishReply, VersionRepl
 
 from ..base import Action
 from ..state.records import PartRecord
-from .orders import NodeOrders, manifest_of
+from .access import AccessControl
+from .orders import manifest_of
 
 log = logging.getLogger("flightpart.catalog")
 
 
-class Publishing(NodeOrders):
+class Publishing(AccessControl):
     """One version from many ranks."""
 
     def _publish_begin(self, b: PublishBegin) -> VersionReply:
         if not b.rank < b.nranks:
             raise RequestRejected(f"publish-begin: rank {b.rank} is not in [0, {b.nranks})", field="publish-begin.rank")
+        self.require(self.caller.credential, "write", b.dataset, "publish")
         self.cluster_for_write()
         # a rank joins its own writer's open publish (another writer's cannot hold it up), opened if there is none
         version = self.state.join_publish(b.dataset, b.nranks, b.rank, writer=self.writer(),
@@ -32,6 +34,7 @@ class Publishing(NodeOrders):
 
     def _publish_part(self, b: PublishPart) -> PublishReply:
         name, version = b.dataset, b.version
+        self.require(self.caller.credential, "write", name, "publish", version=version)
         self.check_writer(name, version, "publish")
         state = self.state.version_state(name, version)
         if state is None or state[0] != "pending" or state[1] is None:

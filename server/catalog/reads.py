@@ -23,12 +23,12 @@ from flightpart.wire import (
     parse_dataset_path,
 )
 
-from ..auth import authorize, wall_clock
+from ..auth import authorize, peer_ip, wall_clock
 from ..base import Action, boundary, schema_error
 from ..info_cache import FlightInfoCache
 from ..state.records import VersionRecord
 from ..status_page import cluster_status
-from .orders import NodeOrders
+from .access import AccessControl
 
 log = logging.getLogger("flightpart.catalog")
 
@@ -49,7 +49,15 @@ def version_info(record: VersionRecord, cap: str | None = None) -> VersionInfo:
                        record.grid, parts, cap)
 
 
-class Reads(NodeOrders):
+def peer_of(context: Any) -> str:
+    """The caller's IP, for the audit trail ("" for a call made in this process)."""
+    try:
+        return peer_ip(context.peer()) if context is not None else ""
+    except Exception:
+        return ""
+
+
+class Reads(AccessControl):
     """What readers, the status page and the metrics endpoint ask of the catalog."""
 
     _infos: FlightInfoCache  # set by the composed server (:class:`~.server.CatalogServer`), as below
@@ -61,9 +69,10 @@ class Reads(NodeOrders):
         with boundary(log, "get_flight_info", self.telemetry, context):
             credential = authorize(context, "read")
             name, version = parse_dataset_path(descriptor)
-            return self.opened_info(name, version, credential.expiry)
+            self.require(credential, "read", name, "open", version=version, client=peer_of(context))
+            return self.opened_info(name, version, credential.expiry, credential.holder)
 
-    def opened_info(self, name: str, version: int | None, token_expiry: int = 0) -> flight.FlightInfo:
+    def opened_info(self, name: str, version: int | None, token_expiry: int = 0, holder: str = "") -> flight.FlightInfo:
         """The FlightInfo an open of ``name`` (its latest version, or ``version``) is given (:meth:`cached_info`: the
         same object while nothing it says changed), by Flight and by the catalog's own SQL."""
         # a commit's answer was lost: what the database took is sealed before anyone opens it (while the database
@@ -71,23 +80,27 @@ class Reads(NodeOrders):
         if self._unsure and (self.lease is None or self.lease.reachable):
             self.settle_unsure()
         version = self.state.latest(name) if version is None else version
-        return self.cached_info(name, version, token_expiry)
+        return self.cached_info(name, version, token_expiry, holder)
 
     def get_schema(self, context: Any, descriptor: flight.FlightDescriptor) -> flight.SchemaResult:
         """A dataset's schema (``[name]`` or ``[name, version]``), as plain Flight clients ask for it."""
         with boundary(log, "get_schema", self.telemetry, context, schema_error):
             credential = authorize(context, "read")
             name, version = parse_dataset_path(descriptor)
+            self.require(credential, "read", name, "schema", version=version, client=peer_of(context))
             version = self.state.latest(name) if version is None else version
-            return flight.SchemaResult(self.cached_info(name, version, credential.expiry).schema)
+            return flight.SchemaResult(self.cached_info(name, version, credential.expiry, credential.holder).schema)
 
-    def cached_info(self, name: str, version: int, token_expiry: int = 0) -> flight.FlightInfo:
-        """Versions are immutable: their FlightInfo is built once per state of the nodes (and capability expiry).
+    def cached_info(self, name: str, version: int, token_expiry: int = 0, holder: str = "") -> flight.FlightInfo:
+        """Versions are immutable: their FlightInfo is built once per state of the nodes (and capability expiry and
+        holder).
 
         With a cluster secret it carries a read capability for this version
         alone, its expiry rounded to a quarter of ``capability_ttl`` (one
         FlightInfo serves that quarter's opens) and never later than
-        ``token_expiry`` of the token that asked (0: none).
+        ``token_expiry`` of the token that asked (0: none). It names its
+        ``holder`` (the credential's :attr:`~flightpart.tokens.Credential.holder`) and when it was made, so a
+        withdrawal voids it on the nodes; every change to access forgets the FlightInfos built before it.
         """
         nodes = tuple((n.node_id, n.uri, n.alive) for n in self.state.nodes())
         quarter = max(self.capability_ttl / 4, 1.0)
@@ -96,16 +109,19 @@ class Reads(NodeOrders):
             expiry = min(expiry, token_expiry)
 
         def build() -> tuple[flight.FlightInfo, int]:
-            cap = capability(self.secret, name, version, expiry) if self.secret is not None else None
+            cap = (capability(self.secret, name, version, expiry, holder, wall_clock()) if self.secret is not None
+                   else None)
             info = version_info(self.state.version(name, version), cap)
             return encode_flight_info(info), len(info.parts)
 
-        return self._infos.get((name, version, expiry), nodes, build)
+        return self._infos.get((name, version, expiry, holder), nodes, build)
 
     def list_flights(self, context: Any, criteria: bytes) -> Iterator[flight.FlightInfo]:
         with boundary(log, "list_flights", self.telemetry, context):
-            authorize(context, "read")
-            infos = [encode_flight_info(version_info(record), with_endpoints=False) for record in self.state.datasets()]
+            credential = authorize(context, "read")
+            shown = self.visible(credential)
+            infos = [encode_flight_info(version_info(record), with_endpoints=False) for record in self.state.datasets()
+                     if shown(record.dataset)]
         return iter(infos)
 
     def after_action(self, name: str) -> None:

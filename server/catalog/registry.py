@@ -35,7 +35,8 @@ from ..base import Action, boundary
 from ..beats import BeatListener, udp_heartbeats_enabled
 from ..info_cache import FlightInfoCache
 from ..state.records import PartRecord, Registration, VersionRecord
-from .orders import NodeOrders, manifest_of
+from .access import AccessControl
+from .orders import manifest_of
 
 log = logging.getLogger("flightpart.catalog")
 
@@ -81,7 +82,7 @@ def manifest_record(m: Commit) -> VersionRecord:
                          max(1, m.replicas))
 
 
-class Registry(NodeOrders):
+class Registry(AccessControl):
     """Nodes joining, beating and listed."""
 
     _infos: FlightInfoCache  # set by the composed server (:class:`~.server.CatalogServer`), as below
@@ -135,7 +136,8 @@ class Registry(NodeOrders):
             self.state.must_register(b.node_id)
         elif not b.more:
             self.state.registered(b.node_id, self._registering.pop(b.node_id, began))
-        return RegisterReply(b.node_id, cluster, tuple(VersionRef(d, v) for d, v in orphans), tuple(seal), self.epoch())
+        return RegisterReply(b.node_id, cluster, tuple(VersionRef(d, v) for d, v in orphans), tuple(seal), self.epoch(),
+                             self.revocation_entries())
 
     def _signed_by_us(self, node_id: str, sealed: tuple[Commit, ...]) -> list[Commit]:
         """The manifests this catalog signed; any other is logged and not taken as a commit (nor as a placement)."""

@@ -14,18 +14,21 @@ import time
 from pathlib import Path
 from typing import Any
 
-from flightpart.errors import ForeignCluster
+from flightpart.errors import CannotStart, ForeignCluster
 from flightpart.io.access import Access
 from flightpart.io.connections import ConnectionPool
 from flightpart.tokens import CATALOG_NODE, role_token
 
+from ..auth import Handshake
 from ..base import action_table
+from ..identity import IdentitySettings, JwtVerifier
 from ..info_cache import FlightInfoCache
 from ..settings import CatalogSettings
 from ..state import CatalogState
 from ..state.database import PostgresDatabase
 from ..state.versions import pending_per_writer_from_env
-from . import leadership, publish, reads, registry, repair, versions
+from . import access, leadership, publish, reads, registry, repair, versions
+from .access import AccessControl
 from .leadership import Leading
 from .lease import Lease
 from .publish import Publishing
@@ -42,7 +45,7 @@ FAN_OUT_TIMEOUT = 2.0
 """Seconds a node has to answer an order (drop, abort, seal); one that misses it is told when it registers again."""
 
 
-class CatalogServer(Leading, Registry, Versions, Repairs, Publishing, Reads):
+class CatalogServer(Leading, Registry, Versions, Repairs, Publishing, Reads, AccessControl):
     """Aggregates the nodes' partitions into datasets."""
 
     log = log
@@ -56,6 +59,8 @@ class CatalogServer(Leading, Registry, Versions, Repairs, Publishing, Reads):
         the Flight server's TLS settings."""
         host, port, lease, lease_seconds = settings.host, settings.port, settings.lease, settings.lease_seconds
         state_path = ":memory:" if settings.state_dir is None else str(Path(settings.state_dir) / "catalog.sqlite")
+        if secret is not None:  # users sign in by Flight's handshake (see .access)
+            server_kwargs.setdefault("auth_handler", Handshake())
         super().__init__(host, port, secret=secret, advertise=settings.advertise, **server_kwargs)
         self._infos = FlightInfoCache()
         # several catalogs, one leader: the state lives in PostgreSQL and only the lease holder writes it
@@ -88,6 +93,7 @@ class CatalogServer(Leading, Registry, Versions, Repairs, Publishing, Reads):
         self.capability_ttl = settings.lifetimes.capability_ttl
         self.pending_ttl = settings.lifetimes.pending_ttl
         self.pending_per_writer = pending_per_writer_from_env()
+        self.start_access(settings.sign_in.session_ttl, identity_of(settings))
         self.node_timeout = NODE_TIMEOUT
         self.fan_out_timeout = FAN_OUT_TIMEOUT
         self.retire_after = settings.retire_after
@@ -137,5 +143,23 @@ class CatalogServer(Leading, Registry, Versions, Repairs, Publishing, Reads):
                 if not self._stopping.is_set():
                     log.exception("expiring pending versions failed")
 
-    actions = action_table(*(action for part in (registry, leadership, reads, versions, repair, publish)
+    actions = action_table(*(action for part in (registry, leadership, reads, versions, repair, publish, access)
                              for action in part.ACTIONS))
+
+
+def identity_of(settings: CatalogSettings) -> JwtVerifier | None:
+    """The identity provider whose tokens the catalog takes (``--jwks``), its key set read once now so a wrong one
+    stops the start; None without ``--jwks``."""
+    given = settings.sign_in
+    if given.jwks is None:
+        return None
+    if not given.jwt_issuer or not given.jwt_audience:
+        raise CannotStart("--jwks needs --jwt-issuer and --jwt-audience: a token is taken only from its issuer and "
+                          "for this catalog")
+    verifier = JwtVerifier(IdentitySettings(given.jwks, given.jwt_issuer, given.jwt_audience, given.jwt_user_claim,
+                                            given.jwt_groups_claim, given.jwt_role_claim))
+    try:
+        verifier.check()
+    except ValueError as exc:
+        raise CannotStart(f"--jwks: {exc}") from None
+    return verifier

@@ -41,7 +41,8 @@ from ..base import Action
 from ..info_cache import FlightInfoCache
 from ..state.records import LEARNED, OnTop, PartRecord
 from ..telemetry import describe
-from .orders import NodeOrders, manifest_of
+from .access import AccessControl
+from .orders import manifest_of
 
 log = logging.getLogger("flightpart.catalog")
 
@@ -68,7 +69,7 @@ def check_geometry(shape: tuple[int, int], grid: tuple[int, int], parts: list[Pa
                               field="commit.partitions") from None
 
 
-class Versions(NodeOrders):
+class Versions(AccessControl):
     """A version from its reservation to its commit or its tombstone."""
 
     _infos: FlightInfoCache  # set by the composed server (:class:`~.server.CatalogServer`), as below
@@ -77,6 +78,7 @@ class Versions(NodeOrders):
     _stopping: threading.Event
 
     def _begin(self, b: Begin) -> VersionReply:
+        self.require(self.caller.credential, "write", b.dataset, "begin")
         self.cluster_for_write()
         version = self.state.begin(b.dataset, writer=self.writer(), most_pending=self.pending_share())
         return VersionReply(version, self.grant(b.dataset, version))
@@ -89,7 +91,7 @@ class Versions(NodeOrders):
         """A writer's grant to write ``version`` of ``dataset`` on nodes (decision 0015); None for an admin or the
         owner."""
         credential = self.caller.credential
-        if self.secret is None or credential.role != "writer":
+        if self.secret is None or (credential.role != "writer" and not credential.user):
             return None
         return version_grant(self.secret, dataset, version, credential.name,
                              int(wall_clock() + self.pending_ttl + CLOCK_MARGIN))
@@ -115,6 +117,7 @@ class Versions(NodeOrders):
     def _commit(self, b: Commit) -> Committed:
         if self._committed_already(b):  # only the very manifest stored: a retry whose answer was lost (any writer
             return Committed(b.dataset, b.version)  # sending it learns nothing it could not read)
+        self.require(self.caller.credential, "write", b.dataset, "commit", version=b.version)
         self.check_writer(b.dataset, b.version, "commit")
         nodes = {n.node_id: n for n in self.state.nodes()}
         parts = []
@@ -225,6 +228,7 @@ class Versions(NodeOrders):
             log.debug("building the FlightInfo of %s v%d after its commit failed: %s", name, version, exc)
 
     def _abort(self, b: Abort) -> Aborted:
+        self.require(self.caller.credential, "write", b.dataset, "abort", version=b.version)
         self.check_writer(b.dataset, b.version, "abort")
         nodes = self.state.abort(b.dataset, b.version)
         state = self.state.version_state(b.dataset, b.version)
@@ -236,6 +240,7 @@ class Versions(NodeOrders):
         return Aborted(b.version)
 
     def _drop(self, b: Drop) -> Dropped:
+        self.require(self.caller.credential, "write", b.dataset, "drop", version=b.version)
         self.state.drop(b.dataset, b.version)
         self._infos.clear()  # before any file goes: whoever finds its files gone learns it was dropped
         # every live node, holder or not, keeps the tombstone: a catalog that loses its state learns it back from any
@@ -244,6 +249,7 @@ class Versions(NodeOrders):
         return Dropped(b.dataset, b.version, cleaned)
 
     def _versions(self, b: ListVersions) -> VersionList:
+        self.require(self.caller.credential, "read", b.dataset, "versions")
         return VersionList(tuple(self.state.versions_of(b.dataset)))
 
 

@@ -23,6 +23,7 @@ from flightpart.errors import (
     VersionConflict,
 )
 from flightpart.frames import size_of
+from flightpart.grants import Revocation
 from flightpart.io.connections import DEFAULT_TIMEOUT, ConnectionPool
 from flightpart.io.errors import translate, translated
 from flightpart.io.transfer import chunks, put_deadline, send_partition
@@ -40,6 +41,9 @@ from flightpart.wire import (
     RegisterNode,
     RegisterReply,
     Removed,
+    RevocationEntry,
+    Revocations,
+    RevocationsTaken,
     Seal,
     Sealed,
     Ticket,
@@ -120,6 +124,8 @@ class CatalogLink(NodeBase):
                              orphan.version, removed)
             for manifest in reply.seal:
                 self.store.seal(manifest)
+            if reply.revocations is not None:
+                self.take_revocations(reply.revocations)
 
     def _report_loop(self) -> None:
         while not self.stopping.is_set():
@@ -209,6 +215,17 @@ class CatalogLink(NodeBase):
             raise RequestRejected("copy-to.target: not a live node of this cluster; nothing was sent",
                                   field="copy-to.target")
 
+    def _revocations(self, body: Revocations) -> RevocationsTaken:
+        """Enforce the withdrawals the catalog lists from now (the whole list, replacing the last)."""
+        self._check_epoch(body.epoch)
+        self.take_revocations(body.entries)
+        return RevocationsTaken(len(body.entries))
+
+    def take_revocations(self, entries: tuple[RevocationEntry, ...]) -> None:
+        """The withdrawals this node enforces on every call and stream from now (:mod:`flightpart.grants`)."""
+        self.guard.revoked.set(tuple(Revocation(e.holder, e.pattern, e.at, e.until) for e in entries))
+        log.info("enforcing %d revocations from the catalog", len(entries))
+
     def _seal(self, body: Seal) -> Sealed:
         self._check_cluster(body.cluster, body.epoch)
         return Sealed(self.store.seal(body.manifest))
@@ -273,6 +290,8 @@ CATALOG_ORDERS = (
     Action(Seal, CatalogLink._seal,
            "keep a committed version's manifest: the version becomes immutable and rebuildable", "catalog"),
     Action(Lead, CatalogLink._lead, "a catalog took the lease: refuse orders of lower epochs, report to it", "catalog"),
+    Action(Revocations, CatalogLink._revocations, "the withdrawals in force (users removed, grants and tokens "
+           "revoked): credentials and handles they void are refused from now", "catalog"),
     Action(CopyTo, CatalogLink._copy_to, "send a partition to another live node of the cluster (replication)",
            "catalog"),
 )

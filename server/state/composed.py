@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from flightpart.errors import NotLeader, StateUnavailable
 
+from .access import AccessState
 from .nodes import NodeState
 from .versions import VersionState
 
 
-class CatalogState(VersionState, NodeState):
+class CatalogState(AccessState, VersionState, NodeState):
     """Thread-safe access to one SQLite database."""
 
     def close(self) -> None:

@@ -1,0 +1,227 @@
+"""Users, grants and withdrawal on real daemons: a catalog holding the secret, two nodes, real clients.
+
+A team's admin adds users with passwords, groups and grants; users sign in with ADBC (``username``/``password``),
+the Python client and a Dask read, and every path out of the cluster (open, the node's stream, SQL, listings,
+pickled handles, ingest, drop) gives them exactly what their grants allow.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import pickle
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.flight as flight
+import pytest
+
+import flightpart as fp
+from flightpart import tokens
+
+from helpers import wait_until
+
+SECRET = tokens.new_secret()
+PASSWORDS = {"alice": "alice-has-a-long-password", "bob": "bob-has-another-password", "carol": "carol-writes-data-1"}
+
+
+def table_of(rows: int, seed: int = 0) -> pa.Table:
+    rng = np.random.default_rng(seed)
+    return pa.table({"id": np.arange(rows), "x": rng.random(rows)})
+
+
+@pytest.fixture(scope="module")
+def team(tmp_path_factory, make_cluster):
+    """Datasets of two teams (sales_eu, sales_us for sales; hr_pay for hr); alice in sales reads sales_*, bob reads
+    hr_pay, carol writes sales_* and is an admin of nothing."""
+    root = tmp_path_factory.mktemp("users")
+    (root / "secret").write_text(SECRET + "\n")
+    (root / "secret").chmod(0o600)
+    with make_cluster(2, process=True, root=root, extra_args=["--token-file", str(root / "secret")]) as cluster:
+        with fp.connect(cluster.uri, token=SECRET, host="127.0.0.99") as admin:
+            for name, seed in (("sales_eu", 1), ("sales_us", 2), ("hr_pay", 3)):
+                admin.put(name, table_of(3000, seed), tiling=(4, 1))
+            admin.users.add("alice", PASSWORDS["alice"])
+            admin.users.add("bob", PASSWORDS["bob"])
+            admin.users.add("carol", PASSWORDS["carol"], role="writer")
+            admin.users.join("sales", "alice")
+            admin.users.join("sales", "carol")
+            admin.users.grant("read", "sales_*", "sales")
+            admin.users.grant("read", "hr_pay", "bob")
+            admin.users.grant("write", "sales_*", "carol")
+        yield cluster
+
+
+def admin_of(cluster):
+    return fp.connect(cluster.uri, token=SECRET, host="127.0.0.99")
+
+
+def signed_in(cluster, user: str):
+    return fp.connect(cluster.uri, user=user, password=PASSWORDS[user], host="127.0.0.99")
+
+
+def test_a_user_reads_what_their_grants_allow_and_nothing_else(team):
+    with signed_in(team, "alice") as alice:
+        assert sorted(entry.name for entry in alice.list()) == ["sales_eu", "sales_us"]
+        assert alice.open("sales_eu").to_arrow().equals(table_of(3000, 1))
+        with pytest.raises(fp.Forbidden) as refused:
+            alice.open("hr_pay")
+        assert "grant" in str(refused.value)
+        with pytest.raises(fp.Forbidden):
+            alice.versions("hr_pay")
+    with signed_in(team, "bob") as bob:
+        assert [entry.name for entry in bob.list()] == ["hr_pay"]
+        assert bob.open("hr_pay").to_arrow().num_rows == 3000
+
+
+def test_wrong_passwords_are_refused_and_a_name_guessed_in_a_loop_is_locked(team):
+    with pytest.raises(fp.Unauthenticated):
+        fp.connect(team.uri, user="alice", password="not-her-password", host="127.0.0.99")
+    with pytest.raises(fp.Unauthenticated):
+        fp.connect(team.uri, user="nobody", password="whatever-password", host="127.0.0.99")
+    for _ in range(6):
+        with pytest.raises(fp.Unauthenticated):
+            fp.connect(team.uri, user="bob", password="guess-guess-guess", host="127.0.0.99")
+    # locked now: even the right password is refused, unchecked, until the lockout passes
+    with pytest.raises(fp.Unauthenticated) as locked:
+        fp.connect(team.uri, user="bob", password=PASSWORDS["bob"], host="127.0.0.99")
+    assert "try again in" in str(locked.value)
+    with admin_of(team) as admin:
+        refusals = admin.stats(team.uri)
+    assert refusals is not None
+    log = team.catalog_log() if hasattr(team, "catalog_log") else ""
+    if log:
+        lines = [json.loads(line.split(" ", 4)[-1]) for line in log.splitlines() if '"audit":"sign-in"' in line]
+        assert any(line["outcome"] == "refused" and line["user"] == "bob" for line in lines)
+
+
+def test_a_node_refuses_a_users_session_for_data_and_a_forged_capability(team):
+    with signed_in(team, "alice") as alice:
+        token = alice.access.token
+        node = flight.connect(team.nodes[0].uri)
+        options = flight.FlightCallOptions(headers=[(b"authorization", f"Bearer {token}".encode())])
+        ticket = flight.Ticket(json.dumps({"dataset": "hr_pay", "version": 1, "part": [0, 0]}).encode())
+        with pytest.raises(flight.FlightError) as refused:
+            node.do_get(ticket, options=options).read_all()
+        assert "capability" in str(refused.value)
+        # her capability for sales_eu does not open hr_pay either
+        cap = alice.open("sales_eu").__partitioned__["partitions"][(0, 0)]["data"].ticket
+        assert cap is not None
+
+
+def test_sql_shows_and_reads_only_granted_datasets(team):
+    adbc = pytest.importorskip("adbc_driver_flightsql.dbapi")
+    db_kwargs = {"username": "alice", "password": PASSWORDS["alice"]}
+    with adbc.connect(team.uri, db_kwargs=db_kwargs) as conn, conn.cursor() as cur:
+        cur.execute("SELECT count(*) FROM sales_eu")
+        assert cur.fetchall() == [(3000,)]
+        cur.execute("SELECT table_name FROM information_schema.tables ORDER BY 1")
+        assert [row[0] for row in cur.fetchall()] == ["sales_eu", "sales_us"]
+        cur.execute("SHOW TABLES")
+        assert sorted(row[0] for row in cur.fetchall()) == ["sales_eu", "sales_us"]
+        for query in ("SELECT * FROM hr_pay", "SELECT count(*) FROM sales_eu JOIN hr_pay USING (id)",
+                      "SELECT * FROM \"HR_PAY\"", "SELECT * FROM hr_pay@1"):
+            with pytest.raises(adbc.Error) as refused:
+                cur.execute(query)
+                cur.fetchall()
+            assert "PERMISSION_DENIED" in str(refused.value) or "may not read" in str(refused.value), query
+        tables = conn.adbc_get_objects(depth="tables").read_all().to_pylist()
+        names = sorted(t["table_name"] for c in tables for s in c["catalog_db_schemas"] or []
+                       for t in s["db_schema_tables"] or [])
+        assert names == ["sales_eu", "sales_us"]
+    with pytest.raises(adbc.Error):
+        with adbc.connect(team.uri, db_kwargs={"username": "alice", "password": "nope-nope-nope"}) as conn:
+            with conn.cursor() as cur:
+                cur.execute("SELECT 1")
+
+
+def test_a_writer_writes_only_where_granted(team):
+    with signed_in(team, "carol") as carol:
+        carol.put("sales_apac", table_of(500, 7), tiling=(2, 1))
+        assert carol.open("sales_apac").to_arrow().num_rows == 500
+        carol.append("sales_apac", table_of(100, 8))
+        assert carol.open("sales_apac").to_arrow().num_rows == 600
+        with pytest.raises(fp.Forbidden):
+            carol.put("hr_pay", table_of(10, 9))
+        with pytest.raises(fp.Forbidden):
+            carol.drop("sales_apac")  # a writer's role drops nothing, whatever the grants
+    with signed_in(team, "alice") as alice:
+        with pytest.raises(fp.Forbidden):
+            alice.put("sales_eu", table_of(10, 9))  # a reader's role writes nothing, whatever the grants
+        assert alice.open("sales_apac").to_arrow().num_rows == 600  # the group's read grant covers it
+
+
+def _read_pickled(handle: bytes) -> subprocess.CompletedProcess:
+    code = ("import pickle, sys\nget, refs = pickle.loads(sys.stdin.buffer.read())\n"
+            "try:\n    print(sum(t.num_rows for t in get(refs)))\n"
+            "except Exception as exc:\n    print(type(exc).__name__, exc)\n")
+    return subprocess.run([sys.executable, "-c", code], input=handle, capture_output=True, timeout=120,
+                          env={"FLIGHTPART_HOST": "127.0.0.99", "PATH": "/usr/bin:/bin"})
+
+
+def test_a_revoked_grant_voids_pickled_handles_on_every_node(team):
+    with admin_of(team) as admin:
+        admin.users.add("dave", "dave-password-long", role="reader")
+        admin.users.grant("read", "sales_us", "dave")
+        with fp.connect(team.uri, user="dave", password="dave-password-long", host="127.0.0.99") as dave:
+            meta = dave.open("sales_us").__partitioned__
+            handle = pickle.dumps((meta["get"], [p["data"] for p in meta["partitions"].values()]))
+            assert _read_pickled(handle).stdout.decode().strip() == "3000"
+            admin.users.revoke("read", "sales_us", "dave")
+            started = time.monotonic()
+            answer = _read_pickled(handle).stdout.decode().strip()
+            assert "3000" != answer and ("revoked" in answer or "Unauthenticated" in answer), answer
+            assert time.monotonic() - started < 120
+            with pytest.raises(fp.Forbidden):
+                dave.open("sales_us")
+            admin.users.grant("read", "sales_us", "dave")  # granted again: a new open reads
+            assert dave.open("sales_us").to_arrow().num_rows == 3000
+        admin.users.remove("dave")
+        with pytest.raises(fp.Unauthenticated):
+            fp.connect(team.uri, user="dave", password="dave-password-long", host="127.0.0.99")
+
+
+def test_a_removed_users_session_is_refused_at_once(team):
+    with admin_of(team) as admin:
+        admin.users.add("erin", "erin-password-long")
+        admin.users.grant("read", "sales_eu", "erin")
+        erin = fp.connect(team.uri, user="erin", password="erin-password-long", host="127.0.0.99")
+        try:
+            assert erin.open("sales_eu").shape[0] == 3000
+            admin.users.remove("erin")
+            with pytest.raises(fp.Unauthenticated):
+                erin.open("sales_eu")
+            with pytest.raises(fp.Unauthenticated):
+                erin.list()
+        finally:
+            erin.close()
+
+
+def test_users_and_grants_are_listed_for_an_admin_only(team):
+    with admin_of(team) as admin:
+        users = {u.name: u for u in admin.users.list()}
+        assert users["alice"].groups == ("sales",) and users["carol"].role == "writer"
+        assert ("read", "sales_*", "sales") in [(g.access, g.pattern, g.grantee) for g in admin.users.grants()]
+        assert "hash" not in json.dumps([u.to_json() for u in users.values()])
+    with signed_in(team, "alice") as alice:
+        with pytest.raises(fp.Forbidden):
+            alice.users.list()
+        with pytest.raises(fp.Forbidden):
+            alice.users.grant("read", "*", "alice")
+
+
+def test_basic_credentials_on_a_plain_flight_handshake_give_a_session(team):
+    client = flight.FlightClient(team.uri)
+    header, value = client.authenticate_basic_token("alice", PASSWORDS["alice"])
+    assert header == b"authorization" and value.startswith(b"Bearer fp3:user:alice~reader~")
+    options = flight.FlightCallOptions(headers=[(header, value)])
+    names = sorted(flight.FlightDescriptor.for_path(*i.descriptor.path).path[0].decode()
+                   for i in client.list_flights(options=options))
+    assert "sales_eu" in names and "hr_pay" not in names
+    bad = base64.b64encode(b"alice").decode()
+    with pytest.raises(flight.FlightUnauthenticatedError):
+        list(client.do_action(flight.Action("nodes", b""), options=flight.FlightCallOptions(
+            headers=[(b"authorization", f"Basic {bad}".encode())])))
