@@ -14,6 +14,10 @@ from .dataset import Dataset
 from .fetch import FlightGet, PartitionRef
 
 CATALOG_ENV = "FLIGHTPART_CATALOG"
+USER_ENV = "FLIGHTPART_USER"
+PASSWORD_ENV = "FLIGHTPART_PASSWORD"
+"""A user's name and password, read when no token, user or password is given (a token in $FLIGHTPART_TOKEN then
+goes unused)."""
 
 
 def connect(uri: str | None = None, *, host: str | None = None, token: str | None = None,
@@ -33,7 +37,8 @@ def connect(uri: str | None = None, *, host: str | None = None, token: str | Non
     ``"zstd"`` or ``"lz4"``; stored files are never compressed. ``streams_per_partition`` above 1 reads a large
     remote partition (32 MiB or more) as that many row ranges at once. ``user`` and ``password`` sign in as a user
     of the catalog (its session token then goes with every call, to the nodes too); an identity provider's token
-    given as ``token`` (a JWT) is exchanged for a session the same way.
+    given as ``token`` (a JWT) is exchanged for a session the same way. With none of them, ``$FLIGHTPART_USER`` and
+    ``$FLIGHTPART_PASSWORD`` sign in.
     """
     uri = uri or os.environ.get(CATALOG_ENV)
     if uri is None:
@@ -43,6 +48,8 @@ def connect(uri: str | None = None, *, host: str | None = None, token: str | Non
         access = Access.from_environment(token=token, tls_root_certs=tls_root_certs, cert_chain=cert_chain,
                                          private_key=private_key)
     uris = [flight_uri(one, tls=access.tls) for one in split_addresses(uri)]
+    if user is None and password is None and token is None and os.environ.get(USER_ENV):
+        user, password = os.environ[USER_ENV], os.environ.get(PASSWORD_ENV)
     if user is not None or password is not None:
         if user is None or password is None:
             raise TypeError("connect() got a user without a password, or a password without a user: give both")

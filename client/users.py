@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import builtins
 from typing import Any
 
 from flightpart.wire import (
@@ -61,7 +62,7 @@ class Users:
         """Withdraw a grant; what it alone allowed stops working on every node within a round trip."""
         return self._client.call(SetGrant(access, pattern, grantee, False))
 
-    def grants(self) -> list[GrantRow]:
+    def grants(self) -> builtins.list[GrantRow]:
         """Every grant."""
         return list(self._client.call(ListGrants()).grants)
 

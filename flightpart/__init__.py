@@ -41,6 +41,7 @@ from .errors import (
     StorageFull,
     StorageUnwritable,
     Unauthenticated,
+    UserNotFound,
     VersionConflict,
     VersionExpired,
 )
@@ -170,6 +171,7 @@ __all__ = [
     "StorageFull",
     "StorageUnwritable",
     "Unauthenticated",
+    "UserNotFound",
     "OutcomeUnknown",
     "VersionConflict",
     "VersionExpired",

@@ -31,10 +31,9 @@ def who(credential: Credential) -> str:
 
 
 def audit(telemetry: Telemetry, action: str, allowed: bool, credential: Credential | None, *,
-          user: str | None = None, dataset: str | None = None, version: int | None = None, client: str = "",
-          why: str = "", **extra: Any) -> None:
+          user: str | None = None, client: str = "", why: str = "", **extra: Any) -> None:
     """Write and count one decision: ``action`` by ``credential`` (or the named ``user`` when there is no credential
-    yet, as at sign-in) ``allowed`` or not."""
+    yet, as at sign-in) ``allowed`` or not; ``extra``: its ``dataset``, ``version`` and what else it concerns."""
     outcome = "allowed" if allowed else "refused"
     telemetry.decided(action, outcome)
     level = logging.INFO if allowed else logging.WARNING
@@ -42,7 +41,7 @@ def audit(telemetry: Telemetry, action: str, allowed: bool, credential: Credenti
         return
     fields: dict[str, Any] = {"audit": action, "outcome": outcome,
                               "user": user if user is not None else who(credential) if credential else "",
-                              "dataset": dataset, "version": version, "client": client}
+                              "dataset": None, "version": None, "client": client}
     if why:
         fields["why"] = why
     fields.update(extra)

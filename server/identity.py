@@ -431,6 +431,7 @@ def _download(url: str, timeout: float) -> bytes:
         with urllib.request.urlopen(url, timeout=timeout) as answer:
             return bytes(answer.read(MAX_KEY_SET_BYTES + 1))
     except urllib.error.HTTPError as error:
+        error.close()
         raise KeySetError(url, f"HTTP {error.code} {error.reason}") from None
     except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as error:
         reason = error.reason if isinstance(error, urllib.error.URLError) else error

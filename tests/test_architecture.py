@@ -1,7 +1,8 @@
 """The folders show the architecture: arrows run one way and there is no circle.
 
-core (protocol, tiling, frames, distarray, wire, tokens, errors, settings, lenient, regrid, palette, kept, and
-query/functions: the table of what the nodes compute, which the wire validates against) <- query <- io <- server |
+core (protocol, tiling, frames, distarray, wire, tokens, errors, settings, lenient, regrid, palette, kept, grants,
+passwords, and query/functions: the table of what the nodes compute, which the wire validates against) <- query <- io
+<- server |
 client <- runtimes | local <- bench <- entry points (the package itself, the CLI).
 Every import counts, also those inside functions.
 """
@@ -15,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 FOLDERS = {"flightpart": ROOT / "flightpart", "flightpart.server": ROOT / "server",
            "flightpart.client": ROOT / "client"}
 CORE = {"protocol", "tiling", "frames", "distarray", "wire", "sqlwire", "tokens", "errors", "settings", "version",
-        "lenient", "palette", "regrid", "kept"}
+        "lenient", "palette", "regrid", "kept", "grants", "passwords"}
 CORE_MODULES = {"flightpart.query.functions"}
 """Modules of a folder above the core that belong to it: they import nothing but the core."""
 ENTRY = {"flightpart", "flightpart.__main__"}

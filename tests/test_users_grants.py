@@ -22,8 +22,6 @@ import pytest
 import flightpart as fp
 from flightpart import tokens
 
-from helpers import wait_until
-
 SECRET = tokens.new_secret()
 PASSWORDS = {"alice": "alice-has-a-long-password", "bob": "bob-has-another-password", "carol": "carol-writes-data-1"}
 
@@ -225,3 +223,111 @@ def test_basic_credentials_on_a_plain_flight_handshake_give_a_session(team):
     with pytest.raises(flight.FlightUnauthenticatedError):
         list(client.do_action(flight.Action("nodes", b""), options=flight.FlightCallOptions(
             headers=[(b"authorization", f"Basic {bad}".encode())])))
+
+
+def _audit_lines(cluster) -> list[dict]:
+    lines = []
+    for line in cluster.catalog.log().splitlines():
+        if " flightpart.audit " in line:
+            lines.append(json.loads(line.split(" flightpart.audit ", 1)[1].split(" ", 1)[1]))
+    return lines
+
+
+def test_every_decision_is_one_audit_line_and_counted(team):
+    with signed_in(team, "alice") as alice:
+        alice.open("sales_eu")
+        with pytest.raises(fp.Forbidden):
+            alice.open("hr_pay")
+    with pytest.raises(fp.Unauthenticated):
+        fp.connect(team.uri, user="alice", password="a-wrong-password", host="127.0.0.99")
+    lines = _audit_lines(team)
+    assert any(line["audit"] == "open" and line["outcome"] == "allowed" and line["dataset"] == "sales_eu"
+               and line["user"] == "alice" for line in lines)
+    refused = [line for line in lines if line["audit"] == "open" and line["outcome"] == "refused"]
+    assert refused and refused[-1]["dataset"] == "hr_pay" and refused[-1]["client"].startswith("127.")
+    assert any(line["audit"] == "sign-in" and line["outcome"] == "refused" and line["user"] == "alice"
+               for line in lines)
+    assert any(line["audit"] == "grant" and line["grantee"] == "sales" for line in lines)
+
+
+def test_a_crafted_ticket_with_another_datasets_capability_is_refused(team):
+    with signed_in(team, "alice") as alice:
+        token = alice.open("sales_eu").__partitioned__["get"].access.token
+        assert token.startswith("fp3:cap:sales_eu@1~alice~")
+        options = flight.FlightCallOptions(headers=[(b"authorization", f"Bearer {token}".encode())])
+        node = flight.connect(team.nodes[0].uri)
+        for dataset in ("hr_pay", "sales_us"):
+            ticket = flight.Ticket(json.dumps({"dataset": dataset, "version": 1, "part": [0, 0]}).encode())
+            with pytest.raises(flight.FlightError) as refused:
+                node.do_get(ticket, options=options).read_all()
+            assert "may not read" in str(refused.value)
+
+
+def test_ingest_and_sql_writes_need_a_write_grant(team):
+    adbc = pytest.importorskip("adbc_driver_flightsql.dbapi")
+    data = pa.table({"id": np.arange(10)})
+    with adbc.connect(team.uri, db_kwargs={"username": "carol", "password": PASSWORDS["carol"]}) as conn:
+        with conn.cursor() as cur:
+            cur.adbc_ingest("sales_latam", data, mode="create")
+            with pytest.raises(adbc.Error) as refused:
+                cur.adbc_ingest("hr_bonus", data, mode="create")
+            assert "may not write" in str(refused.value)
+    with admin_of(team) as admin:
+        names = {entry.name for entry in admin.list()}
+    assert "sales_latam" in names and "hr_bonus" not in names
+
+
+def test_a_dask_read_as_a_user(team, dask_client):
+    with signed_in(team, "alice") as alice:
+        frame = alice.open("sales_eu").to_dask()
+        assert int(frame["id"].count().compute()) == 3000
+        with pytest.raises(fp.Forbidden):
+            alice.open("hr_pay").to_dask()
+
+
+def test_a_revoked_users_open_stream_is_cut(team):
+    rows = 10_000_000  # 80 MB in one partition: streamed in pieces, each let through by the node's guard
+    with admin_of(team) as admin:
+        admin.put("sales_big", pa.table({"x": np.arange(rows, dtype=np.float64)}), tiling=(1, 1))
+        admin.users.add("frank", "frank-password-long")
+        admin.users.grant("read", "sales_big", "frank")
+        with fp.connect(team.uri, user="frank", password="frank-password-long", host="127.0.0.99") as frank:
+            meta = frank.open("sales_big").__partitioned__
+            ref = meta["partitions"][(0, 0)]["data"]
+            options = flight.FlightCallOptions(
+                headers=[(b"authorization", f"Bearer {meta['get'].access.token}".encode())])
+            reader = flight.connect(ref.replicas[0][0]).do_get(flight.Ticket(ref.spec.encode()), options=options)
+            first = reader.read_chunk()
+            assert first.data.num_rows > 0
+            admin.users.revoke("read", "sales_big", "frank")
+            with pytest.raises(flight.FlightError) as cut:
+                while True:
+                    reader.read_chunk()
+            assert "revoked" in str(cut.value)
+        admin.drop("sales_big")
+
+
+def test_admin_commands_on_the_command_line(team, tmp_path):
+    password = tmp_path / "pw"
+    password.write_text("gina-password-long\n")
+    env = {"FLIGHTPART_CATALOG": team.uri, "FLIGHTPART_TOKEN": SECRET, "PATH": "/usr/bin:/bin"}
+
+    def run(*args: str) -> str:
+        done = subprocess.run([sys.executable, "-m", "flightpart", *args], capture_output=True, text=True, env=env,
+                              timeout=120)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    assert "added" in run("user", "add", "gina", "--role", "reader", "--password-file", str(password))
+    assert "gina joined analysts" in run("group", "add", "analysts", "gina")
+    assert "granted" in run("grant", "read", "sales_e?", "TO", "analysts")
+    assert {"access": "read", "pattern": "sales_e?", "grantee": "analysts"} in json.loads(run("grants", "--json"))
+    users = {u["name"]: u for u in json.loads(run("user", "list", "--json"))}
+    assert users["gina"]["groups"] == ["analysts"]
+    with fp.connect(team.uri, user="gina", password="gina-password-long", host="127.0.0.99") as gina:
+        assert [entry.name for entry in gina.list()] == ["sales_eu"]
+    assert "revoked" in run("revoke", "read", "sales_e?", "FROM", "analysts")
+    assert "removed" in run("user", "remove", "gina")
+    done = subprocess.run([sys.executable, "-m", "flightpart", "user", "remove", "gina"], capture_output=True,
+                          text=True, env=env, timeout=120)
+    assert done.returncode != 0 and "USER_NOT_FOUND" in done.stderr and "Traceback" not in done.stderr

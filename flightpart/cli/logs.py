@@ -44,5 +44,7 @@ def configure_logging(level: str, fmt: str = "text") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
+    # the audit trail (every decision on access) is written whatever the level: it is a record, not a diagnostic
+    logging.getLogger("flightpart.audit").setLevel(logging.INFO)
     for noisy in ("grpc", "urllib3", "asyncio"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))

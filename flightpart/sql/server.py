@@ -224,8 +224,9 @@ class SqlCatalogServer(CatalogServer):
 
     def _scan(self, command: proto.Any_) -> tuple[pa.Schema, list[flight.FlightEndpoint]] | None:
         """A plain scan's schema and endpoints (:mod:`.scans`), or None: always with ``--sql-through-catalog``, whose
-        catalog answers every query itself, at one endpoint."""
-        if self.through_catalog:
+        catalog answers every query itself, at one endpoint, and for a user, whose session a node does not take for
+        rows (nodes read a user's rows only by capability)."""
+        if self.through_catalog or CALLER.get() is not None:
             return None
         handler = SCANS.get(command.name)
         return handler(self, command) if handler is not None else None

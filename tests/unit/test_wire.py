@@ -102,6 +102,22 @@ MESSAGES = [
     wire.Assemble("sales", 3, 4, 1, (wire.AssemblePart((0, 0), (0, 10)),)),
     wire.Assemble("sales", 3, 4, 2, (wire.AssemblePart((1, 1), (10, 20)),), deadline_ms=35_000),
     wire.Relink("sales", 5, 7, (wire.LinkPart((0, 0), (3, 0)), wire.LinkPart((1, 1), (4, 1)))),
+    wire.AccessChanged(True, "user alice added as reader"),
+    wire.AddUser("alice", "a-long-password", "writer"),
+    wire.ChangeUser("alice", password="another-password"),
+    wire.ChangeUser("alice", role="admin"),
+    wire.RemoveUser("alice"),
+    wire.UserList((wire.UserRow("alice", "reader", ("sales", "ops"), 1.5e9),)),
+    wire.ListUsers(),
+    wire.SetMember("sales", "alice", False),
+    wire.GrantList((wire.GrantRow("read", "sales_*", "sales"),)),
+    wire.SetGrant("write", "hr?", "bob"),
+    wire.ListGrants(),
+    wire.RevokeSessions(user="alice"),
+    wire.RevokeSessions(token="fp3:reader:x:0:sig"),
+    wire.Revocations((wire.RevocationEntry("alice", "*", 1.7e9, 1.8e9),), epoch=3),
+    wire.RevocationsTaken(1),
+    wire.RegisterReply("n1", "c", revocations=(wire.RevocationEntry("#abc", "sales", 1.0, 2.0),)),
 ]
 
 
@@ -152,11 +168,27 @@ def every_message_class() -> list[type[wire.Message]]:
     return [c for c in below(wire.Message) if c.__module__ == wire.__name__]
 
 
+@pytest.mark.parametrize("body", [{"name": "../etc", "password": "long-enough-1"}, {"name": "a", "password": 7},
+                                  {"name": "a", "password": "x" * 2000},
+                                  {"name": "a", "password": "p", "role": "node"}],
+                         ids=["name", "password-type", "password-length", "role"])
+def test_a_user_is_added_only_with_a_valid_name_password_and_role(body):
+    with pytest.raises(fp.RequestRejected):
+        wire.AddUser.from_json(body)
+
+
+@pytest.mark.parametrize("pattern", ["", "a/b", "x" * 129, "sales;drop", " sales"])
+def test_a_grant_takes_only_a_dataset_pattern(pattern):
+    with pytest.raises(fp.RequestRejected, match="dataset pattern"):
+        wire.SetGrant.from_json({"access": "read", "pattern": pattern, "grantee": "alice"})
+
+
 def test_every_message_class_round_trips_here():
     """A new message (a request, a reply, a nested part) is added to MESSAGES above, so it is round-tripped too."""
     tested = {type(m) for m in MESSAGES} | {wire.Ticket, wire.Tombstones, wire.CommitPart, wire.AssemblePart,
                                             wire.LinkPart, wire.HeldPartition, wire.ReplicaCopy, wire.CopyFailed,
-                                            wire.NodeRow, wire.NodeScrubReport, wire.SortKey}
+                                            wire.NodeRow, wire.NodeScrubReport, wire.SortKey, wire.RevocationEntry,
+                                            wire.UserRow, wire.GrantRow}
     assert [c.__name__ for c in every_message_class() if c not in tested] == []
 
 
@@ -439,7 +471,8 @@ def test_tokens_verify_with_the_public_key_alone_and_it_mints_none():
     secret, now = b"cluster-secret", time.time()
     public = VerifyKey.parse(verify_key(secret).text())
     token = tokens.role_token(secret, "node", "n1")
-    assert len(token) < 200 and tokens.verify_token(public, token, now) == tokens.Credential("node", "n1")
+    credential = tokens.verify_token(public, token, now)
+    assert len(token) < 200 and credential is not None and (credential.role, credential.name) == ("node", "n1")
     cap = tokens.capability(secret, "sales", 4, int(now) + 60)
     assert tokens.verify_token(public, cap, now).scope == ("sales", 4)
     assert tokens.verify_token(public, cap, now + 120) is None                   # expired
