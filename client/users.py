@@ -37,9 +37,11 @@ class Users:
         """A user who signs in with ``password`` (8 to 1024 characters), as ``role`` (reader, writer or admin)."""
         return self._client.call(AddUser(name, password, role))
 
-    def change(self, name: str, *, password: str | None = None, role: str | None = None) -> AccessChanged:
-        """A user's new password or role; their other sessions end. A user may change their own password."""
-        return self._client.call(ChangeUser(name, password, role))
+    def change(self, name: str, *, password: str | None = None, role: str | None = None,
+               current: str | None = None) -> AccessChanged:
+        """A user's new password or role; their sessions end. A user may change their own password, giving their
+        ``current`` one."""
+        return self._client.call(ChangeUser(name, password, role, current))
 
     def remove(self, name: str) -> AccessChanged:
         """The user gone; their sessions, and the handles they opened, stop working on every node."""

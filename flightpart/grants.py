@@ -14,7 +14,6 @@ kept until everything it voids has expired anyway.
 
 from __future__ import annotations
 
-import fnmatch
 import functools
 import re
 from collections.abc import Iterable
@@ -29,6 +28,11 @@ PRINCIPAL = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 TOKEN_HOLDER_PREFIX = "#"
 """A role token's holder name in a capability and a revocation: ``#`` and the first characters of its signature
 (users' names cannot begin so)."""
+IDP_HOLDER_PREFIX = "!"
+"""An identity provider's user's holder name: ``!`` and their name, never the same holder as a local user's."""
+ANY_IDP_HOLDER = "!*"
+"""A revocation's holder meaning every identity provider's user: the catalog does not know who a provider puts in a
+group, so a grant withdrawn from a group voids the capabilities of all of them for the datasets it covered."""
 
 
 def check_pattern(pattern: str) -> str:
@@ -49,7 +53,8 @@ def check_principal(name: str, what: str = "user") -> str:
 
 @functools.lru_cache(maxsize=4096)
 def _compiled(pattern: str) -> re.Pattern[str]:
-    return re.compile(fnmatch.translate(pattern))
+    """``*`` and ``?`` as wildcards, every other character itself (no character classes)."""
+    return re.compile("".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern), re.DOTALL)
 
 
 def matches(pattern: str, dataset: str) -> bool:
@@ -89,7 +94,8 @@ class Revocation:
     def voids(self, holder: str, dataset: str | None, issued: float) -> bool:
         """Whether this entry voids a credential of ``holder`` issued at ``issued`` for ``dataset`` (None: a session,
         which only a ``*`` entry voids)."""
-        if holder != self.holder or issued >= self.at:
+        if issued >= self.at or (holder != self.holder and not (
+                self.holder == ANY_IDP_HOLDER and holder.startswith(IDP_HOLDER_PREFIX))):
             return False
         return self.pattern == ANY if dataset is None else matches(self.pattern, dataset)
 

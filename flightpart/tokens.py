@@ -363,7 +363,8 @@ class Credential:
     role: str                       # a role, "cap", or "owner" (the cluster secret itself)
     name: str                       # who: a user's or node's name, or "dataset@version" for a capability
     expiry: int = 0
-    holder: str = ""                # whom a withdrawal names: a user, a role token's "#<signature>", "" for none
+    holder: str = ""                # whom a withdrawal names: a user, "!<user>" of an identity provider, a role
+                                    # token's "#<signature>", "" for none
     issued: float = 0.0             # when a session or a holder's capability was issued (Unix seconds)
     user: bool = False              # a user's session: their grants narrow what the role allows
     groups: tuple[str, ...] | None = None  # an identity provider's user's groups (None: the catalog knows them)
@@ -448,7 +449,8 @@ def _session(kind: str, name: str, expiry: int) -> Credential | None:
     if len(fields) != (3 if kind == USER_SESSION else 4) or fields[1] not in USER_ROLES or not fields[2].isdigit():
         return None
     groups = tuple(g for g in fields[3].split(",") if g) if kind == IDP_SESSION else None
-    return Credential(fields[1], fields[0], expiry, holder=fields[0], issued=int(fields[2]) / 1000, user=True,
+    holder = fields[0] if groups is None else f"!{fields[0]}"  # flightpart.grants.IDP_HOLDER_PREFIX
+    return Credential(fields[1], fields[0], expiry, holder=holder, issued=int(fields[2]) / 1000, user=True,
                       groups=groups)
 
 

@@ -1600,14 +1600,16 @@ class AddUser(Message):
 
 @dataclass(frozen=True)
 class ChangeUser(Message):
-    """To a catalog: a user's new password (an admin's, or the user's own) or role (an admin's). Their other
-    sessions end."""
+    """To a catalog: a user's new password (an admin's, or the user's own with ``current``) or role (an admin's).
+    Their other sessions end."""
 
     ACTION = "user-change"
     REPLY = AccessChanged
     name: str = _field(p_principal)
     password: str | None = _field(p_optional(p_password), None)
     role: str | None = _field(p_optional(_p_choice("reader", "writer", "admin")), None)
+    current: str | None = _field(p_optional(p_password), None, omitted_when_none=True)
+    """The user's current password, which a user changing their own gives (an admin needs none)."""
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from flightpart.errors import Forbidden, NodeUnavailable, ServerBusy, Unauthenticated
-from flightpart.grants import Revocation, voided
+from flightpart.grants import ANY_IDP_HOLDER, IDP_HOLDER_PREFIX, Revocation, voided
 from flightpart.tokens import (
     CAPABILITY,
     CATALOG_NODE,
@@ -43,6 +43,7 @@ from flightpart.tokens import (
 )
 from flightpart.wire import encode_error
 
+from .audit import audit
 from .telemetry import Call, Telemetry
 
 log = logging.getLogger("flightpart.auth")
@@ -147,7 +148,9 @@ class Revoked:
         """Whether a revocation voids ``credential`` (a capability for its dataset; anything else as a session)."""
         if not credential.holder:
             return False
-        found = self._by_holder.get(credential.holder)
+        found = self._by_holder.get(credential.holder, ())
+        if credential.holder.startswith(IDP_HOLDER_PREFIX):
+            found += self._by_holder.get(ANY_IDP_HOLDER, ())
         if not found:
             return False
         scope = credential.scope
@@ -216,6 +219,9 @@ class GuardFactory(flight.ServerMiddlewareFactory):
         except Unauthenticated as refused:
             self.telemetry.refused("unauthenticated")
             raise flight.FlightUnauthenticatedError(refused.message, extra_info=encode_error(refused)) from None
+        except ServerBusy as busy:  # a sign-in that waited too long for its turn to be checked
+            self.telemetry.refused("busy")
+            raise flight.FlightUnavailableError(busy.message, extra_info=encode_error(busy)) from None
         self.telemetry.refused("unauthenticated")
         refusal = Unauthenticated("a valid flightpart token is required (it may have expired)" + (
             f"; this one is an {outdated} token, signed with an earlier release's key: mint it again with "
@@ -228,6 +234,7 @@ class GuardFactory(flight.ServerMiddlewareFactory):
         if self.sessions is not None:
             return self.sessions.current(credential)
         if self.revoked.voids(credential):
+            audit(self.telemetry, "call", False, credential, why="revoked")
             raise Unauthenticated("this credential was revoked (its user removed, a grant or the token withdrawn): "
                                   "sign in again, or ask an admin", field="authorization")
         return credential

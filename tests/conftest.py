@@ -38,7 +38,7 @@ READER_HOSTS = frozenset({9, 99})
 """Last bytes of 127.0.0.x that tests give a pretend reader host (``fp.connect(..., host=...)``): no node's."""
 
 HAND_PICKED = frozenset({*range(41, 45), *range(50, 55), *range(70, 78), *range(81, 89), *range(91, 99), 131,
-                         *range(171, 176), 179, 183, 230, 231, 236, *range(250, 255)})
+                         *range(171, 176), 179, 183, 230, 231, 236, 237, 238, *range(250, 255)})
 """Last bytes a test starts a daemon (or a compose file's services) on by hand, outside any factory."""
 
 PINNED = frozenset({2, 32, 34, 61})

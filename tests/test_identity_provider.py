@@ -4,6 +4,9 @@ users and groups named by the tokens' claims, through ADBC, the Python client an
 from __future__ import annotations
 
 import json
+import pickle
+import subprocess
+import sys
 import time
 
 import jwt
@@ -94,3 +97,41 @@ def test_a_forged_or_expired_provider_token_is_refused(idp_cluster, bad):
     with pytest.raises(fp.Unauthenticated) as refused:
         fp.connect(idp_cluster.uri, token=token, host="127.0.0.99").list()
     assert "JWT refused" in str(refused.value)
+
+
+def test_a_provider_token_cannot_be_a_local_user_nor_name_one_as_a_group(idp_cluster):
+    with fp.connect(idp_cluster.uri, token=SECRET, host="127.0.0.99") as admin:
+        admin.users.add("quinn", "quinn-password-long", role="admin")
+        admin.users.grant("read", "payroll", "quinn")
+    with pytest.raises(fp.Unauthenticated, match="is a user of this catalog"):
+        fp.connect(idp_cluster.uri, token=token_of("quinn", role="admin"), host="127.0.0.99").list()
+    with fp.connect(idp_cluster.uri, token=token_of("zed", groups=("quinn", "sre")), host="127.0.0.99") as zed:
+        assert [entry.name for entry in zed.list()] == ["metrics_cpu", "metrics_mem"]
+        with pytest.raises(fp.Forbidden):
+            zed.open("payroll")
+        with pytest.raises(fp.Forbidden):  # a provider's user changes no local user's password
+            zed.users.change("quinn", password="taken-over-by-idp", current="whatever-it-was")
+
+
+def _read_pickled(handle: bytes) -> str:
+    code = ("import pickle, sys\nget, refs = pickle.loads(sys.stdin.buffer.read())\n"
+            "try:\n    print(sum(t.num_rows for t in get(refs)))\n"
+            "except Exception as exc:\n    print(type(exc).__name__, exc)\n")
+    return subprocess.run([sys.executable, "-c", code], input=handle, capture_output=True, timeout=120,
+                          env={"FLIGHTPART_HOST": "127.0.0.99", "PATH": "/usr/bin:/bin"}).stdout.decode()
+
+
+def test_a_group_grant_withdrawn_voids_the_provider_users_handles_on_the_nodes(idp_cluster):
+    with fp.connect(idp_cluster.uri, token=token_of("olga", groups=("sre",)), host="127.0.0.99") as olga:
+        meta = olga.open("metrics_cpu").__partitioned__
+    handle = pickle.dumps((meta["get"], [p["data"] for p in meta["partitions"].values()]))
+    assert _read_pickled(handle).strip() == "2000"
+    with fp.connect(idp_cluster.uri, token=SECRET, host="127.0.0.99") as admin:
+        admin.users.revoke("read", "metrics_*", "sre")
+        try:
+            answer = _read_pickled(handle)
+            assert "2000" not in answer and "revoked" in answer, answer
+        finally:
+            admin.users.grant("read", "metrics_*", "sre")
+    with fp.connect(idp_cluster.uri, token=token_of("olga", groups=("sre",)), host="127.0.0.99") as olga:
+        assert olga.open("metrics_cpu").to_arrow().num_rows == 2000  # granted again: a new open reads

@@ -11,6 +11,7 @@ import textwrap
 from pathlib import Path
 from urllib.parse import urlparse
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
@@ -165,3 +166,46 @@ def test_adbc_get_info_and_get_objects(sql_cluster):
     tables = {t["table_name"]: [c["column_name"] for c in t["table_columns"]]
               for catalog in objects for schema in catalog["catalog_db_schemas"] for t in schema["db_schema_tables"]}
     assert tables == {"trips": ["k", "v", "name"], "zones": ["id", "zone"]}
+
+
+USER_SCRIPT = textwrap.dedent("""
+    import json, sys
+    from flightsql import FlightSQLClient, connect
+
+    host, port, user, password = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+    conn = connect(FlightSQLClient(host=host, port=port, user=user, password=password, insecure=True))
+    out = {}
+    for name, query in (("granted", "SELECT k, v FROM trips WHERE v >= 30"), ("ungranted", "SELECT * FROM payroll")):
+        try:
+            cursor = conn.cursor()
+            cursor.execute(query)
+            out[name] = [list(row) for row in cursor.fetchall()]
+        except Exception as exc:
+            out[name] = f"{type(exc).__name__}: {exc}"
+    print(json.dumps(out, default=str))
+""")
+
+
+def test_flightsql_dbapi_signs_in_with_a_user_name_and_password(make_cluster, flightsql_python, tmp_path):
+    """flightsql-dbapi's ``user``/``password`` (Flight's basic-token handshake) sign in as a user of the catalog, who
+    reads what their grant allows, all of it at the catalog, and is refused the rest."""
+    from flightpart import tokens
+
+    secret = tmp_path / "secret"
+    secret.write_text(tokens.new_secret() + "\n")
+    secret.chmod(0o600)
+    cluster = make_cluster(2, process=True, root=tmp_path / "c", extra_args=["--token-file", str(secret)])
+    table = pa.table({"k": np.arange(100), "v": np.arange(100) % 50})
+    with fp.connect(cluster.uri, token=secret.read_text().strip()) as admin:
+        admin.put("trips", table, tiling=(4, 1))
+        admin.put("payroll", pa.table({"pay": np.arange(3)}))
+        admin.users.add("ana", "ana-password-long")
+        admin.users.grant("read", "trips", "ana")
+    where = urlparse(cluster.uri)
+    ran = subprocess.run([str(flightsql_python), "-c", USER_SCRIPT, where.hostname, str(where.port), "ana",
+                          "ana-password-long"], capture_output=True, text=True, timeout=300)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    got = json.loads(ran.stdout)
+    assert sorted(got["granted"]) == sorted([k, v] for k, v in zip(range(100), [x % 50 for x in range(100)])
+                                            if v >= 30)
+    assert "may not read payroll" in got["ungranted"]

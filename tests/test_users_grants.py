@@ -10,9 +10,12 @@ from __future__ import annotations
 import base64
 import json
 import pickle
+import signal
 import subprocess
 import sys
+import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -331,3 +334,103 @@ def test_admin_commands_on_the_command_line(team, tmp_path):
     done = subprocess.run([sys.executable, "-m", "flightpart", "user", "remove", "gina"], capture_output=True,
                           text=True, env=env, timeout=120)
     assert done.returncode != 0 and "USER_NOT_FOUND" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_user_changes_their_own_password_only_with_the_current_one(team):
+    with admin_of(team) as admin:
+        admin.users.add("hana", "hana-password-long")
+        admin.users.add("ivan", "ivan-password-long")
+    with fp.connect(team.uri, user="hana", password="hana-password-long", host="127.0.0.99") as hana:
+        with pytest.raises(fp.Forbidden, match="current"):
+            hana.users.change("hana", password="hana-new-password")  # a stolen session alone changes nothing
+        with pytest.raises(fp.Forbidden):
+            hana.users.change("ivan", password="taken-over-password", current="hana-password-long")
+        with pytest.raises(fp.Forbidden):
+            hana.users.change("hana", role="admin", current="hana-password-long")
+        assert hana.users.change("hana", password="hana-new-password", current="hana-password-long").changed
+    fp.connect(team.uri, user="hana", password="hana-new-password", host="127.0.0.99").close()
+    with pytest.raises(fp.Unauthenticated):
+        fp.connect(team.uri, user="hana", password="hana-password-long", host="127.0.0.99")
+
+
+def test_guesses_sent_at_once_are_counted_before_they_are_checked(team):
+    with admin_of(team) as admin:
+        admin.users.add("judy", "judy-password-long")
+    outcomes: list[str] = []
+
+    def guess(k: int) -> None:
+        try:
+            fp.connect(team.uri, user="judy", password=f"guess-number-{k}", host="127.0.0.99").close()
+            outcomes.append("in")
+        except fp.Unauthenticated as refused:
+            outcomes.append("checked" if "wrong user name or password" in str(refused) else "held")
+
+    threads = [threading.Thread(target=guess, args=(k,)) for k in range(24)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert "in" not in outcomes and len(outcomes) == 24
+    assert outcomes.count("checked") <= 5 < outcomes.count("held"), outcomes
+
+
+def test_an_ingest_stops_when_its_writers_grant_is_withdrawn_and_publishes_nothing(team):
+    adbc = pytest.importorskip("adbc_driver_flightsql.dbapi")
+    with admin_of(team) as admin:
+        admin.users.add("kim", "kim-password-long", role="writer")
+        admin.users.grant("write", "kims_*", "kim")
+        schema = pa.schema([("id", pa.int64())])
+        sent = threading.Event()
+
+        def slow_batches():
+            for k in range(40):
+                if k == 2:
+                    sent.set()
+                time.sleep(0.1)
+                yield pa.record_batch([pa.array(np.arange(1000) + 1000 * k)], schema=schema)
+
+        def revoke_soon():
+            sent.wait(60)
+            admin.users.revoke("write", "kims_*", "kim")
+
+        revoker = threading.Thread(target=revoke_soon)
+        revoker.start()
+        with adbc.connect(team.uri, db_kwargs={"username": "kim", "password": "kim-password-long"}) as conn:
+            with conn.cursor() as cur, pytest.raises(adbc.Error) as refused:
+                cur.adbc_ingest("kims_log", pa.RecordBatchReader.from_batches(schema, slow_batches()), mode="create")
+        revoker.join(60)
+        assert "withdrawn" in str(refused.value)
+        assert "kims_log" not in {entry.name for entry in admin.list()}
+
+
+def test_a_node_restarted_while_its_catalog_is_away_still_refuses_revoked_handles(team):
+    node = team.nodes[-1]
+    with admin_of(team) as admin:
+        admin.users.add("lena", "lena-password-long")
+        admin.users.grant("read", "sales_us", "lena")
+        with fp.connect(team.uri, user="lena", password="lena-password-long", host="127.0.0.99") as lena:
+            meta = lena.open("sales_us").__partitioned__
+        admin.users.remove("lena")
+    held = [p["data"] for p in meta["partitions"].values() if p["data"].replicas[0][0] == node.uri]
+    assert held, "the restarted node holds a partition of sales_us"
+    options = flight.FlightCallOptions(headers=[(b"authorization", f"Bearer {meta['get'].access.token}".encode())])
+
+    def read_from_the_node() -> str:
+        try:
+            return str(flight.connect(node.uri).do_get(flight.Ticket(held[0].spec.encode()),
+                                                        options=options).read_all().num_rows)
+        except flight.FlightError as refused:
+            return str(refused)
+
+    assert "revoked" in read_from_the_node()
+    host, port = node.uri.split("//")[1].rsplit(":", 1)
+    data_dir = Path(node.args[node.args.index("--data-dir") + 1])
+    team.catalog.proc.send_signal(signal.SIGSTOP)
+    try:
+        node.stop()
+        team.nodes.remove(node)
+        node = team.add_node(host, data_dir=data_dir, args=["--port", port])
+        answer = read_from_the_node()
+    finally:
+        team.catalog.proc.send_signal(signal.SIGCONT)
+    assert "revoked" in answer, answer

@@ -65,9 +65,12 @@ def user_add(name: str, role: str, password_file: str | None, catalog: str, as_j
 @CATALOG_OPTION
 @JSON_OPTION
 def user_passwd(name: str, password_file: str | None, catalog: str, as_json: bool) -> None:
-    """Set a user's password (an admin's, or the user's own); their other sessions end."""
+    """Set a user's password (an admin's, or the user's own: signed in as them with $FLIGHTPART_USER and
+    $FLIGHTPART_PASSWORD, which is then the current one); their sessions end."""
+    own = os.environ.get("FLIGHTPART_USER") == name
     with client_for(catalog) as client:
-        _said(as_json, client.users.change(name, password=_new_password(password_file)))
+        _said(as_json, client.users.change(name, password=_new_password(password_file),
+                                           current=os.environ.get("FLIGHTPART_PASSWORD") if own else None))
 
 
 @user.command("role")

@@ -192,7 +192,7 @@ class Gateway:
         except (duckdb.InterruptException, Stopped):
             raise self._stopped(stop) from None
         except duckdb.Error as exc:
-            raise failed(exc, failures, self.engine, self._dataset_names, names_dataset) from None
+            raise failed(exc, failures, self.engine, self._shown_names, names_dataset) from None
         finally:
             stop.done()
             con.close()
@@ -366,6 +366,12 @@ class Gateway:
 
     def _dataset_names(self) -> set[str]:
         return set(self._latest_versions())
+
+    def _shown_names(self) -> set[str]:
+        """The datasets this call's caller is shown (:data:`CALLER`): what an error may suggest instead of a name."""
+        caller = CALLER.get()
+        names = self._dataset_names()
+        return names if caller is None else {name for name in names if caller.shows(name)}
 
     def _latest_versions(self) -> dict[str, int]:
         """Each dataset's latest committed version."""

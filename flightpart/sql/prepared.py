@@ -66,15 +66,16 @@ class PreparedStatements:
             self._touch(handle, statement)
             return statement.query, statement.values
 
-    def bind(self, handle: bytes, values: pa.Table, nbytes: int) -> None:
-        """``values`` (``nbytes``) bound to a statement, in place of any before; room made for them first."""
+    def bind(self, handle: bytes, values: pa.Table, nbytes: int, caller: str) -> None:
+        """``values`` (``nbytes``) bound to ``caller``'s statement, in place of any before; room made for them first.
+        Another caller's handle is unknown to this one."""
         if nbytes > share(self.most_bytes):
             raise LimitExceeded(f"Flight SQL: {nbytes:,} bytes of parameters, more than the {share(self.most_bytes):,} "
                                 "one caller's prepared statements may keep", field="parameters")
         with self._lock:
             self._expire()
             statement = self._kept.get(handle)
-            if statement is None:
+            if statement is None or statement.caller != caller:
                 raise unknown()
             self._set_bytes(statement, 0)
             statement.values = None
@@ -86,9 +87,12 @@ class PreparedStatements:
             statement.values = values
             self._set_bytes(statement, nbytes)
 
-    def close(self, handle: bytes) -> None:
+    def close(self, handle: bytes, caller: str) -> None:
+        """Forget ``caller``'s statement (another caller's handle closes nothing)."""
         with self._lock:
-            self._forget(handle)
+            statement = self._kept.get(handle)
+            if statement is not None and statement.caller == caller:
+                self._forget(handle)
 
     def held(self) -> tuple[int, int]:
         """The statements kept and the bytes of their bound values."""

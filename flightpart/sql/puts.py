@@ -37,7 +37,7 @@ def ingest(writer: Callable[[], Any], body: bytes, reader: flight.MetadataRecord
            may_write: Callable[[str], None] = lambda name: None) -> int:
     """``adbc_ingest``: the stream stored through ``writer()`` as a new dataset, the next version of one, or appended to
     one, cut into partitions as it arrives; returns the rows stored. ``may_write(name)`` raises when the caller may
-    not write the table it names (before anything is read)."""
+    not write the table it names: asked before anything is read and again before each batch is taken."""
     options = dict(proto.fields(proto.bytes_field(body, 1, "table_definition_options") or b""))
     if_missing = proto.IF_NOT_EXIST.get(int(options.get(1, 0) or 0))
     if_exists = proto.IF_EXISTS.get(int(options.get(2, 0) or 0))
@@ -56,9 +56,13 @@ def ingest(writer: Callable[[], Any], body: bytes, reader: flight.MetadataRecord
                               field="table")
     if not exists and if_missing == "fail":
         raise DatasetNotFound(f"adbc_ingest: no dataset {name!r} to append to (mode='append')", field="table")
-    batches = (check_sound(chunk.data, "adbc_ingest: a batch", "batch")
-               for chunk in chunks(reader) if chunk.data is not None)
-    stream = pa.RecordBatchReader.from_batches(reader.schema, batches)
+    def batches() -> Iterator[pa.RecordBatch]:
+        for chunk in chunks(reader):
+            if chunk.data is not None:
+                may_write(name)  # again for each batch: a write withdrawn meanwhile stops it, publishing nothing
+                yield check_sound(chunk.data, "adbc_ingest: a batch", "batch")
+
+    stream = pa.RecordBatchReader.from_batches(reader.schema, batches())
     if exists and if_exists == "append":
         before = client.open(name).shape[0]
         return client.append(name, stream).shape[0] - before

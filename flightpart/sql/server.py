@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from flightpart import sqlwire as proto
-from flightpart.errors import FlightpartError, LimitExceeded, RequestRejected
+from flightpart.errors import FlightpartError, Forbidden, LimitExceeded, RequestRejected
 from flightpart.frames import size_of
 from flightpart.server.auth import authorize, peer_ip
 from flightpart.server.base import Action, action_table, boundary, schema_error
@@ -300,7 +300,7 @@ class SqlCatalogServer(CatalogServer):
         if command is None or command.name != proto.CLOSE_PREPARED:
             raise RequestRejected("ClosePreparedStatement: expected an ActionClosePreparedStatementRequest",
                                   field="action")
-        self.prepared.close(_prepared_handle(command))
+        self.prepared.close(_prepared_handle(command), self._caller(context))
         return []
 
     def _close_session(self, context: Any, action: flight.Action) -> list[flight.Result]:
@@ -313,8 +313,17 @@ class SqlCatalogServer(CatalogServer):
                 writer: flight.FlightMetadataWriter) -> None:
         credential = authorize(context, "write")
         client = peer_ip(context.peer()) if context is not None else ""
-        stored = puts.ingest(self.gateway.writer, command.value, reader,
-                             lambda name: self.require(credential, "write", name, "ingest", client=client))
+        asked: list[str] = []
+
+        def may_write(name: str) -> None:
+            if not asked:  # the decision, written to the audit trail once
+                self.require(credential, "write", name, "ingest", client=client)
+                asked.append(name)
+            elif not self.may(self.guard.standing(credential), "write", name):
+                raise Forbidden(f"user {credential.name}'s write grant on {name} was withdrawn while the ingest ran: "
+                                "nothing of it was published", field="table")
+
+        stored = puts.ingest(self.gateway.writer, command.value, reader, may_write)
         writer.write(pa.py_buffer(proto.message((1, stored))))  # DoPutUpdateResult
 
     def _bind(self, context: Any, command: proto.Any_, reader: flight.MetadataRecordBatchReader,
@@ -326,7 +335,7 @@ class SqlCatalogServer(CatalogServer):
         with self.binds.held(_gave_up(context), caller):
             values, size = puts.parameters(reader, self.sql_limits.parameters)
         puts.check_sound(values, "bound parameters", "parameters")
-        self.prepared.bind(handle, values, size)
+        self.prepared.bind(handle, values, size, caller)
         writer.write(pa.py_buffer(proto.message((1, handle))))  # DoPutPreparedStatementResult
 
 

@@ -6,9 +6,11 @@ actions, and the withdrawals every node enforces.
   password=...)`` send it; or an identity provider's JWT (:mod:`..identity`) as the bearer, accepted on every call
   and exchanged for a session token by a handshake. A session token is signed like every token, so nodes check it
   with the verify key; a user reads partitions from nodes only with the capability their open gave.
-- **Failed sign-ins** are counted per user name: past :data:`FREE_FAILURES` in a row, that name's sign-ins are refused
-  unchecked for a time that doubles with each failure (at most :data:`MOST_LOCKOUT` seconds); at most
-  :data:`CHECKS_AT_ONCE` passwords are hashed at once, whoever asks, so guessing in a loop costs the catalog little.
+- **Failed sign-ins** are counted per user: past :data:`FREE_FAILURES` in a row, that user's sign-ins are refused
+  unchecked for a time that doubles with each failure (at most :data:`MOST_LOCKOUT` seconds), and checks in flight
+  count against what is left, so guesses sent at once do not outrun the count. At most :data:`CHECKS_AT_ONCE` users'
+  passwords are hashed at once, and names that are no user's get a dummy hash as long in one slot of their own, so
+  a flood of made-up names neither holds users' sign-ins up nor fills memory.
 - **Standing.** Each call's credential is checked against the rules as they are now (:meth:`current`): a removed
   user or a revoked session is ``UNAUTHENTICATED`` at once; a user's role is the one kept, not the token's.
 - **Datasets.** :meth:`require` is the one check: a user may do what a grant to them or their groups allows
@@ -34,7 +36,7 @@ from collections import OrderedDict
 from typing import Any
 
 from flightpart.errors import Forbidden, RequestRejected, ServerBusy, Unauthenticated, UserNotFound
-from flightpart.grants import ANY, TOKEN_HOLDER_PREFIX, Grant, Revocation, allowed
+from flightpart.grants import ANY, ANY_IDP_HOLDER, IDP_HOLDER_PREFIX, TOKEN_HOLDER_PREFIX, Grant, Revocation, allowed
 from flightpart.passwords import WeakPassword, check_new_password, hash_password, password_matches, unknown_user_hash
 from flightpart.tokens import Credential, session_token, verify_token
 from flightpart.wire import (
@@ -73,7 +75,7 @@ CHECKS_AT_ONCE = 2
 """Passwords hashed at once; a sign-in waits at most :data:`CHECK_WAIT` seconds for its turn, then is ``BUSY``."""
 CHECK_WAIT = 10.0
 NAMES_WATCHED = 10_000
-"""User names whose failures are remembered (the oldest forgotten first)."""
+"""Sign-ins remembered (:data:`SIGNED_IN_SECONDS`) and identity provider tokens seen, the oldest forgotten first."""
 SIGNED_IN_SECONDS = 60.0
 """How long a name and password that signed in are remembered, so a client sending them on every call is not
 hashed every time (forgotten at once when the user's password, role or existence changes)."""
@@ -82,29 +84,49 @@ FOREVER = 1e12
 
 
 class SignInThrottle:
-    """Failed sign-ins per user name, and the lockout they earn (see the module doc)."""
+    """Failed sign-ins per user, checks in flight per user, and the lockout they earn (see the module doc). Only the
+    names of users are kept (at most :data:`~..state.access.MAX_USERS`), so a flood of made-up names fills nothing."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._failures: OrderedDict[str, tuple[int, float]] = OrderedDict()  # name -> (failures in a row, last)
+        self._failures: dict[str, tuple[int, float]] = {}  # user -> (failures in a row, when the last)
+        self._flying: dict[str, int] = {}  # user -> passwords of theirs being checked now
 
-    def wait_left(self, name: str, now: float) -> float:
-        """Seconds before ``name`` may try again (0: now)."""
+    def admit(self, name: str, now: float) -> float:
+        """0 and one more check of ``name`` in flight, or the seconds before ``name`` may try again: locked after
+        :data:`FREE_FAILURES` failures, and checks in flight count against what is left of them, so guesses sent
+        at once cannot outrun the count."""
         with self._lock:
             failures, last = self._failures.get(name, (0, 0.0))
-        if failures < FREE_FAILURES:
+            if failures >= FREE_FAILURES:
+                wait = last + min(MOST_LOCKOUT, 2.0 ** (failures - FREE_FAILURES)) - now
+                if wait > 0:
+                    return wait
+            flying = self._flying.get(name, 0)
+            if flying >= max(1, FREE_FAILURES - failures):
+                return 1.0
+            self._flying[name] = flying + 1
             return 0.0
-        return max(0.0, last + min(MOST_LOCKOUT, 2.0 ** (failures - FREE_FAILURES)) - now)
 
-    def failed(self, name: str, now: float) -> int:
+    def done(self, name: str, now: float, matched: bool | None) -> int:
+        """A check of ``name`` admitted is over (``matched`` None: it was not made); the failures in a row now."""
         with self._lock:
-            failures = self._failures.pop(name, (0, 0.0))[0] + 1
+            left = self._flying.get(name, 1) - 1
+            if left > 0:
+                self._flying[name] = left
+            else:
+                self._flying.pop(name, None)
+            if matched is None:
+                return self._failures.get(name, (0, 0.0))[0]
+            if matched:
+                self._failures.pop(name, None)
+                return 0
+            failures = self._failures.get(name, (0, 0.0))[0] + 1
             self._failures[name] = (failures, now)
-            while len(self._failures) > NAMES_WATCHED:
-                self._failures.popitem(last=False)
             return failures
 
-    def succeeded(self, name: str) -> None:
+    def forget(self, name: str) -> None:
+        """A removed user's failures."""
         with self._lock:
             self._failures.pop(name, None)
 
@@ -124,6 +146,7 @@ class AccessControl(NodeOrders):
         self.identity = identity
         self._throttle = SignInThrottle()
         self._checking = threading.BoundedSemaphore(CHECKS_AT_ONCE)
+        self._checking_unknown = threading.BoundedSemaphore(1)  # names that are no user's, hashed apart
         self._signed_in: OrderedDict[bytes, tuple[Credential, str, float, int]] = OrderedDict()
         self._signed_in_lock = threading.Lock()
         self._signed_in_key = secrets.token_bytes(32)
@@ -144,29 +167,41 @@ class AccessControl(NodeOrders):
         if not sep or not user:
             raise Unauthenticated("sign-in: expected Basic credentials, base64 of user:password", field="authorization")
         now = wall_clock()
-        wait = self._throttle.wait_left(user, now)
+        rules = self.state.access_rules()
+        record = rules.users.get(user)
+        if record is None:  # no account to guess: the same refusal, after a hash as long, in a slot of its own
+            if not self._checking_unknown.acquire(timeout=CHECK_WAIT):
+                raise ServerBusy("busy: too many sign-ins are being checked at once; retry shortly")
+            try:
+                password_matches(unknown_user_hash(), password)
+            finally:
+                self._checking_unknown.release()
+            self._refuse_sign_in(user[:64], "wrong user name or password")
+            raise Unauthenticated("sign-in refused: wrong user name or password", field="authorization")
+        wait = self._throttle.admit(user, now)
         if wait > 0:
             self._refuse_sign_in(user, f"locked for {wait:.0f} s more after failed sign-ins")
-            raise Unauthenticated(f"sign-in refused: too many failed sign-ins for {user:.64}; try again in "
+            raise Unauthenticated(f"sign-in refused: too many failed sign-ins for {user}; try again in "
                                   f"{max(1, round(wait))} s", field="authorization")
-        key = hmac.new(self._signed_in_key, f"{user}\0{password}".encode(), hashlib.sha256).digest()
-        rules = self.state.access_rules()
-        with self._signed_in_lock:
-            kept = self._signed_in.get(key)
-        if kept is not None and kept[2] > time.monotonic() and kept[3] == rules.version:
-            return kept[0], kept[1]
-        record = rules.users.get(user)
-        if not self._checking.acquire(timeout=CHECK_WAIT):
-            raise ServerBusy("busy: too many sign-ins are being checked at once; retry shortly")
+        matched: bool | None = None  # None: not checked (busy), which is no failure
         try:
-            matched = password_matches(record.hash if record is not None else unknown_user_hash(), password)
+            key = hmac.new(self._signed_in_key, f"{user}\0{password}".encode(), hashlib.sha256).digest()
+            with self._signed_in_lock:
+                kept = self._signed_in.get(key)
+            if kept is not None and kept[2] > time.monotonic() and kept[3] == rules.version:
+                matched = True
+                return kept[0], kept[1]
+            if not self._checking.acquire(timeout=CHECK_WAIT):
+                raise ServerBusy("busy: too many sign-ins are being checked at once; retry shortly")
+            try:
+                matched = password_matches(record.hash, password)
+            finally:
+                self._checking.release()
         finally:
-            self._checking.release()
-        if record is None or not matched:
-            failures = self._throttle.failed(user, now)
+            failures = self._throttle.done(user, now, matched)
+        if not matched:
             self._refuse_sign_in(user, "wrong user name or password", failures=failures)
             raise Unauthenticated("sign-in refused: wrong user name or password", field="authorization")
-        self._throttle.succeeded(user)
         expiry = int(now + self.session_ttl)
         credential = Credential(record.role, user, expiry, holder=user, issued=now, user=True)
         token = session_token(self.secret, user, record.role, now, expiry)
@@ -190,8 +225,15 @@ class AccessControl(NodeOrders):
         except Unauthenticated as refused:
             self._refuse_sign_in("", f"identity provider token: {refused.message}")
             raise
-        credential = Credential(identity.role, identity.user, identity.expiry, holder=identity.user, issued=0.0,
-                                user=True, groups=identity.groups)
+        local = self.state.access_rules().users
+        if identity.user in local:
+            self._refuse_sign_in(identity.user, "identity provider token names a local user")
+            raise Unauthenticated(f"JWT refused: {identity.user} is a user of this catalog, who signs in with their "
+                                  "password; an identity provider's users have names of their own",
+                                  field="authorization")
+        groups = tuple(g for g in identity.groups if g not in local)  # a local user's name is no provider's group
+        credential = Credential(identity.role, identity.user, identity.expiry,
+                                holder=IDP_HOLDER_PREFIX + identity.user, issued=0.0, user=True, groups=groups)
         with self._signed_in_lock:
             first = token not in self._seen_federated
             self._seen_federated[token] = None
@@ -200,7 +242,7 @@ class AccessControl(NodeOrders):
         if first:
             audit(self.telemetry, "sign-in", True, credential, via="identity provider", groups=list(identity.groups))
         expiry = int(min(identity.expiry, now + self.session_ttl))
-        return credential, session_token(self.secret, identity.user, identity.role, now, expiry, identity.groups)
+        return credential, session_token(self.secret, identity.user, identity.role, now, expiry, groups)
 
     def current(self, credential: Credential) -> Credential:
         if not credential.holder:
@@ -276,10 +318,17 @@ class AccessControl(NodeOrders):
 
     def _change_user(self, b: ChangeUser) -> AccessChanged:
         credential = self.caller.credential
-        own = credential.user and credential.name == b.name
-        if credential.role not in ("admin", "owner") and not (own and b.role is None):
-            raise Forbidden(f"{credential.name} may change only their own password; an admin changes others' and "
-                            "roles", field="name")
+        own = credential.user and credential.groups is None and credential.name == b.name
+        if not own or credential.role == "admin":
+            if credential.role not in ("admin", "owner"):
+                raise Forbidden(f"{credential.name} may change only their own password; an admin changes others' "
+                                "and roles", field="name")
+        elif b.role is not None:
+            raise Forbidden("a user may not change their own role: an admin does", field="role")
+        elif b.current is None or not self._password_is(b.name, b.current):
+            self._refuse_sign_in(b.name, "password change without the current password")
+            raise Forbidden("changing your own password takes your current one (`flightpart user passwd` asks for "
+                            "it)", field="current")
         if b.password is None and b.role is None:
             return AccessChanged(False, "nothing to change: give a password or a role")
         if b.password is not None:
@@ -291,9 +340,20 @@ class AccessControl(NodeOrders):
         self._tell_nodes()
         return AccessChanged(True, f"user {b.name} changed; their other sessions ended")
 
+    def _password_is(self, name: str, password: str) -> bool:
+        """Whether ``password`` is ``name``'s (hashed in one of the sign-in slots)."""
+        record = self.state.access_rules().users.get(name)
+        if record is None or not self._checking.acquire(timeout=CHECK_WAIT):
+            return False
+        try:
+            return password_matches(record.hash, password)
+        finally:
+            self._checking.release()
+
     def _remove_user(self, b: RemoveUser) -> AccessChanged:
         now = wall_clock()
         self.state.remove_user(b.name, Revocation(b.name, ANY, now, self._until()))
+        self._throttle.forget(b.name)
         self._admin("user-remove", removed=b.name)
         self._tell_nodes()
         return AccessChanged(True, f"user {b.name} removed; their sessions and handles are void")
@@ -321,6 +381,10 @@ class AccessControl(NodeOrders):
         affected = {b.grantee} if b.grantee in before.users else {
             member for member, groups in before.groups.items() if b.grantee in groups}
         lost = [] if b.granted else self._lost(before, affected, lambda g: g == grant)
+        if not b.granted and b.grantee not in before.users:  # a group, or a provider's user: its members unknown here
+            now, until = wall_clock(), self._until()
+            lost += [Revocation(ANY_IDP_HOLDER, record.dataset, now, until) for record in self.state.datasets()
+                     if grant.covers("read", record.dataset)]
         changed = self.state.set_grant(grant, b.granted, lost)
         self._admin("grant" if b.granted else "revoke", access=b.access, pattern=b.pattern, grantee=b.grantee,
                     changed=changed)
@@ -339,6 +403,7 @@ class AccessControl(NodeOrders):
         now = wall_clock()
         if b.user is not None:
             entry = Revocation(b.user, ANY, now, self._until())
+            entries = [entry, Revocation(IDP_HOLDER_PREFIX + b.user, ANY, now, self._until())]
             said = f"every session and handle of {b.user} issued until now is void"
         else:
             assert self.secret is not None and b.token is not None
@@ -348,10 +413,11 @@ class AccessControl(NodeOrders):
                                 "secret itself, or not signed here)", field="token")
             until = FOREVER if not credential.expiry else credential.expiry + 2 * CLOCK_MARGIN
             entry = Revocation(credential.holder, ANY, now, max(until, self._until()))
+            entries = [entry]
             said = (f"the token ({credential.role} {credential.name}) is void, with the handles opened with it"
                     if credential.holder.startswith(TOKEN_HOLDER_PREFIX) else
                     f"every session and handle of {credential.holder} issued until now is void")
-        self.state.add_revocations([entry])
+        self.state.add_revocations(entries)
         self._admin("revoke-sessions", holder=entry.holder)
         self._tell_nodes()
         return AccessChanged(True, said)

@@ -8,6 +8,7 @@ only from the node's own cluster and from its leading catalog (:meth:`CatalogLin
 from __future__ import annotations
 
 import dataclasses
+import json
 import threading
 import time
 
@@ -24,6 +25,7 @@ from flightpart.errors import (
 )
 from flightpart.frames import size_of
 from flightpart.grants import Revocation
+from flightpart.io import layout
 from flightpart.io.connections import DEFAULT_TIMEOUT, ConnectionPool
 from flightpart.io.errors import translate, translated
 from flightpart.io.transfer import chunks, put_deadline, send_partition
@@ -222,9 +224,27 @@ class CatalogLink(NodeBase):
         return RevocationsTaken(len(body.entries))
 
     def take_revocations(self, entries: tuple[RevocationEntry, ...]) -> None:
-        """The withdrawals this node enforces on every call and stream from now (:mod:`flightpart.grants`)."""
+        """The withdrawals this node enforces on every call and stream from now (:mod:`flightpart.grants`), kept in its
+        data directory too, so a node restarted while its catalog is out of reach still enforces them."""
         self.guard.revoked.set(tuple(Revocation(e.holder, e.pattern, e.at, e.until) for e in entries))
+        body = json.dumps([e.to_json() for e in entries], separators=(",", ":")).encode()
+        layout.write_atomically(self.store.root / REVOCATIONS_FILE, body, self.store.modes.file)
         log.info("enforcing %d revocations from the catalog", len(entries))
+
+    def load_revocations(self) -> None:
+        """The withdrawals last heard from the catalog, kept in the data directory (none when there is no file; a file
+        that cannot be read is logged and left for the catalog's next word)."""
+        path = self.store.root / REVOCATIONS_FILE
+        try:
+            raw = path.read_bytes()
+        except FileNotFoundError:
+            return
+        try:
+            entries = Revocations.from_json({"entries": json.loads(raw)}).entries
+        except (ValueError, RequestRejected) as exc:
+            log.warning("%s cannot be read (%s): revocations are taken from the catalog when it answers", path, exc)
+            return
+        self.guard.revoked.set(tuple(Revocation(e.holder, e.pattern, e.at, e.until) for e in entries))
 
     def _seal(self, body: Seal) -> Sealed:
         self._check_cluster(body.cluster, body.epoch)
@@ -283,6 +303,9 @@ class CatalogLink(NodeBase):
                                 f"already, but reading it failed: {refusal.message}", field="copy-to.target") from None
         return offset == table.num_rows
 
+
+REVOCATIONS_FILE = "revocations.json"
+"""Where a node keeps the withdrawals its catalog last sent (in its data directory)."""
 
 CATALOG_ORDERS = (
     Action(DropFiles, CatalogLink._drop, "remove a dataset version's files (orders from this node's own cluster only)",

@@ -108,6 +108,7 @@ class NodeServer(CatalogLink, Integrity, PutStreams, GetStreams, NodeActions):
         self.init_integrity()
         if direct_reads:  # a client in this process reads the stored table itself (off: it streams, as from anywhere)
             inprocess.register(self.uri, self.store.open)
+        self.load_revocations()  # enforced before the first call is answered, whether the catalog answers or not
         if catalog:
             self.start_reports()
         if self.scrub_interval > 0 and self.scrub_rate > 0:
