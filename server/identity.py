@@ -169,6 +169,11 @@ class JwtVerifier:
         else:
             self._file_keys()
 
+    def cached_tokens(self) -> int:
+        """How many verified tokens are remembered (at most :data:`CACHED_TOKENS`)."""
+        with self._lock:
+            return len(self._verified)
+
     def verify(self, token: str, now: float, leeway: float = 30.0) -> Identity:
         """The identity a JWT proves, judged at Unix time ``now``; raises Unauthenticated with a one-line reason."""
         try:

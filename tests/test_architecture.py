@@ -276,11 +276,12 @@ def test_the_sql_service_is_a_gateway_of_planners_behind_a_flight_sql_server():
     query = {p.stem for p in (ROOT / "flightpart" / "query").glob("*.py")} - {"__init__"}
     assert "predicates" in query and "sql" not in query
     assert names & query == set()
-CATALOG_PARTS = {"leadership", "registry", "versions", "repair", "publish", "reads"}
+CATALOG_PARTS = {"leadership", "registry", "versions", "repair", "publish", "reads", "access"}
 STATE_ARROWS = {"records": set(), "database": set(), "tables": {"records", "database"}, "core": {"database", "tables"},
                 "nodes": {"core", "database", "records", "tables"},
                 "versions": {"core", "database", "records", "tables"},
-                "composed": {"nodes", "versions"}}
+                "access": {"core", "database"},
+                "composed": {"nodes", "versions", "access"}}
 """Which module of the catalog's state may import which (none imports the catalog)."""
 
 

@@ -12,8 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from contextvars import ContextVar
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 import pyarrow.flight as flight
@@ -27,6 +26,7 @@ from flightpart.kept import Kept
 from flightpart.wire import decode_flight_info
 
 from . import binding, scans
+from .callers import CALLER, check_caller
 from .collected import Count
 from .duckdb_errors import SqlError, failed
 from .engine import Engine
@@ -57,22 +57,6 @@ class Statements(NamedTuple):
     one: bool
     kind: Any
     parameters: int
-
-
-class CallerReads(Protocol):
-    """What the call being answered may read (set per call in :data:`CALLER` by the SQL server)."""
-
-    def check(self, datasets: list[str]) -> None:
-        """Raise :class:`~flightpart.errors.Forbidden` unless the caller may read every one of ``datasets``."""
-        ...
-
-    def shows(self, dataset: str) -> bool:
-        """Whether listings (``SHOW TABLES``, ``information_schema``, GetTables) show ``dataset`` to the caller."""
-        ...
-
-
-CALLER: ContextVar[CallerReads | None] = ContextVar("flightpart_sql_caller", default=None)
-"""The caller of the query this thread answers; None (the catalog's own use): every dataset."""
 
 
 class Gateway:
@@ -214,18 +198,9 @@ class Gateway:
         return named
 
     def _check_caller(self, named: list[str]) -> None:
-        """:class:`~flightpart.errors.Forbidden` unless this call's caller (:data:`CALLER`) may read every dataset of
-        ``named`` (table names as a query writes them: any case, ``name@version``)."""
-        caller = CALLER.get()
-        if caller is None or not named:
-            return
-        names = self._dataset_names()
-        datasets = []
-        for table in named:
-            match = VERSIONED.match(table)
-            base = match["name"] if match else table
-            datasets.append(dataset_named(base, names) or base)
-        caller.check(sorted(set(datasets)))
+        """:class:`~flightpart.errors.Forbidden` unless this call's caller (:data:`~.callers.CALLER`) may read every
+        dataset of ``named``."""
+        check_caller(named, self._dataset_names)
 
     def _answered(self, query: Query, route: Route) -> pa.Table:
         """``query``'s answer by the first of :attr:`planners` that does not decline, its way noted in ``route``."""

@@ -10,28 +10,28 @@ refused. Queries are authorized as reads and run in
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import pyarrow as pa
 import pyarrow.flight as flight
 
 from flightpart import sqlwire as proto
-from flightpart.errors import FlightpartError, Forbidden, LimitExceeded, RequestRejected
+from flightpart.errors import FlightpartError, LimitExceeded, RequestRejected
 from flightpart.frames import size_of
 from flightpart.server.auth import authorize, peer_ip
 from flightpart.server.base import Action, action_table, boundary, schema_error
 from flightpart.server.catalog import CatalogServer
 from flightpart.server.settings import CatalogSettings
-from flightpart.tokens import Credential, role_token
+from flightpart.tokens import role_token
 from flightpart.wire import GetQueries, QueriesReply
 
 from . import listing, puts
 from .answers import Answers, Meter
-from .gateway import CALLER, Gateway
+from .callers import CALLER, ingest_check, reading_as
+from .gateway import Gateway
 from .history import QueryHistory, QueryRecord
 from .limits import SqlLimits
 from .metadata import sql_info, xdbc_type_info
@@ -170,19 +170,10 @@ class SqlCatalogServer(CatalogServer):
         with boundary(log, what, self.telemetry, context, sent_as), self._as_caller(context):
             return work()
 
-    @contextlib.contextmanager
-    def _as_caller(self, context: Any) -> Iterator[None]:
-        """The call's caller, allowed to read, as the gateway's :data:`~.gateway.CALLER` while it is answered: a user
-        reads and lists only what their grants allow (each decision in the audit trail); others, every dataset."""
+    def _as_caller(self, context: Any) -> Any:
+        """The call's caller, allowed to read, as the gateway's caller while it is answered (:func:`.reading_as`)."""
         credential = authorize(context, "read")
-        if not credential.user:
-            yield
-            return
-        token = CALLER.set(_UserReads(self, credential, peer_ip(context.peer()) if context is not None else ""))
-        try:
-            yield
-        finally:
-            CALLER.reset(token)
+        return reading_as(credential, peer_ip(context.peer()) if context else "", self.require, self.visible)
 
     @staticmethod
     def _caller(context: Any) -> str:
@@ -311,18 +302,9 @@ class SqlCatalogServer(CatalogServer):
 
     def _ingest(self, context: Any, command: proto.Any_, reader: flight.MetadataRecordBatchReader,
                 writer: flight.FlightMetadataWriter) -> None:
-        credential = authorize(context, "write")
-        client = peer_ip(context.peer()) if context is not None else ""
-        asked: list[str] = []
-
-        def may_write(name: str) -> None:
-            if not asked:  # the decision, written to the audit trail once
-                self.require(credential, "write", name, "ingest", client=client)
-                asked.append(name)
-            elif not self.may(self.guard.standing(credential), "write", name):
-                raise Forbidden(f"user {credential.name}'s write grant on {name} was withdrawn while the ingest ran: "
-                                "nothing of it was published", field="table")
-
+        credential, client = authorize(context, "write"), peer_ip(context.peer()) if context is not None else ""
+        may_write = ingest_check(credential, client, self.require,
+                                 lambda c, n: self.may(self.guard.standing(c), "write", n))
         stored = puts.ingest(self.gateway.writer, command.value, reader, may_write)
         writer.write(pa.py_buffer(proto.message((1, stored))))  # DoPutUpdateResult
 
@@ -337,22 +319,6 @@ class SqlCatalogServer(CatalogServer):
         puts.check_sound(values, "bound parameters", "parameters")
         self.prepared.bind(handle, values, size, caller)
         writer.write(pa.py_buffer(proto.message((1, handle))))  # DoPutPreparedStatementResult
-
-
-class _UserReads:
-    """A user's reads for the gateway (:class:`~.gateway.CallerReads`): their grants, checked and written to the audit
-    trail."""
-
-    def __init__(self, server: SqlCatalogServer, credential: Credential, client: str):
-        self.server, self.credential, self.client = server, credential, client
-        self._shows = server.visible(credential)
-
-    def check(self, datasets: list[str]) -> None:
-        for dataset in datasets:
-            self.server.require(self.credential, "read", dataset, "query", client=self.client)
-
-    def shows(self, dataset: str) -> bool:
-        return bool(self._shows(dataset))
 
 
 SqlCatalogServer.actions = {**CatalogServer.actions, **action_table(

@@ -6,11 +6,7 @@ actions, and the withdrawals every node enforces.
   password=...)`` send it; or an identity provider's JWT (:mod:`..identity`) as the bearer, accepted on every call
   and exchanged for a session token by a handshake. A session token is signed like every token, so nodes check it
   with the verify key; a user reads partitions from nodes only with the capability their open gave.
-- **Failed sign-ins** are counted per user: past :data:`FREE_FAILURES` in a row, that user's sign-ins are refused
-  unchecked for a time that doubles with each failure (at most :data:`MOST_LOCKOUT` seconds), and checks in flight
-  count against what is left, so guesses sent at once do not outrun the count. At most :data:`CHECKS_AT_ONCE` users'
-  passwords are hashed at once, and names that are no user's get a dummy hash as long in one slot of their own, so
-  a flood of made-up names neither holds users' sign-ins up nor fills memory.
+- **Failed sign-ins** slow guessing (:mod:`..sign_ins`).
 - **Standing.** Each call's credential is checked against the rules as they are now (:meth:`current`): a removed
   user or a revoked session is ``UNAUTHENTICATED`` at once; a user's role is the one kept, not the token's.
 - **Datasets.** :meth:`require` is the one check: a user may do what a grant to them or their groups allows
@@ -23,22 +19,14 @@ actions, and the withdrawals every node enforces.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import dataclasses
-import hashlib
-import hmac
 import logging
-import secrets
-import threading
-import time
-from collections import OrderedDict
 from typing import Any
 
-from flightpart.errors import Forbidden, RequestRejected, ServerBusy, Unauthenticated, UserNotFound
+from flightpart.errors import Forbidden, RequestRejected, Unauthenticated, UserNotFound
 from flightpart.grants import ANY, ANY_IDP_HOLDER, IDP_HOLDER_PREFIX, TOKEN_HOLDER_PREFIX, Grant, Revocation, allowed
-from flightpart.passwords import WeakPassword, check_new_password, hash_password, password_matches, unknown_user_hash
-from flightpart.tokens import Credential, session_token, verify_token
+from flightpart.passwords import WeakPassword, check_new_password, hash_password
+from flightpart.tokens import Credential, verify_token
 from flightpart.wire import (
     AccessChanged,
     AddUser,
@@ -60,75 +48,16 @@ from flightpart.wire import (
 from ..audit import audit
 from ..auth import CLOCK_MARGIN, wall_clock
 from ..base import Action
-from ..identity import JwtVerifier, looks_like_jwt
+from ..identity import JwtVerifier
 from ..info_cache import FlightInfoCache
+from ..sign_ins import SignIns
 from ..state.access import AccessRules
 from .orders import NodeOrders
 
 log = logging.getLogger("flightpart.catalog")
 
-FREE_FAILURES = 5
-"""Failed sign-ins in a row a user name may have before its sign-ins are refused for a while."""
-MOST_LOCKOUT = 300.0
-"""The longest a user name's sign-ins are refused after failures (seconds)."""
-CHECKS_AT_ONCE = 2
-"""Passwords hashed at once; a sign-in waits at most :data:`CHECK_WAIT` seconds for its turn, then is ``BUSY``."""
-CHECK_WAIT = 10.0
-NAMES_WATCHED = 10_000
-"""Sign-ins remembered (:data:`SIGNED_IN_SECONDS`) and identity provider tokens seen, the oldest forgotten first."""
-SIGNED_IN_SECONDS = 60.0
-"""How long a name and password that signed in are remembered, so a client sending them on every call is not
-hashed every time (forgotten at once when the user's password, role or existence changes)."""
 FOREVER = 1e12
 """``until`` of a revocation of a token that never expires."""
-
-
-class SignInThrottle:
-    """Failed sign-ins per user, checks in flight per user, and the lockout they earn (see the module doc). Only the
-    names of users are kept (at most :data:`~..state.access.MAX_USERS`), so a flood of made-up names fills nothing."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._failures: dict[str, tuple[int, float]] = {}  # user -> (failures in a row, when the last)
-        self._flying: dict[str, int] = {}  # user -> passwords of theirs being checked now
-
-    def admit(self, name: str, now: float) -> float:
-        """0 and one more check of ``name`` in flight, or the seconds before ``name`` may try again: locked after
-        :data:`FREE_FAILURES` failures, and checks in flight count against what is left of them, so guesses sent
-        at once cannot outrun the count."""
-        with self._lock:
-            failures, last = self._failures.get(name, (0, 0.0))
-            if failures >= FREE_FAILURES:
-                wait = last + min(MOST_LOCKOUT, 2.0 ** (failures - FREE_FAILURES)) - now
-                if wait > 0:
-                    return wait
-            flying = self._flying.get(name, 0)
-            if flying >= max(1, FREE_FAILURES - failures):
-                return 1.0
-            self._flying[name] = flying + 1
-            return 0.0
-
-    def done(self, name: str, now: float, matched: bool | None) -> int:
-        """A check of ``name`` admitted is over (``matched`` None: it was not made); the failures in a row now."""
-        with self._lock:
-            left = self._flying.get(name, 1) - 1
-            if left > 0:
-                self._flying[name] = left
-            else:
-                self._flying.pop(name, None)
-            if matched is None:
-                return self._failures.get(name, (0, 0.0))[0]
-            if matched:
-                self._failures.pop(name, None)
-                return 0
-            failures = self._failures.get(name, (0, 0.0))[0] + 1
-            self._failures[name] = (failures, now)
-            return failures
-
-    def forget(self, name: str) -> None:
-        """A removed user's failures."""
-        with self._lock:
-            self._failures.pop(name, None)
 
 
 class AccessControl(NodeOrders):
@@ -137,20 +66,13 @@ class AccessControl(NodeOrders):
     _infos: FlightInfoCache  # set by the composed server (:class:`~.server.CatalogServer`)
     capability_ttl: float
     session_ttl: float
-    identity: JwtVerifier | None
+    sign_ins: SignIns
     caller: Any
 
     def start_access(self, session_ttl: float, identity: JwtVerifier | None) -> None:
         """Take users, sessions and identity provider tokens on this catalog's calls (with a secret only)."""
         self.session_ttl = session_ttl
-        self.identity = identity
-        self._throttle = SignInThrottle()
-        self._checking = threading.BoundedSemaphore(CHECKS_AT_ONCE)
-        self._checking_unknown = threading.BoundedSemaphore(1)  # names that are no user's, hashed apart
-        self._signed_in: OrderedDict[bytes, tuple[Credential, str, float, int]] = OrderedDict()
-        self._signed_in_lock = threading.Lock()
-        self._signed_in_key = secrets.token_bytes(32)
-        self._seen_federated: OrderedDict[str, None] = OrderedDict()
+        self.sign_ins = SignIns(self.state, self.secret, self.telemetry, session_ttl, identity)
         self._revoked_version = -1
         if self.secret is not None:
             self.guard.sessions = self
@@ -159,90 +81,10 @@ class AccessControl(NodeOrders):
     # ------------------------------------------------------------------ sign-in and standing (auth.Sessions)
 
     def sign_in(self, basic: str) -> tuple[Credential, str]:
-        try:
-            text = basic.strip()  # Go's clients (ADBC) leave the padding out
-            user, sep, password = base64.b64decode(text + "=" * (-len(text) % 4), validate=True).decode().partition(":")
-        except (binascii.Error, UnicodeDecodeError, ValueError):
-            user, sep, password = "", "", ""
-        if not sep or not user:
-            raise Unauthenticated("sign-in: expected Basic credentials, base64 of user:password", field="authorization")
-        now = wall_clock()
-        rules = self.state.access_rules()
-        record = rules.users.get(user)
-        if record is None:  # no account to guess: the same refusal, after a hash as long, in a slot of its own
-            if not self._checking_unknown.acquire(timeout=CHECK_WAIT):
-                raise ServerBusy("busy: too many sign-ins are being checked at once; retry shortly")
-            try:
-                password_matches(unknown_user_hash(), password)
-            finally:
-                self._checking_unknown.release()
-            self._refuse_sign_in(user[:64], "wrong user name or password")
-            raise Unauthenticated("sign-in refused: wrong user name or password", field="authorization")
-        wait = self._throttle.admit(user, now)
-        if wait > 0:
-            self._refuse_sign_in(user, f"locked for {wait:.0f} s more after failed sign-ins")
-            raise Unauthenticated(f"sign-in refused: too many failed sign-ins for {user}; try again in "
-                                  f"{max(1, round(wait))} s", field="authorization")
-        matched: bool | None = None  # None: not checked (busy), which is no failure
-        try:
-            key = hmac.new(self._signed_in_key, f"{user}\0{password}".encode(), hashlib.sha256).digest()
-            with self._signed_in_lock:
-                kept = self._signed_in.get(key)
-            if kept is not None and kept[2] > time.monotonic() and kept[3] == rules.version:
-                matched = True
-                return kept[0], kept[1]
-            if not self._checking.acquire(timeout=CHECK_WAIT):
-                raise ServerBusy("busy: too many sign-ins are being checked at once; retry shortly")
-            try:
-                matched = password_matches(record.hash, password)
-            finally:
-                self._checking.release()
-        finally:
-            failures = self._throttle.done(user, now, matched)
-        if not matched:
-            self._refuse_sign_in(user, "wrong user name or password", failures=failures)
-            raise Unauthenticated("sign-in refused: wrong user name or password", field="authorization")
-        expiry = int(now + self.session_ttl)
-        credential = Credential(record.role, user, expiry, holder=user, issued=now, user=True)
-        token = session_token(self.secret, user, record.role, now, expiry)
-        audit(self.telemetry, "sign-in", True, credential, role=record.role)
-        with self._signed_in_lock:
-            self._signed_in[key] = (credential, token, time.monotonic() + SIGNED_IN_SECONDS, rules.version)
-            while len(self._signed_in) > NAMES_WATCHED:
-                self._signed_in.popitem(last=False)
-        return credential, token
-
-    def _refuse_sign_in(self, user: str, why: str, **extra: Any) -> None:
-        self.telemetry.refused("sign_in")
-        audit(self.telemetry, "sign-in", False, None, user=user[:64], why=why, **extra)
+        return self.sign_ins.sign_in(basic)
 
     def federated(self, token: str) -> tuple[Credential, str] | None:
-        if self.identity is None or not looks_like_jwt(token):
-            return None
-        now = wall_clock()
-        try:
-            identity = self.identity.verify(token, now, CLOCK_MARGIN)
-        except Unauthenticated as refused:
-            self._refuse_sign_in("", f"identity provider token: {refused.message}")
-            raise
-        local = self.state.access_rules().users
-        if identity.user in local:
-            self._refuse_sign_in(identity.user, "identity provider token names a local user")
-            raise Unauthenticated(f"JWT refused: {identity.user} is a user of this catalog, who signs in with their "
-                                  "password; an identity provider's users have names of their own",
-                                  field="authorization")
-        groups = tuple(g for g in identity.groups if g not in local)  # a local user's name is no provider's group
-        credential = Credential(identity.role, identity.user, identity.expiry,
-                                holder=IDP_HOLDER_PREFIX + identity.user, issued=0.0, user=True, groups=groups)
-        with self._signed_in_lock:
-            first = token not in self._seen_federated
-            self._seen_federated[token] = None
-            while len(self._seen_federated) > NAMES_WATCHED:
-                self._seen_federated.popitem(last=False)
-        if first:
-            audit(self.telemetry, "sign-in", True, credential, via="identity provider", groups=list(identity.groups))
-        expiry = int(min(identity.expiry, now + self.session_ttl))
-        return credential, session_token(self.secret, identity.user, identity.role, now, expiry, groups)
+        return self.sign_ins.federated(token)
 
     def current(self, credential: Credential) -> Credential:
         if not credential.holder:
@@ -325,8 +167,8 @@ class AccessControl(NodeOrders):
                                 "and roles", field="name")
         elif b.role is not None:
             raise Forbidden("a user may not change their own role: an admin does", field="role")
-        elif b.current is None or not self._password_is(b.name, b.current):
-            self._refuse_sign_in(b.name, "password change without the current password")
+        elif b.current is None or not self.sign_ins.password_is(b.name, b.current):
+            self.sign_ins.refused(b.name, "password change without the current password")
             raise Forbidden("changing your own password takes your current one (`flightpart user passwd` asks for "
                             "it)", field="current")
         if b.password is None and b.role is None:
@@ -340,20 +182,10 @@ class AccessControl(NodeOrders):
         self._tell_nodes()
         return AccessChanged(True, f"user {b.name} changed; their other sessions ended")
 
-    def _password_is(self, name: str, password: str) -> bool:
-        """Whether ``password`` is ``name``'s (hashed in one of the sign-in slots)."""
-        record = self.state.access_rules().users.get(name)
-        if record is None or not self._checking.acquire(timeout=CHECK_WAIT):
-            return False
-        try:
-            return password_matches(record.hash, password)
-        finally:
-            self._checking.release()
-
     def _remove_user(self, b: RemoveUser) -> AccessChanged:
         now = wall_clock()
         self.state.remove_user(b.name, Revocation(b.name, ANY, now, self._until()))
-        self._throttle.forget(b.name)
+        self.sign_ins.forget(b.name)
         self._admin("user-remove", removed=b.name)
         self._tell_nodes()
         return AccessChanged(True, f"user {b.name} removed; their sessions and handles are void")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -15,8 +16,8 @@ import pyarrow.flight as flight
 
 from flightpart.errors import NodeUnavailable, SchemaMismatch
 from flightpart.io.connections import ConnectionPool
-from flightpart.tokens import manifest_signature
-from flightpart.wire import Commit, CommitPart, DropFiles, Held, HeldPartition, Seal, error_message
+from flightpart.tokens import Credential, manifest_signature
+from flightpart.wire import Commit, CommitPart, DropFiles, Held, HeldPartition, RevocationEntry, Seal, error_message
 
 from ..base import ServiceBase
 from ..state import CatalogState
@@ -33,6 +34,21 @@ class NodeOrders(ServiceBase):
     pool: ConnectionPool
     lease: Lease | None
     fan_out_timeout: float  # seconds a node has to answer an order; one that misses it is told when it registers
+
+    # the seams of users and grants, filled by the access part (:class:`~.access.AccessControl`)
+
+    def require(self, credential: Credential, access: str, dataset: str, what: str, *, version: int | None = None,
+                client: str = "") -> None:
+        """``FORBIDDEN`` unless ``credential`` may ``access`` (read or write) ``dataset``."""
+        raise NotImplementedError
+
+    def visible(self, credential: Credential) -> Callable[[str], bool]:
+        """Which dataset names ``credential`` may read."""
+        raise NotImplementedError
+
+    def revocation_entries(self) -> tuple[RevocationEntry, ...] | None:
+        """Every revocation in force, as a node is told it (None without a secret)."""
+        raise NotImplementedError
 
     def epoch(self) -> int | None:
         """The epoch orders to nodes carry (None without a lease)."""

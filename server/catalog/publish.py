@@ -13,13 +13,12 @@ from flightpart.wire import PublishBegin, PublishPart, PublishReply, VersionRepl
 
 from ..base import Action
 from ..state.records import PartRecord
-from .access import AccessControl
-from .orders import manifest_of
+from .orders import NodeOrders, manifest_of
 
 log = logging.getLogger("flightpart.catalog")
 
 
-class Publishing(AccessControl):
+class Publishing(NodeOrders):
     """One version from many ranks."""
 
     def _publish_begin(self, b: PublishBegin) -> VersionReply:

@@ -28,7 +28,7 @@ from ..base import Action, boundary, schema_error
 from ..info_cache import FlightInfoCache
 from ..state.records import VersionRecord
 from ..status_page import cluster_status
-from .access import AccessControl
+from .orders import NodeOrders
 
 log = logging.getLogger("flightpart.catalog")
 
@@ -57,7 +57,7 @@ def peer_of(context: Any) -> str:
         return ""
 
 
-class Reads(AccessControl):
+class Reads(NodeOrders):
     """What readers, the status page and the metrics endpoint ask of the catalog."""
 
     _infos: FlightInfoCache  # set by the composed server (:class:`~.server.CatalogServer`), as below

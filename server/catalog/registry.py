@@ -35,8 +35,7 @@ from ..base import Action, boundary
 from ..beats import BeatListener, udp_heartbeats_enabled
 from ..info_cache import FlightInfoCache
 from ..state.records import PartRecord, Registration, VersionRecord
-from .access import AccessControl
-from .orders import manifest_of
+from .orders import NodeOrders, manifest_of
 
 log = logging.getLogger("flightpart.catalog")
 
@@ -82,7 +81,7 @@ def manifest_record(m: Commit) -> VersionRecord:
                          max(1, m.replicas))
 
 
-class Registry(AccessControl):
+class Registry(NodeOrders):
     """Nodes joining, beating and listed."""
 
     _infos: FlightInfoCache  # set by the composed server (:class:`~.server.CatalogServer`), as below

@@ -41,8 +41,7 @@ from ..base import Action
 from ..info_cache import FlightInfoCache
 from ..state.records import LEARNED, OnTop, PartRecord
 from ..telemetry import describe
-from .access import AccessControl
-from .orders import manifest_of
+from .orders import NodeOrders, manifest_of
 
 log = logging.getLogger("flightpart.catalog")
 
@@ -69,7 +68,7 @@ def check_geometry(shape: tuple[int, int], grid: tuple[int, int], parts: list[Pa
                               field="commit.partitions") from None
 
 
-class Versions(AccessControl):
+class Versions(NodeOrders):
     """A version from its reservation to its commit or its tombstone."""
 
     _infos: FlightInfoCache  # set by the composed server (:class:`~.server.CatalogServer`), as below

@@ -65,7 +65,8 @@ class AccessRules:
 class AccessState(StateCore):
     """The access tables (see the module doc), over the state's database."""
 
-    _db: Database
+    _db: Database  # the database (:class:`.core.StateCore`)
+    _lock: Any  # its lock
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)

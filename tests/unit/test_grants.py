@@ -127,3 +127,27 @@ def test_the_access_tables_keep_users_groups_grants_and_revocations():
         assert all(r.holder != "old" for r in state.access_rules().revocations)
     finally:
         state.close()
+
+
+def test_every_decision_is_an_audit_line_and_a_counted_metric(caplog):
+    import json
+    import logging
+
+    from flightpart.server.audit import audit
+    from flightpart.server.metrics import exposition, metrics_registry
+    from flightpart.server.telemetry import Telemetry
+
+    telemetry = Telemetry()
+    alice = tokens.Credential("reader", "alice", holder="alice", user=True)
+    with caplog.at_level(logging.INFO, logger="flightpart.audit"):
+        audit(telemetry, "open", True, alice, dataset="sales", client="10.0.0.7")
+        audit(telemetry, "query", False, alice, dataset="hr", client="10.0.0.7", why="no read grant")
+        audit(telemetry, "sign-in", False, None, user="bob", why="wrong user name or password")
+    lines = [json.loads(record.getMessage()) for record in caplog.records]
+    assert lines[0] == {"audit": "open", "outcome": "allowed", "user": "alice", "dataset": "sales", "version": None,
+                        "client": "10.0.0.7"}
+    assert lines[1]["outcome"] == "refused" and lines[1]["why"] == "no read grant"
+    assert caplog.records[1].levelno == logging.WARNING and lines[2]["user"] == "bob"
+    text = exposition(metrics_registry("catalog", dict, telemetry)).decode()
+    assert 'flightpart_access_decisions_total{action="open",outcome="allowed",role="catalog"} 1.0' in text
+    assert 'flightpart_access_decisions_total{action="query",outcome="refused",role="catalog"} 1.0' in text
