@@ -434,3 +434,27 @@ def test_a_node_restarted_while_its_catalog_is_away_still_refuses_revoked_handle
     finally:
         team.catalog.proc.send_signal(signal.SIGCONT)
     assert "revoked" in answer, answer
+
+
+@pytest.mark.slow  # starts Ray
+def test_a_ray_read_as_a_user_and_its_tasks_refused_once_revoked(team, ray_session):
+    def rows_read(get, refs) -> int | str:
+        try:
+            return sum(t.num_rows for t in get(refs))
+        except Exception as exc:
+            return f"{type(exc).__name__}: {exc}"
+
+    read = ray_session.remote(rows_read)
+    with admin_of(team) as admin:
+        admin.users.add("mia", "mia-password-long")
+        admin.users.grant("read", "sales_eu", "mia")
+        with fp.connect(team.uri, user="mia", password="mia-password-long", host="127.0.0.99") as mia:
+            assert mia.open("sales_eu").to_ray().count() == 3000
+            with pytest.raises(fp.Forbidden):
+                mia.open("hr_pay").to_ray()
+            meta = mia.open("sales_eu").__partitioned__
+        refs = [p["data"] for p in meta["partitions"].values()]
+        assert ray_session.get(read.remote(meta["get"], refs)) == 3000  # the handle pickled into a Ray task
+        admin.users.remove("mia")
+        answer = ray_session.get(read.remote(meta["get"], refs))
+        assert isinstance(answer, str) and "revoked" in answer, answer
