@@ -122,28 +122,22 @@ def group_command() -> None:
     """Groups of users: a grant to a group is a grant to each member."""
 
 
-@group_command.command("add")
-@click.argument("group")
-@click.argument("users", nargs=-1, required=True)
-@CATALOG_OPTION
-@JSON_OPTION
-def group_add(group: str, users: tuple[str, ...], catalog: str, as_json: bool) -> None:
-    """Add users to a group (made by its first member)."""
-    with client_for(catalog) as client:
-        for name in users:
-            _said(as_json, client.users.join(group, name))
+def _membership(verb: str, joins: bool, doc: str) -> None:
+    """``flightpart group VERB GROUP USER...``: each user joins (or leaves) the group, one call each."""
+
+    @group_command.command(verb, help=doc)
+    @click.argument("group")
+    @click.argument("users", nargs=-1, required=True)
+    @CATALOG_OPTION
+    @JSON_OPTION
+    def change(group: str, users: tuple[str, ...], catalog: str, as_json: bool) -> None:
+        with client_for(catalog) as client:
+            for name in users:
+                _said(as_json, client.users.join(group, name) if joins else client.users.leave(group, name))
 
 
-@group_command.command("remove")
-@click.argument("group")
-@click.argument("users", nargs=-1, required=True)
-@CATALOG_OPTION
-@JSON_OPTION
-def group_remove(group: str, users: tuple[str, ...], catalog: str, as_json: bool) -> None:
-    """Take users out of a group: what only the group's grants allowed them is withdrawn."""
-    with client_for(catalog) as client:
-        for name in users:
-            _said(as_json, client.users.leave(group, name))
+_membership("add", True, "Add users to a group (made by its first member).")
+_membership("remove", False, "Take users out of a group: what only the group's grants allowed them is withdrawn.")
 
 
 def _grantee(word: str, grantee: str, expected: tuple[str, ...]) -> str:
