@@ -23,7 +23,7 @@ from flightpart.wire import (
 
 
 class Users:
-    """The catalog's users and grants (see docs/operations.md, "Users and grants"). Each method is one call to the
+    """The catalog's users and grants (see docs/operations/users.md). Each method is one call to the
     catalog; changes answer what they did (:class:`~flightpart.wire.AccessChanged`)."""
 
     def __init__(self, client: Any):

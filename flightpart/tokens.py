@@ -38,6 +38,8 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
+from .grants import IDP_HOLDER_PREFIX, TOKEN_HOLDER_PREFIX
+
 ROLES = ("reader", "writer", "admin", "node")
 TOKEN_PREFIX = "fp3"
 """The version of the token format: it changes whenever the signing key is derived differently."""
@@ -439,7 +441,7 @@ def _signed_credential(key: VerifyKey, token: str) -> Credential | None:
         if not issued.isdigit() or len(issued) > 18:
             return None
         return Credential(role, scope, int(expiry), holder=holder, issued=int(issued) / 1000)
-    holder = f"#{signature[:16]}" if role in ROLES else ""
+    holder = TOKEN_HOLDER_PREFIX + signature[:16] if role in ROLES else ""
     return Credential(role, name, int(expiry), holder=holder)
 
 
@@ -449,7 +451,7 @@ def _session(kind: str, name: str, expiry: int) -> Credential | None:
     if len(fields) != (3 if kind == USER_SESSION else 4) or fields[1] not in USER_ROLES or not fields[2].isdigit():
         return None
     groups = tuple(g for g in fields[3].split(",") if g) if kind == IDP_SESSION else None
-    holder = fields[0] if groups is None else f"!{fields[0]}"  # flightpart.grants.IDP_HOLDER_PREFIX
+    holder = fields[0] if groups is None else IDP_HOLDER_PREFIX + fields[0]
     return Credential(fields[1], fields[0], expiry, holder=holder, issued=int(fields[2]) / 1000, user=True,
                       groups=groups)
 

@@ -29,7 +29,7 @@ from typing import Any, Protocol
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from flightpart.errors import Forbidden, NodeUnavailable, ServerBusy, Unauthenticated
+from flightpart.errors import FlightpartError, Forbidden, NodeUnavailable, ServerBusy, Unauthenticated
 from flightpart.grants import ANY_IDP_HOLDER, IDP_HOLDER_PREFIX, Revocation, voided
 from flightpart.tokens import (
     CAPABILITY,
@@ -135,14 +135,12 @@ class Revoked:
 
     def __init__(self) -> None:
         self._by_holder: dict[str, tuple[Revocation, ...]] = {}
-        self.entries: tuple[Revocation, ...] = ()
 
     def set(self, entries: tuple[Revocation, ...]) -> None:
         by_holder: dict[str, list[Revocation]] = {}
         for entry in entries:
             by_holder.setdefault(entry.holder, []).append(entry)
         self._by_holder = {holder: tuple(found) for holder, found in by_holder.items()}
-        self.entries = entries
 
     def voids(self, credential: Credential) -> bool:
         """Whether a revocation voids ``credential`` (a capability for its dataset; anything else as a session)."""
@@ -219,9 +217,11 @@ class GuardFactory(flight.ServerMiddlewareFactory):
         except Unauthenticated as refused:
             self.telemetry.refused("unauthenticated")
             raise flight.FlightUnauthenticatedError(refused.message, extra_info=encode_error(refused)) from None
-        except ServerBusy as busy:  # a sign-in that waited too long for its turn to be checked
+        except NodeUnavailable as busy:  # a sign-in that waited too long for its turn, the state out of reach
             self.telemetry.refused("busy")
             raise flight.FlightUnavailableError(busy.message, extra_info=encode_error(busy)) from None
+        except FlightpartError as failed:  # no traceback, whatever the state said
+            raise flight.FlightServerError(failed.message, extra_info=encode_error(failed)) from None
         self.telemetry.refused("unauthenticated")
         refusal = Unauthenticated("a valid flightpart token is required (it may have expired)" + (
             f"; this one is an {outdated} token, signed with an earlier release's key: mint it again with "
@@ -450,8 +450,9 @@ def credential_of(context: Any) -> Credential:
 
 def require_version_grant(guard: CallGuard | None, dataset: str, version: int, what: str,
                           grant: str | None = None) -> None:
-    """``FORBIDDEN`` unless a writer's call carries the catalog's grant for ``dataset`` v``version``, made out to it
-    (decision 0015): its header's, or ``grant`` for a second version it reads. Other callers need none."""
+    """``FORBIDDEN`` unless a writer's (or any user's) call carries the catalog's grant for ``dataset`` v``version``,
+    made out to it (decision 0015): its header's, or ``grant`` for a second version it reads. Other callers need
+    none."""
     if (guard is None or (guard.credential.role != "writer" and not guard.credential.user)
             or guard.factory.secret is None):
         return
@@ -474,7 +475,8 @@ def admit_stream(context: Any, peer: str | None = None) -> CallGuard | None:
 
 
 def authorize(context: Any, permission: str, scope: tuple[str, int] | None = None) -> Credential:
-    """The caller's credential if it allows ``permission`` (on ``scope`` for a capability), else ``FORBIDDEN``."""
+    """The caller's credential if it allows ``permission`` (on ``scope`` for a capability), else ``FORBIDDEN``. A
+    user's session reads no rows at a node (a read with a ``scope``): only the capability their open gave does."""
     credential = credential_of(context)
     if credential.user and permission == "read" and scope is not None:
         raise Forbidden(f"user {credential.name} reads {scope[0]} v{scope[1]} from a node with the capability their "

@@ -39,8 +39,9 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 import jwt
 from cryptography.hazmat.primitives.asymmetric.ec import EllipticCurvePublicKey
@@ -76,6 +77,10 @@ _monotonic = time.monotonic
 PublicKey = RSAPublicKey | EllipticCurvePublicKey | Ed25519PublicKey | Ed448PublicKey
 
 
+LOOPBACK = frozenset({"127.0.0.1", "::1", "localhost"})
+"""Hosts a key set may come from over plain http (a test's, or a sidecar's on the same machine)."""
+
+
 @dataclass(frozen=True)
 class IdentitySettings:
     """How the catalog trusts an identity provider's tokens."""
@@ -103,6 +108,8 @@ class Identity:
     role: str
     expiry: int
     """The token's ``exp`` (Unix seconds)."""
+    issued: float = field(default=0.0, compare=False)
+    """The token's ``iat`` (0 without one): a revocation voids the tokens issued before it (not part of who)."""
 
 
 def looks_like_jwt(token: str) -> bool:
@@ -156,9 +163,12 @@ class JwtVerifier:
     def check(self) -> None:
         """Loads the key set once; raises ValueError (a :class:`KeySetError`) naming the file or URL and what is
         wrong with it, or what is wrong with the settings."""
-        for field in ("jwks", "issuer", "audience", "user_claim"):
-            if not getattr(self.settings, field):
-                raise ValueError(f"identity settings: {field} is empty")
+        for name in ("jwks", "issuer", "audience", "user_claim"):
+            if not getattr(self.settings, name):
+                raise ValueError(f"identity settings: {name} is empty")
+        if self.settings.jwks.startswith("http://") and urlsplit(self.settings.jwks).hostname not in LOOPBACK:
+            raise ValueError(f"JWKS {self.settings.jwks}: a key set from a plain http:// address can be replaced on "
+                             "the way; give an https:// one (http:// only on this machine's loopback)")
         if self._url:
             with self._lock:
                 self._fetched_at = _monotonic()
@@ -211,7 +221,7 @@ class JwtVerifier:
         if exp is None:
             raise _refused("missing exp claim")
         _check_times(exp, nbf, iat, now, leeway)
-        identity = Identity(self._user(claims), self._groups(claims), self._role(claims), int(exp))
+        identity = Identity(self._user(claims), self._groups(claims), self._role(claims), int(exp), float(iat or 0.0))
         with self._lock:
             if len(self._verified) >= CACHED_TOKENS:
                 del self._verified[next(iter(self._verified))]

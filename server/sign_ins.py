@@ -37,6 +37,8 @@ FREE_FAILURES = 5
 """Failed sign-ins in a row a user name may have before its sign-ins are refused for a while."""
 MOST_LOCKOUT = 300.0
 """The longest a user name's sign-ins are refused after failures (seconds)."""
+IN_FLIGHT = -1.0
+""":meth:`SignInThrottle.admit`'s answer while as many of a user's checks as their failures leave are in flight."""
 CHECKS_AT_ONCE = 2
 """Passwords hashed at once; a sign-in waits at most :data:`CHECK_WAIT` seconds for its turn, then is ``BUSY``."""
 CHECK_WAIT = 10.0
@@ -57,9 +59,9 @@ class SignInThrottle:
         self._flying: dict[str, int] = {}  # user -> passwords of theirs being checked now
 
     def admit(self, name: str, now: float) -> float:
-        """0 and one more check of ``name`` in flight, or the seconds before ``name`` may try again: locked after
-        :data:`FREE_FAILURES` failures, and checks in flight count against what is left of them, so guesses sent
-        at once cannot outrun the count."""
+        """0 and one more check of ``name`` in flight; the seconds before ``name`` may try again, locked after
+        :data:`FREE_FAILURES` failures; or :data:`IN_FLIGHT` while checks in flight take what is left of them, so
+        guesses sent at once cannot outrun the count."""
         with self._lock:
             failures, last = self._failures.get(name, (0, 0.0))
             if failures >= FREE_FAILURES:
@@ -68,7 +70,7 @@ class SignInThrottle:
                     return wait
             flying = self._flying.get(name, 0)
             if flying >= max(1, FREE_FAILURES - failures):
-                return 1.0
+                return IN_FLIGHT
             self._flying[name] = flying + 1
             return 0.0
 
@@ -108,7 +110,7 @@ class SignIns:
         self._signed_in: OrderedDict[bytes, tuple[Credential, str, float, int]] = OrderedDict()
         self._signed_in_lock = threading.Lock()
         self._signed_in_key = secrets.token_bytes(32)
-        self._seen_federated: OrderedDict[str, None] = OrderedDict()
+        self._seen_federated: OrderedDict[bytes, None] = OrderedDict()  # digests of provider tokens seen
 
     def sign_in(self, basic: str) -> tuple[Credential, str]:
         try:
@@ -130,19 +132,14 @@ class SignIns:
                 self._checking_unknown.release()
             self.refused(user[:64], "wrong user name or password")
             raise Unauthenticated("sign-in refused: wrong user name or password", field="authorization")
-        wait = self.throttle.admit(user, now)
-        if wait > 0:
-            self.refused(user, f"locked for {wait:.0f} s more after failed sign-ins")
-            raise Unauthenticated(f"sign-in refused: too many failed sign-ins for {user}; try again in "
-                                  f"{max(1, round(wait))} s", field="authorization")
+        key = hmac.new(self._signed_in_key, f"{user}\0{password}".encode(), hashlib.sha256).digest()
+        with self._signed_in_lock:
+            kept = self._signed_in.get(key)
+        if kept is not None and kept[2] > time.monotonic() and kept[3] == rules.version:
+            return kept[0], kept[1]  # this very name and password signed in a moment ago
+        self._admitted(user, now)
         matched: bool | None = None  # None: not checked (busy), which is no failure
         try:
-            key = hmac.new(self._signed_in_key, f"{user}\0{password}".encode(), hashlib.sha256).digest()
-            with self._signed_in_lock:
-                kept = self._signed_in.get(key)
-            if kept is not None and kept[2] > time.monotonic() and kept[3] == rules.version:
-                matched = True
-                return kept[0], kept[1]
             if not self._checking.acquire(timeout=CHECK_WAIT):
                 raise ServerBusy("busy: too many sign-ins are being checked at once; retry shortly")
             try:
@@ -164,6 +161,23 @@ class SignIns:
                 self._signed_in.popitem(last=False)
         return credential, token
 
+    def _admitted(self, user: str, now: float) -> None:
+        """Wait for a check of ``user``'s password to be let through (:meth:`SignInThrottle.admit`): locked, refused;
+        others of theirs in flight, waited for (``BUSY`` after :data:`CHECK_WAIT` seconds)."""
+        deadline = time.monotonic() + CHECK_WAIT
+        while True:
+            wait = self.throttle.admit(user, now)
+            if wait == 0:
+                return
+            if wait != IN_FLIGHT:
+                self.refused(user, f"locked for {wait:.0f} s more after failed sign-ins")
+                raise Unauthenticated(f"sign-in refused: too many failed sign-ins for {user}; try again in "
+                                      f"{max(1, round(wait))} s", field="authorization")
+            if time.monotonic() > deadline:
+                raise ServerBusy(f"busy: other sign-ins of {user} are being checked; retry shortly")
+            time.sleep(0.05)
+            now = wall_clock()
+
     def refused(self, user: str, why: str, **extra: Any) -> None:
         """Count and write down a sign-in refused."""
         self.telemetry.refused("sign_in")
@@ -178,18 +192,18 @@ class SignIns:
         except Unauthenticated as refused:
             self.refused("", f"identity provider token: {refused.message}")
             raise
-        local = self.state.access_rules().users
-        if identity.user in local:
-            self.refused(identity.user, "identity provider token names a local user")
-            raise Unauthenticated(f"JWT refused: {identity.user} is a user of this catalog, who signs in with their "
-                                  "password; an identity provider's users have names of their own",
-                                  field="authorization")
-        groups = tuple(g for g in identity.groups if g not in local)  # a local user's name is no provider's group
-        credential = Credential(identity.role, identity.user, identity.expiry,
-                                holder=IDP_HOLDER_PREFIX + identity.user, issued=0.0, user=True, groups=groups)
+        rules = self.state.access_rules()
+        if identity.user in rules.users or identity.user in rules.group_names:
+            self.refused(identity.user, "identity provider token names a local user or group")
+            raise Unauthenticated(f"JWT refused: {identity.user} is a user or group of this catalog; an identity "
+                                  "provider's users have names of their own", field="authorization")
+        groups = tuple(g for g in identity.groups if g not in rules.users)  # a local user's name is no group
+        credential = Credential(identity.role, identity.user, identity.expiry, holder=IDP_HOLDER_PREFIX + identity.user,
+                                issued=identity.issued, user=True, groups=groups)
+        digest = hashlib.sha256(token.encode()).digest()
         with self._signed_in_lock:
-            first = token not in self._seen_federated
-            self._seen_federated[token] = None
+            first = digest not in self._seen_federated
+            self._seen_federated[digest] = None
             while len(self._seen_federated) > NAMES_WATCHED:
                 self._seen_federated.popitem(last=False)
         if first:
@@ -198,14 +212,23 @@ class SignIns:
         return credential, session_token(self.secret, identity.user, identity.role, now, expiry, groups)
 
     def password_is(self, name: str, password: str) -> bool:
-        """Whether ``password`` is ``name``'s (hashed in one of the sign-in slots)."""
+        """Whether ``password`` is ``name``'s, checked as a sign-in is (counted, locked out after failures)."""
         record = self.state.access_rules().users.get(name)
-        if record is None or not self._checking.acquire(timeout=CHECK_WAIT):
+        if record is None:
             return False
+        now = wall_clock()
+        self._admitted(name, now)  # guesses through a password change count as sign-ins' do
+        matched: bool | None = None
         try:
-            return password_matches(record.hash, password)
+            if not self._checking.acquire(timeout=CHECK_WAIT):
+                raise ServerBusy("busy: too many sign-ins are being checked at once; retry shortly")
+            try:
+                matched = password_matches(record.hash, password)
+            finally:
+                self._checking.release()
         finally:
-            self._checking.release()
+            self.throttle.done(name, now, matched)
+        return bool(matched)
 
     def forget(self, name: str) -> None:
         """A removed user's failures."""

@@ -103,7 +103,7 @@ def test_a_provider_token_cannot_be_a_local_user_nor_name_one_as_a_group(idp_clu
     with fp.connect(idp_cluster.uri, token=SECRET, host="127.0.0.99") as admin:
         admin.users.add("quinn", "quinn-password-long", role="admin")
         admin.users.grant("read", "payroll", "quinn")
-    with pytest.raises(fp.Unauthenticated, match="is a user of this catalog"):
+    with pytest.raises(fp.Unauthenticated, match="is a user or group of this catalog"):
         fp.connect(idp_cluster.uri, token=token_of("quinn", role="admin"), host="127.0.0.99").list()
     with fp.connect(idp_cluster.uri, token=token_of("zed", groups=("quinn", "sre")), host="127.0.0.99") as zed:
         assert [entry.name for entry in zed.list()] == ["metrics_cpu", "metrics_mem"]
@@ -135,3 +135,12 @@ def test_a_group_grant_withdrawn_voids_the_provider_users_handles_on_the_nodes(i
             admin.users.grant("read", "metrics_*", "sre")
     with fp.connect(idp_cluster.uri, token=token_of("olga", groups=("sre",)), host="127.0.0.99") as olga:
         assert olga.open("metrics_cpu").to_arrow().num_rows == 2000  # granted again: a new open reads
+
+
+def test_a_provider_token_cannot_take_a_local_groups_name(idp_cluster):
+    with fp.connect(idp_cluster.uri, token=SECRET, host="127.0.0.99") as admin:
+        admin.users.add("rita", "rita-password-long")
+        admin.users.join("payroll-team", "rita")
+        admin.users.grant("read", "payroll", "payroll-team")
+    with pytest.raises(fp.Unauthenticated, match="user or group of this catalog"):
+        fp.connect(idp_cluster.uri, token=token_of("payroll-team"), host="127.0.0.99").list()

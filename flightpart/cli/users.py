@@ -192,8 +192,9 @@ def grants(catalog: str, as_json: bool) -> None:
 @CATALOG_OPTION
 @JSON_OPTION
 def revoke_token(token_file: str, catalog: str, as_json: bool) -> None:
-    """Void a token (a role token `flightpart token` minted, or a user's session) before it expires, with the handles
-    opened with it; the token is read from TOKEN_FILE so it stays off the command line."""
+    """Void a role token `flightpart token` minted before it expires, with the handles opened with it (a user's session
+    given here ends every session of that user); the token is read from TOKEN_FILE so it stays off the command
+    line."""
     token = Path(token_file).read_text().strip()
     with client_for(catalog) as client:
         _said(as_json, client.users.revoke_sessions(token=token))

@@ -161,13 +161,13 @@ class AccessControl(NodeOrders):
     def _change_user(self, b: ChangeUser) -> AccessChanged:
         credential = self.caller.credential
         own = credential.user and credential.groups is None and credential.name == b.name
-        if not own or credential.role == "admin":
+        if not own:
             if credential.role not in ("admin", "owner"):
                 raise Forbidden(f"{credential.name} may change only their own password; an admin changes others' "
                                 "and roles", field="name")
-        elif b.role is not None:
+        elif b.role is not None and credential.role != "admin":
             raise Forbidden("a user may not change their own role: an admin does", field="role")
-        elif b.current is None or not self.sign_ins.password_is(b.name, b.current):
+        elif b.password is not None and (b.current is None or not self.sign_ins.password_is(b.name, b.current)):
             self.sign_ins.refused(b.name, "password change without the current password")
             raise Forbidden("changing your own password takes your current one (`flightpart user passwd` asks for "
                             "it)", field="current")
@@ -180,7 +180,7 @@ class AccessControl(NodeOrders):
                                role=b.role, revoke=Revocation(b.name, ANY, now, self._until()))
         self._admin("user-change", changed=b.name, password=b.password is not None, role=b.role)
         self._tell_nodes()
-        return AccessChanged(True, f"user {b.name} changed; their other sessions ended")
+        return AccessChanged(True, f"user {b.name} changed; their sessions ended (sign in again)")
 
     def _remove_user(self, b: RemoveUser) -> AccessChanged:
         now = wall_clock()
@@ -215,8 +215,8 @@ class AccessControl(NodeOrders):
         lost = [] if b.granted else self._lost(before, affected, lambda g: g == grant)
         if not b.granted and b.grantee not in before.users:  # a group, or a provider's user: its members unknown here
             now, until = wall_clock(), self._until()
-            lost += [Revocation(ANY_IDP_HOLDER, record.dataset, now, until) for record in self.state.datasets()
-                     if grant.covers("read", record.dataset)]
+            lost += folded(ANY_IDP_HOLDER, [record.dataset for record in self.state.datasets()
+                                            if grant.covers("read", record.dataset)], now, until)
         changed = self.state.set_grant(grant, b.granted, lost)
         self._admin("grant" if b.granted else "revoke", access=b.access, pattern=b.pattern, grantee=b.grantee,
                     changed=changed)
@@ -265,9 +265,9 @@ class AccessControl(NodeOrders):
         out = []
         for user in users:
             principals = before.principals(user)
-            for name in names:
-                if allowed(before.grants, principals, "read", name) and not allowed(kept, principals, "read", name):
-                    out.append(Revocation(user, name, now, until))
+            lost = [name for name in names
+                    if allowed(before.grants, principals, "read", name) and not allowed(kept, principals, "read", name)]
+            out += folded(user, lost, now, until)
         return out
 
     def revocation_entries(self) -> tuple[RevocationEntry, ...] | None:
@@ -283,12 +283,24 @@ class AccessControl(NodeOrders):
         entries = self.revocation_entries()
         if entries is None:
             return
+        self._infos.clear()  # capabilities handed out before are void where revoked: the next opens get new ones
         order = Revocations(entries, self.epoch())
         live = [n for n in self.state.nodes() if n.alive]
         self.state.must_register_all([n.node_id for n in self.state.nodes() if not n.alive])
         self.fan_out(live, lambda node: self.pool.action(node.uri, order, timeout=self.fan_out_timeout),
                      f"revocations ({len(entries)})")
-        self._infos.clear()  # capabilities handed out before are void where revoked: the next opens get new ones
+
+
+FOLD_DATASETS = 32
+"""Past this many datasets lost by one holder in one withdrawal, one revocation voids all it was issued before."""
+
+
+def folded(holder: str, datasets: list[str], now: float, until: float) -> list[Revocation]:
+    """The revocations voiding what ``holder`` was issued before ``now`` for ``datasets``: one each, or one for
+    everything past :data:`FOLD_DATASETS` (more than was withdrawn; what is still allowed is opened again)."""
+    if len(datasets) > FOLD_DATASETS:
+        return [Revocation(holder, ANY, now, until)]
+    return [Revocation(holder, name, now, until) for name in datasets]
 
 
 def _check_password(password: str) -> None:

@@ -69,10 +69,12 @@ class Reads(NodeOrders):
         with boundary(log, "get_flight_info", self.telemetry, context):
             credential = authorize(context, "read")
             name, version = parse_dataset_path(descriptor)
+            issued = wall_clock()  # before the check: a revocation racing it voids what it hands out
             self.require(credential, "read", name, "open", version=version, client=peer_of(context))
-            return self.opened_info(name, version, credential.expiry, credential.holder)
+            return self.opened_info(name, version, credential.expiry, credential.holder, issued)
 
-    def opened_info(self, name: str, version: int | None, token_expiry: int = 0, holder: str = "") -> flight.FlightInfo:
+    def opened_info(self, name: str, version: int | None, token_expiry: int = 0, holder: str = "",
+                    issued: float | None = None) -> flight.FlightInfo:
         """The FlightInfo an open of ``name`` (its latest version, or ``version``) is given (:meth:`cached_info`: the
         same object while nothing it says changed), by Flight and by the catalog's own SQL."""
         # a commit's answer was lost: what the database took is sealed before anyone opens it (while the database
@@ -80,7 +82,7 @@ class Reads(NodeOrders):
         if self._unsure and (self.lease is None or self.lease.reachable):
             self.settle_unsure()
         version = self.state.latest(name) if version is None else version
-        return self.cached_info(name, version, token_expiry, holder)
+        return self.cached_info(name, version, token_expiry, holder, issued)
 
     def get_schema(self, context: Any, descriptor: flight.FlightDescriptor) -> flight.SchemaResult:
         """A dataset's schema (``[name]`` or ``[name, version]``), as plain Flight clients ask for it."""
@@ -91,9 +93,10 @@ class Reads(NodeOrders):
             version = self.state.latest(name) if version is None else version
             return flight.SchemaResult(self.cached_info(name, version, credential.expiry, credential.holder).schema)
 
-    def cached_info(self, name: str, version: int, token_expiry: int = 0, holder: str = "") -> flight.FlightInfo:
+    def cached_info(self, name: str, version: int, token_expiry: int = 0, holder: str = "",
+                    issued: float | None = None) -> flight.FlightInfo:
         """Versions are immutable: their FlightInfo is built once per state of the nodes (and capability expiry and
-        holder).
+        holder; ``issued``: when the caller's grant was checked, default now).
 
         With a cluster secret it carries a read capability for this version
         alone, its expiry rounded to a quarter of ``capability_ttl`` (one
@@ -109,8 +112,8 @@ class Reads(NodeOrders):
             expiry = min(expiry, token_expiry)
 
         def build() -> tuple[flight.FlightInfo, int]:
-            cap = (capability(self.secret, name, version, expiry, holder, wall_clock()) if self.secret is not None
-                   else None)
+            made = wall_clock() if issued is None else issued
+            cap = capability(self.secret, name, version, expiry, holder, made) if self.secret is not None else None
             info = version_info(self.state.version(name, version), cap)
             return encode_flight_info(info), len(info.parts)
 

@@ -87,8 +87,8 @@ class Versions(NodeOrders):
         return None if self.caller.credential.role in ("admin", "owner") else self.pending_per_writer
 
     def grant(self, dataset: str, version: int) -> str | None:
-        """A writer's grant to write ``version`` of ``dataset`` on nodes (decision 0015); None for an admin or the
-        owner."""
+        """A writer's (or any user's) grant to write ``version`` of ``dataset`` on nodes (decision 0015); None for an
+        admin's role token or the owner."""
         credential = self.caller.credential
         if self.secret is None or (credential.role != "writer" and not credential.user):
             return None

@@ -7,7 +7,6 @@ one :class:`AccessRules` (small: people, not rows) and keeps it until its versio
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -53,13 +52,17 @@ class AccessRules:
     groups: dict[str, frozenset[str]] = field(default_factory=dict)  # member -> its groups
     grants: tuple[Grant, ...] = ()
     revocations: tuple[Revocation, ...] = ()
+    group_names: frozenset[str] = frozenset()
 
     def principals(self, user: str, groups: tuple[str, ...] | None = None) -> frozenset[str]:
-        """``user`` and their groups (``groups``: an identity provider's, instead of the catalog's)."""
-        return frozenset((user, *(self.groups.get(user, ()) if groups is None else groups)))
-
-    def group_names(self) -> set[str]:
-        return {g for gs in self.groups.values() for g in gs}
+        """``user`` and their groups. ``groups``: an identity provider's user's, instead of the catalog's; such a
+        user has no grant while their name is a local user's or group's, and a group named like a local user is
+        none of theirs."""
+        if groups is None:
+            return frozenset((user, *self.groups.get(user, ())))
+        if user in self.users or user in self.group_names:
+            return frozenset()
+        return frozenset((user, *(g for g in groups if g not in self.users)))
 
 
 class AccessState(StateCore):
@@ -71,26 +74,27 @@ class AccessState(StateCore):
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self._db.script(ACCESS_SCHEMA)
-        self._access_lock = threading.Lock()
-        self._access: tuple[float, AccessRules] | None = None
+        self._access: tuple[float, AccessRules, int] | None = None
+        self._access_changes = 0  # bumped by every change this catalog makes: a reading made before it is not used
 
     # ------------------------------------------------------------------ reading
 
     def access_rules(self) -> AccessRules:
-        """The access tables as last read, read again when :data:`FRESH_SECONDS` passed and their version moved."""
-        with self._access_lock:
-            kept = self._access
-            if kept is not None and time.monotonic() - kept[0] < FRESH_SECONDS:
-                return kept[1]
-            try:
-                version = self._access_version()
-            except Exception:
-                if kept is not None:
-                    return kept[1]  # the database is away: the last reading answers, as other reads do
-                raise
-            rules = kept[1] if kept is not None and kept[1].version == version else self._read_access(version)
-            self._access = (time.monotonic(), rules)
-            return rules
+        """The access tables as last read, read again when :data:`FRESH_SECONDS` passed and their version moved, or
+        this catalog changed them. No lock of its own is held while the database is read (a change holds the
+        database's lock and bumps a counter): two threads may read at once, never wait on each other."""
+        changes, kept = self._access_changes, self._access
+        if kept is not None and kept[2] == changes and time.monotonic() - kept[0] < FRESH_SECONDS:
+            return kept[1]
+        try:
+            version = self._access_version()
+        except Exception:
+            if kept is not None:
+                return kept[1]  # the database is away: the last reading answers, as other reads do
+            raise
+        rules = kept[1] if kept is not None and kept[1].version == version else self._read_access(version)
+        self._access = (time.monotonic(), rules, changes)
+        return rules
 
     def _access_version(self) -> int:
         with self._lock:
@@ -108,7 +112,8 @@ class AccessState(StateCore):
                 "SELECT access, pattern, grantee FROM grants ORDER BY grantee, pattern, access"))
             revocations = tuple(Revocation(*r) for r in self._db.execute(
                 "SELECT holder, pattern, at, until FROM revocations WHERE until > ?", (time.time(),)))
-        return AccessRules(version, users, {m: frozenset(g) for m, g in groups.items()}, grants, revocations)
+        return AccessRules(version, users, {m: frozenset(g) for m, g in groups.items()}, grants, revocations,
+                           frozenset(g for gs in groups.values() for g in gs))
 
     # ------------------------------------------------------------------ writing
 
@@ -116,8 +121,7 @@ class AccessState(StateCore):
         """Bump the access version inside the caller's transaction, and forget the reading kept."""
         db.execute("INSERT INTO meta VALUES('access_version', '1') ON CONFLICT(key) DO UPDATE SET "
                    "value=CAST(CAST(meta.value AS INTEGER) + 1 AS TEXT)")
-        with self._access_lock:
-            self._access = None
+        self._access_changes += 1  # under the database's lock: one writer at a time
 
     def _count(self, db: Database, sql: str, params: Sequence[Any], most: int, what: str) -> None:
         (count,) = db.execute(sql, params).fetchone()
@@ -212,8 +216,16 @@ class AccessState(StateCore):
             self._changed(db)
 
     def _revoke(self, db: Database, entries: list[Revocation]) -> None:
+        """Write ``entries`` (never refused: a withdrawal must not fail for a full table). Past
+        :data:`MAX_REVOCATIONS` entries, each holder's are folded into one voiding all it was issued before its
+        latest: more than was withdrawn (those still allowed open again), never less."""
         now = time.time()
         db.execute("DELETE FROM revocations WHERE until <= ?", (now,))
-        self._count(db, "SELECT count(*) FROM revocations", (), MAX_REVOCATIONS, "revocations")
         db.executemany("INSERT INTO revocations VALUES(?,?,?,?) ON CONFLICT(holder, pattern, at) DO NOTHING",
                        [(e.holder, e.pattern or ANY, e.at, e.until) for e in entries])
+        (count,) = db.execute("SELECT count(*) FROM revocations").fetchone()
+        if count <= MAX_REVOCATIONS:
+            return
+        folded = db.execute("SELECT holder, MAX(at), MAX(until) FROM revocations GROUP BY holder").fetchall()
+        db.execute("DELETE FROM revocations")
+        db.executemany("INSERT INTO revocations VALUES(?,?,?,?)", [(h, ANY, at, until) for h, at, until in folded])

@@ -151,3 +151,57 @@ def test_every_decision_is_an_audit_line_and_a_counted_metric(caplog):
     text = exposition(metrics_registry("catalog", dict, telemetry)).decode()
     assert 'flightpart_access_decisions_total{action="open",outcome="allowed",role="catalog"} 1.0' in text
     assert 'flightpart_access_decisions_total{action="query",outcome="refused",role="catalog"} 1.0' in text
+
+
+def test_reading_the_rules_while_they_change_never_waits_on_itself():
+    import threading
+
+    state = CatalogState(":memory:")
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def reader() -> None:
+        while not stop.is_set():
+            try:
+                state.access_rules()
+            except BaseException as exc:
+                errors.append(exc)
+
+    readers = [threading.Thread(target=reader) for _ in range(3)]
+    for thread in readers:
+        thread.start()
+    try:
+        for k in range(200):
+            state.add_user(f"u{k}", "x", "reader")
+            assert f"u{k}" in state.access_rules().users  # a change is read at once by the catalog that made it
+    finally:
+        stop.set()
+        for thread in readers:
+            thread.join(timeout=30)
+    assert not any(thread.is_alive() for thread in readers) and errors == []
+    state.close()
+
+
+def test_a_full_table_of_revocations_folds_per_holder_and_never_refuses(monkeypatch):
+    from flightpart.server.state import access
+
+    monkeypatch.setattr(access, "MAX_REVOCATIONS", 10)
+    state = CatalogState(":memory:")
+    now = time.time()
+    state.add_revocations([Revocation("alice", f"d{k}", now, now + 60) for k in range(8)])
+    assert len(state.access_rules().revocations) == 8
+    state.add_revocations([Revocation("bob", f"d{k}", now + 1, now + 90) for k in range(8)])
+    folded = sorted((r.holder, r.pattern, r.at) for r in state.access_rules().revocations)
+    assert folded == [("alice", ANY, now), ("bob", ANY, now + 1)]
+    state.close()
+
+
+def test_a_provider_user_named_like_a_local_group_or_user_has_no_grant():
+    from flightpart.server.state.access import AccessRules, UserRecord
+
+    rules = AccessRules(1, {"alice": UserRecord("alice", "x", "reader", 0, 0)}, {"alice": frozenset({"sales"})},
+                        (Grant("read", "*", "sales"),), (), frozenset({"sales"}))
+    assert rules.principals("sales", ("ops",)) == frozenset()   # a provider's "sales" is not the group
+    assert rules.principals("alice", ()) == frozenset()         # nor the user
+    assert rules.principals("olga", ("alice", "ops")) == {"olga", "ops"}  # a user's name is no provider's group
+    assert rules.principals("alice") == {"alice", "sales"}
