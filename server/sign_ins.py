@@ -137,17 +137,7 @@ class SignIns:
             kept = self._signed_in.get(key)
         if kept is not None and kept[2] > time.monotonic() and kept[3] == rules.version:
             return kept[0], kept[1]  # this very name and password signed in a moment ago
-        self._admitted(user, now)
-        matched: bool | None = None  # None: not checked (busy), which is no failure
-        try:
-            if not self._checking.acquire(timeout=CHECK_WAIT):
-                raise ServerBusy("busy: too many sign-ins are being checked at once; retry shortly")
-            try:
-                matched = password_matches(record.hash, password)
-            finally:
-                self._checking.release()
-        finally:
-            failures = self.throttle.done(user, now, matched)
+        matched, failures = self._checked(user, record.hash, password, now)
         if not matched:
             self.refused(user, "wrong user name or password", failures=failures)
             raise Unauthenticated("sign-in refused: wrong user name or password", field="authorization")
@@ -216,19 +206,23 @@ class SignIns:
         record = self.state.access_rules().users.get(name)
         if record is None:
             return False
-        now = wall_clock()
-        self._admitted(name, now)  # guesses through a password change count as sign-ins' do
-        matched: bool | None = None
+        return self._checked(name, record.hash, password, wall_clock())[0]  # counted as a sign-in's check is
+
+    def _checked(self, user: str, stored: str, password: str, now: float) -> tuple[bool, int]:
+        """Whether ``password`` matches ``stored``, once the throttle lets a check of ``user`` through
+        (:meth:`_admitted`) and a hashing slot is free; and ``user``'s failures in a row after it."""
+        self._admitted(user, now)
+        matched: bool | None = None  # None: not checked (busy), which is no failure
         try:
             if not self._checking.acquire(timeout=CHECK_WAIT):
                 raise ServerBusy("busy: too many sign-ins are being checked at once; retry shortly")
             try:
-                matched = password_matches(record.hash, password)
+                matched = password_matches(stored, password)
             finally:
                 self._checking.release()
         finally:
-            self.throttle.done(name, now, matched)
-        return bool(matched)
+            failures = self.throttle.done(user, now, matched)
+        return bool(matched), failures
 
     def forget(self, name: str) -> None:
         """A removed user's failures."""
