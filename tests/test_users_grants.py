@@ -14,7 +14,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import numpy as np
@@ -173,11 +172,9 @@ def test_a_revoked_grant_voids_pickled_handles_on_every_node(team):
             meta = dave.open("sales_us").__partitioned__
             handle = pickle.dumps((meta["get"], [p["data"] for p in meta["partitions"].values()]))
             assert _read_pickled(handle).stdout.decode().strip() == "3000"
-            admin.users.revoke("read", "sales_us", "dave")
-            started = time.monotonic()
+            admin.users.revoke("read", "sales_us", "dave")  # the nodes are told before it returns
             answer = _read_pickled(handle).stdout.decode().strip()
             assert "3000" != answer and ("revoked" in answer or "Unauthenticated" in answer), answer
-            assert time.monotonic() - started < 120
             with pytest.raises(fp.Forbidden):
                 dave.open("sales_us")
             admin.users.grant("read", "sales_us", "dave")  # granted again: a new open reads
@@ -366,6 +363,8 @@ def test_guesses_sent_at_once_are_counted_before_they_are_checked(team):
             outcomes.append("in")
         except fp.Unauthenticated as refused:
             outcomes.append("checked" if "wrong user name or password" in str(refused) else "held")
+        except fp.ServerBusy:  # waited its turn longer than a sign-in may: not checked either
+            outcomes.append("held")
 
     threads = [threading.Thread(target=guess, args=(k,)) for k in range(24)]
     for thread in threads:
@@ -384,18 +383,19 @@ def test_an_ingest_stops_when_its_writers_grant_is_withdrawn_and_publishes_nothi
         admin.users.add("kim", "kim-password-long", role="writer")
         admin.users.grant("write", "kims_*", "kim")
         schema = pa.schema([("id", pa.int64())])
-        sent = threading.Event()
+        sent, revoked = threading.Event(), threading.Event()
 
         def slow_batches():
-            for k in range(40):
-                if k == 2:
+            for k in range(10):
+                if k == 2:  # two batches in: the grant is withdrawn before the third is sent
                     sent.set()
-                time.sleep(0.1)
+                    revoked.wait(120)
                 yield pa.record_batch([pa.array(np.arange(1000) + 1000 * k)], schema=schema)
 
         def revoke_soon():
-            sent.wait(60)
+            sent.wait(120)
             admin.users.revoke("write", "kims_*", "kim")
+            revoked.set()
 
         revoker = threading.Thread(target=revoke_soon)
         revoker.start()
